@@ -1,0 +1,33 @@
+# The two commands of the README, and the checks CI runs.
+#   make run    set up .venv from the locks, then run the whole pipeline on the local profile
+#   make test   set up .venv (with test tools) and system packages, lint, run every test
+.PHONY: run test lint pytest bench setup setup-dev system-packages
+
+VENV := .venv
+BIN := $(VENV)/bin
+
+run: setup
+	$(BIN)/snakemake --profile profiles/local
+
+test: setup-dev system-packages lint pytest
+
+lint: setup-dev
+	$(BIN)/ruff check src scripts tests bench tools
+	$(BIN)/ruff format --check src scripts tests bench tools
+	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakemake --lint --profile profiles/local
+
+pytest: setup-dev
+	$(BIN)/python -m pytest
+
+bench: setup-dev
+	$(BIN)/python -m bench
+
+setup:
+	tools/setup.sh
+
+setup-dev:
+	tools/setup.sh --dev
+
+system-packages:
+	tools/system-packages.sh

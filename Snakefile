@@ -1,0 +1,24 @@
+# snakeddp: partitioned data -> distributed Lightning training -> report, on any profile.
+#   snakemake --profile profiles/local     (this machine, torchrun)
+#   snakemake --profile profiles/slurm     (Slurm, srun/mpirun inside each job)
+#   snakemake --profile profiles/azureml   (AzureML jobs)
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/env.smk"
+include: "rules/train.smk"
+include: "rules/report.smk"
+
+
+# Everything a user looks at: the run table and each run's provenance.
+rule all:
+    default_target: True
+    input:
+        rules.report_runs.output.table,

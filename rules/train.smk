@@ -1,0 +1,39 @@
+# Training stage: one run directory per sweep point.
+
+
+# The resolved config of one run; rewritten only when that run's config changes.
+rule run_config:
+    output:
+        run="results/runs/{run}/run.yaml",
+    log:
+        "logs/train/{run}.config.log",
+    localrule: True
+    conda:
+        "../envs/train.yaml"
+    params:
+        run=get_run,
+    script:
+        "../scripts/write_run_config.py"
+
+
+# Train one run with the profile's launcher; provenance.json appears only when it completes.
+rule train:
+    input:
+        run=rules.run_config.output.run,
+        manifest=get_manifest,
+        environment="results/envs/train.json",
+    output:
+        provenance="results/runs/{run}/provenance.json",
+    log:
+        "logs/train/{run}.log",
+    conda:
+        "../envs/train.yaml"
+    threads: get_train_threads
+    resources:
+        nodes=lambda wc: get_launch(wc)["nodes"],
+        mem_mb=lambda wc: get_launch(wc)["mem_mb"],
+        runtime=lambda wc: get_launch(wc)["runtime"],
+    shell:
+        "{PYTHON} -m snakeddp.launch --platform {PLATFORM:q} --config {input.run:q}"
+        " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
+        " --environment-record {input.environment:q} > {log:q} 2>&1"

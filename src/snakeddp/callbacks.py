@@ -1,0 +1,235 @@
+"""Lightning callbacks that make a run observable, resumable and auditable."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from snakeddp.fsutil import atomic_write_text
+
+METRIC_COLUMNS = (
+    "epoch",
+    "partition",
+    "samples",
+    "train_loss",
+    "val_loss",
+    "val_acc",
+    "lr",
+    "train_seconds",
+    "epoch_seconds",
+    "samples_per_s",
+    "data_wait_s",
+    "world_size",
+    "finished_at",
+)
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again", which is what a preempted run wants
+HOST_RECORD_BYTES = 512
+
+
+def batch_size(batch: Any) -> int:
+    """Samples in a batch of tensors, tuples or dicts of them (the first tensor's length)."""
+    if isinstance(batch, torch.Tensor):
+        return len(batch)
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    return next((batch_size(item) for item in items), 0)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _metric(trainer: pl.Trainer, name: str) -> float | None:
+    value = trainer.callback_metrics.get(name)
+    return None if value is None else float(value)
+
+
+class EpochMetrics(Callback):
+    """One row per epoch in ``metrics.csv`` (rank 0), surviving resumes.
+
+    A resumed attempt first drops the rows of epochs it is about to redo, so the file always
+    describes exactly the epochs the final model went through.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.rows: list[dict[str, Any]] = []
+        self._epoch_start = self._train_end = 0.0
+        self._samples = 0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Runs after a resume restored the loops (so current_epoch is the resumed one), and is
+        # the only start hook of an epoch resumed mid-way.
+        self.on_train_epoch_start(trainer, pl_module)
+        if not trainer.is_global_zero:
+            return
+        if self.path.is_file():
+            with self.path.open() as handle:
+                self.rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) < trainer.current_epoch]
+        self._write()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_start = self._train_end = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self._samples += batch_size(batch)
+
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._train_end = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        now = time.perf_counter()
+        train_seconds = (self._train_end if self._train_end > self._epoch_start else now) - self._epoch_start
+        data = trainer.datamodule
+        wait = torch.tensor(float(getattr(data, "epoch_wait_s", 0.0)), device=pl_module.device)
+        samples = torch.tensor(float(self._samples), device=pl_module.device)
+        if trainer.world_size > 1:
+            wait = trainer.strategy.reduce(wait, reduce_op="max")
+            samples = trainer.strategy.reduce(samples, reduce_op="sum")
+        wait, samples = float(wait), int(samples)
+        if not trainer.is_global_zero:
+            return
+        self.rows.append(
+            {
+                "epoch": trainer.current_epoch,
+                "partition": getattr(data, "epoch_partition", ""),
+                "samples": samples,
+                "train_loss": _metric(trainer, "train_loss"),
+                "val_loss": _metric(trainer, "val_loss"),
+                "val_acc": _metric(trainer, "val_acc"),
+                "lr": trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None,
+                "train_seconds": round(train_seconds, 6),
+                "epoch_seconds": round(now - self._epoch_start, 6),
+                "samples_per_s": round(samples / train_seconds, 3) if train_seconds > 0 else None,
+                "data_wait_s": round(wait, 6),
+                "world_size": trainer.world_size,
+                "finished_at": utc_now(),
+            }
+        )
+        self._write()
+
+    def _write(self) -> None:
+        lines = [",".join(METRIC_COLUMNS)]
+        for row in self.rows:
+            lines.append(",".join("" if row.get(c) in (None, "") else str(row[c]) for c in METRIC_COLUMNS))
+        atomic_write_text(self.path, "\n".join(lines) + "\n")
+
+
+class Preemption(Callback):
+    """Stop every rank at the same step on a scheduler's warning signal and save a resumable last.ckpt.
+
+    The signal handler only raises a flag: no collective ever runs inside a handler. Lightning
+    already broadcasts rank 0's "stop" flag at every training step and then stops all ranks at
+    that step with SIGTERMException; ``on_exception`` saves last.ckpt there (a collective save
+    that records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75.
+    A rerun resumes at the next batch of the same epoch and partition.
+    """
+
+    def __init__(self, signals: list[str], last_path: Path) -> None:
+        self.signals = [getattr(signal, name) for name in signals]
+        self.last_path = last_path
+        self.requested = False
+        self.preempted = False
+        self._trainer: pl.Trainer | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        if self._trainer is not None:
+            # The flag Lightning's per-step broadcast reads (its own SIGTERM handler would also
+            # broadcast from inside the handler, which can interleave with a running collective).
+            self._trainer._signal_connector.received_sigterm = True
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._handler)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException):
+            trainer.save_checkpoint(self.last_path, weights_only=False)
+            self.preempted = True
+
+
+class SampleTrace(Callback):
+    """Writes the sample ids each rank trained on in each epoch to ``trace/rank-<r>.jsonl``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _write(self, trainer: pl.Trainer, complete: bool) -> None:
+        data = trainer.datamodule
+        ids = torch.cat(data.trace).tolist() if data.trace else []
+        data.trace.clear()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            "epoch": trainer.current_epoch,
+            "partition": data.epoch_partition,
+            "rank": trainer.global_rank,
+            "complete": complete,
+            "ids": ids,
+        }
+        with (self.directory / f"rank-{trainer.global_rank}.jsonl").open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer, complete=True)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._write(trainer, complete=False)
+
+
+def _encode(record: dict[str, Any]) -> torch.Tensor:
+    raw = json.dumps(record).encode()[:HOST_RECORD_BYTES]
+    return torch.tensor(list(raw.ljust(HOST_RECORD_BYTES, b" ")), dtype=torch.uint8)
+
+
+class RankHosts(Callback):
+    """Gathers where every rank runs (host, node, pid, device) with one all_gather of fixed-size bytes.
+
+    Plain tensors, not all_gather_object, which would pickle.
+    """
+
+    def __init__(self, node_name: str | None) -> None:
+        self.node_name = node_name
+        self.ranks: list[dict[str, Any]] = []
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        mine = {
+            "rank": trainer.global_rank,
+            "local_rank": trainer.local_rank,
+            "node_rank": trainer.node_rank,
+            "host": socket.gethostname(),
+            "node": self.node_name,
+            "pid": os.getpid(),
+            "device": str(pl_module.device),
+        }
+        local = _encode(mine).to(pl_module.device)
+        gathered = trainer.strategy.all_gather(local) if trainer.world_size > 1 else local.unsqueeze(0)
+        gathered = gathered.reshape(-1, HOST_RECORD_BYTES).cpu()
+        self.ranks = [json.loads(bytes(row.tolist()).decode().strip()) for row in gathered]
+
+
+def finite_or_none(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None

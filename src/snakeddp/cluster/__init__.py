@@ -1,0 +1,81 @@
+"""Launchers: how training processes start and how each learns its rank.
+
+Detection order matters (Lightning's connector does the same): torchrun can run inside a Slurm
+allocation or an MPI job, and mpirun inside Slurm, so the most specific launcher is asked first;
+``Spawn`` (Lightning starts the processes itself) is the fallback that always matches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, StaticEnvironment
+from snakeddp.cluster.envvars import EnvVars
+from snakeddp.cluster.mpi import MpiRun
+from snakeddp.cluster.slurm import Srun
+from snakeddp.cluster.spawn import Spawn, guard_foreign_launch
+from snakeddp.cluster.torchrun import TorchRun
+
+LAUNCHERS: tuple[type[Launcher], ...] = (
+    TorchRun,  # torchrun sets its own variables even inside Slurm or MPI jobs
+    MpiRun,  # mpirun inside a Slurm allocation also sees SLURM_* variables
+    Srun,
+    EnvVars,  # AzureML's PyTorch distribution, or any launcher exporting RANK/WORLD_SIZE
+    Spawn,
+)
+BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
+# What `launch.launcher: auto` means on each platform.
+PLATFORM_DEFAULT = {"local": "torchrun", "slurm": "srun", "azureml": "env"}
+
+__all__ = [
+    "BY_NAME",
+    "LAUNCHERS",
+    "PLATFORM_DEFAULT",
+    "LaunchError",
+    "LaunchPlan",
+    "Launcher",
+    "Layout",
+    "StaticEnvironment",
+    "detect",
+    "for_platform",
+    "get",
+]
+
+
+def get(name: str) -> Launcher:
+    try:
+        return BY_NAME[name]()
+    except KeyError:
+        raise LaunchError(f"unknown launcher {name!r}; choose one of {', '.join(BY_NAME)}") from None
+
+
+def detect(env: Mapping[str, str]) -> Launcher:
+    """The launcher that started this process, by the priority above."""
+    for launcher in LAUNCHERS:
+        if launcher.detect(env):
+            return launcher()
+    raise AssertionError("Spawn always matches")
+
+
+def for_platform(configured: str, platform: str) -> Launcher:
+    """Resolve ``launch.launcher`` (possibly ``auto``) for a platform."""
+    name = PLATFORM_DEFAULT[platform] if configured == "auto" else configured
+    if name == "srun" and platform != "slurm":
+        raise LaunchError("launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation)")
+    return get(name)
+
+
+def resolve(name: str | None, env: Mapping[str, str], devices: int = 1) -> tuple[Launcher, Layout]:
+    """The launcher of this process and its layout; a clear error when they cannot be resolved."""
+    launcher = get(name) if name else detect(env)
+    if isinstance(launcher, Spawn):
+        guard_foreign_launch(env)
+        launcher.devices = devices
+    elif not launcher.detect(env):
+        missing = [var for var in launcher.variables.values() if var not in env]
+        raise LaunchError(
+            f"this process was meant to be started by {launcher.name}, but its variables are missing "
+            f"({', '.join(missing) or 'see snakeddp.cluster'}). Refusing to train: without them every "
+            "process would train its own independent copy. HINT: start it with `python -m snakeddp.launch`."
+        )
+    return launcher, launcher.layout(env)

@@ -1,0 +1,188 @@
+"""What every launcher shares: the canonical layout of a process and the Lightning adapter for it.
+
+A launcher knows three things: whether this process was started by it (``detect``), how its
+environment variables map to the canonical ranks Lightning needs (``layout``), and how to start
+the processes of a run (``command``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from lightning.fabric.plugins.environments import ClusterEnvironment
+
+
+class LaunchError(RuntimeError):
+    """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one process sits in a run: the values Lightning's DDP needs, and who said so."""
+
+    launcher: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int | None
+    job_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise LaunchError(f"{self.launcher}: rank {self.rank} is outside world size {self.world_size}")
+        if not 0 <= self.local_rank < self.local_world_size:
+            raise LaunchError(
+                f"{self.launcher}: local rank {self.local_rank} is outside {self.local_world_size} processes per node"
+            )
+        if self.num_nodes * self.local_world_size != self.world_size:
+            raise LaunchError(
+                f"{self.launcher}: {self.world_size} processes cannot be {self.num_nodes} nodes x "
+                f"{self.local_world_size} processes; snakeddp needs the same number of processes on every node"
+            )
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def check_matches(self, nodes: int, devices: int) -> None:
+        """Refuse to train when the launched processes are not the layout the run config asks for."""
+        if (self.num_nodes, self.local_world_size) != (nodes, devices):
+            raise LaunchError(
+                f"{self.launcher} started {self.num_nodes} node(s) x {self.local_world_size} process(es), "
+                f"but the run config asks for launch.nodes={nodes} x launch.devices={devices}. "
+                "HINT: start the processes with `python -m snakeddp.launch`, which builds the command "
+                "from the config, or make the config match the allocation."
+            )
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launcher needs to build the command that starts every process of a run."""
+
+    nodes: int
+    devices: int
+    threads_per_process: int
+    master_port: int | None
+    python: str
+    entry: tuple[str, ...]
+    gpus: bool = False
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices
+
+
+def env_int(env: Mapping[str, str], name: str, launcher: str) -> int:
+    value = env.get(name)
+    if value is None:
+        raise LaunchError(
+            f"{launcher}: environment variable {name} is not set, so this process cannot know its rank. "
+            f"HINT: start training with {launcher} as `python -m snakeddp.launch` does, or pick the "
+            "launcher that started this process with --launcher."
+        )
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"{launcher}: {name}={value!r} is not an integer") from None
+
+
+def split_host_port(value: str) -> tuple[str, int | None]:
+    """'10.0.0.4:6105' -> ('10.0.0.4', 6105); 'host' -> ('host', None)."""
+    host, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and host:
+        return host, int(port)
+    return value, None
+
+
+def quote(argv: list[str]) -> str:
+    return shlex.join(argv)
+
+
+class Launcher:
+    """One way of starting training processes. Subclasses fill the class attributes."""
+
+    name: ClassVar[str]
+    #: Canonical field -> the environment variable it is read from, documented per launcher.
+    variables: ClassVar[dict[str, str]] = {}
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    def layout(self, env: Mapping[str, str]) -> Layout:
+        raise NotImplementedError
+
+    def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
+        return StaticEnvironment(layout)
+
+    def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv that starts every process of the run, and variables to add to its environment."""
+        raise LaunchError(f"{self.name} processes are started by the platform, not by snakeddp.launch")
+
+
+class StaticEnvironment(ClusterEnvironment):
+    """A Lightning ClusterEnvironment that reports a layout resolved from the launcher's variables."""
+
+    def __init__(self, layout: Layout) -> None:
+        super().__init__()
+        self.resolved = layout
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        return True
+
+    @property
+    def main_address(self) -> str:
+        return self.resolved.master_addr
+
+    @property
+    def main_port(self) -> int:
+        if self.resolved.master_port is None:
+            raise LaunchError(f"{self.resolved.launcher}: no rendezvous port; set MASTER_PORT or launch.master_port")
+        return self.resolved.master_port
+
+    @staticmethod
+    def detect() -> bool:
+        return False
+
+    def world_size(self) -> int:
+        return self.resolved.world_size
+
+    def set_world_size(self, size: int) -> None:
+        if size != self.resolved.world_size:
+            raise LaunchError(f"Lightning computed world size {size}, the launcher says {self.resolved.world_size}")
+
+    def global_rank(self) -> int:
+        return self.resolved.rank
+
+    def set_global_rank(self, rank: int) -> None:
+        if rank != self.resolved.rank:
+            raise LaunchError(f"Lightning computed rank {rank}, the launcher says {self.resolved.rank}")
+
+    def local_rank(self) -> int:
+        return self.resolved.local_rank
+
+    def node_rank(self) -> int:
+        return self.resolved.node_rank
+
+    def validate_settings(self, num_devices: int, num_nodes: int) -> None:
+        self.resolved.check_matches(num_nodes, num_devices)
+
+
+def export_rendezvous(layout: Layout) -> None:
+    """Publish the resolved rendezvous where torch.distributed's env:// init looks for it."""
+    os.environ["MASTER_ADDR"] = layout.master_addr
+    if layout.master_port is not None:
+        os.environ["MASTER_PORT"] = str(layout.master_port)

@@ -1,0 +1,93 @@
+"""OpenMPI's mpirun, on this machine, inside a Slurm allocation, or under AzureML's MPI distribution.
+
+Ranks come from OMPI_COMM_WORLD_* (no mpi4py needed). The rendezvous address comes from, in
+order: MASTER_ADDR; AzureML's AZ_BATCH_MASTER_NODE ("addr:port", multi-node jobs) or
+AZ_BATCHAI_MPI_MASTER_NODE (single-node jobs); the first node of a Slurm allocation; localhost
+for a single node.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int, split_host_port
+from snakeddp.cluster.slurm import first_node, job_port
+
+DEFAULT_PORT = 29500
+
+
+class MpiRun(Launcher):
+    name = "mpirun"
+    variables = {
+        "rank": "OMPI_COMM_WORLD_RANK",
+        "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+        "world_size": "OMPI_COMM_WORLD_SIZE",
+        "local_world_size": "OMPI_COMM_WORLD_LOCAL_SIZE",
+    }
+
+    @staticmethod
+    def detect(env: Mapping[str, str]) -> bool:
+        return "OMPI_COMM_WORLD_RANK" in env and "OMPI_COMM_WORLD_SIZE" in env
+
+    @staticmethod
+    def rendezvous(env: Mapping[str, str], num_nodes: int) -> tuple[str, int | None]:
+        addr = port = None
+        if env.get("AZ_BATCH_MASTER_NODE"):
+            addr, port = split_host_port(env["AZ_BATCH_MASTER_NODE"])
+        elif env.get("AZ_BATCHAI_MPI_MASTER_NODE"):
+            addr = env["AZ_BATCHAI_MPI_MASTER_NODE"]
+        elif "SLURM_JOB_NODELIST" in env:
+            addr, port = first_node(env), job_port(env)
+        addr = env.get("MASTER_ADDR") or addr
+        if addr is None:
+            if num_nodes > 1:
+                raise LaunchError(
+                    "mpirun: a multi-node run needs the address of rank 0's node. HINT: export MASTER_ADDR "
+                    "(and MASTER_PORT) with mpirun -x, or run inside Slurm or AzureML, which provide it."
+                )
+            addr = "127.0.0.1"
+        if env.get("MASTER_PORT"):
+            port = int(env["MASTER_PORT"])
+        return addr, port or DEFAULT_PORT
+
+    def layout(self, env: Mapping[str, str]) -> Layout:
+        v = self.variables
+        world, local_world = env_int(env, v["world_size"], self.name), env_int(env, v["local_world_size"], self.name)
+        rank = env_int(env, v["rank"], self.name)
+        if world % local_world:
+            raise LaunchError(
+                f"mpirun: {world} ranks do not split evenly into nodes of {local_world}; use --map-by ppr:N:node"
+            )
+        num_nodes = world // local_world
+        addr, port = self.rendezvous(env, num_nodes)
+        return Layout(
+            launcher=self.name,
+            rank=rank,
+            local_rank=env_int(env, v["local_rank"], self.name),
+            world_size=world,
+            local_world_size=local_world,
+            # With ppr:N:node mapping, ranks fill nodes in order, so the node is rank // N.
+            node_rank=rank // local_world,
+            num_nodes=num_nodes,
+            master_addr=addr,
+            master_port=port,
+            job_id=env.get("AZUREML_RUN_ID") or env.get("SLURM_JOB_ID") or env.get("OMPI_MCA_ess_base_jobid"),
+        )
+
+    def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        inside_slurm = "SLURM_JOB_ID" in env
+        if plan.nodes > 1 and not inside_slurm:
+            raise LaunchError(
+                f"mpirun: launch.nodes={plan.nodes} needs a host list; run it inside a Slurm allocation "
+                "(the slurm profile) or AzureML's MPI distribution"
+            )
+        addr, port = self.rendezvous(env, plan.nodes)
+        port = plan.master_port or (port if inside_slurm or env.get("MASTER_PORT") else DEFAULT_PORT)
+        exports = {"MASTER_ADDR": addr, "MASTER_PORT": str(port), **plan.extra_env}
+        argv = ["mpirun", "-np", str(plan.world_size), "--map-by", f"ppr:{plan.devices}:node", "--bind-to", "none"]
+        if not inside_slurm and plan.devices > (os.cpu_count() or 1):
+            argv.append("--oversubscribe")
+        for name in sorted({*exports, "OMP_NUM_THREADS", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH"}):
+            argv += ["-x", name]
+        return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], exports

@@ -1,0 +1,188 @@
+"""Load, validate and expand the snakeddp configuration.
+
+The JSON Schema in ``schemas/config.schema.yaml`` (linked as ``config/schema.yaml``) is the one
+definition of every key, its type, its default and its documentation. This module applies it
+(filling defaults), turns its errors into one message a person can act on, and expands the
+``sweep`` grid into one fully resolved config per run.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import itertools
+import json
+import re
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from snakeddp.hashing import sha256_json
+
+SCHEMA_FILE = "config.schema.yaml"
+# Keys that define what a run computes. platform and report settings say where it runs and how
+# it is shown, so changing them never retrains anything.
+RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
+# Data keys that do not change the bytes of any existing file: adding partitions keeps the
+# dataset directory, so only the new partitions are generated.
+DATA_KEYS_OUTSIDE_IDENTITY = ("num_train_files",)
+
+
+class ConfigError(ValueError):
+    """A configuration a run cannot start from; the message names the key and how to fix it."""
+
+
+def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
+    text = resources.files("snakeddp.schemas").joinpath(name).read_text()
+    return yaml.safe_load(text) if name.endswith(".yaml") else json.loads(text)
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that fills in each property's ``default`` before validating it."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def fill_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": fill_defaults})
+
+
+_DefaultingValidator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _dotted(path: Iterator[Any]) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> str:
+    key = _dotted(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        lines = []
+        for name in extra:
+            where = f"{key}.{name}" if error.absolute_path else name
+            close = difflib.get_close_matches(name, allowed, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(allowed)}"
+            lines.append(f"{where}: unknown key ({hint})")
+        return "\n".join(lines)
+    if "propertyNames" in error.schema_path:
+        return (
+            f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
+            "such as model.lr, launch.devices or data.num_features"
+        )
+    return f"{key}: {error.message}"
+
+
+def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
+    """Return a deep copy of ``config`` with defaults filled in, or raise ConfigError.
+
+    Every problem is reported at once, one line each, named by its dotted key.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{source}: the configuration must be a mapping, got {type(config).__name__}")
+    resolved = copy.deepcopy(dict(config))
+    schema = load_schema()
+    errors = sorted(
+        _DefaultingValidator(schema).iter_errors(resolved),
+        key=lambda e: (list(map(str, e.absolute_path)), e.message),
+    )
+    if errors:
+        details = "\n  ".join(_describe(e, schema) for e in errors)
+        raise ConfigError(
+            f"{source} is not valid:\n  {details}\n"
+            "HINT: every key is documented in config/schema.yaml; fix the keys above and rerun."
+        )
+    _check_layout(resolved, source)
+    return resolved
+
+
+def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
+    """Cross-key rules JSON Schema cannot express."""
+    launch, data = cfg.get("launch", {}), cfg.get("data", {})
+    world = launch.get("nodes", 1) * launch.get("devices", 1)
+    for key in ("num_records_per_train_file", "num_val_records"):
+        if key in data and data[key] < world:
+            raise ConfigError(
+                f"{source}: data.{key}={data[key]} is smaller than the world size {world} "
+                f"(launch.nodes x launch.devices), so some rank would get no samples. "
+                f"HINT: raise data.{key} or lower launch.devices/launch.nodes."
+            )
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a YAML config file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return validate(raw, source=str(path))
+
+
+def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = cfg
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"sweep.{key}: '{part}' is not a section of the config")
+    node[leaf] = value
+
+
+def _format_value(value: Any) -> str:
+    text = repr(value) if isinstance(value, float) else str(value)
+    text = text.replace(" ", "").replace("[", "").replace("]", "").replace(",", "x")
+    return re.sub(r"[^A-Za-z0-9.+-]", "", text.replace("True", "true").replace("False", "false"))
+
+
+def run_id(point: Mapping[str, Any]) -> str:
+    """A readable id from a sweep point: {'model.lr': 0.01, 'launch.devices': 2} -> lr-0.01_devices-2.
+
+    Keys are shortened to their last part unless two sweep keys share it.
+    """
+    if not point:
+        return "base"
+    leaves = [key.rsplit(".", 1)[-1] for key in point]
+    names = [leaf if leaves.count(leaf) == 1 else key for leaf, key in zip(leaves, point, strict=True)]
+    return "_".join(f"{name}-{_format_value(v)}" for name, v in zip(names, point.values(), strict=True))
+
+
+def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that defines what a run computes."""
+    return {key: copy.deepcopy(cfg[key]) for key in RUN_KEYS if key in cfg}
+
+
+def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, dict[str, Any]]:
+    """Map run id -> (sweep point, validated run config), one entry per point of the grid."""
+    sweep = cfg.get("sweep", {})
+    base = {k: v for k, v in cfg.items() if k != "sweep"}
+    runs: dict[str, dict[str, Any]] = {}
+    for values in itertools.product(*sweep.values()):
+        point = dict(zip(sweep, values, strict=True))
+        point_cfg = copy.deepcopy(base)
+        for key, value in point.items():
+            set_dotted(point_cfg, key, value)
+        rid = run_id(point)
+        label = f"{source} (sweep point {rid})" if point else source
+        resolved = validate(point_cfg, source=label)
+        if rid in runs:
+            raise ConfigError(f"{source}: two sweep points share the run id '{rid}'; make the sweep values distinct")
+        runs[rid] = {"point": point, "config": run_config(resolved)}
+    return runs
+
+
+def dataset_id(data: Mapping[str, Any]) -> str:
+    """Directory name of a dataset: readable name plus a hash of everything that shapes its bytes."""
+    identity = {k: v for k, v in data.items() if k not in DATA_KEYS_OUTSIDE_IDENTITY}
+    return f"{data['name']}-{sha256_json(identity)[:10]}"

@@ -1,0 +1,204 @@
+"""The LightningDataModule that trains on one partition per epoch.
+
+Epoch e trains on partition e mod P (the reference tutorial's scheme), so the dataset may be
+far larger than a node's memory: a process holds the validation set, the current partition and
+the next one, which a background thread loads and checksums while the current one trains.
+
+Each partition is sharded across ranks by ``ShardedBatchSampler``: every sample is seen by
+exactly one rank per epoch and every rank gets the same number of batches (DDP needs that),
+without the sample duplication of torch's DistributedSampler.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from snakeddp.data.partitions import Partition, load_manifest, read_partition
+
+
+class ShardedBatchSampler:
+    """Batches of one rank's shard of a partition.
+
+    The epoch's permutation (seeded by (seed, epoch), identical on every rank) is cut into global
+    batches of ``batch_size * world_size`` samples, and each global batch is split evenly across
+    ranks. A last global batch too small to give every rank a sample joins the one before it.
+    """
+
+    def __init__(
+        self, num_samples: int, batch_size: int, rank: int, world_size: int, seed: int, epoch: int, shuffle: bool
+    ) -> None:
+        if num_samples < world_size:
+            raise ValueError(f"{num_samples} samples cannot be split across {world_size} ranks")
+        self.num_samples, self.batch_size = num_samples, batch_size
+        self.rank, self.world_size = rank, world_size
+        self.seed, self.epoch, self.shuffle = seed, epoch, shuffle
+        #: Batches of this epoch already trained by an interrupted attempt (set on resume).
+        self.skip = 0
+
+    def _global_batches(self) -> list[torch.Tensor]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.num_samples, generator=generator)
+        else:
+            order = torch.arange(self.num_samples)
+        batches = list(torch.split(order, self.batch_size * self.world_size))
+        if len(batches) > 1 and len(batches[-1]) < self.world_size:
+            batches[-2:] = [torch.cat(batches[-2:])]
+        return batches
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        skip, self.skip = self.skip, 0
+        for batch in self._global_batches()[skip:]:
+            yield torch.tensor_split(batch, self.world_size)[self.rank]
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.num_samples, self.batch_size * self.world_size)
+        return full + (1 if rest >= self.world_size or full == 0 else 0)
+
+
+class _PartitionBatches(torch.utils.data.Dataset):
+    """Gathers a whole batch with one indexing op instead of one __getitem__ per sample."""
+
+    def __init__(self, partition: Partition, trace: list[torch.Tensor] | None) -> None:
+        self.partition, self.trace = partition, trace
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.partition.features[index], self.partition.labels[index]
+
+    def __getitems__(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        indices = torch.as_tensor(indices)
+        if self.trace is not None:
+            self.trace.append(self.partition.ids[indices])
+        return self.partition.features[indices], self.partition.labels[indices]
+
+
+def _as_batch(batch: Any) -> Any:
+    return batch
+
+
+class ResumableLoader(DataLoader):
+    """A DataLoader Lightning can checkpoint mid-epoch (it implements state_dict/load_state_dict).
+
+    Its state is the epoch and how many of its batches were trained; a resumed attempt skips
+    exactly those, so an epoch interrupted by preemption still trains every sample once.
+    """
+
+    def __init__(
+        self, dataset: torch.utils.data.Dataset, sampler: ShardedBatchSampler, batches_done: Callable[[], int]
+    ) -> None:
+        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_batch)
+        self._batches_done = batches_done
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.batch_sampler.epoch, "batches_done": self._batches_done()}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state.get("epoch") == self.batch_sampler.epoch:
+            self.batch_sampler.skip = int(state["batches_done"])
+
+
+class Prefetcher:
+    """Loads and verifies partitions on a background thread: the current one and the next."""
+
+    def __init__(self, root: Path, entries: list[dict[str, Any]]) -> None:
+        self.root, self.entries = root, entries
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-prefetch")
+        self._loaded: dict[int, Future[Partition]] = {}
+
+    def request(self, index: int) -> None:
+        if index not in self._loaded:
+            entry = self.entries[index]
+            self._loaded[index] = self._pool.submit(read_partition, self.root / entry["file"], entry)
+
+    def get(self, index: int) -> tuple[Partition, float]:
+        """The partition and the seconds the caller waited for it."""
+        self.request(index)
+        # Whatever else is held belongs to earlier epochs: drop it so memory stays at two partitions.
+        for stale in [i for i in self._loaded if i != index]:
+            self._loaded.pop(stale)
+        start = time.perf_counter()
+        partition = self._loaded[index].result()
+        return partition, time.perf_counter() - start
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._loaded.clear()
+
+
+class PartitionDataModule(pl.LightningDataModule):
+    """Train on partition ``current_epoch mod P``; validate on the single validation file."""
+
+    def __init__(self, manifest_path: str | Path, batch_size: int, seed: int, trace: bool = False) -> None:
+        super().__init__()
+        self.manifest_path = Path(manifest_path)
+        self.manifest = load_manifest(self.manifest_path)
+        self.root = self.manifest_path.parent
+        self.batch_size, self.seed, self.trace_enabled = batch_size, seed, trace
+        self.num_partitions = len(self.manifest["train"])
+        self.prefetcher: Prefetcher | None = None
+        self.val: Partition | None = None
+        self.epoch_partition: int | None = None
+        self.epoch_wait_s = 0.0
+        self.epoch_samples = 0
+        self.trace: list[torch.Tensor] = []
+
+    @property
+    def task(self) -> dict[str, Any]:
+        return self.manifest["task"]
+
+    def partition_for_epoch(self, epoch: int) -> int:
+        return epoch % self.num_partitions
+
+    def setup(self, stage: str) -> None:
+        if self.prefetcher is None:
+            self.prefetcher = Prefetcher(self.root, self.manifest["train"])
+            self.prefetcher.request(self.partition_for_epoch(self.trainer.current_epoch if self.trainer else 0))
+        if self.val is None:
+            val = self.manifest["val"]
+            self.val = read_partition(self.root / val["file"], val)
+
+    def _sampler(self, partition: Partition, epoch: int, shuffle: bool) -> ShardedBatchSampler:
+        return ShardedBatchSampler(
+            len(partition),
+            self.batch_size,
+            self.trainer.global_rank,
+            self.trainer.world_size,
+            self.seed,
+            epoch,
+            shuffle,
+        )
+
+    def _batches_done(self) -> int:
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.completed
+
+    def train_dataloader(self) -> DataLoader:
+        # Lightning calls this at the start of every epoch (reload_dataloaders_every_n_epochs=1),
+        # after a resume included, with current_epoch already restored.
+        epoch = self.trainer.current_epoch
+        index = self.partition_for_epoch(epoch)
+        partition, waited = self.prefetcher.get(index)
+        self.prefetcher.request(self.partition_for_epoch(epoch + 1))
+        self.epoch_partition, self.epoch_wait_s, self.epoch_samples = index, waited, len(partition)
+        self.trace = []
+        dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None)
+        return ResumableLoader(dataset, self._sampler(partition, epoch, shuffle=True), self._batches_done)
+
+    def val_dataloader(self) -> DataLoader:
+        sampler = self._sampler(self.val, 0, shuffle=False)
+        return DataLoader(_PartitionBatches(self.val, None), batch_sampler=sampler, collate_fn=_as_batch)
+
+    def teardown(self, stage: str) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.prefetcher = None

@@ -1,0 +1,178 @@
+"""Partition files (safetensors) and the manifest that checksums them.
+
+A partition holds ``features`` (float32, [n, d]), ``labels`` ([n, 1] float32 for binary tasks,
+[n] int64 for multiclass) and ``ids`` (int64 [n], stable sample ids). safetensors is a plain
+header plus raw bytes: nothing in it can execute code, and it loads by memory-mapping.
+
+Reading verifies the file's sha256 against the manifest *before* parsing it, so a modified,
+truncated or foreign file (a pickle dropped in its place, say) is rejected by name.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+
+from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from snakeddp.hashing import sha256_bytes, sha256_file
+
+MANIFEST_FORMAT = "snakeddp-manifest/1"
+TENSOR_NAMES = ("features", "labels", "ids")
+
+
+class DataIntegrityError(RuntimeError):
+    """A data file does not match its manifest entry (checksum, size, shape) or cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One loaded partition; tensors may be memory-mapped views of the file."""
+
+    name: str
+    features: torch.Tensor
+    labels: torch.Tensor
+    ids: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.features.shape[0]
+
+
+def describe(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    return {name: {"dtype": str(t.dtype), "shape": list(t.shape)} for name, t in tensors.items()}
+
+
+_DTYPES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+
+
+def serialize(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """The safetensors encoding of ``tensors``, byte-for-byte reproducible.
+
+    safetensors' own writer emits its JSON header from a hash map, so the key order (and the
+    file's checksum) changes between runs; this writes the same format with sorted keys.
+    Widest dtypes come first so every tensor starts aligned to its item size (zero-copy mmap).
+    """
+    arrays = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
+    order = sorted(arrays, key=lambda name: (-arrays[name].dtype.itemsize, name))
+    header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))} if metadata else {}
+    offset = 0
+    for name in order:
+        array = arrays[name]
+        header[name] = {
+            "dtype": _DTYPES[str(array.dtype)],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
+        offset += array.nbytes
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return b"".join([struct.pack("<Q", len(text)), text, *(arrays[name].tobytes() for name in order)])
+
+
+def write_partition(path: str | Path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> dict[str, Any]:
+    """Write tensors atomically and return the manifest entry (checksum of the bytes written)."""
+    missing = set(TENSOR_NAMES) - set(tensors)
+    if missing:
+        raise ValueError(f"partition {path} lacks tensors {sorted(missing)}")
+    blob = serialize(tensors, metadata)
+    atomic_write_bytes(path, blob)
+    return {
+        "file": Path(path).name,
+        "sha256": sha256_bytes(blob),
+        "bytes": len(blob),
+        "records": int(tensors["features"].shape[0]),
+        "tensors": describe(tensors),
+    }
+
+
+def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
+    """Raise DataIntegrityError unless ``path`` has exactly the size and sha256 of ``entry``."""
+    hint = "HINT: delete the file and rerun snakemake to regenerate it (or restore it from where it came)."
+    if not path.is_file():
+        raise DataIntegrityError(f"{path}: data file is missing. {hint}")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        raise DataIntegrityError(
+            f"{path}: size {size} bytes does not match the manifest's {entry['bytes']} "
+            f"(truncated or replaced); checksum mismatch. {hint}"
+        )
+    actual = sha256_file(path)
+    if actual != entry["sha256"]:
+        raise DataIntegrityError(
+            f"{path}: sha256 checksum mismatch: manifest has {entry['sha256']}, file has {actual}. "
+            f"The file changed after the manifest was written. {hint}"
+        )
+
+
+def read_partition(path: str | Path, entry: Mapping[str, Any] | None = None) -> Partition:
+    """Load a partition as torch tensors; with ``entry``, verify checksum and shapes first."""
+    path = Path(path)
+    if entry is not None:
+        verify_file(path, entry)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            tensors = {name: handle.get_tensor(name) for name in TENSOR_NAMES}
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise DataIntegrityError(f"{path}: not a readable snakeddp partition: {exc}") from None
+    if entry is not None:
+        shapes = {name: list(t.shape) for name, t in tensors.items()}
+        expected = {name: spec["shape"] for name, spec in entry["tensors"].items()}
+        if shapes != expected:
+            raise DataIntegrityError(f"{path}: tensor shapes {shapes} differ from the manifest's {expected}")
+    return Partition(name=path.name, **tensors)
+
+
+def write_sidecar(path: str | Path, entry: Mapping[str, Any]) -> None:
+    atomic_write_json(path, dict(entry))
+
+
+def write_manifest(
+    path: str | Path,
+    dataset: str,
+    params: Mapping[str, Any],
+    train: list[Mapping[str, Any]],
+    val: Mapping[str, Any],
+    task: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Write the manifest from the entries each partition's writer recorded."""
+    if not train:
+        raise ValueError("a dataset needs at least one train partition")
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "dataset": dataset,
+        "params": dict(params),
+        "task": dict(task),
+        "train": [{**e, "file": f"train/{e['file']}"} for e in train],
+        "val": {**val, "file": str(val["file"])},
+        "records": {"train": sum(e["records"] for e in train), "val": val["records"]},
+    }
+    atomic_write_json(path, manifest)
+    return manifest
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        manifest = read_json(path)
+    except (OSError, ValueError) as exc:
+        raise DataIntegrityError(f"{path}: cannot read the data manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise DataIntegrityError(f"{path}: not a {MANIFEST_FORMAT} manifest")
+    return manifest

@@ -1,0 +1,125 @@
+"""Start every training process of one run, the way its platform wants them started.
+
+    python -m snakeddp.launch --platform local --config results/runs/base/run.yaml \\
+        --run-dir results/runs/base --data results/data/<dataset>/manifest.json
+
+This is the one place that builds launch commands (torchrun, srun, mpirun). Before any rank
+starts it decides, once, whether the run resumes: checkpoints of a different config, data or
+environment are moved to ``superseded/``. The command is logged shell-quoted, recorded in
+provenance, and preemption signals are passed on to the ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from snakeddp import cluster, provenance, runstate
+from snakeddp.cluster.base import quote
+from snakeddp.hashing import sha256_file
+from snakeddp.runfile import RunFile
+
+PLATFORMS = ("local", "slurm", "azureml")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m snakeddp.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--platform", choices=PLATFORMS, default="local")
+    parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--data", required=True, type=Path)
+    parser.add_argument("--environment-record", type=Path)
+    parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    return parser.parse_args(argv)
+
+
+def train_arguments(args: argparse.Namespace, launcher: str) -> tuple[str, ...]:
+    entry = [
+        "--config",
+        str(args.config),
+        "--run-dir",
+        str(args.run_dir),
+        "--data",
+        str(args.data),
+        "--launcher",
+        launcher,
+    ]
+    if args.environment_record:
+        entry += ["--environment-record", str(args.environment_record)]
+    return tuple(entry)
+
+
+def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launcher, list[str], dict[str, str]]:
+    """The launcher, the argv that starts every rank, and the environment to start it with."""
+    run = RunFile.load(args.config)
+    launch = run.config["launch"]
+    launcher = cluster.for_platform(launch["launcher"], args.platform)
+    plan = cluster.LaunchPlan(
+        nodes=launch["nodes"],
+        devices=launch["devices"],
+        threads_per_process=launch["threads_per_process"],
+        master_port=launch["master_port"],
+        python=sys.executable,
+        entry=train_arguments(args, launcher.name),
+        gpus=launch["accelerator"] == "gpu",
+    )
+    argv, exports = launcher.command(plan, env)
+    threads = str(launch["threads_per_process"])
+    child_env = {
+        **env,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        **exports,
+        "SNAKEDDP_LAUNCH_COMMAND": quote(argv),
+        "SNAKEDDP_PLATFORM": args.platform,
+    }
+    return launcher, argv, child_env
+
+
+def run_attempt(args: argparse.Namespace) -> int:
+    run = RunFile.load(args.config)
+    env_hash = (
+        provenance.environment_info(args.environment_record)["environment_hash"] if args.environment_record else None
+    )
+    key = runstate.resume_key(run.config, sha256_file(args.data), env_hash)
+    launcher, argv, env = build(args, dict(os.environ))
+    if args.dry_run:
+        print(quote(argv))
+        return 0
+    resume = runstate.prepare(args.run_dir, key)
+    print(
+        f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
+        f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
+        flush=True,
+    )
+    child = subprocess.Popen(argv, env=env)
+    # torchrun's agent ends on USR1/USR2 without telling its workers; TERM it forwards to them.
+    translate = launcher.name == "torchrun"
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signal.SIGTERM if translate and signum in (signal.SIGUSR1, signal.SIGUSR2) else signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    return child.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.platform == "azureml":
+        from snakeddp.azureml.submit import main as submit  # optional extra, imported only here
+
+        return submit(args)
+    return run_attempt(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+"""Built-in models, chosen by ``model.name``.
+
+``linear`` is the reference tutorial's "boring" model (one Linear layer); ``mlp`` is a small
+multi-layer perceptron with real compute per step, which scaling studies need. Both log
+``train_loss``, ``val_loss`` and ``val_acc`` as torchmetrics, so values are exact across ranks
+(sums and counts are all-reduced, not per-rank means averaged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+
+OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+
+
+class Classifier(pl.LightningModule):
+    """Shared training logic; subclasses build ``self.net`` from (num_features, outputs)."""
+
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        hidden_sizes: list[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.binary = num_classes == 1
+        self.net = self.build(num_features, num_classes, list(hidden_sizes or []))
+        self.train_loss = MeanMetric()
+        self.val_loss = MeanMetric()
+        self.val_acc = BinaryAccuracy() if self.binary else MulticlassAccuracy(num_classes, average="micro")
+
+    def build(self, num_features: int, outputs: int, hidden_sizes: list[int]) -> nn.Module:
+        raise NotImplementedError
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.binary:
+            return F.binary_cross_entropy_with_logits(logits, labels)
+        return F.cross_entropy(logits, labels)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        features, labels = batch
+        loss = self.loss(self(features), labels)
+        self.train_loss.update(loss.detach(), weight=len(features))
+        self.log("train_loss", self.train_loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        features, labels = batch
+        logits = self(features)
+        self.val_loss.update(self.loss(logits, labels), weight=len(features))
+        preds, target = (logits.squeeze(-1), labels.squeeze(-1)) if self.binary else (logits, labels)
+        self.val_acc.update(preds, target)
+        self.log("val_loss", self.val_loss, on_epoch=True)
+        self.log("val_acc", self.val_acc, on_epoch=True)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        optimizer = OPTIMIZERS[self.hparams.optimizer]
+        return optimizer(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+
+
+class LinearModel(Classifier):
+    """The tutorial's BoringModel: one Linear layer from features to class logits."""
+
+    def build(self, num_features: int, outputs: int, hidden_sizes: list[int]) -> nn.Module:
+        return nn.Linear(num_features, outputs)
+
+
+class MLP(Classifier):
+    """Linear -> ReLU blocks of ``hidden_sizes`` widths, then a Linear head."""
+
+    def build(self, num_features: int, outputs: int, hidden_sizes: list[int]) -> nn.Module:
+        layers: list[nn.Module] = []
+        width = num_features
+        for hidden in hidden_sizes:
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, outputs))
+        return nn.Sequential(*layers)
+
+
+MODELS: dict[str, type[Classifier]] = {"linear": LinearModel, "mlp": MLP}
+
+
+def build_model(model_cfg: Mapping[str, Any], task: Mapping[str, Any]) -> pl.LightningModule:
+    """The model named in config, sized for the dataset's task."""
+    cls = MODELS[model_cfg["name"]]
+    return cls(
+        num_features=task["num_features"],
+        num_classes=task["num_classes"],
+        optimizer=model_cfg["optimizer"],
+        lr=model_cfg["lr"],
+        weight_decay=model_cfg["weight_decay"],
+        hidden_sizes=model_cfg["hidden_sizes"] if cls is MLP else [],
+    )

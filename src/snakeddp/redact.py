@@ -1,0 +1,70 @@
+"""Keep secrets out of provenance and logs.
+
+Variables are recorded from an allow-list of prefixes that describe the cluster, and even
+those are dropped when their name looks like a credential (AzureML, for one, exports
+AZUREML_RUN_TOKEN). Credentials embedded in URLs are masked wherever a value is recorded.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+SECRET_NAME = re.compile(
+    r"KEY|TOKEN|SECRET|PASSW|PWD|CONNECTION_STRING|SAS|CREDENTIAL|AUTH|PRIVATE|COOKIE|SIGNATURE|CERT",
+    re.IGNORECASE,
+)
+RECORDED_PREFIXES = (
+    "SLURM_",
+    "OMPI_COMM_WORLD_",
+    "MASTER_",
+    "NCCL_",
+    "GLOO_",
+    "AZ_BATCH",
+    "AZUREML_",
+    "TORCHELASTIC_",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "SNAKEDDP_",
+)
+MASK = "***"
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
+_QUERY_SECRETS = re.compile(r"(?P<key>[?&](?:sig|signature|token|code|key|password)=)[^&\s]+", re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def redact_text(text: str) -> str:
+    """Mask user:password@ in URLs and signature/token query parameters (SAS URLs)."""
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _QUERY_SECRETS.sub(lambda m: f"{m.group('key')}{MASK}", text)
+
+
+def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The cluster-describing variables worth recording, without anything secret-looking."""
+    return {
+        name: redact_text(value)
+        for name, value in sorted(env.items())
+        if name.startswith(RECORDED_PREFIXES) and not is_secret_name(name)
+    }
+
+
+def scrub(value: Any) -> Any:
+    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed."""
+    if isinstance(value, Mapping):
+        return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else scrub(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub(v) for v in value]
+    if isinstance(value, str):
+        return redact_text(value)
+    return value

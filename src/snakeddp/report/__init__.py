@@ -1,0 +1,1 @@
+"""Reports: run tables, figures and the HTML page built from the runs' provenance."""

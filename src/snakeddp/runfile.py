@@ -1,0 +1,54 @@
+"""``run.yaml``: one run's resolved config, written by the workflow and read by every rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakeddp import config as configuration
+from snakeddp.fsutil import atomic_write_text
+
+RUN_FORMAT = "snakeddp-run/1"
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """A run id, the sweep point it came from, and its validated config (seed, data, model, trainer, launch)."""
+
+    run_id: str
+    config: dict[str, Any]
+    point: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dataset_id(self) -> str:
+        return configuration.dataset_id(self.config["data"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": RUN_FORMAT, "run_id": self.run_id, "sweep_point": self.point, "config": self.config}
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_text(path, yaml.safe_dump(self.as_dict(), sort_keys=False))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunFile:
+        """Read a run.yaml, or a plain config file without a sweep (run id ``base``)."""
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise configuration.ConfigError(f"{path}: no such run file") from None
+        except yaml.YAMLError as exc:
+            raise configuration.ConfigError(f"{path}: not valid YAML: {exc}") from None
+        if isinstance(raw, dict) and raw.get("format") == RUN_FORMAT:
+            cfg = configuration.validate(raw["config"], source=str(path))
+            return cls(run_id=raw["run_id"], config=configuration.run_config(cfg), point=raw.get("sweep_point") or {})
+        runs = configuration.expand_sweep(configuration.validate(raw, source=str(path)), source=str(path))
+        if len(runs) != 1:
+            raise configuration.ConfigError(
+                f"{path} has a sweep of {len(runs)} runs; pass one run's results/runs/<run>/run.yaml instead"
+            )
+        ((run_id, run),) = runs.items()
+        return cls(run_id=run_id, config=run["config"], point=run["point"])

@@ -1,0 +1,222 @@
+"""Train one run: the single process entry point that every launcher starts.
+
+One process (Lightning spawns more if launch.devices > 1)::
+
+    python -m snakeddp.train --config results/runs/base/run.yaml --run-dir results/runs/base \\
+        --data results/data/synthetic-0123456789/manifest.json
+
+torchrun, one node, two processes::
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 -m snakeddp.train --launcher torchrun ...
+
+torchrun, two nodes (run on each node, NODE=0 on the first, 1 on the second)::
+
+    torchrun --nnodes=2 --node-rank=$NODE --nproc-per-node=2 --rdzv-backend=c10d \\
+        --rdzv-endpoint=$FIRST_NODE:29500 -m snakeddp.train --launcher torchrun ...
+
+srun inside a Slurm allocation (2 nodes x 2 tasks)::
+
+    srun --nodes=2 --ntasks-per-node=2 python -m snakeddp.train --launcher srun ...
+
+mpirun (OpenMPI; no mpi4py needed)::
+
+    mpirun -np 4 --map-by ppr:2:node -x MASTER_ADDR -x MASTER_PORT python -m snakeddp.train --launcher mpirun ...
+
+``python -m snakeddp.launch`` builds these commands from the run config; the Snakemake
+workflow calls it. A run directory's ``last.ckpt`` is resumed when it was made from the same
+config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from snakeddp import cluster, provenance
+from snakeddp.callbacks import PREEMPTED_EXIT_CODE, utc_now
+from snakeddp.data.module import PartitionDataModule
+from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.models import build_model
+from snakeddp.runfile import RunFile
+from snakeddp.runstate import mark, resume_checkpoint, resume_key
+from snakeddp.trainer import accelerator_and_backend, build_trainer
+
+# Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
+warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m snakeddp.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", required=True, type=Path, help="run.yaml written by the workflow (or a config file without a sweep)"
+    )
+    parser.add_argument(
+        "--run-dir", required=True, type=Path, help="where checkpoints, metrics.csv and provenance.json go"
+    )
+    parser.add_argument("--data", required=True, type=Path, help="the dataset's manifest.json")
+    parser.add_argument(
+        "--launcher", choices=sorted(cluster.BY_NAME), help="what started this process (default: detect)"
+    )
+    parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = RunFile.load(args.config)
+    cfg, launch = run.config, run.config["launch"]
+    launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
+    layout.check_matches(launch["nodes"], launch["devices"])
+    torch.set_num_threads(launch["threads_per_process"])
+
+    env_record = args.environment_record
+    manifest_sha256 = sha256_file(args.data)
+    key = resume_key(
+        cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
+    )
+    resume_from = resume_checkpoint(args.run_dir, key)
+    if layout.is_main:
+        mark(args.run_dir, key)
+
+    pl.seed_everything(cfg["seed"], workers=True, verbose=False)
+    data = PartitionDataModule(
+        args.data, cfg["trainer"]["batch_size"], cfg["seed"], trace=cfg["trainer"]["trace_samples"]
+    )
+    model = build_model(cfg["model"], data.task)
+    trainer, callbacks = build_trainer(cfg, launcher, layout, args.run_dir)
+
+    started, clock = utc_now(), time.perf_counter()
+    try:
+        trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
+    except SIGTERMException:
+        if not callbacks["preemption"].preempted:
+            raise
+        if layout.is_main:
+            print(
+                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks['preemption'].last_path}; "
+                "rerun to resume",
+                flush=True,
+            )
+        return PREEMPTED_EXIT_CODE
+    if trainer.is_global_zero:
+        record = _record(
+            run,
+            args,
+            trainer,
+            callbacks,
+            layout,
+            manifest_sha256,
+            key,
+            resume_from,
+            started,
+            time.perf_counter() - clock,
+        )
+        path = provenance.write(args.run_dir, record)
+        epochs = record["training"]["epochs_completed"]
+        print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
+    return 0
+
+
+def _record(
+    run: RunFile,
+    args: argparse.Namespace,
+    trainer: pl.Trainer,
+    callbacks: dict[str, Any],
+    layout: cluster.Layout,
+    manifest_sha256: str,
+    key: str,
+    resume_from: Path | None,
+    started: str,
+    seconds: float,
+) -> dict[str, Any]:
+    """Everything provenance.json says, from the objects that did the work."""
+    cfg = run.config
+    rows = callbacks["metrics"].rows
+    checkpoint = callbacks["checkpoint"]
+    stopper = callbacks.get("early_stopping")
+    train_seconds = sum(float(r["train_seconds"]) for r in rows)
+    samples = sum(int(r["samples"]) for r in rows)
+    accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
+    ranks = callbacks["hosts"].ranks
+    best = provenance.file_record(checkpoint.best_model_path, args.run_dir)
+    if best is not None:
+        best.update(metric="val_loss", score=float(checkpoint.best_model_score))
+    val_losses = [float(r["val_loss"]) for r in rows if r.get("val_loss") not in (None, "")]
+    best_row = min(
+        (r for r in rows if r.get("val_loss") not in (None, "")), key=lambda r: float(r["val_loss"]), default=None
+    )
+    return {
+        "run_id": run.run_id,
+        "sweep_point": run.point,
+        "status": "early_stopped" if stopper is not None and stopper.stopped_epoch > 0 else "completed",
+        "config": cfg,
+        "config_sha256": sha256_json(cfg),
+        "origin_sha256": key,
+        "code": provenance.code_info(),
+        "data": {
+            "manifest": str(args.data),
+            "manifest_sha256": manifest_sha256,
+            "dataset": data_id(trainer),
+            "partitions": trainer.datamodule.num_partitions,
+            "records": trainer.datamodule.manifest["records"],
+        },
+        "environment": provenance.environment_info(args.environment_record),
+        "launch": {
+            "launcher": layout.launcher,
+            "strategy": "ddp",
+            "backend": backend,
+            "accelerator": accelerator,
+            "nodes": layout.num_nodes,
+            "processes_per_node": layout.local_world_size,
+            "world_size": trainer.world_size,
+            "master_addr": layout.master_addr,
+            "master_port": layout.master_port,
+            "job_id": layout.job_id,
+            "ranks": ranks,
+            "hosts": sorted({r["host"] for r in ranks}),
+            "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
+            "command": os.environ.get("SNAKEDDP_LAUNCH_COMMAND"),
+            "variables": provenance.cluster_variables(),
+        },
+        "timing": {
+            "started_at": started,
+            "finished_at": utc_now(),
+            "duration_s": round(seconds, 3),
+            "train_seconds": round(train_seconds, 3),
+            "samples_trained": samples,
+            "samples_per_s": round(samples / train_seconds, 3) if train_seconds else None,
+        },
+        "training": {
+            "epochs_completed": len(rows),
+            "max_epochs": cfg["trainer"]["max_epochs"],
+            "stopped_early": bool(stopper is not None and stopper.stopped_epoch > 0),
+            "resumed_from": provenance.file_record(resume_from, args.run_dir) if resume_from else None,
+            "partitions_per_epoch": [int(r["partition"]) for r in rows],
+            "best_checkpoint": best,
+            "last_checkpoint": provenance.file_record(checkpoint.last_model_path, args.run_dir),
+            "best_val_loss": min(val_losses) if val_losses else None,
+            "best_val_acc": float(best_row["val_acc"])
+            if best_row and best_row.get("val_acc") not in (None, "")
+            else None,
+            "best_epoch": int(best_row["epoch"]) if best_row else None,
+        },
+    }
+
+
+def data_id(trainer: pl.Trainer) -> str:
+    return trainer.datamodule.manifest["dataset"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

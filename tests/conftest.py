@@ -1,0 +1,113 @@
+"""Shared fixtures: the repository, subprocess environments, and throwaway workflow directories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for processes the tests start: this checkout's package, one thread each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    # OpenMPI refuses to run as root unless told it may (the test machines run as root).
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(extra)
+    return env
+
+
+class Workflow:
+    """A Snakemake working directory outside the repository, driven through the real CLI."""
+
+    def __init__(self, directory: Path, profile: str = "local") -> None:
+        self.directory = directory
+        self.profile = REPO / "profiles" / profile
+        self.configfile = directory / "config.yaml"
+
+    def write_config(self, config: dict) -> Path:
+        self.configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+        return self.configfile
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(self.directory),
+            "--configfile",
+            str(self.configfile),
+            "--profile",
+            str(self.profile),
+            *args,
+        ]
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            self.command(*args),
+            cwd=self.directory,
+            env=env or subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"snakemake {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+            )
+        return done
+
+    def planned_jobs(self, *args: str) -> dict[str, int]:
+        """Rule -> job count of a dry run (empty when there is nothing to do)."""
+        done = self.run("--dry-run", "--quiet", "rules", *args)
+        counts: dict[str, int] = {}
+        in_table = False
+        for line in (done.stdout + done.stderr).splitlines():
+            parts = line.split()
+            if line.startswith("-----"):
+                in_table = True
+                continue
+            if in_table and len(parts) == 2 and parts[1].isdigit():
+                if parts[0] == "total":
+                    break
+                counts[parts[0]] = int(parts[1])
+        return counts
+
+
+@pytest.fixture
+def workflow(tmp_path: Path) -> Workflow:
+    return Workflow(tmp_path)
+
+
+TINY = {
+    "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
+    "model": {"hidden_sizes": [16]},
+    "trainer": {"max_epochs": 3, "batch_size": 32},
+    "launch": {"mem_mb": 1000, "runtime": 10},
+}
+
+
+@pytest.fixture
+def tiny_config() -> dict:
+    """A config that trains in seconds; tests copy and adjust it."""
+    import copy
+
+    return copy.deepcopy(TINY)

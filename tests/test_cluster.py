@@ -1,0 +1,189 @@
+"""Launchers: each maps its own variables to the canonical layout, or refuses clearly."""
+
+import pytest
+
+from snakeddp import cluster
+from snakeddp.cluster import LaunchError, LaunchPlan
+from snakeddp.cluster.spawn import guard_foreign_launch
+
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "abc",
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29400",
+}
+SRUN = {
+    "SLURM_JOB_ID": "123456",
+    "SLURM_PROCID": "2",
+    "SLURM_LOCALID": "0",
+    "SLURM_NTASKS": "4",
+    "SLURM_NNODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS_PER_NODE": "2",
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+}
+# AzureML's MPI distribution on two nodes: OpenMPI variables plus AZ_BATCH_MASTER_NODE "addr:port".
+AZUREML_MPI = {
+    "OMPI_COMM_WORLD_RANK": "3",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_SIZE": "4",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "AZ_BATCH_MASTER_NODE": "10.0.0.4:6105",
+    "AZUREML_RUN_ID": "run-1",
+}
+# Single-node MPI jobs get AZ_BATCHAI_MPI_MASTER_NODE (an address, no port).
+AZUREML_MPI_SINGLE = {
+    "OMPI_COMM_WORLD_RANK": "1",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_SIZE": "2",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.5",
+}
+# AzureML's PyTorch distribution exports torch's variables itself.
+AZUREML_PYTORCH = {
+    "RANK": "2",
+    "LOCAL_RANK": "0",
+    "WORLD_SIZE": "4",
+    "NODE_RANK": "1",
+    "MASTER_ADDR": "10.0.0.6",
+    "MASTER_PORT": "6105",
+    "AZUREML_NODE_COUNT": "2",
+    "AZUREML_RUN_ID": "run-2",
+}
+
+
+def as_tuple(layout):
+    return (
+        layout.launcher,
+        layout.rank,
+        layout.local_rank,
+        layout.world_size,
+        layout.local_world_size,
+        layout.node_rank,
+        layout.num_nodes,
+        layout.master_addr,
+        layout.master_port,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (TORCHRUN, ("torchrun", 3, 1, 4, 2, 1, 2, "10.0.0.1", 29400)),
+        (SRUN, ("srun", 2, 0, 4, 2, 1, 2, "gpu07", 18456)),
+        (AZUREML_MPI, ("mpirun", 3, 1, 4, 2, 1, 2, "10.0.0.4", 6105)),
+        (AZUREML_MPI_SINGLE, ("mpirun", 1, 1, 2, 2, 0, 1, "10.0.0.5", 29500)),
+        (AZUREML_PYTORCH, ("env", 2, 0, 4, 2, 1, 2, "10.0.0.6", 6105)),
+        ({}, ("spawn", 0, 0, 1, 1, 0, 1, "127.0.0.1", None)),
+    ],
+)
+def test_detect_and_map(env, expected):
+    _, layout = cluster.resolve(None, env)
+    assert as_tuple(layout) == expected
+
+
+def test_torchrun_inside_slurm_is_torchrun():
+    assert cluster.detect({**SRUN, **TORCHRUN}).name == "torchrun"
+
+
+def test_mpirun_inside_slurm_is_mpirun_and_uses_the_first_node():
+    env = {
+        **SRUN,
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    }
+    _, layout = cluster.resolve(None, env)
+    assert layout.launcher == "mpirun" and layout.master_addr == "gpu07" and layout.job_id == "123456"
+
+
+def test_explicit_master_addr_wins():
+    _, layout = cluster.resolve("mpirun", {**AZUREML_MPI, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234"})
+    assert (layout.master_addr, layout.master_port) == ("127.0.0.1", 1234)
+
+
+def test_expected_launcher_without_its_variables_refuses_to_train():
+    with pytest.raises(LaunchError, match="meant to be started by mpirun.*OMPI_COMM_WORLD_RANK"):
+        cluster.resolve("mpirun", {"SLURM_JOB_ID": "1"})
+    with pytest.raises(LaunchError, match="meant to be started by srun"):
+        cluster.resolve("srun", {})
+
+
+def test_spawning_under_another_launcher_refuses_duplicate_training():
+    with pytest.raises(LaunchError, match="started by mpirun as rank 1 of 2"):
+        cluster.resolve("spawn", AZUREML_MPI_SINGLE)
+    with pytest.raises(LaunchError, match="started by srun"):
+        guard_foreign_launch(SRUN)
+
+
+def test_multi_node_mpi_without_an_address_fails():
+    env = {k: v for k, v in AZUREML_MPI.items() if k != "AZ_BATCH_MASTER_NODE"}
+    with pytest.raises(LaunchError, match="needs the address of rank 0's node"):
+        cluster.resolve("mpirun", env)
+
+
+def test_uneven_layouts_are_rejected():
+    with pytest.raises(LaunchError, match="do not split evenly"):
+        cluster.resolve("mpirun", {**AZUREML_MPI_SINGLE, "OMPI_COMM_WORLD_SIZE": "3"})
+
+
+def test_layout_must_match_the_run_config():
+    _, layout = cluster.resolve(None, TORCHRUN)
+    layout.check_matches(nodes=2, devices=2)
+    with pytest.raises(LaunchError, match="asks for launch.nodes=1 x launch.devices=4"):
+        layout.check_matches(nodes=1, devices=4)
+
+
+def plan(**kw):
+    base = {
+        "nodes": 1,
+        "devices": 2,
+        "threads_per_process": 1,
+        "master_port": None,
+        "python": "/opt/my env/python",
+        "entry": ("--config", "run dir/run.yaml"),
+    }
+    return LaunchPlan(**{**base, **kw})
+
+
+def test_torchrun_command_is_single_node():
+    argv, _ = cluster.get("torchrun").command(plan(), {})
+    assert argv[:3] == ["/opt/my env/python", "-m", "torch.distributed.run"]
+    assert "--nproc-per-node=2" in argv and "--standalone" in argv
+    assert argv[-4:] == ["-m", "snakeddp.train", "--config", "run dir/run.yaml"]
+    with pytest.raises(LaunchError, match="launch.nodes=2"):
+        cluster.get("torchrun").command(plan(nodes=2), {})
+
+
+def test_srun_command_requests_the_layout():
+    argv, _ = cluster.get("srun").command(plan(nodes=2, devices=2, threads_per_process=3), {})
+    assert argv[:7] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=4",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=3",
+        "--kill-on-bad-exit=1",
+        "--export=ALL",
+    ]
+
+
+def test_mpirun_command_exports_the_rendezvous():
+    argv, exports = cluster.get("mpirun").command(plan(master_port=4321), {})
+    assert argv[:4] == ["mpirun", "-np", "2", "--map-by"]
+    assert exports["MASTER_ADDR"] == "127.0.0.1" and exports["MASTER_PORT"] == "4321"
+    assert "-x" in argv and "MASTER_PORT" in argv
+
+
+def test_platform_defaults():
+    assert cluster.for_platform("auto", "local").name == "torchrun"
+    assert cluster.for_platform("auto", "slurm").name == "srun"
+    assert cluster.for_platform("mpirun", "local").name == "mpirun"
+    with pytest.raises(LaunchError, match="needs the slurm profile"):
+        cluster.for_platform("srun", "local")

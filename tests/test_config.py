@@ -1,0 +1,102 @@
+"""Config validation, defaults, sweep expansion and the identities derived from config."""
+
+import pytest
+
+from snakeddp import config
+
+
+def test_defaults_fill_every_section():
+    cfg = config.validate({})
+    assert cfg["data"]["num_train_files"] == 4
+    assert cfg["model"]["name"] == "mlp"
+    assert cfg["trainer"]["early_stopping"]["patience"] == 3
+    assert cfg["launch"]["launcher"] == "auto"
+    assert cfg["sweep"] == {}
+
+
+def test_validate_does_not_modify_its_input():
+    raw = {"model": {"lr": 0.1}}
+    config.validate(raw)
+    assert raw == {"model": {"lr": 0.1}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"model": {"lrr": 0.1}}, "model.lrr: unknown key (did you mean 'lr'?)"),
+        ({"trainer": {"max_epochs": "ten"}}, "trainer.max_epochs: 'ten' is not of type 'integer'"),
+        ({"data": {"num_train_files": -4}}, "data.num_train_files: -4 is less than the minimum of 1"),
+        ({"launch": {"launcher": "qsub"}}, "launch.launcher: 'qsub' is not one of"),
+        ({"sweep": {"learning_rate": [0.1]}}, "'learning_rate' is not a sweepable key"),
+        ({"colour": "blue"}, "colour: unknown key"),
+    ],
+)
+def test_invalid_config_names_the_key(raw, expected):
+    with pytest.raises(config.ConfigError) as error:
+        config.validate(raw, source="my.yaml")
+    message = str(error.value)
+    assert message.startswith("my.yaml is not valid")
+    assert expected in message
+    assert "HINT" in message
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(config.ConfigError) as error:
+        config.validate({"model": {"lr": 0}, "data": {"num_features": 0}})
+    assert "model.lr" in str(error.value)
+    assert "data.num_features" in str(error.value)
+
+
+def test_partition_smaller_than_world_is_rejected():
+    with pytest.raises(config.ConfigError, match="num_records_per_train_file=3 is smaller than the world size 4"):
+        config.validate({"data": {"num_records_per_train_file": 3}, "launch": {"devices": 2, "nodes": 2}})
+
+
+def test_sweep_expands_to_readable_stable_ids():
+    cfg = config.validate({"sweep": {"model.lr": [0.1, 0.001], "launch.devices": [1, 2]}})
+    runs = config.expand_sweep(cfg)
+    assert list(runs) == ["lr-0.1_devices-1", "lr-0.1_devices-2", "lr-0.001_devices-1", "lr-0.001_devices-2"]
+    run = runs["lr-0.001_devices-2"]
+    assert run["point"] == {"model.lr": 0.001, "launch.devices": 2}
+    assert run["config"]["model"]["lr"] == 0.001
+    assert run["config"]["launch"]["devices"] == 2
+    assert set(run["config"]) == set(config.RUN_KEYS)
+
+
+def test_no_sweep_is_one_base_run():
+    assert list(config.expand_sweep(config.validate({}))) == ["base"]
+
+
+def test_sweep_values_are_validated_per_point():
+    cfg = config.validate({"sweep": {"model.lr": [0.1, -1.0]}})
+    with pytest.raises(config.ConfigError, match=r"(?s)sweep point lr--1.0.*model.lr"):
+        config.expand_sweep(cfg)
+
+
+def test_sweep_of_unknown_nested_key_is_rejected():
+    cfg = config.validate({"sweep": {"model.lrr": [0.1]}})
+    with pytest.raises(config.ConfigError, match="model.lrr: unknown key"):
+        config.expand_sweep(cfg)
+
+
+def test_ambiguous_leaf_names_use_full_keys():
+    point = {"trainer.early_stopping.patience": 2, "data.seed": 3, "seed": 4}
+    assert config.run_id(point) == "patience-2_data.seed-3_seed-4"
+
+
+def test_dataset_id_ignores_partition_count_but_not_content():
+    data = config.validate({})["data"]
+    more = {**data, "num_train_files": 9}
+    wider = {**data, "num_features": 64}
+    assert config.dataset_id(more) == config.dataset_id(data)
+    assert config.dataset_id(wider) != config.dataset_id(data)
+    assert config.dataset_id(data).startswith("synthetic-")
+
+
+def test_load_reports_missing_and_broken_files(tmp_path):
+    with pytest.raises(config.ConfigError, match="no such config file"):
+        config.load(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n")
+    with pytest.raises(config.ConfigError, match="not valid YAML"):
+        config.load(broken)

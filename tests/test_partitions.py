@@ -1,0 +1,129 @@
+"""Partition files: atomic, checksummed, pickle-free; bad files are refused by name."""
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from snakeddp.data import partitions
+from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+from snakeddp.data.partitions import DataIntegrityError
+
+
+@pytest.fixture
+def params():
+    return {
+        "seed": 0,
+        "name": "t",
+        "source": "synthetic",
+        "num_records_per_train_file": 64,
+        "num_val_records": 32,
+        "num_features": 4,
+        "num_classes": 1,
+        "labels": "teacher",
+        "label_noise": 0.0,
+    }
+
+
+@pytest.fixture
+def dataset(tmp_path, params):
+    entries = []
+    for i in range(2):
+        write_synthetic(
+            params, "train", i, tmp_path / f"train/part-{i:05d}.safetensors", tmp_path / f"train/part-{i:05d}.json"
+        )
+        entries.append(tmp_path / f"train/part-{i:05d}.json")
+    write_synthetic(params, "val", 0, tmp_path / "val.safetensors", tmp_path / "val.json")
+    manifest = write_dataset_manifest(tmp_path / "manifest-2.json", "t-0", params, entries, tmp_path / "val.json")
+    return tmp_path, manifest
+
+
+def test_regenerating_gives_identical_bytes(tmp_path, params):
+    write_synthetic(params, "train", 5, tmp_path / "a.safetensors", tmp_path / "a.json")
+    write_synthetic(params, "train", 5, tmp_path / "b.safetensors", tmp_path / "b.json")
+    assert (tmp_path / "a.safetensors").read_bytes() == (tmp_path / "b.safetensors").read_bytes()
+
+
+def test_manifest_records_checksums_shapes_and_counts(dataset):
+    root, manifest = dataset
+    assert manifest["records"] == {"train": 128, "val": 32}
+    entry = manifest["train"][1]
+    assert entry["file"] == "train/part-00001.safetensors"
+    assert entry["tensors"]["features"] == {"dtype": "float32", "shape": [64, 4]}
+    part = partitions.read_partition(root / entry["file"], entry)
+    assert isinstance(part.features, torch.Tensor) and len(part) == 64
+    assert part.ids.tolist() == list(range(64, 128))
+
+
+def test_written_files_are_readable_by_others(dataset):
+    root, manifest = dataset
+    mode = (root / manifest["train"][0]["file"]).stat().st_mode & 0o777
+    assert mode & 0o044, oct(mode)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "append"])
+def test_damaged_partition_is_refused_by_name(dataset, damage):
+    root, manifest = dataset
+    entry = manifest["train"][1]
+    path = root / entry["file"]
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) - 100]
+    else:
+        data += b"\0"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataIntegrityError) as error:
+        partitions.read_partition(path, entry)
+    assert "part-00001.safetensors" in str(error.value)
+    assert "checksum mismatch" in str(error.value)
+
+
+class _Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pickle_in_place_of_a_partition_is_never_executed(dataset, tmp_path):
+    root, manifest = dataset
+    marker = tmp_path / "pwned"
+    entry = manifest["train"][0]
+    path = root / entry["file"]
+    path.write_bytes(pickle.dumps({"features": _Exploit(marker)}))
+    with pytest.raises(DataIntegrityError, match="checksum mismatch"):
+        partitions.read_partition(path, entry)
+    # Even unchecked, the reader parses safetensors only: a pickle is rejected, not loaded.
+    with pytest.raises(DataIntegrityError, match="not a readable snakeddp partition"):
+        partitions.read_partition(path)
+    assert not marker.exists()
+
+
+def test_shape_mismatch_with_manifest_is_refused(dataset, params):
+    root, manifest = dataset
+    entry = dict(manifest["train"][0])
+    other = {**params, "num_features": 5}
+    write_synthetic(other, "train", 0, root / "other.safetensors", root / "other.json")
+    forged = {
+        **entry,
+        "sha256": partitions.sha256_file(root / "other.safetensors"),
+        "bytes": (root / "other.safetensors").stat().st_size,
+    }
+    with pytest.raises(DataIntegrityError, match="tensor shapes"):
+        partitions.read_partition(root / "other.safetensors", forged)
+
+
+def test_missing_tensor_is_rejected_at_write(tmp_path):
+    with pytest.raises(ValueError, match="lacks tensors"):
+        partitions.write_partition(tmp_path / "x.safetensors", {"features": np.zeros((2, 2), np.float32)}, {})
+
+
+def test_manifest_format_is_checked(tmp_path):
+    (tmp_path / "m.json").write_text('{"format": "something-else"}')
+    with pytest.raises(DataIntegrityError, match="not a snakeddp-manifest/1 manifest"):
+        partitions.load_manifest(tmp_path / "m.json")

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Debian packages the tests start for real: OpenMPI (mpirun), Slurm + munge + MariaDB (a local
+# cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
+set -euo pipefail
+packages=(openmpi-bin libopenmpi-dev)
+
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]} == 0)); then
+    exit 0
+fi
+sudo=""
+if [[ $(id -u) != 0 ]]; then
+    command -v sudo >/dev/null || { echo "system-packages: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+fi
+echo "system-packages: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
