@@ -15,14 +15,15 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from safetensors import SafetensorError, safe_open
 
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from snakeddp.hashing import sha256_bytes, sha256_file
+
+if TYPE_CHECKING:
+    import torch
 
 MANIFEST_FORMAT = "snakeddp-manifest/1"
 TENSOR_NAMES = ("features", "labels", "ids")
@@ -123,6 +124,10 @@ def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
 
 def read_partition(path: str | Path, entry: Mapping[str, Any] | None = None) -> Partition:
     """Load a partition as torch tensors; with ``entry``, verify checksum and shapes first."""
+    # Imported here, not at the top: the data stage's jobs only write, and importing torch
+    # cost each of them seconds (bench/results.md, 2. Data generation).
+    from safetensors import SafetensorError, safe_open
+
     path = Path(path)
     if entry is not None:
         verify_file(path, entry)
