@@ -72,14 +72,14 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     return replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def run_one(name: str, sizes: Sizes, work: Path, keep: bool) -> dict:
+def run_one(name: str, sizes: Sizes, out: Path, keep: bool) -> dict:
     module = importlib.import_module(f"bench.{name}")
-    scratch = work / name
+    scratch = out / "work" / name
     started, clock = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     print(f"bench: {module.TITLE} ...", flush=True)
     measured_on = machine()
     try:
-        result = module.run(Context(sizes=sizes, work=scratch))
+        result = module.run(Context(sizes=sizes, work=scratch, out=out))
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = []
     for name in names:
         try:
-            result = run_one(name, sizes, work, args.keep)
+            result = run_one(name, sizes, out, args.keep)
         except Exception:
             traceback.print_exc()
             failed.append(name)

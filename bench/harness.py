@@ -62,7 +62,10 @@ class Context:
     """Where a benchmark may write and the sizes it runs at."""
 
     sizes: Sizes
+    #: Scratch space, deleted after the benchmark (unless --keep).
     work: Path
+    #: Kept next to results.json (profiles and other evidence).
+    out: Path
 
     def scratch(self, name: str) -> Path:
         path = self.work / name

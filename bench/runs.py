@@ -146,6 +146,23 @@ def handwritten(
     return {"wall_s": wall, "rows": rows}
 
 
+def profiled_ours(run: RunFile, manifest: Path, run_dir: Path) -> Path:
+    """Train with snakeddp's own launch command, each rank under cProfile; return rank 0's stats file."""
+    from snakeddp import launch
+
+    run_dir.mkdir(parents=True)
+    run.write(run_dir / "run.yaml")
+    args = launch.parse_args(
+        ["--config", str(run_dir / "run.yaml"), "--run-dir", str(run_dir), "--data", str(manifest)]
+    )
+    _, argv, env = launch.build(args, child_env())
+    entry = argv.index("snakeddp.train")
+    argv[entry : entry + 1] = ["bench.profiled", str(run_dir / "profile"), "snakeddp.train"]
+    with (run_dir / "launch.log").open("w") as output:
+        subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env, check=True)
+    return run_dir / "profile" / "rank-0.prof"
+
+
 def samples_per_s(out: dict[str, Any]) -> float:
     """Samples over training time including the wait for each epoch's partition (validation excluded)."""
     rows = out["rows"]

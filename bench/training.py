@@ -11,8 +11,11 @@ cores its all-reduce and per-step costs outweigh the halved compute.
 
 from __future__ import annotations
 
+import io
 import itertools
+import pstats
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench import runs
@@ -22,6 +25,45 @@ from snakeddp import config as configuration
 
 NAME = "training"
 TITLE = "4. Training overhead"
+
+# Where a Lightning training step's time goes: (file suffix, function) -> what it is.
+STEP_PARTS = {
+    ("snakeddp/models.py", "training_step"): "forward + loss + logging (`training_step`)",
+    ("lightning/pytorch/core/module.py", "log"): "of which `self.log`",
+    ("torch/autograd/__init__.py", "backward"): "backward, DDP's all-reduce included",
+    ("torch/optim/adam.py", "adam"): "Adam's update",
+    ("lightning/pytorch/loops/training_epoch_loop.py", "_broadcast_sigterm_tensor"): (
+        "Lightning's per-step broadcast of the stop flag (one more collective)"
+    ),
+}
+
+
+def step_profile(stats_file: Path, text_file: Path) -> tuple[float, dict[str, float]]:
+    """Milliseconds per training step, in total and in each of STEP_PARTS, from rank 0's cProfile stats."""
+    stats = pstats.Stats(str(stats_file))
+    buffer = io.StringIO()
+    pstats.Stats(str(stats_file), stream=buffer).sort_stats("cumulative").print_stats(
+        "lightning|snakeddp|torch/(optim|autograd|distributed|nn)", 50
+    )
+    text_file.write_text(buffer.getvalue())
+    found: dict[tuple[str, str], float] = {}
+    steps = 0
+    for (filename, _, function), (_, calls, _, cumulative, callers) in stats.stats.items():
+        if filename.endswith("lightning/pytorch/loops/training_epoch_loop.py") and function == "advance":
+            steps, found[("loop", "advance")] = calls, cumulative
+        for suffix, name in STEP_PARTS:
+            if filename.endswith(suffix) and function == name:
+                # self.log is called by validation_step too: count the calls from training_step only.
+                found[(suffix, name)] = (
+                    sum(c[3] for (_, _, fn), c in callers.items() if fn == "training_step")
+                    if name == "log"
+                    else cumulative
+                )
+    if not steps:
+        return 0.0, {}
+    return found[("loop", "advance")] / steps * 1e3, {
+        label: found[key] / steps * 1e3 for key, label in STEP_PARTS.items() if key in found
+    }
 
 
 def run(ctx: Context) -> Result:
@@ -98,6 +140,18 @@ def run(ctx: Context) -> Result:
             ratio_of="ours ÷ hand-written",
         )
     )
+    if any(f.met is False for f in result.figures):
+        stats = runs.profiled_ours(runs.run_file(data, [], epochs, batch_size, 2), manifest, next(run_dirs))
+        text = ctx.out / "profile-training-linear.txt"
+        per_step, parts_ms = step_profile(stats, text)
+        if per_step:
+            result.notes.append(
+                f"Where a step of ours goes (linear model, 2 processes, rank 0 under cProfile, which inflates "
+                f"Python-heavy parts): {per_step:.1f} ms per step in Lightning's loop; "
+                + "; ".join(f"{label} {ms:.2f} ms" for label, ms in parts_ms.items())
+                + f". Full profile: bench/out/{text.name}."
+            )
+        result.raw["step_profile_ms"] = {"per_step": per_step, **parts_ms}
     result.notes += [
         f"{epochs} epochs over {parts} partitions, batch {batch_size} per process (the global batch grows with "
         "the processes), Adam, gloo, one thread per process, launched by torchrun (ours through "
