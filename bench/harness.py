@@ -161,6 +161,17 @@ def medians(samples: Sequence[Mapping[str, float]], metric: str) -> float:
     return median([s[metric] for s in samples if s.get(metric) is not None])
 
 
+def paired_ratio(
+    numerators: Sequence[Mapping[str, float]], denominators: Sequence[Mapping[str, float]], metric: str, other: str = ""
+) -> float:
+    """Median over rounds of one case's ``metric`` over another's (``other``, default the same metric).
+
+    Each round ran both cases back to back, so their ratio sees one machine load; the median of
+    those ratios is steadier than a ratio of two medians taken at different moments.
+    """
+    return median([n[metric] / d[other or metric] for n, d in zip(numerators, denominators, strict=True)])
+
+
 def evict(path: str | Path) -> None:
     """Drop a file's pages from the page cache (it must be clean: written and fsynced)."""
     fd = os.open(path, os.O_RDONLY)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from bench.datasets import data_config, ensure_dataset
-from bench.harness import Context, Result, alternate, evict, median, target_figure
+from bench.harness import Context, Result, alternate, evict, median, paired_ratio, target_figure
 from snakeddp import config as configuration
 from snakeddp.callbacks import EpochMetrics
 from snakeddp.data.module import PartitionDataModule
@@ -171,7 +171,7 @@ def run(ctx: Context) -> Result:
                 "samples/s",
                 rates[key],
                 baseline=rates["in_memory"],
-                ratio=rates[key] / rates["in_memory"],
+                ratio=paired_ratio(samples[key], samples["in_memory"], "samples_per_s"),
                 ratio_of="ours ÷ in-memory",
                 op=">=",
                 threshold=0.9,

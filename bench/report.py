@@ -16,8 +16,9 @@ from snakeddp.fsutil import atomic_write_json, atomic_write_text, read_json
 HEADER = (
     "# snakeddp benchmarks\n\n"
     "Written by `python -m bench` (`make bench`); raw samples in `bench/out/results.json`. Every ratio\n"
-    "compares cases measured side by side in one run (alternating, medians of several repetitions);\n"
-    "absolute times are context and depend on the machine and its load (see each section).\n"
+    "compares cases measured side by side in one run: each round runs every case back to back (in\n"
+    "alternating order), the ratio is the median of the rounds' ratios and ours/baseline/limit are\n"
+    "medians. Absolute numbers are context: they depend on the machine and its load (see each section).\n"
 )
 
 

@@ -18,7 +18,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, Context, Figure, Result, alternate, child_env, median, run_checked, target_figure
+from bench.harness import (
+    REPO,
+    Context,
+    Figure,
+    Result,
+    alternate,
+    child_env,
+    median,
+    paired_ratio,
+    run_checked,
+    target_figure,
+)
 from bench.workflows import Workflow
 from snakeddp import config as configuration
 
@@ -167,7 +178,7 @@ def run(ctx: Context) -> Result:
             "s",
             seconds["pipeline"],
             baseline=seconds["plain_scripts"],
-            ratio=seconds["pipeline"] / seconds["plain_scripts"],
+            ratio=paired_ratio(samples["pipeline"], samples["plain_scripts"], "s"),
             ratio_of="ours ÷ plain scripts",
         ),
     ]
