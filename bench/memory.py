@@ -148,4 +148,15 @@ def run(ctx: Context) -> Result:
         f"`import torch`; ours is {(peak['ours_many'] - bare) / MB:.0f} MB above `import torch, lightning`.",
         "Per-rank peaks of every run are in results.json (`per_rank_peaks`), with one RSS series per case.",
     ]
+    if result.figures[0].met is False:
+        result.notes.append(
+            "Peak above the bound: RSS counts every touched page of the memory-mapped partitions and validation "
+            "set, the sha256 read buffer (8 MB) and the gloo/DDP buffers; compare per_rank_peaks and the RSS "
+            "series in results.json to see when the peak happens (start-up, a switch, validation)."
+        )
+    if result.figures[1].met is False:
+        result.notes.append(
+            "Memory grows with partitions or epochs: some object keeps old partitions alive (a dataloader, a "
+            "trace, the prefetcher's futures). The RSS series in results.json shows where it climbs."
+        )
     return result
