@@ -168,10 +168,14 @@ def run(ctx: Context) -> Result:
         "arrays; torch and safetensors are now imported by `read_partition` alone.",
     ]
     if result.figures[0].met is False:
+        per_partition = median([g["train_s"] for g in samples["generator"]])
+        asymptote = max(1.0, (overhead + per_partition) / per_partition) if per_partition else float("nan")
         result.notes.append(
-            f"Missed at this size because the fixed and per-job costs ({dry:.1f} s + {overhead:.2f} s per job) are "
-            f"large next to {bound:.1f} s of work. They do not grow with the partition size, so the ratio falls "
-            "towards 1 for larger partitions; for many small partitions, several partitions per job "
-            "(a chunked data_partition rule) would amortise them."
+            f"Missed because Snakemake's fixed cost ({dry:.1f} s) and the per-job cost ({overhead:.2f} s) are "
+            f"large next to {bound:.1f} s of work. The fixed cost amortises with more partitions; the per-job "
+            f"cost does not: with many partitions of this size the ratio tends to about {asymptote:.1f} "
+            f"((job cost + {per_partition:.2f} s to generate one) ÷ generation). What would close it: several "
+            "partitions per job (a chunked data_partition rule) or larger partitions, so that each Python "
+            "process start is spread over more bytes."
         )
     return result
