@@ -140,7 +140,7 @@ def run(ctx: Context) -> Result:
             "pipeline": pipeline,
             "plain_scripts": plain_scripts,
         },
-        reps=sizes.reps_or(3),
+        reps=sizes.reps_or(2),
         warmup=sizes.warmup_or(0),
     )
     seconds = {name: median([s["s"] for s in values]) for name, values in samples.items()}
