@@ -71,7 +71,7 @@ def run(ctx: Context) -> Result:
     sizes = ctx.sizes
     parts = sizes.partitions_or(2)
     epochs = 2 * parts
-    hidden = [16] if sizes.tiny else [512, 512]
+    hidden = [16] if sizes.tiny else [256, 256]
     batch_size = configuration.validate({})["trainer"]["batch_size"]
     data = data_config(sizes.records, sizes.features, min(sizes.val_records, 2000), parts)
     manifest = ensure_dataset(ctx.scratch("data"), data)
