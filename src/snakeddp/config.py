@@ -45,7 +45,7 @@ def _parsed_schema(name: str) -> dict[str, Any]:
 
 def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
     """The parsed schema (a private copy). Parsed once per process: a sweep validates every run,
-    and re-parsing the YAML each time made a 32-run dry run spend seconds in the YAML scanner."""
+    and re-parsing the YAML each time cost a 32-run dry run about a second."""
     return copy.deepcopy(_parsed_schema(name))
 
 

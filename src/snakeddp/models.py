@@ -38,7 +38,7 @@ class Classifier(pl.LightningModule):
         self.binary = num_classes == 1
         self.net = self.build(num_features, num_classes, list(hidden_sizes or []))
         self.train_loss = MeanMetric()
-        self._train_loss_logged = False
+        self._train_loss_epoch = -1
         self.val_loss = MeanMetric()
         self.val_acc = BinaryAccuracy() if self.binary else MulticlassAccuracy(num_classes, average="micro")
 
@@ -57,16 +57,13 @@ class Classifier(pl.LightningModule):
         features, labels = batch
         loss = self.loss(self(features), labels)
         self.train_loss.update(loss.detach(), weight=len(features))
-        if not self._train_loss_logged:
+        if self._train_loss_epoch != self.current_epoch:
             # Lightning computes (and syncs) a logged metric at the epoch's end from everything
             # update() accumulated, so registering it once per epoch gives the same value; logging
             # it every step nearly doubled the linear model's step time (bench/results.md, 4.).
             self.log("train_loss", self.train_loss, on_step=False, on_epoch=True)
-            self._train_loss_logged = True
+            self._train_loss_epoch = self.current_epoch
         return loss
-
-    def on_train_epoch_end(self) -> None:
-        self._train_loss_logged = False
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         features, labels = batch
