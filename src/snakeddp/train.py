@@ -45,9 +45,10 @@ from snakeddp import cluster, provenance
 from snakeddp.callbacks import PREEMPTED_EXIT_CODE, utc_now
 from snakeddp.data.module import PartitionDataModule
 from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.lifecycle import die_with_parent
 from snakeddp.models import build_model
 from snakeddp.runfile import RunFile
-from snakeddp.runstate import mark, resume_checkpoint, resume_key
+from snakeddp.runstate import hold_attempt_lock, mark, resume_checkpoint, resume_key
 from snakeddp.trainer import accelerator_and_backend, build_trainer
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
@@ -74,6 +75,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    die_with_parent()
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
@@ -85,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = resume_key(
         cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
     )
+    hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
         mark(args.run_dir, key)
