@@ -1,6 +1,5 @@
 # Config validation, the run grid and input functions. Logic lives in src/snakeddp.
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -8,10 +7,6 @@ REPO = Path(workflow.basedir)
 SRC = str(REPO / "src")
 LOCK_FILE = str(REPO / "envs" / "requirements.lock")
 sys.path.insert(0, SRC)
-# Jobs (local, Slurm, conda or container envs) import the same package from this checkout.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (SRC, os.environ.get("PYTHONPATH")) if p
-)
 
 from snakeddp import config as snakeddp_config
 
@@ -22,13 +17,24 @@ except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
-# The venv's interpreter unless a conda env or container provides its own `python`.
-PYTHON = (
-    "python"
-    if {m.name for m in workflow.deployment_settings.deployment_method}
-    & {"CONDA", "APPTAINER"}
-    else shlex.quote(sys.executable)
+USES_OWN_ENVS = {m.name for m in workflow.deployment_settings.deployment_method} & {
+    "CONDA",
+    "APPTAINER",
+}
+# What every job inherits (locally and through sbatch): this checkout's package, the profile's
+# platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
+# a finished run between profiles does not retrain it) and, unless a conda env or container
+# provides its own, the interpreter Snakemake runs under as `python`.
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
+    SNAKEDDP_PLATFORM=PLATFORM,
 )
+if not USES_OWN_ENVS:
+    os.environ.update(
+        PATH=os.pathsep.join(
+            [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        )
+    )
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()

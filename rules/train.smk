@@ -34,6 +34,6 @@ rule train:
         mem_mb=lambda wc: get_launch(wc)["mem_mb"],
         runtime=lambda wc: get_launch(wc)["runtime"],
     shell:
-        "{PYTHON} -m snakeddp.launch --platform {PLATFORM:q} --config {input.run:q}"
+        "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} > {log:q} 2>&1"

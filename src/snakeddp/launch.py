@@ -32,7 +32,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m snakeddp.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--platform", choices=PLATFORMS, default="local")
+    parser.add_argument(
+        "--platform",
+        choices=PLATFORMS,
+        default=os.environ.get("SNAKEDDP_PLATFORM", "local"),
+        help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
+    )
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path)
