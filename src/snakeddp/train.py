@@ -30,6 +30,7 @@ config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved;
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 import warnings
@@ -53,6 +54,14 @@ from snakeddp.trainer import accelerator_and_backend, build_trainer
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+# Deprecations inside Lightning 2.6's own calls into torch 2.13: nothing a user can act on.
+warnings.filterwarnings("ignore", message=".*all_gather is deprecated.*")
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+# Lightning says this whenever srun exists (every login node); snakeddp checks the launcher itself.
+warnings.filterwarnings("ignore", message=".*The `srun` command is available on your system but is not used.*")
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+    lambda record: not str(record.msg).startswith("💡 Tip")
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
