@@ -182,6 +182,11 @@ def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_pa
     assert set(seen) == run.partition_ids(epoch % 3), "the resumed attempt trained exactly the rest of the epoch"
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
+    # Resuming is exact: the same validation losses as a run that was never interrupted.
+    reference = Run(tmp_path / "reference", slow_config(max_epochs=3))
+    assert reference.train() == 0
+    assert [r["val_loss"] for r in run.metrics()] == [r["val_loss"] for r in reference.metrics()]
+
 
 @pytest.mark.parametrize("damage", ["flip", "pickle"])
 def test_damaged_partition_stops_training_by_name(tmp_path, damage):
