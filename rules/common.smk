@@ -14,6 +14,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from snakeddp import config as snakeddp_config
+from snakeddp.report.sources import workflow_files
 
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
@@ -28,6 +29,21 @@ PYTHON = (
     if {m.name for m in workflow.deployment_settings.deployment_method}
     & {"CONDA", "APPTAINER"}
     else shlex.quote(sys.executable)
+)
+# What the report's RO-Crate carries: the workflow's own files and the config files given.
+WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
+CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
+# Report settings are not part of any run: changing them reruns only the report jobs.
+REPORT = CONFIG["report"]
+# A scaling figure only makes sense when the runs differ in world size.
+SCALING = (
+    len(
+        {
+            run["config"]["launch"]["nodes"] * run["config"]["launch"]["devices"]
+            for run in RUNS.values()
+        }
+    )
+    > 1
 )
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
