@@ -175,8 +175,8 @@ def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
             bars.patches[-1].set_gid(f"throughput|{p['run']}")
             bars.vlines(x, p["low"], p["high"], color="0.15", linewidth=1.2)
             bars.annotate(
-                f"{p['throughput']:.0f}", (x, p["throughput"]), ha="center", va="bottom", fontsize=8, xytext=(0, 2),
-                textcoords="offset points",
+                f"{p['throughput']:,.0f}", (x, p["throughput"] / 2), ha="center", va="center", fontsize=8,
+                color="white", fontweight="bold",
             )  # fmt: skip
         eff.plot(
             [p["world_size"] for p in members],
@@ -205,7 +205,7 @@ def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
     eff.set_xlabel("world size (processes)")
     eff.set_ylabel("scaling efficiency (%)")
     eff.set_ylim(0, max(110, *(100 * p["efficiency"] + 10 for p in points)))
-    eff.set_title("Scaling efficiency vs the smallest run of each configuration")
+    eff.set_title("Scaling efficiency")
     eff.grid(alpha=0.3)
     eff.legend(fontsize=8, loc="lower left")
     return fig

@@ -123,7 +123,8 @@ def summary_cards(runs: Sequence[Run]) -> str:
     dirty = [r["run_id"] for r in records if r["code"]["dirty"]]
     envs = [r["environment"]["environment_hash"] or r["environment"]["packages_sha256"] for r in records]
     datasets = sorted({r["data"]["dataset"] for r in records})
-    train_hours = sum(r["timing"]["duration_s"] for r in records) / 3600
+    seconds = sum(r["timing"]["duration_s"] for r in records)
+    train_time = f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
     if not _same(commits):
         code = f'<span class="warn">{len(set(commits))} different commits</span>'
     elif dirty:
@@ -145,7 +146,7 @@ def summary_cards(runs: Sequence[Run]) -> str:
             if best
             else "–",
         ),
-        ("training time", f"{train_hours * 60:.1f} min total"),
+        ("training time", f"{train_time} in total"),
         ("code", code),
         ("environment", env),
         ("data", "<br>".join(esc(d) for d in datasets)),
