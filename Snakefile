@@ -17,8 +17,10 @@ include: "rules/train.smk"
 include: "rules/report.smk"
 
 
-# Everything a user looks at: the run table and each run's provenance.
+# Everything a user looks at: the run table, the report page and the RO-Crate of the runs.
 rule all:
     default_target: True
     input:
         rules.report_runs.output.table,
+        rules.report_html.output.html,
+        rules.report_crate.output.crate,

@@ -9,6 +9,7 @@ LOCK_FILE = str(REPO / "envs" / "requirements.lock")
 sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
+from snakeddp.report.sources import workflow_files
 
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
@@ -35,6 +36,21 @@ if not USES_OWN_ENVS:
             [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
         )
     )
+# What the report's RO-Crate carries: the workflow's own files and the config files given.
+WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
+CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
+# Report settings are not part of any run: changing them reruns only the report jobs.
+REPORT = CONFIG["report"]
+# A scaling figure only makes sense when the runs differ in world size.
+SCALING = (
+    len(
+        {
+            run["config"]["launch"]["nodes"] * run["config"]["launch"]["devices"]
+            for run in RUNS.values()
+        }
+    )
+    > 1
+)
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()

@@ -2,7 +2,7 @@
 # Debian packages the tests start for real: OpenMPI (mpirun), Slurm + munge + MariaDB (a local
 # cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
 set -euo pipefail
-packages=(openmpi-bin libopenmpi-dev)
+packages=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -200,6 +200,7 @@ def _record(
             "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
             "command": os.environ.get("SNAKEDDP_LAUNCH_COMMAND"),
             "variables": provenance.cluster_variables(),
+            "user": provenance.user(),
         },
         "timing": {
             "started_at": started,
@@ -217,6 +218,7 @@ def _record(
             "partitions_per_epoch": [int(r["partition"]) for r in rows],
             "best_checkpoint": best,
             "last_checkpoint": provenance.file_record(checkpoint.last_model_path, args.run_dir),
+            "checkpoints": provenance.checkpoint_records(args.run_dir),
             "best_val_loss": min(val_losses) if val_losses else None,
             "best_val_acc": float(best_row["val_acc"])
             if best_row and best_row.get("val_acc") not in (None, "")
