@@ -17,8 +17,9 @@ include: "rules/train.smk"
 include: "rules/report.smk"
 
 
-# Everything a user looks at: the run table and each run's provenance.
+# Everything a user looks at: the run table, each run's provenance, each stage's environment.
 rule all:
     default_target: True
     input:
         rules.report_runs.output.table,
+        expand(rules.env_capture.output.record, stage=["data", "train", "report"]),

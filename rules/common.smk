@@ -6,7 +6,6 @@ from pathlib import Path
 
 REPO = Path(workflow.basedir)
 SRC = str(REPO / "src")
-LOCK_FILE = str(REPO / "envs" / "requirements.lock")
 sys.path.insert(0, SRC)
 # Jobs (local, Slurm, conda or container envs) import the same package from this checkout.
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -22,13 +21,26 @@ except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
+DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # The venv's interpreter unless a conda env or container provides its own `python`.
 PYTHON = (
-    "python"
-    if {m.name for m in workflow.deployment_settings.deployment_method}
-    & {"CONDA", "APPTAINER"}
-    else shlex.quote(sys.executable)
+    "python" if DEPLOYMENT & {"CONDA", "APPTAINER"} else shlex.quote(sys.executable)
 )
+# The lock the environment records hash (environment.lock, else this checkout's).
+LOCK_FILE = CONFIG["environment"]["lock"] or str(REPO / "envs" / "requirements.lock")
+# The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
+CONTAINER_IMAGE = CONFIG["environment"]["image"]
+if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
+    raise WorkflowError(
+        "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
+        "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
+        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."
+    )
+
+
+container: CONTAINER_IMAGE
+
+
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
