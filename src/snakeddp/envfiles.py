@@ -27,11 +27,12 @@ ENVS = Path(__file__).resolve().parents[2] / "envs"
 LOCK_NAME = "requirements.lock"
 DOCKERFILE_NAME = "Dockerfile"
 # What each stage's code imports (rules/*.smk say which stage a rule runs in); their
-# dependencies come along from the packages' metadata.
+# dependencies come along from the packages' metadata. Every stage captures its environment,
+# which needs packaging (snakeddp.envlock).
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "data": ("numpy", "safetensors", "pyyaml", "jsonschema"),
-    "train": ("torch", "lightning", "numpy", "safetensors", "pyyaml", "jsonschema", "psutil"),
-    "report": ("pandas", "matplotlib", "rocrate", "pyyaml", "jsonschema"),
+    "data": ("numpy", "safetensors", "pyyaml", "jsonschema", "packaging"),
+    "train": ("torch", "lightning", "numpy", "safetensors", "pyyaml", "jsonschema", "psutil", "packaging"),
+    "report": ("pandas", "matplotlib", "rocrate", "pyyaml", "jsonschema", "packaging"),
 }
 HINT = "HINT: change versions in envs/requirements.in, then run tools/lock.sh (it rewrites the lock and the YAMLs)."
 # Packages a Dockerfile may pin although the lock leaves them out: the installer.
@@ -44,11 +45,13 @@ class EnvFileError(RuntimeError):
     """The lock does not describe the environment the YAMLs are generated from."""
 
 
-def stage_pins(stage: str, lock: Lock) -> list[tuple[str, str]]:
+def stage_pins(stage: str, lock: Lock, strict: bool = True) -> list[tuple[str, str]]:
     """``(name, version)`` of every package the stage needs, at the lock's versions.
 
-    The closure is read from the installed packages' metadata, so this runs in an environment
-    installed from the lock (tools/lock.sh's, or the project venv).
+    The closure is read from the installed packages' metadata, so ``strict`` (for writing the
+    YAMLs) requires an environment installed from the lock (tools/lock.sh's, or the project
+    venv); checks read it from whatever is installed, since which packages a package requires
+    rarely changes with its version.
     """
     present = installed()
     stale = [
@@ -56,7 +59,7 @@ def stage_pins(stage: str, lock: Lock) -> list[tuple[str, str]]:
         for key, pin in lock.pins.items()
         if key not in present or present[key].version.split("+")[0] != pin.version.split("+")[0]
     ]
-    if stale:
+    if strict and stale:
         raise EnvFileError(
             f"{sys.prefix} is not installed from the lock, so the stage closures cannot be read from it: "
             f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}. HINT: run tools/setup.sh first."
@@ -135,7 +138,7 @@ def check_stage(stage: str, path: Path, lock: Lock) -> list[str]:
             problems.append(f"{path}: {name}=={version} is not in the lock")
         elif version != locked:
             problems.append(f"{path}: {name}=={version}, but the lock has {name}=={locked}")
-    expected = {canonicalize_name(name) for name, _ in stage_pins(stage, lock)}
+    expected = {canonicalize_name(name) for name, _ in stage_pins(stage, lock, strict=False)}
     missing = sorted(lock.pins[key].name for key in expected - set(pins))
     surplus = sorted(pins[key][0] for key in set(pins) - expected if key in lock.pins)
     if missing:
@@ -152,6 +155,12 @@ def _dockerfile_args(structure: list[dict[str, Any]]) -> dict[str, str]:
             name, _, default = instruction["value"].partition("=")
             args[name.strip()] = default.strip().strip("\"'")
     return args
+
+
+def _copy_sources(value: str) -> list[str]:
+    """The source paths of a COPY/ADD (everything but its options and its destination)."""
+    paths = [token for token in value.split() if not token.startswith("--")]
+    return paths[:-1]
 
 
 def check_dockerfile(path: Path, lock: Lock) -> list[str]:
@@ -171,7 +180,7 @@ def check_dockerfile(path: Path, lock: Lock) -> list[str]:
     if torch != lock.version(ACCELERATED):
         problems.append(f"{path}: ARG TORCH_VERSION={torch}, but the lock has torch=={lock.version(ACCELERATED)}")
     copies_lock = any(
-        i["instruction"] in {"COPY", "ADD"} and f"envs/{LOCK_NAME}" in i["value"].split() for i in structure
+        i["instruction"] in {"COPY", "ADD"} and f"envs/{LOCK_NAME}" in _copy_sources(i["value"]) for i in structure
     )
     if not copies_lock:
         problems.append(f"{path}: never copies envs/{LOCK_NAME} into the image, so it cannot install it")

@@ -109,6 +109,9 @@ def requirement_closure(
     extras evaluated), read from the installed packages' metadata. Requirements that are not
     installed are left out; callers compare the result with a lock."""
     search = list(paths) if paths is not None else site_packages()
+    dists: dict[str, importlib.metadata.Distribution] = {}
+    for dist in importlib.metadata.distributions(path=search):
+        dists.setdefault(canonicalize_name(dist.metadata.get("Name") or ""), dist)
     todo = [(canonicalize_name(root), frozenset()) for root in roots]
     seen: set[tuple[str, frozenset[str]]] = set()
     names: set[str] = set()
@@ -118,7 +121,7 @@ def requirement_closure(
             continue
         seen.add((name, extras))
         names.add(name)
-        dist = next(iter(importlib.metadata.distributions(name=installed_pins[name].name, path=search)), None)
+        dist = dists.get(name)
         for text in (dist.requires or []) if dist else []:
             try:
                 requirement = Requirement(text)
@@ -157,9 +160,15 @@ def _matches(installed_version: str, locked_version: str) -> bool:
     return _without_local(installed_version) == locked_version
 
 
-def compare(installed_pins: Mapping[str, Pin], lock: Lock, optional: Lock | None = None) -> Comparison:
-    """Compare installed distributions with a lock. Packages of the ``optional`` lock may be
-    absent but must match when present; what the installed torch build requires is accepted."""
+def compare(
+    installed_pins: Mapping[str, Pin],
+    lock: Lock,
+    optional: Lock | None = None,
+    paths: Iterable[str] | None = None,
+) -> Comparison:
+    """Compare installed distributions (found in ``paths``, default the interpreter's
+    site-packages) with a lock. Packages of the ``optional`` lock may be absent but must match
+    when present; what the installed torch build requires is accepted."""
     result = Comparison()
     optional = optional or Lock()
     for key, pin in lock.pins.items():
@@ -168,7 +177,7 @@ def compare(installed_pins: Mapping[str, Pin], lock: Lock, optional: Lock | None
             result.missing.append(pin)
         elif not _matches(have.version, pin.version):
             result.mismatched.append((pin.name, have.version, pin.version))
-    accelerator = requirement_closure([ACCELERATED], installed_pins) - set(lock.pins)
+    accelerator = requirement_closure([ACCELERATED], installed_pins, paths) - set(lock.pins)
     for key, pin in installed_pins.items():
         if key in lock.pins or key in NOT_LOCKED:
             continue
