@@ -15,6 +15,8 @@ lint: setup-dev
 	$(BIN)/ruff check src scripts tests bench tools
 	$(BIN)/ruff format --check src scripts tests bench tools
 	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/python -m snakeddp.envfiles check
+	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 
 pytest: setup-dev

@@ -5,7 +5,6 @@ from pathlib import Path
 
 REPO = Path(workflow.basedir)
 SRC = str(REPO / "src")
-LOCK_FILE = str(REPO / "envs" / "requirements.lock")
 sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
@@ -18,10 +17,7 @@ except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
-USES_OWN_ENVS = {m.name for m in workflow.deployment_settings.deployment_method} & {
-    "CONDA",
-    "APPTAINER",
-}
+DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # What every job inherits (locally and through sbatch): this checkout's package, the profile's
 # platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
 # a finished run between profiles does not retrain it) and, unless a conda env or container
@@ -30,7 +26,7 @@ os.environ.update(
     PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
     SNAKEDDP_PLATFORM=PLATFORM,
 )
-if not USES_OWN_ENVS:
+if not DEPLOYMENT & {"CONDA", "APPTAINER"}:
     os.environ.update(
         PATH=os.pathsep.join(
             [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
@@ -51,6 +47,21 @@ SCALING = (
     )
     > 1
 )
+# The lock the environment records hash (environment.lock, else this checkout's).
+LOCK_FILE = CONFIG["environment"]["lock"] or str(REPO / "envs" / "requirements.lock")
+# The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
+CONTAINER_IMAGE = CONFIG["environment"]["image"]
+if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
+    raise WorkflowError(
+        "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
+        "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
+        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."
+    )
+
+
+container: CONTAINER_IMAGE
+
+
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()

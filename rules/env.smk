@@ -1,7 +1,8 @@
 # Environment stage: what each stage's code runs on, recorded with a hash.
 
 
-# The resolved environment of a stage (packages, python, torch/CUDA/NCCL) and its hash.
+# The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
+# conda packages) and its hash; rerun when the lock changes, so training reruns too.
 rule env_capture:
     input:
         lock=LOCK_FILE,
@@ -11,5 +12,34 @@ rule env_capture:
         "logs/envs/{stage}.log",
     conda:
         "../envs/{stage}.yaml"
+    params:
+        image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else None,
     script:
         "../scripts/capture_environment.py"
+
+
+# Optional (snakemake build_image): build and tag envs/Dockerfile with docker or podman. Runs on
+# this machine, never in a container or conda env: it needs the engine, not the stage packages.
+rule build_image:
+    input:
+        dockerfile=REPO / "envs" / "Dockerfile",
+        lock=REPO / "envs" / "requirements.lock",
+    output:
+        record="results/envs/image.json",
+    log:
+        "logs/envs/image.log",
+    localrule: True
+    container:
+        None
+    params:
+        image=CONTAINER_IMAGE,
+    run:
+        from snakeddp.imagebuild import build
+
+        with open(log[0], "w") as handle:
+            build(
+                context=REPO,
+                record_path=output.record,
+                image=params.image,
+                log=handle,
+            )

@@ -6,4 +6,9 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from snakeddp.envcapture import capture
 
-capture(stage=snakemake.wildcards.stage, lock_path=snakemake.input.lock, out_path=snakemake.output.record)
+capture(
+    stage=snakemake.wildcards.stage,
+    lock_path=snakemake.input.lock,
+    out_path=snakemake.output.record,
+    image=snakemake.params.image,
+)

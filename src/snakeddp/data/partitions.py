@@ -15,14 +15,16 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from safetensors import SafetensorError, safe_open
 
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from snakeddp.hashing import sha256_bytes, sha256_file
+
+if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
+    import torch
 
 MANIFEST_FORMAT = "snakeddp-manifest/1"
 TENSOR_NAMES = ("features", "labels", "ids")
