@@ -7,6 +7,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL, "try again": what a preempted run wants
 
 
 def die_with_parent() -> bool:

@@ -40,13 +40,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from snakeddp import cluster, provenance
-from snakeddp.callbacks import PREEMPTED_EXIT_CODE, utc_now
+from snakeddp.callbacks import Preempted, utc_now
 from snakeddp.data.module import PartitionDataModule
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.lifecycle import die_with_parent
+from snakeddp.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.models import build_model
 from snakeddp.runfile import RunFile
 from snakeddp.runstate import hold_attempt_lock, mark, resume_checkpoint, resume_key
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started, clock = utc_now(), time.perf_counter()
     try:
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
-    except SIGTERMException:
+    except Preempted:
         if not callbacks["preemption"].preempted:
             raise
         if layout.is_main:
