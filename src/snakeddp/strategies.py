@@ -13,7 +13,9 @@ run is refused here first, with a hint. DeepSpeed is optional and checked for up
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,10 +95,31 @@ def build_strategy(
         raise StrategyError(
             f"trainer.strategy_options may not set {', '.join(clash)}: snakeddp sets them from the launcher."
         )
-    try:
-        return cls(**common, **options)
-    except TypeError as exc:
+    unknown = sorted(set(options) - _accepted_options(name, cls))
+    if unknown:
         raise StrategyError(
-            f"trainer.strategy_options for {name} ({cls.__name__}) are not accepted: {exc}. "
-            f"HINT: use keyword arguments of lightning.pytorch.strategies.{cls.__name__}."
-        ) from exc
+            f"trainer.strategy_options {', '.join(unknown)} are not accepted by {name} ({cls.__name__}). "
+            f"HINT: use keyword arguments of lightning.pytorch.strategies.{cls.__name__}"
+            + (f" or of the torch module it wraps ({WRAPPED[name]})." if name in WRAPPED else ".")
+        )
+    return cls(**common, **options)
+
+
+# Lightning passes unknown strategy keywords on to the torch wrapper when the model is set up,
+# minutes into a run; checking names against both signatures catches a typo before that.
+WRAPPED = {
+    "ddp": "torch.nn.parallel.DistributedDataParallel",
+    "fsdp": "torch.distributed.fsdp.FullyShardedDataParallel",
+}
+
+
+def _accepted_options(name: str, cls: type) -> set[str]:
+    def keywords(target: Any) -> set[str]:
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return {n for n, p in inspect.signature(target).parameters.items() if p.kind in kinds and n != "self"}
+
+    accepted = keywords(cls.__init__)
+    if name in WRAPPED:
+        module, _, attribute = WRAPPED[name].rpartition(".")
+        accepted |= keywords(getattr(importlib.import_module(module), attribute).__init__)
+    return accepted

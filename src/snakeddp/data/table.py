@@ -4,7 +4,8 @@ One streaming pass reads the table in chunks of rows (files in name order), chec
 and deals each row to validation or one of the P train partitions by a seeded hash of its row
 number, so the split does not depend on chunk sizes, file boundaries or the machine. Rows go to
 one spill file as fixed-size records; each partition is then written from its spill segments
-straight into its safetensors layout. Memory stays at about one chunk, whatever the table's size.
+straight into its safetensors layout. Memory stays at about one chunk of rows (for Parquet, one
+row group), whatever the table's size.
 
 A sample's id is its row number in the table (0-based, counting across files in name order), so
 every trained sample traces back to its source row.
@@ -123,8 +124,12 @@ def _parquet_chunks(path: Path, columns: Sequence[str], rows: int) -> Iterator[d
         raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
     with handle:
         _require_columns(path, columns, handle.schema_arrow.names)
-        for batch in handle.iter_batches(batch_size=rows, columns=list(columns), use_threads=False):
-            yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
+        # One row group at a time: iter_batches over the whole file keeps what it read until the
+        # end (peak memory grew with the file); per row group it stays at about one group.
+        for group in range(handle.num_row_groups):
+            batches = handle.iter_batches(batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False)
+            for batch in batches:
+                yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
 
 
 def _require_columns(path: Path, wanted: Sequence[str], present: list[str]) -> None:
@@ -273,7 +278,7 @@ def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path
         rule = f"an integer in 0..{classes - 1} (data.num_classes is {classes})"
     if bad.size:
         raise TableError(
-            f"{where(path, column, int(rows[bad[0]]))}: label {labels[bad[0]]!r} is not {rule}. "
+            f"{where(path, column, int(rows[bad[0]]))}: label {labels[bad[0]]:g} is not {rule}. "
             "HINT: fix the label column or data.num_classes."
         )
 
