@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 
 import pytest
+import yaml
+from conftest import REPO
 from launching import launch, prepare
 
 from snakeddp import config, network, runenv
@@ -80,3 +83,23 @@ def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_p
     assert record["user_code"][0]["target"] == "probe:EnvProbe"
     if launcher == "mpirun":
         assert "-x NCCL_DEBUG" in record["launch"]["command"]
+
+
+@pytest.mark.e2e
+def test_a_profile_sets_network_variables_for_every_rank(workflow, tiny_config):
+    (workflow.directory / "probe.py").write_text(textwrap.dedent(PROBE))
+    profile = workflow.directory / "profile"
+    shutil.copytree(REPO / "profiles" / "local", profile)
+    settings = yaml.safe_load((profile / "config.yaml").read_text())
+    settings["config"].append("network={env: {NCCL_DEBUG: INFO, GLOO_SOCKET_IFNAME: lo}}")
+    (profile / "config.yaml").write_text(yaml.safe_dump(settings))
+    workflow.profile = profile
+    tiny_config["model"] = {"target": "probe:EnvProbe"}
+    tiny_config["launch"]["devices"] = 2
+    tiny_config["trainer"]["max_epochs"] = 1
+    workflow.write_config(tiny_config)
+    workflow.run()
+    run_dir = workflow.directory / "results" / "runs" / "base"
+    for rank in (0, 1):
+        seen = json.loads((run_dir / f"env-rank{rank}.json").read_text())
+        assert {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}.items() <= seen.items(), seen
