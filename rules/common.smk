@@ -9,10 +9,17 @@ sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
 from snakeddp.report.sources import workflow_files
+from snakeddp import runenv as snakeddp_runenv
+from snakeddp.data import sources as snakeddp_sources
 
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
+    # Tables enter dataset ids by checksum, so a changed table is a new dataset.
+    snakeddp_sources.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    # Network tuning and trackers are not part of a run's identity: they reach the training
+    # processes through the environment, so changing them never reruns a job.
+    os.environ.update(snakeddp_runenv.variables(CONFIG))
 except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
@@ -77,13 +84,19 @@ wildcard_constraints:
 
 
 def get_dataset_params(wildcards):
-    """Parameters that shape a dataset's bytes (not how many partitions exist)."""
-    data = DATASETS[wildcards.dataset]
-    return {
-        k: v
-        for k, v in data.items()
-        if k not in snakeddp_config.DATA_KEYS_OUTSIDE_IDENTITY
-    }
+    """Parameters that shape a dataset's bytes (for synthetic data, not how many partitions exist)."""
+    return snakeddp_sources.identity(DATASETS[wildcards.dataset])
+
+
+def get_table_files(wildcards):
+    return snakeddp_sources.input_files(DATASETS[wildcards.dataset])
+
+
+def get_ingested(wildcards):
+    """A table dataset's partitions come from its one ingestion pass; synthetic ones need nothing."""
+    if DATASETS[wildcards.dataset]["source"] != "table":
+        return []
+    return f"results/data/{wildcards.dataset}/ingest"
 
 
 def get_partition_entries(wildcards):
@@ -100,6 +113,8 @@ def run_data(run):
 def get_manifest(wildcards):
     data = run_data(wildcards.run)
     dataset = snakeddp_config.dataset_id(data)
+    if data["source"] == "module":
+        return f"results/data/{dataset}/module.json"
     return f"results/data/{dataset}/manifest-{data['num_train_files']}.json"
 
 

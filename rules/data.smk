@@ -1,8 +1,29 @@
 # Dataset stage: one job per partition (parallel, only missing ones), then the manifest.
+# Table datasets are first split in one streaming pass; their partition jobs only place the files.
+
+
+# A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
+rule data_table:
+    input:
+        table=get_table_files,
+    output:
+        ingest=temp(directory("results/data/{dataset}/ingest")),
+    log:
+        "logs/data/{dataset}/ingest.log",
+    group:
+        "data"
+    conda:
+        "../envs/data.yaml"
+    params:
+        data=get_dataset_params,
+    script:
+        "../scripts/ingest_table.py"
 
 
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
+    input:
+        ingest=get_ingested,
     output:
         part="results/data/{dataset}/train/part-{index}.safetensors",
         entry="results/data/{dataset}/train/part-{index}.json",
@@ -20,6 +41,8 @@ rule data_partition:
 
 # The validation set, drawn from its own seeded stream.
 rule data_val:
+    input:
+        ingest=get_ingested,
     output:
         part="results/data/{dataset}/val.safetensors",
         entry="results/data/{dataset}/val.json",
@@ -53,3 +76,18 @@ rule data_manifest:
         data=get_dataset_params,
     script:
         "../scripts/write_manifest.py"
+
+
+# data.source module: no partitions, only the record of the DataModule that reads the data.
+rule data_module:
+    output:
+        record="results/data/{dataset}/module.json",
+    log:
+        "logs/data/{dataset}/module.log",
+    localrule: True
+    conda:
+        "../envs/data.yaml"
+    params:
+        data=get_dataset_params,
+    script:
+        "../scripts/write_module_record.py"

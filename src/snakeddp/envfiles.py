@@ -30,7 +30,7 @@ DOCKERFILE_NAME = "Dockerfile"
 # dependencies come along from the packages' metadata. Every stage captures its environment,
 # which needs packaging (snakeddp.envlock).
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "data": ("numpy", "safetensors", "pyyaml", "jsonschema", "packaging"),
+    "data": ("numpy", "safetensors", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow"),
     "train": ("torch", "lightning", "numpy", "safetensors", "pyyaml", "jsonschema", "psutil", "packaging"),
     "report": ("pandas", "matplotlib", "rocrate", "pyyaml", "jsonschema", "packaging"),
 }

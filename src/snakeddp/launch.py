@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from snakeddp import cluster, provenance, runstate
+from snakeddp import cluster, network, provenance, runstate
 from snakeddp.cluster.base import quote
 from snakeddp.hashing import sha256_file
 from snakeddp.lifecycle import PREEMPTED_EXIT_CODE
@@ -79,6 +79,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         python=sys.executable,
         entry=train_arguments(args, launcher.name),
         gpus=launch["accelerator"] == "gpu",
+        # NCCL/gloo tuning (network.env, or exported by the user) must reach every rank.
+        extra_env=network.forwarded(env),
     )
     argv, exports = launcher.command(plan, env)
     threads = str(launch["threads_per_process"])

@@ -23,7 +23,7 @@ STATE_FILE = "run-state.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 # What an attempt leaves in the run directory; moved aside together when superseded.
-ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", STATE_FILE)
+ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE)
 
 
 class RunStateError(RuntimeError):

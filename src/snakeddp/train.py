@@ -41,14 +41,16 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from snakeddp import cluster, provenance
+from snakeddp import cluster, provenance, runenv
 from snakeddp.callbacks import Preempted, utc_now
-from snakeddp.data.module import PartitionDataModule
+from snakeddp.data import custom
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.models import build_model
 from snakeddp.runfile import RunFile
 from snakeddp.runstate import hold_attempt_lock, mark, resume_checkpoint, resume_key
+from snakeddp.targets import user_code
+from snakeddp.trackers import Trackers
 from snakeddp.trainer import accelerator_and_backend, build_trainer
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
@@ -101,11 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         mark(args.run_dir, key)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
-    data = PartitionDataModule(
-        args.data, cfg["trainer"]["batch_size"], cfg["seed"], trace=cfg["trainer"]["trace_samples"]
+    data = custom.build_datamodule(cfg, args.data)
+    model = build_model(cfg["model"], custom.task_of(data))
+    trackers = Trackers(runenv.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
+    trainer, callbacks = build_trainer(
+        cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
-    model = build_model(cfg["model"], data.task)
-    trainer, callbacks = build_trainer(cfg, launcher, layout, args.run_dir)
+    trackers.log_config(cfg)
 
     started, clock = utc_now(), time.perf_counter()
     try:
@@ -133,7 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             started,
             time.perf_counter() - clock,
         )
+        record["tracking"] = trackers.describe()
+        record["user_code"] = user_code(cfg, model, data)
         path = provenance.write(args.run_dir, record)
+        trackers.finish(path, callbacks["checkpoint"].best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
     return 0
@@ -175,17 +182,11 @@ def _record(
         "config_sha256": sha256_json(cfg),
         "origin_sha256": key,
         "code": provenance.code_info(),
-        "data": {
-            "manifest": str(args.data),
-            "manifest_sha256": manifest_sha256,
-            "dataset": data_id(trainer),
-            "partitions": trainer.datamodule.num_partitions,
-            "records": trainer.datamodule.manifest["records"],
-        },
+        "data": custom.describe(trainer.datamodule, args.data, manifest_sha256),
         "environment": provenance.environment_info(args.environment_record),
         "launch": {
             "launcher": layout.launcher,
-            "strategy": "ddp",
+            "strategy": cfg["trainer"]["strategy"],
             "backend": backend,
             "accelerator": accelerator,
             "nodes": layout.num_nodes,
@@ -214,7 +215,7 @@ def _record(
             "max_epochs": cfg["trainer"]["max_epochs"],
             "stopped_early": bool(stopper is not None and stopper.stopped_epoch > 0),
             "resumed_from": provenance.file_record(resume_from, args.run_dir) if resume_from else None,
-            "partitions_per_epoch": [int(r["partition"]) for r in rows],
+            "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
             "best_checkpoint": best,
             "last_checkpoint": provenance.file_record(checkpoint.last_model_path, args.run_dir),
             "checkpoints": provenance.checkpoint_records(args.run_dir),
@@ -225,10 +226,6 @@ def _record(
             "best_epoch": int(best_row["epoch"]) if best_row else None,
         },
     }
-
-
-def data_id(trainer: pl.Trainer) -> str:
-    return trainer.datamodule.manifest["dataset"]
 
 
 if __name__ == "__main__":
