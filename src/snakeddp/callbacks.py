@@ -73,10 +73,15 @@ class EpochMetrics(Callback):
         self.on_train_epoch_start(trainer, pl_module)
         if not trainer.is_global_zero:
             return
-        if self.path.is_file():
-            with self.path.open() as handle:
-                self.rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) < trainer.current_epoch]
+        self.rows = [r for r in self.read() if int(r["epoch"]) < trainer.current_epoch]
         self._write()
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows written so far, by this attempt and the ones it resumed."""
+        if not self.path.is_file():
+            return []
+        with self.path.open() as handle:
+            return list(csv.DictReader(handle))
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = self._train_end = time.perf_counter()
@@ -158,9 +163,17 @@ class Preemption(Callback):
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
 
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+    def _install(self) -> None:
         for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handler)
+            previous = signal.signal(signum, self._handler)
+            self._previous.setdefault(signum, previous)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._install()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning registers its own SIGTERM handler after setup, wrapping ours; take it back.
+        self._install()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, previous in self._previous.items():

@@ -160,7 +160,8 @@ def _record(
 ) -> dict[str, Any]:
     """Everything provenance.json says, from the objects that did the work."""
     cfg = run.config
-    rows = callbacks["metrics"].rows
+    # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
+    rows = callbacks["metrics"].read()
     checkpoint = callbacks["checkpoint"]
     stopper = callbacks.get("early_stopping")
     train_seconds = sum(float(r["train_seconds"]) for r in rows)

@@ -163,12 +163,13 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     assert record["training"]["partitions_per_epoch"] == [0, 1, 2, 0, 1]
 
 
-def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_path, signum):
     run = Run(tmp_path, slow_config(max_epochs=3))
     process = run.start()
     run.wait_for_epochs(process, 1)
     time.sleep(0.5)
-    process.send_signal(signal.SIGUSR1)
+    process.send_signal(signum)
     assert process.wait(timeout=300) == 75, run.log.read_text()[-3000:]
     assert "preempted in epoch" in run.log.read_text()
     interrupted = [t for t in run.traces() if not t["complete"]]
