@@ -1,4 +1,5 @@
 # Config validation, the run grid and input functions. Logic lives in src/snakeddp.
+import json
 import os
 import shlex
 import sys
@@ -22,6 +23,8 @@ except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
+# The azureml submitter (train rule) reads its section from here: it is not part of any run's config.
+os.environ["SNAKEDDP_AZUREML_CONFIG"] = json.dumps(CONFIG["azureml"])
 # The venv's interpreter unless a conda env or container provides its own `python`.
 PYTHON = (
     "python"

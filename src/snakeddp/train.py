@@ -172,6 +172,7 @@ def _record(
             "records": trainer.datamodule.manifest["records"],
         },
         "environment": provenance.environment_info(args.environment_record),
+        "platform": provenance.platform_info(),
         "launch": {
             "launcher": layout.launcher,
             "strategy": "ddp",
