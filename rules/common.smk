@@ -23,8 +23,6 @@ except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
-# The azureml submitter (train rule) reads its section from here: it is not part of any run's config.
-os.environ["SNAKEDDP_AZUREML_CONFIG"] = json.dumps(CONFIG["azureml"])
 # The venv's interpreter unless a conda env or container provides its own `python`.
 PYTHON = (
     "python"
@@ -36,6 +34,9 @@ DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
 }
+# The azureml profile's train jobs read the azureml: section from here: it is not part of any
+# run's config, so editing it never retrains a finished run.
+os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
 
 wildcard_constraints:

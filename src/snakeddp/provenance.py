@@ -112,29 +112,6 @@ def file_record(path: Path | str | None, run_dir: Path) -> dict[str, Any] | None
     return {"path": shown, "sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
-# What an AzureML job's processes know about it: AzureML's run id, and what the submitter put
-# into the job (snakeddp.azureml). None where a variable is absent (a job submitted by hand).
-AZUREML_VARIABLES = {
-    "job_name": "AZUREML_RUN_ID",
-    "sdk": "SNAKEDDP_AZUREML_SDK",
-    "subscription_id": "SNAKEDDP_AZUREML_SUBSCRIPTION",
-    "resource_group": "SNAKEDDP_AZUREML_RESOURCE_GROUP",
-    "workspace_name": "SNAKEDDP_AZUREML_WORKSPACE",
-    "experiment": "SNAKEDDP_AZUREML_EXPERIMENT",
-    "compute": "SNAKEDDP_AZUREML_COMPUTE",
-    "job_spec_sha256": "SNAKEDDP_JOB_SPEC_SHA256",
-}
-
-
-def platform_info(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """The platform the run trained on (SNAKEDDP_PLATFORM, set by the launcher) and, on AzureML, its job."""
-    name = env.get("SNAKEDDP_PLATFORM")
-    info: dict[str, Any] = {"name": name}
-    if name == "azureml":
-        info["azureml"] = {key: env.get(variable) for key, variable in AZUREML_VARIABLES.items()}
-    return info
-
-
 def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return recorded_environment(env)
 

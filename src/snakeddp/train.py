@@ -172,7 +172,6 @@ def _record(
             "records": trainer.datamodule.manifest["records"],
         },
         "environment": provenance.environment_info(args.environment_record),
-        "platform": provenance.platform_info(),
         "launch": {
             "launcher": layout.launcher,
             "strategy": "ddp",
