@@ -11,7 +11,6 @@ import copy
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -206,28 +205,29 @@ def test_pytorch_distribution(tmp_path, nodes, devices):
     check_provenance(out, "env", nodes, devices, ("127.0.0.1", port), "job-pt")
 
 
-def test_preempted_job_resumes_from_the_downloaded_attempt(tmp_path):
-    # Long enough that the preemption lands mid-run; no early stop to end it first.
-    trainer = {"max_epochs": 40, "early_stopping": {"enabled": False}}
-    plan, job = write_job(tmp_path, "pytorch", nodes=1, devices=2, trainer=trainer)
+def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
+    epochs = 8
+    plan, job = write_job(
+        tmp_path, "pytorch", nodes=1, devices=2, trainer={"max_epochs": epochs, "early_stopping": {"enabled": False}}
+    )
     run_dir = tmp_path / "results" / "runs" / "base"
     first = tmp_path / "outputs" / "job-1" / "run_dir"
     logs = first.parent / "logs"
     procs = start_pytorch(job, plan, first, pytorch_ranks(1, 2, free_port(), "job-1"), logs)
     deadline = time.monotonic() + 300
-    while not (first / "metrics.csv").is_file() or len((first / "metrics.csv").read_text().splitlines()) < 2:
+    while not (first / "metrics.csv").is_file() or len((first / "metrics.csv").read_text().splitlines()) < 3:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), finish(procs, logs)[1]
-        time.sleep(0.2)
-    # A low-priority node being reclaimed: every training process gets the scheduler's signal.
+        time.sleep(0.1)
+    # The node is lost (a low-priority VM reclaimed, a crash): every training process dies at once.
     for proc in procs:
         for child in psutil.Process(proc.pid).children(recursive=True):
-            child.send_signal(signal.SIGUSR1)
+            child.kill()
     codes, output = finish(procs, logs)
-    assert codes == [75, 75], output
-    assert results.collect(first, run_dir), "what the preempted job saved comes back"
+    assert all(code != 0 for code in codes), output
+    assert results.collect(first, run_dir), "what the failed job saved comes back"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and not (run_dir / "provenance.json").exists()
     done_before = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
-    assert 1 <= done_before < 40
+    assert 2 <= done_before < epochs
 
     args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=plan.data.local_dir / "manifest-3.json")
     plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
@@ -238,7 +238,7 @@ def test_preempted_job_resumes_from_the_downloaded_attempt(tmp_path):
     codes, output = run_pytorch(job, plan, second, pytorch_ranks(1, 2, port, "job-2"))
     assert codes == [0, 0], output
     assert (second / SEEDED).read_text() == "job-2", "rank 0 seeded this job's run directory"
-    record = check_provenance(second, "env", 1, 2, ("127.0.0.1", port), "job-2", epochs=40)
+    record = check_provenance(second, "env", 1, 2, ("127.0.0.1", port), "job-2", epochs=epochs)
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
-    epochs = [int(row.split(",")[0]) for row in (second / "metrics.csv").read_text().splitlines()[1:]]
-    assert epochs == list(range(40)), "the resumed job continued the same metrics, no epoch twice"
+    rows = [int(row.split(",")[0]) for row in (second / "metrics.csv").read_text().splitlines()[1:]]
+    assert rows == list(range(epochs)), "the resumed job continued the same metrics, no epoch twice"
