@@ -36,7 +36,8 @@ DATASETS = {
 }
 # The azureml profile's train jobs read the azureml: section from here: it is not part of any
 # run's config, so editing it never retrains a finished run.
-os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
+if PLATFORM == "azureml":
+    os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
 
 wildcard_constraints:

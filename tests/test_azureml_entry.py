@@ -24,14 +24,11 @@ from azure.ai.ml import load_job
 from conftest import TINY, make_run, subprocess_env
 
 from snakeddp.azureml import results, submit
-from snakeddp.azureml.entry import SEEDED
+from snakeddp.azureml.entry import SEEDED, seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
 from snakeddp.hashing import sha256_file
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning"),
-]
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
 MPIRUN = shutil.which("mpirun")
 LOOPBACK = {
     "OMPI_MCA_btl": "self,tcp",
@@ -164,6 +161,7 @@ def check_provenance(out_dir, launcher, nodes, devices, master, job_name, epochs
     return record
 
 
+@pytest.mark.e2e
 def test_mpi_distribution_single_node(tmp_path):
     plan, job = write_job(tmp_path, "mpi", nodes=1, devices=2)
     out = tmp_path / "outputs" / "run_dir"
@@ -173,6 +171,7 @@ def test_mpi_distribution_single_node(tmp_path):
     check_provenance(out, "mpirun", 1, 2, ("127.0.0.1", 29500), "job-mpi-1")
 
 
+@pytest.mark.e2e
 def test_mpi_distribution_two_nodes(tmp_path):
     plan, job = write_job(tmp_path, "mpi", nodes=2, devices=1)
     hosts = tmp_path / "mpi" / "hosts"
@@ -195,6 +194,7 @@ def test_mpi_distribution_two_nodes(tmp_path):
     assert (variables["SNAKEDDP_AZUREML_RESOURCE_GROUP"], variables["SNAKEDDP_AZUREML_WORKSPACE"]) == ("rg", "ws")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("nodes", "devices"), [(1, 2), (2, 1)])
 def test_pytorch_distribution(tmp_path, nodes, devices):
     plan, job = write_job(tmp_path, "pytorch", nodes=nodes, devices=devices)
@@ -205,6 +205,7 @@ def test_pytorch_distribution(tmp_path, nodes, devices):
     check_provenance(out, "env", nodes, devices, ("127.0.0.1", port), "job-pt")
 
 
+@pytest.mark.e2e
 def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     epochs = 8
     plan, job = write_job(
@@ -242,3 +243,21 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
     rows = [int(row.split(",")[0]) for row in (second / "metrics.csv").read_text().splitlines()[1:]]
     assert rows == list(range(epochs)), "the resumed job continued the same metrics, no epoch twice"
+
+
+def test_rank_zero_seeds_the_attempt_and_the_others_wait_for_this_job_only(tmp_path):
+    attempt = tmp_path / "resume"
+    (attempt / "checkpoints").mkdir(parents=True)
+    (attempt / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (attempt / "metrics.csv").write_text("epoch\n0\n")
+    (attempt / "run-state.json").write_text("{}")
+    (attempt / "unrelated.txt").write_text("not part of an attempt")
+    run_dir = tmp_path / "out"
+    run_dir.mkdir()
+    (run_dir / SEEDED).write_text("an-earlier-job")
+    with pytest.raises(TimeoutError, match="rank 1 waited 0 s for rank 0"):
+        wait_for_seed(run_dir, "job-2", rank=1, timeout_s=0.1)
+    seed(attempt, run_dir, "job-2")
+    wait_for_seed(run_dir, "job-2", rank=1, timeout_s=0.1)
+    assert (run_dir / "checkpoints" / "last.ckpt").read_bytes() == b"weights"
+    assert sorted(p.name for p in run_dir.iterdir()) == [SEEDED, "checkpoints", "metrics.csv", "run-state.json"]

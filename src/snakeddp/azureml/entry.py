@@ -35,14 +35,18 @@ def attempt_token(env: Mapping[str, str]) -> str:
 
 
 def seed(resume_from: Path, run_dir: Path, token: str) -> None:
-    """Copy the previous attempt into the run directory, then mark it done (rank 0 only)."""
+    """Copy the previous attempt into the run directory, then mark it done (rank 0 only).
+
+    Contents only (no permissions or times): the run directory is a mounted blob folder.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in ATTEMPT_FILES:
         source = resume_from / name
-        if source.is_dir():
-            shutil.copytree(source, run_dir / name, dirs_exist_ok=True)
-        elif source.is_file():
-            shutil.copy2(source, run_dir / name)
+        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+        for path in (p for p in files if p.is_file()):
+            target = run_dir / path.relative_to(resume_from)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
     atomic_write_text(run_dir / SEEDED, token)
 
 

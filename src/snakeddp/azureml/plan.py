@@ -116,9 +116,9 @@ def distribution_for(settings: Settings, run: RunFile) -> str:
     )
 
 
-def job_variables(plan_launch: dict[str, Any], distribution: str, compute: str, sdk: str) -> dict[str, str]:
+def job_variables(launch: dict[str, Any], distribution: str, compute: str, sdk: str) -> dict[str, str]:
     """Variables every process of the job gets (nothing secret: they end up in provenance)."""
-    threads = str(plan_launch["threads_per_process"])
+    threads = str(launch["threads_per_process"])
     variables = {
         "SNAKEDDP_PLATFORM": "azureml",
         "SNAKEDDP_AZUREML_SDK": sdk,
@@ -128,7 +128,7 @@ def job_variables(plan_launch: dict[str, Any], distribution: str, compute: str, 
     }
     if distribution == "pytorch":
         # AzureML documents RANK, LOCAL_RANK, WORLD_SIZE and NODE_RANK but not the processes per node.
-        variables["LOCAL_WORLD_SIZE"] = str(plan_launch["devices"])
-    if distribution == "mpi" and plan_launch["master_port"] is not None:
-        variables["MASTER_PORT"] = str(plan_launch["master_port"])
+        variables["LOCAL_WORLD_SIZE"] = str(launch["devices"])
+    if distribution == "mpi" and launch["master_port"] is not None:
+        variables["MASTER_PORT"] = str(launch["master_port"])
     return variables
