@@ -1,7 +1,6 @@
 """Train on AzureML: every training run becomes one AzureML job, and its results come back.
 
-``python -m snakeddp.launch --platform azureml`` calls ``submit.main``, which runs these steps in order.
-One job each:
+``python -m snakeddp.launch --platform azureml`` calls ``submit.main``. The modules, one job each:
 
 - ``settings``: the ``azureml:`` config section, validated, its workspace resolved;
 - ``plan``: what one run's job must do, independent of the SDK (command, layout, inputs);
