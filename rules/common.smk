@@ -1,4 +1,5 @@
 # Config validation, the run grid and input functions. Logic lives in src/snakeddp.
+import json
 import os
 import sys
 from pathlib import Path
@@ -73,6 +74,10 @@ DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
 }
+# The azureml profile's train jobs read the azureml: section from here: it is not part of any
+# run's config, so editing it never retrains a finished run.
+if PLATFORM == "azureml":
+    os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
 
 wildcard_constraints:

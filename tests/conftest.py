@@ -14,6 +14,30 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 
 
+def make_run(root: Path, config: dict, run_id: str = "base") -> tuple[Path, Path]:
+    """A dataset and a run.yaml under ``root/results`` as the workflow writes them: (run.yaml, manifest)."""
+    from snakeddp import config as configuration
+    from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+    from snakeddp.runfile import RunFile
+
+    resolved = configuration.validate(config)
+    data = resolved["data"]
+    dataset = configuration.dataset_id(data)
+    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    directory = root / "results" / "data" / dataset
+    train = []
+    for index in range(data["num_train_files"]):
+        part = directory / "train" / f"part-{index:05d}"
+        write_synthetic(params, "train", index, part.with_suffix(".safetensors"), part.with_suffix(".json"))
+        train.append(part.with_suffix(".json"))
+    write_synthetic(params, "val", 0, directory / "val.safetensors", directory / "val.json")
+    manifest = directory / f"manifest-{data['num_train_files']}.json"
+    write_dataset_manifest(manifest, dataset, params, train, directory / "val.json")
+    run_yaml = root / "results" / "runs" / run_id / "run.yaml"
+    RunFile(run_id=run_id, config=configuration.run_config(resolved)).write(run_yaml)
+    return run_yaml, manifest
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for processes the tests start: this checkout's package, one thread each."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}

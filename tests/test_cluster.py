@@ -44,6 +44,16 @@ AZUREML_MPI_SINGLE = {
     "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
     "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.5",
 }
+# A single-node AzureML PyTorch job as snakeddp submits it: the job spec adds LOCAL_WORLD_SIZE.
+AZUREML_PYTORCH_SINGLE = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "NODE_RANK": "0",
+    "MASTER_ADDR": "10.0.0.7",
+    "MASTER_PORT": "6105",
+    "LOCAL_WORLD_SIZE": "2",
+}
 # AzureML's PyTorch distribution exports torch's variables itself.
 AZUREML_PYTORCH = {
     "RANK": "2",
@@ -79,6 +89,7 @@ def as_tuple(layout):
         (AZUREML_MPI, ("mpirun", 3, 1, 4, 2, 1, 2, "10.0.0.4", 6105)),
         (AZUREML_MPI_SINGLE, ("mpirun", 1, 1, 2, 2, 0, 1, "10.0.0.5", 29500)),
         (AZUREML_PYTORCH, ("env", 2, 0, 4, 2, 1, 2, "10.0.0.6", 6105)),
+        (AZUREML_PYTORCH_SINGLE, ("env", 1, 1, 2, 2, 0, 1, "10.0.0.7", 6105)),
         ({}, ("spawn", 0, 0, 1, 1, 0, 1, "127.0.0.1", None)),
     ],
 )
