@@ -8,10 +8,13 @@ its MPI one), so ``snakeddp.train`` maps AzureML's variables to its ranks.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp import network, runenv
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.runfile import RunFile
 
@@ -116,10 +119,18 @@ def distribution_for(settings: Settings, run: RunFile) -> str:
     )
 
 
-def job_variables(launch: dict[str, Any], distribution: str, compute: str, sdk: str) -> dict[str, str]:
-    """Variables every process of the job gets (nothing secret: they end up in provenance)."""
+def job_variables(
+    launch: dict[str, Any], distribution: str, compute: str, sdk: str, env: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """Variables every process of the job gets (nothing secret: they end up in provenance).
+
+    The profile's network tuning and the tracking settings travel in the workflow's environment
+    (snakeddp.runenv), so they are copied from ``env`` into the job.
+    """
     threads = str(launch["threads_per_process"])
     variables = {
+        **network.forwarded(env),
+        **({runenv.TRACKING_VAR: env[runenv.TRACKING_VAR]} if runenv.TRACKING_VAR in env else {}),
         "SNAKEDDP_PLATFORM": "azureml",
         "SNAKEDDP_AZUREML_SDK": sdk,
         "SNAKEDDP_AZUREML_COMPUTE": compute,
