@@ -9,6 +9,7 @@ SRC = str(REPO / "src")
 sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
+from snakeddp import hashing as snakeddp_hashing
 from snakeddp.report.sources import workflow_files
 from snakeddp import runenv as snakeddp_runenv
 from snakeddp.data import sources as snakeddp_sources
@@ -55,8 +56,12 @@ SCALING = (
     )
     > 1
 )
-# The lock the environment records hash (environment.lock, else this checkout's).
+# The lock the environment records hash (environment.lock, else this checkout's). Its content
+# is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
+# path reaches the job through the environment.
 LOCK_FILE = CONFIG["environment"]["lock"] or str(REPO / "envs" / "requirements.lock")
+LOCK_SHA256 = snakeddp_hashing.sha256_file(LOCK_FILE)
+os.environ.update(SNAKEDDP_LOCK=str(Path(LOCK_FILE).resolve()))
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
@@ -93,6 +98,10 @@ def get_dataset_params(wildcards):
     return snakeddp_sources.identity(DATASETS[wildcards.dataset])
 
 
+def get_dataset_params_json(wildcards):
+    return json.dumps(get_dataset_params(wildcards), sort_keys=True)
+
+
 def get_table_files(wildcards):
     return snakeddp_sources.input_files(DATASETS[wildcards.dataset])
 
@@ -123,8 +132,8 @@ def get_manifest(wildcards):
     return f"results/data/{dataset}/manifest-{data['num_train_files']}.json"
 
 
-def get_run(wildcards):
-    return RUNS[wildcards.run]
+def get_run_json(wildcards):
+    return json.dumps(RUNS[wildcards.run], sort_keys=True)
 
 
 def get_launch(wildcards):

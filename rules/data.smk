@@ -1,5 +1,6 @@
 # Dataset stage: one job per partition (parallel, only missing ones), then the manifest.
 # Table datasets are first split in one streaming pass; their partition jobs only place the files.
+# Every step is `python -m snakeddp.steps ...` (see its docstring for why shell, not script).
 
 
 # A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
@@ -15,9 +16,9 @@ rule data_table:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/ingest_table.py"
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps ingest --params {params.data:q} --out {output.ingest:q} > {log:q} 2>&1"
 
 
 # One train partition: features, labels and sample ids, plus its checksum entry.
@@ -34,9 +35,11 @@ rule data_partition:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/generate_partition.py"
+        data=get_dataset_params_json,
+        ingest=lambda wildcards, input: input.ingest or "",
+    shell:
+        "python -m snakeddp.steps partition --params {params.data:q} --index {wildcards.index}"
+        " --ingest={params.ingest:q} --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
 # The validation set, drawn from its own seeded stream.
@@ -53,9 +56,11 @@ rule data_val:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/generate_partition.py"
+        data=get_dataset_params_json,
+        ingest=lambda wildcards, input: input.ingest or "",
+    shell:
+        "python -m snakeddp.steps val --params {params.data:q} --ingest={params.ingest:q}"
+        " --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
 # The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
@@ -73,9 +78,10 @@ rule data_manifest:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/write_manifest.py"
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps manifest --params {params.data:q} --dataset {wildcards.dataset:q}"
+        " --val {input.val:q} --out {output.manifest:q} --entries {input.entries:q} > {log:q} 2>&1"
 
 
 # data.source module: no partitions, only the record of the DataModule that reads the data.
@@ -88,6 +94,7 @@ rule data_module:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/write_module_record.py"
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps module --params {params.data:q} --dataset {wildcards.dataset:q}"
+        " --out {output.record:q} > {log:q} 2>&1"

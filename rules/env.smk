@@ -4,8 +4,6 @@
 # The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
 # conda packages) and its hash; rerun when the lock changes, so training reruns too.
 rule env_capture:
-    input:
-        lock=LOCK_FILE,
     output:
         record="results/envs/{stage}.json",
     log:
@@ -13,9 +11,11 @@ rule env_capture:
     conda:
         "../envs/{stage}.yaml"
     params:
-        image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else None,
-    script:
-        "../scripts/capture_environment.py"
+        lock_sha256=LOCK_SHA256,
+        image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else "",
+    shell:
+        "python -m snakeddp.steps environment --stage {wildcards.stage:q} --image={params.image:q}"
+        " --out {output.record:q} > {log:q} 2>&1"
 
 
 # Optional (snakemake build_image): build and tag envs/Dockerfile with docker or podman. Runs on

@@ -11,9 +11,10 @@ rule run_config:
     conda:
         "../envs/train.yaml"
     params:
-        run=get_run,
-    script:
-        "../scripts/write_run_config.py"
+        run=get_run_json,
+    shell:
+        "python -m snakeddp.steps run-config --run-id {wildcards.run:q} --run {params.run:q}"
+        " --out {output.run:q} > {log:q} 2>&1"
 
 
 # Train one run with the profile's launcher; provenance.json appears only when it completes.

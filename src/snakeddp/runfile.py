@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,18 +52,3 @@ class RunFile:
             )
         ((run_id, run),) = runs.items()
         return cls(run_id=run_id, config=run["config"], point=run["point"])
-
-
-def main(argv: list[str] | None = None) -> int:
-    """python -m snakeddp.runfile --run-id ID --run JSON --out run.yaml (the workflow's run_config rule)."""
-    parser = argparse.ArgumentParser(prog="python -m snakeddp.runfile", description=main.__doc__)
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--run", required=True, type=json.loads, help='{"point": {...}, "config": {...}} as JSON')
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
