@@ -38,9 +38,13 @@ DATASETS = {
 # put profiles/slurm/bin/srun (which restores it) first on the jobs' PATH.
 SLURM_BIN = str(REPO / "profiles" / "slurm" / "bin")
 if PLATFORM == "slurm" and os.environ.get("SLURM_CONF"):
-    os.environ["SNAKEDDP_SLURM_CONF"] = os.environ["SLURM_CONF"]
-    if SLURM_BIN not in os.environ["PATH"].split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([SLURM_BIN, os.environ["PATH"]])
+    search_path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ.update(
+        SNAKEDDP_SLURM_CONF=os.environ.get("SLURM_CONF"),
+        PATH=os.pathsep.join(
+            search_path if SLURM_BIN in search_path else [SLURM_BIN, *search_path]
+        ),
+    )
 
 
 wildcard_constraints:
