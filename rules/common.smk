@@ -33,6 +33,9 @@ DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
 }
+
+from snakeddp.slurm_resources import slurm_resources
+
 # The Slurm jobstep plugin removes SLURM_CONF before it calls srun, so a config outside
 # /etc/slurm (tests/slurm/cluster.sh) is lost in every job: keep a copy it leaves alone, and
 # put profiles/slurm/bin/srun (which restores it) first on the jobs' PATH.
@@ -96,29 +99,5 @@ def get_train_threads(wildcards):
 
 
 def get_slurm_tasks(wildcards):
-    """A run's layout as snakemake-executor-plugin-slurm reads it: one Slurm task per process.
-
-    The plugin wants an `mpi` job to give tasks_per_node or tasks (not both), each above 1:
-    several processes per node give tasks_per_node (Lightning reads SLURM_NTASKS_PER_NODE),
-    one per node gives tasks. 0 and "" leave a resource unset. `mpi` is declared even for one
-    process (empty, which the submit plugin skips) so that the jobstep plugin leaves the step to
-    the launcher: in the jobstep's own `srun` step, a preemption signal would stop Snakemake too.
-    """
-    launch = get_launch(wildcards)
-    # `auto` means srun on the slurm platform (snakeddp.cluster.PLATFORM_DEFAULT).
-    launcher = "srun" if launch["launcher"] == "auto" else launch["launcher"]
-    nodes, devices = launch["nodes"], launch["devices"]
-    one_task_per_process = launcher in ("srun", "mpirun")
-    per_node = devices if one_task_per_process and devices > 1 else 0
-    tasks = nodes if one_task_per_process and nodes > 1 and not per_node else 0
-    gpu = launch["accelerator"] == "gpu"
-    threads = launch["threads_per_process"]
-    return {
-        "mpi": launcher if per_node or tasks else "",
-        "tasks_per_node": per_node,
-        "tasks": tasks,
-        # With `tasks` on GPUs the plugin would add --ntasks-per-gpu=<tasks>: one per GPU is meant.
-        "tasks_per_gpu": 1 if gpu and tasks else 0,
-        "cpus_per_task": threads if one_task_per_process else threads * devices,
-        "gres": f"gpu:{devices}" if gpu else "",
-    }
+    """The train rule's Slurm task layout (snakeddp.slurm_resources)."""
+    return slurm_resources(get_launch(wildcards))

@@ -3,6 +3,8 @@
 # cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
 set -euo pipefail
 packages=(openmpi-bin libopenmpi-dev)
+# The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
+packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -134,11 +134,14 @@ class EpochMetrics(Callback):
 class Preemption(Callback):
     """Stop every rank at the same step on a scheduler's warning signal and save a resumable last.ckpt.
 
-    The signal handler only raises a flag: no collective ever runs inside a handler. Lightning
-    already broadcasts rank 0's "stop" flag at every training step and then stops all ranks at
-    that step with SIGTERMException; ``on_exception`` saves last.ckpt there (a collective save
-    that records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75.
-    A rerun resumes at the next batch of the same epoch and partition.
+    The signal handler only raises a flag: no collective ever runs inside a handler. The ranks
+    agree at the end of every training step (one max-reduce of the flags), because a signal
+    reaches them at different moments (under Slurm, each node's slurmstepd sends its own): a
+    rank that stopped on its own flag would wait in the checkpoint's collectives while the
+    others wait in the next step's. When any rank was signalled, all set Lightning's stop flag
+    at that step and raise SIGTERMException together; ``on_exception`` saves last.ckpt there (a
+    collective save that records the loader's position mid-epoch) and ``snakeddp.train`` exits
+    with code 75. A rerun resumes at the next batch of the same epoch and partition.
     """
 
     def __init__(self, signals: list[str], last_path: Path) -> None:
@@ -146,20 +149,31 @@ class Preemption(Callback):
         self.last_path = last_path
         self.requested = False
         self.preempted = False
-        self._trainer: pl.Trainer | None = None
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
-        if self._trainer is not None:
-            # The flag Lightning's per-step broadcast reads (its own SIGTERM handler would also
-            # broadcast from inside the handler, which can interleave with a running collective).
-            self._trainer._signal_connector.received_sigterm = True
+
+    def _install(self) -> None:
+        for signum in self.signals:
+            previous = signal.signal(signum, self._handler)
+            self._previous.setdefault(signum, previous)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._trainer = trainer
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handler)
+        self._install()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Again after Lightning registered its own SIGTERM handler, which sets a per-rank flag.
+        self._install()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        requested = torch.tensor(float(self.requested), device=pl_module.device)
+        if trainer.world_size > 1:
+            requested = trainer.strategy.reduce(requested, reduce_op="max")
+        if requested.item():
+            trainer._signal_connector.received_sigterm = True
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, previous in self._previous.items():

@@ -23,6 +23,7 @@ from unittest.mock import ANY
 import pytest
 import yaml
 
+from snakeddp.config import dataset_id, validate
 from tests.conftest import TINY, Workflow, subprocess_env
 from tests.slurm.cluster import NODES, Cluster
 
@@ -40,10 +41,6 @@ FAST_POLLING = (
     "5",
     # Keep every job's Slurm log so tests can read it (the plugin deletes successful ones).
     "--slurm-keep-successful-logs",
-    # Bundles run their jobs one after another (the jobstep runs with --jobs 1), so a
-    # bundle asks for one core; the test nodes have two.
-    "--cores",
-    "1",
 )
 
 
@@ -55,7 +52,8 @@ class SlurmWorkflow(Workflow):
         self.cluster = cluster
 
     def env(self) -> dict[str, str]:
-        return subprocess_env(**self.cluster.env())
+        # UTC: sacct prints times in local time, the run's metrics in UTC.
+        return subprocess_env(TZ="UTC", **self.cluster.env())
 
     def command(self, *args: str) -> list[str]:
         return super().command(*FAST_POLLING, *args)
@@ -238,13 +236,16 @@ def test_slurm_signals_reach_every_rank(workflow: SlurmWorkflow, launcher: str, 
     assert [(r["rank"], r["node"]) for r in signalled] == [(rank, NODES[rank // 2]) for rank in range(4)]
 
 
+MAX_EPOCHS = 20
+
+
 @pytest.fixture(scope="module")
 def preempted(workflow: SlurmWorkflow):
     """Two runs (srun, mpirun; 2 nodes x 1 task) that get SIGUSR1 from Slurm in their third epoch."""
+    # The data of the first test; small batches make ~40 steps per epoch.
     workflow.write_config(
         config(
-            data={"num_records_per_train_file": 3000},
-            trainer={"max_epochs": 12, "batch_size": 16, "early_stopping": {"enabled": False}},
+            trainer={"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}},
             launch={"nodes": 2, "devices": 1},
             sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]},
         )
@@ -291,19 +292,19 @@ def test_preempted_run_resumes_from_last_checkpoint_on_retry(workflow: SlurmWork
     assert returncode == 0, output[-5000:]
     attempts = [job for job in accounted_jobs(workflow) if job["Comment"].endswith(f"_wildcards_{run}")]
     assert [(job["JobID"], job["State"]) for job in attempts] == [(signalled[run], "FAILED"), (ANY, "COMPLETED")]
-    # The failed attempt's Slurm log shows the rule's log (show-failed-logs): where it stopped.
-    stopped = re.search(r"preempted in epoch (\d+); saved \S*last.ckpt", slurm_log(workflow, signalled[run]))
-    assert stopped, slurm_log(workflow, signalled[run])[-3000:]
+    # Snakemake showed the failed attempt's rule log (show-failed-logs) before the retry.
+    stopped = re.search(rf"preempted in epoch (\d+); saved results/runs/{run}/checkpoints/last.ckpt", output)
+    assert stopped, output[-5000:]
     epoch = int(stopped.group(1))
     assert epoch >= 2
 
     record = provenance(workflow, run)
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
-    assert record["training"]["epochs_completed"] == 12
+    assert record["training"]["epochs_completed"] == MAX_EPOCHS
     # Every epoch trained exactly once: the ones before the signal finished during the first
     # attempt and were not redone, the rest during the retry.
     rows = metrics(workflow, run)
-    assert [int(row["epoch"]) for row in rows] == list(range(12))
+    assert [int(row["epoch"]) for row in rows] == list(range(MAX_EPOCHS))
     first_end = attempts[0]["End"]
     assert all(row["finished_at"][:19] <= first_end for row in rows[:epoch])
     assert all(row["finished_at"][:19] >= first_end for row in rows[epoch:])
@@ -338,9 +339,9 @@ def test_ranks_that_cannot_be_resolved_refuse_to_train(
 def test_forty_partitions_are_a_handful_of_slurm_jobs(workflow: SlurmWorkflow):
     many = config(data={"num_train_files": 40, "num_records_per_train_file": 50, "num_val_records": 50, "seed": 40})
     workflow.write_config(many)
-    done = workflow.run("--group-components", "data=20", "--", "data_manifest")
+    dataset = Path("results", "data", dataset_id(validate(many)["data"]))
+    done = workflow.run("--group-components", "data=10", "--", str(dataset / "manifest-40.json"))
     jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
-    # 40 partitions and the validation set, 20 to a bundle: 3 sbatch calls instead of 41.
-    assert [(job_rule(job), job["State"]) for job in jobs] == [("data", "COMPLETED")] * 3
-    (dataset,) = [p for p in (workflow.directory / "results" / "data").iterdir() if (p / "manifest-40.json").exists()]
-    assert len(list((dataset / "train").glob("part-*.safetensors"))) == 40
+    # 40 partitions and the validation set, 10 to a bundle: 5 sbatch calls instead of 41.
+    assert [(job_rule(job), job["State"]) for job in jobs] == [("data", "COMPLETED")] * 5
+    assert len(list((workflow.directory / dataset / "train").glob("part-*.safetensors"))) == 40
