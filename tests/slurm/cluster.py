@@ -38,7 +38,7 @@ CLUSTER_NAME = "snakeddp"
 PARTITION = "main"
 STATE_FILE = "cluster.json"
 DEFAULT_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "snakeddp-slurm"
-DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "mariadb-install-db", "sacctmgr")
+REQUIRED = ("slurmctld", "slurmd", "slurmdbd", "sacctmgr", "munged", "mungekey", "mariadbd", "mariadb-install-db")
 # The fake nodes' names do not resolve and both live on this host: keep rendezvous and MPI
 # traffic on the loopback interface.
 LOOPBACK_ENV = {
@@ -84,7 +84,7 @@ class Cluster:
 
     def client_env(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-        return {**base, **self.env()}
+        return {**base, **self.env(), "PATH": search_path()}
 
     def save(self) -> None:
         data = {"directory": str(self.directory), "ports": self.ports, "pids": self.pids}
@@ -114,8 +114,15 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def require_binaries() -> None:
-    missing = [name for name in DAEMONS if shutil.which(name) is None and shutil.which(name, path="/usr/sbin") is None]
+def search_path() -> str:
+    """PATH with the sbin directories the daemons are installed in (not on a user's PATH)."""
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def require_root_and_binaries() -> None:
+    if os.geteuid() != 0:
+        raise ClusterError("the daemons (slurmd, munged) must run as root. HINT: sudo tests/slurm/cluster.sh start")
+    missing = [name for name in REQUIRED if shutil.which(name, path=search_path()) is None]
     if missing:
         raise ClusterError(
             f"missing {', '.join(missing)}. HINT: install the Debian packages with tools/system-packages.sh "
@@ -125,7 +132,9 @@ def require_binaries() -> None:
 
 def node_memory_mb() -> int:
     """A RealMemory below what slurmd measures, so both fake nodes register."""
-    out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["slurmd", "-C"], env={"PATH": search_path()}, capture_output=True, text=True, check=True
+    ).stdout
     measured = int(next(part.split("=")[1] for part in out.split() if part.startswith("RealMemory=")))
     return max(1000, measured - 1024)
 
@@ -258,7 +267,8 @@ def port_open(port: int) -> bool:
 def start_munge(cluster: Cluster) -> None:
     munge = cluster.path("munge")
     munge.mkdir(mode=0o755)
-    subprocess.run(["mungekey", "--create", "--keyfile", str(munge / "munge.key")], check=True, capture_output=True)
+    keygen = ["mungekey", "--create", "--keyfile", str(munge / "munge.key")]
+    subprocess.run(keygen, env=cluster.client_env(), check=True, capture_output=True)
     spawn(
         cluster,
         "munged",
@@ -287,6 +297,7 @@ def start_mariadb(cluster: Cluster) -> str:
             "--auth-root-authentication-method=socket",
             "--skip-test-db",
         ],
+        env=cluster.client_env(),
         capture_output=True,
         text=True,
         check=False,
@@ -318,13 +329,14 @@ def start_mariadb(cluster: Cluster) -> str:
         f"CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}'; "
         "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
     )
-    subprocess.run(["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e", sql], check=True)
+    client = ["mariadb", "--no-defaults", f"--socket={sock}", "-u", "root", "-e", sql]
+    subprocess.run(client, env=cluster.client_env(), check=True)
     return password
 
 
 def start(directory: Path) -> Cluster:
     """Start every daemon; on any failure stop what was started and raise ClusterError."""
-    require_binaries()
+    require_root_and_binaries()
     existing = Cluster.load(directory)
     if existing is not None and any(alive(pid) for pid in existing.pids.values()):
         raise ClusterError(f"a cluster is already running from {directory}. HINT: tests/slurm/cluster.sh stop")

@@ -163,6 +163,10 @@ def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: Slurm
         assert record["launch"]["job_id"] == job["JobID"]
         assert job["NNodes"] == str(nodes) and job["NCPUS"] == str(2 * nodes)
         assert f"run {run} on slurm via srun" in rule_log(workflow, run)
+        # What Slurm told rank 0 about the allocation is recorded alongside the resolved layout.
+        variables = record["launch"]["variables"]
+        assert variables["SLURM_JOB_NODELIST"].split(",") == list(NODES[:nodes])
+        assert variables["SLURM_NTASKS_PER_NODE"] == "2"
         # The ranks are one srun step of 2 x nodes tasks (Snakemake stays in the batch step).
         assert [(step["JobName"], step["NTasks"]) for step in steps(workflow, job["JobID"])] == [
             ("batch", "1"),
