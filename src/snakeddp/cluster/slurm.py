@@ -73,7 +73,7 @@ def rendezvous_exports(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, st
     """MASTER_ADDR/MASTER_PORT every rank of a job agrees on, plus SLURM_CONF for srun/mpirun.
 
     Rank 0 runs on the first node of the allocation; its NodeAddr is used rather than its name
-    because node names need not resolve (they do not on tests/slurm/cluster.sh's two fake nodes).
+    because node names need not resolve (the second node of tests/slurm/cluster.sh does not).
     """
     restored = client_env(env)
     exports = {"SLURM_CONF": restored["SLURM_CONF"]} if restored.get("SLURM_CONF") != env.get("SLURM_CONF") else {}
