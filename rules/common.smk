@@ -84,6 +84,21 @@ DATASETS = {
 if PLATFORM == "azureml":
     os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
+from snakeddp.slurm_resources import slurm_resources
+
+# The Slurm jobstep plugin removes SLURM_CONF before it calls srun, so a config outside
+# /etc/slurm (tests/slurm/cluster.sh) is lost in every job: keep a copy it leaves alone, and
+# put profiles/slurm/bin/srun (which restores it) first on the jobs' PATH.
+SLURM_BIN = str(REPO / "profiles" / "slurm" / "bin")
+if PLATFORM == "slurm" and os.environ.get("SLURM_CONF"):
+    search_path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ.update(
+        SNAKEDDP_SLURM_CONF=os.environ.get("SLURM_CONF"),
+        PATH=os.pathsep.join(
+            search_path if SLURM_BIN in search_path else [SLURM_BIN, *search_path]
+        ),
+    )
+
 
 wildcard_constraints:
     run=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
@@ -143,3 +158,8 @@ def get_launch(wildcards):
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
     return launch["devices"] * launch["threads_per_process"]
+
+
+def get_slurm_tasks(wildcards):
+    """The train rule's Slurm task layout (snakeddp.slurm_resources)."""
+    return slurm_resources(get_launch(wildcards))

@@ -72,8 +72,8 @@ rule data_manifest:
         manifest="results/data/{dataset}/manifest-{parts}.json",
     log:
         "logs/data/{dataset}/manifest-{parts}.log",
-    group:
-        "data"
+    # Not in group "data": it would join every partition into one component, so
+    # group-components (profiles/slurm) could no longer bundle them N at a time.
     localrule: True
     conda:
         "../envs/data.yaml"

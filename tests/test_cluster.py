@@ -198,3 +198,37 @@ def test_platform_defaults():
     assert cluster.for_platform("mpirun", "local").name == "mpirun"
     with pytest.raises(LaunchError, match="needs the slurm profile"):
         cluster.for_platform("srun", "local")
+
+
+# What a rule started by snakemake-executor-plugin-slurm-jobstep sees: the allocation's SLURM_*
+# variables and SLURM_CONF removed, the workflow's copy of SLURM_CONF kept.
+JOBSTEP_ENV = {
+    "SLURM_JOB_ID": "4321",
+    "SLURM_JOBID": "4321",
+    "SNAKEDDP_SLURM_CONF": "/opt/slurm/etc/slurm.conf",
+    "MASTER_ADDR": "10.1.0.7",
+}
+
+
+def test_srun_inside_the_jobstep_restores_the_config_and_fixes_the_rendezvous():
+    argv, exports = cluster.get("srun").command(plan(nodes=2, devices=2, gpus=True), JOBSTEP_ENV)
+    assert exports == {"SLURM_CONF": "/opt/slurm/etc/slurm.conf", "MASTER_ADDR": "10.1.0.7", "MASTER_PORT": "19321"}
+    # Every rank sees its node's GPUs (Lightning uses cuda:<local rank>), no per-task binding.
+    assert "--gres=gpu:2" in argv and not any(a.startswith("--gpus-per-task") for a in argv)
+
+
+def test_mpirun_inside_slurm_signals_every_rank_and_gets_back_the_allocation():
+    env = {**JOBSTEP_ENV, "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    argv, exports = cluster.get("mpirun").command(plan(nodes=2, devices=2), env)
+    assert argv[argv.index("--mca") : argv.index("--mca") + 3] == ["--mca", "ras_base_launch_orted_on_hn", "1"]
+    assert exports["SLURM_NODELIST"] == "gpu[07-08]" and exports["SLURM_TASKS_PER_NODE"] == "2(x2)"
+    assert exports["SLURM_CONF"] == "/opt/slurm/etc/slurm.conf"
+    exported_to_ranks = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"} <= exported_to_ranks
+    assert "SLURM_NODELIST" not in exported_to_ranks and "--oversubscribe" not in argv
+
+
+def test_mpirun_keeps_an_allocation_it_can_see():
+    env = {**JOBSTEP_ENV, "SLURM_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_CONF": "/etc/slurm.conf"}
+    _, exports = cluster.get("mpirun").command(plan(nodes=2, devices=2), env)
+    assert "SLURM_NODELIST" not in exports and "SLURM_CONF" not in exports

@@ -2,7 +2,11 @@
 # Debian packages the tests start for real: OpenMPI (mpirun), Slurm + munge + MariaDB (a local
 # cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
 set -euo pipefail
-packages=(openmpi-bin libopenmpi-dev chromium fonts-dejavu-core)
+packages=(openmpi-bin libopenmpi-dev)
+# The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
+packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+# Headless rendering of the HTML report, with a font for its figures.
+packages+=(chromium fonts-dejavu-core)
 
 missing=()
 for pkg in "${packages[@]}"; do

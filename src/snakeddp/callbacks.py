@@ -142,8 +142,9 @@ class Preemption(Callback):
     """Stop every rank at the same step on a scheduler's warning signal and save a resumable last.ckpt.
 
     The signal handler only raises a flag: no collective ever runs inside a handler. After each
-    training step the ranks agree with one all-reduce whether any of them was signalled (ranks
-    can be signalled at different steps, or only some of them); then every rank raises
+    training step the ranks agree with one all-reduce whether any of them was signalled (a signal
+    reaches ranks at different moments: under Slurm each node's slurmstepd sends its own, and
+    some launchers reach only some ranks); then every rank raises
     ``Preempted`` from the same step, ``on_exception`` saves last.ckpt (a collective save that
     records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75. A rerun
     resumes at the next batch of the same epoch and partition.
