@@ -46,6 +46,20 @@ def test_example_trains_its_own_model_on_its_csv_through_the_pipeline(example):
 
 
 @pytest.mark.e2e
+def test_the_run_leaves_the_users_config_files_as_they_were_and_crates_both(example):
+    """The default config and the example's are both named config.yaml: the report's crate keeps
+    one copy of each, and placing the second never writes into the first (a hard link once did)."""
+    workflow, _ = example
+    for name in ("config/config.yaml", "examples/tabular/config.yaml"):
+        assert (workflow.directory / name).read_text() == (REPO / name).read_text(), name
+    crated = workflow.directory / "results" / "report" / "files" / "workflow" / "config"
+    names = {p.name for p in crated.iterdir()}
+    assert {"1-config.yaml", "2-config.yaml"} <= names and "config.yaml" not in names, names
+    originals = {(REPO / name).read_text() for name in ("config/config.yaml", "examples/tabular/config.yaml")}
+    assert {(crated / name).read_text() for name in ("1-config.yaml", "2-config.yaml")} == originals
+
+
+@pytest.mark.e2e
 def test_example_beats_a_constant_predictor_on_validation(example):
     workflow, _ = example
     record = json.loads((workflow.directory / "results" / "runs" / "devices-2" / "provenance.json").read_text())
@@ -62,9 +76,11 @@ def test_example_beats_a_constant_predictor_on_validation(example):
 
 @pytest.mark.e2e
 def test_trackers_and_network_settings_never_rerun_the_example(example, tmp_path):
-    workflow, env = example
+    """An overlay that only turns on a tracker and sets NCCL_DEBUG trains nothing again; only the
+    report's crate, which lists the config files given, is rebuilt."""
+    workflow, _ = example
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("tracking:\n  wandb: {enabled: true}\nnetwork:\n  env: {NCCL_DEBUG: INFO}\n")
     assert workflow.planned_jobs() == {}
-    done = workflow.run("--dry-run", "--configfile", str(workflow.configfile), str(overlay), env=env)
-    assert "Nothing to be done" in done.stdout + done.stderr
+    planned = workflow.planned_jobs("--configfile", str(workflow.configfile), str(overlay))
+    assert planned == {"report_crate": 1, "all": 1}

@@ -11,7 +11,6 @@ Everything here is rewritten on each attempt; the run directory's own files stay
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.fsutil import atomic_write_json, read_json
+from snakeddp.fsutil import atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.runfile import RunFile
 from snakeddp.runstate import ATTEMPT_FILES, CHECKPOINT_DIR, LAST, STATE_FILE
@@ -94,13 +93,6 @@ def resumable(run_dir: Path, key: str) -> bool:
     return state.is_file() and read_json(state).get("resume_key") == key and last.is_file()
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
-
-
 def stage_resume(run_dir: Path, resume_dir: Path, resume: bool) -> Path | None:
     """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume."""
     if resume_dir.exists():
@@ -111,7 +103,7 @@ def stage_resume(run_dir: Path, resume_dir: Path, resume: bool) -> Path | None:
     for name in ATTEMPT_FILES:
         source = run_dir / name
         if source.is_dir():
-            shutil.copytree(source, resume_dir / name, copy_function=_link_or_copy)
+            shutil.copytree(source, resume_dir / name, copy_function=link_or_copy)
         elif source.is_file():
-            _link_or_copy(source, resume_dir / name)
+            link_or_copy(source, resume_dir / name)
     return resume_dir

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.data.partitions import encode_header
-from snakeddp.fsutil import atomic_write, atomic_write_json, read_json
+from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 
 FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -390,12 +389,7 @@ def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entr
     verify_file(source, entry)
     target = Path(part)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        with open(source, "rb") as data:
-            atomic_write(target, lambda handle: shutil.copyfileobj(data, handle))
+    link_or_copy(source, target)
     # Snakemake compares output times with its inputs'; the link keeps the ingest time otherwise.
     os.utime(target)
     entry["file"] = target.name

@@ -16,8 +16,6 @@ provenance); Snakemake is the engine whose OrganizeAction ran the workflow's Cre
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +26,7 @@ from rocrate.model.contextentity import ContextEntity
 from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
-from snakeddp.fsutil import atomic_write_json, atomic_write_text
+from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.report.runs import Run
 from snakeddp.report.sources import workflow_files
 from snakeddp.report.table import flatten
@@ -47,14 +45,11 @@ MIME = {".json": "application/json", ".csv": "text/csv", ".yaml": "application/y
         ".smk": "text/plain", ".lock": "text/plain", ".ckpt": "application/zip"}  # fmt: skip
 
 
-def _place(source: Path, target: Path) -> None:
-    """Hard-link ``source`` at ``target`` (a copy where links are not possible, e.g. across filesystems)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    source = source.resolve()  # link the file, not a (relative) symlink to it
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+def _place(source: Path, target: Path, link: bool = False) -> None:
+    """Copy ``source`` to ``target``, or hard-link it (checkpoints: large, and written once by the
+    pipeline). Configs and sources are copied: an editor saving one in place must not change what
+    the crate recorded, and a crate file must never be a way to write into a user's file."""
+    (link_or_copy if link else copy_file)(source, target)
 
 
 class CrateBuilder:
@@ -71,11 +66,13 @@ class CrateBuilder:
         )
         self.crate.root_dataset["datePublished"] = datetime.now(UTC).isoformat(timespec="seconds")
 
-    def add(self, source: Path, dest: str, types: Sequence[str] = ("File",), **properties: Any) -> Any:
+    def add(
+        self, source: Path, dest: str, types: Sequence[str] = ("File",), link: bool = False, **properties: Any
+    ) -> Any:
         """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it."""
         target = self.root / dest
         if not (target.exists() and target.samefile(source)):
-            _place(source, target)
+            _place(source, target, link)
         props = {"@type": list(types), "name": Path(dest).name, "contentSize": str(target.stat().st_size)}
         props.update(properties)
         if Path(dest).suffix in MIME:
@@ -254,6 +251,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
         builder.add(
             run.file(c),
             f"{base}/{c['path']}",
+            link=True,
             sha256=c["sha256"],
             description=(
                 f"best checkpoint (val_loss {p['training']['best_val_loss']})" if c["path"] == best else "checkpoint"
@@ -266,6 +264,13 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
     return files
+
+
+def _unique_names(paths: Sequence[str | Path]) -> list[str]:
+    """File names for ``paths`` in one folder: the name itself, numbered in given order where names repeat
+    (the default config/config.yaml and an overlay such as examples/tabular/config.yaml)."""
+    names = [Path(path).name for path in paths]
+    return [name if names.count(name) == 1 else f"{index}-{name}" for index, name in enumerate(names, 1)]
 
 
 def build(
@@ -291,8 +296,8 @@ def build(
     workflow = _workflow(builder, repo, snakemake_version, commits.pop() if len(commits) == 1 else None)
     tool = _train_tool(builder, workflow, runs, params)
     configs = [
-        builder.add(Path(path), f"{PAYLOAD}/workflow/config/{Path(path).name}", description="workflow config file")
-        for path in config_files
+        builder.add(Path(path), f"{PAYLOAD}/workflow/config/{name}", description=f"workflow config file {path}")
+        for path, name in zip(config_files, _unique_names(config_files), strict=True)
     ]
     resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
     atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False))
