@@ -12,9 +12,11 @@ run: setup
 test: setup-dev system-packages lint pytest
 
 lint: setup-dev
-	$(BIN)/ruff check src scripts tests bench tools
-	$(BIN)/ruff format --check src scripts tests bench tools
+	$(BIN)/ruff check src scripts tests bench tools examples
+	$(BIN)/ruff format --check src scripts tests bench tools examples
 	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/python -m snakeddp.envfiles check
+	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 
 pytest: setup-dev

@@ -17,8 +17,12 @@ include: "rules/train.smk"
 include: "rules/report.smk"
 
 
-# Everything a user looks at: the run table and each run's provenance.
+# Everything a user looks at: the run table, the report page, the RO-Crate of the runs and the
+# record of each stage's environment.
 rule all:
     default_target: True
     input:
         rules.report_runs.output.table,
+        rules.report_html.output.html,
+        rules.report_crate.output.crate,
+        expand(rules.env_capture.output.record, stage=["data", "train", "report"]),

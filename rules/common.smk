@@ -1,38 +1,103 @@
 # Config validation, the run grid and input functions. Logic lives in src/snakeddp.
+import json
 import os
-import shlex
 import sys
 from pathlib import Path
 
 REPO = Path(workflow.basedir)
 SRC = str(REPO / "src")
-LOCK_FILE = str(REPO / "envs" / "requirements.lock")
 sys.path.insert(0, SRC)
-# Jobs (local, Slurm, conda or container envs) import the same package from this checkout.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (SRC, os.environ.get("PYTHONPATH")) if p
-)
 
 from snakeddp import config as snakeddp_config
+from snakeddp import hashing as snakeddp_hashing
+from snakeddp.report.sources import workflow_files
+from snakeddp import runenv as snakeddp_runenv
+from snakeddp.data import sources as snakeddp_sources
 
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
+    # Tables enter dataset ids by checksum, so a changed table is a new dataset.
+    snakeddp_sources.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    # Network tuning and trackers are not part of a run's identity: they reach the training
+    # processes through the environment, so changing them never reruns a job.
+    os.environ.update(snakeddp_runenv.variables(CONFIG))
 except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
 PLATFORM = CONFIG["platform"]
-# The venv's interpreter unless a conda env or container provides its own `python`.
-PYTHON = (
-    "python"
-    if {m.name for m in workflow.deployment_settings.deployment_method}
-    & {"CONDA", "APPTAINER"}
-    else shlex.quote(sys.executable)
+DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
+# What every job inherits (locally and through sbatch): this checkout's package, the profile's
+# platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
+# a finished run between profiles does not retrain it) and, unless a conda env or container
+# provides its own, the interpreter Snakemake runs under as `python`.
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
+    SNAKEDDP_PLATFORM=PLATFORM,
 )
+if not DEPLOYMENT & {"CONDA", "APPTAINER"}:
+    os.environ.update(
+        PATH=os.pathsep.join(
+            [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+        )
+    )
+# What the report's RO-Crate carries: the workflow's own files and the config files given.
+WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
+CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
+# Report settings are not part of any run: changing them reruns only the report jobs.
+REPORT = CONFIG["report"]
+# A scaling figure only makes sense when the runs differ in world size.
+SCALING = (
+    len(
+        {
+            run["config"]["launch"]["nodes"] * run["config"]["launch"]["devices"]
+            for run in RUNS.values()
+        }
+    )
+    > 1
+)
+# The lock the environment records hash (environment.lock, else this checkout's). Its content
+# is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
+# path reaches the job through the environment.
+LOCK_FILE = CONFIG["environment"]["lock"] or str(REPO / "envs" / "requirements.lock")
+LOCK_SHA256 = snakeddp_hashing.sha256_file(LOCK_FILE)
+os.environ.update(SNAKEDDP_LOCK=str(Path(LOCK_FILE).resolve()))
+# The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
+CONTAINER_IMAGE = CONFIG["environment"]["image"]
+if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
+    raise WorkflowError(
+        "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
+        "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
+        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."
+    )
+
+
+container: CONTAINER_IMAGE
+
+
 DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
 }
+# The azureml profile's train jobs read the azureml: section from here: it is not part of any
+# run's config, so editing it never retrains a finished run.
+if PLATFORM == "azureml":
+    os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
+
+from snakeddp.slurm_resources import slurm_resources
+
+# The Slurm jobstep plugin removes SLURM_CONF before it calls srun, so a config outside
+# /etc/slurm (tests/slurm/cluster.sh) is lost in every job: keep a copy it leaves alone, and
+# put profiles/slurm/bin/srun (which restores it) first on the jobs' PATH.
+SLURM_BIN = str(REPO / "profiles" / "slurm" / "bin")
+if PLATFORM == "slurm" and os.environ.get("SLURM_CONF"):
+    search_path = os.environ.get("PATH", "").split(os.pathsep)
+    os.environ.update(
+        SNAKEDDP_SLURM_CONF=os.environ.get("SLURM_CONF"),
+        PATH=os.pathsep.join(
+            search_path if SLURM_BIN in search_path else [SLURM_BIN, *search_path]
+        ),
+    )
 
 
 wildcard_constraints:
@@ -44,13 +109,23 @@ wildcard_constraints:
 
 
 def get_dataset_params(wildcards):
-    """Parameters that shape a dataset's bytes (not how many partitions exist)."""
-    data = DATASETS[wildcards.dataset]
-    return {
-        k: v
-        for k, v in data.items()
-        if k not in snakeddp_config.DATA_KEYS_OUTSIDE_IDENTITY
-    }
+    """Parameters that shape a dataset's bytes (for synthetic data, not how many partitions exist)."""
+    return snakeddp_sources.identity(DATASETS[wildcards.dataset])
+
+
+def get_dataset_params_json(wildcards):
+    return json.dumps(get_dataset_params(wildcards), sort_keys=True)
+
+
+def get_table_files(wildcards):
+    return snakeddp_sources.input_files(DATASETS[wildcards.dataset])
+
+
+def get_ingested(wildcards):
+    """A table dataset's partitions come from its one ingestion pass; synthetic ones need nothing."""
+    if DATASETS[wildcards.dataset]["source"] != "table":
+        return []
+    return f"results/data/{wildcards.dataset}/ingest"
 
 
 def get_partition_entries(wildcards):
@@ -67,11 +142,13 @@ def run_data(run):
 def get_manifest(wildcards):
     data = run_data(wildcards.run)
     dataset = snakeddp_config.dataset_id(data)
+    if data["source"] == "module":
+        return f"results/data/{dataset}/module.json"
     return f"results/data/{dataset}/manifest-{data['num_train_files']}.json"
 
 
-def get_run(wildcards):
-    return RUNS[wildcards.run]
+def get_run_json(wildcards):
+    return json.dumps(RUNS[wildcards.run], sort_keys=True)
 
 
 def get_launch(wildcards):
@@ -81,3 +158,8 @@ def get_launch(wildcards):
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
     return launch["devices"] * launch["threads_per_process"]
+
+
+def get_slurm_tasks(wildcards):
+    """The train rule's Slurm task layout (snakeddp.slurm_resources)."""
+    return slurm_resources(get_launch(wildcards))

@@ -1,8 +1,30 @@
 # Dataset stage: one job per partition (parallel, only missing ones), then the manifest.
+# Table datasets are first split in one streaming pass; their partition jobs only place the files.
+# Every step is `python -m snakeddp.steps ...` (see its docstring for why shell, not script).
+
+
+# A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
+rule data_table:
+    input:
+        table=get_table_files,
+    output:
+        ingest=temp(directory("results/data/{dataset}/ingest")),
+    log:
+        "logs/data/{dataset}/ingest.log",
+    group:
+        "data"
+    conda:
+        "../envs/data.yaml"
+    params:
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps ingest --params {params.data:q} --out {output.ingest:q} > {log:q} 2>&1"
 
 
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
+    input:
+        ingest=get_ingested,
     output:
         part="results/data/{dataset}/train/part-{index}.safetensors",
         entry="results/data/{dataset}/train/part-{index}.json",
@@ -13,13 +35,17 @@ rule data_partition:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/generate_partition.py"
+        data=get_dataset_params_json,
+        ingest=lambda wildcards, input: input.ingest or "",
+    shell:
+        "python -m snakeddp.steps partition --params {params.data:q} --index {wildcards.index}"
+        " --ingest={params.ingest:q} --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
 # The validation set, drawn from its own seeded stream.
 rule data_val:
+    input:
+        ingest=get_ingested,
     output:
         part="results/data/{dataset}/val.safetensors",
         entry="results/data/{dataset}/val.json",
@@ -30,9 +56,11 @@ rule data_val:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/generate_partition.py"
+        data=get_dataset_params_json,
+        ingest=lambda wildcards, input: input.ingest or "",
+    shell:
+        "python -m snakeddp.steps val --params {params.data:q} --ingest={params.ingest:q}"
+        " --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
 # The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
@@ -44,12 +72,29 @@ rule data_manifest:
         manifest="results/data/{dataset}/manifest-{parts}.json",
     log:
         "logs/data/{dataset}/manifest-{parts}.log",
-    group:
-        "data"
+    # Not in group "data": it would join every partition into one component, so
+    # group-components (profiles/slurm) could no longer bundle them N at a time.
     localrule: True
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params,
-    script:
-        "../scripts/write_manifest.py"
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps manifest --params {params.data:q} --dataset {wildcards.dataset:q}"
+        " --val {input.val:q} --out {output.manifest:q} --entries {input.entries:q} > {log:q} 2>&1"
+
+
+# data.source module: no partitions, only the record of the DataModule that reads the data.
+rule data_module:
+    output:
+        record="results/data/{dataset}/module.json",
+    log:
+        "logs/data/{dataset}/module.log",
+    localrule: True
+    conda:
+        "../envs/data.yaml"
+    params:
+        data=get_dataset_params_json,
+    shell:
+        "python -m snakeddp.steps module --params {params.data:q} --dataset {wildcards.dataset:q}"
+        " --out {output.record:q} > {log:q} 2>&1"

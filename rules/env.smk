@@ -1,15 +1,45 @@
 # Environment stage: what each stage's code runs on, recorded with a hash.
 
 
-# The resolved environment of a stage (packages, python, torch/CUDA/NCCL) and its hash.
+# The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
+# conda packages) and its hash; rerun when the lock changes, so training reruns too.
 rule env_capture:
-    input:
-        lock=LOCK_FILE,
     output:
         record="results/envs/{stage}.json",
     log:
         "logs/envs/{stage}.log",
     conda:
         "../envs/{stage}.yaml"
-    script:
-        "../scripts/capture_environment.py"
+    params:
+        lock_sha256=LOCK_SHA256,
+        image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else "",
+    shell:
+        "python -m snakeddp.steps environment --stage {wildcards.stage:q} --image={params.image:q}"
+        " --out {output.record:q} > {log:q} 2>&1"
+
+
+# Optional (snakemake build_image): build and tag envs/Dockerfile with docker or podman. Runs on
+# this machine, never in a container or conda env: it needs the engine, not the stage packages.
+rule build_image:
+    input:
+        dockerfile=REPO / "envs" / "Dockerfile",
+        lock=REPO / "envs" / "requirements.lock",
+    output:
+        record="results/envs/image.json",
+    log:
+        "logs/envs/image.log",
+    localrule: True
+    container:
+        None
+    params:
+        image=CONTAINER_IMAGE,
+    run:
+        from snakeddp.imagebuild import build
+
+        with open(log[0], "w") as handle:
+            build(
+                context=REPO,
+                record_path=output.record,
+                image=params.image,
+                log=handle,
+            )

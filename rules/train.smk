@@ -11,9 +11,10 @@ rule run_config:
     conda:
         "../envs/train.yaml"
     params:
-        run=get_run,
-    script:
-        "../scripts/write_run_config.py"
+        run=get_run_json,
+    shell:
+        "python -m snakeddp.steps run-config --run-id {wildcards.run:q} --run {params.run:q}"
+        " --out {output.run:q} > {log:q} 2>&1"
 
 
 # Train one run with the profile's launcher; provenance.json appears only when it completes.
@@ -33,7 +34,14 @@ rule train:
         nodes=lambda wc: get_launch(wc)["nodes"],
         mem_mb=lambda wc: get_launch(wc)["mem_mb"],
         runtime=lambda wc: get_launch(wc)["runtime"],
+        # Slurm (profiles/slurm): one task per training process, GPUs per node.
+        mpi=lambda wc: get_slurm_tasks(wc)["mpi"],
+        tasks_per_node=lambda wc: get_slurm_tasks(wc)["tasks_per_node"],
+        tasks=lambda wc: get_slurm_tasks(wc)["tasks"],
+        tasks_per_gpu=lambda wc: get_slurm_tasks(wc)["tasks_per_gpu"],
+        cpus_per_task=lambda wc: get_slurm_tasks(wc)["cpus_per_task"],
+        gres=lambda wc: get_slurm_tasks(wc)["gres"],
     shell:
-        "{PYTHON} -m snakeddp.launch --platform {PLATFORM:q} --config {input.run:q}"
+        "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} > {log:q} 2>&1"

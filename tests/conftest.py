@@ -14,6 +14,30 @@ REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 
 
+def make_run(root: Path, config: dict, run_id: str = "base") -> tuple[Path, Path]:
+    """A dataset and a run.yaml under ``root/results`` as the workflow writes them: (run.yaml, manifest)."""
+    from snakeddp import config as configuration
+    from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+    from snakeddp.runfile import RunFile
+
+    resolved = configuration.validate(config)
+    data = resolved["data"]
+    dataset = configuration.dataset_id(data)
+    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    directory = root / "results" / "data" / dataset
+    train = []
+    for index in range(data["num_train_files"]):
+        part = directory / "train" / f"part-{index:05d}"
+        write_synthetic(params, "train", index, part.with_suffix(".safetensors"), part.with_suffix(".json"))
+        train.append(part.with_suffix(".json"))
+    write_synthetic(params, "val", 0, directory / "val.safetensors", directory / "val.json")
+    manifest = directory / f"manifest-{data['num_train_files']}.json"
+    write_dataset_manifest(manifest, dataset, params, train, directory / "val.json")
+    run_yaml = root / "results" / "runs" / run_id / "run.yaml"
+    RunFile(run_id=run_id, config=configuration.run_config(resolved)).write(run_yaml)
+    return run_yaml, manifest
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for processes the tests start: this checkout's package, one thread each."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
@@ -27,6 +51,19 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra)
     return env
+
+
+def assert_valid_provenance(directory: Path, require: bool = True) -> list[dict]:
+    """Validate every provenance.json under ``directory`` against provenance.schema.json.
+
+    Call it from any test that runs training; ``Workflow.run`` already does after each run.
+    """
+    from snakeddp.provenance_schema import validate_file
+
+    files = sorted(Path(directory).glob("runs/*/provenance.json"))
+    if require:
+        assert files, f"no provenance.json under {directory}"
+    return [validate_file(path) for path in files]
 
 
 class Workflow:
@@ -73,6 +110,8 @@ class Workflow:
             raise AssertionError(
                 f"snakemake {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
             )
+        # Every provenance.json an end-to-end run leaves behind must match the schema.
+        assert_valid_provenance(self.directory / "results", require=False)
         return done
 
     def planned_jobs(self, *args: str) -> dict[str, int]:
@@ -111,3 +150,26 @@ def tiny_config() -> dict:
     import copy
 
     return copy.deepcopy(TINY)
+
+
+# Secret-looking values in the environment of the shared sweep below; none may reach results/ or logs/.
+SECRETS = {
+    "AZURE_CLIENT_SECRET": "azure-client-secret-3f9c",
+    "WANDB_API_KEY": "wandb-api-key-81be0c",
+    "MY_TOKEN": "my-token-value-5d21",
+    "NCCL_PROXY_URL": "https://alice:nccl-url-password-77aa@proxy.invalid:3128/",
+    "SLURM_SPOOL_URL": "https://bob:slurm-url-password-90ff@spool.invalid/x",
+}
+SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
+                 "nccl-url-password-77aa", "slurm-url-password-90ff")  # fmt: skip
+SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
+
+
+@pytest.fixture(scope="session")
+def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
+    """The whole pipeline (data, two DDP runs of world size 1 and 2, report) run once for all tests
+    that only read its results, with secret-looking variables set in its environment."""
+    flow = Workflow(tmp_path_factory.mktemp("sweep"))
+    flow.write_config(SWEEP)
+    flow.run(env=subprocess_env(**SECRETS))
+    return flow

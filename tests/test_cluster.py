@@ -44,6 +44,16 @@ AZUREML_MPI_SINGLE = {
     "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
     "AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.5",
 }
+# A single-node AzureML PyTorch job as snakeddp submits it: the job spec adds LOCAL_WORLD_SIZE.
+AZUREML_PYTORCH_SINGLE = {
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "2",
+    "NODE_RANK": "0",
+    "MASTER_ADDR": "10.0.0.7",
+    "MASTER_PORT": "6105",
+    "LOCAL_WORLD_SIZE": "2",
+}
 # AzureML's PyTorch distribution exports torch's variables itself.
 AZUREML_PYTORCH = {
     "RANK": "2",
@@ -79,6 +89,7 @@ def as_tuple(layout):
         (AZUREML_MPI, ("mpirun", 3, 1, 4, 2, 1, 2, "10.0.0.4", 6105)),
         (AZUREML_MPI_SINGLE, ("mpirun", 1, 1, 2, 2, 0, 1, "10.0.0.5", 29500)),
         (AZUREML_PYTORCH, ("env", 2, 0, 4, 2, 1, 2, "10.0.0.6", 6105)),
+        (AZUREML_PYTORCH_SINGLE, ("env", 1, 1, 2, 2, 0, 1, "10.0.0.7", 6105)),
         ({}, ("spawn", 0, 0, 1, 1, 0, 1, "127.0.0.1", None)),
     ],
 )
@@ -187,3 +198,37 @@ def test_platform_defaults():
     assert cluster.for_platform("mpirun", "local").name == "mpirun"
     with pytest.raises(LaunchError, match="needs the slurm profile"):
         cluster.for_platform("srun", "local")
+
+
+# What a rule started by snakemake-executor-plugin-slurm-jobstep sees: the allocation's SLURM_*
+# variables and SLURM_CONF removed, the workflow's copy of SLURM_CONF kept.
+JOBSTEP_ENV = {
+    "SLURM_JOB_ID": "4321",
+    "SLURM_JOBID": "4321",
+    "SNAKEDDP_SLURM_CONF": "/opt/slurm/etc/slurm.conf",
+    "MASTER_ADDR": "10.1.0.7",
+}
+
+
+def test_srun_inside_the_jobstep_restores_the_config_and_fixes_the_rendezvous():
+    argv, exports = cluster.get("srun").command(plan(nodes=2, devices=2, gpus=True), JOBSTEP_ENV)
+    assert exports == {"SLURM_CONF": "/opt/slurm/etc/slurm.conf", "MASTER_ADDR": "10.1.0.7", "MASTER_PORT": "19321"}
+    # Every rank sees its node's GPUs (Lightning uses cuda:<local rank>), no per-task binding.
+    assert "--gres=gpu:2" in argv and not any(a.startswith("--gpus-per-task") for a in argv)
+
+
+def test_mpirun_inside_slurm_signals_every_rank_and_gets_back_the_allocation():
+    env = {**JOBSTEP_ENV, "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    argv, exports = cluster.get("mpirun").command(plan(nodes=2, devices=2), env)
+    assert argv[argv.index("--mca") : argv.index("--mca") + 3] == ["--mca", "ras_base_launch_orted_on_hn", "1"]
+    assert exports["SLURM_NODELIST"] == "gpu[07-08]" and exports["SLURM_TASKS_PER_NODE"] == "2(x2)"
+    assert exports["SLURM_CONF"] == "/opt/slurm/etc/slurm.conf"
+    exported_to_ranks = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"} <= exported_to_ranks
+    assert "SLURM_NODELIST" not in exported_to_ranks and "--oversubscribe" not in argv
+
+
+def test_mpirun_keeps_an_allocation_it_can_see():
+    env = {**JOBSTEP_ENV, "SLURM_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_CONF": "/etc/slurm.conf"}
+    _, exports = cluster.get("mpirun").command(plan(nodes=2, devices=2), env)
+    assert "SLURM_NODELIST" not in exports and "SLURM_CONF" not in exports

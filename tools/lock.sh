@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
-# Regenerate envs/requirements.lock and envs/requirements-dev.lock from the .in files.
-# Both are resolved in one environment first, so a package shared by the core and the extras
-# (packaging, python-dateutil, ...) has one version in both locks; the core lock is then the
+# Regenerate envs/requirements.lock and envs/requirements-dev.lock from the .in files, then the
+# per-stage conda YAMLs from the lock (python -m snakeddp.envfiles write).
+#   tools/lock.sh             # keep every version the old locks have, except the .in pins
+#   tools/lock.sh --upgrade   # resolve everything afresh (newest versions the pins allow)
+# Both locks are resolved in one environment first, so a package shared by the core and the
+# extras (packaging, python-dateutil, ...) has one version in both; the core lock is then the
 # subset a core-only install pulls in, constrained to that resolution.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+pip_quiet=(--quiet --disable-pip-version-check)
+
+# Without --upgrade the old locks constrain the packages the .in files do not pin, so a re-lock
+# after adding or bumping one package leaves the rest alone (as pip-compile does).
+: > "$work/previous.txt"
+if [[ "${1:-}" != "--upgrade" ]]; then
+    pinned=$(sed -nE 's/^([A-Za-z0-9._-]+)==.*/\1/p' envs/requirements.in envs/requirements-dev.in |
+        tr 'A-Z_.' 'a-z--' | sort -u)
+    cat envs/requirements.lock envs/requirements-dev.lock | grep -v '^#' |
+        while IFS= read -r line; do
+            name=$(echo "${line%%==*}" | tr 'A-Z_.' 'a-z--')
+            grep -qxF "$name" <<<"$pinned" || echo "$line"
+        done > "$work/previous.txt"
+fi
 
 "$PYTHON" -m venv "$work/all"
 # pip 23's resolver fails on this set (InconsistentCandidate); a current pip resolves it.
-"$work/all/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-"$work/all/bin/pip" install --quiet --disable-pip-version-check -r envs/requirements.in -r envs/requirements-dev.in
+"$work/all/bin/pip" install "${pip_quiet[@]}" --upgrade pip
+if ! "$work/all/bin/pip" install "${pip_quiet[@]}" -r envs/requirements.in -r envs/requirements-dev.in \
+    -c "$work/previous.txt"; then
+    echo "lock: the new pins conflict with versions kept from the old locks. HINT: tools/lock.sh --upgrade" >&2
+    exit 1
+fi
 "$work/all/bin/pip" freeze --all --exclude pip --exclude-editable > "$work/all.txt"
 
 "$PYTHON" -m venv "$work/core"
-"$work/core/bin/pip" install --quiet --disable-pip-version-check --upgrade pip
-"$work/core/bin/pip" install --quiet --disable-pip-version-check -r envs/requirements.in -c "$work/all.txt"
+"$work/core/bin/pip" install "${pip_quiet[@]}" --upgrade pip
+"$work/core/bin/pip" install "${pip_quiet[@]}" -r envs/requirements.in -c "$work/all.txt"
 "$work/core/bin/pip" freeze --all --exclude pip --exclude-editable > "$work/core.txt"
 
 # torch is locked by version only: here pip takes the local CPU wheel (2.13.0+cpu); a GPU
@@ -33,3 +54,7 @@ header() {
 { header "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)." envs/requirements-dev.in
   LC_ALL=C comm -23 <(LC_ALL=C sort "$work/all.txt") <(LC_ALL=C sort "$work/core.txt"); } > envs/requirements-dev.lock
 echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev packages"
+
+# The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages
+# just resolved, at the lock's versions.
+PYTHONPATH=src "$work/core/bin/python" -m snakeddp.envfiles write

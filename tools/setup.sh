@@ -9,25 +9,46 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-locks=(envs/requirements.lock)
+core=envs/requirements.lock
+dev=envs/requirements-dev.lock
+locks=("$core")
+optional=(--optional "$dev")
 if [[ "${1:-}" == "--dev" ]]; then
-    locks+=(envs/requirements-dev.lock)
+    locks+=("$dev")
+    optional=()
 fi
 
+# A venv set up with --dev also serves a plain set-up (the dev lock only adds packages).
 stamp="$VENV/.snakeddp-locks"
-want=$(cat "${locks[@]}" pyproject.toml | sha256sum | cut -d' ' -f1)
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-    exit 0
+fingerprint() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
+want=$(fingerprint "${locks[@]}")
+if [[ -f "$stamp" ]]; then
+    have=$(cat "$stamp")
+    if [[ "$have" == "$want" || ("${#locks[@]}" == 1 && "$have" == "$(fingerprint "$core" "$dev")") ]]; then
+        exit 0
+    fi
 fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
 fi
+pip=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
 # The locks are complete (every transitive dependency, exact versions), so no resolver runs:
-# what gets installed is exactly what the locks say. torch comes from the CPU wheel where pip
-# finds one (this machine's wheel cache); on GPU clusters use envs/Dockerfile instead.
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps $(printf -- '-r %s ' "${locks[@]}")
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+# what gets installed is exactly what the locks say.
+"${pip[@]}" install --no-deps $(printf -- '-r %s ' "${locks[@]}")
+# torch is locked by version; the build is the machine's (this machine's wheel cache has the CPU
+# build). A CUDA build needs its runtime wheels (nvidia-*), which this adds; for a CPU build
+# every requirement is already met and nothing changes.
+"${pip[@]}" install "$(grep '^torch==' "$core")" -c "$core"
+"${pip[@]}" install --no-deps -e .
+# Packages in neither lock (left by an older lock, or installed by hand) go, so the venv is
+# exactly the locks.
+extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.envlock extra "$core" "$dev")
+if [[ -n "$extra" ]]; then
+    echo "setup: removing packages that no lock names: $(echo $extra)"
+    "${pip[@]}" uninstall --yes $extra
+fi
 "$VENV/bin/python" -m pip check
+PYTHONPATH=src "$VENV/bin/python" -m snakeddp.envlock verify "${locks[@]}" "${optional[@]}"
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"

@@ -3,6 +3,10 @@
 # cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
 set -euo pipefail
 packages=(openmpi-bin libopenmpi-dev)
+# The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
+packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+# Headless rendering of the HTML report, with a font for its figures.
+packages+=(chromium fonts-dejavu-core)
 
 missing=()
 for pkg in "${packages[@]}"; do

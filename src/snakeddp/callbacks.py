@@ -16,7 +16,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from snakeddp.fsutil import atomic_write_text
 
@@ -35,7 +34,6 @@ METRIC_COLUMNS = (
     "world_size",
     "finished_at",
 )
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again", which is what a preempted run wants
 HOST_RECORD_BYTES = 512
 
 
@@ -75,10 +73,15 @@ class EpochMetrics(Callback):
         self.on_train_epoch_start(trainer, pl_module)
         if not trainer.is_global_zero:
             return
-        if self.path.is_file():
-            with self.path.open() as handle:
-                self.rows = [r for r in csv.DictReader(handle) if int(r["epoch"]) < trainer.current_epoch]
+        self.rows = [r for r in self.read() if int(r["epoch"]) < trainer.current_epoch]
         self._write()
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows written so far, by this attempt and the ones it resumed."""
+        if not self.path.is_file():
+            return []
+        with self.path.open() as handle:
+            return list(csv.DictReader(handle))
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = self._train_end = time.perf_counter()
@@ -131,14 +134,24 @@ class EpochMetrics(Callback):
         atomic_write_text(self.path, "\n".join(lines) + "\n")
 
 
+class Preempted(Exception):
+    """Raised on every rank at the same step after a preemption signal; last.ckpt is saved on the way out."""
+
+
 class Preemption(Callback):
     """Stop every rank at the same step on a scheduler's warning signal and save a resumable last.ckpt.
 
-    The signal handler only raises a flag: no collective ever runs inside a handler. Lightning
-    already broadcasts rank 0's "stop" flag at every training step and then stops all ranks at
-    that step with SIGTERMException; ``on_exception`` saves last.ckpt there (a collective save
-    that records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75.
-    A rerun resumes at the next batch of the same epoch and partition.
+    The signal handler only raises a flag: no collective ever runs inside a handler. After each
+    training step the ranks agree with one all-reduce whether any of them was signalled (a signal
+    reaches ranks at different moments: under Slurm each node's slurmstepd sends its own, and
+    some launchers reach only some ranks); then every rank raises
+    ``Preempted`` from the same step, ``on_exception`` saves last.ckpt (a collective save that
+    records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75. A rerun
+    resumes at the next batch of the same epoch and partition.
+
+    Lightning's own SIGTERM handling is not used: it broadcasts from inside the signal handler
+    and checks rank 0's flag locally at the end of a step, which lets rank 0 stop a step before
+    the others and deadlocks the checkpoint save.
     """
 
     def __init__(self, signals: list[str], last_path: Path) -> None:
@@ -146,28 +159,39 @@ class Preemption(Callback):
         self.last_path = last_path
         self.requested = False
         self.preempted = False
-        self._trainer: pl.Trainer | None = None
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
-        if self._trainer is not None:
-            # The flag Lightning's per-step broadcast reads (its own SIGTERM handler would also
-            # broadcast from inside the handler, which can interleave with a running collective).
-            self._trainer._signal_connector.received_sigterm = True
+
+    def _install(self) -> None:
+        for signum in self.signals:
+            previous = signal.signal(signum, self._handler)
+            self._previous.setdefault(signum, previous)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._trainer = trainer
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handler)
+        self._install()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning registers its own SIGTERM handler after setup, wrapping ours; take it back.
+        self._install()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         self._previous.clear()
 
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        requested = self.requested
+        if trainer.world_size > 1:
+            requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
+        if requested:
+            raise Preempted(f"preemption signal received; stopping after step {trainer.global_step}")
+
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if isinstance(exception, SIGTERMException):
+        if isinstance(exception, Preempted):
             trainer.save_checkpoint(self.last_path, weights_only=False)
             self.preempted = True
 

@@ -1,31 +1,79 @@
-"""The ``snakeddp`` command: look at runs from the terminal."""
+"""The ``snakeddp`` command: look at, compare and verify finished runs from the terminal.
+
+    snakeddp runs                      table of finished runs under results/
+    snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
+    snakeddp verify RUN                recompute checkpoint and data checksums against provenance
+
+RUN is a run id (results/runs/<id>), a run directory or its provenance.json.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from snakeddp.report.table import runs_frame
+import pandas as pd
+
+from snakeddp.compare import compare, format_comparison
+from snakeddp.report.runs import RunNotFound, find_runs, resolve_run
+from snakeddp.report.table import summary_frame
+from snakeddp.verify import format_checks, verify_run
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    files = sorted(Path(args.results).glob("runs/*/provenance.json"))
-    if not files:
-        print(f"no finished runs under {args.results}/runs")
+    runs = find_runs(args.results)
+    if not runs:
+        print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
-    print(runs_frame(files).to_string(index=False))
+    frame = summary_frame([run.provenance for run in runs])
+    if args.json:
+        print(json.dumps(frame.to_dict(orient="records"), indent=2, default=str))
+        return 0
+    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4g}".format):
+        print(frame.to_string(index=False))
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    result = compare(resolve_run(args.run_a, args.results), resolve_run(args.run_b, args.results))
+    print(json.dumps(result, indent=2, default=str) if args.json else format_comparison(result))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    run = resolve_run(args.run, args.results)
+    checks = verify_run(run)
+    print(format_checks(run, checks))
+    return 0 if all(check.ok for check in checks) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="snakeddp", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--results", default="results", help="the workflow's results directory (default: results)")
     sub = parser.add_subparsers(dest="command", required=True)
     runs = sub.add_parser("runs", help="table of finished runs")
-    runs.add_argument("--results", default="results", help="the workflow's results directory")
+    runs.add_argument("--json", action="store_true", help="print the rows as JSON")
     runs.set_defaults(func=cmd_runs)
+    diff = sub.add_parser("compare", help="what differs between two runs")
+    diff.add_argument("run_a", metavar="RUN_A")
+    diff.add_argument("run_b", metavar="RUN_B")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    diff.set_defaults(func=cmd_compare)
+    verify = sub.add_parser("verify", help="recompute a run's checkpoint and data checksums against its provenance")
+    verify.add_argument("run", metavar="RUN")
+    verify.set_defaults(func=cmd_verify)
+    for sp in (runs, diff, verify):
+        sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except RunNotFound as exc:
+        print(f"snakeddp {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

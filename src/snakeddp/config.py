@@ -22,14 +22,15 @@ from typing import Any
 import jsonschema
 import yaml
 
+from snakeddp.data import sources
 from snakeddp.hashing import sha256_json
 
 SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
 RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
-# Data keys that do not change the bytes of any existing file: adding partitions keeps the
-# dataset directory, so only the new partitions are generated.
+# Data keys that do not change the bytes of any existing synthetic file: adding partitions keeps
+# the dataset directory, so only the new partitions are generated (per source: data.sources).
 DATA_KEYS_OUTSIDE_IDENTITY = ("num_train_files",)
 
 
@@ -124,6 +125,10 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
                 f"(launch.nodes x launch.devices), so some rank would get no samples. "
                 f"HINT: raise data.{key} or lower launch.devices/launch.nodes."
             )
+    try:
+        sources.check(data, source)
+    except sources.DataSourceError as error:
+        raise ConfigError(str(error)) from None
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -192,5 +197,4 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
 
 def dataset_id(data: Mapping[str, Any]) -> str:
     """Directory name of a dataset: readable name plus a hash of everything that shapes its bytes."""
-    identity = {k: v for k, v in data.items() if k not in DATA_KEYS_OUTSIDE_IDENTITY}
-    return f"{data['name']}-{sha256_json(identity)[:10]}"
+    return f"{data['name']}-{sha256_json(sources.identity(data))[:10]}"

@@ -1,30 +1,129 @@
-"""Capture the environment a stage runs in: resolved packages, interpreter, accelerator stack.
+"""Capture the environment a stage runs in: resolved packages, interpreter, accelerator stack,
+and the container image or conda environment it came from.
 
-The record's hash covers what decides a run's numerics (package versions, python, torch's
-CUDA/cuDNN/NCCL builds, the lock file), not when or where it was captured, so recapturing
-an unchanged environment gives the same hash and retrains nothing.
+The record's hash covers what decides a stage's software (package versions, Python, torch's
+CUDA/cuDNN/NCCL builds, the lock, the image digest, the conda packages), not when, where or
+by which path it was captured, so recapturing an unchanged environment gives the same hash and
+retrains nothing. Runs inside the stage's own interpreter (venv, conda env or container), and
+imports torch only when that environment has it (the data and report stages need not).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from snakeddp.envlock import installed
 from snakeddp.fsutil import atomic_write_json
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.provenance import installed_packages
-from snakeddp.provenance import versions as stack_versions
+
+RECORD_FORMAT = "snakeddp-environment/1"
+_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 
 
-def capture(stage: str, lock_path: str | Path, out_path: str | Path) -> dict:
-    versions = stack_versions()
-    identity = {
-        "packages": installed_packages(),
-        "python": versions["python"],
-        "torch": versions["torch"],
-        "cuda": versions["cuda"],
-        "cudnn": versions["cudnn"],
-        "lock_sha256": sha256_file(lock_path),
+def accelerator_stack() -> dict[str, Any]:
+    """torch and lightning versions and the CUDA, cuDNN and NCCL torch was built with (None
+    when absent: a CPU build, or a stage without torch)."""
+    stack: dict[str, Any] = {"torch": None, "lightning": None, "cuda": None, "cudnn": None, "nccl": None, "gpus": []}
+    if importlib.util.find_spec("torch") is None:
+        return stack
+    import torch
+
+    stack["torch"] = torch.__version__
+    stack["cuda"] = torch.version.cuda
+    if torch.backends.cudnn.is_available():
+        stack["cudnn"] = torch.backends.cudnn.version()
+    if torch.version.cuda and hasattr(torch.cuda, "nccl"):
+        version = torch.cuda.nccl.version()
+        stack["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    stack["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    if importlib.util.find_spec("lightning") is not None:
+        import lightning
+
+        stack["lightning"] = lightning.__version__
+    return stack
+
+
+def container_info(image: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The image a job runs in: the reference Snakemake was given, and its digest.
+
+    The digest is the reference's own (``…@sha256:…``) when it pins one, and the image file's
+    sha256 when Apptainer shows it (Snakemake keeps pulled images under the working directory,
+    which Apptainer binds).
+    """
+    path = env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER")
+    if not image and not path:
+        return None
+    pinned = _DIGEST.search(image or "")
+    image_file = Path(path) if path else None
+    return {
+        "reference": image,
+        "runtime": "apptainer" if path else None,
+        "image_path": path,
+        "digest": pinned[1] if pinned else None,
+        "image_sha256": sha256_file(image_file) if image_file is not None and image_file.is_file() else None,
     }
-    record = {"stage": stage, **identity, "versions": versions, "hash": sha256_json(identity)}
+
+
+def conda_info(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The conda environment this interpreter belongs to (Snakemake's --sdm conda envs are named
+    after the hash of their YAML), and every conda package in it, Python itself included."""
+    prefix = env.get("CONDA_PREFIX")
+    if not prefix or Path(prefix).resolve() != Path(sys.prefix).resolve():
+        return None
+    packages = {}
+    for meta in sorted((Path(prefix) / "conda-meta").glob("*.json")):
+        record = json.loads(meta.read_text())
+        packages[record["name"]] = f"{record['version']}={record.get('build', '')}"
+    return {"prefix": prefix, "env": Path(prefix).name, "packages": packages}
+
+
+def capture(
+    stage: str,
+    lock_path: str | Path,
+    out_path: str | Path,
+    image: str | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> dict:
+    """Write ``out_path`` (results/envs/<stage>.json) and return the record."""
+    stack = accelerator_stack()
+    container = container_info(image, env)
+    conda = conda_info(env)
+    packages = {key: pin.version for key, pin in installed().items()}
+    identity = {
+        "packages": packages,
+        "python": platform.python_version(),
+        "torch": stack["torch"],
+        "cuda": stack["cuda"],
+        "cudnn": stack["cudnn"],
+        "nccl": stack["nccl"],
+        "lock_sha256": sha256_file(lock_path),
+        # An image is identified by its digest; by its reference only when no digest is known.
+        "image": container and (container["digest"] or container["image_sha256"] or container["reference"]),
+        "conda_packages": conda and conda["packages"],
+    }
+    record = {
+        "format": RECORD_FORMAT,
+        "stage": stage,
+        **identity,
+        "lock": str(lock_path),
+        "container": container,
+        "conda": conda and {k: v for k, v in conda.items() if k != "packages"},
+        "versions": {
+            **stack,
+            "python": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(),
+            "executable": sys.executable,
+        },
+        "hash": sha256_json(identity),
+    }
     atomic_write_json(out_path, record)
     return record

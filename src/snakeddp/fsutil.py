@@ -1,9 +1,14 @@
-"""Atomic file writes: a reader sees the old file or the complete new one, never a partial one."""
+"""Atomic file writes: a reader sees the old file or the complete new one, never a partial one.
+
+Nothing here writes through an existing file: a target that is a hard link to someone else's file
+(a user's config placed in a crate, an ingested partition) is replaced, never overwritten in place.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +53,29 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, value: Any) -> Path:
     return atomic_write_text(path, json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def copy_file(source: str | Path, target: str | Path) -> Path:
+    """Copy ``source`` to ``target`` atomically (a new file: links to the old target keep their content)."""
+    with open(source, "rb") as data:
+        return atomic_write(target, lambda handle: shutil.copyfileobj(data, handle))
+
+
+def link_or_copy(source: str | Path, target: str | Path) -> Path:
+    """Put ``source`` at ``target`` as a hard link (no copy of large files) where the filesystem allows,
+    else as an atomic copy; an existing ``target`` is replaced, never written through."""
+    source, target = Path(source).resolve(), Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists() and target.samefile(source):
+        return target
+    staged = target.with_name(f".{target.name}.{os.getpid()}.link")
+    staged.unlink(missing_ok=True)
+    try:
+        os.link(source, staged)
+    except OSError:  # another filesystem, or one without hard links
+        return copy_file(source, target)
+    os.replace(staged, target)
+    return target
 
 
 def read_json(path: str | Path) -> Any:

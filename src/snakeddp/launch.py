@@ -19,20 +19,29 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from snakeddp import cluster, provenance, runstate
+import psutil
+
+from snakeddp import cluster, network, provenance, runstate
 from snakeddp.cluster.base import quote
 from snakeddp.hashing import sha256_file
+from snakeddp.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.runfile import RunFile
 
 PLATFORMS = ("local", "slurm", "azureml")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
+PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m snakeddp.launch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--platform", choices=PLATFORMS, default="local")
+    parser.add_argument(
+        "--platform",
+        choices=PLATFORMS,
+        default=os.environ.get("SNAKEDDP_PLATFORM", "local"),
+        help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
+    )
     parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path)
@@ -70,6 +79,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         python=sys.executable,
         entry=train_arguments(args, launcher.name),
         gpus=launch["accelerator"] == "gpu",
+        # NCCL/gloo tuning (network.env, or exported by the user) must reach every rank.
+        extra_env=network.forwarded(env),
     )
     argv, exports = launcher.command(plan, env)
     threads = str(launch["threads_per_process"])
@@ -101,15 +112,33 @@ def run_attempt(args: argparse.Namespace) -> int:
         flush=True,
     )
     child = subprocess.Popen(argv, env=env)
-    # torchrun's agent ends on USR1/USR2 without telling its workers; TERM it forwards to them.
-    translate = launcher.name == "torchrun"
+    preempted = False
 
     def forward(signum: int, frame: object) -> None:
-        child.send_signal(signal.SIGTERM if translate and signum in (signal.SIGUSR1, signal.SIGUSR2) else signum)
+        nonlocal preempted
+        preempted = preempted or signum in PREEMPT_SIGNALS
+        for target in signal_targets(child, launcher.name, signum):
+            target.send_signal(signum)
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    return child.wait()
+    code = child.wait()
+    # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
+    return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
+
+
+def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[psutil.Process]:
+    """Who gets a signal the launcher received.
+
+    srun and mpirun pass signals on to every rank. torchrun's agent does not: it dies on USR1,
+    and on TERM it kills its workers if they take more than 30 s to stop, which a rank saving
+    a checkpoint on a busy node can exceed. So preemption signals go to torchrun's workers
+    directly; they stop together, save last.ckpt and exit, and torchrun follows.
+    """
+    parent = psutil.Process(child.pid)
+    if launcher == "torchrun" and signum in PREEMPT_SIGNALS:
+        return parent.children(recursive=True) or [parent]
+    return [parent]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

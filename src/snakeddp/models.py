@@ -1,9 +1,15 @@
-"""Built-in models, chosen by ``model.name``.
+"""Models: the built-ins chosen by ``model.name``, or any LightningModule named by ``model.target``.
 
 ``linear`` is the reference tutorial's "boring" model (one Linear layer); ``mlp`` is a small
 multi-layer perceptron with real compute per step, which scaling studies need. Both log
 ``train_loss``, ``val_loss`` and ``val_acc`` as torchmetrics, so values are exact across ranks
 (sums and counts are all-reduced, not per-rank means averaged).
+
+``model.target: "package.module:ClassName"`` trains your own LightningModule instead, built as
+``ClassName(**model.kwargs)`` plus the data's shape: constructor parameters named
+``num_features`` or ``num_classes`` receive the dataset's values (from its manifest, or the custom
+DataModule's ``task``) unless ``model.kwargs`` gives them. The module must log ``val_loss`` (lower
+is better): checkpoints and early stopping follow it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+
+from snakeddp.targets import TargetError, accepted_parameters, construct, load_class
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
@@ -102,8 +110,36 @@ class MLP(Classifier):
 MODELS: dict[str, type[Classifier]] = {"linear": LinearModel, "mlp": MLP}
 
 
-def build_model(model_cfg: Mapping[str, Any], task: Mapping[str, Any]) -> pl.LightningModule:
-    """The model named in config, sized for the dataset's task."""
+TASK_PARAMETERS = ("num_features", "num_classes")
+
+
+def build_custom_model(target: str, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
+    """``model.target`` built from ``model.kwargs`` plus the task values its constructor asks for."""
+    cls = load_class(target, "model.target", pl.LightningModule)
+    wanted = accepted_parameters(cls)
+    arguments = dict(kwargs)
+    for name in TASK_PARAMETERS:
+        if name not in wanted or task is None or name not in task:
+            continue
+        if name in arguments and arguments[name] != task[name]:
+            raise TargetError(
+                f"model.kwargs.{name}={arguments[name]!r} contradicts the data, which has {name}={task[name]!r}. "
+                f"HINT: leave {name} out of model.kwargs; snakeddp passes the data's value."
+            )
+        arguments[name] = task[name]
+    return construct(cls, arguments, target, "model.target")
+
+
+def build_model(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
+    """The model the config asks for (``model.target`` if set, else ``model.name``), sized for the data's task."""
+    if model_cfg.get("target"):
+        return build_custom_model(model_cfg["target"], model_cfg.get("kwargs") or {}, task)
+    if task is None:
+        raise TargetError(
+            f"model.name={model_cfg['name']} needs the data's num_features and num_classes, but the DataModule "
+            "has no `task`. HINT: give the DataModule a `task` attribute {'num_features': ..., 'num_classes': ...}, "
+            "or train your own model with model.target."
+        )
     cls = MODELS[model_cfg["name"]]
     return cls(
         num_features=task["num_features"],

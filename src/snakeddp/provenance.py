@@ -7,6 +7,7 @@ variables and URL credentials never reach the record (see ``redact``).
 
 from __future__ import annotations
 
+import getpass
 import importlib.metadata
 import os
 import platform
@@ -20,6 +21,7 @@ from snakeddp import __version__
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.redact import recorded_environment, scrub
+from snakeddp.runstate import CHECKPOINT_DIR
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
 FILE_NAME = "provenance.json"
@@ -94,8 +96,9 @@ def environment_info(record_path: Path | None) -> dict[str, Any]:
         record = read_json(record_path)
         info["record"] = str(record_path)
         info["environment_hash"] = record.get("hash")
+        info["lock_sha256"] = record.get("lock_sha256")
     else:
-        info["record"], info["environment_hash"] = None, None
+        info["record"], info["environment_hash"], info["lock_sha256"] = None, None, None
     return info
 
 
@@ -114,6 +117,19 @@ def file_record(path: Path | str | None, run_dir: Path) -> dict[str, Any] | None
 
 def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return recorded_environment(env)
+
+
+def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Every checkpoint kept in the run's checkpoints/ (top-k and last), hashed."""
+    return [file_record(path, run_dir) for path in sorted((run_dir / CHECKPOINT_DIR).glob("*.ckpt"))]
+
+
+def user() -> str | None:
+    """The operating-system user the run ran as (the agent of the run), or None in a nameless container."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None
 
 
 def write(run_dir: Path, record: dict[str, Any]) -> Path:

@@ -21,6 +21,12 @@ RECORDED_PREFIXES = (
     "MASTER_",
     "NCCL_",
     "GLOO_",
+    # the rest of the network tuning snakeddp.network passes to every rank
+    "TORCH_NCCL_",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "UCX_",
+    "FI_",
+    "OMPI_MCA_",
     "AZ_BATCH",
     "AZUREML_",
     "TORCHELASTIC_",

@@ -9,6 +9,8 @@ what they were made from. When the key differs, the old attempt is moved to ``su
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +23,7 @@ STATE_FILE = "run-state.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 # What an attempt leaves in the run directory; moved aside together when superseded.
-ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", STATE_FILE)
+ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE)
 
 
 class RunStateError(RuntimeError):
@@ -42,7 +44,7 @@ def prepare(run_dir: Path, key: str) -> Path | None:
 
     Returns the checkpoint to resume from, or None for a fresh start.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
+    ensure_no_live_attempt(run_dir)
     state = _state(run_dir)
     leftovers = [run_dir / name for name in ATTEMPT_FILES if (run_dir / name).exists()]
     if leftovers and (state is None or state.get("resume_key") != key):
@@ -78,3 +80,46 @@ def mark(run_dir: Path, key: str) -> None:
     """Record the key for a run started without the launcher (rank 0 only)."""
     if _state(run_dir) is None:
         atomic_write_json(run_dir / STATE_FILE, {"resume_key": key})
+
+
+LOCK_FILE = ".attempt.lock"
+
+
+def _lock(run_dir: Path, mode: int) -> int | None:
+    """flock ``mode`` on the run's lock file; the fd, or None where the filesystem has no locks."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def ensure_no_live_attempt(run_dir: Path) -> None:
+    """Refuse to start while any process of an earlier attempt still trains in this run directory.
+
+    Every training process holds a shared lock for its lifetime (``hold_attempt_lock``), so an
+    exclusive lock succeeds only when none is left, e.g. after its launcher was killed.
+    """
+    try:
+        fd = _lock(run_dir, fcntl.LOCK_EX)
+    except BlockingIOError:
+        raise RunStateError(
+            f"another attempt of this run is still training in {run_dir}. HINT: wait for it to finish, "
+            f"or find it with `fuser {run_dir / LOCK_FILE}` and stop it."
+        ) from None
+    if fd is not None:
+        os.close(fd)
+
+
+def hold_attempt_lock(run_dir: Path) -> int | None:
+    """Hold a shared lock on the run directory until this process exits."""
+    try:
+        return _lock(run_dir, fcntl.LOCK_SH)
+    except BlockingIOError:
+        raise RunStateError(f"{run_dir} is being prepared by another launcher; retry in a moment") from None

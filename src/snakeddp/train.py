@@ -30,6 +30,7 @@ config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved;
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import time
 import warnings
@@ -39,19 +40,29 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from snakeddp import cluster, provenance
-from snakeddp.callbacks import PREEMPTED_EXIT_CODE, utc_now
-from snakeddp.data.module import PartitionDataModule
+from snakeddp import cluster, provenance, runenv
+from snakeddp.callbacks import Preempted, utc_now
+from snakeddp.data import custom
 from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.models import build_model
 from snakeddp.runfile import RunFile
-from snakeddp.runstate import mark, resume_checkpoint, resume_key
+from snakeddp.runstate import hold_attempt_lock, mark, resume_checkpoint, resume_key
+from snakeddp.targets import user_code
+from snakeddp.trackers import Trackers
 from snakeddp.trainer import accelerator_and_backend, build_trainer
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+# Deprecations inside Lightning 2.6's own calls into torch 2.13: nothing a user can act on.
+warnings.filterwarnings("ignore", message=".*all_gather is deprecated.*")
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+# Lightning says this whenever srun exists (every login node); snakeddp checks the launcher itself.
+warnings.filterwarnings("ignore", message=".*The `srun` command is available on your system but is not used.*")
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
+    lambda record: not str(record.msg).startswith("💡 Tip")
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -74,6 +85,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    die_with_parent()
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
@@ -85,21 +97,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = resume_key(
         cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
     )
+    hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
         mark(args.run_dir, key)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
-    data = PartitionDataModule(
-        args.data, cfg["trainer"]["batch_size"], cfg["seed"], trace=cfg["trainer"]["trace_samples"]
+    data = custom.build_datamodule(cfg, args.data)
+    model = build_model(cfg["model"], custom.task_of(data))
+    trackers = Trackers(runenv.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
+    trainer, callbacks = build_trainer(
+        cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
-    model = build_model(cfg["model"], data.task)
-    trainer, callbacks = build_trainer(cfg, launcher, layout, args.run_dir)
+    trackers.log_config(cfg)
 
     started, clock = utc_now(), time.perf_counter()
     try:
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
-    except SIGTERMException:
+    except Preempted:
         if not callbacks["preemption"].preempted:
             raise
         if layout.is_main:
@@ -122,7 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             started,
             time.perf_counter() - clock,
         )
+        record["tracking"] = trackers.describe()
+        record["user_code"] = user_code(cfg, model, data)
         path = provenance.write(args.run_dir, record)
+        trackers.finish(path, callbacks["checkpoint"].best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
     return 0
@@ -142,7 +160,8 @@ def _record(
 ) -> dict[str, Any]:
     """Everything provenance.json says, from the objects that did the work."""
     cfg = run.config
-    rows = callbacks["metrics"].rows
+    # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
+    rows = callbacks["metrics"].read()
     checkpoint = callbacks["checkpoint"]
     stopper = callbacks.get("early_stopping")
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
@@ -164,17 +183,11 @@ def _record(
         "config_sha256": sha256_json(cfg),
         "origin_sha256": key,
         "code": provenance.code_info(),
-        "data": {
-            "manifest": str(args.data),
-            "manifest_sha256": manifest_sha256,
-            "dataset": data_id(trainer),
-            "partitions": trainer.datamodule.num_partitions,
-            "records": trainer.datamodule.manifest["records"],
-        },
+        "data": custom.describe(trainer.datamodule, args.data, manifest_sha256),
         "environment": provenance.environment_info(args.environment_record),
         "launch": {
             "launcher": layout.launcher,
-            "strategy": "ddp",
+            "strategy": cfg["trainer"]["strategy"],
             "backend": backend,
             "accelerator": accelerator,
             "nodes": layout.num_nodes,
@@ -188,6 +201,7 @@ def _record(
             "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
             "command": os.environ.get("SNAKEDDP_LAUNCH_COMMAND"),
             "variables": provenance.cluster_variables(),
+            "user": provenance.user(),
         },
         "timing": {
             "started_at": started,
@@ -202,9 +216,10 @@ def _record(
             "max_epochs": cfg["trainer"]["max_epochs"],
             "stopped_early": bool(stopper is not None and stopper.stopped_epoch > 0),
             "resumed_from": provenance.file_record(resume_from, args.run_dir) if resume_from else None,
-            "partitions_per_epoch": [int(r["partition"]) for r in rows],
+            "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
             "best_checkpoint": best,
             "last_checkpoint": provenance.file_record(checkpoint.last_model_path, args.run_dir),
+            "checkpoints": provenance.checkpoint_records(args.run_dir),
             "best_val_loss": min(val_losses) if val_losses else None,
             "best_val_acc": float(best_row["val_acc"])
             if best_row and best_row.get("val_acc") not in (None, "")
@@ -212,10 +227,6 @@ def _record(
             "best_epoch": int(best_row["epoch"]) if best_row else None,
         },
     }
-
-
-def data_id(trainer: pl.Trainer) -> str:
-    return trainer.datamodule.manifest["dataset"]
 
 
 if __name__ == "__main__":

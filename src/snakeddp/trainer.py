@@ -1,22 +1,23 @@
-"""Build the Lightning Trainer for a run: DDP over the launcher's processes, callbacks, checkpoints."""
+"""Build the Lightning Trainer for a run: its strategy over the launcher's processes, callbacks, checkpoints."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io import TorchCheckpointIO
-from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-from lightning.pytorch.strategies import DDPStrategy
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 
 from snakeddp.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.cluster import Launcher, LaunchError, Layout
 from snakeddp.fsutil import atomic_write
 from snakeddp.runstate import CHECKPOINT_DIR, LAST
+from snakeddp.strategies import build_strategy
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -39,9 +40,19 @@ def accelerator_and_backend(requested: str) -> tuple[str, str]:
 
 
 def build_trainer(
-    cfg: Mapping[str, Any], launcher: Launcher, layout: Layout, run_dir: Path
+    cfg: Mapping[str, Any],
+    launcher: Launcher,
+    layout: Layout,
+    run_dir: Path,
+    loggers: Sequence[Logger] = (),
+    extra_callbacks: Sequence[Callback] = (),
+    shards_itself: bool = True,
 ) -> tuple[pl.Trainer, dict[str, Any]]:
-    """The Trainer, and the callbacks other code reads results from (by name)."""
+    """The Trainer, and the callbacks other code reads results from (by name).
+
+    ``loggers`` and ``extra_callbacks`` come from the trackers; ``shards_itself`` is False for a
+    custom DataModule, which then gets Lightning's DistributedSampler.
+    """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
     accelerator, backend = accelerator_and_backend(launch["accelerator"])
     checkpoints = run_dir / CHECKPOINT_DIR
@@ -66,10 +77,8 @@ def build_trainer(
         )
     if trainer_cfg["trace_samples"]:
         named["trace"] = SampleTrace(run_dir / "trace")
-    strategy = DDPStrategy(
-        process_group_backend=backend,
-        cluster_environment=launcher.lightning_environment(layout),
-        checkpoint_io=AtomicCheckpointIO(),
+    strategy = build_strategy(
+        trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), AtomicCheckpointIO()
     )
     trainer = pl.Trainer(
         accelerator=accelerator,
@@ -78,12 +87,12 @@ def build_trainer(
         strategy=strategy,
         precision=trainer_cfg["precision"],
         max_epochs=trainer_cfg["max_epochs"],
-        callbacks=list(named.values()),
-        logger=False,
+        callbacks=[*named.values(), *extra_callbacks],
+        logger=list(loggers) or False,
         default_root_dir=run_dir,
         reload_dataloaders_every_n_epochs=1,
         # Sharding is ours (ShardedBatchSampler): exact, no duplicated samples.
-        use_distributed_sampler=False,
+        use_distributed_sampler=not shards_itself,
         enable_progress_bar=False,
         enable_model_summary=layout.is_main,
         num_sanity_val_steps=0,

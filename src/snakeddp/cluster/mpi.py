@@ -4,6 +4,11 @@ Ranks come from OMPI_COMM_WORLD_* (no mpi4py needed). The rendezvous address com
 order: MASTER_ADDR; AzureML's AZ_BATCH_MASTER_NODE ("addr:port", multi-node jobs) or
 AZ_BATCHAI_MPI_MASTER_NODE (single-node jobs); the first node of a Slurm allocation; localhost
 for a single node.
+
+Inside Slurm, mpirun (OpenMPI 4) starts its daemons with srun, but by default runs the ranks of
+its own node itself, outside any job step, where Slurm's warning signals (``--signal``,
+``scancel --signal``) never arrive. ``ras_base_launch_orted_on_hn`` puts a daemon on that node
+too, so every rank lives in a step and is signalled; mpirun itself also forwards SIGUSR1/2.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import os
 from collections.abc import Mapping
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int, split_host_port
-from snakeddp.cluster.slurm import first_node, job_port
+from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, rendezvous_exports
 
 DEFAULT_PORT = 29500
 
@@ -82,12 +87,27 @@ class MpiRun(Launcher):
                 f"mpirun: launch.nodes={plan.nodes} needs a host list; run it inside a Slurm allocation "
                 "(the slurm profile) or AzureML's MPI distribution"
             )
-        addr, port = self.rendezvous(env, plan.nodes)
-        port = plan.master_port or (port if inside_slurm or env.get("MASTER_PORT") else DEFAULT_PORT)
-        exports = {"MASTER_ADDR": addr, "MASTER_PORT": str(port), **plan.extra_env}
         argv = ["mpirun", "-np", str(plan.world_size), "--map-by", f"ppr:{plan.devices}:node", "--bind-to", "none"]
-        if not inside_slurm and plan.devices > (os.cpu_count() or 1):
-            argv.append("--oversubscribe")
-        for name in sorted({*exports, "OMP_NUM_THREADS", "PATH", "PYTHONPATH", "LD_LIBRARY_PATH"}):
+        if inside_slurm:
+            rank_env = rendezvous_exports(plan, env)
+            argv += ["--mca", "ras_base_launch_orted_on_hn", "1"]
+            process_env = self.allocation_env(plan, env)
+        else:
+            addr, port = self.rendezvous(env, plan.nodes)
+            port = plan.master_port or port
+            rank_env, process_env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port)}, {}
+            if plan.devices > (os.cpu_count() or 1):
+                argv.append("--oversubscribe")
+        rank_env = {**rank_env, **plan.extra_env}
+        # OMP_NUM_THREADS is set by snakeddp.launch for every launcher.
+        inherited = {name for name in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH") if name in env}
+        for name in sorted({*rank_env, *inherited, "OMP_NUM_THREADS"}):
             argv += ["-x", name]
-        return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], exports
+        return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], {**process_env, **rank_env}
+
+    @staticmethod
+    def allocation_env(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
+        """The allocation variables OpenMPI reads (ras_slurm), when the jobstep plugin removed them."""
+        if env.get("SLURM_NODELIST") and env.get("SLURM_TASKS_PER_NODE"):
+            return {}
+        return {"SLURM_NODELIST": job_nodelist(env), "SLURM_TASKS_PER_NODE": f"{plan.devices}(x{plan.nodes})"}

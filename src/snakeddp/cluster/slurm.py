@@ -1,12 +1,25 @@
-"""srun inside a Slurm allocation: every task is one rank (Lightning's SLURMEnvironment)."""
+"""srun inside a Slurm allocation: every task is one rank (Lightning's SLURMEnvironment).
+
+A rule run by snakemake-executor-plugin-slurm sees an allocation whose SLURM_* variables the
+jobstep plugin has removed (all but SLURM_JOB_ID and a few others, SLURM_CONF included). srun
+only needs SLURM_JOB_ID to start a step inside it; everything else a launch needs (the config
+file, the node list, the address of the first node) is restored from SNAKEDDP_SLURM_CONF or
+asked from Slurm itself with ``scontrol``.
+"""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Mapping
 
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+
+#: A copy of SLURM_CONF under a name the jobstep plugin does not remove (set by rules/common.smk).
+CONF_COPY = "SNAKEDDP_SLURM_CONF"
+_FIELD = re.compile(r"(\S+?)=(\S*)")
 
 
 def first_node(env: Mapping[str, str]) -> str:
@@ -20,6 +33,53 @@ def job_port(env: Mapping[str, str]) -> int:
     """The port Lightning's SLURMEnvironment derives from the job id, so every task agrees without talking."""
     job_id = env.get("SLURM_JOB_ID")
     return 15000 + int(job_id[-4:]) if job_id and job_id.isdigit() else 12910
+
+
+def client_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with SLURM_CONF put back when the jobstep plugin removed it (no-op with /etc/slurm)."""
+    restored = dict(env)
+    if not restored.get("SLURM_CONF") and restored.get(CONF_COPY):
+        restored["SLURM_CONF"] = restored[CONF_COPY]
+    return restored
+
+
+def scontrol_show(kind: str, name: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``scontrol show <kind> <name>`` as a dict of its KEY=VALUE fields."""
+    argv = ["scontrol", "--oneliner", "show", kind, name]
+    try:
+        done = subprocess.run(argv, env=client_env(env), capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(f"slurm: `{' '.join(argv)}` failed: {error}") from None
+    if done.returncode != 0:
+        raise LaunchError(
+            f"slurm: `{' '.join(argv)}` failed: {done.stderr.strip()}. HINT: run inside the allocation with "
+            f"SLURM_CONF (or {CONF_COPY}) pointing at the cluster's slurm.conf."
+        )
+    return dict(_FIELD.findall(done.stdout))
+
+
+def job_nodelist(env: Mapping[str, str]) -> str:
+    """The allocation's nodes in Slurm's compressed form, e.g. ``gpu[07-08]``."""
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    return nodelist or scontrol_show("job", env["SLURM_JOB_ID"], env)["NodeList"]
+
+
+def node_address(node: str, env: Mapping[str, str]) -> str:
+    """The address Slurm reaches ``node`` at (its NodeAddr): what rank 0's peers connect to."""
+    return scontrol_show("node", node, env).get("NodeAddr") or node
+
+
+def rendezvous_exports(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
+    """MASTER_ADDR/MASTER_PORT every rank of a job agrees on, plus SLURM_CONF for srun/mpirun.
+
+    Rank 0 runs on the first node of the allocation; its NodeAddr is used rather than its name
+    because node names need not resolve (the second node of tests/slurm/cluster.sh does not).
+    """
+    restored = client_env(env)
+    exports = {"SLURM_CONF": restored["SLURM_CONF"]} if restored.get("SLURM_CONF") != env.get("SLURM_CONF") else {}
+    addr = env.get("MASTER_ADDR") or node_address(SLURMEnvironment.resolve_root_node_address(job_nodelist(env)), env)
+    port = plan.master_port or (int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else job_port(env))
+    return {**exports, "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
 
 
 class Srun(Launcher):
@@ -62,6 +122,7 @@ class Srun(Launcher):
         return SLURMEnvironment(auto_requeue=False)
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """One step whose tasks are the ranks: Slurm's signals (``--signal``, ``scancel``) reach every rank."""
         argv = [
             "srun",
             f"--nodes={plan.nodes}",
@@ -72,5 +133,9 @@ class Srun(Launcher):
             "--export=ALL",
         ]
         if plan.gpus:
-            argv.append("--gpus-per-task=1")
-        return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], {}
+            # Every task sees its node's GPUs and Lightning picks cuda:<local rank>; a per-task
+            # binding (--gpus-per-task) would leave ranks > 0 without the device they expect.
+            argv.append(f"--gres=gpu:{plan.devices}")
+        # Outside an allocation srun makes its own, whose nodes are only known to the tasks.
+        exports = rendezvous_exports(plan, env) if env.get("SLURM_JOB_ID") else {}
+        return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], exports

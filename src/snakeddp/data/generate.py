@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.data import synthetic
+from snakeddp.data import sources, synthetic
 from snakeddp.data.partitions import write_manifest, write_partition, write_sidecar
 from snakeddp.fsutil import read_json
 
@@ -29,4 +29,4 @@ def write_dataset_manifest(
     train = [read_json(p) for p in train_entries]
     val = read_json(val_entry)
     full_params = {**params, "num_train_files": len(train)}
-    return write_manifest(path, dataset, full_params, train, val, synthetic.task(full_params))
+    return write_manifest(path, dataset, full_params, train, val, sources.task(full_params))

@@ -180,7 +180,9 @@ class PartitionDataModule(pl.LightningDataModule):
         )
 
     def _batches_done(self) -> int:
-        return self.trainer.fit_loop.epoch_loop.batch_progress.current.completed
+        # "processed", not "completed": a save from on_train_batch_end (preemption) happens after
+        # the step but before Lightning counts it completed, and Lightning's restart counts it.
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
     def train_dataloader(self) -> DataLoader:
         # Lightning calls this at the start of every epoch (reload_dataloaders_every_n_epochs=1),

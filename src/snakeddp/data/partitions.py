@@ -22,7 +22,7 @@ import numpy as np
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from snakeddp.hashing import sha256_bytes, sha256_file
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
     import torch
 
 MANIFEST_FORMAT = "snakeddp-manifest/1"
@@ -71,20 +71,26 @@ def serialize(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) ->
     Widest dtypes come first so every tensor starts aligned to its item size (zero-copy mmap).
     """
     arrays = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
-    order = sorted(arrays, key=lambda name: (-arrays[name].dtype.itemsize, name))
+    header, order = encode_header({name: (a.dtype, a.shape) for name, a in arrays.items()}, metadata)
+    return b"".join([header, *(arrays[name].tobytes() for name in order)])
+
+
+def encode_header(
+    specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]], metadata: Mapping[str, str]
+) -> tuple[bytes, list[str]]:
+    """The safetensors header (length prefix included) for tensors of these dtypes and shapes, and
+    the order their bytes follow it in. Writers that stream a partition use it directly."""
+    order = sorted(specs, key=lambda name: (-np.dtype(specs[name][0]).itemsize, name))
     header: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))} if metadata else {}
     offset = 0
     for name in order:
-        array = arrays[name]
-        header[name] = {
-            "dtype": _DTYPES[str(array.dtype)],
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + array.nbytes],
-        }
-        offset += array.nbytes
+        dtype, shape = np.dtype(specs[name][0]), [int(n) for n in specs[name][1]]
+        nbytes = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        header[name] = {"dtype": _DTYPES[str(dtype)], "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     text += b" " * (-(8 + len(text)) % 8)
-    return b"".join([struct.pack("<Q", len(text)), text, *(arrays[name].tobytes() for name in order)])
+    return struct.pack("<Q", len(text)) + text, order
 
 
 def write_partition(path: str | Path, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> dict[str, Any]:

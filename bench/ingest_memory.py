@@ -1,0 +1,158 @@
+"""Peak memory of ingesting a ~1 GB table (data.source: table), against loading it whole.
+
+    python -m bench.ingest_memory [--mb 1000] [--work bench/out/work/ingest_memory] [--keep]
+
+Writes a CSV of about ``--mb`` MB (32 float features and a 0/1 label, generated chunk by chunk)
+and the same rows as Parquet, then runs each measurement in a fresh process and reads that
+process's peak RSS from the kernel (wait4's ru_maxrss):
+
+- ``imports``: the process that only imports what ingestion imports (pandas, pyarrow,
+  snakeddp): the floor every case pays;
+- ``ingest_csv`` / ``ingest_parquet``: ``snakeddp.data.table.ingest`` into 4 partitions + val;
+- ``whole_csv``: ``pandas.read_csv`` of the whole file, the way a script without streaming
+  loads a table (skipped with ``--no-whole``).
+
+``run(ctx)`` is the entry point for the benchmark harness (``ctx.work``: scratch directory,
+``ctx.sizes.tiny``: a 20 MB table for smoke tests); it returns a plain dict of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+TITLE = "Table ingestion: peak memory"
+FEATURES = 32
+ROWS_PER_CHUNK = 100_000
+MB = 1e6
+
+_IMPORTS = "import numpy, pandas, pyarrow, pyarrow.parquet, snakeddp.data.table"
+_INGEST = "from snakeddp.data.table import ingest; import json, sys; ingest(json.loads(sys.argv[1]), sys.argv[2])"
+_WHOLE = "import pandas, sys; frame = pandas.read_csv(sys.argv[1]); print(len(frame))"
+
+
+def write_tables(csv_path: Path, parquet_path: Path, target_mb: float, seed: int = 0) -> int:
+    """A CSV of about ``target_mb`` MB and the same rows as Parquet, one chunk in memory at a time."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    names = [f"x{i}" for i in range(FEATURES)]
+    rows = written = 0
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    parquet_writer = None
+    try:
+        with open(csv_path, "wb") as csv_file:
+            while written < target_mb * MB:
+                features = rng.standard_normal((ROWS_PER_CHUNK, FEATURES)).astype(np.float32)
+                label = (features[:, 0] * features[:, 1] > 0).astype(np.int64)
+                batch = pa.table({name: features[:, j] for j, name in enumerate(names)} | {"label": label})
+                text = pa.BufferOutputStream()
+                pacsv.write_csv(batch, text, pacsv.WriteOptions(include_header=rows == 0))
+                written += csv_file.write(text.getvalue().to_pybytes())
+                parquet_writer = parquet_writer or pq.ParquetWriter(parquet_path, batch.schema)
+                parquet_writer.write_table(batch)
+                rows += ROWS_PER_CHUNK
+    finally:
+        if parquet_writer is not None:
+            parquet_writer.close()
+    return rows
+
+
+def peak_rss(code: str, *args: str) -> tuple[float, float]:
+    """Peak RSS (MB) and wall seconds of ``python -c code args`` in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    start = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"benchmark process failed: python -c {code!r}")
+    return usage.ru_maxrss * 1024 / MB, seconds
+
+
+def params(path: Path) -> dict[str, Any]:
+    return {
+        "name": "bench",
+        "source": "table",
+        "seed": 0,
+        "num_train_files": 4,
+        "num_classes": 1,
+        "table": {
+            "path": str(path),
+            "format": "auto",
+            "features": [f"x{i}" for i in range(FEATURES)],
+            "label": "label",
+            "val_fraction": 0.1,
+            "nan_policy": "error",
+            "sha256": None,
+        },
+    }
+
+
+def measure(work: Path, target_mb: float, whole: bool = True, keep: bool = False) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    csv_path, parquet_path = work / "table.csv", work / "table.parquet"
+    started = time.perf_counter()
+    rows = write_tables(csv_path, parquet_path, target_mb)
+    generate_s = time.perf_counter() - started
+    result: dict[str, Any] = {
+        "rows": rows,
+        "features": FEATURES,
+        "csv_mb": csv_path.stat().st_size / MB,
+        "parquet_mb": parquet_path.stat().st_size / MB,
+        "float32_mb": rows * (FEATURES + 1) * 4 / MB,
+        "generate_s": generate_s,
+    }
+    try:
+        result["imports_rss_mb"], _ = peak_rss(_IMPORTS)
+        for kind, path in (("csv", csv_path), ("parquet", parquet_path)):
+            out = work / f"out-{kind}"
+            shutil.rmtree(out, ignore_errors=True)
+            rss, seconds = peak_rss(_INGEST, json.dumps(params(path)), str(out))
+            result[f"ingest_{kind}_rss_mb"], result[f"ingest_{kind}_s"] = rss, seconds
+            result[f"ingest_{kind}_out_mb"] = sum(p.stat().st_size for p in out.rglob("*.safetensors")) / MB
+            shutil.rmtree(out, ignore_errors=True)
+        if whole:
+            result["whole_csv_rss_mb"], result["whole_csv_s"] = peak_rss(_WHOLE, str(csv_path))
+    finally:
+        if not keep:
+            csv_path.unlink(missing_ok=True)
+            parquet_path.unlink(missing_ok=True)
+    result["ingest_csv_rss_over_table"] = result["ingest_csv_rss_mb"] / result["csv_mb"]
+    return result
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    """Harness entry point: ``ctx.work`` is the scratch directory, ``ctx.sizes.tiny`` a smoke test."""
+    tiny = bool(getattr(getattr(ctx, "sizes", None), "tiny", False))
+    figures = measure(Path(ctx.work) / "ingest_memory", 20 if tiny else 1000)
+    return {"name": "ingest_memory", "title": TITLE, "figures": figures}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest_memory", description=__doc__)
+    parser.add_argument("--mb", type=float, default=1000, help="size of the CSV to generate, in MB")
+    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "work" / "ingest_memory")
+    parser.add_argument("--no-whole", action="store_true", help="skip loading the whole CSV with pandas")
+    parser.add_argument("--keep", action="store_true", help="keep the generated tables")
+    args = parser.parse_args(argv)
+    figures = measure(args.work, args.mb, whole=not args.no_whole, keep=args.keep)
+    print(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Examples importable from the repository root (``examples.tabular.model:TabularNet``)."""

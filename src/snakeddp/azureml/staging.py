@@ -1,0 +1,109 @@
+"""The files an AzureML job is built from, staged under ``results/runs/<run>/azureml/``.
+
+    azureml/code/         the job's working directory: a copy of the snakeddp package, run.yaml and
+                          environment.json (the record of the AzureML environment, hashed)
+    azureml/resume/       the previous attempt (checkpoints/, metrics.csv, run-state.json), only
+                          when the run resumes; hard links, so staging costs no copy
+    azureml/job.yml       the spec (v2), or job.runconfig + conda_dependencies.yml (v1)
+
+Everything here is rewritten on each attempt; the run directory's own files stay where they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import snakeddp
+from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
+from snakeddp.azureml.settings import AzureMLError, Settings
+from snakeddp.fsutil import atomic_write_json, link_or_copy, read_json
+from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.runfile import RunFile
+from snakeddp.runstate import ATTEMPT_FILES, CHECKPOINT_DIR, LAST, STATE_FILE
+
+RECORD_FORMAT = "snakeddp-azureml-environment/1"
+V2_SPEC_FILE = "job.yml"
+V1_SPEC_FILE, V1_CONDA_FILE = "job.runconfig", "conda_dependencies.yml"
+
+
+def clear_specs(spec_dir: Path) -> None:
+    """Remove the specs of an earlier attempt, so the directory never holds one of another SDK."""
+    for name in (V2_SPEC_FILE, V1_SPEC_FILE, V1_CONDA_FILE):
+        (spec_dir / name).unlink(missing_ok=True)
+
+
+def environment_spec(settings: Settings) -> EnvironmentSpec:
+    """The job's software from ``azureml.environment``; files are read now, so a missing one fails early."""
+    env = settings.environment
+    if env["source"] == "image":
+        lock = settings.checkout_path("requirements")
+        pins = tuple(
+            line.strip() for line in lock.read_text().splitlines() if line.strip() and not line.startswith("#")
+        )
+        return EnvironmentSpec(source="image", image=env["image"], python=env["python"], pins=pins)
+    if env["source"] == "dockerfile":
+        if settings.sdk == "v1":
+            raise AzureMLError(
+                "azureml.environment.source=dockerfile needs azureml.sdk: v2 (azureml-core cannot build a "
+                "local Docker context without uploading it by hand). HINT: use sdk: v2, or source: image."
+            )
+        return EnvironmentSpec(source="dockerfile", dockerfile=settings.checkout_path("dockerfile"))
+    if not env["registered"]:
+        raise AzureMLError(
+            "azureml.environment.source=registered but azureml.environment.registered is not set. "
+            "HINT: name the environment, e.g. registered: azureml:my-env:3."
+        )
+    return EnvironmentSpec(source="registered", registered=env["registered"])
+
+
+def _tree_sha256(directory: Path) -> str:
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return sha256_json({str(p.relative_to(directory)): sha256_file(p) for p in files})
+
+
+def environment_record(spec: EnvironmentSpec) -> dict[str, Any]:
+    """What the job's environment is built from, with a hash: the environment part of the resume key."""
+    identity: dict[str, Any] = {"platform": "azureml", "source": spec.source}
+    if spec.source == "image":
+        identity.update(image=spec.image, python=spec.python, requirements_sha256=sha256_json(list(spec.pins)))
+    elif spec.source == "dockerfile":
+        assert spec.dockerfile is not None
+        identity.update(dockerfile=spec.dockerfile.name, build_context_sha256=_tree_sha256(spec.dockerfile.parent))
+    else:
+        identity.update(registered=spec.registered)
+    return {"format": RECORD_FORMAT, "stage": "train", **identity, "hash": sha256_json(identity)}
+
+
+def snapshot_code(code_dir: Path, run: RunFile, record: dict[str, Any]) -> None:
+    """A fresh job working directory: the snakeddp package, run.yaml and the environment record."""
+    if code_dir.exists():
+        shutil.rmtree(code_dir)
+    package = Path(snakeddp.__file__).resolve().parent
+    shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    run.write(code_dir / RUN_FILE)
+    atomic_write_json(code_dir / ENVIRONMENT_FILE, record)
+
+
+def resumable(run_dir: Path, key: str) -> bool:
+    """Whether the run directory holds a last.ckpt made from ``key`` (read-only; launch's rule)."""
+    state = run_dir / STATE_FILE
+    last = run_dir / CHECKPOINT_DIR / LAST
+    return state.is_file() and read_json(state).get("resume_key") == key and last.is_file()
+
+
+def stage_resume(run_dir: Path, resume_dir: Path, resume: bool) -> Path | None:
+    """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume."""
+    if resume_dir.exists():
+        shutil.rmtree(resume_dir)
+    if not resume:
+        return None
+    resume_dir.mkdir(parents=True)
+    for name in ATTEMPT_FILES:
+        source = run_dir / name
+        if source.is_dir():
+            shutil.copytree(source, resume_dir / name, copy_function=link_or_copy)
+        elif source.is_file():
+            link_or_copy(source, resume_dir / name)
+    return resume_dir

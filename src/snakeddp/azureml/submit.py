@@ -1,0 +1,246 @@
+"""Submit one training run to AzureML, wait for it, and bring its results back.
+
+Called by ``python -m snakeddp.launch --platform azureml`` (the train rule of the azureml
+profile) with the run's run.yaml, run directory and data manifest:
+
+1. ``azureml.compute`` and, when submitting, the workspace must be configured;
+2. the job spec is written to ``results/runs/<run>/azureml/`` (``job.yml`` for v2,
+   ``job.runconfig`` for v1) and validated by the SDK; ``azureml.submit: false`` (or
+   ``--dry-run``) stops here;
+3. credentials, workspace and compute are checked: nothing is uploaded before all three pass;
+4. the job is submitted (code, dataset and a resumed attempt are uploaded, once per content),
+   its logs are streamed into the train log, and its run directory is downloaded into
+   ``results/runs/<run>/``: provenance.json, metrics.csv and checkpoints land where the local
+   profile puts them;
+5. a failed or cancelled job fails the train job with AzureML's error text; what it saved
+   (``last.ckpt``) is downloaded too, so rerunning the rule resumes.
+
+Exit status: 0 when the job completed and its provenance.json arrived; 1 otherwise, including
+``azureml.submit: false``, so a run that was never trained never looks finished; 130 when the
+submitter was interrupted (the job is cancelled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from snakeddp import provenance, runstate
+from snakeddp.azureml import results, staging
+from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
+from snakeddp.azureml.settings import AzureMLError, Settings
+from snakeddp.azureml.submitted import SubmittedJob, record
+from snakeddp.config import ConfigError
+from snakeddp.hashing import sha256_file
+from snakeddp.runfile import RunFile
+
+SPEC_DIR = "azureml"
+INTERRUPTED_EXIT_CODE = 130
+# What each SDK flavour imports, and the extra that installs it.
+SDK_MODULES = {"v2": ("azure.ai.ml", "azure.identity"), "v1": ("azureml.core", "azure.identity")}
+SDK_EXTRAS = {"v2": "azureml", "v1": "azureml-v1"}
+
+
+def require_sdk(sdk: str) -> None:
+    """A clear error when the SDK of ``azureml.sdk`` is not installed (it is an optional extra)."""
+    missing = [name for name in SDK_MODULES[sdk] if _missing(name)]
+    if missing:
+        raise AzureMLError(
+            f"azureml.sdk={sdk} needs {', '.join(missing)} (not installed here). HINT: pip install -e "
+            f"'.[{SDK_EXTRAS[sdk]}]' in the environment Snakemake runs in."
+        )
+
+
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except ImportError:
+        return True
+
+
+def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, str]:
+    """The job of this run and its resume key; stages code, run files and the attempt to resume."""
+    run = RunFile.load(args.config)
+    launch = run.config["launch"]
+    compute = settings.require_compute()
+    distribution = distribution_for(settings, run)
+    environment = staging.environment_spec(settings)
+    env_record = staging.environment_record(environment)
+    key = runstate.resume_key(run.config, sha256_file(args.data), env_record["hash"])
+    spec_dir = (args.run_dir / SPEC_DIR).resolve()
+    staging.snapshot_code(spec_dir / "code", run, env_record)
+    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", staging.resumable(args.run_dir, key))
+    uri = settings.data["uri"]
+    variables = job_variables(launch, distribution, compute, settings.sdk)
+    code = provenance.code_info()
+    if code["commit"]:
+        variables.update(SNAKEDDP_CODE_COMMIT=code["commit"], SNAKEDDP_CODE_DIRTY="1" if code["dirty"] else "0")
+    plan = JobPlan(
+        run_id=run.run_id,
+        sdk=settings.sdk,
+        distribution=distribution,
+        nodes=launch["nodes"],
+        devices=launch["devices"],
+        accelerator=launch["accelerator"],
+        compute=compute,
+        experiment=settings.experiment,
+        timeout_s=launch["runtime"] * 60,
+        spec_dir=spec_dir,
+        data=DataInput(
+            manifest_name=args.data.name,
+            mode=settings.data["mode"],
+            local_dir=None if uri else args.data.parent.resolve(),
+            uri=uri,
+        ),
+        environment=environment,
+        datastore=settings.data["datastore"],
+        resume_dir=resume_dir,
+        variables=variables,
+        tags={"snakeddp_run": run.run_id, "snakeddp_dataset": run.dataset_id},
+    )
+    return plan, key
+
+
+def write_spec(plan: JobPlan) -> Path:
+    """Write and validate the spec with the configured SDK (imported only now: it is an optional extra)."""
+    staging.clear_specs(plan.spec_dir)
+    if plan.sdk == "v2":
+        from snakeddp.azureml import spec_v2
+
+        return spec_v2.write(plan)
+    from snakeddp.azureml import spec_v1
+
+    return spec_v1.write(plan)[0]
+
+
+def submission_variables(settings: Settings, spec_sha256: str) -> dict[str, str]:
+    """Added to the job at submission (not in the spec: they name the spec's hash and the workspace)."""
+    workspace = settings.workspace
+    variables = {
+        "SNAKEDDP_JOB_SPEC_SHA256": spec_sha256,
+        "SNAKEDDP_AZUREML_EXPERIMENT": settings.experiment,
+        "SNAKEDDP_AZUREML_SUBSCRIPTION": workspace.subscription_id,
+        "SNAKEDDP_AZUREML_RESOURCE_GROUP": workspace.resource_group,
+        "SNAKEDDP_AZUREML_WORKSPACE": workspace.workspace_name,
+    }
+    return {name: value for name, value in variables.items() if value}
+
+
+def manual_submission(plan: JobPlan, spec: Path, settings: Settings, spec_sha256: str) -> str:
+    """How a person submits the written spec themselves."""
+    if plan.sdk == "v2":
+        workspace = settings.workspace
+        argv = ["az", "ml", "job", "create", "--file", str(spec)]
+        argv += ["--resource-group", workspace.resource_group or "<resource-group>"]
+        argv += ["--workspace-name", workspace.workspace_name or "<workspace-name>"]
+        argv += ["--set", f"environment_variables.SNAKEDDP_JOB_SPEC_SHA256={spec_sha256}"]
+        return shlex.join(argv)
+    from snakeddp.azureml import spec_v1
+
+    uploads = "".join(
+        f"\n  upload {local} to datastore {plan.datastore} at {target}" for local, target in spec_v1.uploads(plan)
+    )
+    return (
+        f"RunConfiguration.load({str(spec)!r}) and ScriptRunConfig(source_directory={str(plan.code_dir)!r}, "
+        f"run_config=...), submitted with Experiment(ws, {plan.experiment!r}).submit(...), "
+        f"after:{uploads or ' nothing'}"
+    )
+
+
+def connect(settings: Settings, plan: JobPlan) -> Any:
+    """A session with a checked credential, workspace and compute (before anything is uploaded)."""
+    from snakeddp.azureml import credentials
+
+    workspace = settings.require_workspace()
+    credential = credentials.default_credential()
+    if plan.sdk == "v2":
+        from snakeddp.azureml.jobs_v2 import V2Session
+
+        session = V2Session(workspace, credential)
+    else:
+        from snakeddp.azureml.jobs_v1 import V1Session
+
+        session = V1Session(workspace, credential)
+    session.check_compute(plan.compute, plan.nodes)
+    return session
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def run_job(session: Any, plan: JobPlan, spec: Path, variables: dict[str, str], run_dir: Path) -> int:
+    """Submit, stream until the job ends, download its run directory; 0 only when it completed."""
+    job: SubmittedJob = session.submit(plan, spec, variables)
+    record(plan.spec_dir, fresh=True, job=job.name, url=job.url, sdk=plan.sdk, spec=spec.name, **variables)
+    print(f"snakeddp.azureml: run {plan.run_id} submitted as AzureML job {job.name}\n  {job.url}", flush=True)
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        outcome = session.wait(job)
+    except KeyboardInterrupt:
+        session.cancel(job)
+        record(plan.spec_dir, status="CancelRequested")
+        print(f"snakeddp.azureml: interrupted; asked AzureML to cancel job {job.name}", file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT_CODE
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    downloaded = session.download(job, plan.spec_dir / "jobs" / job.name)
+    collected = downloaded is not None and results.collect(downloaded, run_dir)
+    record(plan.spec_dir, status=outcome.status, error=outcome.error, collected=collected)
+    if not outcome.completed:
+        kept = " Its checkpoints were downloaded: rerun to resume." if collected else ""
+        raise AzureMLError(
+            f"AzureML job {job.name} ended {outcome.status}: {outcome.error or 'no error text'}.{kept}\n"
+            f"  Logs: {job.url}"
+        )
+    if not (run_dir / provenance.FILE_NAME).is_file():
+        raise AzureMLError(
+            f"AzureML job {job.name} completed but no provenance.json came back into {run_dir}. "
+            f"HINT: look for the run directory output in {job.url}."
+        )
+    print(f"snakeddp.azureml: run {plan.run_id} completed; results in {run_dir}", flush=True)
+    return 0
+
+
+def submit(args: argparse.Namespace) -> int:
+    settings = Settings.from_environment()
+    require_sdk(settings.sdk)
+    if settings.submit and not args.dry_run:
+        settings.require_workspace()
+    plan, key = build_plan(args, settings)
+    spec = write_spec(plan)
+    spec_sha256 = sha256_file(spec)
+    if args.dry_run or not settings.submit:
+        manual = manual_submission(plan, spec, settings, spec_sha256)
+        print(f"snakeddp.azureml: wrote the job spec of run {plan.run_id}: {spec} (sha256 {spec_sha256})", flush=True)
+        if args.dry_run:
+            print(f"  submit it with: {manual}", flush=True)
+            return 0
+        print(
+            "snakeddp.azureml: azureml.submit is false, so nothing was submitted and this run has no results "
+            f"(no provenance.json). Submit the spec yourself with:\n  {manual}\n"
+            "or set azureml.submit: true and rerun the workflow.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    session = connect(settings, plan)
+    resume = runstate.prepare(args.run_dir, key)
+    if (resume is None) != (plan.resume_dir is None):
+        raise AzureMLError(f"{args.run_dir} changed while its job was being prepared; rerun to submit again")
+    return run_job(session, plan, spec, submission_variables(settings, spec_sha256), args.run_dir)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Entry point of ``snakeddp.launch --platform azureml``; errors become one message and exit status 1."""
+    try:
+        return submit(args)
+    except (AzureMLError, ConfigError, runstate.RunStateError) as error:
+        print(f"snakeddp.azureml: {error}", file=sys.stderr, flush=True)
+        return 1

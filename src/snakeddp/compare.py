@@ -1,0 +1,97 @@
+"""What differs between two runs: config keys, code, data, environment packages, layout, outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from snakeddp.report.runs import Run
+from snakeddp.report.table import flatten
+
+MISSING = "(absent)"
+CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")
+DATA_KEYS = ("dataset", "manifest", "manifest_sha256", "partitions", "records.train", "records.val")
+STACK_KEYS = ("python", "torch", "lightning", "cuda", "cudnn", "nccl", "gpus", "environment_hash", "lock_sha256")
+LAUNCH_KEYS = ("launcher", "backend", "accelerator", "nodes", "processes_per_node", "world_size", "hosts", "job_id")
+OUTCOME = (
+    ("status", ("status",)),
+    ("best val_loss", ("training", "best_val_loss")),
+    ("val acc", ("training", "best_val_acc")),
+    ("epochs", ("training", "epochs_completed")),
+    ("duration s", ("timing", "duration_s")),
+    ("samples/s", ("timing", "samples_per_s")),
+)
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any], keys: tuple[str, ...] | None = None) -> list[list[Any]]:
+    flat_a, flat_b = flatten(a), flatten(b)
+    names = keys if keys is not None else sorted(set(flat_a) | set(flat_b))
+    return [
+        [key, flat_a.get(key, MISSING), flat_b.get(key, MISSING)]
+        for key in names
+        if flat_a.get(key, MISSING) != flat_b.get(key, MISSING)
+    ]
+
+
+def _packages(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, list[Any]]:
+    return {
+        "added": sorted([name, b[name]] for name in set(b) - set(a)),
+        "removed": sorted([name, a[name]] for name in set(a) - set(b)),
+        "changed": sorted([name, a[name], b[name]] for name in set(a) & set(b) if a[name] != b[name]),
+    }
+
+
+def _dig(record: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    for part in path:
+        record = record[part]
+    return record
+
+
+def compare(a: Run, b: Run) -> dict[str, Any]:
+    """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed."""
+    pa, pb = a.provenance, b.provenance
+    env_a, env_b = pa["environment"], pb["environment"]
+    return {
+        "runs": [a.run_id, b.run_id],
+        "config": _differences(pa["config"], pb["config"]),
+        "code": _differences(pa["code"], pb["code"], CODE_KEYS),
+        "data": _differences(pa["data"], pb["data"], DATA_KEYS),
+        "environment": _differences(env_a, env_b, STACK_KEYS),
+        "packages": _packages(env_a["packages"], env_b["packages"]),
+        "launch": _differences(pa["launch"], pb["launch"], LAUNCH_KEYS),
+        "outcome": [[name, _dig(pa, path), _dig(pb, path)] for name, path in OUTCOME],
+    }
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "[]"
+    return str(value)
+
+
+def format_comparison(result: Mapping[str, Any]) -> str:
+    """The comparison as aligned text: a section per kind of difference, 'same' where none."""
+    a, b = result["runs"]
+    lines = [f"compare {a} (A) with {b} (B)"]
+    for section in ("config", "code", "data", "environment", "launch"):
+        rows = result[section]
+        lines.append(f"\n{section}: {'same' if not rows else f'{len(rows)} difference(s)'}")
+        lines += _rows(rows)
+    packages = result["packages"]
+    count = sum(len(v) for v in packages.values())
+    lines.append(f"\npackages: {'same' if not count else f'{count} difference(s)'}")
+    lines += [f"  + {name} {version} (only in B)" for name, version in packages["added"]]
+    lines += [f"  - {name} {version} (only in A)" for name, version in packages["removed"]]
+    lines += [f"  ~ {name}: {va} -> {vb}" for name, va, vb in packages["changed"]]
+    lines.append("\noutcome:")
+    lines += _rows(result["outcome"])
+    return "\n".join(lines)
+
+
+def _rows(rows: list[list[Any]]) -> list[str]:
+    if not rows:
+        return []
+    width = max(len(str(row[0])) for row in rows)
+    return [f"  {key:{width}}  A: {_show(va)}  B: {_show(vb)}" for key, va, vb in rows]

@@ -1,0 +1,397 @@
+"""Ingest a CSV or Parquet table into the same partition files and manifest as synthetic data.
+
+One streaming pass reads the table in chunks of rows (files in name order), checks every value,
+and deals each row to validation or one of the P train partitions by a seeded hash of its row
+number, so the split does not depend on chunk sizes, file boundaries or the machine. Rows go to
+one spill file as fixed-size records; each partition is then written from its spill segments
+straight into its safetensors layout. Memory stays at about one chunk of rows (for Parquet, one
+row group), whatever the table's size.
+
+A sample's id is its row number in the table (0-based, counting across files in name order), so
+every trained sample traces back to its source row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snakeddp.data.partitions import encode_header
+from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
+from snakeddp.hashing import sha256_file, sha256_json
+
+FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
+GENERATOR = "snakeddp.table/1"
+# About 16 MB of float64 values per chunk: big enough to parse fast, small enough to never matter.
+CHUNK_VALUES = 1 << 21
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+class TableError(ValueError):
+    """The table cannot be ingested; the message names the file, column and row."""
+
+
+def _format_of(path: Path) -> str | None:
+    name = path.name.lower()
+    return next((fmt for ext, fmt in FORMATS.items() if name.endswith(ext)), None)
+
+
+def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path]]:
+    """The format and the files of a table: the file itself, or a folder's files of that format in name order.
+
+    Hidden files and names starting with "_" (Spark's _SUCCESS, _metadata) are skipped.
+    """
+    root = Path(path)
+    if root.is_file():
+        found = _format_of(root) if fmt == "auto" else fmt
+        if found is None:
+            raise TableError(f"{root}: cannot tell the table format from the name. HINT: set data.table.format.")
+        return found, [root]
+    if not root.is_dir():
+        raise TableError(f"data.table.path={str(root)!r}: no such file or folder (relative to {Path.cwd()}).")
+    candidates = sorted(
+        (p for p in root.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
+    formats = {p: _format_of(p) for p in candidates}
+    wanted = {f for f in formats.values() if f} if fmt == "auto" else {fmt}
+    if len(wanted) != 1:
+        raise TableError(
+            f"{root}: expected CSV or Parquet files of one format, found {sorted(wanted) or 'none'}. "
+            "HINT: keep one format per folder, or set data.table.format."
+        )
+    (chosen,) = wanted
+    files = [p for p in candidates if formats[p] == chosen]
+    return chosen, files
+
+
+def fingerprint(path: str | Path, fmt: str = "auto") -> str:
+    """sha256 over the table's files: each one's name relative to the table, size and sha256."""
+    root = Path(path)
+    _, files = table_files(root, fmt)
+    base = root if root.is_dir() else root.parent
+    return sha256_json([[p.relative_to(base).as_posix(), p.stat().st_size, sha256_file(p)] for p in files])
+
+
+def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path) -> str:
+    """``fingerprint``, reusing the last result while no file's size, mtime or inode changed.
+
+    The workflow computes it each time it starts (on Slurm, once per job), so a large table is
+    hashed once, not on every start.
+    """
+    root = Path(path)
+    _, files = table_files(root, fmt)
+    stamp = sha256_json([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino] for p in files])
+    cache_path = Path(cache_file)
+    try:
+        cache = read_json(cache_path)
+    except (OSError, ValueError):
+        cache = {}
+    key = str(root.resolve())
+    if cache.get(key, {}).get("stamp") == stamp:
+        return cache[key]["sha256"]
+    digest = fingerprint(root, fmt)
+    cache[key] = {"stamp": stamp, "sha256": digest}
+    atomic_write_json(cache_path, cache)
+    return digest
+
+
+def _csv_chunks(path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+    import pandas as pd
+
+    try:
+        header = pd.read_csv(path, nrows=0).columns
+    except pd.errors.EmptyDataError:
+        raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
+    _require_columns(path, columns, list(header))
+    for frame in pd.read_csv(path, usecols=list(columns), chunksize=rows, low_memory=True):
+        yield {name: frame[name].to_numpy() for name in columns}
+
+
+def _parquet_chunks(path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+    except Exception as exc:
+        raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
+    with handle:
+        _require_columns(path, columns, handle.schema_arrow.names)
+        # One row group at a time: iter_batches over the whole file keeps what it read until the
+        # end (peak memory grew with the file); per row group it stays at about one group.
+        for group in range(handle.num_row_groups):
+            batches = handle.iter_batches(batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False)
+            for batch in batches:
+                yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
+
+
+def _require_columns(path: Path, wanted: Sequence[str], present: list[str]) -> None:
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise TableError(
+            f"{path}: no column {', '.join(map(repr, missing))} (the file has: {', '.join(map(str, present))}). "
+            "HINT: fix data.table.features / data.table.label, or the file's header."
+        )
+
+
+def where(path: Path, column: str, index: int) -> str:
+    """'file, column, row' of a value; rows count data rows from 1 (a CSV's line is row + 1)."""
+    line = f" (line {index + 2})" if _format_of(path) == "csv" else ""
+    return f"{path}: column {column!r}, row {index + 1}{line}"
+
+
+def _numeric(values: np.ndarray, path: Path, column: str, first_row: int) -> np.ndarray:
+    """float64 values of a column chunk, or a TableError at the first value that is not a number."""
+    if values.dtype.kind in "biuf":
+        return values.astype(np.float64, copy=False)
+    import pandas as pd
+
+    converted = pd.to_numeric(pd.Series(values, copy=False), errors="coerce").to_numpy(dtype=np.float64)
+    present = pd.notna(values) & (pd.Series(values, copy=False).astype(str).str.strip() != "").to_numpy()
+    bad = np.flatnonzero(np.isnan(converted) & present)
+    if bad.size:
+        raise TableError(
+            f"{where(path, column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number. "
+            "HINT: features and labels must be numeric; encode categories as numbers first."
+        )
+    return converted
+
+
+def _row_keys(rows: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform [0, 1) value per row number (splitmix64 of seed and row), the same on every machine."""
+    with np.errstate(over="ignore"):
+        z = rows.astype(np.uint64) + np.uint64(seed) * _GOLDEN + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def assign(rows: np.ndarray, seed: int, val_fraction: float, partitions: int) -> np.ndarray:
+    """Target of each row: 0..partitions-1 for train partitions, ``partitions`` for validation."""
+    u = _row_keys(rows, seed)
+    train = np.minimum(((u - val_fraction) / (1.0 - val_fraction) * partitions).astype(np.int64), partitions - 1)
+    return np.where(u < val_fraction, partitions, train)
+
+
+@dataclass
+class Stats:
+    """What one ingestion read: per file its rows, and rows dropped by nan_policy=drop."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    rows_read: int = 0
+    rows_dropped: int = 0
+
+
+class _Spill:
+    """Rows as fixed-size records in one scratch file, remembered per target as (offset, count) segments."""
+
+    def __init__(self, path: Path, dtype: np.dtype, targets: int) -> None:
+        self.path, self.dtype = path, dtype
+        self.handle = open(path, "wb")  # closed by finish()
+        self.segments: list[list[tuple[int, int]]] = [[] for _ in range(targets)]
+        self.offset = 0
+
+    def add(self, records: np.ndarray, targets: np.ndarray) -> None:
+        order = np.argsort(targets, kind="stable")
+        records, targets = records[order], targets[order]
+        bounds = np.searchsorted(targets, np.arange(len(self.segments) + 1))
+        self.handle.write(records.tobytes())
+        for target in range(len(self.segments)):
+            start, stop = int(bounds[target]), int(bounds[target + 1])
+            if stop > start:
+                self.segments[target].append((self.offset + start * self.dtype.itemsize, stop - start))
+        self.offset += records.nbytes
+
+    def count(self, target: int) -> int:
+        return sum(n for _, n in self.segments[target])
+
+    def read(self, target: int, rows: int) -> Iterator[np.ndarray]:
+        """The target's records in row order, at most ``rows`` at a time."""
+        with open(self.path, "rb") as handle:
+            for offset, count in self.segments[target]:
+                for start in range(0, count, rows):
+                    n = min(rows, count - start)
+                    handle.seek(offset + start * self.dtype.itemsize)
+                    yield np.frombuffer(handle.read(n * self.dtype.itemsize), dtype=self.dtype)
+
+    def finish(self) -> None:
+        self.handle.close()
+
+
+def _write_partition(spill: _Spill, target: int, path: Path, metadata: Mapping[str, str], rows: int) -> dict[str, Any]:
+    """Write one partition's safetensors file from its spill segments; return its manifest entry."""
+    n = spill.count(target)
+    features = spill.dtype["features"]
+    specs = {
+        "features": (features.base, (n, *features.shape)),
+        "labels": (spill.dtype["labels"], (n, 1) if spill.dtype["labels"] == np.float32 else (n,)),
+        "ids": (spill.dtype["ids"], (n,)),
+    }
+    header, order = encode_header(specs, metadata)
+    starts, position = {}, len(header)
+    for name in order:
+        starts[name] = position
+        position += np.dtype(specs[name][0]).itemsize * int(np.prod(specs[name][1], dtype=np.int64))
+
+    def write(handle: Any) -> None:
+        handle.write(header)
+        handle.truncate(position)
+        handle.flush()
+        fd, cursor = handle.fileno(), dict(starts)
+        for records in spill.read(target, rows):
+            for name in order:
+                data = np.ascontiguousarray(records[name]).tobytes()
+                os.pwrite(fd, data, cursor[name])
+                cursor[name] += len(data)
+
+    atomic_write(path, write)
+    return {
+        "file": path.name,
+        "sha256": sha256_file(path),
+        "bytes": position,
+        "records": n,
+        "tensors": {name: {"dtype": str(np.dtype(d)), "shape": list(s)} for name, (d, s) in specs.items()},
+    }
+
+
+def _chunks(fmt: str, path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+    if path.stat().st_size == 0:
+        raise TableError(f"{path}: the file is empty (0 bytes). HINT: remove it from the table or fill it.")
+    return (_csv_chunks if fmt == "csv" else _parquet_chunks)(path, columns, rows)
+
+
+def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path, column: str) -> None:
+    """Labels must be 0/1 (binary) or class indices; ``rows`` are their row indices in the file."""
+    if classes == 1:
+        bad = np.flatnonzero((labels != 0) & (labels != 1))
+        rule = "0 or 1 (data.num_classes is 1: binary labels)"
+    else:
+        bad = np.flatnonzero((labels != np.floor(labels)) | (labels < 0) | (labels >= classes))
+        rule = f"an integer in 0..{classes - 1} (data.num_classes is {classes})"
+    if bad.size:
+        raise TableError(
+            f"{where(path, column, int(rows[bad[0]]))}: label {labels[bad[0]]:g} is not {rule}. "
+            "HINT: fix the label column or data.num_classes."
+        )
+
+
+def _read_rows(
+    files: Sequence[Path], fmt: str, params: Mapping[str, Any], spill: _Spill, chunk_rows: int, stats: Stats
+) -> None:
+    table = params["table"]
+    features, label = list(table["features"]), table["label"]
+    partitions, classes = params["num_train_files"], params["num_classes"]
+    row = 0
+    for path in files:
+        file_rows = 0
+        for chunk in _chunks(fmt, path, [*features, label], chunk_rows):
+            n = len(chunk[label])
+            values = np.empty((n, len(features)), dtype=np.float64)
+            for j, name in enumerate(features):
+                values[:, j] = _numeric(chunk[name], path, name, file_rows)
+            labels = _numeric(chunk[label], path, label, file_rows)
+            finite = np.isfinite(values).all(axis=1) & np.isfinite(labels)
+            if not finite.all():
+                first = int(np.flatnonzero(~finite)[0])
+                if table["nan_policy"] == "error":
+                    column = next((f for j, f in enumerate(features) if not np.isfinite(values[first, j])), label)
+                    raise TableError(
+                        f"{where(path, column, file_rows + first)}: missing or non-finite value. "
+                        "HINT: clean the table, or set data.table.nan_policy: drop to skip such rows."
+                    )
+                stats.rows_dropped += int((~finite).sum())
+            ids = np.arange(row, row + n, dtype=np.int64)
+            keep = np.flatnonzero(finite)
+            _check_labels(labels[keep], file_rows + keep, classes, path, label)
+            records = np.empty(keep.size, dtype=spill.dtype)
+            records["ids"], records["labels"], records["features"] = ids[keep], labels[keep], values[keep]
+            spill.add(records, assign(ids[keep], params["seed"], table["val_fraction"], partitions))
+            row, file_rows = row + n, file_rows + n
+        if file_rows == 0:
+            raise TableError(f"{path}: the file has no rows. HINT: remove it from the table or fill it.")
+        stats.files.append({"file": str(path), "rows": file_rows})
+    stats.rows_read = row
+
+
+def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | None = None) -> dict[str, Any]:
+    """Read the table in ``params["table"]`` and write ``train/part-NNNNN.safetensors`` (+ .json
+    entries), ``val.safetensors`` (+ val.json) and ``ingest.json`` under ``out_dir``.
+
+    ``params`` are the dataset's identity parameters (``sources.identity``). Returns the summary
+    also written to ingest.json.
+    """
+    table = params["table"]
+    fmt, files = table_files(table["path"], table["format"])
+    if table.get("sha256") and fingerprint(table["path"], table["format"]) != table["sha256"]:
+        raise TableError(
+            f"{table['path']}: the table's checksum differs from data.table.sha256 (the table changed). "
+            "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
+        )
+    partitions, classes = params["num_train_files"], params["num_classes"]
+    width = len(table["features"])
+    rows = chunk_rows or max(1024, CHUNK_VALUES // (width + 1))
+    dtype = np.dtype([("ids", "<i8"), ("labels", "<f4" if classes == 1 else "<i8"), ("features", "<f4", (width,))])
+    out = Path(out_dir)
+    (out / "train").mkdir(parents=True, exist_ok=True)
+    spill = _Spill(out / ".spill", dtype, partitions + 1)
+    stats = Stats()
+    try:
+        _read_rows(files, fmt, params, spill, rows, stats)
+        spill.finish()
+        empty = [t for t in range(partitions + 1) if spill.count(t) == 0]
+        if empty:
+            which = ", ".join("validation" if t == partitions else f"train partition {t}" for t in empty)
+            raise TableError(
+                f"{table['path']}: {stats.rows_read - stats.rows_dropped} usable rows leave {which} empty. "
+                "HINT: lower data.num_train_files, raise data.table.val_fraction, or use a bigger table."
+            )
+        entries = []
+        for target in range(partitions + 1):
+            split = "val" if target == partitions else "train"
+            name = "val" if split == "val" else f"train/part-{target:05d}"
+            metadata = {"generator": GENERATOR, "split": split, "index": str(0 if split == "val" else target)}
+            entry = _write_partition(spill, target, out / f"{name}.safetensors", metadata, rows)
+            atomic_write_json(out / f"{name}.json", entry)
+            entries.append(entry)
+    finally:
+        spill.finish()
+        spill.path.unlink(missing_ok=True)
+    summary = {
+        "generator": GENERATOR,
+        "format": fmt,
+        "files": stats.files,
+        "rows_read": stats.rows_read,
+        "rows_dropped": stats.rows_dropped,
+        "records": {"train": sum(e["records"] for e in entries[:-1]), "val": entries[-1]["records"]},
+    }
+    atomic_write_json(out / "ingest.json", summary)
+    return summary
+
+
+def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entry_path: str | Path) -> dict[str, Any]:
+    """Put one ingested partition (or the validation set) at its final path, with its entry.
+
+    A hard link when the filesystem allows (no copy), else a copy; the entry is checked against
+    the file first, so a damaged ingest directory is never passed on.
+    """
+    from snakeddp.data.partitions import verify_file
+
+    name = "val" if split == "val" else f"train/part-{index:05d}"
+    source = Path(ingest_dir) / f"{name}.safetensors"
+    entry = json.loads((Path(ingest_dir) / f"{name}.json").read_text())
+    verify_file(source, entry)
+    target = Path(part)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    link_or_copy(source, target)
+    # Snakemake compares output times with its inputs'; the link keeps the ingest time otherwise.
+    os.utime(target)
+    entry["file"] = target.name
+    atomic_write_json(entry_path, entry)
+    return entry

@@ -1,0 +1,39 @@
+"""Communication settings (NCCL, gloo, UCX, libfabric, OpenMPI) passed to every rank of a run.
+
+They come from ``network.env`` in the config (usually set by the profile) and from variables of
+those families already exported where the launcher runs (an sbatch script, a login shell). The
+launcher hands all of them to every rank: torchrun and srun pass their environment on, mpirun
+gets ``-x NAME`` for each. Provenance records them with the other cluster variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from snakeddp.config import ConfigError
+from snakeddp.redact import is_secret_name
+
+PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "UCX_", "FI_", "OMPI_MCA_")
+NAMES = ("TORCH_DISTRIBUTED_DEBUG",)
+
+
+def is_network_variable(name: str) -> bool:
+    return name.startswith(PREFIXES) or name in NAMES
+
+
+def variables(config: Mapping[str, Any]) -> dict[str, str]:
+    """``network.env`` of a validated config as environment strings."""
+    env = config.get("network", {}).get("env", {})
+    secret = sorted(name for name in env if is_secret_name(name))
+    if secret:
+        raise ConfigError(
+            f"network.env: {', '.join(secret)} look like secrets, which snakeddp never records. "
+            "HINT: export them in the job's environment instead of the config."
+        )
+    return {name: str(value) for name, value in env.items()}
+
+
+def forwarded(env: Mapping[str, str]) -> dict[str, str]:
+    """The network variables of ``env`` that every rank must see, secret-looking names left out."""
+    return {name: env[name] for name in sorted(env) if is_network_variable(name) and not is_secret_name(name)}

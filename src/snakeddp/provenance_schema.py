@@ -1,0 +1,59 @@
+"""The JSON Schema of provenance.json (``schemas/provenance.schema.json``) and checks against it.
+
+The schema is the one description of what a run's provenance holds; the report, the RO-Crate
+and ``snakeddp verify`` read only what it promises, and the tests hold every record the
+pipeline writes to it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+SCHEMA_FILE = "provenance.schema.json"
+
+
+class ProvenanceError(ValueError):
+    """A provenance record that does not match the schema; the message lists every problem."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+
+
+def problems(record: Any) -> list[str]:
+    """One line per schema violation, named by the dotted key, in a stable order."""
+    validator = jsonschema.Draft202012Validator(schema())
+    lines = []
+    for error in sorted(validator.iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path]):
+        key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+        lines.append(f"{key}: {error.message}")
+    return lines
+
+
+def validate(record: Any, source: str = "provenance.json") -> None:
+    """Raise ProvenanceError unless ``record`` matches the provenance schema."""
+    found = problems(record)
+    if found:
+        details = "\n  ".join(found)
+        raise ProvenanceError(
+            f"{source} does not match {SCHEMA_FILE}:\n  {details}\n"
+            "HINT: it was written by a different snakeddp version, or edited by hand; rerun the run's train job."
+        )
+
+
+def validate_file(path: str | Path) -> dict[str, Any]:
+    """Read and validate one provenance.json; returns the record."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ProvenanceError(f"{path}: cannot read provenance: {exc}") from None
+    validate(record, source=str(path))
+    return record

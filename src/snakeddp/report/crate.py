@@ -1,0 +1,359 @@
+"""The Workflow Run RO-Crate of a sweep: ``results/report/`` as a self-contained, shippable crate.
+
+The crate root is the report directory. What the runs were made from and what they made is
+placed under ``files/`` (hard links where the filesystem allows, so checkpoints cost no space,
+copies otherwise): the workflow (Snakefile, rules, scripts, environment specs), the config, each
+dataset's manifest, and per run its run.yaml, metrics.csv, provenance.json, checkpoints and log.
+Zip ``results/report`` and the report, the figures and the evidence travel together.
+
+It follows the Provenance Run Crate profile (which extends Workflow Run Crate and Process Run
+Crate): the Snakefile is the main ComputationalWorkflow; each training run is a CreateAction of
+the workflow's ``train`` step, with start and end time, its agent, its instrument (the
+``snakeddp.train`` application and the software it ran on), its inputs (run config, data
+manifest, environment record, sweep values) and its outputs (checkpoints with sha256, metrics,
+provenance); Snakemake is the engine whose OrganizeAction ran the workflow's CreateAction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rocrate.model.contextentity import ContextEntity
+from rocrate.rocrate import ROCrate
+
+from snakeddp import __version__
+from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
+from snakeddp.report.runs import Run
+from snakeddp.report.sources import workflow_files
+from snakeddp.report.table import flatten
+
+BASENAME = "ro-crate-metadata.json"
+PAYLOAD = "files"
+PROFILES = {
+    "https://w3id.org/ro/wfrun/process/0.6": "Process Run Crate",
+    "https://w3id.org/ro/wfrun/workflow/0.6": "Workflow Run Crate",
+    "https://w3id.org/ro/wfrun/provenance/0.6": "Provenance Run Crate",
+}
+WFRUN_CONTEXT = "https://w3id.org/ro/terms/workflow-run/context"
+STEP_RULES = ("data_partition", "data_val", "data_manifest", "env_capture", "run_config", "train")
+MIME = {".json": "application/json", ".csv": "text/csv", ".yaml": "application/yaml", ".html": "text/html",
+        ".png": "image/png", ".svg": "image/svg+xml", ".log": "text/plain", ".py": "text/x-python",
+        ".smk": "text/plain", ".lock": "text/plain", ".ckpt": "application/zip"}  # fmt: skip
+
+
+def _place(source: Path, target: Path, link: bool = False) -> None:
+    """Copy ``source`` to ``target``, or hard-link it (checkpoints: large, and written once by the
+    pipeline). Configs and sources are copied: an editor saving one in place must not change what
+    the crate recorded, and a crate file must never be a way to write into a user's file."""
+    (link_or_copy if link else copy_file)(source, target)
+
+
+class CrateBuilder:
+    """Places files under the crate root and describes each one as a data entity."""
+
+    def __init__(self, root: Path, title: str) -> None:
+        self.root = root
+        self.crate = ROCrate()
+        self.crate.metadata.extra_contexts.append(WFRUN_CONTEXT)
+        self.crate.root_dataset["name"] = title
+        self.crate.root_dataset["description"] = (
+            "Runs of the snakeddp workflow: what each training run was made from (workflow, config, data "
+            "manifest, environment) and what it produced (checkpoints, metrics, provenance), with the report."
+        )
+        self.crate.root_dataset["datePublished"] = datetime.now(UTC).isoformat(timespec="seconds")
+
+    def add(
+        self, source: Path, dest: str, types: Sequence[str] = ("File",), link: bool = False, **properties: Any
+    ) -> Any:
+        """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it."""
+        target = self.root / dest
+        if not (target.exists() and target.samefile(source)):
+            _place(source, target, link)
+        props = {"@type": list(types), "name": Path(dest).name, "contentSize": str(target.stat().st_size)}
+        props.update(properties)
+        if Path(dest).suffix in MIME:
+            props.setdefault("encodingFormat", MIME[Path(dest).suffix])
+        return self.crate.add_file(target, dest_path=dest, properties=props)
+
+    def entity(self, identifier: str, type_: str | list[str], **properties: Any) -> ContextEntity:
+        existing = self.crate.get(identifier)
+        if existing is not None:
+            return existing
+        return self.crate.add(ContextEntity(self.crate, identifier, properties={"@type": type_, **properties}))
+
+
+def _additional_type(value: Any) -> str:
+    return {bool: "Boolean", int: "Integer", float: "Float"}.get(type(value), "Text")
+
+
+def _software(builder: CrateBuilder, name: str, version: str | None) -> ContextEntity | None:
+    if not version:
+        return None
+    return builder.entity(f"#software-{name}-{version}", "SoftwareApplication", name=name, softwareVersion=str(version))
+
+
+def _agent(builder: CrateBuilder, user: str | None) -> ContextEntity | None:
+    return builder.entity(f"#person-{user}", "Person", name=user) if user else None
+
+
+def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit: str | None) -> Any:
+    """The Snakefile as the main ComputationalWorkflow, its steps (rules) and its other source files."""
+    crate = builder.crate
+    snakefile = repo / "Snakefile"
+    dest = f"{PAYLOAD}/workflow/Snakefile"
+    _place(snakefile, builder.root / dest)
+    workflow = crate.add_workflow(
+        builder.root / dest,
+        dest_path=dest,
+        main=True,
+        lang="snakemake",
+        lang_version=snakemake_version,
+        properties={
+            "name": "snakeddp",
+            "description": "Partitioned data -> distributed PyTorch Lightning training -> report, as one workflow.",
+            "version": commit or __version__,
+            "license": {"@id": "https://spdx.org/licenses/MIT"},
+            "encodingFormat": "text/x-snakemake",
+        },
+    )
+    for path in workflow_files(repo):
+        if path != snakefile:
+            part = f"{PAYLOAD}/workflow/{path.relative_to(repo).as_posix()}"
+            workflow.append_to("hasPart", builder.add(path, part, types=("File", "SoftwareSourceCode")))
+    for position, rule in enumerate(STEP_RULES):
+        step = builder.entity(f"{dest}#{rule}", "HowToStep", name=rule, position=str(position))
+        workflow.append_to("step", step)
+    return workflow
+
+
+def _train_tool(builder: CrateBuilder, workflow: Any, runs: Sequence[Run], params: Sequence[str]) -> ContextEntity:
+    """The application every training run executes, with what it ran on and its sweepable inputs."""
+    tool = builder.entity(
+        "#snakeddp.train",
+        "SoftwareApplication",
+        name="snakeddp.train",
+        description="python -m snakeddp.train: one DDP training run (Lightning), started on every rank by a launcher.",
+        softwareVersion=__version__,
+    )
+    step = builder.crate.get(f"{workflow.id}#train")
+    step["workExample"] = {"@id": tool.id}
+    stacks = {}
+    for run in runs:
+        env = run.provenance["environment"]
+        for name in ("python", "torch", "lightning", "cuda", "nccl"):
+            software = _software(builder, name, env.get(name))
+            if software is not None:
+                stacks[software.id] = software
+    tool["softwareRequirements"] = [{"@id": key} for key in sorted(stacks)]
+    for key in params:
+        value = flatten(runs[0].provenance["config"]).get(key)
+        parameter = builder.entity(
+            f"#snakeddp.train-param-{key}",
+            "FormalParameter",
+            name=key,
+            additionalType=_additional_type(value),
+            description=f"config key {key} (varied by the sweep)",
+            conformsTo={"@id": "https://bioschemas.org/profiles/FormalParameter/1.0-RELEASE"},
+        )
+        tool.append_to("input", parameter)
+    return tool
+
+
+def _run_action(
+    builder: CrateBuilder, run: Run, tool: ContextEntity, params: Sequence[str], files: Mapping[str, Any]
+) -> ContextEntity:
+    """One training run as a CreateAction of the train step."""
+    p = run.provenance
+    launch, timing = p["launch"], p["timing"]
+    config = flatten(p["config"])
+    values = []
+    for key in params:
+        value = builder.entity(
+            f"#{run.run_id}-{key}",
+            "PropertyValue",
+            name=key,
+            value=str(config.get(key)),
+            exampleOfWork={"@id": f"#snakeddp.train-param-{key}"},
+        )
+        values.append(value)
+    environment = [
+        builder.entity(f"#{run.run_id}-env-{name}", "PropertyValue", name=name, value=value)
+        for name, value in launch["variables"].items()
+    ]
+    results = [files[k] for k in ("checkpoints", "metrics", "provenance") if k in files]
+    action = builder.crate.add_action(
+        tool,
+        identifier=f"#run-{run.run_id}",
+        object=[files["run_config"], files["manifest"], *files.get("environment", []), *values],
+        result=[item for group in results for item in (group if isinstance(group, list) else [group])],
+        properties={
+            "@type": "CreateAction",
+            "name": f"Training run {run.run_id}",
+            "description": (
+                f"{p['status']} after {p['training']['epochs_completed']} epochs on {launch['nodes']} node(s) x "
+                f"{launch['processes_per_node']} process(es) ({launch['backend']}, launcher {launch['launcher']}, "
+                f"hosts {' '.join(launch['hosts'])}, job {launch['job_id'] or '-'}); best val_loss "
+                f"{p['training']['best_val_loss']}; code {p['code']['commit'] or 'unknown'}"
+                f"{' (dirty)' if p['code']['dirty'] else ''}"
+            ),
+            "startTime": timing["started_at"],
+            "endTime": timing["finished_at"],
+            "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
+        },
+    )
+    agent = _agent(builder, launch.get("user"))
+    if agent is not None:
+        action["agent"] = {"@id": agent.id}
+    if environment:
+        action["environment"] = [{"@id": e.id} for e in environment]
+    for log in files.get("log", []):
+        log["about"] = {"@id": action.id}
+    return action
+
+
+def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
+    """Place one run's inputs and outputs in the crate and describe them."""
+    p = run.provenance
+    base = f"{PAYLOAD}/runs/{run.run_id}"
+    files: dict[str, Any] = {
+        "run_config": builder.add(run.run_dir / "run.yaml", f"{base}/run.yaml", description="resolved run config"),
+        "metrics": builder.add(run.run_dir / "metrics.csv", f"{base}/metrics.csv", description="one row per epoch"),
+        "provenance": builder.add(
+            run.run_dir / "provenance.json",
+            f"{base}/provenance.json",
+            description="what the run was made from (schema: snakeddp provenance.schema.json)",
+        ),
+    }
+    manifest = run.manifest_path
+    files["manifest"] = builder.add(
+        manifest,
+        f"{PAYLOAD}/data/{p['data']['dataset']}/{manifest.name}",
+        sha256=p["data"]["manifest_sha256"],
+        description=f"data manifest of {p['data']['dataset']}: sha256 of each of its {p['data']['partitions']} "
+        "train partitions and the validation file",
+    )
+    record = p["environment"]["record"]
+    if record and run.resolve(record).is_file():
+        files["environment"] = [
+            builder.add(
+                run.resolve(record),
+                f"{PAYLOAD}/envs/{Path(record).name}",
+                description=f"captured environment, hash {p['environment']['environment_hash']}",
+            )
+        ]
+    best = (p["training"]["best_checkpoint"] or {}).get("path")
+    checkpoints = p["training"].get("checkpoints") or [c for c in (p["training"]["last_checkpoint"],) if c]
+    files["checkpoints"] = [
+        builder.add(
+            run.file(c),
+            f"{base}/{c['path']}",
+            link=True,
+            sha256=c["sha256"],
+            description=(
+                f"best checkpoint (val_loss {p['training']['best_val_loss']})" if c["path"] == best else "checkpoint"
+            ),
+        )
+        for c in checkpoints
+        if run.file(c).is_file()
+    ]
+    log = run.workdir / "logs" / "train" / f"{run.run_id}.log"
+    if log.is_file():
+        files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
+    return files
+
+
+def _unique_names(paths: Sequence[str | Path]) -> list[str]:
+    """File names for ``paths`` in one folder: the name itself, numbered in given order where names repeat
+    (the default config/config.yaml and an overlay such as examples/tabular/config.yaml)."""
+    names = [Path(path).name for path in paths]
+    return [name if names.count(name) == 1 else f"{index}-{name}" for index, name in enumerate(names, 1)]
+
+
+def build(
+    root: str | Path,
+    runs: Sequence[Run],
+    params: Sequence[str],
+    settings: Mapping[str, Any],
+    repo: str | Path,
+    config_files: Sequence[str | Path],
+    resolved_config: Mapping[str, Any],
+    report_files: Sequence[str | Path],
+    snakemake_version: str,
+) -> Path:
+    """Write ``root/ro-crate-metadata.json`` and place the crate's files under ``root/files``."""
+    root, repo = Path(root), Path(repo)
+    builder = CrateBuilder(root, settings["title"])
+    crate = builder.crate
+    for profile, name in PROFILES.items():
+        crate.root_dataset.append_to(
+            "conformsTo", builder.entity(profile, "CreativeWork", name=name, version=profile.rsplit("/", 1)[-1])
+        )
+    commits = {run.provenance["code"]["commit"] for run in runs}
+    workflow = _workflow(builder, repo, snakemake_version, commits.pop() if len(commits) == 1 else None)
+    tool = _train_tool(builder, workflow, runs, params)
+    configs = [
+        builder.add(Path(path), f"{PAYLOAD}/workflow/config/{name}", description=f"workflow config file {path}")
+        for path, name in zip(config_files, _unique_names(config_files), strict=True)
+    ]
+    resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
+    atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False))
+    configs.append(
+        builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
+    )
+    actions, manifests, outputs = [], {}, []
+    for run in runs:
+        files = _run_files(builder, run)
+        actions.append(_run_action(builder, run, tool, params, files))
+        manifests[files["manifest"].id] = files["manifest"]
+        outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
+    reports = [builder.add(Path(path), Path(path).relative_to(root).as_posix()) for path in report_files]
+    user = next((run.provenance["launch"].get("user") for run in runs if run.provenance["launch"].get("user")), None)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    started = min((run.provenance["timing"]["started_at"] for run in runs), default=now)
+    workflow_run = crate.add_action(
+        workflow,
+        identifier="#workflow-run",
+        object=[*configs, *manifests.values()],
+        result=[*outputs, *reports],
+        properties={
+            "@type": "CreateAction",
+            "name": f"snakeddp workflow run: {len(runs)} training run(s)",
+            "description": "From the first training run's start to this report.",
+            "startTime": started,
+            "endTime": now,
+            "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
+        },
+    )
+    engine = builder.entity(
+        "#snakemake", "SoftwareApplication", name="Snakemake", softwareVersion=snakemake_version,
+        url="https://snakemake.readthedocs.io",
+    )  # fmt: skip
+    controls = [
+        builder.entity(
+            f"#control-{action.id.lstrip('#')}",
+            "ControlAction",
+            name=f"orchestrate {action.id.lstrip('#')}",
+            instrument={"@id": f"{workflow.id}#train"},
+            object={"@id": action.id},
+        )
+        for action in actions
+    ]
+    organize = builder.entity(
+        "#snakemake-run",
+        "OrganizeAction",
+        name="Snakemake run of the workflow",
+        instrument={"@id": engine.id},
+        object=[{"@id": c.id} for c in controls],
+        result={"@id": workflow_run.id},
+        startTime=started,
+        endTime=now,
+    )
+    agent = _agent(builder, user)
+    if agent is not None:
+        workflow_run["agent"] = organize["agent"] = {"@id": agent.id}
+    crate.root_dataset["mentions"] = [{"@id": workflow_run.id}]
+    return atomic_write_json(root / BASENAME, crate.metadata.generate())

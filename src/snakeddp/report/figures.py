@@ -1,0 +1,245 @@
+"""Figures of the measured metrics: every run's curves per epoch, and throughput scaling vs world size.
+
+Every data series is drawn with a ``gid`` naming what it is (``curve|<run>|<metric>``,
+``throughput|<run>``, ``ideal|<run>``, ``efficiency|<series>``). ``plotted_series`` reads the
+numbers back from the drawn artists, so the JSON written beside each figure is what the figure
+shows, and a test can hold it against metrics.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files; never open a window (clusters have no display)
+
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
+
+from snakeddp.fsutil import atomic_write_bytes, atomic_write_json
+from snakeddp.report.runs import Run
+from snakeddp.report.table import flatten
+
+# Columns of metrics.csv that can be plotted per epoch, with their axis labels.
+METRIC_LABELS = {
+    "train_loss": "train loss",
+    "val_loss": "validation loss",
+    "val_acc": "validation accuracy",
+    "lr": "learning rate",
+    "samples_per_s": "samples/s (all ranks)",
+    "data_wait_s": "data wait (s)",
+    "epoch_seconds": "epoch time (s)",
+    "train_seconds": "train time (s)",
+}
+LAYOUT_KEYS = ("launch.nodes", "launch.devices")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
+
+
+def run_styles(run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
+    """A colour and marker per run, the same in every figure (tab10, tab20 past ten runs)."""
+    cmap = colormaps["tab10" if len(run_ids) <= 10 else "tab20"]
+    return {
+        run: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
+        for i, run in enumerate(run_ids)
+    }
+
+
+def _panels(metrics: Sequence[str]) -> list[list[str]]:
+    """Losses share one panel (train vs val on one scale); every other metric gets its own."""
+    losses = [m for m in metrics if m.endswith("_loss")]
+    others = [[m] for m in metrics if not m.endswith("_loss")]
+    return ([losses] if losses else []) + others
+
+
+def _values(rows: Sequence[Mapping[str, Any]], column: str) -> tuple[list[float], list[float]]:
+    xs = [float(r["epoch"]) for r in rows]
+    ys = [float(r[column]) if r.get(column) is not None else math.nan for r in rows]
+    return xs, ys
+
+
+def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
+    """One figure with every run's per-epoch curves: one colour per run, train solid, validation dashed."""
+    panels = _panels(metrics)
+    styles = run_styles([run.run_id for run in runs])
+    fig = Figure(figsize=(5.2 * len(panels), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        for run in runs:
+            style = styles[run.run_id]
+            for metric in panel:
+                xs, ys = _values(run.metrics, metric)
+                ax.plot(
+                    xs,
+                    ys,
+                    color=style["color"],
+                    marker=style["marker"],
+                    markersize=4,
+                    linestyle="--" if metric.startswith("val_") and len(panel) > 1 else "-",
+                    gid=f"curve|{run.run_id}|{metric}",
+                )
+            if "val_loss" in panel and run.provenance["training"]["best_epoch"] is not None:
+                best = next(r for r in run.metrics if r["epoch"] == run.provenance["training"]["best_epoch"])
+                ax.plot([best["epoch"]], [best["val_loss"]], marker="*", markersize=13, color=style["color"])
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(" / ".join(METRIC_LABELS[m] for m in panel) if len(panel) == 1 else "loss")
+        ax.set_title(", ".join(METRIC_LABELS[m] for m in panel))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    handles = [
+        Line2D([], [], color=s["color"], marker=s["marker"], label=run_id, markersize=5) for run_id, s in styles.items()
+    ]
+    if any(len(panel) > 1 for panel in panels):
+        handles += [
+            Line2D([], [], color="0.3", linestyle="-", label="train"),
+            Line2D([], [], color="0.3", linestyle="--", label="validation"),
+            Line2D([], [], color="0.3", marker="*", linestyle="", markersize=10, label="best val_loss"),
+        ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False, fontsize=9)
+    return fig
+
+
+def steady_throughput(run: Run) -> tuple[float, float, float] | None:
+    """Median, min and max samples/s over the epochs after the first (which pays for start-up)."""
+    values = [float(r["samples_per_s"]) for r in run.metrics if r.get("samples_per_s") is not None]
+    if len(values) > 1:
+        values = values[1:]
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str, Any]]:
+    """Throughput and efficiency per run, relative to the smallest world size of the same configuration.
+
+    Runs form one series per value of the varying parameters other than nodes and devices, so a
+    sweep over learning rate x devices gives one scaling line per learning rate.
+    """
+    series_keys = [k for k in params if k not in LAYOUT_KEYS]
+    points = []
+    for run in runs:
+        measured = steady_throughput(run)
+        if measured is None:
+            continue
+        config, launch = flatten(run.provenance["config"]), run.provenance["launch"]
+        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={config.get(k)}" for k in series_keys) or "all runs"
+        points.append(
+            {
+                "run": run.run_id,
+                "series": label,
+                "world_size": launch["world_size"],
+                "nodes": launch["nodes"],
+                "devices": launch["processes_per_node"],
+                "throughput": measured[0],
+                "low": measured[1],
+                "high": measured[2],
+            }
+        )
+    for label in {p["series"] for p in points}:
+        members = sorted((p for p in points if p["series"] == label), key=lambda p: p["world_size"])
+        base = members[0]
+        for p in members:
+            p["ideal"] = base["throughput"] * p["world_size"] / base["world_size"]
+            p["efficiency"] = p["throughput"] / p["ideal"]
+    return points
+
+
+def varies_layout(runs: Sequence[Run]) -> bool:
+    """Whether the runs differ in world size (the condition for a scaling figure)."""
+    return len({run.provenance["launch"]["world_size"] for run in runs}) > 1
+
+
+def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
+    """Throughput vs world size as bars (measured, and the gap to perfect linear scaling), and efficiency."""
+    points = scaling_points(runs, params)
+    series = sorted({p["series"] for p in points})
+    cmap = colormaps["tab10"]
+    colors = {label: matplotlib.colors.to_hex(cmap(i % cmap.N)) for i, label in enumerate(series)}
+    layouts = sorted({(p["world_size"], p["nodes"], p["devices"]) for p in points})
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    bars, eff = fig.subplots(1, 2)
+    width = 0.8 / len(series)
+    for i, label in enumerate(series):
+        members = sorted((p for p in points if p["series"] == label), key=lambda p: p["world_size"])
+        for p in members:
+            x = layouts.index((p["world_size"], p["nodes"], p["devices"])) - 0.4 + width * (i + 0.5)
+            bars.bar(x, p["ideal"], width * 0.9, facecolor="none", edgecolor=colors[label], hatch="//", alpha=0.5)
+            bars.patches[-1].set_gid(f"ideal|{p['run']}")
+            bars.bar(x, p["throughput"], width * 0.9, color=colors[label])
+            bars.patches[-1].set_gid(f"throughput|{p['run']}")
+            bars.vlines(x, p["low"], p["high"], color="0.15", linewidth=1.2)
+            bars.annotate(
+                f"{p['throughput']:,.0f}", (x, p["throughput"] / 2), ha="center", va="center", fontsize=8,
+                color="white", fontweight="bold",
+            )  # fmt: skip
+        eff.plot(
+            [p["world_size"] for p in members],
+            [100 * p["efficiency"] for p in members],
+            marker="o",
+            color=colors[label],
+            label=label,
+            gid=f"efficiency|{label}",
+        )
+        for p in members:
+            eff.annotate(
+                f"{100 * p['efficiency']:.0f}%", (p["world_size"], 100 * p["efficiency"]), xytext=(4, 4),
+                textcoords="offset points", fontsize=8, color=colors[label],
+            )  # fmt: skip
+    bars.set_xticks(range(len(layouts)), [f"{w}\n({n} node x {d})" for w, n, d in layouts])
+    bars.set_xlabel("world size (nodes x processes per node)")
+    bars.set_ylabel("samples/s, all ranks (median of epochs after the first)")
+    bars.set_title("Training throughput")
+    bars.grid(axis="y", alpha=0.3)
+    legend = [Patch(facecolor=colors[label], label=label) for label in series]
+    legend.append(Patch(facecolor="none", edgecolor="0.4", hatch="//", label="perfect linear scaling"))
+    bars.legend(handles=legend, fontsize=8, loc="upper left")
+    sizes = sorted({p["world_size"] for p in points})
+    eff.axhline(100, color="0.5", linestyle="--", linewidth=1, label="ideal (100%)")
+    eff.set_xticks(sizes)
+    eff.set_xlabel("world size (processes)")
+    eff.set_ylabel("scaling efficiency (%)")
+    eff.set_ylim(0, max(110, *(100 * p["efficiency"] + 10 for p in points)))
+    eff.set_title("Scaling efficiency")
+    eff.grid(alpha=0.3)
+    eff.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def _finite(values: Any) -> list[float | None]:
+    return [float(v) if math.isfinite(float(v)) else None for v in values]
+
+
+def plotted_series(fig: Figure) -> list[dict[str, Any]]:
+    """The numbers the figure draws, read back from its artists (only those with a gid)."""
+    series = []
+    for ax in fig.axes:
+        for line in ax.lines:
+            if line.get_gid():
+                series.append({"gid": line.get_gid(), "x": _finite(line.get_xdata()), "y": _finite(line.get_ydata())})
+        for patch in ax.patches:
+            if isinstance(patch, Rectangle) and patch.get_gid():
+                series.append(
+                    {"gid": patch.get_gid(), "x": patch.get_x() + patch.get_width() / 2, "height": patch.get_height()}
+                )
+    return series
+
+
+def write(fig: Figure, path: str | Path, fmt: str, dpi: int, series_path: str | Path) -> None:
+    """Save the figure (png or svg) and, beside it, the series it plots as JSON."""
+    buffer = BytesIO()
+    # A fixed date and no hash salt keep SVG output identical for identical numbers.
+    metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+    with matplotlib.rc_context({"svg.hashsalt": "snakeddp"}):
+        fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
+    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_json(series_path, {"figure": Path(path).name, "series": plotted_series(fig)})
+
+
+def read_series(path: str | Path) -> list[dict[str, Any]]:
+    return json.loads(Path(path).read_text())["series"]

@@ -1,0 +1,53 @@
+"""Build the report's files from the runs' provenance: report.html and the RO-Crate."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from snakeddp.fsutil import atomic_write_text
+from snakeddp.report import crate, html
+from snakeddp.report.runs import runs_from_provenance
+from snakeddp.report.table import varying_params
+
+
+def write_report(
+    provenance: Sequence[str | Path],
+    settings: Mapping[str, Any],
+    curves: str | Path,
+    scaling: str | Path | None,
+    out: str | Path,
+) -> Path:
+    """Write the self-contained report page for the runs whose provenance files are given."""
+    runs = sorted(runs_from_provenance(list(provenance)), key=lambda run: run.run_id)
+    links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
+    links.update(
+        {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
+    )
+    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links))
+
+
+def write_crate(
+    provenance: Sequence[str | Path],
+    settings: Mapping[str, Any],
+    repo: str | Path,
+    config_files: Sequence[str | Path],
+    resolved_config: Mapping[str, Any],
+    report_files: Sequence[str | Path],
+    out: str | Path,
+) -> Path:
+    """Write ro-crate-metadata.json next to the report, with the crate's files under files/."""
+    runs = sorted(runs_from_provenance(list(provenance)), key=lambda run: run.run_id)
+    return crate.build(
+        root=Path(out).parent,
+        runs=runs,
+        params=varying_params([run.provenance for run in runs]),
+        settings=settings,
+        repo=repo,
+        config_files=config_files,
+        resolved_config=resolved_config,
+        report_files=report_files,
+        snakemake_version=importlib.metadata.version("snakemake"),
+    )

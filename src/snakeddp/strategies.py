@@ -1,0 +1,125 @@
+"""The Lightning strategy of a run (``trainer.strategy``): ddp, fsdp or deepspeed.
+
+Every strategy gets the launcher's ClusterEnvironment and the process-group backend chosen for
+the accelerator, so the ranks come from the same launcher logic (torchrun, srun, mpirun, AzureML)
+whatever the strategy. ``trainer.strategy_options`` are passed to the strategy's class, with
+one translation YAML needs: fsdp's ``auto_wrap_min_params: N`` wraps every submodule of at
+least N parameters in its own FSDP unit (torch's size-based policy).
+
+Lightning's FSDPStrategy runs on GPUs only: it refuses ``accelerator="cpu"``, so fsdp on a CPU
+run is refused here first, with a hint. DeepSpeed is optional and checked for up front.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from lightning.fabric.plugins.environments import ClusterEnvironment
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.strategies import DDPStrategy, Strategy
+
+from snakeddp.config import ConfigError
+
+STRATEGIES = ("ddp", "fsdp", "deepspeed")
+
+
+class StrategyError(ConfigError):
+    """A strategy that cannot run here (wrong accelerator, missing package, bad option)."""
+
+
+def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    options = dict(options)
+    if options.get("state_dict_type", "full") != "full":
+        raise StrategyError(
+            "trainer.strategy_options.state_dict_type must be 'full': snakeddp resumes from, hashes and "
+            "records single-file checkpoints (last.ckpt). HINT: remove state_dict_type."
+        )
+    min_params = options.pop("auto_wrap_min_params", None)
+    if min_params is not None:
+        from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+        options["auto_wrap_policy"] = functools.partial(size_based_auto_wrap_policy, min_num_params=int(min_params))
+    return options
+
+
+def strategy_class(name: str, accelerator: str) -> type[Strategy]:
+    """The Lightning class of ``trainer.strategy``, or a StrategyError saying why it cannot run here."""
+    if name == "ddp":
+        return DDPStrategy
+    if name == "fsdp":
+        if accelerator != "gpu":
+            raise StrategyError(
+                "trainer.strategy=fsdp needs GPUs: Lightning's FSDPStrategy refuses accelerator='cpu', and this run "
+                "trains on the CPU. HINT: use trainer.strategy: ddp on CPU, or run on GPU nodes with "
+                "launch.accelerator: gpu (or auto)."
+            )
+        from lightning.pytorch.strategies import FSDPStrategy
+
+        return FSDPStrategy
+    if name == "deepspeed":
+        if importlib.util.find_spec("deepspeed") is None:
+            raise StrategyError(
+                "trainer.strategy=deepspeed needs the deepspeed package, which is not installed in this "
+                "environment. HINT: pip install deepspeed in the training environment (it builds CUDA "
+                "kernels, so on a GPU image), or use trainer.strategy: fsdp, which needs nothing extra."
+            )
+        from lightning.pytorch.strategies import DeepSpeedStrategy
+
+        return DeepSpeedStrategy
+    raise StrategyError(f"trainer.strategy={name!r} is not one of {', '.join(STRATEGIES)}")
+
+
+def build_strategy(
+    trainer_cfg: Mapping[str, Any],
+    accelerator: str,
+    backend: str,
+    cluster_environment: ClusterEnvironment,
+    checkpoint_io: CheckpointIO,
+) -> Strategy:
+    """The configured strategy on the launcher's cluster environment and process-group backend."""
+    name = trainer_cfg.get("strategy", "ddp")
+    cls = strategy_class(name, accelerator)
+    options = dict(trainer_cfg.get("strategy_options") or {})
+    if name == "fsdp":
+        options = _fsdp_options(options)
+    common: dict[str, Any] = {"cluster_environment": cluster_environment, "process_group_backend": backend}
+    if name != "deepspeed":  # DeepSpeed saves checkpoints with its own engine
+        common["checkpoint_io"] = checkpoint_io
+    clash = sorted(set(options) & set(common))
+    if clash:
+        raise StrategyError(
+            f"trainer.strategy_options may not set {', '.join(clash)}: snakeddp sets them from the launcher."
+        )
+    unknown = sorted(set(options) - _accepted_options(name, cls))
+    if unknown:
+        raise StrategyError(
+            f"trainer.strategy_options {', '.join(unknown)} are not accepted by {name} ({cls.__name__}). "
+            f"HINT: use keyword arguments of lightning.pytorch.strategies.{cls.__name__}"
+            + (f" or of the torch module it wraps ({WRAPPED[name]})." if name in WRAPPED else ".")
+        )
+    return cls(**common, **options)
+
+
+# Lightning passes unknown strategy keywords on to the torch wrapper when the model is set up,
+# minutes into a run; checking names against both signatures catches a typo before that.
+WRAPPED = {
+    "ddp": "torch.nn.parallel.DistributedDataParallel",
+    "fsdp": "torch.distributed.fsdp.FullyShardedDataParallel",
+}
+
+
+def _accepted_options(name: str, cls: type) -> set[str]:
+    def keywords(target: Any) -> set[str]:
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return {n for n, p in inspect.signature(target).parameters.items() if p.kind in kinds and n != "self"}
+
+    accepted = keywords(cls.__init__)
+    if name in WRAPPED:
+        module, _, attribute = WRAPPED[name].rpartition(".")
+        accepted |= keywords(getattr(importlib.import_module(module), attribute).__init__)
+    return accepted

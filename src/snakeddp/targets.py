@@ -1,0 +1,105 @@
+"""Classes named in config by import path, ``"package.module:ClassName"``, and built from config kwargs.
+
+Users bring their own LightningModule (``model.target``) and LightningDataModule (``data.module``)
+this way. Every failure (the module does not import, the name is missing, it is the wrong kind of
+class, its constructor raises) becomes one ``TargetError`` that names the config key, the target
+and the cause, with the original exception chained for the full traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp.config import ConfigError
+from snakeddp.hashing import sha256_file
+
+IMPORTABLE_HINT = (
+    "HINT: the class must be importable in the training environment: install its package there, or put "
+    "the module in the directory snakemake runs from (every rank starts with `python -m`, which puts that "
+    "directory on sys.path)."
+)
+
+
+class TargetError(ConfigError):
+    """A configured import path that cannot be imported, is the wrong kind of class, or cannot be built."""
+
+
+def split_target(target: str, key: str) -> tuple[str, str]:
+    module, sep, qualname = target.partition(":")
+    if not (sep and module and qualname):
+        raise TargetError(
+            f"{key}={target!r} is not an import path. HINT: write it as 'package.module:ClassName', "
+            "e.g. 'examples.tabular.model:TabularNet'."
+        )
+    return module, qualname
+
+
+def load_class(target: str, key: str, base: type) -> type:
+    """The class ``target`` names, checked to be a subclass of ``base``."""
+    module_name, qualname = split_target(target, key)
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise TargetError(
+            f"{key}={target!r}: cannot import module '{module_name}' ({type(exc).__name__}: {exc}). {IMPORTABLE_HINT}"
+        ) from exc
+    for part in qualname.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise TargetError(
+                f"{key}={target!r}: module '{module_name}' ({getattr(found, '__file__', '?')}) has no attribute "
+                f"'{qualname}'. HINT: check the class name after the colon."
+            ) from None
+    if not (inspect.isclass(found) and issubclass(found, base)):
+        raise TargetError(
+            f"{key}={target!r}: {found!r} is not a subclass of {base.__module__}.{base.__qualname__}. "
+            f"HINT: point {key} at a {base.__name__} class."
+        )
+    return found
+
+
+def accepted_parameters(cls: type) -> set[str]:
+    """Names the constructor takes as keywords (not ``**kwargs``, which may not accept arbitrary names)."""
+    signature = inspect.signature(cls.__init__)
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {name for name, p in signature.parameters.items() if p.kind in kinds and name != "self"}
+
+
+def construct(cls: type, kwargs: Mapping[str, Any], target: str, key: str) -> Any:
+    """``cls(**kwargs)``, with any failure reported as a TargetError naming the target."""
+    try:
+        return cls(**kwargs)
+    except Exception as exc:
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise TargetError(
+            f"{key}={target!r}: {cls.__name__}({shown}) failed: {type(exc).__name__}: {exc}. "
+            "HINT: check the keyword arguments in the config against the class's constructor."
+        ) from exc
+
+
+def source_record(role: str, obj: object) -> dict[str, Any]:
+    """Where the class of a user's object came from, for provenance: its module file and sha256."""
+    cls = type(obj)
+    path = inspect.getsourcefile(cls)
+    shown = path
+    if path:
+        with contextlib.suppress(ValueError):
+            shown = str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    return {
+        "role": role,
+        "target": f"{cls.__module__}:{cls.__qualname__}",
+        "file": shown,
+        "sha256": sha256_file(path) if path else None,
+    }
+
+
+def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list[dict[str, Any]]:
+    """Provenance of the user's classes a run trained with (model.target, data.module), if any."""
+    used = (("model", cfg["model"].get("target"), model), ("datamodule", cfg["data"].get("module"), datamodule))
+    return [source_record(role, obj) for role, target, obj in used if target]

@@ -1,0 +1,218 @@
+"""Training processes for real: rank sharding, kill -9 and preemption resumes, corrupted data."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from snakeddp import config, runstate
+from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+from snakeddp.runfile import RunFile
+from tests.conftest import subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+
+def make_dataset(root: Path, data: dict) -> Path:
+    params = {k: v for k, v in data.items() if k != "num_train_files"}
+    entries = []
+    for i in range(data["num_train_files"]):
+        write_synthetic(params, "train", i, root / f"train/part-{i:05d}.safetensors", root / f"train/part-{i:05d}.json")
+        entries.append(root / f"train/part-{i:05d}.json")
+    write_synthetic(params, "val", 0, root / "val.safetensors", root / "val.json")
+    manifest = root / f"manifest-{data['num_train_files']}.json"
+    write_dataset_manifest(manifest, config.dataset_id(data), params, entries, root / "val.json")
+    return manifest
+
+
+class Run:
+    """One run directory trained through `python -m snakeddp.launch`, as the train rule does."""
+
+    def __init__(self, tmp_path: Path, overrides: dict) -> None:
+        cfg = config.validate(overrides)
+        ((run_id, run),) = config.expand_sweep(cfg).items()
+        self.config = run["config"]
+        self.manifest = make_dataset(tmp_path / "data", self.config["data"])
+        self.dir = tmp_path / "runs" / run_id
+        self.dir.mkdir(parents=True)
+        self.run_file = self.dir / "run.yaml"
+        RunFile(run_id=run_id, config=self.config).write(self.run_file)
+        self.log = tmp_path / "train.log"
+
+    def argv(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "snakeddp.launch",
+            "--platform",
+            "local",
+            "--config",
+            str(self.run_file),
+            "--run-dir",
+            str(self.dir),
+            "--data",
+            str(self.manifest),
+        ]
+
+    def start(self) -> subprocess.Popen:
+        handle = self.log.open("a")
+        return subprocess.Popen(
+            self.argv(), stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(), start_new_session=True
+        )
+
+    def train(self) -> int:
+        return self.start().wait(timeout=600)
+
+    def metrics(self) -> list[dict]:
+        import csv
+
+        path = self.dir / "metrics.csv"
+        if not path.exists():
+            return []
+        with path.open() as handle:
+            return list(csv.DictReader(handle))
+
+    def wait_for_epochs(self, process: subprocess.Popen, epochs: int, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.metrics()) < epochs:
+            assert process.poll() is None, f"training ended early:\n{self.log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "training too slow"
+            time.sleep(0.1)
+
+    def traces(self) -> list[dict]:
+        return [
+            json.loads(line)
+            for path in sorted((self.dir / "trace").glob("rank-*.jsonl"))
+            for line in path.read_text().splitlines()
+        ]
+
+    def partition_ids(self, index: int) -> set[int]:
+        n = self.config["data"]["num_records_per_train_file"]
+        return set(range(index * n, (index + 1) * n))
+
+
+def slow_config(**trainer) -> dict:
+    """Enough steps per epoch that a signal lands mid-epoch."""
+    return {
+        "data": {"num_train_files": 3, "num_records_per_train_file": 6001, "num_val_records": 500, "num_features": 16},
+        "model": {"hidden_sizes": [32]},
+        "trainer": {
+            "max_epochs": 5,
+            "batch_size": 16,
+            "trace_samples": True,
+            "early_stopping": {"enabled": False},
+            **trainer,
+        },
+        "launch": {"devices": 2},
+    }
+
+
+def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
+    run = Run(
+        tmp_path,
+        {
+            "data": {"num_train_files": 2, "num_records_per_train_file": 301, "num_val_records": 50, "num_features": 4},
+            "trainer": {"max_epochs": 3, "batch_size": 16, "trace_samples": True},
+            "launch": {"devices": 2},
+        },
+    )
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    traces = run.traces()
+    assert len(traces) == 6
+    for epoch in range(3):
+        ranks = {t["rank"]: set(t["ids"]) for t in traces if t["epoch"] == epoch}
+        assert set(ranks) == {0, 1}
+        assert not ranks[0] & ranks[1], "disjoint across ranks"
+        assert ranks[0] | ranks[1] == run.partition_ids(epoch % 2), "union is the epoch's partition"
+        assert {t["partition"] for t in traces if t["epoch"] == epoch} == {epoch % 2}
+
+
+def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
+    run = Run(tmp_path, slow_config())
+    process = run.start()
+    run.wait_for_epochs(process, 2)
+    # The launcher and torchrun die; the ranks must follow (they die with their parent), or the
+    # rerun below refuses to start while they still hold the run directory.
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            runstate.ensure_no_live_attempt(run.dir)
+            break
+        except runstate.RunStateError:
+            assert time.monotonic() < deadline, "ranks outlived their killed launcher"
+            time.sleep(0.2)
+    killed_at = len(run.metrics())
+    assert killed_at < 5 and (run.dir / "checkpoints/last.ckpt").exists()
+    assert not (run.dir / "provenance.json").exists()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    rows = run.metrics()
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3, 4], "epochs continue, none redone twice, none lost"
+    assert [int(r["partition"]) for r in rows] == [0, 1, 2, 0, 1], "epoch k trains partition k mod P after resume"
+    record = json.loads((run.dir / "provenance.json").read_text())
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert record["training"]["partitions_per_epoch"] == [0, 1, 2, 0, 1]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_path, signum):
+    run = Run(tmp_path, slow_config(max_epochs=3))
+    process = run.start()
+    run.wait_for_epochs(process, 1)
+    time.sleep(0.5)
+    process.send_signal(signum)
+    assert process.wait(timeout=300) == 75, run.log.read_text()[-3000:]
+    assert "preempted in epoch" in run.log.read_text()
+    interrupted = [t for t in run.traces() if not t["complete"]]
+    assert interrupted, "the signal landed mid-epoch"
+    epoch = interrupted[0]["epoch"]
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    traces = [t for t in run.traces() if t["epoch"] == epoch]
+    seen = [i for t in traces for i in t["ids"]]
+    assert len(seen) == len(set(seen)), "no sample of the interrupted epoch trained twice"
+    assert set(seen) == run.partition_ids(epoch % 3), "the resumed attempt trained exactly the rest of the epoch"
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+    # Resuming is exact: the same validation losses as a run that was never interrupted.
+    reference = Run(tmp_path / "reference", slow_config(max_epochs=3))
+    assert reference.train() == 0
+    assert [r["val_loss"] for r in run.metrics()] == [r["val_loss"] for r in reference.metrics()]
+
+
+@pytest.mark.parametrize("damage", ["flip", "pickle"])
+def test_damaged_partition_stops_training_by_name(tmp_path, damage):
+    run = Run(
+        tmp_path,
+        {
+            "data": {"num_train_files": 2, "num_records_per_train_file": 200, "num_val_records": 50, "num_features": 4},
+            "trainer": {"max_epochs": 2},
+        },
+    )
+    target = run.manifest.parent / "train/part-00001.safetensors"
+    marker = tmp_path / "executed"
+    if damage == "flip":
+        data = bytearray(target.read_bytes())
+        data[-1] ^= 0x01
+        target.write_bytes(bytes(data))
+    else:
+
+        class Exploit:
+            def __reduce__(self):
+                return (os.system, (f"touch {marker}",))
+
+        target.write_bytes(pickle.dumps({"features": Exploit()}))
+    assert run.train() != 0
+    log = run.log.read_text()
+    assert "part-00001.safetensors" in log and "checksum mismatch" in log
+    assert not (run.dir / "provenance.json").exists()
+    assert not marker.exists()

@@ -1,0 +1,351 @@
+"""`snakemake --profile profiles/slurm` against a real two-node Slurm cluster (tests/slurm/cluster.py).
+
+The tests share one workflow directory, so the data and environment jobs run once (in the first
+test) and later tests only train; each Snakemake invocation runs in a module fixture that the
+tests checking its results share. Every job is a real sbatch job; its ranks are real srun or
+mpirun processes on the two nodes (NODES), which share this machine's CPUs.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest.mock import ANY
+
+import pytest
+import yaml
+
+from snakeddp.config import dataset_id, validate
+from tests.conftest import TINY, Workflow, subprocess_env
+from tests.slurm.cluster import NODES, Cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+PROBE = Path(__file__).with_name("signal_probe.py")
+# Slurm status polling, shortened for tests: the plugin's first check comes after
+# `init-seconds` and then every +10 s while nothing finishes; the jobs here take ~30-90 s.
+FAST_POLLING = (
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--seconds-between-status-checks",
+    "2",
+    "--latency-wait",
+    "5",
+    # Keep every job's Slurm log so tests can read it (the plugin deletes successful ones).
+    "--slurm-keep-successful-logs",
+)
+
+
+class SlurmWorkflow(Workflow):
+    """A Workflow driven with --profile profiles/slurm against the local cluster."""
+
+    def __init__(self, directory: Path, cluster: Cluster) -> None:
+        super().__init__(directory, profile="slurm")
+        self.cluster = cluster
+
+    def env(self) -> dict[str, str]:
+        # UTC: sacct prints times in local time, the run's metrics in UTC.
+        return subprocess_env(TZ="UTC", **self.cluster.env())
+
+    def command(self, *args: str) -> list[str]:
+        return super().command(*FAST_POLLING, *args)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None):
+        return super().run(*args, check=check, timeout=timeout, env=env or self.env())
+
+    def slurm(self, *argv: str) -> str:
+        return subprocess.run(argv, env=self.env(), capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def run_uuid(snakemake_output: str) -> str:
+    """The plugin's id of one Snakemake invocation: the name of every job it submitted."""
+    match = re.search(r"SLURM run ID: (\S+)", snakemake_output)
+    assert match, "no 'SLURM run ID' in Snakemake's output"
+    return match.group(1)
+
+
+def accounted_jobs(workflow: SlurmWorkflow, name: str | None = None) -> list[dict[str, str]]:
+    """sacct's record of the jobs (allocations, not steps), optionally only those named ``name``."""
+    fields = "JobID,JobName%60,State,ExitCode,NNodes,NCPUS,Comment%200,Start,End"
+    argv = ["sacct", "--allocations", "--parsable2", f"--format={fields}", "--starttime=now-1days"]
+    if name:
+        argv.append(f"--name={name}")
+    return list(csv.DictReader(io.StringIO(workflow.slurm(*argv)), delimiter="|"))
+
+
+def job_rule(job: dict[str, str]) -> str:
+    """The rule the plugin's --comment names (rule_<name>[_wildcards_<values>]); "data" for a bundle
+    of the data group (rule_data_<its rules>)."""
+    name = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
+    return "data" if name.startswith("data_data_") else name
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory: pytest.TempPathFactory, slurm_cluster) -> SlurmWorkflow:
+    return SlurmWorkflow(tmp_path_factory.mktemp("slurm-workflow"), slurm_cluster)
+
+
+def config(**sections) -> dict:
+    cfg = copy.deepcopy(TINY)
+    for key, value in sections.items():
+        if isinstance(value, dict) and key != "sweep":
+            cfg.setdefault(key, {}).update(value)
+        else:
+            cfg[key] = value
+    return cfg
+
+
+def provenance(workflow: SlurmWorkflow, run: str) -> dict:
+    return json.loads((workflow.directory / "results" / "runs" / run / "provenance.json").read_text())
+
+
+def metrics_epochs(workflow: SlurmWorkflow, run: str) -> list[int]:
+    lines = (workflow.directory / "results" / "runs" / run / "metrics.csv").read_text().splitlines()[1:]
+    return [int(line.split(",")[0]) for line in lines]
+
+
+def job_of_run(jobs: list[dict], run: str) -> dict:
+    (job,) = [job for job in jobs if job["Comment"].endswith(f"_wildcards_{run}")]
+    return job
+
+
+def slurm_log(workflow: SlurmWorkflow, job_id: str) -> str:
+    """A job's Slurm log: the output of the Snakemake that ran its rule inside the job."""
+    return next((workflow.directory / ".snakemake" / "slurm_logs").rglob(f"{job_id}.log")).read_text()
+
+
+def rule_log(workflow: SlurmWorkflow, run: str) -> str:
+    return (workflow.directory / "logs" / "train" / f"{run}.log").read_text()
+
+
+def assert_layout(record: dict, launcher: str, nodes: int, per_node: int) -> None:
+    launch = record["launch"]
+    assert (launch["launcher"], launch["nodes"], launch["processes_per_node"], launch["world_size"]) == (
+        launcher,
+        nodes,
+        per_node,
+        nodes * per_node,
+    )
+    ranks = sorted(launch["ranks"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == list(range(nodes * per_node))
+    # Ranks fill nodes in order; SLURMD_NODENAME tells the fake nodes apart on one host.
+    assert [r["node_rank"] for r in ranks] == [i // per_node for i in range(nodes * per_node)]
+    assert [r["node"] for r in ranks] == [NODES[i // per_node] for i in range(nodes * per_node)]
+    assert launch["nodes_seen"] == list(NODES[:nodes])
+    assert launch["variables"]["SLURM_JOB_ID"] == launch["job_id"]
+
+
+def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: SlurmWorkflow):
+    workflow.write_config(config(launch={"devices": 2}, sweep={"launch.nodes": [1, 2]}))
+    done = workflow.run()
+    jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
+
+    # Partitions and validation set are one bundle; run configs, manifest and report are local rules.
+    assert sorted((job_rule(job), job["State"]) for job in jobs) == [
+        ("data", "COMPLETED"),
+        ("env_capture", "COMPLETED"),
+        ("train", "COMPLETED"),
+        ("train", "COMPLETED"),
+    ]
+    for job in jobs:
+        assert "steps (100%) done" in slurm_log(workflow, job["JobID"])
+    for run, nodes in (("nodes-1", 1), ("nodes-2", 2)):
+        record, job = provenance(workflow, run), job_of_run(jobs, run)
+        assert_layout(record, "srun", nodes=nodes, per_node=2)
+        assert record["launch"]["job_id"] == job["JobID"]
+        assert job["NNodes"] == str(nodes) and job["NCPUS"] == str(2 * nodes)
+        assert f"run {run} on slurm via srun" in rule_log(workflow, run)
+        # What Slurm told rank 0 about the allocation is recorded alongside the resolved layout.
+        variables = record["launch"]["variables"]
+        assert variables["SLURM_JOB_NODELIST"].split(",") == list(NODES[:nodes])
+        assert variables["SLURM_NTASKS_PER_NODE"] == "2"
+        # The ranks are one srun step of 2 x nodes tasks (Snakemake stays in the batch step).
+        assert [(step["JobName"], step["NTasks"]) for step in steps(workflow, job["JobID"])] == [
+            ("batch", "1"),
+            ("python", str(2 * nodes)),
+        ]
+    assert len((workflow.directory / "results" / "report" / "runs.csv").read_text().splitlines()) == 3
+
+    again = workflow.run()
+    assert "Nothing to be done" in again.stdout + again.stderr
+    assert len(accounted_jobs(workflow)) == len(jobs)
+
+
+def steps(workflow: SlurmWorkflow, job_id: str) -> list[dict[str, str]]:
+    out = workflow.slurm("sacct", "--jobs", job_id, "--parsable2", "--format=JobID,JobName,NNodes,NTasks,State")
+    return [row for row in csv.DictReader(io.StringIO(out), delimiter="|") if "." in row["JobID"]]
+
+
+@pytest.fixture(scope="module")
+def mpirun_and_a_bad_run(workflow: SlurmWorkflow):
+    """One sweep, two runs over two nodes: mpirun trains; torchrun cannot span nodes and fails."""
+    workflow.write_config(config(launch={"nodes": 2, "devices": 1}, sweep={"launch.launcher": ["mpirun", "torchrun"]}))
+    done = workflow.run("--keep-going", "--retries", "0", check=False)
+    output = done.stdout + done.stderr
+    return done.returncode, output, accounted_jobs(workflow, run_uuid(output))
+
+
+def test_mpirun_trains_across_two_nodes(workflow: SlurmWorkflow, mpirun_and_a_bad_run):
+    _, _, jobs = mpirun_and_a_bad_run
+    job = job_of_run(jobs, "launcher-mpirun")
+    assert job["State"] == "COMPLETED"
+    record = provenance(workflow, "launcher-mpirun")
+    assert_layout(record, "mpirun", nodes=2, per_node=1)
+    assert record["launch"]["job_id"] == job["JobID"]
+    assert "--mca ras_base_launch_orted_on_hn 1" in record["launch"]["command"]
+    assert record["training"]["epochs_completed"] == 3
+    # OpenMPI started one daemon per node as an srun step, and the ranks under them.
+    assert [(step["JobName"], step["NNodes"]) for step in steps(workflow, job["JobID"])] == [
+        ("batch", "1"),
+        ("orted", "2"),
+    ]
+
+
+def test_a_failing_run_fails_its_job_and_the_sweep_goes_on(workflow: SlurmWorkflow, mpirun_and_a_bad_run):
+    returncode, output, jobs = mpirun_and_a_bad_run
+    assert returncode != 0 and "Error in rule train" in output
+    assert job_of_run(jobs, "launcher-torchrun")["State"] == "FAILED"
+    assert "torchrun from snakeddp.launch starts processes on this machine only" in rule_log(
+        workflow, "launcher-torchrun"
+    )
+    assert not (workflow.directory / "results" / "runs" / "launcher-torchrun" / "provenance.json").exists()
+    assert (workflow.directory / "results" / "runs" / "launcher-mpirun" / "provenance.json").exists()
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_slurm_signals_reach_every_rank(workflow: SlurmWorkflow, launcher: str, tmp_path: Path):
+    """`scancel --signal` (what `sbatch --signal` does before the time limit) reaches all 4 ranks
+    of a launch built the way snakeddp.launch builds it, in an environment the jobstep emptied."""
+    wrap = shlex.join([sys.executable, str(PROBE), "launch", launcher, "2", "2", str(tmp_path)])
+    job = workflow.slurm(
+        "sbatch", "--parsable", "--nodes=2", "--ntasks-per-node=2", f"--output={tmp_path}/job.log", f"--wrap={wrap}"
+    ).strip()
+    deadline = time.monotonic() + 300
+    while len(list(tmp_path.glob("ready-*.json"))) < 4:
+        assert time.monotonic() < deadline, (tmp_path / "job.log").read_text()
+        time.sleep(0.2)
+    workflow.slurm("scancel", "--signal=USR1", job)
+    while workflow.slurm("squeue", "--noheader", "--jobs", job).strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    signalled = [json.loads(path.read_text()) for path in sorted(tmp_path.glob("signalled-*.json"))]
+    assert [(r["rank"], r["node"]) for r in signalled] == [(rank, NODES[rank // 2]) for rank in range(4)]
+
+
+MAX_EPOCHS = 20
+
+
+@pytest.fixture(scope="module")
+def preempted(workflow: SlurmWorkflow):
+    """Two runs (srun, mpirun; 2 nodes x 1 task) that get SIGUSR1 from Slurm in their third epoch."""
+    # The data of the first test; small batches make ~40 steps per epoch.
+    workflow.write_config(
+        config(
+            trainer={"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}},
+            launch={"nodes": 2, "devices": 1},
+            sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]},
+        )
+    )
+    runs = ("launcher-srun_seed-5", "launcher-mpirun_seed-5")
+    snakemake = subprocess.Popen(
+        workflow.command("--retries", "1"),
+        cwd=workflow.directory,
+        env=workflow.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    signalled: dict[str, str] = {}
+    try:
+        deadline = time.monotonic() + 600
+        while len(signalled) < len(runs):
+            assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the signal"
+            for run in set(runs) - set(signalled):
+                metrics = workflow.directory / "results" / "runs" / run / "metrics.csv"
+                if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+                    (job,) = [job for job, comment in running_jobs(workflow) if comment.endswith(f"_wildcards_{run}")]
+                    workflow.slurm("scancel", "--signal=USR1", job)
+                    signalled[run] = job
+            time.sleep(0.2)
+        output, _ = snakemake.communicate(timeout=900)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+            snakemake.communicate()
+    return snakemake.returncode, output, signalled
+
+
+def running_jobs(workflow: SlurmWorkflow) -> list[tuple[str, str]]:
+    out = workflow.slurm("squeue", "--noheader", "--states=RUNNING", "--format=%i|%k")
+    return [tuple(line.split("|", 1)) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize("run", ["launcher-srun_seed-5", "launcher-mpirun_seed-5"])
+def test_preempted_run_resumes_from_last_checkpoint_on_retry(workflow: SlurmWorkflow, preempted, run: str):
+    """Every rank stops at one step, saves last.ckpt and exits 75; the retry (profile `retries`)
+    continues that epoch instead of starting over."""
+    returncode, output, signalled = preempted
+    assert returncode == 0, output[-5000:]
+    attempts = [job for job in accounted_jobs(workflow) if job["Comment"].endswith(f"_wildcards_{run}")]
+    assert [(job["JobID"], job["State"]) for job in attempts] == [(signalled[run], "FAILED"), (ANY, "COMPLETED")]
+    # Snakemake showed the failed attempt's rule log (show-failed-logs) before the retry.
+    stopped = re.search(rf"preempted in epoch (\d+); saved results/runs/{run}/checkpoints/last.ckpt", output)
+    assert stopped, output[-5000:]
+    epoch = int(stopped.group(1))
+    assert epoch >= 2
+
+    record = provenance(workflow, run)
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert record["training"]["epochs_completed"] == MAX_EPOCHS
+    # Every epoch trained exactly once: the ones before the signal finished during the first
+    # attempt and were not redone, the rest during the retry.
+    rows = metrics(workflow, run)
+    assert [int(row["epoch"]) for row in rows] == list(range(MAX_EPOCHS))
+    first_end = attempts[0]["End"]
+    assert all(row["finished_at"][:19] <= first_end for row in rows[:epoch])
+    assert all(row["finished_at"][:19] >= first_end for row in rows[epoch:])
+
+
+def metrics(workflow: SlurmWorkflow, run: str) -> list[dict[str, str]]:
+    path = workflow.directory / "results" / "runs" / run / "metrics.csv"
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+@pytest.mark.parametrize(
+    ("launcher_args", "expected"),
+    [
+        (["--launcher", "mpirun"], "meant to be started by mpirun, but its variables are missing"),
+        ([], "srun started 1 node(s) x 2 process(es), but the run config asks for launch.nodes=1 x launch.devices=1"),
+    ],
+)
+def test_ranks_that_cannot_be_resolved_refuse_to_train(
+    workflow: SlurmWorkflow, tmp_path: Path, launcher_args: list[str], expected: str
+):
+    """Two srun tasks of a one-process run must fail, never train two independent copies."""
+    run_yaml = tmp_path / "config.yaml"  # a plain config file is a run called "base"
+    run_yaml.write_text(yaml.safe_dump(config()))
+    train = [sys.executable, "-m", "snakeddp.train", "--config", str(run_yaml), "--run-dir", str(tmp_path / "run")]
+    argv = ["srun", "--ntasks=2", *train, "--data", str(tmp_path / "manifest.json"), *launcher_args]
+    done = subprocess.run(argv, env=workflow.env(), capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode != 0
+    assert (done.stdout + done.stderr).count(expected) == 2
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_forty_partitions_are_a_handful_of_slurm_jobs(workflow: SlurmWorkflow):
+    many = config(data={"num_train_files": 40, "num_records_per_train_file": 50, "num_val_records": 50, "seed": 40})
+    workflow.write_config(many)
+    dataset = Path("results", "data", dataset_id(validate(many)["data"]))
+    done = workflow.run("--group-components", "data=10", "--", str(dataset / "manifest-40.json"))
+    jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
+    # 40 partitions and the validation set, 10 to a bundle: 5 sbatch calls instead of 41.
+    assert [(job_rule(job), job["State"]) for job in jobs] == [("data", "COMPLETED")] * 5
+    assert len(list((workflow.directory / dataset / "train").glob("part-*.safetensors"))) == 40

@@ -1,0 +1,240 @@
+"""AzureML job specs for every layout, built and validated offline by the SDKs themselves.
+
+No workspace is reachable here: v2 specs are checked by ``azure.ai.ml.load_job`` (the same
+validation ``az ml job create --file`` runs), v1 run configurations by azureml-core's own
+``ScriptRunConfig`` / ``RunConfiguration.load``. Expected values come from the run config and
+the lock file, never from the code under test.
+"""
+
+import copy
+import itertools
+import shlex
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import yaml
+from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
+from azureml.core.script_run_config import get_run_config_from_script_run
+from conftest import TINY, make_run
+from marshmallow import ValidationError
+
+from snakeddp import runstate
+from snakeddp.azureml import spec_v1, spec_v2, staging, submit
+from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
+from snakeddp.hashing import sha256_file
+from snakeddp.runfile import RunFile
+
+# The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
+DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04:latest"
+LOCK_PINS = [
+    line.strip()
+    for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
+def make_spec(tmp_path, sdk, distribution="pytorch", nodes=1, devices=1, launch=None, **azureml):
+    cfg = copy.deepcopy(TINY)
+    cfg["launch"].update(nodes=nodes, devices=devices, **(launch or {}))
+    run_yaml, manifest = make_run(tmp_path, cfg)
+    settings = Settings.from_section({"sdk": sdk, "distribution": distribution, "compute": "gpu-cluster", **azureml})
+    args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=True)
+    plan, key = submit.build_plan(args, settings)
+    return plan, key, submit.write_spec(plan), manifest
+
+
+def expected_command(launcher, data, run_dir, resume=None):
+    head = ["python", "-m", "snakeddp.azureml.entry", *(["--resume-from", resume] if resume else []), "--"]
+    return [
+        *head,
+        *("--config", "run.yaml", "--run-dir", run_dir, "--data", f"{data}/manifest-3.json"),
+        *("--launcher", launcher, "--environment-record", "environment.json"),
+    ]
+
+
+LAYOUTS = list(itertools.product(["pytorch", "mpi"], [1, 2], [1, 2]))
+
+
+@pytest.mark.parametrize(("distribution", "nodes", "devices"), LAYOUTS)
+def test_v2_spec_validates_and_asks_for_the_run_layout(tmp_path, distribution, nodes, devices):
+    _, _, spec, manifest = make_spec(tmp_path, "v2", distribution, nodes, devices)
+    assert spec.name == "job.yml"
+    job = load_job(spec)
+    assert job.resources.instance_count == nodes
+    kind = PyTorchDistribution if distribution == "pytorch" else MpiDistribution
+    assert isinstance(job.distribution, kind)
+    assert job.distribution.process_count_per_instance == devices
+    assert job.compute == "gpu-cluster"
+    assert job.limits.timeout == TINY["launch"]["runtime"] * 60
+    launcher = "env" if distribution == "pytorch" else "mpirun"
+    assert shlex.split(job.command) == expected_command(launcher, "${{inputs.data}}", "${{outputs.run_dir}}")
+    assert job.environment.image == DEFAULT_IMAGE
+    assert job.environment.conda_file["dependencies"] == ["python=3.11", "pip", {"pip": LOCK_PINS}]
+    data = job.inputs["data"]
+    assert (data.type, data.mode) == ("uri_folder", "ro_mount")
+    assert (spec.parent / data.path).resolve() == manifest.parent.resolve(), "the local dataset folder is uploaded"
+    assert set(job.inputs) == {"data"}, "nothing to resume in a fresh run"
+    assert job.outputs["run_dir"].mode == "rw_mount"
+    variables = job.environment_variables
+    assert variables["SNAKEDDP_PLATFORM"] == "azureml" and variables["SNAKEDDP_AZUREML_COMPUTE"] == "gpu-cluster"
+    assert variables["OMP_NUM_THREADS"] == "1"
+    assert variables.get("LOCAL_WORLD_SIZE") == (str(devices) if distribution == "pytorch" else None)
+    code = spec.parent / job.code
+    assert (code / "snakeddp" / "train.py").is_file()
+    assert (code / "snakeddp" / "schemas" / "config.schema.yaml").is_file()
+    assert RunFile.load(code / "run.yaml").config == RunFile.load(tmp_path / "results/runs/base/run.yaml").config
+
+
+@pytest.mark.parametrize(("distribution", "nodes", "devices"), LAYOUTS)
+def test_v1_script_run_config_builds_offline_and_asks_for_the_run_layout(tmp_path, distribution, nodes, devices):
+    plan, _, spec, manifest = make_spec(tmp_path, "v1", distribution, nodes, devices, launch={"accelerator": "gpu"})
+    for run_config in (get_run_config_from_script_run(spec_v1.build(plan)), spec_v1.load(spec)):
+        assert run_config.target == "gpu-cluster"
+        assert run_config.node_count == nodes
+        if distribution == "pytorch":
+            assert run_config.framework == "PyTorch"
+            assert run_config.pytorch.process_count == nodes * devices
+            assert run_config.pytorch.node_count == nodes
+            assert run_config.pytorch.communication_backend.lower() == "nccl"
+        else:
+            assert run_config.mpi.process_count_per_node == devices
+            assert run_config.mpi.node_count == nodes
+        launcher = "env" if distribution == "pytorch" else "mpirun"
+        assert shlex.split(run_config.command) == expected_command(
+            launcher, "$AZUREML_DATAREFERENCE_data", "DatasetOutputConfig:rundir"
+        )
+        assert run_config.environment.docker.base_image == DEFAULT_IMAGE
+        conda = run_config.environment.python.conda_dependencies
+        assert list(conda.pip_packages) == LOCK_PINS
+        assert conda.get_python_version() == "3.11"
+        data = run_config.data_references["data"]
+        assert (data.data_store_name, data.mode) == ("workspaceblobstore", "mount")
+        assert data.path_on_data_store == f"snakeddp/datasets/{manifest.parent.name}"
+        output = run_config.output_data["rundir"]
+        assert output.mechanism == "mount"
+        assert output.output_location.data_path.relative_path == "snakeddp/runs/{run-id}/rundir"
+        assert set(run_config.data_references) == {"data"}
+        assert run_config.max_run_duration_seconds == TINY["launch"]["runtime"] * 60
+        assert run_config.environment_variables.get("LOCAL_WORLD_SIZE") == (
+            str(devices) if distribution == "pytorch" else None
+        )
+    assert spec_v1.uploads(plan) == [(manifest.parent.resolve(), f"snakeddp/datasets/{manifest.parent.name}")]
+
+
+def test_cpu_runs_ask_v1_for_gloo(tmp_path):
+    plan, _, _, _ = make_spec(tmp_path, "v1", "pytorch", 1, 2, launch={"accelerator": "cpu"})
+    assert get_run_config_from_script_run(spec_v1.build(plan)).pytorch.communication_backend.lower() == "gloo"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "complaint"),
+    [
+        (("resources", "instance_count"), "two", "Not a valid integer"),
+        (("distribution", "process_count_per_instance"), [2], "Not a valid integer"),
+        (("distribution", "type"), "horovodx", "distribution"),
+    ],
+)
+def test_v2_validation_rejects_a_wrong_field(tmp_path, path, value, complaint):
+    _, _, spec, _ = make_spec(tmp_path, "v2", "pytorch", 2, 2)
+    document = yaml.safe_load(spec.read_text())
+    document[path[0]][path[1]] = value
+    spec.write_text(yaml.safe_dump(document))
+    with pytest.raises(ValidationError, match=complaint):
+        load_job(spec)
+    with pytest.raises(AzureMLError, match=f"{spec} is not a valid AzureML command job"):
+        spec_v2.load(spec)
+
+
+def test_resumable_run_uploads_its_attempt(tmp_path):
+    plan, key, _, manifest = make_spec(tmp_path, "v2")
+    run_dir = tmp_path / "results/runs/base"
+    runstate.prepare(run_dir, key)
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    (run_dir / "metrics.csv").write_text("epoch\n0\n")
+    args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=manifest, environment_record=None)
+    settings = Settings.from_section({"compute": "gpu-cluster"})
+    plan, _ = submit.build_plan(args, settings)
+    job = load_job(submit.write_spec(plan))
+    command = shlex.split(job.command)
+    assert command[:5] == ["python", "-m", "snakeddp.azureml.entry", "--resume-from", "${{inputs.resume}}"]
+    resume = plan.spec_dir / job.inputs["resume"].path
+    assert sorted(p.name for p in resume.iterdir()) == ["checkpoints", "metrics.csv", "run-state.json"]
+    assert (resume / "checkpoints/last.ckpt").stat().st_ino == (run_dir / "checkpoints/last.ckpt").stat().st_ino
+    v1_plan, _ = submit.build_plan(args, Settings.from_section({"sdk": "v1", "compute": "gpu-cluster"}))
+    path = f"snakeddp/resume/base/{sha256_file(run_dir / 'checkpoints/last.ckpt')[:16]}"
+    assert spec_v1.uploads(v1_plan)[1] == (resume, path)
+    assert spec_v1.build(v1_plan).run_config.data_references["resume"].path_on_data_store == path
+
+
+def test_checkpoints_of_another_config_are_not_resumed(tmp_path):
+    _, _, _, manifest = make_spec(tmp_path, "v2")
+    run_dir = tmp_path / "results/runs/base"
+    runstate.prepare(run_dir, "another-key")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
+    args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=manifest, environment_record=None)
+    plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
+    assert plan.resume_dir is None and "resume" not in load_job(submit.write_spec(plan)).inputs
+
+
+def test_environment_sources(tmp_path):
+    context = tmp_path / "docker"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM mcr.microsoft.com/azureml/openmpi4.1.0-ubuntu22.04\n")
+    env = {"source": "dockerfile", "dockerfile": str(context / "Dockerfile")}
+    _, _, spec, _ = make_spec(tmp_path / "a", "v2", environment=env)
+    build = load_job(spec).environment.build
+    assert (spec.parent / build.path).resolve() == context and build.dockerfile_path == "Dockerfile"
+    env = {"source": "registered", "registered": "azureml:my-env:3"}
+    _, _, spec, _ = make_spec(tmp_path / "b", "v2", environment=env)
+    assert yaml.safe_load(spec.read_text())["environment"] == "azureml:my-env:3"
+    load_job(spec)
+    _, _, spec, _ = make_spec(tmp_path / "c", "v1", environment=env)
+    assert (spec_v1.load(spec).environment.name, spec_v1.load(spec).environment.version) == ("my-env", "3")
+    with pytest.raises(AzureMLError, match="source=dockerfile needs azureml.sdk: v2"):
+        make_spec(tmp_path / "d", "v1", environment={"source": "dockerfile", "dockerfile": str(context / "Dockerfile")})
+    with pytest.raises(AzureMLError, match="registered is not set"):
+        make_spec(tmp_path / "e", "v2", environment={"source": "registered"})
+    with pytest.raises(AzureMLError, match=r"azureml.environment.requirements: .*missing.lock does not exist"):
+        make_spec(tmp_path / "f", "v2", environment={"requirements": "envs/missing.lock"})
+
+
+def test_existing_datastore_folder_is_used_as_is(tmp_path):
+    uri = "azureml://datastores/projectstore/paths/datasets/synthetic"
+    _, _, spec, _ = make_spec(tmp_path / "a", "v2", data={"uri": uri, "mode": "download"})
+    data = load_job(spec).inputs["data"]
+    assert (data.path, data.mode) == (uri, "download")
+    plan, _, spec, _ = make_spec(tmp_path / "b", "v1", data={"uri": uri, "mode": "download"})
+    reference = spec_v1.load(spec).data_references["data"]
+    assert (reference.data_store_name, reference.path_on_data_store, reference.mode) == (
+        "projectstore",
+        "datasets/synthetic",
+        "download",
+    )
+    assert spec_v1.uploads(plan) == [], "nothing to upload"
+
+
+def test_launcher_must_match_the_distribution(tmp_path):
+    with pytest.raises(AzureMLError, match="set azureml.distribution: mpi"):
+        make_spec(tmp_path / "a", "v2", "pytorch", launch={"launcher": "mpirun"})
+    with pytest.raises(AzureMLError, match="launch.launcher=torchrun cannot start processes on AzureML"):
+        make_spec(tmp_path / "b", "v2", "pytorch", launch={"launcher": "torchrun"})
+    plan, _, _, _ = make_spec(tmp_path / "c", "v2", "mpi", launch={"launcher": "mpirun", "master_port": 29600})
+    assert plan.launcher == "mpirun" and plan.variables["MASTER_PORT"] == "29600"
+
+
+def test_environment_record_hash_follows_what_the_image_is_built_from(tmp_path):
+    a = staging.environment_record(staging.environment_spec(Settings.from_section({})))
+    b = staging.environment_record(staging.environment_spec(Settings.from_section({"environment": {"python": "3.12"}})))
+    again = staging.environment_record(staging.environment_spec(Settings.from_section({})))
+    assert a["hash"] == again["hash"] != b["hash"]
+
+
+def test_switching_sdk_leaves_no_stale_spec(tmp_path):
+    make_spec(tmp_path, "v2")
+    _, _, spec, _ = make_spec(tmp_path, "v1")
+    assert not (spec.parent / "job.yml").exists() and spec.is_file()
+    assert Path(spec.parent / "code" / "environment.json").is_file()

@@ -1,0 +1,147 @@
+"""The submitter: one clear error before anything is uploaded, and the submit-less mode end to end.
+
+No Azure account is reachable here. The credential test runs the real DefaultAzureCredential
+in an environment with no credentials at all (no AZURE_* variables, no az login, no managed
+identity), which is what a user without `az login` has.
+"""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from argparse import Namespace
+
+import pytest
+import yaml
+from azure.ai.ml import load_job
+from conftest import TINY, Workflow, make_run, subprocess_env
+
+from snakeddp.azureml import submit
+from snakeddp.azureml.settings import ENV_VARIABLE
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
+WORKSPACE = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
+
+
+def submit_here(tmp_path, monkeypatch, capsys, azureml):
+    """``submit.main`` here, as ``snakeddp.launch --platform azureml`` calls it: (status, stderr, run dir)."""
+    run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ENV_VARIABLE, json.dumps(azureml))
+    args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=False)
+    status = submit.main(args)
+    return status, capsys.readouterr().err, run_yaml.parent
+
+
+def launch(tmp_path, azureml, *extra, env=None):
+    """``python -m snakeddp.launch --platform azureml`` as the train rule runs it."""
+    run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
+    argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "azureml", "--config", str(run_yaml)]
+    argv += ["--run-dir", str(run_yaml.parent), "--data", str(manifest), *extra]
+    environment = {**(env or subprocess_env()), ENV_VARIABLE: json.dumps(azureml)}
+    done = subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
+    return done, run_yaml.parent
+
+
+def test_missing_compute_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
+    status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, {"workspace": WORKSPACE})
+    assert status == 1
+    assert "azureml.compute is not set" in err and "az ml compute create" in err
+    assert not (run_dir / "azureml").exists(), "nothing staged, nothing uploaded"
+
+
+def test_missing_workspace_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
+    azureml = {"compute": "gpu-cluster", "workspace": {"resource_group": "rg"}}
+    status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, azureml)
+    assert status == 1
+    assert "azureml.workspace.subscription_id, azureml.workspace.workspace_name missing" in err
+    assert "config.json" in err
+    assert not (run_dir / "azureml").exists()
+
+
+def test_unreadable_workspace_config_file_names_the_key(tmp_path, monkeypatch, capsys):
+    azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "nowhere/config.json"}}
+    status, err, _ = submit_here(tmp_path, monkeypatch, capsys, azureml)
+    assert status == 1
+    assert "azureml.workspace.config_file: cannot read" in err and "Download config.json" in err
+
+
+def test_missing_credentials_fail_before_any_upload(tmp_path, monkeypatch, capsys):
+    # What DefaultAzureCredential sees where nobody signed in: no AZURE_* variables, no az, an empty home.
+    for name in [n for n in os.environ if n.startswith(("AZURE_", "IDENTITY_", "MSI_"))]:
+        monkeypatch.delenv(name)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]))
+    (tmp_path / "config.json").write_text(json.dumps(WORKSPACE))
+    azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "config.json"}}
+    status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, azureml)
+    assert status == 1
+    assert "no usable Azure credentials" in err
+    assert "DefaultAzureCredential failed to retrieve a token" in err, "the SDK's own diagnosis is kept"
+    assert "az login" in err and "AZURE_CLIENT_ID" in err and "Nothing was uploaded" in err
+    assert not (run_dir / "azureml" / "submission.json").exists(), "no job was submitted"
+    assert not (run_dir / "run-state.json").exists(), "the run directory was left as it was"
+
+
+def test_missing_sdk_says_which_extra_to_install(tmp_path):
+    blocker = tmp_path / "block" / "sitecustomize.py"
+    blocker.parent.mkdir()
+    blocker.write_text(BLOCK_AZURE)
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(blocker.parent), env["PYTHONPATH"]])
+    done, _ = launch(tmp_path, {"compute": "gpu-cluster", "sdk": "v1", "submit": False}, env=env)
+    assert done.returncode == 1
+    assert "azureml.sdk=v1 needs azureml.core" in done.stderr and "pip install -e '.[azureml-v1]'" in done.stderr
+
+
+# Makes every azure / azureml import fail, as in an install without the azureml extra.
+BLOCK_AZURE = """
+import sys
+
+
+class BlockAzure:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("azure", "azureml"):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
+
+
+sys.meta_path.insert(0, BlockAzure())
+"""
+
+
+def test_dry_run_writes_the_spec_and_how_to_submit_it(tmp_path):
+    done, run_dir = launch(tmp_path, {"compute": "gpu-cluster", "workspace": WORKSPACE}, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    spec = run_dir / "azureml" / "job.yml"
+    load_job(spec)
+    assert f"az ml job create --file {spec} --resource-group rg --workspace-name ws --set" in done.stdout
+    assert not (run_dir / "run-state.json").exists()
+
+
+@pytest.mark.e2e
+def test_submit_false_writes_specs_through_the_workflow_and_nothing_looks_finished(tmp_path, tiny_config):
+    workflow = Workflow(tmp_path, profile="azureml")
+    config = {**tiny_config, "sweep": {"launch.devices": [1, 2]}}
+    config["azureml"] = {"compute": "gpu-cluster", "distribution": "mpi", "submit": False}
+    workflow.write_config(config)
+    planned = workflow.planned_jobs()
+    assert (planned["train"], planned["run_config"], planned["data_partition"]) == (2, 2, 3)
+    done = workflow.run(check=False)
+    assert done.returncode != 0, "a run that was never trained must not look finished"
+    results = workflow.directory / "results"
+    assert len(list(results.glob("data/*/manifest-3.json"))) == 1, "the data stage ran here"
+    for run, devices in (("devices-1", 1), ("devices-2", 2)):
+        spec = results / "runs" / run / "azureml" / "job.yml"
+        job = load_job(spec)
+        assert job.distribution.process_count_per_instance == devices and job.resources.instance_count == 1
+        assert "--launcher mpirun" in job.command
+        assert not (results / "runs" / run / "provenance.json").exists()
+        log = (workflow.directory / "logs" / "train" / f"{run}.log").read_text()
+        assert "azureml.submit is false, so nothing was submitted" in log
+        assert f"az ml job create --file {spec}" in log
+        document = yaml.safe_load(spec.read_text())
+        assert (spec.parent / document["inputs"]["data"]["path"]).resolve().parent == (results / "data").resolve()
+    assert not (results / "report" / "runs.csv").exists()
+    assert "Error in rule train" in done.stderr and "Error in rule report_runs" not in done.stderr

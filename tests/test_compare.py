@@ -1,0 +1,63 @@
+"""snakeddp compare: the differences between two runs, section by section."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from snakeddp.cli import main
+from snakeddp.compare import compare
+from snakeddp.report.runs import load_run, resolve_run
+
+pytestmark = pytest.mark.e2e
+
+
+def test_sweep_runs_differ_in_devices_only(sweep_workflow, capsys):
+    results = sweep_workflow.directory / "results"
+    assert main(["compare", "devices-1", "devices-2", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "config: 1 difference(s)\n  launch.devices  A: 1  B: 2" in out
+    for same in ("code: same", "data: same", "environment: same", "packages: same"):
+        assert same in out
+    assert "world_size" in out and "best val_loss" in out
+
+
+def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_path):
+    """A copy of one run whose record says it came from another commit, dataset and environment."""
+    source = sweep_workflow.directory / "results/runs/devices-1"
+    other = tmp_path / "runs/other"
+    shutil.copytree(source, other)
+    record = json.loads((other / "provenance.json").read_text())
+    record["code"].update(commit="0" * 40, dirty=not record["code"]["dirty"])
+    record["data"].update(manifest_sha256="f" * 64, dataset="synthetic-0000000000")
+    record["config"]["model"]["lr"] = 0.1
+    packages = record["environment"]["packages"]
+    torch_version = packages["torch"]
+    packages["torch"] = "9.9.9"
+    packages["brand-new"] = "1.0"
+    del packages["pyyaml"]
+    (other / "provenance.json").write_text(json.dumps(record))
+    result = compare(resolve_run(str(source)), load_run(other))
+    assert ["model.lr", 0.003, 0.1] in result["config"]
+    assert [row[0] for row in result["code"]] == ["commit", "dirty"]
+    assert {row[0] for row in result["data"]} == {"dataset", "manifest_sha256"}
+    assert result["packages"]["added"] == [["brand-new", "1.0"]]
+    assert result["packages"]["removed"][0][0] == "pyyaml"
+    assert result["packages"]["changed"] == [["torch", torch_version, "9.9.9"]]
+
+
+def test_json_output_and_unknown_run(sweep_workflow, capsys):
+    results = str(sweep_workflow.directory / "results")
+    assert main(["compare", "devices-2", "devices-1", "--json", "--results", results]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"] == ["devices-2", "devices-1"] and data["config"] == [["launch.devices", 2, 1]]
+    assert main(["compare", "devices-1", "nope", "--results", results]) == 2
+    assert "'nope' is not a run id" in capsys.readouterr().err
+
+
+def test_missing_path_is_named(tmp_path: Path):
+    with pytest.raises(LookupError, match="no finished runs"):
+        resolve_run("x", tmp_path)

@@ -1,0 +1,248 @@
+"""Table ingestion: streaming, deterministic split, byte-identical partitions, errors that name file, column and row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from snakeddp.data import table
+from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
+from snakeddp.data.table import TableError, assign, cached_fingerprint, fingerprint, ingest, place
+
+FEATURES = ["a", "b", "c"]
+
+
+def frame(rows: int = 400, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    data = pd.DataFrame({name: rng.standard_normal(rows) for name in FEATURES})
+    data["note"] = [f"row{i}" for i in range(rows)]  # a column that is not a feature
+    data["y"] = (data["a"] > 0).astype(int)
+    return data
+
+
+def params(path: Path, partitions: int = 3, classes: int = 1, **table_overrides) -> dict:
+    spec = {
+        "path": str(path),
+        "format": "auto",
+        "features": FEATURES,
+        "label": "y",
+        "val_fraction": 0.2,
+        "nan_policy": "error",
+        "sha256": None,
+    }
+    return {
+        "name": "t",
+        "source": "table",
+        "seed": 5,
+        "num_train_files": partitions,
+        "num_classes": classes,
+        "table": {**spec, **table_overrides},
+    }
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def loaded(directory: Path, name: str):
+    entry = json.loads((directory / f"{name}.json").read_text())
+    return read_partition(directory / f"{name}.safetensors", entry)
+
+
+def test_same_table_twice_gives_byte_identical_partitions_whatever_the_chunk_size(tmp_path):
+    path = tmp_path / "t.csv"
+    frame().to_csv(path, index=False)
+    ingest(params(path), tmp_path / "first")
+    ingest(params(path), tmp_path / "second")
+    ingest(params(path), tmp_path / "small-chunks", chunk_rows=7)
+    first = files_of(tmp_path / "first")
+    assert sorted(first) == sorted(
+        ["ingest.json", "val.json", "val.safetensors"]
+        + [f"train/part-{i:05d}.{ext}" for i in range(3) for ext in ("json", "safetensors")]
+    ), "partitions, entries and the summary; the spill file is gone"
+    assert first == files_of(tmp_path / "second") == files_of(tmp_path / "small-chunks")
+
+
+def test_every_row_lands_once_with_its_values_and_row_number_as_id(tmp_path):
+    data = frame(rows=1000)
+    path = tmp_path / "t.csv"
+    data.to_csv(path, index=False)
+    summary = ingest(params(path, partitions=4), tmp_path / "out")
+    parts = [loaded(tmp_path / "out", f"train/part-{i:05d}") for i in range(4)] + [loaded(tmp_path / "out", "val")]
+    ids = np.concatenate([p.ids.numpy() for p in parts])
+    assert sorted(ids.tolist()) == list(range(1000)), "each row in exactly one partition or in val"
+    val = parts[-1]
+    assert 0.15 < len(val) / 1000 < 0.25, f"val_fraction 0.2, got {len(val)} rows"
+    assert summary["records"] == {"train": 1000 - len(val), "val": len(val)}
+    for part in parts:
+        rows = data.iloc[part.ids.numpy()]
+        assert np.array_equal(part.features.numpy(), rows[FEATURES].to_numpy(dtype=np.float32))
+        assert np.array_equal(part.labels.numpy()[:, 0], rows["y"].to_numpy(dtype=np.float32))
+        assert part.labels.shape == (len(part), 1), "binary labels as [n, 1] float32, like synthetic data"
+        assert list(part.ids.numpy()) == sorted(part.ids.numpy()), "rows keep table order in a partition"
+
+
+def test_split_depends_on_seed_and_row_only():
+    rows = np.arange(10_000)
+    assert np.array_equal(assign(rows, 1, 0.1, 4), assign(rows, 1, 0.1, 4))
+    assert not np.array_equal(assign(rows, 1, 0.1, 4), assign(rows, 2, 0.1, 4))
+    pieces = np.concatenate([assign(rows[i : i + 333], 1, 0.1, 4) for i in range(0, 10_000, 333)])
+    assert np.array_equal(pieces, assign(rows, 1, 0.1, 4)), "independent of how the rows are chunked"
+    counts = np.bincount(assign(rows, 1, 0.1, 4))
+    assert counts.sum() == 10_000 and len(counts) == 5
+    assert abs(counts[4] - 1000) < 150 and all(abs(c - 2250) < 200 for c in counts[:4])
+
+
+def test_parquet_folder_reads_files_in_name_order_and_matches_the_csv(tmp_path):
+    data = frame(rows=600)
+    # Values exact in float32, so CSV text and Parquet binary give the same bits.
+    data[FEATURES] = (data[FEATURES] * 8).round() / 8
+    (tmp_path / "pq").mkdir()
+    data.iloc[300:].to_parquet(tmp_path / "pq" / "part-1.parquet")
+    data.iloc[:300].to_parquet(tmp_path / "pq" / "part-0.parquet")
+    (tmp_path / "pq" / "_SUCCESS").write_text("")
+    data.to_csv(tmp_path / "t.csv", index=False)
+    summary = ingest(params(tmp_path / "pq"), tmp_path / "from-parquet")
+    ingest(params(tmp_path / "t.csv"), tmp_path / "from-csv")
+    assert [Path(f["file"]).name for f in summary["files"]] == ["part-0.parquet", "part-1.parquet"]
+    assert summary["format"] == "parquet"
+    parquet, csv = files_of(tmp_path / "from-parquet"), files_of(tmp_path / "from-csv")
+    assert {k: v for k, v in parquet.items() if k != "ingest.json"} == {
+        k: v for k, v in csv.items() if k != "ingest.json"
+    }
+
+
+def test_multiclass_labels_are_int64_class_indices(tmp_path):
+    data = frame()
+    data["y"] = (data["a"] > 0).astype(int) + (data["b"] > 0).astype(int)
+    data.to_csv(tmp_path / "t.csv", index=False)
+    ingest(params(tmp_path / "t.csv", classes=3), tmp_path / "out")
+    part = loaded(tmp_path / "out", "val")
+    assert part.labels.dtype.is_floating_point is False and part.labels.shape == (len(part),)
+    assert np.array_equal(part.labels.numpy(), data["y"].to_numpy()[part.ids.numpy()])
+
+
+def test_streamed_file_equals_the_in_memory_encoding(tmp_path):
+    data = frame(rows=50)
+    data.to_csv(tmp_path / "t.csv", index=False)
+    ingest(params(tmp_path / "t.csv", partitions=1), tmp_path / "out", chunk_rows=4)
+    part = loaded(tmp_path / "out", "train/part-00000")
+    tensors = {"features": part.features.numpy(), "labels": part.labels.numpy(), "ids": part.ids.numpy()}
+    metadata = {"generator": table.GENERATOR, "split": "train", "index": "0"}
+    assert (tmp_path / "out" / "train" / "part-00000.safetensors").read_bytes() == serialize(tensors, metadata)
+
+
+@pytest.mark.parametrize(
+    ("cell", "column", "message"),
+    [
+        ("abc", "b", "'abc' is not a number"),
+        ("", "c", "missing or non-finite value"),
+        ("inf", "a", "missing or non-finite value"),
+    ],
+)
+def test_bad_values_are_named_by_file_column_and_row(tmp_path, cell, column, message):
+    data = frame(rows=50).astype({column: object})
+    data.loc[17, column] = cell
+    path = tmp_path / "t.csv"
+    data.to_csv(path, index=False)
+    with pytest.raises(TableError) as error:
+        ingest(params(path), tmp_path / "out", chunk_rows=10)
+    text = str(error.value)
+    assert str(path) in text and f"column {column!r}" in text and "row 18 (line 19)" in text and message in text
+
+
+def test_nan_policy_drop_skips_rows_and_keeps_the_others_ids(tmp_path):
+    data = frame(rows=60)
+    data.loc[[3, 40], "b"] = np.nan
+    data.to_csv(tmp_path / "t.csv", index=False)
+    summary = ingest(params(tmp_path / "t.csv", nan_policy="drop"), tmp_path / "out")
+    ids = np.concatenate(
+        [loaded(tmp_path / "out", n).ids.numpy() for n in ("val", *(f"train/part-{i:05d}" for i in range(3)))]
+    )
+    assert summary["rows_dropped"] == 2 and sorted(ids.tolist()) == [i for i in range(60) if i not in (3, 40)]
+
+
+def test_missing_column_names_the_file_and_the_column(tmp_path):
+    path = tmp_path / "t.csv"
+    frame().drop(columns=["c"]).to_csv(path, index=False)
+    with pytest.raises(TableError, match=r"t\.csv: no column 'c' \(the file has: a, b, note, y\)"):
+        ingest(params(path), tmp_path / "out")
+
+
+def test_missing_column_in_one_parquet_file_of_a_folder(tmp_path):
+    (tmp_path / "pq").mkdir()
+    frame().to_parquet(tmp_path / "pq" / "a.parquet")
+    frame().drop(columns=["y"]).to_parquet(tmp_path / "pq" / "b.parquet")
+    with pytest.raises(TableError, match=r"b\.parquet: no column 'y'"):
+        ingest(params(tmp_path / "pq"), tmp_path / "out")
+
+
+@pytest.mark.parametrize(("content", "message"), [("", r"empty \(0 bytes\)"), ("a,b,c,y\n", "has no rows")])
+def test_empty_files_are_refused_by_name(tmp_path, content, message):
+    (tmp_path / "tbl").mkdir()
+    frame().to_csv(tmp_path / "tbl" / "a.csv", index=False)
+    (tmp_path / "tbl" / "b.csv").write_text(content)
+    with pytest.raises(TableError, match=rf"b\.csv: the file .*{message}"):
+        ingest(params(tmp_path / "tbl"), tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("classes", "label", "rule"), [(1, 2, "0 or 1"), (3, 3, "an integer in 0..2"), (3, 1.5, "an integer in 0..2")]
+)
+def test_labels_outside_the_task_are_named(tmp_path, classes, label, rule):
+    data = frame(rows=30)
+    data["y"] = data["y"].astype(float)
+    data.loc[11, "y"] = label
+    data.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(TableError, match=rf"column 'y', row 12 \(line 13\): label .* is not {rule}"):
+        ingest(params(tmp_path / "t.csv", classes=classes), tmp_path / "out")
+
+
+def test_too_small_a_table_for_the_partitions_is_refused(tmp_path):
+    frame(rows=3).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(TableError, match="empty. HINT: lower data.num_train_files"):
+        ingest(params(tmp_path / "t.csv", partitions=8), tmp_path / "out")
+
+
+def test_fingerprint_follows_content_and_the_cache_notices_changes(tmp_path):
+    path, cache = tmp_path / "t.csv", tmp_path / "cache.json"
+    frame().to_csv(path, index=False)
+    first = cached_fingerprint(path, "auto", cache)
+    assert first == fingerprint(path) and json.loads(cache.read_text())
+    assert cached_fingerprint(path, "auto", cache) == first
+    frame(seed=1).to_csv(path, index=False)
+    assert cached_fingerprint(path, "auto", cache) == fingerprint(path) != first
+
+
+def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
+    path = tmp_path / "t.csv"
+    frame().to_csv(path, index=False)
+    pinned = fingerprint(path)
+    frame(seed=3).to_csv(path, index=False)
+    with pytest.raises(TableError, match="differs from data.table.sha256"):
+        ingest(params(path, sha256=pinned), tmp_path / "out")
+
+
+def test_place_links_a_verified_partition_and_refuses_a_damaged_one(tmp_path):
+    frame().to_csv(tmp_path / "t.csv", index=False)
+    ingest(params(tmp_path / "t.csv"), tmp_path / "ingest")
+    entry = place(tmp_path / "ingest", "train", 1, tmp_path / "train" / "part-00001.safetensors", tmp_path / "e.json")
+    assert entry["file"] == "part-00001.safetensors"
+    final = tmp_path / "train" / "part-00001.safetensors"
+    assert final.read_bytes() == (tmp_path / "ingest" / "train" / "part-00001.safetensors").read_bytes()
+    assert json.loads((tmp_path / "e.json").read_text()) == entry
+    (tmp_path / "ingest" / "val.safetensors").write_bytes(b"garbage")
+    with pytest.raises(DataIntegrityError, match="val.safetensors"):
+        place(tmp_path / "ingest", "val", 0, tmp_path / "val.safetensors", tmp_path / "v.json")
+
+
+def test_unknown_formats_and_missing_paths_are_explained(tmp_path):
+    (tmp_path / "t.txt").write_text("a\n1\n")
+    with pytest.raises(TableError, match="cannot tell the table format"):
+        table.table_files(tmp_path / "t.txt")
+    with pytest.raises(TableError, match="no such file or folder"):
+        table.table_files(tmp_path / "nope.csv")

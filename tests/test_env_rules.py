@@ -1,0 +1,89 @@
+"""rules/env.smk and the workflow's environment directives, through the real Snakemake CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, TINY, Workflow, subprocess_env
+
+MISSING_SOFTWARE = "Specify a conda environment or container for each rule."
+
+
+def test_lint_reports_no_rule_without_its_environment(workflow):
+    workflow.write_config(TINY)
+    done = workflow.run("--lint", check=False)
+    output = done.stdout + done.stderr
+    assert "Lints for rule" in output or "Congratulations" in output, output[-2000:]
+    assert MISSING_SOFTWARE not in output and "environment modules are not enough" not in output
+
+
+def test_lint_does_name_a_rule_without_an_environment(tmp_path):
+    """The lint the test above looks for is the one Snakemake prints for such a rule."""
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text('rule bare:\n    output:\n        "x.txt",\n    shell:\n        "true"\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(snakefile), "--directory", str(tmp_path), "--lint"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        check=False,
+    )
+    assert MISSING_SOFTWARE in done.stdout + done.stderr
+
+
+def test_apptainer_without_an_image_is_a_clear_error(workflow):
+    workflow.write_config(TINY)
+    done = workflow.run("--dry-run", "--sdm", "apptainer", check=False)
+    assert done.returncode != 0
+    assert "--sdm apptainer needs an image, and environment.image is null. HINT:" in done.stdout + done.stderr
+
+
+def test_with_an_image_the_rules_go_to_apptainer(workflow):
+    """With environment.image set, --sdm apptainer gets past the workflow to Snakemake's own
+    container set-up (which needs the apptainer binary this machine lacks)."""
+    workflow.write_config({**TINY, "environment": {"image": "docker://ghcr.io/org/snakeddp:0.1.0-torch2.13.0"}})
+    done = workflow.run("--dry-run", "--sdm", "apptainer", check=False)
+    assert "environment.image is null" not in done.stderr
+    assert "apptainer or singularity command has to be available" in done.stdout + done.stderr
+
+
+def test_build_image_without_an_engine_says_so(workflow, tmp_path):
+    workflow.write_config(TINY)
+    env = subprocess_env(DOCKER_HOST=f"unix://{tmp_path}/no-daemon.sock")
+    done = workflow.run("build_image", check=False, env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "No container engine can build the image here" in output
+    assert "docker: installed, but `docker info` fails" in output and "podman: not installed" in output
+    assert not (workflow.directory / "results" / "envs" / "image.json").exists()
+
+
+@pytest.mark.e2e
+def test_a_lock_change_retrains_and_lands_in_provenance(tmp_path):
+    """Edit one pinned version in a copy of the lock: the next dry run plans the environment
+    captures, training and the report (never the data), and the rerun's provenance carries the
+    new environment hash."""
+    workflow = Workflow(tmp_path)
+    lock = tmp_path / "requirements.lock"
+    lock.write_text((REPO / "envs" / "requirements.lock").read_text())
+    config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "environment": {"lock": str(lock)}}
+    workflow.write_config(config)
+    workflow.run()
+    record = tmp_path / "results" / "envs" / "train.json"
+    provenance = tmp_path / "results" / "runs" / "base" / "provenance.json"
+    first = json.loads(record.read_text())["hash"]
+    assert json.loads(provenance.read_text())["environment"]["environment_hash"] == first
+    assert workflow.planned_jobs() == {}
+
+    lock.write_text(lock.read_text().replace("\nlightning==2.6.6\n", "\nlightning==2.6.7\n"))
+    report = {"report_runs": 1, "report_curves": 1, "report_html": 1, "report_crate": 1}
+    assert workflow.planned_jobs() == {"env_capture": 3, "train": 1, **report, "all": 1}
+
+    workflow.run()
+    second = json.loads(record.read_text())["hash"]
+    assert second != first
+    assert json.loads(provenance.read_text())["environment"]["environment_hash"] == second
+    assert workflow.planned_jobs() == {}

@@ -1,0 +1,97 @@
+"""The environment record of a stage and what its hash depends on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import torch
+from conftest import REPO, subprocess_env
+
+from snakeddp.envcapture import capture, conda_info, container_info
+from snakeddp.envlock import installed
+from snakeddp.hashing import sha256_file
+
+LOCK = REPO / "envs" / "requirements.lock"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_the_record_describes_this_interpreter(tmp_path):
+    record = capture("train", LOCK, tmp_path / "train.json", env={})
+    assert json.loads((tmp_path / "train.json").read_text()) == record
+    assert record["stage"] == "train"
+    assert record["torch"] == torch.__version__
+    assert record["cuda"] == torch.version.cuda
+    assert record["packages"] == {key: pin.version for key, pin in installed().items()}
+    assert record["packages"]["lightning"] == "2.6.6"
+    assert record["lock_sha256"] == sha256_file(LOCK)
+    assert record["container"] is None and record["conda"] is None and record["image"] is None
+
+
+def test_recapturing_an_unchanged_environment_gives_the_same_hash(tmp_path):
+    first = capture("train", LOCK, tmp_path / "a.json", env={})
+    second = capture("train", LOCK, tmp_path / "b.json", env={})
+    assert first["hash"] == second["hash"]
+
+
+def test_a_changed_lock_changes_the_hash(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(LOCK.read_text())
+    before = capture("train", lock, tmp_path / "a.json", env={})["hash"]
+    lock.write_text(LOCK.read_text().replace("\nnumpy==2.4.6\n", "\nnumpy==2.4.7\n"))
+    assert capture("train", lock, tmp_path / "b.json", env={})["hash"] != before
+
+
+def test_a_container_is_identified_by_its_digest_not_its_name(tmp_path):
+    pinned = f"docker://ghcr.io/org/snakeddp@{DIGEST}"
+    info = container_info(pinned, {})
+    assert info["digest"] == DIGEST and info["reference"] == pinned
+    renamed = capture("train", LOCK, tmp_path / "a.json", image=f"docker://mirror.example/snakeddp@{DIGEST}", env={})
+    original = capture("train", LOCK, tmp_path / "b.json", image=pinned, env={})
+    assert renamed["image"] == original["image"] == DIGEST
+    assert renamed["hash"] == original["hash"]
+
+
+def test_an_apptainer_image_file_is_hashed(tmp_path):
+    image = tmp_path / "0123abcd.simg"
+    image.write_bytes(b"image contents, first build")
+    env = {"APPTAINER_CONTAINER": str(image)}
+    first = capture("train", LOCK, tmp_path / "a.json", image="docker://ghcr.io/org/snakeddp:0.1.0", env=env)
+    assert first["container"]["runtime"] == "apptainer"
+    assert first["image"] == sha256_file(image)
+    image.write_bytes(b"image contents, rebuilt under the same tag")
+    second = capture("train", LOCK, tmp_path / "b.json", image="docker://ghcr.io/org/snakeddp:0.1.0", env=env)
+    assert second["hash"] != first["hash"]
+
+
+def test_an_unrelated_conda_prefix_is_not_this_environment(tmp_path):
+    (tmp_path / "conda-meta").mkdir()
+    assert conda_info({"CONDA_PREFIX": str(tmp_path)}) is None
+    assert conda_info({}) is None
+
+
+def test_a_conda_environment_records_its_conda_packages(tmp_path):
+    """A real interpreter whose prefix is a conda env (a venv with conda-meta records in it)."""
+    prefix = tmp_path / "3f2a9c_"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    site = Path(sysconfig.get_paths(vars={"base": str(prefix), "platbase": str(prefix)})["purelib"])
+    (site / "dev.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    meta = prefix / "conda-meta"
+    meta.mkdir()
+    for name, version, build in [("python", "3.11.7", "h1234"), ("openssl", "3.5.0", "h0")]:
+        record = {"name": name, "version": version, "build": build}
+        (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(record))
+    code = "import json, os; from snakeddp.envcapture import conda_info; print(json.dumps(conda_info(os.environ)))"
+    done = subprocess.run(
+        [prefix / "bin" / "python", "-c", code],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(CONDA_PREFIX=str(prefix)),
+        check=True,
+    )
+    info = json.loads(done.stdout)
+    assert info["env"] == "3f2a9c_"
+    assert info["packages"] == {"openssl": "3.5.0=h0", "python": "3.11.7=h1234"}

@@ -1,0 +1,86 @@
+"""examples/tabular: a CSV made by a script and a LightningModule of its own, trained by config alone."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, Workflow, subprocess_env
+
+from snakeddp.data.partitions import load_manifest, read_partition
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The example as a user runs it from a checkout: the default config plus the example's config."""
+    tmp = tmp_path_factory.mktemp("example")
+    shutil.copytree(REPO / "examples", tmp / "examples")
+    (tmp / "config").mkdir()
+    shutil.copy(REPO / "config" / "config.yaml", tmp / "config" / "config.yaml")
+    made = subprocess.run(
+        [sys.executable, "examples/tabular/make_table.py", "data/churn.csv"], cwd=tmp, capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    workflow = Workflow(tmp)
+    workflow.configfile = tmp / "examples" / "tabular" / "config.yaml"
+    env = subprocess_env(MLFLOW_TRACKING_URI="")
+    workflow.run(env=env)
+    return workflow, env
+
+
+@pytest.mark.e2e
+def test_example_trains_its_own_model_on_its_csv_through_the_pipeline(example):
+    workflow, _ = example
+    run_dir = workflow.directory / "results" / "runs" / "devices-2"
+    record = json.loads((run_dir / "provenance.json").read_text())
+    assert [u["target"] for u in record["user_code"]] == ["examples.tabular.model:TabularNet"]
+    assert record["data"]["dataset"].startswith("churn-") and record["data"]["partitions"] == 4
+    assert sum(record["data"]["records"].values()) == 20_000
+    assert record["launch"]["world_size"] == 2
+    assert (workflow.directory / "results" / "report" / "runs.csv").is_file()
+    assert (run_dir / "tracking" / "tensorboard").is_dir() and record["tracking"]["mlflow"]["run_id"]
+
+
+@pytest.mark.e2e
+def test_the_run_leaves_the_users_config_files_as_they_were_and_crates_both(example):
+    """The default config and the example's are both named config.yaml: the report's crate keeps
+    one copy of each, and placing the second never writes into the first (a hard link once did)."""
+    workflow, _ = example
+    for name in ("config/config.yaml", "examples/tabular/config.yaml"):
+        assert (workflow.directory / name).read_text() == (REPO / name).read_text(), name
+    crated = workflow.directory / "results" / "report" / "files" / "workflow" / "config"
+    names = {p.name for p in crated.iterdir()}
+    assert {"1-config.yaml", "2-config.yaml"} <= names and "config.yaml" not in names, names
+    originals = {(REPO / name).read_text() for name in ("config/config.yaml", "examples/tabular/config.yaml")}
+    assert {(crated / name).read_text() for name in ("1-config.yaml", "2-config.yaml")} == originals
+
+
+@pytest.mark.e2e
+def test_example_beats_a_constant_predictor_on_validation(example):
+    workflow, _ = example
+    record = json.loads((workflow.directory / "results" / "runs" / "devices-2" / "provenance.json").read_text())
+    manifest_path = workflow.directory / record["data"]["manifest"]
+    val = load_manifest(manifest_path)["val"]
+    labels = read_partition(manifest_path.parent / val["file"], val).labels.numpy()
+    positive = float(labels.mean())
+    constant_accuracy = max(positive, 1 - positive)
+    constant_loss = -(positive * math.log(positive) + (1 - positive) * math.log(1 - positive))
+    training = record["training"]
+    assert training["best_val_acc"] > constant_accuracy + 0.05, (training["best_val_acc"], constant_accuracy)
+    assert training["best_val_loss"] < constant_loss - 0.05, (training["best_val_loss"], constant_loss)
+
+
+@pytest.mark.e2e
+def test_trackers_and_network_settings_never_rerun_the_example(example, tmp_path):
+    """An overlay that only turns on a tracker and sets NCCL_DEBUG trains nothing again; only the
+    report's crate, which lists the config files given, is rebuilt."""
+    workflow, _ = example
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("tracking:\n  wandb: {enabled: true}\nnetwork:\n  env: {NCCL_DEBUG: INFO}\n")
+    assert workflow.planned_jobs() == {}
+    planned = workflow.planned_jobs("--configfile", str(workflow.configfile), str(overlay))
+    assert planned == {"report_crate": 1, "all": 1}

@@ -1,0 +1,55 @@
+"""Building the GPU image: which engine, which tag, and a clear answer when there is no engine."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import REPO
+
+from snakeddp.imagebuild import ImageBuildError, build_command, default_tag, find_engine, image_tag
+
+LOCK = REPO / "envs" / "requirements.lock"
+
+
+def test_the_default_tag_names_snakeddp_and_torch():
+    assert default_tag(LOCK) == "snakeddp:0.1.0-torch2.13.0"
+    assert image_tag(None, LOCK) == "snakeddp:0.1.0-torch2.13.0"
+
+
+def test_a_configured_image_is_the_tag():
+    assert image_tag("docker://ghcr.io/org/snakeddp:0.1.0", LOCK) == "ghcr.io/org/snakeddp:0.1.0"
+
+
+@pytest.mark.parametrize("image", ["snakeddp.sif", f"docker://ghcr.io/org/snakeddp@sha256:{'0' * 64}", "oras://x/y:1"])
+def test_an_image_that_cannot_be_a_tag_is_refused(image):
+    with pytest.raises(ImageBuildError, match="HINT"):
+        image_tag(image, LOCK)
+
+
+def test_the_build_command_is_an_argument_list():
+    command = build_command("/usr/bin/docker", REPO / "envs" / "Dockerfile", REPO, "snakeddp:0.1.0-torch2.13.0", "ab12")
+    assert command[:2] == ["/usr/bin/docker", "build"]
+    assert command[command.index("--tag") + 1] == "snakeddp:0.1.0-torch2.13.0"
+    assert command[-1] == str(REPO)
+
+
+def test_no_engine_on_path_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ImageBuildError) as error:
+        find_engine()
+    message = str(error.value)
+    assert "docker: not installed" in message and "podman: not installed" in message
+    assert "HINT" in message
+
+
+def test_an_engine_that_cannot_reach_its_daemon_is_a_clear_error(tmp_path, monkeypatch):
+    """The real docker CLI, pointed at a socket where no daemon listens."""
+    docker = shutil.which("docker")
+    assert docker, "the docker CLI is part of this machine's image"
+    monkeypatch.setenv("PATH", str(tmp_path) + ":" + str(shutil.which("docker")).rsplit("/", 1)[0])
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    with pytest.raises(ImageBuildError) as error:
+        find_engine(("docker",))
+    assert "docker: installed, but `docker info` fails:" in str(error.value)
+    assert "HINT: start the Docker daemon" in str(error.value)

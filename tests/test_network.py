@@ -1,0 +1,105 @@
+"""Network tuning (network.env and exported NCCL_/GLOO_/... variables) reaches every rank and provenance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import pytest
+import yaml
+from conftest import REPO
+from launching import launch, prepare
+
+from snakeddp import config, network, runenv
+from snakeddp import launch as launching_module
+
+PROBE = """
+import json
+import os
+from pathlib import Path
+
+from snakeddp.models import MLP
+
+
+class EnvProbe(MLP):
+    \"\"\"The MLP, writing the network variables each rank sees.\"\"\"
+
+    def on_fit_start(self):
+        seen = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "GLOO_", "UCX_"))}
+        Path(self.trainer.default_root_dir, f"env-rank{self.global_rank}.json").write_text(json.dumps(seen))
+"""
+
+
+def test_network_env_becomes_environment_strings():
+    cfg = config.validate(
+        {"network": {"env": {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": 1, "GLOO_SOCKET_IFNAME": "lo"}}}
+    )
+    assert network.variables(cfg) == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    assert runenv.variables(cfg)["NCCL_IB_DISABLE"] == "1"
+
+
+def test_only_network_families_and_no_secrets():
+    with pytest.raises(config.ConfigError, match="network.env"):
+        config.validate({"network": {"env": {"HOME": "/tmp"}}})
+    with pytest.raises(config.ConfigError, match="look like secrets"):
+        network.variables(config.validate({"network": {"env": {"NCCL_IB_TOKEN": "x"}}}))
+
+
+def test_forwarded_keeps_network_variables_only():
+    env = {"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa", "OMPI_MCA_btl": "self,tcp", "PATH": "/bin", "UCX_AUTH_KEY": "s"}
+    assert network.forwarded(env) == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN", "OMPI_MCA_btl": "self,tcp"}
+
+
+def test_mpirun_exports_every_network_variable_with_x(tmp_path):
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"launch": {"devices": 2, "launcher": "mpirun"}})
+    args = launching_module.parse_args(["--config", str(run_yaml), "--run-dir", str(run_dir), "--data", str(manifest)])
+    env = {"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "lo"}
+    launcher, argv, child_env = launching_module.build(args, env)
+    exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert launcher.name == "mpirun" and {"NCCL_DEBUG", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"} <= exported
+    assert child_env["NCCL_SOCKET_IFNAME"] == "ib0"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_path, launcher):
+    (tmp_path / "probe.py").write_text(textwrap.dedent(PROBE))
+    overrides = {
+        "launch": {"devices": 2, "launcher": launcher},
+        "model": {"target": "probe:EnvProbe"},
+        "trainer": {"max_epochs": 1},
+    }
+    run_yaml, manifest, run_dir = prepare(tmp_path, overrides)
+    settings = config.validate({"network": {"env": {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}}})
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path, UCX_TLS="tcp", **runenv.variables(settings))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    wanted = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "UCX_TLS": "tcp"}
+    for rank in (0, 1):
+        seen = json.loads((run_dir / f"env-rank{rank}.json").read_text())
+        assert wanted.items() <= seen.items(), f"rank {rank} saw {seen}"
+    record = json.loads((run_dir / "provenance.json").read_text())
+    assert wanted.items() <= record["launch"]["variables"].items()
+    assert record["user_code"][0]["target"] == "probe:EnvProbe"
+    if launcher == "mpirun":
+        assert "-x NCCL_DEBUG" in record["launch"]["command"]
+
+
+@pytest.mark.e2e
+def test_a_profile_sets_network_variables_for_every_rank(workflow, tiny_config):
+    (workflow.directory / "probe.py").write_text(textwrap.dedent(PROBE))
+    profile = workflow.directory / "profile"
+    shutil.copytree(REPO / "profiles" / "local", profile)
+    settings = yaml.safe_load((profile / "config.yaml").read_text())
+    settings["config"].append("network={env: {NCCL_DEBUG: INFO, GLOO_SOCKET_IFNAME: lo}}")
+    (profile / "config.yaml").write_text(yaml.safe_dump(settings))
+    workflow.profile = profile
+    tiny_config["model"] = {"target": "probe:EnvProbe"}
+    tiny_config["launch"]["devices"] = 2
+    tiny_config["trainer"]["max_epochs"] = 1
+    workflow.write_config(tiny_config)
+    workflow.run()
+    run_dir = workflow.directory / "results" / "runs" / "base"
+    for rank in (0, 1):
+        seen = json.loads((run_dir / f"env-rank{rank}.json").read_text())
+        assert {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}.items() <= seen.items(), seen

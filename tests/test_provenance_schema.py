@@ -1,0 +1,78 @@
+"""provenance.json against its JSON Schema: what the pipeline writes passes, gaps and secrets fail."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from conftest import SECRET_VALUES, SECRETS, assert_valid_provenance
+
+from snakeddp.provenance_schema import ProvenanceError, problems, validate, validate_file
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def record(sweep_workflow) -> dict:
+    return json.loads((sweep_workflow.directory / "results/runs/devices-2/provenance.json").read_text())
+
+
+def test_every_provenance_of_the_sweep_matches_the_schema(sweep_workflow):
+    records = assert_valid_provenance(sweep_workflow.directory / "results")
+    assert sorted(r["run_id"] for r in records) == ["devices-1", "devices-2"]
+
+
+def test_record_has_the_facts_design_asks_for(record):
+    assert record["code"]["commit"] and record["code"]["dirty"] in (True, False)
+    assert record["environment"]["environment_hash"] and record["environment"]["lock_sha256"]
+    assert {"python", "torch", "lightning", "cuda", "cudnn", "nccl"} <= set(record["environment"])
+    assert [r["rank"] for r in record["launch"]["ranks"]] == [0, 1]
+    assert record["launch"]["job_id"] and record["launch"]["world_size"] == 2
+    best = record["training"]["best_checkpoint"]
+    assert best["metric"] == "val_loss" and best["path"] in [c["path"] for c in record["training"]["checkpoints"]]
+    assert record["timing"]["started_at"] <= record["timing"]["finished_at"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda r: r["training"]["best_checkpoint"].pop("sha256"), "training.best_checkpoint"),
+        (lambda r: r["code"].pop("commit"), "code"),
+        (lambda r: r["data"].update(manifest_sha256="not-a-hash"), "data.manifest_sha256"),
+        (lambda r: r["launch"]["variables"].update(AZURE_CLIENT_SECRET="x"), "launch.variables"),
+        (lambda r: r["launch"]["variables"].update(NCCL_URL="https://u:p@host/"), "launch.variables.NCCL_URL"),
+        (lambda r: r["timing"].update(started_at="yesterday"), "timing.started_at"),
+        (lambda r: r.update(extra=1), "(top level)"),
+    ],
+)
+def test_schema_rejects_gaps_and_secrets(record, edit, key):
+    broken = copy.deepcopy(record)
+    edit(broken)
+    found = problems(broken)
+    assert any(line.startswith(f"{key}:") for line in found), found
+    with pytest.raises(ProvenanceError, match="HINT"):
+        validate(broken)
+
+
+def test_validate_file_names_an_unreadable_file(tmp_path: Path):
+    path = tmp_path / "provenance.json"
+    path.write_text("{not json")
+    with pytest.raises(ProvenanceError, match="cannot read provenance"):
+        validate_file(path)
+
+
+def test_secret_values_never_reach_results_or_logs(sweep_workflow, record):
+    found = []
+    for top in ("results", "logs"):
+        for path in (sweep_workflow.directory / top).rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                found += [f"{path}: {value}" for value in SECRET_VALUES if value.encode() in data]
+    assert not found
+    # The URL variables were recorded (their prefixes are allow-listed), with the credentials masked.
+    variables = record["launch"]["variables"]
+    assert variables["NCCL_PROXY_URL"] == "https://***@proxy.invalid:3128/"
+    assert variables["SLURM_SPOOL_URL"] == "https://***@spool.invalid/x"
+    assert not (set(SECRETS) - {"NCCL_PROXY_URL", "SLURM_SPOOL_URL"}) & set(variables)

@@ -1,0 +1,74 @@
+"""Dataset identity per source, the cross-key rules of data:, and table checksums in run configs."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+
+from snakeddp import config
+from snakeddp.data import sources
+from snakeddp.hashing import sha256_json
+
+
+def data_cfg(**overrides):
+    return config.validate({"data": overrides})["data"]
+
+
+def table_cfg(path="t.csv", **overrides):
+    return data_cfg(source="table", table={"path": str(path), "features": ["a"], "label": "y"}, **overrides)
+
+
+def test_synthetic_ids_are_what_they_were_before_tables_existed():
+    data = data_cfg()
+    old_identity = {k: v for k, v in data.items() if k not in ("num_train_files", "table", "module", "module_kwargs")}
+    assert config.dataset_id(data) == f"synthetic-{sha256_json(old_identity)[:10]}"
+    assert config.dataset_id(data_cfg(table={"path": "x.csv"})) == config.dataset_id(data), "table keys do not apply"
+
+
+def test_table_identity_is_the_table_its_checksum_and_the_partition_count():
+    data = table_cfg()
+    assert set(sources.identity(data)) == {"name", "source", "seed", "num_train_files", "num_classes", "table"}
+    changed = copy.deepcopy(data)
+    changed["table"]["sha256"] = "0" * 64
+    assert config.dataset_id(changed) != config.dataset_id(data), "a changed table is a new dataset"
+    assert config.dataset_id(table_cfg(num_train_files=5)) != config.dataset_id(data), "rows are dealt across P"
+    assert config.dataset_id(table_cfg(num_features=99)) == config.dataset_id(data), "synthetic keys do not apply"
+
+
+def test_task_of_a_table_comes_from_its_columns():
+    params = sources.identity(table_cfg(num_classes=4))
+    assert sources.task(params) == {"num_features": 1, "num_classes": 4, "kind": "multiclass"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"source": "table"}, "data.source=table needs data.table.path, data.table.label, data.table.features"),
+        ({"source": "table", "table": {"path": "t.csv", "features": ["a", "y"], "label": "y"}}, "must not contain"),
+        ({"source": "module"}, "data.source=module needs data.module"),
+    ],
+)
+def test_cross_key_rules_name_the_keys(data, message):
+    with pytest.raises(config.ConfigError, match=message):
+        config.validate({"data": data})
+
+
+def test_resolve_tables_fills_and_checks_the_checksum(tmp_path):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(path, index=False)
+    runs = config.expand_sweep(config.validate({"data": table_cfg(path)}))
+    sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+    digest = runs["base"]["config"]["data"]["table"]["sha256"]
+    assert len(digest) == 64
+    assert sources.input_files(runs["base"]["config"]["data"]) == [str(path)]
+    pd.DataFrame({"a": [1.0, 3.0], "y": [0, 1]}).to_csv(path, index=False)
+    with pytest.raises(config.ConfigError, match="data.table.sha256 pins"):
+        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+
+
+def test_resolve_tables_explains_a_missing_table(tmp_path):
+    runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
+    with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
+        sources.resolve_tables(runs, cache=tmp_path / "cache.json")

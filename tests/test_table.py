@@ -1,0 +1,35 @@
+"""The runs table: which parameters count as varying, and the flattened config keys."""
+
+from __future__ import annotations
+
+from snakeddp.report.table import flatten, varying_params
+
+
+def record(point: dict, **config) -> dict:
+    base = {"seed": 1, "model": {"lr": 0.1, "hidden_sizes": [8]}, "launch": {"devices": 1}}
+    for section, values in config.items():
+        base[section] = {**base[section], **values}
+    return {"sweep_point": point, "config": base}
+
+
+def test_flatten_keeps_lists_as_leaves():
+    assert flatten({"a": {"b": 1, "c": [1, 2]}, "d": None}) == {"a.b": 1, "a.c": [1, 2], "d": None}
+
+
+def test_sweep_keys_first_then_other_keys_that_differ():
+    records = [
+        record({"launch.devices": 1}, model={"hidden_sizes": [8]}),
+        record({"launch.devices": 2}, launch={"devices": 2}, model={"hidden_sizes": [16]}),
+    ]
+    assert varying_params(records) == ["launch.devices", "model.hidden_sizes"]
+
+
+def test_sweep_key_with_one_value_among_several_runs_is_dropped():
+    records = [record({"model.lr": 0.1}), record({"model.lr": 0.1})]
+    records[1]["config"]["seed"] = 2
+    assert varying_params(records) == ["seed"]
+
+
+def test_single_run_shows_its_sweep_keys():
+    assert varying_params([record({"model.lr": 0.1})]) == ["model.lr"]
+    assert varying_params([record({})]) == []

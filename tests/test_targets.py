@@ -1,0 +1,87 @@
+"""Classes named by import path: every way it can fail is one error naming the key, the target and the cause."""
+
+from __future__ import annotations
+
+import textwrap
+
+import lightning.pytorch as pl
+import pytest
+
+from snakeddp.targets import TargetError, construct, load_class, source_record
+
+USER_MODULE = """
+import lightning.pytorch as pl
+
+
+class Good(pl.LightningModule):
+    def __init__(self, width: int = 4):
+        super().__init__()
+        self.width = width
+
+
+class Picky(pl.LightningModule):
+    def __init__(self, width: int):
+        super().__init__()
+        if width < 1:
+            raise ValueError("width must be positive")
+
+
+class NotAModule:
+    pass
+"""
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
+    (tmp_path / "broken.py").write_text("import does_not_exist_anywhere\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_loads_the_named_class(user_module):
+    cls = load_class("usermodels:Good", "model.target", pl.LightningModule)
+    assert cls.__name__ == "Good" and construct(cls, {"width": 3}, "usermodels:Good", "model.target").width == 3
+
+
+@pytest.mark.parametrize(
+    ("target", "cause"),
+    [
+        ("no_such_package.models:Net", "cannot import module 'no_such_package.models' (ModuleNotFoundError"),
+        (
+            "broken:Net",
+            "cannot import module 'broken' (ModuleNotFoundError: No module named 'does_not_exist_anywhere')",
+        ),
+        ("usermodels:Missing", "has no attribute 'Missing'"),
+        ("usermodels:NotAModule", "is not a subclass of lightning.pytorch.core.module.LightningModule"),
+        ("usermodels.Good", "is not an import path"),
+    ],
+)
+def test_import_failures_name_the_target_and_the_cause(user_module, target, cause):
+    with pytest.raises(TargetError) as error:
+        load_class(target, "model.target", pl.LightningModule)
+    assert f"model.target={target!r}" in str(error.value) and cause in str(error.value)
+    assert "HINT" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "cause"),
+    [({"width": 0}, "ValueError: width must be positive"), ({"depth": 2}, "TypeError: ")],
+)
+def test_construction_failures_name_the_target_the_arguments_and_the_cause(user_module, kwargs, cause):
+    cls = load_class("usermodels:Picky", "model.target", pl.LightningModule)
+    with pytest.raises(TargetError) as error:
+        construct(cls, kwargs, "usermodels:Picky", "model.target")
+    text = str(error.value)
+    assert "model.target='usermodels:Picky'" in text and cause in text
+    assert ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) in text
+    assert error.value.__cause__ is not None, "the original exception stays chained for the traceback"
+
+
+def test_source_record_hashes_the_module_file(user_module):
+    cls = load_class("usermodels:Good", "model.target", pl.LightningModule)
+    record = source_record("model", cls())
+    assert record["target"] == "usermodels:Good" and record["file"].endswith("usermodels.py")
+    import hashlib
+
+    assert record["sha256"] == hashlib.sha256((user_module / "usermodels.py").read_bytes()).hexdigest()
