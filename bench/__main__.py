@@ -22,7 +22,7 @@ from pathlib import Path
 from bench import report
 from bench.harness import REPO, TINY, Context, Sizes, machine
 
-BENCHMARKS = ("partition_read", "datagen", "input_pipeline", "training", "memory", "workflow")
+BENCHMARKS = ("partition_read", "datagen", "input_pipeline", "training", "memory", "workflow", "ingest_memory")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
