@@ -148,10 +148,11 @@ def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: Slurm
     done = workflow.run()
     jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
 
-    # Partitions and validation set are one bundle; run configs, manifest and report are local rules.
+    # Partitions and validation set are one bundle, each stage's environment record (data, train,
+    # report) one job; run configs, manifest and report are local rules.
     assert sorted((job_rule(job), job["State"]) for job in jobs) == [
         ("data", "COMPLETED"),
-        ("env_capture", "COMPLETED"),
+        *[("env_capture", "COMPLETED")] * 3,
         ("train", "COMPLETED"),
         ("train", "COMPLETED"),
     ]
