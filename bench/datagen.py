@@ -162,7 +162,7 @@ def run(ctx: Context) -> Result:
         f"({paired_ratio(samples['one_process'], samples['snakemake'], 's'):.2f}× ours).",
         f"Fixed cost: `snakemake -n` of the same target takes {dry:.1f} s (start-up, config validation, DAG); "
         f"beyond it and the limit, each job costs about {overhead:.2f} s of a core (a Python process "
-        "that imports numpy and the snakemake script preamble).",
+        "(`python -m snakeddp.steps partition`) that imports numpy and writes one partition).",
         "Fixed here: `snakeddp.data.partitions` imported torch at module level, so every partition job paid "
         "for `import torch` (seconds on this machine, more than generating a partition) only to write numpy "
         "arrays; torch and safetensors are now imported by `read_partition` alone.",

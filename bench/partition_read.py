@@ -181,8 +181,8 @@ def _notes(warm: dict, cold: dict, nbytes: int, file_bytes: int, figures: list[F
     notes = [
         f"One partition: {nbytes / MB:.1f} MB of features and labels ({file_bytes / MB:.1f} MB file with ids and "
         f"header), one thread as in a training process. Limits: a memcpy of those bytes between resident buffers "
-        f"({nbytes / memcpy / 1e3:.1f} GB/s here); a plain read() of the evicted file "
-        f"({file_bytes / plain_read / 1e3:.2f} GB/s). The pass copies every feature and label byte into a "
+        f"({nbytes / memcpy / 1e6:.1f} GB/s here); a plain read() of the evicted file "
+        f"({file_bytes / plain_read / 1e6:.2f} GB/s). The pass copies every feature and label byte into a "
         "resident buffer, in all cases.",
         f"Evicted, load to ready: ours {_ms(cold['ours'], 'ready_s'):.1f} ms (memory-mapped: most pages are read on "
         f"first touch, during the pass), verified {_ms(cold['ours_verified'], 'ready_s'):.0f} ms, pickle "
@@ -193,7 +193,7 @@ def _notes(warm: dict, cold: dict, nbytes: int, file_bytes: int, figures: list[F
     if any(f.met is False and "verified" in f.key for f in figures):
         notes.append(
             f"Verified reads miss because verification is a sha256 of the whole file: {sha:.0f} ms cached "
-            f"({file_bytes / sha / 1e3:.2f} GB/s on one core), more than the rest of the load. In training it runs on "
+            f"({file_bytes / sha / 1e6:.2f} GB/s on one core), more than the rest of the load. In training it runs on "
             "the prefetch thread (hashlib releases the GIL) while the previous partition trains, so the step loop "
             "does not wait for it (3. Input pipeline measures that wait). To bring the verified read itself within "
             "the targets: verify a file once per process and trust an (inode, size, mtime) stamp afterwards, or "
