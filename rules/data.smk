@@ -1,6 +1,9 @@
 # Dataset stage: one job per partition (parallel, only missing ones), then the manifest.
 # Table datasets are first split in one streaming pass; their partition jobs only place the files.
 # Every step is `python -m snakeddp.steps ...` (see its docstring for why shell, not script).
+# No `group:` here: profiles/slurm groups the data jobs. Snakemake builds groups even when it
+# runs locally and checks a whole group for every job it schedules, so a group in the rules made
+# planning 1,000 partitions quadratic on every profile (bench/results.md, 6. Workflow overhead).
 
 
 # A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
@@ -11,8 +14,6 @@ rule data_table:
         ingest=temp(directory("results/data/{dataset}/ingest")),
     log:
         "logs/data/{dataset}/ingest.log",
-    group:
-        "data"
     conda:
         "../envs/data.yaml"
     params:
@@ -30,8 +31,6 @@ rule data_partition:
         entry="results/data/{dataset}/train/part-{index}.json",
     log:
         "logs/data/{dataset}/part-{index}.log",
-    group:
-        "data"
     conda:
         "../envs/data.yaml"
     params:
@@ -51,8 +50,6 @@ rule data_val:
         entry="results/data/{dataset}/val.json",
     log:
         "logs/data/{dataset}/val.log",
-    group:
-        "data"
     conda:
         "../envs/data.yaml"
     params:
@@ -72,8 +69,8 @@ rule data_manifest:
         manifest="results/data/{dataset}/manifest-{parts}.json",
     log:
         "logs/data/{dataset}/manifest-{parts}.log",
-    # Not in group "data": it would join every partition into one component, so
-    # group-components (profiles/slurm) could no longer bundle them N at a time.
+    # Not in profiles/slurm's group "data": it would join every partition into one component,
+    # so group-components could no longer bundle them N at a time.
     localrule: True
     conda:
         "../envs/data.yaml"

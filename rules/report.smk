@@ -9,7 +9,6 @@ rule report_runs:
         table="results/report/runs.csv",
     log:
         "logs/report/runs.log",
-    localrule: True
     conda:
         "../envs/report.yaml"
     script:
@@ -29,7 +28,6 @@ rule report_curves:
         series="results/report/plots/curves.json",
     log:
         "logs/report/curves.log",
-    localrule: True
     conda:
         "../envs/report.yaml"
     params:
@@ -51,7 +49,6 @@ rule report_scaling:
         series="results/report/plots/scaling.json",
     log:
         "logs/report/scaling.log",
-    localrule: True
     conda:
         "../envs/report.yaml"
     params:
@@ -75,7 +72,6 @@ rule report_html:
         ),
     log:
         "logs/report/html.log",
-    localrule: True
     conda:
         "../envs/report.yaml"
     params:
@@ -100,7 +96,6 @@ rule report_crate:
         files=directory("results/report/files"),
     log:
         "logs/report/crate.log",
-    localrule: True
     conda:
         "../envs/report.yaml"
     params:

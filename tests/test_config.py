@@ -100,3 +100,11 @@ def test_load_reports_missing_and_broken_files(tmp_path):
     broken.write_text("model: [unclosed\n")
     with pytest.raises(config.ConfigError, match="not valid YAML"):
         config.load(broken)
+
+
+def test_schema_is_parsed_once_and_handed_out_as_a_private_copy():
+    first = config.load_schema()
+    first["properties"]["seed"]["default"] = -1
+    assert config.load_schema()["properties"]["seed"]["default"] == 42
+    assert config.validate({})["seed"] == 42
+    assert config._parsed_schema.cache_info().misses == 1

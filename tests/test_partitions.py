@@ -1,11 +1,15 @@
 """Partition files: atomic, checksummed, pickle-free; bad files are refused by name."""
 
+import json
 import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from conftest import subprocess_env
 
 from snakeddp.data import partitions
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
@@ -127,3 +131,22 @@ def test_manifest_format_is_checked(tmp_path):
     (tmp_path / "m.json").write_text('{"format": "something-else"}')
     with pytest.raises(DataIntegrityError, match="not a snakeddp-manifest/1 manifest"):
         partitions.load_manifest(tmp_path / "m.json")
+
+
+def test_writing_partitions_does_not_import_torch(tmp_path, params):
+    # Every data job of the workflow writes one partition; importing torch would cost it seconds.
+    code = (
+        "import sys, json; from snakeddp.data.generate import write_synthetic; "
+        "write_synthetic(json.loads(sys.argv[1]), 'train', 0, sys.argv[2], sys.argv[3]); "
+        "print(sorted(m for m in ('torch', 'safetensors', 'lightning') if m in sys.modules))"
+    )
+    part, entry = tmp_path / "part-00000.safetensors", tmp_path / "part-00000.json"
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(params), str(part), str(entry)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
+    assert len(partitions.read_partition(part, json.loads(entry.read_text()))) == params["num_records_per_train_file"]

@@ -141,10 +141,13 @@ class Preempted(Exception):
 class Preemption(Callback):
     """Stop every rank at the same step on a scheduler's warning signal and save a resumable last.ckpt.
 
-    The signal handler only raises a flag: no collective ever runs inside a handler. After each
-    training step the ranks agree with one all-reduce whether any of them was signalled (a signal
-    reaches ranks at different moments: under Slurm each node's slurmstepd sends its own, and
-    some launchers reach only some ranks); then every rank raises
+    The signal handler only raises a flag: no collective ever runs inside a handler. About once a
+    second (``CHECK_EVERY_S``), after a training step, the ranks agree with one all-reduce whether
+    any of them was signalled (a signal reaches ranks at different moments: under Slurm each
+    node's slurmstepd sends its own, and some launchers reach only some ranks). The same
+    all-reduce carries the slowest rank's step time, from which every rank computes the same
+    number of steps to the next check; so a cheap step pays for one collective per second, not
+    one per step, and a slow step (seconds) is still checked after every step. Then every rank raises
     ``Preempted`` from the same step, ``on_exception`` saves last.ckpt (a collective save that
     records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75. A rerun
     resumes at the next batch of the same epoch and partition.
@@ -154,12 +157,20 @@ class Preemption(Callback):
     the others and deadlocks the checkpoint save.
     """
 
+    # Seconds between agreements: far below the lead time any scheduler gives (sbatch --signal
+    # defaults to 60 s; profiles/slurm asks for 90 s), far above a collective's cost.
+    CHECK_EVERY_S = 1.0
+    MAX_STEPS_BETWEEN_CHECKS = 1000
+
     def __init__(self, signals: list[str], last_path: Path) -> None:
         self.signals = [getattr(signal, name) for name in signals]
         self.last_path = last_path
         self.requested = False
         self.preempted = False
+        self.checks = 0
         self._previous: dict[int, Any] = {}
+        self._step = self._next_check = self._checked_step = 0
+        self._checked_at = 0.0
 
     def _handler(self, signum: int, frame: Any) -> None:
         self.requested = True
@@ -175,6 +186,9 @@ class Preemption(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Lightning registers its own SIGTERM handler after setup, wrapping ours; take it back.
         self._install()
+        # Every rank counts the steps of this attempt from 0 (ranks run equal numbers of steps).
+        self._step = self._next_check = self._checked_step = 0
+        self._checked_at = time.perf_counter()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         for signum, previous in self._previous.items():
@@ -184,11 +198,27 @@ class Preemption(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        requested = self.requested
-        if trainer.world_size > 1:
-            requested = trainer.strategy.reduce_boolean_decision(requested, all=False)
+        self._step += 1
+        if trainer.world_size == 1:  # nobody to agree with: check the flag after every step
+            requested = self.requested
+        elif self._step < self._next_check:
+            return
+        else:
+            requested = self._agree(trainer, pl_module)
         if requested:
             raise Preempted(f"preemption signal received; stopping after step {trainer.global_step}")
+
+    def _agree(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
+        """One all-reduce (max) of [signalled, seconds per step since the last check]; sets the next check."""
+        now = time.perf_counter()
+        step_s = (now - self._checked_at) / max(self._step - self._checked_step, 1)
+        local = torch.tensor([float(self.requested), step_s], dtype=torch.float64, device=pl_module.device)
+        signalled, slowest_step_s = trainer.strategy.reduce(local, reduce_op="max").tolist()
+        self.checks += 1
+        steps = int(self.CHECK_EVERY_S / slowest_step_s) if slowest_step_s > 0 else 1
+        self._next_check = self._step + min(max(steps, 1), self.MAX_STEPS_BETWEEN_CHECKS)
+        self._checked_step, self._checked_at = self._step, now
+        return signalled > 0
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, Preempted):

@@ -46,6 +46,7 @@ class Classifier(pl.LightningModule):
         self.binary = num_classes == 1
         self.net = self.build(num_features, num_classes, list(hidden_sizes or []))
         self.train_loss = MeanMetric()
+        self._train_loss_epoch = -1
         self.val_loss = MeanMetric()
         self.val_acc = BinaryAccuracy() if self.binary else MulticlassAccuracy(num_classes, average="micro")
 
@@ -64,7 +65,12 @@ class Classifier(pl.LightningModule):
         features, labels = batch
         loss = self.loss(self(features), labels)
         self.train_loss.update(loss.detach(), weight=len(features))
-        self.log("train_loss", self.train_loss, on_step=False, on_epoch=True)
+        if self._train_loss_epoch != self.current_epoch:
+            # Lightning computes (and syncs) a logged metric at the epoch's end from everything
+            # update() accumulated, so registering it once per epoch gives the same value; logging
+            # it every step nearly doubled the linear model's step time (bench/results.md, 4.).
+            self.log("train_loss", self.train_loss, on_step=False, on_epoch=True)
+            self._train_loss_epoch = self.current_epoch
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

@@ -82,10 +82,10 @@ def accounted_jobs(workflow: SlurmWorkflow, name: str | None = None) -> list[dic
 
 
 def job_rule(job: dict[str, str]) -> str:
-    """The rule the plugin's --comment names (rule_<name>[_wildcards_<values>]); "data" for a bundle
-    of the data group (rule_data_<its rules>)."""
+    """The rule the plugin's --comment names (rule_<name>[_wildcards_<values>]); the group's name for
+    a job of profiles/slurm's groups (rule_<group>_<its rules>): "data" or "report"."""
     name = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
-    return "data" if name.startswith("data_data_") else name
+    return next((group for group in ("data", "report") if name.startswith(f"{group}_{group}_")), name)
 
 
 @pytest.fixture(scope="module")
@@ -148,10 +148,12 @@ def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: Slurm
     done = workflow.run()
     jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
 
-    # Partitions and validation set are one bundle; run configs, manifest and report are local rules.
+    # Partitions and validation set are one bundle, each stage's environment record (data, train,
+    # report) one job, the report one job; run configs and the manifest are local rules.
     assert sorted((job_rule(job), job["State"]) for job in jobs) == [
         ("data", "COMPLETED"),
-        ("env_capture", "COMPLETED"),
+        *[("env_capture", "COMPLETED")] * 3,
+        ("report", "COMPLETED"),
         ("train", "COMPLETED"),
         ("train", "COMPLETED"),
     ]

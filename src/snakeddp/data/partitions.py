@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from snakeddp.hashing import sha256_bytes, sha256_file
@@ -131,6 +130,10 @@ def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
 
 def read_partition(path: str | Path, entry: Mapping[str, Any] | None = None) -> Partition:
     """Load a partition as torch tensors; with ``entry``, verify checksum and shapes first."""
+    # Imported here, not at the top: the data stage's jobs only write, and importing torch
+    # cost each of them seconds (bench/results.md, 2. Data generation).
+    from safetensors import SafetensorError, safe_open
+
     path = Path(path)
     if entry is not None:
         verify_file(path, entry)

@@ -1,0 +1,117 @@
+"""The baseline: a minimal hand-written PyTorch DDP loop, in the style of the reference tutorials.
+
+torch.distributed + DistributedDataParallel + DistributedSampler, the partition of epoch e
+(e mod P) loaded synchronously at the start of the epoch, validation and a rank-0 checkpoint
+after every epoch; no Lightning. Started by torchrun exactly like ``snakeddp.train``::
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 -m bench.handwritten_ddp \\
+        --manifest results/data/<dataset>/manifest-4.json --epochs 4 --batch-size 128 --out timings.json
+
+Batches are gathered with one indexing op (``features[indices]``) rather than one
+``__getitem__`` per sample, so the baseline is as fast as a careful hand-written loop gets.
+``--format pickle`` reads the tutorial's pickled partitions instead (the memory benchmark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data.distributed import DistributedSampler
+
+from bench.tutorial import read_pickle
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", required=True, type=Path)
+    parser.add_argument("--epochs", required=True, type=int)
+    parser.add_argument("--batch-size", required=True, type=int)
+    parser.add_argument("--hidden", type=int, nargs="*", default=[], help="hidden widths (none: the linear model)")
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--format", choices=("safetensors", "pickle"), default="safetensors")
+    parser.add_argument("--checkpoint", type=Path, help="rank 0 saves model + optimizer here after every epoch")
+    parser.add_argument("--out", type=Path, help="rank 0 writes per-epoch timings here (JSON)")
+    return parser.parse_args()
+
+
+def build(features: int, hidden: list[int]) -> nn.Module:
+    layers: list[nn.Module] = []
+    width = features
+    for size in hidden:
+        layers += [nn.Linear(width, size), nn.ReLU()]
+        width = size
+    return nn.Sequential(*layers, nn.Linear(width, 1))
+
+
+def load(path: Path, fmt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    data = read_pickle(path.with_suffix(".pt")) if fmt == "pickle" else load_file(path)
+    return data["features"], data["labels"]
+
+
+def validate(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, rank: int, world: int) -> float:
+    """Mean validation loss over every rank's shard."""
+    model.eval()
+    shard = slice(rank, None, world)
+    with torch.no_grad():
+        loss = F.binary_cross_entropy_with_logits(model(features[shard]), labels[shard], reduction="sum")
+    totals = torch.stack([loss, torch.tensor(float(len(labels[shard])))])
+    dist.all_reduce(totals)
+    model.train()
+    return float(totals[0] / totals[1])
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(42)
+    manifest = json.loads(args.manifest.read_text())
+    root = args.manifest.parent
+    val_features, val_labels = load(root / manifest["val"]["file"], args.format)
+    model = DistributedDataParallel(build(manifest["task"]["num_features"], args.hidden))
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    rows = []
+    for epoch in range(args.epochs):
+        start = time.perf_counter()
+        entry = manifest["train"][epoch % len(manifest["train"])]
+        features, labels = load(root / entry["file"], args.format)
+        sampler = DistributedSampler(range(len(features)), num_replicas=world, rank=rank, shuffle=True, seed=42)
+        sampler.set_epoch(epoch)
+        order = torch.tensor(list(sampler))
+        loaded = time.perf_counter()
+        for batch in order.split(args.batch_size):
+            optimizer.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(model(features[batch]), labels[batch])
+            loss.backward()
+            optimizer.step()
+        trained = time.perf_counter()
+        val_loss = validate(model, val_features, val_labels, rank, world)
+        if rank == 0 and args.checkpoint:
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict()}, args.checkpoint)
+        rows.append(
+            {
+                "epoch": epoch,
+                "samples": len(order) * world,
+                "load_s": loaded - start,
+                "train_s": trained - loaded,
+                "val_loss": val_loss,
+            }
+        )
+    if rank == 0 and args.out:
+        args.out.write_text(json.dumps(rows))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

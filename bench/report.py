@@ -1,0 +1,92 @@
+"""results.json (every raw sample) and results.md (one table, then each benchmark's notes).
+
+Running one benchmark replaces its entry and keeps the others, so ``python -m bench NAME``
+refreshes part of the report; each section says when and where it was measured.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from snakeddp.fsutil import atomic_write_json, atomic_write_text, read_json
+
+HEADER = (
+    "# snakeddp benchmarks\n\n"
+    "Written by `python -m bench` (`make bench`); raw samples in `bench/out/results.json`. Every ratio\n"
+    "compares cases measured side by side in one run: each round runs every case back to back (in\n"
+    "alternating order), the ratio is the median of the rounds' ratios and ours/baseline/limit are\n"
+    "medians. Absolute numbers are context: they depend on the machine and its load (see each section).\n"
+)
+
+
+def load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {"benchmarks": {}}
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return {"benchmarks": {}}
+    return data if isinstance(data.get("benchmarks"), dict) else {"benchmarks": {}}
+
+
+def merge(path: Path, results: Iterable[dict[str, Any]], order: list[str]) -> dict[str, Any]:
+    """Replace the given benchmarks' entries in the JSON at ``path``; keep the rest; write it back."""
+    data = load(path)
+    for result in results:
+        data["benchmarks"][result["name"]] = result
+    data["benchmarks"] = {n: data["benchmarks"][n] for n in order if n in data["benchmarks"]}
+    atomic_write_json(path, json.loads(json.dumps(data, default=float)))
+    return data
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "—"
+    size = abs(value)
+    if size >= 1000:
+        return f"{value:,.0f}"
+    if size >= 100:
+        return f"{value:.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if size >= 0.01 or size == 0 else f"{value:.2g}"
+
+
+def _cell(value: float | None, unit: str) -> str:
+    return "—" if value is None else f"{_number(value)} {unit}".strip()
+
+
+def _met(met: bool | None) -> str:
+    return "—" if met is None else ("yes" if met else "**no**")
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [HEADER, "| figure | ours | baseline | ratio | limit | target | met? |", "|---|---|---|---|---|---|---|"]
+    for bench in data["benchmarks"].values():
+        lines.append(f"| **{bench['title']}** | | | | | | |")
+        for fig in bench["figures"]:
+            ratio = "—" if fig["ratio"] is None else f"{_number(fig['ratio'])} ({fig['ratio_of']})"
+            lines.append(
+                f"| {fig['label']} | {_cell(fig['ours'], fig['unit'])} | {_cell(fig['baseline'], fig['unit'])} "
+                f"| {ratio} | {_cell(fig['limit'], fig['unit'])} | {fig['target'] or '—'} | {_met(fig['met'])} |"
+            )
+    for bench in data["benchmarks"].values():
+        machine = bench.get("machine", {})
+        lines += [
+            "",
+            f"## {bench['title']}",
+            "",
+            f"Measured {bench['started_at']} on {machine.get('host', '?')} ({machine.get('cpus', '?')} CPUs, "
+            f"load average {machine.get('load_avg_1m', '?')} at the start of the run), in {bench['seconds']:.0f} s; "
+            f"sizes: {', '.join(f'{k}={v}' for k, v in bench['sizes'].items())}.",
+            "",
+        ]
+        lines += [f"- {note}" for note in bench["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_text(path, markdown(data))

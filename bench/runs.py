@@ -1,0 +1,169 @@
+"""Start training runs the two ways being compared, and watch their processes' memory.
+
+Ours: ``python -m snakeddp.launch --platform local`` (torchrun -> ``snakeddp.train`` on every
+rank), exactly what the workflow's train rule runs. The baseline: the same torchrun starting
+``bench.handwritten_ddp``. Both get one thread per process.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.harness import child_env
+from snakeddp import config as configuration
+from snakeddp.runfile import RunFile
+
+WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
+LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch")
+
+
+def run_file(data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int) -> RunFile:
+    """One run's config: no early stopping (every run trains all epochs), one thread per process."""
+    cfg = configuration.validate(
+        {
+            "data": data,
+            "model": {"name": "mlp" if hidden else "linear", "hidden_sizes": hidden, "optimizer": "adam"},
+            "trainer": {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}},
+            "launch": {"devices": devices, "threads_per_process": 1},
+        }
+    )
+    return RunFile(run_id="bench", config=configuration.run_config(cfg))
+
+
+@dataclass
+class MemoryTrace:
+    """RSS of each training process, sampled while it runs, and the kernel's peak (VmHWM)."""
+
+    samples: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+    hwm: dict[int, int] = field(default_factory=dict)
+
+    def peak(self, pid: int) -> int:
+        sampled = max((rss for _, rss in self.samples.get(pid, [])), default=0)
+        return max(sampled, self.hwm.get(pid, 0))
+
+
+def _is_worker(process: psutil.Process) -> bool:
+    try:
+        line = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return any(m in line for m in WORKER_MODULES) and not any(m in line for m in LAUNCHER_MODULES)
+
+
+def _hwm(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _watch(root: subprocess.Popen, trace: MemoryTrace, period: float, stop: threading.Event) -> None:
+    start = time.perf_counter()
+    parent = psutil.Process(root.pid)
+    while not stop.is_set():
+        try:
+            children = parent.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            if not _is_worker(child):
+                continue
+            try:
+                rss = child.memory_info().rss
+            except psutil.Error:
+                continue
+            trace.samples.setdefault(child.pid, []).append((time.perf_counter() - start, rss))
+            hwm = _hwm(child.pid)
+            if hwm is not None:
+                trace.hwm[child.pid] = hwm
+        stop.wait(period)
+
+
+def start(argv: list[str], log: Path, trace: MemoryTrace | None = None, period: float = 0.02) -> float:
+    """Run ``argv`` to completion (raising on failure); return its wall time. ``trace`` records memory."""
+    begin = time.perf_counter()
+    with log.open("w") as output:
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=child_env())
+        stop = threading.Event()
+        watcher = None
+        if trace is not None:
+            watcher = threading.Thread(target=_watch, args=(process, trace, period, stop), daemon=True)
+            watcher.start()
+        code = process.wait()
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+    if code != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({code}); log {log}:\n{log.read_text()[-4000:]}")
+    return time.perf_counter() - begin
+
+
+def ours(run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None = None) -> dict[str, Any]:
+    """Train with snakeddp (launch -> torchrun -> snakeddp.train); per-epoch rows from metrics.csv."""
+    run_dir.mkdir(parents=True)
+    run.write(run_dir / "run.yaml")
+    argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_dir / "run.yaml")]
+    argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
+    wall = start(argv, run_dir / "launch.log", trace)
+    with (run_dir / "metrics.csv").open() as handle:
+        rows = [
+            {"samples": int(r["samples"]), "wait_s": float(r["data_wait_s"]), "train_s": float(r["train_seconds"])}
+            for r in csv.DictReader(handle)
+        ]
+    return {"wall_s": wall, "rows": rows}
+
+
+def handwritten(
+    run: RunFile, manifest: Path, run_dir: Path, fmt: str = "safetensors", trace: MemoryTrace | None = None
+) -> dict[str, Any]:
+    """Train with the hand-written DDP loop under the same torchrun; per-epoch rows from its JSON."""
+    run_dir.mkdir(parents=True)
+    cfg = run.config
+    hidden = cfg["model"]["hidden_sizes"] if cfg["model"]["name"] == "mlp" else []
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={cfg['launch']['devices']}"]
+    argv += ["--max-restarts=0", "--standalone", "-m", "bench.handwritten_ddp", "--manifest", str(manifest)]
+    argv += ["--epochs", str(cfg["trainer"]["max_epochs"]), "--batch-size", str(cfg["trainer"]["batch_size"])]
+    argv += ["--lr", str(cfg["model"]["lr"]), "--format", fmt, "--hidden", *map(str, hidden)]
+    argv += ["--checkpoint", str(run_dir / "last.pt"), "--out", str(run_dir / "timings.json")]
+    wall = start(argv, run_dir / "train.log", trace)
+    rows = [
+        {"samples": r["samples"], "wait_s": r["load_s"], "train_s": r["train_s"]}
+        for r in json.loads((run_dir / "timings.json").read_text())
+    ]
+    return {"wall_s": wall, "rows": rows}
+
+
+def profiled_ours(run: RunFile, manifest: Path, run_dir: Path) -> Path:
+    """Train with snakeddp's own launch command, each rank under cProfile; return rank 0's stats file."""
+    from snakeddp import launch
+
+    run_dir.mkdir(parents=True)
+    run.write(run_dir / "run.yaml")
+    args = launch.parse_args(
+        ["--config", str(run_dir / "run.yaml"), "--run-dir", str(run_dir), "--data", str(manifest)]
+    )
+    _, argv, env = launch.build(args, child_env())
+    entry = argv.index("snakeddp.train")
+    argv[entry : entry + 1] = ["bench.profiled", str(run_dir / "profile"), "snakeddp.train"]
+    with (run_dir / "launch.log").open("w") as output:
+        subprocess.run(argv, stdout=output, stderr=subprocess.STDOUT, env=env, check=True)
+    return run_dir / "profile" / "rank-0.prof"
+
+
+def samples_per_s(out: dict[str, Any]) -> float:
+    """Samples over training time including the wait for each epoch's partition (validation excluded)."""
+    rows = out["rows"]
+    return sum(r["samples"] for r in rows) / sum(r["train_s"] + r["wait_s"] for r in rows)

@@ -1,0 +1,75 @@
+"""The benchmark harness runs and reports every benchmark (tiny sizes; timings are not asserted)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, subprocess_env
+
+from bench.harness import alternate
+
+
+def run_bench(results, *names, timeout=900):
+    env = subprocess_env(PYTHONPATH=f"{REPO / 'src'}:{REPO}")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", *names, "--tiny", "--results", str(results)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"python -m bench failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return json.loads((results / "out" / "results.json").read_text())["benchmarks"]
+
+
+def check_reported(results, benchmarks, names):
+    table = (results / "results.md").read_text()
+    assert "| figure | ours | baseline | ratio | limit | target | met? |" in table
+    for name in names:
+        bench = benchmarks[name]
+        assert bench["figures"], f"{name} reported no figures"
+        assert f"## {bench['title']}" in table
+        for figure in bench["figures"]:
+            assert math.isfinite(figure["ours"]), figure
+            assert figure["ratio"] is None or math.isfinite(figure["ratio"]), figure
+            assert f"| {figure['label']} |" in table
+            assert figure["met"] is None or figure["target"], figure
+
+
+def test_alternate_runs_cases_in_abba_order_and_drops_warmup():
+    calls = []
+
+    def case(name):
+        def measure():
+            calls.append(name)
+            return {"n": len(calls)}
+
+        return measure
+
+    samples = alternate({"a": case("a"), "b": case("b")}, reps=3, warmup=1)
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [s["n"] for s in samples["a"]] == [4, 5, 8]
+    assert [s["n"] for s in samples["b"]] == [3, 6, 7]
+    assert all(s["wall_s"] >= 0 for values in samples.values() for s in values)
+
+
+def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path):
+    benchmarks = run_bench(tmp_path, "partition_read", "input_pipeline")
+    check_reported(tmp_path, benchmarks, ["partition_read", "input_pipeline"])
+    first = benchmarks["input_pipeline"]["started_at"]
+    benchmarks = run_bench(tmp_path, "partition_read")
+    assert benchmarks["input_pipeline"]["started_at"] == first
+    table = (tmp_path / "results.md").read_text()
+    assert table.index("## 1. Partition read") < table.index("## 3. Input pipeline")
+    assert not (tmp_path / "out" / "work").exists()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["datagen", "training", "memory", "workflow", "ingest_memory"])
+def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
+    benchmarks = run_bench(tmp_path, name)
+    check_reported(tmp_path, benchmarks, [name])
