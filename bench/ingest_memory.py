@@ -13,7 +13,7 @@ process's peak RSS from the kernel (its VmHWM, reported by the process itself):
   loads a table (skipped with ``--no-whole``).
 
 ``run(ctx)`` is the entry point for the benchmark harness (``ctx.work``: scratch directory,
-``ctx.sizes.tiny``: a 20 MB table for smoke tests); it returns a plain dict of figures.
+``ctx.sizes.tiny``: a 20 MB table for smoke tests); it returns the harness's ``Result``.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "src"
-TITLE = "Table ingestion: peak memory"
+from bench.harness import MB, REPO, SRC, Figure, Result
+
+TITLE = "7. Table ingestion: peak memory"
 FEATURES = 32
 ROWS_PER_CHUNK = 100_000
-MB = 1e6
 
 _IMPORTS = "import numpy, pandas, pyarrow, pyarrow.parquet, snakeddp.data.table"
 _INGEST = "from snakeddp.data.table import ingest; import json, sys; ingest(json.loads(sys.argv[1]), sys.argv[2])"
@@ -149,13 +148,11 @@ def measure(work: Path, target_mb: float, whole: bool = True, keep: bool = False
 
 def run(ctx: Any) -> Any:
     """Harness entry point (python -m bench ingest_memory): ~1 GB table, 20 MB with --tiny."""
-    from bench.harness import Figure, Result
-
     m = measure(Path(ctx.work), 20 if ctx.sizes.tiny else 1000)
     floor = f"imports alone {m['imports_rss_mb']:.0f} MB"
     result = Result(
         "ingest_memory",
-        "7. Table ingestion: peak memory",
+        TITLE,
         raw=m,
         sizes={"csv_mb": round(m["csv_mb"]), "rows": m["rows"], "features": FEATURES},
     )

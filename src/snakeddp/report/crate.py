@@ -71,7 +71,10 @@ class CrateBuilder:
     ) -> Any:
         """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it."""
         target = self.root / dest
-        if not (target.exists() and target.samefile(source)):
+        # A file already at its place in the crate (the report's own outputs) stays; anything
+        # else is placed again: a link that is already there is kept by link_or_copy, and a copy
+        # replaces whatever the target was (an older crate's hard link to a config included).
+        if target.resolve() != Path(source).resolve():
             _place(source, target, link)
         props = {"@type": list(types), "name": Path(dest).name, "contentSize": str(target.stat().st_size)}
         props.update(properties)
