@@ -15,7 +15,7 @@ lint: setup-dev
 	$(BIN)/ruff check src scripts tests bench tools examples
 	$(BIN)/ruff format --check src scripts tests bench tools examples
 	$(BIN)/snakefmt --check Snakefile rules
-	$(BIN)/python -m snakeddp.envfiles check
+	$(BIN)/python -m snakeddp.environment.files check
 	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 

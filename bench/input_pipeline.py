@@ -23,10 +23,10 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 from bench.datasets import data_config, ensure_dataset
 from bench.harness import Context, Result, alternate, evict, median, paired_ratio, target_figure
 from snakeddp import config as configuration
-from snakeddp.callbacks import EpochMetrics
 from snakeddp.data.module import PartitionDataModule, Prefetcher
 from snakeddp.data.partitions import load_manifest, read_partition
-from snakeddp.models import build_model
+from snakeddp.training.callbacks import EpochMetrics
+from snakeddp.training.models import build_model
 
 NAME = "input_pipeline"
 TITLE = "3. Input pipeline"

@@ -15,9 +15,9 @@ from pathlib import Path
 from bench.datasets import ensure_dataset
 from bench.harness import REPO
 from snakeddp import config as configuration
-from snakeddp.envcapture import capture
+from snakeddp.environment.capture import capture
 from snakeddp.report.table import write_runs_table
-from snakeddp.runfile import RunFile
+from snakeddp.run.runfile import RunFile
 
 
 def main(configfile: str) -> None:

@@ -21,7 +21,7 @@ import psutil
 
 from bench.harness import child_env
 from snakeddp import config as configuration
-from snakeddp.runfile import RunFile
+from snakeddp.run.runfile import RunFile
 
 WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
 LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch")

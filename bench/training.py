@@ -22,7 +22,7 @@ from bench import runs
 from bench.datasets import data_config, ensure_dataset
 from bench.harness import Context, Figure, Result, alternate, median, paired_ratio, target_figure
 from snakeddp import config as configuration
-from snakeddp.runfile import RunFile
+from snakeddp.run.runfile import RunFile
 
 NAME = "training"
 TITLE = "4. Training overhead"
@@ -167,9 +167,9 @@ def run(ctx: Context) -> Result:
         "The one-layer model is not used for the scaling figure: with 1,001 parameters a step is almost "
         "all per-step overhead and all-reduce latency, so two processes on two cores run barely faster "
         "than one (shared/notes/stack.md).",
-        "Fixed here: `snakeddp.models` logged its train-loss metric on every step; Lightning's bookkeeping for "
-        "that (moving the metric's state on each call) nearly doubled the linear model's step. It is now "
-        "registered once per epoch, which gives the same epoch value (tests/test_models.py).",
+        "Fixed here: `snakeddp.training.models` logged its train-loss metric on every step; Lightning's "
+        "bookkeeping for that (moving the metric's state on each call) nearly doubled the linear model's step. "
+        "It is now registered once per epoch, which gives the same epoch value (tests/test_models.py).",
     ]
     if any(f.met is False for f in result.figures):
         overhead = step_ms["linear_2"]["ours"] - step_ms["linear_2"]["handwritten"]
@@ -177,7 +177,7 @@ def run(ctx: Context) -> Result:
             f"Why ours is slower: Lightning adds about {overhead:.1f} ms to every step (linear ×2), whatever the "
             "step computes: its loop's hooks and bookkeeping, and one more collective per step (in DDP, Lightning "
             "2.6 broadcasts rank 0's stop flag before every step). snakeddp's own preemption agreement adds one "
-            "small all-reduce about once a second, not per step (snakeddp.callbacks.Preemption). "
+            "small all-reduce about once a second, not per step (snakeddp.training.callbacks.Preemption). "
             "The ratio therefore rises with the work in a step: bigger batches or models (compare the MLP rows). "
             "With two processes on two busy cores every collective also waits for the other rank to be "
             "scheduled, which makes the 2-process rows noisy; rerun on a quiet machine before reading them closely."

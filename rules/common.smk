@@ -10,8 +10,8 @@ sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
 from snakeddp import hashing as snakeddp_hashing
-from snakeddp.report.sources import workflow_files
-from snakeddp import runenv as snakeddp_runenv
+from snakeddp.workflow.files import workflow_files
+from snakeddp.run import variables as snakeddp_variables
 from snakeddp.data import sources as snakeddp_sources
 
 try:
@@ -21,7 +21,7 @@ try:
     snakeddp_sources.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
     # Network tuning and trackers are not part of a run's identity: they reach the training
     # processes through the environment, so changing them never reruns a job.
-    os.environ.update(snakeddp_runenv.variables(CONFIG))
+    os.environ.update(snakeddp_variables.variables(CONFIG))
 except snakeddp_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 
@@ -84,7 +84,7 @@ DATASETS = {
 if PLATFORM == "azureml":
     os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
-from snakeddp.slurm_resources import slurm_resources
+from snakeddp.workflow.slurm import slurm_resources
 
 # The Slurm jobstep plugin removes SLURM_CONF before it calls srun, so a config outside
 # /etc/slurm (tests/slurm/cluster.sh) is lost in every job: keep a copy it leaves alone, and
@@ -161,5 +161,5 @@ def get_train_threads(wildcards):
 
 
 def get_slurm_tasks(wildcards):
-    """The train rule's Slurm task layout (snakeddp.slurm_resources)."""
+    """The train rule's Slurm task layout (snakeddp.workflow.slurm)."""
     return slurm_resources(get_launch(wildcards))

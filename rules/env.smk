@@ -34,7 +34,7 @@ rule build_image:
     params:
         image=CONTAINER_IMAGE,
     run:
-        from snakeddp.imagebuild import build
+        from snakeddp.environment.image import build
 
         with open(log[0], "w") as handle:
             build(

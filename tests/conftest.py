@@ -18,7 +18,7 @@ def make_run(root: Path, config: dict, run_id: str = "base") -> tuple[Path, Path
     """A dataset and a run.yaml under ``root/results`` as the workflow writes them: (run.yaml, manifest)."""
     from snakeddp import config as configuration
     from snakeddp.data.generate import write_dataset_manifest, write_synthetic
-    from snakeddp.runfile import RunFile
+    from snakeddp.run.runfile import RunFile
 
     resolved = configuration.validate(config)
     data = resolved["data"]
@@ -58,7 +58,7 @@ def assert_valid_provenance(directory: Path, require: bool = True) -> list[dict]
 
     Call it from any test that runs training; ``Workflow.run`` already does after each run.
     """
-    from snakeddp.provenance_schema import validate_file
+    from snakeddp.provenance.schema import validate_file
 
     files = sorted(Path(directory).glob("runs/*/provenance.json"))
     if require:

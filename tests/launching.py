@@ -13,7 +13,7 @@ from conftest import TINY, subprocess_env
 from snakeddp import config
 from snakeddp.data import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
-from snakeddp.runfile import RunFile
+from snakeddp.run.runfile import RunFile
 
 
 def merged(base: dict, overrides: dict) -> dict:

@@ -46,7 +46,7 @@ MODULES = [
     "snakeddp.launch",
     "snakeddp.train",
     "snakeddp.cluster",
-    "snakeddp.provenance",
+    "snakeddp.provenance.record",
     "snakeddp.cli",
     "snakeddp.data.generate",
     "snakeddp.report.table",

@@ -1,7 +1,7 @@
 """What every process of an AzureML job gets in its environment."""
 
-from snakeddp import runenv
 from snakeddp.azureml.plan import job_variables
+from snakeddp.run import variables as runenv
 
 LAUNCH = {"threads_per_process": 2, "devices": 4, "master_port": None}
 

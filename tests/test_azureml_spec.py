@@ -19,11 +19,11 @@ from azureml.core.script_run_config import get_run_config_from_script_run
 from conftest import TINY, make_run
 from marshmallow import ValidationError
 
-from snakeddp import runstate
 from snakeddp.azureml import spec_v1, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.hashing import sha256_file
-from snakeddp.runfile import RunFile
+from snakeddp.run import attempt as runstate
+from snakeddp.run.runfile import RunFile
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")

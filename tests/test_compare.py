@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp.cli import main
-from snakeddp.compare import compare
+from snakeddp.provenance.compare import compare
 from snakeddp.report.runs import load_run, resolve_run
 
 pytestmark = pytest.mark.e2e

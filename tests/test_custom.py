@@ -135,7 +135,7 @@ class Blobs(pl.LightningDataModule):
 def test_a_module_dataset_trains_on_two_ranks_each_sample_once(tmp_path):
     from launching import launch, prepare
 
-    from snakeddp.runfile import RunFile
+    from snakeddp.run.runfile import RunFile
 
     (tmp_path / "blobs.py").write_text(textwrap.dedent(TENSOR_MODULE))
     overrides = {

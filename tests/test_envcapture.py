@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from conftest import REPO, subprocess_env
 
-from snakeddp.envcapture import capture, conda_info, container_info
-from snakeddp.envlock import installed
+from snakeddp.environment.capture import capture, conda_info, container_info
+from snakeddp.environment.lock import installed
 from snakeddp.hashing import sha256_file
 
 LOCK = REPO / "envs" / "requirements.lock"
@@ -84,7 +84,10 @@ def test_a_conda_environment_records_its_conda_packages(tmp_path):
     for name, version, build in [("python", "3.11.7", "h1234"), ("openssl", "3.5.0", "h0")]:
         record = {"name": name, "version": version, "build": build}
         (meta / f"{name}-{version}-{build}.json").write_text(json.dumps(record))
-    code = "import json, os; from snakeddp.envcapture import conda_info; print(json.dumps(conda_info(os.environ)))"
+    code = (
+        "import json, os; from snakeddp.environment.capture import conda_info; "
+        "print(json.dumps(conda_info(os.environ)))"
+    )
     done = subprocess.run(
         [prefix / "bin" / "python", "-c", code],
         capture_output=True,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from conftest import REPO, subprocess_env
 
-from snakeddp import envfiles
-from snakeddp.envlock import read_lock
+from snakeddp.environment import files as envfiles
+from snakeddp.environment.lock import read_lock
 
 ENVS = REPO / "envs"
 HADOLINT = Path(sys.executable).with_name("hadolint")
@@ -107,7 +107,7 @@ def test_a_dockerfile_that_does_not_install_the_lock_is_caught(envs_copy):
 def test_the_check_command_fails_on_a_disagreement(envs_copy):
     train = envs_copy / "train.yaml"
     train.write_text(train.read_text().replace("torch==2.13.0", "torch==2.12.0"))
-    command = [sys.executable, "-m", "snakeddp.envfiles", "check", "--envs", str(envs_copy)]
+    command = [sys.executable, "-m", "snakeddp.environment.files", "check", "--envs", str(envs_copy)]
     done = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), check=False)
     assert done.returncode == 1
     assert "torch==2.12.0, but the lock has torch==2.13.0" in done.stderr and "HINT" in done.stderr
@@ -156,7 +156,7 @@ def test_a_stage_env_built_from_its_yaml_runs_the_stage_code(tmp_path, stage, mo
     record = tmp_path / f"{stage}.json"
     code = (
         f"import importlib; [importlib.import_module(m) for m in {modules!r}]\n"
-        "from snakeddp.envcapture import capture\n"
+        "from snakeddp.environment.capture import capture\n"
         f"r = capture({stage!r}, {str(ENVS / 'requirements.lock')!r}, {str(record)!r})\n"
         "assert r['torch'] is None and 'torch' not in r['packages'], r['torch']\n"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, subprocess_env
 
-from snakeddp.envlock import Lock, LockError, Pin, compare, installed, read_lock, requirement_closure
+from snakeddp.environment.lock import Lock, LockError, Pin, compare, installed, read_lock, requirement_closure
 
 CORE_LOCK = REPO / "envs" / "requirements.lock"
 DEV_LOCK = REPO / "envs" / "requirements-dev.lock"
@@ -120,7 +120,7 @@ def test_the_torch_build_brings_its_own_runtime_wheels(tmp_path):
 def test_verify_fails_when_the_lock_moves(tmp_path):
     lock = tmp_path / "requirements.lock"
     lock.write_text(CORE_LOCK.read_text().replace("\nnumpy==2.4.6\n", "\nnumpy==2.4.5\n"))
-    command = [sys.executable, "-m", "snakeddp.envlock", "verify", str(lock), "--optional", str(DEV_LOCK)]
+    command = [sys.executable, "-m", "snakeddp.environment.lock", "verify", str(lock), "--optional", str(DEV_LOCK)]
     done = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), check=False)
     assert done.returncode == 1
     assert "numpy: installed 2.4.6, locked 2.4.5" in done.stderr and "HINT" in done.stderr

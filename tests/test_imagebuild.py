@@ -7,7 +7,7 @@ import shutil
 import pytest
 from conftest import REPO
 
-from snakeddp.imagebuild import ImageBuildError, build_command, default_tag, find_engine, image_tag
+from snakeddp.environment.image import ImageBuildError, build_command, default_tag, find_engine, image_tag
 
 LOCK = REPO / "envs" / "requirements.lock"
 

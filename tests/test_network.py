@@ -11,15 +11,17 @@ import yaml
 from conftest import REPO
 from launching import launch, prepare
 
-from snakeddp import config, network, runenv
+from snakeddp import config
 from snakeddp import launch as launching_module
+from snakeddp.cluster import network
+from snakeddp.run import variables as runenv
 
 PROBE = """
 import json
 import os
 from pathlib import Path
 
-from snakeddp.models import MLP
+from snakeddp.training.models import MLP
 
 
 class EnvProbe(MLP):

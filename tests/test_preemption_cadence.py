@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from snakeddp.callbacks import Preempted, Preemption
+from snakeddp.training.callbacks import Preempted, Preemption
 
 
 class OneRankStrategy:

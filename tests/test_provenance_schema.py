@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import SECRET_VALUES, SECRETS, assert_valid_provenance
 
-from snakeddp.provenance_schema import ProvenanceError, problems, validate, validate_file
+from snakeddp.provenance.schema import ProvenanceError, problems, validate, validate_file
 
 pytestmark = pytest.mark.e2e
 

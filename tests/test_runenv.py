@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from snakeddp import config, runenv
+from snakeddp import config
+from snakeddp.run import variables as runenv
 
 
 def test_tracking_travels_in_the_environment_with_defaults():

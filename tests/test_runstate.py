@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from snakeddp import runstate
+from snakeddp.run import attempt as runstate
 
 
 def test_fresh_run_has_nothing_to_resume(tmp_path):

@@ -13,7 +13,7 @@ from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
 from snakeddp import config
-from snakeddp.slurm_resources import slurm_resources
+from snakeddp.workflow.slurm import slurm_resources
 
 
 def sbatch_options(**launch) -> str:

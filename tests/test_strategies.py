@@ -12,8 +12,8 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 
 from snakeddp import config
-from snakeddp.strategies import StrategyError, build_strategy
-from snakeddp.trainer import AtomicCheckpointIO
+from snakeddp.training.strategies import StrategyError, build_strategy
+from snakeddp.training.trainer import AtomicCheckpointIO
 
 
 def trainer_cfg(**overrides):

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from launching import launch, prepare
 
-from snakeddp import config, runenv
-from snakeddp.redact import recorded_environment
-from snakeddp.trackers import Trackers, flatten, mlflow_uri, split_credentials
+from snakeddp import config
+from snakeddp.provenance.redact import recorded_environment
+from snakeddp.run import variables as runenv
+from snakeddp.training.trackers import Trackers, flatten, mlflow_uri, split_credentials
 
 ALL_ON = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
 

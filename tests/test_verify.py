@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from snakeddp.cli import main
+from snakeddp.provenance.verify import verify_run
 from snakeddp.report.runs import resolve_run
-from snakeddp.verify import verify_run
 
 pytestmark = pytest.mark.e2e
 

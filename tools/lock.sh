@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate envs/requirements.lock and envs/requirements-dev.lock from the .in files, then the
-# per-stage conda YAMLs from the lock (python -m snakeddp.envfiles write).
+# per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
 #   tools/lock.sh             # keep every version the old locks have, except the .in pins
 #   tools/lock.sh --upgrade   # resolve everything afresh (newest versions the pins allow)
 # Both locks are resolved in one environment first, so a package shared by the core and the
@@ -57,4 +57,4 @@ echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/
 
 # The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages
 # just resolved, at the lock's versions.
-PYTHONPATH=src "$work/core/bin/python" -m snakeddp.envfiles write
+PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write

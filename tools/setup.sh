@@ -43,12 +43,12 @@ pip=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
 "${pip[@]}" install --no-deps -e .
 # Packages in neither lock (left by an older lock, or installed by hand) go, so the venv is
 # exactly the locks.
-extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.envlock extra "$core" "$dev")
+extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then
     echo "setup: removing packages that no lock names: $(echo $extra)"
     "${pip[@]}" uninstall --yes $extra
 fi
 "$VENV/bin/python" -m pip check
-PYTHONPATH=src "$VENV/bin/python" -m snakeddp.envlock verify "${locks[@]}" "${optional[@]}"
+PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"

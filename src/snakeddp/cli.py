@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from snakeddp.compare import compare, format_comparison
+from snakeddp.provenance.compare import compare, format_comparison
+from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.runs import RunNotFound, find_runs, resolve_run
 from snakeddp.report.table import summary_frame
-from snakeddp.verify import format_checks, verify_run
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

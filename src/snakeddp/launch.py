@@ -21,11 +21,14 @@ from pathlib import Path
 
 import psutil
 
-from snakeddp import cluster, network, provenance, runstate
+from snakeddp import cluster
+from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
+from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.hashing import sha256_file
-from snakeddp.lifecycle import PREEMPTED_EXIT_CODE
-from snakeddp.runfile import RunFile
+from snakeddp.provenance.record import environment_info
+from snakeddp.run import attempt
+from snakeddp.run.runfile import RunFile
 
 PLATFORMS = ("local", "slurm", "azureml")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
@@ -97,15 +100,13 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
 
 def run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
-    env_hash = (
-        provenance.environment_info(args.environment_record)["environment_hash"] if args.environment_record else None
-    )
-    key = runstate.resume_key(run.config, sha256_file(args.data), env_hash)
+    env_hash = environment_info(args.environment_record)["environment_hash"] if args.environment_record else None
+    key = attempt.resume_key(run.config, sha256_file(args.data), env_hash)
     launcher, argv, env = build(args, dict(os.environ))
     if args.dry_run:
         print(quote(argv))
         return 0
-    resume = runstate.prepare(args.run_dir, key)
+    resume = attempt.prepare(args.run_dir, key)
     print(
         f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",

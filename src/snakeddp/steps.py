@@ -57,13 +57,13 @@ def _module(args: argparse.Namespace) -> None:
 
 
 def _run_config(args: argparse.Namespace) -> None:
-    from snakeddp.runfile import RunFile
+    from snakeddp.run.runfile import RunFile
 
     RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
 
 
 def _environment(args: argparse.Namespace) -> None:
-    from snakeddp.envcapture import capture
+    from snakeddp.environment.capture import capture
 
     # The lock's path comes from the workflow's environment: as a parameter, moving the checkout
     # would change it and retrain every run; its content reaches the rule as a checksum parameter.

@@ -41,17 +41,19 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from snakeddp import cluster, provenance, runenv
-from snakeddp.callbacks import Preempted, utc_now
+from snakeddp import cluster
+from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.data import custom
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
-from snakeddp.models import build_model
-from snakeddp.runfile import RunFile
-from snakeddp.runstate import hold_attempt_lock, mark, resume_checkpoint, resume_key
-from snakeddp.targets import user_code
-from snakeddp.trackers import Trackers
-from snakeddp.trainer import accelerator_and_backend, build_trainer
+from snakeddp.provenance import record as provenance
+from snakeddp.run import variables as run_variables
+from snakeddp.run.attempt import hold_attempt_lock, mark, resume_checkpoint, resume_key
+from snakeddp.run.runfile import RunFile
+from snakeddp.training.callbacks import Preempted, utc_now
+from snakeddp.training.models import build_model
+from snakeddp.training.targets import user_code
+from snakeddp.training.trackers import Trackers
+from snakeddp.training.trainer import accelerator_and_backend, build_trainer
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
     data = custom.build_datamodule(cfg, args.data)
     model = build_model(cfg["model"], custom.task_of(data))
-    trackers = Trackers(runenv.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
+    trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
     trainer, callbacks = build_trainer(
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from snakeddp import config, runstate
+from snakeddp import config
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
-from snakeddp.runfile import RunFile
+from snakeddp.run import attempt as runstate
+from snakeddp.run.runfile import RunFile
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.e2e

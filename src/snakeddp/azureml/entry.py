@@ -21,8 +21,8 @@ from pathlib import Path
 
 from snakeddp import cluster, train
 from snakeddp.fsutil import atomic_write_text
-from snakeddp.runfile import RunFile
-from snakeddp.runstate import ATTEMPT_FILES
+from snakeddp.run.attempt import ATTEMPT_FILES
+from snakeddp.run.runfile import RunFile
 
 SEEDED = ".snakeddp-resume-seeded"
 WAIT_S = 1800.0

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakeddp import network, runenv
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.runfile import RunFile
+from snakeddp.cluster import network
+from snakeddp.run.runfile import RunFile
+from snakeddp.run.variables import TRACKING_VAR
 
 # launch.launcher on the azureml platform -> the distribution that starts such processes.
 LAUNCHER_FOR_DISTRIBUTION = {"pytorch": "env", "mpi": "mpirun"}
@@ -125,12 +126,12 @@ def job_variables(
     """Variables every process of the job gets (nothing secret: they end up in provenance).
 
     The profile's network tuning and the tracking settings travel in the workflow's environment
-    (snakeddp.runenv), so they are copied from ``env`` into the job.
+    (snakeddp.run.variables), so they are copied from ``env`` into the job.
     """
     threads = str(launch["threads_per_process"])
     variables = {
         **network.forwarded(env),
-        **({runenv.TRACKING_VAR: env[runenv.TRACKING_VAR]} if runenv.TRACKING_VAR in env else {}),
+        **({TRACKING_VAR: env[TRACKING_VAR]} if TRACKING_VAR in env else {}),
         "SNAKEDDP_PLATFORM": "azureml",
         "SNAKEDDP_AZUREML_SDK": sdk,
         "SNAKEDDP_AZUREML_COMPUTE": compute,

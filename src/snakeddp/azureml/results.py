@@ -11,8 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from snakeddp.provenance import FILE_NAME as PROVENANCE
-from snakeddp.runstate import ATTEMPT_FILES, STATE_FILE
+from snakeddp.provenance.record import FILE_NAME as PROVENANCE
+from snakeddp.run.attempt import ATTEMPT_FILES, STATE_FILE
 
 
 def collect(downloaded: Path, run_dir: Path) -> bool:

@@ -34,7 +34,7 @@ from snakeddp.azureml.staging import V1_CONDA_FILE as CONDA_FILE
 from snakeddp.azureml.staging import V1_SPEC_FILE as SPEC_FILE
 from snakeddp.fsutil import atomic_write_text
 from snakeddp.hashing import sha256_file
-from snakeddp.runstate import CHECKPOINT_DIR, LAST
+from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 
 ENV_NAME = "snakeddp-train"
 DATA_REF, RESUME_REF, OUTPUT_REF = "data", "resume", "rundir"

@@ -20,8 +20,8 @@ from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.fsutil import atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.runfile import RunFile
-from snakeddp.runstate import ATTEMPT_FILES, CHECKPOINT_DIR, LAST, STATE_FILE
+from snakeddp.run.attempt import ATTEMPT_FILES, CHECKPOINT_DIR, LAST, STATE_FILE
+from snakeddp.run.runfile import RunFile
 
 RECORD_FORMAT = "snakeddp-azureml-environment/1"
 V2_SPEC_FILE = "job.yml"

@@ -30,14 +30,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from snakeddp import provenance, runstate
 from snakeddp.azureml import results, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
 from snakeddp.config import ConfigError
 from snakeddp.hashing import sha256_file
-from snakeddp.runfile import RunFile
+from snakeddp.provenance.record import FILE_NAME, code_info
+from snakeddp.run import attempt
+from snakeddp.run.runfile import RunFile
 
 SPEC_DIR = "azureml"
 INTERRUPTED_EXIT_CODE = 130
@@ -71,13 +72,13 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     distribution = distribution_for(settings, run)
     environment = staging.environment_spec(settings)
     env_record = staging.environment_record(environment)
-    key = runstate.resume_key(run.config, sha256_file(args.data), env_record["hash"])
+    key = attempt.resume_key(run.config, sha256_file(args.data), env_record["hash"])
     spec_dir = (args.run_dir / SPEC_DIR).resolve()
     staging.snapshot_code(spec_dir / "code", run, env_record)
     resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", staging.resumable(args.run_dir, key))
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
-    code = provenance.code_info()
+    code = code_info()
     if code["commit"]:
         variables.update(SNAKEDDP_CODE_COMMIT=code["commit"], SNAKEDDP_CODE_DIRTY="1" if code["dirty"] else "0")
     plan = JobPlan(
@@ -199,7 +200,7 @@ def run_job(session: Any, plan: JobPlan, spec: Path, variables: dict[str, str], 
             f"AzureML job {job.name} ended {outcome.status}: {outcome.error or 'no error text'}.{kept}\n"
             f"  Logs: {job.url}"
         )
-    if not (run_dir / provenance.FILE_NAME).is_file():
+    if not (run_dir / FILE_NAME).is_file():
         raise AzureMLError(
             f"AzureML job {job.name} completed but no provenance.json came back into {run_dir}. "
             f"HINT: look for the run directory output in {job.url}."
@@ -231,7 +232,7 @@ def submit(args: argparse.Namespace) -> int:
         )
         return 1
     session = connect(settings, plan)
-    resume = runstate.prepare(args.run_dir, key)
+    resume = attempt.prepare(args.run_dir, key)
     if (resume is None) != (plan.resume_dir is None):
         raise AzureMLError(f"{args.run_dir} changed while its job was being prepared; rerun to submit again")
     return run_job(session, plan, spec, submission_variables(settings, spec_sha256), args.run_dir)
@@ -241,6 +242,6 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``snakeddp.launch --platform azureml``; errors become one message and exit status 1."""
     try:
         return submit(args)
-    except (AzureMLError, ConfigError, runstate.RunStateError) as error:
+    except (AzureMLError, ConfigError, attempt.RunStateError) as error:
         print(f"snakeddp.azureml: {error}", file=sys.stderr, flush=True)
         return 1

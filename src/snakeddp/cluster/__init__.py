@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, StaticEnvironment
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
 from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
 from snakeddp.cluster.slurm import Srun
@@ -35,7 +35,6 @@ __all__ = [
     "LaunchPlan",
     "Launcher",
     "Layout",
-    "StaticEnvironment",
     "detect",
     "for_platform",
     "get",

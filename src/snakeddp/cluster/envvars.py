@@ -8,8 +8,12 @@ TORCHELASTIC_RUN_ID, so Lightning's TorchElasticEnvironment does not recognise t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, Layout, env_int
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
 
 class EnvVars(Launcher):
@@ -27,6 +31,11 @@ class EnvVars(Launcher):
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
         return all(name in env for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
+
+    def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
+        from snakeddp.cluster.environment import StaticEnvironment
+
+        return StaticEnvironment(layout)
 
     def layout(self, env: Mapping[str, str]) -> Layout:
         v = self.variables

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int, split_host_port
 from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, rendezvous_exports
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
 DEFAULT_PORT = 29500
 
@@ -55,6 +59,11 @@ class MpiRun(Launcher):
         if env.get("MASTER_PORT"):
             port = int(env["MASTER_PORT"])
         return addr, port or DEFAULT_PORT
+
+    def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
+        from snakeddp.cluster.environment import StaticEnvironment
+
+        return StaticEnvironment(layout)
 
     def layout(self, env: Mapping[str, str]) -> Layout:
         v = self.variables

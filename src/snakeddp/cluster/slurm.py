@@ -12,10 +12,12 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Mapping
-
-from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
 #: A copy of SLURM_CONF under a name the jobstep plugin does not remove (set by rules/common.smk).
 CONF_COPY = "SNAKEDDP_SLURM_CONF"
@@ -26,6 +28,13 @@ def first_node(env: Mapping[str, str]) -> str:
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         raise LaunchError("slurm: no SLURM_JOB_NODELIST to find the first node; set MASTER_ADDR")
+    return root_node(nodelist)
+
+
+def root_node(nodelist: str) -> str:
+    """The first node of a Slurm node list, expanded the way Lightning's SLURMEnvironment does."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
     return SLURMEnvironment.resolve_root_node_address(nodelist)
 
 
@@ -77,7 +86,7 @@ def rendezvous_exports(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, st
     """
     restored = client_env(env)
     exports = {"SLURM_CONF": restored["SLURM_CONF"]} if restored.get("SLURM_CONF") != env.get("SLURM_CONF") else {}
-    addr = env.get("MASTER_ADDR") or node_address(SLURMEnvironment.resolve_root_node_address(job_nodelist(env)), env)
+    addr = env.get("MASTER_ADDR") or node_address(root_node(job_nodelist(env)), env)
     port = plan.master_port or (int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else job_port(env))
     return {**exports, "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
 
@@ -119,6 +128,8 @@ class Srun(Launcher):
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         # Preemption is handled by snakeddp's own callback (save last.ckpt, exit 75), not by
         # Lightning's requeue, so the workflow manager decides what runs next.
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
         return SLURMEnvironment(auto_requeue=False)
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-
-from lightning.fabric.plugins.environments import ClusterEnvironment, LightningEnvironment
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
 
 class Spawn(Launcher):
@@ -37,6 +39,8 @@ class Spawn(Launcher):
         )
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
+        from lightning.fabric.plugins.environments import LightningEnvironment
+
         return LightningEnvironment()
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

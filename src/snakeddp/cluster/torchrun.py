@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from lightning.fabric.plugins.environments import ClusterEnvironment, TorchElasticEnvironment
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.environments import ClusterEnvironment
 
 
 class TorchRun(Launcher):
@@ -43,6 +45,8 @@ class TorchRun(Launcher):
         )
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
+        from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
         return TorchElasticEnvironment()
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

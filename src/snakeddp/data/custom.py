@@ -23,7 +23,7 @@ import lightning.pytorch as pl
 from snakeddp.config import ConfigError
 from snakeddp.data.module import PartitionDataModule
 from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.targets import accepted_parameters, construct, load_class
+from snakeddp.training.targets import accepted_parameters, construct, load_class
 
 MODULE_RECORD_FORMAT = "snakeddp-module-data/1"
 

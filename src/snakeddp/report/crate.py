@@ -28,8 +28,8 @@ from rocrate.rocrate import ROCrate
 from snakeddp import __version__
 from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.report.runs import Run
-from snakeddp.report.sources import workflow_files
 from snakeddp.report.table import flatten
+from snakeddp.workflow.files import workflow_files
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"

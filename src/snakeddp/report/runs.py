@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.fsutil import read_json
-from snakeddp.provenance import FILE_NAME
+from snakeddp.provenance.record import FILE_NAME
 
 METRICS_FILE = "metrics.csv"
 

@@ -13,11 +13,11 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.cluster import Launcher, LaunchError, Layout
 from snakeddp.fsutil import atomic_write
-from snakeddp.runstate import CHECKPOINT_DIR, LAST
-from snakeddp.strategies import build_strategy
+from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
+from snakeddp.training.strategies import build_strategy
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.config import ConfigError
-from snakeddp.redact import is_secret_name
+from snakeddp.provenance.redact import is_secret_name
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "UCX_", "FI_", "OMPI_MCA_")
 NAMES = ("TORCH_DISTRIBUTED_DEBUG",)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.envlock import installed
+from snakeddp.environment.lock import installed
 from snakeddp.fsutil import atomic_write_json
 from snakeddp.hashing import sha256_file, sha256_json
 

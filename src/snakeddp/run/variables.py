@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp import network
+from snakeddp.cluster import network
 from snakeddp.config import ConfigError, validate
 
 TRACKING_VAR = "SNAKEDDP_TRACKING"

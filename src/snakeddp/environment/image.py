@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from snakeddp import __version__
-from snakeddp.envlock import ACCELERATED, read_lock
+from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.fsutil import atomic_write_json
 from snakeddp.hashing import sha256_file
 

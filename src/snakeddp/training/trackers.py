@@ -33,10 +33,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.callbacks import EpochMetrics
 from snakeddp.config import ConfigError
 from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.redact import redact_text, scrub
+from snakeddp.provenance.redact import redact_text, scrub
+from snakeddp.training.callbacks import EpochMetrics
 
 TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")

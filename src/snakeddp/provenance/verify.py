@@ -16,7 +16,7 @@ from typing import Any
 
 from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_file
 from snakeddp.hashing import sha256_file
-from snakeddp.provenance_schema import problems
+from snakeddp.provenance.schema import problems
 from snakeddp.report.runs import Run
 
 # sha256 releases the GIL, so a few threads hash several partitions at disk speed.

@@ -21,7 +21,7 @@ RECORDED_PREFIXES = (
     "MASTER_",
     "NCCL_",
     "GLOO_",
-    # the rest of the network tuning snakeddp.network passes to every rank
+    # the rest of the network tuning snakeddp.cluster.network passes to every rank
     "TORCH_NCCL_",
     "TORCH_DISTRIBUTED_DEBUG",
     "UCX_",

@@ -4,8 +4,8 @@ A lock line is ``name==version``, complete and exact. torch is locked by version
 build (``2.13.0+cpu`` here, a CUDA build on GPU clusters) is the machine's choice, and a CUDA
 build brings its own runtime wheels (nvidia-*, triton), which are not in the lock.
 
-    python -m snakeddp.envlock verify envs/requirements.lock [--optional envs/requirements-dev.lock]
-    python -m snakeddp.envlock extra envs/requirements.lock envs/requirements-dev.lock  # in no lock
+    python -m snakeddp.environment.lock verify envs/requirements.lock [--optional envs/requirements-dev.lock]
+    python -m snakeddp.environment.lock extra envs/requirements.lock envs/requirements-dev.lock  # in no lock
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m snakeddp.envlock", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.lock", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["verify", "extra"])
     parser.add_argument("locks", nargs="+", type=Path)
     parser.add_argument("--optional", nargs="+", type=Path, default=[], help="locks whose packages may be absent")

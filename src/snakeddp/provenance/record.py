@@ -20,8 +20,8 @@ from typing import Any
 from snakeddp import __version__
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.redact import recorded_environment, scrub
-from snakeddp.runstate import CHECKPOINT_DIR
+from snakeddp.provenance.redact import recorded_environment, scrub
+from snakeddp.run.attempt import CHECKPOINT_DIR
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
 FILE_NAME = "provenance.json"
