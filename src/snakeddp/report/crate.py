@@ -38,8 +38,8 @@ from snakeddp.workflow.files import workflow_files
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"
-# The newest released Workflow Run Crate profiles (0.6 is a draft); they build on RO-Crate 1.1,
-# whose JSON-LD context the validators' shapes are written against.
+# The newest released Workflow Run Crate profiles (0.6 is a draft); they build on RO-Crate 1.1 (whose
+# JSON-LD context the validators' shapes are written against) and Workflow RO-Crate 1.0.
 RO_CRATE_VERSION = "1.1"
 PROFILES = {
     "https://w3id.org/ro/wfrun/process/0.5": "Process Run Crate",
@@ -76,7 +76,7 @@ STEPS = (
     Step("train", "#snakeddp.train", "python -m snakeddp.train",
          "one DDP training run (Lightning), started on every rank by a launcher (python -m snakeddp.launch)"),
 )  # fmt: skip
-STEP_TOOLS = {step.rule: step.tool for step in STEPS}
+BY_RULE = {step.rule: step for step in STEPS}
 # Where each piece of software the runs record can be found (a SoftwareApplication's url).
 SOFTWARE_URLS = {
     "python": "https://www.python.org",
@@ -193,7 +193,7 @@ def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit:
 
 def _train_tool(builder: CrateBuilder, runs: Sequence[Run], params: Sequence[str]) -> ContextEntity:
     """The application every training run executes, with what it ran on and its sweepable inputs."""
-    tool = builder.crate.get(STEP_TOOLS["train"])
+    tool = builder.crate.get(BY_RULE["train"].tool)
     stacks = {}
     for run in runs:
         env = run.provenance["environment"]
@@ -273,7 +273,7 @@ def _tool_action(
     builder: CrateBuilder, rule: str, subject: str, outputs: Sequence[Any], inputs: Sequence[Any] = (), detail: str = ""
 ) -> ContextEntity:
     """One execution of a step's tool (other than training) as a CreateAction: what it read and wrote."""
-    step = next(step for step in STEPS if step.rule == rule)
+    step = BY_RULE[rule]
     action = builder.entity(
         f"#{rule}-{subject}",
         "CreateAction",
@@ -294,12 +294,10 @@ def _data_actions(builder: CrateBuilder, run: Run, manifest: Any) -> list[tuple[
     data = run.provenance["data"]
     dataset, where = data["dataset"], f" (sha256 of each in {manifest.id})"
     partitions = f"; {data['partitions']} partitions, {data['records']['train']} records{where}"
+    validation = f"; {data['records']['val']} records{where}"
     return [
         ("data_partition", _tool_action(builder, "data_partition", dataset, [], detail=partitions)),
-        (
-            "data_val",
-            _tool_action(builder, "data_val", dataset, [], detail=f"; {data['records']['val']} records{where}"),
-        ),
+        ("data_val", _tool_action(builder, "data_val", dataset, [], detail=validation)),
         ("data_manifest", _tool_action(builder, "data_manifest", dataset, [manifest])),
     ]
 

@@ -10,6 +10,7 @@ page says and passes it as data.
 from __future__ import annotations
 
 import base64
+import mimetypes
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +28,8 @@ from snakeddp.report.table import (
     PHASES,
     THROUGHPUT_MEANS,
     people_columns,
-    steady_throughput,
     varying_params,
 )
-
-MIME = {".png": "image/png", ".svg": "image/svg+xml"}
 
 
 def num(value: Any, digits: int = 4) -> str:
@@ -71,8 +69,8 @@ TEMPLATES.filters.update(num=num, short=short, duration=duration, kib=kib)
 
 def data_uri(path: str | Path) -> str:
     """The file's bytes as a base64 data URI, so the page carries its figures."""
-    path = Path(path)
-    return f"data:{MIME[path.suffix]};base64,{base64.b64encode(path.read_bytes()).decode()}"
+    kind, _ = mimetypes.guess_type(path)
+    return f"data:{kind};base64,{base64.b64encode(Path(path).read_bytes()).decode()}"
 
 
 def _best(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -135,11 +133,10 @@ def _time_table(runs: Sequence[Run]) -> dict[str, Any]:
 
 def _run_view(run: Run) -> dict[str, Any]:
     training, launch = run.provenance["training"], run.provenance["launch"]
-    measured = steady_throughput(run)
     return {
         "id": run.run_id,
         "p": run.provenance,
-        "throughput": measured[0] if measured else None,
+        "throughput": BY_NAME["samples_per_s"].read(run),
         "best_path": (training["best_checkpoint"] or {}).get("path"),
         "checkpoints": training["checkpoints"] or [c for c in (training["last_checkpoint"],) if c],
         "config_yaml": yaml.safe_dump(run.provenance["config"], sort_keys=False),
