@@ -16,7 +16,7 @@ from matplotlib import image
 from snakeddp.provenance import schema
 from snakeddp.report import html
 from snakeddp.report.runs import find_runs, read_metrics
-from snakeddp.report.table import THROUGHPUT_MEANS
+from snakeddp.report.table import THROUGHPUT_MEANS, readable
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -110,7 +110,7 @@ def test_samples_per_s_is_one_number_named_alike(report):
     assert set(runs_rate) == set(RUNS) and runs_rate == scaling_rate
     for run in RUNS:
         rows = read_metrics(report.parents[1] / "runs" / run / "metrics.csv")
-        assert runs_rate[run] == html.num(statistics.median(row["samples_per_s"] for row in rows[1:]))
+        assert runs_rate[run] == readable(statistics.median(row["samples_per_s"] for row in rows[1:]))
     assert text.count(THROUGHPUT_MEANS) == 2  # said beside the runs table and under the scaling figure
 
 
@@ -123,7 +123,7 @@ def test_times_are_named_for_what_they_measure(report):
     assert labels == ["run", "trainer.fit s", "training loop s"]
     for row in rows:
         timing = json.loads((report.parents[1] / "runs" / row[0] / "provenance.json").read_text())["timing"]
-        assert row[1:] == [html.num(timing["duration_s"]), html.num(timing["train_seconds"])]
+        assert row[1:] == [readable(timing["duration_s"]), readable(timing["train_seconds"])]
 
 
 def render(runs, report: Path) -> str:

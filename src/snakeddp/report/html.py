@@ -28,17 +28,9 @@ from snakeddp.report.table import (
     PHASES,
     THROUGHPUT_MEANS,
     people_columns,
+    readable,
     varying_params,
 )
-
-
-def num(value: Any, digits: int = 4) -> str:
-    """Four significant digits below 10,000, whole numbers with thousands separators above; – for none."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return str(value)
 
 
 def short(sha: str | None, n: int = 12) -> str:
@@ -64,7 +56,7 @@ TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-TEMPLATES.filters.update(num=num, short=short, duration=duration, kib=kib)
+TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib)
 
 
 def data_uri(path: str | Path) -> str:

@@ -35,6 +35,16 @@ PHASES = {
 }
 
 
+def readable(value: Any, digits: int = 4) -> str:
+    """A value as people read it in the runs table (page and terminal): four significant digits below
+    10,000, whole numbers with thousands separators above, – for none."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Nested config -> {dotted.key: leaf}; lists stay leaves."""
     if isinstance(value, Mapping):
