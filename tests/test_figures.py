@@ -9,9 +9,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.transforms import Bbox
 
 from snakeddp.report import figures
 from snakeddp.report.runs import find_runs
+from snakeddp.report.table import varying_params
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -36,7 +39,7 @@ def expected_curves(results: Path, metrics: tuple[str, ...]) -> dict[str, tuple[
 
 
 def assert_curves_match(series: list[dict], expected: dict) -> None:
-    plotted = by_gid(series)
+    plotted = {gid: s for gid, s in by_gid(series).items() if gid.startswith("curve|")}
     assert set(plotted) == set(expected)
     for gid, (xs, ys) in expected.items():
         assert plotted[gid]["x"] == xs, gid
@@ -60,6 +63,12 @@ def test_scaling_figure_plots_throughput_and_efficiency(sweep_workflow):
     for run in RUNS:
         assert plotted[f"throughput|{run}"]["height"] == pytest.approx(throughput[run], rel=1e-9)
     assert plotted["ideal|devices-2"]["height"] == pytest.approx(2 * throughput["devices-1"], rel=1e-9)
+    for run in RUNS:
+        # The whisker spans the steady epochs' range.
+        steady = [float(r["samples_per_s"]) for r in metrics_csv(results, run)[1:]]
+        (x, low), (_, high) = plotted[f"range|{run}"]["segments"]
+        assert (low, high) == pytest.approx((min(steady), max(steady)), rel=1e-9)
+        assert x == pytest.approx(plotted[f"throughput|{run}"]["x"])
     efficiency = plotted["efficiency|all runs"]
     assert efficiency["x"] == [1.0, 2.0]
     assert efficiency["y"] == pytest.approx([100.0, 100 * throughput["devices-2"] / (2 * throughput["devices-1"])])
@@ -92,3 +101,76 @@ def test_no_scaling_without_layout_change(sweep_workflow):
     runs = find_runs(sweep_workflow.directory / "results")
     assert figures.varies_layout(runs)
     assert not figures.varies_layout(runs[:1])
+
+
+def loss_axes(fig):
+    return next(ax for ax in fig.axes if any(str(line.get_gid()).endswith("|val_loss") for line in ax.lines))
+
+
+def test_best_checkpoint_star_is_drawn_above_every_curve(sweep_workflow):
+    runs = find_runs(sweep_workflow.directory / "results")
+    ax = loss_axes(figures.curves(runs, ("train_loss", "val_loss", "val_acc")))
+    stars = {line.get_gid(): line for line in ax.lines if line.get_gid().startswith("best|")}
+    assert set(stars) == {f"best|{run.run_id}" for run in runs}
+    others = max(line.get_zorder() for line in ax.lines if not line.get_gid().startswith("best|"))
+    for run in runs:
+        star = stars[f"best|{run.run_id}"]
+        assert star.get_zorder() > others
+        training = run.provenance["training"]
+        assert (star.get_xdata()[0], star.get_ydata()[0]) == (training["best_epoch"], training["best_val_loss"])
+
+
+def test_a_first_epoch_that_squashes_the_loss_panel_is_drawn_at_its_edge(sweep_workflow):
+    results = sweep_workflow.directory / "results"
+    runs = find_runs(results)
+    # The sweep's own first epoch does not squash its panel: the scale covers every point.
+    ax = loss_axes(figures.curves(runs, ("train_loss", "val_loss")))
+    assert not [line for line in ax.lines if line.get_gid().startswith("offscale|")]
+    low, high = ax.get_ylim()
+    assert all(low <= y <= high for line in ax.lines for y in line.get_ydata())
+    # A first epoch ten times the rest: the scale fits the later epochs, the first is an arrow with its number.
+    for run in runs:
+        run.metrics[0].update(train_loss=10 * run.metrics[0]["train_loss"], val_loss=10 * run.metrics[0]["val_loss"])
+    fig = figures.curves(runs, ("train_loss", "val_loss"))
+    ax = loss_axes(fig)
+    low, high = ax.get_ylim()
+    later = [r[m] for run in runs for r in run.metrics[1:] for m in ("train_loss", "val_loss")]
+    assert low <= min(later) and max(later) <= high < min(run.metrics[0]["train_loss"] for run in runs)
+    arrows = {line.get_gid(): line for line in ax.lines if line.get_gid().startswith("offscale|")}
+    labels = {text.get_text() for text in ax.texts}
+    for run in runs:
+        for metric in ("train_loss", "val_loss"):
+            arrow = arrows[f"offscale|{run.run_id}|{metric}"]
+            assert (arrow.get_xdata()[0], arrow.get_ydata()[0]) == (0, high)
+            assert f"{metric.split('_')[0]} {run.metrics[0][metric]:.3g}" in labels
+    # The curves still carry every measured number, the first epoch included.
+    expected = {f"curve|{r.run_id}|{m}": ([float(x["epoch"]) for x in r.metrics], [x[m] for x in r.metrics])
+                for r in runs for m in ("train_loss", "val_loss")}  # fmt: skip
+    assert_curves_match(figures.plotted_series(fig), expected)
+
+
+def figure_box(fig, box: Bbox) -> Bbox:
+    return box.transformed(fig.transFigure.inverted())
+
+
+def test_value_labels_stay_clear_of_the_whiskers(sweep_workflow):
+    """In figure coordinates, no value label's box meets a whisker, even where an epoch's range is wide."""
+    runs = find_runs(sweep_workflow.directory / "results")
+    # Widen devices-2's range far below and above its median, where a label centred in the bar would sit.
+    steady = runs[1].metrics[1:]
+    median = statistics.median(r["samples_per_s"] for r in steady)
+    steady[0]["samples_per_s"], steady[-1]["samples_per_s"] = 0.05 * median, 1.9 * median
+    fig = figures.scaling(runs, varying_params([run.provenance for run in runs]))
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if str(t.get_gid()).startswith("value|")]
+    whiskers = [c for c in ax.collections if str(c.get_gid()).startswith("range|")]
+    assert len(labels) == len(whiskers) == len(runs)
+    for label in labels:
+        box = figure_box(fig, Bbox.union([label.get_window_extent(renderer),
+                                          label.get_bbox_patch().get_window_extent(renderer)]))  # fmt: skip
+        for whisker in whiskers:
+            (x, y0), (_, y1) = figure_box(fig, Bbox(ax.transData.transform(whisker.get_segments()[0]))).get_points()
+            crosses = box.x0 <= x <= box.x1 and min(y0, y1) <= box.y1 and box.y0 <= max(y0, y1)
+            assert not crosses, (label.get_text(), whisker.get_gid())

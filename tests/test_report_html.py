@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
 from matplotlib import image
+
+from snakeddp.provenance import schema
+from snakeddp.report import html
+from snakeddp.report.runs import find_runs, read_metrics
+from snakeddp.report.table import THROUGHPUT_MEANS, readable
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -83,3 +90,70 @@ def test_chromium_decodes_the_figures(report, tmp_path):
     for name in ("curves", "scaling"):
         height, width = image.imread(report.parent / f"plots/{name}.png").shape[:2]
         assert re.search(rf'id="figure-{name}"[^>]*data-decoded="{width}x{height}"', dom), name
+
+
+def table_rows(text: str, table_id: str) -> tuple[list[str], list[list[str]]]:
+    """Header labels and the cells' text of each body row of the table with ``table_id``."""
+    table = re.search(rf'<table id="{table_id}">(.*?)</table>', text, re.S).group(1)
+    labels = re.findall(r"<th>(.*?)</th>", table)
+    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
+    return labels, [[re.sub(r"<[^>]+>", "", cell) for cell in row] for row in rows if row]
+
+
+def test_samples_per_s_is_one_number_named_alike(report):
+    """The runs table and the scaling table show the same samples/s per run, the one the page defines."""
+    text = report.read_text()
+    runs_labels, runs_rows = table_rows(text, "runs-table")
+    scaling_labels, scaling_rows = table_rows(text, "scaling-table")
+    runs_rate = {row[0]: row[runs_labels.index("samples/s")] for row in runs_rows}
+    scaling_rate = {row[0]: row[scaling_labels.index("samples/s")] for row in scaling_rows}
+    assert set(runs_rate) == set(RUNS) and runs_rate == scaling_rate
+    for run in RUNS:
+        rows = read_metrics(report.parents[1] / "runs" / run / "metrics.csv")
+        assert runs_rate[run] == readable(statistics.median(row["samples_per_s"] for row in rows[1:]))
+    assert text.count(THROUGHPUT_MEANS) == 2  # said beside the runs table and under the scaling figure
+
+
+def test_times_are_named_for_what_they_measure(report):
+    text = report.read_text()
+    assert "training time" not in text.lower()
+    card = re.search(r'<div class="card" id="card-time"><div class="label">(.*?)</div>', text).group(1)
+    assert card == "time in trainer.fit"
+    labels, rows = table_rows(text, "time-table")
+    assert labels == ["run", "trainer.fit s", "training loop s"]
+    for row in rows:
+        timing = json.loads((report.parents[1] / "runs" / row[0] / "provenance.json").read_text())["timing"]
+        assert row[1:] == [readable(timing["duration_s"]), readable(timing["train_seconds"])]
+
+
+def render(runs, report: Path) -> str:
+    plots = report.parent / "plots"
+    return html.render(runs, {"title": "t", "metrics": ["val_loss"]}, plots / "curves.png", plots / "scaling.png")
+
+
+def test_recorded_phases_are_shown(report):
+    runs = find_runs(report.parents[1])
+    for index, run in enumerate(runs):
+        run.provenance["timing"]["phases"] = {
+            "startup_s": 3.25 + index, "train_loop_s": 1.5, "validation_s": 0.5, "checkpoint_s": 0.25,
+            "teardown_s": 0.75, "total_s": 6.25 + index,
+        }  # fmt: skip
+        schema.validate(run.provenance)
+    text = render(runs, report)
+    card = re.search(r'id="card-time"><div class="label">(.*?)</div><div class="value">\s*(\S+ \S+)', text)
+    assert card.groups() == ("training processes' wall time", "13.5 s")
+    labels, rows = table_rows(text, "time-table")
+    assert labels[3:] == ["start-up", "training loop", "validation", "checkpoints", "teardown", "total"]
+    assert [row[3] for row in rows] == ["3.25", "4.25"] and [row[-1] for row in rows] == ["6.25", "7.25"]
+    del runs[0].provenance["timing"]["phases"]["total_s"]
+    with pytest.raises(schema.ProvenanceError, match="total_s"):
+        schema.validate(runs[0].provenance)
+
+
+def test_values_from_a_record_are_escaped(report):
+    runs = find_runs(report.parents[1])
+    runs[0].provenance["config"]["model"]["name"] = "<script>alert(1)</script>"
+    runs[0].provenance["launch"]["ranks"][0]["host"] = '"><img src=x>'
+    text = render(runs, report)
+    assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "<img src=x>" not in text

@@ -27,7 +27,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
-    frame = summary_frame([run.provenance for run in runs])
+    frame = summary_frame(runs)
     if args.json:
         print(json.dumps(frame.to_dict(orient="records"), indent=2, default=str))
         return 0

@@ -32,7 +32,7 @@ DOCKERFILE_NAME = "Dockerfile"
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
     "data": ("numpy", "safetensors", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow"),
     "train": ("torch", "lightning", "numpy", "safetensors", "pyyaml", "jsonschema", "psutil", "packaging"),
-    "report": ("pandas", "matplotlib", "rocrate", "pyyaml", "jsonschema", "packaging"),
+    "report": ("pandas", "matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging"),
 }
 HINT = "HINT: change versions in envs/requirements.in, then run tools/lock.sh (it rewrites the lock and the YAMLs)."
 # Packages a Dockerfile may pin although the lock leaves them out: the installer.

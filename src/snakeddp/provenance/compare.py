@@ -6,21 +6,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.report.runs import Run
-from snakeddp.report.table import flatten
+from snakeddp.report.table import flatten, outcome
 
 MISSING = "(absent)"
 CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")
 DATA_KEYS = ("dataset", "manifest", "manifest_sha256", "partitions", "records.train", "records.val")
 STACK_KEYS = ("python", "torch", "lightning", "cuda", "cudnn", "nccl", "gpus", "environment_hash", "lock_sha256")
 LAUNCH_KEYS = ("launcher", "backend", "accelerator", "nodes", "processes_per_node", "world_size", "hosts", "job_id")
-OUTCOME = (
-    ("status", ("status",)),
-    ("best val_loss", ("training", "best_val_loss")),
-    ("val acc", ("training", "best_val_acc")),
-    ("epochs", ("training", "epochs_completed")),
-    ("duration s", ("timing", "duration_s")),
-    ("samples/s", ("timing", "samples_per_s")),
-)
 
 
 def _differences(a: Mapping[str, Any], b: Mapping[str, Any], keys: tuple[str, ...] | None = None) -> list[list[Any]]:
@@ -41,12 +33,6 @@ def _packages(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, list[Any]
     }
 
 
-def _dig(record: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    for part in path:
-        record = record[part]
-    return record
-
-
 def compare(a: Run, b: Run) -> dict[str, Any]:
     """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed."""
     pa, pb = a.provenance, b.provenance
@@ -59,7 +45,7 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         "environment": _differences(env_a, env_b, STACK_KEYS),
         "packages": _packages(env_a["packages"], env_b["packages"]),
         "launch": _differences(pa["launch"], pb["launch"], LAUNCH_KEYS),
-        "outcome": [[name, _dig(pa, path), _dig(pb, path)] for name, path in OUTCOME],
+        "outcome": [[label, va, vb] for (label, va), (_, vb) in zip(outcome(a), outcome(b), strict=True)],
     }
 
 

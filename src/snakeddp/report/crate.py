@@ -6,17 +6,22 @@ copies otherwise): the workflow (Snakefile, rules, scripts, environment specs), 
 dataset's manifest, and per run its run.yaml, metrics.csv, provenance.json, checkpoints and log.
 Zip ``results/report`` and the report, the figures and the evidence travel together.
 
-It follows the Provenance Run Crate profile (which extends Workflow Run Crate and Process Run
-Crate): the Snakefile is the main ComputationalWorkflow; each training run is a CreateAction of
-the workflow's ``train`` step, with start and end time, its agent, its instrument (the
-``snakeddp.train`` application and the software it ran on), its inputs (run config, data
-manifest, environment record, sweep values) and its outputs (checkpoints with sha256, metrics,
-provenance); Snakemake is the engine whose OrganizeAction ran the workflow's CreateAction.
+It is an RO-Crate 1.1 following the Provenance Run Crate profile 0.5 (which extends Workflow Run
+Crate and Process Run Crate 0.5, themselves built on RO-Crate 1.1; roc-validator checks it in the
+tests): the Snakefile is the main ComputationalWorkflow, a HowTo whose steps are the rules, each
+step naming its tool (``python -m snakeddp.steps ...``, ``snakeddp.train``). Each execution of a
+tool is a CreateAction: per training run, with start and end time, its agent, its instrument
+and the software it ran on, its inputs (run config, data manifest, environment record, sweep
+values) and its outputs (checkpoints with sha256, metrics, provenance); per dataset, the
+partitions, validation split and manifest; per run, its run.yaml. Snakemake is the engine whose
+OrganizeAction ran the workflow's CreateAction and, through a ControlAction per step execution,
+each tool's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,13 +38,53 @@ from snakeddp.workflow.files import workflow_files
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"
+# The newest released Workflow Run Crate profiles (0.6 is a draft); they build on RO-Crate 1.1 (whose
+# JSON-LD context the validators' shapes are written against) and Workflow RO-Crate 1.0.
+RO_CRATE_VERSION = "1.1"
 PROFILES = {
-    "https://w3id.org/ro/wfrun/process/0.6": "Process Run Crate",
-    "https://w3id.org/ro/wfrun/workflow/0.6": "Workflow Run Crate",
-    "https://w3id.org/ro/wfrun/provenance/0.6": "Provenance Run Crate",
+    "https://w3id.org/ro/wfrun/process/0.5": "Process Run Crate",
+    "https://w3id.org/ro/wfrun/workflow/0.5": "Workflow Run Crate",
+    "https://w3id.org/ro/wfrun/provenance/0.5": "Provenance Run Crate",
+    "https://w3id.org/workflowhub/workflow-ro-crate/1.0": "Workflow RO-Crate",
 }
 WFRUN_CONTEXT = "https://w3id.org/ro/terms/workflow-run/context"
-STEP_RULES = ("data_partition", "data_val", "data_manifest", "env_capture", "run_config", "train")
+# The licence of the crate's own content (the workflow, config and report), as pyproject.toml and LICENSE say.
+LICENSE = {"@id": "https://spdx.org/licenses/MIT", "name": "MIT License"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """A rule of the workflow as a HowToStep, and the tool it runs."""
+
+    rule: str
+    tool: str
+    command: str
+    does: str
+
+
+STEPS = (
+    Step("data_partition", "#snakeddp.steps-partition", "python -m snakeddp.steps partition",
+         "writes one train partition (safetensors) and its checksum entry"),
+    Step("data_val", "#snakeddp.steps-val", "python -m snakeddp.steps val",
+         "writes the validation split and its checksum entry"),
+    Step("data_manifest", "#snakeddp.steps-manifest", "python -m snakeddp.steps manifest",
+         "writes a dataset's manifest: the sha256 of every partition and of the validation split"),
+    Step("env_capture", "#snakeddp.steps-environment", "python -m snakeddp.steps environment",
+         "records a stage's environment: Python, packages, accelerator stack, and their hash"),
+    Step("run_config", "#snakeddp.steps-run-config", "python -m snakeddp.steps run-config",
+         "writes a run's resolved config (run.yaml)"),
+    Step("train", "#snakeddp.train", "python -m snakeddp.train",
+         "one DDP training run (Lightning), started on every rank by a launcher (python -m snakeddp.launch)"),
+)  # fmt: skip
+BY_RULE = {step.rule: step for step in STEPS}
+# Where each piece of software the runs record can be found (a SoftwareApplication's url).
+SOFTWARE_URLS = {
+    "python": "https://www.python.org",
+    "torch": "https://pytorch.org",
+    "lightning": "https://lightning.ai/docs/pytorch/stable/",
+    "cuda": "https://developer.nvidia.com/cuda-toolkit",
+    "nccl": "https://developer.nvidia.com/nccl",
+}
 MIME = {".json": "application/json", ".csv": "text/csv", ".yaml": "application/yaml", ".html": "text/html",
         ".png": "image/png", ".svg": "image/svg+xml", ".log": "text/plain", ".py": "text/x-python",
         ".smk": "text/plain", ".lock": "text/plain", ".ckpt": "application/zip"}  # fmt: skip
@@ -57,7 +102,7 @@ class CrateBuilder:
 
     def __init__(self, root: Path, title: str) -> None:
         self.root = root
-        self.crate = ROCrate()
+        self.crate = ROCrate(version=RO_CRATE_VERSION)
         self.crate.metadata.extra_contexts.append(WFRUN_CONTEXT)
         self.crate.root_dataset["name"] = title
         self.crate.root_dataset["description"] = (
@@ -65,6 +110,8 @@ class CrateBuilder:
             "manifest, environment) and what it produced (checkpoints, metrics, provenance), with the report."
         )
         self.crate.root_dataset["datePublished"] = datetime.now(UTC).isoformat(timespec="seconds")
+        license_ = self.entity(LICENSE["@id"], "CreativeWork", name=LICENSE["name"])
+        self.crate.root_dataset["license"] = {"@id": license_.id}
 
     def add(
         self, source: Path, dest: str, types: Sequence[str] = ("File",), link: bool = False, **properties: Any
@@ -96,7 +143,9 @@ def _additional_type(value: Any) -> str:
 def _software(builder: CrateBuilder, name: str, version: str | None) -> ContextEntity | None:
     if not version:
         return None
-    return builder.entity(f"#software-{name}-{version}", "SoftwareApplication", name=name, softwareVersion=str(version))
+    return builder.entity(
+        f"#software-{name}-{version}", "SoftwareApplication", name=name, version=str(version), url=SOFTWARE_URLS[name]
+    )
 
 
 def _agent(builder: CrateBuilder, user: str | None) -> ContextEntity | None:
@@ -104,7 +153,9 @@ def _agent(builder: CrateBuilder, user: str | None) -> ContextEntity | None:
 
 
 def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit: str | None) -> Any:
-    """The Snakefile as the main ComputationalWorkflow, its steps (rules) and its other source files."""
+    """The Snakefile as the main ComputationalWorkflow: a HowTo whose steps are the rules, each naming
+    its tool, and whose parts are those tools. The other source files (rules, scripts, environment
+    specs) are files of the crate, not parts: a workflow's parts are the tools it runs."""
     crate = builder.crate
     snakefile = repo / "Snakefile"
     dest = f"{PAYLOAD}/workflow/Snakefile"
@@ -119,31 +170,30 @@ def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit:
             "name": "snakeddp",
             "description": "Partitioned data -> distributed PyTorch Lightning training -> report, as one workflow.",
             "version": commit or __version__,
-            "license": {"@id": "https://spdx.org/licenses/MIT"},
+            "license": {"@id": LICENSE["@id"]},
             "encodingFormat": "text/x-snakemake",
         },
     )
+    workflow.type.append("HowTo")
     for path in workflow_files(repo):
         if path != snakefile:
             part = f"{PAYLOAD}/workflow/{path.relative_to(repo).as_posix()}"
-            workflow.append_to("hasPart", builder.add(path, part, types=("File", "SoftwareSourceCode")))
-    for position, rule in enumerate(STEP_RULES):
-        step = builder.entity(f"{dest}#{rule}", "HowToStep", name=rule, position=str(position))
-        workflow.append_to("step", step)
+            builder.add(path, part, description="workflow source file")
+    for position, step in enumerate(STEPS):
+        tool = builder.entity(
+            step.tool, "SoftwareApplication", name=step.command, description=step.does, version=__version__
+        )
+        workflow.append_to("hasPart", tool)
+        howto = builder.entity(
+            f"{dest}#{step.rule}", "HowToStep", name=step.rule, position=str(position), workExample={"@id": tool.id}
+        )
+        workflow.append_to("step", howto)
     return workflow
 
 
-def _train_tool(builder: CrateBuilder, workflow: Any, runs: Sequence[Run], params: Sequence[str]) -> ContextEntity:
+def _train_tool(builder: CrateBuilder, runs: Sequence[Run], params: Sequence[str]) -> ContextEntity:
     """The application every training run executes, with what it ran on and its sweepable inputs."""
-    tool = builder.entity(
-        "#snakeddp.train",
-        "SoftwareApplication",
-        name="snakeddp.train",
-        description="python -m snakeddp.train: one DDP training run (Lightning), started on every rank by a launcher.",
-        softwareVersion=__version__,
-    )
-    step = builder.crate.get(f"{workflow.id}#train")
-    step["workExample"] = {"@id": tool.id}
+    tool = builder.crate.get(BY_RULE["train"].tool)
     stacks = {}
     for run in runs:
         env = run.provenance["environment"]
@@ -182,6 +232,7 @@ def _run_action(
             value=str(config.get(key)),
             exampleOfWork={"@id": f"#snakeddp.train-param-{key}"},
         )
+        builder.crate.get(f"#snakeddp.train-param-{key}").append_to("workExample", value)
         values.append(value)
     environment = [
         builder.entity(f"#{run.run_id}-env-{name}", "PropertyValue", name=name, value=value)
@@ -216,6 +267,39 @@ def _run_action(
     for log in files.get("log", []):
         log["about"] = {"@id": action.id}
     return action
+
+
+def _tool_action(
+    builder: CrateBuilder, rule: str, subject: str, outputs: Sequence[Any], inputs: Sequence[Any] = (), detail: str = ""
+) -> ContextEntity:
+    """One execution of a step's tool (other than training) as a CreateAction: what it read and wrote."""
+    step = BY_RULE[rule]
+    action = builder.entity(
+        f"#{rule}-{subject}",
+        "CreateAction",
+        name=f"{rule} {subject}",
+        description=f"{step.command}: {step.does}{detail}",
+        instrument={"@id": step.tool},
+    )
+    for key, items in (("object", inputs), ("result", outputs)):
+        if items:
+            references = [{"@id": item.id} for item in items]
+            action[key] = references[0] if len(references) == 1 else references
+    return action
+
+
+def _data_actions(builder: CrateBuilder, run: Run, manifest: Any) -> list[tuple[str, ContextEntity]]:
+    """The data steps that made a run's dataset. The partitions and the validation split stay out of
+    the crate (their size); the manifest, which is in it, lists the sha256 of each."""
+    data = run.provenance["data"]
+    dataset, where = data["dataset"], f" (sha256 of each in {manifest.id})"
+    partitions = f"; {data['partitions']} partitions, {data['records']['train']} records{where}"
+    validation = f"; {data['records']['val']} records{where}"
+    return [
+        ("data_partition", _tool_action(builder, "data_partition", dataset, [], detail=partitions)),
+        ("data_val", _tool_action(builder, "data_val", dataset, [], detail=validation)),
+        ("data_manifest", _tool_action(builder, "data_manifest", dataset, [manifest])),
+    ]
 
 
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
@@ -297,7 +381,7 @@ def build(
         )
     commits = {run.provenance["code"]["commit"] for run in runs}
     workflow = _workflow(builder, repo, snakemake_version, commits.pop() if len(commits) == 1 else None)
-    tool = _train_tool(builder, workflow, runs, params)
+    tool = _train_tool(builder, runs, params)
     configs = [
         builder.add(Path(path), f"{PAYLOAD}/workflow/config/{name}", description=f"workflow config file {path}")
         for path, name in zip(config_files, _unique_names(config_files), strict=True)
@@ -307,12 +391,18 @@ def build(
     configs.append(
         builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
     )
-    actions, manifests, outputs = [], {}, []
+    actions, datasets, environments, outputs = [], {}, {}, []
     for run in runs:
         files = _run_files(builder, run)
-        actions.append(_run_action(builder, run, tool, params, files))
-        manifests[files["manifest"].id] = files["manifest"]
+        actions.append(("train", _run_action(builder, run, tool, params, files)))
+        actions.append(("run_config", _tool_action(builder, "run_config", run.run_id, [files["run_config"]], configs)))
+        datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
+        environments.update({record.id: record for record in files.get("environment", [])})
         outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
+    for run, manifest in datasets.values():
+        actions += _data_actions(builder, run, manifest)
+    for record in environments.values():
+        actions.append(("env_capture", _tool_action(builder, "env_capture", Path(record.id).stem, [record])))
     reports = [builder.add(Path(path), Path(path).relative_to(root).as_posix()) for path in report_files]
     user = next((run.provenance["launch"].get("user") for run in runs if run.provenance["launch"].get("user")), None)
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -320,7 +410,7 @@ def build(
     workflow_run = crate.add_action(
         workflow,
         identifier="#workflow-run",
-        object=[*configs, *manifests.values()],
+        object=[*configs, *(manifest for _, manifest in datasets.values())],
         result=[*outputs, *reports],
         properties={
             "@type": "CreateAction",
@@ -332,7 +422,7 @@ def build(
         },
     )
     engine = builder.entity(
-        "#snakemake", "SoftwareApplication", name="Snakemake", softwareVersion=snakemake_version,
+        "#snakemake", "SoftwareApplication", name="Snakemake", version=snakemake_version,
         url="https://snakemake.readthedocs.io",
     )  # fmt: skip
     controls = [
@@ -340,10 +430,10 @@ def build(
             f"#control-{action.id.lstrip('#')}",
             "ControlAction",
             name=f"orchestrate {action.id.lstrip('#')}",
-            instrument={"@id": f"{workflow.id}#train"},
+            instrument={"@id": f"{workflow.id}#{rule}"},
             object={"@id": action.id},
         )
-        for action in actions
+        for rule, action in actions
     ]
     organize = builder.entity(
         "#snakemake-run",
@@ -357,6 +447,8 @@ def build(
     )
     agent = _agent(builder, user)
     if agent is not None:
-        workflow_run["agent"] = organize["agent"] = {"@id": agent.id}
-    crate.root_dataset["mentions"] = [{"@id": workflow_run.id}]
+        # Whoever ran the workflow ran its steps; a training run names its own agent (its rank 0's user).
+        for entity in (workflow_run, organize, *(action for _, action in actions)):
+            entity.setdefault("agent", {"@id": agent.id})
+    crate.root_dataset["mentions"] = [{"@id": workflow_run.id}, *({"@id": action.id} for _, action in actions)]
     return atomic_write_json(root / BASENAME, crate.metadata.generate())

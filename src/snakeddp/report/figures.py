@@ -1,7 +1,8 @@
 """Figures of the measured metrics: every run's curves per epoch, and throughput scaling vs world size.
 
 Every data series is drawn with a ``gid`` naming what it is (``curve|<run>|<metric>``,
-``throughput|<run>``, ``ideal|<run>``, ``efficiency|<series>``). ``plotted_series`` reads the
+``best|<run>``, ``offscale|<run>|<metric>``, ``throughput|<run>``, ``ideal|<run>``, ``range|<run>``,
+``value|<run>`` (a label), ``efficiency|<series>``). ``plotted_series`` reads the
 numbers back from the drawn artists, so the JSON written beside each figure is what the figure
 shows, and a test can hold it against metrics.csv.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from io import BytesIO
 from pathlib import Path
@@ -21,13 +21,14 @@ import matplotlib
 matplotlib.use("Agg")  # figures are files; never open a window (clusters have no display)
 
 from matplotlib import colormaps
+from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json
 from snakeddp.report.runs import Run
-from snakeddp.report.table import flatten
+from snakeddp.report.table import flatten, steady_throughput
 
 # Columns of metrics.csv that can be plotted per epoch, with their axis labels.
 METRIC_LABELS = {
@@ -41,6 +42,10 @@ METRIC_LABELS = {
     "train_seconds": "train time (s)",
 }
 LAYOUT_KEYS = ("launch.nodes", "launch.devices")
+# Curves sit at zorder 2 and off-scale marks at 3; the best-checkpoint stars go above both.
+STAR_ZORDER = 4
+# The y-range leaves out the first epoch when that epoch alone would stretch it this many times.
+SQUASH = 2.0
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
 
 
@@ -66,6 +71,46 @@ def _values(rows: Sequence[Mapping[str, Any]], column: str) -> tuple[list[float]
     return xs, ys
 
 
+def _focus_after_first_epoch(ax: Any, keep: Sequence[float], named: bool) -> None:
+    """Fit the y-axis to the epochs after the first (and ``keep``) when the first epoch's values would
+    squash them (a first loss several times the final one). A first-epoch value off that scale is
+    drawn at the axis edge as an arrow with its number (and metric, when ``named``), so it stays readable."""
+    curves = [line for line in ax.lines if str(line.get_gid()).startswith("curve|")]
+    firsts, later = [], list(keep)
+    for line in curves:
+        points = [(x, y) for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True) if math.isfinite(y)]
+        if points:
+            firsts.append((line, *points[0]))
+            later += [y for _, y in points[1:]]
+    if len(later) < 2:
+        return
+    low, high = min(later), max(later)
+    span = high - low
+    every = later + [y for _, _, y in firsts]
+    if span <= 0 or max(every) - min(every) <= SQUASH * span:
+        return
+    pad = 0.08 * span
+    bottom, top = low - pad, high + pad
+    ax.set_ylim(bottom, top)
+    stacked = {True: 0, False: 0}
+    for line, x, y in firsts:
+        if bottom <= y <= top:
+            continue
+        above = y > top
+        _, run_id, metric = line.get_gid().split("|")
+        ax.plot([x], [top if above else bottom], marker="^" if above else "v", markersize=7, color=line.get_color(),
+                linestyle="", clip_on=False, zorder=3, gid=f"offscale|{run_id}|{metric}")  # fmt: skip
+        # Labels stack away from the edge, one line each, on a white box that the curves pass behind.
+        shift = 11 * stacked[above] + 12
+        stacked[above] += 1
+        ax.annotate(
+            f"{metric.split('_')[0]} {y:.3g}" if named else f"{y:.3g}", (x, top if above else bottom),
+            xytext=(8, -shift if above else shift - 8), textcoords="offset points", fontsize=7,
+            color=line.get_color(), zorder=5, bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
+            "edgecolor": "none", "alpha": 0.9},
+        )  # fmt: skip
+
+
 def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
     """One figure with every run's per-epoch curves: one colour per run, train solid, validation dashed."""
     panels = _panels(metrics)
@@ -73,6 +118,7 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
     fig = Figure(figsize=(5.2 * len(panels), 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
+        stars = []
         for run in runs:
             style = styles[run.run_id]
             for metric in panel:
@@ -88,7 +134,12 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
                 )
             if "val_loss" in panel and run.provenance["training"]["best_epoch"] is not None:
                 best = next(r for r in run.metrics if r["epoch"] == run.provenance["training"]["best_epoch"])
-                ax.plot([best["epoch"]], [best["val_loss"]], marker="*", markersize=13, color=style["color"])
+                stars.append((run.run_id, float(best["epoch"]), float(best["val_loss"]), style["color"]))
+        _focus_after_first_epoch(ax, [y for _, _, y, _ in stars], named=len(panel) > 1)
+        for run_id, x, y, color in stars:
+            # Above every curve and marker, so no other run's line hides a run's best checkpoint.
+            ax.plot([x], [y], marker="*", markersize=14, color=color, markeredgecolor="white",
+                    markeredgewidth=0.8, linestyle="", zorder=STAR_ZORDER, gid=f"best|{run_id}")  # fmt: skip
         ax.set_xlabel("epoch")
         ax.set_ylabel(" / ".join(METRIC_LABELS[m] for m in panel) if len(panel) == 1 else "loss")
         ax.set_title(", ".join(METRIC_LABELS[m] for m in panel))
@@ -103,16 +154,11 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
             Line2D([], [], color="0.3", linestyle="--", label="validation"),
             Line2D([], [], color="0.3", marker="*", linestyle="", markersize=10, label="best val_loss"),
         ]
+    if any(str(line.get_gid()).startswith("offscale|") for ax in axes for line in ax.lines):
+        arrow = Line2D([], [], color="0.3", marker="^", linestyle="", markersize=6, label="first epoch, off scale")
+        handles.append(arrow)
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False, fontsize=9)
     return fig
-
-
-def steady_throughput(run: Run) -> tuple[float, float, float] | None:
-    """Median, min and max samples/s over the epochs after the first (which pays for start-up)."""
-    values = [float(r["samples_per_s"]) for r in run.metrics if r.get("samples_per_s") is not None]
-    if len(values) > 1:
-        values = values[1:]
-    return (statistics.median(values), min(values), max(values)) if values else None
 
 
 def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str, Any]]:
@@ -171,13 +217,20 @@ def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
             x = layouts.index((p["world_size"], p["nodes"], p["devices"])) - 0.4 + width * (i + 0.5)
             bars.bar(x, p["ideal"], width * 0.9, facecolor="none", edgecolor=colors[label], hatch="//", alpha=0.5)
             bars.patches[-1].set_gid(f"ideal|{p['run']}")
-            bars.bar(x, p["throughput"], width * 0.9, color=colors[label])
-            bars.patches[-1].set_gid(f"throughput|{p['run']}")
-            bars.vlines(x, p["low"], p["high"], color="0.15", linewidth=1.2)
-            bars.annotate(
-                f"{p['throughput']:,.0f}", (x, p["throughput"] / 2), ha="center", va="center", fontsize=8,
-                color="white", fontweight="bold",
+            # The whisker spans the epochs' range; bar_label puts the value above the whisker's top,
+            # so no whisker crosses a label, and the white box keeps it readable over the hatching.
+            measured = bars.bar(
+                x, p["throughput"], width * 0.9, color=colors[label],
+                yerr=[[p["throughput"] - p["low"]], [p["high"] - p["throughput"]]],
+                error_kw={"ecolor": "0.15", "elinewidth": 1.2, "capsize": 0},
             )  # fmt: skip
+            measured.patches[0].set_gid(f"throughput|{p['run']}")
+            measured.errorbar.lines[2][0].set_gid(f"range|{p['run']}")
+            (value,) = bars.bar_label(
+                measured, [f"{p['throughput']:,.0f}"], padding=3, fontsize=8, fontweight="bold",
+                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+            )  # fmt: skip
+            value.set_gid(f"value|{p['run']}")
         eff.plot(
             [p["world_size"] for p in members],
             [100 * p["efficiency"] for p in members],
@@ -196,6 +249,7 @@ def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
     bars.set_ylabel("samples/s, all ranks (median of epochs after the first)")
     bars.set_title("Training throughput")
     bars.grid(axis="y", alpha=0.3)
+    bars.set_ylim(0, 1.15 * max(max(p["ideal"], p["high"]) for p in points))
     legend = [Patch(facecolor=colors[label], label=label) for label in series]
     legend.append(Patch(facecolor="none", edgecolor="0.4", hatch="//", label="perfect linear scaling"))
     bars.legend(handles=legend, fontsize=8, loc="upper left")
@@ -227,6 +281,9 @@ def plotted_series(fig: Figure) -> list[dict[str, Any]]:
                 series.append(
                     {"gid": patch.get_gid(), "x": patch.get_x() + patch.get_width() / 2, "height": patch.get_height()}
                 )
+        for collection in ax.collections:
+            if isinstance(collection, LineCollection) and collection.get_gid():
+                series.append({"gid": collection.get_gid(), "segments": collection.get_segments()[0].tolist()})
     return series
 
 

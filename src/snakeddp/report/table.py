@@ -1,35 +1,48 @@
-"""The table of runs: one row per run, read from each run's provenance.json."""
+"""The table of runs: its columns defined once, for runs.csv, the terminal, the page and ``compare``.
+
+A column has a name (the runs.csv header and JSON key), a label for people, and how to read it
+from a finished run (its provenance record and metrics.csv). runs.csv takes every column;
+the people's table (``snakeddp runs`` and report.html) and compare's outcome pick theirs by name.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from snakeddp.fsutil import atomic_write_text, read_json
+from snakeddp.fsutil import atomic_write_text
 from snakeddp.hashing import canonical_json
+from snakeddp.report.runs import Run, runs_from_provenance
 
-COLUMNS = (
-    "run_id",
-    "status",
-    "best_val_loss",
-    "best_val_acc",
-    "best_epoch",
-    "epochs",
-    "stopped_early",
-    "duration_s",
-    "samples_per_s",
-    "world_size",
-    "nodes",
-    "processes_per_node",
-    "launcher",
-    "job_id",
-    "hosts",
-    "code_commit",
-    "dataset",
+# What "samples/s" means wherever the report, runs.csv or the terminal shows it.
+THROUGHPUT_MEANS = (
+    "training samples per second of the training loop (validation excluded), all ranks together, "
+    "median over the epochs after the first (the first pays for start-up)"
 )
+# Where the training process's wall time goes, once it records timing.phases (provenance schema).
+PHASES = {
+    "startup_s": "start-up",
+    "train_loop_s": "training loop",
+    "validation_s": "validation",
+    "checkpoint_s": "checkpoints",
+    "teardown_s": "teardown",
+    "total_s": "total",
+}
+
+
+def readable(value: Any, digits: int = 4) -> str:
+    """A value as people read it in the runs table (page and terminal): four significant digits below
+    10,000, whole numbers with thousands separators above, – for none."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -40,6 +53,86 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
             flat.update(flatten(item, f"{prefix}{key}."))
         return flat
     return {prefix[:-1]: value}
+
+
+def steady_throughput(run: Run) -> tuple[float, float, float] | None:
+    """Median, min and max samples/s over the epochs after the first (see THROUGHPUT_MEANS)."""
+    values = [float(r["samples_per_s"]) for r in run.metrics if r.get("samples_per_s") is not None]
+    if len(values) > 1:
+        values = values[1:]
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def _throughput(run: Run) -> float | None:
+    measured = steady_throughput(run)
+    return measured[0] if measured else None
+
+
+def _phase(name: str) -> Callable[[Run], float | None]:
+    return lambda run: (run.provenance["timing"].get("phases") or {}).get(name)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the runs table; ``show`` is how people read it when the raw value reads poorly."""
+
+    name: str
+    label: str
+    read: Callable[[Run], Any]
+    show: Callable[[Run], Any] | None = None
+
+    def shown(self, run: Run) -> Any:
+        return (self.show or self.read)(run)
+
+
+def _training(key: str) -> Callable[[Run], Any]:
+    return lambda run: run.provenance["training"][key]
+
+
+def _launch(key: str) -> Callable[[Run], Any]:
+    return lambda run: run.provenance["launch"][key]
+
+
+def _epochs_of_max(run: Run) -> str:
+    return f"{run.provenance['training']['epochs_completed']}/{run.provenance['training']['max_epochs']}"
+
+
+def _layout(run: Run) -> str:
+    launch = run.provenance["launch"]
+    return f"{launch['world_size']} ({launch['nodes']}x{launch['processes_per_node']})"
+
+
+COLUMNS = (
+    Column("run_id", "run", lambda run: run.run_id),
+    Column("status", "status", lambda run: run.provenance["status"]),
+    Column("best_val_loss", "best val_loss", _training("best_val_loss")),
+    Column("best_val_acc", "val acc", _training("best_val_acc")),
+    Column("best_epoch", "best epoch", _training("best_epoch")),
+    Column("epochs", "epochs", _training("epochs_completed"), _epochs_of_max),
+    Column(
+        "stopped_early",
+        "early stop",
+        _training("stopped_early"),
+        lambda run: "yes" if _training("stopped_early")(run) else "no",
+    ),
+    Column("duration_s", "trainer.fit s", lambda run: run.provenance["timing"]["duration_s"]),
+    Column("train_loop_s", "training loop s", lambda run: run.provenance["timing"]["train_seconds"]),
+    Column("samples_per_s", "samples/s", _throughput),
+    Column("world_size", "world size", _launch("world_size"), _layout),
+    Column("nodes", "nodes", _launch("nodes")),
+    Column("processes_per_node", "processes per node", _launch("processes_per_node")),
+    Column("launcher", "launcher", _launch("launcher")),
+    Column("job_id", "job id", _launch("job_id"), lambda run: _launch("job_id")(run) or ""),
+    Column("hosts", "hosts", lambda run: " ".join(run.provenance["launch"]["hosts"])),
+    Column("code_commit", "commit", lambda run: run.provenance["code"]["commit"]),
+    Column("dataset", "dataset", lambda run: run.provenance["data"]["dataset"]),
+)
+BY_NAME = {column.name: column for column in COLUMNS}
+PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
+# What people read per run (after the parameters that vary), and what `compare` shows as the outcome.
+PEOPLE = ("best_val_loss", "best_val_acc", "epochs", "stopped_early", "duration_s", "samples_per_s", "world_size",
+          "launcher", "job_id")  # fmt: skip
+OUTCOME = ("status", "best_val_loss", "best_val_acc", "epochs", "duration_s", "train_loop_s", "samples_per_s")
 
 
 def varying_params(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -56,70 +149,37 @@ def varying_params(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return keys
 
 
-def run_row(record: dict[str, Any]) -> dict[str, Any]:
-    """Flatten one provenance record; sweep parameters become columns named by their dotted key."""
-    training, launch, timing = record["training"], record["launch"], record["timing"]
-    row = {
-        "run_id": record["run_id"],
-        "status": record["status"],
-        "best_val_loss": training["best_val_loss"],
-        "best_val_acc": training["best_val_acc"],
-        "best_epoch": training["best_epoch"],
-        "epochs": training["epochs_completed"],
-        "stopped_early": training["stopped_early"],
-        "duration_s": timing["duration_s"],
-        "samples_per_s": timing["samples_per_s"],
-        "world_size": launch["world_size"],
-        "nodes": launch["nodes"],
-        "processes_per_node": launch["processes_per_node"],
-        "launcher": launch["launcher"],
-        "job_id": launch["job_id"],
-        "hosts": " ".join(launch["hosts"]),
-        "code_commit": record["code"]["commit"],
-        "dataset": record["data"]["dataset"],
-    }
-    return {**row, **{f"param:{k}": v for k, v in record.get("sweep_point", {}).items()}}
+def param_columns(runs: Sequence[Run]) -> list[Column]:
+    """A column per config key that varies across ``runs``: ``param:<key>`` in runs.csv, the key for people."""
+    keys = varying_params([run.provenance for run in runs])
+    return [
+        Column(f"param:{key}", key, lambda run, key=key: flatten(run.provenance["config"]).get(key)) for key in keys
+    ]
 
 
-def runs_frame(provenance_files: Iterable[str | Path]) -> pd.DataFrame:
-    """One row per run: every parameter that varies across the runs (``param:<key>``), then COLUMNS."""
-    records = [read_json(path) for path in provenance_files]
-    if not records:
-        return pd.DataFrame(columns=COLUMNS)
-    params = varying_params(records)
-    rows = []
-    for record in records:
-        config = flatten(record["config"])
-        rows.append({**{f"param:{k}": config.get(k) for k in params}, **run_row(record)})
-    return pd.DataFrame(rows)[[*(f"param:{k}" for k in params), *COLUMNS]]
+def runs_frame(runs: Sequence[Run]) -> pd.DataFrame:
+    """runs.csv: the parameters that vary across the runs (``param:<key>``), then every column."""
+    columns = [*param_columns(runs), *COLUMNS]
+    return pd.DataFrame([[c.read(run) for c in columns] for run in runs], columns=[c.name for c in columns])
 
 
-def summary_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The runs table people read (terminal and HTML): varying parameters, outcome, speed, where it ran."""
-    params = varying_params(records)
-    rows = []
-    for record in records:
-        training, launch, timing = record["training"], record["launch"], record["timing"]
-        config = flatten(record["config"])
-        rows.append(
-            {
-                "run": record["run_id"],
-                **{key: config.get(key) for key in params},
-                "best val_loss": training["best_val_loss"],
-                "val acc": training["best_val_acc"],
-                "epochs": f"{training['epochs_completed']}/{training['max_epochs']}",
-                "early stop": "yes" if training["stopped_early"] else "no",
-                "duration s": timing["duration_s"],
-                "samples/s": timing["samples_per_s"],
-                "world size": f"{launch['world_size']} ({launch['nodes']}x{launch['processes_per_node']})",
-                "launcher": launch["launcher"],
-                "job id": launch["job_id"] or "",
-            }
-        )
-    return pd.DataFrame(rows)
+def people_columns(runs: Sequence[Run]) -> list[Column]:
+    """The runs table people read: run, the parameters that vary, outcome, speed, where it ran."""
+    return [BY_NAME["run_id"], *param_columns(runs), *(BY_NAME[name] for name in PEOPLE)]
+
+
+def summary_frame(runs: Sequence[Run]) -> pd.DataFrame:
+    """The people's runs table (terminal and ``--json``), headed by the columns' labels."""
+    columns = people_columns(runs)
+    return pd.DataFrame([[c.shown(run) for c in columns] for run in runs], columns=[c.label for c in columns])
+
+
+def outcome(run: Run) -> list[tuple[str, Any]]:
+    """(label, value) of the columns ``compare`` puts side by side."""
+    return [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
 
 
 def write_runs_table(provenance_files: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
-    frame = runs_frame(provenance_files)
+    frame = runs_frame(runs_from_provenance(list(provenance_files)))
     atomic_write_text(out, frame.to_csv(index=False))
     return frame
