@@ -1,5 +1,11 @@
 # Report stage: every run of the grid compared, plotted, and packed with its evidence.
 
+# The config the crate records, canonical (sorted keys, no platform: each run's provenance says
+# where it ran), so the same config on another profile does not rerun report_crate.
+CRATE_CONFIG = json.dumps(
+    {key: value for key, value in CONFIG.items() if key != "platform"}, sort_keys=True
+)
+
 
 # One row per run: the sweep parameters, best val_loss and accuracy, epochs, duration, throughput.
 rule report_runs:
@@ -100,7 +106,7 @@ rule report_crate:
         "../envs/report.yaml"
     params:
         report=REPORT,
-        config=CONFIG,
+        config=CRATE_CONFIG,
         configfiles=CONFIG_FILES,
     script:
         "../scripts/report_crate.py"

@@ -1,5 +1,6 @@
 """Snakemake adapter: the Workflow Run RO-Crate in results/report/."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ write_crate(
     settings=snakemake.params.report,
     repo=Path(snakemake.input.workflow[0]).parent,  # the Snakefile comes first
     config_files=snakemake.params.configfiles,
-    resolved_config=snakemake.params.config,
+    resolved_config=json.loads(snakemake.params.config),
     report_files=list(snakemake.input.report),
     out=snakemake.output.crate,
 )
