@@ -1,11 +1,17 @@
-"""snakeddp runs: the terminal table of finished runs."""
+"""The snakeddp command: runs, verify and --version, as typed in a terminal."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from conftest import subprocess_env
 
+from snakeddp import __version__
 from snakeddp.cli import main
 
 pytestmark = pytest.mark.e2e
@@ -35,3 +41,35 @@ def test_runs_json_matches_provenance(sweep_workflow, capsys):
 def test_no_runs(tmp_path, capsys):
     assert main(["runs", "--results", str(tmp_path)]) == 1
     assert "no finished runs" in capsys.readouterr().out
+
+
+def snakeddp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The installed ``snakeddp`` command, as a user types it."""
+    command = [str(Path(sys.executable).parent / "snakeddp"), *args]
+    return subprocess.run(command, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, check=False)
+
+
+def test_version(tmp_path):
+    done = snakeddp("--version", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == f"snakeddp {__version__}"
+
+
+def test_runs_from_a_subdirectory_prints_plain_numbers(sweep_workflow):
+    inside = sweep_workflow.directory / "results" / "runs" / "devices-1" / "checkpoints"
+    done = snakeddp("runs", cwd=inside)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["devices-1", "devices-2"]
+    assert not re.search(r"\de[+-]\d", done.stdout), done.stdout
+
+
+def test_verify_without_a_run_verifies_every_run(sweep_workflow):
+    done = snakeddp("verify", cwd=sweep_workflow.directory)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.findall(r"^snakeddp verify (\S+)", done.stdout, re.MULTILINE) == ["devices-1", "devices-2"]
+    assert "MISMATCH" not in done.stdout
+
+
+def test_verify_without_runs_says_so(tmp_path):
+    done = snakeddp("verify", cwd=tmp_path)
+    assert done.returncode == 2 and "no finished runs" in done.stderr and "HINT:" in done.stderr

@@ -2,9 +2,11 @@
 
     snakeddp runs                      table of finished runs under results/
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
-    snakeddp verify RUN                recompute checkpoint and data checksums against provenance
+    snakeddp verify [RUN]              recompute checkpoint and data checksums against provenance
+                                       (every finished run when RUN is left out)
 
-RUN is a run id (results/runs/<id>), a run directory or its provenance.json.
+RUN is a run id (results/runs/<id>), a run directory or its provenance.json. The results
+directory is the checkout's results/, found from any directory inside it (--results to choose).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from snakeddp import __version__
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
-from snakeddp.report.runs import RunNotFound, find_runs, resolve_run
-from snakeddp.report.table import summary_frame
+from snakeddp.report.runs import RunNotFound, default_results, find_runs, resolve_run
+from snakeddp.report.table import readable, summary_frame
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -31,8 +34,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(frame.to_dict(orient="records"), indent=2, default=str))
         return 0
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.float_format", "{:.4g}".format):
-        print(frame.to_string(index=False))
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(frame.astype(object).map(readable).to_string(index=False))
     return 0
 
 
@@ -43,17 +46,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    run = resolve_run(args.run, args.results)
-    checks = verify_run(run)
-    print(format_checks(run, checks))
-    return 0 if all(check.ok for check in checks) else 1
+    runs = [resolve_run(args.run, args.results)] if args.run else find_runs(args.results)
+    if not runs:
+        raise RunNotFound(
+            f"no finished runs under {args.results}/runs. HINT: run snakemake first, or pass --results DIR."
+        )
+    ok = True
+    for run in runs:
+        checks = verify_run(run)
+        print(format_checks(run, checks))
+        ok = ok and all(check.ok for check in checks)
+    return 0 if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--results", default="results", help="the workflow's results directory (default: results)")
+    parser.add_argument("--version", action="version", version=f"snakeddp {__version__}")
+    parser.add_argument(
+        "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     runs = sub.add_parser("runs", help="table of finished runs")
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -64,11 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
     diff.set_defaults(func=cmd_compare)
     verify = sub.add_parser("verify", help="recompute a run's checkpoint and data checksums against its provenance")
-    verify.add_argument("run", metavar="RUN")
+    verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
     verify.set_defaults(func=cmd_verify)
     for sp in (runs, diff, verify):
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
     args = parser.parse_args(argv)
+    args.results = args.results or default_results()
     try:
         return args.func(args)
     except RunNotFound as exc:

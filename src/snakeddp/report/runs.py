@@ -87,6 +87,16 @@ def load_run(run_dir: str | Path) -> Run:
     return Run(run_dir=run_dir, provenance=read_json(run_dir / FILE_NAME), metrics=read_metrics(run_dir / METRICS_FILE))
 
 
+def default_results(start: str | Path | None = None) -> Path:
+    """The results directory for a command started anywhere in a checkout: the nearest ``results/`` at
+    or above ``start`` (the working directory), else the one beside the nearest Snakefile."""
+    here = Path(start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        if (directory / "results").is_dir() or (directory / "Snakefile").is_file():
+            return directory / "results"
+    return Path("results")
+
+
 def find_runs(results: str | Path) -> list[Run]:
     """Every finished run (one with provenance.json) under ``results/runs``, sorted by id."""
     return [load_run(path.parent) for path in sorted(Path(results).glob(f"runs/*/{FILE_NAME}"))]
