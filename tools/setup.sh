@@ -18,6 +18,8 @@ if [[ "${1:-}" == "--dev" ]]; then
     optional=()
 fi
 
+tools/profiles.sh
+
 # A venv set up with --dev also serves a plain set-up (the dev lock only adds packages).
 stamp="$VENV/.snakeddp-locks"
 fingerprint() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }

@@ -1,0 +1,88 @@
+"""The profiles as users type them: bare names from the checkout's root after tools/setup.sh, a
+user's own profile of the same name left alone, and plain `snakemake` with the workflow profile."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, subprocess_env
+
+pytestmark = pytest.mark.e2e
+NAMES = ("local", "slurm", "azureml")
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A copy of this checkout's files (tracked and new, nothing ignored), as a fresh clone has them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    root = tmp_path / "snakeddp"
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    return root
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """A private home and config directory; a venv the set-up finds already matching the lock, so
+    tools/setup.sh installs nothing and this interpreter's snakemake is the one on PATH."""
+    home = tmp_path / "home"
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    # tools/setup.sh's stamp: the lock and pyproject.toml it was made from.
+    lock = (REPO / "envs" / "requirements.lock").read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    (venv / ".snakeddp-locks").write_text(hashlib.sha256(lock).hexdigest() + "\n")
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    return subprocess_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), VENV=str(venv), PATH=path)
+
+
+def typed(command: str, root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(command.split(), cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_bare_profile_names_work_after_setup(checkout, user_env):
+    setup = typed("tools/setup.sh", checkout, user_env)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    for name in NAMES:
+        assert f"--profile {name} now means {checkout}/profiles/{name}" in setup.stdout
+        plan = typed(f"snakemake --profile {name} --dry-run", checkout, user_env)
+        output = plan.stdout + plan.stderr
+        assert plan.returncode == 0, output
+        assert f"Using profiles {name} and workflow specific profile profiles/default" in output
+        assert "train" in output and "report_crate" in output
+    again = typed("tools/setup.sh", checkout, user_env)
+    assert again.returncode == 0 and "profile" not in again.stdout + again.stderr
+
+
+def test_a_users_own_profile_is_kept(checkout, user_env):
+    own = Path(user_env["XDG_CONFIG_HOME"]) / "snakemake" / "slurm"
+    own.mkdir(parents=True)
+    (own / "config.yaml").write_text("executor: slurm\njobs: 7\n")
+    setup = typed("tools/setup.sh", checkout, user_env)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    notes = [line for line in setup.stdout.splitlines() if "HINT:" in line]
+    assert len(notes) == 1 and f"{own} (yours, kept)" in notes[0] and "--profile profiles/slurm" in notes[0]
+    assert not own.is_symlink() and (own / "config.yaml").read_text() == "executor: slurm\njobs: 7\n"
+    assert (own.parent / "local").resolve() == checkout / "profiles" / "local"
+    # What the hint says to type reaches this checkout's profile.
+    plan = typed("snakemake --profile profiles/slurm --dry-run", checkout, user_env)
+    assert plan.returncode == 0 and "Using profiles profiles/slurm and" in plan.stderr, plan.stdout + plan.stderr
+
+
+def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):
+    plan = typed("snakemake --cores 2 --dry-run", checkout, user_env)
+    output = plan.stdout + plan.stderr
+    assert plan.returncode == 0, output
+    assert "Using workflow specific profile profiles/default" in output and "train" in output

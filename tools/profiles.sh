@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Make `snakemake --profile local|slurm|azureml` work from the checkout's root (tools/setup.sh runs
+# this). Snakemake looks a bare profile name up in the working directory, then in
+# ${XDG_CONFIG_HOME:-~/.config}/snakemake, then /etc/xdg/snakemake. Links there, rather than at
+# the checkout's top level, keep the repository's layout and never shadow a profile the user
+# already has: a name that is taken is left alone, with a note on how to reach ours.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${XDG_CONFIG_HOME:-$HOME/.config}/snakemake
+mkdir -p "$dir"
+for name in local slurm azureml; do
+    ours=$PWD/profiles/$name
+    link=$dir/$name
+    if [[ -L "$link" && "$(readlink "$link")" == "$ours" ]]; then
+        continue
+    elif [[ -e "$link" || -L "$link" ]]; then
+        echo "setup: --profile $name finds $link (yours, kept), not $ours. HINT: type --profile profiles/$name for this checkout's (or move yours away and rerun tools/setup.sh)."
+    else
+        ln -s "$ours" "$link"
+        echo "setup: --profile $name now means $ours (linked from $link)"
+    fi
+done
