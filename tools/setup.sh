@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv with exactly the versions in envs/requirements.lock (plus the dev/test lock with
 # --dev) and install snakeddp itself in editable mode. Safe to rerun: it does nothing when the
-# venv already matches the locks.
+# venv already matches the locks. Installs with uv (pinned, bootstrapped on first use) and links
+# the profiles so that `snakemake --profile local|slurm|azureml` works (tools/profiles.sh).
 #   tools/setup.sh           # what `make run` needs
 #   tools/setup.sh --dev     # plus test and lint tools and the optional extras the tests exercise
 set -euo pipefail
@@ -31,26 +32,42 @@ if [[ -f "$stamp" ]]; then
     fi
 fi
 
-if [[ ! -x "$VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$VENV"
+# uv installs the locks in seconds where pip took two minutes (README, Set-up); it is bootstrapped
+# once per machine from PyPI, at a pinned version, into a directory of its own.
+UV_VERSION=0.13.8
+tools=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION
+uv="$tools/bin/uv"
+if [[ ! -x "$uv" ]]; then
+    echo "setup: installing uv $UV_VERSION into $tools (once per machine)"
+    "$PYTHON" -m venv "$tools"
+    "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
-pip=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
+# uv does not read pip's config: a machine's own wheels (pip's find-links, e.g. a CPU torch) stay usable.
+if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
+    export UV_FIND_LINKS=$PIP_FIND_LINKS
+fi
+into=(--python "$VENV/bin/python")
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "setup: creating $VENV"
+    "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
+fi
+echo "setup: installing ${locks[*]} into $VENV"
 # The locks are complete (every transitive dependency, exact versions), so no resolver runs:
-# what gets installed is exactly what the locks say.
-"${pip[@]}" install --no-deps $(printf -- '-r %s ' "${locks[@]}")
+# sync installs exactly what the locks say and removes what they do not.
+"$uv" pip sync "${into[@]}" "${locks[@]}"
 # torch is locked by version; the build is the machine's (this machine's wheel cache has the CPU
 # build). A CUDA build needs its runtime wheels (nvidia-*), which this adds; for a CPU build
 # every requirement is already met and nothing changes.
-"${pip[@]}" install "$(grep '^torch==' "$core")" -c "$core"
-"${pip[@]}" install --no-deps -e .
-# Packages in neither lock (left by an older lock, or installed by hand) go, so the venv is
-# exactly the locks.
+"$uv" pip install --quiet "${into[@]}" "$(grep '^torch==' "$core")" --constraint "$core"
+"$uv" pip install --quiet "${into[@]}" --no-deps -e .
+# Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.
 extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then
     echo "setup: removing packages that no lock names: $(echo $extra)"
-    "${pip[@]}" uninstall --yes $extra
+    "$uv" pip uninstall --quiet "${into[@]}" $extra
 fi
-"$VENV/bin/python" -m pip check
+"$uv" pip check "${into[@]}"
 PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"
