@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import subprocess
 import zipfile
 
 import pytest
 import yaml
-from conftest import SWEEP, Workflow
+from conftest import REPO, SWEEP, Workflow, subprocess_env
+from packaging.utils import canonicalize_name
+
+from snakeddp.environment.lock import read_lock
 
 pytestmark = pytest.mark.e2e
 REPORT_RULES = {"report_curves", "report_scaling", "report_html", "report_crate"}
@@ -42,3 +48,44 @@ def test_snakemake_report_includes_ours(sweep_workflow, tmp_path):
     assert any(name.endswith("report.html") and "/data/raw/" in name for name in names), names[:20]
     assert any(name.endswith("curves.png") for name in names)
     assert yaml.safe_load((sweep_workflow.directory / "config.yaml").read_text()) == SWEEP
+
+
+@pytest.mark.parametrize("profile", ["azureml", "slurm", None])
+def test_finished_sweep_is_up_to_date_on_every_profile(sweep_workflow, profile):
+    """Finished on the local profile: another profile, or none, has nothing to do (report_crate included)."""
+    flow = Workflow(sweep_workflow.directory, profile=profile or "local")
+    command = flow.command("--dry-run")
+    if profile is None:
+        at = command.index("--profile")
+        del command[at : at + 2]
+    done = subprocess.run(command, cwd=flow.directory, env=subprocess_env(), capture_output=True, text=True)
+    assert done.returncode == 0 and "Nothing to be done" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+# Put first on a process's path: imports of packages that only the dev lock installs fail, as they
+# would in the .venv that `make run` sets up.
+DEV_ONLY_BLOCKER = """
+import sys
+BLOCKED = {blocked!r}
+class DevOnly:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (only in requirements-dev.lock)", name=name)
+sys.meta_path.insert(0, DevOnly())
+"""
+
+
+def test_snakemake_report_needs_only_the_run_lock(sweep_workflow, tmp_path):
+    """The README's `snakemake --report report.zip` after `make run`: nothing it imports is dev-only."""
+    core, dev = read_lock(REPO / "envs" / "requirements.lock"), read_lock(REPO / "envs" / "requirements-dev.lock")
+    dev_only = set(dev.pins) - set(core.pins)
+    blocked = sorted(
+        module
+        for module, dists in importlib.metadata.packages_distributions().items()
+        if {canonicalize_name(dist) for dist in dists} <= dev_only
+    )
+    assert "pytest" in blocked and "yaml" not in blocked
+    (tmp_path / "sitecustomize.py").write_text(DEV_ONLY_BLOCKER.format(blocked=blocked))
+    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO / "src")]))
+    sweep_workflow.run("--report", str(tmp_path / "report.zip"), env=env)
+    assert zipfile.is_zipfile(tmp_path / "report.zip")
