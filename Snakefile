@@ -26,3 +26,9 @@ rule all:
         rules.report_html.output.html,
         rules.report_crate.output.crate,
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
+
+
+# The last line of a successful run: where to look.
+onsuccess:
+    if Path(rules.report_html.output.html).is_file():
+        print(f"Report: {Path(rules.report_html.output.html).resolve()}")

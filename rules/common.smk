@@ -11,6 +11,7 @@ sys.path.insert(0, SRC)
 from snakeddp import config as snakeddp_config
 from snakeddp import hashing as snakeddp_hashing
 from snakeddp.workflow.files import workflow_files
+from snakeddp.workflow.terminal import terminal_of_this_process
 from snakeddp.run import variables as snakeddp_variables
 from snakeddp.data import sources as snakeddp_sources
 
@@ -35,6 +36,10 @@ os.environ.update(
     PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
     SNAKEDDP_PLATFORM=PLATFORM,
 )
+# Jobs of the local platform run beside Snakemake: their progress lines (epochs, ingestion, the
+# report) also go to its terminal, which otherwise shows a job's output only in the job's log.
+if PLATFORM == "local":
+    os.environ.update(SNAKEDDP_TERMINAL=terminal_of_this_process())
 if not DEPLOYMENT & {"CONDA", "APPTAINER"}:
     os.environ.update(
         PATH=os.pathsep.join(

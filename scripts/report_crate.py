@@ -7,7 +7,9 @@ from pathlib import Path
 sys.stderr = open(snakemake.log[0], "w")
 
 from snakeddp.report.page import write_crate
+from snakeddp.workflow.terminal import say
 
+say(f"report: {snakemake.output[0]} from {len(snakemake.input.provenance)} runs")
 write_crate(
     provenance=list(snakemake.input.provenance),
     settings=snakemake.params.report,

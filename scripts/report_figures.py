@@ -7,7 +7,9 @@ sys.stderr = open(snakemake.log[0], "w")
 from snakeddp.report import figures
 from snakeddp.report.runs import runs_from_provenance
 from snakeddp.report.table import varying_params
+from snakeddp.workflow.terminal import say
 
+say(f"report: {snakemake.output[0]} from {len(snakemake.input.provenance)} runs")
 settings = snakemake.params.report
 runs = runs_from_provenance(list(snakemake.input.provenance))
 if snakemake.rule == "report_curves":

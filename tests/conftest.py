@@ -171,5 +171,6 @@ def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     that only read its results, with secret-looking variables set in its environment."""
     flow = Workflow(tmp_path_factory.mktemp("sweep"))
     flow.write_config(SWEEP)
-    flow.run(env=subprocess_env(**SECRETS))
+    # What the user saw on the terminal, for the tests of progress lines.
+    flow.first_run = flow.run(env=subprocess_env(**SECRETS))
     return flow

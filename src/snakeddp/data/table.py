@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +26,14 @@ import numpy as np
 from snakeddp.data.partitions import encode_header
 from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.workflow.terminal import say
 
 FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
 GENERATOR = "snakeddp.table/1"
 # About 16 MB of float64 values per chunk: big enough to parse fast, small enough to never matter.
 CHUNK_VALUES = 1 << 21
+# Seconds between progress lines while a big table is read.
+PROGRESS_EVERY_S = 10
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -288,10 +292,14 @@ def _read_rows(
     table = params["table"]
     features, label = list(table["features"]), table["label"]
     partitions, classes = params["num_train_files"], params["num_classes"]
-    row = 0
-    for path in files:
+    row, said = 0, time.monotonic()
+    for number, path in enumerate(files, 1):
+        say(f"ingest: reading {path} (file {number} of {len(files)})")
         file_rows = 0
         for chunk in _chunks(fmt, path, [*features, label], chunk_rows):
+            if time.monotonic() - said >= PROGRESS_EVERY_S:
+                say(f"ingest: {row:,} rows read")
+                said = time.monotonic()
             n = len(chunk[label])
             values = np.empty((n, len(features)), dtype=np.float64)
             for j, name in enumerate(features):
@@ -352,6 +360,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
                 f"{table['path']}: {stats.rows_read - stats.rows_dropped} usable rows leave {which} empty. "
                 "HINT: lower data.num_train_files, raise data.table.val_fraction, or use a bigger table."
             )
+        say(f"ingest: {stats.rows_read:,} rows read; writing {partitions} train partitions and validation")
         entries = []
         for target in range(partitions + 1):
             split = "val" if target == partitions else "train"

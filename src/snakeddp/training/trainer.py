@@ -17,6 +17,7 @@ from snakeddp.cluster import Launcher, LaunchError, Layout
 from snakeddp.fsutil import atomic_write
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
+from snakeddp.training.progress import EpochProgress
 from snakeddp.training.strategies import build_strategy
 
 
@@ -71,6 +72,7 @@ def build_trainer(
         "preemption": Preemption(trainer_cfg["preempt_signals"], checkpoints / LAST),
         "hosts": RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
     }
+    named["progress"] = EpochProgress(run_dir.name, named["metrics"])
     if stop_cfg["enabled"]:
         named["early_stopping"] = EarlyStopping(
             monitor="val_loss", mode="min", patience=stop_cfg["patience"], min_delta=stop_cfg["min_delta"]

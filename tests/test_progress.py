@@ -1,0 +1,62 @@
+"""Progress lines: one per epoch from rank 0 in the run's log and on Snakemake's terminal (local
+platform), table ingestion and the report stage saying what they do, and where the report is."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import pytest
+from test_data_table import frame, params
+
+from snakeddp.data.table import ingest
+from snakeddp.training.progress import epoch_line
+from snakeddp.workflow.terminal import VARIABLE
+
+ROW = {"epoch": 1, "partition": 1, "train_loss": 0.69312, "val_loss": 0.6, "val_acc": 0.5125,
+       "samples_per_s": 49525.4, "epoch_seconds": 1.25}  # fmt: skip
+EPOCH = re.compile(r"^(\S+): epoch (\d+)/(\d+)  partition \d+  train_loss \S+  val_loss \S+  val_acc \S+  "
+                   r"[\d,.]+ samples/s  \S+/epoch  ETA \S+$")  # fmt: skip
+
+
+def test_epoch_line_says_epoch_partition_losses_speed_and_eta():
+    line = epoch_line("lr-0.01", ROW, max_epochs=10, mean_epoch_s=1.5)
+    assert line == (
+        "lr-0.01: epoch 2/10  partition 1  train_loss 0.6931  val_loss 0.6  val_acc 0.5125  "
+        "49,525 samples/s  1.2s/epoch  ETA 12.0s"
+    )
+    assert EPOCH.match(line)
+
+
+def test_ingestion_says_what_it_reads_on_the_terminal(tmp_path, monkeypatch, capsys):
+    terminal = tmp_path / "terminal"
+    monkeypatch.setenv(VARIABLE, f"{socket.gethostname()}:{terminal}")
+    frame(400).to_csv(tmp_path / "t.csv", index=False)
+    ingest(params(tmp_path / "t.csv"), tmp_path / "out")
+    said = terminal.read_text().splitlines()
+    assert said == [
+        f"ingest: reading {tmp_path / 't.csv'} (file 1 of 1)",
+        "ingest: 400 rows read; writing 3 train partitions and validation",
+    ]
+    assert capsys.readouterr().err.splitlines() == said  # the job's log
+
+
+def test_another_hosts_terminal_is_left_alone(tmp_path, monkeypatch):
+    terminal = tmp_path / "terminal"
+    monkeypatch.setenv(VARIABLE, f"not-{socket.gethostname()}:{terminal}")
+    frame(50).to_csv(tmp_path / "t.csv", index=False)
+    ingest(params(tmp_path / "t.csv", partitions=1), tmp_path / "out")
+    assert not terminal.exists()
+
+
+@pytest.mark.e2e
+def test_sweep_shows_epochs_as_they_happen_and_ends_with_the_report(sweep_workflow):
+    terminal = sweep_workflow.first_run.stderr.splitlines()
+    for run in ("devices-1", "devices-2"):
+        shown = [m.groups()[1:] for line in terminal if (m := EPOCH.match(line)) and m[1] == run]
+        assert shown == [(str(epoch), "3") for epoch in (1, 2, 3)], terminal
+        log = (sweep_workflow.directory / "logs" / "train" / f"{run}.log").read_text().splitlines()
+        assert [line for line in log if EPOCH.match(line)] == [line for line in terminal if line.startswith(run)]
+    assert any(re.match(r"report: results/report/report.html from 2 runs$", line) for line in terminal)
+    report = sweep_workflow.directory / "results" / "report" / "report.html"
+    assert f"Report: {report}" in sweep_workflow.first_run.stdout.splitlines()
