@@ -1,7 +1,7 @@
 # snakeddp: partitioned data -> distributed Lightning training -> report, on any profile.
-#   snakemake --profile profiles/local     (this machine, torchrun)
-#   snakemake --profile profiles/slurm     (Slurm, srun/mpirun inside each job)
-#   snakemake --profile profiles/azureml   (AzureML jobs)
+#   snakemake --profile local     (this machine, torchrun)
+#   snakemake --profile slurm     (Slurm, srun/mpirun inside each job)
+#   snakemake --profile azureml   (AzureML jobs)
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -62,6 +62,8 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
         assert plan.returncode == 0, output
         assert f"Using profiles {name} and workflow specific profile profiles/default" in output
         assert "train" in output and "report_crate" in output
+        if name == "local":  # the default platform: no profile config for Snakemake to announce
+            assert "additional config" not in output
     again = typed("tools/setup.sh", checkout, user_env)
     assert again.returncode == 0 and "profile" not in again.stdout + again.stderr
 
