@@ -56,7 +56,9 @@ def test_sweep_shows_epochs_as_they_happen_and_ends_with_the_report(sweep_workfl
         shown = [m.groups()[1:] for line in terminal if (m := EPOCH.match(line)) and m[1] == run]
         assert shown == [(str(epoch), "3") for epoch in (1, 2, 3)], terminal
         log = (sweep_workflow.directory / "logs" / "train" / f"{run}.log").read_text().splitlines()
-        assert [line for line in log if EPOCH.match(line)] == [line for line in terminal if line.startswith(run)]
+        said = [line for line in terminal if line.startswith(f"{run}: ")]
+        assert said[0] == f"{run}: training from epoch 1/3 on {run[-1]} process{'es' if run[-1] != '1' else ''}"
+        assert [line for line in log if line.startswith(f"{run}: ")] == said
     assert any(re.match(r"report: results/report/report.html from 2 runs$", line) for line in terminal)
     report = sweep_workflow.directory / "results" / "report" / "report.html"
     assert f"Report: {report}" in sweep_workflow.first_run.stdout.splitlines()

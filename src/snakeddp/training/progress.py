@@ -40,6 +40,13 @@ class EpochProgress(Callback):
         self.metrics = metrics
         self._epoch_seconds: list[float] = []
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            say(
+                f"{self.run_id}: training from epoch {trainer.current_epoch + 1}/{trainer.max_epochs} "
+                f"on {trainer.world_size} process{'es' if trainer.world_size > 1 else ''}"
+            )
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or not self.metrics.rows:
             return
