@@ -13,7 +13,17 @@ from snakeddp import hashing as snakeddp_hashing
 from snakeddp.workflow.files import workflow_files
 from snakeddp.run import variables as snakeddp_variables
 from snakeddp.data import sources as snakeddp_sources
+from snakeddp import coerce as snakeddp_coerce
+from snakemake.utils import update_config
 
+# Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
+# they take the type the schema asks for before the config is validated.
+update_config(
+    config,
+    snakeddp_coerce.command_line(
+        workflow.config_settings.config, snakeddp_config.load_schema()
+    ),
+)
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")

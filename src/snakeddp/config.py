@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from snakeddp import coerce
 from snakeddp.data import sources
 from snakeddp.hashing import sha256_json
 
@@ -98,8 +99,8 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping, got {type(config).__name__}")
-    resolved = copy.deepcopy(dict(config))
     schema = load_schema()
+    resolved = coerce.normalise(config, schema)
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),
