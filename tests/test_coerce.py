@@ -20,7 +20,7 @@ def test_command_line_strings_take_the_schema_type(schema):
         "launch": {"master_port": "null", "devices": "2.0"},
         "tracking": {"tensorboard": {"enabled": "true"}},
         "sweep": {"model.lr": ["0.001", "0.01"], "launch.devices": ["1", "2"]},
-        "environment": {"image": "docker://x/y:1"},
+        "environment": {"image": "docker://x/y:1", "lock": "null"},
         "platform": "local",
     }
     assert coerce.command_line(given, schema) == {
@@ -29,7 +29,7 @@ def test_command_line_strings_take_the_schema_type(schema):
         "launch": {"master_port": None, "devices": 2},
         "tracking": {"tensorboard": {"enabled": True}},
         "sweep": {"model.lr": [0.001, 0.01], "launch.devices": [1, 2]},
-        "environment": {"image": "docker://x/y:1"},
+        "environment": {"image": "docker://x/y:1", "lock": None},
         "platform": "local",
     }
 

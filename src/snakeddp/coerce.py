@@ -52,6 +52,8 @@ def _parse_text(text: str, types: set[str]) -> Any:
     """A command-line scalar as the first of ``types`` it can be; ``text`` when none fits."""
     if "null" in types and text in NULLS:
         return None
+    if "string" in types:
+        return text
     if "boolean" in types and text.lower() in BOOLEANS:
         return BOOLEANS[text.lower()]
     if types & {"integer", "number"}:
@@ -89,7 +91,7 @@ def _coerce(value: Any, schema: Mapping[str, Any], text: bool) -> Any:
         }
     if isinstance(value, list):
         return [_coerce(item, schema.get("items", {}), text) for item in value]
-    if isinstance(value, str) and text and "string" not in types:
+    if isinstance(value, str) and text:
         return _parse_text(value, types)
     if isinstance(value, float) and value.is_integer() and "integer" in types and "number" not in types:
         return int(value)
