@@ -91,7 +91,7 @@ os.environ.update(SNAKEDDP_LOCK=str(Path(LOCK_FILE).resolve()))
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
-    raise WorkflowError(
+    snakeddp_preflight.stop(
         "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
         "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
         "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."

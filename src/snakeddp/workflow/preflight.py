@@ -31,7 +31,7 @@ class PreflightError(ConfigError):
     """Something the workflow cannot start with; the message says what and how to fix it."""
 
 
-def stop(error: Exception) -> NoReturn:
+def stop(error: Exception | str) -> NoReturn:
     """Print ``error`` once and end Snakemake with status 1. A WorkflowError raised while the
     Snakefile is read would be printed with its file, line and a traceback line around it."""
     print(error, file=sys.stderr, flush=True)
