@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from snakeddp import cluster
-from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.azureml.submit import require_sdk
 from snakeddp.config import ConfigError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file
 from snakeddp.run import requirements
+
+# The keys that name a user's class (model.target, data.module), imported only by the training interpreter.
+USER_CLASSES = (("model", "target"), ("data", "module"))
 
 
 class PreflightError(ConfigError):
@@ -116,6 +117,10 @@ def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) 
             "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "
             "your workspace and compute (README, Running on AzureML)."
         )
+    # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
+    from snakeddp.azureml.settings import AzureMLError, Settings
+    from snakeddp.azureml.submit import require_sdk
+
     try:
         settings = Settings.from_section(config["azureml"], cwd)
         require_sdk(settings.sdk)
@@ -128,27 +133,26 @@ def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) 
 
 def module_file(module: str, search: list[str]) -> Path | None:
     """The file of ``module`` found along ``search`` without importing anything (None if not found)."""
+    parts = module.split(".")
     path: list[str] | None = search
     spec = None
-    for depth, _ in enumerate(parts := module.split(".")):
-        if path is None:
-            return None
-        spec = PathFinder.find_spec(".".join(parts[: depth + 1]), path)
+    for depth in range(1, len(parts) + 1):
+        spec = PathFinder.find_spec(".".join(parts[:depth]), path) if path else None
         if spec is None:
             return None
-        path = list(spec.submodule_search_locations or []) or None
+        path = list(spec.submodule_search_locations or [])
     origin = Path(spec.origin) if spec and spec.origin else None
     return origin if origin and origin.is_file() else None
 
 
-def check_targets(targets: Mapping[str, str], python: str, cwd: Path, env: Mapping[str, str], cache: Path) -> None:
-    """Import each configured class (``{"model.target": "pkg.mod:Class"}``) in the training interpreter
+def check_targets(targets: list[tuple[str, str]], python: str, cwd: Path, env: Mapping[str, str], cache: Path) -> None:
+    """Import each configured class (``("model.target", "pkg.mod:Class")``) in the training interpreter
     and check its kind. A check that passed is remembered by the module file's sha256: importing
     torch costs seconds, and a dry run should not pay them every time."""
     search = [str(cwd), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *sys.path[1:]]
     known = read_json(cache) if cache.is_file() else {}
     stamps, todo = {}, []
-    for key, target in targets.items():
+    for key, target in targets:
         found = module_file(target.partition(":")[0], search)
         stamp = f"{python} {sha256_file(found)}" if found else None
         if stamp is None or known.get(f"{key}={target}") != stamp:
@@ -187,9 +191,9 @@ def check_workflow(
         check_azureml(raw, config, Path.cwd())
     elif same_interpreter:
         check_trackers(config["tracking"])
-        targets = {}
-        for run in runs.values():
-            model, data = run["config"]["model"], run["config"]["data"]
-            targets.update({k: v for k, v in (("model.target", model["target"]), ("data.module", data["module"])) if v})
+        targets = sorted(
+            {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}
+            - {(f"{part}.{key}", None) for part, key in USER_CLASSES}
+        )
         if targets:
             check_targets(targets, sys.executable, Path.cwd(), os.environ, cache)
