@@ -21,6 +21,7 @@ import yaml
 
 # The sweep maps dotted keys to lists of values of that key's type.
 SWEEP = "sweep"
+# What a command-line value may say for null where the schema allows it.
 NULLS = ("null", "~", "none", "None")
 BOOLEANS = {"true": True, "false": False}
 
