@@ -7,6 +7,10 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+# Refuses to run from a subdirectory of the checkout (every path below is relative to its root).
+include: "rules/checkout.smk"
+
+
 configfile: "config/config.yaml"
 
 

@@ -14,7 +14,18 @@ from snakeddp.workflow.files import workflow_files
 from snakeddp.workflow.terminal import terminal_of_this_process
 from snakeddp.run import variables as snakeddp_variables
 from snakeddp.data import sources as snakeddp_sources
+from snakeddp import coerce as snakeddp_coerce
+from snakeddp.workflow import preflight as snakeddp_preflight
+from snakemake.utils import update_config
 
+# Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
+# they take the type the schema asks for before the config is validated.
+update_config(
+    config,
+    snakeddp_coerce.command_line(
+        workflow.config_settings.config, snakeddp_config.load_schema()
+    ),
+)
 try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
@@ -24,7 +35,7 @@ try:
     # processes through the environment, so changing them never reruns a job.
     os.environ.update(snakeddp_variables.variables(CONFIG))
 except snakeddp_config.ConfigError as error:
-    raise WorkflowError(str(error)) from None
+    snakeddp_preflight.stop(error)
 
 PLATFORM = CONFIG["platform"]
 DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
@@ -65,12 +76,27 @@ SCALING = (
 # is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
 # path reaches the job through the environment.
 LOCK_FILE = CONFIG["environment"]["lock"] or str(REPO / "envs" / "requirements.lock")
+# What a job would only fail on later (profile, launcher, strategy, packages, user classes,
+# cores, files) stops here in one line, before any job runs; `snakemake -n` shows it too.
+try:
+    snakeddp_preflight.check_workflow(
+        config,
+        CONFIG,
+        RUNS,
+        PLATFORM,
+        cores=None if workflow.touch else workflow.cores,
+        lock=Path(LOCK_FILE),
+        same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
+        cache=Path(".snakemake/snakeddp/targets.json"),
+    )
+except snakeddp_config.ConfigError as error:
+    snakeddp_preflight.stop(error)
 LOCK_SHA256 = snakeddp_hashing.sha256_file(LOCK_FILE)
 os.environ.update(SNAKEDDP_LOCK=str(Path(LOCK_FILE).resolve()))
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
-    raise WorkflowError(
+    snakeddp_preflight.stop(
         "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
         "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
         "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."

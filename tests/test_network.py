@@ -42,10 +42,13 @@ def test_network_env_becomes_environment_strings():
 
 
 def test_only_network_families_and_no_secrets():
-    with pytest.raises(config.ConfigError, match="network.env"):
+    with pytest.raises(config.ConfigError, match=r"network.env.HOME: not a network variable\. HINT: "):
         config.validate({"network": {"env": {"HOME": "/tmp"}}})
-    with pytest.raises(config.ConfigError, match="look like secrets"):
+    secret = r"network.env.{}: looks like a secret, .* HINT: remove it from the config and export {} in the shell"
+    with pytest.raises(config.ConfigError, match=secret.format("NCCL_IB_TOKEN", "NCCL_IB_TOKEN")):
         network.variables(config.validate({"network": {"env": {"NCCL_IB_TOKEN": "x"}}}))
+    with pytest.raises(config.ConfigError, match=secret.format("AWS_SECRET_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY")):
+        config.validate({"network": {"env": {"AWS_SECRET_ACCESS_KEY": "x"}}})
 
 
 def test_forwarded_keeps_network_variables_only():

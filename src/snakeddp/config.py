@@ -22,8 +22,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from snakeddp import coerce
 from snakeddp.data import sources
 from snakeddp.hashing import sha256_json
+from snakeddp.provenance.redact import is_secret_name
 
 SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
@@ -83,12 +85,28 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(allowed)}"
             lines.append(f"{where}: unknown key ({hint})")
         return "\n".join(lines)
+    if "propertyNames" in error.schema_path and key == "network.env":
+        return network_variable_error(str(error.instance))
     if "propertyNames" in error.schema_path:
         return (
             f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
             "such as model.lr, launch.devices or data.num_features"
         )
     return f"{key}: {error.message}"
+
+
+def network_variable_error(name: str) -> str:
+    """Why ``network.env`` refuses ``name``: a secret (it would be recorded), or not a network variable."""
+    if is_secret_name(name):
+        return (
+            f"network.env.{name}: looks like a secret, and network.env is recorded in every run's provenance, "
+            f"which never holds secrets. HINT: remove it from the config and export {name} in the shell that "
+            "runs snakemake instead."
+        )
+    return (
+        f"network.env.{name}: not a network variable. HINT: network.env takes NCCL_*, GLOO_*, TORCH_NCCL_*, "
+        "UCX_*, FI_*, OMPI_MCA_* and TORCH_DISTRIBUTED_DEBUG; export other variables in the shell that runs snakemake."
+    )
 
 
 def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
@@ -98,8 +116,8 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping, got {type(config).__name__}")
-    resolved = copy.deepcopy(dict(config))
     schema = load_schema()
+    resolved = coerce.normalise(config, schema)
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),

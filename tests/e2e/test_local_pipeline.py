@@ -121,3 +121,25 @@ def test_invalid_config_fails_before_any_job(workflow):
     assert "data.num_train_files: -2 is less than the minimum of 1" in output
     assert "trainer.max_epochs: 'x' is not of type 'integer'" in output
     assert not (workflow.directory / "results").exists()
+
+
+def test_an_edit_with_a_whole_number_float_still_reaches_run_yaml(default_run, tmp_path):
+    """num_train_files: 4.0 once named the manifest manifest-4.0.json, which no rule makes: Snakemake
+    then kept the existing provenance.json as if it were a source file, dropped train and run_config
+    from the plan, and the learning rate edit never reached run.yaml (exit 0, only report_crate ran)."""
+    work = tmp_path / "copy"
+    shutil.copytree(default_run.directory, work, symlinks=True)
+    flow = Workflow(work)
+    flow.configfile = work / "config.yaml"
+    config = yaml.safe_load(flow.configfile.read_text())
+    config["model"]["lr"] = 0.01
+    config["data"]["num_train_files"] = 4.0
+    flow.write_config(config)
+    assert upstream_of_report(flow.planned_jobs()) == {"run_config": 2, "train": 2}
+    flow.run()
+    for run in ("devices-1", "devices-2"):
+        run_dir = work / "results" / "runs" / run
+        assert yaml.safe_load((run_dir / "run.yaml").read_text())["config"]["model"]["lr"] == 0.01
+        record = json.loads((run_dir / "provenance.json").read_text())
+        assert record["config"]["model"]["lr"] == 0.01
+        assert record["config"]["data"]["num_train_files"] == 4

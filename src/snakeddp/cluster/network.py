@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp.config import ConfigError
+from snakeddp.config import ConfigError, network_variable_error
 from snakeddp.provenance.redact import is_secret_name
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "UCX_", "FI_", "OMPI_MCA_")
@@ -27,10 +27,7 @@ def variables(config: Mapping[str, Any]) -> dict[str, str]:
     env = config.get("network", {}).get("env", {})
     secret = sorted(name for name in env if is_secret_name(name))
     if secret:
-        raise ConfigError(
-            f"network.env: {', '.join(secret)} look like secrets, which snakeddp never records. "
-            "HINT: export them in the job's environment instead of the config."
-        )
+        raise ConfigError("\n".join(network_variable_error(name) for name in secret))
     return {name: str(value) for name, value in env.items()}
 
 

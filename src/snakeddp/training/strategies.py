@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -23,13 +22,7 @@ from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
-from snakeddp.config import ConfigError
-
-STRATEGIES = ("ddp", "fsdp", "deepspeed")
-
-
-class StrategyError(ConfigError):
-    """A strategy that cannot run here (wrong accelerator, missing package, bad option)."""
+from snakeddp.run.requirements import StrategyError, check_strategy
 
 
 def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,29 +42,16 @@ def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def strategy_class(name: str, accelerator: str) -> type[Strategy]:
     """The Lightning class of ``trainer.strategy``, or a StrategyError saying why it cannot run here."""
-    if name == "ddp":
-        return DDPStrategy
+    check_strategy(name, accelerator)
     if name == "fsdp":
-        if accelerator != "gpu":
-            raise StrategyError(
-                "trainer.strategy=fsdp needs GPUs: Lightning's FSDPStrategy refuses accelerator='cpu', and this run "
-                "trains on the CPU. HINT: use trainer.strategy: ddp on CPU, or run on GPU nodes with "
-                "launch.accelerator: gpu (or auto)."
-            )
         from lightning.pytorch.strategies import FSDPStrategy
 
         return FSDPStrategy
     if name == "deepspeed":
-        if importlib.util.find_spec("deepspeed") is None:
-            raise StrategyError(
-                "trainer.strategy=deepspeed needs the deepspeed package, which is not installed in this "
-                "environment. HINT: pip install deepspeed in the training environment (it builds CUDA "
-                "kernels, so on a GPU image), or use trainer.strategy: fsdp, which needs nothing extra."
-            )
         from lightning.pytorch.strategies import DeepSpeedStrategy
 
         return DeepSpeedStrategy
-    raise StrategyError(f"trainer.strategy={name!r} is not one of {', '.join(STRATEGIES)}")
+    return DDPStrategy
 
 
 def build_strategy(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -103,3 +104,23 @@ def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list
     """Provenance of the user's classes a run trained with (model.target, data.module), if any."""
     used = (("model", cfg["model"].get("target"), model), ("datamodule", cfg["data"].get("module"), datamodule))
     return [source_record(role, obj) for role, target, obj in used if target]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m snakeddp.training.targets KEY TARGET [KEY TARGET ...]``: import each configured
+    class as training will and check its kind. The workflow runs this with the training
+    interpreter before any job (snakeddp.workflow.preflight); a failure is one line on stderr."""
+    import lightning.pytorch as pl
+
+    bases = {"model.target": pl.LightningModule, "data.module": pl.LightningDataModule}
+    try:
+        for key, target in zip(argv[::2], argv[1::2], strict=True):
+            load_class(target, key, bases[key])
+    except TargetError as error:
+        print(" ".join(str(error).split()), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -21,7 +21,6 @@ record can carry them.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import uuid
 from collections.abc import Mapping
@@ -33,14 +32,13 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.config import ConfigError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.provenance.redact import redact_text, scrub
+from snakeddp.run.requirements import require_tracker
 from snakeddp.training.callbacks import EpochMetrics
 
 TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")
-PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
 
 
 def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -73,15 +71,6 @@ def mlflow_uri(configured: str | None, env: Mapping[str, str], run_dir: Path) ->
     if "://" not in uri and not uri.startswith(("file:", "databricks", "sqlite:")):
         return "file:" + str(Path(uri).resolve())
     return uri
-
-
-def _require(package: str, key: str) -> None:
-    if importlib.util.find_spec(package) is None:
-        raise ConfigError(
-            f"tracking.{key}.enabled is true but the {package} package is not installed in the training "
-            f"environment. HINT: install it (tools/setup.sh --dev does: envs/requirements-dev.lock), or "
-            f"set tracking.{key}.enabled: false."
-        )
 
 
 class EpochThroughput(Callback):
@@ -132,13 +121,13 @@ class Trackers:
         return [EpochThroughput()] if self.loggers else []
 
     def _tensorboard(self) -> Logger:
-        _require(PACKAGES["tensorboard"], "tensorboard")
+        require_tracker("tensorboard")
         from lightning.pytorch.loggers import TensorBoardLogger
 
         return TensorBoardLogger(save_dir=self.directory, name="tensorboard", version="", default_hp_metric=False)
 
     def _mlflow(self, resume_run_id: str | None, env: Mapping[str, str]) -> Logger:
-        _require(PACKAGES["mlflow"], "mlflow")
+        require_tracker("mlflow")
         from lightning.pytorch.loggers import MLFlowLogger
 
         options = self.tracking["mlflow"]
@@ -161,7 +150,7 @@ class Trackers:
         )
 
     def _wandb(self, run_id: str) -> Logger:
-        _require(PACKAGES["wandb"], "wandb")
+        require_tracker("wandb")
         from lightning.pytorch.loggers import WandbLogger
 
         self.directory.mkdir(parents=True, exist_ok=True)

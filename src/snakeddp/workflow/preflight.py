@@ -1,0 +1,199 @@
+"""Checks made while Snakemake reads the workflow, before any job that costs something runs.
+
+Each problem a job would only meet later (a launcher the profile cannot start, a strategy the
+accelerator cannot run, a missing package, command, file or cloud setting, more threads than
+cores) stops the workflow here with one line and a HINT, and shows in ``snakemake -n`` too.
+Nothing here imports torch: a user's ``model.target`` / ``data.module`` is imported by the
+training interpreter in a subprocess, and only when its module file changed (``targets``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from importlib.machinery import PathFinder
+from pathlib import Path
+from typing import Any, NoReturn
+
+from snakeddp import cluster
+from snakeddp.config import ConfigError
+from snakeddp.fsutil import atomic_write_json, read_json
+from snakeddp.hashing import sha256_file
+from snakeddp.run import requirements
+
+# The keys that name a user's class (model.target, data.module), imported only by the training interpreter.
+USER_CLASSES = (("model", "target"), ("data", "module"))
+
+
+class PreflightError(ConfigError):
+    """Something the workflow cannot start with; the message says what and how to fix it."""
+
+
+def stop(error: Exception | str) -> NoReturn:
+    """Print ``error`` once and end Snakemake with status 1. A WorkflowError raised while the
+    Snakefile is read would be printed with its file, line and a traceback line around it."""
+    print(error, file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+def check_working_directory(cwd: Path, checkout: Path) -> None:
+    """Relative paths (config/config.yaml, results/, profiles/) start where snakemake runs."""
+    cwd, checkout = cwd.resolve(), checkout.resolve()
+    if cwd != checkout and cwd.is_relative_to(checkout):
+        raise PreflightError(
+            f"snakemake runs in {cwd}, a subdirectory of the checkout: config/config.yaml, profiles/ and "
+            f"results/ are relative to where it runs. HINT: cd {checkout} and run snakemake there."
+        )
+
+
+def check_lock(path: Path) -> None:
+    if not path.is_file():
+        raise PreflightError(
+            f"environment.lock: {path} does not exist, so no environment record can hash it. HINT: point "
+            "environment.lock at your site's lock file, or set it to null for this checkout's envs/requirements.lock."
+        )
+
+
+def check_run(
+    run_id: str, launch: Mapping[str, Any], trainer: Mapping[str, Any], platform: str, cores: int | None
+) -> None:
+    """The layout, launcher, strategy and threads of one run against the profile it runs on."""
+    where = f"run {run_id}: "
+    try:
+        cluster.for_platform(launch["launcher"], platform)
+    except cluster.LaunchError as error:
+        raise PreflightError(
+            f"{where}{error}. HINT: use launch.launcher: auto (or torchrun, mpirun) here, or run with "
+            "--profile profiles/slurm."
+        ) from None
+    if platform == "local" and launch["nodes"] != 1:
+        raise PreflightError(
+            f"{where}launch.nodes={launch['nodes']}, but the local profile runs on this machine only. "
+            "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
+        )
+    # On the local platform auto means the GPUs of this machine; elsewhere those of the nodes.
+    accelerator = launch["accelerator"]
+    if accelerator == "auto" and platform == "local":
+        accelerator = "gpu" if Path("/proc/driver/nvidia/gpus").is_dir() else "cpu"
+    if accelerator != "auto":
+        try:
+            requirements.check_strategy(trainer["strategy"], accelerator)
+        except requirements.StrategyError as error:
+            raise PreflightError(f"{where}{error}") from None
+    threads = launch["devices"] * launch["threads_per_process"]
+    if platform == "local" and cores is not None and threads > cores:
+        raise PreflightError(
+            f"{where}needs {threads} cores (launch.devices={launch['devices']} x launch.threads_per_process="
+            f"{launch['threads_per_process']}), but snakemake may use {cores}: its processes would share "
+            f"cores and its timings would mean nothing. HINT: run with --cores {threads} (or more), or lower "
+            "launch.devices or launch.threads_per_process."
+        )
+
+
+def check_trackers(tracking: Mapping[str, Any]) -> None:
+    for key in requirements.TRACKER_PACKAGES:
+        if tracking.get(key, {}).get("enabled"):
+            requirements.require_tracker(key)
+
+
+def check_slurm(which: Callable[[str], str | None] = shutil.which) -> None:
+    # The executor plugin submits with sbatch and watches jobs with sacct (squeue without accounting).
+    missing = [" or ".join(names) for names in (("sbatch",), ("sacct", "squeue")) if not any(map(which, names))]
+    if missing:
+        raise PreflightError(
+            f"the slurm profile submits jobs with sbatch and watches them with sacct, and this machine has no "
+            f"{' and no '.join(missing)} on PATH. HINT: run snakemake on the cluster's login node (where "
+            "`sbatch --version` works), or run here with --profile profiles/local."
+        )
+
+
+def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) -> None:
+    if "azureml" not in raw:
+        raise PreflightError(
+            "the azureml profile needs an azureml: section (workspace, compute), and the config has none. "
+            "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "
+            "your workspace and compute (README, Running on AzureML)."
+        )
+    # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
+    from snakeddp.azureml.settings import AzureMLError, Settings
+    from snakeddp.azureml.submit import require_sdk
+
+    try:
+        settings = Settings.from_section(config["azureml"], cwd)
+        require_sdk(settings.sdk)
+        settings.require_compute()
+        if settings.submit:
+            settings.require_workspace()
+    except AzureMLError as error:
+        raise PreflightError(str(error)) from None
+
+
+def module_file(module: str, search: list[str]) -> Path | None:
+    """The file of ``module`` found along ``search`` without importing anything (None if not found)."""
+    parts = module.split(".")
+    path: list[str] | None = search
+    spec = None
+    for depth in range(1, len(parts) + 1):
+        spec = PathFinder.find_spec(".".join(parts[:depth]), path) if path else None
+        if spec is None:
+            return None
+        path = list(spec.submodule_search_locations or [])
+    origin = Path(spec.origin) if spec and spec.origin else None
+    return origin if origin and origin.is_file() else None
+
+
+def check_targets(targets: list[tuple[str, str]], python: str, cwd: Path, env: Mapping[str, str], cache: Path) -> None:
+    """Import each configured class (``("model.target", "pkg.mod:Class")``) in the training interpreter
+    and check its kind. A check that passed is remembered by the module file's sha256: importing
+    torch costs seconds, and a dry run should not pay them every time."""
+    search = [str(cwd), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *sys.path[1:]]
+    known = read_json(cache) if cache.is_file() else {}
+    stamps, todo = {}, []
+    for key, target in targets:
+        found = module_file(target.partition(":")[0], search)
+        stamp = f"{python} {sha256_file(found)}" if found else None
+        if stamp is None or known.get(f"{key}={target}") != stamp:
+            todo += [key, target]
+        if stamp:
+            stamps[f"{key}={target}"] = stamp
+    if not todo:
+        return
+    argv = [python, "-m", "snakeddp.training.targets", *todo]
+    done = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PreflightError((done.stderr.strip().splitlines() or [f"{' '.join(argv)} failed"])[-1])
+    atomic_write_json(cache, {**known, **stamps})
+
+
+def check_workflow(
+    raw: Mapping[str, Any],
+    config: Mapping[str, Any],
+    runs: Mapping[str, Mapping[str, Any]],
+    platform: str,
+    *,
+    cores: int | None,
+    lock: Path,
+    same_interpreter: bool,
+    cache: Path,
+) -> None:
+    """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
+    Packages and user classes are checked only when the jobs run in this interpreter (no conda
+    env, no container) on this machine or a cluster sharing it (not AzureML, whose image has its own)."""
+    check_lock(lock)
+    for run_id, run in runs.items():
+        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, cores)
+    if platform == "slurm":
+        check_slurm()
+    if platform == "azureml":
+        check_azureml(raw, config, Path.cwd())
+    elif same_interpreter:
+        check_trackers(config["tracking"])
+        targets = sorted(
+            {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}
+            - {(f"{part}.{key}", None) for part, key in USER_CLASSES}
+        )
+        if targets:
+            check_targets(targets, sys.executable, Path.cwd(), os.environ, cache)

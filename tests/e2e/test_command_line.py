@@ -1,0 +1,50 @@
+"""`snakemake --profile profiles/local --config KEY='{...}'` typed in a checkout, as the README shows."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.checkout import Checkout
+from tests.conftest import TINY
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    checkout = Checkout(tmp_path)
+    checkout.write_config(TINY)
+    return checkout
+
+
+@pytest.mark.parametrize(
+    ("override", "section", "expected"),
+    [
+        ("trainer={max_epochs: 3}", "trainer", {"max_epochs": 3}),
+        ("model={lr: 0.001}", "model", {"lr": 0.001}),
+        ("launch={devices: 2.0, threads_per_process: 1.0}", "launch", {"devices": 2, "threads_per_process": 1}),
+    ],
+)
+def test_nested_overrides_reach_run_yaml_with_the_schema_types(checkout, override, section, expected):
+    done = checkout.snakemake("results/runs/base/run.yaml", "--profile", "profiles/local", "--config", override)
+    assert done.returncode == 0, done.stdout
+    written = yaml.safe_load((checkout.root / "results/runs/base/run.yaml").read_text())["config"][section]
+    assert {key: written[key] for key in expected} == expected
+    assert all(type(written[key]) is type(value) for key, value in expected.items())
+
+
+def test_sweep_and_tracking_overrides_plan_the_runs_they_ask_for(checkout):
+    done = checkout.snakemake(
+        "--profile", "profiles/local", "-n",
+        "--config", "sweep={model.lr: [0.001, 0.01]}", "tracking={tensorboard: {enabled: true}}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "--run-id lr-0.001 " in done.stdout and "--run-id lr-0.01 " in done.stdout
+
+
+def test_an_override_that_is_not_the_type_names_key_value_and_type(checkout):
+    done = checkout.snakemake("--profile", "profiles/local", "-n", "--config", "trainer={max_epochs: three}")
+    assert done.returncode == 1
+    assert "trainer.max_epochs: 'three' is not of type 'integer'" in done.stdout
+    assert not (checkout.root / "results").exists()

@@ -1,0 +1,199 @@
+"""Early checks: what a job would fail on later stops `snakemake` (dry run included) with one line
+and a HINT, before any job runs; doing what the HINT says makes the same command go through."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.checkout import Checkout, error_lines
+from tests.conftest import TINY, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+LOCAL = ("--profile", "profiles/local", "-n")
+AZUREML = ("--profile", "profiles/azureml", "-n")
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    checkout = Checkout(tmp_path)
+    checkout.write_config({**TINY, "sweep": {"launch.devices": [1, 2]}})
+    return checkout
+
+
+def refused(checkout: Checkout, done, *fragments: str) -> str:
+    """The one error line of a refused invocation: exit status 1, printed once, every fragment in it."""
+    assert done.returncode == 1, done.stdout
+    lines = error_lines(done.stdout)
+    assert len(lines) == 1, done.stdout
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert not (checkout.root / "results").exists() and not (checkout.root / "logs").exists()
+    return lines[0]
+
+
+def planned(done) -> None:
+    assert done.returncode == 0, done.stdout
+    assert "This was a dry-run" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("bad", "message", "hint_followed"),
+    [
+        ("launch={launcher: srun}", "launch.launcher=srun needs the slurm profile", "launch={launcher: auto}"),
+        ("launch={nodes: 2}", "launch.nodes=2, but the local profile runs on this machine only", "launch={nodes: 1}"),
+        (
+            "trainer={strategy: fsdp}",
+            "trainer.strategy=fsdp needs GPUs",
+            "trainer={strategy: ddp}",
+        ),
+        (
+            "environment={lock: site.lock}",
+            "environment.lock: site.lock does not exist",
+            "environment={lock: null}",
+        ),
+    ],
+)
+def test_a_layout_the_local_profile_cannot_run_is_refused_before_any_job(checkout, bad, message, hint_followed):
+    refused(checkout, checkout.snakemake(*LOCAL, "--config", bad, "launch={accelerator: cpu}"), message, "HINT:")
+    planned(checkout.snakemake(*LOCAL, "--config", hint_followed))
+
+
+def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(checkout):
+    gpu = "launch={accelerator: gpu}"
+    refused(
+        checkout,
+        checkout.snakemake(*LOCAL, "--config", "trainer={strategy: deepspeed}", gpu),
+        "trainer.strategy=deepspeed needs the deepspeed package",
+        "HINT: pip install deepspeed",
+    )
+    planned(checkout.snakemake(*LOCAL, "--config", "trainer={strategy: fsdp}", gpu))
+
+
+def test_a_site_lock_that_exists_is_accepted(checkout):
+    (checkout.root / "site.lock").write_bytes((checkout.root / "envs/requirements.lock").read_bytes())
+    planned(checkout.snakemake(*LOCAL, "--config", "environment={lock: site.lock}"))
+
+
+def test_more_threads_than_cores_is_refused_and_enough_cores_go_through(checkout):
+    refused(
+        checkout,
+        checkout.snakemake(*LOCAL, "--cores", "1"),
+        "run devices-2: needs 2 cores (launch.devices=2 x launch.threads_per_process=1), but snakemake may use 1",
+        "HINT: run with --cores 2",
+    )
+    planned(checkout.snakemake(*LOCAL, "--cores", "2"))
+
+
+def test_a_secret_in_network_env_is_refused_and_exporting_it_instead_works(checkout):
+    done = checkout.snakemake(*LOCAL, "--config", "network={env: {AWS_SECRET_ACCESS_KEY: s3cr3t-value}}")
+    assert done.returncode == 1
+    assert "network.env.AWS_SECRET_ACCESS_KEY: looks like a secret" in done.stdout
+    assert "HINT: remove it from the config and export AWS_SECRET_ACCESS_KEY in the shell" in done.stdout
+    assert "sweepable" not in done.stdout and "s3cr3t-value" not in done.stdout
+    planned(checkout.snakemake(*LOCAL, env=subprocess_env(AWS_SECRET_ACCESS_KEY="s3cr3t-value")))
+
+
+def test_running_from_a_subdirectory_is_refused_and_the_root_works(checkout):
+    sub = checkout.root / "notebooks"
+    sub.mkdir()
+    line = refused(
+        checkout,
+        checkout.snakemake("-s", "../Snakefile", "--profile", "../profiles/local", "-n", cwd=sub),
+        f"snakemake runs in {sub.resolve()}, a subdirectory of the checkout",
+    )
+    assert f"HINT: cd {checkout.root.resolve()} and run snakemake there." in line
+    planned(checkout.snakemake(*LOCAL, cwd=checkout.root.resolve()))
+
+
+SLURM_COMMANDS = {"sbatch", "sacct", "squeue", "srun", "sinfo", "scontrol", "scancel", "sacctmgr", "salloc", "sstat"}
+
+
+def path_without_slurm(bin_dir: Path) -> str:
+    """A PATH with every command of this one but Slurm's (the executor plugin itself runs `which`)."""
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        for command in Path(directory).glob("*") if Path(directory).is_dir() else []:
+            link = bin_dir / command.name
+            if command.name not in SLURM_COMMANDS and not link.exists():
+                link.symlink_to(command)
+    return os.pathsep.join([str(Path(sys.executable).parent), str(bin_dir)])
+
+
+def test_slurm_profile_without_slurm_commands_is_refused_and_local_works(checkout, tmp_path):
+    no_slurm = subprocess_env(PATH=path_without_slurm(tmp_path / "bin"))
+    refused(
+        checkout,
+        checkout.snakemake("--profile", "profiles/slurm", "-n", env=no_slurm),
+        "this machine has no sbatch and no sacct or squeue on PATH",
+        "HINT: run snakemake on the cluster's login node",
+    )
+    planned(checkout.snakemake(*LOCAL, env=no_slurm))
+
+
+def azureml_section(checkout: Checkout, **section) -> None:
+    config = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu"}}
+    checkout.write_config({**config, "azureml": section} if section else config)
+
+
+def test_azureml_profile_needs_its_section_a_workspace_and_the_sdk(checkout, tmp_path):
+    azureml_section(checkout)
+    refused(checkout, checkout.snakemake(*AZUREML), "the azureml profile needs an azureml: section", "HINT: copy")
+    azureml_section(checkout, compute="gpu-cluster")
+    refused(
+        checkout,
+        checkout.snakemake(*AZUREML),
+        "azureml.workspace.subscription_id",
+        "HINT: set azureml.workspace.config_file",
+    )
+
+    ids = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
+    (checkout.root / "config.json").write_text(json.dumps(ids))
+    azureml_section(checkout, compute="gpu-cluster", workspace={"config_file": "config.json"})
+    # An `azure` package without azure.ai.ml in it, first on the path: the SDK is not installed there.
+    shadow = tmp_path / "no-sdk"
+    (shadow / "azure").mkdir(parents=True)
+    (shadow / "azure" / "__init__.py").write_text("")
+    without_sdk = subprocess_env()
+    without_sdk["PYTHONPATH"] = os.pathsep.join([str(shadow), without_sdk["PYTHONPATH"]])
+    refused(
+        checkout,
+        checkout.snakemake(*AZUREML, env=without_sdk),
+        "azureml.sdk=v2 needs azure.ai.ml",
+        "HINT: pip install -e",
+    )
+    planned(checkout.snakemake(*AZUREML))
+
+
+MODEL = """
+import lightning.pytorch as pl
+
+
+class Net(pl.LightningModule):
+    pass
+"""
+
+
+def test_a_model_target_is_imported_once_per_module_content(checkout):
+    cache = checkout.root / ".snakemake/snakeddp/targets.json"
+    planned(checkout.snakemake(*LOCAL))
+    assert not cache.exists(), "a config without user classes never starts the training interpreter"
+
+    target = "model={target: 'mymodel:Net'}"
+    refused(
+        checkout,
+        checkout.snakemake(*LOCAL, "--config", target),
+        "model.target='mymodel:Net': cannot import module 'mymodel'",
+        "HINT: the class must be importable in the training environment",
+    )
+    (checkout.root / "mymodel.py").write_text(MODEL)
+    planned(checkout.snakemake(*LOCAL, "--config", target))
+    assert list(json.loads(cache.read_text())) == ["model.target=mymodel:Net"]
+
+    (checkout.root / "mymodel.py").write_text("class Net:\n    pass\n")
+    refused(checkout, checkout.snakemake(*LOCAL, "--config", target), "is not a subclass of lightning.pytorch")
