@@ -23,6 +23,7 @@ import jsonschema
 import yaml
 
 from snakeddp.data import sources
+from snakeddp.errors import ConfigError
 from snakeddp.hashing import sha256_json
 
 SCHEMA_FILE = "config.schema.yaml"
@@ -32,10 +33,6 @@ RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
 # Data keys that do not change the bytes of any existing synthetic file: adding partitions keeps
 # the dataset directory, so only the new partitions are generated (per source: data.sources).
 DATA_KEYS_OUTSIDE_IDENTITY = ("num_train_files",)
-
-
-class ConfigError(ValueError):
-    """A configuration a run cannot start from; the message names the key and how to fix it."""
 
 
 @functools.cache
@@ -125,10 +122,7 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
                 f"(launch.nodes x launch.devices), so some rank would get no samples. "
                 f"HINT: raise data.{key} or lower launch.devices/launch.nodes."
             )
-    try:
-        sources.check(data, source)
-    except sources.DataSourceError as error:
-        raise ConfigError(str(error)) from None
+    sources.check(data, source)
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -16,15 +16,12 @@ from typing import Any
 
 import snakeddp
 from snakeddp import config as configuration
+from snakeddp.errors import AzureMLError
 
 ENV_VARIABLE = "SNAKEDDP_AZUREML_CONFIG"
 WORKSPACE_KEYS = ("subscription_id", "resource_group", "workspace_name")
 # The checkout that holds the Snakefile and envs/: relative requirement and Dockerfile paths start here.
 CHECKOUT = Path(snakeddp.__file__).resolve().parents[2]
-
-
-class AzureMLError(RuntimeError):
-    """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from snakeddp.azureml import results, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
-from snakeddp.config import ConfigError
+from snakeddp.errors import ConfigError
 from snakeddp.hashing import sha256_file
 from snakeddp.provenance.record import FILE_NAME, code_info
 from snakeddp.run import attempt
@@ -242,6 +242,6 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``snakeddp.launch --platform azureml``; errors become one message and exit status 1."""
     try:
         return submit(args)
-    except (AzureMLError, ConfigError, attempt.RunStateError) as error:
+    except ConfigError as error:  # the whole family: AzureML, config, run state
         print(f"snakeddp.azureml: {error}", file=sys.stderr, flush=True)
         return 1

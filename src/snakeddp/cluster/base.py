@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from snakeddp.errors import LaunchError
+
 if TYPE_CHECKING:  # launching needs no Lightning; only the training processes import it
     from lightning.fabric.plugins.environments import ClusterEnvironment
-
-
-class LaunchError(RuntimeError):
-    """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.data.partitions import encode_header
+from snakeddp.errors import TableError
 from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 
@@ -31,10 +32,6 @@ GENERATOR = "snakeddp.table/1"
 # About 16 MB of float64 values per chunk: big enough to parse fast, small enough to never matter.
 CHUNK_VALUES = 1 << 21
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-class TableError(ValueError):
-    """The table cannot be ingested; the message names the file, column and row."""
 
 
 def _format_of(path: Path) -> str | None:

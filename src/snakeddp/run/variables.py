@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.cluster import network
-from snakeddp.config import ConfigError, validate
+from snakeddp.config import validate
+from snakeddp.errors import ConfigError
 
 TRACKING_VAR = "SNAKEDDP_TRACKING"
 

@@ -23,13 +23,9 @@ from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
-from snakeddp.config import ConfigError
+from snakeddp.errors import StrategyError
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
-
-
-class StrategyError(ConfigError):
-    """A strategy that cannot run here (wrong accelerator, missing package, bad option)."""
 
 
 def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:

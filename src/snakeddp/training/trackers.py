@@ -33,7 +33,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.config import ConfigError
+from snakeddp.errors import TrackerError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.provenance.redact import redact_text, scrub
 from snakeddp.training.callbacks import EpochMetrics
@@ -77,7 +77,7 @@ def mlflow_uri(configured: str | None, env: Mapping[str, str], run_dir: Path) ->
 
 def _require(package: str, key: str) -> None:
     if importlib.util.find_spec(package) is None:
-        raise ConfigError(
+        raise TrackerError(
             f"tracking.{key}.enabled is true but the {package} package is not installed in the training "
             f"environment. HINT: install it (tools/setup.sh --dev does: envs/requirements-dev.lock), or "
             f"set tracking.{key}.enabled: false."
