@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from snakeddp.errors import ConfigError
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
-from snakeddp.report.runs import RunNotFound, find_runs, resolve_run
+from snakeddp.report.runs import find_runs, resolve_run
 from snakeddp.report.table import summary_frame
 
 
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except RunNotFound as exc:
+    except ConfigError as exc:  # the family: a run not found, a damaged record, ...
         print(f"snakeddp {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -34,7 +34,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ import torch
 from snakeddp import cluster
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.data import custom
+from snakeddp.errors import LaunchError, exit_code
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
@@ -82,11 +83,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--launcher", choices=sorted(cluster.BY_NAME), help="what started this process (default: detect)"
     )
     parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
+    parser.add_argument(
+        "--failure-file",
+        type=Path,
+        help="where a rank stopping on a snakeddp error writes its one line instead of printing it "
+        "(set by snakeddp.launch, which prints it once)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def report_errors(argv: Sequence[str] | None = None) -> int:
+    """``main``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
     args = parse_args(argv)
+    return exit_code("snakeddp.train", lambda: main(args), speak=_rank(os.environ) == 0, failure_file=args.failure_file)
+
+
+def _rank(env: Mapping[str, str]) -> int:
+    try:
+        return cluster.detect(env).layout(env).rank
+    except LaunchError:
+        return 0
+
+
+def main(args: argparse.Namespace) -> int:
     die_with_parent()
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
@@ -232,4 +251,4 @@ def _record(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_errors())

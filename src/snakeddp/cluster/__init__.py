@@ -60,7 +60,10 @@ def for_platform(configured: str, platform: str) -> Launcher:
     """Resolve ``launch.launcher`` (possibly ``auto``) for a platform."""
     name = PLATFORM_DEFAULT[platform] if configured == "auto" else configured
     if name == "srun" and platform != "slurm":
-        raise LaunchError("launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation)")
+        raise LaunchError(
+            "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
+            "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (torchrun on this machine)."
+        )
     return get(name)
 
 
