@@ -30,7 +30,7 @@ from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
 from snakeddp.hashing import sha256_file
 from snakeddp.provenance.record import environment_info
-from snakeddp.run import attempt
+from snakeddp.run import attempt, variables
 from snakeddp.run.runfile import RunFile
 
 PLATFORMS = ("local", "slurm", "azureml")
@@ -46,7 +46,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--platform",
         choices=PLATFORMS,
-        default=os.environ.get("SNAKEDDP_PLATFORM", "local"),
+        default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )
     parser.add_argument("--config", required=True, type=Path)
@@ -101,8 +101,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
         **exports,
-        "SNAKEDDP_LAUNCH_COMMAND": quote(argv),
-        "SNAKEDDP_PLATFORM": args.platform,
+        variables.LAUNCH_COMMAND: quote(argv),
+        variables.PLATFORM: args.platform,
     }
     return launcher, argv, child_env
 

@@ -26,8 +26,6 @@ from pathlib import Path
 
 from snakeddp.errors import exit_code
 
-LOCK_VARIABLE = "SNAKEDDP_LOCK"
-
 
 def _partition(args: argparse.Namespace, *, split: str) -> None:
     if args.params.get("source") == "table":
@@ -67,10 +65,11 @@ def _run_config(args: argparse.Namespace) -> None:
 
 def _environment(args: argparse.Namespace) -> None:
     from snakeddp.environment.capture import capture
+    from snakeddp.run import variables
 
     # The lock's path comes from the workflow's environment: as a parameter, moving the checkout
     # would change it and retrain every run; its content reaches the rule as a checksum parameter.
-    capture(stage=args.stage, lock_path=os.environ[LOCK_VARIABLE], out_path=args.out, image=args.image or None)
+    capture(stage=args.stage, lock_path=variables.lock_path(os.environ), out_path=args.out, image=args.image or None)
 
 
 def _json(text: str) -> object:

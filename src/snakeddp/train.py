@@ -220,7 +220,7 @@ def _record(
             "ranks": ranks,
             "hosts": sorted({r["host"] for r in ranks}),
             "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
-            "command": os.environ.get("SNAKEDDP_LAUNCH_COMMAND"),
+            "command": os.environ.get(run_variables.LAUNCH_COMMAND),
             "variables": provenance.cluster_variables(),
             "user": provenance.user(),
         },

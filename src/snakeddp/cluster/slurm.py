@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+from snakeddp.run.variables import SLURM_CONF_COPY
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
 
-#: A copy of SLURM_CONF under a name the jobstep plugin does not remove (set by rules/common.smk).
-CONF_COPY = "SNAKEDDP_SLURM_CONF"
 _FIELD = re.compile(r"(\S+?)=(\S*)")
 
 
@@ -47,8 +46,8 @@ def job_port(env: Mapping[str, str]) -> int:
 def client_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with SLURM_CONF put back when the jobstep plugin removed it (no-op with /etc/slurm)."""
     restored = dict(env)
-    if not restored.get("SLURM_CONF") and restored.get(CONF_COPY):
-        restored["SLURM_CONF"] = restored[CONF_COPY]
+    if not restored.get("SLURM_CONF") and restored.get(SLURM_CONF_COPY):
+        restored["SLURM_CONF"] = restored[SLURM_CONF_COPY]
     return restored
 
 
@@ -62,7 +61,7 @@ def scontrol_show(kind: str, name: str, env: Mapping[str, str]) -> dict[str, str
     if done.returncode != 0:
         raise LaunchError(
             f"slurm: `{' '.join(argv)}` failed: {done.stderr.strip()}. HINT: run inside the allocation with "
-            f"SLURM_CONF (or {CONF_COPY}) pointing at the cluster's slurm.conf."
+            f"SLURM_CONF (or {SLURM_CONF_COPY}) pointing at the cluster's slurm.conf."
         )
     return dict(_FIELD.findall(done.stdout))
 

@@ -21,6 +21,7 @@ from snakeddp import __version__
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance.redact import recorded_environment, scrub
+from snakeddp.run import variables
 from snakeddp.run.attempt import CHECKPOINT_DIR
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
@@ -38,10 +39,10 @@ def _git(args: list[str], cwd: Path) -> str | None:
 def code_info(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The commit of the code that ran. Platforms that ship code without .git (AzureML) pass it
     in SNAKEDDP_CODE_COMMIT / SNAKEDDP_CODE_DIRTY, captured by the submitter from its checkout."""
-    if env.get("SNAKEDDP_CODE_COMMIT"):
+    if env.get(variables.CODE_COMMIT):
         return {
-            "commit": env["SNAKEDDP_CODE_COMMIT"],
-            "dirty": env.get("SNAKEDDP_CODE_DIRTY") == "1",
+            "commit": env[variables.CODE_COMMIT],
+            "dirty": env.get(variables.CODE_DIRTY) == "1",
             "source": "submitter",
             "snakeddp_version": __version__,
         }

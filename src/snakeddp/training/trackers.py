@@ -10,7 +10,7 @@ touches a tracking store. What every enabled tracker gets:
 - MLflow also gets provenance.json and the best checkpoint as artifacts once the run completes.
 
 The ``tracking`` section is not part of a run's identity: the workflow passes it to the training
-processes in the ``SNAKEDDP_TRACKING`` environment variable (``runenv``), so changing it never
+processes in the ``SNAKEDDP_TRACKING`` environment variable (``snakeddp.run.variables``), so changing it never
 reruns a job.
 A resumed attempt continues the same MLflow / W&B run (ids kept in ``tracking/state.json``).
 
