@@ -17,13 +17,14 @@ SRC = REPO / "src"
 def make_run(root: Path, config: dict, run_id: str = "base") -> tuple[Path, Path]:
     """A dataset and a run.yaml under ``root/results`` as the workflow writes them: (run.yaml, manifest)."""
     from snakeddp import config as configuration
+    from snakeddp.data import sources
     from snakeddp.data.generate import write_dataset_manifest, write_synthetic
     from snakeddp.run.runfile import RunFile
 
     resolved = configuration.validate(config)
     data = resolved["data"]
     dataset = configuration.dataset_id(data)
-    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    params = sources.identity(data)
     directory = root / "results" / "data" / dataset
     train = []
     for index in range(data["num_train_files"]):

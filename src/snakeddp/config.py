@@ -30,9 +30,6 @@ SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
 RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
-# Data keys that do not change the bytes of any existing synthetic file: adding partitions keeps
-# the dataset directory, so only the new partitions are generated (per source: data.sources).
-DATA_KEYS_OUTSIDE_IDENTITY = ("num_train_files",)
 
 
 @functools.cache
