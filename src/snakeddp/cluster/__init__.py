@@ -13,7 +13,7 @@ from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
 from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
 from snakeddp.cluster.slurm import Srun
-from snakeddp.cluster.spawn import Spawn, guard_foreign_launch
+from snakeddp.cluster.spawn import Spawn
 from snakeddp.cluster.torchrun import TorchRun
 
 LAUNCHERS: tuple[type[Launcher], ...] = (
@@ -81,3 +81,26 @@ def resolve(name: str | None, env: Mapping[str, str], devices: int = 1) -> tuple
             "process would train its own independent copy. HINT: start it with `python -m snakeddp.launch`."
         )
     return launcher, launcher.layout(env)
+
+
+def guard_foreign_launch(env: Mapping[str, str]) -> None:
+    """Refuse to spawn when another launcher already started several copies of this process.
+
+    Without this, `mpirun -np 2 python -m snakeddp.train` on a config that expects spawning
+    trains two independent copies that each write the same files.
+    """
+    for launcher in LAUNCHERS:
+        if launcher is Spawn or not launcher.detect(env):
+            continue
+        try:
+            layout = launcher().layout(env)
+        except LaunchError:
+            continue
+        if layout.world_size > 1:
+            raise LaunchError(
+                f"this process was started by {launcher.name} as rank {layout.rank} of {layout.world_size}, "
+                f"but training was asked to spawn its own processes. HINT: pass --launcher {launcher.name} "
+                "(or set launch.launcher) so the ranks are used instead of duplicated."
+            )
+    if env.get("LOCAL_RANK") and "MASTER_PORT" not in env:
+        raise LaunchError("LOCAL_RANK is set but MASTER_PORT is not: ranks would not find each other")
