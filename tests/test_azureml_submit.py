@@ -15,10 +15,10 @@ from argparse import Namespace
 import pytest
 import yaml
 from azure.ai.ml import load_job
-from conftest import TINY, Workflow, make_run, subprocess_env
 
 from snakeddp.azureml import submit
 from snakeddp.run.variables import AZUREML_CONFIG
+from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
 WORKSPACE = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}

@@ -12,14 +12,13 @@ import sys
 import textwrap
 
 import pytest
-from conftest import REPO, subprocess_env
-from launching import launch, prepare
 
 from snakeddp import config, errors
 from snakeddp.cluster import base
 from snakeddp.data import partitions, sources
 from snakeddp.report import runs
 from snakeddp.training import strategies, targets, trackers
+from tests.helpers import REPO, launch, prepare, subprocess_env
 
 USER_MODULE = """
 import lightning.pytorch as pl

@@ -8,13 +8,12 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import REPO
-from launching import launch, prepare
 
 from snakeddp import config
 from snakeddp import launch as launching_module
 from snakeddp.cluster import network
 from snakeddp.workflow import jobenv
+from tests.helpers import REPO, launch, prepare
 
 PROBE = """
 import json

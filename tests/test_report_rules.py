@@ -6,7 +6,8 @@ import zipfile
 
 import pytest
 import yaml
-from conftest import SWEEP, Workflow
+
+from tests.helpers import SWEEP, Workflow
 
 pytestmark = pytest.mark.e2e
 REPORT_RULES = {"report_curves", "report_scaling", "report_html", "report_crate"}

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, subprocess_env
 
 from snakeddp import config
 from snakeddp.run import variables as runenv
 from snakeddp.workflow import jobenv
+from tests.helpers import REPO, subprocess_env
 
 
 def test_tracking_travels_in_the_environment_with_defaults():

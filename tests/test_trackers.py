@@ -11,12 +11,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from launching import launch, prepare
 
 from snakeddp import config
 from snakeddp.provenance.redact import recorded_environment
 from snakeddp.training.trackers import Trackers, flatten, mlflow_uri, split_credentials
 from snakeddp.workflow import jobenv
+from tests.helpers import launch, prepare
 
 ALL_ON = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
 
