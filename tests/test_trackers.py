@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from snakeddp import config
+from snakeddp.config import flatten
 from snakeddp.provenance.redact import recorded_environment
-from snakeddp.training.trackers import Trackers, flatten, mlflow_uri, split_credentials
+from snakeddp.training.trackers import Trackers, mlflow_uri, split_credentials
 from snakeddp.workflow import jobenv
 from tests.helpers import launch, prepare
 
@@ -44,8 +45,7 @@ def test_flatten_gives_dotted_params():
         "model.lr": 0.1,
         "model.hidden_sizes": [4],
         "seed": 1,
-        "data.module_kwargs": {},
-    }
+    }, "an empty section is no parameter"
 
 
 def test_credentials_are_split_off_the_uri():

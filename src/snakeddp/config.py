@@ -144,6 +144,16 @@ def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> None:
     node[leaf] = value
 
 
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {dotted.key: leaf}; lists stay leaves, empty sections vanish."""
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: value}
+
+
 def _format_value(value: Any) -> str:
     text = repr(value) if isinstance(value, float) else str(value)
     text = text.replace(" ", "").replace("[", "").replace("]", "").replace(",", "x")

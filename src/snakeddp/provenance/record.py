@@ -8,7 +8,6 @@ variables and URL credentials never reach the record (see ``redact``).
 from __future__ import annotations
 
 import getpass
-import importlib.metadata
 import os
 import platform
 import subprocess
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__
+from snakeddp.environment.capture import accelerator_stack
+from snakeddp.environment.lock import installed
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance.redact import recorded_environment, scrub
@@ -58,35 +59,19 @@ def code_info(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
 
 
 def versions() -> dict[str, Any]:
-    import lightning
-    import torch
-
-    cuda = torch.version.cuda
-    nccl = None
-    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
-        version = torch.cuda.nccl.version()
-        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    """The interpreter and the accelerator stack this process runs on."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "executable": sys.executable,
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "cuda": cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "nccl": nccl,
-        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        **accelerator_stack(),
     }
 
 
 def installed_packages() -> dict[str, str]:
-    packages = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            packages[name.lower().replace("_", "-")] = dist.version
-    return dict(sorted(packages.items()))
+    """Every distribution this interpreter can import, by canonical name."""
+    return {name: pin.version for name, pin in installed(sys.path).items()}
 
 
 def environment_info(record_path: Path | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
+from snakeddp.config import flatten
 from snakeddp.errors import TrackerError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.provenance.redact import redact_text, scrub
@@ -41,18 +42,6 @@ from snakeddp.training.callbacks import EpochMetrics
 TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")
 PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
-
-
-def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'model': {'lr': 0.1}} -> {'model.lr': 0.1}; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, Mapping) and item:
-            flat.update(flatten(item, f"{name}."))
-        else:
-            flat[name] = item
-    return flat
 
 
 def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
