@@ -103,6 +103,7 @@ def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure
 
 def write_first(path: Path, text: str) -> None:
     """Write ``text`` unless another process already did: the first failure is the one reported."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
