@@ -24,7 +24,8 @@ mpirun (OpenMPI; no mpi4py needed)::
 
 ``python -m snakeddp.launch`` builds these commands from the run config; the Snakemake
 workflow calls it. A run directory's ``last.ckpt`` is resumed when it was made from the same
-config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on).
+config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on),
+1 a snakeddp error (one line with its HINT, from rank 0 or, under the launcher, from the launcher).
 """
 
 from __future__ import annotations
