@@ -96,6 +96,7 @@ CASES = {
         "trainer.strategy_options no_such_option are not accepted",
     ),
     "srun on the local profile": ({"launch": {"launcher": "srun"}}, "launch.launcher=srun needs the slurm profile"),
+    "two nodes on the local profile": ({"launch": {"nodes": 2}}, "starts processes on this machine only"),
 }
 
 
@@ -113,6 +114,22 @@ def test_launcher_reports_a_rank_error_as_one_line(tmp_path, case):
     assert result.stderr.count("\n") == 1 and message in result.stderr and "HINT:" in result.stderr, shown
     assert shown.count(message) == 1, shown
     assert "Traceback" not in shown and "ChildFailedError" not in shown, shown
+
+
+@pytest.mark.e2e
+def test_ranks_started_by_hand_print_the_line_once_from_rank_0(tmp_path):
+    (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
+    run_yaml, manifest, run_dir = prepare(
+        tmp_path, {"model": {"target": "usermodels:NotAModule"}, "launch": {"devices": 2}}
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    train = ["-m", "snakeddp.train", "--launcher", "torchrun", "--config", str(run_yaml), "--run-dir", str(run_dir)]
+    argv = [*torchrun, *train, "--data", str(manifest)]
+    result = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).count("snakeddp.train: model.target='usermodels:NotAModule'") == 1, (
+        result.stderr
+    )
 
 
 @pytest.mark.e2e
