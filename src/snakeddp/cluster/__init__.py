@@ -74,7 +74,8 @@ def resolve(name: str | None, env: Mapping[str, str], devices: int = 1) -> tuple
         guard_foreign_launch(env)
         launcher.devices = devices
     elif not launcher.detect(env):
-        missing = [var for var in launcher.variables.values() if var not in env]
+        required = {name: var for name, var in launcher.variables.items() if name not in launcher.optional}
+        missing = [var for var in required.values() if var not in env]
         raise LaunchError(
             f"this process was meant to be started by {launcher.name}, but its variables are missing "
             f"({', '.join(missing) or 'see snakeddp.cluster'}). Refusing to train: without them every "
