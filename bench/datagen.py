@@ -35,7 +35,7 @@ from bench.harness import (
 )
 from bench.workflows import Workflow
 from snakeddp import config as configuration
-from snakeddp.data import synthetic
+from snakeddp.data import sources, synthetic
 
 NAME = "datagen"
 TITLE = "2. Data generation"
@@ -55,7 +55,7 @@ def run(ctx: Context) -> Result:
     parts = sizes.partitions_or(8)
     cores = profile_cores()
     data = data_config(sizes.records, sizes.features, sizes.val_records, parts)
-    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    params = sources.identity(data)
     target = f"results/data/{configuration.dataset_id(data)}/manifest-{parts}.json"
     root = ctx.scratch("attempts")
     fresh = (root / f"attempt-{i}" for i in itertools.count())

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import config as configuration
+from snakeddp.data import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 
 
@@ -36,7 +37,7 @@ def ensure_dataset(root: Path, data: dict[str, Any]) -> Path:
     manifest = directory / f"manifest-{parts}.json"
     if manifest.is_file():
         return manifest
-    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    params = sources.identity(data)
     entries = []
     for index in range(parts):
         part = directory / "train" / f"part-{index:05d}.safetensors"

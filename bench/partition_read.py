@@ -20,8 +20,7 @@ import torch
 from bench.datasets import data_config
 from bench.harness import MB, Context, Figure, Result, alternate, evict, medians, paired_ratio, target_figure
 from bench.tutorial import read_pickle, write_pickle
-from snakeddp import config as configuration
-from snakeddp.data import synthetic
+from snakeddp.data import sources, synthetic
 from snakeddp.data.partitions import read_partition, write_partition
 from snakeddp.hashing import sha256_file
 
@@ -37,7 +36,7 @@ def _files(ctx: Context) -> tuple[Path, dict, Path, torch.Tensor, torch.Tensor]:
     sizes = ctx.sizes
     directory = ctx.scratch("files")
     data = data_config(sizes.records, sizes.features, sizes.records, 1)
-    params = {k: v for k, v in data.items() if k not in configuration.DATA_KEYS_OUTSIDE_IDENTITY}
+    params = sources.identity(data)
     tensors = synthetic.generate(params, "train", 0)
     ours = directory / "part-00000.safetensors"
     entry = write_partition(ours, tensors, {"generator": "snakeddp.synthetic/1"})

@@ -11,8 +11,8 @@ sys.path.insert(0, SRC)
 from snakeddp import config as snakeddp_config
 from snakeddp import hashing as snakeddp_hashing
 from snakeddp.workflow.files import workflow_files
+from snakeddp.workflow import jobenv as snakeddp_jobenv
 from snakeddp.workflow.terminal import terminal_of_this_process
-from snakeddp.run import variables as snakeddp_variables
 from snakeddp.data import sources as snakeddp_sources
 from snakeddp import coerce as snakeddp_coerce
 from snakeddp.workflow import preflight as snakeddp_preflight
@@ -31,32 +31,11 @@ try:
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
     snakeddp_sources.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
-    # Network tuning and trackers are not part of a run's identity: they reach the training
-    # processes through the environment, so changing them never reruns a job.
-    os.environ.update(snakeddp_variables.variables(CONFIG))
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
 PLATFORM = CONFIG["platform"]
 DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
-# What every job inherits (locally and through sbatch): this checkout's package, the profile's
-# platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
-# a finished run between profiles does not retrain it) and, unless a conda env or container
-# provides its own, the interpreter Snakemake runs under as `python`.
-os.environ.update(
-    PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
-    SNAKEDDP_PLATFORM=PLATFORM,
-)
-# Jobs of the local platform run beside Snakemake: their progress lines (epochs, ingestion, the
-# report) also go to its terminal, which otherwise shows a job's output only in the job's log.
-if PLATFORM == "local":
-    os.environ.update(SNAKEDDP_TERMINAL=terminal_of_this_process())
-if not DEPLOYMENT & {"CONDA", "APPTAINER"}:
-    os.environ.update(
-        PATH=os.pathsep.join(
-            [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
-        )
-    )
 # What the report's RO-Crate carries: the workflow's own files and the config files given.
 WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
 CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
@@ -92,7 +71,33 @@ try:
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 LOCK_SHA256 = snakeddp_hashing.sha256_file(LOCK_FILE)
-os.environ.update(SNAKEDDP_LOCK=str(Path(LOCK_FILE).resolve()))
+# What every job inherits (locally and through sbatch): this checkout's package, the profile's
+# platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
+# a finished run between profiles does not retrain it), the lock's path, network tuning and
+# trackers, the azureml: section, Slurm's config and, unless a conda env or container provides
+# its own, the interpreter Snakemake runs under as `python`. None of it is part of a run's
+# identity, so changing it never reruns a job.
+try:
+    os.environ.update(
+        snakeddp_jobenv.exports(
+            CONFIG,
+            os.environ,
+            src=SRC,
+            lock_file=LOCK_FILE,
+            python_bin=(
+                None
+                if DEPLOYMENT & {"CONDA", "APPTAINER"}
+                else str(Path(sys.executable).parent)
+            ),
+            slurm_bin=str(REPO / "profiles" / "slurm" / "bin"),
+            # Jobs of the local platform run beside Snakemake: their progress lines (epochs,
+            # ingestion, the report) also go to its terminal, which otherwise shows a job's
+            # output only in the job's log.
+            terminal=terminal_of_this_process() if PLATFORM == "local" else None,
+        )
+    )
+except snakeddp_config.ConfigError as error:
+    snakeddp_preflight.stop(error)
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
@@ -110,25 +115,8 @@ DATASETS = {
     snakeddp_config.dataset_id(run["config"]["data"]): run["config"]["data"]
     for run in RUNS.values()
 }
-# The azureml profile's train jobs read the azureml: section from here: it is not part of any
-# run's config, so editing it never retrains a finished run.
-if PLATFORM == "azureml":
-    os.environ.update(SNAKEDDP_AZUREML_CONFIG=json.dumps(CONFIG["azureml"]))
 
 from snakeddp.workflow.slurm import slurm_resources
-
-# The Slurm jobstep plugin removes SLURM_CONF before it calls srun, so a config outside
-# /etc/slurm (tests/slurm/cluster.sh) is lost in every job: keep a copy it leaves alone, and
-# put profiles/slurm/bin/srun (which restores it) first on the jobs' PATH.
-SLURM_BIN = str(REPO / "profiles" / "slurm" / "bin")
-if PLATFORM == "slurm" and os.environ.get("SLURM_CONF"):
-    search_path = os.environ.get("PATH", "").split(os.pathsep)
-    os.environ.update(
-        SNAKEDDP_SLURM_CONF=os.environ.get("SLURM_CONF"),
-        PATH=os.pathsep.join(
-            search_path if SLURM_BIN in search_path else [SLURM_BIN, *search_path]
-        ),
-    )
 
 
 wildcard_constraints:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import REPO, subprocess_env
+
+from tests.helpers import REPO, subprocess_env
 
 LINKED = ("Snakefile", "rules", "src", "envs", "profiles", "scripts", "report")
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")

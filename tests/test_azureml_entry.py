@@ -21,12 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 from azure.ai.ml import load_job
-from conftest import TINY, make_run, subprocess_env
 
 from snakeddp.azureml import results, submit
 from snakeddp.azureml.entry import SEEDED, seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
 from snakeddp.hashing import sha256_file
+from tests.helpers import TINY, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
 MPIRUN = shutil.which("mpirun")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import TINY, make_run, subprocess_env
+from tests.helpers import TINY, make_run, subprocess_env
 
 BLOCK_AZURE = textwrap.dedent(
     """

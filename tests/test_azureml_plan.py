@@ -10,18 +10,18 @@ def test_profile_network_tuning_and_tracking_reach_the_job():
     env = {
         "NCCL_DEBUG": "INFO",
         "NCCL_IB_HCA": "mlx5",
-        runenv.TRACKING_VAR: '{"mlflow": {"enabled": true}}',
+        runenv.TRACKING: '{"mlflow": {"enabled": true}}',
         "NCCL_SECRET_TOKEN": "s3cr3t",
         "HOME": "/root",
     }
     variables = job_variables(LAUNCH, "pytorch", "gpu-cluster", "v2", env)
     assert variables["NCCL_DEBUG"] == "INFO" and variables["NCCL_IB_HCA"] == "mlx5"
-    assert variables[runenv.TRACKING_VAR] == '{"mlflow": {"enabled": true}}'
+    assert variables[runenv.TRACKING] == '{"mlflow": {"enabled": true}}'
     assert "NCCL_SECRET_TOKEN" not in variables and "HOME" not in variables
     assert variables["LOCAL_WORLD_SIZE"] == "4" and variables["OMP_NUM_THREADS"] == "2"
 
 
 def test_nothing_is_forwarded_that_the_workflow_did_not_set():
     variables = job_variables(LAUNCH, "mpi", "gpu-cluster", "v1", {})
-    assert runenv.TRACKING_VAR not in variables
+    assert runenv.TRACKING not in variables
     assert not any(name.startswith(("NCCL_", "GLOO_")) for name in variables)

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from snakeddp.azureml.settings import ENV_VARIABLE, AzureMLError, Settings
+from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.config import ConfigError
+from snakeddp.run.variables import AZUREML_CONFIG
 
 
 def test_defaults_need_a_compute_and_a_workspace_only_to_submit():
@@ -42,9 +43,9 @@ def test_section_is_validated_by_the_schema():
 
 
 def test_settings_travel_in_the_environment():
-    settings = Settings.from_environment({ENV_VARIABLE: json.dumps({"sdk": "v1", "compute": "cpu-cluster"})})
+    settings = Settings.from_environment({AZUREML_CONFIG: json.dumps({"sdk": "v1", "compute": "cpu-cluster"})})
     assert (settings.sdk, settings.require_compute()) == ("v1", "cpu-cluster")
-    with pytest.raises(AzureMLError, match=f"{ENV_VARIABLE} is not set"):
+    with pytest.raises(AzureMLError, match=f"{AZUREML_CONFIG} is not set"):
         Settings.from_environment({})
     with pytest.raises(AzureMLError, match="is not valid JSON"):
-        Settings.from_environment({ENV_VARIABLE: "{"})
+        Settings.from_environment({AZUREML_CONFIG: "{"})

@@ -16,7 +16,6 @@ import pytest
 import yaml
 from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
 from azureml.core.script_run_config import get_run_config_from_script_run
-from conftest import TINY, make_run
 from marshmallow import ValidationError
 
 from snakeddp.azureml import spec_v1, spec_v2, staging, submit
@@ -24,6 +23,7 @@ from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.hashing import sha256_file
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
+from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")

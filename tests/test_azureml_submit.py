@@ -15,10 +15,10 @@ from argparse import Namespace
 import pytest
 import yaml
 from azure.ai.ml import load_job
-from conftest import TINY, Workflow, make_run, subprocess_env
 
 from snakeddp.azureml import submit
-from snakeddp.azureml.settings import ENV_VARIABLE
+from snakeddp.run.variables import AZUREML_CONFIG
+from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
 WORKSPACE = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
@@ -28,7 +28,7 @@ def submit_here(tmp_path, monkeypatch, capsys, azureml):
     """``submit.main`` here, as ``snakeddp.launch --platform azureml`` calls it: (status, stderr, run dir)."""
     run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(ENV_VARIABLE, json.dumps(azureml))
+    monkeypatch.setenv(AZUREML_CONFIG, json.dumps(azureml))
     args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=False)
     status = submit.main(args)
     return status, capsys.readouterr().err, run_yaml.parent
@@ -39,7 +39,7 @@ def launch(tmp_path, azureml, *extra, env=None):
     run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
     argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "azureml", "--config", str(run_yaml)]
     argv += ["--run-dir", str(run_yaml.parent), "--data", str(manifest), *extra]
-    environment = {**(env or subprocess_env()), ENV_VARIABLE: json.dumps(azureml)}
+    environment = {**(env or subprocess_env()), AZUREML_CONFIG: json.dumps(azureml)}
     done = subprocess.run(argv, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300)
     return done, run_yaml.parent
 

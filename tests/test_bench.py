@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, subprocess_env
 
 from bench.harness import alternate
+from tests.helpers import REPO, subprocess_env
 
 
 def run_bench(results, *names, timeout=900):

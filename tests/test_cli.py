@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import subprocess_env
 
 from snakeddp import __version__
 from snakeddp.cli import main
+from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.e2e
 

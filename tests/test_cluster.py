@@ -1,10 +1,12 @@
 """Launchers: each maps its own variables to the canonical layout, or refuses clearly."""
 
+import os
+from unittest import mock
+
 import pytest
 
 from snakeddp import cluster
-from snakeddp.cluster import LaunchError, LaunchPlan
-from snakeddp.cluster.spawn import guard_foreign_launch
+from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -232,3 +234,16 @@ def test_mpirun_keeps_an_allocation_it_can_see():
     env = {**JOBSTEP_ENV, "SLURM_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_CONF": "/etc/slurm.conf"}
     _, exports = cluster.get("mpirun").command(plan(nodes=2, devices=2), env)
     assert "SLURM_NODELIST" not in exports and "SLURM_CONF" not in exports
+
+
+@pytest.mark.parametrize(
+    ("launcher", "env", "rank_var"), [("torchrun", TORCHRUN, "RANK"), ("srun", SRUN, "SLURM_PROCID")]
+)
+def test_lightnings_own_environment_must_agree_with_the_layout(launcher, env, rank_var):
+    """torchrun and srun hand Lightning its own environment, which reads the variables itself."""
+    env = {**env, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400"}
+    layout = cluster.get(launcher).layout(env)
+    with mock.patch.dict(os.environ, env, clear=True):
+        assert cluster.get(launcher).lightning_environment(layout).global_rank() == layout.rank
+    with mock.patch.dict(os.environ, {**env, rank_var: "0"}, clear=True), pytest.raises(LaunchError, match="HINT:"):
+        cluster.get(launcher).lightning_environment(layout)

@@ -133,9 +133,8 @@ class Blobs(pl.LightningDataModule):
 
 @pytest.mark.e2e
 def test_a_module_dataset_trains_on_two_ranks_each_sample_once(tmp_path):
-    from launching import launch, prepare
-
     from snakeddp.run.runfile import RunFile
+    from tests.helpers import launch, prepare
 
     (tmp_path / "blobs.py").write_text(textwrap.dedent(TENSOR_MODULE))
     overrides = {

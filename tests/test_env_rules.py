@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, TINY, Workflow, subprocess_env
+
+from tests.helpers import REPO, TINY, Workflow, subprocess_env
 
 MISSING_SOFTWARE = "Specify a conda environment or container for each rule."
 

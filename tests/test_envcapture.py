@@ -9,11 +9,11 @@ import sysconfig
 from pathlib import Path
 
 import torch
-from conftest import REPO, subprocess_env
 
 from snakeddp.environment.capture import capture, conda_info, container_info
 from snakeddp.environment.lock import installed
 from snakeddp.hashing import sha256_file
+from tests.helpers import REPO, subprocess_env
 
 LOCK = REPO / "envs" / "requirements.lock"
 DIGEST = "sha256:" + "ab" * 32

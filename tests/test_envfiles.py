@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, subprocess_env
 
 from snakeddp.environment import files as envfiles
 from snakeddp.environment.lock import read_lock
+from tests.helpers import REPO, subprocess_env
 
 ENVS = REPO / "envs"
 HADOLINT = Path(sys.executable).with_name("hadolint")

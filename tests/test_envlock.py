@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, subprocess_env
 
 from snakeddp.environment.lock import Lock, LockError, Pin, compare, installed, read_lock, requirement_closure
+from tests.helpers import REPO, subprocess_env
 
 CORE_LOCK = REPO / "envs" / "requirements.lock"
 DEV_LOCK = REPO / "envs" / "requirements-dev.lock"

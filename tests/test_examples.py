@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, Workflow, subprocess_env
 
 from snakeddp.data.partitions import load_manifest, read_partition
+from tests.helpers import REPO, Workflow, subprocess_env
 
 
 @pytest.fixture(scope="module")

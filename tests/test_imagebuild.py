@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import REPO
 
 from snakeddp.environment.image import ImageBuildError, build_command, default_tag, find_engine, image_tag
+from tests.helpers import REPO
 
 LOCK = REPO / "envs" / "requirements.lock"
 

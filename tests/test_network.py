@@ -8,13 +8,12 @@ import textwrap
 
 import pytest
 import yaml
-from conftest import REPO
-from launching import launch, prepare
 
 from snakeddp import config
 from snakeddp import launch as launching_module
 from snakeddp.cluster import network
-from snakeddp.run import variables as runenv
+from snakeddp.workflow import jobenv
+from tests.helpers import REPO, launch, prepare
 
 PROBE = """
 import json
@@ -38,7 +37,7 @@ def test_network_env_becomes_environment_strings():
         {"network": {"env": {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": 1, "GLOO_SOCKET_IFNAME": "lo"}}}
     )
     assert network.variables(cfg) == {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    assert runenv.variables(cfg)["NCCL_IB_DISABLE"] == "1"
+    assert jobenv.settings(cfg)["NCCL_IB_DISABLE"] == "1"
 
 
 def test_only_network_families_and_no_secrets():
@@ -77,7 +76,7 @@ def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_p
     }
     run_yaml, manifest, run_dir = prepare(tmp_path, overrides)
     settings = config.validate({"network": {"env": {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}}})
-    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path, UCX_TLS="tcp", **runenv.variables(settings))
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path, UCX_TLS="tcp", **jobenv.settings(settings))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     wanted = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "UCX_TLS": "tcp"}
     for rank in (0, 1):

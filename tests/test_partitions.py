@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import subprocess_env
 
 from snakeddp.data import partitions
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.data.partitions import DataIntegrityError
+from tests.helpers import subprocess_env
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, subprocess_env
+
+from tests.helpers import REPO, subprocess_env
 
 pytestmark = pytest.mark.e2e
 NAMES = ("local", "slurm", "azureml")

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SECRET_VALUES, SECRETS, assert_valid_provenance
 
 from snakeddp.provenance.schema import ProvenanceError, problems, validate, validate_file
+from tests.helpers import SECRET_VALUES, SECRETS, assert_valid_provenance
 
 pytestmark = pytest.mark.e2e
 

@@ -9,10 +9,10 @@ import zipfile
 
 import pytest
 import yaml
-from conftest import REPO, SWEEP, Workflow, subprocess_env
 from packaging.utils import canonicalize_name
 
 from snakeddp.environment.lock import read_lock
+from tests.helpers import REPO, SWEEP, Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e
 REPORT_RULES = {"report_curves", "report_scaling", "report_html", "report_crate"}

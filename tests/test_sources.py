@@ -72,3 +72,16 @@ def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
         sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+
+
+def test_ids_and_partition_bytes_of_existing_configs_never_change(tmp_path):
+    """Pinned from the code before the identity had one definition (febc63a): a change here
+    regenerates every user's data and retrains every run."""
+    from snakeddp.data.generate import write_synthetic
+    from snakeddp.hashing import sha256_file
+
+    assert config.dataset_id(data_cfg()) == "synthetic-5bf3b09875"
+    tiny = data_cfg(num_train_files=3, num_records_per_train_file=300, num_val_records=200, num_features=8)
+    assert config.dataset_id(tiny) == "synthetic-978ec63783"
+    write_synthetic(sources.identity(tiny), "train", 1, tmp_path / "p.safetensors", tmp_path / "p.json")
+    assert sha256_file(tmp_path / "p.safetensors") == "401dcc91e913cd31ade06695e8afcfb57418d48ef6080cf6a09335e07bc802b2"

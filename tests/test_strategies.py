@@ -7,13 +7,13 @@ import json
 
 import lightning.pytorch as pl
 import pytest
-from launching import launch, prepare
 from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 
 from snakeddp import config
 from snakeddp.training.strategies import StrategyError, build_strategy
 from snakeddp.training.trainer import AtomicCheckpointIO
+from tests.helpers import launch, prepare
 
 
 def trainer_cfg(**overrides):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from snakeddp.report.table import flatten, varying_params
+from snakeddp.config import flatten
+from snakeddp.report.table import varying_params
 
 
 def record(point: dict, **config) -> dict:

@@ -11,12 +11,13 @@ import struct
 from pathlib import Path
 
 import pytest
-from launching import launch, prepare
 
 from snakeddp import config
+from snakeddp.config import flatten
 from snakeddp.provenance.redact import recorded_environment
-from snakeddp.run import variables as runenv
-from snakeddp.training.trackers import Trackers, flatten, mlflow_uri, split_credentials
+from snakeddp.training.trackers import Trackers, mlflow_uri, split_credentials
+from snakeddp.workflow import jobenv
+from tests.helpers import launch, prepare
 
 ALL_ON = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
 
@@ -44,8 +45,7 @@ def test_flatten_gives_dotted_params():
         "model.lr": 0.1,
         "model.hidden_sizes": [4],
         "seed": 1,
-        "data.module_kwargs": {},
-    }
+    }, "an empty section is no parameter"
 
 
 def test_credentials_are_split_off_the_uri():
@@ -87,7 +87,7 @@ def test_a_uri_with_credentials_never_reaches_mlflow_messages_or_records(tmp_pat
         Trackers(settings, "base", tmp_path / "runs" / "base", is_main=True, env={})
     assert "127.0.0.1:9" in str(error.value) and "s3cret" not in str(error.value) and "alice" not in str(error.value)
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret", "credentials reach MLflow through its own variables"
-    recorded = recorded_environment(runenv.variables(config.validate({"tracking": settings})))
+    recorded = recorded_environment(jobenv.settings(config.validate({"tracking": settings})))
     assert "s3cret" not in json.dumps(recorded) and "alice" not in json.dumps(recorded)
 
 
@@ -126,7 +126,7 @@ def tracked_run(tmp_path_factory):
     run_yaml, manifest, run_dir = prepare(tmp, overrides)
     run_dir = tmp / "results" / "runs" / "base"
     settings = config.validate({"tracking": ALL_ON})
-    done = launch(run_yaml, manifest, run_dir, cwd=tmp, MLFLOW_TRACKING_URI="", **runenv.variables(settings))
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp, MLFLOW_TRACKING_URI="", **jobenv.settings(settings))
     (tmp / "launch.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, f"see {tmp / 'launch.log'}:\n{done.stderr[-6000:]}"
     return tmp, run_dir

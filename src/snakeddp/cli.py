@@ -19,9 +19,10 @@ from collections.abc import Sequence
 import pandas as pd
 
 from snakeddp import __version__
+from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
-from snakeddp.report.runs import RunNotFound, default_results, find_runs, resolve_run
+from snakeddp.report.runs import default_results, find_runs, resolve_run
 from snakeddp.report.table import readable, summary_frame
 
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.results = args.results or default_results()
     try:
         return args.func(args)
-    except RunNotFound as exc:
+    except ConfigError as exc:  # the family: a run not found, a damaged record, ...
         print(f"snakeddp {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -24,6 +24,7 @@ import yaml
 
 from snakeddp import coerce
 from snakeddp.data import sources
+from snakeddp.errors import ConfigError
 from snakeddp.hashing import sha256_json
 from snakeddp.provenance.redact import is_secret_name
 
@@ -31,13 +32,6 @@ SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
 RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
-# Data keys that do not change the bytes of any existing synthetic file: adding partitions keeps
-# the dataset directory, so only the new partitions are generated (per source: data.sources).
-DATA_KEYS_OUTSIDE_IDENTITY = ("num_train_files",)
-
-
-class ConfigError(ValueError):
-    """A configuration a run cannot start from; the message names the key and how to fix it."""
 
 
 @functools.cache
@@ -143,10 +137,7 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
                 f"(launch.nodes x launch.devices), so some rank would get no samples. "
                 f"HINT: raise data.{key} or lower launch.devices/launch.nodes."
             )
-    try:
-        sources.check(data, source)
-    except sources.DataSourceError as error:
-        raise ConfigError(str(error)) from None
+    sources.check(data, source)
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -169,6 +160,16 @@ def set_dotted(cfg: dict[str, Any], key: str, value: Any) -> None:
         if not isinstance(node, dict):
             raise ConfigError(f"sweep.{key}: '{part}' is not a section of the config")
     node[leaf] = value
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {dotted.key: leaf}; lists stay leaves, empty sections vanish."""
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: value}
 
 
 def _format_value(value: Any) -> str:

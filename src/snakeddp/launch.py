@@ -16,8 +16,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -25,14 +27,16 @@ from snakeddp import cluster
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
+from snakeddp.errors import exit_code
 from snakeddp.hashing import sha256_file
 from snakeddp.provenance.record import environment_info
-from snakeddp.run import attempt
+from snakeddp.run import attempt, variables
 from snakeddp.run.runfile import RunFile
 
 PLATFORMS = ("local", "slurm", "azureml")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+FAILURE_FILE = "failure.txt"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -42,7 +46,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--platform",
         choices=PLATFORMS,
-        default=os.environ.get("SNAKEDDP_PLATFORM", "local"),
+        default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )
     parser.add_argument("--config", required=True, type=Path)
@@ -66,7 +70,12 @@ def train_arguments(args: argparse.Namespace, launcher: str) -> tuple[str, ...]:
     ]
     if args.environment_record:
         entry += ["--environment-record", str(args.environment_record)]
-    return tuple(entry)
+    return (*entry, "--failure-file", str(failure_file(args.run_dir)))
+
+
+def failure_file(run_dir: Path) -> Path:
+    """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
+    return run_dir / FAILURE_FILE
 
 
 def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launcher, list[str], dict[str, str]]:
@@ -92,8 +101,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
         **exports,
-        "SNAKEDDP_LAUNCH_COMMAND": quote(argv),
-        "SNAKEDDP_PLATFORM": args.platform,
+        variables.LAUNCH_COMMAND: quote(argv),
+        variables.PLATFORM: args.platform,
     }
     return launcher, argv, child_env
 
@@ -112,7 +121,11 @@ def run_attempt(args: argparse.Namespace) -> int:
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
         flush=True,
     )
-    child = subprocess.Popen(argv, env=env)
+    failed = failure_file(args.run_dir)
+    failed.unlink(missing_ok=True)
+    child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed), daemon=True)
+    relay.start()
     preempted = False
 
     def forward(signum: int, frame: object) -> None:
@@ -124,8 +137,25 @@ def run_attempt(args: argparse.Namespace) -> int:
     for signum in FORWARDED:
         signal.signal(signum, forward)
     code = child.wait()
+    relay.join()
+    if code != 0 and failed.exists():
+        print(failed.read_text().strip(), file=sys.stderr, flush=True)
+        return 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
+
+
+def relay_stderr(stream: IO[bytes], failed: Path) -> None:
+    """Pass the ranks' stderr on until one of them stops on a snakeddp error.
+
+    What follows is the launcher's own account of the failure (torchrun's ChildFailedError
+    report, srun's and mpirun's exit notices) and the other ranks being stopped; the rank's one
+    line says it all, and the launcher prints it once when the ranks are gone.
+    """
+    for chunk in iter(lambda: stream.read1(1 << 16), b""):
+        if not failed.exists():
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
 
 
 def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[psutil.Process]:
@@ -143,6 +173,11 @@ def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Start the run; a snakeddp error of the launcher or of any rank ends as one line and exit 1."""
+    return exit_code("snakeddp.launch", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
     if args.platform == "azureml":
         from snakeddp.azureml.submit import main as submit  # optional extra, imported only here

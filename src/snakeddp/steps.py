@@ -18,15 +18,16 @@ is what actually decides these outputs. Each step is a thin adapter over the pac
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-LOCK_VARIABLE = "SNAKEDDP_LOCK"
+from snakeddp.errors import exit_code
 
 
-def _partition(args: argparse.Namespace, split: str) -> None:
+def _partition(args: argparse.Namespace, *, split: str) -> None:
     if args.params.get("source") == "table":
         from snakeddp.data.table import place
 
@@ -64,50 +65,70 @@ def _run_config(args: argparse.Namespace) -> None:
 
 def _environment(args: argparse.Namespace) -> None:
     from snakeddp.environment.capture import capture
+    from snakeddp.run import variables
 
     # The lock's path comes from the workflow's environment: as a parameter, moving the checkout
     # would change it and retrain every run; its content reaches the rule as a checksum parameter.
-    capture(stage=args.stage, lock_path=os.environ[LOCK_VARIABLE], out_path=args.out, image=args.image or None)
+    capture(stage=args.stage, lock_path=variables.lock_path(os.environ), out_path=args.out, image=args.image or None)
 
 
-STEPS: dict[str, Callable[[argparse.Namespace], None]] = {
-    "partition": lambda args: _partition(args, "train"),
-    "val": lambda args: _partition(args, "val"),
-    "ingest": _ingest,
-    "manifest": _manifest,
-    "module": _module,
-    "run-config": _run_config,
-    "environment": _environment,
-}
+def _json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m snakeddp.steps", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("step", choices=sorted(STEPS))
-    parser.add_argument("--out", required=True, type=Path, help="the step's output")
-    parser.add_argument("--params", type=json.loads, default={}, help="dataset parameters as JSON")
-    parser.add_argument("--index", type=int, default=0, help="partition index")
-    parser.add_argument("--entry", type=Path, help="where a partition's checksum entry goes")
-    parser.add_argument("--ingest", help="a table dataset's ingestion directory (empty for synthetic data)")
-    parser.add_argument("--dataset", help="dataset id")
-    parser.add_argument("--val", type=Path, help="the validation set's entry (manifest)")
-    parser.add_argument("--run-id", help="run id (run-config)")
-    parser.add_argument("--run", type=json.loads, help='{"point": ..., "config": ...} as JSON (run-config)')
-    parser.add_argument("--stage", help="data, train or report (environment)")
-    parser.add_argument("--image", default=None, help="container image the stage runs in (environment)")
-    parser.add_argument(
-        "--entries", nargs="*", type=Path, default=[], help="train partition entries, in order (manifest)"
-    )
+    steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
+
+    def step(name: str, func: Callable[[argparse.Namespace], None], help: str) -> argparse.ArgumentParser:
+        sub = steps.add_parser(name, help=help)
+        sub.set_defaults(func=func)
+        sub.add_argument("--out", required=True, type=Path, help="the step's output")
+        return sub
+
+    def dataset_params(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--params", required=True, type=_json, help="dataset parameters as JSON")
+
+    for name, split, help in (
+        ("partition", "train", "one train partition and its checksum entry"),
+        ("val", "val", "the validation set and its checksum entry"),
+    ):
+        sub = step(name, functools.partial(_partition, split=split), help)
+        dataset_params(sub)
+        sub.add_argument("--entry", required=True, type=Path, help="where the checksum entry goes")
+        sub.add_argument("--ingest", default="", help="a table dataset's ingestion directory (empty for synthetic)")
+        if split == "train":
+            sub.add_argument("--index", required=True, type=int, help="partition index")
+        else:
+            sub.set_defaults(index=0)  # one validation file, drawn from its own stream
+    dataset_params(step("ingest", _ingest, "split a table into the ingestion directory"))
+    manifest = step("manifest", _manifest, "the dataset manifest of the first N partitions")
+    dataset_params(manifest)
+    manifest.add_argument("--dataset", required=True, help="dataset id")
+    manifest.add_argument("--val", required=True, type=Path, help="the validation set's entry")
+    manifest.add_argument("--entries", nargs="*", type=Path, default=[], help="train partition entries, in order")
+    module = step("module", _module, "the record of a data.module dataset")
+    dataset_params(module)
+    module.add_argument("--dataset", required=True, help="dataset id")
+    run_config = step("run-config", _run_config, "a run's run.yaml")
+    run_config.add_argument("--run-id", required=True, help="run id")
+    run_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    environment = step("environment", _environment, "the environment record of a stage")
+    environment.add_argument("--stage", required=True, help="data, train or report")
+    environment.add_argument("--image", default=None, help="container image the stage runs in")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    STEPS[args.step](args)
+    args.func(args)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_code("snakeddp.steps", main))

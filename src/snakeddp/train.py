@@ -24,7 +24,8 @@ mpirun (OpenMPI; no mpi4py needed)::
 
 ``python -m snakeddp.launch`` builds these commands from the run config; the Snakemake
 workflow calls it. A run directory's ``last.ckpt`` is resumed when it was made from the same
-config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on).
+config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on),
+1 a snakeddp error (one line with its HINT, from rank 0 or, under the launcher, from the launcher).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ import torch
 from snakeddp import cluster
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.data import custom
+from snakeddp.errors import LaunchError, exit_code
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
@@ -82,11 +84,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--launcher", choices=sorted(cluster.BY_NAME), help="what started this process (default: detect)"
     )
     parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
+    parser.add_argument(
+        "--failure-file",
+        type=Path,
+        help="where a rank stopping on a snakeddp error writes its one line instead of printing it "
+        "(set by snakeddp.launch, which prints it once)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def report_errors(argv: Sequence[str] | None = None) -> int:
+    """``main``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
     args = parse_args(argv)
+    return exit_code("snakeddp.train", lambda: main(args), speak=_rank(os.environ) == 0, failure_file=args.failure_file)
+
+
+def _rank(env: Mapping[str, str]) -> int:
+    try:
+        return cluster.detect(env).layout(env).rank
+    except LaunchError:
+        return 0
+
+
+def main(args: argparse.Namespace) -> int:
     die_with_parent()
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
@@ -201,7 +221,7 @@ def _record(
             "ranks": ranks,
             "hosts": sorted({r["host"] for r in ranks}),
             "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
-            "command": os.environ.get("SNAKEDDP_LAUNCH_COMMAND"),
+            "command": os.environ.get(run_variables.LAUNCH_COMMAND),
             "variables": provenance.cluster_variables(),
             "user": provenance.user(),
         },
@@ -232,4 +252,4 @@ def _record(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report_errors())

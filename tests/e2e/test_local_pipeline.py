@@ -7,7 +7,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.conftest import REPO, Workflow
+from tests.helpers import REPO, Workflow
 
 pytestmark = pytest.mark.e2e
 

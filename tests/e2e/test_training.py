@@ -15,7 +15,7 @@ from snakeddp import config
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
-from tests.conftest import subprocess_env
+from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.e2e
 

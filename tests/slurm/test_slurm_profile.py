@@ -22,9 +22,9 @@ from unittest.mock import ANY
 
 import pytest
 import yaml
-from conftest import TINY, Workflow, subprocess_env
 
 from snakeddp.config import dataset_id, validate
+from tests.helpers import TINY, Workflow, subprocess_env
 from tests.slurm.cluster import NODES, Cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed(args.resume_from, train_args.run_dir, token)
         else:
             wait_for_seed(train_args.run_dir, token, layout.rank)
-    return train.main(train_argv)
+    return train.report_errors(train_argv)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from typing import Any
 
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.cluster import network
+from snakeddp.run import variables as names
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.variables import TRACKING_VAR
 
 # launch.launcher on the azureml platform -> the distribution that starts such processes.
 LAUNCHER_FOR_DISTRIBUTION = {"pytorch": "env", "mpi": "mpirun"}
@@ -131,10 +131,10 @@ def job_variables(
     threads = str(launch["threads_per_process"])
     variables = {
         **network.forwarded(env),
-        **({TRACKING_VAR: env[TRACKING_VAR]} if TRACKING_VAR in env else {}),
-        "SNAKEDDP_PLATFORM": "azureml",
-        "SNAKEDDP_AZUREML_SDK": sdk,
-        "SNAKEDDP_AZUREML_COMPUTE": compute,
+        **({names.TRACKING: env[names.TRACKING]} if names.TRACKING in env else {}),
+        names.PLATFORM: "azureml",
+        names.AZUREML_SDK: sdk,
+        names.AZUREML_COMPUTE: compute,
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
     }

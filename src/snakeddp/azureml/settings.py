@@ -16,15 +16,12 @@ from typing import Any
 
 import snakeddp
 from snakeddp import config as configuration
+from snakeddp.errors import AzureMLError
+from snakeddp.run.variables import AZUREML_CONFIG
 
-ENV_VARIABLE = "SNAKEDDP_AZUREML_CONFIG"
 WORKSPACE_KEYS = ("subscription_id", "resource_group", "workspace_name")
 # The checkout that holds the Snakefile and envs/: relative requirement and Dockerfile paths start here.
 CHECKOUT = Path(snakeddp.__file__).resolve().parents[2]
-
-
-class AzureMLError(RuntimeError):
-    """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,7 @@ class Settings:
     @classmethod
     def from_section(cls, section: Mapping[str, Any], cwd: Path | None = None) -> Settings:
         """Validate a raw ``azureml:`` section (defaults filled) and read its workspace config file."""
-        resolved = configuration.validate({"azureml": dict(section)}, source=ENV_VARIABLE)["azureml"]
+        resolved = configuration.validate({"azureml": dict(section)}, source=AZUREML_CONFIG)["azureml"]
         return cls(
             sdk=resolved["sdk"],
             workspace=_workspace(resolved["workspace"], cwd or Path.cwd()),
@@ -72,19 +69,19 @@ class Settings:
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> Settings:
-        raw = env.get(ENV_VARIABLE)
+        raw = env.get(AZUREML_CONFIG)
         if raw is None:
             raise AzureMLError(
-                f"{ENV_VARIABLE} is not set, so the azureml settings are unknown. HINT: run training through "
+                f"{AZUREML_CONFIG} is not set, so the azureml settings are unknown. HINT: run training through "
                 "the workflow (snakemake --profile profiles/azureml), which sets it from the config's azureml: "
                 "section, or export it as the JSON of that section."
             )
         try:
             section = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise AzureMLError(f"{ENV_VARIABLE} is not valid JSON: {exc}") from None
+            raise AzureMLError(f"{AZUREML_CONFIG} is not valid JSON: {exc}") from None
         if not isinstance(section, dict):
-            raise AzureMLError(f"{ENV_VARIABLE} must hold a JSON object (the azureml: section)")
+            raise AzureMLError(f"{AZUREML_CONFIG} must hold a JSON object (the azureml: section)")
         return cls.from_section(section)
 
     def require_compute(self) -> str:

@@ -34,10 +34,11 @@ from snakeddp.azureml import results, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
-from snakeddp.config import ConfigError
+from snakeddp.errors import ConfigError
 from snakeddp.hashing import sha256_file
 from snakeddp.provenance.record import FILE_NAME, code_info
 from snakeddp.run import attempt
+from snakeddp.run import variables as names
 from snakeddp.run.runfile import RunFile
 
 SPEC_DIR = "azureml"
@@ -80,7 +81,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     variables = job_variables(launch, distribution, compute, settings.sdk)
     code = code_info()
     if code["commit"]:
-        variables.update(SNAKEDDP_CODE_COMMIT=code["commit"], SNAKEDDP_CODE_DIRTY="1" if code["dirty"] else "0")
+        variables.update({names.CODE_COMMIT: code["commit"], names.CODE_DIRTY: "1" if code["dirty"] else "0"})
     plan = JobPlan(
         run_id=run.run_id,
         sdk=settings.sdk,
@@ -123,11 +124,11 @@ def submission_variables(settings: Settings, spec_sha256: str) -> dict[str, str]
     """Added to the job at submission (not in the spec: they name the spec's hash and the workspace)."""
     workspace = settings.workspace
     variables = {
-        "SNAKEDDP_JOB_SPEC_SHA256": spec_sha256,
-        "SNAKEDDP_AZUREML_EXPERIMENT": settings.experiment,
-        "SNAKEDDP_AZUREML_SUBSCRIPTION": workspace.subscription_id,
-        "SNAKEDDP_AZUREML_RESOURCE_GROUP": workspace.resource_group,
-        "SNAKEDDP_AZUREML_WORKSPACE": workspace.workspace_name,
+        names.JOB_SPEC_SHA256: spec_sha256,
+        names.AZUREML_EXPERIMENT: settings.experiment,
+        names.AZUREML_SUBSCRIPTION: workspace.subscription_id,
+        names.AZUREML_RESOURCE_GROUP: workspace.resource_group,
+        names.AZUREML_WORKSPACE: workspace.workspace_name,
     }
     return {name: value for name, value in variables.items() if value}
 
@@ -139,7 +140,7 @@ def manual_submission(plan: JobPlan, spec: Path, settings: Settings, spec_sha256
         argv = ["az", "ml", "job", "create", "--file", str(spec)]
         argv += ["--resource-group", workspace.resource_group or "<resource-group>"]
         argv += ["--workspace-name", workspace.workspace_name or "<workspace-name>"]
-        argv += ["--set", f"environment_variables.SNAKEDDP_JOB_SPEC_SHA256={spec_sha256}"]
+        argv += ["--set", f"environment_variables.{names.JOB_SPEC_SHA256}={spec_sha256}"]
         return shlex.join(argv)
     from snakeddp.azureml import spec_v1
 
@@ -242,6 +243,6 @@ def main(args: argparse.Namespace) -> int:
     """Entry point of ``snakeddp.launch --platform azureml``; errors become one message and exit status 1."""
     try:
         return submit(args)
-    except (AzureMLError, ConfigError, attempt.RunStateError) as error:
+    except ConfigError as error:  # the whole family: AzureML, config, run state
         print(f"snakeddp.azureml: {error}", file=sys.stderr, flush=True)
         return 1

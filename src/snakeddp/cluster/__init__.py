@@ -13,7 +13,7 @@ from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
 from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
 from snakeddp.cluster.slurm import Srun
-from snakeddp.cluster.spawn import Spawn, guard_foreign_launch
+from snakeddp.cluster.spawn import Spawn
 from snakeddp.cluster.torchrun import TorchRun
 
 LAUNCHERS: tuple[type[Launcher], ...] = (
@@ -60,7 +60,10 @@ def for_platform(configured: str, platform: str) -> Launcher:
     """Resolve ``launch.launcher`` (possibly ``auto``) for a platform."""
     name = PLATFORM_DEFAULT[platform] if configured == "auto" else configured
     if name == "srun" and platform != "slurm":
-        raise LaunchError("launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation)")
+        raise LaunchError(
+            "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
+            "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (torchrun on this machine)."
+        )
     return get(name)
 
 
@@ -71,10 +74,34 @@ def resolve(name: str | None, env: Mapping[str, str], devices: int = 1) -> tuple
         guard_foreign_launch(env)
         launcher.devices = devices
     elif not launcher.detect(env):
-        missing = [var for var in launcher.variables.values() if var not in env]
+        required = {name: var for name, var in launcher.variables.items() if name not in launcher.optional}
+        missing = [var for var in required.values() if var not in env]
         raise LaunchError(
             f"this process was meant to be started by {launcher.name}, but its variables are missing "
             f"({', '.join(missing) or 'see snakeddp.cluster'}). Refusing to train: without them every "
             "process would train its own independent copy. HINT: start it with `python -m snakeddp.launch`."
         )
     return launcher, launcher.layout(env)
+
+
+def guard_foreign_launch(env: Mapping[str, str]) -> None:
+    """Refuse to spawn when another launcher already started several copies of this process.
+
+    Without this, `mpirun -np 2 python -m snakeddp.train` on a config that expects spawning
+    trains two independent copies that each write the same files.
+    """
+    for launcher in LAUNCHERS:
+        if launcher is Spawn or not launcher.detect(env):
+            continue
+        try:
+            layout = launcher().layout(env)
+        except LaunchError:
+            continue
+        if layout.world_size > 1:
+            raise LaunchError(
+                f"this process was started by {launcher.name} as rank {layout.rank} of {layout.world_size}, "
+                f"but training was asked to spawn its own processes. HINT: pass --launcher {launcher.name} "
+                "(or set launch.launcher) so the ranks are used instead of duplicated."
+            )
+    if env.get("LOCAL_RANK") and "MASTER_PORT" not in env:
+        raise LaunchError("LOCAL_RANK is set but MASTER_PORT is not: ranks would not find each other")

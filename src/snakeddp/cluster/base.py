@@ -7,18 +7,15 @@ the processes of a run (``command``).
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from snakeddp.errors import LaunchError
 
 if TYPE_CHECKING:  # launching needs no Lightning; only the training processes import it
     from lightning.fabric.plugins.environments import ClusterEnvironment
-
-
-class LaunchError(RuntimeError):
-    """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +50,6 @@ class Layout:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def check_matches(self, nodes: int, devices: int) -> None:
         """Refuse to train when the launched processes are not the layout the run config asks for."""
         if (self.num_nodes, self.local_world_size) != (nodes, devices):
@@ -83,6 +77,10 @@ class LaunchPlan:
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices
+
+
+# Layout fields that are text; every other one is an integer.
+TEXT_FIELDS = frozenset({"master_addr", "job_id"})
 
 
 def env_int(env: Mapping[str, str], name: str, launcher: str) -> int:
@@ -115,15 +113,28 @@ class Launcher:
     """One way of starting training processes. Subclasses fill the class attributes."""
 
     name: ClassVar[str]
-    #: Canonical field -> the environment variable it is read from, documented per launcher.
+    #: Canonical Layout field -> the environment variable it is read from (submitit's table).
     variables: ClassVar[dict[str, str]] = {}
+    #: Fields whose variable may be unset, and their value then (None: ``derive`` supplies it).
+    optional: ClassVar[dict[str, Any]] = {}
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
         raise NotImplementedError
 
     def layout(self, env: Mapping[str, str]) -> Layout:
-        raise NotImplementedError
+        """This process's layout: every field the table names, read once, the rest from ``derive``."""
+        values: dict[str, Any] = {}
+        for name, var in self.variables.items():
+            if not env.get(var) and name in self.optional:  # unset or empty
+                values[name] = self.optional[name]
+            else:
+                values[name] = env.get(var) if name in TEXT_FIELDS else env_int(env, var, self.name)
+        return Layout(launcher=self.name, **self.derive(values, env))
+
+    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        """The fields the launcher does not export directly, from those it does (none by default)."""
+        return values
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         """The ClusterEnvironment Lightning's strategy runs on (imported lazily: launching needs no Lightning)."""
@@ -132,10 +143,3 @@ class Launcher:
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv that starts every process of the run, and variables to add to its environment."""
         raise LaunchError(f"{self.name} processes are started by the platform, not by snakeddp.launch")
-
-
-def export_rendezvous(layout: Layout) -> None:
-    """Publish the resolved rendezvous where torch.distributed's env:// init looks for it."""
-    os.environ["MASTER_ADDR"] = layout.master_addr
-    if layout.master_port is not None:
-        os.environ["MASTER_PORT"] = str(layout.master_port)

@@ -1,4 +1,5 @@
-"""The Lightning side of a launcher: a ClusterEnvironment that reports a layout snakeddp resolved.
+"""The Lightning side of a launcher: a ClusterEnvironment that reports a layout snakeddp resolved,
+and the check that Lightning's own environments (torchrun, srun) agree with it.
 
 Imported only by the training processes (it needs Lightning); launching and the workflow do not.
 """
@@ -57,3 +58,25 @@ class StaticEnvironment(ClusterEnvironment):
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         self.resolved.check_matches(num_nodes, num_devices)
+
+
+def agreeing(environment: ClusterEnvironment, layout: Layout) -> ClusterEnvironment:
+    """``environment``, once it is known to report the ranks of ``layout``.
+
+    Lightning's TorchElasticEnvironment and SLURMEnvironment read the variables themselves;
+    snakeddp resolved them from the launcher's table. Two readings that differ would give
+    Lightning one process layout and snakeddp's data sharding and checks another.
+    """
+    theirs = {
+        "rank": environment.global_rank(),
+        "local_rank": environment.local_rank(),
+        "node_rank": environment.node_rank(),
+        "world_size": environment.world_size(),
+    }
+    ours = {name: getattr(layout, name) for name in theirs}
+    if theirs != ours:
+        raise LaunchError(
+            f"{layout.launcher}: Lightning's {type(environment).__name__} sees {theirs}, snakeddp resolved {ours}. "
+            "HINT: start training with `python -m snakeddp.launch`, or pass the --launcher that started it."
+        )
+    return environment

@@ -8,9 +8,9 @@ TORCHELASTIC_RUN_ID, so Lightning's TorchElasticEnvironment does not recognise t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, Layout, env_int
+from snakeddp.cluster.base import Launcher, LaunchError, Layout
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -26,7 +26,9 @@ class EnvVars(Launcher):
         "local_world_size": "LOCAL_WORLD_SIZE",
         "master_addr": "MASTER_ADDR",
         "master_port": "MASTER_PORT",
+        "job_id": "AZUREML_RUN_ID",
     }
+    optional = {"node_rank": 0, "local_world_size": None, "job_id": None}
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
@@ -37,30 +39,15 @@ class EnvVars(Launcher):
 
         return StaticEnvironment(layout)
 
-    def layout(self, env: Mapping[str, str]) -> Layout:
-        v = self.variables
-        world, rank = env_int(env, v["world_size"], self.name), env_int(env, v["rank"], self.name)
-        local_rank = env_int(env, v["local_rank"], self.name)
-        node_rank = env_int(env, v["node_rank"], self.name) if v["node_rank"] in env else 0
-        if v["local_world_size"] in env:
-            local_world = env_int(env, v["local_world_size"], self.name)
-        elif env.get("AZUREML_NODE_COUNT", "").isdigit():
-            local_world = world // int(env["AZUREML_NODE_COUNT"])
-        elif node_rank == 0 and rank == local_rank and world == 1:
-            local_world = 1
-        else:
-            raise LaunchError(
-                "env: cannot tell processes per node; set LOCAL_WORLD_SIZE (AzureML sets AZUREML_NODE_COUNT)"
-            )
-        return Layout(
-            launcher=self.name,
-            rank=rank,
-            local_rank=local_rank,
-            world_size=world,
-            local_world_size=local_world,
-            node_rank=node_rank,
-            num_nodes=world // local_world,
-            master_addr=env[v["master_addr"]],
-            master_port=env_int(env, v["master_port"], self.name),
-            job_id=env.get("AZUREML_RUN_ID"),
-        )
+    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        world, local_world = values["world_size"], values["local_world_size"]
+        if local_world is None:
+            if env.get("AZUREML_NODE_COUNT", "").isdigit():
+                local_world = world // int(env["AZUREML_NODE_COUNT"])
+            elif values["node_rank"] == 0 and values["rank"] == values["local_rank"] and world == 1:
+                local_world = 1
+            else:
+                raise LaunchError(
+                    "env: cannot tell processes per node; set LOCAL_WORLD_SIZE (AzureML sets AZUREML_NODE_COUNT)"
+                )
+        return {**values, "local_world_size": local_world, "num_nodes": world // local_world}

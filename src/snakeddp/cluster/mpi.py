@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int, split_host_port
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, split_host_port
 from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, rendezvous_exports
 
 if TYPE_CHECKING:
@@ -65,29 +65,23 @@ class MpiRun(Launcher):
 
         return StaticEnvironment(layout)
 
-    def layout(self, env: Mapping[str, str]) -> Layout:
-        v = self.variables
-        world, local_world = env_int(env, v["world_size"], self.name), env_int(env, v["local_world_size"], self.name)
-        rank = env_int(env, v["rank"], self.name)
+    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        world, local_world, rank = values["world_size"], values["local_world_size"], values["rank"]
         if world % local_world:
             raise LaunchError(
                 f"mpirun: {world} ranks do not split evenly into nodes of {local_world}; use --map-by ppr:N:node"
             )
         num_nodes = world // local_world
         addr, port = self.rendezvous(env, num_nodes)
-        return Layout(
-            launcher=self.name,
-            rank=rank,
-            local_rank=env_int(env, v["local_rank"], self.name),
-            world_size=world,
-            local_world_size=local_world,
+        return {
+            **values,
             # With ppr:N:node mapping, ranks fill nodes in order, so the node is rank // N.
-            node_rank=rank // local_world,
-            num_nodes=num_nodes,
-            master_addr=addr,
-            master_port=port,
-            job_id=env.get("AZUREML_RUN_ID") or env.get("SLURM_JOB_ID") or env.get("OMPI_MCA_ess_base_jobid"),
-        )
+            "node_rank": rank // local_world,
+            "num_nodes": num_nodes,
+            "master_addr": addr,
+            "master_port": port,
+            "job_id": env.get("AZUREML_RUN_ID") or env.get("SLURM_JOB_ID") or env.get("OMPI_MCA_ess_base_jobid"),
+        }
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         inside_slurm = "SLURM_JOB_ID" in env

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp.config import ConfigError, network_variable_error
+from snakeddp.config import network_variable_error
+from snakeddp.errors import ConfigError
 from snakeddp.provenance.redact import is_secret_name
 
 PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "UCX_", "FI_", "OMPI_MCA_")

@@ -12,15 +12,14 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+from snakeddp.run.variables import SLURM_CONF_COPY
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
 
-#: A copy of SLURM_CONF under a name the jobstep plugin does not remove (set by rules/common.smk).
-CONF_COPY = "SNAKEDDP_SLURM_CONF"
 _FIELD = re.compile(r"(\S+?)=(\S*)")
 
 
@@ -47,8 +46,8 @@ def job_port(env: Mapping[str, str]) -> int:
 def client_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with SLURM_CONF put back when the jobstep plugin removed it (no-op with /etc/slurm)."""
     restored = dict(env)
-    if not restored.get("SLURM_CONF") and restored.get(CONF_COPY):
-        restored["SLURM_CONF"] = restored[CONF_COPY]
+    if not restored.get("SLURM_CONF") and restored.get(SLURM_CONF_COPY):
+        restored["SLURM_CONF"] = restored[SLURM_CONF_COPY]
     return restored
 
 
@@ -62,7 +61,7 @@ def scontrol_show(kind: str, name: str, env: Mapping[str, str]) -> dict[str, str
     if done.returncode != 0:
         raise LaunchError(
             f"slurm: `{' '.join(argv)}` failed: {done.stderr.strip()}. HINT: run inside the allocation with "
-            f"SLURM_CONF (or {CONF_COPY}) pointing at the cluster's slurm.conf."
+            f"SLURM_CONF (or {SLURM_CONF_COPY}) pointing at the cluster's slurm.conf."
         )
     return dict(_FIELD.findall(done.stdout))
 
@@ -100,37 +99,38 @@ class Srun(Launcher):
         "node_rank": "SLURM_NODEID",
         "num_nodes": "SLURM_NNODES",
         "job_id": "SLURM_JOB_ID",
+        "master_addr": "MASTER_ADDR",
+        "master_port": "MASTER_PORT",
     }
+    # Set by snakeddp.launch (rendezvous_exports); by hand, derived as Lightning's SLURMEnvironment does.
+    optional = {"job_id": None, "master_addr": None, "master_port": None}
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
         # SLURM_STEP_ID separates tasks of an srun step from the batch script that holds the allocation.
         return "SLURM_PROCID" in env and "SLURM_NTASKS" in env and env.get("SLURM_STEP_ID", "batch").isdigit()
 
-    def layout(self, env: Mapping[str, str]) -> Layout:
-        v = self.variables
-        world, nodes = env_int(env, v["world_size"], self.name), env_int(env, v["num_nodes"], self.name)
+    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        # SLURM_NTASKS_PER_NODE may be a pattern such as "2(x2)"; then the tasks split evenly.
         per_node = env.get("SLURM_NTASKS_PER_NODE")
-        local_world = int(per_node) if per_node and per_node.isdigit() else world // max(nodes, 1)
-        return Layout(
-            launcher=self.name,
-            rank=env_int(env, v["rank"], self.name),
-            local_rank=env_int(env, v["local_rank"], self.name),
-            world_size=world,
-            local_world_size=local_world,
-            node_rank=env_int(env, v["node_rank"], self.name),
-            num_nodes=nodes,
-            master_addr=env.get("MASTER_ADDR") or first_node(env),
-            master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else job_port(env),
-            job_id=env.get(v["job_id"]),
+        local_world = (
+            int(per_node) if per_node and per_node.isdigit() else values["world_size"] // max(values["num_nodes"], 1)
         )
+        return {
+            **values,
+            "local_world_size": local_world,
+            "master_addr": values["master_addr"] or first_node(env),
+            "master_port": values["master_port"] if values["master_port"] is not None else job_port(env),
+        }
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         # Preemption is handled by snakeddp's own callback (save last.ckpt, exit 75), not by
         # Lightning's requeue, so the workflow manager decides what runs next.
         from lightning.fabric.plugins.environments import SLURMEnvironment
 
-        return SLURMEnvironment(auto_requeue=False)
+        from snakeddp.cluster.environment import agreeing
+
+        return agreeing(SLURMEnvironment(auto_requeue=False), layout)
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """One step whose tasks are the ranks: Slurm's signals (``--signal``, ``scancel``) reach every rank."""

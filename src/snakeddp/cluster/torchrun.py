@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, env_int
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -28,26 +28,17 @@ class TorchRun(Launcher):
     def detect(env: Mapping[str, str]) -> bool:
         return "TORCHELASTIC_RUN_ID" in env and "LOCAL_WORLD_SIZE" in env
 
-    def layout(self, env: Mapping[str, str]) -> Layout:
-        v = self.variables
-        world, local_world = env_int(env, v["world_size"], self.name), env_int(env, v["local_world_size"], self.name)
-        return Layout(
-            launcher=self.name,
-            rank=env_int(env, v["rank"], self.name),
-            local_rank=env_int(env, v["local_rank"], self.name),
-            world_size=world,
-            local_world_size=local_world,
-            node_rank=env_int(env, v["node_rank"], self.name),
-            num_nodes=world // local_world,
-            master_addr=env.get(v["master_addr"], "127.0.0.1"),
-            master_port=env_int(env, v["master_port"], self.name),
-            job_id=env.get(v["job_id"]),
-        )
+    optional = {"master_addr": "127.0.0.1", "job_id": None}
+
+    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+        return {**values, "num_nodes": values["world_size"] // values["local_world_size"]}
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         from lightning.fabric.plugins.environments import TorchElasticEnvironment
 
-        return TorchElasticEnvironment()
+        from snakeddp.cluster.environment import agreeing
+
+        return agreeing(TorchElasticEnvironment(), layout)
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         if plan.nodes != 1:

@@ -20,8 +20,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from snakeddp.config import ConfigError
 from snakeddp.data.module import PartitionDataModule
+from snakeddp.errors import ConfigError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.training.targets import accepted_parameters, construct, load_class
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from snakeddp.errors import DataIntegrityError
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
 from snakeddp.hashing import sha256_bytes, sha256_file
 
@@ -27,10 +28,6 @@ if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (th
 
 MANIFEST_FORMAT = "snakeddp-manifest/1"
 TENSOR_NAMES = ("features", "labels", "ids")
-
-
-class DataIntegrityError(RuntimeError):
-    """A data file does not match its manifest entry (checksum, size, shape) or cannot be parsed."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp.errors import ConfigError, DataSourceError
+
 SYNTHETIC = "synthetic"
 TABLE = "table"
 MODULE = "module"
@@ -34,10 +36,6 @@ SOURCE_KEYS = {
     TABLE: ("name", "source", "seed", "num_train_files", "num_classes", "table"),
     MODULE: ("name", "source", "module", "module_kwargs"),
 }
-
-
-class DataSourceError(ValueError):
-    """A data section whose source lacks what it needs; the message names the key."""
 
 
 def identity(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,7 +94,6 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
     longer matches stops the workflow.
     """
-    from snakeddp.config import ConfigError
     from snakeddp.data.table import TableError, cached_fingerprint
 
     for run_id, run in runs.items():

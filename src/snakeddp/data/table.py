@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.data.partitions import encode_header
+from snakeddp.errors import TableError
 from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.workflow.terminal import say
@@ -35,10 +36,6 @@ CHUNK_VALUES = 1 << 21
 # Seconds between progress lines while a big table is read.
 PROGRESS_EVERY_S = 10
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-class TableError(ValueError):
-    """The table cannot be ingested; the message names the file, column and row."""
 
 
 def _format_of(path: Path) -> str | None:

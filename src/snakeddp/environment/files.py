@@ -22,6 +22,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from snakeddp.environment.lock import ACCELERATED, Lock, LockError, installed, read_lock, requirement_closure
+from snakeddp.errors import EnvFileError
 
 ENVS = Path(__file__).resolve().parents[3] / "envs"
 LOCK_NAME = "requirements.lock"
@@ -39,10 +40,6 @@ HINT = "HINT: change versions in envs/requirements.in, then run tools/lock.sh (i
 _UNLOCKED_TOOLS = frozenset({"pip"})
 _DOCKER_PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][^\s\"';&|)]*)")
 _ARG_REFERENCE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
-
-
-class EnvFileError(RuntimeError):
-    """The lock does not describe the environment the YAMLs are generated from."""
 
 
 def stage_pins(stage: str, lock: Lock, strict: bool = True) -> list[tuple[str, str]]:

@@ -17,15 +17,12 @@ from typing import IO, Any
 
 from snakeddp import __version__
 from snakeddp.environment.lock import ACCELERATED, read_lock
+from snakeddp.errors import ImageBuildError
 from snakeddp.fsutil import atomic_write_json
 from snakeddp.hashing import sha256_file
 
 ENGINES = ("docker", "podman")
 IMAGE_NAME = "snakeddp"
-
-
-class ImageBuildError(RuntimeError):
-    """No usable container engine, or the build failed."""
 
 
 def default_tag(lock_path: str | Path) -> str:

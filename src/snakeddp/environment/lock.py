@@ -22,16 +22,14 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from snakeddp.errors import LockError
+
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)$")
 _PYTHON = re.compile(r"^# Python (?P<version>\d+\.\d+)(\.\d+)?\b")
 # Installed but never locked: the installer itself and this project (editable or not).
 NOT_LOCKED = frozenset({"pip", "snakeddp"})
 # The package whose build (CPU or CUDA) a machine chooses; its runtime wheels come with it.
 ACCELERATED = "torch"
-
-
-class LockError(ValueError):
-    """A lock file that is not a list of exact pins."""
 
 
 @dataclass(frozen=True)

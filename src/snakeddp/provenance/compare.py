@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from snakeddp.config import flatten
 from snakeddp.report.runs import Run
-from snakeddp.report.table import flatten, outcome
+from snakeddp.report.table import outcome
 
 MISSING = "(absent)"
 CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")

@@ -8,7 +8,6 @@ variables and URL credentials never reach the record (see ``redact``).
 from __future__ import annotations
 
 import getpass
-import importlib.metadata
 import os
 import platform
 import subprocess
@@ -18,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__
+from snakeddp.environment.capture import accelerator_stack
+from snakeddp.environment.lock import installed
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance.redact import recorded_environment, scrub
+from snakeddp.run import variables
 from snakeddp.run.attempt import CHECKPOINT_DIR
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
@@ -38,10 +40,10 @@ def _git(args: list[str], cwd: Path) -> str | None:
 def code_info(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The commit of the code that ran. Platforms that ship code without .git (AzureML) pass it
     in SNAKEDDP_CODE_COMMIT / SNAKEDDP_CODE_DIRTY, captured by the submitter from its checkout."""
-    if env.get("SNAKEDDP_CODE_COMMIT"):
+    if env.get(variables.CODE_COMMIT):
         return {
-            "commit": env["SNAKEDDP_CODE_COMMIT"],
-            "dirty": env.get("SNAKEDDP_CODE_DIRTY") == "1",
+            "commit": env[variables.CODE_COMMIT],
+            "dirty": env.get(variables.CODE_DIRTY) == "1",
             "source": "submitter",
             "snakeddp_version": __version__,
         }
@@ -57,35 +59,19 @@ def code_info(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
 
 
 def versions() -> dict[str, Any]:
-    import lightning
-    import torch
-
-    cuda = torch.version.cuda
-    nccl = None
-    if torch.cuda.is_available() and hasattr(torch.cuda, "nccl"):
-        version = torch.cuda.nccl.version()
-        nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    """The interpreter and the accelerator stack this process runs on."""
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "platform": platform.platform(),
         "executable": sys.executable,
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "cuda": cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "nccl": nccl,
-        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        **accelerator_stack(),
     }
 
 
 def installed_packages() -> dict[str, str]:
-    packages = {}
-    for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name")
-        if name:
-            packages[name.lower().replace("_", "-")] = dist.version
-    return dict(sorted(packages.items()))
+    """Every distribution this interpreter can import, by canonical name."""
+    return {name: pin.version for name, pin in installed(sys.path).items()}
 
 
 def environment_info(record_path: Path | None) -> dict[str, Any]:

@@ -15,11 +15,9 @@ from typing import Any
 
 import jsonschema
 
+from snakeddp.errors import ProvenanceError
+
 SCHEMA_FILE = "provenance.schema.json"
-
-
-class ProvenanceError(ValueError):
-    """A provenance record that does not match the schema; the message lists every problem."""
 
 
 @cache

@@ -31,9 +31,9 @@ from rocrate.model.contextentity import ContextEntity
 from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
+from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.report.runs import Run
-from snakeddp.report.table import flatten
 from snakeddp.workflow.files import workflow_files
 
 BASENAME = "ro-crate-metadata.json"

@@ -9,7 +9,6 @@ shows, and a test can hold it against metrics.csv.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from io import BytesIO
@@ -26,9 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json
 from snakeddp.report.runs import Run
-from snakeddp.report.table import flatten, steady_throughput
+from snakeddp.report.table import steady_throughput
 
 # Columns of metrics.csv that can be plotted per epoch, with their axis labels.
 METRIC_LABELS = {
@@ -196,11 +196,6 @@ def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str,
     return points
 
 
-def varies_layout(runs: Sequence[Run]) -> bool:
-    """Whether the runs differ in world size (the condition for a scaling figure)."""
-    return len({run.provenance["launch"]["world_size"] for run in runs}) > 1
-
-
 def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
     """Throughput vs world size as bars (measured, and the gap to perfect linear scaling), and efficiency."""
     points = scaling_points(runs, params)
@@ -296,7 +291,3 @@ def write(fig: Figure, path: str | Path, fmt: str, dpi: int, series_path: str | 
         fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
     atomic_write_bytes(path, buffer.getvalue())
     atomic_write_json(series_path, {"figure": Path(path).name, "series": plotted_series(fig)})
-
-
-def read_series(path: str | Path) -> list[dict[str, Any]]:
-    return json.loads(Path(path).read_text())["series"]

@@ -13,14 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp.errors import RunNotFound
 from snakeddp.fsutil import read_json
 from snakeddp.provenance.record import FILE_NAME
 
 METRICS_FILE = "metrics.csv"
-
-
-class RunNotFound(LookupError):
-    """No finished run matches what the user named."""
 
 
 def _number(text: str) -> int | float | str | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_text
 from snakeddp.hashing import canonical_json
 from snakeddp.report.runs import Run, runs_from_provenance
@@ -43,16 +44,6 @@ def readable(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
     return str(value)
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested config -> {dotted.key: leaf}; lists stay leaves."""
-    if isinstance(value, Mapping):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            flat.update(flatten(item, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: value}
 
 
 def steady_throughput(run: Run) -> tuple[float, float, float] | None:

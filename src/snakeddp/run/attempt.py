@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp.errors import RunStateError
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_json
 
@@ -24,10 +25,6 @@ CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 # What an attempt leaves in the run directory; moved aside together when superseded.
 ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE)
-
-
-class RunStateError(RuntimeError):
-    """The run directory holds checkpoints whose origin cannot be confirmed."""
 
 
 def resume_key(run_config: Mapping[str, Any], manifest_sha256: str, environment_hash: str | None) -> str:

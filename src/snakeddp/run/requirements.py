@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 
-from snakeddp.config import ConfigError
+from snakeddp.errors import StrategyError, TrackerError
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
 # The package each tracker needs, only when enabled.
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
-
-
-class StrategyError(ConfigError):
-    """A strategy that cannot run here (wrong accelerator, missing package, bad option)."""
 
 
 def check_strategy(name: str, accelerator: str) -> None:
@@ -38,10 +34,10 @@ def check_strategy(name: str, accelerator: str) -> None:
 
 
 def require_tracker(key: str) -> None:
-    """A ConfigError when tracker ``key`` is enabled but its package is not installed."""
+    """A TrackerError when tracker ``key`` is enabled but its package is not installed."""
     package = TRACKER_PACKAGES[key]
     if importlib.util.find_spec(package) is None:
-        raise ConfigError(
+        raise TrackerError(
             f"tracking.{key}.enabled is true but the {package} package is not installed in the training "
             f"environment. HINT: install it (tools/setup.sh --dev does: envs/requirements-dev.lock), or "
             f"set tracking.{key}.enabled: false."

@@ -1,9 +1,10 @@
-"""Workflow settings that reach the training processes through the environment, not run.yaml.
+"""The ``SNAKEDDP_*`` environment contract: every variable snakeddp passes between its processes.
 
-``network.env`` (NCCL/gloo tuning) and ``tracking`` do not change what a run computes, so they
-are not part of its identity: the workflow exports them when it starts (rules/common.smk), every
-job inherits them, and changing them never reruns a job. The launcher passes the network
-variables on to every rank; rank 0 reads the tracking section from ``SNAKEDDP_TRACKING``.
+Settings that do not change what a run computes (the platform, the lock's path, ``network.env``,
+``tracking``, the ``azureml:`` section) are not part of any run's identity: the workflow exports
+them when it starts (``snakeddp.workflow.jobenv``, called once by rules/common.smk), every job
+inherits them, and changing them never reruns a job. The readers below are how the entry points
+get them back. Each name is defined here and nowhere else.
 """
 
 from __future__ import annotations
@@ -12,21 +13,57 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp.cluster import network
-from snakeddp.config import ConfigError, validate
+from snakeddp.config import validate
+from snakeddp.errors import ConfigError
+from snakeddp.workflow import terminal
 
-TRACKING_VAR = "SNAKEDDP_TRACKING"
+#: local, slurm or azureml: how snakeddp.launch starts the ranks (from the profile).
+PLATFORM = "SNAKEDDP_PLATFORM"
+#: Absolute path of the lock file whose content the environment records hash.
+LOCK = "SNAKEDDP_LOCK"
+#: The config's ``tracking`` section as JSON, read by rank 0.
+TRACKING = "SNAKEDDP_TRACKING"
+#: The config's ``azureml`` section as JSON, read by the AzureML submitter.
+AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
+#: A copy of SLURM_CONF under a name Slurm's jobstep plugin does not remove (profiles/slurm/bin/srun).
+SLURM_CONF_COPY = "SNAKEDDP_SLURM_CONF"
+#: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
+#: Defined beside its reader, snakeddp.workflow.terminal, which every stage imports without this module.
+TERMINAL = terminal.VARIABLE
+#: The shell-quoted command that started the ranks, for provenance.
+LAUNCH_COMMAND = "SNAKEDDP_LAUNCH_COMMAND"
+#: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
+CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
+CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"
+#: What an AzureML job records about where it was sent.
+AZUREML_SDK = "SNAKEDDP_AZUREML_SDK"
+AZUREML_COMPUTE = "SNAKEDDP_AZUREML_COMPUTE"
+AZUREML_EXPERIMENT = "SNAKEDDP_AZUREML_EXPERIMENT"
+AZUREML_SUBSCRIPTION = "SNAKEDDP_AZUREML_SUBSCRIPTION"
+AZUREML_RESOURCE_GROUP = "SNAKEDDP_AZUREML_RESOURCE_GROUP"
+AZUREML_WORKSPACE = "SNAKEDDP_AZUREML_WORKSPACE"
+JOB_SPEC_SHA256 = "SNAKEDDP_JOB_SPEC_SHA256"
 
 
-def variables(config: Mapping[str, Any]) -> dict[str, str]:
-    """The environment a validated config asks every job to run with."""
-    return {**network.variables(config), TRACKING_VAR: json.dumps(config.get("tracking", {}), sort_keys=True)}
+def platform(env: Mapping[str, str], default: str = "local") -> str:
+    return env.get(PLATFORM) or default
+
+
+def lock_path(env: Mapping[str, str]) -> str:
+    """The lock file the workflow names; a step started outside the workflow is told how to name it."""
+    try:
+        return env[LOCK]
+    except KeyError:
+        raise ConfigError(
+            f"{LOCK} is not set, so the environment record cannot name its lock file. "
+            f"HINT: run the step through snakemake, or export {LOCK}=envs/requirements.lock."
+        ) from None
 
 
 def tracking(env: Mapping[str, str]) -> dict[str, Any]:
     """The tracking section from the environment, validated with defaults (every tracker off when unset)."""
     try:
-        raw = json.loads(env.get(TRACKING_VAR) or "{}")
+        raw = json.loads(env.get(TRACKING) or "{}")
     except ValueError as exc:
-        raise ConfigError(f"{TRACKING_VAR} is not JSON: {exc}") from None
-    return validate({"tracking": raw}, source=TRACKING_VAR)["tracking"]
+        raise ConfigError(f"{TRACKING} is not JSON: {exc}") from None
+    return validate({"tracking": raw}, source=TRACKING)["tracking"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import os
 import signal
 import socket
@@ -283,7 +282,3 @@ class RankHosts(Callback):
         gathered = trainer.strategy.all_gather(local) if trainer.world_size > 1 else local.unsqueeze(0)
         gathered = gathered.reshape(-1, HOST_RECORD_BYTES).cpu()
         self.ranks = [json.loads(bytes(row.tolist()).decode().strip()) for row in gathered]
-
-
-def finite_or_none(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +21,9 @@ from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
-from snakeddp.run.requirements import StrategyError, check_strategy
+from snakeddp.errors import StrategyError
+from snakeddp.run.requirements import check_strategy
+from snakeddp.training.targets import accepted_parameters
 
 
 def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,12 +95,8 @@ WRAPPED = {
 
 
 def _accepted_options(name: str, cls: type) -> set[str]:
-    def keywords(target: Any) -> set[str]:
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return {n for n, p in inspect.signature(target).parameters.items() if p.kind in kinds and n != "self"}
-
-    accepted = keywords(cls.__init__)
+    accepted = accepted_parameters(cls)
     if name in WRAPPED:
         module, _, attribute = WRAPPED[name].rpartition(".")
-        accepted |= keywords(getattr(importlib.import_module(module), attribute).__init__)
+        accepted |= accepted_parameters(getattr(importlib.import_module(module), attribute))
     return accepted

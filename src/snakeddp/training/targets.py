@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config import ConfigError
+from snakeddp.errors import TargetError
 from snakeddp.hashing import sha256_file
 
 IMPORTABLE_HINT = (
@@ -24,10 +24,6 @@ IMPORTABLE_HINT = (
     "the module in the directory snakemake runs from (every rank starts with `python -m`, which puts that "
     "directory on sys.path)."
 )
-
-
-class TargetError(ConfigError):
-    """A configured import path that cannot be imported, is the wrong kind of class, or cannot be built."""
 
 
 def split_target(target: str, key: str) -> tuple[str, str]:

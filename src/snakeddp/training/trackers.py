@@ -10,7 +10,7 @@ touches a tracking store. What every enabled tracker gets:
 - MLflow also gets provenance.json and the best checkpoint as artifacts once the run completes.
 
 The ``tracking`` section is not part of a run's identity: the workflow passes it to the training
-processes in the ``SNAKEDDP_TRACKING`` environment variable (``runenv``), so changing it never
+processes in the ``SNAKEDDP_TRACKING`` environment variable (``snakeddp.run.variables``), so changing it never
 reruns a job.
 A resumed attempt continues the same MLflow / W&B run (ids kept in ``tracking/state.json``).
 
@@ -32,6 +32,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
+from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.provenance.redact import redact_text, scrub
 from snakeddp.run.requirements import require_tracker
@@ -39,18 +40,6 @@ from snakeddp.training.callbacks import EpochMetrics
 
 TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")
-
-
-def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{'model': {'lr': 0.1}} -> {'model.lr': 0.1}; lists stay values."""
-    flat: dict[str, Any] = {}
-    for key, item in value.items():
-        name = f"{prefix}{key}"
-        if isinstance(item, Mapping) and item:
-            flat.update(flatten(item, f"{name}."))
-        else:
-            flat[name] = item
-    return flat
 
 
 def split_credentials(uri: str) -> tuple[str, str | None, str | None]:

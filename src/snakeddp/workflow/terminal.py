@@ -7,7 +7,8 @@ import os
 import socket
 import sys
 
-# host:path of the terminal (Snakemake's stderr), set by the workflow for the local platform.
+# host:path of the terminal (Snakemake's stderr), set by the workflow for the local platform; listed
+# with every other SNAKEDDP_* name in snakeddp.run.variables.
 VARIABLE = "SNAKEDDP_TERMINAL"
 
 

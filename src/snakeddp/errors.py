@@ -1,0 +1,112 @@
+"""The errors snakeddp raises on purpose: one family, rooted at ConfigError.
+
+Each says what is wrong and, ending in ``HINT:``, what to do. The entry points (``launch``,
+``train``, ``steps``, ``snakeddp``) turn any of them into one line and a non-zero exit
+(:func:`exit_code`); anything outside the family is a bug and keeps its traceback. Each class
+also keeps the builtin base it had before the family existed, so ``except RuntimeError`` and
+``except LookupError`` callers behave as they did.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A configuration a run cannot start from; the message names the key and how to fix it.
+
+    The root of the family: every error below is something the user changes input to fix.
+    """
+
+
+class TargetError(ConfigError):
+    """A configured import path that cannot be imported, is the wrong kind of class, or cannot be built."""
+
+
+class StrategyError(ConfigError):
+    """A strategy that cannot run here (wrong accelerator, missing package, bad option)."""
+
+
+class TrackerError(ConfigError):
+    """An experiment tracker that is switched on but cannot run (package missing, bad settings)."""
+
+
+class DataSourceError(ConfigError):
+    """A data section whose source lacks what it needs; the message names the key."""
+
+
+class TableError(ConfigError):
+    """The table cannot be ingested; the message names the file, column and row."""
+
+
+class DataIntegrityError(ConfigError, RuntimeError):
+    """A data file does not match its manifest entry (checksum, size, shape) or cannot be parsed."""
+
+
+class LaunchError(ConfigError, RuntimeError):
+    """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
+
+
+class RunStateError(ConfigError, RuntimeError):
+    """The run directory holds checkpoints whose origin cannot be confirmed."""
+
+
+class RunNotFound(ConfigError, LookupError):
+    """No finished run matches what the user named."""
+
+
+class ProvenanceError(ConfigError):
+    """A provenance record that does not match the schema; the message lists every problem."""
+
+
+class LockError(ConfigError):
+    """A lock file that is not a list of exact pins."""
+
+
+class EnvFileError(ConfigError, RuntimeError):
+    """The lock does not describe the environment the YAMLs are generated from."""
+
+
+class ImageBuildError(ConfigError, RuntimeError):
+    """No usable container engine, or the build failed."""
+
+
+class AzureMLError(ConfigError, RuntimeError):
+    """Something to fix before (or learn after) an AzureML job; the message says what and how."""
+
+
+def one_line(prog: str, error: ConfigError) -> str:
+    """What the user sees: the program and the message (a config with several problems lists one per line)."""
+    return f"{prog}: {error}"
+
+
+def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure_file: Path | None = None) -> int:
+    """Run ``main``; an error of the family ends as one line and exit code 1, anything else propagates.
+
+    ``failure_file`` (set by ``snakeddp.launch`` for the ranks it starts): the first rank that fails
+    writes its line there and prints nothing, and the launcher prints it once. Without it, only a
+    process with ``speak`` (rank 0) prints, so N ranks do not repeat the same line.
+    """
+    try:
+        return main()
+    except ConfigError as error:
+        line = one_line(prog, error)
+        if failure_file is not None:
+            write_first(failure_file, line)
+        elif speak:
+            print(line, file=sys.stderr, flush=True)
+        return 1
+
+
+def write_first(path: Path, text: str) -> None:
+    """Write ``text`` unless another process already did: the first failure is the one reported."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text + "\n")

@@ -1,0 +1,55 @@
+"""A pipeline finished by an earlier version of snakeddp is up to date for this one.
+
+The rules' command text and parameters are Snakemake's rerun key: a change to them (or to the
+dataset ids, run ids or partition bytes behind them) would retrain every user's runs after an
+upgrade. This runs the tiny pipeline from a checkout of ``BEFORE`` (the last commit before the
+package's architecture changed), puts this checkout's files in its place (same path, as an
+upgrade in place does) and runs snakemake again.
+
+The files keep their modification times, which are older than the outputs: the report's
+RO-Crate lists the workflow's own files as inputs, so an upgrade that touches them rewrites the
+crate whatever else changed, and that rerun is by design, not what this test looks for.
+"""
+
+import io
+import shutil
+import subprocess
+import tarfile
+
+import pytest
+
+from tests.helpers import REPO, TINY, Workflow, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+BEFORE = "febc63a"
+
+
+def this_checkout() -> list[str]:
+    """Tracked and new (not ignored) files of this checkout, as it is now."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [name for name in listed.stdout.split("\0") if name and (REPO / name).is_file()]
+
+
+def test_a_pipeline_finished_before_the_change_has_nothing_to_do_after_it(tmp_path):
+    checkout = tmp_path / "checkout"
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", BEFORE], capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(checkout, filter="data")
+    work = tmp_path / "work"
+    work.mkdir()
+    flow = Workflow(work, checkout=checkout)
+    flow.write_config(TINY)
+    env = subprocess_env(PYTHONPATH=str(checkout / "src"))
+    flow.run(env=env)
+    assert (work / "results" / "report" / "ro-crate-metadata.json").is_file()
+
+    shutil.rmtree(checkout)
+    for name in this_checkout():
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, checkout / name)
+    done = flow.run(env=env)
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout + done.stderr

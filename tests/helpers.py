@@ -1,0 +1,188 @@
+"""What the tests share besides fixtures: the repository, tiny configs, datasets and run files as
+the workflow writes them, subprocess environments, and the real Snakemake CLI in a scratch
+directory. Imported as ``tests.helpers`` (bench/ uses the same Workflow).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakeddp import config as configuration
+from snakeddp.data import sources
+from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+from snakeddp.provenance.schema import validate_file
+from snakeddp.run.runfile import RunFile
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+TINY = {
+    "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
+    "model": {"hidden_sizes": [16]},
+    "trainer": {"max_epochs": 3, "batch_size": 32},
+    "launch": {"mem_mb": 1000, "runtime": 10},
+}
+
+# Secret-looking values in the environment of the shared sweep below; none may reach results/ or logs/.
+SECRETS = {
+    "AZURE_CLIENT_SECRET": "azure-client-secret-3f9c",
+    "WANDB_API_KEY": "wandb-api-key-81be0c",
+    "MY_TOKEN": "my-token-value-5d21",
+    "NCCL_PROXY_URL": "https://alice:nccl-url-password-77aa@proxy.invalid:3128/",
+    "SLURM_SPOOL_URL": "https://bob:slurm-url-password-90ff@spool.invalid/x",
+}
+SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
+                 "nccl-url-password-77aa", "slurm-url-password-90ff")  # fmt: skip
+SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
+
+
+def write_dataset(directory: Path, data: dict[str, Any]) -> Path:
+    """A synthetic dataset under ``directory`` as the data rules write it; returns its manifest."""
+    params = sources.identity(data)
+    entries = []
+    for index in range(data["num_train_files"]):
+        part = directory / "train" / f"part-{index:05d}"
+        write_synthetic(params, "train", index, part.with_suffix(".safetensors"), part.with_suffix(".json"))
+        entries.append(part.with_suffix(".json"))
+    write_synthetic(params, "val", 0, directory / "val.safetensors", directory / "val.json")
+    manifest = directory / f"manifest-{len(entries)}.json"
+    write_dataset_manifest(manifest, configuration.dataset_id(data), params, entries, directory / "val.json")
+    return manifest
+
+
+def make_run(root: Path, config: dict, run_id: str = "base") -> tuple[Path, Path]:
+    """A dataset and a run.yaml under ``root/results`` as the workflow writes them: (run.yaml, manifest)."""
+    resolved = configuration.validate(config)
+    data = resolved["data"]
+    manifest = write_dataset(root / "results" / "data" / configuration.dataset_id(data), data)
+    run_yaml = root / "results" / "runs" / run_id / "run.yaml"
+    RunFile(run_id=run_id, config=configuration.run_config(resolved)).write(run_yaml)
+    return run_yaml, manifest
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+def prepare(tmp_path: Path, overrides: dict, run_id: str = "base") -> tuple[Path, Path | None, Path]:
+    """run.yaml, manifest (synthetic data only) and run directory of a TINY-based run under ``tmp_path``."""
+    cfg = configuration.validate(merged(TINY, overrides))
+    synthetic = cfg["data"]["source"] == "synthetic"
+    manifest = write_dataset(tmp_path / "data", cfg["data"]) if synthetic else None
+    run_yaml = tmp_path / "run.yaml"
+    RunFile(run_id=run_id, config=configuration.run_config(cfg)).write(run_yaml)
+    return run_yaml, manifest, tmp_path / "runs" / run_id
+
+
+def launch(
+    run_yaml: Path, manifest: Path, run_dir: Path, cwd: Path, timeout: float = 600, **env: str
+) -> subprocess.CompletedProcess:
+    """``python -m snakeddp.launch`` on the local platform, as the train rule runs it."""
+    argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_yaml)]
+    argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
+    return subprocess.run(
+        argv, cwd=cwd, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for processes the tests start: this checkout's package, one thread each."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    # OpenMPI refuses to run as root unless told it may (the test machines run as root).
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.update(extra)
+    return env
+
+
+def assert_valid_provenance(directory: Path, require: bool = True) -> list[dict]:
+    """Validate every provenance.json under ``directory`` against provenance.schema.json.
+
+    Call it from any test that runs training; ``Workflow.run`` already does after each run.
+    """
+    files = sorted(Path(directory).glob("runs/*/provenance.json"))
+    if require:
+        assert files, f"no provenance.json under {directory}"
+    return [validate_file(path) for path in files]
+
+
+class Workflow:
+    """A Snakemake working directory outside the repository, driven through the real CLI."""
+
+    def __init__(self, directory: Path, profile: str = "local", checkout: Path = REPO) -> None:
+        """``checkout``: the Snakefile and profiles to run, this repository unless another version's."""
+        self.directory = directory
+        self.snakefile = checkout / "Snakefile"
+        self.profile = checkout / "profiles" / profile
+        self.configfile = directory / "config.yaml"
+
+    def write_config(self, config: dict) -> Path:
+        self.configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+        return self.configfile
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            str(self.snakefile),
+            "--directory",
+            str(self.directory),
+            "--configfile",
+            str(self.configfile),
+            "--profile",
+            str(self.profile),
+            *args,
+        ]
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            self.command(*args),
+            cwd=self.directory,
+            env=env or subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"snakemake {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}"
+            )
+        # Every provenance.json an end-to-end run leaves behind must match the schema.
+        assert_valid_provenance(self.directory / "results", require=False)
+        return done
+
+    def planned_jobs(self, *args: str) -> dict[str, int]:
+        """Rule -> job count of a dry run (empty when there is nothing to do)."""
+        done = self.run("--dry-run", "--quiet", "rules", *args)
+        counts: dict[str, int] = {}
+        in_table = False
+        for line in (done.stdout + done.stderr).splitlines():
+            parts = line.split()
+            if line.startswith("-----"):
+                in_table = True
+                continue
+            if in_table and len(parts) == 2 and parts[1].isdigit():
+                if parts[0] == "total":
+                    break
+                counts[parts[0]] = int(parts[1])
+        return counts

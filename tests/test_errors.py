@@ -1,0 +1,162 @@
+"""The exception family and how its errors reach the user: one line, printed once, non-zero exit.
+
+The end-to-end cases start the real launcher (torchrun, two processes, a tiny config), as the
+train rule does, and read what the terminal and the run's log would show.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from snakeddp import config, errors
+from snakeddp.cluster import base
+from snakeddp.data import partitions, sources
+from snakeddp.report import runs
+from snakeddp.training import strategies, targets, trackers
+from tests.helpers import REPO, launch, prepare, subprocess_env
+
+USER_MODULE = """
+import lightning.pytorch as pl
+
+
+class NotAModule:
+    pass
+
+
+class Exploding(pl.LightningModule):
+    def __init__(self, **kwargs):
+        raise ValueError("the constructor refuses")
+
+
+class Buggy(pl.LightningModule):
+    def __init__(self, **kwargs):
+        super().__init__()
+        import torch
+
+        self.layer = torch.nn.Linear(8, 2)
+
+    def training_step(self, batch, batch_idx):
+        return 1 / 0
+
+    def configure_optimizers(self):
+        import torch
+
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+"""
+
+
+def test_every_error_class_is_one_family_rooted_at_config_error():
+    assert config.ConfigError is errors.ConfigError
+    for family_member in (
+        targets.TargetError,
+        strategies.StrategyError,
+        trackers.TrackerError,
+        partitions.DataIntegrityError,
+        sources.DataSourceError,
+        base.LaunchError,
+        runs.RunNotFound,
+    ):
+        assert issubclass(family_member, errors.ConfigError), family_member
+    # Callers that caught the builtin bases before the family existed still catch them.
+    assert issubclass(partitions.DataIntegrityError, RuntimeError) and issubclass(runs.RunNotFound, LookupError)
+
+
+def test_exit_code_prints_one_line_once_and_lets_bugs_through(capsys, tmp_path):
+    def refuse() -> int:
+        raise errors.StrategyError("trainer.strategy=x is wrong. HINT: use ddp.")
+
+    assert errors.exit_code("prog", refuse) == 1
+    assert capsys.readouterr().err == "prog: trainer.strategy=x is wrong. HINT: use ddp.\n"
+    assert errors.exit_code("prog", refuse, speak=False) == 1
+    assert capsys.readouterr().err == ""
+    failure = tmp_path / "failure.txt"
+    assert errors.exit_code("first", refuse, failure_file=failure) == 1
+    assert errors.exit_code("second", refuse, failure_file=failure) == 1
+    assert failure.read_text() == "first: trainer.strategy=x is wrong. HINT: use ddp.\n"
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ZeroDivisionError):
+        errors.exit_code("prog", lambda: 1 // 0)
+
+
+CASES = {
+    "target does not import": (
+        {"model": {"target": "no_such_package.models:Net"}},
+        "cannot import module 'no_such_package.models'",
+    ),
+    "target is not a LightningModule": ({"model": {"target": "usermodels:NotAModule"}}, "usermodels:NotAModule"),
+    "target constructor raises": ({"model": {"target": "usermodels:Exploding"}}, "the constructor refuses"),
+    "fsdp on CPU": ({"trainer": {"strategy": "fsdp"}}, "trainer.strategy=fsdp needs GPUs"),
+    "unknown strategy option": (
+        {"trainer": {"strategy_options": {"no_such_option": 1}}},
+        "trainer.strategy_options no_such_option are not accepted",
+    ),
+    "srun on the local profile": ({"launch": {"launcher": "srun"}}, "launch.launcher=srun needs the slurm profile"),
+    "two nodes on the local profile": ({"launch": {"nodes": 2}}, "starts processes on this machine only"),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", list(CASES))
+def test_launcher_reports_a_rank_error_as_one_line(tmp_path, case):
+    overrides, message = CASES[case]
+    (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
+    run_yaml, manifest, run_dir = prepare(
+        tmp_path, {**overrides, "launch": {"devices": 2, **overrides.get("launch", {})}}
+    )
+    result = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    shown = result.stdout + result.stderr
+    assert result.returncode == 1, shown
+    assert result.stderr.count("\n") == 1 and message in result.stderr and "HINT:" in result.stderr, shown
+    assert shown.count(message) == 1, shown
+    assert "Traceback" not in shown and "ChildFailedError" not in shown, shown
+
+
+@pytest.mark.e2e
+def test_ranks_started_by_hand_print_the_line_once_from_rank_0(tmp_path):
+    (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
+    run_yaml, manifest, run_dir = prepare(
+        tmp_path, {"model": {"target": "usermodels:NotAModule"}, "launch": {"devices": 2}}
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    train = ["-m", "snakeddp.train", "--launcher", "torchrun", "--config", str(run_yaml), "--run-dir", str(run_dir)]
+    argv = [*torchrun, *train, "--data", str(manifest)]
+    result = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).count("snakeddp.train: model.target='usermodels:NotAModule'") == 1, (
+        result.stderr
+    )
+
+
+@pytest.mark.e2e
+def test_a_genuine_bug_keeps_its_traceback(tmp_path):
+    (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"model": {"target": "usermodels:Buggy"}, "launch": {"devices": 2}})
+    result = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "ZeroDivisionError" in result.stderr and "Traceback" in result.stderr, result.stderr
+
+
+def test_steps_subcommands_require_their_own_arguments(tmp_path):
+    step = [sys.executable, "-m", "snakeddp.steps", "run-config", "--out", str(tmp_path / "run.yaml")]
+    result = subprocess.run(step, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert "the following arguments are required: --run-id, --run" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_steps_report_a_snakeddp_error_as_one_line(tmp_path):
+    missing = tmp_path / "no-such-table.csv"
+    params = json.dumps({"source": "table", "num_train_files": 1, "num_classes": 2,
+                         "table": {"path": str(missing), "format": "csv", "features": ["x"]}})  # fmt: skip
+    step = [sys.executable, "-m", "snakeddp.steps", "ingest", "--params", params, "--out", str(tmp_path / "ingest")]
+    result = subprocess.run(step, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, check=False)
+    assert result.returncode == 1, result.stderr
+    assert (
+        result.stderr
+        == f"snakeddp.steps: data.table.path={str(missing)!r}: no such file or folder (relative to {REPO}).\n"
+    )
