@@ -351,3 +351,50 @@ def test_forty_partitions_are_a_handful_of_slurm_jobs(workflow: SlurmWorkflow):
     # 40 partitions and the validation set, 10 to a bundle: 5 sbatch calls instead of 41.
     assert [(job_rule(job), job["State"]) for job in jobs] == [("data", "COMPLETED")] * 5
     assert len(list((workflow.directory / dataset / "train").glob("part-*.safetensors"))) == 40
+
+
+def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workflow: SlurmWorkflow):
+    """Scheduler requests are not part of a run: after a preemption, raising launch.runtime resumes
+    from last.ckpt (and reaches sbatch); on the finished run, raising launch.mem_mb reruns nothing."""
+    run = "seed-7"
+    settings = {"trainer": {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}}
+    workflow.write_config(config(**settings, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
+    snakemake = subprocess.Popen(
+        workflow.command("--retries", "0"),
+        cwd=workflow.directory,
+        env=workflow.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        metrics_file = workflow.directory / "results" / "runs" / run / "metrics.csv"
+        while not (metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 3):
+            assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the signal"
+            time.sleep(0.2)
+        (job,) = [job for job, comment in running_jobs(workflow) if comment.endswith(f"_wildcards_{run}")]
+        workflow.slurm("scancel", "--signal=USR1", job)
+        output, _ = snakemake.communicate(timeout=900)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+            snakemake.communicate()
+    assert snakemake.returncode != 0 and "preempted in epoch" in output, output[-5000:]
+    assert not (workflow.directory / "results" / "runs" / run / "provenance.json").exists()
+
+    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
+    assert "run_config" not in workflow.planned_jobs(), "a longer runtime does not rewrite run.yaml"
+    workflow.run()
+    record = provenance(workflow, run)
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert [int(row["epoch"]) for row in metrics(workflow, run)] == list(range(MAX_EPOCHS)), "no epoch trained twice"
+    limits = workflow.slurm("sacct", "--allocations", "--parsable2", "--noheader", "--format=Comment%200,Timelimit")
+    ours = [line.split("|")[1] for line in limits.splitlines() if line.split("|")[0].endswith(f"_wildcards_{run}")]
+    assert ours == ["00:10:00", "00:20:00"], "sbatch got the raised runtime"
+
+    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
+    assert workflow.planned_jobs() == {}, "more memory never retrains a finished run"
+    done = workflow.run()
+    assert "Nothing to be done" in done.stdout + done.stderr
+    assert provenance(workflow, run) == record
