@@ -256,9 +256,14 @@ def preempted(workflow: SlurmWorkflow):
             sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]},
         )
     )
-    runs = ("launcher-srun_seed-5", "launcher-mpirun_seed-5")
+    return preempt(workflow, ("launcher-srun_seed-5", "launcher-mpirun_seed-5"), "--retries", "1")
+
+
+def preempt(workflow: SlurmWorkflow, runs: tuple[str, ...], *args: str) -> tuple[int, str, dict[str, str]]:
+    """Run Snakemake, and SIGUSR1 each run's job through Slurm once two of its epochs are done:
+    Snakemake's exit status and output, and the job signalled per run."""
     snakemake = subprocess.Popen(
-        workflow.command("--retries", "1"),
+        workflow.command(*args),
         cwd=workflow.directory,
         env=workflow.env(),
         stdout=subprocess.PIPE,
@@ -359,28 +364,8 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     run = "seed-7"
     settings = {"trainer": {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}}
     workflow.write_config(config(**settings, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
-    snakemake = subprocess.Popen(
-        workflow.command("--retries", "0"),
-        cwd=workflow.directory,
-        env=workflow.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 600
-        metrics_file = workflow.directory / "results" / "runs" / run / "metrics.csv"
-        while not (metrics_file.exists() and len(metrics_file.read_text().splitlines()) >= 3):
-            assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the signal"
-            time.sleep(0.2)
-        (job,) = [job for job, comment in running_jobs(workflow) if comment.endswith(f"_wildcards_{run}")]
-        workflow.slurm("scancel", "--signal=USR1", job)
-        output, _ = snakemake.communicate(timeout=900)
-    finally:
-        if snakemake.poll() is None:
-            snakemake.kill()
-            snakemake.communicate()
-    assert snakemake.returncode != 0 and "preempted in epoch" in output, output[-5000:]
+    returncode, output, _ = preempt(workflow, (run,), "--retries", "0")
+    assert returncode != 0 and "preempted in epoch" in output, output[-5000:]
     assert not (workflow.directory / "results" / "runs" / run / "provenance.json").exists()
 
     workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
