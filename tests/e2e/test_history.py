@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import subprocess_env
+from tests.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +29,7 @@ def record(flow):
     return json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
 
 
-def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config):
+def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config, validator_cache, tmp_path):  # noqa: F811
     run_dir = workflow.directory / "results/runs/base"
     workflow.write_config(tiny_config)
     workflow.run()
@@ -59,6 +60,12 @@ def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config):
     assert "rule train" in done.stdout + done.stderr, "the train job ran, and restored instead of training"
     page = (workflow.directory / "results/report/report.html").read_text()
     assert f'data-attempt="base@{second["attempt"]["id"]}"' in page and 'id="row-base"' in page
+
+    crate = json.loads((workflow.directory / "results/report/ro-crate-metadata.json").read_text())
+    earlier = f"files/runs/base/attempts/{second['attempt']['id']}/provenance.json"
+    assert earlier in {entity["@id"] for entity in crate["@graph"]} and f'href="{earlier}"' in page
+    result = validate(workflow.directory / "results/report", validator_cache, tmp_path / "roc.json")
+    assert result["passed"], json.dumps(result["issues"], indent=1)
 
     listed = {row["run"]: row for row in json.loads(snakeddp(workflow, "runs", "--all", "--json"))}
     assert set(listed) == {"base", f"base@{second['attempt']['id']}"}

@@ -379,7 +379,7 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     assert ours == ["00:10:00", "00:20:00"], "sbatch got the raised runtime"
 
     workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
-    assert workflow.planned_jobs() == {}, "more memory never retrains a finished run"
-    done = workflow.run()
-    assert "Nothing to be done" in done.stdout + done.stderr
+    # Only the crate, which records the config files, is remade.
+    assert set(workflow.planned_jobs()) == {"report_crate", "all"}, "more memory never retrains a finished run"
+    workflow.run()
     assert provenance(workflow, run) == record
