@@ -117,3 +117,11 @@ def test_a_live_attempt_blocks_a_new_one(tmp_path):
         runstate.prepare(tmp_path, "k1")
     os.close(fd)
     assert runstate.prepare(tmp_path, "k1") is None
+
+
+def test_a_published_record_never_outlives_its_attempt(tmp_path):
+    """launch started by hand, where Snakemake did not delete provenance.json first: it moves with its attempt."""
+    finish(tmp_path, "a" * 64)
+    runstate.prepare(tmp_path, "b" * 64)
+    assert not (tmp_path / "provenance.json").exists()
+    assert (tmp_path / "attempts" / ("a" * 12) / "provenance.json").is_file()

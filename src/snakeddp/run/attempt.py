@@ -92,6 +92,11 @@ def _store(run_dir: Path, key: str | None) -> None:
     if target.exists():
         target = target.with_name(f"{name}-{time.strftime('%Y%m%dT%H%M%S')}")
     target.mkdir(parents=True)
+    # A provenance.json Snakemake left (launch started by hand) goes too, never to describe the next attempt.
+    published = run_dir / PROVENANCE
+    if published.exists() and not (run_dir / FINISHED).exists():
+        published.rename(target / PROVENANCE)
+    published.unlink(missing_ok=True)
     for entry in ATTEMPT_FILES:
         if (run_dir / entry).exists():
             (run_dir / entry).rename(target / STORED_AS.get(entry, entry))
