@@ -13,6 +13,7 @@ from snakeddp import hashing as snakeddp_hashing
 from snakeddp.workflow.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv
 from snakeddp.workflow.terminal import terminal_of_this_process
+from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.data import sources as snakeddp_sources
 from snakeddp import coerce as snakeddp_coerce
 from snakeddp.workflow import preflight as snakeddp_preflight
@@ -167,7 +168,11 @@ def get_manifest(wildcards):
 
 
 def get_run_json(wildcards):
-    return json.dumps(RUNS[wildcards.run], sort_keys=True)
+    """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile)."""
+    run = keep_scheduler_requests(
+        RUNS[wildcards.run], f"results/runs/{wildcards.run}/run.yaml"
+    )
+    return json.dumps(run, sort_keys=True)
 
 
 def get_launch(wildcards):

@@ -17,6 +17,7 @@ import yaml
 from azure.ai.ml import load_job
 
 from snakeddp.azureml import submit
+from snakeddp.azureml.settings import Settings
 from snakeddp.run.variables import AZUREML_CONFIG
 from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
@@ -145,3 +146,20 @@ def test_submit_false_writes_specs_through_the_workflow_and_nothing_looks_finish
         assert (spec.parent / document["inputs"]["data"]["path"]).resolve().parent == (results / "data").resolve()
     assert not (results / "report" / "runs.csv").exists()
     assert "Error in rule train" in done.stderr and "Error in rule report_runs" not in done.stderr
+
+
+def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch, capsys):
+    """Coming back to a key that already finished on AzureML restores it; nothing connects or uploads."""
+    run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(AZUREML_CONFIG, json.dumps({"compute": "gpu-cluster", "workspace": WORKSPACE}))
+    args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=False)
+    _, key = submit.build_plan(args, Settings.from_environment())
+    kept = run_yaml.parent / "attempts" / key[:12]
+    kept.mkdir(parents=True)
+    (kept / "provenance.json").write_text(json.dumps({"run_id": "base", "training": {"epochs_completed": 3}}))
+    assert submit.main(args) == 0
+    assert "restored it, nothing trained" in capsys.readouterr().out
+    record = json.loads((run_yaml.parent / "provenance.json").read_text())
+    assert record["attempt"] == {"id": key[:12], "restored": True, "restored_at": record["attempt"]["restored_at"]}
+    assert not (run_yaml.parent / "azureml" / "job.yml").exists(), "no job spec: nothing was submitted"

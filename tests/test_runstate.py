@@ -1,5 +1,6 @@
 """Which checkpoint a run resumes from, and the lock that keeps two attempts apart."""
 
+import json
 import os
 
 import pytest
@@ -21,16 +22,79 @@ def test_same_key_resumes_from_last(tmp_path):
     assert runstate.resume_checkpoint(tmp_path, "k1") == last
 
 
-def test_changed_key_moves_the_old_attempt_aside(tmp_path):
-    runstate.prepare(tmp_path, "old-key")
+def test_changed_key_keeps_the_old_attempt_under_its_id(tmp_path):
+    runstate.prepare(tmp_path, "0ld0ld0ld0ld-key")
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"old")
     (tmp_path / "metrics.csv").write_text("epoch\n0\n")
     assert runstate.prepare(tmp_path, "new-key") is None
-    superseded = list((tmp_path / "superseded").iterdir())
-    assert len(superseded) == 1 and superseded[0].name.endswith("-old-key")
-    assert (superseded[0] / "checkpoints" / "last.ckpt").read_bytes() == b"old", "nothing is deleted"
+    kept = tmp_path / "attempts" / "0ld0ld0ld0ld"
+    assert (kept / "checkpoints" / "last.ckpt").read_bytes() == b"old", "nothing is deleted"
     assert not (tmp_path / "metrics.csv").exists()
+
+
+def finish(run_dir, key, epochs=3):
+    """What rank 0 leaves when an attempt completes: its provenance.json, kept as the attempt's record."""
+    runstate.prepare(run_dir, key)
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(key.encode())
+    (run_dir / "provenance.json").write_text(json.dumps({"run_id": "r", "training": {"epochs_completed": epochs}}))
+    runstate.keep_record(run_dir)
+
+
+def test_a_finished_attempt_keeps_its_provenance_and_comes_back(tmp_path):
+    key_a, key_b = "a" * 64, "b" * 64
+    finish(tmp_path, key_a)
+    (tmp_path / "provenance.json").unlink()  # what Snakemake does before it reruns the train rule
+    assert not runstate.restorable(tmp_path, key_b)
+    runstate.prepare(tmp_path, key_b)
+    assert not runstate.finished(tmp_path), "the new key trains"
+    stored = tmp_path / "attempts" / ("a" * 12)
+    assert json.loads((stored / "provenance.json").read_text())["run_id"] == "r"
+    assert runstate.restorable(tmp_path, key_a)
+    assert runstate.resumable(tmp_path, key_a) == stored / "checkpoints/last.ckpt"
+    finish(tmp_path, key_b)
+    (tmp_path / "provenance.json").unlink()
+    assert runstate.prepare(tmp_path, key_a) == tmp_path / "checkpoints" / "last.ckpt"
+    assert runstate.finished(tmp_path)
+    assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == key_a.encode()
+    assert "attempt aaaaaaaaaaaa already finished" in runstate.restore(tmp_path, key_a)
+    record = json.loads((tmp_path / "provenance.json").read_text())
+    assert record["attempt"]["id"] == "a" * 12 and record["attempt"]["restored"] is True
+    assert not stored.exists() and (tmp_path / "attempts" / ("b" * 12) / "provenance.json").is_file()
+
+
+def test_attempt_key_leaves_scheduler_requests_out(tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    config = {"seed": 1, "data": {}, "model": {"lr": 0.1}, "launch": {"devices": 2, "runtime": 10, "mem_mb": 100}}
+    key = runstate.attempt_key(config, manifest, None)
+    longer = {**config, "launch": {"devices": 2, "runtime": 600, "mem_mb": 9000}}
+    assert runstate.attempt_key(longer, manifest, None) == key
+    assert runstate.attempt_key({**config, "launch": {"devices": 1, "runtime": 10}}, manifest, None) != key
+    assert runstate.attempt_key({**config, "model": {"lr": 0.2}}, manifest, None) != key
+
+
+def test_attempt_key_reads_the_environment_record_hash(tmp_path):
+    manifest, record = tmp_path / "manifest.json", tmp_path / "train.json"
+    manifest.write_text("{}")
+    record.write_text(json.dumps({"hash": "h1", "packages": {"torch": "1"}}))
+    config = {"data": {}, "model": {}}
+    key = runstate.attempt_key(config, manifest, record)
+    assert key == runstate.attempt_key(config, manifest, {"hash": "h1"}), "only the record's hash counts"
+    assert key != runstate.attempt_key(config, manifest, {"hash": "h2"})
+
+
+def test_attempt_key_follows_the_users_model_code(tmp_path, monkeypatch):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    module = tmp_path / "my_model_for_key.py"
+    module.write_text("class Net: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = {"data": {}, "model": {"target": "my_model_for_key:Net"}}
+    key = runstate.attempt_key(config, manifest, None)
+    module.write_text("class Net:\n    width = 2\n")
+    assert runstate.attempt_key(config, manifest, None) != key, "edited model code never resumes old checkpoints"
 
 
 def test_ranks_refuse_checkpoints_of_another_key(tmp_path):
@@ -53,3 +117,11 @@ def test_a_live_attempt_blocks_a_new_one(tmp_path):
         runstate.prepare(tmp_path, "k1")
     os.close(fd)
     assert runstate.prepare(tmp_path, "k1") is None
+
+
+def test_a_published_record_never_outlives_its_attempt(tmp_path):
+    """launch started by hand, where Snakemake did not delete provenance.json first: it moves with its attempt."""
+    finish(tmp_path, "a" * 64)
+    runstate.prepare(tmp_path, "b" * 64)
+    assert not (tmp_path / "provenance.json").exists()
+    assert (tmp_path / "attempts" / ("a" * 12) / "provenance.json").is_file()

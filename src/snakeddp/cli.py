@@ -1,11 +1,14 @@
 """The ``snakeddp`` command: look at, compare and verify finished runs from the terminal.
 
-    snakeddp runs                      table of finished runs under results/
+    snakeddp runs [--all]              table of finished runs under results/ (--all: and their earlier attempts)
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
     snakeddp verify [RUN]              recompute checkpoint and data checksums against provenance
                                        (every finished run when RUN is left out)
+    snakeddp prune [--best N] [--last N] [--dry-run] [RUN ...]
+                                       remove checkpoints of earlier attempts (keeps their records)
 
-RUN is a run id (results/runs/<id>), a run directory or its provenance.json. The results
+RUN is a run id (results/runs/<id>), a run directory or its provenance.json; RUN@ID is an earlier
+attempt of that run (ID: its attempt id or a unique prefix, as `runs --all` shows). The results
 directory is the checkout's results/, found from any directory inside it (--results to choose).
 """
 
@@ -22,12 +25,15 @@ from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
-from snakeddp.report.runs import default_results, find_runs, resolve_run
+from snakeddp.report.runs import default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.report.table import readable, summary_frame
+from snakeddp.run.prune import prune
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = find_runs(args.results)
+    if args.all:
+        runs += [attempt for run in runs for attempt in earlier_attempts(run.run_dir)]
     if not runs:
         print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
@@ -60,6 +66,26 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def count(text: str) -> int:
+    """A number of attempts to keep: 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count. HINT: give 0 or a positive whole number.")
+    return int(text)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    run_dirs = [resolve_run(ref, args.results).run_dir for ref in args.runs] or [
+        r.run_dir for r in find_runs(args.results)
+    ]
+    removed = prune(run_dirs, args.best, args.last, args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for item in removed:
+        print(f"{item.attempt.label}: {verb} {item.path} ({item.size / 2**20:.1f} MiB)")
+    total = sum(item.size for item in removed) / 2**20
+    print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total:.1f} MiB; records and metrics stay")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -71,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     runs = sub.add_parser("runs", help="table of finished runs")
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
+    runs.add_argument("--all", action="store_true", help="also list each run's earlier finished attempts (RUN@ID)")
     runs.set_defaults(func=cmd_runs)
     diff = sub.add_parser("compare", help="what differs between two runs")
     diff.add_argument("run_a", metavar="RUN_A")
@@ -80,7 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     verify = sub.add_parser("verify", help="recompute a run's checkpoint and data checksums against its provenance")
     verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
     verify.set_defaults(func=cmd_verify)
-    for sp in (runs, diff, verify):
+    pruning = sub.add_parser("prune", help="remove checkpoints of earlier attempts (records and metrics stay)")
+    pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
+    pruning.add_argument(
+        "--best", type=count, default=1, metavar="N", help="keep the N attempts with the best val_loss"
+    )
+    pruning.add_argument("--last", type=count, default=1, metavar="N", help="keep the N most recent attempts")
+    pruning.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    pruning.set_defaults(func=cmd_prune)
+    for sp in (runs, diff, verify, pruning):
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
     args = parser.parse_args(argv)
     args.results = args.results or default_results()

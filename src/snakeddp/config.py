@@ -32,6 +32,9 @@ SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
 RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
+# launch keys that only reach the scheduler (sbatch --mem/--time, the AzureML timeout): raising them
+# after a time limit must resume the run, not restart it, so they stay out of its identity.
+SCHEDULER_KEYS = ("mem_mb", "runtime")
 
 
 @functools.cache
@@ -193,6 +196,14 @@ def run_id(point: Mapping[str, Any]) -> str:
 def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that defines what a run computes."""
     return {key: copy.deepcopy(cfg[key]) for key in RUN_KEYS if key in cfg}
+
+
+def run_identity(run: Mapping[str, Any]) -> dict[str, Any]:
+    """A run config without its scheduler requests: what its results depend on."""
+    identity = copy.deepcopy(dict(run))
+    for key in SCHEDULER_KEYS:
+        identity.get("launch", {}).pop(key, None)
+    return identity
 
 
 def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, dict[str, Any]]:

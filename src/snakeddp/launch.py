@@ -4,9 +4,10 @@
         --run-dir results/runs/base --data results/data/<dataset>/manifest.json
 
 This is the one place that builds launch commands (torchrun, srun, mpirun). Before any rank
-starts it decides, once, whether the run resumes: checkpoints of a different config, data or
-environment are moved to ``superseded/``. The command is logged shell-quoted, recorded in
-provenance, and preemption signals are passed on to the ranks.
+starts it decides, once, whether the run resumes, is restored (this attempt key already
+finished: nothing trains) or starts fresh; an attempt of another key moves to ``attempts/``.
+The command is logged shell-quoted, recorded in provenance, and preemption signals are passed
+on to the ranks.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
-from snakeddp.hashing import sha256_file
-from snakeddp.provenance.record import environment_info
 from snakeddp.run import attempt, variables
 from snakeddp.run.runfile import RunFile
 
@@ -109,13 +108,15 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
 
 def run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
-    env_hash = environment_info(args.environment_record)["environment_hash"] if args.environment_record else None
-    key = attempt.resume_key(run.config, sha256_file(args.data), env_hash)
+    key = attempt.attempt_key(run.config, args.data, args.environment_record)
     launcher, argv, env = build(args, dict(os.environ))
     if args.dry_run:
         print(quote(argv))
         return 0
     resume = attempt.prepare(args.run_dir, key)
+    if attempt.finished(args.run_dir):
+        print(f"snakeddp.launch: run {run.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+        return 0
     print(
         f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",

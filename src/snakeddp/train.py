@@ -49,7 +49,7 @@ from snakeddp.errors import LaunchError, exit_code
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
-from snakeddp.run.attempt import hold_attempt_lock, mark, resume_checkpoint, resume_key
+from snakeddp.run.attempt import attempt_id, attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
 from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
@@ -114,11 +114,8 @@ def main(args: argparse.Namespace) -> int:
     layout.check_matches(launch["nodes"], launch["devices"])
     torch.set_num_threads(launch["threads_per_process"])
 
-    env_record = args.environment_record
     manifest_sha256 = sha256_file(args.data)
-    key = resume_key(
-        cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
-    )
+    key = attempt_key(cfg, args.data, args.environment_record)
     hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
@@ -162,6 +159,7 @@ def main(args: argparse.Namespace) -> int:
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
         path = provenance.write(args.run_dir, record)
+        keep_record(args.run_dir)
         trackers.finish(path, callbacks["checkpoint"].best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
@@ -204,6 +202,7 @@ def _record(
         "config": cfg,
         "config_sha256": sha256_json(cfg),
         "origin_sha256": key,
+        "attempt": {"id": attempt_id(key), "restored": False},
         "code": provenance.code_info(),
         "data": custom.describe(trainer.datamodule, args.data, manifest_sha256),
         "environment": provenance.environment_info(args.environment_record),

@@ -256,9 +256,14 @@ def preempted(workflow: SlurmWorkflow):
             sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]},
         )
     )
-    runs = ("launcher-srun_seed-5", "launcher-mpirun_seed-5")
+    return preempt(workflow, ("launcher-srun_seed-5", "launcher-mpirun_seed-5"), "--retries", "1")
+
+
+def preempt(workflow: SlurmWorkflow, runs: tuple[str, ...], *args: str) -> tuple[int, str, dict[str, str]]:
+    """Run Snakemake, and SIGUSR1 each run's job through Slurm once two of its epochs are done:
+    Snakemake's exit status and output, and the job signalled per run."""
     snakemake = subprocess.Popen(
-        workflow.command("--retries", "1"),
+        workflow.command(*args),
         cwd=workflow.directory,
         env=workflow.env(),
         stdout=subprocess.PIPE,
@@ -351,3 +356,30 @@ def test_forty_partitions_are_a_handful_of_slurm_jobs(workflow: SlurmWorkflow):
     # 40 partitions and the validation set, 10 to a bundle: 5 sbatch calls instead of 41.
     assert [(job_rule(job), job["State"]) for job in jobs] == [("data", "COMPLETED")] * 5
     assert len(list((workflow.directory / dataset / "train").glob("part-*.safetensors"))) == 40
+
+
+def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workflow: SlurmWorkflow):
+    """Scheduler requests are not part of a run: after a preemption, raising launch.runtime resumes
+    from last.ckpt (and reaches sbatch); on the finished run, raising launch.mem_mb reruns nothing."""
+    run = "seed-7"
+    settings = {"trainer": {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}}
+    workflow.write_config(config(**settings, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
+    returncode, output, _ = preempt(workflow, (run,), "--retries", "0")
+    assert returncode != 0 and "preempted in epoch" in output, output[-5000:]
+    assert not (workflow.directory / "results" / "runs" / run / "provenance.json").exists()
+
+    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
+    assert "run_config" not in workflow.planned_jobs(), "a longer runtime does not rewrite run.yaml"
+    workflow.run()
+    record = provenance(workflow, run)
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert [int(row["epoch"]) for row in metrics(workflow, run)] == list(range(MAX_EPOCHS)), "no epoch trained twice"
+    limits = workflow.slurm("sacct", "--allocations", "--parsable2", "--noheader", "--format=Comment%200,Timelimit")
+    ours = [line.split("|")[1] for line in limits.splitlines() if line.split("|")[0].endswith(f"_wildcards_{run}")]
+    assert ours == ["00:10:00", "00:20:00"], "sbatch got the raised runtime"
+
+    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
+    # Only the crate, which records the config files, is remade.
+    assert set(workflow.planned_jobs()) == {"report_crate", "all"}, "more memory never retrains a finished run"
+    workflow.run()
+    assert provenance(workflow, run) == record

@@ -18,9 +18,9 @@ from typing import Any
 import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.fsutil import atomic_write_json, link_or_copy, read_json
+from snakeddp.fsutil import atomic_write_json, link_or_copy
 from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.run.attempt import ATTEMPT_FILES, CHECKPOINT_DIR, LAST, STATE_FILE
+from snakeddp.run.attempt import ATTEMPT_FILES, resumable
 from snakeddp.run.runfile import RunFile
 
 RECORD_FORMAT = "snakeddp-azureml-environment/1"
@@ -86,22 +86,21 @@ def snapshot_code(code_dir: Path, run: RunFile, record: dict[str, Any]) -> None:
     atomic_write_json(code_dir / ENVIRONMENT_FILE, record)
 
 
-def resumable(run_dir: Path, key: str) -> bool:
-    """Whether the run directory holds a last.ckpt made from ``key`` (read-only; launch's rule)."""
-    state = run_dir / STATE_FILE
-    last = run_dir / CHECKPOINT_DIR / LAST
-    return state.is_file() and read_json(state).get("resume_key") == key and last.is_file()
+def stage_resume(run_dir: Path, resume_dir: Path, key: str) -> Path | None:
+    """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume.
 
-
-def stage_resume(run_dir: Path, resume_dir: Path, resume: bool) -> Path | None:
-    """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume."""
+    The attempt is found by launch's rule (``attempt.resumable``): in the run directory, or kept
+    under attempts/ when this key's attempt was set aside earlier.
+    """
     if resume_dir.exists():
         shutil.rmtree(resume_dir)
-    if not resume:
+    last = resumable(run_dir, key)
+    if last is None:
         return None
+    home = last.parent.parent
     resume_dir.mkdir(parents=True)
     for name in ATTEMPT_FILES:
-        source = run_dir / name
+        source = home / name
         if source.is_dir():
             shutil.copytree(source, resume_dir / name, copy_function=link_or_copy)
         elif source.is_file():

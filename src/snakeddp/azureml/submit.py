@@ -73,10 +73,10 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     distribution = distribution_for(settings, run)
     environment = staging.environment_spec(settings)
     env_record = staging.environment_record(environment)
-    key = attempt.resume_key(run.config, sha256_file(args.data), env_record["hash"])
+    key = attempt.attempt_key(run.config, args.data, env_record)
     spec_dir = (args.run_dir / SPEC_DIR).resolve()
     staging.snapshot_code(spec_dir / "code", run, env_record)
-    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", staging.resumable(args.run_dir, key))
+    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key)
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
     code = code_info()
@@ -216,6 +216,10 @@ def submit(args: argparse.Namespace) -> int:
     if settings.submit and not args.dry_run:
         settings.require_workspace()
     plan, key = build_plan(args, settings)
+    if not args.dry_run and attempt.restorable(args.run_dir, key):
+        attempt.prepare(args.run_dir, key)
+        print(f"snakeddp.azureml: run {plan.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+        return 0
     spec = write_spec(plan)
     spec_sha256 = sha256_file(spec)
     if args.dry_run or not settings.submit:

@@ -39,7 +39,7 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
     pa, pb = a.provenance, b.provenance
     env_a, env_b = pa["environment"], pb["environment"]
     return {
-        "runs": [a.run_id, b.run_id],
+        "runs": [a.label, b.label],
         "config": _differences(pa["config"], pb["config"]),
         "code": _differences(pa["code"], pb["code"], CODE_KEYS),
         "data": _differences(pa["data"], pb["data"], DATA_KEYS),

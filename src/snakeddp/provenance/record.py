@@ -23,10 +23,10 @@ from snakeddp.fsutil import atomic_write_json, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance.redact import recorded_environment, scrub
 from snakeddp.run import variables
-from snakeddp.run.attempt import CHECKPOINT_DIR
+from snakeddp.run.attempt import CHECKPOINT_DIR, PROVENANCE
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
-FILE_NAME = "provenance.json"
+FILE_NAME = PROVENANCE
 
 
 def _git(args: list[str], cwd: Path) -> str | None:

@@ -33,7 +33,9 @@ from rocrate.rocrate import ROCrate
 from snakeddp import __version__
 from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
-from snakeddp.report.runs import Run
+from snakeddp.provenance.record import FILE_NAME
+from snakeddp.report.runs import Run, earlier_attempts
+from snakeddp.run.attempt import ATTEMPTS_DIR
 from snakeddp.workflow.files import workflow_files
 
 BASENAME = "ro-crate-metadata.json"
@@ -353,6 +355,11 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     return files
 
 
+def attempt_record(run: Run) -> str:
+    """Where an earlier attempt's provenance.json sits in the crate (the report's history links to it)."""
+    return f"{PAYLOAD}/runs/{run.run_id}/{ATTEMPTS_DIR}/{run.run_dir.name}/{FILE_NAME}"
+
+
 def _unique_names(paths: Sequence[str | Path]) -> list[str]:
     """File names for ``paths`` in one folder: the name itself, numbered in given order where names repeat
     (the default config/config.yaml and an overlay such as examples/tabular/config.yaml)."""
@@ -399,6 +406,13 @@ def build(
         datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
         environments.update({record.id: record for record in files.get("environment", [])})
         outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
+    for run in runs:
+        for earlier in earlier_attempts(run.run_dir):
+            builder.add(
+                earlier.run_dir / FILE_NAME,
+                attempt_record(earlier),
+                description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
+            )
     for run, manifest in datasets.values():
         actions += _data_actions(builder, run, manifest)
     for record in environments.values():

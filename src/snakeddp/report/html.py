@@ -20,6 +20,7 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
+from snakeddp.provenance.compare import compare
 from snakeddp.report.figures import scaling_points
 from snakeddp.report.runs import Run
 from snakeddp.report.table import (
@@ -136,14 +137,37 @@ def _run_view(run: Run) -> dict[str, Any]:
     }
 
 
+def _history(runs: Sequence[Run], history: Sequence[tuple[Run, str]]) -> list[dict[str, Any]]:
+    """Earlier finished attempts: what differs from the run's current attempt, and their outcome."""
+    current = {run.run_id: run for run in runs}
+    rows = []
+    for attempt, href in history:
+        differences = compare(attempt, current[attempt.run_id])
+        changed = [f"{key}: {readable(a)} → {readable(b)}" for key, a, b in differences["config"]]
+        changed += [f"{section} differs" for section in ("code", "data", "environment") if differences[section]]
+        training = attempt.provenance["training"]
+        rows.append(
+            {
+                "label": attempt.label,
+                "finished": attempt.provenance["timing"]["finished_at"],
+                "changed": changed,
+                "cells": [training["best_val_loss"], training["best_val_acc"], training["epochs_completed"]],
+                "href": href,
+            }
+        )
+    return rows
+
+
 def render(
     runs: Sequence[Run],
     settings: Mapping[str, Any],
     curves_figure: str | Path,
     scaling_figure: str | Path | None,
     links: Mapping[str, str] | None = None,
+    history: Sequence[tuple[Run, str]] = (),
 ) -> str:
-    """The whole page for ``runs``; ``links`` maps labels to files next to the report."""
+    """The whole page for ``runs``; ``links`` maps labels to files next to the report; ``history``
+    pairs each earlier finished attempt with the link to its provenance."""
     params = varying_params([run.provenance for run in runs])
     scaling = None
     if scaling_figure:
@@ -162,4 +186,5 @@ def render(
         curves=data_uri(curves_figure),
         scaling=scaling,
         links=list((links or {}).items()),
+        history=_history(runs, history),
     )

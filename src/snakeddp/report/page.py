@@ -9,7 +9,7 @@ from typing import Any
 
 from snakeddp.fsutil import atomic_write_text
 from snakeddp.report import crate, html
-from snakeddp.report.runs import runs_from_provenance
+from snakeddp.report.runs import earlier_attempts, runs_from_provenance
 from snakeddp.report.table import varying_params
 
 
@@ -26,7 +26,8 @@ def write_report(
     links.update(
         {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
     )
-    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links))
+    history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
+    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))
 
 
 def write_crate(

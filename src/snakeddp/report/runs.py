@@ -1,8 +1,10 @@
 """Finished runs as the report and the command line see them: provenance plus per-epoch metrics.
 
 A run is addressed by its id (``results/runs/<id>``) or by a path to its directory or its
-provenance.json. Paths inside provenance (the data manifest) are relative to the directory the
-workflow ran in, which for the standard layout is three levels above the run directory.
+provenance.json; an earlier finished attempt of a run (kept under ``results/runs/<id>/attempts/``)
+by ``<id>@<attempt id>``, any unique prefix of the attempt id. Paths inside provenance (the data
+manifest) are relative to the directory the workflow ran in, which for the standard layout is
+three levels above the run directory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from snakeddp.errors import RunNotFound
 from snakeddp.fsutil import read_json
 from snakeddp.provenance.record import FILE_NAME
+from snakeddp.run.attempt import ATTEMPTS_DIR
 
 METRICS_FILE = "metrics.csv"
 
@@ -53,10 +56,26 @@ class Run:
         return self.provenance["run_id"]
 
     @property
+    def attempt_id(self) -> str:
+        """The attempt's short id (records from before attempts were named carry only the key)."""
+        return (self.provenance.get("attempt") or {}).get("id") or self.provenance["origin_sha256"][:12]
+
+    @property
+    def is_current(self) -> bool:
+        """Whether this is the run's current attempt (not one kept under attempts/)."""
+        return self.run_dir.parent.name != ATTEMPTS_DIR
+
+    @property
+    def label(self) -> str:
+        """How people name it: the run id, with ``@<attempt id>`` for an earlier attempt."""
+        return self.run_id if self.is_current else f"{self.run_id}@{self.attempt_id}"
+
+    @property
     def workdir(self) -> Path:
         """The directory the workflow ran in (relative paths in provenance start there)."""
-        if self.run_dir.parent.name == "runs" and len(self.run_dir.resolve().parents) >= 3:
-            return self.run_dir.resolve().parents[2]
+        home = self.run_dir if self.is_current else self.run_dir.parent.parent
+        if home.parent.name == "runs" and len(home.resolve().parents) >= 3:
+            return home.resolve().parents[2]
         return Path.cwd()
 
     def resolve(self, recorded: str) -> Path:
@@ -99,6 +118,12 @@ def find_runs(results: str | Path) -> list[Run]:
     return [load_run(path.parent) for path in sorted(Path(results).glob(f"runs/*/{FILE_NAME}"))]
 
 
+def earlier_attempts(run_dir: str | Path) -> list[Run]:
+    """The finished attempts kept under ``<run_dir>/attempts/``, oldest first."""
+    found = [load_run(path.parent) for path in Path(run_dir).glob(f"{ATTEMPTS_DIR}/*/{FILE_NAME}")]
+    return sorted(found, key=lambda run: run.provenance["timing"]["finished_at"])
+
+
 def runs_from_provenance(paths: list[str | Path]) -> list[Run]:
     return [load_run(Path(path).parent) for path in paths]
 
@@ -106,6 +131,9 @@ def runs_from_provenance(paths: list[str | Path]) -> list[Run]:
 def resolve_run(ref: str, results: str | Path = "results") -> Run:
     """The run named by ``ref``: a run id under ``results/runs``, a run directory or its provenance.json."""
     results = Path(results)
+    run_ref, at, short = ref.partition("@")
+    if at and not Path(ref).exists():
+        return _resolve_attempt(run_ref, short, results)
     candidates = [Path(ref), results / "runs" / ref]
     for candidate in candidates:
         run_dir = candidate.parent if candidate.name == FILE_NAME else candidate
@@ -118,3 +146,17 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
         f"finished runs under {results}/runs: {', '.join(known)}" if known else f"no finished runs under {results}/runs"
     )
     raise RunNotFound(f"{ref!r} {reason}. HINT: {hint}; pass --results DIR for another results directory.")
+
+
+def _resolve_attempt(run_ref: str, short: str, results: Path) -> Run:
+    run_dir = results / "runs" / run_ref
+    current = [load_run(run_dir)] if (run_dir / FILE_NAME).is_file() else []
+    attempts = current + earlier_attempts(run_dir)
+    matches = [run for run in attempts if short and run.attempt_id.startswith(short)]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(run.label for run in attempts) or "none"
+    raise RunNotFound(
+        f"'{run_ref}@{short}' names {'several' if matches else 'no'} finished attempt(s) of run {run_ref!r}. "
+        f"HINT: its finished attempts: {known} (`snakeddp runs --all` lists every run's)."
+    )

@@ -94,7 +94,7 @@ def _layout(run: Run) -> str:
 
 
 COLUMNS = (
-    Column("run_id", "run", lambda run: run.run_id),
+    Column("run_id", "run", lambda run: run.label),
     Column("status", "status", lambda run: run.provenance["status"]),
     Column("best_val_loss", "best val_loss", _training("best_val_loss")),
     Column("best_val_acc", "val acc", _training("best_val_acc")),

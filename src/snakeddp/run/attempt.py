@@ -1,34 +1,80 @@
-"""Which checkpoint a run may resume from.
+"""Which checkpoint a run may resume from, and where a run's earlier attempts are kept.
 
 A run directory keeps its checkpoints across attempts (Snakemake never sees them as outputs, so
 a failed or preempted attempt leaves them in place). They are only resumed when they were made
-from the same run config, data manifest and environment: ``run-state.json`` holds the key of
-what they were made from. When the key differs, the old attempt is moved to ``superseded/``
-(nothing is deleted) and the run starts fresh.
+from the same attempt key (``attempt_key``: run config without scheduler requests, data
+manifest, environment record, the user's model and data modules); ``run-state.json`` holds the
+key of what they were made from. When the key differs, the old attempt moves, provenance and
+all, to ``attempts/<key12>/`` (nothing is deleted); when the new key is one of the kept
+attempts, that attempt moves back: it resumes if it was interrupted and is restored without
+training if it had finished.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config import run_identity
 from snakeddp.errors import RunStateError
 from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.hashing import sha256_json
+from snakeddp.hashing import sha256_file, sha256_json
 
 STATE_FILE = "run-state.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
-# What an attempt leaves in the run directory; moved aside together when superseded.
-ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE)
+PROVENANCE = "provenance.json"
+# A hard link to provenance.json that the attempt keeps: Snakemake deletes provenance.json (the
+# train rule's output) before it reruns the rule, and the attempt's record must survive that.
+FINISHED = "finished.json"
+ATTEMPTS_DIR = "attempts"
+# What an attempt leaves in the run directory; moved together into attempts/<key12>/.
+ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE, FINISHED)
+# In attempts/<key12>/ the finished record is provenance.json again, so a kept attempt reads like a run.
+STORED_AS = {FINISHED: PROVENANCE}
 
 
-def resume_key(run_config: Mapping[str, Any], manifest_sha256: str, environment_hash: str | None) -> str:
-    return sha256_json({"config": run_config, "data": manifest_sha256, "environment": environment_hash})
+def attempt_key(
+    run_config: Mapping[str, Any], manifest: Path, environment_record: Path | Mapping[str, Any] | None
+) -> str:
+    """The one key of what a run's checkpoints are computed from; launch, train and the AzureML
+    submitter all call this. The environment enters by its record's ``hash``; the user's own
+    modules by their sha256, so editing the model's code never resumes an old checkpoint into it."""
+    if isinstance(environment_record, Path):
+        environment_record = read_json(environment_record) if environment_record.is_file() else None
+    return sha256_json(
+        {
+            "config": run_identity(run_config),
+            "data": sha256_file(manifest),
+            "environment": (environment_record or {}).get("hash"),
+            "user_code": user_modules_sha256(run_config),
+        }
+    )
+
+
+def user_modules_sha256(run_config: Mapping[str, Any]) -> dict[str, str | None]:
+    """sha256 of the module files of ``model.target`` and ``data.module`` (found, not imported)."""
+    targets = {"model.target": run_config["model"].get("target"), "data.module": run_config["data"].get("module")}
+    return {key: _module_sha256(target) for key, target in targets.items() if target}
+
+
+def _module_sha256(target: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(target.partition(":")[0])
+    except (ImportError, ValueError):
+        return None  # training reports the import error with its hint
+    origin = spec.origin if spec else None
+    return sha256_file(origin) if origin and Path(origin).is_file() else None
+
+
+def attempt_id(key: str) -> str:
+    """The short id of an attempt (its directory under attempts/ and the ``RUN@ID`` of the CLI)."""
+    return key[:12]
 
 
 def _state(run_dir: Path) -> dict[str, Any] | None:
@@ -36,22 +82,91 @@ def _state(run_dir: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
+def _store(run_dir: Path, key: str | None) -> None:
+    """Move the attempt files in ``run_dir`` to attempts/<key12>/ (a timestamped name if that is taken)."""
+    name = attempt_id(key) if key else "unknown"
+    target = run_dir / ATTEMPTS_DIR / name
+    if target.exists():
+        target = target.with_name(f"{name}-{time.strftime('%Y%m%dT%H%M%S')}")
+    target.mkdir(parents=True)
+    # A provenance.json Snakemake left (launch started by hand) goes too, never to describe the next attempt.
+    published = run_dir / PROVENANCE
+    if published.exists() and not (run_dir / FINISHED).exists():
+        published.rename(target / PROVENANCE)
+    published.unlink(missing_ok=True)
+    for entry in ATTEMPT_FILES:
+        if (run_dir / entry).exists():
+            (run_dir / entry).rename(target / STORED_AS.get(entry, entry))
+
+
+def _take_back(stored: Path, run_dir: Path) -> None:
+    back = {stored_name: name for name, stored_name in STORED_AS.items()}
+    for entry in stored.iterdir():
+        entry.rename(run_dir / back.get(entry.name, entry.name))
+    stored.rmdir()
+
+
 def prepare(run_dir: Path, key: str) -> Path | None:
     """Called once per attempt by the single launcher process, before any rank starts.
 
-    Returns the checkpoint to resume from, or None for a fresh start.
+    Returns the checkpoint to resume from, or None for a fresh start. Afterwards ``finished``
+    says whether this key's attempt had already completed (then ``restore`` it, do not train).
     """
     ensure_no_live_attempt(run_dir)
-    state = _state(run_dir)
-    leftovers = [run_dir / name for name in ATTEMPT_FILES if (run_dir / name).exists()]
-    if leftovers and (state is None or state.get("resume_key") != key):
-        old = (state or {}).get("resume_key", "unknown")[:10]
-        target = run_dir / "superseded" / f"{time.strftime('%Y%m%dT%H%M%S')}-{old}"
-        target.mkdir(parents=True)
-        for path in leftovers:
-            path.rename(target / path.name)
+    current = (_state(run_dir) or {}).get("resume_key")
+    if current != key:
+        if any((run_dir / name).exists() for name in ATTEMPT_FILES):
+            _store(run_dir, current)
+        stored = run_dir / ATTEMPTS_DIR / attempt_id(key)
+        if stored.is_dir():
+            _take_back(stored, run_dir)
     atomic_write_json(run_dir / STATE_FILE, {"resume_key": key})
     last = run_dir / CHECKPOINT_DIR / LAST
+    return last if last.is_file() else None
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the attempt in ``run_dir`` completed (its record was kept)."""
+    return (run_dir / FINISHED).is_file()
+
+
+def keep_record(run_dir: Path) -> None:
+    """Link the run's fresh provenance.json as the attempt's own record (rank 0, after writing it)."""
+    (run_dir / FINISHED).unlink(missing_ok=True)
+    os.link(run_dir / PROVENANCE, run_dir / FINISHED)
+
+
+def restore(run_dir: Path, key: str) -> str:
+    """Publish the finished attempt's record as provenance.json again, saying it was restored, not
+    trained; returns the line the log shows."""
+    record = read_json(run_dir / FINISHED)
+    record["attempt"] = {
+        "id": attempt_id(key),
+        "restored": True,
+        "restored_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    atomic_write_json(run_dir / PROVENANCE, record)
+    return (
+        f"attempt {attempt_id(key)} already finished with this config, data and environment "
+        f"({record['training']['epochs_completed']} epochs): restored it, nothing trained"
+    )
+
+
+def _home(run_dir: Path, key: str) -> Path:
+    """Where this key's attempt lives: the run directory, or its place under attempts/."""
+    state = _state(run_dir)
+    return run_dir if state and state.get("resume_key") == key else run_dir / ATTEMPTS_DIR / attempt_id(key)
+
+
+def restorable(run_dir: Path, key: str) -> bool:
+    """Whether this key's attempt already finished (read-only; ``prepare`` then ``restore`` it)."""
+    home = _home(run_dir, key)
+    return (home / (FINISHED if home == run_dir else PROVENANCE)).is_file()
+
+
+def resumable(run_dir: Path, key: str) -> Path | None:
+    """The last.ckpt of this key's attempt, in the run directory or kept under attempts/ (read-only)."""
+    last = _home(run_dir, key) / CHECKPOINT_DIR / LAST
     return last if last.is_file() else None
 
 
@@ -62,7 +177,7 @@ def resume_checkpoint(run_dir: Path, key: str) -> Path | None:
     if state is not None and state.get("resume_key") != key:
         raise RunStateError(
             f"{run_dir} holds an attempt made from a different config, data or environment. "
-            "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to superseded/), "
+            f"HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to {ATTEMPTS_DIR}/), "
             f"or move {run_dir} away."
         )
     if last.is_file() and state is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,3 +54,28 @@ class RunFile:
             )
         ((run_id, run),) = runs.items()
         return cls(run_id=run_id, config=run["config"], point=run["point"])
+
+
+def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """``run`` (sweep point and config) as run.yaml should hold it: when an existing run.yaml differs
+    from it only in scheduler requests (launch.runtime, mem_mb), the file's values stay.
+
+    run.yaml is what a run is: rewriting it reruns training, so raising ``launch.runtime`` after a
+    time limit would restart the run. The scheduler still gets the config's new values (the train
+    rule's resources read the config, not this file).
+    """
+    try:
+        written = yaml.safe_load(Path(path).read_text())
+        old_point, old_config = written.get("sweep_point") or {}, written["config"]
+    except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
+        return dict(run)
+    same = old_point == run["point"] and configuration.run_identity(old_config) == configuration.run_identity(
+        run["config"]
+    )
+    if not same:
+        return dict(run)
+    config = copy.deepcopy(run["config"])
+    for key in configuration.SCHEDULER_KEYS:
+        if key in old_config.get("launch", {}):
+            config["launch"][key] = old_config["launch"][key]
+    return {**run, "config": config}

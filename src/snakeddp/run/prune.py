@@ -1,0 +1,58 @@
+"""``snakeddp prune``: free the disk that earlier attempts' checkpoints take, only when asked.
+
+An earlier attempt (``results/runs/<run>/attempts/<id>/``) keeps its checkpoints until this
+command removes them. Per run, the checkpoints of the ``best`` attempts with the lowest best
+val_loss and of the ``last`` most recent attempts stay; the others lose their checkpoints/ only.
+Their provenance.json and metrics.csv stay, so every attempt remains listed and comparable.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from snakeddp.report.runs import Run, earlier_attempts
+from snakeddp.run.attempt import CHECKPOINT_DIR
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """The checkpoints/ folder of one earlier attempt that pruning removes (or removed)."""
+
+    attempt: Run
+    path: Path
+    size: int
+
+
+def _size(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def _score(run: Run) -> float:
+    best = run.provenance["training"]["best_val_loss"]
+    return float("inf") if best is None else best
+
+
+def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
+    """What pruning removes: checkpoints of earlier attempts outside the ``best`` and ``last`` N of each run."""
+    pruned = []
+    for run_dir in run_dirs:
+        attempts = earlier_attempts(run_dir)  # oldest first
+        kept = {a.run_dir for a in sorted(attempts, key=_score)[:best]}
+        kept |= {a.run_dir for a in attempts[len(attempts) - last :]} if last else set()
+        for attempt in attempts:
+            folder = attempt.run_dir / CHECKPOINT_DIR
+            if attempt.run_dir not in kept and folder.is_dir():
+                pruned.append(Pruned(attempt, folder, _size(folder)))
+    return pruned
+
+
+def prune(run_dirs: Sequence[Path], best: int, last: int, dry_run: bool) -> list[Pruned]:
+    """Remove what ``plan`` names (nothing with ``dry_run``) and return it."""
+    pruned = plan(run_dirs, best, last)
+    if not dry_run:
+        for item in pruned:
+            shutil.rmtree(item.path)
+    return pruned

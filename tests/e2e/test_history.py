@@ -1,0 +1,86 @@
+"""Run history on the local profile: an edit keeps the earlier attempt, reverting it restores it."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import subprocess_env
+from tests.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
+
+pytestmark = pytest.mark.e2e
+
+SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
+
+
+def snakeddp(flow, *args):
+    """The `snakeddp` command as a user types it, from the workflow's directory."""
+    done = subprocess.run(
+        [SNAKEDDP, *args], cwd=flow.directory, env=subprocess_env(), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def record(flow):
+    return json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
+
+
+def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config, validator_cache, tmp_path):  # noqa: F811
+    run_dir = workflow.directory / "results/runs/base"
+    workflow.write_config(tiny_config)
+    workflow.run()
+    first = record(workflow)
+    first_metrics = (run_dir / "metrics.csv").read_text()
+    assert first["attempt"] == {"id": first["origin_sha256"][:12], "restored": False}
+
+    edited = copy.deepcopy(tiny_config)
+    edited["model"]["lr"] = 0.01
+    workflow.write_config(edited)
+    workflow.run()
+    second = record(workflow)
+    assert second["attempt"]["id"] != first["attempt"]["id"] and second["config"]["model"]["lr"] == 0.01
+    kept = run_dir / "attempts" / first["attempt"]["id"]
+    assert json.loads((kept / "provenance.json").read_text())["origin_sha256"] == first["origin_sha256"]
+    assert (kept / "checkpoints" / "last.ckpt").is_file(), "the earlier attempt keeps its checkpoints"
+    page = (workflow.directory / "results/report/report.html").read_text()
+    assert f'data-attempt="base@{first["attempt"]["id"]}"' in page, "the report's history shows the first attempt"
+
+    workflow.write_config(tiny_config)
+    done = workflow.run()
+    third = record(workflow)
+    assert third["attempt"]["id"] == first["attempt"]["id"] and third["attempt"]["restored"] is True
+    assert third["training"] == first["training"] and third["timing"] == first["timing"], "nothing trained again"
+    assert (run_dir / "metrics.csv").read_text() == first_metrics
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    assert f"attempt {first['attempt']['id']} already finished" in log and "torchrun" not in log, log
+    assert "rule train" in done.stdout + done.stderr, "the train job ran, and restored instead of training"
+    page = (workflow.directory / "results/report/report.html").read_text()
+    assert f'data-attempt="base@{second["attempt"]["id"]}"' in page and 'id="row-base"' in page
+
+    crate = json.loads((workflow.directory / "results/report/ro-crate-metadata.json").read_text())
+    earlier = f"files/runs/base/attempts/{second['attempt']['id']}/provenance.json"
+    assert earlier in {entity["@id"] for entity in crate["@graph"]} and f'href="{earlier}"' in page
+    result = validate(workflow.directory / "results/report", validator_cache, tmp_path / "roc.json")
+    assert result["passed"], json.dumps(result["issues"], indent=1)
+
+    listed = {row["run"]: row for row in json.loads(snakeddp(workflow, "runs", "--all", "--json"))}
+    assert set(listed) == {"base", f"base@{second['attempt']['id']}"}
+    assert listed["base"]["best val_loss"] == first["training"]["best_val_loss"]
+    assert "base@" not in snakeddp(workflow, "runs"), "without --all only current runs are listed"
+
+    diff = snakeddp(workflow, "compare", "base", f"base@{second['attempt']['id'][:6]}")
+    assert "model.lr" in diff and "0.01" in diff, diff
+
+    second_dir = run_dir / "attempts" / second["attempt"]["id"]
+    preview = snakeddp(workflow, "prune", "--best", "0", "--last", "0", "--dry-run")
+    assert "would remove" in preview and (second_dir / "checkpoints").is_dir(), "a dry run removes nothing"
+    snakeddp(workflow, "prune", "--best", "0", "--last", "0")
+    assert not (second_dir / "checkpoints").exists() and (second_dir / "provenance.json").is_file()
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file(), "the current attempt is never pruned"
+    assert f"base@{second['attempt']['id']}" in snakeddp(workflow, "runs", "--all")
+    final = workflow.run()
+    assert "Nothing to be done" in final.stdout + final.stderr

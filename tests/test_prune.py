@@ -1,0 +1,44 @@
+"""snakeddp prune: which earlier attempts lose their checkpoints."""
+
+import json
+
+import pytest
+
+from snakeddp.cli import main
+from snakeddp.run.prune import plan, prune
+
+
+def attempt(run_dir, short, finished_at, best_val_loss):
+    """An earlier finished attempt as attempts/<id>/ holds it: its record and one checkpoint."""
+    home = run_dir / "attempts" / short
+    (home / "checkpoints").mkdir(parents=True)
+    (home / "checkpoints" / "last.ckpt").write_bytes(b"x" * 10)
+    record = {
+        "run_id": "base",
+        "origin_sha256": short + "0" * 52,
+        "timing": {"finished_at": finished_at},
+        "training": {"best_val_loss": best_val_loss},
+    }
+    (home / "provenance.json").write_text(json.dumps(record))
+    return home
+
+
+def test_keeps_the_best_and_the_last_attempts(tmp_path):
+    oldest_best = attempt(tmp_path, "a" * 12, "2026-01-01T00:00:00", 0.1)
+    middle = attempt(tmp_path, "b" * 12, "2026-01-02T00:00:00", 0.5)
+    newest = attempt(tmp_path, "c" * 12, "2026-01-03T00:00:00", 0.9)
+    assert [p.path for p in plan([tmp_path], best=1, last=1)] == [middle / "checkpoints"]
+    assert {p.path for p in plan([tmp_path], best=0, last=0)} == {
+        home / "checkpoints" for home in (oldest_best, middle, newest)
+    }
+    assert [p.path for p in prune([tmp_path], best=0, last=2, dry_run=True)] == [oldest_best / "checkpoints"]
+    assert (oldest_best / "checkpoints").is_dir(), "a dry run removes nothing"
+    removed = prune([tmp_path], best=1, last=1, dry_run=False)
+    assert [(p.path, p.size) for p in removed] == [(middle / "checkpoints", 10)]
+    assert not (middle / "checkpoints").exists() and (middle / "provenance.json").is_file()
+
+
+def test_a_negative_count_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["prune", "--best", "-1"])
+    assert "HINT: give 0 or a positive whole number" in capsys.readouterr().err
