@@ -47,7 +47,7 @@ from snakeddp.data import custom
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
-from snakeddp.run.attempt import hold_attempt_lock, mark, resume_checkpoint, resume_key
+from snakeddp.run.attempt import hold_attempt_lock, mark, no_lock_warning, resume_checkpoint, resume_key
 from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     key = resume_key(
         cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
     )
-    hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
+    locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
         mark(args.run_dir, key)
@@ -141,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
+        if not locked:  # the launcher printed it; the record keeps it with the run
+            record["warnings"] = [no_lock_warning(args.run_dir)]
         path = provenance.write(args.run_dir, record)
         trackers.finish(path, callbacks["checkpoint"].best_model_path)
         epochs = record["training"]["epochs_completed"]
