@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+# What fsutil.atomic_write leaves behind when a kill lands in the middle of a save.
+PARTIAL_GLOB = ".*.partial"
 
 
 class EpochCheckpoint(ModelCheckpoint):
@@ -36,3 +41,16 @@ class EpochCheckpoint(ModelCheckpoint):
         super().on_validation_end(trainer, pl_module)
         if trainer.state.fn == "fit" and not self._should_save_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Only an attempt that finished knows that no save is in flight: it holds the run's lock.
+        if trainer.is_global_zero:
+            remove_partial_saves(Path(self.dirpath))
+
+
+def remove_partial_saves(directory: Path) -> list[Path]:
+    """Delete the temporary files of saves that a kill interrupted; return what was removed."""
+    leftovers = sorted(directory.glob(PARTIAL_GLOB))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
