@@ -1,9 +1,19 @@
 """Every HINT that tells the user to do something, done literally, gives what it promises."""
 
+import csv
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+
+import psutil
 import pytest
 
 from snakeddp import config
-from tests.conftest import Workflow
+from tests.conftest import Workflow, subprocess_env
+from tests.e2e.test_training import Run, slow_config
 
 pytestmark = pytest.mark.e2e
 
@@ -40,3 +50,60 @@ def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_trai
     workflow.run(f"{RUN}/provenance.json")
     assert target.read_bytes() == original
     assert (workflow.directory / RUN / "provenance.json").is_file()
+
+
+def descendants_and_self(pid: int) -> list[psutil.Process]:
+    parent = psutil.Process(pid)
+    return [parent, *parent.children(recursive=True)]
+
+
+def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(workflow: Workflow, tiny_config):
+    tiny_config["data"]["num_records_per_train_file"] = 3000
+    tiny_config["trainer"].update(max_epochs=6, early_stopping={"enabled": False})
+    workflow.write_config(tiny_config)
+    metrics = workflow.directory / RUN / "metrics.csv"
+    snakemake = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"),
+        cwd=workflow.directory,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:  # header + 2 epochs
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the kill"
+        time.sleep(0.1)
+    for process in descendants_and_self(snakemake.pid):  # a lost node: nothing gets to clean up
+        process.kill()
+    snakemake.wait()
+
+    locked = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+    workflow.run("--unlock")
+    workflow.run(f"{RUN}/provenance.json")
+    assert "resuming from" in (workflow.directory / "logs/train/base.log").read_text()
+    with metrics.open() as handle:
+        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(6))
+
+
+def test_a_second_attempt_is_refused_until_the_one_fuser_names_is_stopped(tmp_path):
+    run = Run(tmp_path, slow_config(max_epochs=3))
+    first = run.start()
+    run.wait_for_epochs(first, 1)
+    second = subprocess.run(run.argv(), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert second.returncode != 0
+    line = hint_line(second.stdout + second.stderr, "still training")
+    command = re.search(r"find it with `(fuser [^`]+)` and stop it", line).group(1)
+
+    found = subprocess.run(shlex.split(command), capture_output=True, text=True, check=True)
+    pids = [int(pid) for pid in found.stdout.split()]
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    # fuser names the ranks (they hold the lock); stopped by TERM they save last.ckpt as on preemption.
+    assert first.wait(timeout=300) != 0
+    assert "preempted in epoch" in run.log.read_text()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
