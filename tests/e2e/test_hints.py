@@ -107,3 +107,40 @@ def test_a_second_attempt_is_refused_until_the_one_fuser_names_is_stopped(tmp_pa
     assert run.train() == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+
+def train_directly(run: Run) -> subprocess.CompletedProcess:
+    """``python -m snakeddp.train`` by hand, as its docstring shows (one process, no launcher)."""
+    argv = [run.argv()[0], "-m", "snakeddp.train", *run.argv()[5:]]
+    return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_checkpoints_of_unknown_origin_moved_away_as_hinted_let_the_run_start_fresh(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
+    checkpoints = run.dir / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "last.ckpt").write_bytes(b"from somewhere else")
+    refused = train_directly(run)
+    assert refused.returncode != 0
+    assert "HINT: move the checkpoints away to start fresh" in hint_line(refused.stderr, "last.ckpt")
+
+    checkpoints.rename(tmp_path / "kept-checkpoints")
+    done = train_directly(run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run.dir / "provenance.json").is_file() and (tmp_path / "kept-checkpoints/last.ckpt").is_file()
+
+
+def test_an_attempt_of_another_config_is_moved_to_superseded_by_the_launcher_as_hinted(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
+    (run.dir / "run-state.json").write_text('{"resume_key": "another config"}')
+    (run.dir / "checkpoints").mkdir()
+    (run.dir / "checkpoints" / "last.ckpt").write_bytes(b"another config's weights")
+    refused = train_directly(run)
+    assert refused.returncode != 0
+    line = hint_line(refused.stderr, "different config, data or environment")
+    assert "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to superseded/)" in line
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    (old,) = (run.dir / "superseded").iterdir()
+    assert (old / "checkpoints" / "last.ckpt").read_bytes() == b"another config's weights"
+    assert (run.dir / "provenance.json").is_file()
