@@ -6,7 +6,9 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -144,3 +146,40 @@ def test_an_attempt_of_another_config_is_moved_to_superseded_by_the_launcher_as_
     (old,) = (run.dir / "superseded").iterdir()
     assert (old / "checkpoints" / "last.ckpt").read_bytes() == b"another config's weights"
     assert (run.dir / "provenance.json").is_file()
+
+
+def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
+    snakeddp = Path(sys.executable).with_name("snakeddp")
+    argv = [str(snakeddp), "verify", "base", "--results", str(flow.directory / "results")]
+    return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_verify_mismatches_fixed_as_hinted_verify_again(workflow: Workflow, tiny_config):
+    tiny_config["trainer"]["max_epochs"] = 2
+    workflow.write_config(tiny_config)
+    workflow.run(f"{RUN}/provenance.json")
+    assert snakeddp_verify(workflow).returncode == 0
+    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
+
+    # A damaged partition: delete it and ask Snakemake for exactly that file.
+    part = dataset / "train/part-00001.safetensors"
+    original = part.read_bytes()
+    part.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    failed = snakeddp_verify(workflow)
+    assert failed.returncode == 1
+    assert "delete a mismatched data file or manifest and run `snakemake <its path>`" in hint_line(
+        failed.stdout, "checks failed"
+    )
+    part.unlink()
+    workflow.run(str(part.relative_to(workflow.directory)))
+    assert part.read_bytes() == original
+    assert snakeddp_verify(workflow).returncode == 0
+
+    # A damaged checkpoint: move the run directory away and rerun snakemake.
+    last = workflow.directory / RUN / "checkpoints/last.ckpt"
+    last.write_bytes(last.read_bytes()[:-1])
+    assert snakeddp_verify(workflow).returncode == 1
+    (workflow.directory / RUN).rename(workflow.directory / "damaged-run")
+    workflow.run(f"{RUN}/provenance.json")
+    done = snakeddp_verify(workflow)
+    assert done.returncode == 0, done.stdout

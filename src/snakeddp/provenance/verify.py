@@ -98,8 +98,9 @@ def format_checks(run: Run, checks: list[Check]) -> str:
     if bad:
         lines.append(
             f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run "
-            f"{run.run_id} recorded. HINT: restore them from a copy, or rerun the data/train jobs to "
-            "regenerate them (snakemake --forcerun ...); do not trust or load a mismatched checkpoint."
+            f"{run.run_id} recorded. HINT: restore them from a copy; or delete a mismatched data file or "
+            "manifest and run `snakemake <its path>` to regenerate it, and move the run directory of a "
+            "mismatched checkpoint away and rerun snakemake to retrain it; never load a mismatched checkpoint."
         )
     else:
         lines.append(f"verify: all {len(checks)} checks passed; run {run.run_id} matches its provenance.")
