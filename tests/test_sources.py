@@ -9,6 +9,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.data import sources
+from snakeddp.data.table import fingerprint
 from snakeddp.hashing import sha256_json
 
 
@@ -72,3 +73,27 @@ def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
         sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+
+
+@pytest.mark.parametrize("fix", ["restore", "update", "clear"])
+def test_a_changed_pinned_table_passes_after_each_fix_the_hint_names(tmp_path, fix):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(path, index=False)
+    original = path.read_bytes()
+    data = table_cfg(path)
+    data["table"]["sha256"] = fingerprint(path)
+
+    def resolve() -> str:
+        runs = config.expand_sweep(config.validate({"data": data}))
+        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+        return runs["base"]["config"]["data"]["table"]["sha256"]
+
+    pd.DataFrame({"a": [1.0, 3.0], "y": [0, 1]}).to_csv(path, index=False)
+    with pytest.raises(config.ConfigError, match="HINT: the table changed; restore it, or update/clear"):
+        resolve()
+    new = fingerprint(path)
+    if fix == "restore":
+        path.write_bytes(original)
+    else:
+        data["table"]["sha256"] = new if fix == "update" else None
+    assert resolve() == (data["table"]["sha256"] if fix == "restore" else new)

@@ -1,6 +1,7 @@
 """Every HINT that tells the user to do something, done literally, gives what it promises."""
 
 import csv
+import json
 import os
 import re
 import shlex
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from snakeddp import config
+from snakeddp.provenance.schema import ProvenanceError, validate_file
 from tests.conftest import Workflow, subprocess_env
 from tests.e2e.test_training import Run, slow_config
 
@@ -154,7 +156,7 @@ def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
-def test_verify_mismatches_fixed_as_hinted_verify_again(workflow: Workflow, tiny_config):
+def test_verify_failures_fixed_as_hinted_verify_again(workflow: Workflow, tiny_config):
     tiny_config["trainer"]["max_epochs"] = 2
     workflow.write_config(tiny_config)
     workflow.run(f"{RUN}/provenance.json")
@@ -183,3 +185,18 @@ def test_verify_mismatches_fixed_as_hinted_verify_again(workflow: Workflow, tiny
     workflow.run(f"{RUN}/provenance.json")
     done = snakeddp_verify(workflow)
     assert done.returncode == 0, done.stdout
+
+    # A provenance.json edited by hand: force its train job, which resumes at the end and rewrites it.
+    record = workflow.directory / RUN / "provenance.json"
+    edited = json.loads(record.read_text())
+    del edited["training"]
+    record.write_text(json.dumps(edited))
+    with pytest.raises(ProvenanceError, match=f"HINT: .* snakemake --forcerun {record}"):
+        validate_file(record)
+    assert "rewrite a provenance.json that fails its schema with `snakemake --forcerun <its path>`" in hint_line(
+        snakeddp_verify(workflow).stdout, "checks failed"
+    )
+    # As the HINT says, with the run's provenance as the target so that the report is not built too.
+    workflow.run("--forcerun", f"{RUN}/provenance.json", "--", f"{RUN}/provenance.json")
+    assert validate_file(record)["training"]["epochs_completed"] == 2
+    assert snakeddp_verify(workflow).returncode == 0
