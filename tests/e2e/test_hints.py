@@ -200,3 +200,22 @@ def test_verify_failures_fixed_as_hinted_verify_again(workflow: Workflow, tiny_c
     workflow.run("--forcerun", f"{RUN}/provenance.json", "--", f"{RUN}/provenance.json")
     assert validate_file(record)["training"]["epochs_completed"] == 2
     assert snakeddp_verify(workflow).returncode == 0
+
+
+def test_ranks_started_by_hand_in_another_layout_are_refused_and_the_launcher_as_hinted_trains(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})  # launch.devices: 1
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    by_hand = subprocess.run(
+        [*torchrun, "-m", "snakeddp.train", *run.argv()[5:]],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert by_hand.returncode != 0
+    line = hint_line(by_hand.stdout + by_hand.stderr, "launch.devices=1")
+    assert "HINT: start the processes with `python -m snakeddp.launch`" in line
+    assert not (run.dir / "provenance.json").exists()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert (run.dir / "provenance.json").is_file()
