@@ -85,3 +85,17 @@ def test_source_record_hashes_the_module_file(user_module):
     import hashlib
 
     assert record["sha256"] == hashlib.sha256((user_module / "usermodels.py").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("target", "hint", "fixed"),
+    [
+        ("usermodels.Good", "write it as 'package.module:ClassName'", "usermodels:Good"),
+        ("usermodels:Goood", "check the class name after the colon", "usermodels:Good"),
+        ("usermodels:NotAModule", "point model.target at a LightningModule class", "usermodels:Good"),
+    ],
+)
+def test_targets_fixed_as_hinted_load(user_module, target, hint, fixed):
+    with pytest.raises(TargetError, match=f"HINT: {hint}"):
+        load_class(target, "model.target", pl.LightningModule)
+    assert load_class(fixed, "model.target", pl.LightningModule).__name__ == "Good"

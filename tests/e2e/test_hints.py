@@ -16,7 +16,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
-from tests.conftest import Workflow, subprocess_env
+from tests.conftest import Workflow, assert_valid_provenance, subprocess_env
 from tests.e2e.test_training import Run, slow_config
 
 pytestmark = pytest.mark.e2e
@@ -219,3 +219,28 @@ def test_ranks_started_by_hand_in_another_layout_are_refused_and_the_launcher_as
 
     assert run.train() == 0, run.log.read_text()[-3000:]
     assert (run.dir / "provenance.json").is_file()
+
+
+NET = """
+from snakeddp.training.models import MLP
+
+
+class Net(MLP):
+    pass
+"""
+
+
+def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_rank(workflow: Workflow, tiny_config):
+    tiny_config["model"] = {"target": "mynet:Net"}
+    tiny_config["trainer"]["max_epochs"] = 1
+    tiny_config["launch"]["devices"] = 2
+    workflow.write_config(tiny_config)
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0
+    line = hint_line((workflow.directory / "logs/train/base.log").read_text(), "cannot import module 'mynet'")
+    assert "put the module in the directory snakemake runs from" in line
+
+    (workflow.directory / "mynet.py").write_text(NET)
+    workflow.run(f"{RUN}/provenance.json")
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["user_code"][0]["target"] == "mynet:Net"
