@@ -97,3 +97,16 @@ def test_a_changed_pinned_table_passes_after_each_fix_the_hint_names(tmp_path, f
     else:
         data["table"]["sha256"] = new if fix == "update" else None
     assert resolve() == (data["table"]["sha256"] if fix == "restore" else new)
+
+
+@pytest.mark.parametrize(
+    ("data", "fixed"),
+    [
+        ({"source": "table"}, {"table": {"path": "data/train.csv", "features": ["x1", "x2"], "label": "y"}}),
+        ({"source": "module"}, {"module": "package.module:ClassName"}),
+    ],
+)
+def test_cross_key_rules_pass_once_the_hinted_keys_are_set(data, fixed):
+    with pytest.raises(config.ConfigError, match="HINT: "):
+        config.validate({"data": data})
+    assert config.validate({"data": {**data, **fixed}})["data"]["source"] == data["source"]
