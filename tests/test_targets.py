@@ -76,6 +76,8 @@ def test_construction_failures_name_the_target_the_arguments_and_the_cause(user_
     assert "model.target='usermodels:Picky'" in text and cause in text
     assert ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) in text
     assert error.value.__cause__ is not None, "the original exception stays chained for the traceback"
+    assert "HINT: check the keyword arguments in the config" in text
+    assert construct(cls, {"width": 3}, "usermodels:Picky", "model.target").__class__ is cls
 
 
 def test_source_record_hashes_the_module_file(user_module):
