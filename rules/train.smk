@@ -22,6 +22,7 @@ rule train:
     input:
         run=rules.run_config.output.run,
         manifest=get_manifest,
+        data=get_data_files,
         environment="results/envs/train.json",
     output:
         provenance="results/runs/{run}/provenance.json",

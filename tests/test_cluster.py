@@ -129,16 +129,21 @@ def test_expected_launcher_without_its_variables_refuses_to_train():
 
 
 def test_spawning_under_another_launcher_refuses_duplicate_training():
-    with pytest.raises(LaunchError, match="started by mpirun as rank 1 of 2"):
+    with pytest.raises(LaunchError, match="started by mpirun as rank 1 of 2.*HINT: pass --launcher mpirun"):
         cluster.resolve("spawn", AZUREML_MPI_SINGLE)
     with pytest.raises(LaunchError, match="started by srun"):
         guard_foreign_launch(SRUN)
+    # What the HINT says: name the launcher, and the ranks it started are used.
+    launcher, layout = cluster.resolve("mpirun", AZUREML_MPI_SINGLE)
+    assert (launcher.name, layout.rank, layout.world_size) == ("mpirun", 1, 2)
 
 
 def test_multi_node_mpi_without_an_address_fails():
     env = {k: v for k, v in AZUREML_MPI.items() if k != "AZ_BATCH_MASTER_NODE"}
-    with pytest.raises(LaunchError, match="needs the address of rank 0's node"):
+    with pytest.raises(LaunchError, match="needs the address of rank 0's node. HINT: export MASTER_ADDR"):
         cluster.resolve("mpirun", env)
+    _, layout = cluster.resolve("mpirun", {**env, "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "6200"})
+    assert (layout.master_addr, layout.master_port) == ("10.0.0.9", 6200)
 
 
 def test_uneven_layouts_are_rejected():

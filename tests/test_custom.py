@@ -95,8 +95,10 @@ def test_subclass_of_the_partition_loader_keeps_its_sharding(user_module, manife
 def test_trace_samples_needs_snakeddps_loader(user_module, manifest):
     cfg = run_cfg(module="mydata:Augmented")
     cfg["trainer"]["trace_samples"] = True
-    with pytest.raises(config.ConfigError, match="trace_samples"):
+    with pytest.raises(config.ConfigError, match="trace_samples.*HINT: set trace_samples: false"):
         build_datamodule(cfg, manifest)
+    cfg["trainer"]["trace_samples"] = False
+    assert type(build_datamodule(cfg, manifest)).__name__ == "Augmented"
 
 
 def test_bad_module_names_the_key(manifest):

@@ -169,8 +169,11 @@ def test_nan_policy_drop_skips_rows_and_keeps_the_others_ids(tmp_path):
 def test_missing_column_names_the_file_and_the_column(tmp_path):
     path = tmp_path / "t.csv"
     frame().drop(columns=["c"]).to_csv(path, index=False)
-    with pytest.raises(TableError, match=r"t\.csv: no column 'c' \(the file has: a, b, note, y\)"):
+    with pytest.raises(TableError, match=r"t\.csv: no column 'c' \(the file has: a, b, note, y\).*HINT: fix"):
         ingest(params(path), tmp_path / "out")
+    fixed = params(path)
+    fixed["table"]["features"] = ["a", "b"]  # the HINT: fix data.table.features
+    assert ingest(fixed, tmp_path / "out")["rows_read"] == 400
 
 
 def test_missing_column_in_one_parquet_file_of_a_folder(tmp_path):
@@ -186,8 +189,10 @@ def test_empty_files_are_refused_by_name(tmp_path, content, message):
     (tmp_path / "tbl").mkdir()
     frame().to_csv(tmp_path / "tbl" / "a.csv", index=False)
     (tmp_path / "tbl" / "b.csv").write_text(content)
-    with pytest.raises(TableError, match=rf"b\.csv: the file .*{message}"):
+    with pytest.raises(TableError, match=rf"b\.csv: the file .*{message}.*HINT: remove it"):
         ingest(params(tmp_path / "tbl"), tmp_path / "out")
+    (tmp_path / "tbl" / "b.csv").unlink()
+    assert ingest(params(tmp_path / "tbl"), tmp_path / "out")["rows_read"] == 400
 
 
 @pytest.mark.parametrize(
@@ -198,14 +203,19 @@ def test_labels_outside_the_task_are_named(tmp_path, classes, label, rule):
     data["y"] = data["y"].astype(float)
     data.loc[11, "y"] = label
     data.to_csv(tmp_path / "t.csv", index=False)
-    with pytest.raises(TableError, match=rf"column 'y', row 12 \(line 13\): label .* is not {rule}"):
+    with pytest.raises(TableError, match=rf"column 'y', row 12 \(line 13\): label .* is not {rule}.*HINT: fix"):
         ingest(params(tmp_path / "t.csv", classes=classes), tmp_path / "out")
+    data.loc[11, "y"] = 0  # the HINT: fix the label column
+    data.to_csv(tmp_path / "t.csv", index=False)
+    assert ingest(params(tmp_path / "t.csv", classes=classes), tmp_path / "out")["rows_read"] == 30
 
 
 def test_too_small_a_table_for_the_partitions_is_refused(tmp_path):
     frame(rows=3).to_csv(tmp_path / "t.csv", index=False)
-    with pytest.raises(TableError, match="empty. HINT: lower data.num_train_files"):
+    with pytest.raises(TableError, match="empty. HINT: lower data.num_train_files.*or use a bigger table"):
         ingest(params(tmp_path / "t.csv", partitions=8), tmp_path / "out")
+    frame(rows=400).to_csv(tmp_path / "t.csv", index=False)
+    assert ingest(params(tmp_path / "t.csv", partitions=8), tmp_path / "out")["rows_read"] == 400
 
 
 def test_fingerprint_follows_content_and_the_cache_notices_changes(tmp_path):
@@ -242,7 +252,8 @@ def test_place_links_a_verified_partition_and_refuses_a_damaged_one(tmp_path):
 
 def test_unknown_formats_and_missing_paths_are_explained(tmp_path):
     (tmp_path / "t.txt").write_text("a\n1\n")
-    with pytest.raises(TableError, match="cannot tell the table format"):
+    with pytest.raises(TableError, match="cannot tell the table format.*HINT: set data.table.format"):
         table.table_files(tmp_path / "t.txt")
+    assert table.table_files(tmp_path / "t.txt", "csv") == ("csv", [tmp_path / "t.txt"])
     with pytest.raises(TableError, match="no such file or folder"):
         table.table_files(tmp_path / "nope.csv")

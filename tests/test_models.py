@@ -64,6 +64,8 @@ def test_kwargs_contradicting_the_data_are_refused(user_module):
         build_model(model_cfg(target="mymodels:Sized", kwargs={"num_features": 9}), TASK)
     model = build_model(model_cfg(target="mymodels:Sized", kwargs={"num_features": 7}), TASK)
     assert model.net[0].in_features == 7, "agreeing with the data is fine"
+    model = build_model(model_cfg(target="mymodels:Sized", kwargs={}), TASK)
+    assert model.net[0].in_features == 7, "left out, as the HINT says: the data's value"
 
 
 def test_target_failure_names_the_target(user_module):

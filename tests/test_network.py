@@ -50,9 +50,22 @@ def test_only_network_families_and_no_secrets():
         config.validate({"network": {"env": {"AWS_SECRET_ACCESS_KEY": "x"}}})
 
 
-def test_forwarded_keeps_network_variables_only():
+def test_infiniband_partition_keys_are_settings_not_secrets():
+    cfg = config.validate({"network": {"env": {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8001"}}})
+    assert network.variables(cfg) == {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8001"}
+
+
+def test_forwarded_keeps_network_variables_only_and_says_what_it_drops(capsys):
     env = {"NCCL_DEBUG": "WARN", "FI_PROVIDER": "efa", "OMPI_MCA_btl": "self,tcp", "PATH": "/bin", "UCX_AUTH_KEY": "s"}
-    assert network.forwarded(env) == {"FI_PROVIDER": "efa", "NCCL_DEBUG": "WARN", "OMPI_MCA_btl": "self,tcp"}
+    env["NCCL_IB_PKEY"] = "0x8001"
+    assert network.forwarded(env) == {
+        "FI_PROVIDER": "efa",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_IB_PKEY": "0x8001",
+        "OMPI_MCA_btl": "self,tcp",
+    }
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "not forwarding UCX_AUTH_KEY to the ranks: the names look like credentials" in line
 
 
 def test_mpirun_exports_every_network_variable_with_x(tmp_path):
@@ -75,10 +88,11 @@ def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_p
         "trainer": {"max_epochs": 1},
     }
     run_yaml, manifest, run_dir = prepare(tmp_path, overrides)
-    settings = config.validate({"network": {"env": {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo"}}})
+    network_env = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "NCCL_IB_PKEY": "0x8001"}
+    settings = config.validate({"network": {"env": network_env}})
     done = launch(run_yaml, manifest, run_dir, cwd=tmp_path, UCX_TLS="tcp", **jobenv.settings(settings))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    wanted = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "UCX_TLS": "tcp"}
+    wanted = {**network_env, "UCX_TLS": "tcp"}
     for rank in (0, 1):
         seen = json.loads((run_dir / f"env-rank{rank}.json").read_text())
         assert wanted.items() <= seen.items(), f"rank {rank} saw {seen}"
@@ -87,6 +101,7 @@ def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_p
     assert record["user_code"][0]["target"] == "probe:EnvProbe"
     if launcher == "mpirun":
         assert "-x NCCL_DEBUG" in record["launch"]["command"]
+        assert "-x NCCL_IB_PKEY" in record["launch"]["command"]
 
 
 @pytest.mark.e2e

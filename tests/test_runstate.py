@@ -1,11 +1,14 @@
 """Which checkpoint a run resumes from, and the lock that keeps two attempts apart."""
 
+import errno
+import fcntl
 import json
 import os
 
 import pytest
 
 from snakeddp.run import attempt as runstate
+from tests.helpers import SRC, assert_valid_provenance, launch, prepare
 
 
 def test_fresh_run_has_nothing_to_resume(tmp_path):
@@ -125,3 +128,35 @@ def test_a_published_record_never_outlives_its_attempt(tmp_path):
     runstate.prepare(tmp_path, "b" * 64)
     assert not (tmp_path / "provenance.json").exists()
     assert (tmp_path / "attempts" / ("a" * 12) / "provenance.json").is_file()
+
+
+def no_flock(fd, operation):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+
+def test_a_file_system_without_flock_is_warned_about_once(tmp_path, monkeypatch, capsys):
+    # A file system without flock cannot be mounted in a test; its error is what fcntl raises there.
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    assert runstate.prepare(tmp_path, "k1") is None
+    assert runstate.hold_attempt_lock(tmp_path) is None
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"snakeddp: warning: {runstate.no_lock_warning(tmp_path)}"
+    assert "does not support flock" in line
+
+
+@pytest.mark.e2e
+def test_training_without_flock_warns_in_the_log_and_records_it_in_provenance(tmp_path):
+    # Every process of the run (launcher, torchrun, both ranks) imports this sitecustomize.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import errno, fcntl\n\n\ndef no_flock(fd, operation):\n"
+        "    raise OSError(errno.ENOLCK, 'No locks available')\n\n\nfcntl.flock = no_flock\n"
+    )
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"trainer": {"max_epochs": 1}, "launch": {"devices": 2}})
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path, PYTHONPATH=os.pathsep.join([str(hooks), str(SRC)]))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert output.count("does not support flock") == 1, output[-3000:]
+    (record,) = assert_valid_provenance(tmp_path)
+    assert record["warnings"] == [runstate.no_lock_warning(run_dir)]

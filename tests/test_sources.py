@@ -9,6 +9,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.data import sources
+from snakeddp.data.table import fingerprint
 from snakeddp.hashing import sha256_json
 
 
@@ -85,3 +86,40 @@ def test_ids_and_partition_bytes_of_existing_configs_never_change(tmp_path):
     assert config.dataset_id(tiny) == "synthetic-978ec63783"
     write_synthetic(sources.identity(tiny), "train", 1, tmp_path / "p.safetensors", tmp_path / "p.json")
     assert sha256_file(tmp_path / "p.safetensors") == "401dcc91e913cd31ade06695e8afcfb57418d48ef6080cf6a09335e07bc802b2"
+
+
+@pytest.mark.parametrize("fix", ["restore", "update", "clear"])
+def test_a_changed_pinned_table_passes_after_each_fix_the_hint_names(tmp_path, fix):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(path, index=False)
+    original = path.read_bytes()
+    data = table_cfg(path)
+    data["table"]["sha256"] = fingerprint(path)
+
+    def resolve() -> str:
+        runs = config.expand_sweep(config.validate({"data": data}))
+        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+        return runs["base"]["config"]["data"]["table"]["sha256"]
+
+    pd.DataFrame({"a": [1.0, 3.0], "y": [0, 1]}).to_csv(path, index=False)
+    with pytest.raises(config.ConfigError, match="HINT: the table changed; restore it, or update/clear"):
+        resolve()
+    new = fingerprint(path)
+    if fix == "restore":
+        path.write_bytes(original)
+    else:
+        data["table"]["sha256"] = new if fix == "update" else None
+    assert resolve() == (data["table"]["sha256"] if fix == "restore" else new)
+
+
+@pytest.mark.parametrize(
+    ("data", "fixed"),
+    [
+        ({"source": "table"}, {"table": {"path": "data/train.csv", "features": ["x1", "x2"], "label": "y"}}),
+        ({"source": "module"}, {"module": "package.module:ClassName"}),
+    ],
+)
+def test_cross_key_rules_pass_once_the_hinted_keys_are_set(data, fixed):
+    with pytest.raises(config.ConfigError, match="HINT: "):
+        config.validate({"data": data})
+    assert config.validate({"data": {**data, **fixed}})["data"]["source"] == data["source"]

@@ -69,6 +69,13 @@ def test_bad_strategy_options_are_named(options, message):
         build("gpu", "nccl", strategy="fsdp", strategy_options=options)
 
 
+def test_fsdp_options_without_state_dict_type_as_hinted_build():
+    with pytest.raises(StrategyError, match="HINT: remove state_dict_type"):
+        build("gpu", "nccl", strategy="fsdp", strategy_options={"state_dict_type": "sharded"})
+    strategy, _, _ = build("gpu", "nccl", strategy="fsdp", strategy_options={"auto_wrap_min_params": 9})
+    assert strategy.kwargs["auto_wrap_policy"].keywords == {"min_num_params": 9}
+
+
 def test_deepspeed_without_the_package_is_a_clear_error():
     assert importlib.util.find_spec("deepspeed") is None, "deepspeed is in no lock file of this project"
     with pytest.raises(StrategyError, match="needs the deepspeed package, which is not installed"):

@@ -76,6 +76,8 @@ def test_construction_failures_name_the_target_the_arguments_and_the_cause(user_
     assert "model.target='usermodels:Picky'" in text and cause in text
     assert ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) in text
     assert error.value.__cause__ is not None, "the original exception stays chained for the traceback"
+    assert "HINT: check the keyword arguments in the config" in text
+    assert construct(cls, {"width": 3}, "usermodels:Picky", "model.target").__class__ is cls
 
 
 def test_source_record_hashes_the_module_file(user_module):
@@ -85,3 +87,17 @@ def test_source_record_hashes_the_module_file(user_module):
     import hashlib
 
     assert record["sha256"] == hashlib.sha256((user_module / "usermodels.py").read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("target", "hint", "fixed"),
+    [
+        ("usermodels.Good", "write it as 'package.module:ClassName'", "usermodels:Good"),
+        ("usermodels:Goood", "check the class name after the colon", "usermodels:Good"),
+        ("usermodels:NotAModule", "point model.target at a LightningModule class", "usermodels:Good"),
+    ],
+)
+def test_targets_fixed_as_hinted_load(user_module, target, hint, fixed):
+    with pytest.raises(TargetError, match=f"HINT: {hint}"):
+        load_class(target, "model.target", pl.LightningModule)
+    assert load_class(fixed, "model.target", pl.LightningModule).__name__ == "Good"

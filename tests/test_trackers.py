@@ -70,6 +70,18 @@ def test_only_rank_zero_builds_trackers(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlruns").exists()
 
 
+def test_a_tracker_without_its_package_is_named_and_disabling_it_as_hinted_trains_without(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a))
+    run_dir = tmp_path / "runs" / "base"
+    with pytest.raises(config.ConfigError, match="wandb package is not installed.*set tracking.wandb.enabled: false"):
+        Trackers(tracking(wandb={"enabled": True}), "base", run_dir, is_main=True, env={})
+    trackers = Trackers(tracking(wandb={"enabled": False}), "base", run_dir, is_main=True, env={})
+    assert trackers.loggers == []
+
+
 def test_a_resumed_attempt_continues_the_same_mlflow_run(tmp_path, mlflow_env):
     run_dir = tmp_path / "results" / "runs" / "base"
     first = Trackers(tracking(mlflow={"enabled": True}), "base", run_dir, is_main=True, env={})

@@ -113,6 +113,18 @@ def run_attempt(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(quote(argv))
         return 0
+    # Handlers first: a preemption signal before the ranks exist must not take the default
+    # action (death, for SIGUSR1), but stop the attempt the way a preempted one stops.
+    received: list[int] = []
+    child: subprocess.Popen | None = None
+
+    def forward(signum: int, frame: object) -> None:
+        received.append(signum)
+        if child is not None:
+            deliver(child, launcher.name, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
     resume = attempt.prepare(args.run_dir, key)
     if attempt.finished(args.run_dir):
         print(f"snakeddp.launch: run {run.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
@@ -124,24 +136,25 @@ def run_attempt(args: argparse.Namespace) -> int:
     )
     failed = failure_file(args.run_dir)
     failed.unlink(missing_ok=True)
-    child = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
-    relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed), daemon=True)
-    relay.start()
-    preempted = False
-
-    def forward(signum: int, frame: object) -> None:
-        nonlocal preempted
-        preempted = preempted or signum in PREEMPT_SIGNALS
-        for target in signal_targets(child, launcher.name, signum):
-            target.send_signal(signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
-    code = child.wait()
-    relay.join()
-    if code != 0 and failed.exists():
-        print(failed.read_text().strip(), file=sys.stderr, flush=True)
-        return 1
+    if received:
+        print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
+        code = 128 + received[0]
+    else:
+        started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+        # Signals that came while it started were only recorded: pass them on now, once.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        child, missed = started, list(received)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        for signum in missed:
+            deliver(child, launcher.name, signum)
+        relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed), daemon=True)
+        relay.start()
+        code = child.wait()
+        relay.join()
+        if code != 0 and failed.exists():
+            print(failed.read_text().strip(), file=sys.stderr, flush=True)
+            return 1
+    preempted = any(signum in PREEMPT_SIGNALS for signum in received)
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
 
@@ -157,6 +170,11 @@ def relay_stderr(stream: IO[bytes], failed: Path) -> None:
         if not failed.exists():
             sys.stderr.buffer.write(chunk)
             sys.stderr.buffer.flush()
+
+
+def deliver(child: subprocess.Popen, launcher: str, signum: int) -> None:
+    for target in signal_targets(child, launcher, signum):
+        target.send_signal(signum)
 
 
 def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[psutil.Process]:

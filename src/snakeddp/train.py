@@ -49,7 +49,15 @@ from snakeddp.errors import LaunchError, exit_code
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
-from snakeddp.run.attempt import attempt_id, attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
+from snakeddp.run.attempt import (
+    attempt_id,
+    attempt_key,
+    hold_attempt_lock,
+    keep_record,
+    mark,
+    no_lock_warning,
+    resume_checkpoint,
+)
 from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
@@ -116,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
 
     manifest_sha256 = sha256_file(args.data)
     key = attempt_key(cfg, args.data, args.environment_record)
-    hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
+    locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
         mark(args.run_dir, key)
@@ -158,6 +166,8 @@ def main(args: argparse.Namespace) -> int:
         )
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
+        if not locked:  # the launcher printed it; the record keeps it with the run
+            record["warnings"] = [no_lock_warning(args.run_dir)]
         path = provenance.write(args.run_dir, record)
         keep_record(args.run_dir)
         trackers.finish(path, callbacks["checkpoint"].best_model_path)

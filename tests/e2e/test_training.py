@@ -190,6 +190,40 @@ def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_pa
     assert [r["val_loss"] for r in run.metrics()] == [r["val_loss"] for r in reference.metrics()]
 
 
+# The real launcher, with a signal sent to itself just before it (re)moves old checkpoints, or
+# just as it starts the ranks' launcher: windows a scheduler's warning can hit, which no sleep
+# or poll can aim at reliably.
+SIGNAL_AT_START = """
+import os, subprocess, sys
+from snakeddp import launch
+
+owner = {"prepare": launch.attempt, "Popen": subprocess}[sys.argv[2]]
+real = getattr(owner, sys.argv[2])
+
+def signalled(*args, **kwargs):
+    os.kill(os.getpid(), int(sys.argv[1]))
+    return real(*args, **kwargs)
+
+setattr(owner, sys.argv[2], signalled)
+sys.exit(launch.main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "at"), [(signal.SIGUSR1, "Popen"), (signal.SIGTERM, "Popen"), (signal.SIGUSR1, "prepare")]
+)
+def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempted(tmp_path, signum, at):
+    run = Run(tmp_path, {"data": {"num_train_files": 2, "num_val_records": 50}, "trainer": {"max_epochs": 2}})
+    argv = [sys.executable, "-c", SIGNAL_AT_START, str(int(signum)), at, *run.argv()[3:]]
+    with run.log.open("a") as log:
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=subprocess_env(), timeout=300).returncode
+    assert code == 75, run.log.read_text()[-3000:]
+    assert not (run.dir / "provenance.json").exists()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1]
+
+
 @pytest.mark.parametrize("damage", ["flip", "pickle"])
 def test_damaged_partition_stops_training_by_name(tmp_path, damage):
     run = Run(

@@ -8,6 +8,7 @@ gets ``-x NAME`` for each. Provenance records them with the other cluster variab
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,5 +34,14 @@ def variables(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def forwarded(env: Mapping[str, str]) -> dict[str, str]:
-    """The network variables of ``env`` that every rank must see, secret-looking names left out."""
-    return {name: env[name] for name in sorted(env) if is_network_variable(name) and not is_secret_name(name)}
+    """The network variables of ``env`` that every rank must see, secret-looking names left out
+    (and named in the log, so that a setting missing on the ranks is not a mystery)."""
+    names = [name for name in sorted(env) if is_network_variable(name)]
+    dropped = [name for name in names if is_secret_name(name)]
+    if dropped:
+        print(
+            f"snakeddp: not forwarding {', '.join(dropped)} to the ranks: the names look like credentials, "
+            "which snakeddp never passes on or records (ranks started by torchrun or srun still inherit them).",
+            file=sys.stderr,
+        )
+    return {name: env[name] for name in names if name not in dropped}

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any
 
-SECRET_NAME = re.compile(
-    r"KEY|TOKEN|SECRET|PASSW|PWD|CONNECTION_STRING|SAS|CREDENTIAL|AUTH|PRIVATE|COOKIE|SIGNATURE|CERT",
-    re.IGNORECASE,
+# Matched against a name's words (split at `_`, `-`, `.` and camelCase), never its substrings:
+# NCCL_IB_PKEY (an InfiniBand partition), TOKENIZERS_PARALLELISM and the shell's PWD are settings.
+SECRET_WORDS = frozenset(
+    "KEY KEYS APIKEY ACCESSKEY SECRETKEY PRIVATEKEY TOKEN TOKENS AUTHTOKEN ACCESSTOKEN SECRET SECRETS "
+    "PASSWORD PASSWD PASS PASSPHRASE PWD SAS SIG SIGNATURE CREDENTIAL CREDENTIALS CREDS AUTH PAT PRIVATE "
+    "COOKIE CERT CONNECTIONSTRING".split()
 )
+_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 RECORDED_PREFIXES = (
     "SLURM_",
     "OMPI_COMM_WORLD_",
@@ -47,7 +52,12 @@ _QUERY_SECRETS = re.compile(r"(?P<key>[?&](?:sig|signature|token|code|key|passwo
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    words = [word.upper() for word in _WORD_BREAK.split(name) if word]
+    # PWD alone is the shell's working directory; DB_PWD is a password.
+    if words == ["PWD"]:
+        return False
+    pairs = {a + b for a, b in pairwise(words)}  # CONNECTION_STRING
+    return bool(SECRET_WORDS & (set(words) | pairs))
 
 
 def redact_text(text: str) -> str:

@@ -42,7 +42,8 @@ def validate(record: Any, source: str = "provenance.json") -> None:
         details = "\n  ".join(found)
         raise ProvenanceError(
             f"{source} does not match {SCHEMA_FILE}:\n  {details}\n"
-            "HINT: it was written by a different snakeddp version, or edited by hand; rerun the run's train job."
+            "HINT: it was written by a different snakeddp version, or edited by hand; rerun the run's train "
+            f"job: snakemake --forcerun {source}"
         )
 
 

@@ -82,6 +82,8 @@ def verify_run(run: Run) -> list[Check]:
     """Every check of one run, schema first, then checkpoints, manifest and partitions."""
     schema = problems(run.provenance)
     checks = [Check("provenance", str(run.run_dir / "provenance.json"), not schema, "; ".join(schema) or "schema ok")]
+    if schema:  # the files it names cannot be trusted, or even found
+        return checks
     manifest, partitions = data_checks(run)
     with ThreadPoolExecutor(HASH_THREADS) as pool:
         hashed = list(pool.map(lambda check: check(), [*checkpoint_checks(run), *partitions]))
@@ -98,8 +100,10 @@ def format_checks(run: Run, checks: list[Check]) -> str:
     if bad:
         lines.append(
             f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run "
-            f"{run.run_id} recorded. HINT: restore them from a copy, or rerun the data/train jobs to "
-            "regenerate them (snakemake --forcerun ...); do not trust or load a mismatched checkpoint."
+            f"{run.run_id} recorded. HINT: restore them from a copy; or delete a mismatched data file or "
+            "manifest and run `snakemake <its path>` to regenerate it, and move the run directory of a "
+            "mismatched checkpoint away and rerun snakemake to retrain it; rewrite a provenance.json that fails "
+            "its schema with `snakemake --forcerun <its path>`; never load a mismatched checkpoint."
         )
     else:
         lines.append(f"verify: all {len(checks)} checks passed; run {run.run_id} matches its provenance.")

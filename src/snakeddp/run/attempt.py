@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -197,6 +198,13 @@ def mark(run_dir: Path, key: str) -> None:
 LOCK_FILE = ".attempt.lock"
 
 
+def no_lock_warning(run_dir: Path) -> str:
+    return (
+        f"the file system of {run_dir} does not support flock, so a second attempt of this run started "
+        "while one still trains (a retry, a double submission) cannot be refused; start one at a time."
+    )
+
+
 def _lock(run_dir: Path, mode: int) -> int | None:
     """flock ``mode`` on the run's lock file; the fd, or None where the filesystem has no locks."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -225,12 +233,14 @@ def ensure_no_live_attempt(run_dir: Path) -> None:
             f"another attempt of this run is still training in {run_dir}. HINT: wait for it to finish, "
             f"or find it with `fuser {run_dir / LOCK_FILE}` and stop it."
         ) from None
-    if fd is not None:
+    if fd is None:
+        print(f"snakeddp: warning: {no_lock_warning(run_dir)}", file=sys.stderr, flush=True)
+    else:
         os.close(fd)
 
 
 def hold_attempt_lock(run_dir: Path) -> int | None:
-    """Hold a shared lock on the run directory until this process exits."""
+    """Hold a shared lock on the run directory until this process exits (None: no flock here)."""
     try:
         return _lock(run_dir, fcntl.LOCK_SH)
     except BlockingIOError:

@@ -10,13 +10,14 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io import TorchCheckpointIO
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.cluster import Launcher, LaunchError, Layout
 from snakeddp.fsutil import atomic_write
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
+from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.progress import EpochProgress
 from snakeddp.training.strategies import build_strategy
 
@@ -59,14 +60,13 @@ def build_trainer(
     checkpoints = run_dir / CHECKPOINT_DIR
     stop_cfg = trainer_cfg["early_stopping"]
     named: dict[str, Any] = {
-        "checkpoint": ModelCheckpoint(
+        "checkpoint": EpochCheckpoint(
             dirpath=checkpoints,
             filename="epoch{epoch:03d}-val_loss{val_loss:.4f}",
             auto_insert_metric_name=False,
             monitor="val_loss",
             mode="min",
             save_top_k=trainer_cfg["save_top_k"],
-            save_last=True,
         ),
         "metrics": EpochMetrics(run_dir / "metrics.csv"),
         "preemption": Preemption(trainer_cfg["preempt_signals"], checkpoints / LAST),

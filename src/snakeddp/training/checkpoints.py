@@ -1,0 +1,56 @@
+"""The run's checkpoints: the top-k by val_loss, and a last.ckpt that always holds the latest epoch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+# What fsutil.atomic_write leaves behind when a kill lands in the middle of a save.
+PARTIAL_GLOB = ".*.partial"
+
+
+class EpochCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint that rewrites last.ckpt at the end of every epoch.
+
+    Lightning 2.6 rewrites last.ckpt only in epochs that also saved a top-k checkpoint: with
+    save_top_k 1 a run of 8 epochs ended with last.ckpt at epoch 6, and with 0 it never wrote
+    one. Resuming and provenance's last_checkpoint need the last finished epoch.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(save_last=True, **kwargs)
+        self._last_saved_step: int | None = None
+
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self._last_saved_step = trainer.global_step
+
+    def _save_last_if_missed(self, trainer: pl.Trainer) -> None:
+        if trainer.sanity_checking or trainer.fast_dev_run or self._last_saved_step == trainer.global_step:
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_missed(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if trainer.state.fn == "fit" and not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_if_missed(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Only an attempt that finished knows that no save is in flight: it holds the run's lock.
+        if trainer.is_global_zero:
+            remove_partial_saves(Path(self.dirpath))
+
+
+def remove_partial_saves(directory: Path) -> list[Path]:
+    """Delete the temporary files of saves that a kill interrupted; return what was removed."""
+    leftovers = sorted(directory.glob(PARTIAL_GLOB))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers

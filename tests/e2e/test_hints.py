@@ -1,0 +1,246 @@
+"""Every HINT that tells the user to do something, done literally, gives what it promises."""
+
+import csv
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from snakeddp import config
+from snakeddp.provenance.schema import ProvenanceError, validate_file
+from tests.conftest import Workflow, assert_valid_provenance, subprocess_env
+from tests.e2e.test_training import Run, slow_config
+
+pytestmark = pytest.mark.e2e
+
+RUN = "results/runs/base"
+
+
+def hint_line(text: str, what: str) -> str:
+    """The error line that names ``what`` and carries a HINT."""
+    lines = [line for line in text.splitlines() if what in line and "HINT:" in line]
+    assert lines, text[-3000:]
+    return lines[-1]
+
+
+@pytest.mark.parametrize("name", ["train/part-00002.safetensors", "val.safetensors"])
+def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_training_completes(
+    workflow: Workflow, tiny_config, name
+):
+    workflow.write_config(tiny_config)
+    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
+    workflow.run(str(dataset.relative_to(workflow.directory) / "manifest-3.json"))
+    target = dataset / name
+    original = target.read_bytes()
+    damaged = bytearray(original)
+    damaged[-1] ^= 0x01
+    target.write_bytes(bytes(damaged))
+
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0
+    line = hint_line((workflow.directory / "logs/train/base.log").read_text(), name)
+    assert "sha256 checksum mismatch" in line
+    assert "HINT: delete the file and rerun snakemake to regenerate it" in line
+
+    target.unlink()
+    workflow.run(f"{RUN}/provenance.json")
+    assert target.read_bytes() == original
+    assert (workflow.directory / RUN / "provenance.json").is_file()
+
+
+def descendants_and_self(pid: int) -> list[psutil.Process]:
+    parent = psutil.Process(pid)
+    return [parent, *parent.children(recursive=True)]
+
+
+def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(workflow: Workflow, tiny_config):
+    tiny_config["data"]["num_records_per_train_file"] = 3000
+    tiny_config["trainer"].update(max_epochs=6, early_stopping={"enabled": False})
+    workflow.write_config(tiny_config)
+    metrics = workflow.directory / RUN / "metrics.csv"
+    snakemake = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"),
+        cwd=workflow.directory,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:  # header + 2 epochs
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the kill"
+        time.sleep(0.1)
+    for process in descendants_and_self(snakemake.pid):  # a lost node: nothing gets to clean up
+        process.kill()
+    snakemake.wait()
+
+    locked = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+    workflow.run("--unlock")
+    workflow.run(f"{RUN}/provenance.json")
+    assert "resuming from" in (workflow.directory / "logs/train/base.log").read_text()
+    with metrics.open() as handle:
+        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(6))
+
+
+def test_a_second_attempt_is_refused_until_the_one_fuser_names_is_stopped(tmp_path):
+    run = Run(tmp_path, slow_config(max_epochs=3))
+    first = run.start()
+    run.wait_for_epochs(first, 1)
+    second = subprocess.run(run.argv(), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert second.returncode != 0
+    line = hint_line(second.stdout + second.stderr, "still training")
+    command = re.search(r"find it with `(fuser [^`]+)` and stop it", line).group(1)
+
+    found = subprocess.run(shlex.split(command), capture_output=True, text=True, check=True)
+    pids = [int(pid) for pid in found.stdout.split()]
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    # fuser names the ranks (they hold the lock); stopped by TERM they save last.ckpt as on preemption.
+    assert first.wait(timeout=300) != 0
+    assert "preempted in epoch" in run.log.read_text()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+
+def train_directly(run: Run) -> subprocess.CompletedProcess:
+    """``python -m snakeddp.train`` by hand, as its docstring shows (one process, no launcher)."""
+    argv = [run.argv()[0], "-m", "snakeddp.train", *run.argv()[5:]]
+    return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_checkpoints_of_unknown_origin_moved_away_as_hinted_let_the_run_start_fresh(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
+    checkpoints = run.dir / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "last.ckpt").write_bytes(b"from somewhere else")
+    refused = train_directly(run)
+    assert refused.returncode != 0
+    assert "HINT: move the checkpoints away to start fresh" in hint_line(refused.stderr, "last.ckpt")
+
+    checkpoints.rename(tmp_path / "kept-checkpoints")
+    done = train_directly(run)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (run.dir / "provenance.json").is_file() and (tmp_path / "kept-checkpoints/last.ckpt").is_file()
+
+
+def test_an_attempt_of_another_config_is_moved_to_superseded_by_the_launcher_as_hinted(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
+    (run.dir / "run-state.json").write_text('{"resume_key": "another config"}')
+    (run.dir / "checkpoints").mkdir()
+    (run.dir / "checkpoints" / "last.ckpt").write_bytes(b"another config's weights")
+    refused = train_directly(run)
+    assert refused.returncode != 0
+    line = hint_line(refused.stderr, "different config, data or environment")
+    assert "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to superseded/)" in line
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    (old,) = (run.dir / "superseded").iterdir()
+    assert (old / "checkpoints" / "last.ckpt").read_bytes() == b"another config's weights"
+    assert (run.dir / "provenance.json").is_file()
+
+
+def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
+    snakeddp = Path(sys.executable).with_name("snakeddp")
+    argv = [str(snakeddp), "verify", "base", "--results", str(flow.directory / "results")]
+    return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_verify_failures_fixed_as_hinted_verify_again(workflow: Workflow, tiny_config):
+    tiny_config["trainer"]["max_epochs"] = 2
+    workflow.write_config(tiny_config)
+    workflow.run(f"{RUN}/provenance.json")
+    assert snakeddp_verify(workflow).returncode == 0
+    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
+
+    # A damaged partition: delete it and ask Snakemake for exactly that file.
+    part = dataset / "train/part-00001.safetensors"
+    original = part.read_bytes()
+    part.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    failed = snakeddp_verify(workflow)
+    assert failed.returncode == 1
+    assert "delete a mismatched data file or manifest and run `snakemake <its path>`" in hint_line(
+        failed.stdout, "checks failed"
+    )
+    part.unlink()
+    workflow.run(str(part.relative_to(workflow.directory)))
+    assert part.read_bytes() == original
+    assert snakeddp_verify(workflow).returncode == 0
+
+    # A damaged checkpoint: move the run directory away and rerun snakemake.
+    last = workflow.directory / RUN / "checkpoints/last.ckpt"
+    last.write_bytes(last.read_bytes()[:-1])
+    assert snakeddp_verify(workflow).returncode == 1
+    (workflow.directory / RUN).rename(workflow.directory / "damaged-run")
+    workflow.run(f"{RUN}/provenance.json")
+    done = snakeddp_verify(workflow)
+    assert done.returncode == 0, done.stdout
+
+    # A provenance.json edited by hand: force its train job, which resumes at the end and rewrites it.
+    record = workflow.directory / RUN / "provenance.json"
+    edited = json.loads(record.read_text())
+    del edited["training"]
+    record.write_text(json.dumps(edited))
+    with pytest.raises(ProvenanceError, match=f"HINT: .* snakemake --forcerun {record}"):
+        validate_file(record)
+    assert "rewrite a provenance.json that fails its schema with `snakemake --forcerun <its path>`" in hint_line(
+        snakeddp_verify(workflow).stdout, "checks failed"
+    )
+    # As the HINT says, with the run's provenance as the target so that the report is not built too.
+    workflow.run("--forcerun", f"{RUN}/provenance.json", "--", f"{RUN}/provenance.json")
+    assert validate_file(record)["training"]["epochs_completed"] == 2
+    assert snakeddp_verify(workflow).returncode == 0
+
+
+def test_ranks_started_by_hand_in_another_layout_are_refused_and_the_launcher_as_hinted_trains(tmp_path):
+    run = Run(tmp_path, {"trainer": {"max_epochs": 1}})  # launch.devices: 1
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    by_hand = subprocess.run(
+        [*torchrun, "-m", "snakeddp.train", *run.argv()[5:]],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert by_hand.returncode != 0
+    line = hint_line(by_hand.stdout + by_hand.stderr, "launch.devices=1")
+    assert "HINT: start the processes with `python -m snakeddp.launch`" in line
+    assert not (run.dir / "provenance.json").exists()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert (run.dir / "provenance.json").is_file()
+
+
+NET = """
+from snakeddp.training.models import MLP
+
+
+class Net(MLP):
+    pass
+"""
+
+
+def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_rank(workflow: Workflow, tiny_config):
+    tiny_config["model"] = {"target": "mynet:Net"}
+    tiny_config["trainer"]["max_epochs"] = 1
+    tiny_config["launch"]["devices"] = 2
+    workflow.write_config(tiny_config)
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0
+    line = hint_line((workflow.directory / "logs/train/base.log").read_text(), "cannot import module 'mynet'")
+    assert "put the module in the directory snakemake runs from" in line
+
+    (workflow.directory / "mynet.py").write_text(NET)
+    workflow.run(f"{RUN}/provenance.json")
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["user_code"][0]["target"] == "mynet:Net"

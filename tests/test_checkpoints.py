@@ -1,0 +1,68 @@
+"""last.ckpt holds the end of the last finished epoch, whatever save_top_k keeps; no half-written saves remain."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from snakeddp.hashing import sha256_file
+from tests.helpers import assert_valid_provenance, launch, prepare, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+EPOCHS = 6
+
+
+@pytest.mark.parametrize("save_top_k", [0, 1, None])
+def test_last_checkpoint_holds_the_final_epoch(tmp_path, save_top_k):
+    # A learning rate this high makes val_loss go up and down, so the final epoch is rarely a top-k one.
+    trainer = {"max_epochs": EPOCHS, "early_stopping": {"enabled": False}}
+    if save_top_k is not None:
+        trainer["save_top_k"] = save_top_k
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"trainer": trainer, "model": {"lr": 0.5}})
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    last = run_dir / "checkpoints" / "last.ckpt"
+    # Our own file, and weights_only refuses anything but tensors and plain containers.
+    state = torch.load(last, weights_only=True)
+    assert state["epoch"] == EPOCHS - 1
+    (record,) = assert_valid_provenance(tmp_path)
+    assert record["training"]["last_checkpoint"]["sha256"] == sha256_file(last)
+    top_k = sorted(p.name for p in last.parent.glob("epoch*.ckpt"))
+    assert len(top_k) == (2 if save_top_k is None else save_top_k), top_k
+
+
+# A checkpoint save as AtomicCheckpointIO does it (fsutil.atomic_write), that never finishes.
+SLOW_SAVE = """
+import sys, time
+from snakeddp.fsutil import atomic_write
+
+atomic_write(sys.argv[1], lambda handle: (handle.write(b"half a checkpoint"), handle.flush(), time.sleep(600)))
+"""
+
+
+def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"trainer": {"max_epochs": 1}})
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checkpoints = run_dir / "checkpoints"
+    saving = subprocess.Popen([sys.executable, "-c", SLOW_SAVE, str(checkpoints / "last.ckpt")], env=subprocess_env())
+    deadline = time.monotonic() + 60
+    while not list(checkpoints.glob(".last.ckpt.*.partial")):
+        assert saving.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    saving.send_signal(signal.SIGKILL)
+    saving.wait()
+    (leftover,) = checkpoints.glob(".last.ckpt.*.partial")
+
+    # The same run again (as after a lost node): it resumes in place, finishes, and cleans up.
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "resuming from" in done.stdout and not (run_dir / "superseded").exists()
+    assert not leftover.exists()
+    assert [p.name for p in checkpoints.iterdir() if p.name.startswith(".")] == []
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 0
