@@ -22,7 +22,6 @@ rule train:
     input:
         run=rules.run_config.output.run,
         manifest=get_manifest,
-        data=get_data_files,
         environment="results/envs/train.json",
     output:
         provenance="results/runs/{run}/provenance.json",

@@ -171,9 +171,9 @@ class Workflow:
         assert_valid_provenance(self.directory / "results", require=False)
         return done
 
-    def planned_jobs(self, *args: str) -> dict[str, int]:
+    def planned_jobs(self, *args: str, env: dict | None = None) -> dict[str, int]:
         """Rule -> job count of a dry run (empty when there is nothing to do)."""
-        done = self.run("--dry-run", "--quiet", "rules", *args)
+        done = self.run("--dry-run", "--quiet", "rules", *args, env=env)
         counts: dict[str, int] = {}
         in_table = False
         for line in (done.stdout + done.stderr).splitlines():

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from tests.checkout import Checkout
-from tests.conftest import TINY
+from tests.helpers import TINY
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
-from tests.conftest import Workflow, assert_valid_provenance, subprocess_env
 from tests.e2e.test_training import Run, slow_config
+from tests.helpers import Workflow, assert_valid_provenance, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -48,10 +48,14 @@ def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_trai
     assert failed.returncode != 0
     line = hint_line((workflow.directory / "logs/train/base.log").read_text(), name)
     assert "sha256 checksum mismatch" in line
-    assert "HINT: delete the file and rerun snakemake to regenerate it" in line
+    relative = target.relative_to(workflow.directory)
+    assert (
+        f"HINT: delete the file and rerun snakemake with its path as a target beside all (snakemake all {relative})"
+        in line
+    )
 
     target.unlink()
-    workflow.run(f"{RUN}/provenance.json")
+    workflow.run("all", str(relative))
     assert target.read_bytes() == original
     assert (workflow.directory / RUN / "provenance.json").is_file()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import Checkout, error_lines
-from tests.conftest import TINY, subprocess_env
+from tests.helpers import TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
