@@ -17,6 +17,7 @@ from snakeddp.cluster import Launcher, LaunchError, Layout
 from snakeddp.fsutil import atomic_write
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
+from snakeddp.training.sigterm_shim import hand_sigterm_to_preemption
 from snakeddp.training.strategies import build_strategy
 
 
@@ -97,4 +98,6 @@ def build_trainer(
         enable_model_summary=layout.is_main,
         num_sanity_val_steps=0,
     )
+    if "SIGTERM" in trainer_cfg["preempt_signals"]:
+        hand_sigterm_to_preemption(trainer)
     return trainer, named
