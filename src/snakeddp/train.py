@@ -86,6 +86,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    main_at = time.perf_counter()
     args = parse_args(argv)
     die_with_parent()
     run = RunFile.load(args.config)
@@ -108,9 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = custom.build_datamodule(cfg, args.data)
     model = build_model(cfg["model"], custom.task_of(data))
     trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
+    checked_at = time.perf_counter()
     trainer, callbacks = build_trainer(
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
+    callbacks["phases"].marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
     trackers.log_config(cfg)
 
     started, clock = utc_now(), time.perf_counter()
@@ -141,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
+        record["timing"]["phases"] = callbacks["phases"].record()
         path = provenance.write(args.run_dir, record)
         trackers.finish(path, callbacks["checkpoint"].best_model_path)
         epochs = record["training"]["epochs_completed"]
