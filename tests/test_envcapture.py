@@ -117,3 +117,12 @@ def test_a_cpu_build_is_recorded_without_importing_torch_as_torch_reports_it(tmp
     assert stack["cuda"] == torch.version.cuda
     if not imported:
         assert (stack["cudnn"], stack["nccl"], stack["gpus"]) == (None, None, [])
+
+
+def test_the_launcher_reads_a_records_hash_as_provenance_does(tmp_path):
+    from snakeddp.provenance.record import environment_hash, environment_info
+
+    path = tmp_path / "train.json"
+    record = capture("train", LOCK, path, env={})
+    assert environment_hash(path) == environment_info(path)["environment_hash"] == record["hash"]
+    assert environment_hash(None) is None and environment_hash(tmp_path / "missing.json") is None

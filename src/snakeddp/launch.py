@@ -26,7 +26,7 @@ from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.hashing import sha256_file
-from snakeddp.provenance.record import environment_info
+from snakeddp.provenance.record import environment_hash
 from snakeddp.run import attempt
 from snakeddp.run.runfile import RunFile
 
@@ -100,8 +100,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
 
 def run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
-    env_hash = environment_info(args.environment_record)["environment_hash"] if args.environment_record else None
-    key = attempt.resume_key(run.config, sha256_file(args.data), env_hash)
+    key = attempt.resume_key(run.config, sha256_file(args.data), environment_hash(args.environment_record))
     launcher, argv, env = build(args, dict(os.environ))
     if args.dry_run:
         print(quote(argv))

@@ -97,9 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     env_record = args.environment_record
     manifest_sha256 = sha256_file(args.data)
-    key = resume_key(
-        cfg, manifest_sha256, provenance.environment_info(env_record)["environment_hash"] if env_record else None
-    )
+    key = resume_key(cfg, manifest_sha256, provenance.environment_hash(env_record))
     hold_attempt_lock(args.run_dir)  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
     if layout.is_main:
