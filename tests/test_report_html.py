@@ -14,9 +14,9 @@ import pytest
 from matplotlib import image
 
 from snakeddp.provenance import schema
-from snakeddp.report import html
+from snakeddp.report import figures, html
 from snakeddp.report.runs import find_runs, read_metrics
-from snakeddp.report.table import THROUGHPUT_MEANS, readable
+from snakeddp.report.table import THROUGHPUT_MEANS, readable, varying_params
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -157,3 +157,16 @@ def test_values_from_a_record_are_escaped(report):
     text = render(runs, report)
     assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<img src=x>" not in text
+
+
+def test_a_low_scaling_efficiency_is_explained_on_the_page(report):
+    runs = find_runs(report.parents[1])
+    without = html.render(runs, {"title": "t", "metrics": ["val_loss"]}, report.parent / "plots/curves.png", None)
+    assert 'id="scaling-why"' not in without, "no scaling figure, nothing to explain"
+    points = figures.scaling_points(runs, varying_params([r.provenance for r in runs]))
+    # The tiny sweep's steps take about a millisecond: two processes on two cores barely help.
+    reason = figures.why_flat(points)
+    assert reason is not None and reason["step_ms"] < 20
+    text = report.read_text()
+    why = re.search(r'<p id="scaling-why">(.*?)</p>', text, re.S).group(1)
+    assert f"reach only {100 * reason['efficiency']:.0f}%" in why and "all-reduce" in why
