@@ -20,7 +20,7 @@ from typing import Any
 
 from bench import runs
 from bench.datasets import data_config, ensure_dataset
-from bench.harness import Context, Figure, Result, alternate, median, paired_ratio, target_figure
+from bench.harness import Context, Figure, Result, alternate, busy_note, median, paired_ratio, target_figure
 from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 
@@ -190,6 +190,12 @@ def run(ctx: Context) -> Result:
         f"and validation {phases['validation_s']:.2f} s (inside the epochs, as in the baseline); last epoch to the "
         f"provenance record {phases['teardown_s']:.2f} s. The rest of the wall time is `snakeddp.launch`, torchrun "
         "and process exit.",
+        "Fixed here: Lightning 2.6 broadcast rank 0's SIGTERM flag before every training step and read it back "
+        "with `.item()` (one more collective and a host sync per step, the largest share of its per-step cost for "
+        "the linear model); snakeddp.training.sigterm_shim switches it off where Preemption already agrees on a "
+        "stop about once a second (tests/e2e/test_training.py signals one rank of a torchrun pair and checks both "
+        "stop after the same step). And `snakeddp.launch` no longer imports torch and Lightning to read the "
+        "environment record's hash for the resume key.",
         "The one-layer model is not used for the scaling figure: with 1,001 parameters a step is almost "
         "all per-step overhead and all-reduce latency, so two processes on two cores run barely faster "
         "than one (shared/notes/stack.md).",
@@ -197,6 +203,8 @@ def run(ctx: Context) -> Result:
         "bookkeeping for that (moving the metric's state on each call) nearly doubled the linear model's step. "
         "It is now registered once per epoch, which gives the same epoch value (tests/test_models.py).",
     ]
+    if note := busy_note():
+        result.notes.append(note)
     if any(f.met is False for f in result.figures):
         overhead = step_ms["linear_2"]["ours"] - step_ms["linear_2"]["handwritten"]
         result.notes.append(
