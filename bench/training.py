@@ -209,9 +209,9 @@ def run(ctx: Context) -> Result:
         overhead = step_ms["linear_2"]["ours"] - step_ms["linear_2"]["handwritten"]
         result.notes.append(
             f"Why ours is slower: Lightning adds about {overhead:.1f} ms to every step (linear ×2), whatever the "
-            "step computes: its loop's hooks and bookkeeping, and one more collective per step (in DDP, Lightning "
-            "2.6 broadcasts rank 0's stop flag before every step). snakeddp's own preemption agreement adds one "
-            "small all-reduce about once a second, not per step (snakeddp.training.callbacks.Preemption). "
+            "step computes: its loop's hooks and bookkeeping (its per-step SIGTERM broadcast is off, see above). "
+            "snakeddp's own preemption agreement adds one small all-reduce about once a second, not per step "
+            "(snakeddp.training.callbacks.Preemption). "
             "The ratio therefore rises with the work in a step: bigger batches or models (compare the MLP rows). "
             "With two processes on two busy cores every collective also waits for the other rank to be "
             "scheduled, which makes the 2-process rows noisy; rerun on a quiet machine before reading them closely."
