@@ -22,7 +22,16 @@ from pathlib import Path
 from bench import report
 from bench.harness import REPO, TINY, Context, Sizes, machine
 
-BENCHMARKS = ("partition_read", "datagen", "input_pipeline", "training", "memory", "workflow", "ingest_memory")
+BENCHMARKS = (
+    "partition_read",
+    "datagen",
+    "input_pipeline",
+    "training",
+    "memory",
+    "workflow",
+    "ingest_memory",
+    "tutorial_e2e",
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

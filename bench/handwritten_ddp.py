@@ -105,6 +105,7 @@ def main() -> None:
                 "samples": len(order) * world,
                 "load_s": loaded - start,
                 "train_s": trained - loaded,
+                "epoch_s": time.perf_counter() - start,
                 "val_loss": val_loss,
             }
         )

@@ -208,6 +208,17 @@ def run_checked(argv: Sequence[str], *, cwd: Path | None = None, env: Mapping[st
     return done.stdout + done.stderr
 
 
+def busy_note() -> str | None:
+    """A note for results measured while other processes competed for the CPUs (load above the CPU count)."""
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cpus:
+        return None
+    return (
+        f"Measured on a busy machine (load average {load:.1f} on {cpus} CPUs at the end of the run): the ratios "
+        "of cases measured side by side in the same rounds still hold roughly; absolute times are inflated."
+    )
+
+
 def machine() -> dict[str, Any]:
     """What the numbers were measured on (printed with them; absolute times only make sense with it)."""
     import numpy

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench import runs
 from bench.datasets import data_config, ensure_dataset
-from bench.harness import Context, Figure, Result, alternate, median, paired_ratio, target_figure
+from bench.harness import Context, Figure, Result, alternate, busy_note, median, paired_ratio, target_figure
 from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 
@@ -86,7 +86,7 @@ def run(ctx: Context) -> Result:
         def measure() -> dict[str, float]:
             out = start(run_file, manifest, next(run_dirs))
             details.setdefault(name, []).append(out)
-            return {"samples_per_s": runs.samples_per_s(out), "wall_s": out["wall_s"]}
+            return {"samples_per_s": runs.samples_per_s(out), "wall_s": out["wall_s"], "fixed_s": out["fixed_s"]}
 
         return name, measure
 
@@ -144,6 +144,24 @@ def run(ctx: Context) -> Result:
             ratio_of="ours ÷ hand-written",
         )
     )
+    result.figures.append(
+        target_figure(
+            "train.fixed_cost",
+            "fixed cost of one run (launch to the first step + end of the last epoch to exit), linear model, "
+            "2 processes",
+            "s",
+            median([s["fixed_s"] for s in samples["ours_linear_2"]]),
+            baseline=median([s["fixed_s"] for s in samples["handwritten_linear_2"]]),
+            ratio=paired_ratio(samples["ours_linear_2"], samples["handwritten_linear_2"], "fixed_s"),
+            ratio_of="ours ÷ hand-written",
+            op="<=",
+            threshold=1.5,
+        )
+    )
+    phases = {
+        key: median([d["phases"][key] for d in details["ours_linear_2"]])
+        for key in details["ours_linear_2"][0]["phases"]
+    }
     configurations = (("linear_2", "linear ×2", 2), ("mlp_2", "MLP ×2", 2), ("mlp_1", "MLP ×1", 1))
     step_ms = {
         key: {kind: batch_size * devices / rate[f"{kind}_{key}"] * 1e3 for kind in ("ours", "handwritten")}
@@ -164,6 +182,20 @@ def run(ctx: Context) -> Result:
             for key, label, _ in configurations
         )
         + ", the difference being mostly start-up (importing Lightning, building the Trainer).",
+        "Where ours' fixed cost goes (rank 0 of linear ×2, `timing.phases` of its provenance.json, medians): "
+        f"process start to the first step {phases['startup_s']:.1f} s = interpreter and imports "
+        f"{phases['imports_s']:.1f} s + run config, data and environment checks {phases['checks_s']:.2f} s + "
+        f"Trainer build {phases['trainer_build_s']:.2f} s + trainer.fit to the first step (rendezvous, Lightning's "
+        f"set-up, first partition) {phases['fit_setup_s']:.2f} s; checkpoint writes {phases['checkpoint_s']:.2f} s "
+        f"and validation {phases['validation_s']:.2f} s (inside the epochs, as in the baseline); last epoch to the "
+        f"provenance record {phases['teardown_s']:.2f} s. The rest of the wall time is `snakeddp.launch`, torchrun "
+        "and process exit.",
+        "Fixed here: Lightning 2.6 broadcast rank 0's SIGTERM flag before every training step and read it back "
+        "with `.item()` (one more collective and a host sync per step, the largest share of its per-step cost for "
+        "the linear model); snakeddp.training.sigterm_shim switches it off where Preemption already agrees on a "
+        "stop about once a second (tests/e2e/test_training.py signals one rank of a torchrun pair and checks both "
+        "stop after the same step). And `snakeddp.launch` no longer imports torch and Lightning to read the "
+        "environment record's hash for the resume key.",
         "The one-layer model is not used for the scaling figure: with 1,001 parameters a step is almost "
         "all per-step overhead and all-reduce latency, so two processes on two cores run barely faster "
         "than one (shared/notes/stack.md).",
@@ -171,13 +203,15 @@ def run(ctx: Context) -> Result:
         "bookkeeping for that (moving the metric's state on each call) nearly doubled the linear model's step. "
         "It is now registered once per epoch, which gives the same epoch value (tests/test_models.py).",
     ]
+    if note := busy_note():
+        result.notes.append(note)
     if any(f.met is False for f in result.figures):
         overhead = step_ms["linear_2"]["ours"] - step_ms["linear_2"]["handwritten"]
         result.notes.append(
             f"Why ours is slower: Lightning adds about {overhead:.1f} ms to every step (linear ×2), whatever the "
-            "step computes: its loop's hooks and bookkeeping, and one more collective per step (in DDP, Lightning "
-            "2.6 broadcasts rank 0's stop flag before every step). snakeddp's own preemption agreement adds one "
-            "small all-reduce about once a second, not per step (snakeddp.training.callbacks.Preemption). "
+            "step computes: its loop's hooks and bookkeeping (its per-step SIGTERM broadcast is off, see above). "
+            "snakeddp's own preemption agreement adds one small all-reduce about once a second, not per step "
+            "(snakeddp.training.callbacks.Preemption). "
             "The ratio therefore rises with the work in a step: bigger batches or models (compare the MLP rows). "
             "With two processes on two busy cores every collective also waits for the other rank to be "
             "scheduled, which makes the 2-process rows noisy; rerun on a quiet machine before reading them closely."

@@ -69,7 +69,7 @@ def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path)
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("name", ["datagen", "training", "memory", "workflow", "ingest_memory"])
+@pytest.mark.parametrize("name", ["datagen", "training", "memory", "workflow", "ingest_memory", "tutorial_e2e"])
 def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
     benchmarks = run_bench(tmp_path, name)
     check_reported(tmp_path, benchmarks, [name])

@@ -98,3 +98,31 @@ def test_a_conda_environment_records_its_conda_packages(tmp_path):
     info = json.loads(done.stdout)
     assert info["env"] == "3f2a9c_"
     assert info["packages"] == {"openssl": "3.5.0=h0", "python": "3.11.7=h1234"}
+
+
+def test_a_cpu_build_is_recorded_without_importing_torch_as_torch_reports_it(tmp_path):
+    # The record must not change (its hash decides whether training reruns), only its cost.
+    script = (
+        "import json, sys; from snakeddp.environment.capture import accelerator_stack; "
+        "stack = accelerator_stack(); print(json.dumps([stack, 'torch' in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=subprocess_env()
+    )
+    stack, imported = json.loads(done.stdout)
+    import lightning
+
+    assert imported == bool(torch.version.cuda or torch.version.hip or torch.version.xpu)
+    assert stack["torch"] == torch.__version__ and stack["lightning"] == lightning.__version__
+    assert stack["cuda"] == torch.version.cuda
+    if not imported:
+        assert (stack["cudnn"], stack["nccl"], stack["gpus"]) == (None, None, [])
+
+
+def test_the_launcher_reads_a_records_hash_as_provenance_does(tmp_path):
+    from snakeddp.provenance.record import environment_hash, environment_info
+
+    path = tmp_path / "train.json"
+    record = capture("train", LOCK, path, env={})
+    assert environment_hash(path) == environment_info(path)["environment_hash"] == record["hash"]
+    assert environment_hash(None) is None and environment_hash(tmp_path / "missing.json") is None

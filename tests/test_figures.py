@@ -168,3 +168,23 @@ def test_value_labels_stay_clear_of_the_whiskers(sweep_workflow):
             (x, y0), (_, y1) = figure_box(fig, Bbox(ax.transData.transform(whisker.get_segments()[0]))).get_points()
             crosses = box.x0 <= x <= box.x1 and min(y0, y1) <= box.y1 and box.y0 <= max(y0, y1)
             assert not crosses, (label.get_text(), whisker.get_gid())
+
+
+def point(run: str, world_size: int, throughput: float, ideal: float, step_ms: float) -> dict:
+    return {"run": run, "series": "all runs", "world_size": world_size, "throughput": throughput,
+            "ideal": ideal, "efficiency": throughput / ideal, "step_ms": step_ms}  # fmt: skip
+
+
+def test_the_page_says_why_more_processes_barely_helped():
+    flat = [point("devices-1", 1, 1000.0, 1000.0, 1.3), point("devices-2", 2, 1100.0, 2000.0, 2.3)]
+    assert figures.why_flat(flat) == {"efficiency": 0.55, "step_ms": 1.3, "world_size": 2}
+    scaled = [point("devices-1", 1, 1000.0, 1000.0, 40.0), point("devices-2", 2, 1900.0, 2000.0, 42.0)]
+    assert figures.why_flat(scaled) is None
+
+
+def test_step_time_is_every_ranks_batch_at_the_measured_rate(sweep_workflow):
+    runs = find_runs(sweep_workflow.directory / "results")
+    for p in figures.scaling_points(runs, varying_params([r.provenance for r in runs])):
+        run = next(r for r in runs if r.run_id == p["run"])
+        batch = run.provenance["config"]["trainer"]["batch_size"]
+        assert p["step_ms"] == pytest.approx(1e3 * batch * p["world_size"] / p["throughput"])

@@ -5,6 +5,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -150,3 +151,48 @@ def test_writing_partitions_does_not_import_torch(tmp_path, params):
     )
     assert done.stdout.strip() == "[]"
     assert len(partitions.read_partition(part, json.loads(entry.read_text()))) == params["num_records_per_train_file"]
+
+
+@pytest.fixture
+def counted_hashes(monkeypatch):
+    """Counts the full-file hashes a read does; files count as settled as soon as they are written."""
+    calls = []
+    real = partitions.sha256_file
+    monkeypatch.setattr(partitions, "sha256_file", lambda path: calls.append(path) or real(path))
+    monkeypatch.setattr(partitions.VerifiedFiles, "SETTLED_NS", 0)
+    partitions.VERIFIED.clear()
+    yield calls
+    partitions.VERIFIED.clear()
+
+
+def test_a_process_hashes_an_unchanged_partition_once(dataset, counted_hashes):
+    root, manifest = dataset
+    entry = manifest["train"][0]
+    for _ in range(3):
+        partitions.read_partition(root / entry["file"], entry)
+    assert len(counted_hashes) == 1
+
+
+def test_a_partition_changed_after_its_check_is_caught_before_it_is_used_again(dataset, counted_hashes):
+    root, manifest = dataset
+    entry = manifest["train"][0]
+    path = root / entry["file"]
+    partitions.read_partition(path, entry)
+    time.sleep(0.05)  # past the file system's clock tick, which SETTLED_NS (0 here) otherwise covers
+    # Same size, mtime set back: only the ctime (which no user call can set) tells.
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(DataIntegrityError, match="checksum mismatch"):
+        partitions.read_partition(path, entry)
+
+
+def test_a_file_written_just_before_its_check_is_hashed_again(dataset, counted_hashes, monkeypatch):
+    monkeypatch.setattr(partitions.VerifiedFiles, "SETTLED_NS", 10**12)  # nothing counts as settled
+    root, manifest = dataset
+    entry = manifest["train"][0]
+    partitions.read_partition(root / entry["file"], entry)
+    partitions.read_partition(root / entry["file"], entry)
+    assert len(counted_hashes) == 2

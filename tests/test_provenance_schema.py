@@ -35,6 +35,16 @@ def test_record_has_the_facts_design_asks_for(record):
     assert record["timing"]["started_at"] <= record["timing"]["finished_at"]
 
 
+def test_timing_phases_add_up_to_the_process_wall_time(record):
+    phases = record["timing"]["phases"]
+    startup_parts = ("imports_s", "checks_s", "trainer_build_s", "fit_setup_s")
+    assert phases["startup_s"] == pytest.approx(sum(phases[k] for k in startup_parts), abs=0.01)
+    assert phases["imports_s"] > 0.3, "importing torch and Lightning is measured"
+    assert phases["checkpoint_s"] > 0 and phases["validation_s"] > 0 and phases["train_loop_s"] > 0
+    parts = ("startup_s", "train_loop_s", "validation_s", "checkpoint_s", "teardown_s")
+    assert 0.9 * phases["total_s"] <= sum(phases[k] for k in parts) <= phases["total_s"] + 0.01
+
+
 @pytest.mark.parametrize(
     ("edit", "key"),
     [
@@ -44,6 +54,7 @@ def test_record_has_the_facts_design_asks_for(record):
         (lambda r: r["launch"]["variables"].update(AZURE_CLIENT_SECRET="x"), "launch.variables"),
         (lambda r: r["launch"]["variables"].update(NCCL_URL="https://u:p@host/"), "launch.variables.NCCL_URL"),
         (lambda r: r["timing"].update(started_at="yesterday"), "timing.started_at"),
+        (lambda r: r["timing"]["phases"].update(fit_setup_s=-1), "timing.phases.fit_setup_s"),
         (lambda r: r.update(extra=1), "(top level)"),
     ],
 )

@@ -14,9 +14,9 @@ import pytest
 from matplotlib import image
 
 from snakeddp.provenance import schema
-from snakeddp.report import html
+from snakeddp.report import figures, html
 from snakeddp.report.runs import find_runs, read_metrics
-from snakeddp.report.table import THROUGHPUT_MEANS, readable
+from snakeddp.report.table import THROUGHPUT_MEANS, readable, varying_params
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -118,12 +118,18 @@ def test_times_are_named_for_what_they_measure(report):
     text = report.read_text()
     assert "training time" not in text.lower()
     card = re.search(r'<div class="card" id="card-time"><div class="label">(.*?)</div>', text).group(1)
-    assert card == "time in trainer.fit"
+    assert card == "training processes' wall time"  # every run records timing.phases
     labels, rows = table_rows(text, "time-table")
-    assert labels == ["run", "trainer.fit s", "training loop s"]
+    assert labels[:3] == ["run", "trainer.fit s", "training loop s"]
     for row in rows:
         timing = json.loads((report.parents[1] / "runs" / row[0] / "provenance.json").read_text())["timing"]
-        assert row[1:] == [readable(timing["duration_s"]), readable(timing["train_seconds"])]
+        assert row[1:3] == [readable(timing["duration_s"]), readable(timing["train_seconds"])]
+    # Records made before timing.phases: the card names trainer.fit, whose time they do record.
+    runs = find_runs(report.parents[1])
+    for run in runs:
+        del run.provenance["timing"]["phases"]
+    card = re.search(r'<div class="card" id="card-time"><div class="label">(.*?)</div>', render(runs, report))
+    assert card.group(1) == "time in trainer.fit"
 
 
 def render(runs, report: Path) -> str:
@@ -157,3 +163,16 @@ def test_values_from_a_record_are_escaped(report):
     text = render(runs, report)
     assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "<img src=x>" not in text
+
+
+def test_a_low_scaling_efficiency_is_explained_on_the_page(report):
+    runs = find_runs(report.parents[1])
+    without = html.render(runs, {"title": "t", "metrics": ["val_loss"]}, report.parent / "plots/curves.png", None)
+    assert 'id="scaling-why"' not in without, "no scaling figure, nothing to explain"
+    points = figures.scaling_points(runs, varying_params([r.provenance for r in runs]))
+    # The tiny sweep's steps take about a millisecond: two processes on two cores barely help.
+    reason = figures.why_flat(points)
+    assert reason is not None and reason["step_ms"] < 20
+    text = report.read_text()
+    why = re.search(r'<p id="scaling-why">(.*?)</p>', text, re.S).group(1)
+    assert f"reach only {100 * reason['efficiency']:.0f}%" in why and "all-reduce" in why

@@ -115,6 +115,7 @@ def _rank(env: Mapping[str, str]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    main_at = time.perf_counter()
     die_with_parent()
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
@@ -133,9 +134,11 @@ def main(args: argparse.Namespace) -> int:
     data = custom.build_datamodule(cfg, args.data)
     model = build_model(cfg["model"], custom.task_of(data))
     trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
+    checked_at = time.perf_counter()
     trainer, callbacks = build_trainer(
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
+    callbacks["phases"].marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
     trackers.log_config(cfg)
 
     started, clock = utc_now(), time.perf_counter()
@@ -166,6 +169,7 @@ def main(args: argparse.Namespace) -> int:
         )
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
+        record["timing"]["phases"] = callbacks["phases"].record()
         if not locked:  # the launcher printed it; the record keeps it with the run
             record["warnings"] = [no_lock_warning(args.run_dir)]
         path = provenance.write(args.run_dir, record)

@@ -224,6 +224,45 @@ def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempte
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1]
 
 
+def rank_pids(run_dir: Path) -> dict[int, int]:
+    """{rank: pid} of the training processes of one run directory, from /proc."""
+    pids = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            continue
+        if b"snakeddp.train" in argv and str(run_dir).encode() in argv and b"RANK" in env:
+            pids[int(env[b"RANK"])] = int(proc.name)
+    return pids
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
+    # Lightning's per-step SIGTERM broadcast is off (training/sigterm_shim.py); the deadlock it
+    # guarded against (Lightning issue #20806: one rank stops, the other waits in a collective)
+    # must still not happen when only one rank is signalled.
+    run = Run(tmp_path, slow_config(max_epochs=3))
+    process = run.start()
+    run.wait_for_epochs(process, 1)
+    pids = rank_pids(run.dir)
+    assert set(pids) == {0, 1}, pids
+    time.sleep(0.5)
+    os.kill(pids[rank], signal.SIGTERM)
+    # No deadlock: the run ends well within the timeout. torchrun reports 75 or 1 here, depending
+    # on which rank exits first (a rank signalled alone is not the launcher being preempted).
+    assert process.wait(timeout=120) != 0, run.log.read_text()[-3000:]
+    assert "preempted in epoch" in run.log.read_text()
+    batch = run.config["trainer"]["batch_size"]
+    # Steps each rank trained in the interrupted epoch (a rank's last batch may be one sample short).
+    steps = {t["rank"]: -(-len(t["ids"]) // batch) for t in run.traces() if not t["complete"]}
+    assert set(steps) == {0, 1}, "both ranks stopped mid-epoch"
+    assert steps[0] == steps[1], f"steps trained in the interrupted epoch per rank: {steps}"
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+
 @pytest.mark.parametrize("damage", ["flip", "pickle"])
 def test_damaged_partition_stops_training_by_name(tmp_path, damage):
     run = Run(

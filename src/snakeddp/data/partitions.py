@@ -5,13 +5,15 @@ A partition holds ``features`` (float32, [n, d]), ``labels`` ([n, 1] float32 for
 header plus raw bytes: nothing in it can execute code, and it loads by memory-mapping.
 
 Reading verifies the file's sha256 against the manifest *before* parsing it, so a modified,
-truncated or foreign file (a pickle dropped in its place, say) is rejected by name.
+truncated or foreign file (a pickle dropped in its place, say) is rejected by name; a process
+hashes a file again only when it changed since (``VerifiedFiles``).
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,15 +133,56 @@ def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
         )
 
 
+class VerifiedFiles:
+    """Files this process has checksummed, each with the stat stamp it had when checked.
+
+    A training process reads each partition once every P epochs; hashing it again each time cost
+    7× a memcpy of it (bench/results.md, 1. Partition read). A file that was written to or replaced
+    since its check has a new ctime (no user call can set ctime back) or inode, so it is hashed
+    again before it is used. File system times are coarse (a clock tick): a stamp is kept only for
+    a file unchanged for ``SETTLED_NS`` before its check, so a write in the check's tick still
+    shows as a newer ctime.
+    """
+
+    SETTLED_NS = 1_000_000_000
+
+    def __init__(self) -> None:
+        self._stamps: dict[Path, tuple[Any, ...]] = {}
+
+    @staticmethod
+    def _stamp(path: Path, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        st = path.stat()
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]
+
+    def verify(self, path: Path, entry: Mapping[str, Any]) -> None:
+        """``verify_file``, skipped when this process verified the same, unchanged file against the same entry."""
+        try:
+            stamp = self._stamp(path, entry)
+        except OSError:
+            stamp = None
+        if stamp is not None and self._stamps.get(path) == stamp:
+            return
+        verify_file(path, entry)
+        if stamp is not None and time.time_ns() - stamp[4] > self.SETTLED_NS:
+            self._stamps[path] = stamp
+
+    def clear(self) -> None:
+        self._stamps.clear()
+
+
+VERIFIED = VerifiedFiles()
+
+
 def read_partition(path: str | Path, entry: Mapping[str, Any] | None = None) -> Partition:
-    """Load a partition as torch tensors; with ``entry``, verify checksum and shapes first."""
+    """Load a partition as torch tensors; with ``entry``, verify checksum and shapes first (once per
+    process and unchanged file: ``VerifiedFiles``)."""
     # Imported here, not at the top: the data stage's jobs only write, and importing torch
     # cost each of them seconds (bench/results.md, 2. Data generation).
     from safetensors import SafetensorError, safe_open
 
-    path = Path(path)
+    path = Path(path).absolute()
     if entry is not None:
-        verify_file(path, entry)
+        VERIFIED.verify(path, entry)
     try:
         with safe_open(str(path), framework="pt") as handle:
             tensors = {name: handle.get_tensor(name) for name in TENSOR_NAMES}

@@ -5,11 +5,13 @@ The record's hash covers what decides a stage's software (package versions, Pyth
 CUDA/cuDNN/NCCL builds, the lock, the image digest, the conda packages), not when, where or
 by which path it was captured, so recapturing an unchanged environment gives the same hash and
 retrains nothing. Runs inside the stage's own interpreter (venv, conda env or container), and
-imports torch only when that environment has it (the data and report stages need not).
+imports torch only for an accelerator build (CUDA, ROCm, XPU), whose cuDNN, NCCL and GPUs only
+torch can report; Lightning's version comes from package metadata.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -32,7 +34,16 @@ def accelerator_stack() -> dict[str, Any]:
     """torch and lightning versions and the CUDA, cuDNN and NCCL torch was built with (None
     when absent: a CPU build, or a stage without torch)."""
     stack: dict[str, Any] = {"torch": None, "lightning": None, "cuda": None, "cudnn": None, "nccl": None, "gpus": []}
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return stack
+    if importlib.util.find_spec("lightning") is not None:
+        stack["lightning"] = importlib.metadata.version("lightning")
+    build = _torch_build(Path(spec.origin).parent / "version.py")
+    if build is not None and not (build.cuda or build.hip or build.xpu):
+        # A CPU build has no cuDNN, NCCL or GPUs to ask about: its version file says all there
+        # is, without the seconds `import torch` costs each environment job.
+        stack["torch"] = build.__version__
         return stack
     import torch
 
@@ -44,11 +55,17 @@ def accelerator_stack() -> dict[str, Any]:
         version = torch.cuda.nccl.version()
         stack["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     stack["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    if importlib.util.find_spec("lightning") is not None:
-        import lightning
-
-        stack["lightning"] = lightning.__version__
     return stack
+
+
+def _torch_build(version_file: Path) -> Any:
+    """torch's generated ``torch/version.py`` (version and accelerator builds), loaded without importing torch."""
+    loader = importlib.util.spec_from_file_location("_snakeddp_torch_version", version_file)
+    if loader is None or loader.loader is None or not version_file.is_file():
+        return None
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
 
 
 def container_info(image: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:

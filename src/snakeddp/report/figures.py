@@ -185,6 +185,8 @@ def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str,
                 "throughput": measured[0],
                 "low": measured[1],
                 "high": measured[2],
+                # One optimizer step: every rank's batch, at the measured rate.
+                "step_ms": 1e3 * config["trainer.batch_size"] * launch["world_size"] / measured[0],
             }
         )
     for label in {p["series"] for p in points}:
@@ -194,6 +196,25 @@ def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str,
             p["ideal"] = base["throughput"] * p["world_size"] / base["world_size"]
             p["efficiency"] = p["throughput"] / p["ideal"]
     return points
+
+
+# Below this scaling efficiency the page says why more processes did not help.
+FLAT_EFFICIENCY = 0.75
+
+
+def why_flat(points: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    """The worst efficiency and the step time of its series' smallest run, when more processes barely helped.
+
+    A step that takes about a millisecond is mostly costs that more processes do not divide (the
+    gradient all-reduce, the training loop's own work per step); on one node the processes also
+    share its cores. The page says so rather than leave a low efficiency unexplained.
+    """
+    scaled = [p for p in points if p["efficiency"] < FLAT_EFFICIENCY and p["ideal"] != p["throughput"]]
+    if not scaled:
+        return None
+    worst = min(scaled, key=lambda p: p["efficiency"])
+    base = min((p for p in points if p["series"] == worst["series"]), key=lambda p: p["world_size"])
+    return {"efficiency": worst["efficiency"], "step_ms": base["step_ms"], "world_size": worst["world_size"]}
 
 
 def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:

@@ -21,7 +21,7 @@ import yaml
 
 from snakeddp import __version__
 from snakeddp.provenance.compare import compare
-from snakeddp.report.figures import scaling_points
+from snakeddp.report.figures import scaling_points, why_flat
 from snakeddp.report.runs import Run
 from snakeddp.report.table import (
     BY_NAME,
@@ -172,7 +172,7 @@ def render(
     scaling = None
     if scaling_figure:
         points = sorted(scaling_points(runs, params), key=lambda p: (p["series"], p["world_size"]))
-        scaling = {"figure": data_uri(scaling_figure), "points": points}
+        scaling = {"figure": data_uri(scaling_figure), "points": points, "why_flat": why_flat(points)}
     return TEMPLATES.get_template("report.html.j2").render(
         title=settings["title"],
         version=__version__,

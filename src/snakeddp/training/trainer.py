@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,24 @@ from snakeddp.fsutil import atomic_write
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
+from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
+from snakeddp.training.sigterm_shim import hand_sigterm_to_preemption
 from snakeddp.training.strategies import build_strategy
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Checkpoints appear whole or not at all, so a kill during a save never corrupts last.ckpt."""
+    """Checkpoints appear whole or not at all, so a kill during a save never corrupts last.ckpt.
+
+    ``seconds``: time spent writing them (provenance timing.phases).
+    """
+
+    seconds = 0.0
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        start = time.perf_counter()
         atomic_write(path, lambda handle: torch.save(checkpoint, handle))
+        self.seconds += time.perf_counter() - start
 
 
 def accelerator_and_backend(requested: str) -> tuple[str, str]:
@@ -59,6 +69,7 @@ def build_trainer(
     accelerator, backend = accelerator_and_backend(launch["accelerator"])
     checkpoints = run_dir / CHECKPOINT_DIR
     stop_cfg = trainer_cfg["early_stopping"]
+    checkpoint_io = AtomicCheckpointIO()
     named: dict[str, Any] = {
         "checkpoint": EpochCheckpoint(
             dirpath=checkpoints,
@@ -71,6 +82,7 @@ def build_trainer(
         "metrics": EpochMetrics(run_dir / "metrics.csv"),
         "preemption": Preemption(trainer_cfg["preempt_signals"], checkpoints / LAST),
         "hosts": RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
+        "phases": Phases(checkpoint_io),
     }
     named["progress"] = EpochProgress(run_dir.name, named["metrics"])
     if stop_cfg["enabled"]:
@@ -79,9 +91,7 @@ def build_trainer(
         )
     if trainer_cfg["trace_samples"]:
         named["trace"] = SampleTrace(run_dir / "trace")
-    strategy = build_strategy(
-        trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), AtomicCheckpointIO()
-    )
+    strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=launch["devices"],
@@ -99,4 +109,6 @@ def build_trainer(
         enable_model_summary=layout.is_main,
         num_sanity_val_steps=0,
     )
+    if "SIGTERM" in trainer_cfg["preempt_signals"]:
+        hand_sigterm_to_preemption(trainer)
     return trainer, named
