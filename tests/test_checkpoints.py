@@ -62,7 +62,7 @@ def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
     # The same run again (as after a lost node): it resumes in place, finishes, and cleans up.
     done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "resuming from" in done.stdout and not (run_dir / "superseded").exists()
+    assert "resuming from" in done.stdout and not (run_dir / "attempts").exists()
     assert not leftover.exists()
     assert [p.name for p in checkpoints.iterdir() if p.name.startswith(".")] == []
     assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 0

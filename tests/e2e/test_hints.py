@@ -138,7 +138,7 @@ def test_checkpoints_of_unknown_origin_moved_away_as_hinted_let_the_run_start_fr
     assert (run.dir / "provenance.json").is_file() and (tmp_path / "kept-checkpoints/last.ckpt").is_file()
 
 
-def test_an_attempt_of_another_config_is_moved_to_superseded_by_the_launcher_as_hinted(tmp_path):
+def test_an_attempt_of_another_config_is_moved_to_attempts_by_the_launcher_as_hinted(tmp_path):
     run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
     (run.dir / "run-state.json").write_text('{"resume_key": "another config"}')
     (run.dir / "checkpoints").mkdir()
@@ -146,10 +146,10 @@ def test_an_attempt_of_another_config_is_moved_to_superseded_by_the_launcher_as_
     refused = train_directly(run)
     assert refused.returncode != 0
     line = hint_line(refused.stderr, "different config, data or environment")
-    assert "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to superseded/)" in line
+    assert "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to attempts/)" in line
 
     assert run.train() == 0, run.log.read_text()[-3000:]
-    (old,) = (run.dir / "superseded").iterdir()
+    (old,) = (run.dir / "attempts").iterdir()
     assert (old / "checkpoints" / "last.ckpt").read_bytes() == b"another config's weights"
     assert (run.dir / "provenance.json").is_file()
 
