@@ -18,6 +18,7 @@ from typing import Any
 import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
+from snakeddp.environment.lock import read_lock
 from snakeddp.fsutil import atomic_write_json, link_or_copy
 from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.run.attempt import ATTEMPT_FILES, resumable
@@ -38,10 +39,8 @@ def environment_spec(settings: Settings) -> EnvironmentSpec:
     """The job's software from ``azureml.environment``; files are read now, so a missing one fails early."""
     env = settings.environment
     if env["source"] == "image":
-        lock = settings.checkout_path("requirements")
-        pins = tuple(
-            line.strip() for line in lock.read_text().splitlines() if line.strip() and not line.startswith("#")
-        )
+        lock = read_lock(settings.checkout_path("requirements"))
+        pins = tuple(f"{pin.name}=={pin.version}" for pin in lock.pins.values())
         return EnvironmentSpec(source="image", image=env["image"], python=env["python"], pins=pins)
     if env["source"] == "dockerfile":
         if settings.sdk == "v1":
