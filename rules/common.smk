@@ -64,7 +64,11 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        cores=None if workflow.touch else workflow.cores,
+        # --touch runs no job; --lint (the one mode Snakemake builds without checking envvars)
+        # runs none either, and always reports 1 core.
+        cores=(
+            None if workflow.touch or not workflow.check_envvars else workflow.cores
+        ),
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
