@@ -36,7 +36,7 @@ def test_nested_overrides_reach_run_yaml_with_the_schema_types(checkout, overrid
 
 def test_sweep_and_tracking_overrides_plan_the_runs_they_ask_for(checkout):
     done = checkout.snakemake(
-        "--profile", "profiles/local", "-n",
+        "--profile", "profiles/local", "-n", "-p",  # -p: the profiles no longer print shell commands
         "--config", "sweep={model.lr: [0.001, 0.01]}", "tracking={tensorboard: {enabled: true}}",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout

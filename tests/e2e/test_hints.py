@@ -241,7 +241,9 @@ def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_
     workflow.write_config(tiny_config)
     failed = workflow.run(f"{RUN}/provenance.json", check=False)
     assert failed.returncode != 0
-    line = hint_line((workflow.directory / "logs/train/base.log").read_text(), "cannot import module 'mynet'")
+    # Checked before any job runs (workflow.preflight imports it with the training interpreter).
+    assert not (workflow.directory / "results").exists()
+    line = hint_line(failed.stdout + failed.stderr, "cannot import module 'mynet'")
     assert "put the module in the directory snakemake runs from" in line
 
     (workflow.directory / "mynet.py").write_text(NET)

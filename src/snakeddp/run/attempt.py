@@ -23,14 +23,14 @@ from typing import Any
 
 from snakeddp.config import run_identity
 from snakeddp.errors import RunStateError
-from snakeddp.fsutil import atomic_write_json, read_json
+from snakeddp.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.hashing import sha256_file, sha256_json
 
 STATE_FILE = "run-state.json"
 CHECKPOINT_DIR = "checkpoints"
 LAST = "last.ckpt"
 PROVENANCE = "provenance.json"
-# A hard link to provenance.json that the attempt keeps: Snakemake deletes provenance.json (the
+# A copy of provenance.json that the attempt keeps: Snakemake deletes provenance.json (the
 # train rule's output) before it reruns the rule, and the attempt's record must survive that.
 FINISHED = "finished.json"
 ATTEMPTS_DIR = "attempts"
@@ -132,9 +132,11 @@ def finished(run_dir: Path) -> bool:
 
 
 def keep_record(run_dir: Path) -> None:
-    """Link the run's fresh provenance.json as the attempt's own record (rank 0, after writing it)."""
-    (run_dir / FINISHED).unlink(missing_ok=True)
-    os.link(run_dir / PROVENANCE, run_dir / FINISHED)
+    """Copy the run's fresh provenance.json as the attempt's own record (rank 0, after writing it).
+
+    A copy, not a hard link: provenance.json is the workflow's output, which a user may edit or a
+    tool rewrite in place, and that must never reach the record a restore publishes again."""
+    copy_file(run_dir / PROVENANCE, run_dir / FINISHED)
 
 
 def restore(run_dir: Path, key: str) -> str:
