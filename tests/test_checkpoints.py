@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from snakeddp.hashing import sha256_file
+from snakeddp.run.attempt import FINISHED
 from tests.helpers import assert_valid_provenance, launch, prepare, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +60,10 @@ def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
     saving.wait()
     (leftover,) = checkpoints.glob(".last.ckpt.*.partial")
 
-    # The same run again (as after a lost node): it resumes in place, finishes, and cleans up.
+    # The same run again, as after a node lost before the attempt was recorded as finished: it
+    # resumes in place, finishes, and cleans up. (A finished attempt would be restored untouched.)
+    for record in (run_dir / "provenance.json", run_dir / FINISHED):
+        record.unlink()
     done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "resuming from" in done.stdout and not (run_dir / "attempts").exists()

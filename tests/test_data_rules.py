@@ -72,5 +72,9 @@ def test_a_missing_table_stops_the_workflow_with_its_path(workflow, tiny_config)
 def test_a_module_dataset_writes_no_partitions(workflow, tiny_config):
     tiny_config["data"] = {"name": "imgs", "source": "module", "module": "mydata:Images"}
     workflow.write_config(tiny_config)
+    # The workflow imports data.module before planning (preflight): it must exist where snakemake runs.
+    (workflow.directory / "mydata.py").write_text(
+        "import lightning.pytorch as pl\n\n\nclass Images(pl.LightningDataModule):\n    pass\n"
+    )
     jobs = workflow.planned_jobs()
     assert jobs.get("data_module") == 1 and "data_partition" not in jobs and "data_table" not in jobs
