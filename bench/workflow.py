@@ -77,7 +77,8 @@ def run(ctx: Context) -> Result:
             path.touch()
         else:  # a directory() output (the report's crate files)
             path.mkdir(parents=True, exist_ok=True)
-    noop.timed("--touch", "--cores", "1")
+    # As many cores as the sweep's largest run needs: the workflow refuses fewer (preflight).
+    noop.timed("--touch", "--cores", "2")
 
     def dry_run() -> dict[str, float]:
         directory = next(fresh)

@@ -64,11 +64,9 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # --touch runs no job; --lint (the one mode Snakemake builds without checking envvars)
-        # runs none either, and always reports 1 core.
-        cores=(
-            None if workflow.touch or not workflow.check_envvars else workflow.cores
-        ),
+        # --lint (the one mode Snakemake builds without checking envvars) runs no job and always
+        # reports 1 core. (--touch cannot be told apart here: Snakemake 9 sets it after parsing.)
+        cores=workflow.cores if workflow.check_envvars else None,
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
