@@ -66,8 +66,8 @@ def stage_spans(directory: Path) -> dict[str, float]:
     job's end, read from Snakemake's own log (whole seconds)."""
     (log,) = (directory / ".snakemake" / "log").glob("*.snakemake.log")
     text = log.read_text().splitlines()
-    started = datetime.strptime(next(line for line in text if line.strip().startswith("Date:")).split(": ", 1)[1],
-                                "%Y-%m-%d %H:%M:%S")  # fmt: skip
+    # The log's name is Snakemake's start time (its "Date:" line is hidden with the host banner).
+    started = datetime.strptime(log.name.removesuffix(".snakemake.log"), "%Y-%m-%dT%H%M%S.%f").replace(microsecond=0)
     now, spans = started, {}
     for line in text:
         if stamp := _STAMP.match(line.strip()):
