@@ -17,7 +17,8 @@ from snakeddp import config, errors
 from snakeddp.cluster import base
 from snakeddp.data import partitions, sources
 from snakeddp.report import runs
-from snakeddp.training import strategies, targets, trackers
+from snakeddp.run import requirements
+from snakeddp.training import strategies, targets
 from tests.helpers import REPO, launch, prepare, subprocess_env
 
 USER_MODULE = """
@@ -55,7 +56,7 @@ def test_every_error_class_is_one_family_rooted_at_config_error():
     for family_member in (
         targets.TargetError,
         strategies.StrategyError,
-        trackers.TrackerError,
+        requirements.TrackerError,  # raised where a tracker is checked (workflow and rank 0)
         partitions.DataIntegrityError,
         sources.DataSourceError,
         base.LaunchError,
