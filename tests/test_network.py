@@ -110,7 +110,7 @@ def test_a_profile_sets_network_variables_for_every_rank(workflow, tiny_config):
     profile = workflow.directory / "profile"
     shutil.copytree(REPO / "profiles" / "local", profile)
     settings = yaml.safe_load((profile / "config.yaml").read_text())
-    settings["config"].append("network={env: {NCCL_DEBUG: INFO, GLOO_SOCKET_IFNAME: lo}}")
+    settings.setdefault("config", []).append("network={env: {NCCL_DEBUG: INFO, GLOO_SOCKET_IFNAME: lo}}")
     (profile / "config.yaml").write_text(yaml.safe_dump(settings))
     workflow.profile = profile
     tiny_config["model"] = {"target": "probe:EnvProbe"}
