@@ -119,10 +119,17 @@ def test_a_cpu_build_is_recorded_without_importing_torch_as_torch_reports_it(tmp
         assert (stack["cudnn"], stack["nccl"], stack["gpus"]) == (None, None, [])
 
 
-def test_the_launcher_reads_a_records_hash_as_provenance_does(tmp_path):
-    from snakeddp.provenance.record import environment_hash, environment_info
+def test_the_attempt_key_reads_a_records_hash_as_provenance_does(tmp_path):
+    from snakeddp.provenance.record import environment_info
+    from snakeddp.run.attempt import attempt_key
+    from snakeddp.run.runfile import RunFile
+    from tests.helpers import TINY, make_run
 
     path = tmp_path / "train.json"
     record = capture("train", LOCK, path, env={})
-    assert environment_hash(path) == environment_info(path)["environment_hash"] == record["hash"]
-    assert environment_hash(None) is None and environment_hash(tmp_path / "missing.json") is None
+    assert environment_info(path)["environment_hash"] == record["hash"]
+    run_yaml, manifest = make_run(tmp_path, TINY)
+    config = RunFile.load(run_yaml).config
+    key = attempt_key(config, manifest, path)
+    assert key == attempt_key(config, manifest, {"hash": record["hash"]})
+    assert key != attempt_key(config, manifest, None) == attempt_key(config, manifest, tmp_path / "missing.json")

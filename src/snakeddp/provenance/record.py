@@ -74,15 +74,6 @@ def installed_packages() -> dict[str, str]:
     return {name: pin.version for name, pin in installed(sys.path).items()}
 
 
-def environment_hash(record_path: Path | None) -> str | None:
-    """The hash of a captured stage environment (results/envs/<stage>.json), None without one.
-
-    What a resume key needs, without the imports of ``environment_info`` (torch and Lightning:
-    seconds of the launcher's start-up, bench/results.md 8).
-    """
-    return read_json(record_path).get("hash") if record_path is not None and record_path.is_file() else None
-
-
 def environment_info(record_path: Path | None) -> dict[str, Any]:
     """Versions of what ran, plus the hash of the captured stage environment when there is one."""
     info = {**versions(), "packages": installed_packages()}
