@@ -16,7 +16,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
-from tests.e2e.test_training import Run, slow_config
+from tests.e2e.test_training import SIGNALLED_RECORDS, Run, slow_config
 from tests.helpers import Workflow, assert_valid_provenance, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -95,7 +95,7 @@ def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(wor
 
 
 def test_a_second_attempt_is_refused_until_the_one_fuser_names_is_stopped(tmp_path):
-    run = Run(tmp_path, slow_config(max_epochs=3))
+    run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))
     first = run.start()
     run.wait_for_epochs(first, 1)
     second = subprocess.run(run.argv(), env=subprocess_env(), capture_output=True, text=True, timeout=300)

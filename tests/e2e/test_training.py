@@ -98,10 +98,16 @@ class Run:
         return set(range(index * n, (index + 1) * n))
 
 
-def slow_config(**trainer) -> dict:
+# Records per partition for tests that signal a run after its first epoch: the epochs left must
+# outlast the ranks' one-second preemption agreement (callbacks.Preemption.CHECK_EVERY_S) by far,
+# or a fast machine finishes the run before the ranks agree to stop.
+SIGNALLED_RECORDS = 18001
+
+
+def slow_config(records: int = 6001, **trainer) -> dict:
     """Enough steps per epoch that a signal lands mid-epoch."""
     return {
-        "data": {"num_train_files": 3, "num_records_per_train_file": 6001, "num_val_records": 500, "num_features": 16},
+        "data": {"num_train_files": 3, "num_records_per_train_file": records, "num_val_records": 500, "num_features": 16},
         "model": {"hidden_sizes": [32]},
         "trainer": {
             "max_epochs": 5,
@@ -166,7 +172,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
 def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_path, signum):
-    run = Run(tmp_path, slow_config(max_epochs=3))
+    run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))
     process = run.start()
     run.wait_for_epochs(process, 1)
     time.sleep(0.5)
@@ -185,7 +191,7 @@ def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_pa
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
     # Resuming is exact: the same validation losses as a run that was never interrupted.
-    reference = Run(tmp_path / "reference", slow_config(max_epochs=3))
+    reference = Run(tmp_path / "reference", slow_config(SIGNALLED_RECORDS, max_epochs=3))
     assert reference.train() == 0
     assert [r["val_loss"] for r in run.metrics()] == [r["val_loss"] for r in reference.metrics()]
 
@@ -243,7 +249,7 @@ def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
     # Lightning's per-step SIGTERM broadcast is off (training/sigterm_shim.py); the deadlock it
     # guarded against (Lightning issue #20806: one rank stops, the other waits in a collective)
     # must still not happen when only one rank is signalled.
-    run = Run(tmp_path, slow_config(max_epochs=3))
+    run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))
     process = run.start()
     run.wait_for_epochs(process, 1)
     pids = rank_pids(run.dir)
