@@ -14,6 +14,11 @@ include: "rules/checkout.smk"
 configfile: "config/config.yaml"
 
 
+if PROFILE_PLATFORM is not None:
+    workflow.config_settings.overwrite_config["platform"] = PROFILE_PLATFORM
+    config["platform"] = PROFILE_PLATFORM
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/env.smk"

@@ -107,7 +107,12 @@ SIGNALLED_RECORDS = 18001
 def slow_config(records: int = 6001, **trainer) -> dict:
     """Enough steps per epoch that a signal lands mid-epoch."""
     return {
-        "data": {"num_train_files": 3, "num_records_per_train_file": records, "num_val_records": 500, "num_features": 16},
+        "data": {
+            "num_train_files": 3,
+            "num_records_per_train_file": records,
+            "num_val_records": 500,
+            "num_features": 16,
+        },
         "model": {"hidden_sizes": [32]},
         "trainer": {
             "max_epochs": 5,
