@@ -29,6 +29,8 @@ include: "rules/report.smk"
 # Everything a user looks at: the run table, the report page, the RO-Crate of the runs and the
 # record of each stage's environment.
 rule all:
+    message:
+        "all: done"
     default_target: True
     input:
         rules.report_runs.output.table,

@@ -58,7 +58,9 @@ def config(tiny: bool) -> dict:
 # Snakemake rules by name prefix (run_config, a tiny job beside the data stage, is left out).
 STAGES = {"data": "data_", "environment records": "env_capture", "training": "train", "report": "report_"}
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$")
-_JOB = re.compile(r"^(?:local)?rule (\w+):$|^Finished jobid: \d+ \(Rule: (\w+)\)$")
+# A job's start ("Job 7: <the rule's message>") and end ("Finished jobid: 7 (Rule: data_partition)").
+_START = re.compile(r"^Job (\d+): ")
+_END = re.compile(r"^Finished jobid: (\d+) \(Rule: (\w+)\)$")
 
 
 def stage_spans(directory: Path) -> dict[str, float]:
@@ -68,16 +70,17 @@ def stage_spans(directory: Path) -> dict[str, float]:
     text = log.read_text().splitlines()
     # The log's name is Snakemake's start time (its "Date:" line is hidden with the host banner).
     started = datetime.strptime(log.name.removesuffix(".snakemake.log"), "%Y-%m-%dT%H%M%S.%f").replace(microsecond=0)
-    now, spans = started, {}
+    now, starts, spans = started, {}, {}
     for line in text:
         if stamp := _STAMP.match(line.strip()):
             now = datetime.strptime(stamp[1], "%a %b %d %H:%M:%S %Y")
-        elif job := _JOB.match(line.strip()):
-            rule = job[1] or job[2]
-            stage = next((name for name, prefix in STAGES.items() if rule.startswith(prefix)), None)
+        elif start := _START.match(line.strip()):
+            starts[start[1]] = now
+        elif end := _END.match(line.strip()):
+            stage = next((name for name, prefix in STAGES.items() if end[2].startswith(prefix)), None)
             if stage is not None:
-                first, last = spans.get(stage, (now, now))
-                spans[stage] = (min(first, now), max(last, now))
+                first, last = spans.get(stage, (starts[end[1]], now))
+                spans[stage] = (min(first, starts[end[1]]), max(last, now))
     first_job = min(first for first, _ in spans.values())
     return {"start-up and DAG": (first_job - started).total_seconds()} | {
         stage: (last - first).total_seconds() for stage, (first, last) in spans.items()

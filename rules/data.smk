@@ -8,6 +8,8 @@
 
 # A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
 rule data_table:
+    message:
+        "data {wildcards.dataset}: ingest the table"
     input:
         table=get_table_files,
     output:
@@ -24,6 +26,8 @@ rule data_table:
 
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
+    message:
+        "data {wildcards.dataset}: partition {wildcards.index}"
     input:
         ingest=get_ingested,
     output:
@@ -43,6 +47,8 @@ rule data_partition:
 
 # The validation set, drawn from its own seeded stream.
 rule data_val:
+    message:
+        "data {wildcards.dataset}: validation set"
     input:
         ingest=get_ingested,
     output:
@@ -62,6 +68,8 @@ rule data_val:
 
 # The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
 rule data_manifest:
+    message:
+        "data {wildcards.dataset}: checksum {wildcards.parts} partitions into the manifest"
     input:
         entries=get_partition_entries,
         val=rules.data_val.output.entry,
@@ -83,6 +91,8 @@ rule data_manifest:
 
 # data.source module: no partitions, only the record of the DataModule that reads the data.
 rule data_module:
+    message:
+        "data {wildcards.dataset}: record the data module"
     output:
         record="results/data/{dataset}/module.json",
     log:

@@ -4,6 +4,8 @@
 # The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
 # conda packages) and its hash; rerun when the lock changes, so training reruns too.
 rule env_capture:
+    message:
+        "environment: record the {wildcards.stage} stage"
     output:
         record="results/envs/{stage}.json",
     log:
@@ -21,6 +23,8 @@ rule env_capture:
 # Optional (snakemake build_image): build and tag envs/Dockerfile with docker or podman. Runs on
 # this machine, never in a container or conda env: it needs the engine, not the stage packages.
 rule build_image:
+    message:
+        "environment: build the image"
     input:
         dockerfile=REPO / "envs" / "Dockerfile",
         lock=REPO / "envs" / "requirements.lock",

@@ -9,6 +9,8 @@ CRATE_CONFIG = json.dumps(
 
 # One row per run: the sweep parameters, best val_loss and accuracy, epochs, duration, throughput.
 rule report_runs:
+    message:
+        "report: runs table"
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
     output:
@@ -23,6 +25,8 @@ rule report_runs:
 
 # Every run's per-epoch curves in one figure, and the numbers it plots (JSON).
 rule report_curves:
+    message:
+        "report: training curves"
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
     output:
@@ -44,6 +48,8 @@ rule report_curves:
 
 # Throughput and scaling efficiency vs world size (when the runs differ in world size).
 rule report_scaling:
+    message:
+        "report: scaling figure"
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
     output:
@@ -65,6 +71,8 @@ rule report_scaling:
 
 # The self-contained report page: runs table, figures, checkpoints, provenance per run.
 rule report_html:
+    message:
+        "report: HTML page"
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
         table=rules.report_runs.output.table,
@@ -88,6 +96,8 @@ rule report_html:
 
 # The Workflow Run RO-Crate: workflow, config, data manifests, and each run's inputs and outputs.
 rule report_crate:
+    message:
+        "report: RO-Crate"
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
         report=[

@@ -3,6 +3,8 @@
 
 # The resolved config of one run; rewritten only when that run's config changes.
 rule run_config:
+    message:
+        "run {wildcards.run}: write run.yaml"
     output:
         run="results/runs/{run}/run.yaml",
     log:
@@ -19,6 +21,8 @@ rule run_config:
 
 # Train one run with the profile's launcher; provenance.json appears only when it completes.
 rule train:
+    message:
+        "run {wildcards.run}: train (log: logs/train/{wildcards.run}.log)"
     input:
         run=rules.run_config.output.run,
         manifest=get_manifest,

@@ -59,6 +59,9 @@ def test_sweep_shows_epochs_as_they_happen_and_ends_with_the_report(sweep_workfl
         said = [line for line in terminal if line.startswith(f"{run}: ")]
         assert said[0] == f"{run}: training from epoch 1/3 on {run[-1]} process{'es' if run[-1] != '1' else ''}"
         assert [line for line in log if line.startswith(f"{run}: ")] == said
+        # Every job starts with one line, its rule's message (and its reason), not a rule block.
+        assert any(re.fullmatch(rf"Job \d+: run {run}: train \(log: logs/train/{run}.log\)", line) for line in terminal)
+    assert not [line for line in terminal if re.fullmatch(r"(local)?rule \w+:", line)], terminal
     assert any(re.match(r"report: results/report/report.html from 2 runs$", line) for line in terminal)
     report = sweep_workflow.directory / "results" / "report" / "report.html"
     assert f"Report: {report}" in sweep_workflow.first_run.stdout.splitlines()
