@@ -173,7 +173,7 @@ class Workflow:
 
     def planned_jobs(self, *args: str, env: dict | None = None) -> dict[str, int]:
         """Rule -> job count of a dry run (empty when there is nothing to do)."""
-        done = self.run("--dry-run", "--quiet", "rules", *args, env=env)
+        done = self.run("--dry-run", "--quiet=rules", *args, env=env)  # =: no target taken as a quietness
         counts: dict[str, int] = {}
         in_table = False
         for line in (done.stdout + done.stderr).splitlines():
