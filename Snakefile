@@ -11,6 +11,17 @@ min_version("9.0")
 include: "rules/checkout.smk"
 
 
+# Profiles name their platform with `config: platform=...`. Snakemake announces any command-line
+# config as "Config file ... is extended by additional config" on every run; a profile's platform
+# alone is no news to the user, so it is set aside while config/config.yaml loads and put back
+# right after. A user's own --config or --configfile is still announced.
+PROFILE_PLATFORM = (
+    workflow.config_settings.overwrite_config.pop("platform")
+    if set(workflow.config_settings.overwrite_config) == {"platform"}
+    else None
+)
+
+
 configfile: "config/config.yaml"
 
 

@@ -79,8 +79,9 @@ def stage_spans(directory: Path) -> dict[str, float]:
         elif end := _END.match(line.strip()):
             stage = next((name for name, prefix in STAGES.items() if end[2].startswith(prefix)), None)
             if stage is not None:
-                first, last = spans.get(stage, (starts[end[1]], now))
-                spans[stage] = (min(first, starts[end[1]]), max(last, now))
+                began = starts[end[1]]
+                first, last = spans.get(stage, (began, now))
+                spans[stage] = (min(first, began), max(last, now))
     first_job = min(first for first, _ in spans.values())
     return {"start-up and DAG": (first_job - started).total_seconds()} | {
         stage: (last - first).total_seconds() for stage, (first, last) in spans.items()

@@ -367,11 +367,11 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     run = "seed-7"
     settings = {"trainer": {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}}
     workflow.write_config(config(**settings, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
-    returncode, output, _ = preempt(workflow, (run,), "--retries", "0", f"results/runs/{run}/provenance.json")
-    assert returncode != 0 and "preempted in epoch" in output, output[-5000:]
-    assert not (workflow.directory / "results" / "runs" / run / "provenance.json").exists()
-
     target = f"results/runs/{run}/provenance.json"
+    returncode, output, _ = preempt(workflow, (run,), "--retries", "0", target)
+    assert returncode != 0 and "preempted in epoch" in output, output[-5000:]
+    assert not (workflow.directory / target).exists()
+
     workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
     assert "run_config" not in workflow.planned_jobs(), "a longer runtime does not rewrite run.yaml"
     workflow.run(target)
