@@ -384,5 +384,7 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
 
     workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
     assert workflow.planned_jobs(target) == {}, "more memory never retrains a finished run"
-    # The report (not made yet here) would be made, and nothing else: no run_config, no train.
-    assert set(workflow.planned_jobs()) <= {"report_runs", "report_curves", "report_html", "report_crate", "all"}
+    # The whole workflow plans no job of the run either (what else it plans, the report and the other
+    # stages' environment records, depends on what the module's earlier tests made).
+    planned = workflow.planned_jobs()
+    assert "run_config" not in planned and "train" not in planned, planned
