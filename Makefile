@@ -19,8 +19,9 @@ lint: setup-dev
 	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 
+# --durations: the 40 slowest tests, so every CI log says where the suite's time goes.
 pytest: setup-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=40
 
 bench: setup-dev
 	$(BIN)/python -m bench

@@ -44,13 +44,21 @@ rule all:
         "all: done"
     default_target: True
     input:
-        rules.report_runs.output.table,
-        rules.report_html.output.html,
-        rules.report_crate.output.crate,
+        rules.report.output,
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
 
 
-# The last line of a successful run: where to look.
+# Snakemake's imports and the parsed workflow: less work at exit (snakeddp.shutdown).
+snakeddp_shutdown.freeze_imports()
+
+
+# The last line of a successful run: where to look. The scheduler's pending wake-up timer would
+# hold the finished process for up to a second (snakeddp.shutdown).
 onsuccess:
-    if Path(rules.report_html.output.html).is_file():
-        print(f"Report: {Path(rules.report_html.output.html).resolve()}")
+    snakeddp_shutdown.release_scheduler_timers()
+    if Path(rules.report.output.html).is_file():
+        print(f"Report: {Path(rules.report.output.html).resolve()}")
+
+
+onerror:
+    snakeddp_shutdown.release_scheduler_timers()

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Sequence
@@ -58,7 +59,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--results", type=Path, default=REPO / "bench", help="where results.md and out/results.json go (default bench/)"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the scratch data under <results>/out/work")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the scratch data (a temporary directory; its path is printed)"
+    )
     args = parser.parse_args(argv)
     unknown = [name for name in args.names if name not in BENCHMARKS]
     if unknown:
@@ -81,9 +84,9 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     return replace(sizes, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def run_one(name: str, sizes: Sizes, out: Path, keep: bool) -> dict:
+def run_one(name: str, sizes: Sizes, out: Path, work: Path, keep: bool) -> dict:
     module = importlib.import_module(f"bench.{name}")
-    scratch = out / "work" / name
+    scratch = work / name
     started, clock = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     print(f"bench: {module.TITLE} ...", flush=True)
     measured_on = machine()
@@ -107,19 +110,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = sizes_from(args)
     names = args.names or list(BENCHMARKS)
     out = args.results / "out"
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    # Outside the checkout (results/ defaults to bench/ in it): snakemake refuses to run in a
+    # subdirectory of the checkout, and the workflow benchmarks run it in their scratch space.
+    work = Path(tempfile.mkdtemp(prefix="snakeddp-bench-"))
     failed = []
     for name in names:
         try:
-            result = run_one(name, sizes, out, args.keep)
+            result = run_one(name, sizes, out, work, args.keep)
         except Exception:
             traceback.print_exc()
             failed.append(name)
             continue
         data = report.merge(out / "results.json", [result], list(BENCHMARKS))
         report.write_markdown(args.results / "results.md", data)
-    if not args.keep:
+    if args.keep:
+        print(f"bench: kept the scratch data in {work}", flush=True)
+    else:
         shutil.rmtree(work, ignore_errors=True)
     print(f"bench: wrote {args.results / 'results.md'} and {out / 'results.json'}", flush=True)
     if failed:

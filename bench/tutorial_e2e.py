@@ -56,7 +56,7 @@ def config(tiny: bool) -> dict:
 
 
 # Snakemake rules by name prefix (run_config, a tiny job beside the data stage, is left out).
-STAGES = {"data": "data_", "environment records": "env_capture", "training": "train", "report": "report_"}
+STAGES = {"data": "data_", "environment records": "env_capture", "training": "train", "report": "report"}
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ [\d:]+ \d{4})\]$")
 # A job's start ("Job 7: <the rule's message>") and end ("Finished jobid: 7 (Rule: data_partition)").
 _START = re.compile(r"^Job (\d+): ")
@@ -166,14 +166,17 @@ def run(ctx: Context) -> Result:
     )
     if result.figures[0].met is False:
         result.notes.append(
-            "Missed: the training job and the report dominate. Training is one job whose ranks import torch and "
-            "Lightning (the baseline imports torch alone; see 4., `timing.phases.imports_s`) and pay Lightning's "
-            "set-up; the report is four jobs (runs table, figures, page, crate), each a Python process importing "
-            "pandas, matplotlib or rocrate. Fixed here: each environment record imported torch and Lightning "
-            "(about 7 s a job, three jobs) and now reads their versions from package metadata; the launcher "
-            "imported both to read the record's hash. Next steps: one report job instead of four, and a lighter "
-            "import path for the report's table (pandas); both change report rules, so finished pipelines "
-            "would redo their report once."
+            "Missed: the gap is what the baseline does not do or import. Snakemake's start-up and DAG (about "
+            "1.5 s; the baseline has none); the ranks' `import lightning`, about 2 s beyond `import torch` "
+            "(Lightning imports torch._dynamo and torchmetrics at module level; see 4., `timing.phases.imports_s`); "
+            "the report, one job whose Python start-up and pandas, matplotlib and rocrate imports take about 1.4 s. "
+            "The data stage takes about as long as the baseline's data script (ours one short Python process per "
+            "partition, the baseline one process importing torch). Fixed here: every process that had imported "
+            "torch and Lightning spent 1.2 s of its exit in Python's final garbage collection, and Snakemake "
+            "waited up to 1 s more for its scheduler's wake-up timer (snakeddp.shutdown); the report was five "
+            "jobs and is one. Next step: several partitions per data job; it changes the data rules' command, "
+            "which every finished pipeline would answer by regenerating its data and retraining once, so it "
+            "belongs with the next change that retrains anyway (BLAKE3 for the checksums, 1.)."
         )
     if note := busy_note():
         result.notes.append(note)

@@ -16,6 +16,7 @@ from snakeddp.workflow.terminal import terminal_of_this_process
 from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.data import sources as snakeddp_sources
 from snakeddp import coerce as snakeddp_coerce
+from snakeddp import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakemake.utils import update_config
 

@@ -77,10 +77,10 @@ def test_example_beats_a_constant_predictor_on_validation(example):
 @pytest.mark.e2e
 def test_trackers_and_network_settings_never_rerun_the_example(example, tmp_path):
     """An overlay that only turns on a tracker and sets NCCL_DEBUG trains nothing again; only the
-    report's crate, which lists the config files given, is rebuilt."""
+    report, whose crate lists the config files given, is rebuilt."""
     workflow, _ = example
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text("tracking:\n  wandb: {enabled: true}\nnetwork:\n  env: {NCCL_DEBUG: INFO}\n")
     assert workflow.planned_jobs() == {}
     planned = workflow.planned_jobs("--configfile", str(workflow.configfile), str(overlay))
-    assert planned == {"report_crate": 1, "all": 1}
+    assert planned == {"report": 1, "all": 1}

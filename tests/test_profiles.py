@@ -67,7 +67,7 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
             assert plan.returncode == 1 and "the azureml profile needs an azureml: section" in output, output
             continue
         assert plan.returncode == 0, output
-        assert "train" in output and "report_crate" in output
+        assert "train" in output and "report" in output
     again = typed("tools/setup.sh", checkout, user_env)
     assert again.returncode == 0 and "profile" not in again.stdout + again.stderr
 

@@ -59,6 +59,7 @@ from snakeddp.run.attempt import (
     resume_checkpoint,
 )
 from snakeddp.run.runfile import RunFile
+from snakeddp.shutdown import freeze_imports
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
 from snakeddp.training.targets import user_code
@@ -265,4 +266,5 @@ def _record(
 
 
 if __name__ == "__main__":
+    freeze_imports()  # torch and Lightning: 1.2 s less at every rank's exit (snakeddp.shutdown)
     raise SystemExit(report_errors())

@@ -38,8 +38,8 @@ def variant(flow: Workflow, tmp_path, edit) -> Workflow:
 
 def upstream_of_report(planned: dict[str, int]) -> dict[str, int]:
     """Planned jobs other than the report's (which rerun whenever any run does)."""
-    assert planned.get("all") == 1 and any(rule.startswith("report_") for rule in planned), planned
-    return {rule: n for rule, n in planned.items() if not rule.startswith("report_") and rule != "all"}
+    assert planned.get("all") == 1 and planned.get("report") == 1, planned
+    return {rule: n for rule, n in planned.items() if rule not in ("report", "all")}
 
 
 def test_default_run_trains_learnable_labels_with_ddp(default_run):
@@ -126,7 +126,7 @@ def test_invalid_config_fails_before_any_job(workflow):
 def test_an_edit_with_a_whole_number_float_still_reaches_run_yaml(default_run, tmp_path):
     """num_train_files: 4.0 once named the manifest manifest-4.0.json, which no rule makes: Snakemake
     then kept the existing provenance.json as if it were a source file, dropped train and run_config
-    from the plan, and the learning rate edit never reached run.yaml (exit 0, only report_crate ran)."""
+    from the plan, and the learning rate edit never reached run.yaml (exit 0, only the report ran)."""
     work = tmp_path / "copy"
     shutil.copytree(default_run.directory, work, symlinks=True)
     flow = Workflow(work)

@@ -11,7 +11,7 @@ environment. A change of the lock itself is an environment change, which retrain
 (README, Environments).
 
 The files keep their modification times, which are older than the outputs. The report's RO-Crate
-lists the workflow's own files as inputs, so an upgrade that adds or touches one rewrites the crate
+lists the workflow's own files as inputs, so an upgrade that adds or touches one rewrites the report
 whatever else changed: that rerun is by design, and the only job this test allows.
 """
 
@@ -57,10 +57,10 @@ def test_a_pipeline_finished_before_the_change_has_nothing_to_do_after_it(tmp_pa
     for name in this_checkout():
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, checkout / name)
-    # Nothing is regenerated or retrained: the crate alone is rebuilt, because it lists the workflow's
+    # Nothing is regenerated or retrained: the report alone is rebuilt, because its crate lists the workflow's
     # files (this version adds rules/checkout.smk) and records the config in a canonical form.
     planned = flow.planned_jobs(env=env)
-    assert set(planned) <= {"report_crate", "all"}, planned
+    assert set(planned) <= {"report", "all"}, planned
     flow.run(env=env)
     done = flow.run(env=env)
     assert "Nothing to be done" in done.stdout + done.stderr, done.stdout + done.stderr

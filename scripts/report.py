@@ -1,0 +1,42 @@
+"""Snakemake adapter: the whole report in results/report/, in one process (rule report)."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.stderr = open(snakemake.log[0], "w")
+
+from snakeddp.report import figures
+from snakeddp.report.page import write_crate, write_report
+from snakeddp.report.runs import runs_from_provenance
+from snakeddp.report.table import varying_params, write_runs_table
+from snakeddp.shutdown import freeze_imports
+from snakeddp.workflow.terminal import say
+
+freeze_imports()  # pandas, matplotlib, rocrate: less work at exit (snakeddp.shutdown)
+
+out, settings = snakemake.output, snakemake.params.report
+provenance = list(snakemake.input.provenance)
+say(f"report: {Path(out.html).parent} from {len(provenance)} runs")
+
+write_runs_table(provenance, out.table)
+runs = runs_from_provenance(provenance)
+fmt, dpi = settings["figure_format"], settings["dpi"]
+figures.write(figures.curves(runs, settings["metrics"]), out.curves, fmt, dpi, out.curves_series)
+if out.scaling:
+    scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
+    figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)
+write_report(provenance=provenance, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html)
+# Last: the crate lists the files above with their checksums.
+report_files = [out.html, out.table, out.curves, out.curves_series] + (
+    [out.scaling, out.scaling_series] if out.scaling else []
+)
+write_crate(
+    provenance=provenance,
+    settings=settings,
+    repo=Path(snakemake.input.workflow[0]).parent,  # the Snakefile comes first
+    config_files=snakemake.params.configfiles,
+    resolved_config=json.loads(snakemake.params.config),
+    report_files=report_files,
+    out=out.crate,
+)
