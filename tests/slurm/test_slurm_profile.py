@@ -82,10 +82,10 @@ def accounted_jobs(workflow: SlurmWorkflow, name: str | None = None) -> list[dic
 
 
 def job_rule(job: dict[str, str]) -> str:
-    """The rule the plugin's --comment names (rule_<name>[_wildcards_<values>]); the group's name for
-    a job of profiles/slurm's groups (rule_<group>_<its rules>): "data" or "report"."""
+    """The rule the plugin's --comment names (rule_<name>[_wildcards_<values>]); "data" for a bundle
+    of profiles/slurm's data group (rule_data_<its rules>)."""
     name = job["Comment"].removeprefix("rule_").split("_wildcards_")[0]
-    return next((group for group in ("data", "report") if name.startswith(f"{group}_{group}_")), name)
+    return "data" if name.startswith("data_data_") else name
 
 
 @pytest.fixture(scope="module")
