@@ -1,4 +1,4 @@
-"""python -m bench [NAME ...]: run the benchmarks, write bench/results.md and bench/out/results.json.
+"""python -m bench [NAME ...]: run the benchmarks, write bench/results.md and bench/results.json.
 
 python -m bench                          # every benchmark at the default sizes (minutes on 2 cores)
 python -m bench partition_read memory    # some of them; the others' results are kept
@@ -57,7 +57,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--sweep-runs", type=int, help=f"runs of that config's sweep (default {defaults.sweep_runs})")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes, one repetition: checks the harness only")
     parser.add_argument(
-        "--results", type=Path, default=REPO / "bench", help="where results.md and out/results.json go (default bench/)"
+        "--results", type=Path, default=REPO / "bench", help="where results.md and results.json go (default bench/)"
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch data (a temporary directory; its path is printed)"
@@ -122,13 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
             failed.append(name)
             continue
-        data = report.merge(out / "results.json", [result], list(BENCHMARKS))
+        data = report.merge(args.results / "results.json", [result], list(BENCHMARKS))
         report.write_markdown(args.results / "results.md", data)
     if args.keep:
         print(f"bench: kept the scratch data in {work}", flush=True)
     else:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"bench: wrote {args.results / 'results.md'} and {out / 'results.json'}", flush=True)
+    print(f"bench: wrote {args.results / 'results.md'} and {args.results / 'results.json'}", flush=True)
     if failed:
         print(f"bench: FAILED: {', '.join(failed)}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 """results.json (every raw sample) and results.md (one table, then each benchmark's notes).
 
 Running one benchmark replaces its entry and keeps the others, so ``python -m bench NAME``
-refreshes part of the report; each section says when and where it was measured.
+refreshes part of the report; each section says when and where it was measured. Both files are
+committed: results.md is written from results.json alone, so a partial run on a fresh checkout
+keeps the sections it did not rerun.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from snakeddp.fsutil import atomic_write_json, atomic_write_text, read_json
 
 HEADER = (
     "# snakeddp benchmarks\n\n"
-    "Written by `python -m bench` (`make bench`); raw samples in `bench/out/results.json`. Every ratio\n"
+    "Written by `python -m bench` (`make bench`); raw samples in `bench/results.json`. Every ratio\n"
     "compares cases measured side by side in one run: each round runs every case back to back (in\n"
     "alternating order), the ratio is the median of the rounds' ratios and ours/baseline/limit are\n"
     "medians. Absolute numbers are context: they depend on the machine and its load (see each section).\n"

@@ -26,7 +26,7 @@ def run_bench(results, *names, timeout=900):
         check=False,
     )
     assert done.returncode == 0, f"python -m bench failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-    return json.loads((results / "out" / "results.json").read_text())["benchmarks"]
+    return json.loads((results / "results.json").read_text())["benchmarks"]
 
 
 def check_reported(results, benchmarks, names):
