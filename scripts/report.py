@@ -17,7 +17,7 @@ freeze_imports()  # pandas, matplotlib, rocrate: less work at exit (snakeddp.shu
 
 out, settings = snakemake.output, snakemake.params.report
 provenance = list(snakemake.input.provenance)
-say(f"report: {Path(out.html).parent} from {len(provenance)} runs")
+say(f"report: {out.html} from {len(provenance)} runs")
 
 write_runs_table(provenance, out.table)
 runs = runs_from_provenance(provenance)
