@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 
 import pytest
 from test_data_table import frame, params
@@ -12,11 +14,22 @@ from test_data_table import frame, params
 from snakeddp.data.table import ingest
 from snakeddp.training.progress import epoch_line
 from snakeddp.workflow.terminal import VARIABLE
+from tests.helpers import subprocess_env
 
 ROW = {"epoch": 1, "partition": 1, "train_loss": 0.69312, "val_loss": 0.6, "val_acc": 0.5125,
        "samples_per_s": 49525.4, "epoch_seconds": 1.25}  # fmt: skip
 EPOCH = re.compile(r"^(\S+): epoch (\d+)/(\d+)  partition \d+  train_loss \S+  val_loss \S+  val_acc \S+  "
                    r"[\d,.]+ samples/s  \S+/epoch  ETA \S+$")  # fmt: skip
+
+
+def test_a_training_process_imports_none_of_the_reports_packages():
+    """Every rank prints epoch lines with the report's number format; the runs table's pandas once
+    came with it and cost every rank about 60 MB of RSS (bench/results.md, 5. Memory)."""
+    report_only = ("pandas", "pyarrow", "rocrate", "jinja2")
+    code = f"import sys, snakeddp.train; print(sorted(m for m in {report_only!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_epoch_line_says_epoch_partition_losses_speed_and_eta():

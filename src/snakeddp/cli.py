@@ -25,8 +25,9 @@ from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
+from snakeddp.report.numbers import readable
 from snakeddp.report.runs import default_results, earlier_attempts, find_runs, resolve_run
-from snakeddp.report.table import readable, summary_frame
+from snakeddp.report.table import summary_frame
 from snakeddp.run.prune import prune
 
 

@@ -22,6 +22,7 @@ import yaml
 from snakeddp import __version__
 from snakeddp.provenance.compare import compare
 from snakeddp.report.figures import scaling_points, why_flat
+from snakeddp.report.numbers import readable
 from snakeddp.report.runs import Run
 from snakeddp.report.table import (
     BY_NAME,
@@ -29,7 +30,6 @@ from snakeddp.report.table import (
     PHASES,
     THROUGHPUT_MEANS,
     people_columns,
-    readable,
     varying_params,
 )
 

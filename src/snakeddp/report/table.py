@@ -36,16 +36,6 @@ PHASES = {
 }
 
 
-def readable(value: Any, digits: int = 4) -> str:
-    """A value as people read it in the runs table (page and terminal): four significant digits below
-    10,000, whole numbers with thousands separators above, – for none."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
-    return str(value)
-
-
 def steady_throughput(run: Run) -> tuple[float, float, float] | None:
     """Median, min and max samples/s over the epochs after the first (see THROUGHPUT_MEANS)."""
     values = [float(r["samples_per_s"]) for r in run.metrics if r.get("samples_per_s") is not None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from snakeddp.report.table import readable
+from snakeddp.report.numbers import readable
 from snakeddp.training.callbacks import EpochMetrics
 from snakeddp.workflow.terminal import say
 

@@ -1,0 +1,20 @@
+"""Numbers as people read them, on the report page, in the runs table and in the training log.
+
+Kept apart from the runs table (snakeddp.report.table), which imports pandas: every training rank
+prints its epoch lines with ``readable``, and importing pandas there cost each rank about 60 MB of
+RSS and a third of a second (bench/results.md, 5.).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def readable(value: Any, digits: int = 4) -> str:
+    """A value as people read it in the runs table (page and terminal): four significant digits below
+    10,000, whole numbers with thousands separators above, – for none."""
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
