@@ -67,7 +67,10 @@ def test_every_error_class_is_one_family_rooted_at_config_error():
     assert issubclass(partitions.DataIntegrityError, RuntimeError) and issubclass(runs.RunNotFound, LookupError)
 
 
-def test_exit_code_prints_one_line_once_and_lets_bugs_through(capsys, tmp_path):
+def test_exit_code_prints_one_line_once_and_lets_bugs_through(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(errors, "SILENT_RANK_GRACE_S", 0)  # a silent rank's wait for rank 0
+    monkeypatch.setattr(errors.signal, "signal", lambda *args: None)  # keep pytest's SIGTERM handling
+
     def refuse() -> int:
         raise errors.StrategyError("trainer.strategy=x is wrong. HINT: use ddp.")
 

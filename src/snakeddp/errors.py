@@ -10,7 +10,10 @@ also keeps the builtin base it had before the family existed, so ``except Runtim
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,7 +101,22 @@ def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure
             write_first(failure_file, line)
         elif speak:
             print(line, file=sys.stderr, flush=True)
+        else:
+            _give_the_speaking_rank_time()
         return 1
+
+
+# Ranks started by hand (no failure file) fail on the same config as rank 0, whose line is the one
+# printed. A silent rank that exits first lets torchrun stop rank 0 before it prints (seen since
+# processes exit in 0.2 s instead of 1.4 s, snakeddp.shutdown): it waits this long, and the
+# launcher's SIGTERM, sent when rank 0 exits, ends the wait at once.
+SILENT_RANK_GRACE_S = 5.0
+
+
+def _give_the_speaking_rank_time() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not Lightning's or our preemption handler
+    time.sleep(SILENT_RANK_GRACE_S)
 
 
 def write_first(path: Path, text: str) -> None:
