@@ -16,6 +16,7 @@ from bench.datasets import ensure_dataset
 from bench.harness import REPO
 from snakeddp import config as configuration
 from snakeddp.environment.capture import capture
+from snakeddp.report.runs import runs_from_provenance
 from snakeddp.report.table import write_runs_table
 from snakeddp.run.runfile import RunFile
 
@@ -45,7 +46,7 @@ def main(configfile: str) -> None:
                 check=True,
             )
         provenance.append(run_dir / "provenance.json")
-    write_runs_table(provenance, "results/report/runs.csv")
+    write_runs_table(runs_from_provenance(provenance), "results/report/runs.csv")
 
 
 if __name__ == "__main__":

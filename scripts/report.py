@@ -19,20 +19,21 @@ out, settings = snakemake.output, snakemake.params.report
 provenance = list(snakemake.input.provenance)
 say(f"report: {out.html} from {len(provenance)} runs")
 
-write_runs_table(provenance, out.table)
+# Every provenance file and metrics.csv is read once, here; each part below gets the runs.
 runs = runs_from_provenance(provenance)
+write_runs_table(runs, out.table)
 fmt, dpi = settings["figure_format"], settings["dpi"]
 figures.write(figures.curves(runs, settings["metrics"]), out.curves, fmt, dpi, out.curves_series)
 if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
     figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)
-write_report(provenance=provenance, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html)
+write_report(runs=runs, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html)
 # Last: the crate lists the files above with their checksums.
 report_files = [out.html, out.table, out.curves, out.curves_series] + (
     [out.scaling, out.scaling_series] if out.scaling else []
 )
 write_crate(
-    provenance=provenance,
+    runs=runs,
     settings=settings,
     repo=Path(snakemake.input.workflow[0]).parent,  # the Snakefile comes first
     config_files=snakemake.params.configfiles,

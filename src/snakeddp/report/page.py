@@ -9,19 +9,19 @@ from typing import Any
 
 from snakeddp.fsutil import atomic_write_text
 from snakeddp.report import crate, html
-from snakeddp.report.runs import earlier_attempts, runs_from_provenance
+from snakeddp.report.runs import Run, earlier_attempts
 from snakeddp.report.table import varying_params
 
 
 def write_report(
-    provenance: Sequence[str | Path],
+    runs: Sequence[Run],
     settings: Mapping[str, Any],
     curves: str | Path,
     scaling: str | Path | None,
     out: str | Path,
 ) -> Path:
-    """Write the self-contained report page for the runs whose provenance files are given."""
-    runs = sorted(runs_from_provenance(list(provenance)), key=lambda run: run.run_id)
+    """Write the self-contained report page for ``runs``."""
+    runs = sorted(runs, key=lambda run: run.run_id)
     links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
     links.update(
         {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
@@ -31,7 +31,7 @@ def write_report(
 
 
 def write_crate(
-    provenance: Sequence[str | Path],
+    runs: Sequence[Run],
     settings: Mapping[str, Any],
     repo: str | Path,
     config_files: Sequence[str | Path],
@@ -40,7 +40,7 @@ def write_crate(
     out: str | Path,
 ) -> Path:
     """Write ro-crate-metadata.json next to the report, with the crate's files under files/."""
-    runs = sorted(runs_from_provenance(list(provenance)), key=lambda run: run.run_id)
+    runs = sorted(runs, key=lambda run: run.run_id)
     return crate.build(
         root=Path(out).parent,
         runs=runs,

@@ -8,7 +8,7 @@ the people's table (``snakeddp runs`` and report.html) and compare's outcome pic
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pandas as pd
 from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_text
 from snakeddp.hashing import canonical_json
-from snakeddp.report.runs import Run, runs_from_provenance
+from snakeddp.report.runs import Run
 
 # What "samples/s" means wherever the report, runs.csv or the terminal shows it.
 THROUGHPUT_MEANS = (
@@ -160,7 +160,7 @@ def outcome(run: Run) -> list[tuple[str, Any]]:
     return [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
 
 
-def write_runs_table(provenance_files: Iterable[str | Path], out: str | Path) -> pd.DataFrame:
-    frame = runs_frame(runs_from_provenance(list(provenance_files)))
+def write_runs_table(runs: Sequence[Run], out: str | Path) -> pd.DataFrame:
+    frame = runs_frame(runs)
     atomic_write_text(out, frame.to_csv(index=False))
     return frame
