@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -60,7 +61,8 @@ def test_runs_from_a_subdirectory_prints_plain_numbers(sweep_workflow):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["devices-1", "devices-2"]
-    assert not re.search(r"\de[+-]\d", done.stdout), done.stdout
+    # A number in scientific notation starts a word; a local run's job id (a UUID) may hold "1e-4" inside one.
+    assert not re.search(r"\b\d+(\.\d+)?e[+-]\d", done.stdout), done.stdout
 
 
 def test_verify_without_a_run_verifies_every_run(sweep_workflow):
@@ -73,3 +75,17 @@ def test_verify_without_a_run_verifies_every_run(sweep_workflow):
 def test_verify_without_runs_says_so(tmp_path):
     done = snakeddp("verify", cwd=tmp_path)
     assert done.returncode == 2 and "no finished runs" in done.stderr and "HINT:" in done.stderr
+
+
+def test_runs_csv_holds_what_provenance_records(sweep_workflow):
+    results = sweep_workflow.directory / "results"
+    with open(results / "report" / "runs.csv", newline="") as handle:
+        rows = {row["run_id"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == {"devices-1", "devices-2"}
+    for run, row in rows.items():
+        record = json.loads((results / "runs" / run / "provenance.json").read_text())
+        assert float(row["best_val_loss"]) == record["training"]["best_val_loss"]
+        assert int(row["param:launch.devices"]) == record["config"]["launch"]["devices"]
+        assert row["stopped_early"] == str(record["training"]["stopped_early"])
+        assert row["job_id"] == ("" if record["launch"]["job_id"] is None else str(record["launch"]["job_id"]))
+        assert row["hosts"] == " ".join(record["launch"]["hosts"])

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from snakeddp.config import flatten
-from snakeddp.report.table import varying_params
+from snakeddp.report.numbers import readable
+from snakeddp.report.table import Rows, aligned, varying_params
 
 
 def record(point: dict, **config) -> dict:
@@ -34,3 +35,14 @@ def test_sweep_key_with_one_value_among_several_runs_is_dropped():
 def test_single_run_shows_its_sweep_keys():
     assert varying_params([record({"model.lr": 0.1})]) == ["model.lr"]
     assert varying_params([record({})]) == []
+
+
+def test_terminal_table_right_aligns_every_column_under_its_label():
+    table = Rows(["run", "val acc", "job id"], [["devices-1", 0.91234567, None], ["devices-12", 12345.6, 7]])
+    lines = aligned(table, readable).splitlines()
+    assert lines == [
+        "       run val acc job id",
+        " devices-1  0.9123      –",
+        "devices-12  12,346      7",
+    ]
+    assert Rows(["a", "b"], [[1, None]]).records() == [{"a": 1, "b": None}]

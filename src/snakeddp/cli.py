@@ -19,15 +19,13 @@ import json
 import sys
 from collections.abc import Sequence
 
-import pandas as pd
-
 from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.numbers import readable
 from snakeddp.report.runs import default_results, earlier_attempts, find_runs, resolve_run
-from snakeddp.report.table import summary_frame
+from snakeddp.report.table import aligned, summary_rows
 from snakeddp.run.prune import prune
 
 
@@ -38,12 +36,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
-    frame = summary_frame(runs)
+    table = summary_rows(runs)
     if args.json:
-        print(json.dumps(frame.to_dict(orient="records"), indent=2, default=str))
+        print(json.dumps(table.records(), indent=2, default=str))
         return 0
-    with pd.option_context("display.width", 200, "display.max_columns", None):
-        print(frame.astype(object).map(readable).to_string(index=False))
+    print(aligned(table, readable))
     return 0
 
 

@@ -1,8 +1,8 @@
 """Numbers as people read them, on the report page, in the runs table and in the training log.
 
-Kept apart from the runs table (snakeddp.report.table), which imports pandas: every training rank
-prints its epoch lines with ``readable``, and importing pandas there cost each rank about 60 MB of
-RSS and a third of a second (bench/results.md, 5.).
+A module without imports: every training rank prints its epoch lines with ``readable``, and when it
+came from the runs table (then built on pandas) each rank paid about 60 MB of RSS and a third of a
+second for it (bench/results.md, 5.).
 """
 
 from __future__ import annotations

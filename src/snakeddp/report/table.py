@@ -3,17 +3,21 @@
 A column has a name (the runs.csv header and JSON key), a label for people, and how to read it
 from a finished run (its provenance record and metrics.csv). runs.csv takes every column;
 the people's table (``snakeddp runs`` and report.html) and compare's outcome pick theirs by name.
+
+Plain rows and the csv module, not pandas: the report job and ``snakeddp runs`` only write and
+print a few rows, and importing pandas (with pyarrow) was a third of the report's start-up
+(bench/results.md, 8.).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from snakeddp.config import flatten
 from snakeddp.fsutil import atomic_write_text
@@ -138,10 +142,21 @@ def param_columns(runs: Sequence[Run]) -> list[Column]:
     ]
 
 
-def runs_frame(runs: Sequence[Run]) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Rows:
+    """A table as a header and its rows, in column order."""
+
+    header: list[str]
+    rows: list[list[Any]]
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.header, row, strict=True)) for row in self.rows]
+
+
+def runs_rows(runs: Sequence[Run]) -> Rows:
     """runs.csv: the parameters that vary across the runs (``param:<key>``), then every column."""
     columns = [*param_columns(runs), *COLUMNS]
-    return pd.DataFrame([[c.read(run) for c in columns] for run in runs], columns=[c.name for c in columns])
+    return Rows([c.name for c in columns], [[c.read(run) for c in columns] for run in runs])
 
 
 def people_columns(runs: Sequence[Run]) -> list[Column]:
@@ -149,10 +164,17 @@ def people_columns(runs: Sequence[Run]) -> list[Column]:
     return [BY_NAME["run_id"], *param_columns(runs), *(BY_NAME[name] for name in PEOPLE)]
 
 
-def summary_frame(runs: Sequence[Run]) -> pd.DataFrame:
+def summary_rows(runs: Sequence[Run]) -> Rows:
     """The people's runs table (terminal and ``--json``), headed by the columns' labels."""
     columns = people_columns(runs)
-    return pd.DataFrame([[c.shown(run) for c in columns] for run in runs], columns=[c.label for c in columns])
+    return Rows([c.label for c in columns], [[c.shown(run) for c in columns] for run in runs])
+
+
+def aligned(table: Rows, show: Callable[[Any], str]) -> str:
+    """The table as right-aligned text columns for a terminal, each cell written by ``show``."""
+    cells = [table.header, *([show(value) for value in row] for row in table.rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(table.header))]
+    return "\n".join(" ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells)
 
 
 def outcome(run: Run) -> list[tuple[str, Any]]:
@@ -160,7 +182,20 @@ def outcome(run: Run) -> list[tuple[str, Any]]:
     return [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
 
 
-def write_runs_table(runs: Sequence[Run], out: str | Path) -> pd.DataFrame:
-    frame = runs_frame(runs)
-    atomic_write_text(out, frame.to_csv(index=False))
-    return frame
+def _csv_cell(value: Any) -> Any:
+    """A value as runs.csv holds it: empty for none (as pandas wrote it), lists and dicts as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, list | dict):
+        return canonical_json(value)
+    return value
+
+
+def write_runs_table(runs: Sequence[Run], out: str | Path) -> Rows:
+    table = runs_rows(runs)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(table.header)
+    writer.writerows([_csv_cell(value) for value in row] for row in table.rows)
+    atomic_write_text(out, text.getvalue())
+    return table
