@@ -40,12 +40,12 @@ def test_stage_yamls_carry_only_what_the_stage_needs():
         return {line.split("==")[0].lower() for line in document["dependencies"][-1]["pip"]}
 
     data, train, report = pins("data"), pins("train"), pins("report")
-    assert {"numpy", "safetensors", "pyyaml", "jsonschema", "pandas", "pyarrow"} <= data  # pandas: table ingestion
+    assert {"numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "pandas", "pyarrow"} <= data  # pandas: tables
     assert not {"torch", "lightning", "matplotlib", "snakemake"} & data
-    assert {"torch", "lightning", "torchmetrics", "numpy", "safetensors"} <= train
+    assert {"torch", "lightning", "torchmetrics", "numpy", "safetensors", "blake3"} <= train
     assert not {"pandas", "matplotlib", "rocrate", "snakemake"} & train
-    assert {"pandas", "matplotlib", "rocrate"} <= report
-    assert not {"torch", "lightning"} & report
+    assert {"matplotlib", "rocrate", "jinja2"} <= report
+    assert not {"torch", "lightning", "pandas", "pyarrow"} & report  # the runs table is plain csv
 
 
 def test_a_yaml_version_that_drifts_from_the_lock_is_caught(envs_copy):
@@ -148,7 +148,10 @@ def _stage_venv(tmp_path: Path, stage: str) -> Path:
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("stage", "modules"),
-    [("data", ["snakeddp.data.generate"]), ("report", ["snakeddp.report.table"])],
+    [
+        ("data", ["snakeddp.data.generate", "snakeddp.data.table"]),
+        ("report", ["snakeddp.report.page", "snakeddp.report.figures", "snakeddp.report.crate", "snakeddp.cli"]),
+    ],
 )
 def test_a_stage_env_built_from_its_yaml_runs_the_stage_code(tmp_path, stage, modules):
     """The pins suffice: the stage's modules import, and its environment is captured without torch."""

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import blake3
 import numpy as np
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch
 from snakeddp.data import partitions
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.data.partitions import DataIntegrityError
+from snakeddp.hashing import partition_file_checksum, sha256_file
 from tests.helpers import subprocess_env
 
 
@@ -60,6 +62,30 @@ def test_manifest_records_checksums_shapes_and_counts(dataset):
     part = partitions.read_partition(root / entry["file"], entry)
     assert isinstance(part.features, torch.Tensor) and len(part) == 64
     assert part.ids.tolist() == list(range(64, 128))
+
+
+def test_new_entries_carry_blake3_and_the_manifest_lists_it(dataset):
+    root, manifest = dataset
+    for entry in [*manifest["train"], manifest["val"]]:
+        assert set(entry) & {"blake3", "sha256"} == {"blake3"}, entry
+        assert entry["blake3"] == blake3.blake3((root / entry["file"]).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_entries_of_older_manifests_verify_by_their_sha256(dataset, damaged):
+    """Manifests written before BLAKE3 list sha256: they verify, and damage is still caught."""
+    root, manifest = dataset
+    entry = manifest["train"][0]
+    path = root / entry["file"]
+    older = {key: value for key, value in entry.items() if key != "blake3"} | {"sha256": sha256_file(path)}
+    if damaged:
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(DataIntegrityError, match="sha256 checksum mismatch"):
+            partitions.read_partition(path, older)
+    else:
+        assert len(partitions.read_partition(path, older)) == 64
 
 
 def test_written_files_are_readable_by_others(dataset):
@@ -116,7 +142,7 @@ def test_shape_mismatch_with_manifest_is_refused(dataset, params):
     write_synthetic(other, "train", 0, root / "other.safetensors", root / "other.json")
     forged = {
         **entry,
-        "sha256": partitions.sha256_file(root / "other.safetensors"),
+        **partition_file_checksum(root / "other.safetensors"),
         "bytes": (root / "other.safetensors").stat().st_size,
     }
     with pytest.raises(DataIntegrityError, match="tensor shapes"):
@@ -157,8 +183,8 @@ def test_writing_partitions_does_not_import_torch(tmp_path, params):
 def counted_hashes(monkeypatch):
     """Counts the full-file hashes a read does; files count as settled as soon as they are written."""
     calls = []
-    real = partitions.sha256_file
-    monkeypatch.setattr(partitions, "sha256_file", lambda path: calls.append(path) or real(path))
+    real = partitions.file_checksum
+    monkeypatch.setattr(partitions, "file_checksum", lambda path, kind: calls.append(path) or real(path, kind))
     monkeypatch.setattr(partitions.VerifiedFiles, "SETTLED_NS", 0)
     partitions.VERIFIED.clear()
     yield calls

@@ -4,7 +4,8 @@ A partition holds ``features`` (float32, [n, d]), ``labels`` ([n, 1] float32 for
 [n] int64 for multiclass) and ``ids`` (int64 [n], stable sample ids). safetensors is a plain
 header plus raw bytes: nothing in it can execute code, and it loads by memory-mapping.
 
-Reading verifies the file's sha256 against the manifest *before* parsing it, so a modified,
+Reading verifies the file's checksum (BLAKE3, or sha256 in older manifests: snakeddp.hashing)
+against the manifest *before* parsing it, so a modified,
 truncated or foreign file (a pickle dropped in its place, say) is rejected by name; a process
 hashes a file again only when it changed since (``VerifiedFiles``).
 """
@@ -23,7 +24,7 @@ import numpy as np
 
 from snakeddp.errors import DataIntegrityError
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
-from snakeddp.hashing import sha256_bytes, sha256_file
+from snakeddp.hashing import entry_checksum, file_checksum, partition_checksum
 
 if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
     import torch
@@ -101,7 +102,7 @@ def write_partition(path: str | Path, tensors: Mapping[str, np.ndarray], metadat
     atomic_write_bytes(path, blob)
     return {
         "file": Path(path).name,
-        "sha256": sha256_bytes(blob),
+        **partition_checksum(blob),
         "bytes": len(blob),
         "records": int(tensors["features"].shape[0]),
         "tensors": describe(tensors),
@@ -117,7 +118,7 @@ def as_target(path: Path) -> Path:
 
 
 def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
-    """Raise DataIntegrityError unless ``path`` has exactly the size and sha256 of ``entry``."""
+    """Raise DataIntegrityError unless ``path`` has exactly the size and checksum of ``entry``."""
     # Named as a target: Snakemake never remakes a file that an up-to-date output (the manifest)
     # was made from, so a plain rerun after deleting it would find the file missing again.
     hint = (
@@ -133,10 +134,11 @@ def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
             f"{path}: size {size} bytes does not match the manifest's {entry['bytes']} "
             f"(truncated or replaced); checksum mismatch. {hint}"
         )
-    actual = sha256_file(path)
-    if actual != entry["sha256"]:
+    algorithm, expected = entry_checksum(entry)
+    actual = file_checksum(path, algorithm)
+    if actual != expected:
         raise DataIntegrityError(
-            f"{path}: sha256 checksum mismatch: manifest has {entry['sha256']}, file has {actual}. "
+            f"{path}: {algorithm} checksum mismatch: manifest has {expected}, file has {actual}. "
             f"The file changed after the manifest was written. {hint}"
         )
 
@@ -160,7 +162,7 @@ class VerifiedFiles:
     @staticmethod
     def _stamp(path: Path, entry: Mapping[str, Any]) -> tuple[Any, ...]:
         st = path.stat()
-        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry["sha256"]
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, entry_checksum(entry)
 
     def verify(self, path: Path, entry: Mapping[str, Any]) -> None:
         """``verify_file``, skipped when this process verified the same, unchanged file against the same entry."""

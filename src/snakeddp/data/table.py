@@ -26,7 +26,7 @@ import numpy as np
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
-from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.hashing import partition_file_checksum, sha256_file, sha256_json
 from snakeddp.workflow.terminal import say
 
 FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -255,7 +255,7 @@ def _write_partition(spill: _Spill, target: int, path: Path, metadata: Mapping[s
     atomic_write(path, write)
     return {
         "file": path.name,
-        "sha256": sha256_file(path),
+        **partition_file_checksum(path),
         "bytes": position,
         "records": n,
         "tensors": {name: {"dtype": str(np.dtype(d)), "shape": list(s)} for name, (d, s) in specs.items()},

@@ -31,9 +31,9 @@ DOCKERFILE_NAME = "Dockerfile"
 # dependencies come along from the packages' metadata. Every stage captures its environment,
 # which needs packaging (snakeddp.environment.lock).
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "data": ("numpy", "safetensors", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow"),
-    "train": ("torch", "lightning", "numpy", "safetensors", "pyyaml", "jsonschema", "psutil", "packaging"),
-    "report": ("pandas", "matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging"),
+    "data": ("numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow"),
+    "train": ("torch", "lightning", "numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "psutil", "packaging"),
+    "report": ("matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging"),
 }
 HINT = "HINT: change versions in envs/requirements.in, then run tools/lock.sh (it rewrites the lock and the YAMLs)."
 # Packages a Dockerfile may pin although the lock leaves them out: the installer.

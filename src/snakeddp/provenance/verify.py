@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_file
-from snakeddp.hashing import sha256_file
+from snakeddp.hashing import entry_checksum, sha256_file
 from snakeddp.provenance.schema import problems
 from snakeddp.report.runs import Run
 
-# sha256 releases the GIL, so a few threads hash several partitions at disk speed.
+# sha256 and BLAKE3 release the GIL, so a few threads hash several partitions at disk speed.
 HASH_THREADS = 4
 
 
@@ -57,7 +57,8 @@ def _partition_check(path: Path, entry: Mapping[str, Any], kind: str) -> Check:
         verify_file(path, entry)
     except DataIntegrityError as exc:
         return Check(kind, str(path), False, str(exc).split(" HINT:")[0].removeprefix(f"{path}: "))
-    return Check(kind, str(path), True, f"sha256 {entry['sha256'][:16]}…")
+    algorithm, digest = entry_checksum(entry)
+    return Check(kind, str(path), True, f"{algorithm} {digest[:16]}…")
 
 
 def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:

@@ -70,7 +70,7 @@ STEPS = (
     Step("data_val", "#snakeddp.steps-val", "python -m snakeddp.steps val",
          "writes the validation split and its checksum entry"),
     Step("data_manifest", "#snakeddp.steps-manifest", "python -m snakeddp.steps manifest",
-         "writes a dataset's manifest: the sha256 of every partition and of the validation split"),
+         "writes a dataset's manifest: the checksum of every partition and of the validation split"),
     Step("env_capture", "#snakeddp.steps-environment", "python -m snakeddp.steps environment",
          "records a stage's environment: Python, packages, accelerator stack, and their hash"),
     Step("run_config", "#snakeddp.steps-run-config", "python -m snakeddp.steps run-config",
@@ -292,9 +292,9 @@ def _tool_action(
 
 def _data_actions(builder: CrateBuilder, run: Run, manifest: Any) -> list[tuple[str, ContextEntity]]:
     """The data steps that made a run's dataset. The partitions and the validation split stay out of
-    the crate (their size); the manifest, which is in it, lists the sha256 of each."""
+    the crate (their size); the manifest, which is in it, lists the checksum of each."""
     data = run.provenance["data"]
-    dataset, where = data["dataset"], f" (sha256 of each in {manifest.id})"
+    dataset, where = data["dataset"], f" (checksum of each in {manifest.id})"
     partitions = f"; {data['partitions']} partitions, {data['records']['train']} records{where}"
     validation = f"; {data['records']['val']} records{where}"
     return [
@@ -322,7 +322,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
         manifest,
         f"{PAYLOAD}/data/{p['data']['dataset']}/{manifest.name}",
         sha256=p["data"]["manifest_sha256"],
-        description=f"data manifest of {p['data']['dataset']}: sha256 of each of its {p['data']['partitions']} "
+        description=f"data manifest of {p['data']['dataset']}: checksum of each of its {p['data']['partitions']} "
         "train partitions and the validation file",
     )
     record = p["environment"]["record"]
