@@ -63,7 +63,7 @@ def test_modified_partition_fails(results, capsys):
     flip_byte(part)
     code, out = verify(results, str(results / "runs/devices-2"), capsys)  # by path this time
     assert code == 1
-    assert f"MISMATCH  partition   {part}" in out and "sha256 checksum mismatch" in out
+    assert f"MISMATCH  partition   {part}" in out and "blake3 checksum mismatch" in out
 
 
 def test_replaced_manifest_and_missing_checkpoint_fail(results):

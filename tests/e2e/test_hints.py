@@ -47,7 +47,7 @@ def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_trai
     failed = workflow.run(f"{RUN}/provenance.json", check=False)
     assert failed.returncode != 0
     line = hint_line((workflow.directory / "logs/train/base.log").read_text(), name)
-    assert "sha256 checksum mismatch" in line
+    assert "blake3 checksum mismatch" in line
     relative = target.relative_to(workflow.directory)
     assert (
         f"HINT: delete the file and rerun snakemake with its path as a target beside all (snakemake all {relative})"
