@@ -172,7 +172,7 @@ def plan(**kw):
 
 def test_torchrun_command_is_single_node():
     argv, _ = cluster.get("torchrun").command(plan(), {})
-    assert argv[:3] == ["/opt/my env/python", "-m", "torch.distributed.run"]
+    assert argv[:3] == ["/opt/my env/python", "-m", "snakeddp.cluster.agent"]  # torchrun, frozen at exit
     assert "--nproc-per-node=2" in argv and "--standalone" in argv
     assert argv[-4:] == ["-m", "snakeddp.train", "--config", "run dir/run.yaml"]
     with pytest.raises(LaunchError, match="launch.nodes=2"):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 import weakref
 from types import SimpleNamespace
@@ -11,7 +13,7 @@ import pytest
 from snakemake.scheduling.job_scheduler import JobScheduler
 
 from snakeddp.shutdown import freeze_imports, release_scheduler_timers
-from tests.helpers import REPO
+from tests.helpers import REPO, subprocess_env
 
 
 def pending_timers() -> list[threading.Timer]:
@@ -66,3 +68,44 @@ def test_the_workflow_releases_the_timers_when_it_is_done(rule_hook):
     text = (REPO / "Snakefile").read_text()
     hook = text.split(rule_hook, 1)[1].split("\n\n", 1)[0]
     assert "snakeddp_shutdown.release_scheduler_timers()" in hook
+
+
+def test_freeze_at_exit_freezes_before_the_final_collection():
+    """atexit runs its callbacks last-registered first: the probe, registered before, sees the freeze."""
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
+        "from snakeddp.shutdown import freeze_at_exit\n"
+        "freeze_at_exit()\n"
+        "assert gc.get_freeze_count() == 0\n"
+    )
+    env = subprocess_env()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert int(done.stdout.split()[-1]) > 1000, done.stdout
+
+
+WORKER = "import os, sys; print('rank', os.environ['RANK'], flush=True); sys.exit(int(os.environ['RANK']) * {code})"
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_the_agent_is_torchrun(tmp_path, code):
+    """python -m snakeddp.cluster.agent takes torchrun's arguments, starts its workers and exits as it does."""
+    (tmp_path / "worker.py").write_text(WORKER.format(code=code))
+    args = ["--standalone", "--nproc-per-node=2", "--max-restarts=0", "worker.py"]
+    done = {
+        module: subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=subprocess_env(),
+            check=False,
+            timeout=120,
+        )
+        for module in ("snakeddp.cluster.agent", "torch.distributed.run")
+    }
+    ours, torchrun = done["snakeddp.cluster.agent"], done["torch.distributed.run"]
+    assert sorted(ours.stdout.splitlines()) == sorted(torchrun.stdout.splitlines()) == ["rank 0", "rank 1"]
+    assert ours.returncode == torchrun.returncode == (0 if code == 0 else 1), ours.stderr[-2000:]
+    if code:
+        assert "ChildFailedError" in ours.stderr and "exitcode  : 3" in ours.stderr, ours.stderr[-2000:]

@@ -7,6 +7,7 @@ Every run, every report job and every ``snakemake`` that ran a job paid that.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import threading
 
@@ -26,6 +27,12 @@ def freeze_imports() -> None:
     after the imports and before the work; what the work allocates is collected as before.
     """
     gc.freeze()
+
+
+def freeze_at_exit() -> None:
+    """``freeze_imports`` at interpreter exit, for a process whose code is not ours (torchrun):
+    atexit callbacks run before Python's final collection, which then has nothing to walk."""
+    atexit.register(gc.freeze)
 
 
 def release_scheduler_timers() -> int:

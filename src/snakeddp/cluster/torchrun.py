@@ -52,10 +52,11 @@ class TorchRun(Launcher):
             if plan.master_port is None
             else ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{plan.master_port}"]
         )
+        # torchrun itself, run by a module that spares it Python's final garbage collection.
         argv = [
             plan.python,
             "-m",
-            "torch.distributed.run",
+            "snakeddp.cluster.agent",
             "--nnodes=1",
             f"--nproc-per-node={plan.devices}",
             "--max-restarts=0",
