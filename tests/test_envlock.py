@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,14 @@ def test_the_venv_holds_exactly_the_locked_versions():
     names = set(have) | set(want)
     differences = {name: (have.get(name), want.get(name)) for name in names if have.get(name) != want.get(name)}
     assert differences == {}, "installed vs locked; HINT: rerun tools/setup.sh --dev"
+
+
+@pytest.mark.parametrize("module", ["torch", "lightning", "snakemake", "pandas", "snakeddp.train"])
+def test_the_venv_holds_bytecode_for_what_the_processes_import(module):
+    """tools/setup.sh compiles at install time: where PYTHONDONTWRITEBYTECODE=1 is set (CI, containers)
+    no import writes a .pyc, and every process compiled these packages from source again."""
+    source = importlib.util.find_spec(module).origin
+    assert Path(importlib.util.cache_from_source(source)).is_file(), f"no bytecode for {source}"
 
 
 def test_read_lock_gives_pins_and_python():
