@@ -174,8 +174,14 @@ def run(ctx: Context) -> Result:
             f"Missed because Snakemake's fixed cost ({dry:.1f} s) and the per-job cost ({overhead:.2f} s) are "
             f"large next to {bound:.1f} s of work. The fixed cost amortises with more partitions; the per-job "
             f"cost does not: with many partitions of this size the ratio tends to about {asymptote:.1f} "
-            f"((job cost + {per_partition:.2f} s to generate one) ÷ generation). What would close it: several "
-            "partitions per job (a chunked data_partition rule) or larger partitions, so that each Python "
-            "process start is spread over more bytes."
+            f"((job cost + {per_partition:.2f} s to generate one) ÷ generation). Of the job cost, the step's "
+            "Python process (interpreter, numpy, snakeddp) is about 0.18 s; the rest is Snakemake's own "
+            "bookkeeping per job (scheduling, shell, output checks, metadata). Larger partitions spread it over "
+            "more bytes. Several partitions per job was weighed and not done: a Snakemake rule has a fixed "
+            "list of outputs, so a job of K partitions reruns (and first deletes) all K when one is missing, and "
+            "raising data.num_train_files inside a chunk would rewrite that chunk's existing partitions and "
+            "retrain every run that used them: both break promises the README makes (one missing partition "
+            "regenerates alone; more partitions generate only the new files). Changing the rule would also "
+            "regenerate every finished pipeline's data once."
         )
     return result

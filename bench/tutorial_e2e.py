@@ -7,19 +7,26 @@ The baseline does that by hand (``python -m bench.tutorial``, then torchrun star
 ``snakemake --profile profiles/local`` in an empty directory on the same parameters: the data
 stage (partitions, checksums, manifest), the environment records, the training run and the
 whole report.
+
+Both run in the environment a user's ``make run`` installs (``tools/setup.sh``: the core lock
+only), made once next to the results: the benchmarks' own environment also holds the test tools
+and the optional AzureML extras, and Snakemake starts slower there (smart_open imports the Azure
+storage SDK when it is installed).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import shutil
-import sys
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 from bench.harness import (
+    REPO,
     Context,
     Result,
     alternate,
@@ -88,13 +95,32 @@ def stage_spans(directory: Path) -> dict[str, float]:
     }
 
 
+def core_environment(ctx: Context) -> Path:
+    """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory: set up
+    once, afterwards tools/setup.sh finds it matching the lock and returns at once."""
+    venv = ctx.out / "core-venv"
+    subprocess.run(
+        ["bash", str(REPO / "tools" / "setup.sh")],
+        env={**os.environ, "VENV": str(venv)},
+        check=True,
+        capture_output=True,
+    )
+    return venv / "bin" / "python"
+
+
 def run(ctx: Context) -> Result:
     cfg = config(ctx.sizes.tiny)
     fresh = (ctx.work / f"e2e-{i}" for i in itertools.count())
+    python = core_environment(ctx)
+    # Jobs start `python`: the core environment's, as in a user's activated venv.
+    env = child_env(PATH=os.pathsep.join([str(python.parent), os.environ["PATH"]]))
 
     def ours() -> dict[str, float]:
         directory = next(fresh)
-        seconds, _ = Workflow(directory, cfg).timed()
+        workflow = Workflow(directory, cfg)
+        start = time.perf_counter()
+        run_checked([str(python), *workflow.command()[1:]], cwd=directory, env=env)
+        seconds = time.perf_counter() - start
         spans = stage_spans(directory)
         shutil.rmtree(directory)
         return {"s": seconds, **{f"span:{stage}": value for stage, value in spans.items()}}
@@ -104,15 +130,15 @@ def run(ctx: Context) -> Result:
         directory.mkdir(parents=True)
         start = time.perf_counter()
         run_checked(
-            [sys.executable, "-m", "bench.tutorial", str(directory / "data")]
+            [str(python), "-m", "bench.tutorial", str(directory / "data")]
             + [str(n) for n in (PARTITIONS, RECORDS, VAL_RECORDS, FEATURES)],
-            env=child_env(),
+            env=env,
         )
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={DEVICES}"]
+        argv = [str(python), "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={DEVICES}"]
         argv += ["--max-restarts=0", "--standalone", "-m", "bench.handwritten_ddp", "--format", "pickle"]
         argv += ["--manifest", str(directory / "data" / "manifest.json"), "--epochs", str(cfg["trainer"]["max_epochs"])]
         argv += ["--batch-size", str(BATCH), "--checkpoint", str(directory / "last.pt")]
-        run_checked(argv, env=child_env())
+        run_checked(argv, env=env)
         seconds = time.perf_counter() - start
         shutil.rmtree(directory)
         return {"s": seconds}
@@ -166,17 +192,21 @@ def run(ctx: Context) -> Result:
     )
     if result.figures[0].met is False:
         result.notes.append(
-            "Missed: the gap is what the baseline does not do or import. Snakemake's start-up and DAG (about "
-            "1.5 s; the baseline has none); the ranks' `import lightning`, about 2 s beyond `import torch` "
-            "(Lightning imports torch._dynamo and torchmetrics at module level; see 4., `timing.phases.imports_s`); "
-            "the report, one job whose Python start-up and pandas, matplotlib and rocrate imports take about 1.4 s. "
-            "The data stage takes about as long as the baseline's data script (ours one short Python process per "
-            "partition, the baseline one process importing torch). Fixed here: every process that had imported "
-            "torch and Lightning spent 1.2 s of its exit in Python's final garbage collection, and Snakemake "
-            "waited up to 1 s more for its scheduler's wake-up timer (snakeddp.shutdown); the report was five "
-            "jobs and is one. Next step: several partitions per data job; it changes the data rules' command, "
-            "which every finished pipeline would answer by regenerating its data and retraining once, so it "
-            "belongs with the next change that retrains anyway (BLAKE3 for the checksums, 1.)."
+            "Missed: the gap is start-up the baseline does not have, most of it other packages' imports. "
+            "Snakemake takes about 1.5 s before its first job: importing its command line alone is 1.2 s, of which "
+            "0.43 s is the Slurm executor plugin (Snakemake loads every installed executor plugin, and this one "
+            "imports pandas at module level). The ranks' `import lightning` costs about 2.2 s more than the "
+            "baseline's `import torch`: torch._dynamo (1.1 s, imported by lightning.fabric.wrappers) and "
+            "torchmetrics, which imports matplotlib (0.6 s). The report job takes about 1 s, nearly all of it its "
+            "imports (matplotlib 0.6 s, rocrate 0.4 s). Fixed in stop 19: the report imports no pandas (the runs "
+            "table is plain csv: the job 1.7 -> 1.0 s); torchrun ends 0.25 s after its ranks instead of 0.6 s "
+            "(snakeddp.cluster.agent); fresh environments hold bytecode (tools/setup.sh; with "
+            "PYTHONDONTWRITEBYTECODE=1 every process compiled torch and Lightning again, `import lightning` 10 s "
+            "instead of 5.3 s); this benchmark runs in the core environment `make run` installs. In stop 18: "
+            "Python's final garbage collection (1.2 s per process that imported torch), Snakemake's scheduler "
+            "timer (up to 1 s) and the report as five jobs. What is left of ours (data and environment jobs, "
+            "run checks, checkpoints, provenance) is about 1.5 s. Next: batching partitions per data job does not "
+            "fit Snakemake (2. Data generation); the import costs above are upstream's to make lazy."
         )
     if note := busy_note():
         result.notes.append(note)
