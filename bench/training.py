@@ -214,7 +214,11 @@ def run(ctx: Context) -> Result:
             "(snakeddp.training.callbacks.Preemption). "
             "The ratio therefore rises with the work in a step: bigger batches or models (compare the MLP rows). "
             "With two processes on two busy cores every collective also waits for the other rank to be "
-            "scheduled, which makes the 2-process rows noisy; rerun on a quiet machine before reading them closely."
+            "scheduled, which makes the 2-process rows noisy; rerun on a quiet machine before reading them closely. "
+            "Next step: what is left is Lightning's training loop itself (its hooks, result collection and "
+            "progress tracking per step). Closing the gap means a leaner loop than the Trainer's (Lightning Fabric "
+            "for the built-in models, say), which would give up the Trainer's callbacks, loggers and checkpoint "
+            "format that runs, resume and users' own LightningModules rely on: not planned."
         )
         profile_run = runs.run_file(data, [], epochs, batch_size, devices=2)
         result.notes.append(profile_note(profile_run, manifest, next(run_dirs), ctx.out, result.raw))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from snakeddp import hashing
 from snakeddp.data import partitions
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.data.partitions import DataIntegrityError
@@ -222,3 +223,12 @@ def test_a_file_written_just_before_its_check_is_hashed_again(dataset, counted_h
     partitions.read_partition(root / entry["file"], entry)
     partitions.read_partition(root / entry["file"], entry)
     assert len(counted_hashes) == 2
+
+
+@pytest.mark.parametrize("extra", [0, 1, 4095])
+@pytest.mark.parametrize("windows", [0, 1, 2])
+def test_a_files_blake3_is_the_blake3_of_its_bytes_across_window_edges(tmp_path, windows, extra):
+    """blake3_file maps the file a window at a time: sizes on and around the windows' edges."""
+    data = np.random.default_rng(windows * 7 + extra).bytes(windows * hashing._WINDOW + extra)
+    (tmp_path / "f").write_bytes(data)
+    assert hashing.blake3_file(tmp_path / "f") == blake3.blake3(data).hexdigest()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 _CHUNK = 8 << 20
+_WINDOW = 4 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY
 # The checksum new partition entries carry; entries name theirs by key ("blake3" or "sha256").
 PARTITION_HASH = "blake3"
 ENTRY_HASHES = ("blake3", "sha256")
@@ -43,13 +46,23 @@ def sha256_json(value: Any) -> str:
 
 
 def blake3_file(path: str | Path) -> str:
-    """Hex BLAKE3 of a file, memory-mapped (no copy of a cached file) and on one thread: a rank's
-    prefetch thread hashes beside training, and BLAKE3's thread pool is not safe across fork()."""
+    """Hex BLAKE3 of a file, memory-mapped a window at a time (no copy of a cached file) on one
+    thread: a rank's prefetch thread hashes beside training, and BLAKE3's thread pool is not safe
+    across fork(). Mapping the whole file at once (blake3's update_mmap) put all of it in the
+    process's resident set during the hash: a training rank's peak RSS grew by a partition
+    (bench/results.md, 5.)."""
     # Imported where used: the report and the workflow hash only JSON and records (sha256), and
     # the report stage's environment (envs/report.yaml) has no blake3.
     import blake3
 
-    return blake3.blake3().update_mmap(path).hexdigest()
+    digest = blake3.blake3()
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        for offset in range(0, size, _WINDOW):
+            length = min(_WINDOW, size - offset)
+            with mmap.mmap(handle.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as window:
+                digest.update(window)
+    return digest.hexdigest()
 
 
 def blake3_bytes(data: bytes | memoryview) -> str:
