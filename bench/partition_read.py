@@ -232,8 +232,8 @@ def _notes(warm: dict, cold: dict, nbytes: int, file_bytes: int, figures: list[F
     ]
     notes.append(
         f"Verification hashes the whole file before it is parsed: BLAKE3 {b3:.1f} ms cached "
-        f"({file_bytes / b3 / 1e9:.2f} GB/s, one thread, memory-mapped), sha256 {sha:.0f} ms "
-        f"({file_bytes / sha / 1e9:.2f} GB/s; manifests written before BLAKE3 still verify by it). In training it runs "
+        f"({file_bytes / b3 / 1e6:.2f} GB/s, one thread, memory-mapped), sha256 {sha:.0f} ms "
+        f"({file_bytes / sha / 1e6:.2f} GB/s; manifests written before BLAKE3 still verify by it). In training it runs "
         "on the prefetch thread (both release the GIL) while the previous partition trains, so the step loop does "
         "not wait for it (3. Input pipeline measures that wait); a process hashes a file once and afterwards "
         "trusts its stat stamp (device, inode, size, mtime, ctime) while it is unchanged "
