@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,12 @@ class Workflow(helpers.Workflow):
         directory.mkdir(parents=True, exist_ok=True)
         self.write_config(config)
 
-    def timed(self, *args: str) -> tuple[float, str]:
-        """Seconds the whole snakemake command took (start-up included), and its output."""
+    def timed(self, *args: str, python: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[float, str]:
+        """Seconds the whole snakemake command took (start-up included), and its output; ``python``:
+        the interpreter of another environment to run snakemake with (default: this one)."""
+        command = self.command(*args)
+        if python is not None:
+            command[0] = str(python)
         start = time.perf_counter()
-        output = run_checked(self.command(*args), cwd=self.directory, env=child_env())
+        output = run_checked(command, cwd=self.directory, env=env or child_env())
         return time.perf_counter() - start, output
