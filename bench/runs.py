@@ -1,7 +1,7 @@
 """Start training runs the two ways being compared, and watch their processes' memory.
 
-Ours: ``python -m snakeddp.launch --platform local`` (torchrun -> ``snakeddp.train`` on every
-rank), exactly what the workflow's train rule runs. The baseline: the same torchrun starting
+Ours: ``python -m snakeddp.launch --platform local`` (snakeddp's supervisor -> ``snakeddp.train``
+on every rank), exactly what the workflow's train rule runs. The baseline: torchrun starting
 ``bench.handwritten_ddp``. Both get one thread per process.
 """
 
@@ -24,7 +24,7 @@ from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 
 WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
-LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch")
+LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluster.supervisor", "snakeddp.cluster.agent")
 
 
 def run_file(data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int) -> RunFile:
@@ -112,7 +112,7 @@ def start(argv: list[str], log: Path, trace: MemoryTrace | None = None, period: 
 
 
 def ours(run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None = None) -> dict[str, Any]:
-    """Train with snakeddp (launch -> torchrun -> snakeddp.train); per-epoch rows from metrics.csv."""
+    """Train with snakeddp (launch -> supervisor -> snakeddp.train); per-epoch rows from metrics.csv."""
     run_dir.mkdir(parents=True)
     run.write(run_dir / "run.yaml")
     argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_dir / "run.yaml")]
@@ -132,7 +132,7 @@ def ours(run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None 
 def handwritten(
     run: RunFile, manifest: Path, run_dir: Path, fmt: str = "safetensors", trace: MemoryTrace | None = None
 ) -> dict[str, Any]:
-    """Train with the hand-written DDP loop under the same torchrun; per-epoch rows from its JSON."""
+    """Train with the hand-written DDP loop under torchrun; per-epoch rows from its JSON."""
     run_dir.mkdir(parents=True)
     cfg = run.config
     hidden = cfg["model"]["hidden_sizes"] if cfg["model"]["name"] == "mlp" else []

@@ -1,6 +1,7 @@
 """4. Training overhead: snakeddp.train (Lightning DDP) vs a hand-written DDP loop; 1 vs 2 processes.
 
-Both are started by torchrun with one thread per process, train the same partitions with the
+Both start with one thread per process (ours by the local profile's launcher, the baseline by
+torchrun), train the same partitions with the
 same model, batch size and optimizer (Adam), validate and checkpoint after every epoch. The
 figure is samples per second of training time, the wait for each epoch's partition included
 and validation excluded (``train_seconds`` + ``data_wait_s`` of metrics.csv for ours, the same
@@ -169,8 +170,9 @@ def run(ctx: Context) -> Result:
     }
     result.notes += [
         f"{epochs} epochs over {parts} partitions, batch {batch_size} per process (the global batch grows with "
-        "the processes), Adam, gloo, one thread per process, launched by torchrun (ours through "
-        "`python -m snakeddp.launch`). Both validate and checkpoint after every epoch, outside the timed window.",
+        "the processes), Adam, gloo, one thread per process; the baseline launched by torchrun, ours by "
+        "`python -m snakeddp.launch` (the local profile's launcher, snakeddp.cluster.supervisor). Both validate "
+        "and checkpoint after every epoch, outside the timed window.",
         "Time per training step, ours vs hand-written: "
         + "; ".join(
             f"{label} {step_ms[key]['ours']:.1f} vs {step_ms[key]['handwritten']:.1f} ms"
@@ -188,8 +190,8 @@ def run(ctx: Context) -> Result:
         f"Trainer build {phases['trainer_build_s']:.2f} s + trainer.fit to the first step (rendezvous, Lightning's "
         f"set-up, first partition) {phases['fit_setup_s']:.2f} s; checkpoint writes {phases['checkpoint_s']:.2f} s "
         f"and validation {phases['validation_s']:.2f} s (inside the epochs, as in the baseline); last epoch to the "
-        f"provenance record {phases['teardown_s']:.2f} s. The rest of the wall time is `snakeddp.launch`, torchrun "
-        "and process exit.",
+        f"provenance record {phases['teardown_s']:.2f} s. The rest of the wall time is `snakeddp.launch`, its "
+        "supervisor and process exit.",
         "Fixed here: Lightning 2.6 broadcast rank 0's SIGTERM flag before every training step and read it back "
         "with `.item()` (one more collective and a host sync per step, the largest share of its per-step cost for "
         "the linear model); snakeddp.training.sigterm_shim switches it off where Preemption already agrees on a "

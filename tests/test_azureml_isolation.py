@@ -85,4 +85,4 @@ def test_local_launch_never_touches_the_sdks(tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "snakeddp.cluster.agent" in done.stdout and "--nproc-per-node=2" in done.stdout
+    assert "snakeddp.cluster.supervisor" in done.stdout and "--nproc-per-node=2" in done.stdout

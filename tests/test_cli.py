@@ -25,7 +25,7 @@ def test_runs_table(sweep_workflow, capsys):
     for column in ("run", "launch.devices", "val_loss", "epochs", "samples/s", "launcher"):
         assert column in header
     assert [line.split()[0] for line in lines[1:]] == ["devices-1", "devices-2"]
-    assert "torchrun" in lines[1] and "3/3" in lines[1]
+    assert "direct" in lines[1] and "3/3" in lines[1]
 
 
 def test_runs_json_matches_provenance(sweep_workflow, capsys):

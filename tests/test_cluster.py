@@ -6,7 +6,7 @@ from unittest import mock
 import pytest
 
 from snakeddp import cluster
-from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch
+from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -104,6 +104,20 @@ def test_torchrun_inside_slurm_is_torchrun():
     assert cluster.detect({**SRUN, **TORCHRUN}).name == "torchrun"
 
 
+def test_direct_ranks_map_from_the_variables_the_supervisor_sets():
+    """Both sides of the local launcher: what supervisor.rank_environments exports, direct reads."""
+    environments = supervisor.rank_environments(2, 29411, {**SRUN, "PATH": "/bin"})  # even inside Slurm
+    layouts = [cluster.resolve(None, env)[1] for env in environments]
+    assert [as_tuple(layout) for layout in layouts] == [
+        ("direct", rank, rank, 2, 2, 0, 1, "127.0.0.1", 29411) for rank in (0, 1)
+    ]
+    assert layouts[0].job_id == layouts[1].job_id and len(layouts[0].job_id) == 32  # one launch id per start
+    assert environments[0]["PATH"] == "/bin"
+    layouts[0].check_matches(nodes=1, devices=2)
+    environment = cluster.get("direct").lightning_environment(layouts[1])
+    assert (environment.global_rank(), environment.world_size(), environment.main_port) == (1, 2, 29411)
+
+
 def test_mpirun_inside_slurm_is_mpirun_and_uses_the_first_node():
     env = {
         **SRUN,
@@ -179,6 +193,15 @@ def test_torchrun_command_is_single_node():
         cluster.get("torchrun").command(plan(nodes=2), {})
 
 
+def test_direct_command_is_the_supervisor_on_one_node():
+    argv, exports = cluster.get("direct").command(plan(), {})
+    assert argv[:4] == ["/opt/my env/python", "-m", "snakeddp.cluster.supervisor", "--nproc-per-node=2"]
+    assert argv[4:9] == ["--", "/opt/my env/python", "-m", "snakeddp.train", "--config"] and exports == {}
+    assert "--master-port=4321" in cluster.get("direct").command(plan(master_port=4321), {})[0]
+    with pytest.raises(LaunchError, match="launch.nodes=2. HINT:"):
+        cluster.get("direct").command(plan(nodes=2), {})
+
+
 def test_srun_command_requests_the_layout():
     argv, _ = cluster.get("srun").command(plan(nodes=2, devices=2, threads_per_process=3), {})
     assert argv[:7] == [
@@ -200,7 +223,8 @@ def test_mpirun_command_exports_the_rendezvous():
 
 
 def test_platform_defaults():
-    assert cluster.for_platform("auto", "local").name == "torchrun"
+    assert cluster.for_platform("auto", "local").name == "direct"
+    assert cluster.for_platform("torchrun", "local").name == "torchrun"
     assert cluster.for_platform("auto", "slurm").name == "srun"
     assert cluster.for_platform("mpirun", "local").name == "mpirun"
     with pytest.raises(LaunchError, match="needs the slurm profile"):

@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -158,6 +159,32 @@ def test_missing_tensor_is_rejected_at_write(tmp_path):
 def test_manifest_format_is_checked(tmp_path):
     (tmp_path / "m.json").write_text('{"format": "something-else"}')
     with pytest.raises(DataIntegrityError, match="not a snakeddp-manifest/1 manifest"):
+        partitions.load_manifest(tmp_path / "m.json")
+
+
+@pytest.mark.parametrize(
+    ("edit", "where", "lacks"),
+    [
+        (lambda m: m["train"][1].pop("blake3"), "train[1]", "blake3 or sha256"),
+        (lambda m: m["val"].pop("bytes"), "val", "bytes"),
+        (lambda m: m["train"][0].update(file=None, bytes="12"), "train[0]", "file, bytes"),
+        (lambda m: m.update(train=[]), "train", "file, bytes, blake3 or sha256"),
+    ],
+)
+def test_a_manifest_entry_that_cannot_be_verified_is_refused_by_name(tmp_path, edit, where, lacks):
+    entry = {"file": "part.safetensors", "blake3": "ab", "bytes": 3, "records": 1}
+    manifest = {"format": "snakeddp-manifest/1", "train": [dict(entry), {**entry, "sha256": "cd"}], "val": entry}
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    assert partitions.load_manifest(tmp_path / "m.json") == manifest  # sha256 alone (older manifests) is enough
+    del manifest["train"][1]["blake3"]
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    partitions.load_manifest(tmp_path / "m.json")
+    manifest["train"][1]["blake3"] = "ab"
+    edit(manifest)
+    if where == "train[1]":
+        del manifest["train"][1]["sha256"]
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataIntegrityError, match=rf"manifest entry {re.escape(where)} lacks {lacks}, .* HINT: delete"):
         partitions.load_manifest(tmp_path / "m.json")
 
 

@@ -146,7 +146,7 @@ def test_a_file_system_without_flock_is_warned_about_once(tmp_path, monkeypatch,
 
 @pytest.mark.e2e
 def test_training_without_flock_warns_in_the_log_and_records_it_in_provenance(tmp_path):
-    # Every process of the run (launcher, torchrun, both ranks) imports this sitecustomize.
+    # Every process of the run (launcher, supervisor, both ranks) imports this sitecustomize.
     hooks = tmp_path / "hooks"
     hooks.mkdir()
     (hooks / "sitecustomize.py").write_text(

@@ -128,7 +128,7 @@ def wandb_records(path: Path):
 
 @pytest.fixture(scope="module")
 def tracked_run(tmp_path_factory):
-    """A 2-process run with every tracker on, started by snakeddp.launch (torchrun)."""
+    """A 2-process run with every tracker on, started by snakeddp.launch (direct, the local default)."""
     tmp = tmp_path_factory.mktemp("tracked")
     overrides = {
         "launch": {"devices": 2},

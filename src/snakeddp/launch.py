@@ -3,7 +3,7 @@
     python -m snakeddp.launch --platform local --config results/runs/base/run.yaml \\
         --run-dir results/runs/base --data results/data/<dataset>/manifest.json
 
-This is the one place that builds launch commands (torchrun, srun, mpirun). Before any rank
+This is the one place that builds launch commands (snakeddp's supervisor, torchrun, srun, mpirun). Before any rank
 starts it decides, once, whether the run resumes, is restored (this attempt key already
 finished: nothing trains) or starts fresh; an attempt of another key moves to ``attempts/``.
 The command is logged shell-quoted, recorded in provenance, and preemption signals are passed
@@ -27,13 +27,12 @@ import psutil
 from snakeddp import cluster
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
-from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
+from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.runfile import RunFile
 
 PLATFORMS = ("local", "slurm", "azureml")
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 FAILURE_FILE = "failure.txt"
 
@@ -162,8 +161,8 @@ def run_attempt(args: argparse.Namespace) -> int:
 def relay_stderr(stream: IO[bytes], failed: Path) -> None:
     """Pass the ranks' stderr on until one of them stops on a snakeddp error.
 
-    What follows is the launcher's own account of the failure (torchrun's ChildFailedError
-    report, srun's and mpirun's exit notices) and the other ranks being stopped; the rank's one
+    What follows is the launcher's own account of the failure (the supervisor's line, torchrun's
+    ChildFailedError report, srun's and mpirun's exit notices) and the other ranks being stopped; the rank's one
     line says it all, and the launcher prints it once when the ranks are gone.
     """
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
@@ -180,10 +179,11 @@ def deliver(child: subprocess.Popen, launcher: str, signum: int) -> None:
 def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[psutil.Process]:
     """Who gets a signal the launcher received.
 
-    srun and mpirun pass signals on to every rank. torchrun's agent does not: it dies on USR1,
-    and on TERM it kills its workers if they take more than 30 s to stop, which a rank saving
-    a checkpoint on a busy node can exceed. So preemption signals go to torchrun's workers
-    directly; they stop together, save last.ckpt and exit, and torchrun follows.
+    srun, mpirun and snakeddp's supervisor (direct) pass signals on to every rank. torchrun's
+    agent does not: it dies on USR1, and on TERM it kills its workers if they take more than
+    30 s to stop, which a rank saving a checkpoint on a busy node can exceed. So preemption
+    signals go to torchrun's workers directly; they stop together, save last.ckpt and exit, and
+    torchrun follows.
     """
     parent = psutil.Process(child.pid)
     if launcher == "torchrun" and signum in PREEMPT_SIGNALS:

@@ -5,6 +5,10 @@ One process (Lightning spawns more if launch.devices > 1)::
     python -m snakeddp.train --config results/runs/base/run.yaml --run-dir results/runs/base \\
         --data results/data/synthetic-0123456789/manifest.json
 
+snakeddp's supervisor (the local profile's launcher), one node, two processes::
+
+    python -m snakeddp.cluster.supervisor --nproc-per-node=2 -- python -m snakeddp.train --launcher direct ...
+
 torchrun, one node, two processes::
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 -m snakeddp.train --launcher torchrun ...

@@ -60,6 +60,35 @@ def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_trai
     assert (workflow.directory / RUN / "provenance.json").is_file()
 
 
+def test_a_manifest_entry_without_its_checksum_deleted_as_hinted_is_rewritten_and_training_completes(
+    workflow: Workflow, tiny_config
+):
+    workflow.write_config(tiny_config)
+    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
+    manifest = dataset / "manifest-3.json"
+    relative = manifest.relative_to(workflow.directory)
+    workflow.run(str(relative))
+    original = manifest.read_bytes()
+    edited = json.loads(original)
+    del edited["train"][1]["blake3"]
+    manifest.write_text(json.dumps(edited))
+
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    line = hint_line(log, "manifest entry train[1] lacks blake3 or sha256")
+    assert log.count("manifest entry train[1]") == 1, log[-3000:]
+    assert (
+        f"HINT: delete the manifest and rerun snakemake with its path as a target beside all (snakemake all {relative})"
+        in line
+    )
+
+    manifest.unlink()
+    workflow.run("all", str(relative))
+    assert manifest.read_bytes() == original
+    assert (workflow.directory / RUN / "provenance.json").is_file()
+
+
 def descendants_and_self(pid: int) -> list[psutil.Process]:
     parent = psutil.Process(pid)
     return [parent, *parent.children(recursive=True)]

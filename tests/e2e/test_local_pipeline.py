@@ -53,7 +53,7 @@ def test_default_run_trains_learnable_labels_with_ddp(default_run):
     ranks = record["launch"]["ranks"]
     assert sorted(r["rank"] for r in ranks) == [0, 1]
     assert all(r["host"] for r in ranks) and len({r["pid"] for r in ranks}) == 2
-    assert record["launch"]["launcher"] == "torchrun" and record["launch"]["backend"] == "gloo"
+    assert record["launch"]["launcher"] == "direct" and record["launch"]["backend"] == "gloo"
     metrics = read_csv(default_run.directory / "results/runs/devices-2/metrics.csv")
     assert [int(r["partition"]) for r in metrics] == [e % 4 for e in range(len(metrics))]
 

@@ -267,7 +267,7 @@ def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
     assert set(pids) == {0, 1}, pids
     time.sleep(0.5)
     os.kill(pids[rank], signal.SIGTERM)
-    # No deadlock: the run ends well within the timeout. torchrun reports 75 or 1 here, depending
+    # No deadlock: the run ends well within the timeout. The launcher reports 75 or 1 here, depending
     # on which rank exits first (a rank signalled alone is not the launcher being preempted).
     assert process.wait(timeout=120) != 0, run.log.read_text()[-3000:]
     assert "preempted in epoch" in run.log.read_text()

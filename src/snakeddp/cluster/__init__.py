@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.direct import Direct
 from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
 from snakeddp.cluster.slurm import Srun
@@ -18,6 +19,7 @@ from snakeddp.cluster.torchrun import TorchRun
 
 LAUNCHERS: tuple[type[Launcher], ...] = (
     TorchRun,  # torchrun sets its own variables even inside Slurm or MPI jobs
+    Direct,  # as does snakeddp's own supervisor (torchrun's variables, its own launch id)
     MpiRun,  # mpirun inside a Slurm allocation also sees SLURM_* variables
     Srun,
     EnvVars,  # AzureML's PyTorch distribution, or any launcher exporting RANK/WORLD_SIZE
@@ -25,7 +27,7 @@ LAUNCHERS: tuple[type[Launcher], ...] = (
 )
 BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
 # What `launch.launcher: auto` means on each platform.
-PLATFORM_DEFAULT = {"local": "torchrun", "slurm": "srun", "azureml": "env"}
+PLATFORM_DEFAULT = {"local": "direct", "slurm": "srun", "azureml": "env"}
 
 __all__ = [
     "BY_NAME",
@@ -62,7 +64,7 @@ def for_platform(configured: str, platform: str) -> Launcher:
     if name == "srun" and platform != "slurm":
         raise LaunchError(
             "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
-            "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (torchrun on this machine)."
+            "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (direct on this machine)."
         )
     return get(name)
 

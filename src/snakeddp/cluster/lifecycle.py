@@ -8,6 +8,8 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL, "try again": what a preempted run wants
+# What a launcher passes on to the processes it started (snakeddp.launch, the supervisor).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def die_with_parent() -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 
 from snakeddp.errors import DataIntegrityError
 from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
-from snakeddp.hashing import entry_checksum, file_checksum, partition_checksum
+from snakeddp.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
 
 if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
     import torch
@@ -242,4 +242,29 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
         raise DataIntegrityError(f"{path}: cannot read the data manifest: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise DataIntegrityError(f"{path}: not a {MANIFEST_FORMAT} manifest")
+    check_entries(path, manifest)
     return manifest
+
+
+def check_entries(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Every file entry names its file, size and checksum: a reader verifies each one before use."""
+    train = manifest.get("train")
+    entries = [("val", manifest.get("val")), *((f"train[{i}]", e) for i, e in enumerate(train or []))]
+    for where, entry in entries if isinstance(train, list) and train else [("train", None)]:
+        entry = entry if isinstance(entry, Mapping) else {}
+        missing = [
+            name
+            for name, present in (
+                ("file", isinstance(entry.get("file"), str)),
+                ("bytes", isinstance(entry.get("bytes"), int)),
+                (" or ".join(FILE_HASHES), any(isinstance(entry.get(a), str) for a in FILE_HASHES)),
+            )
+            if not present
+        ]
+        if missing:
+            raise DataIntegrityError(
+                f"{path}: manifest entry {where} lacks {', '.join(missing)}, so its file cannot be verified "
+                f"(the manifest was edited, or not written by snakeddp). HINT: delete the manifest and rerun "
+                f"snakemake with its path as a target beside all (snakemake all {as_target(path)}): the data "
+                "stage writes it again from the partitions' own records."
+            )

@@ -1,0 +1,164 @@
+"""Start a run's processes on this machine and look after them: ``python -m snakeddp.cluster.supervisor``.
+
+    python -m snakeddp.cluster.supervisor --nproc-per-node=2 -- python -m snakeddp.train ARGS
+
+The local profile's launcher (``direct``). Each process gets torchrun's variables (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) and rank 0
+hosts the rendezvous, as under torchrun. What torchrun's agent does for one node without
+restarts, this does too: the first process that fails stops the others (SIGTERM, then SIGKILL
+after ``--stop-timeout``; not when it exits preempted after a signal every process got),
+signals are passed on to every process, and its exit code is the first failure's. What it does
+not do is import torch: torchrun's agent spent 1.6-1.9 s on that here before any rank started
+(bench/results.md, 8.), and ranks need no agent on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Sequence
+
+from snakeddp.cluster.direct import LAUNCH_ID
+from snakeddp.cluster.direct import SUPERVISOR as PROG
+from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE, die_with_parent
+
+STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nproc-per-node", type=int, required=True)
+    parser.add_argument("--master-port", type=int, help="rank 0's rendezvous port (default: a free one)")
+    parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S, help="seconds before SIGKILL")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command every process runs")
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command or args.nproc_per_node < 1:
+        parser.error("needs --nproc-per-node >= 1 and a command after --")
+    return args
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for rank 0's store (torchrun --standalone asks the same of the OS)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rank_environments(nproc: int, port: int, env: dict[str, str]) -> list[dict[str, str]]:
+    shared = {
+        **env,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(nproc),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": "0",
+        "NODE_RANK": "0",
+        LAUNCH_ID: uuid.uuid4().hex,
+    }
+    return [{**shared, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(nproc)]
+
+
+def exit_status(returncode: int) -> int:
+    """A shell's exit code for a child: 128 + N for one killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Supervisor:
+    """The processes of one start, and the rule that one failure stops them all.
+
+    Processes are reaped here alone (``os.waitpid``) and signalled by pid while alive: Popen's own
+    poll() would reap one behind this loop's back and lose its exit status.
+    """
+
+    def __init__(self, command: list[str], environments: list[dict[str, str]], stop_timeout: float) -> None:
+        self.command, self.environments, self.stop_timeout = command, environments, stop_timeout
+        self.alive: dict[int, int] = {}  # pid -> rank
+        self.processes: dict[int, subprocess.Popen] = {}
+        self.pending: list[int] | None = []  # signals that came before every process existed
+        self.forwarded = False
+        self.lock = threading.RLock()  # the kill timer signals from another thread
+
+    def signal(self, signum: int, pids: list[int] | None = None) -> None:
+        with self.lock:
+            for pid in self.alive if pids is None else pids:
+                if pid in self.alive:
+                    try:
+                        os.kill(pid, signum)
+                    except ProcessLookupError:
+                        pass
+
+    def forward(self, signum: int, frame: object = None) -> None:
+        self.forwarded = True
+        if self.pending is not None:  # still starting: every process gets it once they all exist
+            self.pending.append(signum)
+        else:
+            self.signal(signum)
+
+    def start(self) -> None:
+        for rank, environment in enumerate(self.environments):
+            process = subprocess.Popen(self.command, env=environment)
+            self.alive[process.pid], self.processes[process.pid] = rank, process
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        pending, self.pending = self.pending or [], None
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        for signum in dict.fromkeys(pending):
+            self.signal(signum)
+
+    def wait(self) -> int:
+        """Wait for every process; stop the rest at the first failure. The first failure's code, else 0."""
+        failure: int | None = None
+        while self.alive:
+            pid, status = os.waitpid(-1, 0)
+            with self.lock:
+                rank = self.alive.pop(pid, None)
+            if rank is None:
+                continue
+            process = self.processes[pid]
+            process.returncode = os.waitstatus_to_exitcode(status)
+            code = exit_status(process.returncode)
+            if code != 0 and failure is None:
+                failure = code
+                # A rank that stopped on a passed-on signal: the others got it too, and are saving.
+                if self.alive and not (self.forwarded and code == PREEMPTED_EXIT_CODE):
+                    print(
+                        f"{PROG}: rank {rank} (pid {pid}) exited with {code}; stopping the other "
+                        f"{len(self.alive)} process(es)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    self.stop(list(self.alive))
+        return failure or 0
+
+    def stop(self, survivors: list[int]) -> None:
+        """SIGTERM now (a rank saves last.ckpt and exits), SIGKILL for any still there after the timeout."""
+        self.signal(signal.SIGTERM, survivors)
+        timer = threading.Timer(self.stop_timeout, self.signal, args=(signal.SIGKILL, survivors))
+        timer.daemon = True
+        timer.start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    die_with_parent()  # a killed launcher takes this process, and through it every rank, along
+    port = args.master_port or free_port()
+    supervisor = Supervisor(
+        args.command, rank_environments(args.nproc_per_node, port, dict(os.environ)), args.stop_timeout
+    )
+    for signum in FORWARDED:
+        signal.signal(signum, supervisor.forward)
+    supervisor.start()
+    return supervisor.wait()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
