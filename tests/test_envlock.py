@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from snakeddp.environment.lock import Lock, LockError, Pin, compare, installed, read_lock, requirement_closure
 from tests.helpers import REPO, subprocess_env
@@ -50,6 +52,15 @@ def test_the_venv_holds_bytecode_for_what_the_processes_import(module):
     no import writes a .pyc, and every process compiled these packages from source again."""
     source = importlib.util.find_spec(module).origin
     assert Path(importlib.util.cache_from_source(source)).is_file(), f"no bytecode for {source}"
+
+
+def test_installed_reads_the_same_names_and_versions_as_the_full_metadata():
+    """installed() parses only the metadata headers; what it finds must be what the whole files say."""
+    full = {}
+    for dist in importlib.metadata.distributions(path=sys.path):
+        full.setdefault(canonicalize_name(dist.metadata["Name"]), (dist.metadata["Name"], dist.version))
+    assert len(full) > 50
+    assert {key: (pin.name, pin.version) for key, pin in installed(sys.path).items()} == full
 
 
 def test_read_lock_gives_pins_and_python():

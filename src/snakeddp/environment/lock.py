@@ -11,6 +11,7 @@ build brings its own runtime wheels (nvidia-*, triton), which are not in the loc
 from __future__ import annotations
 
 import argparse
+import email.parser
 import importlib.metadata
 import re
 import sys
@@ -90,10 +91,26 @@ def installed(paths: Iterable[str] | None = None) -> dict[str, Pin]:
     """Distributions installed in ``paths`` (default: the interpreter's site-packages)."""
     found: dict[str, Pin] = {}
     for dist in importlib.metadata.distributions(path=list(paths) if paths is not None else site_packages()):
-        name = dist.metadata.get("Name")
-        if name:
-            found.setdefault(canonicalize_name(name), Pin(name, dist.version))
+        headers = metadata_headers(dist)
+        name, version = headers.get("Name"), headers.get("Version")
+        if name and version:
+            found.setdefault(canonicalize_name(name), Pin(name, version))
     return dict(sorted(found.items()))
+
+
+_HEADERS = email.parser.HeaderParser()
+
+
+def metadata_headers(dist: importlib.metadata.Distribution) -> email.message.Message:
+    """The core metadata's header fields (Name, Version, ...) without its body.
+
+    ``dist.metadata`` parses the whole file, long description included (often the project's
+    README), and ``dist.version`` parses it again: reading every installed distribution took
+    70-100 ms that way here, 15-20 ms reading the headers alone. Every training run's provenance
+    and every environment check reads them all.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    return _HEADERS.parsestr(text.partition("\n\n")[0])
 
 
 def _without_local(version: str) -> str:
