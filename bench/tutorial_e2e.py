@@ -44,6 +44,7 @@ TITLE = "8. Tutorial workload end to end"
 
 # The issue's parameters: 8 partitions x 2,000 records x 64 features, 8 epochs, 2 processes, batch 64.
 PARTITIONS, RECORDS, VAL_RECORDS, FEATURES, EPOCHS, DEVICES, BATCH = 8, 2000, 2000, 64, 8, 2, 64
+BOUND = 1.5  # the issue's "must not exceed"; the target is 1.0
 
 
 def config(tiny: bool) -> dict:
@@ -187,24 +188,33 @@ def run(ctx: Context) -> Result:
         "environment or provenance and writes no report; ours does all of that, in parallel jobs where the DAG "
         "allows. The issue's bound is 1.5; the target 1.0."
     )
-    if result.figures[0].met is False:
+    figure = result.figures[0]
+    if figure.met is False:
+        bound = "within" if figure.ratio is not None and figure.ratio <= BOUND else "over"
         result.notes.append(
-            "Missed: the gap is start-up the baseline does not have, most of it other packages' imports. "
-            "Snakemake takes about 1.5 s before its first job: importing its command line alone is 1.2 s, of which "
-            "0.43 s is the Slurm executor plugin (Snakemake loads every installed executor plugin, and this one "
-            "imports pandas at module level). The ranks' `import lightning` costs about 2.2 s more than the "
-            "baseline's `import torch`: torch._dynamo (1.1 s, imported by lightning.fabric.wrappers) and "
-            "torchmetrics, which imports matplotlib (0.6 s). The report job takes about 1 s, nearly all of it its "
-            "imports (matplotlib 0.6 s, rocrate 0.4 s). Fixed in stop 19: the report imports no pandas (the runs "
-            "table is plain csv: the job 1.7 -> 1.0 s); torchrun ends 0.25 s after its ranks instead of 0.6 s "
-            "(snakeddp.cluster.agent); fresh environments hold bytecode (tools/setup.sh; with "
-            "PYTHONDONTWRITEBYTECODE=1 every process compiled torch and Lightning again, `import lightning` 10 s "
-            "instead of 5.3 s); this benchmark runs in the core environment `make run` installs. In stop 18: "
-            "Python's final garbage collection (1.2 s per process that imported torch), Snakemake's scheduler "
-            "timer (up to 1 s) and the report as five jobs. What is left of ours (data and environment jobs, "
-            "run checks, checkpoints, provenance) is about 1.5 s. Next: batching partitions per data job does not "
-            "fit Snakemake (2. Data generation); the import costs above are upstream's to make lazy."
+            f"Missed the target 1.0 ({bound} the issue's bound, {BOUND}): the gap is start-up the baseline does not "
+            "have, most of it other packages' imports. Snakemake takes about 1.5 s before its first job: importing "
+            "its command line alone is 1.2 s, of which 0.43 s is the Slurm executor plugin (Snakemake loads every "
+            "installed executor plugin, and this one imports pandas at module level). The ranks' `import lightning` "
+            "costs about 2.2 s more than the baseline's `import torch`: torch._dynamo (1.1 s, imported by "
+            "lightning.fabric.wrappers) and torchmetrics, which imports matplotlib (0.6 s). The report job takes "
+            "about 1 s, nearly all of it its imports (matplotlib 0.6 s, rocrate 0.4 s). What is left of ours (data "
+            "and environment jobs, run checks, checkpoints, provenance) is about 1.5 s. Next: batching partitions "
+            "per data job does not fit Snakemake (2. Data generation); the import costs above are upstream's to "
+            "make lazy."
         )
+    result.notes.append(
+        "Fixed in stop 20: the local profile starts its ranks itself (`launch.launcher: direct`, "
+        "snakeddp.cluster.supervisor: torchrun's variables, signals passed on, the first failure stops the rest) "
+        "instead of through torchrun's agent, which imported torch for 1.6-1.9 s before any rank started; the same "
+        "run launched both ways, 3 pairs: 6.3-7.8 s against 8.5-8.7 s. Every run's provenance reads the installed "
+        "packages from their metadata headers only (70-100 -> 15-20 ms). In stop 19: the report imports no pandas "
+        "(the job 1.7 -> 1.0 s); torchrun ends 0.25 s after its ranks instead of 0.6 s (snakeddp.cluster.agent); "
+        "fresh environments hold bytecode (tools/setup.sh; with PYTHONDONTWRITEBYTECODE=1 every process compiled "
+        "torch and Lightning again, `import lightning` 10 s instead of 5.3 s); this benchmark runs in the core "
+        "environment `make run` installs. In stop 18: Python's final garbage collection (1.2 s per process that "
+        "imported torch), Snakemake's scheduler timer (up to 1 s) and the report as five jobs."
+    )
     if note := busy_note():
         result.notes.append(note)
     return result
