@@ -141,7 +141,7 @@ def run(ctx: Context) -> Result:
         shutil.rmtree(directory)
         return {"s": seconds}
 
-    samples = alternate({"ours": ours, "tutorial": tutorial}, reps=ctx.sizes.reps_or(2), warmup=ctx.sizes.warmup_or(0))
+    samples = alternate({"ours": ours, "tutorial": tutorial}, reps=ctx.sizes.reps_or(4), warmup=ctx.sizes.warmup_or(1))
     seconds = {name: median([s["s"] for s in values]) for name, values in samples.items()}
     result = Result(
         NAME,

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from snakeddp import yamltext
+
 # The sweep maps dotted keys to lists of values of that key's type.
 SWEEP = "sweep"
 # What a command-line value may say for null where the schema allows it.
@@ -69,7 +71,7 @@ def _parse_text(text: str, types: set[str]) -> Any:
                 return number
     if not types:  # a free-form value (model.kwargs): read it as a config file would
         try:
-            parsed = yaml.safe_load(text)
+            parsed = yamltext.safe_load(text)
         except yaml.YAMLError:
             return text
         if isinstance(parsed, str):

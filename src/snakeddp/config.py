@@ -22,7 +22,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from snakeddp import coerce
+from snakeddp import coerce, yamltext
 from snakeddp.data import sources
 from snakeddp.errors import ConfigError
 from snakeddp.hashing import sha256_json
@@ -40,7 +40,7 @@ SCHEDULER_KEYS = ("mem_mb", "runtime")
 @functools.cache
 def _parsed_schema(name: str) -> dict[str, Any]:
     text = resources.files("snakeddp.schemas").joinpath(name).read_text()
-    return yaml.safe_load(text) if name.endswith(".yaml") else json.loads(text)
+    return yamltext.safe_load(text) if name.endswith(".yaml") else json.loads(text)
 
 
 def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a YAML config file."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yamltext.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:

@@ -20,6 +20,7 @@ from azure.ai.ml.entities import BuildContext, Environment
 from azure.ai.ml.exceptions import MlException
 from marshmallow import ValidationError
 
+from snakeddp import yamltext
 from snakeddp.azureml.plan import OUTPUT_NAME, JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V2_SPEC_FILE as SPEC_FILE
@@ -83,7 +84,7 @@ def build(plan: JobPlan) -> dict[str, Any]:
     )
     stream = io.StringIO()
     node._to_job().dump(stream)
-    document = yaml.safe_load(stream.getvalue())
+    document = yamltext.safe_load(stream.getvalue())
     # Local paths relative to the YAML, as a person would write them (and unlike the SDK's dump).
     document["code"] = _relative(plan.code_dir, plan.spec_dir)
     if plan.data.uri is None:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from packaging.utils import canonicalize_name
 
+from snakeddp import yamltext
 from snakeddp.environment.lock import ACCELERATED, Lock, LockError, installed, read_lock, requirement_closure
 from snakeddp.errors import EnvFileError
 
@@ -126,7 +127,7 @@ def check_stage(stage: str, path: Path, lock: Lock) -> list[str]:
     """What in one stage's YAML disagrees with the lock (empty when it agrees)."""
     if not path.is_file():
         return [f"{path}: missing (the {stage} stage's conda env). {HINT}"]
-    python, pins, problems = _yaml_pins(yaml.safe_load(path.read_text()), path)
+    python, pins, problems = _yaml_pins(yamltext.safe_load(path.read_text()), path)
     if python != lock.python:
         problems.append(f"{path}: python={python}, but the lock is for Python {lock.python}")
     for key, (name, version) in sorted(pins.items()):

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from snakeddp import config as configuration
+from snakeddp import yamltext
 from snakeddp.fsutil import atomic_write_text
 
 RUN_FORMAT = "snakeddp-run/1"
@@ -39,7 +40,7 @@ class RunFile:
         """Read a run.yaml, or a plain config file without a sweep (run id ``base``)."""
         path = Path(path)
         try:
-            raw = yaml.safe_load(path.read_text()) or {}
+            raw = yamltext.safe_load(path.read_text()) or {}
         except FileNotFoundError:
             raise configuration.ConfigError(f"{path}: no such run file") from None
         except yaml.YAMLError as exc:
@@ -65,7 +66,7 @@ def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[st
     rule's resources read the config, not this file).
     """
     try:
-        written = yaml.safe_load(Path(path).read_text())
+        written = yamltext.safe_load(Path(path).read_text())
         old_point, old_config = written.get("sweep_point") or {}, written["config"]
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
         return dict(run)
