@@ -79,7 +79,7 @@ def test_mpirun_exports_every_network_variable_with_x(tmp_path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+@pytest.mark.parametrize("launcher", ["direct", "torchrun", "mpirun"])
 def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_path, launcher):
     (tmp_path / "probe.py").write_text(textwrap.dedent(PROBE))
     overrides = {
@@ -97,6 +97,7 @@ def test_every_rank_sees_the_network_variables_and_provenance_records_them(tmp_p
         seen = json.loads((run_dir / f"env-rank{rank}.json").read_text())
         assert wanted.items() <= seen.items(), f"rank {rank} saw {seen}"
     record = json.loads((run_dir / "provenance.json").read_text())
+    assert record["launch"]["launcher"] == launcher
     assert wanted.items() <= record["launch"]["variables"].items()
     assert record["user_code"][0]["target"] == "probe:EnvProbe"
     if launcher == "mpirun":
