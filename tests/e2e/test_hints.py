@@ -31,61 +31,45 @@ def hint_line(text: str, what: str) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize("name", ["train/part-00002.safetensors", "val.safetensors"])
-def test_damaged_data_file_deleted_as_hinted_is_regenerated_identically_and_training_completes(
-    workflow: Workflow, tiny_config, name
+def flip_last_byte(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 0x01])
+
+
+def drop_a_checksum(data: bytes) -> bytes:
+    manifest = json.loads(data)
+    del manifest["train"][1]["blake3"]
+    return json.dumps(manifest).encode()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "error", "hint"),
+    [
+        ("train/part-00002.safetensors", flip_last_byte, "blake3 checksum mismatch", "delete the file"),
+        ("val.safetensors", flip_last_byte, "blake3 checksum mismatch", "delete the file"),
+        ("manifest-3.json", drop_a_checksum, "manifest entry train[1] lacks blake3 or sha256", "delete the manifest"),
+    ],
+)
+def test_a_damaged_data_file_or_manifest_deleted_as_hinted_is_rewritten_identically_and_training_completes(
+    workflow: Workflow, tiny_config, name, damage, error, hint
 ):
     workflow.write_config(tiny_config)
     dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
     workflow.run(str(dataset.relative_to(workflow.directory) / "manifest-3.json"))
     target = dataset / name
     original = target.read_bytes()
-    damaged = bytearray(original)
-    damaged[-1] ^= 0x01
-    target.write_bytes(bytes(damaged))
-
-    failed = workflow.run(f"{RUN}/provenance.json", check=False)
-    assert failed.returncode != 0
-    line = hint_line((workflow.directory / "logs/train/base.log").read_text(), name)
-    assert "blake3 checksum mismatch" in line
-    relative = target.relative_to(workflow.directory)
-    assert (
-        f"HINT: delete the file and rerun snakemake with its path as a target beside all (snakemake all {relative})"
-        in line
-    )
-
-    target.unlink()
-    workflow.run("all", str(relative))
-    assert target.read_bytes() == original
-    assert (workflow.directory / RUN / "provenance.json").is_file()
-
-
-def test_a_manifest_entry_without_its_checksum_deleted_as_hinted_is_rewritten_and_training_completes(
-    workflow: Workflow, tiny_config
-):
-    workflow.write_config(tiny_config)
-    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
-    manifest = dataset / "manifest-3.json"
-    relative = manifest.relative_to(workflow.directory)
-    workflow.run(str(relative))
-    original = manifest.read_bytes()
-    edited = json.loads(original)
-    del edited["train"][1]["blake3"]
-    manifest.write_text(json.dumps(edited))
+    target.write_bytes(damage(original))
 
     failed = workflow.run(f"{RUN}/provenance.json", check=False)
     assert failed.returncode != 0
     log = (workflow.directory / "logs/train/base.log").read_text()
-    line = hint_line(log, "manifest entry train[1] lacks blake3 or sha256")
-    assert log.count("manifest entry train[1]") == 1, log[-3000:]
-    assert (
-        f"HINT: delete the manifest and rerun snakemake with its path as a target beside all (snakemake all {relative})"
-        in line
-    )
+    line = hint_line(log, name)
+    assert error in line and log.count(error) == 1, log[-3000:]
+    relative = target.relative_to(workflow.directory)
+    assert f"HINT: {hint} and rerun snakemake with its path as a target beside all (snakemake all {relative})" in line
 
-    manifest.unlink()
+    target.unlink()
     workflow.run("all", str(relative))
-    assert manifest.read_bytes() == original
+    assert target.read_bytes() == original
     assert (workflow.directory / RUN / "provenance.json").is_file()
 
 

@@ -9,9 +9,10 @@ without importing torch first: torchrun's agent did, for 1.6-1.9 s before any ra
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.base import LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.torchrun import TorchRun
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -21,25 +22,15 @@ SUPERVISOR = "snakeddp.cluster.supervisor"
 LAUNCH_ID = "SNAKEDDP_LAUNCH_ID"  # one per start, like torchrun's TORCHELASTIC_RUN_ID
 
 
-class Direct(Launcher):
+class Direct(TorchRun):
+    """torchrun's variables and layout, set by snakeddp's supervisor, which names itself by its launch id."""
+
     name = "direct"
-    variables = {
-        "rank": "RANK",
-        "local_rank": "LOCAL_RANK",
-        "world_size": "WORLD_SIZE",
-        "local_world_size": "LOCAL_WORLD_SIZE",
-        "node_rank": "GROUP_RANK",
-        "master_addr": "MASTER_ADDR",
-        "master_port": "MASTER_PORT",
-        "job_id": LAUNCH_ID,
-    }
+    variables = {**TorchRun.variables, "job_id": LAUNCH_ID}
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
         return LAUNCH_ID in env and "LOCAL_WORLD_SIZE" in env
-
-    def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-        return {**values, "num_nodes": values["world_size"] // values["local_world_size"]}
 
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         from snakeddp.cluster.environment import StaticEnvironment
