@@ -6,11 +6,14 @@ supervisor is started as the launcher starts it, ``python -m snakeddp.cluster.su
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from snakeddp.cluster import supervisor
 
 SUPERVISOR = [sys.executable, "-m", "snakeddp.cluster.supervisor", "--nproc-per-node=2"]
 
@@ -83,6 +86,21 @@ def test_every_rank_gets_torchruns_variables_and_one_rendezvous(tmp_path):
     assert seen[0]["MASTER_PORT"] == seen[1]["MASTER_PORT"]
     assert seen[0]["SNAKEDDP_LAUNCH_ID"] == seen[1]["SNAKEDDP_LAUNCH_ID"]
     assert stderr == ""
+
+
+def test_the_reserved_port_is_kept_from_others_but_rank_0s_store_can_listen_on_it():
+    import datetime
+
+    import torch.distributed as dist
+
+    held = supervisor.reserve_port()
+    port = held.getsockname()[1]
+    with socket.socket() as other, pytest.raises(OSError, match="in use"):
+        other.bind(("127.0.0.1", port))  # anyone else asking for it
+    store = dist.TCPStore("127.0.0.1", port, 1, True, timeout=datetime.timedelta(seconds=10))  # as rank 0 does
+    store.set("rendezvous", "ok")
+    assert store.get("rendezvous") == b"ok"
+    held.close()
 
 
 def test_a_configured_port_is_used(tmp_path):

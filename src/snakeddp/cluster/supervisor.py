@@ -47,11 +47,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def free_port() -> int:
-    """A port nothing listens on now, for rank 0's store (torchrun --standalone asks the same of the OS)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def reserve_port() -> socket.socket:
+    """A free port for rank 0's store, held by this process (bound, not listening) while the ranks run.
+
+    A port that is found free and let go stays free for anyone until rank 0 listens on it,
+    seconds of imports later. Held with SO_REUSEADDR, the OS skips it when anyone else asks for a
+    free or an outgoing port, while rank 0's store, which sets SO_REUSEADDR too, can listen on it.
+    (torchrun's agent avoids the same gap by sharing its own store with the ranks.)
+    """
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("", 0))  # every address: rank 0's store listens on all of them
+    return held
 
 
 def rank_environments(nproc: int, port: int, env: dict[str, str]) -> list[dict[str, str]]:
@@ -150,14 +157,19 @@ class Supervisor:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     die_with_parent()  # a killed launcher takes this process, and through it every rank, along
-    port = args.master_port or free_port()
+    held = reserve_port() if args.master_port is None else None
+    port = held.getsockname()[1] if held is not None else args.master_port
     supervisor = Supervisor(
         args.command, rank_environments(args.nproc_per_node, port, dict(os.environ)), args.stop_timeout
     )
     for signum in FORWARDED:
         signal.signal(signum, supervisor.forward)
     supervisor.start()
-    return supervisor.wait()
+    try:
+        return supervisor.wait()
+    finally:
+        if held is not None:
+            held.close()
 
 
 if __name__ == "__main__":
