@@ -5,6 +5,7 @@ supervisor is started as the launcher starts it, ``python -m snakeddp.cluster.su
 """
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ SUPERVISOR = [sys.executable, "-m", "snakeddp.cluster.supervisor", "--nproc-per-
 
 # A rank: records its variables, then does what argv[2] says for its rank ("exit:N"; "fail:N":
 # exits N once rank 0 has started; "sleep"; "deaf": ignores SIGTERM; "slow-save": on USR1 exits
-# 75 after 1.5 s). Every signal it gets is
+# 75 after 1.5 s; "int:N": exits N on SIGINT, which the others note and ignore). Every signal it gets is
 # appended to its file, as JSON lines.
 RANK = r"""
 import json, os, signal, sys, time
@@ -37,7 +38,9 @@ def on_signal(signum, frame):
         sys.exit(75)
     if signum == signal.SIGTERM and act != "deaf":
         sys.exit(143)
-for signum in (signal.SIGTERM, signal.SIGUSR1):
+    if signum == signal.SIGINT and act.startswith("int:"):
+        sys.exit(int(act[4:]))
+for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
     signal.signal(signum, on_signal)
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
         "SNAKEDDP_LAUNCH_ID")
@@ -61,8 +64,9 @@ def records(directory, rank):
 
 
 def start(tmp_path, acts, *options):
+    """The supervisor in a process group of its own, as a terminal's foreground job is."""
     argv = [*SUPERVISOR, *options, "--", sys.executable, "-c", RANK, str(tmp_path), json.dumps(acts)]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def wait_started(tmp_path, ranks=2, timeout=20):
@@ -141,6 +145,19 @@ def test_signals_reach_every_rank_and_a_slow_save_is_not_cut_short(tmp_path):
     assert records(tmp_path, 0)[1:] == [{"signal": signal.SIGUSR1}]
     assert records(tmp_path, 1)[1:] == [{"signal": signal.SIGUSR1}, {"saved": True}]
     assert "stopping" not in stderr
+
+
+def test_after_ctrl_c_every_rank_gets_it_once_and_one_that_fails_stops_the_others_quietly(tmp_path):
+    """Ctrl-C signals the terminal's whole foreground process group: the ranks, in sessions of their
+    own, get it once, from the supervisor. Rank 1 exits 1 on it; rank 0 carries on and is stopped
+    with SIGTERM. The exits are the interrupt's doing: no report line."""
+    process = start(tmp_path, ["sleep", "int:1"])
+    wait_started(tmp_path)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1 and stderr == ""
+    assert records(tmp_path, 0)[1:] == [{"signal": signal.SIGINT}, {"signal": signal.SIGTERM}]
+    assert records(tmp_path, 1)[1:] == [{"signal": signal.SIGINT}]
 
 
 @pytest.mark.parametrize("argv", [[], ["--nproc-per-node=0", "--", "true"], ["--nproc-per-node=2"]])

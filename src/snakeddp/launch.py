@@ -139,7 +139,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]
     else:
-        started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+        started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=launcher.own_session)
         # Signals that came while it started were only recorded: pass them on now, once.
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         child, missed = started, list(received)

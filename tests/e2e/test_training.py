@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from snakeddp import config
@@ -143,6 +144,25 @@ def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
         assert not ranks[0] & ranks[1], "disjoint across ranks"
         assert ranks[0] | ranks[1] == run.partition_ids(epoch % 2), "union is the epoch's partition"
         assert {t["partition"] for t in traces if t["epoch"] == epoch} == {epoch % 2}
+
+
+def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
+    """Ctrl-C signals the terminal's foreground process group, here the launcher's; the ranks, in
+    sessions of their own, get it passed on (tests/test_supervisor.py counts it once per rank).
+    Lightning shuts down gracefully, no traceback, nothing left running, and a rerun resumes."""
+    run = Run(tmp_path, slow_config(max_epochs=5))
+    process = run.start()
+    run.wait_for_epochs(process, 1)
+    pids = rank_pids(run.dir)
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait(timeout=120) == 1
+    log = run.log.read_text()
+    assert "Detected KeyboardInterrupt" in log and "Traceback" not in log, log[-3000:]
+    for pid in pids.values():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2, 3, 4]
 
 
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):

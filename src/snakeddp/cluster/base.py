@@ -117,6 +117,9 @@ class Launcher:
     variables: ClassVar[dict[str, str]] = {}
     #: Fields whose variable may be unset, and their value then (None: ``derive`` supplies it).
     optional: ClassVar[dict[str, Any]] = {}
+    #: Start the command in a session of its own, so that signals reach it only through
+    #: snakeddp.launch, once (a terminal's Ctrl-C would otherwise reach it twice).
+    own_session: ClassVar[bool] = False
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:

@@ -27,6 +27,7 @@ class Direct(TorchRun):
 
     name = "direct"
     variables = {**TorchRun.variables, "job_id": LAUNCH_ID}
+    own_session = True  # the supervisor passes every signal on to the ranks itself
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:

@@ -113,7 +113,9 @@ class Supervisor:
 
     def start(self) -> None:
         for rank, environment in enumerate(self.environments):
-            process = subprocess.Popen(self.command, env=environment)
+            # Its own session, as torchrun's agent does: a terminal's Ctrl-C (or a kill of this
+            # process group) reaches the ranks once, passed on by this process, not also directly.
+            process = subprocess.Popen(self.command, env=environment, start_new_session=True)
             self.alive[process.pid], self.processes[process.pid] = rank, process
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pending, self.pending = self.pending or [], None
@@ -137,12 +139,13 @@ class Supervisor:
                 failure = code
                 # A rank that stopped on a passed-on signal: the others got it too, and are saving.
                 if self.alive and not (self.forwarded and code == PREEMPTED_EXIT_CODE):
-                    print(
-                        f"{PROG}: rank {rank} (pid {pid}) exited with {code}; stopping the other "
-                        f"{len(self.alive)} process(es)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    if not self.forwarded:  # after Ctrl-C or a kill, the exits are no news
+                        print(
+                            f"{PROG}: rank {rank} (pid {pid}) exited with {code}; stopping the other "
+                            f"{len(self.alive)} process(es)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     self.stop(list(self.alive))
         return failure or 0
 
