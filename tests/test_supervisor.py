@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from snakeddp.cluster import supervisor
@@ -105,6 +106,20 @@ def test_the_reserved_port_is_kept_from_others_but_rank_0s_store_can_listen_on_i
     store.set("rendezvous", "ok")
     assert store.get("rendezvous") == b"ok"
     held.close()
+
+
+def test_a_killed_supervisor_takes_its_ranks_along(tmp_path):
+    """kill -9 of the supervisor (or of snakeddp.launch, which takes the supervisor): the ranks die
+    too, even ones that have not yet reached their own die_with_parent (these never call it)."""
+    process = start(tmp_path, ["sleep", "sleep"])
+    wait_started(tmp_path)
+    pids = [records(tmp_path, rank)[0]["pid"] for rank in (0, 1)]
+    process.kill()
+    process.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
+        assert time.monotonic() < deadline, "ranks outlived their killed supervisor"
+        time.sleep(0.05)
 
 
 def test_a_configured_port_is_used(tmp_path):

@@ -115,7 +115,11 @@ class Supervisor:
         for rank, environment in enumerate(self.environments):
             # Its own session, as torchrun's agent does: a terminal's Ctrl-C (or a kill of this
             # process group) reaches the ranks once, passed on by this process, not also directly.
-            process = subprocess.Popen(self.command, env=environment, start_new_session=True)
+            # Tied to this process from before exec: a rank sets that itself only after its
+            # imports, seconds in which a killed supervisor would have left it orphaned.
+            process = subprocess.Popen(
+                self.command, env=environment, start_new_session=True, preexec_fn=die_with_parent
+            )
             self.alive[process.pid], self.processes[process.pid] = rank, process
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pending, self.pending = self.pending or [], None
