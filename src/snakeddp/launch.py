@@ -3,9 +3,10 @@
     python -m snakeddp.launch --platform local --config results/runs/base/run.yaml \\
         --run-dir results/runs/base --data results/data/<dataset>/manifest.json
 
-This is the one place that builds launch commands (snakeddp's supervisor, torchrun, srun, mpirun). Before any rank
-starts it decides, once, whether the run resumes, is restored (this attempt key already
-finished: nothing trains) or starts fresh; an attempt of another key moves to ``attempts/``.
+This is the one place that builds launch commands (snakeddp's supervisor, torchrun, srun,
+mpirun). Before any rank starts it decides, once, whether the run resumes, is restored (this
+attempt key already finished: nothing trains) or starts fresh; an attempt of another key moves
+to ``attempts/``.
 The command is logged shell-quoted, recorded in provenance, and preemption signals are passed
 on to the ranks.
 """
