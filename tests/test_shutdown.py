@@ -84,7 +84,11 @@ def test_freeze_at_exit_freezes_before_the_final_collection():
     assert int(done.stdout.split()[-1]) > 1000, done.stdout
 
 
-WORKER = "import os, sys; print('rank', os.environ['RANK'], flush=True); sys.exit(int(os.environ['RANK']) * {code})"
+# One write per line: under PYTHONUNBUFFERED print() writes each piece on its own, and the two
+# workers' pieces interleaved ("rankrank 1").
+WORKER = (
+    "import os, sys; rank = os.environ['RANK']; os.write(1, f'rank {{rank}}\\n'.encode()); sys.exit(int(rank) * {code})"
+)
 
 
 @pytest.mark.parametrize("code", [0, 3])
