@@ -163,8 +163,8 @@ def relay_stderr(stream: IO[bytes], failed: Path) -> None:
     """Pass the ranks' stderr on until one of them stops on a snakeddp error.
 
     What follows is the launcher's own account of the failure (the supervisor's line, torchrun's
-    ChildFailedError report, srun's and mpirun's exit notices) and the other ranks being stopped; the rank's one
-    line says it all, and the launcher prints it once when the ranks are gone.
+    ChildFailedError report, srun's and mpirun's exit notices) and the other ranks being stopped;
+    the rank's one line says it all, and the launcher prints it once when the ranks are gone.
     """
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
         if not failed.exists():

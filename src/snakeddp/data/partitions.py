@@ -249,8 +249,11 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
 def check_entries(path: Path, manifest: Mapping[str, Any]) -> None:
     """Every file entry names its file, size and checksum: a reader verifies each one before use."""
     train = manifest.get("train")
-    entries = [("val", manifest.get("val")), *((f"train[{i}]", e) for i, e in enumerate(train or []))]
-    for where, entry in entries if isinstance(train, list) and train else [("train", None)]:
+    if isinstance(train, list) and train:
+        entries = [("val", manifest.get("val")), *((f"train[{i}]", e) for i, e in enumerate(train))]
+    else:  # no partitions listed: the list itself is the entry that lacks everything
+        entries = [("train", None)]
+    for where, entry in entries:
         entry = entry if isinstance(entry, Mapping) else {}
         missing = [
             name
