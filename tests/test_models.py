@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from snakeddp import config
-from snakeddp.training.models import MLP, build_model
+from snakeddp.training.models import MLP, StepLoss, build_model
 from snakeddp.training.targets import TargetError
 
 TASK = {"num_features": 7, "num_classes": 3, "kind": "multiclass"}
@@ -125,3 +125,16 @@ def test_train_loss_is_the_sample_weighted_mean_of_each_epochs_steps(name):
     assert len(record.epochs) == 3
     assert record.epochs == pytest.approx(expected, rel=1e-6)
     assert len(set(record.epochs)) == 3, "each epoch reports its own steps only"
+
+
+def test_the_step_loss_is_sample_weighted_and_shows_a_nan():
+    loss = StepLoss()
+    loss.update(torch.tensor(1.0), 2)
+    loss.update(torch.tensor(4.0), 1)
+    assert float(loss.compute()) == pytest.approx(2.0)
+    # MeanMetric dropped NaN values with a warning: a diverged epoch looked finite.
+    loss.update(torch.tensor(float("nan")), 3)
+    assert torch.isnan(loss.compute())
+    loss.reset()
+    loss.update(torch.tensor(3.0), 5)
+    assert float(loss.compute()) == pytest.approx(3.0)

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+import tracemalloc
 
 import blake3
 import numpy as np
@@ -149,6 +150,28 @@ def test_shape_mismatch_with_manifest_is_refused(dataset, params):
     }
     with pytest.raises(DataIntegrityError, match="tensor shapes"):
         partitions.read_partition(root / "other.safetensors", forged)
+
+
+def test_a_partition_is_written_and_hashed_without_a_copy_of_it(tmp_path):
+    # Joining the tensors into one blob held the partition three times over (arrays, tobytes,
+    # join): a data job needs what it generated, plus the header.
+    tensors = {
+        "features": np.ones((4096, 512), np.float32),
+        "labels": np.zeros((4096, 1), np.float32),
+        "ids": np.arange(4096, dtype=np.int64),
+    }
+    size = sum(t.nbytes for t in tensors.values())
+    tracemalloc.start()
+    try:
+        entry = partitions.write_partition(tmp_path / "p.safetensors", tensors, {"split": "train"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < size / 8, f"peak {peak} bytes while writing {size} bytes of tensors"
+    written = (tmp_path / "p.safetensors").read_bytes()
+    assert written == partitions.serialize(tensors, {"split": "train"})
+    assert entry["bytes"] == len(written)
+    assert entry["blake3"] == blake3.blake3(written).hexdigest()
 
 
 def test_missing_tensor_is_rejected_at_write(tmp_path):

@@ -1,10 +1,12 @@
 """Synthetic data: a pure function of its parameters, with learnable or random labels."""
 
+import blake3
 import numpy as np
 import pytest
 
 from snakeddp import config
 from snakeddp.data import synthetic
+from snakeddp.data.generate import write_synthetic
 
 
 @pytest.fixture
@@ -68,3 +70,37 @@ def test_binary_labels_match_the_tutorial_layout(params):
 def test_unknown_split_is_rejected(params):
     with pytest.raises(ValueError, match="split must be"):
         synthetic.generate(params, "test")
+
+
+# BLAKE3 of files written by earlier releases (the code as of stop 20): generation may change how
+# it computes, never what it writes, or every finished pipeline would regenerate and retrain.
+# The teacher's logits are computed a block of rows at a time: whatever the block, the same bytes.
+EARLIER_RELEASES = {
+    (1, "train", 2): ("863141772c7bd550bb89a23df9cb9afe0e7dd28ee49d006d9c4bb337250b0d6a", 180304),
+    (1, "val", 0): ("8f8a1a14fe42a58ede95f45702b21ec662f4de543b5f3de18af5d83b2dffb2d5", 11088),
+    (4, "train", 2): ("73e22d653607a2ce33ce0f53719c9fe9cbe5de7dd345388b0f6ca9b320190456", 200296),
+    (4, "val", 0): ("b07835e0bc921d4c1ddfcb50ee5ba60523931cd24aff00f9de360db35af775c5", 12288),
+}
+
+
+@pytest.mark.parametrize("block_bytes", [None, 8 * 6 * 7, 8 * 6])
+@pytest.mark.parametrize(("classes", "split", "index"), sorted(EARLIER_RELEASES))
+def test_partition_files_are_byte_identical_to_earlier_releases(
+    tmp_path, monkeypatch, classes, split, index, block_bytes
+):
+    if block_bytes is not None:  # blocks of 7 rows, then of 1
+        monkeypatch.setattr(synthetic, "_LOGIT_BLOCK_BYTES", block_bytes)
+    params = {
+        "name": "t",
+        "source": "synthetic",
+        "seed": 11,
+        "num_records_per_train_file": 5000,
+        "num_val_records": 300,
+        "num_features": 6,
+        "num_classes": classes,
+        "labels": "teacher",
+        "label_noise": 0.1,
+    }
+    entry = write_synthetic(params, split, index, tmp_path / "p.safetensors", tmp_path / "p.json")
+    assert (entry["blake3"], entry["bytes"]) == EARLIER_RELEASES[(classes, split, index)]
+    assert blake3.blake3((tmp_path / "p.safetensors").read_bytes()).hexdigest() == entry["blake3"]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snakeddp.errors import DataIntegrityError
-from snakeddp.fsutil import atomic_write_bytes, atomic_write_json, read_json
+from snakeddp.fsutil import atomic_write, atomic_write_json, read_json
 from snakeddp.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
 
 if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
@@ -63,8 +63,9 @@ _DTYPES = {
 }
 
 
-def serialize(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
-    """The safetensors encoding of ``tensors``, byte-for-byte reproducible.
+def encode(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> list[memoryview]:
+    """The safetensors encoding of ``tensors`` as its pieces (the header, then each tensor's bytes,
+    not copied), byte-for-byte reproducible.
 
     safetensors' own writer emits its JSON header from a hash map, so the key order (and the
     file's checksum) changes between runs; this writes the same format with sorted keys.
@@ -72,7 +73,12 @@ def serialize(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) ->
     """
     arrays = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
     header, order = encode_header({name: (a.dtype, a.shape) for name, a in arrays.items()}, metadata)
-    return b"".join([header, *(arrays[name].tobytes() for name in order)])
+    return [memoryview(header), *(memoryview(arrays[name].reshape(-1)).cast("B") for name in order)]
+
+
+def serialize(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """``encode``'s pieces joined: the whole file's bytes."""
+    return b"".join(encode(tensors, metadata))
 
 
 def encode_header(
@@ -98,15 +104,23 @@ def write_partition(path: str | Path, tensors: Mapping[str, np.ndarray], metadat
     missing = set(TENSOR_NAMES) - set(tensors)
     if missing:
         raise ValueError(f"partition {path} lacks tensors {sorted(missing)}")
-    blob = serialize(tensors, metadata)
-    atomic_write_bytes(path, blob)
+    # Written and hashed piece by piece from the arrays themselves: joining them into one blob
+    # first copied the partition twice (tobytes, join), 3x its size in memory and 0.04 s of
+    # each 40 MB partition job (bench/results.md, 2.).
+    pieces = encode(tensors, metadata)
+    atomic_write(path, lambda handle: _write_pieces(handle, pieces))
     return {
         "file": Path(path).name,
-        **partition_checksum(blob),
-        "bytes": len(blob),
+        **partition_checksum(*pieces),
+        "bytes": sum(piece.nbytes for piece in pieces),
         "records": int(tensors["features"].shape[0]),
         "tensors": describe(tensors),
     }
+
+
+def _write_pieces(handle: Any, pieces: list[memoryview]) -> None:
+    for piece in pieces:
+        handle.write(piece)
 
 
 def as_target(path: Path) -> Path:

@@ -20,8 +20,18 @@ class EpochCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, **kwargs) -> None:
+        self._state_key: str | None = None
         super().__init__(save_last=True, **kwargs)
         self._last_saved_step: int | None = None
+
+    @property
+    def state_key(self) -> str:
+        # Lightning names every hook call after its callback's state key, and ModelCheckpoint builds
+        # it anew each time from settings fixed at construction: about 1% of an MLP step (a sampled
+        # profile, bench/results.md 4.). The same key, built once.
+        if self._state_key is None:
+            self._state_key = super().state_key
+        return self._state_key
 
     def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
         super()._save_last_checkpoint(trainer, monitor_candidates)
