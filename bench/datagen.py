@@ -188,7 +188,7 @@ def run(ctx: Context) -> Result:
         for m, s_ in zip(samples["snakemake_many"], samples["snakemake"], strict=True)
     ]
     per_partition_limits = [
-        max(g["train_s"] / cores, d["s"] / (parts + 1))
+        max(g["train_s"] / cores, d["s"] * file_bytes / d["bytes"])
         for g, d in zip(samples["generator"], samples["disk"], strict=True)
     ]
     result.figures.append(
@@ -205,9 +205,9 @@ def run(ctx: Context) -> Result:
         )
     )
     jobs = parts + 2
-    rng_rate = file_bytes / MB / median([g["train_s"] for g in samples["generator"]])
-    disk_rate = samples["disk"][0]["bytes"] / MB / median(disk_limits)
     generate_s = median([g["train_s"] for g in samples["generator"]])
+    rng_rate = file_bytes / MB / generate_s
+    disk_rate = samples["disk"][0]["bytes"] / MB / median(disk_limits)
     # Core-seconds each partition costs beyond the first `parts`, and its job's own process.
     per_partition_core_s = median(marginal) * cores
     step = median([c["s"] for c in samples["step_process"]])

@@ -214,7 +214,7 @@ def run(ctx: Context) -> Result:
     result.notes += [
         f"One process, one thread, batch {batch_size}, the tutorial's one-layer model (sgd): Lightning's per-step "
         "cost is the same in every case, so the ratio isolates what the data path adds. In-memory baseline: "
-        f"{rates['in_memory']:,.0f} samples/s. Diagnostic, measured in the same rounds: ours with the sha256 "
+        f"{rates['in_memory']:,.0f} samples/s. Diagnostic, measured in the same rounds: ours with the checksum "
         f"check skipped reaches {unverified:.2f}× the in-memory rate.",
         "Waiting = `epoch_wait_s`, the time `train_dataloader` blocked on the prefetcher (metrics.csv column "
         "`data_wait_s`), over epoch time (train time + that wait), summed over the epochs after the first; "
@@ -238,13 +238,16 @@ def run(ctx: Context) -> Result:
         )
     elif missed:
         result.notes.append(
-            "Why the rate misses: the prefetch thread hides the wait (see the wait rows) but not its CPU time. "
-            "Hashing the next partition (sha256 of the whole file, 1. Partition read times it) runs "
-            "while the current one trains; when no core is idle (a busy machine, or one rank per core in DDP) it "
-            f"takes that time from training: without the check ours runs at {unverified:.2f}× in-memory. What "
-            "would close it: verify each file once per process and trust an (inode, size, mtime) stamp when the "
-            "partition comes round again (P epochs later), or once per node rather than once per rank; lowering "
-            "the thread's priority only moves the cost into the wait at the switch (tried: the wait rose to ~20%)."
+            "Why the rate misses: the prefetch thread hides the wait (see the wait rows) but not its work. "
+            "Reading the next partition from disk and hashing it (BLAKE3, 1. Partition read times it) run while "
+            "the current one trains, and a process hashes a file once (its stat stamp is trusted when the "
+            "partition comes round again); when no core is idle (a busy machine, or one rank per core in DDP) "
+            "that work takes its time from training. The evicted row straddles the target on this machine: in "
+            "stop 21, 13 runs of this section with stop 20's code and this stop's alternating gave 0.79-0.96 "
+            "(medians 0.88 and 0.87) for it and 0.91-1.04 for the cached row, so a single run's miss is no "
+            "regression. What would close it: the hash once per node rather than once per rank, or a faster "
+            "hash (1. Partition read); lowering the thread's priority only moves the cost into the wait at the "
+            "switch (tried: the wait rose to ~20%)."
         )
     return result
 
