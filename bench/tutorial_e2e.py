@@ -97,6 +97,12 @@ def stage_spans(directory: Path) -> dict[str, float]:
     }
 
 
+def _medians(rounds: list[dict[str, float]], prefix: str) -> dict[str, float]:
+    """The median of each measurement whose key starts with ``prefix``, keyed without it."""
+    keys = [key for key in rounds[0] if key.startswith(prefix)]
+    return {key.removeprefix(prefix): median([round_[key] for round_ in rounds]) for key in keys}
+
+
 def core_environment(ctx: Context) -> Path:
     """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory: set up
     once, afterwards tools/setup.sh finds it matching the lock and returns at once."""
@@ -187,11 +193,7 @@ def run(ctx: Context) -> Result:
             threshold=1.0,
         )
     )
-    spans = {
-        key.removeprefix("span:"): median([s[key] for s in samples["ours"]])
-        for key in samples["ours"][0]
-        if key.startswith("span:")
-    }
+    spans = _medians(samples["ours"], "span:")
     result.notes.append(
         "Where ours goes (Snakemake's log, whole seconds, medians; data and environment records run side by side): "
         + ", ".join(f"{stage} {value:.0f} s" for stage, value in spans.items())
@@ -204,11 +206,7 @@ def run(ctx: Context) -> Result:
         "environment or provenance and writes no report; ours does all of that, in parallel jobs where the DAG "
         "allows. The issue's bound is 1.5; the target 1.0."
     )
-    rank0 = {
-        key.removeprefix("rank0:"): median([s[key] for s in samples["ours"]])
-        for key in samples["ours"][0]
-        if key.startswith("rank0:")
-    }
+    rank0 = _medians(samples["ours"], "rank0:")
     alone = {key: median([s[key] for s in samples["imports"]]) for key in ("ours_s", "baseline_s")}
     result.notes.append(
         f"The training job's rank 0 (`timing.phases` of its provenance, medians): {rank0['startup_s']:.1f} s from "
