@@ -48,12 +48,12 @@ rule all:
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
 
 
-# Snakemake's imports and the parsed workflow: less work at exit (snakeddp.shutdown).
+# Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
-# hold the finished process for up to a second (snakeddp.shutdown).
+# hold the finished process for up to a second (snakeddp.util.shutdown).
 onsuccess:
     snakeddp_shutdown.release_scheduler_timers()
     if Path(rules.report.output.html).is_file():

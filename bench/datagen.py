@@ -39,7 +39,8 @@ from bench.harness import (
 )
 from bench.workflows import Workflow
 from snakeddp import config as configuration
-from snakeddp.data import sources, synthetic
+from snakeddp.config import sources
+from snakeddp.data import synthetic
 
 NAME = "datagen"
 TITLE = "2. Data generation"

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import config as configuration
-from snakeddp.data import sources
+from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 
 

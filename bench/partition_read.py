@@ -23,9 +23,10 @@ import torch
 from bench.datasets import data_config
 from bench.harness import MB, Context, Figure, Result, alternate, evict, medians, paired_ratio, target_figure
 from bench.tutorial import read_pickle, write_pickle
-from snakeddp.data import sources, synthetic
+from snakeddp.config import sources
+from snakeddp.data import synthetic
 from snakeddp.data.partitions import VERIFIED, read_partition, write_partition
-from snakeddp.hashing import blake3_file, sha256_file
+from snakeddp.util.hashing import blake3_file, sha256_file
 
 NAME = "partition_read"
 TITLE = "1. Partition read"

@@ -16,9 +16,9 @@ from bench.datasets import ensure_dataset
 from bench.harness import REPO
 from snakeddp import config as configuration
 from snakeddp.environment.capture import capture
-from snakeddp.report.runs import runs_from_provenance
 from snakeddp.report.table import write_runs_table
 from snakeddp.run.runfile import RunFile
+from snakeddp.run.runs import runs_from_provenance
 
 
 def main(configfile: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from snakeddp.fsutil import atomic_write_json, atomic_write_text, read_json
+from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, read_json
 
 HEADER = (
     "# snakeddp benchmarks\n\n"

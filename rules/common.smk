@@ -9,14 +9,15 @@ SRC = str(REPO / "src")
 sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
-from snakeddp import hashing as snakeddp_hashing
-from snakeddp.workflow.files import workflow_files
+from snakeddp.util import hashing as snakeddp_hashing
+from snakeddp.report.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv
-from snakeddp.workflow.terminal import terminal_of_this_process
+from snakeddp.util.terminal import terminal_of_this_process
 from snakeddp.run.runfile import keep_scheduler_requests
-from snakeddp.data import sources as snakeddp_sources
-from snakeddp import coerce as snakeddp_coerce
-from snakeddp import shutdown as snakeddp_shutdown
+from snakeddp.config import sources as snakeddp_sources
+from snakeddp.data import plan as snakeddp_data_plan
+from snakeddp.config import coerce as snakeddp_coerce
+from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakemake.utils import update_config
 
@@ -32,7 +33,7 @@ try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    snakeddp_sources.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    snakeddp_data_plan.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
@@ -141,7 +142,7 @@ def get_dataset_params_json(wildcards):
 
 
 def get_table_files(wildcards):
-    return snakeddp_sources.input_files(DATASETS[wildcards.dataset])
+    return snakeddp_data_plan.input_files(DATASETS[wildcards.dataset])
 
 
 def get_ingested(wildcards):

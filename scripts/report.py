@@ -8,12 +8,12 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from snakeddp.report import figures
 from snakeddp.report.page import write_crate, write_report
-from snakeddp.report.runs import runs_from_provenance
 from snakeddp.report.table import varying_params, write_runs_table
-from snakeddp.shutdown import freeze_imports
-from snakeddp.workflow.terminal import say
+from snakeddp.run.runs import runs_from_provenance
+from snakeddp.util.shutdown import freeze_imports
+from snakeddp.util.terminal import say
 
-freeze_imports()  # pandas, matplotlib, rocrate: less work at exit (snakeddp.shutdown)
+freeze_imports()  # pandas, matplotlib, rocrate: less work at exit (snakeddp.util.shutdown)
 
 out, settings = snakemake.output, snakemake.params.report
 provenance = list(snakemake.input.provenance)

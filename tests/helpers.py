@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from snakeddp import config as configuration
-from snakeddp.data import sources
+from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
 from snakeddp.run.runfile import RunFile

@@ -25,7 +25,7 @@ from azure.ai.ml import load_job
 from snakeddp.azureml import results, submit
 from snakeddp.azureml.entry import SEEDED, seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
-from snakeddp.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file
 from tests.helpers import TINY, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")

@@ -20,9 +20,9 @@ from marshmallow import ValidationError
 
 from snakeddp.azureml import spec_v1, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
-from snakeddp.hashing import sha256_file
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.hashing import sha256_file
 from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.

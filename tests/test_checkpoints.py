@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
-from snakeddp.hashing import sha256_file
 from snakeddp.run.attempt import FINISHED
+from snakeddp.util.hashing import sha256_file
 from tests.helpers import assert_valid_provenance, launch, prepare, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -40,7 +40,7 @@ def test_last_checkpoint_holds_the_final_epoch(tmp_path, save_top_k):
 # A checkpoint save as AtomicCheckpointIO does it (fsutil.atomic_write), that never finishes.
 SLOW_SAVE = """
 import sys, time
-from snakeddp.fsutil import atomic_write
+from snakeddp.util.fsutil import atomic_write
 
 atomic_write(sys.argv[1], lambda handle: (handle.write(b"half a checkpoint"), handle.flush(), time.sleep(600)))
 """

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snakeddp import coerce
-from snakeddp.config import ConfigError, expand_sweep, load_schema, validate
+from snakeddp.config import ConfigError, coerce, expand_sweep, load_schema, validate
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from snakeddp.cli import main
-from snakeddp.provenance.compare import compare
-from snakeddp.report.runs import load_run, resolve_run
+from snakeddp.report.compare import compare
+from snakeddp.run.runs import load_run, resolve_run
 
 pytestmark = pytest.mark.e2e
 

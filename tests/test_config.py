@@ -3,6 +3,7 @@
 import pytest
 
 from snakeddp import config
+from snakeddp.config import schema as config_schema
 
 
 def test_defaults_fill_every_section():
@@ -107,4 +108,4 @@ def test_schema_is_parsed_once_and_handed_out_as_a_private_copy():
     first["properties"]["seed"]["default"] = -1
     assert config.load_schema()["properties"]["seed"]["default"] == 42
     assert config.validate({})["seed"] == 42
-    assert config._parsed_schema.cache_info().misses == 1
+    assert config_schema._parsed_schema.cache_info().misses == 1

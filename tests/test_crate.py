@@ -18,7 +18,7 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests_cache import CachedSession
 from rocrate.rocrate import ROCrate
 
-from snakeddp.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")

@@ -12,7 +12,7 @@ import torch
 
 from snakeddp.environment.capture import capture, conda_info, container_info
 from snakeddp.environment.lock import installed
-from snakeddp.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file
 from tests.helpers import REPO, subprocess_env
 
 LOCK = REPO / "envs" / "requirements.lock"

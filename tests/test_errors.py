@@ -15,10 +15,10 @@ import pytest
 
 from snakeddp import config, errors
 from snakeddp.cluster import base
-from snakeddp.data import partitions, sources
-from snakeddp.report import runs
-from snakeddp.run import requirements
-from snakeddp.training import strategies, targets
+from snakeddp.config import sources, targets
+from snakeddp.data import partitions
+from snakeddp.run import requirements, runs
+from snakeddp.training import strategies
 from tests.helpers import REPO, launch, prepare, subprocess_env
 
 USER_MODULE = """

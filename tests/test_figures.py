@@ -13,8 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.transforms import Bbox
 
 from snakeddp.report import figures
-from snakeddp.report.runs import find_runs
 from snakeddp.report.table import varying_params
+from snakeddp.run.runs import find_runs
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from snakeddp.fsutil import copy_file, link_or_copy
+from snakeddp.util.fsutil import copy_file, link_or_copy
 
 
 def test_link_or_copy_links_and_replaces_without_touching_the_old_targets_source(tmp_path):

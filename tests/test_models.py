@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from snakeddp import config
+from snakeddp.config.targets import TargetError
 from snakeddp.training.models import MLP, StepLoss, build_model
-from snakeddp.training.targets import TargetError
 
 TASK = {"num_features": 7, "num_classes": 3, "kind": "multiclass"}
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from snakeddp import hashing
 from snakeddp.data import partitions
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.data.partitions import DataIntegrityError
-from snakeddp.hashing import partition_file_checksum, sha256_file
+from snakeddp.util import hashing
+from snakeddp.util.hashing import partition_file_checksum, sha256_file
 from tests.helpers import subprocess_env
 
 

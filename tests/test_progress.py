@@ -13,7 +13,7 @@ from test_data_table import frame, params
 
 from snakeddp.data.table import ingest
 from snakeddp.training.progress import epoch_line
-from snakeddp.workflow.terminal import VARIABLE
+from snakeddp.util.terminal import VARIABLE
 from tests.helpers import subprocess_env
 
 ROW = {"epoch": 1, "partition": 1, "train_loss": 0.69312, "val_loss": 0.6, "val_acc": 0.5125,

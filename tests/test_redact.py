@@ -2,7 +2,7 @@
 
 import pytest
 
-from snakeddp.provenance.redact import is_secret_name, recorded_environment, redact_text, scrub
+from snakeddp.util.redact import is_secret_name, recorded_environment, redact_text, scrub
 
 SECRETS = [
     "AZURE_CLIENT_SECRET",

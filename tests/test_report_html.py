@@ -16,9 +16,9 @@ from matplotlib import image
 
 from snakeddp.provenance import schema
 from snakeddp.report import figures, html
-from snakeddp.report.numbers import readable
-from snakeddp.report.runs import Run, find_runs, read_metrics
 from snakeddp.report.table import THROUGHPUT_MEANS, varying_params
+from snakeddp.run.runs import Run, find_runs, read_metrics
+from snakeddp.util.numbers import readable
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from snakeddp import config
+from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.run import variables as runenv
 from snakeddp.workflow import jobenv
 from tests.helpers import REPO, subprocess_env
@@ -38,7 +39,7 @@ def test_the_workflow_exports_what_every_job_needs_in_one_mapping(tmp_path):
     out = jobenv.exports(cfg, env, src="/repo/src", lock_file=lock, python_bin="/venv/bin", slurm_bin="/repo/srun")
     assert out["PYTHONPATH"] == os.pathsep.join(["/repo/src", "/site"])
     assert out["PATH"] == os.pathsep.join(["/repo/srun", "/venv/bin", "/usr/bin"]), "srun wrapper first, then python"
-    assert (out[runenv.PLATFORM], out[runenv.SLURM_CONF_COPY], out[runenv.LOCK]) == (
+    assert (out[runenv.PLATFORM], out[SLURM_CONF_COPY], out[runenv.LOCK]) == (
         "slurm",
         env["SLURM_CONF"],
         str(lock),
@@ -46,7 +47,7 @@ def test_the_workflow_exports_what_every_job_needs_in_one_mapping(tmp_path):
     assert runenv.TRACKING in out and runenv.AZUREML_CONFIG not in out
     # A conda env or container brings its own python; the local platform needs no srun wrapper.
     local = jobenv.exports(config.validate({}), env, src="/repo/src", lock_file=lock, python_bin=None, slurm_bin="/x")
-    assert "PATH" not in local and runenv.SLURM_CONF_COPY not in local
+    assert "PATH" not in local and SLURM_CONF_COPY not in local
     azure = config.validate({"platform": "azureml", "azureml": {"compute": "cpu-cluster"}})
     exported = jobenv.exports(azure, {}, src="/s", lock_file=lock, python_bin=None, slurm_bin="/x")
     assert json.loads(exported[runenv.AZUREML_CONFIG]) == azure["azureml"]

@@ -1,4 +1,4 @@
-"""snakeddp.shutdown: what a finished process skips at exit, and what it must not skip."""
+"""snakeddp.util.shutdown: what a finished process skips at exit, and what it must not skip."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from snakemake.scheduling.job_scheduler import JobScheduler
 
-from snakeddp.shutdown import freeze_imports, release_scheduler_timers
+from snakeddp.util.shutdown import freeze_imports, release_scheduler_timers
 from tests.helpers import REPO, subprocess_env
 
 
@@ -75,7 +75,7 @@ def test_freeze_at_exit_freezes_before_the_final_collection():
     code = (
         "import atexit, gc\n"
         "atexit.register(lambda: print('frozen', gc.get_freeze_count()))\n"
-        "from snakeddp.shutdown import freeze_at_exit\n"
+        "from snakeddp.util.shutdown import freeze_at_exit\n"
         "freeze_at_exit()\n"
         "assert gc.get_freeze_count() == 0\n"
     )

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 
 from snakeddp import config
-from snakeddp.data import sources
+from snakeddp.config import sources
+from snakeddp.data import plan
 from snakeddp.data.table import fingerprint
-from snakeddp.hashing import sha256_json
+from snakeddp.util.hashing import sha256_json
 
 
 def data_cfg(**overrides):
@@ -60,26 +61,26 @@ def test_resolve_tables_fills_and_checks_the_checksum(tmp_path):
     path = tmp_path / "t.csv"
     pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(path, index=False)
     runs = config.expand_sweep(config.validate({"data": table_cfg(path)}))
-    sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
     digest = runs["base"]["config"]["data"]["table"]["sha256"]
     assert len(digest) == 64
-    assert sources.input_files(runs["base"]["config"]["data"]) == [str(path)]
+    assert plan.input_files(runs["base"]["config"]["data"]) == [str(path)]
     pd.DataFrame({"a": [1.0, 3.0], "y": [0, 1]}).to_csv(path, index=False)
     with pytest.raises(config.ConfigError, match="data.table.sha256 pins"):
-        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
 
 
 def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
-        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
 
 
 def test_ids_and_partition_bytes_of_existing_configs_never_change(tmp_path):
     """Pinned from the code before the identity had one definition (febc63a): a change here
     regenerates every user's data and retrains every run."""
     from snakeddp.data.generate import write_synthetic
-    from snakeddp.hashing import sha256_file
+    from snakeddp.util.hashing import sha256_file
 
     assert config.dataset_id(data_cfg()) == "synthetic-5bf3b09875"
     tiny = data_cfg(num_train_files=3, num_records_per_train_file=300, num_val_records=200, num_features=8)
@@ -98,7 +99,7 @@ def test_a_changed_pinned_table_passes_after_each_fix_the_hint_names(tmp_path, f
 
     def resolve() -> str:
         runs = config.expand_sweep(config.validate({"data": data}))
-        sources.resolve_tables(runs, cache=tmp_path / "cache.json")
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
         return runs["base"]["config"]["data"]["table"]["sha256"]
 
     pd.DataFrame({"a": [1.0, 3.0], "y": [0, 1]}).to_csv(path, index=False)

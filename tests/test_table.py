@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from snakeddp.config import flatten
-from snakeddp.report.numbers import readable
 from snakeddp.report.table import Rows, aligned, varying_params
+from snakeddp.util.numbers import readable
 
 
 def record(point: dict, **config) -> dict:

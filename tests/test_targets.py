@@ -7,7 +7,7 @@ import textwrap
 import lightning.pytorch as pl
 import pytest
 
-from snakeddp.training.targets import TargetError, construct, load_class, source_record
+from snakeddp.config.targets import TargetError, construct, load_class, source_record
 
 USER_MODULE = """
 import lightning.pytorch as pl

@@ -14,8 +14,8 @@ import pytest
 
 from snakeddp import config
 from snakeddp.config import flatten
-from snakeddp.provenance.redact import recorded_environment
 from snakeddp.training.trackers import Trackers, mlflow_uri, split_credentials
+from snakeddp.util.redact import recorded_environment
 from snakeddp.workflow import jobenv
 from tests.helpers import launch, prepare
 

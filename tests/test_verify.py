@@ -13,7 +13,7 @@ import torch
 
 from snakeddp.cli import main
 from snakeddp.provenance.verify import verify_run
-from snakeddp.report.runs import resolve_run
+from snakeddp.run.runs import resolve_run
 
 pytestmark = pytest.mark.e2e
 

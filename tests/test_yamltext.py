@@ -1,9 +1,9 @@
-"""snakeddp.yamltext: libyaml's safe loader reads what PyYAML's does, and nothing unsafe."""
+"""snakeddp.util.yamltext: libyaml's safe loader reads what PyYAML's does, and nothing unsafe."""
 
 import pytest
 import yaml
 
-from snakeddp import yamltext
+from snakeddp.util import yamltext
 from tests.helpers import REPO
 
 

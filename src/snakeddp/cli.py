@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
-from snakeddp.provenance.compare import compare, format_comparison
 from snakeddp.provenance.verify import format_checks, verify_run
-from snakeddp.report.numbers import readable
-from snakeddp.report.runs import default_results, earlier_attempts, find_runs, resolve_run
+from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import aligned, summary_rows
 from snakeddp.run.prune import prune
+from snakeddp.run.runs import default_results, earlier_attempts, find_runs, resolve_run
+from snakeddp.util.numbers import readable
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

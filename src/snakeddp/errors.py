@@ -108,7 +108,7 @@ def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure
 
 # Ranks started by hand (no failure file) fail on the same config as rank 0, whose line is the one
 # printed. A silent rank that exits first lets torchrun stop rank 0 before it prints (seen since
-# processes exit in 0.2 s instead of 1.4 s, snakeddp.shutdown): it waits this long, and the
+# processes exit in 0.2 s instead of 1.4 s, snakeddp.util.shutdown): it waits this long, and the
 # launcher's SIGTERM, sent when rank 0 exits, ends the wait at once.
 SILENT_RANK_GRACE_S = 5.0
 

@@ -48,9 +48,9 @@ import torch
 
 from snakeddp import cluster
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
+from snakeddp.config.targets import user_code
 from snakeddp.data import custom
 from snakeddp.errors import LaunchError, exit_code
-from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
 from snakeddp.run.attempt import (
@@ -63,12 +63,12 @@ from snakeddp.run.attempt import (
     resume_checkpoint,
 )
 from snakeddp.run.runfile import RunFile
-from snakeddp.shutdown import freeze_imports
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
-from snakeddp.training.targets import user_code
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import accelerator_and_backend, build_trainer
+from snakeddp.util.hashing import sha256_file, sha256_json
+from snakeddp.util.shutdown import freeze_imports
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -270,5 +270,5 @@ def _record(
 
 
 if __name__ == "__main__":
-    freeze_imports()  # torch and Lightning: 1.2 s less at every rank's exit (snakeddp.shutdown)
+    freeze_imports()  # torch and Lightning: 1.2 s less at every rank's exit (snakeddp.util.shutdown)
     raise SystemExit(report_errors())

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from snakeddp import cluster, train
-from snakeddp.fsutil import atomic_write_text
 from snakeddp.run.attempt import ATTEMPT_FILES
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.fsutil import atomic_write_text
 
 SEEDED = ".snakeddp-resume-seeded"
 WAIT_S = 1800.0

@@ -32,9 +32,9 @@ from snakeddp.azureml.plan import JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V1_CONDA_FILE as CONDA_FILE
 from snakeddp.azureml.staging import V1_SPEC_FILE as SPEC_FILE
-from snakeddp.fsutil import atomic_write_text
-from snakeddp.hashing import sha256_file
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.util.fsutil import atomic_write_text
+from snakeddp.util.hashing import sha256_file
 
 ENV_NAME = "snakeddp-train"
 DATA_REF, RESUME_REF, OUTPUT_REF = "data", "resume", "rundir"

@@ -20,11 +20,11 @@ from azure.ai.ml.entities import BuildContext, Environment
 from azure.ai.ml.exceptions import MlException
 from marshmallow import ValidationError
 
-from snakeddp import yamltext
 from snakeddp.azureml.plan import OUTPUT_NAME, JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V2_SPEC_FILE as SPEC_FILE
-from snakeddp.fsutil import atomic_write_text
+from snakeddp.util import yamltext
+from snakeddp.util.fsutil import atomic_write_text
 
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 ENV_NAME = "snakeddp-train"

@@ -19,10 +19,10 @@ import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.lock import read_lock
-from snakeddp.fsutil import atomic_write_json, link_or_copy
-from snakeddp.hashing import sha256_file, sha256_json
 from snakeddp.run.attempt import ATTEMPT_FILES, resumable
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.fsutil import atomic_write_json, link_or_copy
+from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-azureml-environment/1"
 V2_SPEC_FILE = "job.yml"

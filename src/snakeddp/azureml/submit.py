@@ -35,11 +35,11 @@ from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_vari
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
 from snakeddp.errors import ConfigError
-from snakeddp.hashing import sha256_file
 from snakeddp.provenance.record import FILE_NAME, code_info
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.hashing import sha256_file
 
 SPEC_DIR = "azureml"
 INTERRUPTED_EXIT_CODE = 130

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from snakeddp.fsutil import atomic_write_json, read_json
+from snakeddp.util.fsutil import atomic_write_json, read_json
 
 RECORD_FILE = "submission.json"
 COMPLETED = "Completed"

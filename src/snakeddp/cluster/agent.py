@@ -4,14 +4,14 @@ The local profile starts its ranks with this instead of ``python -m torch.distri
 the same arguments, the same process (torch's elastic agent, run in place with ``runpy``), the
 same exit codes. torchrun imports torch, and at exit Python's final collection walked every
 object of it: 0.4 s between the last rank's exit and torchrun's (0.62 -> 0.25 s here), at the
-end of every local run (snakeddp.shutdown).
+end of every local run (snakeddp.util.shutdown).
 """
 
 from __future__ import annotations
 
 import runpy
 
-from snakeddp.shutdown import freeze_at_exit
+from snakeddp.util.shutdown import freeze_at_exit
 
 TORCHRUN = "torch.distributed.run"
 

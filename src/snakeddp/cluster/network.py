@@ -12,16 +12,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp.config import network_variable_error
+from snakeddp.config.network import is_network_variable, network_variable_error
 from snakeddp.errors import ConfigError
-from snakeddp.provenance.redact import is_secret_name
-
-PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "UCX_", "FI_", "OMPI_MCA_")
-NAMES = ("TORCH_DISTRIBUTED_DEBUG",)
-
-
-def is_network_variable(name: str) -> bool:
-    return name.startswith(PREFIXES) or name in NAMES
+from snakeddp.util.redact import is_secret_name
 
 
 def variables(config: Mapping[str, Any]) -> dict[str, str]:

@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
-from snakeddp.run.variables import SLURM_CONF_COPY
+
+#: A copy of SLURM_CONF under a name Slurm's jobstep plugin does not remove; the workflow sets it
+#: (snakeddp.workflow.jobenv) and profiles/slurm/bin/srun restores SLURM_CONF from it.
+SLURM_CONF_COPY = "SNAKEDDP_SLURM_CONF"
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment

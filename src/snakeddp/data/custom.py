@@ -20,10 +20,10 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from snakeddp.config.targets import accepted_parameters, construct, load_class
 from snakeddp.data.module import PartitionDataModule
 from snakeddp.errors import ConfigError
-from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.training.targets import accepted_parameters, construct, load_class
+from snakeddp.util.fsutil import atomic_write_json, read_json
 
 MODULE_RECORD_FORMAT = "snakeddp-module-data/1"
 

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.data import sources, synthetic
+from snakeddp.config import sources
+from snakeddp.data import synthetic
 from snakeddp.data.partitions import write_manifest, write_partition, write_sidecar
-from snakeddp.fsutil import read_json
+from snakeddp.util.fsutil import read_json
 
 
 def write_synthetic(

@@ -4,7 +4,7 @@ A partition holds ``features`` (float32, [n, d]), ``labels`` ([n, 1] float32 for
 [n] int64 for multiclass) and ``ids`` (int64 [n], stable sample ids). safetensors is a plain
 header plus raw bytes: nothing in it can execute code, and it loads by memory-mapping.
 
-Reading verifies the file's checksum (BLAKE3, or sha256 in older manifests: snakeddp.hashing)
+Reading verifies the file's checksum (BLAKE3, or sha256 in older manifests: snakeddp.util.hashing)
 against the manifest *before* parsing it, so a modified,
 truncated or foreign file (a pickle dropped in its place, say) is rejected by name; a process
 hashes a file again only when it changed since (``VerifiedFiles``).
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snakeddp.errors import DataIntegrityError
-from snakeddp.fsutil import atomic_write, atomic_write_json, read_json
-from snakeddp.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
+from snakeddp.util.fsutil import atomic_write, atomic_write_json, read_json
+from snakeddp.util.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
 
 if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
     import torch

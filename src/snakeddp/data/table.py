@@ -25,9 +25,9 @@ import numpy as np
 
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
-from snakeddp.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
-from snakeddp.hashing import partition_file_checksum, sha256_file, sha256_json
-from snakeddp.workflow.terminal import say
+from snakeddp.util.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
+from snakeddp.util.hashing import partition_file_checksum, sha256_file, sha256_json
+from snakeddp.util.terminal import say
 
 FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
 GENERATOR = "snakeddp.table/1"

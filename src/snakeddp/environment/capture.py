@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.environment.lock import installed
-from snakeddp.fsutil import atomic_write_json
-from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-environment/1"
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")

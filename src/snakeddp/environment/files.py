@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from packaging.utils import canonicalize_name
 
-from snakeddp import yamltext
 from snakeddp.environment.lock import ACCELERATED, Lock, LockError, installed, read_lock, requirement_closure
 from snakeddp.errors import EnvFileError
+from snakeddp.util import yamltext
 
 ENVS = Path(__file__).resolve().parents[3] / "envs"
 LOCK_NAME = "requirements.lock"

@@ -18,8 +18,8 @@ from typing import IO, Any
 from snakeddp import __version__
 from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.errors import ImageBuildError
-from snakeddp.fsutil import atomic_write_json
-from snakeddp.hashing import sha256_file
+from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.hashing import sha256_file
 
 ENGINES = ("docker", "podman")
 IMAGE_NAME = "snakeddp"

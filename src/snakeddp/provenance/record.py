@@ -19,11 +19,11 @@ from typing import Any
 from snakeddp import __version__
 from snakeddp.environment.capture import accelerator_stack
 from snakeddp.environment.lock import installed
-from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.hashing import sha256_file, sha256_json
-from snakeddp.provenance.redact import recorded_environment, scrub
 from snakeddp.run import variables
 from snakeddp.run.attempt import CHECKPOINT_DIR, PROVENANCE
+from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.hashing import sha256_file, sha256_json
+from snakeddp.util.redact import recorded_environment, scrub
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
 FILE_NAME = PROVENANCE

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_file
-from snakeddp.hashing import entry_checksum, sha256_file
 from snakeddp.provenance.schema import problems
-from snakeddp.report.runs import Run
+from snakeddp.run.runs import Run
+from snakeddp.util.hashing import entry_checksum, sha256_file
 
 # sha256 and BLAKE3 release the GIL, so a few threads hash several partitions at disk speed.
 HASH_THREADS = 4

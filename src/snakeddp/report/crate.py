@@ -32,11 +32,11 @@ from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
 from snakeddp.config import flatten
-from snakeddp.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.provenance.record import FILE_NAME
-from snakeddp.report.runs import Run, earlier_attempts
+from snakeddp.report.files import workflow_files
 from snakeddp.run.attempt import ATTEMPTS_DIR
-from snakeddp.workflow.files import workflow_files
+from snakeddp.run.runs import Run, earlier_attempts
+from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"

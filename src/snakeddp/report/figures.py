@@ -26,9 +26,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from snakeddp.config import flatten
-from snakeddp.fsutil import atomic_write_bytes, atomic_write_json
-from snakeddp.report.runs import Run
 from snakeddp.report.table import steady_throughput
+from snakeddp.run.runs import Run
+from snakeddp.util.fsutil import atomic_write_bytes, atomic_write_json
 
 # Columns of metrics.csv that can be plotted per epoch, with their axis labels.
 METRIC_LABELS = {

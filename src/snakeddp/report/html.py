@@ -20,10 +20,8 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
-from snakeddp.provenance.compare import compare
+from snakeddp.report.compare import compare
 from snakeddp.report.figures import scaling_points, why_flat
-from snakeddp.report.numbers import readable
-from snakeddp.report.runs import Run
 from snakeddp.report.table import (
     BY_NAME,
     PHASE_COLUMNS,
@@ -32,6 +30,8 @@ from snakeddp.report.table import (
     people_columns,
     varying_params,
 )
+from snakeddp.run.runs import Run
+from snakeddp.util.numbers import readable
 
 
 def short(sha: str | None, n: int = 12) -> str:

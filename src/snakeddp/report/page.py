@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from snakeddp.fsutil import atomic_write_text
 from snakeddp.report import crate, html
-from snakeddp.report.runs import Run, earlier_attempts
 from snakeddp.report.table import varying_params
+from snakeddp.run.runs import Run, earlier_attempts
+from snakeddp.util.fsutil import atomic_write_text
 
 
 def write_report(

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config import flatten
-from snakeddp.fsutil import atomic_write_text
-from snakeddp.hashing import canonical_json
-from snakeddp.report.runs import Run
+from snakeddp.run.runs import Run
+from snakeddp.util.fsutil import atomic_write_text
+from snakeddp.util.hashing import canonical_json
 
 # What "samples/s" means wherever the report, runs.csv or the terminal shows it.
 THROUGHPUT_MEANS = (

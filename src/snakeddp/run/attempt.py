@@ -23,8 +23,8 @@ from typing import Any
 
 from snakeddp.config import run_identity
 from snakeddp.errors import RunStateError
-from snakeddp.fsutil import atomic_write_json, copy_file, read_json
-from snakeddp.hashing import sha256_file, sha256_json
+from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
+from snakeddp.util.hashing import sha256_file, sha256_json
 
 STATE_FILE = "run-state.json"
 CHECKPOINT_DIR = "checkpoints"

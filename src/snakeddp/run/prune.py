@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeddp.report.runs import Run, earlier_attempts
 from snakeddp.run.attempt import CHECKPOINT_DIR
+from snakeddp.run.runs import Run, earlier_attempts
 
 
 @dataclass(frozen=True)

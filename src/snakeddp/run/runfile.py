@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from snakeddp import config as configuration
-from snakeddp import yamltext
-from snakeddp.fsutil import atomic_write_text
+from snakeddp.util import yamltext
+from snakeddp.util.fsutil import atomic_write_text
 
 RUN_FORMAT = "snakeddp-run/1"
 

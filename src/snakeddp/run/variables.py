@@ -15,7 +15,7 @@ from typing import Any
 
 from snakeddp.config import validate
 from snakeddp.errors import ConfigError
-from snakeddp.workflow import terminal
+from snakeddp.util import terminal
 
 #: local, slurm or azureml: how snakeddp.launch starts the ranks (from the profile).
 PLATFORM = "SNAKEDDP_PLATFORM"
@@ -25,10 +25,8 @@ LOCK = "SNAKEDDP_LOCK"
 TRACKING = "SNAKEDDP_TRACKING"
 #: The config's ``azureml`` section as JSON, read by the AzureML submitter.
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
-#: A copy of SLURM_CONF under a name Slurm's jobstep plugin does not remove (profiles/slurm/bin/srun).
-SLURM_CONF_COPY = "SNAKEDDP_SLURM_CONF"
 #: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
-#: Defined beside its reader, snakeddp.workflow.terminal, which every stage imports without this module.
+#: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
 #: The shell-quoted command that started the ranks, for provenance.
 LAUNCH_COMMAND = "SNAKEDDP_LAUNCH_COMMAND"

@@ -16,7 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from snakeddp.fsutil import atomic_write_text
+from snakeddp.util.fsutil import atomic_write_text
 
 METRIC_COLUMNS = (
     "epoch",

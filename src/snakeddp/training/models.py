@@ -24,7 +24,7 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
-from snakeddp.training.targets import TargetError, accepted_parameters, construct, load_class
+from snakeddp.config.targets import TargetError, accepted_parameters, construct, load_class
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 

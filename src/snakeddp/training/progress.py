@@ -6,9 +6,9 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from snakeddp.report.numbers import readable
 from snakeddp.training.callbacks import EpochMetrics
-from snakeddp.workflow.terminal import say
+from snakeddp.util.numbers import readable
+from snakeddp.util.terminal import say
 
 
 def _seconds(value: float) -> str:

@@ -21,9 +21,9 @@ from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
+from snakeddp.config.targets import accepted_parameters
 from snakeddp.errors import StrategyError
 from snakeddp.run.requirements import check_strategy
-from snakeddp.training.targets import accepted_parameters
 
 
 def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:

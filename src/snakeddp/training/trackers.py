@@ -33,10 +33,10 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.config import flatten
-from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.provenance.redact import redact_text, scrub
 from snakeddp.run.requirements import require_tracker
 from snakeddp.training.callbacks import EpochMetrics
+from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.redact import redact_text, scrub
 
 TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")

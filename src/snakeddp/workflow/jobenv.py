@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster import network
+from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.run import variables
 
 
@@ -56,7 +57,7 @@ def exports(
         out[variables.AZUREML_CONFIG] = json.dumps(config["azureml"])
     if platform == "slurm" and env.get("SLURM_CONF"):
         search_path = path.split(os.pathsep)
-        out[variables.SLURM_CONF_COPY] = env["SLURM_CONF"]
+        out[SLURM_CONF_COPY] = env["SLURM_CONF"]
         path = os.pathsep.join(search_path if slurm_bin in search_path else [slurm_bin, *search_path])
     if path != env.get("PATH", ""):
         out["PATH"] = path

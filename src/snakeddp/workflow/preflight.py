@@ -20,9 +20,9 @@ from typing import Any, NoReturn
 
 from snakeddp import cluster
 from snakeddp.config import ConfigError
-from snakeddp.fsutil import atomic_write_json, read_json
-from snakeddp.hashing import sha256_file
 from snakeddp.run import requirements
+from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.hashing import sha256_file
 
 # The keys that name a user's class (model.target, data.module), imported only by the training interpreter.
 USER_CLASSES = (("model", "target"), ("data", "module"))
@@ -161,7 +161,7 @@ def check_targets(targets: list[tuple[str, str]], python: str, cwd: Path, env: M
             stamps[f"{key}={target}"] = stamp
     if not todo:
         return
-    argv = [python, "-m", "snakeddp.training.targets", *todo]
+    argv = [python, "-m", "snakeddp.config.targets", *todo]
     done = subprocess.run(argv, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise PreflightError((done.stderr.strip().splitlines() or [f"{' '.join(argv)} failed"])[-1])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import TargetError
-from snakeddp.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file
 
 IMPORTABLE_HINT = (
     "HINT: the class must be importable in the training environment: install its package there, or put "
@@ -103,7 +103,7 @@ def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list
 
 
 def main(argv: list[str]) -> int:
-    """``python -m snakeddp.training.targets KEY TARGET [KEY TARGET ...]``: import each configured
+    """``python -m snakeddp.config.targets KEY TARGET [KEY TARGET ...]``: import each configured
     class as training will and check its kind. The workflow runs this with the training
     interpreter before any job (snakeddp.workflow.preflight); a failure is one line on stderr."""
     import lightning.pytorch as pl

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import ConfigError, DataSourceError
+from snakeddp.errors import DataSourceError
 
 SYNTHETIC = "synthetic"
 TABLE = "table"
@@ -76,38 +75,3 @@ def check(data: Mapping[str, Any], source: str = "config") -> None:
             f"{source}: data.source=module needs data.module, the DataModule that reads the data. "
             "HINT: set data.module: 'package.module:ClassName' (and data.module_kwargs)."
         )
-
-
-def input_files(data: Mapping[str, Any]) -> list[str]:
-    """The files a dataset is made from (a table's CSV/Parquet files; none for the other sources)."""
-    if data.get("source") != TABLE:
-        return []
-    from snakeddp.data.table import table_files
-
-    return [str(p) for p in table_files(data["table"]["path"], data["table"]["format"])[1]]
-
-
-def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> None:
-    """Fill ``data.table.sha256`` of every table run with its files' checksum (in place).
-
-    The checksum becomes part of the run config and of the dataset id: a changed table is a new
-    dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
-    longer matches stops the workflow.
-    """
-    from snakeddp.data.table import TableError, cached_fingerprint
-
-    for run_id, run in runs.items():
-        data = run["config"]["data"]
-        if data.get("source") != TABLE:
-            continue
-        table = data["table"]
-        try:
-            digest = cached_fingerprint(table["path"], table["format"], cache)
-        except TableError as error:
-            raise ConfigError(f"run {run_id}: {error}") from None
-        if table["sha256"] not in (None, digest):
-            raise ConfigError(
-                f"run {run_id}: data.table.sha256 pins {table['sha256']}, but {table['path']} now has {digest}. "
-                "HINT: the table changed; restore it, or update/clear data.table.sha256 to train on the new one."
-            )
-        table["sha256"] = digest

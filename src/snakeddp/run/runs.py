@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import RunNotFound
-from snakeddp.fsutil import read_json
-from snakeddp.provenance.record import FILE_NAME
 from snakeddp.run.attempt import ATTEMPTS_DIR
+from snakeddp.run.attempt import PROVENANCE as FILE_NAME
+from snakeddp.util.fsutil import read_json
 
 METRICS_FILE = "metrics.csv"
 

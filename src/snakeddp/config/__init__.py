@@ -10,43 +10,28 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import itertools
-import json
 import re
 from collections.abc import Iterator, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from snakeddp import coerce, yamltext
-from snakeddp.data import sources
+from snakeddp.config import coerce, sources
+from snakeddp.config.network import network_variable_error
+from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
-from snakeddp.hashing import sha256_json
-from snakeddp.provenance.redact import is_secret_name
+from snakeddp.util import yamltext
+from snakeddp.util.hashing import sha256_json
 
-SCHEMA_FILE = "config.schema.yaml"
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
 RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
 # launch keys that only reach the scheduler (sbatch --mem/--time, the AzureML timeout): raising them
 # after a time limit must resume the run, not restart it, so they stay out of its identity.
 SCHEDULER_KEYS = ("mem_mb", "runtime")
-
-
-@functools.cache
-def _parsed_schema(name: str) -> dict[str, Any]:
-    text = resources.files("snakeddp.schemas").joinpath(name).read_text()
-    return yamltext.safe_load(text) if name.endswith(".yaml") else json.loads(text)
-
-
-def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
-    """The parsed schema (a private copy). Parsed once per process: a sweep validates every run,
-    and re-parsing the YAML each time cost a 32-run dry run about a second."""
-    return copy.deepcopy(_parsed_schema(name))
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -90,20 +75,6 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             "such as model.lr, launch.devices or data.num_features"
         )
     return f"{key}: {error.message}"
-
-
-def network_variable_error(name: str) -> str:
-    """Why ``network.env`` refuses ``name``: a secret (it would be recorded), or not a network variable."""
-    if is_secret_name(name):
-        return (
-            f"network.env.{name}: looks like a secret, and network.env is recorded in every run's provenance, "
-            f"which never holds secrets. HINT: remove it from the config and export {name} in the shell that "
-            "runs snakemake instead."
-        )
-    return (
-        f"network.env.{name}: not a network variable. HINT: network.env takes NCCL_*, GLOO_*, TORCH_NCCL_*, "
-        "UCX_*, FI_*, OMPI_MCA_* and TORCH_DISTRIBUTED_DEBUG; export other variables in the shell that runs snakemake."
-    )
 
 
 def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:

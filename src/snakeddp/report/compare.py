@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.config import flatten
-from snakeddp.report.runs import Run
 from snakeddp.report.table import outcome
+from snakeddp.run.runs import Run
 
 MISSING = "(absent)"
 CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")

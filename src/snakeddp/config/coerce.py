@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from snakeddp import yamltext
+from snakeddp.util import yamltext
 
 # The sweep maps dotted keys to lists of values of that key's type.
 SWEEP = "sweep"

@@ -1,0 +1,2 @@
+"""The ground floor: small helpers that every stage uses and that import nothing else of snakeddp's
+(files written atomically, hashes, YAML text, terminal lines, redaction, number formatting, exit)."""
