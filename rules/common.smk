@@ -125,7 +125,7 @@ from snakeddp.workflow.slurm import slurm_resources
 
 
 wildcard_constraints:
-    run=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
+    run=snakeddp_config.RUN_ID_PATTERN,
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9a-f]{10}",
     index=r"\d{5}",
     parts=r"\d+",
