@@ -41,12 +41,31 @@ def drop_a_checksum(data: bytes) -> bytes:
     return json.dumps(manifest).encode()
 
 
+def point_outside(file: str, entry: str):
+    """A manifest whose entry names a file outside the dataset's directory (checksums left as they were)."""
+
+    def damage(data: bytes) -> bytes:
+        manifest = json.loads(data)
+        if entry == "val":
+            manifest["val"]["file"] = file
+        else:
+            manifest["train"][int(entry)]["file"] = file
+        return json.dumps(manifest).encode()
+
+    return damage
+
+
+OUTSIDE = "which is not a file inside the dataset's directory"
+
+
 @pytest.mark.parametrize(
     ("name", "damage", "error", "hint"),
     [
         ("train/part-00002.safetensors", flip_last_byte, "blake3 checksum mismatch", "delete the file"),
         ("val.safetensors", flip_last_byte, "blake3 checksum mismatch", "delete the file"),
         ("manifest-3.json", drop_a_checksum, "manifest entry train[1] lacks blake3 or sha256", "delete the manifest"),
+        ("manifest-3.json", point_outside("../../../config.yaml", "0"), OUTSIDE, "delete the manifest"),
+        ("manifest-3.json", point_outside("/etc/hostname", "val"), OUTSIDE, "delete the manifest"),
     ],
 )
 def test_a_damaged_data_file_or_manifest_deleted_as_hinted_is_rewritten_identically_and_training_completes(
