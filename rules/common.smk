@@ -18,6 +18,7 @@ from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
+from snakeddp.util import redact as snakeddp_redact
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakemake.utils import update_config
 
@@ -33,7 +34,9 @@ try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    snakeddp_data_plan.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    snakeddp_data_plan.resolve_tables(
+        RUNS, cache=".snakemake/snakeddp/table-sha256.json"
+    )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 

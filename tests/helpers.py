@@ -37,9 +37,15 @@ SECRETS = {
     "MY_TOKEN": "my-token-value-5d21",
     "NCCL_PROXY_URL": "https://alice:nccl-url-password-77aa@proxy.invalid:3128/",
     "SLURM_SPOOL_URL": "https://bob:slurm-url-password-90ff@spool.invalid/x",
+    # A site's Slurm REST token, and a token under a name no word list knows.
+    "SLURM_JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9.c2lnLXNsdXJtLWp3dA",
+    "NCCL_COLLNET_BLOB": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9.c2lnLW5jY2wtYmxvYg",
 }
+# A credential in the config itself: network.env is recorded (redacted) and the config file copied.
+CONFIG_SECRET = {"network": {"env": {"UCX_PROXY_URL": "https://carol:config-url-password-4e1b@proxy.invalid/"}}}
 SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
-                 "nccl-url-password-77aa", "slurm-url-password-90ff")  # fmt: skip
+                 "nccl-url-password-77aa", "slurm-url-password-90ff", "config-url-password-4e1b",
+                 "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9")  # fmt: skip
 SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
 
 

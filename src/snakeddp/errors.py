@@ -57,6 +57,10 @@ class RunStateError(ConfigError, RuntimeError):
     """The run directory holds checkpoints whose origin cannot be confirmed."""
 
 
+class CheckpointError(RunStateError):
+    """A checkpoint that is damaged, or holds more than tensors and plain values (it would run code)."""
+
+
 class RunNotFound(ConfigError, LookupError):
     """No finished run matches what the user named."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__
+from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_stack
 from snakeddp.environment.lock import installed
 from snakeddp.run import variables
@@ -102,7 +103,7 @@ def file_record(path: Path | str | None, run_dir: Path) -> dict[str, Any] | None
 
 
 def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    return recorded_environment(env)
+    return recorded_environment(env, network=is_network_variable)
 
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -119,5 +120,15 @@ def user() -> str | None:
 
 
 def write(run_dir: Path, record: dict[str, Any]) -> Path:
-    record = scrub({"format": PROVENANCE_FORMAT, **record})
-    return atomic_write_json(run_dir / FILE_NAME, record)
+    # Package names are not variable names: google-auth's version is no credential. Their versions
+    # still pass through scrub's text masking like every other value.
+    record = {"format": PROVENANCE_FORMAT, **record}
+    packages = None
+    if isinstance(record.get("environment"), dict):
+        environment = dict(record["environment"])
+        packages = environment.pop("packages", None)
+        record["environment"] = environment
+    scrubbed = scrub(record)
+    if isinstance(packages, dict):
+        scrubbed["environment"]["packages"] = {name: scrub(version) for name, version in packages.items()}
+    return atomic_write_json(run_dir / FILE_NAME, scrubbed)

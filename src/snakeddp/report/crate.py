@@ -37,6 +37,7 @@ from snakeddp.report.files import workflow_files
 from snakeddp.run.attempt import ATTEMPTS_DIR
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
+from snakeddp.util.redact import redact_text
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"
@@ -97,6 +98,13 @@ def _place(source: Path, target: Path, link: bool = False) -> None:
     pipeline). Configs and sources are copied: an editor saving one in place must not change what
     the crate recorded, and a crate file must never be a way to write into a user's file."""
     (link_or_copy if link else copy_file)(source, target)
+
+
+def _redacted_copy(source: Path, target: Path) -> Path:
+    """The crate's copy of a config file, with credentials in URLs masked (a tracking URI's
+    user:password@): the crate is shared, the config file may not be."""
+    atomic_write_text(target, redact_text(source.read_text()))
+    return target
 
 
 class CrateBuilder:
@@ -390,7 +398,11 @@ def build(
     workflow = _workflow(builder, repo, snakemake_version, commits.pop() if len(commits) == 1 else None)
     tool = _train_tool(builder, runs, params)
     configs = [
-        builder.add(Path(path), f"{PAYLOAD}/workflow/config/{name}", description=f"workflow config file {path}")
+        builder.add(
+            _redacted_copy(Path(path), root / PAYLOAD / "workflow" / "config" / name),
+            f"{PAYLOAD}/workflow/config/{name}",
+            description=f"workflow config file {path}",
+        )
         for path, name in zip(config_files, _unique_names(config_files), strict=True)
     ]
     resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
