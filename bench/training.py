@@ -206,7 +206,7 @@ def run(ctx: Context) -> Result:
         "than one (shared/notes/stack.md).",
         "Fixed here: `snakeddp.training.models` logged its train-loss metric on every step; Lightning's "
         "bookkeeping for that (moving the metric's state on each call) nearly doubled the linear model's step. "
-        "It is now registered once per epoch, which gives the same epoch value (tests/test_models.py).",
+        "It is now registered once per epoch, which gives the same epoch value (tests/training/test_models.py).",
         "Fixed in stop 21, after a sampled profile of rank 0 of MLP ×1 (py-spy, 400 Hz, 8 epochs; of a step: "
         "backward 29%, forward and loss 23%, Adam 11%, Lightning's loop 19% and its callback dispatch 7%, "
         "fetching the batch 6%, the train-loss metric's update 5%): the step's loss is summed by a two-add "

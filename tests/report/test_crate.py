@@ -19,6 +19,7 @@ from requests_cache import CachedSession
 from rocrate.rocrate import ROCrate
 
 from snakeddp.util.hashing import sha256_file
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
@@ -29,7 +30,7 @@ PROFILES = {
     "https://w3id.org/workflowhub/workflow-ro-crate/1.0",
 }
 # The JSON-LD contexts the crate names, kept as test data (sources and licences in their README).
-CONTEXTS = Path(__file__).parent / "data" / "rocrate"
+CONTEXTS = Path(__file__).parent / "rocrate"
 CONTEXT_FILES = {
     "https://w3id.org/ro/crate/1.1/context": CONTEXTS / "ro-crate-1.1-context.jsonld",
     "https://w3id.org/ro/terms/workflow-run/context": CONTEXTS / "workflow-run-context.jsonld",
@@ -68,8 +69,7 @@ def test_main_entity_is_the_snakefile_with_its_steps(crate, sweep_workflow):
     workflow = crate.mainEntity
     assert {"File", "SoftwareSourceCode", "ComputationalWorkflow"} <= set(workflow.type)
     assert workflow["programmingLanguage"].id.endswith("#snakemake")
-    repo = Path(__file__).resolve().parents[1]
-    assert (crate.source / workflow.id).read_bytes() == (repo / "Snakefile").read_bytes()
+    assert (crate.source / workflow.id).read_bytes() == (REPO / "Snakefile").read_bytes()
     assert "HowTo" in workflow.type
     steps = {step["name"]: step for step in workflow["step"]}
     assert {"data_partition", "data_manifest", "train"} <= set(steps)
@@ -137,7 +137,7 @@ def test_every_file_is_in_the_crate_and_every_term_is_defined(crate, sweep_workf
 
 
 class ContextFiles(BaseAdapter):
-    """Answers the contexts' URLs with the files kept in tests/data, and nothing else."""
+    """Answers the contexts' URLs with the files kept in tests/report/rocrate, and nothing else."""
 
     def send(self, request: requests.PreparedRequest, **kwargs) -> requests.Response:
         body = CONTEXT_FILES[request.url].read_bytes()
