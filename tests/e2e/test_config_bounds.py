@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
+from tests.config.test_bounds import alias_bomb
 from tests.helpers import TINY, Workflow
-from tests.test_config_bounds import alias_bomb
 
 pytestmark = pytest.mark.e2e
 
