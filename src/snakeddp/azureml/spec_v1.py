@@ -32,7 +32,7 @@ from snakeddp.azureml.plan import JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V1_CONDA_FILE as CONDA_FILE
 from snakeddp.azureml.staging import V1_SPEC_FILE as SPEC_FILE
-from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.run.layout import AttemptPaths
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import sha256_file
 
@@ -55,7 +55,7 @@ def data_path(plan: JobPlan) -> tuple[str, str]:
 def resume_path(plan: JobPlan) -> str:
     """Where the submitter uploads the attempt to resume: one folder per checkpoint content."""
     assert plan.resume_dir is not None
-    digest = sha256_file(plan.resume_dir / CHECKPOINT_DIR / LAST)[:16]
+    digest = sha256_file(AttemptPaths(plan.resume_dir).last_checkpoint)[:16]
     return f"snakeddp/resume/{plan.run_id}/{digest}"
 
 

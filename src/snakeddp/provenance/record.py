@@ -21,13 +21,12 @@ from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_stack
 from snakeddp.environment.lock import installed
 from snakeddp.run import variables
-from snakeddp.run.attempt import CHECKPOINT_DIR, PROVENANCE
+from snakeddp.run.layout import RunPaths
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 from snakeddp.util.redact import recorded_environment, scrub
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
-FILE_NAME = PROVENANCE
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -108,7 +107,7 @@ def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every checkpoint kept in the run's checkpoints/ (top-k and last), hashed."""
-    return [file_record(path, run_dir) for path in sorted((run_dir / CHECKPOINT_DIR).glob("*.ckpt"))]
+    return [file_record(path, run_dir) for path in RunPaths(run_dir).checkpoint_files()]
 
 
 def user() -> str | None:
@@ -131,4 +130,4 @@ def write(run_dir: Path, record: dict[str, Any]) -> Path:
     scrubbed = scrub(record)
     if isinstance(packages, dict):
         scrubbed["environment"]["packages"] = {name: scrub(version) for name, version in packages.items()}
-    return atomic_write_json(run_dir / FILE_NAME, scrubbed)
+    return atomic_write_json(RunPaths(run_dir).provenance, scrubbed)

@@ -82,7 +82,7 @@ def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:
 def verify_run(run: Run) -> list[Check]:
     """Every check of one run, schema first, then checkpoints, manifest and partitions."""
     schema = problems(run.provenance)
-    checks = [Check("provenance", str(run.run_dir / "provenance.json"), not schema, "; ".join(schema) or "schema ok")]
+    checks = [Check("provenance", str(run.paths.provenance), not schema, "; ".join(schema) or "schema ok")]
     if schema:  # the files it names cannot be trusted, or even found
         return checks
     manifest, partitions = data_checks(run)

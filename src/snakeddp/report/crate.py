@@ -32,9 +32,8 @@ from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
 from snakeddp.config import flatten
-from snakeddp.provenance.record import FILE_NAME
 from snakeddp.report.files import workflow_files
-from snakeddp.run.attempt import ATTEMPTS_DIR
+from snakeddp.run import layout
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.util.redact import redact_text
@@ -315,13 +314,13 @@ def _data_actions(builder: CrateBuilder, run: Run, manifest: Any) -> list[tuple[
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     """Place one run's inputs and outputs in the crate and describe them."""
     p = run.provenance
-    base = f"{PAYLOAD}/runs/{run.run_id}"
+    paths, base = layout.RunPaths(run.run_dir), f"{PAYLOAD}/{layout.RUNS}/{run.run_id}"
     files: dict[str, Any] = {
-        "run_config": builder.add(run.run_dir / "run.yaml", f"{base}/run.yaml", description="resolved run config"),
-        "metrics": builder.add(run.run_dir / "metrics.csv", f"{base}/metrics.csv", description="one row per epoch"),
+        "run_config": builder.add(paths.run_file, f"{base}/{layout.RUN_FILE}", description="resolved run config"),
+        "metrics": builder.add(paths.metrics, f"{base}/{layout.METRICS}", description="one row per epoch"),
         "provenance": builder.add(
-            run.run_dir / "provenance.json",
-            f"{base}/provenance.json",
+            paths.provenance,
+            f"{base}/{layout.PROVENANCE}",
             description="what the run was made from (schema: snakeddp provenance.schema.json)",
         ),
     }
@@ -357,7 +356,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
         for c in checkpoints
         if run.file(c).is_file()
     ]
-    log = run.workdir / "logs" / "train" / f"{run.run_id}.log"
+    log = layout.train_log(run.workdir, run.run_id)
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
     return files
@@ -365,7 +364,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
 
 def attempt_record(run: Run) -> str:
     """Where an earlier attempt's provenance.json sits in the crate (the report's history links to it)."""
-    return f"{PAYLOAD}/runs/{run.run_id}/{ATTEMPTS_DIR}/{run.run_dir.name}/{FILE_NAME}"
+    return f"{PAYLOAD}/{layout.RUNS}/{run.run_id}/{layout.ATTEMPTS}/{run.run_dir.name}/{layout.PROVENANCE}"
 
 
 def _unique_names(paths: Sequence[str | Path]) -> list[str]:
@@ -421,7 +420,7 @@ def build(
     for run in runs:
         for earlier in earlier_attempts(run.run_dir):
             builder.add(
-                earlier.run_dir / FILE_NAME,
+                earlier.paths.provenance,
                 attempt_record(earlier),
                 description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
             )

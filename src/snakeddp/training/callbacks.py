@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from snakeddp.run.layout import TRACE_FILE
 from snakeddp.util.fsutil import atomic_write_text
 
 METRIC_COLUMNS = (
@@ -243,7 +244,7 @@ class SampleTrace(Callback):
             "complete": complete,
             "ids": ids,
         }
-        with (self.directory / f"rank-{trainer.global_rank}.jsonl").open("a") as handle:
+        with (self.directory / TRACE_FILE.format(rank=trainer.global_rank)).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.cluster import Launcher, LaunchError, Layout
-from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.run.layout import CHECKPOINT_NAME, RunPaths
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
@@ -67,20 +67,20 @@ def build_trainer(
     """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
     accelerator, backend = accelerator_and_backend(launch["accelerator"])
-    checkpoints = run_dir / CHECKPOINT_DIR
+    paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
     named: dict[str, Any] = {
         "checkpoint": EpochCheckpoint(
-            dirpath=checkpoints,
-            filename="epoch{epoch:03d}-val_loss{val_loss:.4f}",
+            dirpath=paths.checkpoints,
+            filename=CHECKPOINT_NAME,
             auto_insert_metric_name=False,
             monitor="val_loss",
             mode="min",
             save_top_k=trainer_cfg["save_top_k"],
         ),
-        "metrics": EpochMetrics(run_dir / "metrics.csv"),
-        "preemption": Preemption(trainer_cfg["preempt_signals"], checkpoints / LAST),
+        "metrics": EpochMetrics(paths.metrics),
+        "preemption": Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
         "hosts": RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
         "phases": Phases(checkpoint_io),
     }
@@ -90,7 +90,7 @@ def build_trainer(
             monitor="val_loss", mode="min", patience=stop_cfg["patience"], min_delta=stop_cfg["min_delta"]
         )
     if trainer_cfg["trace_samples"]:
-        named["trace"] = SampleTrace(run_dir / "trace")
+        named["trace"] = SampleTrace(paths.trace)
     strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
     trainer = pl.Trainer(
         accelerator=accelerator,
