@@ -66,7 +66,7 @@ from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted, utc_now
 from snakeddp.training.models import build_model
 from snakeddp.training.trackers import Trackers
-from snakeddp.training.trainer import accelerator_and_backend, build_trainer
+from snakeddp.training.trainer import Callbacks, accelerator_and_backend, build_trainer
 from snakeddp.util.hashing import sha256_file, sha256_json
 from snakeddp.util.shutdown import freeze_imports
 
@@ -143,18 +143,18 @@ def main(args: argparse.Namespace) -> int:
     trainer, callbacks = build_trainer(
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
-    callbacks["phases"].marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
+    callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
     trackers.log_config(cfg)
 
     started, clock = utc_now(), time.perf_counter()
     try:
         trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
     except Preempted:
-        if not callbacks["preemption"].preempted:
+        if not callbacks.preemption.preempted:
             raise
         if layout.is_main:
             print(
-                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks['preemption'].last_path}; "
+                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks.preemption.last_path}; "
                 "rerun to resume",
                 flush=True,
             )
@@ -174,12 +174,12 @@ def main(args: argparse.Namespace) -> int:
         )
         record["tracking"] = trackers.describe()
         record["user_code"] = user_code(cfg, model, data)
-        record["timing"]["phases"] = callbacks["phases"].record()
+        record["timing"]["phases"] = callbacks.phases.record()
         if not locked:  # the launcher printed it; the record keeps it with the run
             record["warnings"] = [no_lock_warning(args.run_dir)]
         path = provenance.write(args.run_dir, record)
         keep_record(args.run_dir)
-        trackers.finish(path, callbacks["checkpoint"].best_model_path)
+        trackers.finish(path, callbacks.checkpoint.best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
     return 0
@@ -189,7 +189,7 @@ def _record(
     run: RunFile,
     args: argparse.Namespace,
     trainer: pl.Trainer,
-    callbacks: dict[str, Any],
+    callbacks: Callbacks,
     layout: cluster.Layout,
     manifest_sha256: str,
     key: str,
@@ -200,13 +200,13 @@ def _record(
     """Everything provenance.json says, from the objects that did the work."""
     cfg = run.config
     # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
-    rows = callbacks["metrics"].read()
-    checkpoint = callbacks["checkpoint"]
-    stopper = callbacks.get("early_stopping")
+    rows = callbacks.metrics.read()
+    checkpoint = callbacks.checkpoint
+    stopper = callbacks.early_stopping
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
     samples = sum(int(r["samples"]) for r in rows)
     accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
-    ranks = callbacks["hosts"].ranks
+    ranks = callbacks.hosts.ranks
     best = provenance.file_record(checkpoint.best_model_path, args.run_dir)
     if best is not None:
         best.update(metric="val_loss", score=float(checkpoint.best_model_score))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,33 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.seconds += time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class Callbacks:
+    """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them; the run reads
+    its results from them after fit."""
+
+    checkpoint: EpochCheckpoint
+    """The top-k by val_loss and last.ckpt; its best and last paths go to provenance."""
+    metrics: EpochMetrics
+    """metrics.csv, one row per epoch (rank 0)."""
+    preemption: Preemption
+    """Stops every rank at the same step on a preemption signal and saves last.ckpt."""
+    hosts: RankHosts
+    """Where every rank ran (provenance's launch.ranks)."""
+    phases: Phases
+    """Where the process's wall time went (provenance's timing.phases)."""
+    progress: EpochProgress
+    """Prints each epoch's row; after ``metrics``, whose row it prints."""
+    early_stopping: EarlyStopping | None = None
+    """Only with trainer.early_stopping.enabled."""
+    trace: SampleTrace | None = None
+    """Only with trainer.trace_samples."""
+
+    def all(self) -> list[Callback]:
+        """Every callback present, in field order."""
+        return [callback for callback in (getattr(self, f.name) for f in fields(self)) if callback is not None]
+
+
 def accelerator_and_backend(requested: str) -> tuple[str, str]:
     """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto)."""
     has_gpu = torch.cuda.is_available()
@@ -59,8 +87,8 @@ def build_trainer(
     loggers: Sequence[Logger] = (),
     extra_callbacks: Sequence[Callback] = (),
     shards_itself: bool = True,
-) -> tuple[pl.Trainer, dict[str, Any]]:
-    """The Trainer, and the callbacks other code reads results from (by name).
+) -> tuple[pl.Trainer, Callbacks]:
+    """The Trainer, and its callbacks that other code reads results from.
 
     ``loggers`` and ``extra_callbacks`` come from the trackers; ``shards_itself`` is False for a
     custom DataModule, which then gets Lightning's DistributedSampler.
@@ -70,8 +98,9 @@ def build_trainer(
     paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
-    named: dict[str, Any] = {
-        "checkpoint": EpochCheckpoint(
+    metrics = EpochMetrics(paths.metrics)
+    callbacks = Callbacks(
+        checkpoint=EpochCheckpoint(
             dirpath=paths.checkpoints,
             filename=CHECKPOINT_NAME,
             auto_insert_metric_name=False,
@@ -79,18 +108,18 @@ def build_trainer(
             mode="min",
             save_top_k=trainer_cfg["save_top_k"],
         ),
-        "metrics": EpochMetrics(paths.metrics),
-        "preemption": Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
-        "hosts": RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
-        "phases": Phases(checkpoint_io),
-    }
-    named["progress"] = EpochProgress(run_dir.name, named["metrics"])
-    if stop_cfg["enabled"]:
-        named["early_stopping"] = EarlyStopping(
+        metrics=metrics,
+        preemption=Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
+        hosts=RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
+        phases=Phases(checkpoint_io),
+        progress=EpochProgress(run_dir.name, metrics),
+        early_stopping=EarlyStopping(
             monitor="val_loss", mode="min", patience=stop_cfg["patience"], min_delta=stop_cfg["min_delta"]
         )
-    if trainer_cfg["trace_samples"]:
-        named["trace"] = SampleTrace(paths.trace)
+        if stop_cfg["enabled"]
+        else None,
+        trace=SampleTrace(paths.trace) if trainer_cfg["trace_samples"] else None,
+    )
     strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
     trainer = pl.Trainer(
         accelerator=accelerator,
@@ -99,7 +128,7 @@ def build_trainer(
         strategy=strategy,
         precision=trainer_cfg["precision"],
         max_epochs=trainer_cfg["max_epochs"],
-        callbacks=[*named.values(), *extra_callbacks],
+        callbacks=[*callbacks.all(), *extra_callbacks],
         logger=list(loggers) or False,
         default_root_dir=run_dir,
         reload_dataloaders_every_n_epochs=1,
@@ -111,4 +140,4 @@ def build_trainer(
     )
     if "SIGTERM" in trainer_cfg["preempt_signals"]:
         hand_sigterm_to_preemption(trainer)
-    return trainer, named
+    return trainer, callbacks
