@@ -15,7 +15,9 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.cluster import Launcher, LaunchError, Layout
+from snakeddp.cluster import Launcher, Layout
+from snakeddp.environment.capture import accelerator_and_backend
+from snakeddp.provenance.record import Outcome
 from snakeddp.run.layout import CHECKPOINT_NAME, RunPaths
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
@@ -66,17 +68,22 @@ class Callbacks:
         """Every callback present, in field order."""
         return [callback for callback in (getattr(self, f.name) for f in fields(self)) if callback is not None]
 
-
-def accelerator_and_backend(requested: str) -> tuple[str, str]:
-    """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto)."""
-    has_gpu = torch.cuda.is_available()
-    if requested == "gpu" and not has_gpu:
-        raise LaunchError(
-            "launch.accelerator=gpu but torch sees no CUDA device (torch.cuda.is_available() is False). "
-            "HINT: run on a GPU node with a CUDA build of torch, or set launch.accelerator: cpu."
+    def outcome(self, trainer: pl.Trainer, started_at: str, seconds: float) -> Outcome:
+        """What the fit produced, for the provenance record (rank 0, after fit)."""
+        stopper, score = self.early_stopping, self.checkpoint.best_model_score
+        return Outcome(
+            started_at=started_at,
+            seconds=seconds,
+            world_size=trainer.world_size,
+            # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
+            metrics=self.metrics.read(),
+            best_checkpoint=self.checkpoint.best_model_path,
+            best_score=None if score is None else float(score),
+            last_checkpoint=self.checkpoint.last_model_path,
+            stopped_early=stopper is not None and stopper.stopped_epoch > 0,
+            ranks=self.hosts.ranks,
+            phases=self.phases.record,
         )
-    use_gpu = requested == "gpu" or (requested == "auto" and has_gpu)
-    return ("gpu", "nccl") if use_gpu else ("cpu", "gloo")
 
 
 def build_trainer(
