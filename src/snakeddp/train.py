@@ -56,6 +56,7 @@ from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, ma
 from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted
 from snakeddp.training.models import build_model
+from snakeddp.training.safe_load import check_checkpoint
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import build_trainer
 from snakeddp.util.hashing import sha256_file
@@ -168,6 +169,8 @@ def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.A
     key = attempt_key(run.config, args.data, args.environment_record)
     locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
     resume_from = resume_checkpoint(args.run_dir, key)
+    if resume_from is not None:
+        check_checkpoint(resume_from)  # before any strategy's loader sees it (training.safe_load)
     if is_main:
         mark(args.run_dir, key)
     return provenance.Attempt(
