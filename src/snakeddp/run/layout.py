@@ -19,9 +19,10 @@
 
     logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
 
-Only names and paths live here, no reads or writes: ``run.attempt`` moves attempts, ``run.runs``
-reads finished ones, training writes them. Imported when the Snakefile is parsed, so the standard
-library only.
+Only names, paths and globs live here; no file is read or written: ``run.attempt`` moves attempts,
+``run.runs`` reads finished ones, training writes them. On the run floor, under everything that
+touches a run directory (the launcher, every rank, the report, the AzureML submitter) and light
+enough for the Snakefile's imports: the standard library only (tests/run/test_layout.py).
 """
 
 from __future__ import annotations
