@@ -19,6 +19,7 @@ from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
+from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakemake.utils import update_config
 
@@ -128,7 +129,7 @@ from snakeddp.workflow.slurm import slurm_resources
 
 
 wildcard_constraints:
-    run=snakeddp_config.RUN_ID_PATTERN,
+    run=snakeddp_layout.RUN_ID_PATTERN,
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9a-f]{10}",
     index=r"\d{5}",
     parts=r"\d+",

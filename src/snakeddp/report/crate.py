@@ -32,10 +32,12 @@ from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
 from snakeddp.config import flatten
+from snakeddp.errors import ProvenanceError
 from snakeddp.report.files import workflow_files
 from snakeddp.run import layout
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
+from snakeddp.util.paths import inside
 from snakeddp.util.redact import redact_text
 
 BASENAME = "ro-crate-metadata.json"
@@ -125,8 +127,15 @@ class CrateBuilder:
     def add(
         self, source: Path, dest: str, types: Sequence[str] = ("File",), link: bool = False, **properties: Any
     ) -> Any:
-        """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it."""
-        target = self.root / dest
+        """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it.
+        A ``dest`` made from a record's values (run id, dataset, checkpoint name) never leaves the crate."""
+        target = inside(self.root, dest)
+        if target is None:
+            raise ProvenanceError(
+                f"the crate would place {source} at {dest!r}, outside {self.root}: a record names a path that "
+                "leaves its directory. HINT: run `snakeddp verify` to find the run whose record is not one "
+                "snakeddp wrote, move that run's directory out of results/, and rerun snakemake."
+            )
         # A file already at its place in the crate (the report's own outputs) stays; anything
         # else is placed again: a link that is already there is kept by link_or_copy, and a copy
         # replaces whatever the target was (an older crate's hard link to a config included).

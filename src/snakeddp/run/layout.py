@@ -31,6 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RUNS = "runs"
+# What a run (its directory under runs/) may be called: the run wildcard's constraint (rules/common.smk),
+# the check of every planned id (workflow.preflight.check_run_ids) and of every record read (run.runs).
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+# A run id names files (logs/train/<id>.config.log): well under NAME_MAX (255) with every suffix.
+RUN_ID_MAX = 200
 RUN_FILE = "run.yaml"
 PROVENANCE = "provenance.json"
 # A copy of provenance.json that the attempt keeps: Snakemake deletes provenance.json (the

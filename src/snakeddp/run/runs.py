@@ -10,14 +10,16 @@ three levels above the run directory.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import RunNotFound
-from snakeddp.run.layout import PROVENANCE, RUNS, AttemptPaths, RunPaths, paths_of, run_records
+from snakeddp.errors import ProvenanceError, RunNotFound
+from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, RunPaths, paths_of, run_records
 from snakeddp.util.fsutil import read_json
+from snakeddp.util.paths import inside
 
 
 def _number(text: str) -> int | float | str | None:
@@ -81,28 +83,51 @@ class Run:
         return Path.cwd()
 
     def resolve(self, recorded: str) -> Path:
-        """A path as recorded in provenance, made usable from here."""
-        path = Path(recorded)
-        if path.is_absolute():
-            return path
-        for base in (self.workdir, Path.cwd()):
-            if (base / path).exists():
-                return base / path
-        return self.workdir / path
+        """A path as recorded in provenance (relative to the workflow's directory), made usable from
+        here; one that leads out of that directory is refused."""
+        workdir, name = self.workdir, recorded
+        if isinstance(recorded, str) and Path(recorded).is_absolute():
+            try:
+                name = Path(recorded).resolve().relative_to(workdir.resolve()).as_posix()
+            except ValueError:
+                name = None
+        found = [path for base in (workdir, Path.cwd()) if (path := inside(base, name)) is not None]
+        if not found:
+            raise self._escapes(recorded, f"the workflow's directory {workdir}")
+        return next((path for path in found if path.exists()), found[0])
 
     @property
     def manifest_path(self) -> Path:
         return self.resolve(self.provenance["data"]["manifest"])
 
     def file(self, record: Mapping[str, Any]) -> Path:
-        """The file of a checkpoint record (paths are relative to the run directory)."""
-        path = Path(record["path"])
-        return path if path.is_absolute() else self.run_dir / path
+        """The file of a checkpoint record (paths are relative to the run directory, and stay in it)."""
+        path = inside(self.run_dir, record.get("path"))
+        if path is None:
+            raise self._escapes(record.get("path"), f"its run directory {self.run_dir}")
+        return path
+
+    def _escapes(self, recorded: Any, where: str) -> ProvenanceError:
+        return ProvenanceError(
+            f"{self.paths.provenance}: names the file {recorded!r}, which is not inside {where}; snakeddp "
+            f"follows no path a record points out of its directory. HINT: this is not a record snakeddp wrote: "
+            f"move {self.paths.run_dir} out of results/ and rerun snakemake, which trains the run again."
+        )
 
 
 def load_run(run_dir: str | Path) -> Run:
+    """A finished run as recorded; a record whose run id is not a run name is refused: the id names
+    directories and files wherever the record is used (the report, the crate)."""
     paths = paths_of(run_dir)
-    return Run(run_dir=paths.folder, provenance=read_json(paths.provenance), metrics=read_metrics(paths.metrics))
+    record = read_json(paths.provenance)
+    recorded = record.get("run_id") if isinstance(record, dict) else None
+    if not isinstance(recorded, str) or not re.fullmatch(RUN_ID_PATTERN, recorded):
+        raise ProvenanceError(
+            f"{paths.provenance}: records run id {recorded!r}, which is not a run name ({RUN_ID_PATTERN}); "
+            f"snakeddp uses no such record. HINT: this is not a record snakeddp wrote: move {paths.run_dir} "
+            "out of results/ and rerun snakemake, which trains the run again."
+        )
+    return Run(run_dir=paths.folder, provenance=record, metrics=read_metrics(paths.metrics))
 
 
 def default_results(start: str | Path | None = None) -> Path:

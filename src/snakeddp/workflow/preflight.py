@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from snakeddp import cluster
-from snakeddp.config import RUN_ID_MAX, RUN_ID_PATTERN, ConfigError
+from snakeddp.config import ConfigError
 from snakeddp.config import run_id as name_of
 from snakeddp.run import requirements
+from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
