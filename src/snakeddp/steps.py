@@ -58,8 +58,13 @@ def _module(args: argparse.Namespace) -> None:
 
 
 def _run_config(args: argparse.Namespace) -> None:
+    from snakeddp.run.attempt import ensure_no_live_attempt
     from snakeddp.run.runfile import RunFile
 
+    # A second invocation (--nolock) must not put another config under a run that is training:
+    # its provenance would then disagree with its run.yaml. Snakemake removed the old run.yaml
+    # before this job started; the next invocation plans the run anew.
+    ensure_no_live_attempt(Path(args.out).parent)
     RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
 
 

@@ -325,3 +325,35 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
     assert not marker.exists()
     with metrics.open() as handle:
         assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(4))
+
+
+def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training_run(workflow: Workflow, tiny_config):
+    tiny_config["data"]["num_records_per_train_file"] = 3000
+    tiny_config["trainer"].update(max_epochs=4, early_stopping={"enabled": False})
+    workflow.write_config(tiny_config)
+    metrics = workflow.directory / RUN / "metrics.csv"
+    first = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:  # header + 1 epoch
+        assert first.poll() is None and time.monotonic() < deadline, "training ended before the second invocation"
+        time.sleep(0.1)
+    trained_lr = tiny_config["model"].get("lr")
+    tiny_config["model"]["lr"] = 0.0123
+    workflow.write_config(tiny_config)
+    second = subprocess.run(
+        workflow.command(f"{RUN}/run.yaml", "--nolock"), cwd=workflow.directory, env=subprocess_env(),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert second.returncode != 0
+    log = (workflow.directory / "logs/train/base.config.log").read_text()
+    assert log.count("still training") == 1 and "HINT: wait for it to finish" in hint_line(log, "still training")
+    assert first.wait(timeout=600) == 0
+    record = json.loads((workflow.directory / RUN / "provenance.json").read_text())
+    assert record["config"]["model"]["lr"] != 0.0123 and (
+        trained_lr is None or record["config"]["model"]["lr"] == trained_lr
+    )
+    run_yaml = workflow.directory / RUN / "run.yaml"
+    assert not run_yaml.exists() or "0.0123" not in run_yaml.read_text()
