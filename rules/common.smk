@@ -66,9 +66,8 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # --lint (the one mode Snakemake builds without checking envvars) runs no job and always
-        # reports 1 core. (--touch cannot be told apart here: Snakemake 9 sets it after parsing.)
-        cores=workflow.cores if workflow.check_envvars else None,
+        # None under --lint, which runs no job and always reports 1 core.
+        cores=snakeddp_snakemake.cores_unless_linting(workflow),
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),

@@ -15,12 +15,12 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.cluster import Launcher, LaunchError, Layout
+from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
-from snakeddp.training.sigterm_shim import hand_sigterm_to_preemption
 from snakeddp.training.strategies import build_strategy
 from snakeddp.util.fsutil import atomic_write
 
