@@ -50,6 +50,12 @@ rule all:
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
 
 
+# Each rule is a step of snakeddp.run.rules, which the report's crate describes the workflow from.
+try:
+    snakeddp_rules.check_rules(rule.name for rule in workflow.rules)
+except snakeddp_config.ConfigError as error:
+    snakeddp_preflight.stop(error)
+
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()
 

@@ -19,6 +19,8 @@ from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.run import rules as snakeddp_rules
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
