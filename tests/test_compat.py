@@ -136,3 +136,14 @@ def test_linting_reports_no_cores():
 
     assert cores_unless_linting(SimpleNamespace(cores=4, check_envvars=True)) == 4
     assert cores_unless_linting(SimpleNamespace(cores=1, check_envvars=False)) is None
+
+
+def test_the_checkpoint_hooks_public_names_are_new_to_lightning(tmp_path):
+    """A name that ModelCheckpoint already has (save_last is one of its settings) would be overwritten."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from snakeddp.compat.lightning import LastCheckpointHooks
+
+    theirs = set(dir(ModelCheckpoint)) | set(vars(ModelCheckpoint(dirpath=tmp_path, save_last=True)))
+    ours = {name for name in vars(LastCheckpointHooks) if not name.startswith("_")}
+    assert ours == {"on_last_saved", "write_last", "saves_on_train_epoch_end"} and not ours & theirs

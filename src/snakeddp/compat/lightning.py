@@ -42,7 +42,7 @@ class LastCheckpointHooks(ModelCheckpoint):
     def on_last_saved(self, trainer: pl.Trainer) -> None:
         """Called after every save of last.ckpt, Lightning's own included."""
 
-    def save_last(self, trainer: pl.Trainer) -> None:
+    def write_last(self, trainer: pl.Trainer) -> None:
         """Save last.ckpt now, with the metrics Lightning would name it after."""
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 

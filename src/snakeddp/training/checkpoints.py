@@ -40,7 +40,7 @@ class EpochCheckpoint(LastCheckpointHooks):
     def _save_last_if_missed(self, trainer: pl.Trainer) -> None:
         if trainer.sanity_checking or trainer.fast_dev_run or self._last_saved_step == trainer.global_step:
             return
-        self.save_last(trainer)
+        self.write_last(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
