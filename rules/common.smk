@@ -35,7 +35,9 @@ try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    snakeddp_data_plan.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    snakeddp_data_plan.resolve_tables(
+        RUNS, cache=".snakemake/snakeddp/table-sha256.json"
+    )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
