@@ -8,8 +8,8 @@ Zip ``results/report`` and the report, the figures and the evidence travel toget
 
 It is an RO-Crate 1.1 following the Provenance Run Crate profile 0.5 (which extends Workflow Run
 Crate and Process Run Crate 0.5, themselves built on RO-Crate 1.1; roc-validator checks it in the
-tests): the Snakefile is the main ComputationalWorkflow, a HowTo whose steps are the rules, each
-step naming its tool (``python -m snakeddp.steps ...``, ``snakeddp.train``), all of them read from
+tests): the Snakefile is the main ComputationalWorkflow, a HowTo whose steps are the rules that
+ran, each naming its tool (``python -m snakeddp.steps ...``, ``snakeddp.train``), all of them read from
 the registry the rules and ``snakeddp.steps`` use (``snakeddp.run.rules``). Each execution of a
 tool is a CreateAction: per training run, with start and end time, its agent, its instrument
 and the software it ran on, its inputs (run config, data manifest, environment record, sweep
@@ -258,7 +258,12 @@ def _run_action(
 
 
 def _tool_action(
-    builder: CrateBuilder, rule: str, subject: str, outputs: Sequence[Any], inputs: Sequence[Any] = (), detail: str = ""
+    builder: CrateBuilder,
+    rule: str,
+    subject: str,
+    outputs: Sequence[Any] = (),
+    inputs: Sequence[Any] = (),
+    detail: str = "",
 ) -> ContextEntity:
     """One execution of a step's tool (other than training) as a CreateAction: what it read and wrote."""
     step = rules.BY_RULE[rule]
@@ -296,10 +301,7 @@ def _step_actions(
     builder: CrateBuilder, steps: Sequence[rules.Step], subject: str, made: Mapping[str, Mapping[str, Any]]
 ) -> list[tuple[str, ContextEntity]]:
     """An action of each step for ``subject``: with what ``made`` says it read and wrote, else its description."""
-    return [
-        (step.rule, _tool_action(builder, step.rule, subject, **{"outputs": [], **made.get(step.rule, {})}))
-        for step in steps
-    ]
+    return [(step.rule, _tool_action(builder, step.rule, subject, **made.get(step.rule, {}))) for step in steps]
 
 
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
@@ -398,7 +400,7 @@ def build(
     configs.append(
         builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
     )
-    actions, datasets, environments, outputs, records = [], {}, {}, [], []
+    actions, datasets, environments, outputs, provenance_files = [], {}, {}, [], []
     per_run = [step for step in rules.STEPS if step.per == rules.PER_RUN and step.rule != "train"]
     for run in runs:
         files = _run_files(builder, run)
@@ -408,7 +410,7 @@ def build(
         datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
         environments.update({record.id: record for record in files.get("environment", [])})
         outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
-        records.append(files["provenance"])
+        provenance_files.append(files["provenance"])
     for run in runs:
         for earlier in earlier_attempts(run.run_dir):
             builder.add(
@@ -422,7 +424,7 @@ def build(
         actions.append(("env_capture", _tool_action(builder, "env_capture", Path(record.id).stem, [record])))
     reports = [builder.add(Path(path), Path(path).relative_to(root).as_posix()) for path in report_files]
     once = [step for step in rules.STEPS if step.per == rules.PER_WORKFLOW]
-    actions += _step_actions(builder, once, "runs", {"report": {"outputs": reports, "inputs": records}})
+    actions += _step_actions(builder, once, "runs", {"report": {"outputs": reports, "inputs": provenance_files}})
     image = runs[0].workdir / IMAGE_RECORD if runs else None
     if image is not None and image.is_file():
         record = builder.add(image, f"{PAYLOAD}/envs/{image.name}", description="record of the image build")
