@@ -80,7 +80,7 @@ def test_every_hook_module_checks_its_package_and_every_package_has_one():
     assert set(HOOK_MODULES) == {written.package for written in compat.WRITTEN_FOR.values()}
     for package, module in HOOK_MODULES.items():
         source = (REPO / "src" / f"{module.replace('.', '/')}.py").read_text()
-        assert f'check_package("{package}")' in source, module
+        assert f'check_package("{package}"' in source, module
 
 
 def test_private_attributes_of_upstream_objects_are_reached_only_in_compat():

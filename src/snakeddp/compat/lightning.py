@@ -18,12 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import lightning
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from snakeddp.compat import check_package
 
-check_package("lightning")
+# The imported release's own version: no search of the installed packages' metadata at every rank's start.
+check_package("lightning", lightning.__version__)
 
 
 def _ignore(*args: Any) -> None:
