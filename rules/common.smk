@@ -21,6 +21,8 @@ from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.run import rules as snakeddp_rules
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
@@ -70,9 +72,8 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # --lint (the one mode Snakemake builds without checking envvars) runs no job and always
-        # reports 1 core. (--touch cannot be told apart here: Snakemake 9 sets it after parsing.)
-        cores=workflow.cores if workflow.check_envvars else None,
+        # None under --lint, which runs no job and always reports 1 core.
+        cores=snakeddp_snakemake.cores_unless_linting(workflow),
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),

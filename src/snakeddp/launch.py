@@ -29,12 +29,12 @@ from snakeddp import cluster
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
+from snakeddp.config.schema import platforms
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 
-PLATFORMS = ("local", "slurm", "azureml")
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -44,7 +44,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--platform",
-        choices=PLATFORMS,
+        choices=platforms(),
         default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )

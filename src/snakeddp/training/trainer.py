@@ -16,6 +16,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.cluster import Launcher, Layout
+from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.provenance.record import Outcome
 from snakeddp.run.layout import CHECKPOINT_NAME, RunPaths
@@ -23,7 +24,6 @@ from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, Sam
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
-from snakeddp.training.sigterm_shim import hand_sigterm_to_preemption
 from snakeddp.training.strategies import build_strategy
 from snakeddp.util.fsutil import atomic_write
 
