@@ -327,10 +327,10 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
         assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(4))
 
 
-def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training_run(workflow: Workflow, tiny_config):
-    tiny_config["data"]["num_records_per_train_file"] = 3000
-    tiny_config["trainer"].update(max_epochs=4, early_stopping={"enabled": False})
-    workflow.write_config(tiny_config)
+def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training_run(workflow: Workflow):
+    slow = slow_config(SIGNALLED_RECORDS, max_epochs=3)  # epochs that outlast the second invocation
+    slow["launch"]["devices"] = 1
+    workflow.write_config(slow)
     metrics = workflow.directory / RUN / "metrics.csv"
     first = subprocess.Popen(
         workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
@@ -340,9 +340,9 @@ def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training
     while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:  # header + 1 epoch
         assert first.poll() is None and time.monotonic() < deadline, "training ended before the second invocation"
         time.sleep(0.1)
-    trained_lr = tiny_config["model"].get("lr")
-    tiny_config["model"]["lr"] = 0.0123
-    workflow.write_config(tiny_config)
+    trained_lr = slow["model"].get("lr")
+    slow["model"]["lr"] = 0.0123
+    workflow.write_config(slow)
     second = subprocess.run(
         workflow.command(f"{RUN}/run.yaml", "--nolock"), cwd=workflow.directory, env=subprocess_env(),
         capture_output=True, text=True, timeout=600,
