@@ -1,0 +1,78 @@
+"""The package's floors: a subpackage imports only from floors below it (lazy imports included), and the
+top of ``src/snakeddp`` holds only the entry points and ``errors``. The same graph as
+``python3 ../shared/tools/import-cycles.py src/snakeddp --packages``, checked on every run."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.helpers import SRC
+
+PACKAGE = SRC / "snakeddp"
+# Lowest first. A room may import from rooms on lower floors (and its own); same-floor rooms not at all.
+FLOORS = [
+    {"errors"},
+    {"util", "compat"},
+    {"config"},
+    {"data", "environment"},
+    {"run"},
+    {"cluster"},
+    {"provenance"},
+    {"training"},
+    {"report"},
+    {"azureml"},
+    {"workflow"},
+    {"cli", "launch", "steps", "train"},
+]
+# Imports that go up a floor, each with its reason; at most three may exist.
+UPWARD = {
+    # The AzureML job's entry runs the training entry point inside the job.
+    ("azureml", "train"),
+}
+ENTRY_POINTS = {"cli", "launch", "steps", "train"}
+
+
+def room_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") >= 1 else ""
+
+
+def imports() -> set[tuple[str, str, str]]:
+    """(importing room, imported room, file) for every import of one snakeddp room by another."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        base = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                prefix = base[: len(base) - node.level + 1] if node.level else []
+                target = ".".join([*prefix, *([node.module] if node.module else [])])
+                targets = [target] + ([f"{target}.{a.name}" for a in node.names] if target == "snakeddp" else [])
+            else:
+                continue
+            for target in targets:
+                if room_of(target) in {"__version__", "schemas"}:  # the version string; data files
+                    continue
+                if target.startswith("snakeddp.") and room_of(target) != room_of(module) and room_of(module):
+                    found.add((room_of(module), room_of(target), str(path.relative_to(SRC))))
+    return found
+
+
+def floor(room: str) -> int:
+    return next(index for index, rooms in enumerate(FLOORS) if room in rooms)
+
+
+def test_every_room_has_a_floor_and_the_top_holds_only_entry_points_and_errors():
+    rooms = {p.stem if p.suffix else p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    rooms -= {"__init__", "schemas"}  # the package's docstring and its data files
+    assert rooms == set().union(*FLOORS)
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top == ENTRY_POINTS | {"errors"} and len(top) <= 6
+
+
+def test_no_room_imports_from_its_own_floor_or_above_except_the_named_few():
+    upward = {(a, b) for a, b, _ in imports() if floor(b) >= floor(a)}
+    assert upward == UPWARD, sorted(f"{a} -> {b} ({f})" for a, b, f in imports() if (a, b) in upward - UPWARD)
+    assert len(UPWARD) <= 3
