@@ -52,6 +52,16 @@ rule all:
 snakeddp_shutdown.freeze_imports()
 
 
+# Before the first job: a local run gets as many cores as it starts processes (checked here, not
+# while the workflow is read, which --report, --summary and --list-rules also do with 0 or 1 core).
+onstart:
+    if not workflow.touch:
+        try:
+            snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
+        except snakeddp_preflight.PreflightError as error:
+            snakeddp_preflight.stop(error)
+
+
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
 # hold the finished process for up to a second (snakeddp.util.shutdown).
 onsuccess:

@@ -19,7 +19,11 @@ from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.workflow import reasons as snakeddp_reasons
 from snakemake.utils import update_config
+
+# A rerun's reason names the config keys that changed, not the run's whole config.
+snakeddp_reasons.patch_snakemake_params_change()
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
 # they take the type the schema asks for before the config is validated.
@@ -33,7 +37,9 @@ try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    snakeddp_data_plan.resolve_tables(RUNS, cache=".snakemake/snakeddp/table-sha256.json")
+    snakeddp_data_plan.resolve_tables(
+        RUNS, cache=".snakemake/snakeddp/table-sha256.json"
+    )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
@@ -66,9 +72,6 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # --lint (the one mode Snakemake builds without checking envvars) runs no job and always
-        # reports 1 core. (--touch cannot be told apart here: Snakemake 9 sets it after parsing.)
-        cores=workflow.cores if workflow.check_envvars else None,
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
