@@ -20,10 +20,14 @@ from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakeddp.workflow import reasons as snakeddp_reasons
+from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.
 snakeddp_reasons.patch_snakemake_params_change()
+# Ctrl-C: a few lines saying what was kept, not each stopped job as a failure (onerror).
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    snakeddp_interrupt.watch_ctrl_c()
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
 # they take the type the schema asks for before the config is validated.
