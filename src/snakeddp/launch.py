@@ -32,6 +32,7 @@ from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.terminal import say
 
 PLATFORMS = ("local", "slurm", "azureml")
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -127,7 +128,8 @@ def run_attempt(args: argparse.Namespace) -> int:
         signal.signal(signum, forward)
     resume = attempt.prepare(args.run_dir, key)
     if attempt.finished(args.run_dir):
-        print(f"snakeddp.launch: run {run.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+        # On the terminal too (local platform): the train job restored, it did not train.
+        say(f"{run.run_id}: {attempt.restore(args.run_dir, key)}")
         return 0
     print(
         f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
