@@ -1,5 +1,5 @@
 # snakeddp: partitioned data -> distributed Lightning training -> report, on any profile.
-#   snakemake --profile local     (this machine, torchrun)
+#   snakemake --profile local     (this machine, snakeddp's supervisor)
 #   snakemake --profile slurm     (Slurm, srun/mpirun inside each job)
 #   snakemake --profile azureml   (AzureML jobs)
 from snakemake.utils import min_version
