@@ -116,7 +116,7 @@ if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
     snakeddp_preflight.stop(
         "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
         "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
-        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."
+        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
     )
 
 

