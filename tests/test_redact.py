@@ -1,5 +1,7 @@
 """Secret detection matches whole words of a name, and masks credentials inside values."""
 
+import json
+
 import pytest
 
 from snakeddp.util.redact import is_secret_name, recorded_environment, redact_text, scrub
@@ -41,3 +43,23 @@ def test_sas_signatures_and_url_credentials_are_masked():
     assert redact_text(sas) == "https://acct.blob.core.windows.net/c/f?sv=2024&sig=***&se=2026"
     assert redact_text("https://alice:pw@proxy.invalid:3128/") == "https://***@proxy.invalid:3128/"
     assert scrub({"DB_PASSWORD": "pw", "NCCL_IB_PKEY": "0x1"}) == {"DB_PASSWORD": "***", "NCCL_IB_PKEY": "0x1"}
+
+
+def test_package_names_in_a_listing_are_not_secrets_but_their_values_are_redacted():
+    record = {
+        "environment": {"packages": {"google-auth": "2.40.3", "keyring": "https://bob:pw@pypi.invalid/k"}},
+        "AUTH_TOKEN": "t0k",
+    }
+    assert scrub(record, listings=frozenset({"packages"})) == {
+        "environment": {"packages": {"google-auth": "2.40.3", "keyring": "https://***@pypi.invalid/k"}},
+        "AUTH_TOKEN": "***",
+    }
+    assert scrub(record)["environment"]["packages"]["google-auth"] == "***", "without the listing, a name is a name"
+
+
+def test_provenance_keeps_every_package_version(tmp_path):
+    from snakeddp.provenance.record import write
+
+    write(tmp_path, {"environment": {"packages": {"google-auth": "2.40.3"}, "conda_packages": {"libauth": "1=h0"}}})
+    written = json.loads((tmp_path / "provenance.json").read_text())
+    assert written["environment"] == {"packages": {"google-auth": "2.40.3"}, "conda_packages": {"libauth": "1=h0"}}

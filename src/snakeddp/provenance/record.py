@@ -27,6 +27,8 @@ from snakeddp.util.redact import recorded_environment, scrub
 
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
 FILE_NAME = PROVENANCE
+# Package lists (name -> version) of the environment: package names are never masked as secrets.
+PACKAGE_LISTINGS = frozenset({"packages", "conda_packages"})
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -119,5 +121,5 @@ def user() -> str | None:
 
 
 def write(run_dir: Path, record: dict[str, Any]) -> Path:
-    record = scrub({"format": PROVENANCE_FORMAT, **record})
+    record = scrub({"format": PROVENANCE_FORMAT, **record}, listings=PACKAGE_LISTINGS)
     return atomic_write_json(run_dir / FILE_NAME, record)

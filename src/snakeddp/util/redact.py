@@ -75,12 +75,25 @@ def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def scrub(value: Any) -> Any:
-    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed."""
+def scrub(value: Any, listings: frozenset[str] = frozenset()) -> Any:
+    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed.
+    The keys of a mapping under a key in ``listings`` are names of things, not of settings (a
+    package list: ``google-auth`` is a package, not a credential); their values are still redacted."""
+    return _scrub(value, listings, listing=False)
+
+
+def _scrub(value: Any, listings: frozenset[str], listing: bool) -> Any:
     if isinstance(value, Mapping):
-        return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else scrub(v)) for k, v in value.items()}
+        return {
+            k: (
+                MASK
+                if not listing and is_secret_name(str(k)) and v not in (None, "")
+                else _scrub(v, listings, str(k) in listings)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [scrub(v) for v in value]
+        return [_scrub(v, listings, listing=False) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value
