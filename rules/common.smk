@@ -21,6 +21,7 @@ from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakeddp.workflow import reasons as snakeddp_reasons
 from snakeddp.workflow import interrupt as snakeddp_interrupt
+from snakeddp.workflow import envrecords as snakeddp_envrecords
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.

@@ -4,6 +4,7 @@ without cores gets Snakemake's one line saying what to type."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -135,3 +136,24 @@ def test_an_edit_is_named_by_its_key_in_the_reason_and_the_list_of_changes(clone
 
 def changed_files(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("results/")]
+
+
+def test_a_record_of_packages_since_changed_is_captured_again_by_the_next_run(clone):
+    """The record says the venv had a package it no longer has (as after a pip uninstall)."""
+    if not (clone / "results/runs/devices-1/provenance.json").exists():
+        ok(typed(clone, "snakemake --profile profiles/local"))
+    path = clone / "results/envs/train.json"
+    before = json.loads(path.read_text())
+    path.write_text(json.dumps({**before, "packages": {**before["packages"], "ghost-package": "1.0"}}))
+    note = "environment: 1 package(s) changed since results/envs/train.json was recorded"
+    assert f"{note}; a run records it again" in ok(typed(clone, "snakemake -n"))
+    assert f"{note}; a run records it again" in ok(typed(clone, "snakemake --summary"))
+    assert "ghost-package" in path.read_text(), "nothing that runs no job touches the record"
+    output = ok(typed(clone, "snakemake --profile profiles/local"))
+    assert f"{note}: recording it again" in output
+    after = json.loads(path.read_text())
+    assert "ghost-package" not in after["packages"] and after["hash"] == before["hash"]
+    # The runs cite the record as captured again; this environment is the one they finished on.
+    assert "restored it, nothing trained" in output
+    provenance = json.loads((clone / "results/runs/devices-2/provenance.json").read_text())
+    assert provenance["environment"]["environment_hash"] == after["hash"]
