@@ -1,7 +1,7 @@
 # Sourced by tools/setup.sh: `progress WHAT COMMAND...` runs COMMAND and, while it runs, prints
-# "setup: still WHAT (N s)" every 10 s. Compiling site-packages' bytecode printed nothing for
-# 98 s, and bootstrapping uv 21 s: long enough to look stuck.
-PROGRESS_EVERY=${PROGRESS_EVERY:-10}
+# "setup: still WHAT (N s)" every 9 s, so the set-up is never 10 s without a line. Compiling
+# site-packages' bytecode printed nothing for 98 s, and bootstrapping uv 21 s: it looked stuck.
+PROGRESS_EVERY=${PROGRESS_EVERY:-9}
 
 progress() {
     local what=$1

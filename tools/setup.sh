@@ -39,10 +39,14 @@ fi
 UV_VERSION=0.13.8
 tools=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION
 uv="$tools/bin/uv"
+bootstrap_uv() {
+    "$PYTHON" -m venv "$tools"
+    "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+}
 if [[ ! -x "$uv" ]]; then
     echo "setup: installing uv $UV_VERSION into $tools (once per machine)"
-    "$PYTHON" -m venv "$tools"
-    progress "installing uv" "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+    # Creating its venv (pip included) took 20-30 s here, installing uv a few seconds more.
+    progress "installing uv" bootstrap_uv
 fi
 # uv does not read pip's config: a machine's own wheels (pip's find-links, e.g. a CPU torch) stay usable.
 if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
