@@ -50,10 +50,7 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     after = output.split("Terminating processes on user request, this might take some time.\n")[1].splitlines()
     assert len(after) <= 5, output
     assert after[0].startswith("Interrupted (Ctrl-C). Nothing is lost: rerun the same command"), output
-    saved = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
-    assert (
-        f"  run base: {saved} epoch{'s' if saved > 1 else ''} saved in results/runs/base/checkpoints/last.ckpt" in after
-    )
+    assert "  run base: its last finished epoch is saved in results/runs/base/checkpoints/last.ckpt" in after
     for crash in ("Traceback", "RuleException", "Error in rule", "WorkflowError", "CalledProcessError"):
         assert crash not in output, output
     interrupted_log = (tmp_path / "logs/train/base.log").read_text()

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from snakeddp.run.attempt import CHECKPOINT_DIR, LAST, PROVENANCE
-from snakeddp.run.runs import METRICS_FILE, read_metrics
+from snakeddp.run.runs import METRICS_FILE
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
 INTERRUPTED = threading.Event()
@@ -64,10 +64,11 @@ def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
     for run_id, run_dir in runs:
         if (run_dir / PROVENANCE).is_file() or not (run_dir / METRICS_FILE).is_file():
             continue
+        # Not "N epochs": metrics.csv gets an epoch's row before its checkpoint is written, and
+        # Ctrl-C can land between the two (only torch could read the epoch back from last.ckpt).
         last = run_dir / CHECKPOINT_DIR / LAST
-        epochs = len(read_metrics(run_dir / METRICS_FILE)) if last.is_file() else 0
-        if epochs:
-            lines.append(f"  run {run_id}: {epochs} epoch{'s' if epochs != 1 else ''} saved in {last}")
+        if last.is_file():
+            lines.append(f"  run {run_id}: its last finished epoch is saved in {last}")
         else:
             lines.append(f"  run {run_id}: stopped in its first epoch; a rerun starts it again")
     return lines
