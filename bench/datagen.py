@@ -235,7 +235,7 @@ def run(ctx: Context) -> Result:
         "(tobytes and join: the partition three times in memory) and converted all features to float64 at once "
         "for the teacher's logits. It now writes and hashes the arrays piece by piece and computes the logits "
         "4 MB of rows at a time: a 40 MB partition's job peaked at 153 MB RSS and now at 79 MB (33 MB of it "
-        "imports), 0.36 -> 0.30 s (6 runs each, medians). The bytes are unchanged (tests/test_synthetic.py pins "
+        "imports), 0.36 -> 0.30 s (6 runs each, medians). The bytes are unchanged (tests/data/test_synthetic.py pins "
         "the BLAKE3 of files written before). Earlier: `snakeddp.data.partitions` no longer imports torch.",
     ]
     if any(figure.met is False for figure in result.figures):

@@ -197,7 +197,7 @@ def run(ctx: Context) -> Result:
         "supervisor and process exit.",
         "Fixed here: Lightning 2.6 broadcast rank 0's SIGTERM flag before every training step and read it back "
         "with `.item()` (one more collective and a host sync per step, the largest share of its per-step cost for "
-        "the linear model); snakeddp.training.sigterm_shim switches it off where Preemption already agrees on a "
+        "the linear model); snakeddp.compat.lightning switches it off where Preemption already agrees on a "
         "stop about once a second (tests/e2e/test_training.py signals one rank of a torchrun pair and checks both "
         "stop after the same step). And `snakeddp.launch` no longer imports torch and Lightning to read the "
         "environment record's hash for the resume key.",
@@ -206,7 +206,7 @@ def run(ctx: Context) -> Result:
         "than one (shared/notes/stack.md).",
         "Fixed here: `snakeddp.training.models` logged its train-loss metric on every step; Lightning's "
         "bookkeeping for that (moving the metric's state on each call) nearly doubled the linear model's step. "
-        "It is now registered once per epoch, which gives the same epoch value (tests/test_models.py).",
+        "It is now registered once per epoch, which gives the same epoch value (tests/training/test_models.py).",
         "Fixed in stop 21, after a sampled profile of rank 0 of MLP ×1 (py-spy, 400 Hz, 8 epochs; of a step: "
         "backward 29%, forward and loss 23%, Adam 11%, Lightning's loop 19% and its callback dispatch 7%, "
         "fetching the batch 6%, the train-loss metric's update 5%): the step's loss is summed by a two-add "

@@ -18,10 +18,14 @@ from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
+from snakeddp.util import redact as snakeddp_redact
+from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
 from snakeddp.workflow import reasons as snakeddp_reasons
 from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
+from snakeddp.run import rules as snakeddp_rules
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.
@@ -133,7 +137,7 @@ from snakeddp.workflow.slurm import slurm_resources
 
 
 wildcard_constraints:
-    run=r"[A-Za-z0-9][A-Za-z0-9_.+-]*",
+    run=snakeddp_layout.RUN_ID_PATTERN,
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9a-f]{10}",
     index=r"\d{5}",
     parts=r"\d+",

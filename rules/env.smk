@@ -29,7 +29,7 @@ rule build_image:
         dockerfile=REPO / "envs" / "Dockerfile",
         lock=REPO / "envs" / "requirements.lock",
     output:
-        record="results/envs/image.json",
+        record=IMAGE_RECORD,
     log:
         "logs/envs/image.log",
     localrule: True
@@ -52,7 +52,9 @@ rule build_image:
 # A record of this interpreter whose packages changed since (a pip install, make setup-dev) is
 # captured again before any job runs (snakeddp.workflow.envrecords); a dry run or a report only
 # says so.
-if workflow.check_envvars and not (workflow.remote_exec or workflow.subprocess_exec):
+if not snakeddp_snakemake.linting(workflow) and not (
+    workflow.remote_exec or workflow.subprocess_exec
+):
     for line in snakeddp_envrecords.refresh(
         [
             Path(rules.env_capture.output.record.format(stage=stage))

@@ -2,8 +2,13 @@
 
 # The config the crate records, canonical (sorted keys, no platform: each run's provenance says
 # where it ran), so the same config on another profile does not rerun the report.
+# Credentials in it (a tracking URI's user:password@) are masked: a rule's params are stored in
+# .snakemake/metadata and printed when they change.
 CRATE_CONFIG = json.dumps(
-    {key: value for key, value in CONFIG.items() if key != "platform"}, sort_keys=True
+    snakeddp_redact.scrub(
+        {key: value for key, value in CONFIG.items() if key != "platform"}
+    ),
+    sort_keys=True,
 )
 FIGURE_FORMAT = REPORT["figure_format"]
 

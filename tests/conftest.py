@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SECRETS, SWEEP, TINY, Workflow, subprocess_env
+from tests.helpers import CONFIG_SECRET, SECRETS, SWEEP, TINY, Workflow, subprocess_env
 
 
 @pytest.fixture
@@ -24,9 +24,10 @@ def tiny_config() -> dict:
 @pytest.fixture(scope="session")
 def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     """The whole pipeline (data, two DDP runs of world size 1 and 2, report) run once for all tests
-    that only read its results, with secret-looking variables set in its environment."""
+    that only read its results, with secret-looking variables set in its environment and a
+    credential in its config."""
     flow = Workflow(tmp_path_factory.mktemp("sweep"))
-    flow.write_config(SWEEP)
+    flow.write_config({**SWEEP, **CONFIG_SECRET})
     # What the user saw on the terminal, for the tests of progress lines.
     flow.first_run = flow.run(env=subprocess_env(**SECRETS))
     return flow

@@ -57,6 +57,10 @@ class RunStateError(ConfigError, RuntimeError):
     """The run directory holds checkpoints whose origin cannot be confirmed."""
 
 
+class CheckpointError(RunStateError):
+    """A checkpoint that is damaged, or holds more than tensors and plain values (it would run code)."""
+
+
 class RunNotFound(ConfigError, LookupError):
     """No finished run matches what the user named."""
 
@@ -75,6 +79,10 @@ class EnvFileError(ConfigError, RuntimeError):
 
 class ImageBuildError(ConfigError, RuntimeError):
     """No usable container engine, or the build failed."""
+
+
+class UpstreamVersionError(ConfigError, RuntimeError):
+    """An installed package is not a release that snakeddp's hooks into its private parts were written for."""
 
 
 class AzureMLError(ConfigError, RuntimeError):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import subprocess_env
-from tests.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
+from tests.report.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
 
 pytestmark = pytest.mark.e2e
 

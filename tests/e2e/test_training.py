@@ -148,7 +148,7 @@ def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
 
 def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     """Ctrl-C signals the terminal's foreground process group, here the launcher's; the ranks, in
-    sessions of their own, get it passed on (tests/test_supervisor.py counts it once per rank).
+    sessions of their own, get it passed on (tests/cluster/test_supervisor.py counts it once per rank).
     Lightning shuts down gracefully, no traceback, nothing left running, and a rerun resumes."""
     run = Run(tmp_path, slow_config(max_epochs=5))
     process = run.start()
@@ -277,7 +277,7 @@ def rank_pids(run_dir: Path) -> dict[int, int]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
-    # Lightning's per-step SIGTERM broadcast is off (training/sigterm_shim.py); the deadlock it
+    # Lightning's per-step SIGTERM broadcast is off (snakeddp.compat.lightning); the deadlock it
     # guarded against (Lightning issue #20806: one rank stops, the other waits in a collective)
     # must still not happen when only one rank is signalled.
     run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))

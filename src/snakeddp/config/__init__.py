@@ -20,6 +20,7 @@ import jsonschema
 import yaml
 
 from snakeddp.config import coerce, sources
+from snakeddp.config.bounds import check_run_size, check_shape, check_sweep_size
 from snakeddp.config.network import network_variable_error
 from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
@@ -74,7 +75,15 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
             "such as model.lr, launch.devices or data.num_features"
         )
-    return f"{key}: {error.message}"
+    return f"{key}: {_shortened(error)}"
+
+
+def _shortened(error: jsonschema.ValidationError, limit: int = 120) -> str:
+    """jsonschema's message with a long offending value cut down: an error stays one readable line."""
+    shown = repr(error.instance)
+    if len(shown) <= limit:
+        return error.message
+    return error.message.replace(shown, f"{shown[: limit // 2]}... ({len(shown)} characters)")
 
 
 def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
@@ -84,6 +93,7 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping, got {type(config).__name__}")
+    check_shape(config, source)
     schema = load_schema()
     resolved = coerce.normalise(config, schema)
     errors = sorted(
@@ -181,6 +191,7 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
     """Map run id -> (sweep point, validated run config), one entry per point of the grid."""
     sweep = cfg.get("sweep", {})
     base = {k: v for k, v in cfg.items() if k != "sweep"}
+    check_sweep_size(sweep, source)
     runs: dict[str, dict[str, Any]] = {}
     for values in itertools.product(*sweep.values()):
         point = dict(zip(sweep, values, strict=True))
@@ -193,6 +204,7 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
         if rid in runs:
             raise ConfigError(f"{source}: two sweep points share the run id '{rid}'; make the sweep values distinct")
         runs[rid] = {"point": point, "config": run_config(resolved)}
+        check_run_size(rid, runs[rid]["config"])
     return runs
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from snakeddp.errors import DataIntegrityError
 from snakeddp.util.fsutil import atomic_write, atomic_write_json, read_json
 from snakeddp.util.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
+from snakeddp.util.paths import inside
 
 if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (the data stage) does not
     import torch
@@ -278,6 +279,13 @@ def check_entries(path: Path, manifest: Mapping[str, Any]) -> None:
             )
             if not present
         ]
+        if not missing and inside(path.parent, entry["file"]) is None:
+            raise DataIntegrityError(
+                f"{path}: manifest entry {where} names {entry['file']!r}, which is not a file inside the dataset's "
+                "directory (an absolute path, a '..', or a link out of it): snakeddp reads no file a manifest "
+                f"points outside its directory. HINT: delete the manifest and rerun snakemake with its path as a "
+                f"target beside all (snakemake all {as_target(path)}): the data stage writes it again."
+            )
         if missing:
             raise DataIntegrityError(
                 f"{path}: manifest entry {where} lacks {', '.join(missing)}, so its file cannot be verified "

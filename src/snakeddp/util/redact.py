@@ -1,14 +1,17 @@
 """Keep secrets out of provenance and logs.
 
-Variables are recorded from an allow-list of prefixes that describe the cluster, and even
-those are dropped when their name looks like a credential (AzureML, for one, exports
-AZUREML_RUN_TOKEN). Credentials embedded in URLs are masked wherever a value is recorded.
+What provenance records of the environment is an allow-list of what it needs: the named variables
+that describe the job and its layout (RECORDED_NAMES), snakeddp's own ``SNAKEDDP_*``, and the
+network families every rank is given (asked of the caller, which owns their definition). Even
+those are dropped when the name looks like a credential (AzureML exports AZUREML_RUN_TOKEN) or the
+value does (a JWT or bearer token under any name); credentials embedded in URLs are masked wherever
+a value is recorded or copied.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -17,37 +20,31 @@ from typing import Any
 SECRET_WORDS = frozenset(
     "KEY KEYS APIKEY ACCESSKEY SECRETKEY PRIVATEKEY TOKEN TOKENS AUTHTOKEN ACCESSTOKEN SECRET SECRETS "
     "PASSWORD PASSWD PASS PASSPHRASE PWD SAS SIG SIGNATURE CREDENTIAL CREDENTIALS CREDS AUTH PAT PRIVATE "
-    "COOKIE CERT CONNECTIONSTRING".split()
+    "COOKIE CERT CONNECTIONSTRING JWT BEARER OAUTH".split()
 )
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
-RECORDED_PREFIXES = (
-    "SLURM_",
-    "OMPI_COMM_WORLD_",
-    "MASTER_",
-    "NCCL_",
-    "GLOO_",
-    # the rest of the network tuning snakeddp.cluster.network passes to every rank
-    "TORCH_NCCL_",
-    "TORCH_DISTRIBUTED_DEBUG",
-    "UCX_",
-    "FI_",
-    "OMPI_MCA_",
-    "AZ_BATCH",
-    "AZUREML_",
-    "TORCHELASTIC_",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "SNAKEDDP_",
+# What provenance needs to say where and how a run ran. A variable not named here is not recorded,
+# whatever it holds: a site's SLURM_JWT, an AzureML job's tokens, a user's exports.
+RECORDED_NAMES = frozenset(
+    """
+    SLURM_JOB_ID SLURM_JOB_NAME SLURM_JOB_NODELIST SLURM_NODELIST SLURM_STEP_NODELIST SLURM_NNODES
+    SLURM_JOB_NUM_NODES SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE SLURM_PROCID SLURM_LOCALID
+    SLURM_NODEID SLURM_STEP_ID SLURM_CLUSTER_NAME SLURM_JOB_PARTITION SLURM_JOB_ACCOUNT SLURM_JOB_QOS
+    SLURM_CPUS_PER_TASK SLURM_CPUS_ON_NODE SLURM_GPUS SLURM_GPUS_PER_NODE SLURM_GPUS_ON_NODE SLURM_JOB_GPUS
+    SLURM_STEP_GPUS SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID SLURM_RESTART_COUNT SLURM_SUBMIT_HOST SLURMD_NODENAME
+    OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE
+    OMPI_COMM_WORLD_NODE_RANK MASTER_ADDR MASTER_PORT AZ_BATCH_MASTER_NODE AZ_BATCHAI_MPI_MASTER_NODE
+    AZUREML_RUN_ID AZUREML_NODE_COUNT AZUREML_CR_NODE_RANK AZUREML_EXPERIMENT_NAME
+    TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS
+    RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
+    CUDA_VISIBLE_DEVICES OMP_NUM_THREADS MKL_NUM_THREADS
+    """.split()
 )
+OWN_PREFIX = "SNAKEDDP_"
 MASK = "***"
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
+# A JSON Web Token (three base64url parts, the first two JSON objects) or an HTTP bearer credential.
+_TOKEN_VALUE = re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.|\bBearer\s+\S{8,}", re.IGNORECASE)
 _QUERY_SECRETS = re.compile(r"(?P<key>[?&](?:sig|signature|token|code|key|password)=)[^&\s]+", re.IGNORECASE)
 
 
@@ -66,34 +63,29 @@ def redact_text(text: str) -> str:
     return _QUERY_SECRETS.sub(lambda m: f"{m.group('key')}{MASK}", text)
 
 
-def recorded_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The cluster-describing variables worth recording, without anything secret-looking."""
+def looks_like_credential(value: str) -> bool:
+    """A value that is a token whatever its variable is called (a JWT, a bearer header)."""
+    return _TOKEN_VALUE.search(value) is not None
+
+
+def recorded_environment(env: Mapping[str, str], network: Callable[[str], bool]) -> dict[str, str]:
+    """The variables provenance records: the allow-list above and the network variables that
+    ``network`` accepts, without secret-looking names or values, URL credentials masked."""
     return {
         name: redact_text(value)
         for name, value in sorted(env.items())
-        if name.startswith(RECORDED_PREFIXES) and not is_secret_name(name)
+        if (name in RECORDED_NAMES or name.startswith(OWN_PREFIX) or network(name))
+        and not is_secret_name(name)
+        and not looks_like_credential(value)
     }
 
 
-def scrub(value: Any, listings: frozenset[str] = frozenset()) -> Any:
-    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed.
-    The keys of a mapping under a key in ``listings`` are names of things, not of settings (a
-    package list: ``google-auth`` is a package, not a credential); their values are still redacted."""
-    return _scrub(value, listings, listing=False)
-
-
-def _scrub(value: Any, listings: frozenset[str], listing: bool) -> Any:
+def scrub(value: Any) -> Any:
+    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed."""
     if isinstance(value, Mapping):
-        return {
-            k: (
-                MASK
-                if not listing and is_secret_name(str(k)) and v not in (None, "")
-                else _scrub(v, listings, str(k) in listings)
-            )
-            for k, v in value.items()
-        }
+        return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else scrub(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_scrub(v, listings, listing=False) for v in value]
+        return [scrub(v) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value

@@ -16,8 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from snakeddp.run.attempt import CHECKPOINT_DIR, LAST, PROVENANCE
-from snakeddp.run.runs import METRICS_FILE
+from snakeddp.run.layout import RunPaths
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
 INTERRUPTED = threading.Event()
@@ -62,11 +61,12 @@ def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
         "(finished jobs do not run again; training resumes from its last saved epoch)."
     ]
     for run_id, run_dir in runs:
-        if (run_dir / PROVENANCE).is_file() or not (run_dir / METRICS_FILE).is_file():
+        paths = RunPaths(run_dir)
+        if paths.provenance.is_file() or not paths.metrics.is_file():
             continue
         # Not "N epochs": metrics.csv gets an epoch's row before its checkpoint is written, and
         # Ctrl-C can land between the two (only torch could read the epoch back from last.ckpt).
-        last = run_dir / CHECKPOINT_DIR / LAST
+        last = paths.last_checkpoint
         if last.is_file():
             lines.append(f"  run {run_id}: its last finished epoch is saved in {last}")
         else:

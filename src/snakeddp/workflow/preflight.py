@@ -10,6 +10,7 @@ training interpreter in a subprocess, and only when its module file changed (``t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +19,11 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, NoReturn
 
-from snakeddp import cluster
+from snakeddp import cluster, compat
 from snakeddp.config import ConfigError
+from snakeddp.config import run_id as name_of
 from snakeddp.run import requirements
+from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
@@ -37,6 +40,31 @@ def stop(error: Exception | str) -> NoReturn:
     Snakefile is read would be printed with its file, line and a traceback line around it."""
     print(error, file=sys.stderr, flush=True)
     raise SystemExit(1)
+
+
+def check_run_ids(runs: Mapping[str, Mapping[str, Any]]) -> None:
+    """Every planned run id must be a name Snakemake accepts for the run wildcard: matched by its
+    constraint, short enough for a file name, and not periodic (Snakemake takes a value that repeats
+    one piece 20 times for a runaway recursion, and skips or fails that job)."""
+    from snakemake.io import PeriodicityDetector
+
+    periodic = PeriodicityDetector()
+    for rid, run in runs.items():
+        repeated = periodic.is_periodic(rid)
+        if re.fullmatch(RUN_ID_PATTERN, rid) and len(rid) <= RUN_ID_MAX and repeated is None:
+            continue
+        key = max(run["point"], key=lambda k: len(name_of({k: run["point"][k]})))
+        why = (
+            f"repeats '{repeated}' over and over"
+            if repeated
+            else f"is {len(rid)} characters long (at most {RUN_ID_MAX})"
+        )
+        shown = repr(run["point"][key])
+        shown = shown if len(shown) <= 60 else f"{shown[:56]}...{shown[-1]}"
+        raise PreflightError(
+            f"sweep: the run name made from {key}={shown} {why}, which Snakemake cannot use as a run "
+            f"name. HINT: sweep shorter values of {key}, or, if it takes one value, set it outside sweep:."
+        )
 
 
 def check_working_directory(cwd: Path, checkout: Path) -> None:
@@ -198,10 +226,11 @@ def check_workflow(
     cache: Path,
 ) -> None:
     """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
-    Packages and user classes are checked only when the jobs run in this interpreter (no conda
-    env, no container) on this machine or a cluster sharing it (not AzureML, whose image has its own).
-    Cores are checked later (``check_cores``)."""
+    Packages, Lightning's release and user classes are checked only when the jobs run in this
+    interpreter (no conda env, no container) on this machine or a cluster sharing it (not AzureML,
+    whose image has its own). Cores are checked later (``check_cores``)."""
     check_lock(lock)
+    check_run_ids(runs)
     for run_id, run in runs.items():
         check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform)
     if platform == "slurm":
@@ -209,6 +238,8 @@ def check_workflow(
     if platform == "azureml":
         check_azureml(raw, config, Path.cwd())
     elif same_interpreter:
+        # A Lightning release the training's hooks were not read for would stop every run's ranks.
+        compat.check_package("lightning")
         check_trackers(config["tracking"])
         targets = sorted(
             {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}

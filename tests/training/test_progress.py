@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from test_data_table import frame, params
 
 from snakeddp.data.table import ingest
 from snakeddp.training.progress import epoch_line
 from snakeddp.util.terminal import VARIABLE
+from tests.data.test_table import frame, params
 from tests.helpers import subprocess_env
 
 ROW = {"epoch": 1, "partition": 1, "train_loss": 0.69312, "val_loss": 0.6, "val_acc": 0.5125,

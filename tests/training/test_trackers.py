@@ -14,6 +14,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.config import flatten
+from snakeddp.config.network import is_network_variable
 from snakeddp.training.trackers import Trackers, mlflow_uri, split_credentials
 from snakeddp.util.redact import recorded_environment
 from snakeddp.workflow import jobenv
@@ -99,7 +100,9 @@ def test_a_uri_with_credentials_never_reaches_mlflow_messages_or_records(tmp_pat
         Trackers(settings, "base", tmp_path / "runs" / "base", is_main=True, env={})
     assert "127.0.0.1:9" in str(error.value) and "s3cret" not in str(error.value) and "alice" not in str(error.value)
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret", "credentials reach MLflow through its own variables"
-    recorded = recorded_environment(jobenv.settings(config.validate({"tracking": settings})))
+    recorded = recorded_environment(
+        jobenv.settings(config.validate({"tracking": settings})), network=is_network_variable
+    )
     assert "s3cret" not in json.dumps(recorded) and "alice" not in json.dumps(recorded)
 
 
