@@ -1,5 +1,5 @@
 # snakeddp: partitioned data -> distributed Lightning training -> report, on any profile.
-#   snakemake --profile local     (this machine, torchrun)
+#   snakemake --profile local     (this machine, snakeddp's supervisor)
 #   snakemake --profile slurm     (Slurm, srun/mpirun inside each job)
 #   snakemake --profile azureml   (AzureML jobs)
 from snakemake.utils import min_version
@@ -60,6 +60,24 @@ except snakeddp_config.ConfigError as error:
 snakeddp_shutdown.freeze_imports()
 
 
+# Before the first job: a local run gets as many cores as it starts processes (checked here, not
+# while the workflow is read, which --report, --summary and --list-rules also do with 0 or 1 core),
+# and the log of a training attempt that did not finish is moved aside, not overwritten.
+onstart:
+    if not workflow.touch:
+        try:
+            snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
+        except snakeddp_preflight.PreflightError as error:
+            snakeddp_preflight.stop(error)
+        snakeddp_interrupt.keep_unfinished_logs(
+            (
+                Path(rules.train.log[0].format(run=run)),
+                Path(rules.train.output.provenance.format(run=run)),
+            )
+            for run in RUNS
+        )
+
+
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
 # hold the finished process for up to a second (snakeddp.compat.snakemake).
 onsuccess:
@@ -70,3 +88,9 @@ onsuccess:
 
 onerror:
     snakeddp_snakemake.release_scheduler_timers()
+    if snakeddp_interrupt.INTERRUPTED.is_set():
+        for line in snakeddp_interrupt.summary(
+            (run, Path(rules.train.output.provenance.format(run=run)).parent)
+            for run in RUNS
+        ):
+            print(line, file=sys.stderr, flush=True)

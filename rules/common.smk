@@ -21,9 +21,18 @@ from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.workflow import reasons as snakeddp_reasons
+from snakeddp.workflow import interrupt as snakeddp_interrupt
+from snakeddp.workflow import envrecords as snakeddp_envrecords
 from snakeddp.run import rules as snakeddp_rules
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
+
+# A rerun's reason names the config keys that changed, not the run's whole config.
+snakeddp_reasons.patch_snakemake_params_change()
+# Ctrl-C: a few lines saying what was kept, not each stopped job as a failure (onerror).
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    snakeddp_interrupt.watch_ctrl_c()
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
 # they take the type the schema asks for before the config is validated.
@@ -72,8 +81,6 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # None under --lint, which runs no job and always reports 1 core.
-        cores=snakeddp_snakemake.cores_unless_linting(workflow),
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
@@ -114,7 +121,7 @@ if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
     snakeddp_preflight.stop(
         "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
         "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
-        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (README, Environments)."
+        "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
     )
 
 

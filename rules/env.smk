@@ -47,3 +47,20 @@ rule build_image:
                 image=params.image,
                 log=handle,
             )
+
+
+# A record of this interpreter whose packages changed since (a pip install, make setup-dev) is
+# captured again before any job runs (snakeddp.workflow.envrecords); a dry run or a report only
+# says so.
+if not snakeddp_snakemake.linting(workflow) and not (
+    workflow.remote_exec or workflow.subprocess_exec
+):
+    for line in snakeddp_envrecords.refresh(
+        [
+            Path(rules.env_capture.output.record.format(stage=stage))
+            for stage in ("data", "train", "report")
+        ],
+        remove=workflow.resource_settings.cores is not None
+        and not workflow.output_settings.dryrun,
+    ):
+        print(line, file=sys.stderr, flush=True)

@@ -49,3 +49,17 @@ rule train:
         "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} > {log:q} 2>&1"
+
+
+# Cores are checked before the first job runs (the Snakefile's onstart). A dry run notes them for
+# the runs not trained yet, whatever cores it was given (Snakemake gives it 1 unless told).
+if workflow.output_settings.dryrun:
+    snakeddp_preflight.note_cores(
+        {
+            run: RUNS[run]
+            for run in RUNS
+            if not Path(rules.train.output.provenance.format(run=run)).exists()
+        },
+        PLATFORM,
+        workflow.resource_settings.cores,
+    )

@@ -89,3 +89,24 @@ def test_runs_csv_holds_what_provenance_records(sweep_workflow):
         assert row["stopped_early"] == str(record["training"]["stopped_early"])
         assert row["job_id"] == ("" if record["launch"]["job_id"] is None else str(record["launch"]["job_id"]))
         assert row["hosts"] == " ".join(record["launch"]["hosts"])
+
+
+def test_help_is_plain_text_and_every_subcommand_describes_itself(tmp_path):
+    done = snakeddp("--help", cwd=tmp_path)
+    assert done.returncode == 0 and "``" not in done.stdout, done.stdout
+    for command in ("runs", "compare", "verify", "prune"):
+        page = snakeddp(command, "--help", cwd=tmp_path).stdout
+        description = page.split("\n\n")[1]
+        assert not description.startswith(("positional arguments", "options")) and len(description) > 60, page
+
+
+@pytest.mark.parametrize("args", [("--help",), ("runs",)])
+def test_output_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path, args):
+    """`snakeddp runs | head -0`: the reader is gone before the first line is written."""
+    command = [str(Path(sys.executable).parent / "snakeddp"), *args, "--results", str(tmp_path)]
+    started = subprocess.Popen(
+        command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    started.stdout.close()
+    assert started.wait(timeout=60) in (0, 1)
+    assert started.stderr.read() == b""

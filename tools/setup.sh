@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+source tools/progress.sh
+
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 core=envs/requirements.lock
@@ -32,15 +34,19 @@ if [[ -f "$stamp" ]]; then
     fi
 fi
 
-# uv installs the locks in seconds where pip took two minutes (README, Set-up); it is bootstrapped
+# uv installs the locks in seconds where pip took 116-267 s here; it is bootstrapped
 # once per machine from PyPI, at a pinned version, into a directory of its own.
 UV_VERSION=0.13.8
 tools=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION
 uv="$tools/bin/uv"
-if [[ ! -x "$uv" ]]; then
-    echo "setup: installing uv $UV_VERSION into $tools (once per machine)"
+bootstrap_uv() {
     "$PYTHON" -m venv "$tools"
     "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+}
+if [[ ! -x "$uv" ]]; then
+    echo "setup: installing uv $UV_VERSION into $tools (once per machine)"
+    # Creating its venv (pip included) took 20-30 s here, installing uv a few seconds more.
+    progress "installing uv" bootstrap_uv
 fi
 # uv does not read pip's config: a machine's own wheels (pip's find-links, e.g. a CPU torch) stay usable.
 if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
@@ -60,14 +66,16 @@ fi
 echo "setup: installing ${locks[*]} into $VENV"
 # The locks are complete (every transitive dependency, exact versions), so no resolver runs:
 # sync installs exactly what the locks say and removes what they do not.
-"$uv" pip sync "${into[@]}" "${compile[@]}" "${locks[@]}"
+# uv reports its downloads, then compiles every package's bytecode without a word.
+progress "installing and compiling the locked packages" "$uv" pip sync "${into[@]}" "${compile[@]}" "${locks[@]}"
 # torch is locked by version; the build is the machine's (this machine's wheel cache has the CPU
 # build). A CUDA build needs its runtime wheels (nvidia-*), which this adds; for a CPU build
 # every requirement is already met and nothing changes.
-"$uv" pip install --quiet "${into[@]}" "${compile[@]}" "$(grep '^torch==' "$core")" --constraint "$core"
+progress "installing torch's build" "$uv" pip install --quiet "${into[@]}" "${compile[@]}" "$(grep '^torch==' "$core")" \
+    --constraint "$core"
 "$uv" pip install --quiet "${into[@]}" --no-deps -e .
 # snakeddp's own modules (an editable install: compiled here, in src/, where the imports find them).
-"$VENV/bin/python" -m compileall -q src
+progress "compiling src/" "$VENV/bin/python" -m compileall -q src
 # Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.
 extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then

@@ -1,4 +1,4 @@
-"""The ``snakeddp`` command: look at, compare and verify finished runs from the terminal.
+"""snakeddp: look at, compare, verify and prune finished runs from the terminal.
 
     snakeddp runs [--all]              table of finished runs under results/ (--all: and their earlier attempts)
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -85,6 +86,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # `snakeddp runs | head`: the reader had what it wanted and left. What is still buffered
+        # goes nowhere, not into a second BrokenPipeError at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -93,19 +106,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    runs = sub.add_parser("runs", help="table of finished runs")
+    runs = sub.add_parser(
+        "runs",
+        help="table of finished runs",
+        description="A table of the finished runs under results/: config that differs, val_loss, epochs, "
+        "throughput, launcher. --all adds each run's earlier finished attempts as RUN@ID.",
+    )
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
     runs.add_argument("--all", action="store_true", help="also list each run's earlier finished attempts (RUN@ID)")
     runs.set_defaults(func=cmd_runs)
-    diff = sub.add_parser("compare", help="what differs between two runs")
+    diff = sub.add_parser(
+        "compare",
+        help="what differs between two runs",
+        description="What differs between two runs (or attempts, RUN@ID): config, code, data, environment, "
+        "process layout and outcome.",
+    )
     diff.add_argument("run_a", metavar="RUN_A")
     diff.add_argument("run_b", metavar="RUN_B")
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
     diff.set_defaults(func=cmd_compare)
-    verify = sub.add_parser("verify", help="recompute a run's checkpoint and data checksums against its provenance")
+    verify = sub.add_parser(
+        "verify",
+        help="recompute a run's checkpoint and data checksums against its provenance",
+        description="Recompute the checksums of a run's checkpoints and data files and compare them with "
+        "its provenance.json (every finished run when RUN is left out). Exit status 1 if any differs.",
+    )
     verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
     verify.set_defaults(func=cmd_verify)
-    pruning = sub.add_parser("prune", help="remove checkpoints of earlier attempts (records and metrics stay)")
+    pruning = sub.add_parser(
+        "prune",
+        help="remove checkpoints of earlier attempts (records and metrics stay)",
+        description="Remove the checkpoints of runs' earlier attempts, keeping the N best and N most recent; "
+        "their provenance and metrics stay, and a run's current attempt is never pruned.",
+    )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(
         "--best", type=count, default=1, metavar="N", help="keep the N attempts with the best val_loss"

@@ -34,6 +34,7 @@ from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.terminal import say
 
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -122,7 +123,8 @@ def run_attempt(args: argparse.Namespace) -> int:
         signal.signal(signum, forward)
     resume = attempt.prepare(args.run_dir, key)
     if attempt.finished(args.run_dir):
-        print(f"snakeddp.launch: run {run.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+        # On the terminal too (local platform): the train job restored, it did not train.
+        say(f"{run.run_id}: {attempt.restore(args.run_dir, key)}")
         return 0
     print(
         f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"

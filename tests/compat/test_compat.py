@@ -131,11 +131,11 @@ def test_the_profile_platform_is_set_aside_only_when_it_is_all_the_command_line_
     assert workflow.config_settings.overwrite_config == given
 
 
-def test_linting_reports_no_cores():
-    from snakeddp.compat.snakemake import cores_unless_linting
+def test_linting_is_the_build_without_environment_checks():
+    from snakeddp.compat.snakemake import linting
 
-    assert cores_unless_linting(SimpleNamespace(cores=4, check_envvars=True)) == 4
-    assert cores_unless_linting(SimpleNamespace(cores=1, check_envvars=False)) is None
+    assert linting(SimpleNamespace(check_envvars=False))
+    assert not linting(SimpleNamespace(check_envvars=True))
 
 
 def test_the_checkpoint_hooks_public_names_are_new_to_lightning(tmp_path):

@@ -58,6 +58,8 @@ def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config, v
     log = (workflow.directory / "logs/train/base.log").read_text()
     assert f"attempt {first['attempt']['id']} already finished" in log and "snakeddp.cluster.supervisor" not in log, log
     assert "run base: train" in done.stdout + done.stderr, "the train job ran, and restored instead of training"
+    restored = f"base: attempt {first['attempt']['id']} already finished with this config, data and environment"
+    assert restored in done.stderr and "restored it, nothing trained" in done.stderr, "the terminal says so"
     page = (workflow.directory / "results/report/report.html").read_text()
     assert f'data-attempt="base@{second["attempt"]["id"]}"' in page and 'id="row-base"' in page
 

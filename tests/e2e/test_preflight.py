@@ -80,13 +80,16 @@ def test_a_site_lock_that_exists_is_accepted(checkout):
     planned(checkout.snakemake(*LOCAL, "--config", "environment={lock: site.lock}"))
 
 
-def test_more_threads_than_cores_is_refused_and_enough_cores_go_through(checkout):
+def test_more_threads_than_cores_is_refused_before_any_job_and_enough_cores_go_through(checkout):
+    message = "run devices-2: needs 2 cores (launch.devices=2 x launch.threads_per_process=1), but snakemake may use 1"
     refused(
-        checkout,
-        checkout.snakemake(*LOCAL, "--cores", "1"),
-        "run devices-2: needs 2 cores (launch.devices=2 x launch.threads_per_process=1), but snakemake may use 1",
-        "HINT: run with --cores 2",
+        checkout, checkout.snakemake("--profile", "profiles/local", "--cores", "1"), message, "HINT: run with --cores 2"
     )
+    # A dry run shows the plan and notes the same line.
+    done = checkout.snakemake(*LOCAL, "--cores", "1")
+    planned(done)
+    (line,) = error_lines(done.stdout)
+    assert line.startswith(f"Dry run; a real run would stop here: {message}"), done.stdout
     planned(checkout.snakemake(*LOCAL, "--cores", "2"))
 
 

@@ -8,7 +8,7 @@ upgrade in place does) and runs snakemake again.
 
 Both runs name the same lock file (``environment.lock``): what is compared is the code, in one
 environment. A change of the lock itself is an environment change, which retrains by design
-(README, Environments).
+(docs/environments.md).
 
 The files keep their modification times, which are older than the outputs. The report's RO-Crate
 lists the workflow's own files as inputs, so an upgrade that adds or touches one rewrites the report

@@ -53,3 +53,20 @@ def test_an_engine_that_cannot_reach_its_daemon_is_a_clear_error(tmp_path, monke
         find_engine(("docker",))
     assert "docker: installed, but `docker info` fails:" in str(error.value)
     assert "HINT: start the Docker daemon" in str(error.value)
+
+
+def test_the_dockerfile_names_its_base_images_in_full():
+    """Podman resolves no short names ("short-name did not resolve to an alias"): each image the
+    Dockerfile starts from names its registry."""
+    lines = (REPO / "envs" / "Dockerfile").read_text().splitlines()
+    defaults = {
+        line.split()[1].split("=")[0]: line.split("=", 1)[1]
+        for line in lines
+        if line.startswith("ARG ") and "=" in line
+    }
+    bases = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert bases
+    for base in bases:
+        image = defaults.get(base.strip("${}"), base)
+        registry = image.split("/")[0]
+        assert "." in registry and "/" in image, f"{image}: name its registry (docker.io/..., mcr.microsoft.com/...)"

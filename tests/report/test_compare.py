@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp.cli import main
-from snakeddp.report.compare import compare
+from snakeddp.report.compare import compare, format_comparison
 from snakeddp.run.runs import load_run, resolve_run
 
 pytestmark = pytest.mark.e2e
@@ -61,3 +61,18 @@ def test_json_output_and_unknown_run(sweep_workflow, capsys):
 def test_missing_path_is_named(tmp_path: Path):
     with pytest.raises(LookupError, match="no finished runs"):
         resolve_run("x", tmp_path)
+
+
+def test_the_environment_is_never_same_when_its_packages_differ():
+    """Two records whose environment hashes agree although their packages do not (a record not
+    captured again after the venv changed) must not read as the same environment."""
+    result = {
+        "runs": ["a", "b"],
+        **{section: [] for section in ("config", "code", "data", "environment", "launch", "outcome")},
+        "packages": {"added": [["pytest", "9.0.1"]], "removed": [], "changed": [["torch", "2.13.0", "2.13.1"]]},
+    }
+    text = format_comparison(result)
+    assert "environment: same" not in text and "environment: 2 difference(s)" in text
+    assert "environment records' hashes agree" in text and "packages: 2 difference(s)" in text
+    result["packages"] = {"added": [], "removed": [], "changed": []}
+    assert "environment: same" in format_comparison(result)

@@ -58,7 +58,7 @@ WRITTEN_FOR: dict[str, Hook] = {
     "profile_platform": Hook(
         "snakemake", ">=9.0.0,<=9.27.1", "snakemake/workflow.py (Workflow.configfile and config_settings)"
     ),
-    "lint_cores": Hook(
+    "lint_mode": Hook(
         "snakemake", ">=9.0.0,<=9.27.1", "snakemake/api.py (lint builds the workflow with check_envvars=False)"
     ),
     "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),

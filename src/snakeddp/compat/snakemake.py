@@ -58,10 +58,7 @@ def put_back_profile_platform(workflow: Any, config: MutableMapping[str, Any], p
         config["platform"] = platform
 
 
-def cores_unless_linting(workflow: Any) -> int | None:
-    """The cores Snakemake may use, or None under ``--lint``, which runs no job and always reports 1.
-
-    ``--lint`` is the one mode that builds the workflow without checking environment variables.
-    (``--touch`` cannot be told apart here: Snakemake 9 sets it after parsing.)
-    """
-    return workflow.cores if workflow.check_envvars else None
+def linting(workflow: Any) -> bool:
+    """Whether Snakemake builds the workflow for ``--lint``, which runs no job: the one mode that
+    builds it without checking environment variables."""
+    return not workflow.check_envvars

@@ -62,12 +62,19 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     """The comparison as aligned text: a section per kind of difference, 'same' where none."""
     a, b = result["runs"]
     lines = [f"compare {a} (A) with {b} (B)"]
-    for section in ("config", "code", "data", "environment", "launch"):
-        rows = result[section]
-        lines.append(f"\n{section}: {'same' if not rows else f'{len(rows)} difference(s)'}")
-        lines += _rows(rows)
     packages = result["packages"]
     count = sum(len(v) for v in packages.values())
+    for section in ("config", "code", "data", "environment", "launch"):
+        rows = result[section]
+        # The packages are part of the environment: it is never "same" when they differ.
+        differences = len(rows) + (count if section == "environment" else 0)
+        lines.append(f"\n{section}: {'same' if not differences else f'{differences} difference(s)'}")
+        lines += _rows(rows)
+        if section == "environment" and count and not rows:
+            lines.append(
+                "  the packages below differ, but the environment records' hashes agree: a record was "
+                "not captured again after its packages changed"
+            )
     lines.append(f"\npackages: {'same' if not count else f'{count} difference(s)'}")
     lines += [f"  + {name} {version} (only in B)" for name, version in packages["added"]]
     lines += [f"  - {name} {version} (only in A)" for name, version in packages["removed"]]

@@ -2,7 +2,7 @@
 
 Each problem a job would only meet later (a launcher the profile cannot start, a strategy the
 accelerator cannot run, a missing package, command, file or cloud setting, more threads than
-cores) stops the workflow here with one line and a HINT, and shows in ``snakemake -n`` too.
+cores) stops the workflow with one line and a HINT, and shows in ``snakemake -n`` too.
 Nothing here imports torch: a user's ``model.target`` / ``data.module`` is imported by the
 training interpreter in a subprocess, and only when its module file changed (``targets``).
 """
@@ -85,10 +85,8 @@ def check_lock(path: Path) -> None:
         )
 
 
-def check_run(
-    run_id: str, launch: Mapping[str, Any], trainer: Mapping[str, Any], platform: str, cores: int | None
-) -> None:
-    """The layout, launcher, strategy and threads of one run against the profile it runs on."""
+def check_run(run_id: str, launch: Mapping[str, Any], trainer: Mapping[str, Any], platform: str) -> None:
+    """The layout, launcher and strategy of one run against the profile it runs on."""
     where = f"run {run_id}: "
     try:
         cluster.for_platform(launch["launcher"], platform)
@@ -111,14 +109,35 @@ def check_run(
             requirements.check_strategy(trainer["strategy"], accelerator)
         except requirements.StrategyError as error:
             raise PreflightError(f"{where}{error}") from None
-    threads = launch["devices"] * launch["threads_per_process"]
-    if platform == "local" and cores is not None and threads > cores:
-        raise PreflightError(
-            f"{where}needs {threads} cores (launch.devices={launch['devices']} x launch.threads_per_process="
-            f"{launch['threads_per_process']}), but snakemake may use {cores}: its processes would share "
-            f"cores and its timings would mean nothing. HINT: run with --cores {threads} (or more), or lower "
-            "launch.devices or launch.threads_per_process."
-        )
+
+
+def check_cores(runs: Mapping[str, Mapping[str, Any]], platform: str, cores: int) -> None:
+    """Each local run's processes against the cores Snakemake may use. Checked when jobs are about
+    to run (the Snakefile's onstart), not while the workflow is read: Snakemake reads it with 1 core
+    for a dry run or --list-rules and with none for --report, --summary or --unlock, and none of
+    those runs a job."""
+    if platform != "local":
+        return
+    for run_id, run in runs.items():
+        launch = run["config"]["launch"]
+        threads = launch["devices"] * launch["threads_per_process"]
+        if threads > cores:
+            raise PreflightError(
+                f"run {run_id}: needs {threads} cores (launch.devices={launch['devices']} x "
+                f"launch.threads_per_process={launch['threads_per_process']}), but snakemake may use {cores}: its "
+                f"processes would share cores and its timings would mean nothing. HINT: run with --cores {threads} "
+                "(or more), or lower launch.devices or launch.threads_per_process."
+            )
+
+
+def note_cores(runs: Mapping[str, Mapping[str, Any]], platform: str, cores: int | None) -> None:
+    """A dry run shows the plan whatever its cores, and notes what a real run would stop on."""
+    if cores is None:
+        return
+    try:
+        check_cores(runs, platform, cores)
+    except PreflightError as error:
+        print(f"Dry run; a real run would stop here: {error}", file=sys.stderr, flush=True)
 
 
 def check_trackers(tracking: Mapping[str, Any]) -> None:
@@ -143,7 +162,7 @@ def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) 
         raise PreflightError(
             "the azureml profile needs an azureml: section (workspace, compute), and the config has none. "
             "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "
-            "your workspace and compute (README, Running on AzureML)."
+            "your workspace and compute (docs/azureml.md)."
         )
     # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
     from snakeddp.azureml.settings import AzureMLError, Settings
@@ -202,7 +221,6 @@ def check_workflow(
     runs: Mapping[str, Mapping[str, Any]],
     platform: str,
     *,
-    cores: int | None,
     lock: Path,
     same_interpreter: bool,
     cache: Path,
@@ -210,11 +228,11 @@ def check_workflow(
     """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
     Packages, Lightning's release and user classes are checked only when the jobs run in this
     interpreter (no conda env, no container) on this machine or a cluster sharing it (not AzureML,
-    whose image has its own)."""
+    whose image has its own). Cores are checked later (``check_cores``)."""
     check_lock(lock)
     check_run_ids(runs)
     for run_id, run in runs.items():
-        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, cores)
+        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform)
     if platform == "slurm":
         check_slurm()
     if platform == "azureml":

@@ -1,0 +1,88 @@
+"""Ctrl-C during a workflow: a few lines saying what was kept and that rerunning resumes.
+
+Snakemake reports each job that Ctrl-C stopped as a failure (a ``RuleException`` with the job's
+shell command, "Error in rule", the job's whole log, then "At least one job did not complete
+successfully"): 150 lines for two training runs, which read like a crash. Training was stopped
+on purpose and saved its last epoch, so those records are dropped and ``summary`` says instead
+what each unfinished run kept. An interrupted (or failed) attempt's log is moved aside before
+the next attempt's job writes the run's log afresh (``keep_unfinished_logs``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from snakeddp.run.layout import RunPaths
+
+#: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
+INTERRUPTED = threading.Event()
+
+
+def watch_ctrl_c() -> None:
+    """Note the first SIGINT, then let it act as before (Snakemake's KeyboardInterrupt), and quiet
+    Snakemake's account of the jobs it stopped. Only the main thread may set signal handlers:
+    elsewhere (Snakemake's API used from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def noted(signum: int, frame: object) -> None:
+        INTERRUPTED.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, noted)
+    quiet_snakemake_job_errors_after_ctrl_c()
+
+
+def quiet_snakemake_job_errors_after_ctrl_c() -> None:
+    """PRIVATE HOOK into Snakemake (written against Snakemake 9.27 and its logger plugin
+    interface): a filter on ``snakemake.logging.logger`` that, once Ctrl-C came, drops the
+    records whose ``event`` is ``ERROR``, ``JOB_ERROR`` or ``GROUP_ERROR`` (the stopped jobs'
+    exceptions, their "Error in rule" blocks with logs, and the final WorkflowError)."""
+    from snakemake.logging import logger
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    errors = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
+    logger.addFilter(lambda record: not (INTERRUPTED.is_set() and getattr(record, "event", None) in errors))
+
+
+def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
+    """What an interrupted workflow says: that rerunning resumes, and where each run that began
+    training and did not finish (``(run id, run directory)``: metrics, no provenance.json) stands."""
+    lines = [
+        "Interrupted (Ctrl-C). Nothing is lost: rerun the same command to go on where it stopped "
+        "(finished jobs do not run again; training resumes from its last saved epoch)."
+    ]
+    for run_id, run_dir in runs:
+        paths = RunPaths(run_dir)
+        if paths.provenance.is_file() or not paths.metrics.is_file():
+            continue
+        # Not "N epochs": metrics.csv gets an epoch's row before its checkpoint is written, and
+        # Ctrl-C can land between the two (only torch could read the epoch back from last.ckpt).
+        last = paths.last_checkpoint
+        if last.is_file():
+            lines.append(f"  run {run_id}: its last finished epoch is saved in {last}")
+        else:
+            lines.append(f"  run {run_id}: stopped in its first epoch; a rerun starts it again")
+    return lines
+
+
+def keep_unfinished_logs(logs: Iterable[tuple[Path, Path]]) -> list[Path]:
+    """Move each ``(log, output)`` pair's log aside when the job that wrote it did not finish (its
+    output is missing), as ``<log stem>.<its last write, UTC>.log``: the next attempt's job
+    writes the log afresh. Returns where the logs went."""
+    kept = []
+    for log, output in logs:
+        if log.is_file() and not output.exists():
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(log.stat().st_mtime))
+            aside = log.with_name(f"{log.stem}.{stamp}{log.suffix}")
+            log.rename(aside)
+            kept.append(aside)
+    return kept

@@ -1,0 +1,93 @@
+"""Why Snakemake reruns a job, in words a person reads: a changed parameter by its key.
+
+Snakemake words a params change as the two serialized values, and a run's parameter is its whole
+config (about 2 KB of JSON), so an ``lr`` edit read "Params have changed since last execution:
+Union of exclusive params before and now across all output: before: '{...}' now: '{...}'".
+Here it reads ``model.lr: 0.003 → 0.01``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable
+from typing import Any
+
+#: Longest a value is shown in a reason (a list of 100 hidden sizes is not read, only seen changed).
+SHOWN = 60
+#: Nothing on one side of a key that is new or gone.
+ABSENT = object()
+
+
+def decode(serialized: str) -> Any:
+    """A parameter as Snakemake's metadata holds it (``repr`` of the value; a run is JSON text)."""
+    try:
+        value = ast.literal_eval(serialized)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return serialized
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"lr": 0.01}}`` -> ``{"model.lr": 0.01}``; anything but a mapping is one leaf."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def shown(value: Any) -> str:
+    if value is ABSENT:
+        return "(none)"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
+def changes(before: Any, after: Any) -> list[str]:
+    """``key: old → new`` for each key whose value differs. A run's parameter holds its config
+    under ``config``: those keys are named as the config file names them (``model.lr``)."""
+    old, new = leaves(before), leaves(after)
+    run = isinstance(before, dict) and "config" in before
+    lines = []
+    for key in sorted(old.keys() | new.keys()):
+        was, now = old.get(key, ABSENT), new.get(key, ABSENT)
+        if was != now:
+            name = key.removeprefix("config.") if run else key
+            lines.append(f"{name + ': ' if name else ''}{shown(was)} → {shown(now)}")
+    return lines
+
+
+def describe(only_old: Iterable[str], only_new: Iterable[str]) -> str:
+    """The keys that changed between a job's recorded parameters and today's, pairing each old
+    value with the new one that shares most of its keys' values."""
+    olds = [decode(value) for value in sorted(only_old)]
+    news = [decode(value) for value in sorted(only_new)]
+    lines: list[str] = []
+    for old in olds:
+        if not news:
+            lines.append(f"{shown(old)} → (none)")
+            continue
+        flat = leaves(old)
+        new = max(news, key=lambda candidate: sum(flat.get(k, ABSENT) == v for k, v in leaves(candidate).items()))
+        news.remove(new)
+        lines.extend(changes(old, new))
+    lines.extend(f"(none) → {shown(new)}" for new in news)
+    return ", ".join(lines)
+
+
+def patch_snakemake_params_change() -> None:
+    """PRIVATE HOOK into Snakemake (``snakemake.persistence.ParamsChange``, written against
+    Snakemake 9.27): its ``__str__`` names the changed keys (``describe``), and its ``__iter__``
+    yields its files only when something changed. Upstream's yields them always, so
+    ``snakemake --list-changes params`` listed every output ever recorded."""
+    from snakemake.persistence import ParamsChange
+
+    ParamsChange.__str__ = lambda self: describe(self.only_old, self.only_new) if self else "No params change"
+    ParamsChange.__iter__ = lambda self: iter(self.files if self else ())

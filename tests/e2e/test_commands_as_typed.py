@@ -1,0 +1,159 @@
+"""Snakemake's own commands typed in a fresh clone's root with no profile: reports, summaries, dry
+runs, the DAG, unlocking and listing changes need no cores and are never refused; a real run
+without cores gets Snakemake's one line saying what to type."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import REPO, TINY, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+# Two runs, one of which needs 2 cores: more than a dry run's 1.
+CONFIG = {**TINY, "sweep": {"launch.devices": [1, 2]}}
+
+
+def fresh_clone(root: Path) -> Path:
+    """This checkout's tracked and new files (nothing ignored) copied into a new git repository."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    (root / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def typed(root: Path, command: str) -> subprocess.CompletedProcess:
+    """``command`` as a user types it in ``root``; stdout and stderr as one string."""
+    argv = shlex.split(command)
+    assert argv[0] == "snakemake"
+    return subprocess.run(
+        [SNAKEMAKE, *argv[1:]],
+        cwd=root,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def ok(done: subprocess.CompletedProcess) -> str:
+    assert done.returncode == 0, done.stdout
+    assert "Traceback" not in done.stdout and "WorkflowError" not in done.stdout, done.stdout
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fresh_clone(tmp_path_factory.mktemp("clone"))
+
+
+def test_a_dry_run_plans_every_run_and_notes_what_a_real_run_would_need(clone):
+    output = ok(typed(clone, "snakemake -n"))
+    assert "This was a dry-run" in output
+    notes = [line for line in output.splitlines() if "HINT:" in line]
+    assert len(notes) == 1, output
+    assert notes[0].startswith("Dry run; a real run would stop here: run devices-2: needs 2 cores") and (
+        "HINT: run with --cores 2" in notes[0]
+    )
+    ok(typed(clone, "snakemake -n --cores 2"))
+    assert "HINT:" not in typed(clone, "snakemake -n --cores 2").stdout
+
+
+def test_a_summary_lists_the_outputs_of_every_run(clone):
+    output = ok(typed(clone, "snakemake -n --summary"))
+    assert "results/runs/devices-2/provenance.json" in output and "results/runs/devices-1/provenance.json" in output
+
+
+def test_the_dag_unlock_and_list_changes_need_no_cores(clone):
+    assert ok(typed(clone, "snakemake --dag")).count("digraph") == 1
+    assert "Unlocked working directory." in ok(typed(clone, "snakemake --unlock"))
+    ok(typed(clone, "snakemake --list-changes params"))
+    ok(typed(clone, "snakemake --list-rules"))
+    assert not (clone / "results").exists()
+
+
+def test_a_real_run_without_cores_says_what_to_type_in_one_line(clone):
+    done = typed(clone, "snakemake")
+    assert done.returncode == 1, done.stdout
+    errors = [line for line in done.stdout.splitlines() if "Error" in line]
+    assert errors == [
+        "Error: cores have to be specified for local execution (use --cores N with N being a number >= 1 or 'all')"
+    ], done.stdout
+    assert len(done.stdout.splitlines()) <= 4, done.stdout
+    assert not (clone / "results").exists()
+
+
+def test_after_a_run_the_report_summary_and_cleanup_work_without_a_profile(clone):
+    ok(typed(clone, "snakemake --profile profiles/local"))
+    ok(typed(clone, "snakemake --report report.zip"))
+    with zipfile.ZipFile(clone / "report.zip") as archive:
+        assert any(name.endswith("report.html") for name in archive.namelist())
+    # The report is the user's file, not the checkout's: git does not list it.
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone, capture_output=True)
+    assert b"report.zip" not in status.stdout
+    assert "results/runs/devices-2/provenance.json" in ok(typed(clone, "snakemake --summary"))
+    output = ok(typed(clone, "snakemake -n"))
+    assert "Nothing to be done" in output and "HINT" not in output
+    assert changed_files(ok(typed(clone, "snakemake --list-changes params"))) == []
+    ok(typed(clone, "snakemake --cleanup-metadata results/report/runs.csv"))
+
+
+def test_an_edit_is_named_by_its_key_in_the_reason_and_the_list_of_changes(clone):
+    if not (clone / "results/runs/devices-1/provenance.json").exists():
+        ok(typed(clone, "snakemake --profile profiles/local"))
+    output = ok(typed(clone, "snakemake -n --config 'model={lr: 0.01}'"))
+    reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
+    assert reasons == ["Reason: Params have changed since last execution: model.lr: 0.003 → 0.01"] * 2, output
+    assert max(len(line) for line in output.splitlines()) < 400
+    listed = changed_files(ok(typed(clone, "snakemake --list-changes params --config 'model={lr: 0.01}'")))
+    # The run configs, and the report's outputs (its RO-Crate records the config).
+    assert sorted(path for path in listed if not path.startswith("results/report/")) == [
+        "results/runs/devices-1/run.yaml",
+        "results/runs/devices-2/run.yaml",
+    ]
+
+
+def changed_files(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("results/")]
+
+
+def test_a_record_of_packages_since_changed_is_captured_again_by_the_next_run(clone):
+    """The record says the venv had a package it no longer has (as after a pip uninstall)."""
+    if not (clone / "results/runs/devices-1/provenance.json").exists():
+        ok(typed(clone, "snakemake --profile profiles/local"))
+    path = clone / "results/envs/train.json"
+    before = json.loads(path.read_text())
+    path.write_text(json.dumps({**before, "packages": {**before["packages"], "ghost-package": "1.0"}}))
+    note = "environment: 1 package(s) changed since results/envs/train.json was recorded"
+    assert f"{note}; a run records it again" in ok(typed(clone, "snakemake -n"))
+    assert f"{note}; a run records it again" in ok(typed(clone, "snakemake --summary"))
+    assert "ghost-package" in path.read_text(), "nothing that runs no job touches the record"
+    output = ok(typed(clone, "snakemake --profile profiles/local"))
+    assert f"{note}: recording it again" in output
+    after = json.loads(path.read_text())
+    assert "ghost-package" not in after["packages"] and after["hash"] == before["hash"]
+    # The runs cite the record as captured again; this environment is the one they finished on.
+    assert "restored it, nothing trained" in output
+    provenance = json.loads((clone / "results/runs/devices-2/provenance.json").read_text())
+    assert provenance["environment"]["environment_hash"] == after["hash"]

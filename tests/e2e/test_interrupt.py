@@ -1,0 +1,65 @@
+"""Ctrl-C during `snakemake --profile profiles/local`, typed in a checkout: a handful of lines,
+one saying that rerunning resumes, no traceback; the rerun resumes and the interrupted attempt's
+log is kept beside the new one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.checkout import SNAKEMAKE, Checkout
+from tests.helpers import subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+# Enough steps per epoch that Ctrl-C lands mid-training, after the first epoch is saved.
+SLOW = {
+    "data": {"num_train_files": 3, "num_records_per_train_file": 6001, "num_val_records": 500, "num_features": 16},
+    "model": {"hidden_sizes": [32]},
+    "trainer": {"max_epochs": 4, "batch_size": 16, "early_stopping": {"enabled": False}},
+    "launch": {"mem_mb": 1000, "runtime": 10},
+}
+
+
+def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path):
+    checkout = Checkout(tmp_path)
+    checkout.write_config(SLOW)
+    run_dir = tmp_path / "results/runs/base"
+    # A terminal's Ctrl-C signals its foreground process group: Snakemake and every job it started.
+    typed = subprocess.Popen(
+        [SNAKEMAKE, "--profile", "profiles/local"],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints/last.ckpt").is_file():
+        assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
+        time.sleep(0.2)
+    os.killpg(typed.pid, signal.SIGINT)
+    output = typed.communicate(timeout=120)[0]
+    assert typed.returncode == 1, output
+
+    after = output.split("Terminating processes on user request, this might take some time.\n")[1].splitlines()
+    assert len(after) <= 5, output
+    assert after[0].startswith("Interrupted (Ctrl-C). Nothing is lost: rerun the same command"), output
+    assert "  run base: its last finished epoch is saved in results/runs/base/checkpoints/last.ckpt" in after
+    for crash in ("Traceback", "RuleException", "Error in rule", "WorkflowError", "CalledProcessError"):
+        assert crash not in output, output
+    interrupted_log = (tmp_path / "logs/train/base.log").read_text()
+    assert "Detected KeyboardInterrupt" in interrupted_log
+
+    rerun = checkout.snakemake("--profile", "profiles/local")
+    assert rerun.returncode == 0, rerun.stdout
+    assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    (kept,) = (tmp_path / "logs/train").glob("base.2*.log")
+    assert kept.read_text() == interrupted_log
+    epochs = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert epochs == [0, 1, 2, 3]

@@ -1,0 +1,44 @@
+"""tools/progress.sh, which tools/setup.sh runs its long steps under: never 10 s without a line, the
+step's exit status kept, and nothing left running after Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from tests.helpers import REPO
+
+
+def bash(script: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        ["bash", "-c", f"source tools/progress.sh; {script}"], cwd=REPO, stdout=subprocess.PIPE, text=True, **kwargs
+    )
+
+
+def test_a_long_step_is_never_10_seconds_without_a_line_and_keeps_its_status():
+    started = time.monotonic()
+    done = bash("progress 'compiling' sleep 10; echo status=$?")
+    output = done.communicate(timeout=60)[0]
+    assert output.splitlines() == ["setup: still compiling (9 s)", "status=0"], output
+    assert time.monotonic() - started < 15
+    failed = bash("PROGRESS_EVERY=1; progress 'x' bash -c 'sleep 2.5; exit 3'; echo status=$?")
+    lines = failed.communicate(timeout=60)[0].splitlines()
+    assert lines[-1] == "status=3" and len(lines) == 3, lines
+
+
+def test_ctrl_c_leaves_no_ticker_behind():
+    running = bash("PROGRESS_EVERY=1; progress 'waiting' sleep 60", start_new_session=True)
+    assert running.stdout.readline().startswith("setup: still waiting")
+    os.killpg(running.pid, signal.SIGINT)
+    running.wait(timeout=10)
+    # The ticker stops its sleep when it is stopped: the group empties well before the next tick.
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(running.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("a process of the set-up's group outlived Ctrl-C")

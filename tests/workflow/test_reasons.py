@@ -1,0 +1,39 @@
+"""A rerun's reason in words: the changed keys of a run's config, as Snakemake's metadata holds them."""
+
+from __future__ import annotations
+
+import json
+
+from snakemake.persistence import ParamsChange
+
+from snakeddp.workflow.reasons import describe, patch_snakemake_params_change
+
+
+def run_param(lr: float, **launch: int) -> str:
+    """The train stage's parameter as Snakemake records it: repr of the run's JSON."""
+    run = {"point": {}, "config": {"model": {"lr": lr, "hidden_sizes": [16]}, "launch": {"devices": 1, **launch}}}
+    return repr(json.dumps(run, sort_keys=True))
+
+
+def test_a_run_config_edit_names_only_the_keys_that_changed():
+    assert describe({run_param(0.003)}, {run_param(0.01)}) == "model.lr: 0.003 → 0.01"
+    assert describe({run_param(0.003)}, {run_param(0.01, devices=2)}) == (
+        "launch.devices: 1 → 2, model.lr: 0.003 → 0.01"
+    )
+    assert describe({run_param(0.003)}, {run_param(0.003, threads=2)}) == "launch.threads: (none) → 2"
+
+
+def test_several_parameters_pair_by_what_they_share_and_plain_values_show_both_sides():
+    report = repr({"title": "runs", "figures": {"scaling": True}})
+    edited = repr({"title": "runs", "figures": {"scaling": False}})
+    assert describe({report, "'abc'"}, {edited, "'abd'"}) == "abc → abd, figures.scaling: true → false"
+    assert describe({"'x' * 3"}, set()) == "'x' * 3 → (none)"
+    assert describe({"'" + "a" * 100 + "'"}, {"'b'"}) == "a" * 59 + "… → b"
+
+
+def test_the_patched_change_reads_as_keys_and_lists_files_only_when_changed():
+    patch_snakemake_params_change()
+    changed = ParamsChange(only_old={run_param(0.003)}, only_new={run_param(0.01)}, files={"run.yaml"})
+    assert str(changed) == "model.lr: 0.003 → 0.01" and list(changed) == ["run.yaml"]
+    unchanged = ParamsChange(files={"run.yaml"})
+    assert str(unchanged) == "No params change" and list(unchanged) == []
