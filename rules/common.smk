@@ -21,6 +21,7 @@ from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.compat import snakemake as snakeddp_snakemake
 from snakeddp.workflow import reasons as snakeddp_reasons
 from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
@@ -29,7 +30,7 @@ from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.
-snakeddp_reasons.patch_snakemake_params_change()
+snakeddp_snakemake.name_params_changes(snakeddp_reasons.describe)
 # Ctrl-C: a few lines saying what was kept, not each stopped job as a failure (onerror).
 if not (workflow.remote_exec or workflow.subprocess_exec):
     snakeddp_interrupt.watch_ctrl_c()

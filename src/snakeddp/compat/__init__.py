@@ -32,9 +32,12 @@ class Hook:
     """The releases whose source was read for this hook (a PEP 440 specifier)."""
     source: str
     """Where in the package's source the hook is, to read for another release."""
+    optional: bool = False
+    """A hook that only words upstream's messages (why a job reruns, what Ctrl-C stopped): on a
+    release nobody read it is left out and upstream's own wording stays, instead of a refusal."""
 
 
-# Every release in each range was read (lightning: 2.6.0, 2.6.1, 2.6.4, 2.6.5 and 2.6.6, all of 2.6;
+# Every release in each range of a required hook was read (lightning: 2.6.0, 2.6.1, 2.6.4, 2.6.5 and 2.6.6, all of 2.6;
 # snakemake: 9.0.0 to 9.27.1) and the parts named in ``source`` are the same in each; the AzureML
 # SDKs are pinned to one release each (pyproject.toml's extras).
 WRITTEN_FOR: dict[str, Hook] = {
@@ -61,6 +64,16 @@ WRITTEN_FOR: dict[str, Hook] = {
     "lint_mode": Hook(
         "snakemake", ">=9.0.0,<=9.27.1", "snakemake/api.py (lint builds the workflow with check_envvars=False)"
     ),
+    # Read against 9.27.1 only: optional, so the workflow runs on the rest of the range in upstream's words.
+    "params_change_words": Hook(
+        "snakemake", "==9.27.1", "snakemake/persistence.py (ParamsChange: only_old, only_new, files)", optional=True
+    ),
+    "job_errors_after_ctrl_c": Hook(
+        "snakemake",
+        "==9.27.1",
+        "snakemake/logging.py (logger, records' event), snakemake_interface_logger_plugins/common.py (LogEvent)",
+        optional=True,
+    ),
     "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
     "output_data": Hook("azureml-core", "==1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"),
 }
@@ -76,17 +89,19 @@ def installed_version(package: str) -> str:
         ) from None
 
 
-def check(hook: str, version: str | None = None) -> None:
-    """Refuse a release of the hook's package that it was not written for; ``version``: the
-    release to check (default: the installed one)."""
+def check(hook: str, version: str | None = None) -> bool:
+    """Refuse a release of the hook's package that it was not written for (an optional hook: say
+    False, to be left out); ``version``: the release to check (default: the installed one)."""
     written = WRITTEN_FOR[hook]
     version = version or installed_version(written.package)
-    if not SpecifierSet(written.versions).contains(version, prereleases=True):
+    applies = SpecifierSet(written.versions).contains(version, prereleases=True)
+    if not applies and not written.optional:
         raise UpstreamVersionError(
             f"snakeddp.compat: {hook} was written for {written.package}{written.versions}, found {version}. "
             "HINT: install the pinned environment (make setup, from envs/requirements.lock), or read "
             f"{written.source} of {written.package} {version} and widen WRITTEN_FOR in snakeddp/compat/__init__.py."
         )
+    return applies
 
 
 def check_package(package: str, version: str | None = None) -> None:

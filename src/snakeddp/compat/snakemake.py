@@ -6,10 +6,10 @@ Nothing here imports Snakemake: the Snakefile hands over its ``workflow`` object
 from __future__ import annotations
 
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
-from snakeddp.compat import check_package
+from snakeddp.compat import check, check_package
 
 check_package("snakemake")
 
@@ -62,3 +62,30 @@ def linting(workflow: Any) -> bool:
     """Whether Snakemake builds the workflow for ``--lint``, which runs no job: the one mode that
     builds it without checking environment variables."""
     return not workflow.check_envvars
+
+
+def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str]) -> bool:
+    """Word a params change as ``describe(only_old, only_new)`` says (``model.lr: 0.003 → 0.01``)
+    instead of both serialized values, and list its files only when something changed (9.27.1's
+    ``--list-changes params`` listed every output ever recorded). False: left to Snakemake."""
+    if not check("params_change_words"):
+        return False
+    from snakemake.persistence import ParamsChange
+
+    ParamsChange.__str__ = lambda self: describe(self.only_old, self.only_new) if self else "No params change"
+    ParamsChange.__iter__ = lambda self: iter(self.files if self else ())
+    return True
+
+
+def quiet_job_errors(once: Callable[[], bool]) -> bool:
+    """Drop Snakemake's records of failed jobs (``ERROR``, ``JOB_ERROR``, ``GROUP_ERROR`` events:
+    the exception, "Error in rule" with the job's whole log, the final WorkflowError) once
+    ``once()`` is true (Ctrl-C came: the jobs were stopped, not broken). False: left to Snakemake."""
+    if not check("job_errors_after_ctrl_c"):
+        return False
+    from snakemake.logging import logger
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    errors = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
+    logger.addFilter(lambda record: not (once() and getattr(record, "event", None) in errors))
+    return True

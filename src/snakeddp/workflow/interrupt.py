@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from snakeddp.compat.snakemake import quiet_job_errors
 from snakeddp.run.layout import RunPaths
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
@@ -38,19 +39,7 @@ def watch_ctrl_c() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, noted)
-    quiet_snakemake_job_errors_after_ctrl_c()
-
-
-def quiet_snakemake_job_errors_after_ctrl_c() -> None:
-    """PRIVATE HOOK into Snakemake (written against Snakemake 9.27 and its logger plugin
-    interface): a filter on ``snakemake.logging.logger`` that, once Ctrl-C came, drops the
-    records whose ``event`` is ``ERROR``, ``JOB_ERROR`` or ``GROUP_ERROR`` (the stopped jobs'
-    exceptions, their "Error in rule" blocks with logs, and the final WorkflowError)."""
-    from snakemake.logging import logger
-    from snakemake_interface_logger_plugins.common import LogEvent
-
-    errors = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
-    logger.addFilter(lambda record: not (INTERRUPTED.is_set() and getattr(record, "event", None) in errors))
+    quiet_job_errors(INTERRUPTED.is_set)
 
 
 def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:

@@ -80,14 +80,3 @@ def describe(only_old: Iterable[str], only_new: Iterable[str]) -> str:
         lines.extend(changes(old, new))
     lines.extend(f"(none) → {shown(new)}" for new in news)
     return ", ".join(lines)
-
-
-def patch_snakemake_params_change() -> None:
-    """PRIVATE HOOK into Snakemake (``snakemake.persistence.ParamsChange``, written against
-    Snakemake 9.27): its ``__str__`` names the changed keys (``describe``), and its ``__iter__``
-    yields its files only when something changed. Upstream's yields them always, so
-    ``snakemake --list-changes params`` listed every output ever recorded."""
-    from snakemake.persistence import ParamsChange
-
-    ParamsChange.__str__ = lambda self: describe(self.only_old, self.only_new) if self else "No params change"
-    ParamsChange.__iter__ = lambda self: iter(self.files if self else ())
