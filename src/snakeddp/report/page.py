@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,21 @@ def write_report(
     curves: str | Path,
     scaling: str | Path | None,
     out: str | Path,
+    exports: Sequence[str | Path] = (),
 ) -> Path:
-    """Write the self-contained report page for ``runs``."""
+    """Write the self-contained report page for ``runs``; ``exports``: each run's exported model.json
+    (results/export/<run>/model.json), linked from the page."""
     runs = sorted(runs, key=lambda run: run.run_id)
     links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
     links.update(
         {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
+    )
+    here = Path(out).resolve().parent
+    links.update(
+        {
+            f"{Path(path).parent.name}: exported model (snakeddp.load)": os.path.relpath(Path(path).resolve(), here)
+            for path in exports
+        }
     )
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
     return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))
