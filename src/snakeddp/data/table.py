@@ -16,6 +16,7 @@ objects are listed instead of a folder's files, and streamed in blocks as they a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -130,9 +131,14 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path) -> st
     return digest
 
 
-def _source(path: Path | str) -> Any:
-    """What pandas and pyarrow read: the local path, or a stream of the object."""
-    return remote.open_object(path) if remote.is_url(path) else path
+@contextlib.contextmanager
+def _source(path: Path | str) -> Iterator[Any]:
+    """What pandas and pyarrow read: the local path, or a stream of the object (closed afterwards)."""
+    if not remote.is_url(path):
+        yield path
+        return
+    with remote.open_object(str(path)) as stream:
+        yield stream
 
 
 def _csv_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
@@ -140,32 +146,37 @@ def _csv_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator
 
     # gzip by the name, as for a local path (a stream has none).
     compression = "gzip" if str(path).lower().endswith(".gz") else "infer"
-    try:
-        header = pd.read_csv(_source(path), nrows=0, compression=compression).columns
-    except pd.errors.EmptyDataError:
-        raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
+    with _source(path) as source:
+        try:
+            header = pd.read_csv(source, nrows=0, compression=compression).columns
+        except pd.errors.EmptyDataError:
+            raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
     _require_columns(path, columns, list(header))
-    chunks = pd.read_csv(_source(path), usecols=list(columns), chunksize=rows, low_memory=True, compression=compression)
-    for frame in chunks:
-        yield {name: frame[name].to_numpy() for name in columns}
+    with _source(path) as source:
+        for frame in pd.read_csv(
+            source, usecols=list(columns), chunksize=rows, low_memory=True, compression=compression
+        ):
+            yield {name: frame[name].to_numpy() for name in columns}
 
 
 def _parquet_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
     import pyarrow.parquet as pq
 
-    source = _source(path)
-    try:
-        handle = pq.ParquetFile(source)
-    except Exception as exc:
-        raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
-    with handle:
-        _require_columns(path, columns, handle.schema_arrow.names)
-        # One row group at a time: iter_batches over the whole file keeps what it read until the
-        # end (peak memory grew with the file); per row group it stays at about one group.
-        for group in range(handle.num_row_groups):
-            batches = handle.iter_batches(batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False)
-            for batch in batches:
-                yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
+    with _source(path) as source:
+        try:
+            handle = pq.ParquetFile(source)
+        except Exception as exc:
+            raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
+        with handle:
+            _require_columns(path, columns, handle.schema_arrow.names)
+            # One row group at a time: iter_batches over the whole file keeps what it read until the
+            # end (peak memory grew with the file); per row group it stays at about one group.
+            for group in range(handle.num_row_groups):
+                batches = handle.iter_batches(
+                    batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False
+                )
+                for batch in batches:
+                    yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
 
 
 def _require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
