@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 VERSION = "3.37.0"
 CACHE = Path(os.environ.get("SNAKEDDP_TEST_CACHE", Path.home() / ".cache" / "snakeddp-tests")) / f"azurite-{VERSION}"
@@ -67,8 +68,9 @@ class Azurite:
     def connection_string(self, key: str = KEY) -> str:
         return f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={key};BlobEndpoint={self.endpoint};"
 
-    def upload(self, container: str, name: str, data: bytes) -> str:
-        """Put ``data`` at container/name (creating the container); return the object's ETag."""
+    def upload(self, container: str, name: str, data: bytes | IO[bytes]) -> str:
+        """Put ``data`` (bytes, or a file streamed in blocks) at container/name, creating the container;
+        return the object's ETag."""
         from azure.storage.blob import BlobServiceClient
 
         service = BlobServiceClient.from_connection_string(self.connection_string())
