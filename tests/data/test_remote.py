@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
 
 from snakeddp.data import remote, table
 from snakeddp.errors import TableError
-from tests.azurite import KEY, Azurite
+from tests.azurite import KEY, Azurite, free_port
 from tests.helpers import TINY, Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -119,6 +120,26 @@ def test_refused_credentials_say_which_variables_to_set(azurite, monkeypatch):
         in message
     )
     # As the HINT says: the account's connection string.
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    assert len(table.fingerprint(url)) == 64
+
+
+def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azurite, monkeypatch):
+    azurite.upload(CONTAINER, "reach.parquet", parquet(20, 0))
+    url = f"az://{CONTAINER}/reach.parquet"
+    closed = azurite.connection_string().replace(f":{azurite.port}/", f":{free_port()}/")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", closed)
+    monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
+    started = time.monotonic()
+    with pytest.raises(TableError) as caught:
+        table.fingerprint(url)
+    assert time.monotonic() - started < 20, "the SDK's own retries take over a minute"
+    message = str(caught.value)
+    assert "\n" not in message and "cannot reach the storage" in message and KEY not in message
+    assert (
+        "HINT: check the network and the account's endpoint (BlobEndpoint in AZURE_STORAGE_CONNECTION_STRING" in message
+    )
+    # As the HINT says: the endpoint that serves the account.
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
     assert len(table.fingerprint(url)) == 64
 

@@ -26,6 +26,9 @@ from snakeddp.util.hashing import sha256_json
 from snakeddp.util.redact import redact_text
 
 SCHEMES = ("az", "abfs", "abfss")
+# The Azure SDK retries an endpoint it cannot reach for over a minute (81 s here) before it fails;
+# the workflow's plan waits at most this long for a table's listing.
+LIST_TIMEOUT_S = 30.0
 CREDENTIALS_HINT = (
     "HINT: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
     "AZURE_STORAGE_SAS_TOKEN (or sign in for DefaultAzureCredential), in the environment snakemake runs in."
@@ -69,11 +72,23 @@ def _refused(url: str, error: Exception) -> TableError:
     )
 
 
+def _unreachable(url: str, error: Exception) -> TableError:
+    why = redact_text(" ".join(str(error).split()))[:300] or f"no answer within {LIST_TIMEOUT_S:.0f} s"
+    return TableError(
+        f"data.table.path={url!r}: cannot reach the storage ({type(error).__name__}: {why}). HINT: check the "
+        "network and the account's endpoint (BlobEndpoint in AZURE_STORAGE_CONNECTION_STRING, or "
+        "AZURE_STORAGE_ACCOUNT_NAME), then rerun."
+    )
+
+
 def _guarded(url: str, call: Callable[[], Any]) -> Any:
-    from azure.core.exceptions import AzureError
+    from azure.core.exceptions import AzureError, ServiceRequestError
+    from fsspec.exceptions import FSTimeoutError
 
     try:
         return call()
+    except (FSTimeoutError, ServiceRequestError) as error:  # before OSError: a timeout is one
+        raise _unreachable(url, error) from None
     except (OSError, AzureError) as error:
         raise _refused(url, error) from None
 
@@ -84,11 +99,12 @@ def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
     skipped)."""
     fs, path = _filesystem(url)
     scheme = url.partition("://")[0]
-    info = _guarded(url, lambda: fs.info(path))
+    info = _guarded(url, lambda: fs.info(path, timeout=LIST_TIMEOUT_S))
     if info["type"] == "file":
         found, base = {info["name"]: info}, info["name"].rpartition("/")[0]
     else:
-        found, base = _guarded(url, lambda: fs.find(path, detail=True)), path.rstrip("/")
+        found = _guarded(url, lambda: fs.find(path, detail=True, timeout=LIST_TIMEOUT_S))
+        base = path.rstrip("/")
     objects = []
     for name, detail in sorted(found.items()):
         relative = name[len(base) :].lstrip("/")
