@@ -12,7 +12,7 @@ process's peak RSS from the kernel (its VmHWM, reported by the process itself):
 - ``whole_csv``: ``pandas.read_csv`` of the whole file, the way a script without streaming
   loads a table (skipped with ``--no-whole``);
 - ``azure_csv`` / ``azure_parquet`` (``--azurite``; always in the harness): the same tables
-  uploaded to Azurite, the Azure Storage emulator (tests/azurite.py, installed with npm on first
+  uploaded to Azurite, the Azure Storage emulator (bench/azurite.py, installed with npm on first
   use), and ingested from their ``az://`` URLs; ``imports_azure`` adds adlfs and the Azure SDK.
 
 ``run(ctx)`` is the entry point for the benchmark harness (``ctx.work``: scratch directory,
@@ -120,7 +120,7 @@ def params(path: Path | str) -> dict[str, Any]:
 
 def measure_azure(work: Path, tables: dict[str, Path], result: dict[str, Any]) -> None:
     """Ingest the same tables from Azurite (az://bench/table.csv, .parquet) into ``result``."""
-    from tests.azurite import Azurite
+    from bench.azurite import Azurite
 
     server = Azurite(work / "azurite")
     try:

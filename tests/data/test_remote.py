@@ -1,5 +1,5 @@
 """Tables in Azure Blob Storage (az://), against a real Azure Storage server: Azurite, started here
-(and installed with npm on first use, tests/azurite.py)."""
+(and installed with npm on first use, bench/azurite.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
+from bench.azurite import KEY, Azurite, free_port
 from snakeddp.data import remote, table
 from snakeddp.errors import TableError
-from tests.azurite import KEY, Azurite, free_port
 from tests.helpers import TINY, Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,7 @@
-"""Azurite, Microsoft's Azure Storage emulator (npm package ``azurite``), for the tests of tables in Azure
-Blob Storage: installed with npm into a cache on first use (a fresh machine needs only Node and npm),
-started on 127.0.0.1 with its well-known development account, stopped at the end."""
+"""Azurite, Microsoft's Azure Storage emulator (npm package ``azurite``), for the benchmark and the tests of
+tables in Azure Blob Storage (tests/data/test_remote.py): installed with npm into a cache on first use (a
+fresh machine needs only Node and npm), started on 127.0.0.1 with its well-known development account,
+stopped at the end. It lives in bench because bench imports no test module, while the tests import bench's."""
 
 from __future__ import annotations
 
