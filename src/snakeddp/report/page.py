@@ -29,15 +29,15 @@ def write_report(
     links.update(
         {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
     )
-    here = Path(out).resolve().parent
-    links.update(
-        {
-            f"{Path(path).parent.name}: exported model (snakeddp.load)": os.path.relpath(Path(path).resolve(), here)
-            for path in exports
-        }
-    )
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
+    links.update(export_links(exports, Path(out).resolve().parent))
     return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))
+
+
+def export_links(exports: Sequence[str | Path], here: Path) -> dict[str, str]:
+    """Each run's exported model.json (results/export/<run>/model.json), relative to the page in ``here``."""
+    label = "exported model (snakeddp.load)"
+    return {f"{Path(path).parent.name}: {label}": os.path.relpath(Path(path).resolve(), here) for path in exports}
 
 
 def write_crate(
