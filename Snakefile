@@ -11,23 +11,25 @@ min_version("9.0")
 include: "rules/checkout.smk"
 
 
+# Snakemake's private parts used below, checked against the releases they were written for.
+from snakeddp.errors import UpstreamVersionError
+
+try:
+    from snakeddp.compat import snakemake as snakeddp_snakemake
+except UpstreamVersionError as error:
+    snakeddp_preflight.stop(error)
+
 # Profiles name their platform with `config: platform=...`. Snakemake announces any command-line
 # config as "Config file ... is extended by additional config" on every run; a profile's platform
 # alone is no news to the user, so it is set aside while config/config.yaml loads and put back
 # right after. A user's own --config or --configfile is still announced.
-PROFILE_PLATFORM = (
-    workflow.config_settings.overwrite_config.pop("platform")
-    if set(workflow.config_settings.overwrite_config) == {"platform"}
-    else None
-)
+PROFILE_PLATFORM = snakeddp_snakemake.set_aside_profile_platform(workflow)
 
 
 configfile: "config/config.yaml"
 
 
-if PROFILE_PLATFORM is not None:
-    workflow.config_settings.overwrite_config["platform"] = PROFILE_PLATFORM
-    config["platform"] = PROFILE_PLATFORM
+snakeddp_snakemake.put_back_profile_platform(workflow, config, PROFILE_PLATFORM)
 
 
 include: "rules/common.smk"
@@ -48,17 +50,23 @@ rule all:
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
 
 
+# Each rule is a step of snakeddp.run.rules, which the report's crate describes the workflow from.
+try:
+    snakeddp_rules.check_rules(rule.name for rule in workflow.rules)
+except snakeddp_config.ConfigError as error:
+    snakeddp_preflight.stop(error)
+
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
-# hold the finished process for up to a second (snakeddp.util.shutdown).
+# hold the finished process for up to a second (snakeddp.compat.snakemake).
 onsuccess:
-    snakeddp_shutdown.release_scheduler_timers()
+    snakeddp_snakemake.release_scheduler_timers()
     if Path(rules.report.output.html).is_file():
         print(f"Report: {Path(rules.report.output.html).resolve()}")
 
 
 onerror:
-    snakeddp_shutdown.release_scheduler_timers()
+    snakeddp_snakemake.release_scheduler_timers()

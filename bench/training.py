@@ -197,7 +197,7 @@ def run(ctx: Context) -> Result:
         "supervisor and process exit.",
         "Fixed here: Lightning 2.6 broadcast rank 0's SIGTERM flag before every training step and read it back "
         "with `.item()` (one more collective and a host sync per step, the largest share of its per-step cost for "
-        "the linear model); snakeddp.training.sigterm_shim switches it off where Preemption already agrees on a "
+        "the linear model); snakeddp.compat.lightning switches it off where Preemption already agrees on a "
         "stop about once a second (tests/e2e/test_training.py signals one rank of a torchrun pair and checks both "
         "stop after the same step). And `snakeddp.launch` no longer imports torch and Lightning to read the "
         "environment record's hash for the resume key.",

@@ -19,7 +19,10 @@ from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
+from snakeddp.run import layout as snakeddp_layout
 from snakeddp.workflow import preflight as snakeddp_preflight
+from snakeddp.run import rules as snakeddp_rules
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
@@ -74,9 +77,8 @@ try:
         CONFIG,
         RUNS,
         PLATFORM,
-        # --lint (the one mode Snakemake builds without checking envvars) runs no job and always
-        # reports 1 core. (--touch cannot be told apart here: Snakemake 9 sets it after parsing.)
-        cores=workflow.cores if workflow.check_envvars else None,
+        # None under --lint, which runs no job and always reports 1 core.
+        cores=snakeddp_snakemake.cores_unless_linting(workflow),
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
@@ -133,7 +135,7 @@ from snakeddp.workflow.slurm import slurm_resources
 
 
 wildcard_constraints:
-    run=snakeddp_config.RUN_ID_PATTERN,
+    run=snakeddp_layout.RUN_ID_PATTERN,
     dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*-[0-9a-f]{10}",
     index=r"\d{5}",
     parts=r"\d+",

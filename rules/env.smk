@@ -29,7 +29,7 @@ rule build_image:
         dockerfile=REPO / "envs" / "Dockerfile",
         lock=REPO / "envs" / "requirements.lock",
     output:
-        record="results/envs/image.json",
+        record=IMAGE_RECORD,
     log:
         "logs/envs/image.log",
     localrule: True

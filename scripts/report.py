@@ -6,6 +6,8 @@ from pathlib import Path
 
 sys.stderr = open(snakemake.log[0], "w")
 
+from snakeddp.errors import ConfigError
+from snakeddp.provenance.schema import validate
 from snakeddp.report import figures
 from snakeddp.report.page import write_crate, write_report
 from snakeddp.report.table import varying_params, write_runs_table
@@ -15,12 +17,26 @@ from snakeddp.util.terminal import say
 
 freeze_imports()  # pandas, matplotlib, rocrate: less work at exit (snakeddp.util.shutdown)
 
+
+def one_line(kind, error, trace):
+    """A snakeddp error (a record that is not one snakeddp wrote, say) is one line in the log, which
+    Snakemake shows on the terminal when the job fails; no traceback."""
+    if not isinstance(error, ConfigError):
+        return sys.__excepthook__(kind, error, trace)
+    print(f"snakeddp report: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+sys.excepthook = one_line
+
 out, settings = snakemake.output, snakemake.params.report
 provenance = list(snakemake.input.provenance)
 say(f"report: {out.html} from {len(provenance)} runs")
 
 # Every provenance file and metrics.csv is read once, here; each part below gets the runs.
 runs = runs_from_provenance(provenance)
+for run in runs:  # written by the train jobs, read back from a folder others may write
+    validate(run.provenance, source=str(run.paths.provenance))
 write_runs_table(runs, out.table)
 fmt, dpi = settings["figure_format"], settings["dpi"]
 figures.write(figures.curves(runs, settings["metrics"]), out.curves, fmt, dpi, out.curves_series)

@@ -1,6 +1,7 @@
 """What the tests share besides fixtures: the repository, tiny configs, datasets and run files as
 the workflow writes them, subprocess environments, and the real Snakemake CLI in a scratch
-directory. Imported as ``tests.helpers`` (bench/ uses the same Workflow).
+directory (``bench.workflows.WorkflowDir``, which bench uses too, with checked runs added here).
+Imported as ``tests.helpers``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bench.harness import REPO as REPO  # the repository's root, for the tests too
+from bench.harness import SRC
+from bench.workflows import WorkflowDir
 from snakeddp import config as configuration
 from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
 from snakeddp.run.runfile import RunFile
-
-REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "src"
 
 TINY = {
     "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
@@ -127,35 +126,9 @@ def assert_valid_provenance(directory: Path, require: bool = True) -> list[dict]
     return [validate_file(path) for path in files]
 
 
-class Workflow:
-    """A Snakemake working directory outside the repository, driven through the real CLI."""
-
-    def __init__(self, directory: Path, profile: str = "local", checkout: Path = REPO) -> None:
-        """``checkout``: the Snakefile and profiles to run, this repository unless another version's."""
-        self.directory = directory
-        self.snakefile = checkout / "Snakefile"
-        self.profile = checkout / "profiles" / profile
-        self.configfile = directory / "config.yaml"
-
-    def write_config(self, config: dict) -> Path:
-        self.configfile.write_text(yaml.safe_dump(config, sort_keys=False))
-        return self.configfile
-
-    def command(self, *args: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--snakefile",
-            str(self.snakefile),
-            "--directory",
-            str(self.directory),
-            "--configfile",
-            str(self.configfile),
-            "--profile",
-            str(self.profile),
-            *args,
-        ]
+class Workflow(WorkflowDir):
+    """A Snakemake working directory outside the repository, driven through the real CLI; a run fails
+    the test when snakemake does, and every provenance.json it leaves is checked against the schema."""
 
     def run(
         self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None

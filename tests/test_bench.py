@@ -1,5 +1,6 @@
 """The benchmark harness runs and reports every benchmark (tiny sizes; timings are not asserted)."""
 
+import ast
 import json
 import math
 import shutil
@@ -41,6 +42,15 @@ def check_reported(results, benchmarks, names):
             assert figure["ratio"] is None or math.isfinite(figure["ratio"]), figure
             assert f"| {figure['label']} |" in table
             assert figure["met"] is None or figure["target"], figure
+
+
+def test_bench_imports_no_test_module():
+    """The tests import bench's harness (bench.workflows.WorkflowDir); never the other way round."""
+    for path in (REPO / "bench").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [name for name in names if name.split(".")[0] == "tests"], path
 
 
 def test_alternate_runs_cases_in_abba_order_and_drops_warmup():

@@ -46,6 +46,17 @@ def test_example_trains_its_own_model_on_its_csv_through_the_pipeline(example):
 
 
 @pytest.mark.e2e
+def test_the_crate_of_a_table_sweep_names_its_ingestion(example):
+    workflow, _ = example
+    metadata = json.loads((workflow.directory / "results" / "report" / "ro-crate-metadata.json").read_text())
+    names = {entity.get("name") for entity in metadata["@graph"] if entity["@type"] == "HowToStep"}
+    assert {"data_table", "data_partition", "data_manifest", "train", "report"} <= names
+    assert "data_module" not in names
+    (ingest,) = [e for e in metadata["@graph"] if e["@id"].startswith("#data_table-")]
+    assert ingest["description"].endswith("; from data/churn.csv")
+
+
+@pytest.mark.e2e
 def test_the_run_leaves_the_users_config_files_as_they_were_and_crates_both(example):
     """The default config and the example's are both named config.yaml: the report's crate keeps
     one copy of each, and placing the second never writes into the first (a hard link once did)."""

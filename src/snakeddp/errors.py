@@ -85,6 +85,10 @@ class ImageBuildError(ConfigError, RuntimeError):
     """No usable container engine, or the build failed."""
 
 
+class UpstreamVersionError(ConfigError, RuntimeError):
+    """An installed package is not a release that snakeddp's hooks into its private parts were written for."""
+
+
 class AzureMLError(ConfigError, RuntimeError):
     """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 

@@ -29,13 +29,13 @@ from snakeddp import cluster
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
+from snakeddp.config.schema import platforms
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 
-PLATFORMS = ("local", "slurm", "azureml")
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-FAILURE_FILE = "failure.txt"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--platform",
-        choices=PLATFORMS,
+        choices=platforms(),
         default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )
@@ -69,12 +69,7 @@ def train_arguments(args: argparse.Namespace, launcher: str) -> tuple[str, ...]:
     ]
     if args.environment_record:
         entry += ["--environment-record", str(args.environment_record)]
-    return (*entry, "--failure-file", str(failure_file(args.run_dir)))
-
-
-def failure_file(run_dir: Path) -> Path:
-    """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
-    return run_dir / FAILURE_FILE
+    return (*entry, "--failure-file", str(RunPaths(args.run_dir).failure))
 
 
 def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launcher, list[str], dict[str, str]]:
@@ -134,7 +129,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
         flush=True,
     )
-    failed = failure_file(args.run_dir)
+    failed = RunPaths(args.run_dir).failure
     failed.unlink(missing_ok=True)
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")

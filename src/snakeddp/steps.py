@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from snakeddp.errors import exit_code
+from snakeddp.run import rules
 
 
 def _partition(args: argparse.Namespace, *, split: str) -> None:
@@ -58,8 +59,13 @@ def _module(args: argparse.Namespace) -> None:
 
 
 def _run_config(args: argparse.Namespace) -> None:
+    from snakeddp.run.attempt import ensure_no_live_attempt
     from snakeddp.run.runfile import RunFile
 
+    # A second invocation (--nolock) must not put another config under a run that is training:
+    # its provenance would then disagree with its run.yaml. Snakemake removed the old run.yaml
+    # before this job started; the next invocation plans the run anew.
+    ensure_no_live_attempt(Path(args.out).parent)
     RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
 
 
@@ -84,9 +90,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m snakeddp.steps", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
+    # What each step makes is said once, in the registry the rules and the crate use.
+    does = {step.subcommand: step.does for step in rules.STEPS if step.subcommand}
 
-    def step(name: str, func: Callable[[argparse.Namespace], None], help: str) -> argparse.ArgumentParser:
-        sub = steps.add_parser(name, help=help)
+    def step(name: str, func: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
+        sub = steps.add_parser(name, help=does[name])
         sub.set_defaults(func=func)
         sub.add_argument("--out", required=True, type=Path, help="the step's output")
         return sub
@@ -94,11 +102,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     def dataset_params(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--params", required=True, type=_json, help="dataset parameters as JSON")
 
-    for name, split, help in (
-        ("partition", "train", "one train partition and its checksum entry"),
-        ("val", "val", "the validation set and its checksum entry"),
-    ):
-        sub = step(name, functools.partial(_partition, split=split), help)
+    for name, split in (("partition", "train"), ("val", "val")):
+        sub = step(name, functools.partial(_partition, split=split))
         dataset_params(sub)
         sub.add_argument("--entry", required=True, type=Path, help="where the checksum entry goes")
         sub.add_argument("--ingest", default="", help="a table dataset's ingestion directory (empty for synthetic)")
@@ -106,19 +111,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             sub.add_argument("--index", required=True, type=int, help="partition index")
         else:
             sub.set_defaults(index=0)  # one validation file, drawn from its own stream
-    dataset_params(step("ingest", _ingest, "split a table into the ingestion directory"))
-    manifest = step("manifest", _manifest, "the dataset manifest of the first N partitions")
+    dataset_params(step("ingest", _ingest))
+    manifest = step("manifest", _manifest)
     dataset_params(manifest)
     manifest.add_argument("--dataset", required=True, help="dataset id")
     manifest.add_argument("--val", required=True, type=Path, help="the validation set's entry")
     manifest.add_argument("--entries", nargs="*", type=Path, default=[], help="train partition entries, in order")
-    module = step("module", _module, "the record of a data.module dataset")
+    module = step("module", _module)
     dataset_params(module)
     module.add_argument("--dataset", required=True, help="dataset id")
-    run_config = step("run-config", _run_config, "a run's run.yaml")
+    run_config = step("run-config", _run_config)
     run_config.add_argument("--run-id", required=True, help="run id")
     run_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
-    environment = step("environment", _environment, "the environment record of a stage")
+    environment = step("environment", _environment)
     environment.add_argument("--stage", required=True, help="data, train or report")
     environment.add_argument("--image", default=None, help="container image the stage runs in")
     return parser.parse_args(argv)

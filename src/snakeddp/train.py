@@ -41,7 +41,6 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -53,21 +52,14 @@ from snakeddp.data import custom
 from snakeddp.errors import LaunchError, exit_code
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
-from snakeddp.run.attempt import (
-    attempt_id,
-    attempt_key,
-    hold_attempt_lock,
-    keep_record,
-    mark,
-    no_lock_warning,
-    resume_checkpoint,
-)
+from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
 from snakeddp.run.runfile import RunFile
-from snakeddp.training.callbacks import Preempted, utc_now
+from snakeddp.training.callbacks import Preempted
 from snakeddp.training.models import build_model
+from snakeddp.training.safe_load import check_checkpoint
 from snakeddp.training.trackers import Trackers
-from snakeddp.training.trainer import accelerator_and_backend, build_trainer
-from snakeddp.util.hashing import sha256_file, sha256_json
+from snakeddp.training.trainer import build_trainer
+from snakeddp.util.hashing import sha256_file
 from snakeddp.util.shutdown import freeze_imports
 
 # Batches are gathered in-process from memory-mapped partitions; worker processes would only add copies.
@@ -127,13 +119,7 @@ def main(args: argparse.Namespace) -> int:
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
     layout.check_matches(launch["nodes"], launch["devices"])
     torch.set_num_threads(launch["threads_per_process"])
-
-    manifest_sha256 = sha256_file(args.data)
-    key = attempt_key(cfg, args.data, args.environment_record)
-    locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
-    resume_from = resume_checkpoint(args.run_dir, key)
-    if layout.is_main:
-        mark(args.run_dir, key)
+    attempt = begin(run, args, layout.is_main)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
     data = custom.build_datamodule(cfg, args.data)
@@ -143,130 +129,60 @@ def main(args: argparse.Namespace) -> int:
     trainer, callbacks = build_trainer(
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
-    callbacks["phases"].marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
+    callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
     trackers.log_config(cfg)
 
-    started, clock = utc_now(), time.perf_counter()
+    started, clock = provenance.utc_now(), time.perf_counter()
     try:
-        trainer.fit(model, datamodule=data, ckpt_path=resume_from, weights_only=True)
+        trainer.fit(model, datamodule=data, ckpt_path=attempt.resume_from, weights_only=True)
     except Preempted:
-        if not callbacks["preemption"].preempted:
+        if not callbacks.preemption.preempted:
             raise
         if layout.is_main:
             print(
-                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks['preemption'].last_path}; "
+                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks.preemption.last_path}; "
                 "rerun to resume",
                 flush=True,
             )
         return PREEMPTED_EXIT_CODE
     if trainer.is_global_zero:
-        record = _record(
-            run,
-            args,
-            trainer,
-            callbacks,
+        record = provenance.build(
+            attempt,
             layout,
-            manifest_sha256,
-            key,
-            resume_from,
-            started,
-            time.perf_counter() - clock,
+            callbacks.outcome(trainer, started, time.perf_counter() - clock),
+            data=custom.describe(data, attempt.manifest, attempt.manifest_sha256),
+            user_code=user_code(cfg, model, data),
+            tracking=trackers.describe(),
         )
-        record["tracking"] = trackers.describe()
-        record["user_code"] = user_code(cfg, model, data)
-        record["timing"]["phases"] = callbacks["phases"].record()
-        if not locked:  # the launcher printed it; the record keeps it with the run
-            record["warnings"] = [no_lock_warning(args.run_dir)]
         path = provenance.write(args.run_dir, record)
         keep_record(args.run_dir)
-        trackers.finish(path, callbacks["checkpoint"].best_model_path)
+        trackers.finish(path, callbacks.checkpoint.best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
     return 0
 
 
-def _record(
-    run: RunFile,
-    args: argparse.Namespace,
-    trainer: pl.Trainer,
-    callbacks: dict[str, Any],
-    layout: cluster.Layout,
-    manifest_sha256: str,
-    key: str,
-    resume_from: Path | None,
-    started: str,
-    seconds: float,
-) -> dict[str, Any]:
-    """Everything provenance.json says, from the objects that did the work."""
-    cfg = run.config
-    # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
-    rows = callbacks["metrics"].read()
-    checkpoint = callbacks["checkpoint"]
-    stopper = callbacks.get("early_stopping")
-    train_seconds = sum(float(r["train_seconds"]) for r in rows)
-    samples = sum(int(r["samples"]) for r in rows)
-    accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
-    ranks = callbacks["hosts"].ranks
-    best = provenance.file_record(checkpoint.best_model_path, args.run_dir)
-    if best is not None:
-        best.update(metric="val_loss", score=float(checkpoint.best_model_score))
-    val_losses = [float(r["val_loss"]) for r in rows if r.get("val_loss") not in (None, "")]
-    best_row = min(
-        (r for r in rows if r.get("val_loss") not in (None, "")), key=lambda r: float(r["val_loss"]), default=None
+def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.Attempt:
+    """Hold the run directory's lock and find the checkpoint this attempt resumes, if it was made from
+    the same attempt key; rank 0 records the key of a run started without the launcher."""
+    manifest_sha256 = sha256_file(args.data)
+    key = attempt_key(run.config, args.data, args.environment_record)
+    locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
+    resume_from = resume_checkpoint(args.run_dir, key)
+    if resume_from is not None:
+        check_checkpoint(resume_from)  # before any strategy's loader sees it (training.safe_load)
+    if is_main:
+        mark(args.run_dir, key)
+    return provenance.Attempt(
+        run=run,
+        run_dir=args.run_dir,
+        manifest=args.data,
+        manifest_sha256=manifest_sha256,
+        environment_record=args.environment_record,
+        key=key,
+        resume_from=resume_from,
+        locked=locked,
     )
-    return {
-        "run_id": run.run_id,
-        "sweep_point": run.point,
-        "status": "early_stopped" if stopper is not None and stopper.stopped_epoch > 0 else "completed",
-        "config": cfg,
-        "config_sha256": sha256_json(cfg),
-        "origin_sha256": key,
-        "attempt": {"id": attempt_id(key), "restored": False},
-        "code": provenance.code_info(),
-        "data": custom.describe(trainer.datamodule, args.data, manifest_sha256),
-        "environment": provenance.environment_info(args.environment_record),
-        "launch": {
-            "launcher": layout.launcher,
-            "strategy": cfg["trainer"]["strategy"],
-            "backend": backend,
-            "accelerator": accelerator,
-            "nodes": layout.num_nodes,
-            "processes_per_node": layout.local_world_size,
-            "world_size": trainer.world_size,
-            "master_addr": layout.master_addr,
-            "master_port": layout.master_port,
-            "job_id": layout.job_id,
-            "ranks": ranks,
-            "hosts": sorted({r["host"] for r in ranks}),
-            "nodes_seen": sorted({r["node"] or r["host"] for r in ranks}),
-            "command": os.environ.get(run_variables.LAUNCH_COMMAND),
-            "variables": provenance.cluster_variables(),
-            "user": provenance.user(),
-        },
-        "timing": {
-            "started_at": started,
-            "finished_at": utc_now(),
-            "duration_s": round(seconds, 3),
-            "train_seconds": round(train_seconds, 3),
-            "samples_trained": samples,
-            "samples_per_s": round(samples / train_seconds, 3) if train_seconds else None,
-        },
-        "training": {
-            "epochs_completed": len(rows),
-            "max_epochs": cfg["trainer"]["max_epochs"],
-            "stopped_early": bool(stopper is not None and stopper.stopped_epoch > 0),
-            "resumed_from": provenance.file_record(resume_from, args.run_dir) if resume_from else None,
-            "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
-            "best_checkpoint": best,
-            "last_checkpoint": provenance.file_record(checkpoint.last_model_path, args.run_dir),
-            "checkpoints": provenance.checkpoint_records(args.run_dir),
-            "best_val_loss": min(val_losses) if val_losses else None,
-            "best_val_acc": float(best_row["val_acc"])
-            if best_row and best_row.get("val_acc") not in (None, "")
-            else None,
-            "best_epoch": int(best_row["epoch"]) if best_row else None,
-        },
-    }
 
 
 if __name__ == "__main__":

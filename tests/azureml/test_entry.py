@@ -23,8 +23,9 @@ import pytest
 from azure.ai.ml import load_job
 
 from snakeddp.azureml import results, submit
-from snakeddp.azureml.entry import SEEDED, seed, wait_for_seed
+from snakeddp.azureml.entry import seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
+from snakeddp.run.layout import RESUME_SEEDED as SEEDED
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import TINY, make_run, subprocess_env
 

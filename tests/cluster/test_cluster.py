@@ -5,8 +5,9 @@ from unittest import mock
 
 import pytest
 
-from snakeddp import cluster
+from snakeddp import cluster, launch
 from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
+from snakeddp.config.schema import platforms
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -229,6 +230,18 @@ def test_platform_defaults():
     assert cluster.for_platform("mpirun", "local").name == "mpirun"
     with pytest.raises(LaunchError, match="needs the slurm profile"):
         cluster.for_platform("srun", "local")
+    assert cluster.for_platform("auto", "azureml").name == "env"
+
+
+def test_every_platform_of_the_schema_has_one_default_launcher_and_no_other_platform_has_one():
+    assert set(cluster.PLATFORM_DEFAULT) == set(platforms())
+    assert len(cluster.PLATFORM_DEFAULT) == sum(launcher.default_on is not None for launcher in cluster.LAUNCHERS)
+
+
+def test_the_command_lines_take_the_schemas_platforms():
+    assert launch.parse_args(["--platform", "azureml", "--config", "c", "--run-dir", "r", "--data", "d"]).platform
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--platform", "k8s", "--config", "c", "--run-dir", "r", "--data", "d"])
 
 
 # What a rule started by snakemake-executor-plugin-slurm-jobstep sees: the allocation's SLURM_*

@@ -282,3 +282,78 @@ def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_
     workflow.run(f"{RUN}/provenance.json")
     (record,) = assert_valid_provenance(workflow.directory / "results")
     assert record["user_code"][0]["target"] == "mynet:Net"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "crafted"])
+def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hinted_trains_again(
+    workflow: Workflow, tiny_config, damage
+):
+    tiny_config["data"]["num_records_per_train_file"] = 3000
+    tiny_config["trainer"].update(max_epochs=4, early_stopping={"enabled": False})
+    workflow.write_config(tiny_config)
+    metrics = workflow.directory / RUN / "metrics.csv"
+    snakemake = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:  # header + 2 epochs
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the kill"
+        time.sleep(0.1)
+    for process in descendants_and_self(snakemake.pid):
+        process.kill()
+    snakemake.wait()
+    workflow.run("--unlock")
+
+    last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
+    marker = workflow.directory / "code-ran"
+    if damage == "truncated":
+        last.write_bytes(last.read_bytes()[:1000])
+    else:  # a pickle that would create `marker` when unpickled by a loader that runs code
+        payload = f"import os\nos.mkdir({str(marker)!r})"
+        last.write_bytes(b"c" + b"builtins\nexec\n" + b"(" + repr(payload).encode() + b"\ntR.")
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0 and not marker.exists()
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    line = hint_line(log, "last.ckpt")
+    assert log.count("this checkpoint") == 1 and "Traceback" not in log, log[-3000:]
+    assert "weights_only=False" not in log
+    command = re.search(r"HINT: delete it \((rm [^)]+)\) and rerun snakemake", line).group(1)
+
+    subprocess.run(shlex.split(command), check=True, cwd=workflow.directory)
+    workflow.run(f"{RUN}/provenance.json")
+    assert not marker.exists()
+    with metrics.open() as handle:
+        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(4))
+
+
+def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training_run(workflow: Workflow):
+    slow = slow_config(SIGNALLED_RECORDS, max_epochs=3)  # epochs that outlast the second invocation
+    slow["launch"]["devices"] = 1
+    workflow.write_config(slow)
+    metrics = workflow.directory / RUN / "metrics.csv"
+    first = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:  # header + 1 epoch
+        assert first.poll() is None and time.monotonic() < deadline, "training ended before the second invocation"
+        time.sleep(0.1)
+    trained_lr = slow["model"].get("lr")
+    slow["model"]["lr"] = 0.0123
+    workflow.write_config(slow)
+    second = subprocess.run(
+        workflow.command(f"{RUN}/run.yaml", "--nolock"), cwd=workflow.directory, env=subprocess_env(),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert second.returncode != 0
+    log = (workflow.directory / "logs/train/base.config.log").read_text()
+    assert log.count("still training") == 1 and "HINT: wait for it to finish" in hint_line(log, "still training")
+    assert first.wait(timeout=600) == 0
+    record = json.loads((workflow.directory / RUN / "provenance.json").read_text())
+    assert record["config"]["model"]["lr"] != 0.0123 and (
+        trained_lr is None or record["config"]["model"]["lr"] == trained_lr
+    )
+    run_yaml = workflow.directory / RUN / "run.yaml"
+    assert not run_yaml.exists() or "0.0123" not in run_yaml.read_text()

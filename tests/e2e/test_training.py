@@ -277,7 +277,7 @@ def rank_pids(run_dir: Path) -> dict[int, int]:
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
-    # Lightning's per-step SIGTERM broadcast is off (training/sigterm_shim.py); the deadlock it
+    # Lightning's per-step SIGTERM broadcast is off (snakeddp.compat.lightning); the deadlock it
     # guarded against (Lightning issue #20806: one rank stops, the other waits in a collective)
     # must still not happen when only one rank is signalled.
     run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))

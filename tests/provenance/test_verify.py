@@ -44,7 +44,7 @@ def test_untouched_run_verifies_without_loading_anything(results, capsys, monkey
     monkeypatch.setattr(torch, "load", refuse)
     code, out = verify(results, "devices-2", capsys)
     assert code == 0, out
-    assert "MISMATCH" not in out and "all 9 checks passed" in out
+    assert "MISMATCH" not in out and "all 10 checks passed" in out
     assert out.count("  ok        checkpoint") == 3 and out.count("partition") == 3
 
 
@@ -55,7 +55,19 @@ def test_modified_checkpoint_fails(results, capsys):
     code, out = verify(results, "devices-1", capsys)
     assert code == 1
     assert f"MISMATCH  checkpoint  {best}" in out and "provenance says" in out
-    assert "1 of 9 checks failed" in out and "HINT" in out
+    assert "1 of 10 checks failed" in out and "HINT" in out
+
+
+def test_a_run_yaml_rewritten_after_training_fails_naming_the_keys(results, capsys):
+    import yaml
+
+    path = results / "runs/devices-1/run.yaml"
+    run = yaml.safe_load(path.read_text())
+    run["config"]["model"]["lr"] = run["config"]["model"]["lr"] * 10
+    path.write_text(yaml.safe_dump(run))
+    code, out = verify(results, "devices-1", capsys)
+    assert code == 1
+    assert f"MISMATCH  run config  {path}  differs from the config it trained at model.lr" in out
 
 
 def test_modified_partition_fails(results, capsys):

@@ -18,6 +18,11 @@ from requests.adapters import BaseAdapter, HTTPAdapter
 from requests_cache import CachedSession
 from rocrate.rocrate import ROCrate
 
+from snakeddp import config as configuration
+from snakeddp.data.custom import write_module_record
+from snakeddp.report.page import write_crate
+from snakeddp.run import rules
+from snakeddp.run.runs import load_run
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import REPO
 
@@ -29,6 +34,15 @@ PROFILES = {
     "https://w3id.org/ro/wfrun/provenance/0.5",
     "https://w3id.org/workflowhub/workflow-ro-crate/1.0",
 }
+# The rules whose jobs ran for a sweep of each data source (a table is ingested first; a module
+# dataset has only its record). build_image runs only when asked for: the table's crate below is made
+# after it ran.
+RAN = {
+    "synthetic": {"data_partition", "data_val", "data_manifest", "env_capture", "run_config", "train", "report"},
+    "table": {"data_table", "data_partition", "data_val", "data_manifest", "env_capture", "build_image",
+              "run_config", "train", "report"},
+    "module": {"data_module", "env_capture", "run_config", "train", "report"},
+}  # fmt: skip
 # The JSON-LD contexts the crate names, kept as test data (sources and licences in their README).
 CONTEXTS = Path(__file__).parent / "rocrate"
 CONTEXT_FILES = {
@@ -72,7 +86,8 @@ def test_main_entity_is_the_snakefile_with_its_steps(crate, sweep_workflow):
     assert (crate.source / workflow.id).read_bytes() == (REPO / "Snakefile").read_bytes()
     assert "HowTo" in workflow.type
     steps = {step["name"]: step for step in workflow["step"]}
-    assert {"data_partition", "data_manifest", "train"} <= set(steps)
+    # Every rule that ran is a step (read from snakeddp.run.rules, in its order); no other is.
+    assert list(steps) == [step.rule for step in rules.STEPS if step.rule in RAN["synthetic"]]
     assert steps["train"]["workExample"].id == "#snakeddp.train"
     # Every step names its tool, and the tools are the workflow's parts.
     tools = {step["workExample"].id for step in steps.values()}
@@ -111,9 +126,9 @@ def test_engine_orchestrates_the_runs(crate):
     assert organize["result"].id == "#workflow-run"
     controlled = sorted(c["object"].id for c in organize["object"] if c["object"].id.startswith("#run-"))
     assert controlled == [f"#run-{run}" for run in RUNS]
-    # A ControlAction per step execution, each tying its step to its tool's action.
+    # A ControlAction per step execution, each tying its step to its tool's action: every rule that ran.
     steps = {control["instrument"]["name"] for control in organize["object"]}
-    assert steps == {step["name"] for step in crate.mainEntity["step"]}
+    assert steps == RAN["synthetic"] == {step["name"] for step in crate.mainEntity["step"]}
     for control in organize["object"]:
         assert control["object"]["instrument"].id == control["instrument"]["workExample"].id
     workflow_run = crate.get("#workflow-run")
@@ -134,6 +149,98 @@ def test_every_file_is_in_the_crate_and_every_term_is_defined(crate, sweep_workf
     defined = set().union(*(json.loads(path.read_text())["@context"] for path in CONTEXT_FILES.values()))
     used = {key for entity in metadata["@graph"] for key in entity if not key.startswith("@")}
     assert used and not used - defined
+
+
+def as_source(provenance: dict, source: str, workdir: Path) -> dict:
+    """A run's provenance as the training records it for a dataset of ``source``: the same run, had its
+    data come from a table, or from a user's DataModule (its record in place of the manifest)."""
+    data, dataset = provenance["config"]["data"], provenance["data"]["dataset"]
+    data["source"] = source
+    if source == "table":
+        data["table"] = {**data.get("table", {}), "path": "tables/train.csv"}
+    if source == "module":
+        data["module"] = "blobs:Blobs"
+        record = workdir / "results" / "data" / dataset / "module.json"
+        write_module_record(record, dataset, {"module": data["module"]})
+        provenance["data"] = {"manifest": record.relative_to(workdir).as_posix(), "dataset": dataset,
+                              "manifest_sha256": sha256_file(record), "partitions": None, "records": None}  # fmt: skip
+    return provenance
+
+
+@pytest.fixture(scope="module")
+def source_crates(sweep_workflow, tmp_path_factory) -> dict[str, Path]:
+    """For each data source: the sweep's runs as runs of that source, and the crate the report writes of them."""
+    repo = Path(__file__).resolve().parents[1]
+    config = configuration.validate({})
+    crates = {}
+    for source in RAN:
+        work = tmp_path_factory.mktemp(f"crate-{source}")
+        for part in ("results", "logs"):
+            shutil.copytree(sweep_workflow.directory / part, work / part, ignore=shutil.ignore_patterns("report"))
+        runs = []
+        for run in RUNS:
+            path = work / "results" / "runs" / run / "provenance.json"
+            path.write_text(json.dumps(as_source(json.loads(path.read_text()), source, work)))
+            runs.append(load_run(path.parent))
+        if "build_image" in RAN[source]:
+            (work / "results" / "envs" / "image.json").write_text('{"tag": "snakeddp:0.1.0-torch2.13.0"}')
+        report = work / "results" / "report"
+        report.mkdir()
+        (report / "report.html").write_text("<html><title>snakeddp runs</title></html>")
+        write_crate(
+            runs=runs,
+            settings=config["report"],
+            repo=repo,
+            config_files=[repo / "config" / "config.yaml"],
+            resolved_config=config,
+            report_files=[report / "report.html"],
+            out=report / "ro-crate-metadata.json",
+        )
+        crates[source] = report
+    return crates
+
+
+@pytest.mark.parametrize("source", sorted(RAN))
+def test_a_crate_of_each_data_source_lists_every_rule_and_an_action_of_each_that_ran(source_crates, source):
+    crate = ROCrate(source_crates[source])
+    assert [step["name"] for step in crate.mainEntity["step"]] == [s.rule for s in rules.STEPS if s.rule in RAN[source]]
+    controls = crate.get("#snakemake-run")["object"]
+    assert {control["instrument"]["name"] for control in controls} == RAN[source]
+    for control in controls:
+        step = rules.BY_RULE[control["instrument"]["name"]]
+        assert control["object"]["instrument"].id == step.tool == control["instrument"]["workExample"].id
+    made = crate.get("#report-runs")
+    assert {"files/runs/devices-1/provenance.json", "files/runs/devices-2/provenance.json"} <= set(ids(made["object"]))
+    assert ids(made["result"]) == ["report.html"]
+
+
+def test_a_table_dataset_is_ingested_from_its_table(source_crates):
+    (ingest,) = [e for e in ROCrate(source_crates["table"]).contextual_entities if e.id.startswith("#data_table-")]
+    assert ingest.type == "CreateAction" and ingest["description"].endswith("; from tables/train.csv")
+
+
+def test_an_image_build_is_an_action_when_its_record_is_there(source_crates):
+    crate = ROCrate(source_crates["table"])
+    built = crate.get("#build_image-image")
+    assert built["instrument"].id == rules.BY_RULE["build_image"].tool
+    assert built["result"].id == "files/envs/image.json" and (source_crates["table"] / built["result"].id).is_file()
+    assert ROCrate(source_crates["synthetic"]).get("#build_image-image") is None
+
+
+def test_a_module_dataset_is_its_record_of_the_users_datamodule(source_crates):
+    report = source_crates["module"]
+    crate = ROCrate(report)
+    (made,) = [e for e in crate.contextual_entities if e.id.startswith("#data_module-")]
+    record = made["result"]
+    assert record.id.endswith("/module.json") and record["description"].startswith("record of ")
+    assert json.loads((report / record.id).read_text())["params"] == {"module": "blobs:Blobs"}
+    assert record in crate.get("#run-devices-1")["object"]
+
+
+@pytest.mark.parametrize("source", sorted(RAN))
+def test_roc_validator_passes_the_crate_of_each_data_source(source_crates, source, validator_cache, tmp_path):
+    result = validate(source_crates[source], validator_cache, tmp_path / "report.json")
+    assert result["passed"], json.dumps(result["issues"], indent=1)
 
 
 class ContextFiles(BaseAdapter):

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from snakeddp.run.attempt import FINISHED
+from snakeddp.run.layout import FINISHED
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import assert_valid_provenance, launch, prepare, subprocess_env
 

@@ -1,4 +1,5 @@
-"""snakeddp.util.shutdown: what a finished process skips at exit, and what it must not skip."""
+"""snakeddp.util.shutdown and the scheduler's timers (snakeddp.compat.snakemake): what a finished process
+skips at exit, and what it must not skip."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 from snakemake.scheduling.job_scheduler import JobScheduler
 
-from snakeddp.util.shutdown import freeze_imports, release_scheduler_timers
+from snakeddp.compat.snakemake import release_scheduler_timers
+from snakeddp.util.shutdown import freeze_imports
 from tests.helpers import REPO, subprocess_env
 
 
@@ -41,6 +43,25 @@ def test_release_cancels_snakemakes_own_reevaluation_timer_and_nothing_else():
         theirs.cancel()
 
 
+def test_release_knows_the_scheduler_of_snakemake_before_9_10():
+    """Until 9.10 the same method lived in snakemake.scheduler: its timer is released too."""
+    opened = threading.Event()
+
+    def wake() -> None:
+        opened.set()
+
+    wake.__module__ = "snakemake.scheduler"
+    wake.__qualname__ = "JobScheduler._schedule_reevalutation.<locals>.<lambda>"
+    timer = threading.Timer(60, wake)
+    timer.start()
+    try:
+        assert release_scheduler_timers() == 1
+        timer.join(timeout=5)
+        assert not timer.is_alive() and not opened.is_set()
+    finally:
+        timer.cancel()
+
+
 @pytest.fixture
 def frozen():
     gc.collect()
@@ -67,7 +88,7 @@ def test_freeze_exempts_what_is_alive_and_still_collects_what_comes_after(frozen
 def test_the_workflow_releases_the_timers_when_it_is_done(rule_hook):
     text = (REPO / "Snakefile").read_text()
     hook = text.split(rule_hook, 1)[1].split("\n\n", 1)[0]
-    assert "snakeddp_shutdown.release_scheduler_timers()" in hook
+    assert "snakeddp_snakemake.release_scheduler_timers()" in hook
 
 
 def test_freeze_at_exit_freezes_before_the_final_collection():

@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from snakeddp import cluster, train
-from snakeddp.run.attempt import ATTEMPT_FILES
+from snakeddp.run.layout import ATTEMPT_FILES, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_text
 
-SEEDED = ".snakeddp-resume-seeded"
 WAIT_S = 1800.0
 POLL_S = 2.0
 
@@ -47,12 +46,12 @@ def seed(resume_from: Path, run_dir: Path, token: str) -> None:
             target = run_dir / path.relative_to(resume_from)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)
-    atomic_write_text(run_dir / SEEDED, token)
+    atomic_write_text(RunPaths(run_dir).resume_seeded, token)
 
 
 def wait_for_seed(run_dir: Path, token: str, rank: int, timeout_s: float = WAIT_S) -> None:
     """Block until rank 0 has seeded the run directory of this attempt."""
-    marker = run_dir / SEEDED
+    marker = RunPaths(run_dir).resume_seeded
     deadline = time.monotonic() + timeout_s
     while not (marker.is_file() and marker.read_text() == token):
         if time.monotonic() > deadline:

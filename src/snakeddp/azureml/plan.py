@@ -17,11 +17,11 @@ from typing import Any
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.cluster import network
 from snakeddp.run import variables as names
+from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
 
 # launch.launcher on the azureml platform -> the distribution that starts such processes.
 LAUNCHER_FOR_DISTRIBUTION = {"pytorch": "env", "mpi": "mpirun"}
-RUN_FILE = "run.yaml"
 ENVIRONMENT_FILE = "environment.json"
 OUTPUT_NAME = "run_dir"
 

@@ -11,13 +11,13 @@ import os
 import shutil
 from pathlib import Path
 
-from snakeddp.provenance.record import FILE_NAME as PROVENANCE
-from snakeddp.run.attempt import ATTEMPT_FILES, STATE_FILE
+from snakeddp.run.layout import ATTEMPT_FILES, RunPaths
 
 
 def collect(downloaded: Path, run_dir: Path) -> bool:
     """Move the job's files into ``run_dir``; False (and nothing touched) when the job wrote no run state."""
-    if not (downloaded / STATE_FILE).is_file():
+    job, local = RunPaths(downloaded), RunPaths(run_dir)
+    if not job.state.is_file():
         return False
     for name in ATTEMPT_FILES:
         source, target = downloaded / name, run_dir / name
@@ -34,6 +34,6 @@ def collect(downloaded: Path, run_dir: Path) -> bool:
                 shutil.rmtree(old)
         else:
             os.replace(source, target)
-    if (downloaded / PROVENANCE).is_file():
-        os.replace(downloaded / PROVENANCE, run_dir / PROVENANCE)
+    if job.provenance.is_file():
+        os.replace(job.provenance, local.provenance)
     return True

@@ -32,7 +32,8 @@ from snakeddp.azureml.plan import JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V1_CONDA_FILE as CONDA_FILE
 from snakeddp.azureml.staging import V1_SPEC_FILE as SPEC_FILE
-from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.compat.azureml_core import output_data
+from snakeddp.run.layout import AttemptPaths
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import sha256_file
 
@@ -55,7 +56,7 @@ def data_path(plan: JobPlan) -> tuple[str, str]:
 def resume_path(plan: JobPlan) -> str:
     """Where the submitter uploads the attempt to resume: one folder per checkpoint content."""
     assert plan.resume_dir is not None
-    digest = sha256_file(plan.resume_dir / CHECKPOINT_DIR / LAST)[:16]
+    digest = sha256_file(AttemptPaths(plan.resume_dir).last_checkpoint)[:16]
     return f"snakeddp/resume/{plan.run_id}/{digest}"
 
 
@@ -131,7 +132,7 @@ def build(plan: JobPlan) -> ScriptRunConfig:
     output = OutputFileDatasetConfig(
         name=OUTPUT_REF, destination=(plan.datastore, f"snakeddp/runs/{{run-id}}/{OUTPUT_REF}")
     ).as_mount()
-    src.run_config.output_data = {OUTPUT_REF: output._to_output_data()}
+    src.run_config.output_data = {OUTPUT_REF: output_data(output)}
     src.run_config.environment_variables = dict(plan.variables)
     return src
 

@@ -23,6 +23,7 @@ from marshmallow import ValidationError
 from snakeddp.azureml.plan import OUTPUT_NAME, JobPlan
 from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V2_SPEC_FILE as SPEC_FILE
+from snakeddp.compat.azure_ai_ml import dump_job
 from snakeddp.util import yamltext
 from snakeddp.util.fsutil import atomic_write_text
 
@@ -83,7 +84,7 @@ def build(plan: JobPlan) -> dict[str, Any]:
         timeout=plan.timeout_s,
     )
     stream = io.StringIO()
-    node._to_job().dump(stream)
+    dump_job(node, stream)
     document = yamltext.safe_load(stream.getvalue())
     # Local paths relative to the YAML, as a person would write them (and unlike the SDK's dump).
     document["code"] = _relative(plan.code_dir, plan.spec_dir)

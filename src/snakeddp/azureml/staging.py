@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import snakeddp
-from snakeddp.azureml.plan import ENVIRONMENT_FILE, RUN_FILE, EnvironmentSpec
+from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.lock import read_lock
-from snakeddp.run.attempt import ATTEMPT_FILES, resumable
+from snakeddp.run.attempt import resumable
+from snakeddp.run.layout import ATTEMPT_FILES, RUN_FILE
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json, link_or_copy
 from snakeddp.util.hashing import sha256_file, sha256_json

@@ -35,13 +35,13 @@ from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_vari
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
 from snakeddp.errors import ConfigError
-from snakeddp.provenance.record import FILE_NAME, code_info
+from snakeddp.provenance.record import code_info
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 
-SPEC_DIR = "azureml"
 INTERRUPTED_EXIT_CODE = 130
 # What each SDK flavour imports, and the extra that installs it.
 SDK_MODULES = {"v2": ("azure.ai.ml", "azure.identity"), "v1": ("azureml.core", "azure.identity")}
@@ -74,7 +74,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     environment = staging.environment_spec(settings)
     env_record = staging.environment_record(environment)
     key = attempt.attempt_key(run.config, args.data, env_record)
-    spec_dir = (args.run_dir / SPEC_DIR).resolve()
+    spec_dir = RunPaths(args.run_dir).azureml.resolve()
     staging.snapshot_code(spec_dir / "code", run, env_record)
     resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key)
     uri = settings.data["uri"]
@@ -201,7 +201,7 @@ def run_job(session: Any, plan: JobPlan, spec: Path, variables: dict[str, str], 
             f"AzureML job {job.name} ended {outcome.status}: {outcome.error or 'no error text'}.{kept}\n"
             f"  Logs: {job.url}"
         )
-    if not (run_dir / FILE_NAME).is_file():
+    if not RunPaths(run_dir).provenance.is_file():
         raise AzureMLError(
             f"AzureML job {job.name} completed but no provenance.json came back into {run_dir}. "
             f"HINT: look for the run directory output in {job.url}."

@@ -26,8 +26,8 @@ LAUNCHERS: tuple[type[Launcher], ...] = (
     Spawn,
 )
 BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
-# What `launch.launcher: auto` means on each platform.
-PLATFORM_DEFAULT = {"local": "direct", "slurm": "srun", "azureml": "env"}
+# What `launch.launcher: auto` means on each platform, as each launcher says.
+PLATFORM_DEFAULT = {launcher.default_on: launcher.name for launcher in LAUNCHERS if launcher.default_on}
 
 __all__ = [
     "BY_NAME",

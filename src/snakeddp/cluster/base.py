@@ -120,6 +120,8 @@ class Launcher:
     #: Start the command in a session of its own, so that signals reach it only through
     #: snakeddp.launch, once (a terminal's Ctrl-C would otherwise reach it twice).
     own_session: ClassVar[bool] = False
+    #: The platform (the schema's ``platform``) on which ``launch.launcher: auto`` means this launcher.
+    default_on: ClassVar[str | None] = None
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:

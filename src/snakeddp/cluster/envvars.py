@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 class EnvVars(Launcher):
     name = "env"
+    default_on = "azureml"
     variables = {
         "rank": "RANK",
         "local_rank": "LOCAL_RANK",

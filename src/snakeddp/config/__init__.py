@@ -162,13 +162,6 @@ def _format_value(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]", "", text.replace("True", "true").replace("False", "false"))
 
 
-# What a run id may be: the run wildcard's constraint (rules/common.smk) and the check of every
-# planned id (snakeddp.workflow.preflight.check_run_ids).
-RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
-# A run id names files (logs/train/<id>.config.log): well under NAME_MAX (255) with every suffix.
-RUN_ID_MAX = 200
-
-
 def run_id(point: Mapping[str, Any]) -> str:
     """A readable id from a sweep point: {'model.lr': 0.01, 'launch.devices': 2} -> lr-0.01_devices-2.
 

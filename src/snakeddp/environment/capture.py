@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.environment.lock import installed
+from snakeddp.errors import LaunchError
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
@@ -56,6 +57,21 @@ def accelerator_stack() -> dict[str, Any]:
         stack["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     stack["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return stack
+
+
+def accelerator_and_backend(requested: str) -> tuple[str, str]:
+    """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto): what a training
+    process uses, and what its provenance says it used."""
+    import torch
+
+    has_gpu = torch.cuda.is_available()
+    if requested == "gpu" and not has_gpu:
+        raise LaunchError(
+            "launch.accelerator=gpu but torch sees no CUDA device (torch.cuda.is_available() is False). "
+            "HINT: run on a GPU node with a CUDA build of torch, or set launch.accelerator: cpu."
+        )
+    use_gpu = requested == "gpu" or (requested == "auto" and has_gpu)
+    return ("gpu", "nccl") if use_gpu else ("cpu", "gloo")
 
 
 def _torch_build(version_file: Path) -> Any:

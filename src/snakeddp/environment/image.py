@@ -23,6 +23,8 @@ from snakeddp.util.hashing import sha256_file
 
 ENGINES = ("docker", "podman")
 IMAGE_NAME = "snakeddp"
+#: What ``build_image`` writes (the workflow's rule output; the report's crate carries it when it is there).
+RECORD = "results/envs/image.json"
 
 
 def default_tag(lock_path: str | Path) -> str:

@@ -12,22 +12,28 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snakeddp import __version__
 from snakeddp.config.network import is_network_variable
-from snakeddp.environment.capture import accelerator_stack
+from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
 from snakeddp.run import variables
-from snakeddp.run.attempt import CHECKPOINT_DIR, PROVENANCE
+from snakeddp.run.attempt import attempt_id, no_lock_warning
+from snakeddp.run.layout import RunPaths
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 from snakeddp.util.redact import recorded_environment, scrub
 
+if TYPE_CHECKING:
+    from snakeddp.cluster import Layout
+    from snakeddp.run.runfile import RunFile
+
 PROVENANCE_FORMAT = "snakeddp-provenance/1"
-FILE_NAME = PROVENANCE
 
 
 def _git(args: list[str], cwd: Path) -> str | None:
@@ -108,7 +114,7 @@ def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every checkpoint kept in the run's checkpoints/ (top-k and last), hashed."""
-    return [file_record(path, run_dir) for path in sorted((run_dir / CHECKPOINT_DIR).glob("*.ckpt"))]
+    return [file_record(path, run_dir) for path in RunPaths(run_dir).checkpoint_files()]
 
 
 def user() -> str | None:
@@ -131,4 +137,130 @@ def write(run_dir: Path, record: dict[str, Any]) -> Path:
     scrubbed = scrub(record)
     if isinstance(packages, dict):
         scrubbed["environment"]["packages"] = {name: scrub(version) for name, version in packages.items()}
-    return atomic_write_json(run_dir / FILE_NAME, scrubbed)
+    return atomic_write_json(RunPaths(run_dir).provenance, scrubbed)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a run as it starts: what it is made from and what it resumes."""
+
+    run: RunFile
+    run_dir: Path
+    manifest: Path
+    """The dataset's manifest.json (for data.source module, its stand-in record)."""
+    manifest_sha256: str
+    environment_record: Path | None
+    """results/envs/<stage>.json of the environment in use, when the workflow gave one."""
+    key: str
+    """The attempt key (``run.attempt.attempt_key``): provenance's origin_sha256."""
+    resume_from: Path | None
+    locked: bool
+    """Whether the run directory's lock is held (False where its file system has no flock)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What fitting produced, as the training callbacks saw it (``training.trainer.Callbacks.outcome``)."""
+
+    started_at: str
+    seconds: float
+    world_size: int
+    metrics: list[dict[str, Any]]
+    """metrics.csv's rows, one per epoch the final model went through."""
+    best_checkpoint: str
+    best_score: float | None
+    last_checkpoint: str
+    stopped_early: bool
+    ranks: list[dict[str, Any]]
+    phases: Callable[[], dict[str, float]]
+    """timing.phases, read last: teardown_s and total_s include building the record."""
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def build(
+    attempt: Attempt,
+    layout: Layout,
+    outcome: Outcome,
+    *,
+    data: dict[str, Any],
+    user_code: list[dict[str, Any]],
+    tracking: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Everything provenance.json says, from the objects that did the work (rank 0, after fit).
+
+    ``data``: the data section (``data.custom.describe``); ``user_code``: the user's classes
+    (``config.targets.user_code``); ``tracking``: where the trackers logged (``Trackers.describe``).
+    """
+    cfg, run_dir, rows = attempt.run.config, attempt.run_dir, outcome.metrics
+    train_seconds = sum(float(r["train_seconds"]) for r in rows)
+    samples = sum(int(r["samples"]) for r in rows)
+    accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
+    best = file_record(outcome.best_checkpoint, run_dir)
+    if best is not None:
+        best.update(metric="val_loss", score=outcome.best_score)
+    val_losses = [float(r["val_loss"]) for r in rows if r.get("val_loss") not in (None, "")]
+    best_row = min(
+        (r for r in rows if r.get("val_loss") not in (None, "")), key=lambda r: float(r["val_loss"]), default=None
+    )
+    record = {
+        "run_id": attempt.run.run_id,
+        "sweep_point": attempt.run.point,
+        "status": "early_stopped" if outcome.stopped_early else "completed",
+        "config": cfg,
+        "config_sha256": sha256_json(cfg),
+        "origin_sha256": attempt.key,
+        "attempt": {"id": attempt_id(attempt.key), "restored": False},
+        "code": code_info(),
+        "data": data,
+        "environment": environment_info(attempt.environment_record),
+        "launch": {
+            "launcher": layout.launcher,
+            "strategy": cfg["trainer"]["strategy"],
+            "backend": backend,
+            "accelerator": accelerator,
+            "nodes": layout.num_nodes,
+            "processes_per_node": layout.local_world_size,
+            "world_size": outcome.world_size,
+            "master_addr": layout.master_addr,
+            "master_port": layout.master_port,
+            "job_id": layout.job_id,
+            "ranks": outcome.ranks,
+            "hosts": sorted({r["host"] for r in outcome.ranks}),
+            "nodes_seen": sorted({r["node"] or r["host"] for r in outcome.ranks}),
+            "command": os.environ.get(variables.LAUNCH_COMMAND),
+            "variables": cluster_variables(),
+            "user": user(),
+        },
+        "timing": {
+            "started_at": outcome.started_at,
+            "finished_at": utc_now(),
+            "duration_s": round(outcome.seconds, 3),
+            "train_seconds": round(train_seconds, 3),
+            "samples_trained": samples,
+            "samples_per_s": round(samples / train_seconds, 3) if train_seconds else None,
+        },
+        "training": {
+            "epochs_completed": len(rows),
+            "max_epochs": cfg["trainer"]["max_epochs"],
+            "stopped_early": outcome.stopped_early,
+            "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
+            "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
+            "best_checkpoint": best,
+            "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
+            "checkpoints": checkpoint_records(run_dir),
+            "best_val_loss": min(val_losses) if val_losses else None,
+            "best_val_acc": float(best_row["val_acc"])
+            if best_row and best_row.get("val_acc") not in (None, "")
+            else None,
+            "best_epoch": int(best_row["epoch"]) if best_row else None,
+        },
+        "tracking": tracking,
+        "user_code": user_code,
+    }
+    if not attempt.locked:  # the launcher printed it; the record keeps it with the run
+        record["warnings"] = [no_lock_warning(run_dir)]
+    record["timing"]["phases"] = outcome.phases()
+    return record

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 
 from snakeddp.errors import ProvenanceError
+from snakeddp.run.layout import PROVENANCE
 
 SCHEMA_FILE = "provenance.schema.json"
 
@@ -35,7 +36,7 @@ def problems(record: Any) -> list[str]:
     return lines
 
 
-def validate(record: Any, source: str = "provenance.json") -> None:
+def validate(record: Any, source: str = PROVENANCE) -> None:
     """Raise ProvenanceError unless ``record`` matches the provenance schema."""
     found = problems(record)
     if found:

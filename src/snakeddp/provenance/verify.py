@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config import flatten, run_identity
 from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_file
+from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
+from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import Run
 from snakeddp.util.hashing import entry_checksum, sha256_file
 
@@ -63,7 +66,11 @@ def _partition_check(path: Path, entry: Mapping[str, Any], kind: str) -> Check:
 
 def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:
     """The manifest's own check, and one check per partition it lists (train and val)."""
-    path, expected = run.manifest_path, run.provenance["data"]["manifest_sha256"]
+    try:
+        path = run.manifest_path
+    except ProvenanceError as exc:
+        return Check("manifest", str(run.provenance["data"]["manifest"]), False, str(exc).split(" HINT:")[0]), []
+    expected = run.provenance["data"]["manifest_sha256"]
     if not path.is_file():
         return Check("manifest", str(path), False, "missing"), []
     actual = sha256_file(path)
@@ -79,12 +86,29 @@ def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:
     return manifest, [lambda e=e, k=k: _partition_check(path.parent / e["file"], e, k) for e, k in entries]
 
 
+def run_file_check(run: Run) -> Check:
+    """run.yaml must hold the config the run trained: a later run_config job (an edit, a second
+    invocation) can rewrite it, and the next train job would then not be this run's."""
+    path = run.paths.run_file
+    try:
+        written = run_identity(RunFile.load(path).config)
+    except (OSError, ConfigError) as exc:
+        return Check("run config", str(path), False, str(exc).split(" HINT:")[0].removeprefix(f"{path}: "))
+    written, trained = flatten(written), flatten(run_identity(run.provenance["config"]))
+    differ = sorted(key for key in written.keys() | trained.keys() if written.get(key) != trained.get(key))
+    if differ:
+        return Check("run config", str(path), False, f"differs from the config it trained at {', '.join(differ[:5])}")
+    return Check("run config", str(path), True, "the config this run trained")
+
+
 def verify_run(run: Run) -> list[Check]:
     """Every check of one run, schema first, then checkpoints, manifest and partitions."""
     schema = problems(run.provenance)
-    checks = [Check("provenance", str(run.run_dir / "provenance.json"), not schema, "; ".join(schema) or "schema ok")]
+    checks = [Check("provenance", str(run.paths.provenance), not schema, "; ".join(schema) or "schema ok")]
     if schema:  # the files it names cannot be trusted, or even found
         return checks
+    if run.is_current:
+        checks.append(run_file_check(run))
     manifest, partitions = data_checks(run)
     with ThreadPoolExecutor(HASH_THREADS) as pool:
         hashed = list(pool.map(lambda check: check(), [*checkpoint_checks(run), *partitions]))

@@ -8,12 +8,14 @@ Zip ``results/report`` and the report, the figures and the evidence travel toget
 
 It is an RO-Crate 1.1 following the Provenance Run Crate profile 0.5 (which extends Workflow Run
 Crate and Process Run Crate 0.5, themselves built on RO-Crate 1.1; roc-validator checks it in the
-tests): the Snakefile is the main ComputationalWorkflow, a HowTo whose steps are the rules, each
-step naming its tool (``python -m snakeddp.steps ...``, ``snakeddp.train``). Each execution of a
+tests): the Snakefile is the main ComputationalWorkflow, a HowTo whose steps are the rules that
+ran, each naming its tool (``python -m snakeddp.steps ...``, ``snakeddp.train``), all of them read from
+the registry the rules and ``snakeddp.steps`` use (``snakeddp.run.rules``). Each execution of a
 tool is a CreateAction: per training run, with start and end time, its agent, its instrument
 and the software it ran on, its inputs (run config, data manifest, environment record, sweep
-values) and its outputs (checkpoints with sha256, metrics, provenance); per dataset, the
-partitions, validation split and manifest; per run, its run.yaml. Snakemake is the engine whose
+values) and its outputs (checkpoints with sha256, metrics, provenance); per dataset, the steps of
+its source (a table's ingestion, partitions, validation split and manifest, or the record of the
+user's DataModule); per run, its run.yaml; the report itself. Snakemake is the engine whose
 OrganizeAction ran the workflow's CreateAction and, through a ControlAction per step execution,
 each tool's.
 """
@@ -21,7 +23,6 @@ each tool's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,13 @@ from rocrate.rocrate import ROCrate
 
 from snakeddp import __version__
 from snakeddp.config import flatten
-from snakeddp.provenance.record import FILE_NAME
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
+from snakeddp.errors import ProvenanceError
 from snakeddp.report.files import workflow_files
-from snakeddp.run.attempt import ATTEMPTS_DIR
+from snakeddp.run import layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
+from snakeddp.util.paths import inside
 from snakeddp.util.redact import redact_text
 
 BASENAME = "ro-crate-metadata.json"
@@ -55,31 +58,6 @@ WFRUN_CONTEXT = "https://w3id.org/ro/terms/workflow-run/context"
 LICENSE = {"@id": "https://spdx.org/licenses/MIT", "name": "MIT License"}
 
 
-@dataclass(frozen=True)
-class Step:
-    """A rule of the workflow as a HowToStep, and the tool it runs."""
-
-    rule: str
-    tool: str
-    command: str
-    does: str
-
-
-STEPS = (
-    Step("data_partition", "#snakeddp.steps-partition", "python -m snakeddp.steps partition",
-         "writes one train partition (safetensors) and its checksum entry"),
-    Step("data_val", "#snakeddp.steps-val", "python -m snakeddp.steps val",
-         "writes the validation split and its checksum entry"),
-    Step("data_manifest", "#snakeddp.steps-manifest", "python -m snakeddp.steps manifest",
-         "writes a dataset's manifest: the checksum of every partition and of the validation split"),
-    Step("env_capture", "#snakeddp.steps-environment", "python -m snakeddp.steps environment",
-         "records a stage's environment: Python, packages, accelerator stack, and their hash"),
-    Step("run_config", "#snakeddp.steps-run-config", "python -m snakeddp.steps run-config",
-         "writes a run's resolved config (run.yaml)"),
-    Step("train", "#snakeddp.train", "python -m snakeddp.train",
-         "one DDP training run (Lightning), started on every rank by a launcher (python -m snakeddp.launch)"),
-)  # fmt: skip
-BY_RULE = {step.rule: step for step in STEPS}
 # Where each piece of software the runs record can be found (a SoftwareApplication's url).
 SOFTWARE_URLS = {
     "python": "https://www.python.org",
@@ -126,8 +104,15 @@ class CrateBuilder:
     def add(
         self, source: Path, dest: str, types: Sequence[str] = ("File",), link: bool = False, **properties: Any
     ) -> Any:
-        """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it."""
-        target = self.root / dest
+        """Place ``source`` at ``dest`` (relative to the root) unless it is there already, and describe it.
+        A ``dest`` made from a record's values (run id, dataset, checkpoint name) never leaves the crate."""
+        target = inside(self.root, dest)
+        if target is None:
+            raise ProvenanceError(
+                f"the crate would place {source} at {dest!r}, outside {self.root}: a record names a path that "
+                "leaves its directory. HINT: run `snakeddp verify` to find the run whose record is not one "
+                "snakeddp wrote, move that run's directory out of results/, and rerun snakemake."
+            )
         # A file already at its place in the crate (the report's own outputs) stays; anything
         # else is placed again: a link that is already there is kept by link_or_copy, and a copy
         # replaces whatever the target was (an older crate's hard link to a config included).
@@ -162,10 +147,20 @@ def _agent(builder: CrateBuilder, user: str | None) -> ContextEntity | None:
     return builder.entity(f"#person-{user}", "Person", name=user) if user else None
 
 
-def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit: str | None) -> Any:
-    """The Snakefile as the main ComputationalWorkflow: a HowTo whose steps are the rules, each naming
-    its tool, and whose parts are those tools. The other source files (rules, scripts, environment
-    specs) are files of the crate, not parts: a workflow's parts are the tools it runs."""
+def _tool(builder: CrateBuilder, step: rules.Step) -> ContextEntity:
+    """The application a step runs."""
+    return builder.entity(
+        step.tool, "SoftwareApplication", name=step.command, description=step.does, version=__version__
+    )
+
+
+def _workflow(
+    builder: CrateBuilder, repo: Path, snakemake_version: str, commit: str | None, steps: Sequence[rules.Step]
+) -> Any:
+    """The Snakefile as the main ComputationalWorkflow: a HowTo whose steps are the rules that ran, each
+    naming its tool, and whose parts are those tools (the profile asks every tool to be an action's
+    instrument). The other source files (rules, scripts, environment specs) are files of the crate, not
+    parts: a workflow's parts are the tools it runs."""
     crate = builder.crate
     snakefile = repo / "Snakefile"
     dest = f"{PAYLOAD}/workflow/Snakefile"
@@ -189,10 +184,8 @@ def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit:
         if path != snakefile:
             part = f"{PAYLOAD}/workflow/{path.relative_to(repo).as_posix()}"
             builder.add(path, part, description="workflow source file")
-    for position, step in enumerate(STEPS):
-        tool = builder.entity(
-            step.tool, "SoftwareApplication", name=step.command, description=step.does, version=__version__
-        )
+    for position, step in enumerate(steps):
+        tool = _tool(builder, step)
         workflow.append_to("hasPart", tool)
         howto = builder.entity(
             f"{dest}#{step.rule}", "HowToStep", name=step.rule, position=str(position), workExample={"@id": tool.id}
@@ -203,7 +196,7 @@ def _workflow(builder: CrateBuilder, repo: Path, snakemake_version: str, commit:
 
 def _train_tool(builder: CrateBuilder, runs: Sequence[Run], params: Sequence[str]) -> ContextEntity:
     """The application every training run executes, with what it ran on and its sweepable inputs."""
-    tool = builder.crate.get(BY_RULE["train"].tool)
+    tool = _tool(builder, rules.BY_RULE["train"])
     stacks = {}
     for run in runs:
         env = run.provenance["environment"]
@@ -280,10 +273,15 @@ def _run_action(
 
 
 def _tool_action(
-    builder: CrateBuilder, rule: str, subject: str, outputs: Sequence[Any], inputs: Sequence[Any] = (), detail: str = ""
+    builder: CrateBuilder,
+    rule: str,
+    subject: str,
+    outputs: Sequence[Any] = (),
+    inputs: Sequence[Any] = (),
+    detail: str = "",
 ) -> ContextEntity:
     """One execution of a step's tool (other than training) as a CreateAction: what it read and wrote."""
-    step = BY_RULE[rule]
+    step = rules.BY_RULE[rule]
     action = builder.entity(
         f"#{rule}-{subject}",
         "CreateAction",
@@ -299,39 +297,52 @@ def _tool_action(
 
 
 def _data_actions(builder: CrateBuilder, run: Run, manifest: Any) -> list[tuple[str, ContextEntity]]:
-    """The data steps that made a run's dataset. The partitions and the validation split stay out of
-    the crate (their size); the manifest, which is in it, lists the checksum of each."""
-    data = run.provenance["data"]
-    dataset, where = data["dataset"], f" (checksum of each in {manifest.id})"
-    partitions = f"; {data['partitions']} partitions, {data['records']['train']} records{where}"
-    validation = f"; {data['records']['val']} records{where}"
-    return [
-        ("data_partition", _tool_action(builder, "data_partition", dataset, [], detail=partitions)),
-        ("data_val", _tool_action(builder, "data_val", dataset, [], detail=validation)),
-        ("data_manifest", _tool_action(builder, "data_manifest", dataset, [manifest])),
-    ]
+    """The steps that made a run's dataset: those of its source (``snakeddp.run.rules``). A table, its
+    ingestion, the partitions and the validation split stay out of the crate (their size); the manifest,
+    which is in it, lists the checksum of each. A module dataset's record stands where the manifest would."""
+    data, config = run.provenance["data"], run.provenance["config"]["data"]
+    where = f" (checksum of each in {manifest.id})"
+    made: dict[str, dict[str, Any]] = {"data_manifest": {"outputs": [manifest]}, "data_module": {"outputs": [manifest]}}
+    if config["source"] == rules.TABLE:
+        made["data_table"] = {"detail": f"; from {config['table']['path']}"}
+    if data["records"]:
+        train, val = data["records"]["train"], data["records"]["val"]
+        made["data_partition"] = {"detail": f"; {data['partitions']} partitions, {train} records{where}"}
+        made["data_val"] = {"detail": f"; {val} records{where}"}
+    return _step_actions(builder, rules.for_dataset(config["source"]), data["dataset"], made)
+
+
+def _step_actions(
+    builder: CrateBuilder, steps: Sequence[rules.Step], subject: str, made: Mapping[str, Mapping[str, Any]]
+) -> list[tuple[str, ContextEntity]]:
+    """An action of each step for ``subject``: with what ``made`` says it read and wrote, else its description."""
+    return [(step.rule, _tool_action(builder, step.rule, subject, **made.get(step.rule, {}))) for step in steps]
 
 
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     """Place one run's inputs and outputs in the crate and describe them."""
     p = run.provenance
-    base = f"{PAYLOAD}/runs/{run.run_id}"
+    paths, base = layout.RunPaths(run.run_dir), f"{PAYLOAD}/{layout.RUNS}/{run.run_id}"
     files: dict[str, Any] = {
-        "run_config": builder.add(run.run_dir / "run.yaml", f"{base}/run.yaml", description="resolved run config"),
-        "metrics": builder.add(run.run_dir / "metrics.csv", f"{base}/metrics.csv", description="one row per epoch"),
+        "run_config": builder.add(paths.run_file, f"{base}/{layout.RUN_FILE}", description="resolved run config"),
+        "metrics": builder.add(paths.metrics, f"{base}/{layout.METRICS}", description="one row per epoch"),
         "provenance": builder.add(
-            run.run_dir / "provenance.json",
-            f"{base}/provenance.json",
+            paths.provenance,
+            f"{base}/{layout.PROVENANCE}",
             description="what the run was made from (schema: snakeddp provenance.schema.json)",
         ),
     }
-    manifest = run.manifest_path
+    manifest, dataset = run.manifest_path, p["data"]["dataset"]
     files["manifest"] = builder.add(
         manifest,
-        f"{PAYLOAD}/data/{p['data']['dataset']}/{manifest.name}",
+        f"{PAYLOAD}/data/{dataset}/{manifest.name}",
         sha256=p["data"]["manifest_sha256"],
-        description=f"data manifest of {p['data']['dataset']}: checksum of each of its {p['data']['partitions']} "
-        "train partitions and the validation file",
+        description=(
+            f"data manifest of {dataset}: checksum of each of its {p['data']['partitions']} train partitions "
+            "and the validation file"
+            if p["data"]["partitions"]
+            else f"record of {dataset}: the DataModule that reads its data (data.module) and its arguments"
+        ),
     )
     record = p["environment"]["record"]
     if record and run.resolve(record).is_file():
@@ -357,7 +368,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
         for c in checkpoints
         if run.file(c).is_file()
     ]
-    log = run.workdir / "logs" / "train" / f"{run.run_id}.log"
+    log = layout.train_log(run.workdir, run.run_id)
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
     return files
@@ -365,7 +376,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
 
 def attempt_record(run: Run) -> str:
     """Where an earlier attempt's provenance.json sits in the crate (the report's history links to it)."""
-    return f"{PAYLOAD}/runs/{run.run_id}/{ATTEMPTS_DIR}/{run.run_dir.name}/{FILE_NAME}"
+    return f"{PAYLOAD}/{layout.RUNS}/{run.run_id}/{layout.ATTEMPTS}/{run.run_dir.name}/{layout.PROVENANCE}"
 
 
 def _unique_names(paths: Sequence[str | Path]) -> list[str]:
@@ -394,8 +405,6 @@ def build(
         crate.root_dataset.append_to(
             "conformsTo", builder.entity(profile, "CreativeWork", name=name, version=profile.rsplit("/", 1)[-1])
         )
-    commits = {run.provenance["code"]["commit"] for run in runs}
-    workflow = _workflow(builder, repo, snakemake_version, commits.pop() if len(commits) == 1 else None)
     tool = _train_tool(builder, runs, params)
     configs = [
         builder.add(
@@ -410,18 +419,21 @@ def build(
     configs.append(
         builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
     )
-    actions, datasets, environments, outputs = [], {}, {}, []
+    actions, datasets, environments, outputs, provenance_files = [], {}, {}, [], []
+    per_run = [step for step in rules.STEPS if step.per == rules.PER_RUN and step.rule != "train"]
     for run in runs:
         files = _run_files(builder, run)
         actions.append(("train", _run_action(builder, run, tool, params, files)))
-        actions.append(("run_config", _tool_action(builder, "run_config", run.run_id, [files["run_config"]], configs)))
+        made = {"run_config": {"outputs": [files["run_config"]], "inputs": configs}}
+        actions += _step_actions(builder, per_run, run.run_id, made)
         datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
         environments.update({record.id: record for record in files.get("environment", [])})
         outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
+        provenance_files.append(files["provenance"])
     for run in runs:
         for earlier in earlier_attempts(run.run_dir):
             builder.add(
-                earlier.run_dir / FILE_NAME,
+                earlier.paths.provenance,
                 attempt_record(earlier),
                 description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
             )
@@ -430,6 +442,21 @@ def build(
     for record in environments.values():
         actions.append(("env_capture", _tool_action(builder, "env_capture", Path(record.id).stem, [record])))
     reports = [builder.add(Path(path), Path(path).relative_to(root).as_posix()) for path in report_files]
+    once = [step for step in rules.STEPS if step.per == rules.PER_WORKFLOW]
+    actions += _step_actions(builder, once, "runs", {"report": {"outputs": reports, "inputs": provenance_files}})
+    image = runs[0].workdir / IMAGE_RECORD if runs else None
+    if image is not None and image.is_file():
+        record = builder.add(image, f"{PAYLOAD}/envs/{image.name}", description="record of the image build")
+        actions.append(("build_image", _tool_action(builder, "build_image", "image", [record])))
+    ran = {rule for rule, _ in actions}
+    commits = {run.provenance["code"]["commit"] for run in runs}
+    workflow = _workflow(
+        builder,
+        repo,
+        snakemake_version,
+        commits.pop() if len(commits) == 1 else None,
+        [step for step in rules.STEPS if step.rule in ran],
+    )
     user = next((run.provenance["launch"].get("user") for run in runs if run.provenance["launch"].get("user")), None)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     started = min((run.provenance["timing"]["started_at"] for run in runs), default=now)

@@ -10,6 +10,7 @@ from typing import Any
 
 from snakeddp.report import crate, html
 from snakeddp.report.table import varying_params
+from snakeddp.run.layout import PROVENANCE, RUNS
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_text
 
@@ -26,9 +27,7 @@ def write_report(
     (results/export/<run>/model.json), linked from the page."""
     runs = sorted(runs, key=lambda run: run.run_id)
     links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
-    links.update(
-        {f"{run.run_id}: provenance.json": f"{crate.PAYLOAD}/runs/{run.run_id}/provenance.json" for run in runs}
-    )
+    links.update({f"{run.run_id}: {PROVENANCE}": f"{crate.PAYLOAD}/{RUNS}/{run.run_id}/{PROVENANCE}" for run in runs})
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
     links.update(export_links(exports, Path(out).resolve().parent))
     return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))

@@ -23,21 +23,9 @@ from typing import Any
 
 from snakeddp.config import run_identity
 from snakeddp.errors import RunStateError
+from snakeddp.run.layout import ATTEMPT_FILES, ATTEMPTS, STORED_AS, AttemptPaths, RunPaths
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
-
-STATE_FILE = "run-state.json"
-CHECKPOINT_DIR = "checkpoints"
-LAST = "last.ckpt"
-PROVENANCE = "provenance.json"
-# A copy of provenance.json that the attempt keeps: Snakemake deletes provenance.json (the
-# train rule's output) before it reruns the rule, and the attempt's record must survive that.
-FINISHED = "finished.json"
-ATTEMPTS_DIR = "attempts"
-# What an attempt leaves in the run directory; moved together into attempts/<key12>/.
-ATTEMPT_FILES = (CHECKPOINT_DIR, "metrics.csv", "trace", "tracking", STATE_FILE, FINISHED)
-# In attempts/<key12>/ the finished record is provenance.json again, so a kept attempt reads like a run.
-STORED_AS = {FINISHED: PROVENANCE}
 
 
 def attempt_key(
@@ -79,25 +67,25 @@ def attempt_id(key: str) -> str:
 
 
 def _state(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / STATE_FILE
+    path = RunPaths(run_dir).state
     return read_json(path) if path.is_file() else None
 
 
 def _store(run_dir: Path, key: str | None) -> None:
     """Move the attempt files in ``run_dir`` to attempts/<key12>/ (a timestamped name if that is taken)."""
+    paths = RunPaths(run_dir)
     name = attempt_id(key) if key else "unknown"
-    target = run_dir / ATTEMPTS_DIR / name
-    if target.exists():
-        target = target.with_name(f"{name}-{time.strftime('%Y%m%dT%H%M%S')}")
-    target.mkdir(parents=True)
+    target = paths.attempt(name)
+    if target.folder.exists():
+        target = paths.attempt(f"{name}-{time.strftime('%Y%m%dT%H%M%S')}")
+    target.folder.mkdir(parents=True)
     # A provenance.json Snakemake left (launch started by hand) goes too, never to describe the next attempt.
-    published = run_dir / PROVENANCE
-    if published.exists() and not (run_dir / FINISHED).exists():
-        published.rename(target / PROVENANCE)
-    published.unlink(missing_ok=True)
+    if paths.provenance.exists() and not paths.finished.exists():
+        paths.provenance.rename(target.provenance)
+    paths.provenance.unlink(missing_ok=True)
     for entry in ATTEMPT_FILES:
         if (run_dir / entry).exists():
-            (run_dir / entry).rename(target / STORED_AS.get(entry, entry))
+            (run_dir / entry).rename(target.folder / STORED_AS.get(entry, entry))
 
 
 def _take_back(stored: Path, run_dir: Path) -> None:
@@ -114,21 +102,21 @@ def prepare(run_dir: Path, key: str) -> Path | None:
     says whether this key's attempt had already completed (then ``restore`` it, do not train).
     """
     ensure_no_live_attempt(run_dir)
+    paths = RunPaths(run_dir)
     current = (_state(run_dir) or {}).get("resume_key")
     if current != key:
         if any((run_dir / name).exists() for name in ATTEMPT_FILES):
             _store(run_dir, current)
-        stored = run_dir / ATTEMPTS_DIR / attempt_id(key)
+        stored = paths.attempt(attempt_id(key)).folder
         if stored.is_dir():
             _take_back(stored, run_dir)
-    atomic_write_json(run_dir / STATE_FILE, {"resume_key": key})
-    last = run_dir / CHECKPOINT_DIR / LAST
-    return last if last.is_file() else None
+    atomic_write_json(paths.state, {"resume_key": key})
+    return paths.last_checkpoint if paths.last_checkpoint.is_file() else None
 
 
 def finished(run_dir: Path) -> bool:
     """Whether the attempt in ``run_dir`` completed (its record was kept)."""
-    return (run_dir / FINISHED).is_file()
+    return RunPaths(run_dir).finished.is_file()
 
 
 def keep_record(run_dir: Path) -> None:
@@ -136,56 +124,60 @@ def keep_record(run_dir: Path) -> None:
 
     A copy, not a hard link: provenance.json is the workflow's output, which a user may edit or a
     tool rewrite in place, and that must never reach the record a restore publishes again."""
-    copy_file(run_dir / PROVENANCE, run_dir / FINISHED)
+    paths = RunPaths(run_dir)
+    copy_file(paths.provenance, paths.finished)
 
 
 def restore(run_dir: Path, key: str) -> str:
     """Publish the finished attempt's record as provenance.json again, saying it was restored, not
     trained; returns the line the log shows."""
-    record = read_json(run_dir / FINISHED)
+    paths = RunPaths(run_dir)
+    record = read_json(paths.finished)
     record["attempt"] = {
         "id": attempt_id(key),
         "restored": True,
         "restored_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    atomic_write_json(run_dir / PROVENANCE, record)
+    atomic_write_json(paths.provenance, record)
     return (
         f"attempt {attempt_id(key)} already finished with this config, data and environment "
         f"({record['training']['epochs_completed']} epochs): restored it, nothing trained"
     )
 
 
-def _home(run_dir: Path, key: str) -> Path:
-    """Where this key's attempt lives: the run directory, or its place under attempts/."""
+def _home(run_dir: Path, key: str) -> AttemptPaths:
+    """Where this key's attempt lives: the run directory (a RunPaths), or its place under attempts/."""
     state = _state(run_dir)
-    return run_dir if state and state.get("resume_key") == key else run_dir / ATTEMPTS_DIR / attempt_id(key)
+    current = state is not None and state.get("resume_key") == key
+    return RunPaths(run_dir) if current else RunPaths(run_dir).attempt(attempt_id(key))
 
 
 def restorable(run_dir: Path, key: str) -> bool:
     """Whether this key's attempt already finished (read-only; ``prepare`` then ``restore`` it)."""
     home = _home(run_dir, key)
-    return (home / (FINISHED if home == run_dir else PROVENANCE)).is_file()
+    # The current attempt's own record is finished.json; a kept one's is its provenance.json.
+    return (home.finished if isinstance(home, RunPaths) else home.provenance).is_file()
 
 
 def resumable(run_dir: Path, key: str) -> Path | None:
     """The last.ckpt of this key's attempt, in the run directory or kept under attempts/ (read-only)."""
-    last = _home(run_dir, key) / CHECKPOINT_DIR / LAST
+    last = _home(run_dir, key).last_checkpoint
     return last if last.is_file() else None
 
 
 def resume_checkpoint(run_dir: Path, key: str) -> Path | None:
     """Read-only check every rank makes: resume from last.ckpt only if it was made from ``key``."""
     state = _state(run_dir)
-    last = run_dir / CHECKPOINT_DIR / LAST
+    last = RunPaths(run_dir).last_checkpoint
     if state is not None and state.get("resume_key") != key:
         raise RunStateError(
             f"{run_dir} holds an attempt made from a different config, data or environment. "
-            f"HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to {ATTEMPTS_DIR}/), "
+            f"HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to {ATTEMPTS}/), "
             f"or move {run_dir} away."
         )
     if last.is_file() and state is None:
         raise RunStateError(
-            f"{last} exists but {run_dir / STATE_FILE} does not, so it cannot be told what it was trained "
+            f"{last} exists but {RunPaths(run_dir).state} does not, so it cannot be told what it was trained "
             "from. HINT: move the checkpoints away to start fresh."
         )
     return last if last.is_file() else None
@@ -194,10 +186,7 @@ def resume_checkpoint(run_dir: Path, key: str) -> Path | None:
 def mark(run_dir: Path, key: str) -> None:
     """Record the key for a run started without the launcher (rank 0 only)."""
     if _state(run_dir) is None:
-        atomic_write_json(run_dir / STATE_FILE, {"resume_key": key})
-
-
-LOCK_FILE = ".attempt.lock"
+        atomic_write_json(RunPaths(run_dir).state, {"resume_key": key})
 
 
 def no_lock_warning(run_dir: Path) -> str:
@@ -210,7 +199,7 @@ def no_lock_warning(run_dir: Path) -> str:
 def _lock(run_dir: Path, mode: int) -> int | None:
     """flock ``mode`` on the run's lock file; the fd, or None where the filesystem has no locks."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(RunPaths(run_dir).lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -233,7 +222,7 @@ def ensure_no_live_attempt(run_dir: Path) -> None:
     except BlockingIOError:
         raise RunStateError(
             f"another attempt of this run is still training in {run_dir}. HINT: wait for it to finish, "
-            f"or find it with `fuser {run_dir / LOCK_FILE}` and stop it."
+            f"or find it with `fuser {RunPaths(run_dir).lock}` and stop it."
         ) from None
     if fd is None:
         print(f"snakeddp: warning: {no_lock_warning(run_dir)}", file=sys.stderr, flush=True)

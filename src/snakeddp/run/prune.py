@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeddp.run.attempt import CHECKPOINT_DIR
 from snakeddp.run.runs import Run, earlier_attempts
 
 
@@ -43,7 +42,7 @@ def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
         kept = {a.run_dir for a in sorted(attempts, key=_score)[:best]}
         kept |= {a.run_dir for a in attempts[len(attempts) - last :]} if last else set()
         for attempt in attempts:
-            folder = attempt.run_dir / CHECKPOINT_DIR
+            folder = attempt.paths.checkpoints
             if attempt.run_dir not in kept and folder.is_dir():
                 pruned.append(Pruned(attempt, folder, _size(folder)))
     return pruned

@@ -10,17 +10,16 @@ three levels above the run directory.
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import RunNotFound
-from snakeddp.run.attempt import ATTEMPTS_DIR
-from snakeddp.run.attempt import PROVENANCE as FILE_NAME
+from snakeddp.errors import ProvenanceError, RunNotFound
+from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, RunPaths, paths_of, run_records
 from snakeddp.util.fsutil import read_json
-
-METRICS_FILE = "metrics.csv"
+from snakeddp.util.paths import inside
 
 
 def _number(text: str) -> int | float | str | None:
@@ -61,9 +60,14 @@ class Run:
         return (self.provenance.get("attempt") or {}).get("id") or self.provenance["origin_sha256"][:12]
 
     @property
+    def paths(self) -> AttemptPaths:
+        """Its files: a run directory's, or those of an earlier attempt kept under attempts/."""
+        return paths_of(self.run_dir)
+
+    @property
     def is_current(self) -> bool:
         """Whether this is the run's current attempt (not one kept under attempts/)."""
-        return self.run_dir.parent.name != ATTEMPTS_DIR
+        return not self.paths.is_kept
 
     @property
     def label(self) -> str:
@@ -73,34 +77,57 @@ class Run:
     @property
     def workdir(self) -> Path:
         """The directory the workflow ran in (relative paths in provenance start there)."""
-        home = self.run_dir if self.is_current else self.run_dir.parent.parent
-        if home.parent.name == "runs" and len(home.resolve().parents) >= 3:
+        home = self.paths.run_dir
+        if home.parent.name == RUNS and len(home.resolve().parents) >= 3:
             return home.resolve().parents[2]
         return Path.cwd()
 
     def resolve(self, recorded: str) -> Path:
-        """A path as recorded in provenance, made usable from here."""
-        path = Path(recorded)
-        if path.is_absolute():
-            return path
-        for base in (self.workdir, Path.cwd()):
-            if (base / path).exists():
-                return base / path
-        return self.workdir / path
+        """A path as recorded in provenance (relative to the workflow's directory), made usable from
+        here; one that leads out of that directory is refused."""
+        workdir, name = self.workdir, recorded
+        if isinstance(recorded, str) and Path(recorded).is_absolute():
+            try:
+                name = Path(recorded).resolve().relative_to(workdir.resolve()).as_posix()
+            except ValueError:
+                name = None
+        found = [path for base in (workdir, Path.cwd()) if (path := inside(base, name)) is not None]
+        if not found:
+            raise self._escapes(recorded, f"the workflow's directory {workdir}")
+        return next((path for path in found if path.exists()), found[0])
 
     @property
     def manifest_path(self) -> Path:
         return self.resolve(self.provenance["data"]["manifest"])
 
     def file(self, record: Mapping[str, Any]) -> Path:
-        """The file of a checkpoint record (paths are relative to the run directory)."""
-        path = Path(record["path"])
-        return path if path.is_absolute() else self.run_dir / path
+        """The file of a checkpoint record (paths are relative to the run directory, and stay in it)."""
+        path = inside(self.run_dir, record.get("path"))
+        if path is None:
+            raise self._escapes(record.get("path"), f"its run directory {self.run_dir}")
+        return path
+
+    def _escapes(self, recorded: Any, where: str) -> ProvenanceError:
+        return ProvenanceError(
+            f"{self.paths.provenance}: names the file {recorded!r}, which is not inside {where}; snakeddp "
+            f"follows no path a record points out of its directory. HINT: this is not a record snakeddp wrote: "
+            f"move {self.paths.run_dir} out of results/ and rerun snakemake, which trains the run again."
+        )
 
 
 def load_run(run_dir: str | Path) -> Run:
-    run_dir = Path(run_dir)
-    return Run(run_dir=run_dir, provenance=read_json(run_dir / FILE_NAME), metrics=read_metrics(run_dir / METRICS_FILE))
+    """A finished run as recorded; a record whose run id is not a run name is refused: the id names
+    directories and files wherever the record is used (the report, the crate)."""
+    paths = paths_of(run_dir)
+    record = read_json(paths.provenance)
+    recorded = record.get("run_id") if isinstance(record, dict) else None
+    if not isinstance(recorded, str) or not re.fullmatch(RUN_ID_PATTERN, recorded):
+        raise ProvenanceError(
+            f"{paths.provenance}: records run id {recorded!r}, which is not a run name ({RUN_ID_PATTERN}); "
+            f"snakeddp uses no such record. HINT: this is not a record snakeddp wrote: move {paths.run_dir} "
+            "out of results/ and rerun snakemake, which trains the run again."
+        )
+    return Run(run_dir=paths.folder, provenance=record, metrics=read_metrics(paths.metrics))
 
 
 def default_results(start: str | Path | None = None) -> Path:
@@ -115,12 +142,12 @@ def default_results(start: str | Path | None = None) -> Path:
 
 def find_runs(results: str | Path) -> list[Run]:
     """Every finished run (one with provenance.json) under ``results/runs``, sorted by id."""
-    return [load_run(path.parent) for path in sorted(Path(results).glob(f"runs/*/{FILE_NAME}"))]
+    return [load_run(path.parent) for path in run_records(results)]
 
 
 def earlier_attempts(run_dir: str | Path) -> list[Run]:
     """The finished attempts kept under ``<run_dir>/attempts/``, oldest first."""
-    found = [load_run(path.parent) for path in Path(run_dir).glob(f"{ATTEMPTS_DIR}/*/{FILE_NAME}")]
+    found = [load_run(path.parent) for path in RunPaths(run_dir).kept_records()]
     return sorted(found, key=lambda run: run.provenance["timing"]["finished_at"])
 
 
@@ -134,13 +161,13 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
     run_ref, at, short = ref.partition("@")
     if at and not Path(ref).exists():
         return _resolve_attempt(run_ref, short, results)
-    candidates = [Path(ref), results / "runs" / ref]
+    candidates = [Path(ref), RunPaths.under(results, ref).folder]
     for candidate in candidates:
-        run_dir = candidate.parent if candidate.name == FILE_NAME else candidate
-        if (run_dir / FILE_NAME).is_file():
+        run_dir = candidate.parent if candidate.name == PROVENANCE else candidate
+        if RunPaths(run_dir).provenance.is_file():
             return load_run(run_dir)
-    known = sorted(p.parent.name for p in results.glob(f"runs/*/{FILE_NAME}"))
-    unfinished = (results / "runs" / ref).is_dir()
+    known = [path.parent.name for path in run_records(results)]
+    unfinished = RunPaths.under(results, ref).folder.is_dir()
     reason = "has no provenance.json (it has not finished)" if unfinished else "is not a run id or run directory"
     hint = (
         f"finished runs under {results}/runs: {', '.join(known)}" if known else f"no finished runs under {results}/runs"
@@ -149,9 +176,9 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
 
 
 def _resolve_attempt(run_ref: str, short: str, results: Path) -> Run:
-    run_dir = results / "runs" / run_ref
-    current = [load_run(run_dir)] if (run_dir / FILE_NAME).is_file() else []
-    attempts = current + earlier_attempts(run_dir)
+    run_dir = RunPaths.under(results, run_ref)
+    current = [load_run(run_dir.folder)] if run_dir.provenance.is_file() else []
+    attempts = current + earlier_attempts(run_dir.folder)
     matches = [run for run in attempts if short and run.attempt_id.startswith(short)]
     if len(matches) == 1:
         return matches[0]

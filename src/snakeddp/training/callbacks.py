@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from snakeddp.provenance.record import utc_now
+from snakeddp.run.layout import TRACE_FILE
 from snakeddp.util.fsutil import atomic_write_text
 
 METRIC_COLUMNS = (
@@ -42,10 +43,6 @@ def batch_size(batch: Any) -> int:
         return len(batch)
     items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
     return next((batch_size(item) for item in items), 0)
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _metric(trainer: pl.Trainer, name: str) -> float | None:
@@ -243,7 +240,7 @@ class SampleTrace(Callback):
             "complete": complete,
             "ids": ids,
         }
-        with (self.directory / f"rank-{trainer.global_rank}.jsonl").open("a") as handle:
+        with (self.directory / TRACE_FILE.format(rank=trainer.global_rank)).open("a") as handle:
             handle.write(json.dumps(record) + "\n")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

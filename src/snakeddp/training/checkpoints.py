@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import ModelCheckpoint
+
+from snakeddp.compat.lightning import LastCheckpointHooks
 
 # What fsutil.atomic_write leaves behind when a kill lands in the middle of a save.
 PARTIAL_GLOB = ".*.partial"
 
 
-class EpochCheckpoint(ModelCheckpoint):
+class EpochCheckpoint(LastCheckpointHooks):
     """ModelCheckpoint that rewrites last.ckpt at the end of every epoch.
 
     Lightning 2.6 rewrites last.ckpt only in epochs that also saved a top-k checkpoint: with
@@ -33,23 +34,22 @@ class EpochCheckpoint(ModelCheckpoint):
             self._state_key = super().state_key
         return self._state_key
 
-    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
-        super()._save_last_checkpoint(trainer, monitor_candidates)
+    def on_last_saved(self, trainer: pl.Trainer) -> None:
         self._last_saved_step = trainer.global_step
 
     def _save_last_if_missed(self, trainer: pl.Trainer) -> None:
         if trainer.sanity_checking or trainer.fast_dev_run or self._last_saved_step == trainer.global_step:
             return
-        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self.write_last(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
-        if self._should_save_on_train_epoch_end(trainer):
+        if self.saves_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)
-        if trainer.state.fn == "fit" and not self._should_save_on_train_epoch_end(trainer):
+        if trainer.state.fn == "fit" and not self.saves_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

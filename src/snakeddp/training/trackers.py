@@ -33,12 +33,12 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.config import flatten
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.requirements import require_tracker
 from snakeddp.training.callbacks import EpochMetrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.redact import redact_text, scrub
 
-TRACKING_DIR = "tracking"
 THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")
 
 
@@ -82,14 +82,14 @@ class Trackers:
         self, tracking: Mapping[str, Any], run_id: str, run_dir: Path, is_main: bool, env: Mapping[str, str]
     ) -> None:
         self.tracking, self.run_id, self.run_dir = tracking, run_id, run_dir
-        self.directory = run_dir / TRACKING_DIR
+        self.directory = RunPaths(run_dir).tracking
         self.loggers: list[Logger] = []
         self.mlflow: Any = None
         self.wandb: Any = None
         self.mlflow_uri: str | None = None
         if not is_main:
             return
-        state_path = self.directory / "state.json"
+        state_path = RunPaths(run_dir).tracking_state
         state = read_json(state_path) if state_path.is_file() else {}
         if tracking["tensorboard"]["enabled"]:
             self.loggers.append(self._tensorboard())

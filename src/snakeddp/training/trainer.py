@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,15 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.cluster import Launcher, LaunchError, Layout
-from snakeddp.run.attempt import CHECKPOINT_DIR, LAST
+from snakeddp.cluster import Launcher, Layout
+from snakeddp.compat.lightning import hand_sigterm_to_preemption
+from snakeddp.environment.capture import accelerator_and_backend
+from snakeddp.provenance.record import Outcome
+from snakeddp.run.layout import CHECKPOINT_NAME, RunPaths
 from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
-from snakeddp.training.sigterm_shim import hand_sigterm_to_preemption
 from snakeddp.training.strategies import build_strategy
 from snakeddp.util.fsutil import atomic_write
 
@@ -39,16 +42,48 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.seconds += time.perf_counter() - start
 
 
-def accelerator_and_backend(requested: str) -> tuple[str, str]:
-    """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto)."""
-    has_gpu = torch.cuda.is_available()
-    if requested == "gpu" and not has_gpu:
-        raise LaunchError(
-            "launch.accelerator=gpu but torch sees no CUDA device (torch.cuda.is_available() is False). "
-            "HINT: run on a GPU node with a CUDA build of torch, or set launch.accelerator: cpu."
+@dataclass(frozen=True)
+class Callbacks:
+    """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them; the run reads
+    its results from them after fit."""
+
+    checkpoint: EpochCheckpoint
+    """The top-k by val_loss and last.ckpt; its best and last paths go to provenance."""
+    metrics: EpochMetrics
+    """metrics.csv, one row per epoch (rank 0)."""
+    preemption: Preemption
+    """Stops every rank at the same step on a preemption signal and saves last.ckpt."""
+    hosts: RankHosts
+    """Where every rank ran (provenance's launch.ranks)."""
+    phases: Phases
+    """Where the process's wall time went (provenance's timing.phases)."""
+    progress: EpochProgress
+    """Prints each epoch's row; after ``metrics``, whose row it prints."""
+    early_stopping: EarlyStopping | None = None
+    """Only with trainer.early_stopping.enabled."""
+    trace: SampleTrace | None = None
+    """Only with trainer.trace_samples."""
+
+    def all(self) -> list[Callback]:
+        """Every callback present, in field order."""
+        return [callback for callback in (getattr(self, f.name) for f in fields(self)) if callback is not None]
+
+    def outcome(self, trainer: pl.Trainer, started_at: str, seconds: float) -> Outcome:
+        """What the fit produced, for the provenance record (rank 0, after fit)."""
+        stopper, score = self.early_stopping, self.checkpoint.best_model_score
+        return Outcome(
+            started_at=started_at,
+            seconds=seconds,
+            world_size=trainer.world_size,
+            # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
+            metrics=self.metrics.read(),
+            best_checkpoint=self.checkpoint.best_model_path,
+            best_score=None if score is None else float(score),
+            last_checkpoint=self.checkpoint.last_model_path,
+            stopped_early=stopper is not None and stopper.stopped_epoch > 0,
+            ranks=self.hosts.ranks,
+            phases=self.phases.record,
         )
-    use_gpu = requested == "gpu" or (requested == "auto" and has_gpu)
-    return ("gpu", "nccl") if use_gpu else ("cpu", "gloo")
 
 
 def build_trainer(
@@ -59,38 +94,39 @@ def build_trainer(
     loggers: Sequence[Logger] = (),
     extra_callbacks: Sequence[Callback] = (),
     shards_itself: bool = True,
-) -> tuple[pl.Trainer, dict[str, Any]]:
-    """The Trainer, and the callbacks other code reads results from (by name).
+) -> tuple[pl.Trainer, Callbacks]:
+    """The Trainer, and its callbacks that other code reads results from.
 
     ``loggers`` and ``extra_callbacks`` come from the trackers; ``shards_itself`` is False for a
     custom DataModule, which then gets Lightning's DistributedSampler.
     """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
     accelerator, backend = accelerator_and_backend(launch["accelerator"])
-    checkpoints = run_dir / CHECKPOINT_DIR
+    paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
-    named: dict[str, Any] = {
-        "checkpoint": EpochCheckpoint(
-            dirpath=checkpoints,
-            filename="epoch{epoch:03d}-val_loss{val_loss:.4f}",
+    metrics = EpochMetrics(paths.metrics)
+    callbacks = Callbacks(
+        checkpoint=EpochCheckpoint(
+            dirpath=paths.checkpoints,
+            filename=CHECKPOINT_NAME,
             auto_insert_metric_name=False,
             monitor="val_loss",
             mode="min",
             save_top_k=trainer_cfg["save_top_k"],
         ),
-        "metrics": EpochMetrics(run_dir / "metrics.csv"),
-        "preemption": Preemption(trainer_cfg["preempt_signals"], checkpoints / LAST),
-        "hosts": RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
-        "phases": Phases(checkpoint_io),
-    }
-    named["progress"] = EpochProgress(run_dir.name, named["metrics"])
-    if stop_cfg["enabled"]:
-        named["early_stopping"] = EarlyStopping(
+        metrics=metrics,
+        preemption=Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
+        hosts=RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
+        phases=Phases(checkpoint_io),
+        progress=EpochProgress(run_dir.name, metrics),
+        early_stopping=EarlyStopping(
             monitor="val_loss", mode="min", patience=stop_cfg["patience"], min_delta=stop_cfg["min_delta"]
         )
-    if trainer_cfg["trace_samples"]:
-        named["trace"] = SampleTrace(run_dir / "trace")
+        if stop_cfg["enabled"]
+        else None,
+        trace=SampleTrace(paths.trace) if trainer_cfg["trace_samples"] else None,
+    )
     strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
     trainer = pl.Trainer(
         accelerator=accelerator,
@@ -99,7 +135,7 @@ def build_trainer(
         strategy=strategy,
         precision=trainer_cfg["precision"],
         max_epochs=trainer_cfg["max_epochs"],
-        callbacks=[*named.values(), *extra_callbacks],
+        callbacks=[*callbacks.all(), *extra_callbacks],
         logger=list(loggers) or False,
         default_root_dir=run_dir,
         reload_dataloaders_every_n_epochs=1,
@@ -111,4 +147,4 @@ def build_trainer(
     )
     if "SIGTERM" in trainer_cfg["preempt_signals"]:
         hand_sigterm_to_preemption(trainer)
-    return trainer, named
+    return trainer, callbacks

@@ -2,18 +2,14 @@
 
 Measured on the 2-core VM (bench/results.md, 8.): a training process that imported torch and
 Lightning took 1.4 s from its last line to its exit, Snakemake up to 1.4 s after "Elapsed time".
-Every run, every report job and every ``snakemake`` that ran a job paid that.
+Every run, every report job and every ``snakemake`` that ran a job paid that. (Snakemake's own wait
+at exit, its scheduler's last timer, is released by ``snakeddp.compat.snakemake``.)
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
-import threading
-
-# Where Snakemake's scheduler makes its re-evaluation timers (snakemake.scheduling.job_scheduler).
-_SCHEDULER_MODULE = "snakemake.scheduling.job_scheduler"
-_REEVALUATION = "JobScheduler._schedule_reevalutation."  # sic: Snakemake's spelling
 
 
 def freeze_imports() -> None:
@@ -33,25 +29,3 @@ def freeze_at_exit() -> None:
     """``freeze_imports`` at interpreter exit, for a process whose code is not ours (torchrun):
     atexit callbacks run before Python's final collection, which then has nothing to walk."""
     atexit.register(gc.freeze)
-
-
-def release_scheduler_timers() -> int:
-    """Cancel the timers Snakemake's scheduler left pending; returns how many. Call when it is done.
-
-    With ``--max-jobs-per-timespan`` (default 100/1s) every scheduling pass that waits starts a
-    non-daemon ``threading.Timer`` that wakes the scheduler again a second later. After the
-    last job the newest of them keeps the finished process alive until it fires: up to 1 s at
-    the end of every ``snakemake`` that ran a job. In ``onsuccess``/``onerror`` nothing is left
-    to schedule, so waking the scheduler is moot.
-    """
-    cancelled = 0
-    for thread in threading.enumerate():
-        function = getattr(thread, "function", None)
-        if (
-            isinstance(thread, threading.Timer)
-            and getattr(function, "__module__", None) == _SCHEDULER_MODULE
-            and getattr(function, "__qualname__", "").startswith(_REEVALUATION)
-        ):
-            thread.cancel()
-            cancelled += 1
-    return cancelled

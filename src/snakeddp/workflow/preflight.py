@@ -19,10 +19,11 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any, NoReturn
 
-from snakeddp import cluster
-from snakeddp.config import RUN_ID_MAX, RUN_ID_PATTERN, ConfigError
+from snakeddp import cluster, compat
+from snakeddp.config import ConfigError
 from snakeddp.config import run_id as name_of
 from snakeddp.run import requirements
+from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
@@ -207,8 +208,9 @@ def check_workflow(
     cache: Path,
 ) -> None:
     """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
-    Packages and user classes are checked only when the jobs run in this interpreter (no conda
-    env, no container) on this machine or a cluster sharing it (not AzureML, whose image has its own)."""
+    Packages, Lightning's release and user classes are checked only when the jobs run in this
+    interpreter (no conda env, no container) on this machine or a cluster sharing it (not AzureML,
+    whose image has its own)."""
     check_lock(lock)
     check_run_ids(runs)
     for run_id, run in runs.items():
@@ -218,6 +220,8 @@ def check_workflow(
     if platform == "azureml":
         check_azureml(raw, config, Path.cwd())
     elif same_interpreter:
+        # A Lightning release the training's hooks were not read for would stop every run's ranks.
+        compat.check_package("lightning")
         check_trackers(config["tracking"])
         targets = sorted(
             {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: What `launch.launcher: auto` means on the slurm platform (snakeddp.cluster.PLATFORM_DEFAULT).
-SLURM_DEFAULT_LAUNCHER = "srun"
+from snakeddp.cluster import PLATFORM_DEFAULT
+
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
 
 
 def slurm_resources(launch: Mapping[str, Any]) -> dict[str, int | str]:
     """Resources of the train rule for one run's ``launch`` section (nodes and mem_mb come as is)."""
-    launcher = SLURM_DEFAULT_LAUNCHER if launch["launcher"] == "auto" else launch["launcher"]
+    launcher = PLATFORM_DEFAULT["slurm"] if launch["launcher"] == "auto" else launch["launcher"]
     nodes, devices, threads = launch["nodes"], launch["devices"], launch["threads_per_process"]
     one_task_per_process = launcher in ONE_TASK_PER_PROCESS
     per_node = devices if one_task_per_process and devices > 1 else 0

@@ -1,0 +1,97 @@
+"""Every use snakeddp makes of a private part of an upstream package, and the versions it was read against.
+
+Private methods and undocumented behaviour change between releases without notice, so each such
+hook lives in this package, one module per upstream package (``lightning``, ``snakemake``,
+``azure_ai_ml``, ``azureml_core``), and ``WRITTEN_FOR`` is the one table of the releases whose
+source each hook was written from. A module checks its rows when it is imported: on a release
+nobody read, it stops with one line and a HINT instead of misbehaving in the middle of a run.
+pyproject.toml's ranges for these packages are the table's (tests/test_compat.py holds them
+together), so ``pip install .`` never installs a release the hooks refuse.
+
+This module imports none of those packages (it reads the installed version from the package's
+metadata), so checking costs nothing that the caller did not already pay.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+from packaging.specifiers import SpecifierSet
+
+from snakeddp.errors import UpstreamVersionError
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A private part of ``package`` that snakeddp relies on."""
+
+    package: str
+    """The distribution, as pip names it."""
+    versions: str
+    """The releases whose source was read for this hook (a PEP 440 specifier)."""
+    source: str
+    """Where in the package's source the hook is, to read for another release."""
+
+
+# Every release in each range was read (lightning: 2.6.0, 2.6.1, 2.6.4, 2.6.5 and 2.6.6, all of 2.6;
+# snakemake: 9.0.0 to 9.27.1) and the parts named in ``source`` are the same in each; the AzureML
+# SDKs are pinned to one release each (pyproject.toml's extras).
+WRITTEN_FOR: dict[str, Hook] = {
+    "sigterm_broadcast": Hook(
+        "lightning",
+        ">=2.6.0,<=2.6.6",
+        "lightning/pytorch/loops/training_epoch_loop.py (_broadcast_sigterm_tensor), "
+        "lightning/pytorch/trainer/connectors/signal_connector.py (_sigterm_notifier_fn)",
+    ),
+    "last_checkpoint": Hook(
+        "lightning",
+        ">=2.6.0,<=2.6.6",
+        "lightning/pytorch/callbacks/model_checkpoint.py (_save_last_checkpoint, _monitor_candidates, "
+        "_should_save_on_train_epoch_end)",
+    ),
+    "scheduler_timers": Hook(
+        "snakemake",
+        ">=9.0.0,<=9.27.1",
+        "snakemake/scheduling/job_scheduler.py, before 9.10 snakemake/scheduler.py (_schedule_reevalutation)",
+    ),
+    "profile_platform": Hook(
+        "snakemake", ">=9.0.0,<=9.27.1", "snakemake/workflow.py (Workflow.configfile and config_settings)"
+    ),
+    "lint_cores": Hook(
+        "snakemake", ">=9.0.0,<=9.27.1", "snakemake/api.py (lint builds the workflow with check_envvars=False)"
+    ),
+    "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
+    "output_data": Hook("azureml-core", "==1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"),
+}
+
+
+def installed_version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise UpstreamVersionError(
+            f"snakeddp needs {package}, which is not installed here. HINT: install the pinned environment "
+            "(make setup, from envs/requirements.lock)."
+        ) from None
+
+
+def check(hook: str, version: str | None = None) -> None:
+    """Refuse a release of the hook's package that it was not written for; ``version``: the
+    release to check (default: the installed one)."""
+    written = WRITTEN_FOR[hook]
+    version = version or installed_version(written.package)
+    if not SpecifierSet(written.versions).contains(version, prereleases=True):
+        raise UpstreamVersionError(
+            f"snakeddp.compat: {hook} was written for {written.package}{written.versions}, found {version}. "
+            "HINT: install the pinned environment (make setup, from envs/requirements.lock), or read "
+            f"{written.source} of {written.package} {version} and widen WRITTEN_FOR in snakeddp/compat/__init__.py."
+        )
+
+
+def check_package(package: str, version: str | None = None) -> None:
+    """``check`` every hook into ``package``."""
+    version = version or installed_version(package)
+    for hook, written in WRITTEN_FOR.items():
+        if written.package == package:
+            check(hook, version)

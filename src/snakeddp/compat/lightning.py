@@ -1,0 +1,57 @@
+"""Lightning's private parts that training relies on; imported by the training modules, after Lightning.
+
+**SIGTERM.** Lightning 2.5.2+ broadcasts rank 0's SIGTERM flag before every training step and reads
+it back with ``.item()`` (``_TrainingEpochLoop._broadcast_sigterm_tensor``, PR #20825, for the
+deadlock of issue #20806): one more collective and a host sync per step, about a third of a small
+model's step on 2 CPU processes (bench/results.md, 4. Training overhead). ``Trainer(barebones=True)``
+keeps it. When SIGTERM is one of ``trainer.preempt_signals``, ``Preemption`` handles it: every rank
+raises a flag, the ranks agree about once a second with one all-reduce and all stop after the same
+step, which is the safety #20806 asked for. Lightning's SIGTERM notifier would also run (it wraps
+our handler) and broadcast from inside the signal handler on rank 0, which only the per-step
+broadcast receives; so both are turned off together, on one trainer's objects only.
+
+**last.ckpt.** ``ModelCheckpoint`` saves last.ckpt in private steps; ``LastCheckpointHooks`` gives
+them public names for ``snakeddp.training.checkpoints``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from snakeddp.compat import check_package
+
+# The imported release's own version: no search of the installed packages' metadata at every rank's start.
+check_package("lightning", lightning.__version__)
+
+
+def _ignore(*args: Any) -> None:
+    """Stands in for Lightning's SIGTERM broadcast and notifier: Preemption owns SIGTERM."""
+
+
+def hand_sigterm_to_preemption(trainer: pl.Trainer) -> None:
+    """Drop Lightning's per-step SIGTERM broadcast and its SIGTERM notifier on this trainer."""
+    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = _ignore
+    trainer._signal_connector._sigterm_notifier_fn = _ignore
+
+
+class LastCheckpointHooks(ModelCheckpoint):
+    """ModelCheckpoint with its private last.ckpt steps under public names."""
+
+    def on_last_saved(self, trainer: pl.Trainer) -> None:
+        """Called after every save of last.ckpt, Lightning's own included."""
+
+    def write_last(self, trainer: pl.Trainer) -> None:
+        """Save last.ckpt now, with the metrics Lightning would name it after."""
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def saves_on_train_epoch_end(self, trainer: pl.Trainer) -> bool:
+        """Whether this callback saves at the end of the training epoch (else after validation)."""
+        return self._should_save_on_train_epoch_end(trainer)
+
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        self.on_last_saved(trainer)

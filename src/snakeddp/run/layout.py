@@ -1,0 +1,189 @@
+"""Every file and folder of a run directory, named here and nowhere else (submitit's ``JobPaths``).
+
+::
+
+    results/runs/<run>/                 RunPaths
+        run.yaml                        the run's resolved config (the run_config rule)
+        provenance.json                 what the run was made from; the train rule's output, written last
+        finished.json                   the attempt's own copy of provenance.json (see FINISHED)
+        run-state.json                  the attempt key the checkpoints were made from
+        metrics.csv                     one row per epoch
+        checkpoints/                    the top-k by val_loss and last.ckpt
+        trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
+        tracking/                       the trackers' local stores and their state.json
+        failure.txt                     the one line of the first rank that stopped on a snakeddp error
+        .attempt.lock                   held (shared) by every training process of a live attempt
+        .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
+        azureml/                        what an AzureML job is made of (snakeddp.azureml.staging)
+        attempts/<id>/                  an earlier attempt, AttemptPaths (its finished.json as provenance.json)
+
+    logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
+
+Only names, paths and globs live here; no file is read or written: ``run.attempt`` moves attempts,
+``run.runs`` reads finished ones, training writes them. On the run floor, under everything that
+touches a run directory (the launcher, every rank, the report, the AzureML submitter) and light
+enough for the Snakefile's imports: the standard library only (tests/run/test_layout.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUNS = "runs"
+# What a run (its directory under runs/) may be called: the run wildcard's constraint (rules/common.smk),
+# the check of every planned id (workflow.preflight.check_run_ids) and of every record read (run.runs).
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.+-]*"
+# A run id names files (logs/train/<id>.config.log): well under NAME_MAX (255) with every suffix.
+RUN_ID_MAX = 200
+RUN_FILE = "run.yaml"
+PROVENANCE = "provenance.json"
+# A copy of provenance.json that the attempt keeps: Snakemake deletes provenance.json (the
+# train rule's output) before it reruns the rule, and the attempt's record must survive that.
+FINISHED = "finished.json"
+STATE = "run-state.json"
+METRICS = "metrics.csv"
+CHECKPOINTS = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+CHECKPOINT_GLOB = "*.ckpt"
+# ModelCheckpoint's name for a top-k checkpoint (auto_insert_metric_name off: the names are ours).
+CHECKPOINT_NAME = "epoch{epoch:03d}-val_loss{val_loss:.4f}"
+TRACE = "trace"
+TRACE_FILE = "rank-{rank}.jsonl"
+TRACKING = "tracking"
+TRACKING_STATE = "state.json"
+FAILURE = "failure.txt"
+LOCK = ".attempt.lock"
+RESUME_SEEDED = ".snakeddp-resume-seeded"
+AZUREML = "azureml"
+ATTEMPTS = "attempts"
+TRAIN_LOG = "logs/train/{run}.log"
+
+# What an attempt leaves in the run directory; moved together into attempts/<id>/.
+ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED)
+# In attempts/<id>/ the finished record is provenance.json again, so a kept attempt reads like a run.
+STORED_AS = {FINISHED: PROVENANCE}
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    """The files one attempt leaves: in its run directory while current, under ``attempts/<id>/`` once kept."""
+
+    folder: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "folder", Path(self.folder))
+
+    @property
+    def provenance(self) -> Path:
+        return self.folder / PROVENANCE
+
+    @property
+    def metrics(self) -> Path:
+        return self.folder / METRICS
+
+    @property
+    def state(self) -> Path:
+        return self.folder / STATE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.folder / CHECKPOINTS
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / LAST_CHECKPOINT
+
+    def checkpoint_files(self) -> list[Path]:
+        """Every checkpoint in checkpoints/ (top-k and last), sorted by name."""
+        return sorted(self.checkpoints.glob(CHECKPOINT_GLOB))
+
+    @property
+    def trace(self) -> Path:
+        return self.folder / TRACE
+
+    def trace_file(self, rank: int) -> Path:
+        """The sample ids ``rank`` trained on, one JSON line per epoch."""
+        return self.trace / TRACE_FILE.format(rank=rank)
+
+    @property
+    def tracking(self) -> Path:
+        return self.folder / TRACKING
+
+    @property
+    def tracking_state(self) -> Path:
+        """The trackers' run ids, so a resumed attempt continues the same MLflow / W&B run."""
+        return self.tracking / TRACKING_STATE
+
+    @property
+    def is_kept(self) -> bool:
+        """Whether this is an earlier attempt kept under a run's attempts/ (not the run's current one)."""
+        return self.folder.parent.name == ATTEMPTS
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory this attempt belongs to."""
+        return self.folder.parent.parent if self.is_kept else self.folder
+
+
+@dataclass(frozen=True)
+class RunPaths(AttemptPaths):
+    """A run directory: its current attempt's files plus what belongs to the run as a whole."""
+
+    @classmethod
+    def under(cls, results: str | Path, run_id: str) -> RunPaths:
+        """The run directory of ``run_id`` in a results directory."""
+        return cls(Path(results) / RUNS / run_id)
+
+    @property
+    def run_file(self) -> Path:
+        return self.folder / RUN_FILE
+
+    @property
+    def finished(self) -> Path:
+        return self.folder / FINISHED
+
+    @property
+    def failure(self) -> Path:
+        """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
+        return self.folder / FAILURE
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / LOCK
+
+    @property
+    def resume_seeded(self) -> Path:
+        return self.folder / RESUME_SEEDED
+
+    @property
+    def azureml(self) -> Path:
+        return self.folder / AZUREML
+
+    @property
+    def attempts(self) -> Path:
+        return self.folder / ATTEMPTS
+
+    def attempt(self, attempt_id: str) -> AttemptPaths:
+        """An earlier attempt's place, ``attempts/<attempt id>/``."""
+        return AttemptPaths(self.attempts / attempt_id)
+
+    def kept_records(self) -> list[Path]:
+        """provenance.json of every finished attempt kept under attempts/ (in no particular order)."""
+        return list(self.attempts.glob(f"*/{PROVENANCE}"))
+
+
+def paths_of(folder: str | Path) -> AttemptPaths:
+    """The paths of a run directory (RunPaths) or of an earlier attempt kept in one (AttemptPaths)."""
+    attempt = AttemptPaths(Path(folder))
+    return attempt if attempt.is_kept else RunPaths(attempt.folder)
+
+
+def run_records(results: str | Path) -> list[Path]:
+    """provenance.json of every finished run under ``results/runs``, sorted by run id."""
+    return sorted(Path(results).glob(f"{RUNS}/*/{PROVENANCE}"))
+
+
+def train_log(workdir: str | Path, run_id: str) -> Path:
+    """The train job's log of ``run_id`` in the directory the workflow ran in."""
+    return Path(workdir) / TRAIN_LOG.format(run=run_id)

@@ -1,0 +1,149 @@
+"""snakeddp.compat: one table of the releases each private hook was read against, checked when its module
+is imported, and pyproject.toml's ranges the same as the table's."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import tomllib
+from types import SimpleNamespace
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+from snakeddp import compat
+from snakeddp.errors import ConfigError, UpstreamVersionError
+from tests.helpers import REPO, subprocess_env
+
+HOOK_MODULES = {
+    "lightning": "snakeddp.compat.lightning",
+    "snakemake": "snakeddp.compat.snakemake",
+    "azure-ai-ml": "snakeddp.compat.azure_ai_ml",
+    "azureml-core": "snakeddp.compat.azureml_core",
+}
+
+
+def declared() -> dict[str, SpecifierSet]:
+    """Every requirement of pyproject.toml (dependencies and extras) by package name."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lines = [*project["dependencies"], *(line for extra in project["optional-dependencies"].values() for line in extra)]
+    return {(req := Requirement(line)).name: req.specifier for line in lines}
+
+
+@pytest.mark.parametrize("hook", sorted(compat.WRITTEN_FOR))
+def test_pyproject_allows_exactly_the_releases_each_hook_was_written_for(hook):
+    written = compat.WRITTEN_FOR[hook]
+    assert declared()[written.package] == SpecifierSet(written.versions), written
+
+
+@pytest.mark.parametrize("hook", sorted(compat.WRITTEN_FOR))
+def test_the_installed_releases_are_ones_the_hooks_were_written_for(hook):
+    compat.check(hook)
+    written = compat.WRITTEN_FOR[hook]
+    assert importlib.metadata.version(written.package) in SpecifierSet(written.versions)
+
+
+@pytest.mark.parametrize(
+    ("hook", "version"),
+    [("sigterm_broadcast", "2.7.0"), ("last_checkpoint", "2.5.6"), ("scheduler_timers", "9.28.0"),
+     ("profile_platform", "8.30.0"), ("job_yaml", "1.36.0"), ("output_data", "1.62.0")],
+)  # fmt: skip
+def test_a_release_the_hook_was_not_written_for_is_refused_in_one_line_with_a_hint(hook, version):
+    written = compat.WRITTEN_FOR[hook]
+    with pytest.raises(UpstreamVersionError) as refused:
+        compat.check(hook, version=version)
+    message = str(refused.value)
+    assert message.startswith(f"snakeddp.compat: {hook} was written for {written.package}{written.versions}, ")
+    assert f"found {version}. HINT: install the pinned environment" in message
+    assert written.source in message and "\n" not in message
+    # One of the errors every entry point ends as one line (snakeddp.errors.exit_code).
+    assert isinstance(refused.value, ConfigError)
+
+
+def test_every_release_read_passes_and_a_package_is_checked_for_all_its_hooks():
+    for version in ("2.6.0", "2.6.1", "2.6.4", "2.6.5", "2.6.6"):
+        compat.check_package("lightning", version=version)
+    for version in ("9.0.0", "9.10.0", "9.27.1"):
+        compat.check_package("snakemake", version=version)
+    with pytest.raises(UpstreamVersionError, match=r"^snakeddp.compat: sigterm_broadcast .* found 2\.6\.7\. HINT"):
+        compat.check_package("lightning", version="2.6.7")
+
+
+def test_a_package_that_is_not_installed_is_named_with_a_hint():
+    with pytest.raises(UpstreamVersionError, match=r"needs no-such-package, which is not installed here\. HINT"):
+        compat.installed_version("no-such-package")
+
+
+def test_every_hook_module_checks_its_package_and_every_package_has_one():
+    assert set(HOOK_MODULES) == {written.package for written in compat.WRITTEN_FOR.values()}
+    for package, module in HOOK_MODULES.items():
+        source = (REPO / "src" / f"{module.replace('.', '/')}.py").read_text()
+        assert f'check_package("{package}"' in source, module
+
+
+def test_private_attributes_of_upstream_objects_are_reached_only_in_compat():
+    """The hooks themselves (a `._name` of an upstream object) appear in snakeddp.compat and nowhere else."""
+    hooks = ("_broadcast_sigterm_tensor", "_sigterm_notifier_fn", "_signal_connector", "_save_last_checkpoint",
+             "_monitor_candidates", "_should_save_on_train_epoch_end", "_schedule_reevalutation", "_to_job",
+             "_to_output_data", "overwrite_config", "check_envvars")  # fmt: skip
+    places = [*(REPO / "src" / "snakeddp").rglob("*.py"), REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
+    places += list((REPO / "scripts").glob("*.py"))
+    outside = {
+        (path.relative_to(REPO).as_posix(), hook)
+        for path in places
+        if "compat" not in path.parts
+        for hook in hooks
+        if hook in path.read_text()
+    }
+    assert not outside
+
+
+def test_compat_imports_no_upstream_package_of_its_own():
+    """The table and the Snakemake hooks are cheap: neither imports torch, Lightning or Snakemake."""
+    code = (
+        "import sys\n"
+        "import snakeddp.compat, snakeddp.compat.snakemake\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'lightning', 'snakemake'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_profile_platform_is_set_aside_only_when_it_is_all_the_command_line_gave():
+    from snakeddp.compat.snakemake import put_back_profile_platform, set_aside_profile_platform
+
+    workflow = SimpleNamespace(config_settings=SimpleNamespace(overwrite_config={"platform": "slurm"}))
+    platform = set_aside_profile_platform(workflow)
+    assert (platform, workflow.config_settings.overwrite_config) == ("slurm", {})
+    config = {"platform": "local", "seed": 1}
+    put_back_profile_platform(workflow, config, platform)
+    assert workflow.config_settings.overwrite_config == {"platform": "slurm"}
+    assert config == {"platform": "slurm", "seed": 1}
+
+    given = {"platform": "slurm", "seed": 3}
+    workflow = SimpleNamespace(config_settings=SimpleNamespace(overwrite_config=dict(given)))
+    assert set_aside_profile_platform(workflow) is None
+    put_back_profile_platform(workflow, config, None)
+    assert workflow.config_settings.overwrite_config == given
+
+
+def test_linting_reports_no_cores():
+    from snakeddp.compat.snakemake import cores_unless_linting
+
+    assert cores_unless_linting(SimpleNamespace(cores=4, check_envvars=True)) == 4
+    assert cores_unless_linting(SimpleNamespace(cores=1, check_envvars=False)) is None
+
+
+def test_the_checkpoint_hooks_public_names_are_new_to_lightning(tmp_path):
+    """A name that ModelCheckpoint already has (save_last is one of its settings) would be overwritten."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from snakeddp.compat.lightning import LastCheckpointHooks
+
+    theirs = set(dir(ModelCheckpoint)) | set(vars(ModelCheckpoint(dirpath=tmp_path, save_last=True)))
+    ours = {name for name in vars(LastCheckpointHooks) if not name.startswith("_")}
+    assert ours == {"on_last_saved", "write_last", "saves_on_train_epoch_end"} and not ours & theirs
