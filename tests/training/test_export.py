@@ -239,17 +239,18 @@ def test_a_removed_or_changed_best_checkpoint_is_refused(trained, tmp_path):
 
 
 def test_changed_model_code_is_refused_with_the_weights_it_does_not_fit(trained, tmp_path):
-    workdir = tmp_path / "workflow"
-    shutil.copytree(trained / "results" / "runs" / "user", workdir / "results" / "runs" / "user")
-    shutil.copytree(trained / "results" / "data", workdir / "results" / "data")
-    (workdir / "usernet.py").write_text(textwrap.dedent(USER_MODULE).replace("nn.Tanh(), ", ""))
-    failed = snakeddp_cli("--results", str(workdir / "results"), "export", "user", cwd=tmp_path)
-    (line,) = failed.stderr.strip().splitlines()
-    assert "the weights in" in line and "do not fit usernet:Net(hidden=6, num_features=8, num_classes=1)" in line
-    assert "HINT: export with the model code the run trained with" in line
+    module = trained / "usernet.py"
+    original = module.read_text()
+    try:
+        module.write_text(textwrap.dedent(USER_MODULE).replace("nn.Tanh(), ", ""))
+        failed = snakeddp_cli("--results", str(trained / "results"), "export", "user", "--to", "out", cwd=tmp_path)
+        (line,) = failed.stderr.strip().splitlines()
+        assert "the weights in" in line and "do not fit usernet:Net(hidden=6, num_features=8, num_classes=1)" in line
+        assert "HINT: export with the model code the run trained with" in line
+    finally:
+        module.write_text(original)
     # As the HINT says: the module as it was.
-    shutil.copy(trained / "usernet.py", workdir / "usernet.py")
-    done = snakeddp_cli("--results", str(workdir / "results"), "export", "user", cwd=tmp_path)
+    done = snakeddp_cli("--results", str(trained / "results"), "export", "user", "--to", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 
 

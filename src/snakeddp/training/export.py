@@ -31,7 +31,7 @@ import safetensors.torch
 
 from snakeddp.config.targets import construct, load_class
 from snakeddp.errors import ExportError, TargetError
-from snakeddp.run.attempt import PROVENANCE
+from snakeddp.run.layout import paths_of
 from snakeddp.run.runs import Run
 from snakeddp.training.models import MODELS, TASK_PARAMETERS, builtin_arguments, custom_arguments
 from snakeddp.training.safe_load import read_checkpoint
@@ -134,7 +134,7 @@ def export(run: Run, destination: str | Path) -> dict[str, Any]:
         "run": {
             "run_id": run.run_id,
             "attempt": run.attempt_id,
-            "provenance_sha256": sha256_file(run.run_dir / PROVENANCE),
+            "provenance_sha256": sha256_file(paths_of(run.run_dir).provenance),
             "checkpoint": {"path": record["path"], "sha256": record["sha256"], "epoch": checkpoint.get("epoch")},
         },
         "weights": {"file": WEIGHTS, "sha256": sha256_file(destination / WEIGHTS)},
