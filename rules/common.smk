@@ -58,6 +58,11 @@ DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # What the report's RO-Crate carries: the workflow's own files and the config files given.
 WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
 CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
+# Whether each run's best model is exported for the report (rule export). Off, the key leaves the
+# config the report records (its params), so a pipeline finished before the key existed stays done.
+EXPORT = CONFIG["report"]["export"]
+if not EXPORT:
+    del CONFIG["report"]["export"]
 # Report settings are not part of any run: changing them reruns only the report jobs.
 REPORT = CONFIG["report"]
 # A scaling figure only makes sense when the runs differ in world size.

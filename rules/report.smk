@@ -13,6 +13,24 @@ CRATE_CONFIG = json.dumps(
 FIGURE_FORMAT = REPORT["figure_format"]
 
 
+# One run's best checkpoint as model.safetensors + model.json (snakeddp export), when report.export is on.
+rule export:
+    message:
+        "run {wildcards.run}: export the best model"
+    input:
+        provenance=rules.train.output.provenance,
+    output:
+        description="results/export/{run}/model.json",
+        weights="results/export/{run}/model.safetensors",
+    log:
+        "logs/export/{run}.log",
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "python -m snakeddp.cli --results results export {wildcards.run:q}"
+        " --to results/export/{wildcards.run:q} > {log:q} 2>&1"
+
+
 # One job, one process for the whole report: the runs table (one row per run: sweep parameters,
 # best val_loss and accuracy, epochs, duration, throughput), every run's per-epoch curves, the
 # throughput and scaling efficiency vs world size (when the runs differ in world size), the
@@ -25,6 +43,7 @@ rule report:
     input:
         provenance=expand(rules.train.output.provenance, run=RUNS),
         workflow=WORKFLOW_FILES,
+        exports=expand(rules.export.output.description, run=RUNS) if EXPORT else [],
     output:
         table="results/report/runs.csv",
         curves=report(

@@ -43,7 +43,10 @@ figures.write(figures.curves(runs, settings["metrics"]), out.curves, fmt, dpi, o
 if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
     figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)
-write_report(runs=runs, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html)
+exports = list(snakemake.input.exports)
+write_report(
+    runs=runs, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html, exports=exports
+)
 # Last: the crate lists the files above with their checksums.
 report_files = [out.html, out.table, out.curves, out.curves_series] + (
     [out.scaling, out.scaling_series] if out.scaling else []

@@ -1,3 +1,15 @@
-"""snakeddp: reproducible distributed PyTorch Lightning training as one Snakemake workflow."""
+"""snakeddp: reproducible distributed PyTorch Lightning training as one Snakemake workflow.
+
+``snakeddp.load(DIR)`` rebuilds a model written by ``snakeddp export`` (snakeddp.training.export);
+it is imported on first use, so importing snakeddp stays free of torch.
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "load":
+        from snakeddp.training.export import load
+
+        return load
+    raise AttributeError(f"module 'snakeddp' has no attribute {name!r}")

@@ -6,6 +6,9 @@
                                        (every finished run when RUN is left out)
     snakeddp prune [--best N] [--last N] [--dry-run] [RUN ...]
                                        remove checkpoints of earlier attempts (keeps their records)
+    snakeddp export RUN [--to DIR]     the best checkpoint as model.safetensors + model.json, which
+                                       snakeddp.load(DIR) rebuilds without unpickling anything
+                                       (default DIR: results/export/RUN)
 
 RUN is a run id (results/runs/<id>), a run directory or its provenance.json; RUN@ID is an earlier
 attempt of that run (ID: its attempt id or a unique prefix, as `runs --all` shows). The results
@@ -19,6 +22,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
@@ -85,6 +89,17 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from snakeddp.training.export import default_destination, export  # torch: only for this command
+
+    run = resolve_run(args.run, args.results)
+    destination = args.to or default_destination(args.results, run)
+    written = export(run, destination)
+    best = written["monitor"]
+    print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _main(argv)
@@ -146,7 +161,11 @@ def _main(argv: Sequence[str] | None) -> int:
     pruning.add_argument("--last", type=count, default=1, metavar="N", help="keep the N most recent attempts")
     pruning.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     pruning.set_defaults(func=cmd_prune)
-    for sp in (runs, diff, verify, pruning):
+    exporting = sub.add_parser("export", help="the best checkpoint as model.safetensors + model.json")
+    exporting.add_argument("run", metavar="RUN")
+    exporting.add_argument("--to", type=Path, metavar="DIR", help="where to write (default: results/export/RUN)")
+    exporting.set_defaults(func=cmd_export)
+    for sp in (runs, diff, verify, pruning, exporting):
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
     args = parser.parse_args(argv)
     args.results = args.results or default_results()

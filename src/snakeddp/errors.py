@@ -65,6 +65,10 @@ class RunNotFound(ConfigError, LookupError):
     """No finished run matches what the user named."""
 
 
+class ExportError(ConfigError):
+    """A run whose best model cannot be exported, or an export that cannot be loaded."""
+
+
 class ProvenanceError(ConfigError):
     """A provenance record that does not match the schema; the message lists every problem."""
 

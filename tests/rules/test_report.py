@@ -12,6 +12,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from snakeddp.environment.lock import read_lock
+from snakeddp.training.export import read_description
 from tests.helpers import REPO, SWEEP, Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -89,3 +90,21 @@ def test_snakemake_report_needs_only_the_run_lock(sweep_workflow, tmp_path):
     env = subprocess_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO / "src")]))
     sweep_workflow.run("--report", str(tmp_path / "report.zip"), env=env)
     assert zipfile.is_zipfile(tmp_path / "report.zip")
+
+
+def test_report_export_adds_an_export_job_per_run_and_the_report_links_each(workflow, tiny_config):
+    workflow.write_config(tiny_config)
+    assert "export" not in workflow.planned_jobs(), "off by default: no export job"
+    workflow.write_config({**tiny_config, "report": {"export": True}})
+    planned = workflow.planned_jobs()
+    assert planned["export"] == 1 and planned["report"] == 1, planned
+    workflow.run()
+    export = workflow.directory / "results" / "export" / "base"
+    description = read_description(export)
+    assert description["run"]["run_id"] == "base" and (export / description["weights"]["file"]).is_file()
+    page = (workflow.directory / "results" / "report" / "report.html").read_text()
+    assert '<a href="../export/base/model.json">base: exported model (snakeddp.load)</a>' in page
+    assert workflow.planned_jobs() == {}
+    # Off again: only the report is redone (without the link); the export stays where it is.
+    workflow.write_config(tiny_config)
+    assert workflow.planned_jobs() == {"report": 1, "all": 1}

@@ -17,7 +17,11 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
     """The files a dataset is made from (a table's CSV/Parquet files; none for the other sources)."""
     if data.get("source") != TABLE:
         return []
+    from snakeddp.data.remote import is_url
     from snakeddp.data.table import table_files
+
+    if is_url(data["table"]["path"]):
+        return []  # objects in storage: their ETags are in the dataset id (resolve_tables) instead
 
     return [str(p) for p in table_files(data["table"]["path"], data["table"]["format"])[1]]
 

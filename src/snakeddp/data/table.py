@@ -9,10 +9,14 @@ row group), whatever the table's size.
 
 A sample's id is its row number in the table (0-based, counting across files in name order), so
 every trained sample traces back to its source row.
+
+``data.table.path`` may also be an ``az://`` or ``abfs://`` URL (``snakeddp.data.remote``): its
+objects are listed instead of a folder's files, and streamed in blocks as they are read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -23,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.data import remote
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
@@ -38,16 +43,42 @@ PROGRESS_EVERY_S = 10
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _format_of(path: Path) -> str | None:
-    name = path.name.lower()
+def _format_of(path: Path | str) -> str | None:
+    name = str(path).rpartition("/")[2].lower()
     return next((fmt for ext, fmt in FORMATS.items() if name.endswith(ext)), None)
 
 
-def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path]]:
-    """The format and the files of a table: the file itself, or a folder's files of that format in name order.
+def _one_format(where: str, names: Sequence[str], fmt: str) -> str:
+    formats = {f for f in map(_format_of, names) if f} if fmt == "auto" else {fmt}
+    if len(formats) != 1:
+        raise TableError(
+            f"{where}: expected CSV or Parquet files of one format, found {sorted(formats) or 'none'}. "
+            "HINT: keep one format per folder, or set data.table.format."
+        )
+    return formats.pop()
+
+
+def remote_table(url: str, fmt: str = "auto") -> tuple[str, list[dict[str, Any]]]:
+    """The format and the objects (url, name, size, etag) of a table in object storage."""
+    objects, single = remote.list_objects(url)
+    if single:  # as a local file: its format by name unless data.table.format says
+        found = _format_of(objects[0]["name"]) if fmt == "auto" else fmt
+        if found is None:
+            raise TableError(f"{url}: cannot tell the table format from the name. HINT: set data.table.format.")
+        return found, objects
+    chosen = _one_format(url, [o["name"] for o in objects], fmt)
+    return chosen, [o for o in objects if _format_of(o["name"]) == chosen]
+
+
+def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | list[str]]:
+    """The format and the files of a table: the file itself, or a folder's files of that format in name order
+    (for a URL, the objects' URLs).
 
     Hidden files and names starting with "_" (Spark's _SUCCESS, _metadata) are skipped.
     """
+    if remote.is_url(path):
+        chosen, objects = remote_table(str(path), fmt)
+        return chosen, [o["url"] for o in objects]
     root = Path(path)
     if root.is_file():
         found = _format_of(root) if fmt == "auto" else fmt
@@ -60,20 +91,15 @@ def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path]]:
         (p for p in root.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))),
         key=lambda p: p.relative_to(root).as_posix(),
     )
-    formats = {p: _format_of(p) for p in candidates}
-    wanted = {f for f in formats.values() if f} if fmt == "auto" else {fmt}
-    if len(wanted) != 1:
-        raise TableError(
-            f"{root}: expected CSV or Parquet files of one format, found {sorted(wanted) or 'none'}. "
-            "HINT: keep one format per folder, or set data.table.format."
-        )
-    (chosen,) = wanted
-    files = [p for p in candidates if formats[p] == chosen]
-    return chosen, files
+    chosen = _one_format(str(root), [p.name for p in candidates], fmt)
+    return chosen, [p for p in candidates if _format_of(p) == chosen]
 
 
 def fingerprint(path: str | Path, fmt: str = "auto") -> str:
-    """sha256 over the table's files: each one's name relative to the table, size and sha256."""
+    """sha256 over the table's files: each one's name relative to the table, size and sha256 (for a URL,
+    each object's name, size and ETag: remote.fingerprint)."""
+    if remote.is_url(path):
+        return remote.fingerprint(remote_table(str(path), fmt)[1])
     root = Path(path)
     _, files = table_files(root, fmt)
     base = root if root.is_dir() else root.parent
@@ -84,8 +110,10 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path) -> st
     """``fingerprint``, reusing the last result while no file's size, mtime or inode changed.
 
     The workflow computes it each time it starts (on Slurm, once per job), so a large table is
-    hashed once, not on every start.
+    hashed once, not on every start. A URL's listing is taken afresh each time (it reads no bytes).
     """
+    if remote.is_url(path):
+        return fingerprint(path, fmt)
     root = Path(path)
     _, files = table_files(root, fmt)
     stamp = sha256_json([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino] for p in files])
@@ -103,36 +131,55 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path) -> st
     return digest
 
 
-def _csv_chunks(path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+@contextlib.contextmanager
+def _source(path: Path | str) -> Iterator[Any]:
+    """What pandas and pyarrow read: the local path, or a stream of the object (closed afterwards)."""
+    if not remote.is_url(path):
+        yield path
+        return
+    with remote.open_object(str(path)) as stream:
+        yield stream
+
+
+def _csv_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
     import pandas as pd
 
-    try:
-        header = pd.read_csv(path, nrows=0).columns
-    except pd.errors.EmptyDataError:
-        raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
+    # gzip by the name, as for a local path (a stream has none).
+    compression = "gzip" if str(path).lower().endswith(".gz") else "infer"
+    with _source(path) as source:
+        try:
+            header = pd.read_csv(source, nrows=0, compression=compression).columns
+        except pd.errors.EmptyDataError:
+            raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
     _require_columns(path, columns, list(header))
-    for frame in pd.read_csv(path, usecols=list(columns), chunksize=rows, low_memory=True):
-        yield {name: frame[name].to_numpy() for name in columns}
+    with _source(path) as source:
+        for frame in pd.read_csv(
+            source, usecols=list(columns), chunksize=rows, low_memory=True, compression=compression
+        ):
+            yield {name: frame[name].to_numpy() for name in columns}
 
 
-def _parquet_chunks(path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+def _parquet_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
     import pyarrow.parquet as pq
 
-    try:
-        handle = pq.ParquetFile(path)
-    except Exception as exc:
-        raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
-    with handle:
-        _require_columns(path, columns, handle.schema_arrow.names)
-        # One row group at a time: iter_batches over the whole file keeps what it read until the
-        # end (peak memory grew with the file); per row group it stays at about one group.
-        for group in range(handle.num_row_groups):
-            batches = handle.iter_batches(batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False)
-            for batch in batches:
-                yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
+    with _source(path) as source:
+        try:
+            handle = pq.ParquetFile(source)
+        except Exception as exc:
+            raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
+        with handle:
+            _require_columns(path, columns, handle.schema_arrow.names)
+            # One row group at a time: iter_batches over the whole file keeps what it read until the
+            # end (peak memory grew with the file); per row group it stays at about one group.
+            for group in range(handle.num_row_groups):
+                batches = handle.iter_batches(
+                    batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False
+                )
+                for batch in batches:
+                    yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
 
 
-def _require_columns(path: Path, wanted: Sequence[str], present: list[str]) -> None:
+def _require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
     missing = [c for c in wanted if c not in present]
     if missing:
         raise TableError(
@@ -141,13 +188,13 @@ def _require_columns(path: Path, wanted: Sequence[str], present: list[str]) -> N
         )
 
 
-def where(path: Path, column: str, index: int) -> str:
+def where(path: Path | str, column: str, index: int) -> str:
     """'file, column, row' of a value; rows count data rows from 1 (a CSV's line is row + 1)."""
     line = f" (line {index + 2})" if _format_of(path) == "csv" else ""
     return f"{path}: column {column!r}, row {index + 1}{line}"
 
 
-def _numeric(values: np.ndarray, path: Path, column: str, first_row: int) -> np.ndarray:
+def _numeric(values: np.ndarray, path: Path | str, column: str, first_row: int) -> np.ndarray:
     """float64 values of a column chunk, or a TableError at the first value that is not a number."""
     if values.dtype.kind in "biuf":
         return values.astype(np.float64, copy=False)
@@ -262,13 +309,13 @@ def _write_partition(spill: _Spill, target: int, path: Path, metadata: Mapping[s
     }
 
 
-def _chunks(fmt: str, path: Path, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
-    if path.stat().st_size == 0:
+def _chunks(fmt: str, path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+    if not remote.is_url(path) and Path(path).stat().st_size == 0:
         raise TableError(f"{path}: the file is empty (0 bytes). HINT: remove it from the table or fill it.")
     return (_csv_chunks if fmt == "csv" else _parquet_chunks)(path, columns, rows)
 
 
-def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path, column: str) -> None:
+def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
     """Labels must be 0/1 (binary) or class indices; ``rows`` are their row indices in the file."""
     if classes == 1:
         bad = np.flatnonzero((labels != 0) & (labels != 1))
@@ -284,7 +331,7 @@ def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path
 
 
 def _read_rows(
-    files: Sequence[Path], fmt: str, params: Mapping[str, Any], spill: _Spill, chunk_rows: int, stats: Stats
+    files: Sequence[Path | str], fmt: str, params: Mapping[str, Any], spill: _Spill, chunk_rows: int, stats: Stats
 ) -> None:
     table = params["table"]
     features, label = list(table["features"]), table["label"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,22 @@ def write_report(
     curves: str | Path,
     scaling: str | Path | None,
     out: str | Path,
+    exports: Sequence[str | Path] = (),
 ) -> Path:
-    """Write the self-contained report page for ``runs``."""
+    """Write the self-contained report page for ``runs``; ``exports``: each run's exported model.json
+    (results/export/<run>/model.json), linked from the page."""
     runs = sorted(runs, key=lambda run: run.run_id)
     links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
     links.update({f"{run.run_id}: {PROVENANCE}": f"{crate.PAYLOAD}/{RUNS}/{run.run_id}/{PROVENANCE}" for run in runs})
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
+    links.update(export_links(exports, Path(out).resolve().parent))
     return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))
+
+
+def export_links(exports: Sequence[str | Path], here: Path) -> dict[str, str]:
+    """Each run's exported model.json (results/export/<run>/model.json), relative to the page in ``here``."""
+    label = "exported model (snakeddp.load)"
+    return {f"{Path(path).parent.name}: {label}": os.path.relpath(Path(path).resolve(), here) for path in exports}
 
 
 def write_crate(

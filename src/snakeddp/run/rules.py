@@ -71,6 +71,9 @@ STEPS = (
     Step("run_config", f"{STEPS_CLI} run-config", "writes a run's resolved config (run.yaml)", PER_RUN),
     Step("train", "python -m snakeddp.train", "one DDP training run (Lightning), started on every rank by a "
          "launcher (python -m snakeddp.launch)", PER_RUN),
+    # On request: only with report.export (the crate does not describe it yet).
+    Step("export", "snakeddp export", "writes a run's best checkpoint as model.safetensors and model.json "
+         "(snakeddp.load)", ON_REQUEST),
     Step("report", "scripts/report.py", "the runs table, the figures, the HTML report and this RO-Crate, in one "
          "job", PER_WORKFLOW),
 )  # fmt: skip

@@ -137,9 +137,8 @@ MODELS: dict[str, type[Classifier]] = {"linear": LinearModel, "mlp": MLP}
 TASK_PARAMETERS = ("num_features", "num_classes")
 
 
-def build_custom_model(target: str, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
-    """``model.target`` built from ``model.kwargs`` plus the task values its constructor asks for."""
-    cls = load_class(target, "model.target", pl.LightningModule)
+def custom_arguments(cls: type, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``model.kwargs`` plus the task values the constructor of ``cls`` asks for."""
     wanted = accepted_parameters(cls)
     arguments = dict(kwargs)
     for name in TASK_PARAMETERS:
@@ -151,25 +150,35 @@ def build_custom_model(target: str, kwargs: Mapping[str, Any], task: Mapping[str
                 f"HINT: leave {name} out of model.kwargs; snakeddp passes the data's value."
             )
         arguments[name] = task[name]
-    return construct(cls, arguments, target, "model.target")
+    return arguments
 
 
-def build_model(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
-    """The model the config asks for (``model.target`` if set, else ``model.name``), sized for the data's task."""
-    if model_cfg.get("target"):
-        return build_custom_model(model_cfg["target"], model_cfg.get("kwargs") or {}, task)
+def build_custom_model(target: str, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
+    """``model.target`` built from ``model.kwargs`` plus the task values its constructor asks for."""
+    cls = load_class(target, "model.target", pl.LightningModule)
+    return construct(cls, custom_arguments(cls, kwargs, task), target, "model.target")
+
+
+def builtin_arguments(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The constructor arguments of the built-in ``model.name``, sized for the data's task."""
     if task is None:
         raise TargetError(
             f"model.name={model_cfg['name']} needs the data's num_features and num_classes, but the DataModule "
             "has no `task`. HINT: give the DataModule a `task` attribute {'num_features': ..., 'num_classes': ...}, "
             "or train your own model with model.target."
         )
-    cls = MODELS[model_cfg["name"]]
-    return cls(
-        num_features=task["num_features"],
-        num_classes=task["num_classes"],
-        optimizer=model_cfg["optimizer"],
-        lr=model_cfg["lr"],
-        weight_decay=model_cfg["weight_decay"],
-        hidden_sizes=model_cfg["hidden_sizes"] if cls is MLP else [],
-    )
+    return {
+        "num_features": task["num_features"],
+        "num_classes": task["num_classes"],
+        "optimizer": model_cfg["optimizer"],
+        "lr": model_cfg["lr"],
+        "weight_decay": model_cfg["weight_decay"],
+        "hidden_sizes": model_cfg["hidden_sizes"] if MODELS[model_cfg["name"]] is MLP else [],
+    }
+
+
+def build_model(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
+    """The model the config asks for (``model.target`` if set, else ``model.name``), sized for the data's task."""
+    if model_cfg.get("target"):
+        return build_custom_model(model_cfg["target"], model_cfg.get("kwargs") or {}, task)
+    return MODELS[model_cfg["name"]](**builtin_arguments(model_cfg, task))

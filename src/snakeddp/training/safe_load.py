@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,14 +23,18 @@ from snakeddp.errors import CheckpointError
 
 def check_checkpoint(path: Path) -> None:
     """Raise CheckpointError, naming ``path`` and what to do, unless it loads weights-only."""
+    read_checkpoint(path)
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint's contents (tensors memory-mapped, on the CPU), read weights-only; CheckpointError,
+    naming ``path`` and what to do, for a crafted or damaged file."""
     try:
-        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError:
         why = "holds objects other than tensors and plain values, which loading would run as code"
     except (EOFError, RuntimeError, OSError, ValueError, zipfile.BadZipFile):
         why = "is damaged or incomplete (empty, truncated, or not a checkpoint)"
-    else:
-        return
     raise CheckpointError(
         f"{path}: this checkpoint {why}; snakeddp does not load it. HINT: delete it (rm {path}) and rerun "
         "snakemake: the run trains again from its first epoch."

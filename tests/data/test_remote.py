@@ -1,0 +1,179 @@
+"""Tables in Azure Blob Storage (az://), against a real Azure Storage server: Azurite, started here
+(and installed with npm on first use, bench/azurite.py)."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import pytest
+
+from bench.azurite import KEY, Azurite, free_port
+from snakeddp.data import remote, table
+from snakeddp.errors import TableError
+from tests.helpers import TINY, Workflow, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+FEATURES = ["x1", "x2", "x3"]
+CONTAINER = "tables"
+
+
+def frame(rows: int, seed: int):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, len(FEATURES)))
+    return pd.DataFrame({**{n: x[:, j] for j, n in enumerate(FEATURES)}, "y": (x.sum(axis=1) > 0).astype(int)})
+
+
+def parquet(rows: int, seed: int) -> bytes:
+    buffer = io.BytesIO()
+    frame(rows, seed).to_parquet(buffer, row_group_size=100)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def credentials(azurite, monkeypatch):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    return azurite
+
+
+def params(path: str, partitions: int = 3) -> dict:
+    return {
+        "source": "table", "seed": 0, "num_train_files": partitions, "num_classes": 1,
+        "table": {"path": path, "format": "auto", "features": FEATURES, "label": "y", "val_fraction": 0.2,
+                  "nan_policy": "error", "sha256": None},
+    }  # fmt: skip
+
+
+def test_a_folder_lists_its_objects_with_sizes_and_etags_skipping_markers(credentials):
+    etags = [credentials.upload(CONTAINER, f"folder/part-{i}.parquet", parquet(50, i)) for i in range(2)]
+    credentials.upload(CONTAINER, "folder/_SUCCESS", b"")
+    objects, single = remote.list_objects(f"az://{CONTAINER}/folder")
+    assert not single
+    assert [(o["name"], o["etag"]) for o in objects] == [("part-0.parquet", etags[0]), ("part-1.parquet", etags[1])]
+    assert table.table_files(f"az://{CONTAINER}/folder") == (
+        "parquet",
+        [f"az://{CONTAINER}/folder/part-0.parquet", f"az://{CONTAINER}/folder/part-1.parquet"],
+    )
+
+
+def test_the_identity_follows_the_objects_etags(credentials):
+    url = f"az://{CONTAINER}/identity.parquet"
+    credentials.upload(CONTAINER, "identity.parquet", parquet(50, 0))
+    first = table.fingerprint(url)
+    assert table.fingerprint(url) == first, "unchanged: the same dataset"
+    credentials.upload(CONTAINER, "identity.parquet", parquet(50, 0))
+    assert table.fingerprint(url) != first, "rewritten (even with the same bytes): a new ETag, a new dataset"
+
+
+def test_ingesting_from_storage_writes_the_partitions_a_local_copy_does(credentials, tmp_path):
+    data = parquet(1000, 3)
+    credentials.upload(CONTAINER, "same.parquet", data)
+    (tmp_path / "same.parquet").write_bytes(data)
+    # Small chunks: the stream is read piece by piece, across row groups.
+    from_storage = table.ingest(params(f"az://{CONTAINER}/same.parquet"), tmp_path / "remote", chunk_rows=64)
+    local = table.ingest(params(str(tmp_path / "same.parquet")), tmp_path / "local", chunk_rows=64)
+    assert from_storage["records"] == local["records"] and from_storage["rows_read"] == 1000
+    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
+        assert (tmp_path / "remote" / f"{name}.safetensors").read_bytes() == (
+            tmp_path / "local" / f"{name}.safetensors"
+        ).read_bytes(), name
+
+
+def test_csv_objects_are_read_too(credentials, tmp_path):
+    credentials.upload(CONTAINER, "csv/a.csv", frame(300, 1).to_csv(index=False).encode())
+    summary = table.ingest(params(f"az://{CONTAINER}/csv"), tmp_path / "out")
+    assert summary["format"] == "csv" and summary["rows_read"] == 300
+    assert summary["files"] == [{"file": f"az://{CONTAINER}/csv/a.csv", "rows": 300}]
+
+
+@pytest.mark.parametrize("url", [f"az://{CONTAINER}/no-such.parquet", "az://no-such-container/t.parquet"])
+def test_a_missing_container_or_object_is_one_line_with_a_hint(credentials, url):
+    with pytest.raises(TableError) as caught:
+        table.fingerprint(url)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"data.table.path={url!r}: no such container, object")
+    assert "HINT: check the URL" in message
+
+
+def test_refused_credentials_say_which_variables_to_set(azurite, monkeypatch):
+    azurite.upload(CONTAINER, "refused.parquet", parquet(20, 0))
+    url = f"az://{CONTAINER}/refused.parquet"
+    wrong = azurite.connection_string(key="d3Jvbmcta2V5")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", wrong)
+    with pytest.raises(TableError) as caught:
+        table.fingerprint(url)
+    message = str(caught.value)
+    assert "\n" not in message and "the storage refused" in message and "d3Jvbmcta2V5" not in message
+    assert (
+        "HINT: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY"
+        in message
+    )
+    # As the HINT says: the account's connection string.
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    assert len(table.fingerprint(url)) == 64
+
+
+def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azurite, monkeypatch):
+    azurite.upload(CONTAINER, "reach.parquet", parquet(20, 0))
+    url = f"az://{CONTAINER}/reach.parquet"
+    closed = azurite.connection_string().replace(f":{azurite.port}/", f":{free_port()}/")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", closed)
+    monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
+    started = time.monotonic()
+    with pytest.raises(TableError) as caught:
+        table.fingerprint(url)
+    assert time.monotonic() - started < 20, "the SDK's own retries take over a minute"
+    message = str(caught.value)
+    assert "\n" not in message and "cannot reach the storage" in message and KEY not in message
+    assert (
+        "HINT: check the network and the account's endpoint (BlobEndpoint in AZURE_STORAGE_CONNECTION_STRING" in message
+    )
+    # As the HINT says: the endpoint that serves the account.
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    assert len(table.fingerprint(url)) == 64
+
+
+def test_other_schemes_are_refused_with_what_is_supported():
+    with pytest.raises(TableError, match=r"s3:// is not a storage snakeddp reads. HINT: use az:// or abfs://"):
+        table.table_files("s3://bucket/t.parquet")
+
+
+def test_the_pipeline_trains_on_a_table_in_storage_and_reingests_when_it_changes(azurite, tmp_path):
+    azurite.upload(CONTAINER, "pipeline/train.parquet", parquet(900, 7))
+    flow = Workflow(tmp_path)
+
+    def config(path: str) -> dict:
+        source = {"path": path, "features": FEATURES, "label": "y"}
+        return {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}}
+
+    flow.write_config(config(f"az://{CONTAINER}/pipeline/train.parquet"))
+    env = subprocess_env(AZURE_STORAGE_CONNECTION_STRING=azurite.connection_string())
+    flow.run(env=env)
+    assert (tmp_path / "results" / "report" / "report.html").is_file()
+    # The key is never written anywhere (results, logs, Snakemake's metadata).
+    for path in [*tmp_path.rglob("*")]:
+        if path.is_file() and ".snakemake/conda" not in str(path):
+            assert KEY.encode() not in path.read_bytes(), path
+    assert flow.planned_jobs(env=env) == {}, "unchanged object: nothing to do"
+
+    azurite.upload(CONTAINER, "pipeline/train.parquet", parquet(900, 8))
+    planned = flow.planned_jobs(env=env)
+    assert planned.get("data_table") == 1 and planned.get("train") == 1, planned
+
+    # A missing object stops the plan in one line, before any job.
+    flow.write_config(config(f"az://{CONTAINER}/gone.parquet"))
+    done = flow.run("--dry-run", env=env, check=False)
+    assert done.returncode != 0
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "no such container, object" in line]
+    assert len(lines) == 1 and "HINT: check the URL" in lines[0], done.stdout + done.stderr
