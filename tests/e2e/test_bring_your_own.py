@@ -143,3 +143,22 @@ def test_a_cnn_on_its_own_image_datamodule_at_1_and_2_processes_reports_its_own_
     assert "best val_loss" in html and "val_accuracy" in html
     assert [row["at_best:val_accuracy"] != "" for row in rows] == [True, True]
     assert (tmp_path / "results" / "report" / "plots" / "scaling.json").is_file()
+
+
+def test_binary_labels_shaped_n_from_a_users_datamodule_train_the_builtin_model_and_report(tmp_path):
+    config = {
+        "data": {"name": "points", "source": "module", "module": "user_project:BinaryPoints"},
+        "model": {"name": "linear", "lr": 0.05},
+        "trainer": {"max_epochs": 3, "batch_size": 32},
+        "launch": LAUNCH,
+    }
+    flow = user_workflow(tmp_path, config)
+    flow.run()
+    (run,) = find_runs(tmp_path / "results")
+    assert run.logged == ["train_loss", "val_loss", "val_acc"]
+    assert run.provenance["training"]["best_val_acc"] > 0.75, "the plane is learnable"
+    assert run.provenance["data"]["counted"]["train_batches_per_epoch"] == 8
+    html, _, plotted = report_of(flow)
+    assert set(plotted) == {"train_loss", "val_loss", "val_acc"}
+    assert "does not apply: the DataModule user_project:BinaryPoints" in html
+    verify(flow, "base")

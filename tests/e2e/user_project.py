@@ -84,3 +84,27 @@ class LoggedBoringModel(BoringModel):
         out = super().validation_step(batch, batch_idx)
         self.log("valid_mse", out["x"], sync_dist=True)
         return out
+
+
+class BinaryPoints(pl.LightningDataModule):
+    """Points labelled 0/1 by which side of a plane they fall, labels shaped (N,) as most DataModules
+    yield them; ``task`` tells snakeddp's built-in models the features and classes."""
+
+    task = {"num_features": 6, "num_classes": 1}
+
+    def __init__(self, batch_size: int, num_train: int = 256, num_val: int = 64):
+        super().__init__()
+        self.batch_size, self.num_train, self.num_val = batch_size, num_train, num_val
+
+    def setup(self, stage: str) -> None:
+        generator = torch.Generator().manual_seed(3)
+        points = torch.randn(self.num_train + self.num_val, 6, generator=generator)
+        labels = (points.sum(dim=1) > 0).long()
+        self.train = TensorDataset(points[: self.num_train], labels[: self.num_train])
+        self.val = TensorDataset(points[self.num_train :], labels[self.num_train :])
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=self.batch_size)

@@ -8,8 +8,8 @@ multi-layer perceptron with real compute per step, which scaling studies need. B
 ``model.target: "package.module:ClassName"`` trains your own LightningModule instead, built as
 ``ClassName(**model.kwargs)`` plus the data's shape: constructor parameters named
 ``num_features`` or ``num_classes`` receive the dataset's values (from its manifest, or the custom
-DataModule's ``task``) unless ``model.kwargs`` gives them. The module must log ``val_loss`` (lower
-is better): checkpoints and early stopping follow it.
+DataModule's ``task``) unless ``model.kwargs`` gives them. The module must log trainer.monitor's
+metric (``val_loss`` unless set): checkpoints and early stopping follow it.
 """
 
 from __future__ import annotations
