@@ -67,7 +67,23 @@ def report_of(flow: Workflow) -> tuple[str, list[dict], dict]:
             plotted.setdefault(metric, []).extend(y for y in item["y"] if y is not None and math.isfinite(y))
     assert plotted and all(plotted.values()), plotted
     assert (report / "ro-crate-metadata.json").is_file()
+    rendered(report / "report.html")
     return html, rows, plotted
+
+
+def rendered(page: Path) -> None:
+    """Where Chromium is installed, the page as it renders (report.png beside it, for a person to
+    look at): it must render at all, offline, with its embedded figures."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return
+    shot = page.with_suffix(".png")
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1300,2600",
+         f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shot.is_file() and shot.stat().st_size > 50_000, "a page with its figures, not a blank one"
 
 
 def test_boringmodel_that_logs_no_val_loss_stops_every_rank_in_one_line_naming_what_it_logged(tmp_path):
