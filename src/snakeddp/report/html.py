@@ -222,6 +222,7 @@ def render(
         throughput_means=THROUGHPUT_MEANS,
         metrics=plotted,
         absent_metrics=absent,
+        loss_panel=sum(name.endswith("_loss") for name in plotted) > 1,  # losses share one (figures.curves)
         curves=data_uri(curves_figure),
         scaling=scaling,
         links=list((links or {}).items()),
