@@ -87,6 +87,10 @@ def _layout(run: Run) -> str:
     return f"{launch['world_size']} ({launch['nodes']}x{launch['processes_per_node']})"
 
 
+def _counted(run: Run, key: str) -> int | None:
+    return (run.provenance["data"].get("counted") or {}).get(key)
+
+
 def _monitor(run: Run) -> str:
     return f"{run.monitor['metric']} ({run.monitor['mode']})"
 
@@ -117,6 +121,10 @@ COLUMNS = (
     Column("hosts", "hosts", lambda run: " ".join(run.provenance["launch"]["hosts"])),
     Column("code_commit", "commit", lambda run: run.provenance["code"]["commit"]),
     Column("dataset", "dataset", lambda run: run.provenance["data"]["dataset"]),
+    # What the DataModule yielded, counted in training (provenance data.counted; none in older records).
+    Column("samples_per_epoch", "samples per epoch", lambda run: _counted(run, "train_samples_per_epoch")),
+    Column("batches_per_epoch", "batches per epoch", lambda run: _counted(run, "train_batches_per_epoch")),
+    Column("val_samples", "validation samples", lambda run: _counted(run, "val_samples")),
 )
 BY_NAME = {column.name: column for column in COLUMNS}
 PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
