@@ -39,7 +39,8 @@ for run in runs:  # written by the train jobs, read back from a folder others ma
     validate(run.provenance, source=str(run.paths.provenance))
 write_runs_table(runs, out.table)
 fmt, dpi = settings["figure_format"], settings["dpi"]
-figures.write(figures.curves(runs, settings["metrics"]), out.curves, fmt, dpi, out.curves_series)
+plotted, _ = figures.plotted_metrics(runs, settings["metrics"])
+figures.write(figures.curves(runs, plotted), out.curves, fmt, dpi, out.curves_series)
 if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
     figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)

@@ -156,7 +156,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(
-        "--best", type=count, default=1, metavar="N", help="keep the N attempts with the best val_loss"
+        "--best", type=count, default=1, metavar="N", help="keep the N attempts with the best score (trainer.monitor)"
     )
     pruning.add_argument("--last", type=count, default=1, metavar="N", help="keep the N most recent attempts")
     pruning.add_argument("--dry-run", action="store_true", help="only say what would be removed")

@@ -37,6 +37,10 @@ class TrackerError(ConfigError):
     """An experiment tracker that is switched on but cannot run (package missing, bad settings)."""
 
 
+class MonitorError(ConfigError):
+    """The model does not log the metric trainer.monitor ranks epochs by."""
+
+
 class DataSourceError(ConfigError):
     """A data section whose source lacks what it needs; the message names the key."""
 

@@ -109,3 +109,37 @@ def test_schema_is_parsed_once_and_handed_out_as_a_private_copy():
     assert config.load_schema()["properties"]["seed"]["default"] == 42
     assert config.validate({})["seed"] == 42
     assert config_schema._parsed_schema.cache_info().misses == 1
+
+
+def test_the_monitored_metric_is_config_and_at_its_default_leaves_run_ids_and_identities_as_they_were():
+    default = config.run_config(config.validate({}))
+    assert "monitor" not in default["trainer"], "runs finished before trainer.monitor existed stay up to date"
+    assert config.monitor(default) == {"metric": "val_loss", "mode": "min"}
+    spelled_out = config.validate({"trainer": {"monitor": {"metric": "val_loss", "mode": "min"}}})
+    assert config.run_identity(config.run_config(spelled_out)) == config.run_identity(default)
+    chosen = config.run_config(config.validate({"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}))
+    assert config.monitor(chosen) == {"metric": "val_acc", "mode": "max"}
+    assert config.run_identity(chosen) != config.run_identity(default), "it decides the best checkpoint"
+    runs = config.expand_sweep(config.validate({"sweep": {"trainer.monitor.mode": ["min", "max"]}}))
+    assert [config.monitor(run["config"])["mode"] for run in runs.values()] == ["min", "max"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "needs"),
+    [
+        ({"model": {"kwargs": {"width": 8}}}, "model.kwargs", "model.target"),
+        ({"data": {"module_kwargs": {"root": "/data"}}}, "data.module_kwargs", "data.module"),
+        ({"data": {"table": {"path": "t.csv"}}}, "data.table", "data.source: table"),
+        ({"sweep": {"model.kwargs.width": [8, 16]}}, "model.kwargs", "model.target"),
+    ],
+)
+def test_a_key_that_only_applies_with_another_is_refused_naming_both(raw, key, needs):
+    with pytest.raises(config.ConfigError) as caught:
+        config.expand_sweep(config.validate(raw))
+    (line,) = str(caught.value).splitlines()
+    assert f"{key} only applies with {needs}" in line and "HINT:" in line
+
+
+def test_keys_that_apply_pass():
+    config.validate({"model": {"target": "a.b:C", "kwargs": {"width": 8}}})
+    config.validate({"data": {"source": "module", "module": "a.b:D", "module_kwargs": {"root": "/data"}}})

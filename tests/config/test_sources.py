@@ -26,7 +26,9 @@ def test_synthetic_ids_are_what_they_were_before_tables_existed():
     data = data_cfg()
     old_identity = {k: v for k, v in data.items() if k not in ("num_train_files", "table", "module", "module_kwargs")}
     assert config.dataset_id(data) == f"synthetic-{sha256_json(old_identity)[:10]}"
-    assert config.dataset_id(data_cfg(table={"path": "x.csv"})) == config.dataset_id(data), "table keys do not apply"
+    assert config.dataset_id({**data, "table": {"path": "x.csv"}}) == config.dataset_id(data), "table keys do not apply"
+    with pytest.raises(config.ConfigError, match=r"data.table only applies with data.source: table.*HINT"):
+        data_cfg(table={"path": "x.csv"})
 
 
 def test_table_identity_is_the_table_its_checksum_and_the_partition_count():

@@ -93,7 +93,8 @@ def test_record_from_the_attempt_and_the_outcome(tmp_path):
     data = describe(object(), attempt.manifest, attempt.manifest_sha256)
     record = provenance.build(attempt, LAYOUT, _outcome(attempt, calls), data=data, user_code=[], tracking=None)
 
-    assert record["run_id"] == "base" and record["status"] == "completed" and record["data"] == data
+    assert record["run_id"] == "base" and record["status"] == "completed"
+    assert record["data"] == {**data, "counted": None}, "rows without batch counts: nothing counted"
     assert record["origin_sha256"] == attempt.key
     assert record["attempt"] == {"id": "0123456789ab", "restored": False}
     assert record["launch"]["accelerator"] == "cpu" and record["launch"]["backend"] == "gloo"
@@ -103,6 +104,7 @@ def test_record_from_the_attempt_and_the_outcome(tmp_path):
     assert training["best_val_loss"] == 0.6 and training["best_epoch"] == 1 and training["best_val_acc"] == 0.5
     assert training["best_checkpoint"]["path"] == "checkpoints/epoch001-val_loss0.6000.ckpt"
     assert training["best_checkpoint"]["score"] == 0.6 and training["best_checkpoint"]["metric"] == "val_loss"
+    assert training["monitor"] == {"metric": "val_loss", "mode": "min"} and training["best_score"] == 0.6
     assert training["resumed_from"]["path"] == "checkpoints/last.ckpt"
     assert [c["path"] for c in training["checkpoints"]] == [
         "checkpoints/epoch001-val_loss0.6000.ckpt",

@@ -138,3 +138,25 @@ def test_the_step_loss_is_sample_weighted_and_shows_a_nan():
     loss.reset()
     loss.update(torch.tensor(3.0), 5)
     assert float(loss.compute()) == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize("name", ["linear", "mlp"])
+@pytest.mark.parametrize("shape", [(12,), (12, 1)])
+def test_builtin_binary_models_take_labels_shaped_n_or_n_by_1(name, shape):
+    model = build_model(model_cfg(name=name), {"num_features": 4, "num_classes": 1, "kind": "binary"})
+    features, labels = torch.randn(12, 4), torch.randint(0, 2, shape)
+    loss = model.training_step((features, labels), 0)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(model(features), labels.reshape(12, 1).float())
+    assert torch.isclose(loss, expected)
+
+
+def test_builtin_multiclass_models_take_class_indices_shaped_n_or_n_by_1():
+    model = build_model(model_cfg(name="linear"), TASK)
+    features, labels = torch.randn(6, 7), torch.randint(0, 3, (6, 1))
+    assert torch.isclose(model.training_step((features, labels), 0), model.training_step((features, labels[:, 0]), 0))
+
+
+def test_labels_of_another_shape_are_refused_in_one_line_saying_what_the_model_takes():
+    model = build_model(model_cfg(name="linear"), {"num_features": 4, "num_classes": 1, "kind": "binary"})
+    with pytest.raises(config.ConfigError, match=r"takes one 0/1 label per sample, shaped \(N,\) or \(N, 1\).*HINT"):
+        model.training_step((torch.randn(6, 4), torch.zeros(6, 2)), 0)

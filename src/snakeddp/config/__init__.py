@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import itertools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -33,6 +35,17 @@ RUN_KEYS = ("seed", "data", "model", "trainer", "launch")
 # launch keys that only reach the scheduler (sbatch --mem/--time, the AzureML timeout): raising them
 # after a time limit must resume the run, not restart it, so they stay out of its identity.
 SCHEDULER_KEYS = ("mem_mb", "runtime")
+# Run keys added after runs were finished with the keys before them. At their default they stay out
+# of a run's config (run.yaml, its identity, its attempt key), so a run finished before the key
+# existed stays up to date; whoever reads one asks for it with its default (``monitor``).
+QUIET_AT_DEFAULT = ("trainer.monitor",)
+# Keys that only mean something beside another: (key, what it needs, whether the config has that).
+# Set without it, such a key would be silently ignored, so validation refuses it.
+ONLY_WITH = (
+    ("model.kwargs", "model.target", lambda cfg: bool(cfg["model"].get("target"))),
+    ("data.module_kwargs", "data.module", lambda cfg: bool(cfg["data"].get("module"))),
+    ("data.table", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+)
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -122,6 +135,43 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
                 f"HINT: raise data.{key} or lower launch.devices/launch.nodes."
             )
     sources.check(data, source)
+    _check_only_with(cfg, source)
+
+
+def _dotted_get(cfg: Mapping[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+@functools.cache
+def _defaults_json() -> str:
+    defaults: dict[str, Any] = {}
+    _DefaultingValidator(load_schema()).validate(defaults)
+    return json.dumps(defaults)
+
+
+def defaults() -> dict[str, Any]:
+    """Every key at its schema default."""
+    return json.loads(_defaults_json())
+
+
+def _check_only_with(cfg: Mapping[str, Any], source: str) -> None:
+    every = defaults()
+    for key, needs, present in ONLY_WITH:
+        value = _dotted_get(cfg, key)
+        if value is not None and value != _dotted_get(every, key) and not present(cfg):
+            raise ConfigError(
+                f"{source}: {key} only applies with {needs}, so here it would be silently ignored. "
+                f"HINT: set {needs} as well, or remove {key}."
+            )
+
+
+def monitor(run: Mapping[str, Any]) -> dict[str, str]:
+    """The metric a run ranks epochs by, ``{"metric": ..., "mode": "min"|"max"}`` (trainer.monitor,
+    which a run config leaves out at its default: QUIET_AT_DEFAULT)."""
+    return {**defaults()["trainer"]["monitor"], **(run.get("trainer", {}).get("monitor") or {})}
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -175,8 +225,16 @@ def run_id(point: Mapping[str, Any]) -> str:
 
 
 def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a resolved config that defines what a run computes."""
-    return {key: copy.deepcopy(cfg[key]) for key in RUN_KEYS if key in cfg}
+    """The part of a resolved config that defines what a run computes (QUIET_AT_DEFAULT keys
+    left out at their default)."""
+    run = {key: copy.deepcopy(cfg[key]) for key in RUN_KEYS if key in cfg}
+    every = defaults()
+    for key in QUIET_AT_DEFAULT:
+        *parents, leaf = key.split(".")
+        parent = _dotted_get(run, ".".join(parents))
+        if isinstance(parent, dict) and leaf in parent and parent[leaf] == _dotted_get(every, key):
+            del parent[leaf]
+    return run
 
 
 def run_identity(run: Mapping[str, Any]) -> dict[str, Any]:

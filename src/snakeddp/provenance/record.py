@@ -8,6 +8,7 @@ variables and URL credentials never reach the record (see ``redact``).
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import platform
 import subprocess
@@ -19,12 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from snakeddp import __version__
+from snakeddp import config as configuration
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
 from snakeddp.run import variables
 from snakeddp.run.attempt import attempt_id, no_lock_warning
 from snakeddp.run.layout import RunPaths
+from snakeddp.run.runs import logged_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 from snakeddp.util.redact import recorded_environment, scrub
@@ -117,6 +120,48 @@ def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
     return [file_record(path, run_dir) for path in RunPaths(run_dir).checkpoint_files()]
 
 
+def _value(text: Any) -> float | None:
+    """A metrics.csv cell as a number; empty cells and NaN (an epoch that diverged) rank nowhere."""
+    if text in (None, ""):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def ranking(rows: list[dict[str, Any]], monitor: Mapping[str, str]) -> dict[str, Any]:
+    """The training section's verdict from metrics.csv: the best epoch by the monitored metric, its
+    score, and every metric the model logged at that epoch (best_val_loss and best_val_acc among them,
+    null when the model logs no such metric)."""
+    metric = monitor["metric"]
+    scored = [row for row in rows if _value(row.get(metric)) is not None]
+    pick = min if monitor["mode"] == "min" else max
+    best = pick(scored, key=lambda row: _value(row[metric])) if scored else None
+    at_best = {name: _value(best.get(name)) for name in logged_metrics(rows)} if best else {}
+    return {
+        "monitor": dict(monitor),
+        "best_epoch": int(best["epoch"]) if best else None,
+        "best_score": at_best.get(metric),
+        "best_metrics": at_best,
+        "best_val_loss": at_best.get("val_loss"),
+        "best_val_acc": at_best.get("val_acc"),
+    }
+
+
+def counted(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the DataModule yielded, as training counted it (all ranks): per epoch of training, and in
+    one validation. Per epoch is the first epoch's count (a DataModule may change it later)."""
+    if not rows or rows[0].get("batches") in (None, ""):
+        return None
+    first = rows[0]
+    validated = next((row for row in rows if row.get("val_batches") not in (None, "")), None)
+    return {
+        "train_samples_per_epoch": int(first["samples"]),
+        "train_batches_per_epoch": int(first["batches"]),
+        "val_samples": int(validated["val_samples"]) if validated else None,
+        "val_batches": int(validated["val_batches"]) if validated else None,
+    }
+
+
 def user() -> str | None:
     """The operating-system user the run ran as (the agent of the run), or None in a nameless container."""
     try:
@@ -198,13 +243,11 @@ def build(
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
     samples = sum(int(r["samples"]) for r in rows)
     accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
+    monitor = configuration.monitor(cfg)
     best = file_record(outcome.best_checkpoint, run_dir)
     if best is not None:
-        best.update(metric="val_loss", score=outcome.best_score)
-    val_losses = [float(r["val_loss"]) for r in rows if r.get("val_loss") not in (None, "")]
-    best_row = min(
-        (r for r in rows if r.get("val_loss") not in (None, "")), key=lambda r: float(r["val_loss"]), default=None
-    )
+        best.update(metric=monitor["metric"], score=outcome.best_score)
+    data = {**data, "counted": counted(rows)}
     record = {
         "run_id": attempt.run.run_id,
         "sweep_point": attempt.run.point,
@@ -251,11 +294,7 @@ def build(
             "best_checkpoint": best,
             "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
             "checkpoints": checkpoint_records(run_dir),
-            "best_val_loss": min(val_losses) if val_losses else None,
-            "best_val_acc": float(best_row["val_acc"])
-            if best_row and best_row.get("val_acc") not in (None, "")
-            else None,
-            "best_epoch": int(best_row["epoch"]) if best_row else None,
+            **ranking(rows, monitor),
         },
         "tracking": tracking,
         "user_code": user_code,

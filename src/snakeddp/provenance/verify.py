@@ -1,9 +1,11 @@
-"""Check a finished run's files against its provenance: checkpoints, the data manifest, every partition.
+"""Check a finished run's files against its provenance: checkpoints, the data manifest, every
+partition, and the user's own model and DataModule files.
 
 Only checksums are computed; no checkpoint is ever loaded (``torch.load`` of a file that may have
 been swapped is code execution). A run verifies when every checkpoint provenance lists still has
 its recorded sha256 and size, the manifest still has the sha256 the run trained from, and every
-partition and the validation file still match the manifest's entries.
+partition and the validation file still match the manifest's entries (data.source module has none: its
+record is checked), and every user module file still has the sha256 it trained with.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:
         manifest = Check("manifest", str(path), False, f"sha256 {actual[:16]}…, provenance says {expected[:16]}…")
     else:
         manifest = Check("manifest", str(path), True, f"sha256 {actual[:16]}…")
+    if run.provenance["config"]["data"].get("source") == "module":
+        return manifest, []  # the record of a DataModule that reads its own data: no partitions
     try:
         content = load_manifest(path)
     except DataIntegrityError as exc:
@@ -101,6 +105,29 @@ def run_file_check(run: Run) -> Check:
     return Check("run config", str(path), True, "the config this run trained")
 
 
+def _code_check(run: Run, record: Mapping[str, Any]) -> Check:
+    # An installed package's module is recorded by its absolute path, outside the workflow's
+    # directory; it is only hashed, never imported or loaded.
+    path = Path(record["file"])
+    if not path.is_absolute():
+        try:
+            path = run.resolve(record["file"])
+        except ProvenanceError as exc:
+            return Check("user code", record["file"], False, str(exc).split(" HINT:")[0])
+    if not path.is_file():
+        return Check("user code", str(path), False, "missing")
+    actual = sha256_file(path)
+    if actual != record["sha256"]:
+        return Check("user code", str(path), False, f"sha256 {actual[:16]}…, provenance says {record['sha256'][:16]}…")
+    return Check("user code", str(path), True, f"sha256 {actual[:16]}… ({record['target']})")
+
+
+def code_checks(run: Run) -> list[Callable[[], Check]]:
+    """The module files of the user's own model and DataModule the run trained with."""
+    records = run.provenance.get("user_code") or []
+    return [lambda r=record: _code_check(run, r) for record in records if record.get("file") and record.get("sha256")]
+
+
 def verify_run(run: Run) -> list[Check]:
     """Every check of one run, schema first, then checkpoints, manifest and partitions."""
     schema = problems(run.provenance)
@@ -111,8 +138,8 @@ def verify_run(run: Run) -> list[Check]:
         checks.append(run_file_check(run))
     manifest, partitions = data_checks(run)
     with ThreadPoolExecutor(HASH_THREADS) as pool:
-        hashed = list(pool.map(lambda check: check(), [*checkpoint_checks(run), *partitions]))
-    kinds = {"checkpoint": 0, "manifest": 1, "partition": 2, "validation": 3}
+        hashed = list(pool.map(lambda check: check(), [*checkpoint_checks(run), *partitions, *code_checks(run)]))
+    kinds = {"checkpoint": 0, "manifest": 1, "partition": 2, "validation": 3, "user code": 4}
     return checks + sorted([manifest, *hashed], key=lambda c: kinds[c.kind])
 
 
@@ -127,7 +154,8 @@ def format_checks(run: Run, checks: list[Check]) -> str:
             f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run "
             f"{run.run_id} recorded. HINT: restore them from a copy; or delete a mismatched data file or "
             "manifest and run `snakemake <its path>` to regenerate it, and move the run directory of a "
-            "mismatched checkpoint away and rerun snakemake to retrain it; rewrite a provenance.json that fails "
+            "mismatched checkpoint away and rerun snakemake to retrain it; restore a changed user module from version "
+            "control (a changed one is new code: rerun snakemake to retrain); rewrite a provenance.json that fails "
             "its schema with `snakemake --forcerun <its path>`; never load a mismatched checkpoint."
         )
     else:

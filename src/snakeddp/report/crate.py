@@ -253,8 +253,8 @@ def _run_action(
             "description": (
                 f"{p['status']} after {p['training']['epochs_completed']} epochs on {launch['nodes']} node(s) x "
                 f"{launch['processes_per_node']} process(es) ({launch['backend']}, launcher {launch['launcher']}, "
-                f"hosts {' '.join(launch['hosts'])}, job {launch['job_id'] or '-'}); best val_loss "
-                f"{p['training']['best_val_loss']}; code {p['code']['commit'] or 'unknown'}"
+                f"hosts {' '.join(launch['hosts'])}, job {launch['job_id'] or '-'}); best {run.monitor['metric']} "
+                f"{run.best_score}; code {p['code']['commit'] or 'unknown'}"
                 f"{' (dirty)' if p['code']['dirty'] else ''}"
             ),
             "startTime": timing["started_at"],
@@ -362,7 +362,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
             link=True,
             sha256=c["sha256"],
             description=(
-                f"best checkpoint (val_loss {p['training']['best_val_loss']})" if c["path"] == best else "checkpoint"
+                f"best checkpoint ({run.monitor['metric']} {run.best_score})" if c["path"] == best else "checkpoint"
             ),
         )
         for c in checkpoints

@@ -26,7 +26,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from snakeddp.config import flatten
-from snakeddp.report.table import steady_throughput
+from snakeddp.report.table import metrics_of, steady_throughput
 from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import atomic_write_bytes, atomic_write_json
 
@@ -56,6 +56,23 @@ def run_styles(run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
         run: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
         for i, run in enumerate(run_ids)
     }
+
+
+def label(metric: str) -> str:
+    return METRIC_LABELS.get(metric, metric)
+
+
+def plotted_metrics(runs: Sequence[Run], requested: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(what the curves figure plots, what report.metrics asked for that no run has): report.metrics
+    among the columns that hold a value in some run's metrics.csv, or with it null every metric the
+    models logged. A panel is never drawn empty: with none of the requested there, the logged ones."""
+    logged = metrics_of(runs)
+    if requested is None:
+        return logged or ["samples_per_s"], []
+    present = {name for run in runs for row in run.metrics for name, value in row.items() if value is not None}
+    plotted = [name for name in requested if name in present]
+    absent = [name for name in requested if name not in present]
+    return plotted or logged or ["samples_per_s"], absent
 
 
 def _panels(metrics: Sequence[str]) -> list[list[str]]:
@@ -132,17 +149,18 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
                     linestyle="--" if metric.startswith("val_") and len(panel) > 1 else "-",
                     gid=f"curve|{run.run_id}|{metric}",
                 )
-            if "val_loss" in panel and run.provenance["training"]["best_epoch"] is not None:
-                best = next(r for r in run.metrics if r["epoch"] == run.provenance["training"]["best_epoch"])
-                stars.append((run.run_id, float(best["epoch"]), float(best["val_loss"]), style["color"]))
+            monitored, best_epoch = run.monitor["metric"], run.provenance["training"]["best_epoch"]
+            if monitored in panel and best_epoch is not None:
+                best = next(r for r in run.metrics if r["epoch"] == best_epoch)
+                stars.append((run.run_id, float(best["epoch"]), float(best[monitored]), style["color"]))
         _focus_after_first_epoch(ax, [y for _, _, y, _ in stars], named=len(panel) > 1)
         for run_id, x, y, color in stars:
             # Above every curve and marker, so no other run's line hides a run's best checkpoint.
             ax.plot([x], [y], marker="*", markersize=14, color=color, markeredgecolor="white",
                     markeredgewidth=0.8, linestyle="", zorder=STAR_ZORDER, gid=f"best|{run_id}")  # fmt: skip
         ax.set_xlabel("epoch")
-        ax.set_ylabel(" / ".join(METRIC_LABELS[m] for m in panel) if len(panel) == 1 else "loss")
-        ax.set_title(", ".join(METRIC_LABELS[m] for m in panel))
+        ax.set_ylabel(" / ".join(label(m) for m in panel) if len(panel) == 1 else "loss")
+        ax.set_title(", ".join(label(m) for m in panel))
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     handles = [
@@ -152,13 +170,23 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
         handles += [
             Line2D([], [], color="0.3", linestyle="-", label="train"),
             Line2D([], [], color="0.3", linestyle="--", label="validation"),
-            Line2D([], [], color="0.3", marker="*", linestyle="", markersize=10, label="best val_loss"),
         ]
+    if any(line.get_gid() and str(line.get_gid()).startswith("best|") for ax in axes for line in ax.lines):
+        monitored = sorted({run.monitor["metric"] for run in runs})
+        star = f"best {', '.join(monitored)}"
+        handles.append(Line2D([], [], color="0.3", marker="*", linestyle="", markersize=10, label=star))
     if any(str(line.get_gid()).startswith("offscale|") for ax in axes for line in ax.lines):
         arrow = Line2D([], [], color="0.3", marker="^", linestyle="", markersize=6, label="first epoch, off scale")
         handles.append(arrow)
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False, fontsize=9)
     return fig
+
+
+def _batch(run: Run, config: Mapping[str, Any]) -> float:
+    """Samples per batch per rank as training counted them (a DataModule of the user's own may ignore
+    trainer.batch_size); runs recorded before batches were counted have only the config's."""
+    counted = next((r for r in run.metrics if r.get("batches")), None)
+    return counted["samples"] / counted["batches"] if counted else config["trainer.batch_size"]
 
 
 def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str, Any]]:
@@ -186,7 +214,7 @@ def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str,
                 "low": measured[1],
                 "high": measured[2],
                 # One optimizer step: every rank's batch, at the measured rate.
-                "step_ms": 1e3 * config["trainer.batch_size"] * launch["world_size"] / measured[0],
+                "step_ms": 1e3 * _batch(run, config) * launch["world_size"] / measured[0],
             }
         )
     for label in {p["series"] for p in points}:

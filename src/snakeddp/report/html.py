@@ -20,6 +20,7 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
+from snakeddp.report import figures
 from snakeddp.report.compare import compare
 from snakeddp.report.figures import scaling_points, why_flat
 from snakeddp.report.table import (
@@ -30,7 +31,7 @@ from snakeddp.report.table import (
     people_columns,
     varying_params,
 )
-from snakeddp.run.runs import Run
+from snakeddp.run.runs import Run, best_run
 from snakeddp.util.numbers import readable
 
 
@@ -66,17 +67,25 @@ def data_uri(path: str | Path) -> str:
     return f"data:{kind};base64,{base64.b64encode(Path(path).read_bytes()).decode()}"
 
 
-def _best(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    finished = [r for r in records if r["training"]["best_val_loss"] is not None]
-    return min(finished, key=lambda r: r["training"]["best_val_loss"]) if finished else None
+def _best(runs: Sequence[Run]) -> dict[str, Any] | None:
+    """The best run by the monitored metric, with the other metrics its model logged at that epoch."""
+    best = best_run(list(runs))
+    if best is None:
+        return None
+    metric = best.monitor["metric"]
+    others = [(name, value) for name, value in best.at_best.items() if name != metric and not name.startswith("train")]
+    return {"run_id": best.run_id, "metric": metric, "mode": best.monitor["mode"], "score": best.best_score,
+            "others": others}  # fmt: skip
 
 
 def _summary(runs: Sequence[Run]) -> dict[str, Any]:
     records = [run.provenance for run in runs]
     commits = [r["code"]["commit"] for r in records]
     phases = [r["timing"].get("phases") for r in records]
+    monitors = sorted({f"{run.monitor['metric']} ({run.monitor['mode']})" for run in runs})
     return {
-        "best": _best(records),
+        "best": _best(runs),
+        "monitors": monitors,
         "code": {
             "commits": len(set(commits)),
             "commit": commits[0],
@@ -97,13 +106,13 @@ def _summary(runs: Sequence[Run]) -> dict[str, Any]:
 
 def _runs_table(runs: Sequence[Run]) -> dict[str, Any]:
     columns = people_columns(runs)
-    best = _best([run.provenance for run in runs])
+    best = best_run(list(runs))
     return {
         "labels": [c.label for c in columns],
         "rows": [
             {
                 "run_id": run.run_id,
-                "best": best is not None and run.run_id == best["run_id"],
+                "best": best is not None and run.run_id == best.run_id,
                 "cells": [c.shown(run) for c in columns[1:]],
             }
             for run in runs
@@ -124,11 +133,39 @@ def _time_table(runs: Sequence[Run]) -> dict[str, Any]:
     }
 
 
+def _data_view(run: Run) -> dict[str, str]:
+    """The data section's lines, saying which numbers do not apply to the run's data source."""
+    data, config = run.provenance["data"], run.provenance["config"]["data"]
+    source, module = config.get("source", "synthetic"), config.get("module")
+    counted = data.get("counted")
+    seen = "–"
+    if counted:
+        val = (
+            "no validation"
+            if counted["val_batches"] is None
+            else (f"{counted['val_samples']:,} validation samples in {counted['val_batches']:,} batches")
+        )
+        seen = (f"{counted['train_samples_per_epoch']:,} train samples in {counted['train_batches_per_epoch']:,} "
+                f"batches per epoch, {val} (all ranks, as the DataModule yielded them)")  # fmt: skip
+    if source == "module":
+        reader = f"the DataModule {module} reads its own data"
+        return {"partitions": f"– (does not apply: {reader})", "records": f"– (does not apply: {reader})", "seen": seen}
+    records = data["records"] or {}
+    listed = f"{records.get('train', 0):,} train, {records.get('val', 0):,} validation (the manifest's)"
+    if module:
+        listed += f"; training read them through {module}"
+    return {"partitions": f"{data['partitions']}", "records": listed, "seen": seen}
+
+
 def _run_view(run: Run) -> dict[str, Any]:
     training, launch = run.provenance["training"], run.provenance["launch"]
     return {
         "id": run.run_id,
         "p": run.provenance,
+        "data": _data_view(run),
+        "monitor": run.monitor,
+        "best_score": run.best_score,
+        "logged": run.logged,
         "throughput": BY_NAME["samples_per_s"].read(run),
         "best_path": (training["best_checkpoint"] or {}).get("path"),
         "checkpoints": training["checkpoints"] or [c for c in (training["last_checkpoint"],) if c],
@@ -151,7 +188,7 @@ def _history(runs: Sequence[Run], history: Sequence[tuple[Run, str]]) -> list[di
                 "label": attempt.label,
                 "finished": attempt.provenance["timing"]["finished_at"],
                 "changed": changed,
-                "cells": [training["best_val_loss"], training["best_val_acc"], training["epochs_completed"]],
+                "cells": [attempt.monitor["metric"], attempt.best_score, training["epochs_completed"]],
                 "href": href,
             }
         )
@@ -169,6 +206,7 @@ def render(
     """The whole page for ``runs``; ``links`` maps labels to files next to the report; ``history``
     pairs each earlier finished attempt with the link to its provenance."""
     params = varying_params([run.provenance for run in runs])
+    plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
     scaling = None
     if scaling_figure:
         points = sorted(scaling_points(runs, params), key=lambda p: (p["series"], p["world_size"]))
@@ -182,7 +220,9 @@ def render(
         table=_runs_table(runs),
         time_table=_time_table(runs),
         throughput_means=THROUGHPUT_MEANS,
-        metrics=settings["metrics"],
+        metrics=plotted,
+        absent_metrics=absent,
+        loss_panel=sum(name.endswith("_loss") for name in plotted) > 1,  # losses share one (figures.curves)
         curves=data_uri(curves_figure),
         scaling=scaling,
         links=list((links or {}).items()),

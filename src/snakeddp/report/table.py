@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config import flatten
-from snakeddp.run.runs import Run
+from snakeddp.run.runs import Run, metric_order
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import canonical_json
 
@@ -87,9 +87,19 @@ def _layout(run: Run) -> str:
     return f"{launch['world_size']} ({launch['nodes']}x{launch['processes_per_node']})"
 
 
+def _counted(run: Run, key: str) -> int | None:
+    return (run.provenance["data"].get("counted") or {}).get(key)
+
+
+def _monitor(run: Run) -> str:
+    return f"{run.monitor['metric']} ({run.monitor['mode']})"
+
+
 COLUMNS = (
     Column("run_id", "run", lambda run: run.label),
     Column("status", "status", lambda run: run.provenance["status"]),
+    Column("monitor", "monitor", _monitor),
+    Column("best_score", "best score", lambda run: run.best_score),
     Column("best_val_loss", "best val_loss", _training("best_val_loss")),
     Column("best_val_acc", "val acc", _training("best_val_acc")),
     Column("best_epoch", "best epoch", _training("best_epoch")),
@@ -111,13 +121,40 @@ COLUMNS = (
     Column("hosts", "hosts", lambda run: " ".join(run.provenance["launch"]["hosts"])),
     Column("code_commit", "commit", lambda run: run.provenance["code"]["commit"]),
     Column("dataset", "dataset", lambda run: run.provenance["data"]["dataset"]),
+    # What the DataModule yielded, counted in training (provenance data.counted; none in older records).
+    Column("samples_per_epoch", "samples per epoch", lambda run: _counted(run, "train_samples_per_epoch")),
+    Column("batches_per_epoch", "batches per epoch", lambda run: _counted(run, "train_batches_per_epoch")),
+    Column("val_samples", "validation samples", lambda run: _counted(run, "val_samples")),
 )
 BY_NAME = {column.name: column for column in COLUMNS}
 PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
-# What people read per run (after the parameters that vary), and what `compare` shows as the outcome.
-PEOPLE = ("best_val_loss", "best_val_acc", "epochs", "stopped_early", "duration_s", "samples_per_s", "world_size",
-          "launcher", "job_id")  # fmt: skip
-OUTCOME = ("status", "best_val_loss", "best_val_acc", "epochs", "duration_s", "train_loop_s", "samples_per_s")
+# What people read per run after the parameters that vary and the metrics (people_columns), and
+# what `compare` shows as the outcome.
+PEOPLE = ("epochs", "stopped_early", "duration_s", "samples_per_s", "world_size", "launcher", "job_id")
+OUTCOME = ("status", "monitor", "best_score", "best_val_loss", "best_val_acc", "epochs", "duration_s", "train_loop_s",
+           "samples_per_s")  # fmt: skip
+
+
+def metrics_of(runs: Sequence[Run]) -> list[str]:
+    """Every metric any of the runs' models logged, in metric_order."""
+    return sorted({name for run in runs for name in run.logged}, key=metric_order)
+
+
+def at_best_columns(runs: Sequence[Run], names: Sequence[str]) -> list[Column]:
+    """A column per metric: its value at each run's best epoch (``at_best:<metric>`` in runs.csv)."""
+    return [Column(f"at_best:{name}", name, lambda run, name=name: run.at_best.get(name)) for name in names]
+
+
+def metric_columns(runs: Sequence[Run]) -> list[Column]:
+    """What people read about the runs' models: the monitored metric at its best (and which it is,
+    when the runs rank by different ones), then the other validation-side metrics at that epoch."""
+    monitors = {run.monitor["metric"] for run in runs}
+    label = f"best {next(iter(monitors))}" if len(monitors) == 1 else "best score"
+    columns = [Column("best_score", label, BY_NAME["best_score"].read)]
+    if len(monitors) > 1:
+        columns.append(BY_NAME["monitor"])
+    others = [name for name in metrics_of(runs) if name not in monitors and not name.startswith("train")]
+    return columns + at_best_columns(runs, others)
 
 
 def varying_params(records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -154,14 +191,15 @@ class Rows:
 
 
 def runs_rows(runs: Sequence[Run]) -> Rows:
-    """runs.csv: the parameters that vary across the runs (``param:<key>``), then every column."""
-    columns = [*param_columns(runs), *COLUMNS]
+    """runs.csv: the parameters that vary across the runs (``param:<key>``), every column, then each
+    metric any run logged at its best epoch (``at_best:<metric>``)."""
+    columns = [*param_columns(runs), *COLUMNS, *at_best_columns(runs, metrics_of(runs))]
     return Rows([c.name for c in columns], [[c.read(run) for c in columns] for run in runs])
 
 
 def people_columns(runs: Sequence[Run]) -> list[Column]:
     """The runs table people read: run, the parameters that vary, outcome, speed, where it ran."""
-    return [BY_NAME["run_id"], *param_columns(runs), *(BY_NAME[name] for name in PEOPLE)]
+    return [BY_NAME["run_id"], *param_columns(runs), *metric_columns(runs), *(BY_NAME[name] for name in PEOPLE)]
 
 
 def summary_rows(runs: Sequence[Run]) -> Rows:

@@ -46,8 +46,6 @@ METRICS = "metrics.csv"
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
 CHECKPOINT_GLOB = "*.ckpt"
-# ModelCheckpoint's name for a top-k checkpoint (auto_insert_metric_name off: the names are ours).
-CHECKPOINT_NAME = "epoch{epoch:03d}-val_loss{val_loss:.4f}"
 TRACE = "trace"
 TRACE_FILE = "rank-{rank}.jsonl"
 TRACKING = "tracking"
@@ -187,3 +185,12 @@ def run_records(results: str | Path) -> list[Path]:
 def train_log(workdir: str | Path, run_id: str) -> Path:
     """The train job's log of ``run_id`` in the directory the workflow ran in."""
     return Path(workdir) / TRAIN_LOG.format(run=run_id)
+
+
+def checkpoint_name(metric: str) -> str:
+    """ModelCheckpoint's name for a top-k checkpoint (auto_insert_metric_name off: the names are ours):
+    epoch and score of the monitored metric, epoch003-val_loss0.4210; a metric whose name is no plain
+    word (valid/f1) would make directories of the name, so those carry the epoch only."""
+    if metric.replace("_", "a").isalnum():
+        return f"epoch{{epoch:03d}}-{metric}{{{metric}:.4f}}"
+    return "epoch{epoch:03d}"

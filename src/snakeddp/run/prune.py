@@ -1,8 +1,9 @@
 """``snakeddp prune``: free the disk that earlier attempts' checkpoints take, only when asked.
 
 An earlier attempt (``results/runs/<run>/attempts/<id>/``) keeps its checkpoints until this
-command removes them. Per run, the checkpoints of the ``best`` attempts with the lowest best
-val_loss and of the ``last`` most recent attempts stay; the others lose their checkpoints/ only.
+command removes them. Per run, the checkpoints of the ``best`` attempts by their best score
+(trainer.monitor: the lowest val_loss unless set) and of the ``last`` most recent attempts stay;
+the others lose their checkpoints/ only.
 Their provenance.json and metrics.csv stay, so every attempt remains listed and comparable.
 """
 
@@ -30,8 +31,10 @@ def _size(folder: Path) -> int:
 
 
 def _score(run: Run) -> float:
-    best = run.provenance["training"]["best_val_loss"]
-    return float("inf") if best is None else best
+    best = run.best_score
+    if best is None:
+        return float("inf")
+    return best if run.monitor["mode"] == "min" else -best
 
 
 def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:

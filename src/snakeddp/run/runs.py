@@ -21,6 +21,28 @@ from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, 
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.paths import inside
 
+# metrics.csv, one row per epoch: what the training loop counted and measured, around the metrics
+# the model logged (whatever their names; the built-in models log train_loss, val_loss and val_acc),
+# which sit between LEADING and TRAILING. samples and batches are counted as the DataModule yielded
+# them, all ranks together (a DistributedSampler's padding included); val_ the same for one validation.
+LEADING = ("epoch", "partition", "samples", "batches", "val_samples", "val_batches")
+TRAILING = ("lr", "train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "world_size", "finished_at")
+BOOKKEEPING = LEADING + TRAILING
+# What runs recorded before trainer.monitor existed ranked by.
+DEFAULT_MONITOR = {"metric": "val_loss", "mode": "min"}
+
+
+def metric_order(name: str) -> tuple[bool, bool, str]:
+    """Training metrics first, then validation's, losses first within each (train_loss, val_loss, val_acc)."""
+    return (not name.startswith("train"), not name.endswith("loss"), name)
+
+
+def logged_metrics(rows: list[dict[str, Any]]) -> list[str]:
+    """The model's metrics in metrics.csv rows: columns the training loop did not write that hold a
+    value in some epoch (files written before metrics.csv took any name have empty val_acc columns)."""
+    names = {name for row in rows for name, value in row.items() if name not in BOOKKEEPING and value not in (None, "")}
+    return sorted(names, key=metric_order)
+
 
 def _number(text: str) -> int | float | str | None:
     if text == "":
@@ -97,6 +119,31 @@ class Run:
         return next((path for path in found if path.exists()), found[0])
 
     @property
+    def logged(self) -> list[str]:
+        """The metrics the model logged (metrics.csv's columns beyond the training loop's own)."""
+        return logged_metrics(self.metrics)
+
+    @property
+    def monitor(self) -> dict[str, str]:
+        """The metric the run ranked epochs by, and its mode (val_loss/min before trainer.monitor existed)."""
+        return self.provenance["training"].get("monitor") or dict(DEFAULT_MONITOR)
+
+    @property
+    def best_score(self) -> float | None:
+        """The monitored metric at the run's best epoch."""
+        training = self.provenance["training"]
+        return training["best_score"] if "best_score" in training else training["best_val_loss"]
+
+    @property
+    def at_best(self) -> dict[str, float | None]:
+        """Every metric the model logged, at the best epoch (older records: val_loss and val_acc)."""
+        training = self.provenance["training"]
+        if training.get("best_metrics") is not None:
+            return training["best_metrics"]
+        legacy = {"val_loss": training["best_val_loss"], "val_acc": training["best_val_acc"]}
+        return {name: value for name, value in legacy.items() if value is not None}
+
+    @property
     def manifest_path(self) -> Path:
         return self.resolve(self.provenance["data"]["manifest"])
 
@@ -113,6 +160,16 @@ class Run:
             f"follows no path a record points out of its directory. HINT: this is not a record snakeddp wrote: "
             f"move {self.paths.run_dir} out of results/ and rerun snakemake, which trains the run again."
         )
+
+
+def best_run(runs: list[Run]) -> Run | None:
+    """The run with the best score, when every run that has one ranks by the same metric and mode
+    (scores of different metrics do not compare: then none is best)."""
+    scored = [run for run in runs if run.best_score is not None]
+    if not scored or len({(run.monitor["metric"], run.monitor["mode"]) for run in scored}) > 1:
+        return None
+    pick = min if scored[0].monitor["mode"] == "min" else max
+    return pick(scored, key=lambda run: run.best_score)
 
 
 def load_run(run_dir: str | Path) -> Run:

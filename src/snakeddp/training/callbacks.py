@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import signal
@@ -15,25 +16,12 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from snakeddp.errors import MonitorError
 from snakeddp.provenance.record import utc_now
 from snakeddp.run.layout import TRACE_FILE
+from snakeddp.run.runs import BOOKKEEPING, LEADING, TRAILING, metric_order
 from snakeddp.util.fsutil import atomic_write_text
 
-METRIC_COLUMNS = (
-    "epoch",
-    "partition",
-    "samples",
-    "train_loss",
-    "val_loss",
-    "val_acc",
-    "lr",
-    "train_seconds",
-    "epoch_seconds",
-    "samples_per_s",
-    "data_wait_s",
-    "world_size",
-    "finished_at",
-)
 HOST_RECORD_BYTES = 512
 
 
@@ -45,9 +33,46 @@ def batch_size(batch: Any) -> int:
     return next((batch_size(item) for item in items), 0)
 
 
-def _metric(trainer: pl.Trainer, name: str) -> float | None:
-    value = trainer.callback_metrics.get(name)
-    return None if value is None else float(value)
+def scalar_metrics(trainer: pl.Trainer) -> dict[str, float]:
+    """What the model logged, as Lightning holds it for callbacks (single numbers only)."""
+    values = {}
+    for name, value in trainer.callback_metrics.items():
+        if (isinstance(value, torch.Tensor) and value.numel() == 1) or isinstance(value, (int, float)):
+            values[name] = float(value)
+    return values
+
+
+class MonitoredMetric(Callback):
+    """Stops every rank, with one line, at the end of the first epoch when the model has not logged
+    the metric that checkpoint selection and early stopping rank epochs by (trainer.monitor).
+
+    Lightning's own checks fail later, inside those callbacks, with a traceback from every rank.
+    This one runs before them (at the end of the training epoch, after its validation), on every
+    rank alike, since every rank logs the same names.
+    """
+
+    def __init__(self, metric: str) -> None:
+        self.metric = metric
+        self.seen = False
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.seen or trainer.sanity_checking:
+            return
+        logged = sorted(trainer.callback_metrics)
+        if self.metric in logged:
+            self.seen = True
+            return
+        shown = ", ".join(logged) if logged else "nothing (no self.log call reached Lightning)"
+        other = (
+            f"set trainer.monitor.metric to one of {', '.join(logged)} (with mode max if higher is better), or "
+            if logged
+            else ""
+        )
+        raise MonitorError(
+            f"trainer.monitor.metric={self.metric!r}: {type(pl_module).__name__} did not log it by the end of epoch "
+            f"{trainer.current_epoch} (it logged: {shown}); checkpoint selection and early stopping rank epochs by it. "
+            f"HINT: {other}log it in validation_step, e.g. self.log({self.metric!r}, loss)."
+        )
 
 
 class EpochMetrics(Callback):
@@ -61,7 +86,7 @@ class EpochMetrics(Callback):
         self.path = path
         self.rows: list[dict[str, Any]] = []
         self._epoch_start = self._train_end = 0.0
-        self._samples = 0
+        self._counts = [0, 0, 0, 0]  # samples, batches, val_samples, val_batches of this epoch, this rank
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Runs after a resume restored the loops (so current_epoch is the resumed one), and is
@@ -81,12 +106,26 @@ class EpochMetrics(Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_start = self._train_end = time.perf_counter()
-        self._samples = 0
+        self._counts = [0, 0, 0, 0]
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._samples += batch_size(batch)
+        self._counts[0] += batch_size(batch)
+        self._counts[1] += 1
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if not trainer.sanity_checking:
+            self._counts[2] += batch_size(batch)
+            self._counts[3] += 1
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
@@ -97,21 +136,25 @@ class EpochMetrics(Callback):
         train_seconds = (self._train_end if self._train_end > self._epoch_start else now) - self._epoch_start
         data = trainer.datamodule
         wait = torch.tensor(float(getattr(data, "epoch_wait_s", 0.0)), device=pl_module.device)
-        samples = torch.tensor(float(self._samples), device=pl_module.device)
+        counts = torch.tensor(self._counts, dtype=torch.float64, device=pl_module.device)
         if trainer.world_size > 1:
             wait = trainer.strategy.reduce(wait, reduce_op="max")
-            samples = trainer.strategy.reduce(samples, reduce_op="sum")
-        wait, samples = float(wait), int(samples)
+            counts = trainer.strategy.reduce(counts, reduce_op="sum")
+        wait = float(wait)
+        samples, batches, val_samples, val_batches = (int(n) for n in counts.tolist())
         if not trainer.is_global_zero:
             return
+        logged = {k: v for k, v in scalar_metrics(trainer).items() if k not in BOOKKEEPING}
         self.rows.append(
             {
                 "epoch": trainer.current_epoch,
                 "partition": getattr(data, "epoch_partition", ""),
                 "samples": samples,
-                "train_loss": _metric(trainer, "train_loss"),
-                "val_loss": _metric(trainer, "val_loss"),
-                "val_acc": _metric(trainer, "val_acc"),
+                "batches": batches,
+                # An epoch without validation (check_val_every_n_epoch) counted none: not zero records.
+                "val_samples": val_samples if val_batches else None,
+                "val_batches": val_batches if val_batches else None,
+                **logged,
                 "lr": trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None,
                 "train_seconds": round(train_seconds, 6),
                 "epoch_seconds": round(now - self._epoch_start, 6),
@@ -123,11 +166,19 @@ class EpochMetrics(Callback):
         )
         self._write()
 
+    @property
+    def columns(self) -> list[str]:
+        """LEADING, every metric any epoch logged (metric_order), TRAILING."""
+        logged = {name for row in self.rows for name in row if name not in BOOKKEEPING}
+        return [*LEADING, *sorted(logged, key=metric_order), *TRAILING]
+
     def _write(self) -> None:
-        lines = [",".join(METRIC_COLUMNS)]
-        for row in self.rows:
-            lines.append(",".join("" if row.get(c) in (None, "") else str(row[c]) for c in METRIC_COLUMNS))
-        atomic_write_text(self.path, "\n".join(lines) + "\n")
+        columns = self.columns
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(["" if row.get(c) in (None, "") else row[c] for c in columns] for row in self.rows)
+        atomic_write_text(self.path, text.getvalue())
 
 
 class Preempted(Exception):

@@ -8,8 +8,8 @@ multi-layer perceptron with real compute per step, which scaling studies need. B
 ``model.target: "package.module:ClassName"`` trains your own LightningModule instead, built as
 ``ClassName(**model.kwargs)`` plus the data's shape: constructor parameters named
 ``num_features`` or ``num_classes`` receive the dataset's values (from its manifest, or the custom
-DataModule's ``task``) unless ``model.kwargs`` gives them. The module must log ``val_loss`` (lower
-is better): checkpoints and early stopping follow it.
+DataModule's ``task``) unless ``model.kwargs`` gives them. The module must log trainer.monitor's
+metric (``val_loss`` unless set): checkpoints and early stopping follow it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from snakeddp.config.targets import TargetError, accepted_parameters, construct, load_class
+from snakeddp.errors import DataSourceError
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
@@ -85,9 +86,24 @@ class Classifier(pl.LightningModule):
             return F.binary_cross_entropy_with_logits(logits, labels)
         return F.cross_entropy(logits, labels)
 
+    def labels(self, labels: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Labels as the loss takes them, from the shapes DataModules yield: binary 0/1 labels shaped
+        (N,) or (N, 1), class indices shaped (N,) or (N, 1)."""
+        if labels.numel() != len(logits) or labels.dim() > 2:
+            kind = "one 0/1 label" if self.binary else "one class index"
+            raise DataSourceError(
+                f"{type(self).__name__} (model.name) takes {kind} per sample, shaped (N,) or (N, 1); the "
+                f"DataModule gave labels shaped {tuple(labels.shape)} for {len(logits)} samples. HINT: yield "
+                "(features, labels) batches with one label per sample, or train your own model with model.target."
+            )
+        if self.binary:
+            return labels.reshape(logits.shape).to(logits.dtype)
+        return labels.reshape(-1).long()
+
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         features, labels = batch
-        loss = self.loss(self(features), labels)
+        logits = self(features)
+        loss = self.loss(logits, self.labels(labels, logits))
         self.train_loss.update(loss.detach(), weight=len(features))
         if self._train_loss_epoch != self.current_epoch:
             # Lightning computes (and syncs) a logged metric at the epoch's end from everything
@@ -100,6 +116,7 @@ class Classifier(pl.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         features, labels = batch
         logits = self(features)
+        labels = self.labels(labels, logits)
         self.val_loss.update(self.loss(logits, labels), weight=len(features))
         preds, target = (logits.squeeze(-1), labels.squeeze(-1)) if self.binary else (logits, labels)
         self.val_acc.update(preds, target)

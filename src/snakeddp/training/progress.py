@@ -6,6 +6,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from snakeddp.run.runs import BOOKKEEPING, metric_order
 from snakeddp.training.callbacks import EpochMetrics
 from snakeddp.util.numbers import readable
 from snakeddp.util.terminal import say
@@ -17,12 +18,14 @@ def _seconds(value: float) -> str:
 
 
 def epoch_line(run_id: str, row: dict, max_epochs: int, mean_epoch_s: float) -> str:
-    """``run: epoch i/N  partition p  train_loss …  val_loss …  val_acc …  samples/s  s/epoch  ETA``."""
+    """``run: epoch i/N  partition p  train_loss …  val_loss …  val_acc …  samples/s  s/epoch  ETA``,
+    with whatever metrics the model logged (partition only for snakeddp's partitions)."""
     epoch = int(row["epoch"]) + 1
+    logged = sorted((name for name in row if name not in BOOKKEEPING), key=metric_order)
     fields = [
         f"{run_id}: epoch {epoch}/{max_epochs}",
-        f"partition {row['partition']}",
-        *(f"{name} {readable(row[name])}" for name in ("train_loss", "val_loss", "val_acc")),
+        *([f"partition {row['partition']}"] if row.get("partition") not in (None, "") else []),
+        *(f"{name} {readable(row[name])}" for name in logged),
         f"{readable(row['samples_per_s'])} samples/s",
         f"{_seconds(float(row['epoch_seconds']))}/epoch",
         f"ETA {_seconds(mean_epoch_s * (max_epochs - epoch))}",

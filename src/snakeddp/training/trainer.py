@@ -15,12 +15,13 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
+from snakeddp import config as configuration
 from snakeddp.cluster import Launcher, Layout
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.provenance.record import Outcome
-from snakeddp.run.layout import CHECKPOINT_NAME, RunPaths
-from snakeddp.training.callbacks import EpochMetrics, Preemption, RankHosts, SampleTrace
+from snakeddp.run.layout import RunPaths, checkpoint_name
+from snakeddp.training.callbacks import EpochMetrics, MonitoredMetric, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
@@ -47,8 +48,11 @@ class Callbacks:
     """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them; the run reads
     its results from them after fit."""
 
+    monitor: MonitoredMetric
+    """First: a model that does not log trainer.monitor's metric stops every rank before any callback
+    ranks epochs by it."""
     checkpoint: EpochCheckpoint
-    """The top-k by val_loss and last.ckpt; its best and last paths go to provenance."""
+    """The top-k by trainer.monitor and last.ckpt; its best and last paths go to provenance."""
     metrics: EpochMetrics
     """metrics.csv, one row per epoch (rank 0)."""
     preemption: Preemption
@@ -105,14 +109,16 @@ def build_trainer(
     paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
+    monitor = configuration.monitor(cfg)
     metrics = EpochMetrics(paths.metrics)
     callbacks = Callbacks(
+        monitor=MonitoredMetric(monitor["metric"]),
         checkpoint=EpochCheckpoint(
             dirpath=paths.checkpoints,
-            filename=CHECKPOINT_NAME,
+            filename=checkpoint_name(monitor["metric"]),
             auto_insert_metric_name=False,
-            monitor="val_loss",
-            mode="min",
+            monitor=monitor["metric"],
+            mode=monitor["mode"],
             save_top_k=trainer_cfg["save_top_k"],
         ),
         metrics=metrics,
@@ -121,7 +127,10 @@ def build_trainer(
         phases=Phases(checkpoint_io),
         progress=EpochProgress(run_dir.name, metrics),
         early_stopping=EarlyStopping(
-            monitor="val_loss", mode="min", patience=stop_cfg["patience"], min_delta=stop_cfg["min_delta"]
+            monitor=monitor["metric"],
+            mode=monitor["mode"],
+            patience=stop_cfg["patience"],
+            min_delta=stop_cfg["min_delta"],
         )
         if stop_cfg["enabled"]
         else None,

@@ -1,0 +1,181 @@
+"""A user's own model and DataModule, trained and reported through `snakemake --profile profiles/local`:
+Lightning's BoringModel and BoringDataModule (one configuration that refuses in one line, one that
+reports), and a small CNN on random images with its own DataModule at 1 and 2 processes. Every report
+shows what the runs logged and counted, with no panel for a metric nobody logged."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snakeddp.report import figures
+from snakeddp.report.table import varying_params
+from snakeddp.run.runs import find_runs
+from tests.helpers import Workflow, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+BORING = "lightning.pytorch.demos.boring_classes"
+LAUNCH = {"mem_mb": 1000, "runtime": 10}
+
+
+def boring(model: str, **trainer) -> dict:
+    return {
+        "data": {"name": "boring", "source": "module", "module": f"{BORING}:BoringDataModule"},
+        "model": {"target": model},
+        "trainer": {"max_epochs": 2, **trainer},
+        "launch": {**LAUNCH, "devices": 2},
+    }
+
+
+def user_workflow(directory: Path, config: dict) -> Workflow:
+    """A working directory holding the user's module, as a user's project would."""
+    shutil.copy(Path(__file__).with_name("user_project.py"), directory / "user_project.py")
+    flow = Workflow(directory)
+    flow.write_config(config)
+    return flow
+
+
+def verify(flow: Workflow, run: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "snakeddp.cli", "--results", str(flow.directory / "results"), "verify", run],
+        capture_output=True, text=True, env=subprocess_env(), check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def report_of(flow: Workflow) -> tuple[str, list[dict], dict]:
+    """report.html, runs.csv's rows and the curves figure's series, after checking that the figure has
+    no empty panel: every metric it plots has a finite value in some run."""
+    report = flow.directory / "results" / "report"
+    html = (report / "report.html").read_text()
+    with (report / "runs.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    series = json.loads((report / "plots" / "curves.json").read_text())["series"]
+    plotted: dict[str, list[float]] = {}
+    for item in series:
+        kind, *_, metric = item["gid"].split("|")
+        if kind == "curve":
+            plotted.setdefault(metric, []).extend(y for y in item["y"] if y is not None and math.isfinite(y))
+    assert plotted and all(plotted.values()), plotted
+    assert (report / "ro-crate-metadata.json").is_file()
+    rendered(report / "report.html")
+    return html, rows, plotted
+
+
+def rendered(page: Path) -> None:
+    """Where Chromium is installed, the page as it renders (report.png beside it, for a person to
+    look at): it must render at all, offline, with its embedded figures."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return
+    shot = page.with_suffix(".png")
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1300,2600",
+         f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shot.is_file() and shot.stat().st_size > 50_000, "a page with its figures, not a blank one"
+
+
+def test_boringmodel_that_logs_no_val_loss_stops_every_rank_in_one_line_naming_what_it_logged(tmp_path):
+    flow = user_workflow(tmp_path, boring(f"{BORING}:BoringModel"))
+    done = flow.run(check=False)
+    assert done.returncode != 0
+    log = (tmp_path / "logs" / "train" / "base.log").read_text()
+    lines = [line for line in log.splitlines() if "trainer.monitor.metric='val_loss'" in line]
+    assert len(lines) == 1, log[-3000:]
+    (line,) = lines
+    assert "BoringModel did not log it" in line and "it logged: nothing" in line and "HINT:" in line, line
+    assert "Traceback" not in log, log[-3000:]
+    assert (tmp_path / "results" / "runs" / "base" / "failure.txt").read_text().strip() == line
+    assert not (tmp_path / "results" / "runs" / "base" / "provenance.json").exists()
+
+
+def test_boringmodel_monitored_by_the_metric_it_logs_trains_and_reports_what_it_logged(tmp_path):
+    config = boring("user_project:LoggedBoringModel", monitor={"metric": "valid_mse", "mode": "min"})
+    flow = user_workflow(tmp_path, config)
+    flow.run()
+    (run,) = find_runs(tmp_path / "results")
+    training, data = run.provenance["training"], run.provenance["data"]
+    assert run.logged == ["train_mse", "valid_mse"]
+    assert training["monitor"] == {"metric": "valid_mse", "mode": "min"}
+    assert training["best_checkpoint"]["metric"] == "valid_mse"
+    scores = {row["epoch"]: row["valid_mse"] for row in run.metrics}
+    assert training["best_score"] == min(scores.values()) and scores[training["best_epoch"]] == training["best_score"]
+    assert training["best_val_loss"] is None and training["best_val_acc"] is None
+    # BoringDataModule: 64 train and 64 validation samples, batches of one, shared by 2 ranks.
+    assert data["records"] is None and data["partitions"] is None
+    assert data["counted"] == {"train_samples_per_epoch": 64, "train_batches_per_epoch": 64, "val_samples": 64,
+                               "val_batches": 64}  # fmt: skip
+
+    html, rows, plotted = report_of(flow)
+    assert set(plotted) == {"train_mse", "valid_mse"}, "panels only for what the model logged"
+    assert "val_acc" not in html and "validation accuracy" not in html
+    assert "does not apply: the DataModule lightning.pytorch.demos.boring_classes:BoringDataModule" in html
+    assert "64 train samples in 64 batches per epoch" in html
+    assert "best valid_mse" in html
+    (row,) = rows
+    assert row["monitor"] == "valid_mse (min)" and float(row["best_score"]) == training["best_score"]
+    assert float(row["at_best:valid_mse"]) == training["best_score"] and row["best_val_loss"] == ""
+    assert (row["samples_per_epoch"], row["batches_per_epoch"], row["val_samples"]) == ("64", "64", "64")
+    assert "user code" in verify(flow, "base")
+
+
+def test_a_cnn_on_its_own_image_datamodule_at_1_and_2_processes_reports_its_own_metrics_and_batches(tmp_path):
+    config = {
+        "data": {"name": "fakeimages", "source": "module", "module": "user_project:FakeImages",
+                 "module_kwargs": {"images_per_batch": 16}},
+        "model": {"target": "user_project:SmallCNN", "kwargs": {"channels": 8}},
+        "trainer": {"max_epochs": 3},
+        "launch": LAUNCH,
+        "sweep": {"launch.devices": [1, 2]},
+    }  # fmt: skip
+    flow = user_workflow(tmp_path, config)
+    flow.run()
+    runs = find_runs(tmp_path / "results")
+    assert [run.run_id for run in runs] == ["devices-1", "devices-2"]
+    for run in runs:
+        assert run.logged == ["train_loss", "val_loss", "val_accuracy"]
+        # 192 images in batches of 16 (not trainer.batch_size's 128): 12 batches, over all ranks.
+        assert run.provenance["data"]["counted"]["train_samples_per_epoch"] == 192
+        assert run.provenance["data"]["counted"]["train_batches_per_epoch"] == 12
+        assert run.provenance["training"]["best_val_loss"] is not None
+        assert run.provenance["training"]["best_metrics"]["val_accuracy"] is not None
+        verify(flow, run.run_id)
+    for point in figures.scaling_points(runs, varying_params([run.provenance for run in runs])):
+        assert point["step_ms"] == pytest.approx(1e3 * 16 * point["world_size"] / point["throughput"])
+
+    html, rows, plotted = report_of(flow)
+    assert set(plotted) == {"train_loss", "val_loss", "val_accuracy"}
+    assert "val_acc," not in html and "validation accuracy" not in html, "no panel for the built-in's val_acc"
+    assert "best val_loss" in html and "val_accuracy" in html
+    assert [row["at_best:val_accuracy"] != "" for row in rows] == [True, True]
+    assert (tmp_path / "results" / "report" / "plots" / "scaling.json").is_file()
+
+
+def test_binary_labels_shaped_n_from_a_users_datamodule_train_the_builtin_model_and_report(tmp_path):
+    config = {
+        "data": {"name": "points", "source": "module", "module": "user_project:BinaryPoints"},
+        "model": {"name": "linear", "lr": 0.05},
+        "trainer": {"max_epochs": 3, "batch_size": 32},
+        "launch": LAUNCH,
+    }
+    flow = user_workflow(tmp_path, config)
+    flow.run()
+    (run,) = find_runs(tmp_path / "results")
+    assert run.logged == ["train_loss", "val_loss", "val_acc"]
+    assert run.provenance["training"]["best_val_acc"] > 0.75, "the plane is learnable"
+    assert run.provenance["data"]["counted"]["train_batches_per_epoch"] == 8
+    html, _, plotted = report_of(flow)
+    assert set(plotted) == {"train_loss", "val_loss", "val_acc"}
+    assert "does not apply: the DataModule user_project:BinaryPoints" in html
+    verify(flow, "base")
