@@ -170,7 +170,7 @@ def as_source(provenance: dict, source: str, workdir: Path) -> dict:
 @pytest.fixture(scope="module")
 def source_crates(sweep_workflow, tmp_path_factory) -> dict[str, Path]:
     """For each data source: the sweep's runs as runs of that source, and the crate the report writes of them."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     config = configuration.validate({})
     crates = {}
     for source in RAN:

@@ -43,21 +43,11 @@ WEIGHTS = "model.safetensors"
 DESCRIPTION = "model.json"
 # Exports live beside the other stages' results: results/export/<run label>/.
 EXPORT_DIR = "export"
-# What runs recorded before trainer.monitor existed ranked their checkpoints by.
-DEFAULT_MONITOR = {"metric": "val_loss", "mode": "min"}
 
 
 def default_destination(results: str | Path, run: Run) -> Path:
     """Where ``snakeddp export RUN`` writes without --to: ``results/export/<run label>``."""
     return Path(results) / EXPORT_DIR / run.label
-
-
-def monitor(run: Run) -> dict[str, Any]:
-    """The metric the run's best checkpoint was chosen by, as recorded (else trainer.monitor, else val_loss/min)."""
-    training = run.provenance.get("training") or {}
-    if training.get("monitor"):
-        return dict(training["monitor"])
-    return {**DEFAULT_MONITOR, **(run.provenance["config"].get("trainer", {}).get("monitor") or {})}
 
 
 def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
@@ -126,7 +116,7 @@ def export(run: Run, destination: str | Path) -> dict[str, Any]:
     partial = destination / f".{WEIGHTS}.partial"
     safetensors.torch.save_model(model, str(partial), metadata={"format": FORMAT, "run_id": run.run_id})
     os.replace(partial, destination / WEIGHTS)
-    best = monitor(run)
+    best = dict(run.monitor)
     description = {
         "format": FORMAT,
         "model": {"target": target, "kwargs": arguments},
