@@ -16,6 +16,21 @@ LINKED = ("Snakefile", "rules", "src", "envs", "profiles", "scripts", "report")
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
+def copy_of_this_checkout(root: Path) -> Path:
+    """This checkout's tracked and new files (nothing ignored) copied under ``root``, as a fresh clone has them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    return root
+
+
 class Checkout:
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -4,13 +4,13 @@ user's own profile of the same name left alone, and plain `snakemake` with the w
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -20,19 +20,7 @@ NAMES = ("local", "slurm", "azureml")
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A copy of this checkout's files (tracked and new, nothing ignored), as a fresh clone has them."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    root = tmp_path / "snakeddp"
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    return root
+    return copy_of_this_checkout(tmp_path / "snakeddp")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, TINY, subprocess_env
+from tests.checkout import copy_of_this_checkout
+from tests.helpers import TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -26,16 +26,7 @@ CONFIG = {**TINY, "sweep": {"launch.devices": [1, 2]}}
 
 def fresh_clone(root: Path) -> Path:
     """This checkout's tracked and new files (nothing ignored) copied into a new git repository."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
+    copy_of_this_checkout(root)
     (root / "config" / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     return root

@@ -97,25 +97,34 @@ def descendants_and_self(pid: int) -> list[psutil.Process]:
     return [parent, *parent.children(recursive=True)]
 
 
+def training_in_background(workflow: Workflow, epochs: int) -> subprocess.Popen:
+    """``snakemake`` for the run's provenance.json, in the background, returned once ``epochs``
+    epochs are in its metrics.csv (the run still training)."""
+    metrics = workflow.directory / RUN / "metrics.csv"
+    snakemake = subprocess.Popen(
+        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not metrics.exists() or len(metrics.read_text().splitlines()) < 1 + epochs:  # the header first
+        assert snakemake.poll() is None and time.monotonic() < deadline, f"training ended before epoch {epochs}"
+        time.sleep(0.1)
+    return snakemake
+
+
+def kill_everything(snakemake: subprocess.Popen) -> None:
+    """A lost node: nothing gets to clean up."""
+    for process in descendants_and_self(snakemake.pid):
+        process.kill()
+    snakemake.wait()
+
+
 def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(workflow: Workflow, tiny_config):
     tiny_config["data"]["num_records_per_train_file"] = 3000
     tiny_config["trainer"].update(max_epochs=6, early_stopping={"enabled": False})
     workflow.write_config(tiny_config)
     metrics = workflow.directory / RUN / "metrics.csv"
-    snakemake = subprocess.Popen(
-        workflow.command(f"{RUN}/provenance.json"),
-        cwd=workflow.directory,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 600
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:  # header + 2 epochs
-        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the kill"
-        time.sleep(0.1)
-    for process in descendants_and_self(snakemake.pid):  # a lost node: nothing gets to clean up
-        process.kill()
-    snakemake.wait()
+    kill_everything(training_in_background(workflow, epochs=2))
 
     locked = workflow.run(f"{RUN}/provenance.json", check=False)
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
@@ -292,17 +301,7 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
     tiny_config["trainer"].update(max_epochs=4, early_stopping={"enabled": False})
     workflow.write_config(tiny_config)
     metrics = workflow.directory / RUN / "metrics.csv"
-    snakemake = subprocess.Popen(
-        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < 3:  # header + 2 epochs
-        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the kill"
-        time.sleep(0.1)
-    for process in descendants_and_self(snakemake.pid):
-        process.kill()
-    snakemake.wait()
+    kill_everything(training_in_background(workflow, epochs=2))
     workflow.run("--unlock")
 
     last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
@@ -331,15 +330,7 @@ def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training
     slow = slow_config(SIGNALLED_RECORDS, max_epochs=3)  # epochs that outlast the second invocation
     slow["launch"]["devices"] = 1
     workflow.write_config(slow)
-    metrics = workflow.directory / RUN / "metrics.csv"
-    first = subprocess.Popen(
-        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 600
-    while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:  # header + 1 epoch
-        assert first.poll() is None and time.monotonic() < deadline, "training ended before the second invocation"
-        time.sleep(0.1)
+    first = training_in_background(workflow, epochs=1)
     trained_lr = slow["model"].get("lr")
     slow["model"]["lr"] = 0.0123
     workflow.write_config(slow)
