@@ -40,3 +40,12 @@ def test_a_stale_record_is_named_and_removed_only_by_a_run_that_executes_jobs(tm
         f"environment: 1 package(s) changed since {stale} was recorded: recording it again"
     ]
     assert not stale.is_file() and fresh.is_file()
+
+
+def test_a_file_that_is_not_a_record_is_left_alone(tmp_path):
+    """`snakemake --touch` leaves empty files where records would be: not a reason to stop the workflow."""
+    empty, listed = tmp_path / "train.json", tmp_path / "data.json"
+    empty.write_text("")
+    listed.write_text("[1, 2]")
+    assert refresh([empty, listed], remove=True) == []
+    assert empty.exists() and listed.exists()

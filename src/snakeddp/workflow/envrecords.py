@@ -39,8 +39,11 @@ def refresh(records: Iterable[Path], remove: bool) -> list[str]:
     for path in records:
         if not path.is_file():
             continue
-        record = read_json(path)
-        if not made_here(record):
+        try:
+            record = read_json(path)
+        except (OSError, ValueError):  # not a record (`snakemake --touch` leaves empty files): not ours to judge
+            continue
+        if not isinstance(record, dict) or not made_here(record):
             continue
         if packages is None:
             packages = {key: pin.version for key, pin in installed().items()}
