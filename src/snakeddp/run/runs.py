@@ -155,10 +155,10 @@ class Run:
         return path
 
     def _escapes(self, recorded: Any, where: str) -> ProvenanceError:
-        return ProvenanceError(
-            f"{self.paths.provenance}: names the file {recorded!r}, which is not inside {where}; snakeddp "
-            f"follows no path a record points out of its directory. HINT: this is not a record snakeddp wrote: "
-            f"move {self.paths.run_dir} out of results/ and rerun snakemake, which trains the run again."
+        return foreign_record(
+            self.paths,
+            f"names the file {recorded!r}, which is not inside {where}; snakeddp follows no path a record "
+            "points out of its directory",
         )
 
 
@@ -172,6 +172,14 @@ def best_run(runs: list[Run]) -> Run | None:
     return pick(scored, key=lambda run: run.best_score)
 
 
+def foreign_record(paths: AttemptPaths, what: str) -> ProvenanceError:
+    """A record snakeddp did not write: one line saying what is wrong with it, and the way back."""
+    return ProvenanceError(
+        f"{paths.provenance}: {what}. HINT: this is not a record snakeddp wrote: move {paths.run_dir} out of "
+        "results/ and rerun snakemake, which trains the run again."
+    )
+
+
 def load_run(run_dir: str | Path) -> Run:
     """A finished run as recorded; a record whose run id is not a run name is refused: the id names
     directories and files wherever the record is used (the report, the crate)."""
@@ -179,10 +187,9 @@ def load_run(run_dir: str | Path) -> Run:
     record = read_json(paths.provenance)
     recorded = record.get("run_id") if isinstance(record, dict) else None
     if not isinstance(recorded, str) or not re.fullmatch(RUN_ID_PATTERN, recorded):
-        raise ProvenanceError(
-            f"{paths.provenance}: records run id {recorded!r}, which is not a run name ({RUN_ID_PATTERN}); "
-            f"snakeddp uses no such record. HINT: this is not a record snakeddp wrote: move {paths.run_dir} "
-            "out of results/ and rerun snakemake, which trains the run again."
+        raise foreign_record(
+            paths,
+            f"records run id {recorded!r}, which is not a run name ({RUN_ID_PATTERN}); snakeddp uses no such record",
         )
     return Run(run_dir=paths.folder, provenance=record, metrics=read_metrics(paths.metrics))
 
