@@ -36,6 +36,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/env.smk"
 include: "rules/train.smk"
+include: "rules/search.smk"
 include: "rules/report.smk"
 
 

@@ -26,6 +26,7 @@ from snakeddp.workflow import reasons as snakeddp_reasons
 from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
 from snakeddp.run import rules as snakeddp_rules
+from snakeddp.run import search as snakeddp_search
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakemake.utils import update_config
 
@@ -50,6 +51,8 @@ try:
     snakeddp_data_plan.resolve_tables(
         RUNS, cache=".snakemake/snakeddp/table-sha256.json"
     )
+    # The search over RUNS' configurations (search:), or None: then every run trains its whole budget.
+    SEARCH = snakeddp_search.plan(CONFIG, RUNS)
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
@@ -148,6 +151,8 @@ wildcard_constraints:
     index=r"\d{5}",
     parts=r"\d+",
     stage=r"data|train|report",
+    epochs=r"[1-9]\d*",
+    rung=r"\d+",
 
 
 def get_dataset_params(wildcards):
@@ -201,6 +206,13 @@ def get_launch(wildcards):
     return RUNS[wildcards.run]["config"]["launch"]
 
 
+def get_budget_run_json(wildcards):
+    """A run as run.yaml holds it, trained to another budget (a search rung's epochs)."""
+    run = json.loads(get_run_json(wildcards))
+    run["config"]["trainer"]["max_epochs"] = int(wildcards.epochs)
+    return json.dumps(run, sort_keys=True)
+
+
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
     return launch["devices"] * launch["threads_per_process"]
@@ -209,3 +221,18 @@ def get_train_threads(wildcards):
 def get_slurm_tasks(wildcards):
     """The train rule's Slurm task layout (snakeddp.workflow.slurm)."""
     return slurm_resources(get_launch(wildcards))
+
+
+# The Slurm/scheduler resources of a job that trains a run (rules train and search_train).
+TRAIN_RESOURCES = dict(
+    nodes=lambda wc: get_launch(wc)["nodes"],
+    mem_mb=lambda wc: get_launch(wc)["mem_mb"],
+    runtime=lambda wc: get_launch(wc)["runtime"],
+    # Slurm (profiles/slurm): one task per training process, GPUs per node.
+    mpi=lambda wc: get_slurm_tasks(wc)["mpi"],
+    tasks_per_node=lambda wc: get_slurm_tasks(wc)["tasks_per_node"],
+    tasks=lambda wc: get_slurm_tasks(wc)["tasks"],
+    tasks_per_gpu=lambda wc: get_slurm_tasks(wc)["tasks_per_gpu"],
+    cpus_per_task=lambda wc: get_slurm_tasks(wc)["cpus_per_task"],
+    gres=lambda wc: get_slurm_tasks(wc)["gres"],
+)

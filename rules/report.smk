@@ -41,9 +41,21 @@ rule report:
     message:
         "report: runs table, figures, HTML page and RO-Crate"
     input:
-        provenance=expand(rules.train.output.provenance, run=RUNS),
+        provenance=lambda wc: expand(
+            rules.train.output.provenance, run=get_report_runs()
+        ),
         workflow=WORKFLOW_FILES,
-        exports=expand(rules.export.output.description, run=RUNS) if EXPORT else [],
+        exports=lambda wc: (
+            expand(rules.export.output.description, run=get_report_runs())
+            if EXPORT
+            else []
+        ),
+        # A search's decisions, rung by rung (search:); none without a search.
+        search=(
+            [f"results/search/rung-{rung}.json" for rung in SEARCH.rungs]
+            if SEARCH
+            else []
+        ),
     output:
         table="results/report/runs.csv",
         curves=report(

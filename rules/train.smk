@@ -35,16 +35,7 @@ rule train:
         "../envs/train.yaml"
     threads: get_train_threads
     resources:
-        nodes=lambda wc: get_launch(wc)["nodes"],
-        mem_mb=lambda wc: get_launch(wc)["mem_mb"],
-        runtime=lambda wc: get_launch(wc)["runtime"],
-        # Slurm (profiles/slurm): one task per training process, GPUs per node.
-        mpi=lambda wc: get_slurm_tasks(wc)["mpi"],
-        tasks_per_node=lambda wc: get_slurm_tasks(wc)["tasks_per_node"],
-        tasks=lambda wc: get_slurm_tasks(wc)["tasks"],
-        tasks_per_gpu=lambda wc: get_slurm_tasks(wc)["tasks_per_gpu"],
-        cpus_per_task=lambda wc: get_slurm_tasks(wc)["cpus_per_task"],
-        gres=lambda wc: get_slurm_tasks(wc)["gres"],
+        **TRAIN_RESOURCES,
     shell:
         "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"

@@ -53,6 +53,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--data", required=True, type=Path)
     parser.add_argument("--environment-record", type=Path)
+    parser.add_argument(
+        "--record-to",
+        type=Path,
+        help="move the finished attempt's provenance.json here instead of leaving it in the run directory "
+        "(a search rung's record: the run directory's provenance.json means the run's whole budget)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     return parser.parse_args(argv)
 
@@ -103,6 +109,20 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
 
 
 def run_attempt(args: argparse.Namespace) -> int:
+    code = _run_attempt(args)
+    if code == 0 and args.record_to:
+        publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
+    return code
+
+
+def publish_elsewhere(provenance: Path, record: Path) -> None:
+    """Move a finished attempt's record out of its run directory, where Snakemake would take it for the
+    train rule's output (the run trained to its whole budget); the attempt keeps its own copy."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    provenance.replace(record)
+
+
+def _run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
     key = attempt.attempt_key(run.config, args.data, args.environment_record)
     launcher, argv, env = build(args, dict(os.environ))

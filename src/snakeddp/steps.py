@@ -6,6 +6,7 @@
     python -m snakeddp.steps manifest  --params JSON --dataset ID --val val.json --out manifest-4.json --entries E...
     python -m snakeddp.steps module    --params JSON --dataset ID --out module.json
     python -m snakeddp.steps run-config --run-id ID --run JSON --out run.yaml
+    python -m snakeddp.steps search-rung --rung 1 --plan JSON --records R... --out results/search/rung-1.json
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
 
 Why shell commands rather than Snakemake ``script:`` files: Snakemake reruns a script rule
@@ -69,6 +70,21 @@ def _run_config(args: argparse.Namespace) -> None:
     RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
 
 
+def _search_rung(args: argparse.Namespace) -> None:
+    from snakeddp.provenance.schema import validate_file
+    from snakeddp.run import search
+
+    plan, groups = search.plan_from_json(args.plan)
+    records = {str(path): validate_file(path) for path in args.records}
+    decision = search.rung_decision(plan, groups, args.rung, records)
+    search.write_decision(args.out, decision)
+    promoted = search.survivors(decision)
+    print(
+        f"search: rung {args.rung} ({plan.budgets[args.rung]} epochs) ranked {len(decision['configurations'])} "
+        f"configurations by {plan.metric} ({plan.mode}); promoted: {', '.join(promoted) or 'none (last rung)'}"
+    )
+
+
 def _environment(args: argparse.Namespace) -> None:
     from snakeddp.environment.capture import capture
     from snakeddp.run import variables
@@ -123,6 +139,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run_config = step("run-config", _run_config)
     run_config.add_argument("--run-id", required=True, help="run id")
     run_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    search_rung = step("search-rung", _search_rung)
+    search_rung.add_argument("--rung", required=True, type=int, help="the rung's index (0 = first)")
+    search_rung.add_argument("--plan", required=True, help="the search's plan and configurations as JSON")
+    search_rung.add_argument("--records", nargs="+", type=Path, required=True, help="the rung's runs' records")
     environment = step("environment", _environment)
     environment.add_argument("--stage", required=True, help="data, train or report")
     environment.add_argument("--image", default=None, help="container image the stage runs in")
