@@ -80,6 +80,7 @@ rule report:
             category="Report",
         ),
         crate="results/report/ro-crate-metadata.json",
+        search_table="results/report/search.csv" if SEARCH else [],
         files=directory("results/report/files"),
     log:
         "logs/report/report.log",

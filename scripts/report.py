@@ -10,8 +10,11 @@ from snakeddp.errors import ConfigError
 from snakeddp.provenance.schema import validate
 from snakeddp.report import figures
 from snakeddp.report.page import write_crate, write_report
+from snakeddp.report.search import view as search_view
+from snakeddp.report.search import write_table as write_search_table
 from snakeddp.report.table import varying_params, write_runs_table
 from snakeddp.run.runs import runs_from_provenance
+from snakeddp.run.search import read_decision
 from snakeddp.util.shutdown import freeze_imports
 from snakeddp.util.terminal import say
 
@@ -45,12 +48,25 @@ if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
     figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)
 exports = list(snakemake.input.exports)
+searched = None
+if snakemake.input.search:  # a search chose the runs: its rungs' decisions
+    decisions = [read_decision(path) for path in snakemake.input.search]
+    searched = search_view(decisions, max(run.provenance["training"]["max_epochs"] for run in runs))
+    write_search_table(searched, out.search_table)
 write_report(
-    runs=runs, settings=settings, curves=out.curves, scaling=out.scaling or None, out=out.html, exports=exports
+    runs=runs,
+    settings=settings,
+    curves=out.curves,
+    scaling=out.scaling or None,
+    out=out.html,
+    exports=exports,
+    search=searched,
 )
 # Last: the crate lists the files above with their checksums.
-report_files = [out.html, out.table, out.curves, out.curves_series] + (
-    [out.scaling, out.scaling_series] if out.scaling else []
+report_files = (
+    [out.html, out.table, out.curves, out.curves_series]
+    + ([out.scaling, out.scaling_series] if out.scaling else [])
+    + ([out.search_table] if searched else [])
 )
 write_crate(
     runs=runs,

@@ -202,9 +202,11 @@ def render(
     scaling_figure: str | Path | None,
     links: Mapping[str, str] | None = None,
     history: Sequence[tuple[Run, str]] = (),
+    search: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole page for ``runs``; ``links`` maps labels to files next to the report; ``history``
-    pairs each earlier finished attempt with the link to its provenance."""
+    pairs each earlier finished attempt with the link to its provenance; ``search`` is the search's
+    view (snakeddp.report.search), when a search chose the runs."""
     params = varying_params([run.provenance for run in runs])
     plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
     scaling = None
@@ -227,4 +229,5 @@ def render(
         scaling=scaling,
         links=list((links or {}).items()),
         history=_history(runs, history),
+        search=search,
     )

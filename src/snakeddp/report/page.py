@@ -22,6 +22,7 @@ def write_report(
     scaling: str | Path | None,
     out: str | Path,
     exports: Sequence[str | Path] = (),
+    search: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the self-contained report page for ``runs``; ``exports``: each run's exported model.json
     (results/export/<run>/model.json), linked from the page."""
@@ -30,7 +31,9 @@ def write_report(
     links.update({f"{run.run_id}: {PROVENANCE}": f"{crate.PAYLOAD}/{RUNS}/{run.run_id}/{PROVENANCE}" for run in runs})
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
     links.update(export_links(exports, Path(out).resolve().parent))
-    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history))
+    if search:
+        links["search.csv (every configuration of the search)"] = "search.csv"
+    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history, search))
 
 
 def export_links(exports: Sequence[str | Path], here: Path) -> dict[str, str]:

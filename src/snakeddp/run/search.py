@@ -130,13 +130,19 @@ def promoted_count(count: int, eta: int) -> int:
 
 
 def decide(
-    plan: Plan, rung: int, groups: Mapping[str, Sequence[str]], scores: Mapping[str, float | None]
+    plan: Plan,
+    rung: int,
+    groups: Mapping[str, Sequence[str]],
+    scores: Mapping[str, float | None],
+    epochs: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Rung ``rung``'s decision over the configurations it trained (``groups``: id -> runs) from
-    each run's score at that rung's budget."""
+    each run's score at that rung's budget (``epochs``: how many each run trained, early stopping
+    may end one before the budget)."""
     by_config = {cid: [scores[rid] for rid in runs] for cid, runs in groups.items()}
     ranked = rank(by_config, plan.mode)
     keep = len(ranked) if rung == plan.top else promoted_count(len(ranked), plan.eta)
+    trained = epochs or {}
     return {
         "version": DECISION_VERSION,
         "rung": rung,
@@ -147,7 +153,9 @@ def decide(
         "configurations": [
             {
                 "id": cid,
-                "runs": {rid: scores[rid] for rid in groups[cid]},
+                "runs": {
+                    rid: {"score": scores[rid], "epochs": trained.get(rid, plan.budgets[rung])} for rid in groups[cid]
+                },
                 "mean": _mean(by_config[cid]),
                 "rank": position + 1,
                 "promoted": position < keep and rung < plan.top,
@@ -184,16 +192,18 @@ def rung_decision(
     budget, schema-validated by the caller), each checked to be a run of this search at that budget."""
     owner = {rid: cid for cid, runs in groups.items() for rid in runs}
     scores: dict[str, float | None] = {}
+    epochs: dict[str, int] = {}
     for path, record in records.items():
-        rid, epochs = record["run_id"], record["training"]["max_epochs"]
-        if rid not in owner or epochs != plan.budgets[rung]:
+        rid, budget = record["run_id"], record["training"]["max_epochs"]
+        if rid not in owner or budget != plan.budgets[rung]:
             raise ProvenanceError(
-                f"{path} is run {rid!r} trained to {epochs} epochs, not a run of this search at rung {rung} "
+                f"{path} is run {rid!r} trained to {budget} epochs, not a run of this search at rung {rung} "
                 f"({plan.budgets[rung]} epochs). HINT: delete it; the next `snakemake` run makes it again."
             )
         scores[rid] = score_at(record, plan.metric)
+        epochs[rid] = record["training"]["epochs_completed"]
     trained = {cid: runs for cid, runs in groups.items() if all(rid in scores for rid in runs)}
-    return decide(plan, rung, trained, scores)
+    return decide(plan, rung, trained, scores, epochs)
 
 
 def survivors(decision: Mapping[str, Any]) -> list[str]:
@@ -237,11 +247,27 @@ def read_decision(path: str | Path) -> dict[str, Any]:
 
 
 def epochs_trained(decisions: Iterable[Mapping[str, Any]]) -> int:
-    """Epochs the search trained in all: each run trained to each rung's budget, continuing from the
-    previous rung (never retraining an epoch)."""
+    """Epochs the search trained in all: each run continues from its previous rung, so a run's
+    epochs are those of the last rung it reached (fewer than the budget where early stopping ended it)."""
     reached: dict[str, int] = {}
     for decision in decisions:
         for entry in decision["configurations"]:
-            for rid in entry["runs"]:
-                reached[rid] = max(reached.get(rid, 0), decision["epochs"])
+            for rid, run in entry["runs"].items():
+                reached[rid] = max(reached.get(rid, 0), run["epochs"])
     return sum(reached.values())
+
+
+def outcome(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per configuration, best first: the last rung it reached, its mean score at each rung,
+    and whether it won (first at the top rung)."""
+    ordered = sorted(decisions, key=lambda d: d["rung"])
+    rows: dict[str, dict[str, Any]] = {}
+    for decision in ordered:
+        for entry in decision["configurations"]:
+            row = rows.setdefault(entry["id"], {"id": entry["id"], "seeds": len(entry["runs"]), "scores": {}})
+            row["scores"][decision["epochs"]] = entry["mean"]
+            row["rung"], row["epochs"], row["rank"] = decision["rung"], decision["epochs"], entry["rank"]
+    top = ordered[-1]["rung"] if ordered else None
+    for row in rows.values():
+        row["winner"] = row["rung"] == top and row["rank"] == 1
+    return sorted(rows.values(), key=lambda row: (-row["rung"], row["rank"], row["id"]))
