@@ -1,0 +1,122 @@
+"""Successive halving on the local profile, as a user runs it: 9 learning rates, max_epochs 9, eta 3.
+
+One search is run in full (fixture ``searched``); a second, from an empty directory, is stopped with
+Ctrl-C in its second rung and run again; the first then trains the whole grid, continuing the
+configurations the search stopped.
+"""
+
+import copy
+import csv
+import json
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from snakeddp.run.layout import RunPaths
+from tests.helpers import TINY, Workflow, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+LRS = [0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001, 0.00003]
+SEARCH = {
+    **copy.deepcopy(TINY),
+    "trainer": {**TINY["trainer"], "max_epochs": 9, "early_stopping": {"enabled": False}},
+    "sweep": {"model.lr": LRS},
+    "search": {"method": "successive_halving", "eta": 3, "min_epochs": 1},
+}
+# The terminal's line for each epoch a process trained (training/progress.py).
+EPOCH_LINE = re.compile(r"^(\S+): epoch (\d+)/(\d+) ", re.MULTILINE)
+
+
+def epochs_trained(flow):
+    """Every epoch any train job trained, read from the jobs' logs: (run, epoch, budget) triples."""
+    logs = sorted((flow.directory / "logs").glob("search/*.log")) + sorted(
+        (flow.directory / "logs").glob("train/*.log")
+    )
+    return [(run, int(e), int(m)) for log in logs for run, e, m in EPOCH_LINE.findall(log.read_text())]
+
+
+def search_table(flow):
+    with (flow.directory / "results/report/search.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+def winner(flow):
+    return next(row["configuration"] for row in search_table(flow) if row["winner"] == "True")
+
+
+def weights(flow, run):
+    checkpoint = RunPaths.under(flow.directory / "results", run).last_checkpoint
+    return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    flow = Workflow(tmp_path_factory.mktemp("search"))
+    flow.write_config(SEARCH)
+    flow.first = flow.run()
+    flow.epochs = epochs_trained(flow)
+    return flow
+
+
+def test_the_search_trains_a_third_of_the_grid_and_a_rerun_is_nothing_to_do(searched):
+    epochs = searched.epochs
+    # 9 configurations to epoch 1, 3 of them on to 3, 1 on to 9; no epoch trained twice.
+    assert len(epochs) == 9 * 1 + 3 * 2 + 1 * 6 <= 33 < 81, epochs
+    assert len({(run, epoch) for run, epoch, _ in epochs}) == len(epochs), "an epoch was trained twice"
+    rows = search_table(searched)
+    assert [int(row["last_rung"]) for row in rows] == [2] + [1] * 2 + [0] * 6
+    page = (searched.directory / "results/report/report.html").read_text()
+    assert 'id="search-epochs">21</strong> of the whole grid\'s 81' in page
+    assert "Nothing to be done" in searched.run().stderr
+
+
+def test_listing_the_values_in_another_order_changes_nothing(searched):
+    reordered = copy.deepcopy(SEARCH)
+    reordered["sweep"]["model.lr"] = LRS[::-1]
+    searched.write_config(reordered)
+    try:
+        assert searched.planned_jobs() == {}
+    finally:
+        searched.write_config(SEARCH)
+
+
+def test_an_interrupted_search_from_an_empty_directory_makes_the_same_decisions(searched, tmp_path):
+    again = Workflow(tmp_path)
+    again.write_config(SEARCH)
+    started = subprocess.Popen(
+        again.command(), cwd=again.directory, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 300
+    while not list((again.directory / "logs/search").glob("*.epochs-3.log")) and time.monotonic() < deadline:
+        assert started.poll() is None, "the search ended before its second rung started"
+        time.sleep(0.1)
+    started.send_signal(signal.SIGINT)  # Ctrl-C in the second rung
+    assert started.wait(timeout=120) != 0
+    assert not (again.directory / "results/search/rung-1.json").exists(), "stopped before rung 1 was decided"
+    again.run()
+    for rung in range(3):
+        name = f"results/search/rung-{rung}.json"
+        assert (again.directory / name).read_text() == (searched.directory / name).read_text(), name
+    best = winner(searched)
+    assert winner(again) == best
+    for name, tensor in weights(searched, best).items():
+        assert torch.equal(tensor, weights(again, best)[name]), name
+
+
+def test_the_whole_grid_continues_the_stopped_configurations_and_agrees_on_the_best(searched):
+    grid = copy.deepcopy(SEARCH)
+    del grid["search"]
+    searched.write_config(grid)
+    searched.run()
+    new = epochs_trained(searched)[len(searched.epochs) :]
+    # The 8 stopped configurations continue from their last rung (6 from epoch 2, 2 from epoch 4).
+    assert sorted(e for _, e, _ in new) == sorted([e for e in range(2, 10)] * 6 + [e for e in range(4, 10)] * 2), new
+    records = [json.loads(path.read_text()) for path in (searched.directory / "results/runs").glob("*/provenance.json")]
+    assert sorted(r["training"]["epochs_completed"] for r in records) == [9] * 9
+    best_of_grid = min(records, key=lambda record: record["training"]["best_score"])["run_id"]
+    assert best_of_grid == winner(searched)
