@@ -388,3 +388,25 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     # stages' environment records, depends on what the module's earlier tests made).
     planned = workflow.planned_jobs()
     assert "run_config" not in planned and "train" not in planned, planned
+
+
+def test_a_search_submits_each_rung_as_slurm_jobs_and_continues_the_winner(workflow: SlurmWorkflow):
+    """Successive halving on the cluster: rung 0's runs are sbatch jobs of search_train, the rung's
+    decision runs on the login node, and rung 1 (the top: rule train) continues the winner."""
+    settings = {"trainer": {"max_epochs": 2, "early_stopping": {"enabled": False}}}
+    search = {"method": "successive_halving", "eta": 2, "min_epochs": 1}
+    workflow.write_config(config(**settings, sweep={"model.lr": [0.1, 0.0001]}, search=search))
+    done = workflow.run("results/report/search.csv")
+    jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
+    assert sorted((job_rule(job), job["State"]) for job in jobs if job_rule(job) != "report") == [
+        ("search_train", "COMPLETED"),
+        ("search_train", "COMPLETED"),
+        ("train", "COMPLETED"),
+    ], jobs
+    rung0 = [job for job in jobs if job_rule(job) == "search_train"]
+    (top,) = [job for job in jobs if job_rule(job) == "train"]
+    assert all(job["End"] <= top["Start"] for job in rung0), "the top rung waits for rung 0's decision"
+    winner = top["Comment"].split("_wildcards_")[1]
+    assert winner == "lr-0.1"
+    assert metrics_epochs(workflow, winner) == [0, 1], "two epochs in the run's metrics, the first from rung 0"
+    assert "Nothing to be done" in workflow.run("results/report/search.csv").stderr
