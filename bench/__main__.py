@@ -32,6 +32,7 @@ BENCHMARKS = (
     "workflow",
     "ingest_memory",
     "tutorial_e2e",
+    "search",
 )
 
 
