@@ -108,13 +108,6 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
     return launcher, argv, child_env
 
 
-def run_attempt(args: argparse.Namespace) -> int:
-    code = _run_attempt(args)
-    if code == 0 and args.record_to:
-        publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
-    return code
-
-
 def publish_elsewhere(provenance: Path, record: Path) -> None:
     """Move a finished attempt's record out of its run directory, where Snakemake would take it for the
     train rule's output (the run trained to its whole budget); the attempt keeps its own copy."""
@@ -122,7 +115,7 @@ def publish_elsewhere(provenance: Path, record: Path) -> None:
     provenance.replace(record)
 
 
-def _run_attempt(args: argparse.Namespace) -> int:
+def run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
     key = attempt.attempt_key(run.config, args.data, args.environment_record)
     launcher, argv, env = build(args, dict(os.environ))
@@ -219,8 +212,12 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.platform == "azureml":
         from snakeddp.azureml.submit import main as submit  # optional extra, imported only here
 
-        return submit(args)
-    return run_attempt(args)
+        code = submit(args)
+    else:
+        code = run_attempt(args)
+    if code == 0 and args.record_to:
+        publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
+    return code
 
 
 if __name__ == "__main__":
