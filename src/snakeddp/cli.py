@@ -40,18 +40,24 @@ from snakeddp.util.numbers import readable
 HISTORY = "finished runs the config does not plan (earlier sweeps, other experiments) and, with --all, earlier attempts"
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
-    finished = find_runs(args.results)
+def current_and_history(args: argparse.Namespace, finished: list) -> tuple[list, list, list[str]]:
+    """The finished runs the config of these flags plans (as the report lists them), the others, and
+    the planned run ids; every run is current when no config is known."""
     planned = current.from_command_line(Path(args.results).parent, args.configfile, args.config)
     if planned is None:
-        print(
-            f"snakeddp runs: no {current.CONFIG_FILE} beside {args.results}: listing every finished run; "
-            "give the --configfile and --config you gave snakemake to tell current runs from history",
-            file=sys.stderr,
-        )
-        now, history = finished, []
-    else:
-        now, history = current.split(finished, planned)
+        if finished:
+            print(
+                f"snakeddp runs: no {current.CONFIG_FILE} beside {args.results}: listing every finished run; "
+                "give the --configfile and --config you gave snakemake to tell current runs from history",
+                file=sys.stderr,
+            )
+        return finished, [], []
+    return *current.split(finished, planned), planned
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    finished = find_runs(args.results)
+    now, history, planned = current_and_history(args, finished)
     if args.all:
         history += [attempt for run in finished for attempt in earlier_attempts(run.run_dir)]
     if not now and not history:
@@ -68,7 +74,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if now:
         print(aligned(summary_rows(now), readable))
-    waiting = [rid for rid in planned or [] if rid not in {run.run_id for run in now}]
+    waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
     if waiting:
         print(f"not finished yet: {', '.join(waiting)}")
     if history:
