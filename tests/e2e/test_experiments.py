@@ -95,4 +95,5 @@ def test_snakeddp_runs_and_the_report_list_the_same_current_runs(project):
     assert all(rid in history for rid in RUN_IDS[2:]), table
     # Plain, it answers for config/config.yaml, whose two runs have not been trained here.
     plain = snakeddp(project, "runs")
-    assert "not finished yet: devices-1, devices-2" in plain and all(rid in plain.split("history: ")[1] for rid in RUN_IDS)
+    assert "not finished yet: devices-1, devices-2" in plain
+    assert all(rid in plain.split("history: ")[1] for rid in RUN_IDS), plain
