@@ -17,6 +17,7 @@ from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
+from snakeddp.config import layers as snakeddp_layers
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
@@ -38,13 +39,20 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
 # they take the type the schema asks for before the config is validated.
-update_config(
-    config,
-    snakeddp_coerce.command_line(
-        workflow.config_settings.config, snakeddp_config.load_schema()
-    ),
+COMMAND_LINE = snakeddp_coerce.command_line(
+    workflow.config_settings.config, snakeddp_config.load_schema()
 )
+update_config(config, COMMAND_LINE)
 try:
+    # A sweep given with --configfile or --config replaces config/config.yaml's whole, where
+    # Snakemake would add the file's swept keys to it (snakeddp.config.layers).
+    snakeddp_layers.replace_sweep(
+        config,
+        [
+            *map(snakeddp_layers.load_layer, workflow.config_settings.configfiles),
+            COMMAND_LINE,
+        ],
+    )
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
@@ -66,6 +74,9 @@ CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]
 EXPORT = CONFIG["report"]["export"]
 if not EXPORT:
     del CONFIG["report"]["export"]
+# experiment names runs (their ids carry it); unset, it stays out of the config the report records too.
+if CONFIG["experiment"] is None:
+    del CONFIG["experiment"]
 # Report settings are not part of any run: changing them reruns only the report jobs.
 REPORT = CONFIG["report"]
 # A scaling figure only makes sense when the runs differ in world size.

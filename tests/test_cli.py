@@ -110,3 +110,17 @@ def test_output_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path,
     started.stdout.close()
     assert started.wait(timeout=60) in (0, 1)
     assert started.stderr.read() == b""
+
+
+def test_runs_without_a_config_lists_every_run_and_says_which_flags_tell_current_from_history(sweep_workflow):
+    """The workflow ran with --directory and --configfile: no config/config.yaml beside its results."""
+    plain = snakeddp("runs", cwd=sweep_workflow.directory)
+    assert plain.returncode == 0 and "give the --configfile and --config you gave snakemake" in plain.stderr
+    assert "history:" not in plain.stdout and "devices-2" in plain.stdout
+    told = snakeddp("runs", "--json", "--configfile", "config.yaml", cwd=sweep_workflow.directory)
+    assert told.returncode == 0 and told.stderr == "", told.stderr
+    assert {row["run"]: row["current"] for row in json.loads(told.stdout)} == {"devices-1": True, "devices-2": True}
+    other = snakeddp(
+        "runs", "--json", "--configfile", "config.yaml", "--config", "sweep={seed: [9]}", cwd=sweep_workflow.directory
+    )
+    assert {row["run"]: row["current"] for row in json.loads(other.stdout)} == {"devices-1": False, "devices-2": False}

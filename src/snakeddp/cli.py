@@ -1,6 +1,8 @@
 """snakeddp: look at, compare, verify and prune finished runs from the terminal.
 
-    snakeddp runs [--all]              table of finished runs under results/ (--all: and their earlier attempts)
+    snakeddp runs [--all] [--configfile FILE] [--config KEY=VALUE]
+                                       the finished runs under results/: current (the config's, as the
+                                       report lists them), then history (--all: and earlier attempts)
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
     snakeddp verify [RUN]              recompute checkpoint and data checksums against provenance
                                        (every finished run when RUN is left out)
@@ -29,23 +31,55 @@ from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import aligned, summary_rows
+from snakeddp.run import current
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
 
+# What the runs table's second part holds.
+HISTORY = "finished runs the config does not plan (earlier sweeps, other experiments) and, with --all, earlier attempts"
+
+
+def current_and_history(args: argparse.Namespace, finished: list) -> tuple[list, list, list[str]]:
+    """The finished runs the config of these flags plans (as the report lists them), the others, and
+    the planned run ids; every run is current when no config is known."""
+    planned = current.from_command_line(Path(args.results).parent, args.configfile, args.config)
+    if planned is None:
+        if finished:
+            print(
+                f"snakeddp runs: no {current.CONFIG_FILE} beside {args.results}: listing every finished run; "
+                "give the --configfile and --config you gave snakemake to tell current runs from history",
+                file=sys.stderr,
+            )
+        return finished, [], []
+    return *current.split(finished, planned), planned
+
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = find_runs(args.results)
+    finished = find_runs(args.results)
+    now, history, planned = current_and_history(args, finished)
     if args.all:
-        runs += [attempt for run in runs for attempt in earlier_attempts(run.run_dir)]
-    if not runs:
+        history += [attempt for run in finished for attempt in earlier_attempts(run.run_dir)]
+    if not now and not history:
         print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
-    table = summary_rows(runs)
     if args.json:
-        print(json.dumps(table.records(), indent=2, default=str))
+        rows = [
+            {**row, "current": is_current}
+            for runs, is_current in ((now, True), (history, False))
+            if runs
+            for row in summary_rows(runs).records()
+        ]
+        print(json.dumps(rows, indent=2, default=str))
         return 0
-    print(aligned(table, readable))
+    if now:
+        print(aligned(summary_rows(now), readable))
+    waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
+    if waiting:
+        print(f"not finished yet: {', '.join(waiting)}")
+    if history:
+        print(f"\nhistory: {HISTORY}")
+        print(aligned(summary_rows(history), readable))
     return 0
 
 
@@ -125,10 +159,28 @@ def _main(argv: Sequence[str] | None) -> int:
         "runs",
         help="table of finished runs",
         description="A table of the finished runs under results/: config that differs, val_loss, epochs, "
-        "throughput, launcher. --all adds each run's earlier finished attempts as RUN@ID.",
+        "throughput, launcher. First the current runs (those the config plans: config/config.yaml with the "
+        "--configfile and --config you gave snakemake, as the report lists them), then, as history, finished "
+        "runs of other configs; --all adds each run's earlier finished attempts there as RUN@ID.",
     )
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
     runs.add_argument("--all", action="store_true", help="also list each run's earlier finished attempts (RUN@ID)")
+    runs.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
+        help="the config file(s) given to snakemake: its runs are current, the others history",
+    )
+    runs.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the --config given to snakemake, as typed there",
+    )
     runs.set_defaults(func=cmd_runs)
     diff = sub.add_parser(
         "compare",

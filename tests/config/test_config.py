@@ -82,7 +82,7 @@ def test_sweep_of_unknown_nested_key_is_rejected():
 
 def test_ambiguous_leaf_names_use_full_keys():
     point = {"trainer.early_stopping.patience": 2, "data.seed": 3, "seed": 4}
-    assert config.run_id(point) == "patience-2_data.seed-3_seed-4"
+    assert config.run_id(point) == "data.seed-3_patience-2_seed-4"
 
 
 def test_dataset_id_ignores_partition_count_but_not_content():

@@ -13,7 +13,6 @@ import difflib
 import functools
 import itertools
 import json
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import yaml
 
 from snakeddp.config import coerce, sources
 from snakeddp.config.bounds import check_run_size, check_shape, check_sweep_size
+from snakeddp.config.naming import canonical, run_id
 from snakeddp.config.network import network_variable_error
 from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
@@ -83,6 +83,11 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
         return "\n".join(lines)
     if "propertyNames" in error.schema_path and key == "network.env":
         return network_variable_error(str(error.instance))
+    if key == "experiment" and error.validator in ("pattern", "maxLength"):
+        return (
+            f"experiment: {error.instance!r} cannot start a run id. HINT: name it with letters and digits, "
+            "single '.', '_', '+' or '-' between them, at most 64 characters (lr-search, ddp_check)."
+        )
     if "propertyNames" in error.schema_path:
         return (
             f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
@@ -206,24 +211,6 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
-def _format_value(value: Any) -> str:
-    text = repr(value) if isinstance(value, float) else str(value)
-    text = text.replace(" ", "").replace("[", "").replace("]", "").replace(",", "x")
-    return re.sub(r"[^A-Za-z0-9.+-]", "", text.replace("True", "true").replace("False", "false"))
-
-
-def run_id(point: Mapping[str, Any]) -> str:
-    """A readable id from a sweep point: {'model.lr': 0.01, 'launch.devices': 2} -> lr-0.01_devices-2.
-
-    Keys are shortened to their last part unless two sweep keys share it.
-    """
-    if not point:
-        return "base"
-    leaves = [key.rsplit(".", 1)[-1] for key in point]
-    names = [leaf if leaves.count(leaf) == 1 else key for leaf, key in zip(leaves, point, strict=True)]
-    return "_".join(f"{name}-{_format_value(v)}" for name, v in zip(names, point.values(), strict=True))
-
-
 def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that defines what a run computes (QUIET_AT_DEFAULT keys
     left out at their default)."""
@@ -250,13 +237,15 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
     sweep = cfg.get("sweep", {})
     base = {k: v for k, v in cfg.items() if k != "sweep"}
     check_sweep_size(sweep, source)
+    # Keys in the order run ids name them: a reordered sweep plans the same runs, in the same order.
+    keys = canonical(sweep)
     runs: dict[str, dict[str, Any]] = {}
-    for values in itertools.product(*sweep.values()):
-        point = dict(zip(sweep, values, strict=True))
+    for values in itertools.product(*(sweep[key] for key in keys)):
+        point = dict(zip(keys, values, strict=True))
         point_cfg = copy.deepcopy(base)
         for key, value in point.items():
             set_dotted(point_cfg, key, value)
-        rid = run_id(point)
+        rid = run_id(point, cfg.get("experiment"))
         label = f"{source} (sweep point {rid})" if point else source
         resolved = validate(point_cfg, source=label)
         if rid in runs:

@@ -1,0 +1,100 @@
+"""The config as Snakemake puts it together, with one exception: a sweep is a unit.
+
+Snakemake merges config/config.yaml, then each ``--configfile``, then ``--config`` key by key, down
+to the leaves. For ``sweep:`` that would add the file's swept keys to the ones you gave (the default
+config's ``launch.devices: [1, 2]`` doubling a sweep of learning rates), so the last sweep given
+replaces the others whole. The Snakefile applies ``given_sweep`` to the config Snakemake merged;
+``snakeddp runs`` rebuilds the same config from the same flags with ``compose``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from snakeddp.config.coerce import SWEEP, command_line
+from snakeddp.config.schema import load_schema
+from snakeddp.errors import ConfigError
+from snakeddp.util import yamltext
+
+
+def merge(config: dict[str, Any], layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``layer`` merged into ``config`` in place, as Snakemake's update_config does: sections key by
+    key, any other value replaced."""
+    for key, value in layer.items():
+        if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+            merge(config[key], value)
+        else:
+            config[key] = copy.deepcopy(value)
+    return config
+
+
+def given_sweep(layers: Sequence[Mapping[str, Any]]) -> Any | None:
+    """The sweep of the last layer that gives one (--config after every --configfile), else None."""
+    found = [layer[SWEEP] for layer in layers if isinstance(layer, Mapping) and SWEEP in layer]
+    return copy.deepcopy(found[-1]) if found else None
+
+
+def replace_sweep(config: dict[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``config`` with the sweep the layers give in place of the merged one (unchanged when none gives one)."""
+    sweep = given_sweep(layers)
+    if sweep is not None:
+        config[SWEEP] = sweep
+    return config
+
+
+def compose(base: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """config/config.yaml (``base``) with the command line's layers (each --configfile, then --config) on top."""
+    config = copy.deepcopy(dict(base))
+    for layer in layers:
+        merge(config, layer)
+    return replace_sweep(config, layers)
+
+
+def _scalar(text: str) -> Any:
+    """A --config value as Snakemake reads it (snakemake.cli.parse_config): int, float, True/False,
+    else YAML with every scalar a string, which ``coerce.command_line`` then types by the schema."""
+    for parse in (int, float):
+        try:
+            return parse(text)
+        except ValueError:
+            pass
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return yaml.load(text, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds strings, lists and dicts
+    except yaml.YAMLError:
+        return text
+
+
+def command_line_config(entries: Sequence[str]) -> dict[str, Any]:
+    """``--config KEY=VALUE ...`` as the layer Snakemake makes of it, typed by the schema."""
+    layer: dict[str, Any] = {}
+    for entry in entries:
+        key, equals, text = entry.partition("=")
+        if not equals or not key:
+            raise ConfigError(
+                f"--config {entry!r} is not KEY=VALUE. HINT: write it as snakemake takes it, e.g. "
+                "--config 'trainer={max_epochs: 3}'."
+            )
+        merge(layer, {key: _scalar(text) if text else None})
+    return command_line(layer, load_schema())
+
+
+def load_layer(path: str | Path) -> dict[str, Any]:
+    """A config file (config/config.yaml, a --configfile): YAML or JSON with keys at the top level."""
+    try:
+        layer = yamltext.safe_load(Path(path).read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: {error.strerror}. HINT: give the path of an existing config file.") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(
+            f"{path}: not valid YAML ({' '.join(str(error).split())}). HINT: fix the file and rerun."
+        ) from None
+    if not isinstance(layer, dict):
+        raise ConfigError(f"{path}: not a mapping of keys. HINT: give a config file like config/config.yaml.")
+    return layer

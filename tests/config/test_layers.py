@@ -1,0 +1,56 @@
+"""The config as Snakemake puts it together, with a sweep replaced whole."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from snakeddp import config
+from snakeddp.config import layers
+
+BASE = {"trainer": {"max_epochs": 3, "batch_size": 32}, "sweep": {"launch.devices": [1, 2]}}
+
+
+def test_a_given_sweep_replaces_the_files_sweep_and_other_sections_still_merge_key_by_key():
+    mine = {"trainer": {"max_epochs": 1}, "sweep": {"model.lr": [0.1, 0.01]}}
+    composed = layers.compose(BASE, [mine])
+    assert composed["sweep"] == {"model.lr": [0.1, 0.01]}
+    assert composed["trainer"] == {"max_epochs": 1, "batch_size": 32}
+    assert BASE["sweep"] == {"launch.devices": [1, 2]}, "the base is not changed"
+
+
+def test_the_last_sweep_given_wins_whole_and_none_given_keeps_the_files():
+    files = [{"sweep": {"model.lr": [0.1]}}, {"sweep": {"seed": [1, 2]}}]
+    assert layers.compose(BASE, files)["sweep"] == {"seed": [1, 2]}
+    assert layers.compose(BASE, [*files, {"sweep": {}}])["sweep"] == {}, "--config sweep={} asks for one run"
+    assert layers.compose(BASE, [{"seed": 3}])["sweep"] == BASE["sweep"]
+
+
+def test_command_line_values_take_the_schemas_types():
+    layer = layers.command_line_config(["trainer={max_epochs: 3}", "sweep={model.lr: [0.1, 1e-3]}", "seed=7"])
+    assert layer == {"trainer": {"max_epochs": 3}, "sweep": {"model.lr": [0.1, 0.001]}, "seed": 7}
+    runs = config.expand_sweep(config.validate(layers.compose(BASE, [layer])))
+    assert list(runs) == ["lr-0.1", "lr-0.001"]
+
+
+def test_a_config_entry_without_a_value_is_refused_and_the_hinted_form_works():
+    with pytest.raises(config.ConfigError) as caught:
+        layers.command_line_config(["trainer"])
+    (line,) = str(caught.value).splitlines()
+    assert "HINT: write it as snakemake takes it, e.g. --config 'trainer={max_epochs: 3}'" in line
+    assert layers.command_line_config(["trainer={max_epochs: 3}"]) == {"trainer": {"max_epochs": 3}}
+
+
+def test_config_files_that_cannot_be_read_are_one_line_each_and_an_existing_file_loads(tmp_path):
+    broken, listed = tmp_path / "broken.yaml", tmp_path / "list.yaml"
+    broken.write_text("model: [unclosed\n")
+    listed.write_text("- 1\n")
+    for path, words in ((tmp_path / "missing.yaml", "HINT: give the path of an existing config file"),
+                        (broken, "not valid YAML"), (listed, "not a mapping of keys")):  # fmt: skip
+        with pytest.raises(config.ConfigError) as caught:
+            layers.load_layer(path)
+        (line,) = str(caught.value).splitlines()
+        assert words in line and "HINT:" in line
+    mine = tmp_path / "my-sweep.yaml"
+    mine.write_text(yaml.safe_dump({"sweep": {"seed": [1]}}))
+    assert layers.load_layer(mine) == {"sweep": {"seed": [1]}}
