@@ -163,3 +163,26 @@ def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch
     record = json.loads((run_yaml.parent / "provenance.json").read_text())
     assert record["attempt"] == {"id": key[:12], "restored": True, "restored_at": record["attempt"]["restored_at"]}
     assert not (run_yaml.parent / "azureml" / "job.yml").exists(), "no job spec: nothing was submitted"
+
+
+@pytest.mark.e2e
+def test_a_search_submits_each_rung_run_with_the_rungs_budget(tmp_path, tiny_config):
+    """Rung 0 of a search on the azureml profile: one job spec per run, training run.yaml at the
+    rung's budget (azureml.submit false: nothing is submitted, and no rung looks decided)."""
+    workflow = Workflow(tmp_path, profile="azureml")
+    config = {**tiny_config, "sweep": {"model.lr": [0.1, 0.01]}}
+    config["search"] = {"method": "successive_halving", "eta": 2, "min_epochs": 1}
+    config["azureml"] = {"compute": "gpu-cluster", "submit": False}
+    workflow.write_config(config)
+    planned = workflow.planned_jobs()
+    # Rungs of 1, 2 and 3 epochs: rung 0's runs are planned, the later rungs' once their decision exists.
+    assert (planned["search_train"], planned["search_rung"]) == (2, 3) and "train" not in planned, planned
+    done = workflow.run(check=False)
+    assert done.returncode != 0
+    results = workflow.directory / "results"
+    for run in ("lr-0.1", "lr-0.01"):
+        staged = results / "runs" / run / "azureml"
+        assert "--config run.yaml" in load_job(staged / "job.yml").command
+        assert yaml.safe_load((staged / "code" / "run.yaml").read_text())["config"]["trainer"]["max_epochs"] == 1
+        assert not list((results / "search" / run).glob("epochs-*.json")), "no record: nothing trained"
+    assert not (results / "search" / "rung-0.json").exists()
