@@ -52,7 +52,9 @@ def test_page_is_self_contained(report):
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
     assert "<script" not in text
     for attribute in re.findall(r'(?:src|href)="([^"]*)"', text):
-        assert attribute.startswith(("data:image/", "#", "runs.csv", "ro-crate-metadata.json", "files/")), attribute
+        assert attribute.startswith(
+            ("data:image/", "#", "runs.csv", "configurations.csv", "ro-crate-metadata.json", "files/")
+        ), attribute
     assert (report.parent / "ro-crate-metadata.json").is_file()
     assert all((report.parent / f"files/runs/{run}/provenance.json").is_file() for run in RUNS)
 
