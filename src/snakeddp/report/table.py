@@ -284,9 +284,13 @@ def aligned(table: Rows, show: Callable[[Any], str]) -> str:
     return "\n".join(" ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells)
 
 
-def outcome(run: Run) -> list[tuple[str, Any]]:
-    """(label, value) of the columns ``compare`` puts side by side."""
-    return [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
+def outcome(run: Run, metrics: Sequence[str]) -> list[tuple[str, Any]]:
+    """(label, value) of the columns ``compare`` puts side by side: the OUTCOME columns, with each of
+    ``metrics`` (those either run logged) at the run's best epoch after the best score."""
+    at_best = [(f"{c.label} at best epoch", c.read(run)) for c in at_best_columns([run], metrics)]
+    pairs = [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
+    split = OUTCOME.index("best_epoch") + 1
+    return pairs[:split] + at_best + pairs[split:]
 
 
 def _csv_cell(value: Any) -> Any:
