@@ -92,7 +92,9 @@ def _short(keys: Sequence[str]) -> dict[str, str]:
 def group(runs: Sequence[Run]) -> list[Configuration]:
     """The configurations of ``runs`` in the order of their first run, each named after the values
     of the keys that vary between them (``lr=0.003``); a single one after its run, or "all runs"."""
-    keys = [key for key in varying_params([run.provenance for run in runs]) if key != SEED]
+    # Scheduler requests (launch.runtime) may vary without making another configuration.
+    computed = set().union(*(flatten(run_identity(run.provenance["config"])) for run in runs)) if runs else set()
+    keys = [key for key in varying_params([run.provenance for run in runs]) if key != SEED and key in computed]
     members: dict[str, list[Run]] = {}
     for run in runs:
         members.setdefault(_identity(run), []).append(run)
