@@ -197,3 +197,12 @@ def test_a_low_scaling_efficiency_is_explained_on_the_page(report, efficiency):
         assert f"reach only {100 * efficiency:.0f}%" in why and "all-reduce" in why
     else:
         assert reason is None and 'id="scaling-why"' not in page
+
+
+def test_runs_that_differ_in_world_size_are_said_to_differ_in_global_batch(report):
+    """batch_size 32 per process: devices-2 averages 64 samples per step at the same learning rate."""
+    text = report.read_text()
+    labels, rows = table_rows(text, "runs-table")
+    assert {row[0]: row[labels.index("global batch")] for row in rows} == {"devices-1": "32", "devices-2": "64"}
+    note = re.search(r'<p class="note" id="global-batch">(.*?)</p>', text, re.S).group(1)
+    assert "32, 64" in note and "same learning rate" in note
