@@ -1,4 +1,6 @@
 # Report stage: every run of the grid compared, plotted, and packed with its evidence.
+from snakeddp.report import configurations as snakeddp_configurations
+
 
 # The config the crate records, canonical (sorted keys, no platform: each run's provenance says
 # where it ran), so the same config on another profile does not rerun the report.
@@ -11,6 +13,8 @@ CRATE_CONFIG = json.dumps(
     sort_keys=True,
 )
 FIGURE_FORMAT = REPORT["figure_format"]
+# The swept keys, seed aside, that take several numbers: the monitored metric is plotted against each.
+TUNED = snakeddp_configurations.numeric_keys([run["point"] for run in RUNS.values()])
 
 
 # One run's best checkpoint as model.safetensors + model.json (snakeddp export), when report.export is on.
@@ -32,9 +36,10 @@ rule export:
 
 
 # One job, one process for the whole report: the runs table (one row per run: sweep parameters,
-# best val_loss and accuracy, epochs, duration, throughput), every run's per-epoch curves, the
-# throughput and scaling efficiency vs world size (when the runs differ in world size), the
-# self-contained page, and the Workflow Run RO-Crate (workflow, config, data manifests, each run's
+# metrics, epochs, duration, throughput), the configurations table (runs that differ only in seed:
+# mean and spread), every configuration's per-epoch curves, the monitored metric against each
+# numeric swept key, the throughput and scaling efficiency vs world size (when the runs differ in
+# world size), the self-contained page, and the Workflow Run RO-Crate (workflow, config, data manifests, each run's
 # inputs and outputs). Its parts take well under a second; separate jobs each paid for starting
 # Python and importing pandas or matplotlib, which was most of the report's time.
 rule report:
@@ -58,6 +63,7 @@ rule report:
         ),
     output:
         table="results/report/runs.csv",
+        configurations="results/report/configurations.csv",
         curves=report(
             f"results/report/plots/curves.{FIGURE_FORMAT}",
             caption="../report/curves.rst",
@@ -74,6 +80,16 @@ rule report:
             else []
         ),
         scaling_series="results/report/plots/scaling.json" if SCALING else [],
+        tuning=(
+            report(
+                f"results/report/plots/hyperparameters.{FIGURE_FORMAT}",
+                caption="../report/hyperparameters.rst",
+                category="Figures",
+            )
+            if TUNED
+            else []
+        ),
+        tuning_series="results/report/plots/hyperparameters.json" if TUNED else [],
         html=report(
             "results/report/report.html",
             caption="../report/report.rst",

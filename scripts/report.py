@@ -8,7 +8,7 @@ sys.stderr = open(snakemake.log[0], "w")
 
 from snakeddp.errors import ConfigError
 from snakeddp.provenance.schema import validate
-from snakeddp.report import figures
+from snakeddp.report import configurations, figures, tuning
 from snakeddp.report.page import write_crate, write_report
 from snakeddp.report.search import view as search_view
 from snakeddp.report.search import write_table as write_search_table
@@ -41,12 +41,16 @@ runs = runs_from_provenance(provenance)
 for run in runs:  # written by the train jobs, read back from a folder others may write
     validate(run.provenance, source=str(run.paths.provenance))
 write_runs_table(runs, out.table)
+configurations.write_table(runs, out.configurations)
 fmt, dpi = settings["figure_format"], settings["dpi"]
 plotted, _ = figures.plotted_metrics(runs, settings["metrics"])
 figures.write(figures.curves(runs, plotted), out.curves, fmt, dpi, out.curves_series)
 if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
     figures.write(scaling, out.scaling, fmt, dpi, out.scaling_series)
+if out.tuning:
+    keys = configurations.numeric_keys([run.provenance["sweep_point"] for run in runs])
+    figures.write(tuning.tuning(runs, keys), out.tuning, fmt, dpi, out.tuning_series)
 exports = list(snakemake.input.exports)
 searched = None
 if snakemake.input.search:  # a search chose the runs: its rungs' decisions
@@ -60,14 +64,14 @@ write_report(
     scaling=out.scaling or None,
     out=out.html,
     exports=exports,
+    tuning=out.tuning or None,
     search=searched,
 )
 # Last: the crate lists the files above with their checksums.
-report_files = (
-    [out.html, out.table, out.curves, out.curves_series]
-    + ([out.scaling, out.scaling_series] if out.scaling else [])
-    + ([out.search_table] if searched else [])
-)
+report_files = [out.html, out.table, out.configurations, out.curves, out.curves_series]
+report_files += [out.scaling, out.scaling_series] if out.scaling else []
+report_files += [out.tuning, out.tuning_series] if out.tuning else []
+report_files += [out.search_table] if searched else []
 write_crate(
     runs=runs,
     settings=settings,

@@ -84,7 +84,9 @@ def test_runs_csv_holds_what_provenance_records(sweep_workflow):
     assert set(rows) == {"devices-1", "devices-2"}
     for run, row in rows.items():
         record = json.loads((results / "runs" / run / "provenance.json").read_text())
-        assert float(row["best_val_loss"]) == record["training"]["best_val_loss"]
+        assert float(row["at_best:val_loss"]) == record["training"]["best_val_loss"]
+        assert int(row["best_epoch"]) == record["training"]["best_epoch"] + 1, "counted from 1, as the terminal"
+        assert "best_val_loss" not in row and "best_val_acc" not in row, "named at_best: for what they are"
         assert int(row["param:launch.devices"]) == record["config"]["launch"]["devices"]
         assert row["stopped_early"] == str(record["training"]["stopped_early"])
         assert row["job_id"] == ("" if record["launch"]["job_id"] is None else str(record["launch"]["job_id"]))

@@ -46,7 +46,7 @@ def test_default_run_trains_learnable_labels_with_ddp(default_run):
     rows = {row["run_id"]: row for row in read_csv(default_run.directory / "results/report/runs.csv")}
     assert set(rows) == {"devices-1", "devices-2"}
     for row in rows.values():
-        assert float(row["best_val_acc"]) > 0.8, "teacher labels are learnable: far above the 0.5 of chance"
+        assert float(row["at_best:val_acc"]) > 0.8, "teacher labels are learnable: far above the 0.5 of chance"
         assert row["status"] in {"completed", "early_stopped"}
     assert rows["devices-2"]["world_size"] == "2"
     record = json.loads((default_run.directory / "results/runs/devices-2/provenance.json").read_text())

@@ -22,7 +22,7 @@ def test_sweep_runs_differ_in_devices_only(sweep_workflow, capsys):
     assert "config: 1 difference(s)\n  launch.devices  A: 1  B: 2" in out
     for same in ("code: same", "data: same", "environment: same", "packages: same"):
         assert same in out
-    assert "world_size" in out and "best val_loss" in out
+    assert "world_size" in out and "best score" in out and "val_loss at best epoch" in out
 
 
 def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_path):

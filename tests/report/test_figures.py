@@ -18,6 +18,8 @@ from snakeddp.run.runs import find_runs
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
+# The sweep's runs differ in launch.devices only: each is a configuration of one seed.
+CONFIGURATION = {"devices-1": "devices=1", "devices-2": "devices=2"}
 
 
 def metrics_csv(results: Path, run: str) -> list[dict[str, str]]:
@@ -34,7 +36,8 @@ def expected_curves(results: Path, metrics: tuple[str, ...]) -> dict[str, tuple[
     for run in RUNS:
         rows = metrics_csv(results, run)
         for metric in metrics:
-            expected[f"curve|{run}|{metric}"] = ([float(r["epoch"]) for r in rows], [float(r[metric]) for r in rows])
+            xs = [float(r["epoch"]) + 1 for r in rows]  # epochs counted from 1
+            expected[f"curve|{CONFIGURATION[run]}|{metric}"] = (xs, [float(r[metric]) for r in rows])
     return expected
 
 
@@ -111,7 +114,7 @@ def test_best_checkpoint_star_is_drawn_above_every_curve(sweep_workflow):
         star = stars[f"best|{run.run_id}"]
         assert star.get_zorder() > others
         training = run.provenance["training"]
-        assert (star.get_xdata()[0], star.get_ydata()[0]) == (training["best_epoch"], training["best_val_loss"])
+        assert (star.get_xdata()[0], star.get_ydata()[0]) == (training["best_epoch"] + 1, training["best_val_loss"])
 
 
 def test_a_first_epoch_that_squashes_the_loss_panel_is_drawn_at_its_edge(sweep_workflow):
@@ -134,11 +137,12 @@ def test_a_first_epoch_that_squashes_the_loss_panel_is_drawn_at_its_edge(sweep_w
     labels = {text.get_text() for text in ax.texts}
     for run in runs:
         for metric in ("train_loss", "val_loss"):
-            arrow = arrows[f"offscale|{run.run_id}|{metric}"]
-            assert (arrow.get_xdata()[0], arrow.get_ydata()[0]) == (0, high)
+            arrow = arrows[f"offscale|{CONFIGURATION[run.run_id]}|{metric}"]
+            assert (arrow.get_xdata()[0], arrow.get_ydata()[0]) == (1, high)
             assert f"{metric.split('_')[0]} {run.metrics[0][metric]:.3g}" in labels
     # The curves still carry every measured number, the first epoch included.
-    expected = {f"curve|{r.run_id}|{m}": ([float(x["epoch"]) for x in r.metrics], [x[m] for x in r.metrics])
+    expected = {f"curve|{CONFIGURATION[r.run_id]}|{m}": ([x["epoch"] + 1.0 for x in r.metrics],
+                                                         [x[m] for x in r.metrics])
                 for r in runs for m in ("train_loss", "val_loss")}  # fmt: skip
     assert_curves_match(figures.plotted_series(fig), expected)
 

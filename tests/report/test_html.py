@@ -52,7 +52,9 @@ def test_page_is_self_contained(report):
     assert "Content-Security-Policy" in text and "default-src 'none'" in text
     assert "<script" not in text
     for attribute in re.findall(r'(?:src|href)="([^"]*)"', text):
-        assert attribute.startswith(("data:image/", "#", "runs.csv", "ro-crate-metadata.json", "files/")), attribute
+        assert attribute.startswith(
+            ("data:image/", "#", "runs.csv", "configurations.csv", "ro-crate-metadata.json", "files/")
+        ), attribute
     assert (report.parent / "ro-crate-metadata.json").is_file()
     assert all((report.parent / f"files/runs/{run}/provenance.json").is_file() for run in RUNS)
 
@@ -195,3 +197,12 @@ def test_a_low_scaling_efficiency_is_explained_on_the_page(report, efficiency):
         assert f"reach only {100 * efficiency:.0f}%" in why and "all-reduce" in why
     else:
         assert reason is None and 'id="scaling-why"' not in page
+
+
+def test_runs_that_differ_in_world_size_are_said_to_differ_in_global_batch(report):
+    """batch_size 32 per process: devices-2 averages 64 samples per step at the same learning rate."""
+    text = report.read_text()
+    labels, rows = table_rows(text, "runs-table")
+    assert {row[0]: row[labels.index("global batch")] for row in rows} == {"devices-1": "32", "devices-2": "64"}
+    note = re.search(r'<p class="note" id="global-batch">(.*?)</p>', text, re.S).group(1)
+    assert "32, 64" in note and "same learning rate" in note

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.config import flatten
-from snakeddp.report.table import outcome
+from snakeddp.report.table import metrics_of, outcome
 from snakeddp.run.runs import Run
 
 MISSING = "(absent)"
@@ -38,6 +38,7 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
     """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed."""
     pa, pb = a.provenance, b.provenance
     env_a, env_b = pa["environment"], pb["environment"]
+    logged = metrics_of([a, b])
     return {
         "runs": [a.label, b.label],
         "config": _differences(pa["config"], pb["config"]),
@@ -46,7 +47,9 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         "environment": _differences(env_a, env_b, STACK_KEYS),
         "packages": _packages(env_a["packages"], env_b["packages"]),
         "launch": _differences(pa["launch"], pb["launch"], LAUNCH_KEYS),
-        "outcome": [[label, va, vb] for (label, va), (_, vb) in zip(outcome(a), outcome(b), strict=True)],
+        "outcome": [
+            [label, va, vb] for (label, va), (_, vb) in zip(outcome(a, logged), outcome(b, logged), strict=True)
+        ],
     }
 
 

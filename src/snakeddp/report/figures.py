@@ -1,8 +1,9 @@
-"""Figures of the measured metrics: every run's curves per epoch, and throughput scaling vs world size.
+"""Figures of the measured metrics: every configuration's curves per epoch, and throughput scaling vs world size.
 
-Every data series is drawn with a ``gid`` naming what it is (``curve|<run>|<metric>``,
-``best|<run>``, ``offscale|<run>|<metric>``, ``throughput|<run>``, ``ideal|<run>``, ``range|<run>``,
-``value|<run>`` (a label), ``efficiency|<series>``). ``plotted_series`` reads the
+Every data series is drawn with a ``gid`` naming what it is (``curve|<configuration>|<metric>``,
+``band|<configuration>|<metric>``, ``best|<run>``, ``offscale|<configuration>|<metric>``,
+``throughput|<run>``, ``ideal|<run>``, ``range|<run>``, ``value|<run>`` (a label),
+``efficiency|<series>``; the hyperparameter figure's in ``report.tuning``). ``plotted_series`` reads the
 numbers back from the drawn artists, so the JSON written beside each figure is what the figure
 shows, and a test can hold it against metrics.csv.
 """
@@ -10,6 +11,7 @@ shows, and a test can hold it against metrics.csv.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from io import BytesIO
 from pathlib import Path
@@ -20,13 +22,14 @@ import matplotlib
 matplotlib.use("Agg")  # figures are files; never open a window (clusters have no display)
 
 from matplotlib import colormaps
-from matplotlib.collections import LineCollection
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from snakeddp.config import flatten
-from snakeddp.report.table import metrics_of, steady_throughput
+from snakeddp.report import configurations
+from snakeddp.report.table import metrics_of, one_based, steady_throughput
 from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import atomic_write_bytes, atomic_write_json
 
@@ -49,12 +52,13 @@ SQUASH = 2.0
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
 
 
-def run_styles(run_ids: Sequence[str]) -> dict[str, dict[str, str]]:
-    """A colour and marker per run, the same in every figure (tab10, tab20 past ten runs)."""
-    cmap = colormaps["tab10" if len(run_ids) <= 10 else "tab20"]
+def run_styles(names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """A colour and marker per configuration (configurations.group), the same in every figure (tab10,
+    tab20 past ten): a configuration's seeds share its colour."""
+    cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
     return {
-        run: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
-        for i, run in enumerate(run_ids)
+        name: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
+        for i, name in enumerate(names)
     }
 
 
@@ -114,9 +118,9 @@ def _focus_after_first_epoch(ax: Any, keep: Sequence[float], named: bool) -> Non
         if bottom <= y <= top:
             continue
         above = y > top
-        _, run_id, metric = line.get_gid().split("|")
+        name, metric = line.get_gid().split("|", 1)[1].rsplit("|", 1)
         ax.plot([x], [top if above else bottom], marker="^" if above else "v", markersize=7, color=line.get_color(),
-                linestyle="", clip_on=False, zorder=3, gid=f"offscale|{run_id}|{metric}")  # fmt: skip
+                linestyle="", clip_on=False, zorder=3, gid=f"offscale|{name}|{metric}")  # fmt: skip
         # Labels stack away from the edge, one line each, on a white box that the curves pass behind.
         shift = 11 * stacked[above] + 12
         stacked[above] += 1
@@ -128,18 +132,37 @@ def _focus_after_first_epoch(ax: Any, keep: Sequence[float], named: bool) -> Non
         )  # fmt: skip
 
 
+def _mean_curve(runs: Sequence[Run], metric: str) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Epochs (1-based) and, per epoch, the mean, min and max of the metric over the runs that logged
+    it there (a run stopped early counts until it stopped); NaN where none did."""
+    by_epoch: dict[int, list[float]] = {}
+    for run in runs:
+        for row in run.metrics:
+            value = row.get(metric)
+            finite = isinstance(value, int | float) and math.isfinite(value)
+            by_epoch.setdefault(int(row["epoch"]), []).extend([float(value)] if finite else [])
+    epochs = sorted(by_epoch)
+    means = [statistics.fmean(by_epoch[e]) if by_epoch[e] else math.nan for e in epochs]
+    lows = [min(by_epoch[e], default=math.nan) for e in epochs]
+    highs = [max(by_epoch[e], default=math.nan) for e in epochs]
+    return [float(one_based(e)) for e in epochs], means, lows, highs
+
+
 def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
-    """One figure with every run's per-epoch curves: one colour per run, train solid, validation dashed."""
+    """One figure with every configuration's per-epoch curves, epochs counted from 1: one colour per
+    configuration, its mean over the seeds as the line and their range (min to max) as a band; train
+    solid, validation dashed; a star at each run's best epoch."""
     panels = _panels(metrics)
-    styles = run_styles([run.run_id for run in runs])
+    groups = configurations.group(runs)
+    styles = run_styles([group.name for group in groups])
     fig = Figure(figsize=(5.2 * len(panels), 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
         stars = []
-        for run in runs:
-            style = styles[run.run_id]
+        for group in groups:
+            style = styles[group.name]
             for metric in panel:
-                xs, ys = _values(run.metrics, metric)
+                xs, ys, lows, highs = _mean_curve(group.runs, metric)
                 ax.plot(
                     xs,
                     ys,
@@ -147,12 +170,16 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
                     marker=style["marker"],
                     markersize=4,
                     linestyle="--" if metric.startswith("val_") and len(panel) > 1 else "-",
-                    gid=f"curve|{run.run_id}|{metric}",
+                    gid=f"curve|{group.name}|{metric}",
                 )
-            monitored, best_epoch = run.monitor["metric"], run.provenance["training"]["best_epoch"]
-            if monitored in panel and best_epoch is not None:
-                best = next(r for r in run.metrics if r["epoch"] == best_epoch)
-                stars.append((run.run_id, float(best["epoch"]), float(best[monitored]), style["color"]))
+                if len(group.runs) > 1:
+                    band = ax.fill_between(xs, lows, highs, color=style["color"], alpha=0.18, linewidth=0)
+                    band.set_gid(f"band|{group.name}|{metric}")
+            for run in group.runs:
+                monitored, best_epoch = run.monitor["metric"], run.provenance["training"]["best_epoch"]
+                if monitored in panel and best_epoch is not None:
+                    best = next(r for r in run.metrics if r["epoch"] == best_epoch)
+                    stars.append((run.run_id, float(one_based(best_epoch)), float(best[monitored]), style["color"]))
         _focus_after_first_epoch(ax, [y for _, _, y, _ in stars], named=len(panel) > 1)
         for run_id, x, y, color in stars:
             # Above every curve and marker, so no other run's line hides a run's best checkpoint.
@@ -164,8 +191,12 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     handles = [
-        Line2D([], [], color=s["color"], marker=s["marker"], label=run_id, markersize=5) for run_id, s in styles.items()
-    ]
+        Line2D([], [], color=styles[g.name]["color"], marker=styles[g.name]["marker"], markersize=5,
+               label=g.name if len(g.runs) == 1 else f"{g.name} (mean of {len(g.runs)} seeds)")
+        for g in groups
+    ]  # fmt: skip
+    if any(len(g.runs) > 1 for g in groups):
+        handles.append(Patch(facecolor="0.3", alpha=0.18, label="range over seeds"))
     if any(len(panel) > 1 for panel in panels):
         handles += [
             Line2D([], [], color="0.3", linestyle="-", label="train"),
@@ -173,7 +204,7 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
         ]
     if any(line.get_gid() and str(line.get_gid()).startswith("best|") for ax in axes for line in ax.lines):
         monitored = sorted({run.monitor["metric"] for run in runs})
-        star = f"best {', '.join(monitored)}"
+        star = f"best {', '.join(monitored)}" + (" (each run)" if any(len(g.runs) > 1 for g in groups) else "")
         handles.append(Line2D([], [], color="0.3", marker="*", linestyle="", markersize=10, label=star))
     if any(str(line.get_gid()).startswith("offscale|") for ax in axes for line in ax.lines):
         arrow = Line2D([], [], color="0.3", marker="^", linestyle="", markersize=6, label="first epoch, off scale")
@@ -313,6 +344,17 @@ def _finite(values: Any) -> list[float | None]:
     return [float(v) if math.isfinite(float(v)) else None for v in values]
 
 
+def _band(band: PolyCollection) -> dict[str, list[float]]:
+    """A band's outline as its lower and upper bound at each x (fill_between draws one polygon per
+    stretch without gaps)."""
+    bounds: dict[float, list[float]] = {}
+    for path in band.get_paths():
+        for x, y in path.vertices:
+            bounds.setdefault(float(x), []).append(float(y))
+    xs = sorted(bounds)
+    return {"x": xs, "low": [min(bounds[x]) for x in xs], "high": [max(bounds[x]) for x in xs]}
+
+
 def plotted_series(fig: Figure) -> list[dict[str, Any]]:
     """The numbers the figure draws, read back from its artists (only those with a gid)."""
     series = []
@@ -328,6 +370,8 @@ def plotted_series(fig: Figure) -> list[dict[str, Any]]:
         for collection in ax.collections:
             if isinstance(collection, LineCollection) and collection.get_gid():
                 series.append({"gid": collection.get_gid(), "segments": collection.get_segments()[0].tolist()})
+            if isinstance(collection, PolyCollection) and collection.get_gid():
+                series.append({"gid": collection.get_gid(), **_band(collection)})
     return series
 
 

@@ -20,7 +20,7 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
-from snakeddp.report import figures
+from snakeddp.report import configurations, figures
 from snakeddp.report.compare import compare
 from snakeddp.report.figures import scaling_points, why_flat
 from snakeddp.report.table import (
@@ -28,10 +28,15 @@ from snakeddp.report.table import (
     PHASE_COLUMNS,
     PHASES,
     THROUGHPUT_MEANS,
+    at_best_columns,
+    global_batches_differ,
+    metric_columns,
+    metrics_of,
+    one_based,
     people_columns,
     varying_params,
 )
-from snakeddp.run.runs import Run, best_run
+from snakeddp.run.runs import Run
 from snakeddp.util.numbers import readable
 
 
@@ -58,7 +63,7 @@ TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib)
+TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib, epoch=one_based)
 
 
 def data_uri(path: str | Path) -> str:
@@ -67,24 +72,31 @@ def data_uri(path: str | Path) -> str:
     return f"data:{kind};base64,{base64.b64encode(Path(path).read_bytes()).decode()}"
 
 
-def _best(runs: Sequence[Run]) -> dict[str, Any] | None:
-    """The best run by the monitored metric, with the other metrics its model logged at that epoch."""
-    best = best_run(list(runs))
-    if best is None:
+def _best(groups: Sequence[configurations.Configuration]) -> dict[str, Any] | None:
+    """The best configuration by the mean of the monitored metric over its seeds, how many seeds back
+    it, those it ties with, and the mean of the other metrics its runs logged at their best epochs."""
+    ranked = configurations.ranked(groups)
+    if not ranked:
         return None
+    best = ranked[0]
     metric = best.monitor["metric"]
-    others = [(name, value) for name, value in best.at_best.items() if name != metric and not name.startswith("train")]
-    return {"run_id": best.run_id, "metric": metric, "mode": best.monitor["mode"], "score": best.best_score,
-            "others": others}  # fmt: skip
+    names = [name for name in metrics_of(best.runs) if name != metric and not name.startswith("train")]
+    others = [
+        (name, best.of(column).mean) for name, column in zip(names, at_best_columns(best.runs, names), strict=True)
+    ]
+    return {"name": best.name, "run_id": best.runs[0].run_id, "runs": len(best.runs), "metric": metric,
+            "mode": best.monitor["mode"], "score": best.score, "others": others,
+            "tied": configurations.tied(best, ranked)}  # fmt: skip
 
 
-def _summary(runs: Sequence[Run]) -> dict[str, Any]:
+def _summary(runs: Sequence[Run], groups: Sequence[configurations.Configuration]) -> dict[str, Any]:
     records = [run.provenance for run in runs]
     commits = [r["code"]["commit"] for r in records]
     phases = [r["timing"].get("phases") for r in records]
     monitors = sorted({f"{run.monitor['metric']} ({run.monitor['mode']})" for run in runs})
     return {
-        "best": _best(runs),
+        "best": _best(groups),
+        "seeded": any(len(group.runs) > 1 for group in groups),
         "monitors": monitors,
         "code": {
             "commits": len(set(commits)),
@@ -104,18 +116,37 @@ def _summary(runs: Sequence[Run]) -> dict[str, Any]:
     }
 
 
-def _runs_table(runs: Sequence[Run]) -> dict[str, Any]:
+def _runs_table(runs: Sequence[Run], groups: Sequence[configurations.Configuration]) -> dict[str, Any]:
     columns = people_columns(runs)
-    best = best_run(list(runs))
+    ranked = configurations.ranked(groups)
+    best = {run.run_id for run in ranked[0].runs} if ranked else set()
+    rows = [{"run_id": run.run_id, "best": run.run_id in best, "cells": [c.shown(run) for c in columns[1:]]}
+            for run in runs]  # fmt: skip
+    batches = sorted({BY_NAME["global_batch"].read(run) for run in runs})
+    return {"labels": [c.label for c in columns], "rows": rows,
+            "global_batch": batches if global_batches_differ(runs) else None}  # fmt: skip
+
+
+def _configurations_table(runs: Sequence[Run], groups: Sequence[configurations.Configuration]) -> dict[str, Any]:
+    """One row per configuration: its parameters, its seeds, and mean ± spread of the metrics the runs
+    table shows (the monitored one at its best, the other validation metrics at that epoch)."""
+    ranked = configurations.ranked(groups)
+    styles = figures.run_styles([group.name for group in groups])
+    keys = list(groups[0].params) if groups else []
+    metrics = metric_columns(runs)
     return {
-        "labels": [c.label for c in columns],
+        "labels": ["configuration", *keys, "seeds", *(f"{c.label} (mean ± sd)" for c in metrics)],
         "rows": [
             {
-                "run_id": run.run_id,
-                "best": best is not None and run.run_id == best.run_id,
-                "cells": [c.shown(run) for c in columns[1:]],
+                "name": group.name,
+                "color": styles[group.name]["color"],
+                "best": bool(ranked) and group is ranked[0],
+                "params": [group.params[key] for key in keys],
+                "seeds": len(group.runs),
+                "runs": [run.run_id for run in group.runs],
+                "spreads": [group.of(column) for column in metrics],
             }
-            for run in runs
+            for group in groups
         ],
     }
 
@@ -202,12 +233,15 @@ def render(
     scaling_figure: str | Path | None,
     links: Mapping[str, str] | None = None,
     history: Sequence[tuple[Run, str]] = (),
+    tuning_figure: str | Path | None = None,
     search: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole page for ``runs``; ``links`` maps labels to files next to the report; ``history``
-    pairs each earlier finished attempt with the link to its provenance; ``search`` is the search's
-    view (snakeddp.report.search), when a search chose the runs."""
+    pairs each earlier finished attempt with the link to its provenance; ``tuning_figure``: the
+    monitored metric against each numeric swept key (report.tuning), where the sweep has one;
+    ``search``: the search's view (snakeddp.report.search), when a search chose the runs."""
     params = varying_params([run.provenance for run in runs])
+    groups = configurations.group(runs)
     plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
     scaling = None
     if scaling_figure:
@@ -218,8 +252,16 @@ def render(
         version=__version__,
         generated=datetime.now(UTC).isoformat(timespec="seconds"),
         runs=[_run_view(run) for run in runs],
-        summary=_summary(runs),
-        table=_runs_table(runs),
+        summary=_summary(runs, groups),
+        table=_runs_table(runs, groups),
+        configurations=_configurations_table(runs, groups),
+        spread_means=configurations.SPREAD_MEANS,
+        tuning={
+            "figure": data_uri(tuning_figure),
+            "swept": configurations.numeric_keys([run.provenance.get("sweep_point") or {} for run in runs]),
+        }
+        if tuning_figure
+        else None,
         time_table=_time_table(runs),
         throughput_means=THROUGHPUT_MEANS,
         metrics=plotted,

@@ -14,6 +14,9 @@ from snakeddp.run.layout import PROVENANCE, RUNS
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_text
 
+# Beside runs.csv in results/report/ (the report rule's output of that name).
+CONFIGURATIONS = "configurations.csv"
+
 
 def write_report(
     runs: Sequence[Run],
@@ -22,18 +25,23 @@ def write_report(
     scaling: str | Path | None,
     out: str | Path,
     exports: Sequence[str | Path] = (),
+    tuning: str | Path | None = None,
     search: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write the self-contained report page for ``runs``; ``exports``: each run's exported model.json
-    (results/export/<run>/model.json), linked from the page."""
+    (results/export/<run>/model.json), linked from the page; ``tuning``: the metric-vs-hyperparameter figure."""
     runs = sorted(runs, key=lambda run: run.run_id)
-    links = {"runs.csv (the runs table)": "runs.csv", "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME}
+    links = {
+        "runs.csv (the runs table)": "runs.csv",
+        "configurations.csv (runs that differ only in seed, aggregated)": CONFIGURATIONS,
+        "ro-crate-metadata.json (Workflow Run RO-Crate)": crate.BASENAME,
+    }
     links.update({f"{run.run_id}: {PROVENANCE}": f"{crate.PAYLOAD}/{RUNS}/{run.run_id}/{PROVENANCE}" for run in runs})
     history = [(earlier, crate.attempt_record(earlier)) for run in runs for earlier in earlier_attempts(run.run_dir)]
     links.update(export_links(exports, Path(out).resolve().parent))
     if search:
         links["search.csv (every configuration of the search)"] = "search.csv"
-    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history, search))
+    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history, tuning, search))
 
 
 def export_links(exports: Sequence[str | Path], here: Path) -> dict[str, str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,17 @@ def _counted(run: Run, key: str) -> int | None:
     return (run.provenance["data"].get("counted") or {}).get(key)
 
 
+def one_based(epoch: int | None) -> int | None:
+    """An epoch as people count it (1 is the first), as the terminal does; metrics.csv and the
+    checkpoints' names keep Lightning's count from 0."""
+    return None if epoch is None else epoch + 1
+
+
+def _global_batch(run: Run) -> int:
+    """Samples per optimizer step, all ranks: DDP gives every rank trainer.batch_size."""
+    return run.provenance["config"]["trainer"]["batch_size"] * run.provenance["launch"]["world_size"]
+
+
 def _monitor(run: Run) -> str:
     return f"{run.monitor['metric']} ({run.monitor['mode']})"
 
@@ -100,9 +112,7 @@ COLUMNS = (
     Column("status", "status", lambda run: run.provenance["status"]),
     Column("monitor", "monitor", _monitor),
     Column("best_score", "best score", lambda run: run.best_score),
-    Column("best_val_loss", "best val_loss", _training("best_val_loss")),
-    Column("best_val_acc", "val acc", _training("best_val_acc")),
-    Column("best_epoch", "best epoch", _training("best_epoch")),
+    Column("best_epoch", "best epoch", lambda run: one_based(run.provenance["training"]["best_epoch"])),
     Column("epochs", "epochs", _training("epochs_completed"), _epochs_of_max),
     Column(
         "stopped_early",
@@ -114,6 +124,7 @@ COLUMNS = (
     Column("train_loop_s", "training loop s", lambda run: run.provenance["timing"]["train_seconds"]),
     Column("samples_per_s", "samples/s", _throughput),
     Column("world_size", "world size", _launch("world_size"), _layout),
+    Column("global_batch", "global batch", _global_batch),
     Column("nodes", "nodes", _launch("nodes")),
     Column("processes_per_node", "processes per node", _launch("processes_per_node")),
     Column("launcher", "launcher", _launch("launcher")),
@@ -130,9 +141,8 @@ BY_NAME = {column.name: column for column in COLUMNS}
 PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
 # What people read per run after the parameters that vary and the metrics (people_columns), and
 # what `compare` shows as the outcome.
-PEOPLE = ("epochs", "stopped_early", "duration_s", "samples_per_s", "world_size", "launcher", "job_id")
-OUTCOME = ("status", "monitor", "best_score", "best_val_loss", "best_val_acc", "epochs", "duration_s", "train_loop_s",
-           "samples_per_s")  # fmt: skip
+PEOPLE = ("epochs", "stopped_early", "duration_s", "samples_per_s", "world_size", "global_batch", "launcher", "job_id")
+OUTCOME = ("status", "monitor", "best_score", "best_epoch", "epochs", "duration_s", "train_loop_s", "samples_per_s")
 
 
 def metrics_of(runs: Sequence[Run]) -> list[str]:
@@ -143,6 +153,55 @@ def metrics_of(runs: Sequence[Run]) -> list[str]:
 def at_best_columns(runs: Sequence[Run], names: Sequence[str]) -> list[Column]:
     """A column per metric: its value at each run's best epoch (``at_best:<metric>`` in runs.csv)."""
     return [Column(f"at_best:{name}", name, lambda run, name=name: run.at_best.get(name)) for name in names]
+
+
+# Which way a metric improves, read from its name where the run does not monitor it: a loss or an
+# error falls, an accuracy rises. A metric named otherwise has no best:<metric> column.
+FALLING = ("loss", "error", "mse", "mae")
+RISING = ("acc", "accuracy")
+
+
+def direction(name: str, monitor: Mapping[str, str]) -> str | None:
+    """``min`` or ``max``: the run's own mode for its monitored metric, else what the name says (or None)."""
+    if name == monitor["metric"]:
+        return monitor["mode"]
+    if name.endswith(FALLING):
+        return "min"
+    return "max" if name.endswith(RISING) else None
+
+
+def best_of(run: Run, name: str) -> float | None:
+    """The metric's best value over the run's epochs (NaN epochs rank nowhere), where its direction is known."""
+    way = direction(name, run.monitor)
+    values = [float(row[name]) for row in run.metrics if isinstance(row.get(name), int | float)]
+    values = [value for value in values if math.isfinite(value)]
+    if way is None or not values:
+        return None
+    return min(values) if way == "min" else max(values)
+
+
+def final_of(run: Run, name: str) -> float | None:
+    """The metric at the last epoch that logged it."""
+    return next((row[name] for row in reversed(run.metrics) if row.get(name) is not None), None)
+
+
+def best_columns(runs: Sequence[Run], names: Sequence[str]) -> list[Column]:
+    """A column per metric whose direction is known: its best over the epochs (``best:<metric>``), which
+    may come from another epoch than the best checkpoint's (``at_best:<metric>``)."""
+    known = [name for name in names if any(direction(name, run.monitor) for run in runs)]
+    return [Column(f"best:{name}", f"best {name}", lambda run, name=name: best_of(run, name)) for name in known]
+
+
+def final_columns(names: Sequence[str]) -> list[Column]:
+    """A column per metric: its value at the run's last epoch (``final:<metric>``)."""
+    return [Column(f"final:{name}", f"final {name}", lambda run, name=name: final_of(run, name)) for name in names]
+
+
+def outcome_columns(runs: Sequence[Run]) -> list[Column]:
+    """Every number a run's metrics give: the monitored score, then per metric its value at the best
+    epoch, its best over the epochs and its final value; what configurations.csv aggregates."""
+    names = metrics_of(runs)
+    return [BY_NAME["best_score"], *at_best_columns(runs, names), *best_columns(runs, names), *final_columns(names)]
 
 
 def metric_columns(runs: Sequence[Run]) -> list[Column]:
@@ -192,14 +251,24 @@ class Rows:
 
 def runs_rows(runs: Sequence[Run]) -> Rows:
     """runs.csv: the parameters that vary across the runs (``param:<key>``), every column, then each
-    metric any run logged at its best epoch (``at_best:<metric>``)."""
-    columns = [*param_columns(runs), *COLUMNS, *at_best_columns(runs, metrics_of(runs))]
+    metric any run logged at its best epoch (``at_best:<metric>``), at its best (``best:<metric>``)
+    and at the last epoch (``final:<metric>``)."""
+    names = metrics_of(runs)
+    columns = [*param_columns(runs), *COLUMNS, *at_best_columns(runs, names), *best_columns(runs, names),
+               *final_columns(names)]  # fmt: skip
     return Rows([c.name for c in columns], [[c.read(run) for c in columns] for run in runs])
 
 
 def people_columns(runs: Sequence[Run]) -> list[Column]:
-    """The runs table people read: run, the parameters that vary, outcome, speed, where it ran."""
-    return [BY_NAME["run_id"], *param_columns(runs), *metric_columns(runs), *(BY_NAME[name] for name in PEOPLE)]
+    """The runs table people read: run, the parameters that vary, outcome, speed, where it ran; the
+    global batch beside the world size where that differs (same batch_size, other steps)."""
+    shown = [name for name in PEOPLE if name != "global_batch" or global_batches_differ(runs)]
+    return [BY_NAME["run_id"], *param_columns(runs), *metric_columns(runs), *(BY_NAME[name] for name in shown)]
+
+
+def global_batches_differ(runs: Sequence[Run]) -> bool:
+    """Whether the runs take optimizer steps over different numbers of samples (batch_size x world size)."""
+    return len({_global_batch(run) for run in runs}) > 1
 
 
 def summary_rows(runs: Sequence[Run]) -> Rows:
@@ -215,9 +284,13 @@ def aligned(table: Rows, show: Callable[[Any], str]) -> str:
     return "\n".join(" ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells)
 
 
-def outcome(run: Run) -> list[tuple[str, Any]]:
-    """(label, value) of the columns ``compare`` puts side by side."""
-    return [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
+def outcome(run: Run, metrics: Sequence[str]) -> list[tuple[str, Any]]:
+    """(label, value) of the columns ``compare`` puts side by side: the OUTCOME columns, with each of
+    ``metrics`` (those either run logged) at the run's best epoch after the best score."""
+    at_best = [(f"{c.label} at best epoch", c.read(run)) for c in at_best_columns([run], metrics)]
+    pairs = [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
+    split = OUTCOME.index("best_epoch") + 1
+    return pairs[:split] + at_best + pairs[split:]
 
 
 def _csv_cell(value: Any) -> Any:
@@ -229,11 +302,15 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-def write_runs_table(runs: Sequence[Run], out: str | Path) -> Rows:
-    table = runs_rows(runs)
+def write_csv(table: Rows, out: str | Path) -> Rows:
+    """The table as a CSV file, cells as ``_csv_cell`` writes them."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(table.header)
     writer.writerows([_csv_cell(value) for value in row] for row in table.rows)
     atomic_write_text(out, text.getvalue())
     return table
+
+
+def write_runs_table(runs: Sequence[Run], out: str | Path) -> Rows:
+    return write_csv(runs_rows(runs), out)
