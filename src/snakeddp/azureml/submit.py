@@ -35,6 +35,7 @@ from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_vari
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
 from snakeddp.errors import ConfigError
+from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
@@ -65,15 +66,24 @@ def _missing(module: str) -> bool:
         return True
 
 
-def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, str]:
-    """The job of this run and its resume key; stages code, run files and the attempt to resume."""
+def build_plan(args: argparse.Namespace, settings: Settings, prepare: bool = False) -> tuple[JobPlan, str]:
+    """The job of this run and its resume key; stages code, run files and the attempt to resume.
+
+    ``prepare``: first decide the attempt as launch does (``lineage.prepare``: earlier attempts set
+    aside, a finished attempt taken over, copied into the run directory), so the job resumes what a
+    local run would; without it (a dry run, submit: false) nothing in the run directory moves."""
     run = RunFile.load(args.config)
     launch = run.config["launch"]
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
     environment = staging.environment_spec(settings)
     env_record = staging.environment_record(environment)
-    key = attempt.attempt_key(run.config, args.data, env_record)
+    identity = attempt.Identity.of(run.config, args.data, env_record)
+    key = identity.key
+    if prepare:
+        start = lineage.prepare(args.run_dir, identity, run)
+        if start.origin is not None and not attempt.finished(args.run_dir):
+            print(f"snakeddp.azureml: run {run.run_id}: {start.origin.continuing(run.run_id, identity.budget)}")
     spec_dir = RunPaths(args.run_dir).azureml.resolve()
     staging.snapshot_code(spec_dir / "code", run, env_record)
     resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key)
@@ -215,10 +225,9 @@ def submit(args: argparse.Namespace) -> int:
     require_sdk(settings.sdk)
     if settings.submit and not args.dry_run:
         settings.require_workspace()
-    plan, key = build_plan(args, settings)
-    if not args.dry_run and attempt.restorable(args.run_dir, key):
-        attempt.prepare(args.run_dir, key)
-        print(f"snakeddp.azureml: run {plan.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+    plan, key = build_plan(args, settings, prepare=not args.dry_run)
+    if not args.dry_run and attempt.finished(args.run_dir):
+        print(f"snakeddp.azureml: run {plan.run_id}: {lineage.restore(args.run_dir, key)}", flush=True)
         return 0
     spec = write_spec(plan)
     spec_sha256 = sha256_file(spec)
