@@ -174,7 +174,8 @@ def restore(run_dir: Path, key: str) -> str:
         raise RunStateError(
             f"{paths.finished}, the record of finished attempt {attempt_id(key)}, does not match the provenance "
             f"schema: {found[0][:160]}{more}. HINT: move it aside (mv {paths.finished} {paths.finished}.bad) and "
-            "rerun: the attempt resumes from its last.ckpt, trains nothing and writes its record again."
+            f"rerun its train job (snakemake --forcerun {paths.provenance}): the attempt resumes from its last.ckpt, "
+            "trains nothing and writes its record again."
         )
     came_from = (record.get("attempt") or {}).get("restored_from")
     record["attempt"] = {

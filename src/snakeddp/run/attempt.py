@@ -159,7 +159,8 @@ def _state(run_dir: Path) -> dict[str, Any] | None:
         problem = f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:120]}"
     raise RunStateError(
         f"{path} is not a run state snakeddp wrote ({problem}). HINT: move it aside (mv {path} {path}.bad) and "
-        f"rerun: the attempt beside it is then kept under {ATTEMPTS}/unknown/ and the run starts afresh."
+        f"rerun its train job (snakemake --forcerun {RunPaths(run_dir).provenance}): the attempt beside it is then "
+        f"kept under {ATTEMPTS}/unknown/ and the run starts afresh."
     )
 
 
@@ -234,10 +235,14 @@ def seed(
     staging = run_dir / f".seeding-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     names = CONTINUED if record is None else tuple(name for name in ATTEMPT_FILES if name not in (STATE, FINISHED))
+    staging.mkdir()
     try:
         for name in names:
             _copy_entry(source.folder / name, staging / name)
     except FileNotFoundError:
+        pass  # another run's job set the attempt aside while it was copied: the check below says so
+    incomplete = record is None and not AttemptPaths(staging).last_checkpoint.is_file()
+    if incomplete or not source.folder.is_dir():
         shutil.rmtree(staging, ignore_errors=True)
         return False
     paths = RunPaths(run_dir)
@@ -301,6 +306,13 @@ def _home(run_dir: Path, key: str) -> AttemptPaths:
     state = _state(run_dir)
     current = state is not None and state.get("resume_key") == key
     return RunPaths(run_dir) if current else RunPaths(run_dir).attempt(attempt_id(key))
+
+
+def restorable(run_dir: Path, key: str) -> bool:
+    """Whether this key's attempt already finished (read-only; ``prepare`` then restore it)."""
+    home = _home(run_dir, key)
+    # The current attempt's own record is finished.json; a kept one's is its provenance.json.
+    return (home.finished if isinstance(home, RunPaths) else home.provenance).is_file()
 
 
 def resumable(run_dir: Path, key: str) -> Path | None:
