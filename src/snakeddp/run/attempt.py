@@ -42,6 +42,7 @@ from snakeddp.run.layout import (
     CHECKPOINTS,
     FINISHED,
     METRICS,
+    SEEDING,
     STATE,
     STORED_AS,
     TRACE,
@@ -232,7 +233,7 @@ def seed(
     rewrites last.ckpt in place). With ``epochs_from`` it continues from the copied last.ckpt; with
     ``record`` it is finished, and that is its record. False (nothing changed) when ``source``
     vanished while it was copied: another run's job moved it."""
-    staging = run_dir / f".seeding-{os.getpid()}"
+    staging = run_dir / SEEDING.format(pid=os.getpid())
     shutil.rmtree(staging, ignore_errors=True)
     names = CONTINUED if record is None else tuple(name for name in ATTEMPT_FILES if name not in (STATE, FINISHED))
     staging.mkdir()
