@@ -5,8 +5,8 @@
 
 This is the one place that builds launch commands (snakeddp's supervisor, torchrun, srun,
 mpirun). Before any rank starts it decides, once, whether the run resumes, is restored (this
-attempt key already finished: nothing trains) or starts fresh; an attempt of another key moves
-to ``attempts/``.
+attempt key already finished: nothing trains), continues a finished attempt of a shorter budget
+(``provenance.lineage``) or starts fresh; an attempt of another key moves to ``attempts/``.
 The command is logged shell-quoted, recorded in provenance, and preemption signals are passed
 on to the ranks.
 """
@@ -31,6 +31,7 @@ from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config.schema import platforms
 from snakeddp.errors import exit_code
+from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
@@ -117,7 +118,7 @@ def publish_elsewhere(provenance: Path, record: Path) -> None:
 
 def run_attempt(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
-    key = attempt.attempt_key(run.config, args.data, args.environment_record)
+    identity = attempt.Identity.of(run.config, args.data, args.environment_record)
     launcher, argv, env = build(args, dict(os.environ))
     if args.dry_run:
         print(quote(argv))
@@ -134,11 +135,14 @@ def run_attempt(args: argparse.Namespace) -> int:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    resume = attempt.prepare(args.run_dir, key)
+    start = lineage.prepare(args.run_dir, identity, run)
+    resume = start.resume
     if attempt.finished(args.run_dir):
         # On the terminal too (local platform): the train job restored, it did not train.
-        say(f"{run.run_id}: {attempt.restore(args.run_dir, key)}")
+        say(f"{run.run_id}: {lineage.restore(args.run_dir, identity.key)}")
         return 0
+    if start.origin is not None:
+        say(f"{run.run_id}: {start.origin.continuing(run.run_id, identity.budget)}")
     print(
         f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",

@@ -148,7 +148,8 @@ def test_submit_false_writes_specs_through_the_workflow_and_nothing_looks_finish
     assert "Error in rule train" in done.stderr and "Error in rule report" not in done.stderr
 
 
-def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch, capsys):
+@pytest.mark.e2e
+def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch, capsys, sweep_workflow):
     """Coming back to a key that already finished on AzureML restores it; nothing connects or uploads."""
     run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
     monkeypatch.chdir(tmp_path)
@@ -157,7 +158,10 @@ def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch
     _, key = submit.build_plan(args, Settings.from_environment())
     kept = run_yaml.parent / "attempts" / key[:12]
     kept.mkdir(parents=True)
-    (kept / "provenance.json").write_text(json.dumps({"run_id": "base", "training": {"epochs_completed": 3}}))
+    # A real record (restoring checks it against the provenance schema), as this key's.
+    record = json.loads((sweep_workflow.directory / "results/runs/devices-1/provenance.json").read_text())
+    record.update(origin_sha256=key, attempt={"id": key[:12], "restored": False})
+    (kept / "provenance.json").write_text(json.dumps(record))
     assert submit.main(args) == 0
     assert "restored it, nothing trained" in capsys.readouterr().out
     record = json.loads((run_yaml.parent / "provenance.json").read_text())

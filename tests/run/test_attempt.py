@@ -49,21 +49,17 @@ def test_a_finished_attempt_keeps_its_provenance_and_comes_back(tmp_path):
     key_a, key_b = "a" * 64, "b" * 64
     finish(tmp_path, key_a)
     (tmp_path / "provenance.json").unlink()  # what Snakemake does before it reruns the train rule
-    assert not runstate.restorable(tmp_path, key_b)
+    assert runstate.resumable(tmp_path, key_b) is None
     runstate.prepare(tmp_path, key_b)
     assert not runstate.finished(tmp_path), "the new key trains"
     stored = tmp_path / "attempts" / ("a" * 12)
     assert json.loads((stored / "provenance.json").read_text())["run_id"] == "r"
-    assert runstate.restorable(tmp_path, key_a)
     assert runstate.resumable(tmp_path, key_a) == stored / "checkpoints/last.ckpt"
     finish(tmp_path, key_b)
     (tmp_path / "provenance.json").unlink()
     assert runstate.prepare(tmp_path, key_a) == tmp_path / "checkpoints" / "last.ckpt"
-    assert runstate.finished(tmp_path)
+    assert runstate.finished(tmp_path), "then provenance.lineage.restore publishes its record"
     assert (tmp_path / "checkpoints" / "last.ckpt").read_bytes() == key_a.encode()
-    assert "attempt aaaaaaaaaaaa already finished" in runstate.restore(tmp_path, key_a)
-    record = json.loads((tmp_path / "provenance.json").read_text())
-    assert record["attempt"]["id"] == "a" * 12 and record["attempt"]["restored"] is True
     assert not stored.exists() and (tmp_path / "attempts" / ("b" * 12) / "provenance.json").is_file()
 
 
@@ -98,6 +94,105 @@ def test_attempt_key_follows_the_users_model_code(tmp_path, monkeypatch):
     key = runstate.attempt_key(config, manifest, None)
     module.write_text("class Net:\n    width = 2\n")
     assert runstate.attempt_key(config, manifest, None) != key, "edited model code never resumes old checkpoints"
+
+
+def identity(**trainer):
+    config = {"seed": 1, "data": {}, "model": {"lr": 0.1}, "trainer": {"max_epochs": 3, **trainer}, "launch": {}}
+    return runstate.Identity(config, data_sha256="d" * 64, environment_hash="e", user_code={})
+
+
+def test_the_budget_has_a_key_of_its_own_and_the_run_knows_its_key_at_any_other_budget():
+    three = identity()
+    five = identity(max_epochs=5)
+    assert three.key != five.key, "each budget is its own attempt (coming back to one restores it)"
+    assert three.key_at(5) == five.key and five.key_at(3) == three.key and three.key_at(3) == three.key
+    assert identity(budget_continues=True).key == three.key, "whether budgets continue is not what a run computes"
+
+
+def test_a_budget_that_does_not_continue_has_no_lineage():
+    assert identity(budget_continues=False).key_at(5) is None
+    own = runstate.Identity(
+        {"model": {"target": "mine:Net"}, "trainer": {"max_epochs": 3}}, "d" * 64, None, {"model.target": None}
+    )
+    assert own.key_at(5) is None, "a model.target may schedule over max_epochs: retrain unless it says otherwise"
+    chosen = {"model": {"target": "mine:Net"}, "trainer": {"max_epochs": 3, "budget_continues": True}}
+    assert runstate.Identity(chosen, "d" * 64, None, {}).key_at(5) is not None
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("{not json", "not JSON"),
+        ('{"resume_key": 3}', "resume_key: 3 is not of type 'string'"),
+        ('{"resume_key": "k1", "epochs_from": [{"attempt": "x"}]}', "epochs_from.0"),
+    ],
+)
+def test_a_run_state_snakeddp_did_not_write_stops_with_one_line_and_moving_it_aside_starts_afresh(
+    tmp_path, text, problem
+):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"made before")
+    state = tmp_path / "run-state.json"
+    state.write_text(text)
+    with pytest.raises(runstate.RunStateError) as stopped:
+        runstate.prepare(tmp_path, "k1")
+    (line,) = str(stopped.value).splitlines()
+    assert problem in line and line.count("HINT:") == 1, line
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file() and state.read_text() == text, "nothing is touched"
+    state.rename(tmp_path / "run-state.json.bad")  # what the HINT says
+    assert runstate.prepare(tmp_path, "k1") is None, "the run starts afresh"
+    assert (tmp_path / "attempts" / "unknown" / "checkpoints" / "last.ckpt").read_bytes() == b"made before"
+
+
+def finished_attempt(folder, epochs=3):
+    """A finished attempt's files as training leaves them: checkpoints (and a partial save), metrics, traces."""
+    (folder / "checkpoints").mkdir(parents=True)
+    for name in ("last.ckpt", "epoch002-val_loss0.5000.ckpt", ".last.ckpt.123.partial"):
+        (folder / "checkpoints" / name).write_bytes(name.encode())
+    (folder / "metrics.csv").write_text("epoch\n" + "".join(f"{e}\n" for e in range(epochs)))
+    (folder / "trace").mkdir()
+    (folder / "trace" / "rank-0.jsonl").write_text("{}\n")
+    (folder / "tracking").mkdir()
+    (folder / "tracking" / "state.json").write_text('{"mlflow_run_id": "theirs"}')
+    (folder / "run-state.json").write_text('{"resume_key": "' + "a" * 64 + '"}')
+    (folder / "provenance.json").write_text("{}")
+    return runstate.AttemptPaths(folder)
+
+
+def test_a_continued_attempt_is_a_copy_of_the_finished_one_that_keeps_its_own_files(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    source = finished_attempt(run_dir / "attempts" / ("a" * 12))
+    runstate.prepare(run_dir, "b" * 64)
+    epochs = [{"attempt": "a" * 12, "first_epoch": 1, "last_epoch": 3}]
+    assert runstate.seed(run_dir, source, "b" * 64, epochs_from=epochs)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    assert runstate.prepare(run_dir, "b" * 64) == last, "it resumes from the copied last.ckpt"
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["epoch002-val_loss0.5000.ckpt", "last.ckpt"]
+    assert not last.samefile(source.last_checkpoint), "a copy: Lightning rewrites last.ckpt in place"
+    last.write_bytes(b"epoch 4")
+    assert source.last_checkpoint.read_bytes() == b"last.ckpt" and source.provenance.is_file()
+    assert (run_dir / "metrics.csv").read_text() == source.metrics.read_text()
+    assert (run_dir / "trace" / "rank-0.jsonl").is_file()
+    assert not (run_dir / "tracking").exists(), "the kept attempt's tracker runs are not appended to"
+    assert runstate.inherited_epochs(run_dir) == epochs, "kept across prepare of the same key"
+    assert not runstate.finished(run_dir)
+
+
+def test_a_restored_copy_takes_the_record_it_is_given(tmp_path):
+    run_dir = tmp_path / "runs" / "renamed"
+    source = finished_attempt(tmp_path / "runs" / "other")
+    runstate.prepare(run_dir, "a" * 64)
+    assert runstate.seed(run_dir, source, "a" * 64, record={"run_id": "renamed"})
+    assert runstate.finished(run_dir) and json.loads((run_dir / "finished.json").read_text()) == {"run_id": "renamed"}
+    assert (run_dir / "tracking" / "state.json").is_file(), "a restore keeps everything the attempt made"
+    assert (tmp_path / "runs" / "other" / "checkpoints" / "last.ckpt").is_file(), "the other run keeps its own"
+
+
+def test_a_source_that_vanishes_while_copied_changes_nothing(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    runstate.prepare(run_dir, "b" * 64)
+    assert not runstate.seed(run_dir, runstate.AttemptPaths(tmp_path / "gone"), "b" * 64, record={})
+    assert sorted(p.name for p in run_dir.iterdir()) == [".attempt.lock", "run-state.json"]
 
 
 def test_ranks_refuse_checkpoints_of_another_key(tmp_path):

@@ -19,8 +19,9 @@ import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.lock import read_lock
-from snakeddp.run.attempt import resumable
-from snakeddp.run.layout import ATTEMPT_FILES, RUN_FILE
+from snakeddp.provenance.lineage import Origin
+from snakeddp.run.attempt import CONTINUED, resumable
+from snakeddp.run.layout import ATTEMPT_FILES, RUN_FILE, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json, link_or_copy
 from snakeddp.util.hashing import sha256_file, sha256_json
@@ -86,23 +87,26 @@ def snapshot_code(code_dir: Path, run: RunFile, record: dict[str, Any]) -> None:
     atomic_write_json(code_dir / ENVIRONMENT_FILE, record)
 
 
-def stage_resume(run_dir: Path, resume_dir: Path, key: str) -> Path | None:
+def stage_resume(run_dir: Path, resume_dir: Path, key: str, continued: Origin | None = None) -> Path | None:
     """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume.
 
     The attempt is found by launch's rule (``attempt.resumable``): in the run directory, or kept
-    under attempts/ when this key's attempt was set aside earlier.
+    under attempts/ when this key's attempt was set aside earlier; else ``continued``, the finished
+    attempt of a shorter budget, whose checkpoints the job goes on from as this key's attempt.
     """
     if resume_dir.exists():
         shutil.rmtree(resume_dir)
     last = resumable(run_dir, key)
-    if last is None:
+    if last is None and continued is None:
         return None
-    home = last.parent.parent
+    home = last.parent.parent if last is not None else continued.source.folder
     resume_dir.mkdir(parents=True)
-    for name in ATTEMPT_FILES:
+    for name in ATTEMPT_FILES if last is not None else CONTINUED:
         source = home / name
         if source.is_dir():
             shutil.copytree(source, resume_dir / name, copy_function=link_or_copy)
         elif source.is_file():
             link_or_copy(source, resume_dir / name)
+    if last is None:
+        atomic_write_json(RunPaths(resume_dir).state, {"resume_key": key, "epochs_from": continued.epochs})
     return resume_dir

@@ -35,6 +35,7 @@ from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_vari
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
 from snakeddp.errors import ConfigError
+from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
@@ -66,17 +67,22 @@ def _missing(module: str) -> bool:
 
 
 def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, str]:
-    """The job of this run and its resume key; stages code, run files and the attempt to resume."""
+    """The job of this run and its resume key; stages code, run files and the attempt to resume: this
+    key's own, or the finished attempt of a shorter budget it continues (``takeover``). Read-only for
+    the run directory: what launch's ``prepare`` moves there moves after the connection is checked."""
     run = RunFile.load(args.config)
     launch = run.config["launch"]
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
     environment = staging.environment_spec(settings)
     env_record = staging.environment_record(environment)
-    key = attempt.attempt_key(run.config, args.data, env_record)
+    identity = attempt.Identity.of(run.config, args.data, env_record)
+    key = identity.key
+    origin = takeover(args.run_dir, identity)
     spec_dir = RunPaths(args.run_dir).azureml.resolve()
     staging.snapshot_code(spec_dir / "code", run, env_record)
-    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key)
+    continued = origin if origin is not None and origin.how == lineage.CONTINUE else None
+    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key, continued)
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
     code = code_info()
@@ -106,6 +112,13 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         tags={"snakeddp_run": run.run_id, "snakeddp_dataset": run.dataset_id},
     )
     return plan, key
+
+
+def takeover(run_dir: Path, identity: attempt.Identity) -> lineage.Origin | None:
+    """The finished attempt this key's attempt takes over, as launch decides it (read-only)."""
+    if attempt.restorable(run_dir, identity.key) or attempt.resumable(run_dir, identity.key):
+        return None
+    return lineage.find(run_dir, identity)
 
 
 def write_spec(plan: JobPlan) -> Path:
@@ -216,9 +229,12 @@ def submit(args: argparse.Namespace) -> int:
     if settings.submit and not args.dry_run:
         settings.require_workspace()
     plan, key = build_plan(args, settings)
-    if not args.dry_run and attempt.restorable(args.run_dir, key):
-        attempt.prepare(args.run_dir, key)
-        print(f"snakeddp.azureml: run {plan.run_id}: {attempt.restore(args.run_dir, key)}", flush=True)
+    run = RunFile.load(args.config)
+    identity = attempt.Identity.of(run.config, args.data, staging.environment_record(plan.environment))
+    origin = takeover(args.run_dir, identity)
+    if not args.dry_run and (attempt.restorable(args.run_dir, key) or (origin and origin.how != lineage.CONTINUE)):
+        lineage.prepare(args.run_dir, identity, run)
+        print(f"snakeddp.azureml: run {plan.run_id}: {lineage.restore(args.run_dir, key)}", flush=True)
         return 0
     spec = write_spec(plan)
     spec_sha256 = sha256_file(spec)
@@ -237,9 +253,11 @@ def submit(args: argparse.Namespace) -> int:
         )
         return 1
     session = connect(settings, plan)
-    resume = attempt.prepare(args.run_dir, key)
-    if (resume is None) != (plan.resume_dir is None):
+    start = lineage.prepare(args.run_dir, identity, run)
+    if (start.resume is None) != (plan.resume_dir is None):
         raise AzureMLError(f"{args.run_dir} changed while its job was being prepared; rerun to submit again")
+    if start.origin is not None:
+        print(f"snakeddp.azureml: run {plan.run_id}: {start.origin.continuing(plan.run_id, identity.budget)}")
     return run_job(session, plan, spec, submission_variables(settings, spec_sha256), args.run_dir)
 
 

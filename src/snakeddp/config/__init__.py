@@ -38,7 +38,9 @@ SCHEDULER_KEYS = ("mem_mb", "runtime")
 # Run keys added after runs were finished with the keys before them. At their default they stay out
 # of a run's config (run.yaml, its identity, its attempt key), so a run finished before the key
 # existed stays up to date; whoever reads one asks for it with its default (``monitor``).
-QUIET_AT_DEFAULT = ("trainer.monitor",)
+QUIET_AT_DEFAULT = ("trainer.monitor", "trainer.budget_continues")
+# Run keys that say how attempts of a run relate, not what one computes: out of its identity.
+RELATION_KEYS = ("trainer.budget_continues",)
 # Keys that only mean something beside another: (key, what it needs, whether the config has that).
 # Set without it, such a key would be silently ignored, so validation refuses it.
 ONLY_WITH = (
@@ -225,11 +227,21 @@ def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_identity(run: Mapping[str, Any]) -> dict[str, Any]:
-    """A run config without its scheduler requests: what its results depend on."""
+    """A run config without its scheduler requests and RELATION_KEYS: what its results depend on."""
     identity = copy.deepcopy(dict(run))
     for key in SCHEDULER_KEYS:
         identity.get("launch", {}).pop(key, None)
+    for key in RELATION_KEYS:
+        section, _, leaf = key.partition(".")
+        identity.get(section, {}).pop(leaf, None)
     return identity
+
+
+def budget_continues(run: Mapping[str, Any]) -> bool:
+    """Whether a higher trainer.max_epochs continues this run's finished attempts (trainer.budget_continues;
+    null: the built-in models have no schedule over the budget, a model.target may have one)."""
+    chosen = run.get("trainer", {}).get("budget_continues")
+    return not run.get("model", {}).get("target") if chosen is None else bool(chosen)
 
 
 def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, dict[str, Any]]:

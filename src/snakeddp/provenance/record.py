@@ -25,7 +25,7 @@ from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
 from snakeddp.run import variables
-from snakeddp.run.attempt import attempt_id, no_lock_warning
+from snakeddp.run.attempt import attempt_id, inherited_epochs, no_lock_warning
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
@@ -162,6 +162,15 @@ def counted(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def epochs_from(run_dir: Path, key: str, epochs: int) -> list[dict[str, Any]]:
+    """Which attempt trained which epochs (1-based): those this attempt took over from the finished
+    attempt of a shorter budget it continues (run-state.json), then its own."""
+    inherited = inherited_epochs(run_dir)
+    taken = inherited[-1]["last_epoch"] if inherited else 0
+    own = [{"attempt": attempt_id(key), "first_epoch": taken + 1, "last_epoch": epochs}] if epochs > taken else []
+    return inherited + own
+
+
 def user() -> str | None:
     """The operating-system user the run ran as (the agent of the run), or None in a nameless container."""
     try:
@@ -289,6 +298,7 @@ def build(
             "epochs_completed": len(rows),
             "max_epochs": cfg["trainer"]["max_epochs"],
             "stopped_early": outcome.stopped_early,
+            "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
             "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
             "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
             "best_checkpoint": best,

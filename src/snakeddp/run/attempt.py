@@ -8,42 +8,112 @@ key of what they were made from. When the key differs, the old attempt moves, pr
 all, to ``attempts/<key12>/`` (nothing is deleted); when the new key is one of the kept
 attempts, that attempt moves back: it resumes if it was interrupted and is restored without
 training if it had finished.
+
+The training budget (``trainer.max_epochs``) is part of the key, so each budget is its own attempt,
+but ``Identity.key_at`` gives the key the same run has at another budget: that is how
+``provenance.lineage`` finds the finished attempt of a shorter budget to continue (``seed``).
 """
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import importlib.util
+import json
 import os
+import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config import run_identity
+import jsonschema
+
+from snakeddp.config import budget_continues, run_identity
 from snakeddp.errors import RunStateError
-from snakeddp.run.layout import ATTEMPT_FILES, ATTEMPTS, STORED_AS, AttemptPaths, RunPaths
+from snakeddp.run.layout import (
+    ATTEMPT_FILES,
+    ATTEMPTS,
+    CHECKPOINT_GLOB,
+    CHECKPOINTS,
+    FINISHED,
+    METRICS,
+    SEEDING,
+    STATE,
+    STORED_AS,
+    TRACE,
+    AttemptPaths,
+    RunPaths,
+)
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
+
+STATE_SCHEMA = "run-state.schema.json"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a run's checkpoints are computed from: its config (``run_identity``), the data manifest's
+    sha256, the environment record's ``hash`` and the user's own modules' sha256 (so editing the
+    model's code never resumes an old checkpoint into it)."""
+
+    run_config: Mapping[str, Any]
+    data_sha256: str
+    environment_hash: str | None
+    user_code: Mapping[str, str | None]
+
+    @classmethod
+    def of(
+        cls, run_config: Mapping[str, Any], manifest: Path, environment_record: Path | Mapping[str, Any] | None
+    ) -> Identity:
+        if isinstance(environment_record, Path):
+            environment_record = read_json(environment_record) if environment_record.is_file() else None
+        return cls(
+            run_config=run_config,
+            data_sha256=sha256_file(manifest),
+            environment_hash=(environment_record or {}).get("hash"),
+            user_code=user_modules_sha256(run_config),
+        )
+
+    @property
+    def key(self) -> str:
+        """The attempt key."""
+        return self._key(self.run_config)
+
+    @property
+    def budget(self) -> int | None:
+        return self.run_config.get("trainer", {}).get("max_epochs")
+
+    def key_at(self, max_epochs: int) -> str | None:
+        """The attempt key this run has at another budget; None when its budget does not continue
+        (``config.budget_continues``), so that no other budget shares its lineage."""
+        if not budget_continues(self.run_config):
+            return None
+        config = copy.deepcopy(dict(self.run_config))
+        config["trainer"] = {**config.get("trainer", {}), "max_epochs": max_epochs}
+        return self._key(config)
+
+    def _key(self, config: Mapping[str, Any]) -> str:
+        return sha256_json(
+            {
+                "config": run_identity(config),
+                "data": self.data_sha256,
+                "environment": self.environment_hash,
+                "user_code": dict(self.user_code),
+            }
+        )
 
 
 def attempt_key(
     run_config: Mapping[str, Any], manifest: Path, environment_record: Path | Mapping[str, Any] | None
 ) -> str:
-    """The one key of what a run's checkpoints are computed from; launch, train and the AzureML
-    submitter all call this. The environment enters by its record's ``hash``; the user's own
-    modules by their sha256, so editing the model's code never resumes an old checkpoint into it."""
-    if isinstance(environment_record, Path):
-        environment_record = read_json(environment_record) if environment_record.is_file() else None
-    return sha256_json(
-        {
-            "config": run_identity(run_config),
-            "data": sha256_file(manifest),
-            "environment": (environment_record or {}).get("hash"),
-            "user_code": user_modules_sha256(run_config),
-        }
-    )
+    """The one key of what a run's checkpoints are computed from (``Identity``); launch, train and the
+    AzureML submitter all call this."""
+    return Identity.of(run_config, manifest, environment_record).key
 
 
 def user_modules_sha256(run_config: Mapping[str, Any]) -> dict[str, str | None]:
@@ -66,9 +136,39 @@ def attempt_id(key: str) -> str:
     return key[:12]
 
 
+@cache
+def _state_validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(
+        json.loads(resources.files("snakeddp.schemas").joinpath(STATE_SCHEMA).read_text())
+    )
+
+
 def _state(run_dir: Path) -> dict[str, Any] | None:
+    """run-state.json, checked against its schema: a file snakeddp did not write stops the attempt with
+    one line, and nothing is moved or deleted."""
     path = RunPaths(run_dir).state
-    return read_json(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        state = read_json(path)
+    except (OSError, ValueError) as exc:
+        problem = f"not JSON: {exc}"
+    else:
+        error = next(iter(sorted(_state_validator().iter_errors(state), key=lambda e: list(map(str, e.path)))), None)
+        if error is None:
+            return state
+        problem = f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:120]}"
+    raise RunStateError(
+        f"{path} is not a run state snakeddp wrote ({problem}). HINT: move it aside (mv {path} {path}.bad) and "
+        f"rerun its train job (snakemake --forcerun {RunPaths(run_dir).provenance}): the attempt beside it is then "
+        f"kept under {ATTEMPTS}/unknown/ and the run starts afresh."
+    )
+
+
+def inherited_epochs(run_dir: Path) -> list[dict[str, Any]]:
+    """The epochs the current attempt took over from the finished attempt it continues (provenance's
+    training.epochs_from, before this attempt's own epochs)."""
+    return list((_state(run_dir) or {}).get("epochs_from", []))
 
 
 def _store(run_dir: Path, key: str | None) -> None:
@@ -110,8 +210,82 @@ def prepare(run_dir: Path, key: str) -> Path | None:
         stored = paths.attempt(attempt_id(key)).folder
         if stored.is_dir():
             _take_back(stored, run_dir)
-    atomic_write_json(paths.state, {"resume_key": key})
+    if (_state(run_dir) or {}).get("resume_key") != key:
+        atomic_write_json(paths.state, {"resume_key": key})
     return paths.last_checkpoint if paths.last_checkpoint.is_file() else None
+
+
+# What a continued attempt takes over from the one it continues. Not tracking/: its state.json names
+# the kept attempt's MLflow / W&B runs, which the continued attempt must not append to.
+CONTINUED = (CHECKPOINTS, METRICS, TRACE)
+
+
+def seed(
+    run_dir: Path,
+    source: AttemptPaths,
+    key: str,
+    *,
+    epochs_from: list[dict[str, Any]] | None = None,
+    record: Mapping[str, Any] | None = None,
+) -> bool:
+    """Make ``run_dir``'s attempt of ``key`` (just ``prepare``d, with no checkpoint of its own) a copy
+    of the finished attempt in ``source``, which keeps its own files (copies, not links: Lightning
+    rewrites last.ckpt in place). With ``epochs_from`` it continues from the copied last.ckpt; with
+    ``record`` it is finished, and that is its record. False (nothing changed) when ``source``
+    vanished while it was copied: another run's job moved it."""
+    staging = run_dir / SEEDING.format(pid=os.getpid())
+    shutil.rmtree(staging, ignore_errors=True)
+    names = CONTINUED if record is None else tuple(name for name in ATTEMPT_FILES if name not in (STATE, FINISHED))
+    staging.mkdir()
+    try:
+        for name in names:
+            _copy_entry(source.folder / name, staging / name)
+    except FileNotFoundError:
+        pass  # another run's job set the attempt aside while it was copied: the check below says so
+    incomplete = record is None and not AttemptPaths(staging).last_checkpoint.is_file()
+    if incomplete or not source.folder.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)
+        return False
+    paths = RunPaths(run_dir)
+    for name in ATTEMPT_FILES:  # what a start of this key left without a checkpoint: nothing to keep
+        target = run_dir / name
+        if name != STATE and target.is_dir():
+            shutil.rmtree(target)
+        elif name != STATE:
+            target.unlink(missing_ok=True)
+    for entry in staging.iterdir():
+        entry.rename(run_dir / entry.name)
+    staging.rmdir()
+    state = {"resume_key": key, **({"epochs_from": epochs_from} if epochs_from else {})}
+    atomic_write_json(paths.state, state)
+    if record is not None:
+        atomic_write_json(paths.finished, dict(record))
+    return True
+
+
+def _copy_entry(source: Path, target: Path) -> None:
+    """A file, or a folder's files (checkpoints/: only finished checkpoints, no partial saves)."""
+    if source.is_dir():
+        pattern = CHECKPOINT_GLOB if source.name == CHECKPOINTS else "*"
+        for path in sorted(p for p in source.rglob(pattern) if p.is_file() and not p.is_symlink()):
+            copy_file(path, _made(target / path.relative_to(source)))
+    elif source.is_file() and not source.is_symlink():
+        copy_file(source, _made(target))
+
+
+def _made(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def finished_attempts(run_dir: Path) -> Iterable[tuple[AttemptPaths, Path]]:
+    """Each finished attempt of a run directory and its record: the current one (finished.json) first,
+    then those kept under attempts/ (provenance.json), by name."""
+    paths = RunPaths(run_dir)
+    if paths.finished.is_file():
+        yield paths, paths.finished
+    for record in sorted(paths.kept_records()):
+        yield AttemptPaths(record.parent), record
 
 
 def finished(run_dir: Path) -> bool:
@@ -128,23 +302,6 @@ def keep_record(run_dir: Path) -> None:
     copy_file(paths.provenance, paths.finished)
 
 
-def restore(run_dir: Path, key: str) -> str:
-    """Publish the finished attempt's record as provenance.json again, saying it was restored, not
-    trained; returns the line the log shows."""
-    paths = RunPaths(run_dir)
-    record = read_json(paths.finished)
-    record["attempt"] = {
-        "id": attempt_id(key),
-        "restored": True,
-        "restored_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    atomic_write_json(paths.provenance, record)
-    return (
-        f"attempt {attempt_id(key)} already finished with this config, data and environment "
-        f"({record['training']['epochs_completed']} epochs): restored it, nothing trained"
-    )
-
-
 def _home(run_dir: Path, key: str) -> AttemptPaths:
     """Where this key's attempt lives: the run directory (a RunPaths), or its place under attempts/."""
     state = _state(run_dir)
@@ -153,7 +310,7 @@ def _home(run_dir: Path, key: str) -> AttemptPaths:
 
 
 def restorable(run_dir: Path, key: str) -> bool:
-    """Whether this key's attempt already finished (read-only; ``prepare`` then ``restore`` it)."""
+    """Whether this key's attempt already finished (read-only; ``prepare`` then restore it)."""
     home = _home(run_dir, key)
     # The current attempt's own record is finished.json; a kept one's is its provenance.json.
     return (home.finished if isinstance(home, RunPaths) else home.provenance).is_file()

@@ -6,7 +6,8 @@
         run.yaml                        the run's resolved config (the run_config rule)
         provenance.json                 what the run was made from; the train rule's output, written last
         finished.json                   the attempt's own copy of provenance.json (see FINISHED)
-        run-state.json                  the attempt key the checkpoints were made from
+        run-state.json                  the attempt key the checkpoints were made from (schemas/run-state.schema.json)
+        .seeding-<pid>/                 a finished attempt being copied in, to continue or restore it (run.attempt.seed)
         metrics.csv                     one row per epoch
         checkpoints/                    the top-k by val_loss and last.ckpt
         trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
@@ -53,6 +54,7 @@ TRACKING_STATE = "state.json"
 FAILURE = "failure.txt"
 LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
+SEEDING = ".seeding-{pid}"
 AZUREML = "azureml"
 ATTEMPTS = "attempts"
 TRAIN_LOG = "logs/train/{run}.log"

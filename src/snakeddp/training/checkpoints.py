@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 
@@ -33,6 +35,25 @@ class EpochCheckpoint(LastCheckpointHooks):
         if self._state_key is None:
             self._state_key = super().state_key
         return self._state_key
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A checkpoint copied with the rest of its checkpoints/ (a continued budget, an AzureML job's
+        folder) names its top-k where they were written. Lightning then forgets them (and warns), so a
+        continued run would rank only its new epochs; the same names here are the same files."""
+        saved = state_dict.get("dirpath")
+        ranked = state_dict.get("best_k_models") or {}
+        if saved and saved != self.dirpath and all(os.path.isfile(self._here(path)) for path in ranked):
+            moved = ("best_model_path", "kth_best_model_path", "last_model_path")
+            state_dict = {
+                **state_dict,
+                **{name: self._here(state_dict.get(name)) for name in moved if name in state_dict},
+                "dirpath": self.dirpath,
+                "best_k_models": {self._here(path): score for path, score in ranked.items()},
+            }
+        super().load_state_dict(state_dict)
+
+    def _here(self, path: str | None) -> str | None:
+        return os.path.join(self.dirpath, os.path.basename(path)) if path else path
 
     def on_last_saved(self, trainer: pl.Trainer) -> None:
         self._last_saved_step = trainer.global_step

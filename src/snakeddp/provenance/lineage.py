@@ -1,0 +1,199 @@
+"""Finished attempts found by what they computed, wherever they are kept under results/runs.
+
+A run directory with no attempt of its own for an attempt key takes one over instead of training
+from epoch 1, in this order:
+
+1. a finished attempt of the same run at a shorter or longer budget (``Identity.key_at``) that
+   stopped early at an epoch within this budget: a run of this budget stops there too, so it is
+   restored as this budget's result;
+2. a finished attempt with this very key kept by another run directory (a renamed run, a key moved
+   between ``sweep:`` and the fixed config): restored as a copy;
+3. the finished attempt of the largest shorter budget that ran its whole budget: its checkpoints and
+   metrics.csv are copied and training continues from its last.ckpt.
+
+The run's own directory is searched first, then the others, by name. Every record is checked
+against the provenance schema; one that does not match is passed over (it cannot be trusted), and
+only folders inside results/runs are followed. The source is copied, never moved: it stays whole,
+so coming back to its budget, or the other run, restores it as before.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snakeddp.errors import RunStateError
+from snakeddp.provenance.schema import problems
+from snakeddp.run import attempt
+from snakeddp.run.attempt import Identity, attempt_id
+from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
+from snakeddp.run.runfile import RunFile
+from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.hashing import sha256_json
+from snakeddp.util.paths import inside
+
+CONTINUE, STOPPED_EARLY, SAME_KEY = "continue", "stopped_early", "same_key"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A finished attempt that a run's attempt takes over, and how (CONTINUE, STOPPED_EARLY, SAME_KEY)."""
+
+    source: AttemptPaths
+    record: dict[str, Any]
+    how: str
+
+    @property
+    def attempt_id(self) -> str:
+        return self.record["attempt"]["id"] if self.record.get("attempt") else self.record["origin_sha256"][:12]
+
+    @property
+    def run_id(self) -> str:
+        return self.source.run_dir.name
+
+    @property
+    def epochs(self) -> list[dict[str, Any]]:
+        """training.epochs_from of its record; one attempt's epochs in records made before it existed."""
+        training = self.record["training"]
+        return training.get("epochs_from") or [
+            {"attempt": self.attempt_id, "first_epoch": 1, "last_epoch": training["epochs_completed"]}
+        ]
+
+    def continuing(self, run_id: str, budget: int) -> str:
+        """The line the log shows when training goes on from this attempt's last epoch."""
+        done = self.record["training"]["epochs_completed"]
+        where = "" if self.run_id == run_id else f" of run {self.run_id}"
+        return f"continuing attempt {self.attempt_id}{where} (epochs 1-{done}) from epoch {done + 1}/{budget}"
+
+
+def _records(runs: Path, run_dir: Path) -> Iterator[tuple[AttemptPaths, dict[str, Any]]]:
+    """Every finished attempt with a record that matches the schema: ``run_dir``'s first, then those of
+    the other runs when ``run_dir`` is in a results/runs folder."""
+    others = sorted(path for path in runs.iterdir() if path.is_dir() and path.name != run_dir.name)
+    for directory in [run_dir, *(others if runs.name == RUNS else [])]:
+        if inside(runs, directory.name) is None:
+            continue  # a link that leads out of results/runs
+        for source, path in attempt.finished_attempts(directory):
+            if inside(runs, path.relative_to(runs).as_posix()) is None:
+                continue
+            try:
+                record = read_json(path)
+            except (OSError, ValueError):
+                continue
+            if not problems(record):
+                yield source, record
+
+
+def find(run_dir: Path, identity: Identity) -> Origin | None:
+    """The finished attempt that ``run_dir``'s attempt of ``identity`` takes over (see the module), or None."""
+    key, budget = identity.key, identity.budget
+    found: dict[str, list[tuple[int, Origin]]] = {CONTINUE: [], STOPPED_EARLY: [], SAME_KEY: []}
+    for source, record in _records(run_dir.parent, run_dir):
+        training, own = record["training"], source.run_dir.name == run_dir.name
+        if record["origin_sha256"] == key:
+            if not own:
+                found[SAME_KEY].append((0, Origin(source, record, SAME_KEY)))
+            continue
+        theirs = training["max_epochs"]
+        if budget is None or identity.key_at(theirs) != record["origin_sha256"]:
+            continue
+        done = training["epochs_completed"]
+        if record["status"] == "early_stopped" and done <= budget:
+            found[STOPPED_EARLY].append((0 if own else 1, Origin(source, record, STOPPED_EARLY)))
+        elif record["status"] == "completed" and done == theirs < budget:
+            found[CONTINUE].append((-theirs if own else budget - theirs, Origin(source, record, CONTINUE)))
+    for how in (STOPPED_EARLY, SAME_KEY, CONTINUE):
+        if found[how]:
+            return min(found[how], key=lambda ranked: ranked[0])[1]
+    return None
+
+
+@dataclass(frozen=True)
+class Start:
+    """How an attempt starts: the checkpoint it resumes (None: from epoch 1, or nothing to train when
+    ``attempt.finished``), and the finished attempt it took over, if any."""
+
+    resume: Path | None
+    origin: Origin | None
+
+
+def prepare(run_dir: Path, identity: Identity, run: RunFile) -> Start:
+    """``attempt.prepare``, then for a key with no attempt of its own here, the attempt it takes over
+    (``find``), copied in: a finished one to restore, or one to continue training from."""
+    resume = attempt.prepare(run_dir, identity.key)
+    if resume is not None or attempt.finished(run_dir):
+        return Start(resume, None)
+    origin = find(run_dir, identity)
+    if origin is None:
+        return Start(None, None)
+    if origin.how == CONTINUE:
+        seeded = attempt.seed(run_dir, origin.source, identity.key, epochs_from=origin.epochs)
+    else:
+        seeded = attempt.seed(run_dir, origin.source, identity.key, record=_adopted(origin, identity, run))
+    if not seeded:
+        return Start(None, None)
+    last = RunPaths(run_dir).last_checkpoint
+    return Start(last if origin.how == CONTINUE and last.is_file() else None, origin)
+
+
+def _adopted(origin: Origin, identity: Identity, run: RunFile) -> dict[str, Any]:
+    """The record of a finished attempt taken over as this run's attempt of ``identity``: this run's
+    id, sweep point, config and key, its epochs and where it came from."""
+    record = copy.deepcopy(origin.record)
+    record.update(
+        run_id=run.run_id,
+        sweep_point=run.point,
+        config=copy.deepcopy(run.config),
+        config_sha256=sha256_json(run.config),
+        origin_sha256=identity.key,
+    )
+    record["training"].update(max_epochs=identity.budget, epochs_from=origin.epochs)
+    record["attempt"] = {
+        "id": attempt_id(identity.key),
+        "restored": True,
+        "restored_from": {"run": origin.run_id, "attempt": origin.attempt_id, "why": origin.how},
+    }
+    return record
+
+
+def restore(run_dir: Path, key: str) -> str:
+    """Publish the finished attempt's record (finished.json, checked against the provenance schema) as
+    provenance.json again, saying it was restored, not trained; returns the line the log shows."""
+    paths = RunPaths(run_dir)
+    try:
+        record = read_json(paths.finished)
+        found = problems(record)
+    except (OSError, ValueError) as exc:
+        found = [f"not JSON: {exc}"]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise RunStateError(
+            f"{paths.finished}, the record of finished attempt {attempt_id(key)}, does not match the provenance "
+            f"schema: {found[0][:160]}{more}. HINT: move it aside (mv {paths.finished} {paths.finished}.bad) and "
+            f"rerun its train job (snakemake --forcerun {paths.provenance}): the attempt resumes from its last.ckpt, "
+            "trains nothing and writes its record again."
+        )
+    came_from = (record.get("attempt") or {}).get("restored_from")
+    record["attempt"] = {
+        "id": attempt_id(key),
+        "restored": True,
+        "restored_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **({"restored_from": came_from} if came_from else {}),
+    }
+    atomic_write_json(paths.provenance, record)
+    epochs = record["training"]["epochs_completed"]
+    if came_from and came_from["why"] == STOPPED_EARLY:
+        return (
+            f"attempt {came_from['attempt']} stopped early at epoch {epochs}, within max_epochs "
+            f"{record['training']['max_epochs']}, so this budget stops there too: restored it as attempt "
+            f"{attempt_id(key)}, nothing trained"
+        )
+    where = f" in run {came_from['run']}" if came_from else ""
+    return (
+        f"attempt {attempt_id(key)} already finished with this config, data and environment{where} "
+        f"({epochs} epochs): restored {'a copy' if came_from else 'it'}, nothing trained"
+    )

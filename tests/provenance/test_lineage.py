@@ -1,0 +1,150 @@
+"""Which finished attempt a run takes over: a shorter budget to continue, an early stop to restore, the
+same key kept by another run; on real run directories (the shared sweep's devices-1, copied)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import pytest
+
+from snakeddp.errors import RunStateError
+from snakeddp.provenance import lineage
+from snakeddp.provenance.schema import validate
+from snakeddp.run import attempt
+from snakeddp.run.runfile import RunFile
+
+pytestmark = pytest.mark.e2e  # the records and checkpoints come from the shared sweep
+
+
+@pytest.fixture
+def made(sweep_workflow):
+    """A real finished run directory, and a way to lay out copies of it as attempts of other budgets."""
+    source = sweep_workflow.directory / "results" / "runs" / "devices-1"
+    record = json.loads((source / "provenance.json").read_text())
+    config = RunFile.load(source / "run.yaml").config
+    identity = attempt.Identity(config, data_sha256="d" * 64, environment_hash="e", user_code={})
+
+    def lay_out(folder, max_epochs, status="completed", epochs=None, key=None, current=False):
+        """``folder`` holding the devices-1 attempt as if trained at ``max_epochs``; returns its record."""
+        key = key or identity.key_at(max_epochs)
+        shutil.copytree(source / "checkpoints", folder / "checkpoints")
+        shutil.copy(source / "metrics.csv", folder / "metrics.csv")
+        kept = copy.deepcopy(record)
+        kept["config"]["trainer"]["max_epochs"] = max_epochs
+        kept.update(origin_sha256=key, status=status, attempt={"id": key[:12], "restored": False})
+        kept["training"].update(max_epochs=max_epochs, epochs_completed=epochs or max_epochs)
+        kept["training"]["epochs_from"] = [{"attempt": key[:12], "first_epoch": 1, "last_epoch": epochs or max_epochs}]
+        kept["training"]["stopped_early"] = status == "early_stopped"
+        validate(kept)
+        (folder / ("finished.json" if current else "provenance.json")).write_text(json.dumps(kept))
+        (folder / "run-state.json").write_text(json.dumps({"resume_key": key}))
+        return kept
+
+    return identity, lay_out
+
+
+def at(identity, max_epochs):
+    config = copy.deepcopy(dict(identity.run_config))
+    config["trainer"] = {**config["trainer"], "max_epochs": max_epochs}
+    return attempt.Identity(config, identity.data_sha256, identity.environment_hash, identity.user_code)
+
+
+def test_a_higher_budget_continues_the_longest_finished_one_and_keeps_it(tmp_path, made):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir / "attempts" / "two", 2)
+    three = lay_out(run_dir, 3, current=True)
+    lay_out(tmp_path / "runs" / "another" / "attempts" / "four", 4)  # another run's: its own run's come first
+    five = at(identity, 5)
+    start = lineage.prepare(run_dir, five, RunFile("r", five.run_config))
+    assert start.origin.how == lineage.CONTINUE and start.origin.record["origin_sha256"] == three["origin_sha256"]
+    assert start.resume == run_dir / "checkpoints" / "last.ckpt" and not attempt.finished(run_dir)
+    kept = run_dir / "attempts" / three["attempt"]["id"]
+    assert json.loads((kept / "provenance.json").read_text()) == three, "the 3-epoch attempt is kept whole"
+    assert (kept / "checkpoints" / "last.ckpt").read_bytes() == start.resume.read_bytes()
+    assert attempt.inherited_epochs(run_dir) == three["training"]["epochs_from"]
+    assert start.origin.continuing("r", 5) == f"continuing attempt {three['attempt']['id']} (epochs 1-3) from epoch 4/5"
+
+
+def test_an_early_stop_within_the_budget_is_its_result_and_is_restored_saying_so(tmp_path, made):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir / "attempts" / "three", 3)
+    stopped = lay_out(run_dir / "attempts" / "eight", 8, status="early_stopped", epochs=4)
+    five = at(identity, 5)
+    start = lineage.prepare(run_dir, five, RunFile("r", five.run_config, {"trainer.max_epochs": 5}))
+    assert start.origin.how == lineage.STOPPED_EARLY and start.resume is None and attempt.finished(run_dir)
+    line = lineage.restore(run_dir, five.key)
+    assert line == (
+        f"attempt {stopped['attempt']['id']} stopped early at epoch 4, within max_epochs 5, so this budget stops "
+        f"there too: restored it as attempt {five.key[:12]}, nothing trained"
+    )
+    record = json.loads((run_dir / "provenance.json").read_text())
+    validate(record)
+    assert record["origin_sha256"] == five.key and record["training"]["max_epochs"] == 5
+    assert record["sweep_point"] == {"trainer.max_epochs": 5} and record["config"]["trainer"]["max_epochs"] == 5
+    assert record["attempt"]["restored_from"] == {
+        "run": "r",
+        "attempt": stopped["attempt"]["id"],
+        "why": "stopped_early",
+    }
+    assert record["training"]["epochs_from"] == stopped["training"]["epochs_from"]
+    assert lineage.find(run_dir, at(identity, 3)) is None, "a budget below the early stop has nothing to take over"
+
+
+def test_a_budget_that_does_not_continue_retrains(tmp_path, made):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir / "attempts" / "three", 3)
+    config = copy.deepcopy(dict(identity.run_config))
+    config["trainer"] = {**config["trainer"], "max_epochs": 5, "budget_continues": False}
+    fixed = attempt.Identity(config, identity.data_sha256, identity.environment_hash, identity.user_code)
+    assert lineage.find(run_dir, fixed) is None
+    other_data = attempt.Identity(config | {"trainer": at(identity, 5).run_config["trainer"]}, "0" * 64, "e", {})
+    assert lineage.find(run_dir, other_data) is None, "another dataset is another lineage"
+
+
+def test_the_same_key_kept_by_another_run_is_restored_as_a_copy(tmp_path, made):
+    identity, lay_out = made
+    runs = tmp_path / "runs"
+    theirs = lay_out(runs / "lr-0.003", 3, current=True)
+    renamed = runs / "base"
+    start = lineage.prepare(renamed, identity, RunFile("base", identity.run_config))
+    assert start.origin.how == lineage.SAME_KEY and attempt.finished(renamed)
+    line = lineage.restore(renamed, identity.key)
+    assert line == (
+        f"attempt {identity.key[:12]} already finished with this config, data and environment in run lr-0.003 "
+        "(3 epochs): restored a copy, nothing trained"
+    )
+    record = json.loads((renamed / "provenance.json").read_text())
+    assert record["run_id"] == "base" and record["attempt"]["restored_from"]["run"] == "lr-0.003"
+    assert record["training"]["checkpoints"] == theirs["training"]["checkpoints"], "the same files, copied"
+    assert json.loads((runs / "lr-0.003" / "finished.json").read_text()) == theirs, "the other run keeps its own"
+    assert (runs / "lr-0.003" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_records_that_do_not_match_the_schema_and_links_out_of_results_runs_are_passed_over(tmp_path, made):
+    identity, lay_out = made
+    runs = tmp_path / "runs"
+    damaged = runs / "damaged"
+    lay_out(damaged, 3, current=True)
+    record = json.loads((damaged / "finished.json").read_text())
+    del record["training"]
+    (damaged / "finished.json").write_text(json.dumps(record))
+    lay_out(tmp_path / "elsewhere", 3, current=True)
+    runs.joinpath("linked").symlink_to(tmp_path / "elsewhere")
+    assert lineage.find(runs / "base", identity) is None
+    lay_out(tmp_path / "outside" / "r", 3, current=True)
+    assert lineage.find(tmp_path / "outside" / "new", identity) is None, "only a results/runs folder is searched"
+
+
+def test_a_finished_record_that_does_not_match_the_schema_stops_with_one_line(tmp_path, made):
+    identity, lay_out = made
+    lay_out(tmp_path, 3, current=True)
+    (tmp_path / "finished.json").write_text('{"run_id": "r"}')
+    with pytest.raises(RunStateError) as stopped:
+        lineage.restore(tmp_path, identity.key)
+    (line,) = str(stopped.value).splitlines()
+    assert "does not match the provenance schema" in line and line.count("HINT: move it aside") == 1, line
