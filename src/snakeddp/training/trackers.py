@@ -29,6 +29,7 @@ record can carry them. A server that does not answer stops rank 0 in seconds wit
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -174,8 +175,9 @@ class Trackers:
         )
 
     def log_config(self, config: Mapping[str, Any]) -> None:
-        """The run config as params: one dotted key per value, secrets masked."""
-        params = scrub(flatten(config))
+        """The run config as params: one dotted key per value, secrets masked. Lists as their JSON
+        text: Lightning's loggers flatten a list again, and drop an empty one (data.table.features: [])."""
+        params = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in scrub(flatten(config)).items()}
         for logger in self.loggers:
             logger.log_params(params)
 
