@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import snakeddp
-from snakeddp.errors import TrackerError
-from snakeddp.run.runs import load_run
+from snakeddp import config
+from snakeddp.run.runs import load_run, read_metrics
 from snakeddp.training import registry
 from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.hashing import sha256_file
+from snakeddp.workflow import jobenv
+from tests.helpers import launch, prepare
 from tests.training.conftest import REGISTERED
 
 pytestmark = pytest.mark.e2e
@@ -56,15 +58,32 @@ def test_the_best_model_is_one_new_version_whose_files_are_the_export(tracked_ru
         assert torch.equal(tensor, state_dict[name]), name
 
 
-def test_a_name_the_registry_refuses_is_one_line_and_a_name_it_accepts_registers(tracked_run):
-    _, run_dir, server = tracked_run
-    client = server.client()
-    mlflow_run_id = json.loads((run_dir / "provenance.json").read_text())["tracking"]["mlflow"]["run_id"]
-    with pytest.raises(TrackerError) as error:
-        registry.register(client, mlflow_run_id, run_dir, "team/model")
-    message = str(error.value)
-    assert "\n" not in message and "Names cannot contain '/'" in message and "HINT: set tracking.mlflow" in message
-    # As the HINT says: another name registers.
-    registered = registry.register(client, mlflow_run_id, run_dir, "team-model")
-    assert registered["version"] == 1
-    assert client.get_model_version("team-model", "1").run_id == mlflow_run_id
+def test_a_name_the_registry_refuses_is_one_line_and_the_rerun_it_hints_registers_without_training(
+    tmp_path, mlflow_server
+):
+    run_yaml, manifest, _ = prepare(tmp_path, {"trainer": {"max_epochs": 2, "early_stopping": {"enabled": False}}})
+    run_dir = tmp_path / "results" / "runs" / "base"
+
+    def train(name: str):
+        mlflow = {"enabled": True, "tracking_uri": mlflow_server.uri, "experiment": "refused", "register_model": name}
+        settings = config.validate({"tracking": {"mlflow": mlflow}})
+        return launch(run_yaml, manifest, run_dir, cwd=tmp_path, **jobenv.settings(settings))
+
+    done = train("team/model")
+    assert done.returncode == 1
+    (line,) = [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
+    assert "MLflow refused to register its model as 'team/model'" in line and "Names cannot contain '/'" in line
+    assert "HINT: set tracking.mlflow.register_model to a name the registry accepts" in line
+    assert not (run_dir / "finished.json").exists(), "not finished: the rerun goes on, it does not restore"
+
+    # As the HINT says: another name, the same command again; nothing trains, the model is registered.
+    done = train("team-model")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        "base: epoch" not in done.stdout + done.stderr
+        and "registered its best model as team-model version 1" in done.stdout
+    )
+    client = mlflow_server.client()
+    (version,) = client.search_model_versions("name = 'team-model'")
+    assert version.tags["snakeddp.provenance_sha256"] == sha256_file(run_dir / "provenance.json")
+    assert len(read_metrics(run_dir / "metrics.csv")) == 2
