@@ -57,6 +57,10 @@ def test_the_best_model_is_one_new_version_whose_files_are_the_export(tracked_ru
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state_dict[name]), name
 
+    # The next finished attempt of any run adds a version to the same name.
+    again = registry.register(client, version.run_id, run_dir, REGISTERED)
+    assert again["version"] == int(version.version) + 1
+
 
 def test_a_name_the_registry_refuses_is_one_line_and_the_rerun_it_hints_registers_without_training(
     tmp_path, mlflow_server

@@ -42,8 +42,11 @@ def register(client: Any, mlflow_run_id: str, run_dir: Path, name: str) -> dict[
         }
         try:
             client.log_artifacts(mlflow_run_id, folder, artifact_path=ARTIFACT_PATH)
-            if client.search_registered_models(filter_string=f"name = '{_quoted(name)}'") == []:
+            try:
                 client.create_registered_model(name)
+            except MlflowException as error:
+                if error.error_code != "RESOURCE_ALREADY_EXISTS":  # a name's later versions
+                    raise
             source = f"{client.get_run(mlflow_run_id).info.artifact_uri}/{ARTIFACT_PATH}"
             version = client.create_model_version(name, source, run_id=mlflow_run_id, tags=tags)
         except MlflowException as error:
@@ -52,13 +55,5 @@ def register(client: Any, mlflow_run_id: str, run_dir: Path, name: str) -> dict[
                 f"({' '.join(error.message.split())[:300]}). HINT: set tracking.mlflow.register_model to a name the "
                 "registry accepts, or to null to register nothing, and rerun snakemake (the run is not trained again)."
             ) from None
-    return {"name": name, "version": int(version.version), "attempt": run.attempt_id, **_sha256(description)}
-
-
-def _quoted(name: str) -> str:
-    """``name`` inside single quotes of an MLflow search filter."""
-    return name.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def _sha256(description: dict[str, Any]) -> dict[str, str]:
-    return {"weights_sha256": description["weights"]["sha256"]}
+    weights = description["weights"]["sha256"]
+    return {"name": name, "version": int(version.version), "attempt": run.attempt_id, "weights_sha256": weights}
