@@ -5,8 +5,8 @@ needing its package only when enabled. Only rank 0 builds trackers, so no other 
 touches a tracking store. What every enabled tracker gets:
 
 - the run config as params, once each: its dotted keys (``model.lr``), secrets masked. Lightning's
-  own call with the model's hyperparameters (``lr``, ``hidden_sizes``) is dropped: they are in the
-  config already, and sent twice under two names they were 48 params for 24 settings;
+  own call with the model's hyperparameters (``lr``, ``hidden_sizes``) is dropped: the config holds
+  them already, and both calls sent each setting twice under two names (``lr`` and ``model.lr``);
 - each epoch's row of metrics.csv at its end: every metric the model logged (train_loss, val_loss,
   val_acc, ...), the learning rate and the throughput (samples_per_s, epoch_seconds, data_wait_s),
   all at one step, the epoch counted from 1 as the terminal shows it (metrics.csv's ``epoch`` + 1).
