@@ -61,13 +61,26 @@ except snakeddp_config.ConfigError as error:
 snakeddp_shutdown.freeze_imports()
 
 
-# Before the first job: a local run gets as many cores as it starts processes (checked here, not
-# while the workflow is read, which --report, --summary and --list-rules also do with 0 or 1 core),
-# and the log of a training attempt that did not finish is moved aside, not overwritten.
+# Before the first job: a local run gets as many cores as it starts processes, and an MLflow
+# server that runs will log to answers (checked here, not while the workflow is read, which
+# --report, --summary and --list-rules also do, with 0 or 1 core and no server needed), and the
+# log of a training attempt that did not finish is moved aside, not overwritten.
 onstart:
     if not workflow.touch:
         try:
             snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
+            snakeddp_preflight.check_tracking_server(
+                CONFIG["tracking"],
+                {
+                    run: RUNS[run]
+                    for run in RUNS
+                    if not Path(
+                        rules.train.output.provenance.format(run=run)
+                    ).exists()
+                },
+                PLATFORM,
+                os.environ,
+            )
         except snakeddp_preflight.PreflightError as error:
             snakeddp_preflight.stop(error)
         snakeddp_interrupt.keep_unfinished_logs(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import mlflow_server as mlflow_server_module
 from tests.helpers import CONFIG_SECRET, SECRETS, SWEEP, TINY, Workflow, subprocess_env
 
 
@@ -31,3 +32,10 @@ def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     # What the user saw on the terminal, for the tests of progress lines.
     flow.first_run = flow.run(env=subprocess_env(**SECRETS))
     return flow
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real ``mlflow server`` on a free localhost port (sqlite store, model registry, proxied artifacts),
+    started once for the session by the first test that asks for it (tests/mlflow_server.py)."""
+    yield from mlflow_server_module.serve(tmp_path_factory.mktemp("mlflow-server"))

@@ -155,10 +155,14 @@ def main(args: argparse.Namespace) -> int:
             tracking=trackers.describe(),
         )
         path = provenance.write(args.run_dir, record)
+        # The attempt is finished (keep_record) once the trackers have what it promised them: a rerun
+        # after a failed upload or registration resumes it and sends them again, instead of restoring it.
+        registered = trackers.finish(path, callbacks.checkpoint.best_model_path)
         keep_record(args.run_dir)
-        trackers.finish(path, callbacks.checkpoint.best_model_path)
         epochs = record["training"]["epochs_completed"]
         print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
+        if registered:
+            print(f"snakeddp: registered its best model as {registered['name']} version {registered['version']}")
     return 0
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.checkout import Checkout, error_lines
 from tests.helpers import TINY, subprocess_env
+from tests.mlflow_server import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -200,3 +202,18 @@ def test_a_model_target_is_imported_once_per_module_content(checkout):
 
     (checkout.root / "mymodel.py").write_text("class Net:\n    pass\n")
     refused(checkout, checkout.snakemake(*LOCAL, "--config", target), "is not a subclass of lightning.pytorch")
+
+
+def test_an_unreachable_mlflow_server_stops_the_run_before_any_job_in_seconds(checkout):
+    """MLflow's client retried for 4 min 22 s and ended in a traceback; the workflow now asks first."""
+    closed = f"http://carol:mlflow-pw-4e1b@127.0.0.1:{free_port()}"
+    mlflow = f"tracking={{mlflow: {{enabled: true, tracking_uri: '{closed}'}}}}"
+    started = time.perf_counter()
+    done = checkout.snakemake("--profile", "profiles/local", "--config", mlflow)
+    elapsed = time.perf_counter() - started
+    print(f"refused after {elapsed:.1f} s")
+    line = refused(checkout, done, "no MLflow server answers at http://127.0.0.1:", "Connection refused", "HINT:")
+    assert elapsed < 30 and "Traceback" not in done.stdout
+    assert "mlflow-pw-4e1b" not in done.stdout and "carol" not in line
+    # A dry run does not ask (nor do --report, --summary): it plans as before.
+    planned(checkout.snakemake(*LOCAL, "--config", mlflow))

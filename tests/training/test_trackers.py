@@ -1,4 +1,5 @@
-"""Trackers: MLflow (read back with MLflow's own client), TensorBoard and W&B offline, rank 0 only, no secrets."""
+"""Trackers: MLflow (a real `mlflow server`, read back with MLflow's own client), TensorBoard and W&B offline,
+rank 0 only, no secrets; params once each, every per-epoch value at one step, the epoch from 1."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,12 @@ import pytest
 from snakeddp import config
 from snakeddp.config import flatten
 from snakeddp.config.network import is_network_variable
-from snakeddp.training.trackers import Trackers, mlflow_uri, split_credentials
+from snakeddp.errors import TrackerError
+from snakeddp.run.runfile import RunFile
+from snakeddp.training.trackers import Trackers, epoch_values
 from snakeddp.util.redact import recorded_environment
 from snakeddp.workflow import jobenv
-from tests.helpers import launch, prepare
+from tests.mlflow_server import free_port
 
 ALL_ON = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
 
@@ -49,22 +53,6 @@ def test_flatten_gives_dotted_params():
     }, "an empty section is no parameter"
 
 
-def test_credentials_are_split_off_the_uri():
-    assert split_credentials("https://alice:s3cret@mlflow.example.org:5000/x") == (
-        "https://mlflow.example.org:5000/x",
-        "alice",
-        "s3cret",
-    )
-    assert split_credentials("https://mlflow.example.org") == ("https://mlflow.example.org", None, None)
-
-
-def test_default_mlflow_store_is_results_mlruns(tmp_path):
-    run_dir = tmp_path / "results" / "runs" / "base"
-    assert mlflow_uri(None, {}, run_dir) == f"file:{tmp_path / 'results' / 'mlruns'}"
-    assert mlflow_uri(None, {"MLFLOW_TRACKING_URI": "http://h:5000"}, run_dir) == "http://h:5000"
-    assert mlflow_uri("store", {"MLFLOW_TRACKING_URI": "http://h:5000"}, run_dir) == f"file:{Path('store').resolve()}"
-
-
 def test_only_rank_zero_builds_trackers(tmp_path):
     trackers = Trackers(tracking(**ALL_ON), "base", tmp_path / "runs" / "base", is_main=False, env={})
     assert trackers.loggers == [] and trackers.callbacks == []
@@ -83,22 +71,37 @@ def test_a_tracker_without_its_package_is_named_and_disabling_it_as_hinted_train
     assert trackers.loggers == []
 
 
-def test_a_resumed_attempt_continues_the_same_mlflow_run(tmp_path, mlflow_env):
+def test_metrics_csv_rows_become_numbers_without_counts_or_stamps():
+    row = {"epoch": 2, "partition": 1, "samples": 300, "batches": 10, "val_samples": 200, "val_batches": 7}
+    row |= {"val_loss": 0.5, "lr": 0.01, "samples_per_s": 900.0, "world_size": 2, "finished_at": "2026-01-01T00:00"}
+    assert epoch_values(row) == {"val_loss": 0.5, "lr": 0.01, "samples_per_s": 900.0}
+
+
+@pytest.mark.e2e
+def test_a_resumed_attempt_continues_the_same_mlflow_run_on_the_same_axis(tmp_path, mlflow_env, mlflow_server):
     run_dir = tmp_path / "results" / "runs" / "base"
-    first = Trackers(tracking(mlflow={"enabled": True}), "base", run_dir, is_main=True, env={})
-    second = Trackers(tracking(mlflow={"enabled": True}), "base", run_dir, is_main=True, env={})
+    settings = tracking(mlflow={"enabled": True, "tracking_uri": mlflow_server.uri, "experiment": "resumed"})
+    first = Trackers(settings, "base", run_dir, is_main=True, env={})
+    for epoch in (1, 2):
+        first.mlflow.log_epoch({"val_loss": 1.0 / epoch}, epoch)
+    second = Trackers(settings, "base", run_dir, is_main=True, env={})  # the next attempt's rank 0
+    second.mlflow.log_epoch({"val_loss": 1.0 / 3}, 3)
     assert first.mlflow.run_id == second.mlflow.run_id
     assert json.loads((run_dir / "tracking" / "state.json").read_text()) == {"mlflow_run_id": first.mlflow.run_id}
+    client = mlflow_server.client()
+    (run,) = client.search_runs([client.get_experiment_by_name("resumed").experiment_id])
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")] == [1, 2, 3]
 
 
-def test_a_uri_with_credentials_never_reaches_mlflow_messages_or_records(tmp_path, mlflow_env):
-    monkeypatch = mlflow_env
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
-    settings = tracking(mlflow={"enabled": True, "tracking_uri": "http://alice:s3cret@127.0.0.1:9/"})
-    with pytest.raises(Exception) as error:  # nothing listens on port 9: MLflow's own connection error
+def test_an_unreachable_server_stops_rank_zero_in_one_line_without_credentials(tmp_path, mlflow_env):
+    settings = tracking(mlflow={"enabled": True, "tracking_uri": f"http://alice:s3cret@127.0.0.1:{free_port()}/"})
+    started = time.perf_counter()
+    with pytest.raises(TrackerError) as error:
         Trackers(settings, "base", tmp_path / "runs" / "base", is_main=True, env={})
-    assert "127.0.0.1:9" in str(error.value) and "s3cret" not in str(error.value) and "alice" not in str(error.value)
+    assert time.perf_counter() - started < 5, "no MLflow retries"
+    message = str(error.value)
+    assert "\n" not in message and "no MLflow server answers at http://127.0.0.1:" in message and "HINT:" in message
+    assert "s3cret" not in message and "alice" not in message
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret", "credentials reach MLflow through its own variables"
     recorded = recorded_environment(
         jobenv.settings(config.validate({"tracking": settings})), network=is_network_variable
@@ -129,46 +132,34 @@ def wandb_records(path: Path):
             yield record
 
 
-@pytest.fixture(scope="module")
-def tracked_run(tmp_path_factory):
-    """A 2-process run with every tracker on, started by snakeddp.launch (direct, the local default)."""
-    tmp = tmp_path_factory.mktemp("tracked")
-    overrides = {
-        "launch": {"devices": 2},
-        "trainer": {"max_epochs": 3, "early_stopping": {"enabled": False}},
-        "model": {"lr": 0.01},
-    }
-    run_yaml, manifest, run_dir = prepare(tmp, overrides)
-    run_dir = tmp / "results" / "runs" / "base"
-    settings = config.validate({"tracking": ALL_ON})
-    done = launch(run_yaml, manifest, run_dir, cwd=tmp, MLFLOW_TRACKING_URI="", **jobenv.settings(settings))
-    (tmp / "launch.log").write_text(done.stdout + done.stderr)
-    assert done.returncode == 0, f"see {tmp / 'launch.log'}:\n{done.stderr[-6000:]}"
-    return tmp, run_dir
-
-
 @pytest.mark.e2e
-def test_mlflow_run_holds_params_epoch_metrics_provenance_and_best_checkpoint(tracked_run, tmp_path, mlflow_env):
-    from mlflow import MlflowClient
-
-    tmp, run_dir = tracked_run
-    mlflow_env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=f"file:{tmp / 'results' / 'mlruns'}")
-    experiment = client.get_experiment_by_name("snakeddp")
-    runs = client.search_runs([experiment.experiment_id])
+def test_mlflow_run_holds_params_once_epoch_metrics_on_one_axis_and_provenance(tracked_run, tmp_path):
+    tmp, run_dir, server = tracked_run
+    client = server.client()
+    runs = client.search_runs([client.get_experiment_by_name("snakeddp").experiment_id])
     assert len(runs) == 1, "one MLflow run for a 2-process run: only rank 0 logs"
     run = runs[0]
     provenance = json.loads((run_dir / "provenance.json").read_text())
     assert provenance["tracking"]["mlflow"]["run_id"] == run.info.run_id
+    assert provenance["tracking"]["mlflow"]["tracking_uri"] == server.uri
     assert run.info.status == "FINISHED" and run.data.tags["snakeddp.run_id"] == "base"
+
+    # The run config's dotted keys, each once: none of Lightning's copies of the model's (lr, hidden_sizes).
+    run_config = RunFile.load(tmp / "run.yaml").config
+    assert set(run.data.params) == set(flatten(run_config))
     assert run.data.params["model.lr"] == "0.01" and run.data.params["trainer.max_epochs"] == "3"
     assert run.data.params["launch.devices"] == "2" and run.data.params["trainer.strategy"] == "ddp"
 
+    # Every per-epoch value at the epoch counted from 1, and nothing else (no "epoch" metric of Lightning's).
     with (run_dir / "metrics.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    history = client.get_metric_history(run.info.run_id, "val_loss")
-    assert [round(m.value, 5) for m in history] == [round(float(r["val_loss"]), 5) for r in rows]
-    assert len(history) == 3 and len(client.get_metric_history(run.info.run_id, "samples_per_s")) == 3
+    throughput = {"lr", "train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s"}
+    assert set(run.data.metrics) == {"train_loss", "val_loss", "val_acc"} | throughput
+    for name in run.data.metrics:
+        history = client.get_metric_history(run.info.run_id, name)
+        assert sorted(m.step for m in history) == [1, 2, 3], name
+        by_step = {m.step: m.value for m in history}
+        assert [round(by_step[int(r["epoch"]) + 1], 5) for r in rows] == [round(float(r[name]), 5) for r in rows]
 
     downloaded = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path)))
     assert (downloaded / "provenance.json").read_bytes() == (run_dir / "provenance.json").read_bytes()
@@ -182,15 +173,16 @@ def test_mlflow_run_holds_params_epoch_metrics_provenance_and_best_checkpoint(tr
 def test_tensorboard_events_have_every_epoch(tracked_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    _, run_dir = tracked_run
+    _, run_dir, _ = tracked_run
     events = EventAccumulator(str(run_dir / "tracking" / "tensorboard"))
     events.Reload()
-    assert len(events.Scalars("val_loss")) == 3 and len(events.Scalars("samples_per_s")) == 3
+    assert [e.step for e in events.Scalars("val_loss")] == [1, 2, 3]
+    assert [e.step for e in events.Scalars("samples_per_s")] == [1, 2, 3]
 
 
 @pytest.mark.e2e
 def test_wandb_offline_run_has_config_and_epoch_metrics(tracked_run):
-    _, run_dir = tracked_run
+    _, run_dir, _ = tracked_run
     (path,) = glob.glob(str(run_dir / "tracking" / "wandb" / "offline-run-*" / "run-*.wandb"))
     records = list(wandb_records(Path(path)))
 

@@ -4,10 +4,17 @@ metrics.csv is always written (``callbacks.EpochMetrics``); these are optional e
 needing its package only when enabled. Only rank 0 builds trackers, so no other rank ever
 touches a tracking store. What every enabled tracker gets:
 
-- the run config as params (dotted keys such as ``model.lr``, secrets masked),
-- every metric the model logs per epoch (train_loss, val_loss, val_acc, ...) plus throughput
-  (samples_per_s, epoch_seconds, data_wait_s) at each epoch's end,
-- MLflow also gets provenance.json and the best checkpoint as artifacts once the run completes.
+- the run config as params, once each: its dotted keys (``model.lr``), secrets masked. Lightning's
+  own call with the model's hyperparameters (``lr``, ``hidden_sizes``) is dropped: the config holds
+  them already, and both calls sent each setting twice under two names (``lr`` and ``model.lr``);
+- each epoch's row of metrics.csv at its end: every metric the model logged (train_loss, val_loss,
+  val_acc, ...), the learning rate and the throughput (samples_per_s, epoch_seconds, data_wait_s),
+  all at one step, the epoch counted from 1 as the terminal shows it (metrics.csv's ``epoch`` + 1).
+  Lightning's own calls are dropped: each of them carried its own global step, so the same epoch's
+  train and val metrics landed at steps 3 and 4; step-level values (``on_step=True``) are not sent;
+- MLflow also gets provenance.json and the best checkpoint as artifacts once the run completes, and
+  with ``register_model`` the exported best model as a new version of that registered model
+  (``training.registry``).
 
 The ``tracking`` section is not part of a run's identity: the workflow passes it to the training
 processes in the ``SNAKEDDP_TRACKING`` environment variable (``snakeddp.run.variables``), so changing it never
@@ -16,17 +23,18 @@ A resumed attempt continues the same MLflow / W&B run (ids kept in ``tracking/st
 
 A tracking URI with credentials (``https://user:password@host``) is split: MLflow gets the bare
 URI and the credentials through MLFLOW_TRACKING_USERNAME/PASSWORD, so no error message or
-record can carry them.
+record can carry them. A server that does not answer stops rank 0 in seconds with one line
+(``run.mlflow_server.check_reachable``) before MLflow's client would retry for minutes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -34,45 +42,55 @@ from lightning.pytorch.loggers import Logger
 
 from snakeddp.config import flatten
 from snakeddp.run.layout import RunPaths
+from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.run.requirements import require_tracker
+from snakeddp.run.runs import LEADING
+from snakeddp.training import registry
 from snakeddp.training.callbacks import EpochMetrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.redact import redact_text, scrub
 
-THROUGHPUT = ("samples_per_s", "epoch_seconds", "data_wait_s")
+
+class EpochAxis:
+    """Mixed in before a Lightning logger: Lightning's own calls of log_hyperparams and log_metrics
+    are dropped (see the module's docstring); snakeddp logs through log_params and log_epoch."""
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's call with the model's hyperparameters: the run config holds them already."""
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Lightning's calls, each at its global step: metrics.csv's rows go instead, at their epoch."""
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        super().log_hyperparams(params)  # type: ignore[misc]
+
+    def log_epoch(self, metrics: Mapping[str, float], epoch: int) -> None:
+        super().log_metrics(metrics, step=epoch)  # type: ignore[misc]
 
 
-def split_credentials(uri: str) -> tuple[str, str | None, str | None]:
-    """'https://u:p@host/x' -> ('https://host/x', 'u', 'p'); URIs without credentials unchanged."""
-    parts = urlsplit(uri)
-    if not parts.username and not parts.password:
-        return uri, None, None
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc)), parts.username, parts.password
+def on_epoch_axis(cls: type[Logger]) -> type[Logger]:
+    """``cls`` with EpochAxis mixed in."""
+    return type(cls.__name__, (EpochAxis, cls), {"__doc__": cls.__doc__})
 
 
-def mlflow_uri(configured: str | None, env: Mapping[str, str], run_dir: Path) -> str:
-    """Where MLflow logs: the config's URI, else MLFLOW_TRACKING_URI, else the file store results/mlruns."""
-    uri = configured or env.get("MLFLOW_TRACKING_URI")
-    if not uri:
-        return "file:" + str(run_dir.resolve().parent.parent / "mlruns")
-    if "://" not in uri and not uri.startswith(("file:", "databricks", "sqlite:")):
-        return "file:" + str(Path(uri).resolve())
-    return uri
+def epoch_values(row: Mapping[str, Any]) -> dict[str, float]:
+    """What trackers get of a metrics.csv row: every number but the counts and stamps around the metrics."""
+    skip = {*LEADING, "world_size", "finished_at"}
+    return {k: float(v) for k, v in row.items() if k not in skip and isinstance(v, int | float)}
 
 
-class EpochThroughput(Callback):
-    """Sends each epoch's throughput columns of metrics.csv to the trackers."""
+class EpochRows(Callback):
+    """Sends each epoch's row of metrics.csv to the trackers, at step epoch + 1 (the terminal's count).
+    After EpochMetrics in the Trainer's callbacks, so the row is there."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         metrics = next((c for c in trainer.callbacks if isinstance(c, EpochMetrics)), None)
         if not trainer.is_global_zero or metrics is None or not metrics.rows:
             return
         row = metrics.rows[-1]
-        values = {name: float(row[name]) for name in THROUGHPUT if row.get(name) not in (None, "")}
         for logger in trainer.loggers:
-            logger.log_metrics(values, step=trainer.global_step)
+            if isinstance(logger, EpochAxis):
+                logger.log_epoch(epoch_values(row), int(row["epoch"]) + 1)
 
 
 class Trackers:
@@ -87,10 +105,11 @@ class Trackers:
         self.mlflow: Any = None
         self.wandb: Any = None
         self.mlflow_uri: str | None = None
+        self.state_path = RunPaths(run_dir).tracking_state
+        self.state: dict[str, Any] = {}
         if not is_main:
             return
-        state_path = RunPaths(run_dir).tracking_state
-        state = read_json(state_path) if state_path.is_file() else {}
+        state = self.state = read_json(self.state_path) if self.state_path.is_file() else {}
         if tracking["tensorboard"]["enabled"]:
             self.loggers.append(self._tensorboard())
         if tracking["mlflow"]["enabled"]:
@@ -103,17 +122,19 @@ class Trackers:
         if self.mlflow is not None:
             state["mlflow_run_id"] = self.mlflow.run_id
         if state:
-            atomic_write_json(state_path, state)
+            atomic_write_json(self.state_path, state)
 
     @property
     def callbacks(self) -> list[Callback]:
-        return [EpochThroughput()] if self.loggers else []
+        return [EpochRows()] if self.loggers else []
 
     def _tensorboard(self) -> Logger:
         require_tracker("tensorboard")
         from lightning.pytorch.loggers import TensorBoardLogger
 
-        return TensorBoardLogger(save_dir=self.directory, name="tensorboard", version="", default_hp_metric=False)
+        return on_epoch_axis(TensorBoardLogger)(
+            save_dir=self.directory, name="tensorboard", version="", default_hp_metric=False
+        )
 
     def _mlflow(self, resume_run_id: str | None, env: Mapping[str, str]) -> Logger:
         require_tracker("mlflow")
@@ -130,7 +151,8 @@ class Trackers:
             # database or server, which is what a local run (and mlflow-skinny) has.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.mlflow_uri = uri
-        return MLFlowLogger(
+        check_reachable(uri)
+        return on_epoch_axis(MLFlowLogger)(
             experiment_name=options["experiment"],
             run_name=self.run_id,
             tracking_uri=uri,
@@ -143,7 +165,7 @@ class Trackers:
         from lightning.pytorch.loggers import WandbLogger
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        return WandbLogger(
+        return on_epoch_axis(WandbLogger)(
             name=self.run_id,
             save_dir=str(self.directory),
             offline=True,
@@ -153,20 +175,29 @@ class Trackers:
         )
 
     def log_config(self, config: Mapping[str, Any]) -> None:
-        """The run config as params: one dotted key per value, secrets masked."""
-        params = scrub(flatten(config))
+        """The run config as params: one dotted key per value, secrets masked. Lists as their JSON
+        text: Lightning's loggers flatten a list again, and drop an empty one (data.table.features: [])."""
+        params = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in scrub(flatten(config)).items()}
         for logger in self.loggers:
-            logger.log_hyperparams(params)
+            logger.log_params(params)
 
-    def finish(self, provenance_path: Path, best_checkpoint: str | None) -> None:
-        """After provenance.json is written: MLflow gets it and the best checkpoint as artifacts."""
+    def finish(self, provenance_path: Path, best_checkpoint: str | None) -> dict[str, Any] | None:
+        """After provenance.json is written: MLflow gets it and the best checkpoint as artifacts, and
+        with register_model the exported best model as a new version; returns that registration."""
+        registered = None
         if self.mlflow is not None:
             client, run_id = self.mlflow.experiment, self.mlflow.run_id
             client.log_artifact(run_id, str(provenance_path))
             if best_checkpoint and self.tracking["mlflow"]["log_checkpoint"]:
                 client.log_artifact(run_id, best_checkpoint, artifact_path="checkpoints")
+            name = self.tracking["mlflow"]["register_model"]
+            if name:
+                registered = registry.register(client, run_id, self.run_dir, name)
+                self.state["registered_model"] = registered
+                atomic_write_json(self.state_path, self.state)
         if self.wandb is not None:
             self.wandb.experiment.finish()
+        return registered
 
     def describe(self) -> dict[str, Any]:
         """Where this run was tracked, for provenance (URIs redacted)."""
@@ -176,6 +207,7 @@ class Trackers:
                 "tracking_uri": redact_text(self.mlflow_uri or ""),
                 "experiment": self.tracking["mlflow"]["experiment"],
                 "run_id": self.mlflow.run_id,
+                "register_model": self.tracking["mlflow"]["register_model"],
             }
             if self.mlflow is not None
             else None,

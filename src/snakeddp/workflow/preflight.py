@@ -22,8 +22,10 @@ from typing import Any, NoReturn
 from snakeddp import cluster, compat
 from snakeddp.config import ConfigError
 from snakeddp.config import run_id as name_of
+from snakeddp.errors import TrackerError
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
+from snakeddp.run.mlflow_server import check_reachable
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
@@ -146,6 +148,41 @@ def check_trackers(tracking: Mapping[str, Any]) -> None:
             requirements.require_tracker(key)
 
 
+def check_registry(tracking: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> None:
+    """tracking.mlflow.register_model needs MLflow on and a best checkpoint to export."""
+    name = tracking["mlflow"]["register_model"]
+    if name is None:
+        return
+    if not tracking["mlflow"]["enabled"]:
+        raise PreflightError(
+            f"tracking.mlflow.register_model={name!r} registers models in MLflow, and tracking.mlflow.enabled is "
+            "false, so nothing would be registered. HINT: set tracking.mlflow.enabled: true (and its tracking_uri), "
+            "or remove register_model."
+        )
+    for run_id, run in runs.items():
+        if run["config"]["trainer"]["save_top_k"] == 0:
+            raise PreflightError(
+                f"run {run_id}: tracking.mlflow.register_model={name!r} registers the best checkpoint, and "
+                "trainer.save_top_k: 0 keeps only last.ckpt. HINT: set trainer.save_top_k: 1 (or more), or remove "
+                "register_model."
+            )
+
+
+def check_tracking_server(
+    tracking: Mapping[str, Any], to_train: Mapping[str, Any], platform: str, env: Mapping[str, str]
+) -> None:
+    """An MLflow server that does not answer stops the workflow before its first job, in seconds
+    (``run.mlflow_server``). Only before runs that will train (``to_train``): a finished pipeline does
+    not need the server. Not for AzureML, whose jobs reach the server from Azure, not from here."""
+    uri = tracking["mlflow"]["tracking_uri"] or env.get("MLFLOW_TRACKING_URI")
+    if not tracking["mlflow"]["enabled"] or not uri or not to_train or platform == "azureml":
+        return
+    try:
+        check_reachable(uri)
+    except TrackerError as error:
+        raise PreflightError(str(error)) from None
+
+
 def check_slurm(which: Callable[[str], str | None] = shutil.which) -> None:
     # The executor plugin submits with sbatch and watches jobs with sacct (squeue without accounting).
     missing = [" or ".join(names) for names in (("sbatch",), ("sacct", "squeue")) if not any(map(which, names))]
@@ -231,6 +268,7 @@ def check_workflow(
     whose image has its own). Cores are checked later (``check_cores``)."""
     check_lock(lock)
     check_run_ids(runs)
+    check_registry(config["tracking"], runs)
     for run_id, run in runs.items():
         check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform)
     if platform == "slurm":
