@@ -25,7 +25,7 @@ EPOCH_LINE = re.compile(r"^\S+: epoch \d+/\d+ ", re.MULTILINE)
 
 def config(rates: list[float], max_epochs: int, search: bool) -> dict[str, Any]:
     cfg: dict[str, Any] = {
-        "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
+        "data": {"num_train_files": 3, "num_records_per_train_file": 1000, "num_val_records": 400, "num_features": 8},
         "model": {"hidden_sizes": [16]},
         "trainer": {"max_epochs": max_epochs, "batch_size": 32, "early_stopping": {"enabled": False}},
         "launch": {"mem_mb": 1000, "runtime": 10},
