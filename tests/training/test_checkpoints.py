@@ -35,6 +35,9 @@ def test_last_checkpoint_holds_the_final_epoch(tmp_path, save_top_k):
     assert record["training"]["last_checkpoint"]["sha256"] == sha256_file(last)
     top_k = sorted(p.name for p in last.parent.glob("epoch*.ckpt"))
     assert len(top_k) == (2 if save_top_k is None else save_top_k), top_k
+    if top_k:  # named with the epoch counted from 1, as the terminal and the report count it
+        best = record["training"]["best_checkpoint"]["path"]
+        assert best.startswith(f"checkpoints/epoch{record['training']['best_epoch'] + 1:03d}-val_loss"), best
 
 
 # A checkpoint save as AtomicCheckpointIO does it (fsutil.atomic_write), that never finishes.

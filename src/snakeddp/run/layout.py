@@ -191,8 +191,9 @@ def train_log(workdir: str | Path, run_id: str) -> Path:
 
 def checkpoint_name(metric: str) -> str:
     """ModelCheckpoint's name for a top-k checkpoint (auto_insert_metric_name off: the names are ours):
-    epoch and score of the monitored metric, epoch003-val_loss0.4210; a metric whose name is no plain
-    word (valid/f1) would make directories of the name, so those carry the epoch only."""
+    epoch (counted from 1: training.checkpoints) and score of the monitored metric,
+    epoch003-val_loss0.4210; a metric whose name is no plain word (valid/f1) would make directories of
+    the name, so those carry the epoch only."""
     if metric.replace("_", "a").isalnum():
         return f"epoch{{epoch:03d}}-{metric}{{{metric}:.4f}}"
     return "epoch{epoch:03d}"

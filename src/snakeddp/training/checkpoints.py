@@ -52,6 +52,15 @@ class EpochCheckpoint(LastCheckpointHooks):
             }
         super().load_state_dict(state_dict)
 
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None, prefix: str | None = None
+    ) -> str:
+        """Top-k files count epochs from 1 (epoch003 is the third), as the terminal, the report and
+        runs.csv do; Lightning's ``epoch`` is the index from 0 that metrics.csv and provenance keep."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
+        return super().format_checkpoint_name(metrics, filename, ver, prefix)
+
     def _here(self, path: str | None) -> str | None:
         return os.path.join(self.dirpath, os.path.basename(path)) if path else path
 
