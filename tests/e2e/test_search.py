@@ -76,6 +76,11 @@ def test_the_search_trains_a_third_of_the_grid_and_a_rerun_is_nothing_to_do(sear
     assert [int(row["last_rung"]) for row in rows] == [2] + [1] * 2 + [0] * 6
     page = (searched.directory / "results/report/report.html").read_text()
     assert 'id="search-epochs">21</strong> of the whole grid\'s 81' in page
+    # The winner's epochs came from three attempts, one per rung; provenance and the page say which.
+    record = json.loads((searched.directory / "results/runs" / winner(searched) / "provenance.json").read_text())
+    spans = [(span["first_epoch"], span["last_epoch"]) for span in record["training"]["epochs_from"]]
+    assert spans == [(1, 1), (2, 3), (4, 9)], spans
+    assert re.search(r"1–1: attempt <code>[0-9a-f]{12}</code>; 2–3: attempt .*; 4–9: attempt", page)
     assert "Nothing to be done" in searched.run().stderr
 
 
