@@ -31,7 +31,7 @@ from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import aligned, summary_rows
-from snakeddp.run import current
+from snakeddp.run import current, search
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
@@ -75,7 +75,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if now:
         print(aligned(summary_rows(now), readable))
     waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
-    if waiting:
+    halted = search.stopped(args.results)
+    if stopped_here := [rid for rid in waiting if rid in halted]:
+        shown = (f"{rid} (rung {halted[rid]['rung']}, {halted[rid]['epochs']} epochs, rank {halted[rid]['rank']})"
+                 for rid in stopped_here)  # fmt: skip
+        print(f"stopped by the search: {', '.join(shown)}")
+    if waiting := [rid for rid in waiting if rid not in halted]:
         print(f"not finished yet: {', '.join(waiting)}")
     if history:
         print(f"\nhistory: {HISTORY}")

@@ -11,8 +11,10 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,6 +35,7 @@ SEARCH = {
     "search": {"method": "successive_halving", "eta": 3, "min_epochs": 1},
 }
 # The terminal's line for each epoch a process trained (training/progress.py).
+SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
 EPOCH_LINE = re.compile(r"^(\S+): epoch (\d+)/(\d+) ", re.MULTILINE)
 
 
@@ -82,6 +85,17 @@ def test_the_search_trains_a_third_of_the_grid_and_a_rerun_is_nothing_to_do(sear
     assert spans == [(1, 1), (2, 3), (4, 9)], spans
     assert re.search(r"1–1: attempt <code>[0-9a-f]{12}</code>; 2–3: attempt .*; 4–9: attempt", page)
     assert "Nothing to be done" in searched.run().stderr
+    listed = subprocess.run(
+        [SNAKEDDP, "runs", "--configfile", "config.yaml"],
+        cwd=searched.directory,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    stopped = re.search(r"^stopped by the search: (.*)$", listed, re.MULTILINE).group(1).split("), ")
+    assert len(stopped) == 8 and "not finished yet" not in listed, listed
+    assert sum("(rung 1, 3 epochs" in entry for entry in stopped) == 2, stopped
 
 
 def test_listing_the_values_in_another_order_changes_nothing(searched):

@@ -27,6 +27,9 @@ from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
 SUCCESSIVE_HALVING = "successive_halving"
+# Under results/: each run's rung configs and records, and each rung's decision (rules/search.smk).
+SEARCH_DIR = "search"
+DECISION_GLOB = "rung-*.json"
 # The record of one rung's decision (results/search/rung-<k>.json): what was ranked, by what.
 DECISION_VERSION = 1
 
@@ -271,3 +274,21 @@ def outcome(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for row in rows.values():
         row["winner"] = row["rung"] == top and row["rank"] == 1
     return sorted(rows.values(), key=lambda row: (-row["rung"], row["rank"], row["id"]))
+
+
+def stopped(results: str | Path) -> dict[str, dict[str, Any]]:
+    """Runs a search under ``results`` stopped before its last rung: run id -> the rung it reached,
+    that rung's epochs, its configuration and the configuration's rank there (no search: none)."""
+    found: dict[str, dict[str, Any]] = {}
+    decisions = sorted(
+        (read_decision(path) for path in (Path(results) / SEARCH_DIR).glob(DECISION_GLOB)), key=lambda d: d["rung"]
+    )
+    top = decisions[-1]["rung"] if decisions else None
+    for decision in decisions:
+        for entry in decision["configurations"]:
+            for rid in entry["runs"]:
+                found.pop(rid, None)
+                if not entry["promoted"] and decision["rung"] != top:
+                    found[rid] = {"rung": decision["rung"], "epochs": decision["epochs"], "configuration": entry["id"],
+                                  "rank": entry["rank"]}  # fmt: skip
+    return found
