@@ -140,6 +140,29 @@ def test_a_key_that_only_applies_with_another_is_refused_naming_both(raw, key, n
     assert f"{key} only applies with {needs}" in line and "HINT:" in line
 
 
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"model": {"target": "a.b:C", "lr": 0.1}}, "model.lr"),
+        ({"model": {"target": "a.b:C", "hidden_sizes": [8]}}, "model.hidden_sizes"),
+        ({"model": {"target": "a.b:C"}, "sweep": {"model.lr": [0.1, 0.01]}}, "model.lr"),
+    ],
+)
+def test_a_built_in_model_key_beside_model_target_is_refused_and_its_hint_works(raw, key):
+    with pytest.raises(config.ConfigError) as caught:
+        config.expand_sweep(config.validate(raw))
+    (line,) = str(caught.value).splitlines()
+    leaf = key.split(".")[-1]
+    assert f"{key} configures the built-in models, and model.target is set" in line
+    assert f"HINT: pass it to your model's constructor as model.kwargs.{leaf}" in line
+    # As the HINT says: the value goes to the model's constructor instead.
+    fixed = {"model": {"target": "a.b:C", "kwargs": {leaf: 0.1}}}
+    if "sweep" in raw:
+        fixed["sweep"] = {f"model.kwargs.{leaf}": raw["sweep"][key]}
+    runs = config.expand_sweep(config.validate(fixed))
+    assert all(run["config"]["model"]["kwargs"][leaf] is not None for run in runs.values())
+
+
 def test_keys_that_apply_pass():
     config.validate({"model": {"target": "a.b:C", "kwargs": {"width": 8}}})
     config.validate({"data": {"source": "module", "module": "a.b:D", "module_kwargs": {"root": "/data"}}})

@@ -108,7 +108,11 @@ def trained(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("workflow")
     (root / "usernet.py").write_text(textwrap.dedent(USER_MODULE))
     for run_id, overrides in RUNS.items():
-        run_yaml, manifest = make_run(root, merged(TINY, overrides), run_id)
+        # A user's model replaces TINY's built-in one whole (its hidden_sizes would be refused beside model.target).
+        config = merged(TINY, overrides)
+        if "model" in overrides:
+            config["model"] = overrides["model"]
+        run_yaml, manifest = make_run(root, config, run_id)
         done = launch(run_yaml, manifest, root / "results" / "runs" / run_id, cwd=root)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root

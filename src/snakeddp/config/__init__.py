@@ -41,6 +41,9 @@ SCHEDULER_KEYS = ("mem_mb", "runtime")
 QUIET_AT_DEFAULT = ("trainer.monitor", "trainer.budget_continues")
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
+# Keys of the built-in models (model.name): with model.target the user's class is built from
+# model.kwargs instead, so one set away from its default would be silently ignored.
+BUILT_IN_MODEL_KEYS = ("model.name", "model.hidden_sizes", "model.optimizer", "model.lr", "model.weight_decay")
 # Keys that only mean something beside another: (key, what it needs, whether the config has that).
 # Set without it, such a key would be silently ignored, so validation refuses it.
 ONLY_WITH = (
@@ -166,6 +169,15 @@ def defaults() -> dict[str, Any]:
 
 def _check_only_with(cfg: Mapping[str, Any], source: str) -> None:
     every = defaults()
+    if cfg.get("model", {}).get("target"):
+        for key in BUILT_IN_MODEL_KEYS:
+            value = _dotted_get(cfg, key)
+            if value is not None and value != _dotted_get(every, key):
+                raise ConfigError(
+                    f"{source}: {key} configures the built-in models, and model.target is set, so here it would "
+                    f"be silently ignored. HINT: pass it to your model's constructor as "
+                    f"model.kwargs.{key.split('.')[-1]} (sweep that key instead), or remove {key}."
+                )
     for key, needs, present in ONLY_WITH:
         value = _dotted_get(cfg, key)
         if value is not None and value != _dotted_get(every, key) and not present(cfg):
