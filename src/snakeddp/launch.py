@@ -35,6 +35,7 @@ from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
 
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -114,6 +115,24 @@ def publish_elsewhere(provenance: Path, record: Path) -> None:
     train rule's output (the run trained to its whole budget); the attempt keeps its own copy."""
     record.parent.mkdir(parents=True, exist_ok=True)
     provenance.replace(record)
+
+
+def record_from_longer(args: argparse.Namespace) -> bool:
+    """A search rung's run that a longer finished attempt already trained past the rung's budget: its
+    record is written from that attempt's first epochs and nothing trains (lineage.longer); False
+    when there is none, or when this very budget finished (then it is restored as usual)."""
+    run = RunFile.load(args.config)
+    identity = attempt.Identity.of(run.config, args.data, args.environment_record)
+    origin = None if attempt.restorable(args.run_dir, identity.key) else lineage.longer(args.run_dir, identity)
+    if origin is None:
+        return False
+    atomic_write_json(args.record_to, lineage.truncated(origin, identity, run))
+    theirs = origin.record["training"]["max_epochs"]
+    say(
+        f"{run.run_id}: scored the first {identity.budget} epochs of attempt {origin.attempt_id} "
+        f"(max_epochs {theirs}) for this rung, nothing trained"
+    )
+    return True
 
 
 def run_attempt(args: argparse.Namespace) -> int:
@@ -213,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
+    if args.record_to and record_from_longer(args):
+        return 0
     if args.platform == "azureml":
         from snakeddp.azureml.submit import main as submit  # optional extra, imported only here
 

@@ -67,6 +67,7 @@ def searched(tmp_path_factory):
     flow.write_config(SEARCH)
     flow.first = flow.run()
     flow.epochs = epochs_trained(flow)
+    flow.first_rung0 = (flow.directory / "results/search/rung-0.json").read_text()
     return flow
 
 
@@ -144,3 +145,24 @@ def test_the_whole_grid_continues_the_stopped_configurations_and_agrees_on_the_b
     assert sorted(r["training"]["epochs_completed"] for r in records) == [9] * 9
     best_of_grid = min(records, key=lambda record: record["training"]["best_score"])["run_id"]
     assert best_of_grid == winner(searched)
+
+
+def test_a_search_edited_after_the_grid_scores_its_rungs_on_epochs_already_trained(searched):
+    """After the whole grid (the test above), eta 2 asks for rungs of 1, 2, 4, 8 and 9 epochs: every
+    run already trained past them, so each rung is scored on those epochs and nothing trains."""
+    edited = copy.deepcopy(SEARCH)
+    edited["search"]["eta"] = 2
+    searched.write_config(edited)
+    before = Counter(epochs_trained(searched))
+    searched.run()
+    assert Counter(epochs_trained(searched)) == before, "no epoch trained again"
+    logs = "".join(log.read_text() for log in (searched.directory / "logs/search").glob("*.epochs-2.log"))
+    assert logs.count("scored the first 2 epochs of attempt") == 4, logs  # rung 0 kept 9 // 2
+    decisions = [json.loads((searched.directory / f"results/search/rung-{k}.json").read_text()) for k in range(5)]
+    assert [d["epochs"] for d in decisions] == [1, 2, 4, 8, 9]
+    assert [len(d["configurations"]) for d in decisions] == [9, 4, 2, 1, 1]
+    # Scores at a budget are those of the epochs trained to it: rung 0 is the first search's rung 0.
+    first = json.loads(searched.first_rung0)
+    assert [(c["id"], c["mean"]) for c in decisions[0]["configurations"]] == [
+        (c["id"], c["mean"]) for c in first["configurations"]
+    ]

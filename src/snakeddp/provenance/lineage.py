@@ -32,11 +32,14 @@ from snakeddp.run import attempt
 from snakeddp.run.attempt import Identity, attempt_id
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
+from snakeddp.run.runs import read_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.paths import inside
 
 CONTINUE, STOPPED_EARLY, SAME_KEY = "continue", "stopped_early", "same_key"
+# A search rung's record taken from the first epochs of a finished attempt of a longer budget.
+LONGER_BUDGET = "longer_budget"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Origin:
 def _records(runs: Path, run_dir: Path) -> Iterator[tuple[AttemptPaths, dict[str, Any]]]:
     """Every finished attempt with a record that matches the schema: ``run_dir``'s first, then those of
     the other runs when ``run_dir`` is in a results/runs folder."""
+    if not runs.is_dir():
+        return  # nothing trained yet
     others = sorted(path for path in runs.iterdir() if path.is_dir() and path.name != run_dir.name)
     for directory in [run_dir, *(others if runs.name == RUNS else [])]:
         if inside(runs, directory.name) is None:
@@ -110,6 +115,59 @@ def find(run_dir: Path, identity: Identity) -> Origin | None:
         if found[how]:
             return min(found[how], key=lambda ranked: ranked[0])[1]
     return None
+
+
+def longer(run_dir: Path, identity: Identity) -> Origin | None:
+    """A finished attempt of the same run at a longer budget that trained past this budget (the run's
+    own first, then the shortest): its first ``identity.budget`` epochs are this budget's, as training
+    is deterministic and nothing in the run depends on the budget (``Identity.key_at``). A search rung
+    takes its score from them (``truncated``) instead of training them again."""
+    budget = identity.budget
+    found: list[tuple[tuple[int, int], Origin]] = []
+    for source, record in _records(run_dir.parent, run_dir):
+        training = record["training"]
+        theirs = training["max_epochs"]
+        if budget is None or theirs <= budget or identity.key_at(theirs) != record["origin_sha256"]:
+            continue
+        if training["epochs_completed"] > budget:  # one that stopped within this budget is find()'s
+            rank = (0 if source.run_dir.name == run_dir.name else 1, theirs)
+            found.append((rank, Origin(source, record, LONGER_BUDGET)))
+    return min(found, key=lambda ranked: ranked[0])[1] if found else None
+
+
+def truncated(origin: Origin, identity: Identity, run: RunFile) -> dict[str, Any]:
+    """The record of a search rung scored on the first ``identity.budget`` epochs of ``origin`` (a
+    ``longer`` attempt): the verdict of those epochs' rows of its metrics.csv, and no checkpoint (none
+    was kept at this budget's last epoch)."""
+    from snakeddp.provenance.record import ranking
+
+    budget = identity.budget
+    rows = read_metrics(origin.source.metrics)[:budget]
+    if [row.get("epoch") for row in rows] != list(range(budget)):
+        raise RunStateError(
+            f"{origin.source.metrics} does not hold epochs 1-{budget} of attempt {origin.attempt_id}, whose record "
+            f"says it trained {origin.record['training']['epochs_completed']}. HINT: move that attempt's folder "
+            f"aside ({origin.source.folder}) and rerun: this rung then trains its epochs."
+        )
+    record = _adopted(origin, identity, run)
+    training = record["training"]
+    verdict = ranking(rows, training.get("monitor") or {"metric": "val_loss", "mode": "min"})
+    training.update({key: value for key, value in verdict.items() if key != "monitor" or "monitor" in training})
+    training.update(
+        epochs_completed=budget,
+        stopped_early=False,
+        resumed_from=None,
+        best_checkpoint=None,
+        last_checkpoint=None,
+        checkpoints=[],
+        epochs_from=[
+            {**span, "last_epoch": min(span["last_epoch"], budget)}
+            for span in origin.epochs
+            if span["first_epoch"] <= budget
+        ],
+    )
+    record["status"] = "completed"
+    return record
 
 
 @dataclass(frozen=True)
