@@ -4,6 +4,7 @@ same key kept by another run; on real run directories (the shared sweep's device
 from __future__ import annotations
 
 import copy
+import csv
 import json
 import shutil
 
@@ -148,3 +149,35 @@ def test_a_finished_record_that_does_not_match_the_schema_stops_with_one_line(tm
         lineage.restore(tmp_path, identity.key)
     (line,) = str(stopped.value).splitlines()
     assert "does not match the provenance schema" in line and line.count("HINT: move it aside") == 1, line
+
+
+def test_a_shorter_budget_is_scored_on_a_longer_attempts_first_epochs_without_a_checkpoint(tmp_path, made):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    three = lay_out(run_dir / "attempts" / "three", 3)
+    two = at(identity, 2)
+    origin = lineage.longer(run_dir, two)
+    assert origin.how == lineage.LONGER_BUDGET and origin.record == three
+    record = lineage.truncated(origin, two, RunFile("r", two.run_config))
+    validate(record)
+    rows = [row for row in csv.DictReader((run_dir / "attempts" / "three" / "metrics.csv").open())][:2]
+    best = min(rows, key=lambda row: float(row["val_loss"]))
+    assert record["training"]["best_score"] == float(best["val_loss"]) and record["training"]["best_epoch"] == int(
+        best["epoch"]
+    )
+    assert (record["training"]["max_epochs"], record["training"]["epochs_completed"]) == (2, 2)
+    assert record["training"]["checkpoints"] == [] and record["training"]["best_checkpoint"] is None
+    assert record["attempt"]["restored_from"] == {"run": "r", "attempt": three["attempt"]["id"], "why": "longer_budget"}
+    assert lineage.longer(run_dir, at(identity, 3)) is None, "its own budget is restored, not scored"
+
+
+def test_a_longer_attempt_whose_metrics_lack_epochs_stops_and_its_hint_lets_the_rung_train(tmp_path, made):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir / "attempts" / "eight", 8)  # says 8 epochs, its metrics.csv holds 3
+    five = at(identity, 5)
+    origin = lineage.longer(run_dir, five)
+    with pytest.raises(RunStateError, match=r"does not hold epochs 1-5 .* HINT: move that attempt's folder aside"):
+        lineage.truncated(origin, five, RunFile("r", five.run_config))
+    shutil.move(run_dir / "attempts" / "eight", tmp_path / "aside")  # as the HINT says
+    assert lineage.longer(run_dir, five) is None and lineage.find(run_dir, five) is None, "the rung trains"
