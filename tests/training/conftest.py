@@ -13,6 +13,15 @@ from tests.helpers import launch, prepare
 REGISTERED = "snakeddp-tiny"
 
 
+def tracking_env(server) -> dict[str, str]:
+    """What the workflow exports to a run with every tracker on, MLflow's on ``server`` registering the best model."""
+    mlflow = {"enabled": True, "tracking_uri": server.uri, "register_model": REGISTERED}
+    settings = config.validate(
+        {"tracking": {"tensorboard": {"enabled": True}, "mlflow": mlflow, "wandb": {"enabled": True}}}
+    )
+    return jobenv.settings(settings)
+
+
 @pytest.fixture(scope="session")
 def tracked_run(tmp_path_factory, mlflow_server):
     """A 2-process run with every tracker on, started by snakeddp.launch (direct, the local default);
@@ -25,11 +34,7 @@ def tracked_run(tmp_path_factory, mlflow_server):
     }
     run_yaml, manifest, _ = prepare(tmp, overrides)
     run_dir = tmp / "results" / "runs" / "base"
-    mlflow = {"enabled": True, "tracking_uri": mlflow_server.uri, "register_model": REGISTERED}
-    settings = config.validate(
-        {"tracking": {"tensorboard": {"enabled": True}, "mlflow": mlflow, "wandb": {"enabled": True}}}
-    )
-    done = launch(run_yaml, manifest, run_dir, cwd=tmp, **jobenv.settings(settings))
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp, **tracking_env(mlflow_server))
     (tmp / "launch.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, f"see {tmp / 'launch.log'}:\n{done.stderr[-6000:]}"
     return tmp, run_dir, mlflow_server

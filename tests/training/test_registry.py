@@ -18,7 +18,7 @@ from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.hashing import sha256_file
 from snakeddp.workflow import jobenv
 from tests.helpers import launch, prepare
-from tests.training.conftest import REGISTERED
+from tests.training.conftest import REGISTERED, tracking_env
 
 pytestmark = pytest.mark.e2e
 
@@ -56,6 +56,12 @@ def test_the_best_model_is_one_new_version_whose_files_are_the_export(tracked_ru
     state_dict = read_checkpoint(load_run(run_dir).file(best))["state_dict"]
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state_dict[name]), name
+
+    # Rerunning the finished run restores it: nothing trains, nothing new is registered.
+    manifest = next((tmp / "data").glob("manifest-*.json"))
+    done = launch(tmp / "run.yaml", manifest, run_dir, cwd=tmp, **tracking_env(server))
+    assert done.returncode == 0 and "restored it, nothing trained" in done.stdout + done.stderr
+    assert len(client.search_model_versions(f"name = '{REGISTERED}'")) == 1
 
     # The next finished attempt of any run adds a version to the same name.
     again = registry.register(client, version.run_id, run_dir, REGISTERED)
