@@ -1,6 +1,7 @@
 """Every HINT that tells the user to do something, done literally, gives what it promises."""
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -181,7 +182,8 @@ def test_checkpoints_of_unknown_origin_moved_away_as_hinted_let_the_run_start_fr
 
 def test_an_attempt_of_another_config_is_moved_to_attempts_by_the_launcher_as_hinted(tmp_path):
     run = Run(tmp_path, {"trainer": {"max_epochs": 1}})
-    (run.dir / "run-state.json").write_text('{"resume_key": "another config"}')
+    # The key of another config: a sha256 like any attempt key (run-state.json is schema-checked).
+    (run.dir / "run-state.json").write_text(json.dumps({"resume_key": hashlib.sha256(b"another config").hexdigest()}))
     (run.dir / "checkpoints").mkdir()
     (run.dir / "checkpoints" / "last.ckpt").write_bytes(b"another config's weights")
     refused = train_directly(run)
