@@ -143,7 +143,8 @@ def test_the_pipeline_trains_on_a_table_in_s3_and_reingests_when_it_changes(s3, 
 
     def config(path: str) -> dict:
         source = {"path": path, "features": FEATURES, "label": "y"}
-        return {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}}
+        data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}
+        return {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "data": data}
 
     flow.write_config(config(f"s3://{BUCKET}/pipeline/train.parquet"))
     env = subprocess_env(**s3.env())
