@@ -1,19 +1,22 @@
-"""Tables in Azure Blob Storage or ADLS Gen2: ``data.table.path`` as an ``az://`` or ``abfs://`` URL.
+"""Tables in object storage: ``data.table.path`` as an ``az://``/``abfs://`` (Azure Blob Storage, ADLS Gen2)
+or ``s3://`` (Amazon S3, or an S3-compatible store) URL.
 
     data:
       source: table
-      table: {path: "az://CONTAINER/tables/train.parquet", features: [x1, x2], label: y}
+      table: {path: "s3://BUCKET/tables/train.parquet", features: [x1, x2], label: y}
 
-Read through fsspec's adlfs (``envs/requirements-dev.in``; install it where the data stage runs).
-Credentials come from the environment as Azure's own tools read them, never from the config:
-``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT_NAME`` with
-``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN``, or for the account alone
-``DefaultAzureCredential`` (managed identity, ``az login``, service principal variables).
+Read through fsspec's adlfs or s3fs (the extras azure-blob and s3, pinned in envs/requirements-dev.lock;
+install them where the data stage runs). Credentials come from the environment as each store's own tools
+read them, never from the config (snakeddp.data.stores): for Azure ``AZURE_STORAGE_CONNECTION_STRING``, or
+``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN``, or
+``DefaultAzureCredential``; for S3 the AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
+``AWS_PROFILE``, an instance role), and ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for another store.
 
 A table's identity is its objects' listing, taken when the workflow plans: each object's name,
-size and ETag (which the service changes on every write). A changed object is a new dataset and is
-ingested again; an unchanged one is not; no byte is read to know. Listing is also where a missing
-container or object, or refused credentials, stop the workflow in one line, before any job runs.
+size and ETag (which the service changes when an object is written: Azure on every write, S3 when the
+bytes differ). A changed object is a new dataset and is ingested again; an unchanged one is not; no byte
+is read to know. Listing is also where a missing container, bucket or object, or refused credentials,
+stop the workflow in one line, before any job runs.
 """
 
 from __future__ import annotations
@@ -21,37 +24,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import IO, Any
 
+from snakeddp.data.stores import Store, store_of, supported
 from snakeddp.errors import TableError
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.redact import redact_text
 
-SCHEMES = ("az", "abfs", "abfss")
-# The Azure SDK retries an endpoint it cannot reach for over a minute (81 s here) before it fails;
-# the workflow's plan waits at most this long for a table's listing.
+# The Azure SDK retries an endpoint it cannot reach for over a minute (81 s here), botocore for 7 s,
+# before they fail; the workflow's plan waits at most this long for a table's listing.
 LIST_TIMEOUT_S = 30.0
-CREDENTIALS_HINT = (
-    "HINT: set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
-    "AZURE_STORAGE_SAS_TOKEN (or sign in for DefaultAzureCredential), in the environment snakemake runs in."
-)
 
 
 def is_url(path: Any) -> bool:
     return isinstance(path, str) and "://" in path
 
 
-def _filesystem(url: str) -> tuple[Any, str]:
+def _store(url: str) -> Store:
     scheme = url.partition("://")[0].lower()
-    if scheme not in SCHEMES:
+    store = store_of(scheme)
+    if store is None:
         raise TableError(
-            f"data.table.path={url!r}: {scheme}:// is not a storage snakeddp reads. HINT: use az:// or abfs:// "
-            "(Azure Blob Storage, ADLS Gen2), or copy the table to a local path."
+            f"data.table.path={url!r}: {scheme}:// is not a storage snakeddp reads. HINT: use {supported()} "
+            "(Azure Blob Storage, ADLS Gen2, Amazon S3), or copy the table to a local path."
         )
+    return store
+
+
+def _filesystem(url: str) -> tuple[Any, str]:
+    store = _store(url)
     try:
-        import adlfs  # noqa: F401  (registers az:// and abfs:// with fsspec)
+        __import__(store.package)  # registers the store's schemes with fsspec
     except ImportError:
         raise TableError(
-            f"data.table.path={url!r} needs the adlfs package, which is not installed. HINT: pip install adlfs "
-            "(the version pinned in envs/requirements-dev.lock) where snakemake and the data stage run."
+            f"data.table.path={url!r} needs the {store.package} package, which is not installed. HINT: pip install "
+            f"{store.package} (the version pinned in envs/requirements-dev.lock; the snakeddp[{store.extra}] extra) "
+            "where snakemake and the data stage run."
         ) from None
     from fsspec.core import url_to_fs
 
@@ -59,38 +65,37 @@ def _filesystem(url: str) -> tuple[Any, str]:
     return url_to_fs(url, skip_instance_cache=True)
 
 
-def _refused(url: str, error: Exception) -> TableError:
+def _refused(url: str, store: Store, error: BaseException) -> TableError:
     """One line for what listing or reading an object raised; no credential in it."""
     if isinstance(error, FileNotFoundError):
         return TableError(
-            f"data.table.path={url!r}: no such container, object or folder. HINT: check the URL "
-            "(az://CONTAINER/PATH) and that the account in your credentials holds it."
+            f"data.table.path={url!r}: no such {store.holder}, object or folder. HINT: check the URL "
+            f"({store.shape}) and that the account in your credentials holds it."
         )
     first = redact_text(" ".join(str(error).split()))[:300]
     return TableError(
-        f"data.table.path={url!r}: the storage refused ({type(error).__name__}: {first}). {CREDENTIALS_HINT}"
+        f"data.table.path={url!r}: the storage refused ({type(error).__name__}: {first}). {store.credentials_hint}"
     )
 
 
-def _unreachable(url: str, error: Exception) -> TableError:
+def _unreachable(url: str, store: Store, error: BaseException) -> TableError:
     why = redact_text(" ".join(str(error).split()))[:300] or f"no answer within {LIST_TIMEOUT_S:.0f} s"
     return TableError(
-        f"data.table.path={url!r}: cannot reach the storage ({type(error).__name__}: {why}). HINT: check the "
-        "network and the account's endpoint (BlobEndpoint in AZURE_STORAGE_CONNECTION_STRING, or "
-        "AZURE_STORAGE_ACCOUNT_NAME), then rerun."
+        f"data.table.path={url!r}: cannot reach the storage ({type(error).__name__}: {why}). {store.endpoint_hint}"
     )
 
 
 def _guarded(url: str, call: Callable[[], Any]) -> Any:
-    from azure.core.exceptions import AzureError, ServiceRequestError
     from fsspec.exceptions import FSTimeoutError
 
+    store = _store(url)
+    unreachable, refused = store.errors()
     try:
         return call()
-    except (FSTimeoutError, ServiceRequestError) as error:  # before OSError: a timeout is one
-        raise _unreachable(url, error) from None
-    except (OSError, AzureError) as error:
-        raise _refused(url, error) from None
+    except (FSTimeoutError, *unreachable) as error:  # before OSError: a timeout is one
+        raise _unreachable(url, store, error) from None
+    except (OSError, *refused) as error:
+        raise _refused(url, store, error) from None
 
 
 def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
@@ -110,7 +115,9 @@ def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
         relative = name[len(base) :].lstrip("/")
         if detail["type"] != "file" or relative.rpartition("/")[2].startswith((".", "_")):
             continue
-        objects.append({"url": f"{scheme}://{name}", "name": relative, "size": detail["size"], "etag": detail["etag"]})
+        # adlfs says "etag", s3fs "ETag" (as S3 does)
+        etag = detail.get("etag") or detail["ETag"]
+        objects.append({"url": f"{scheme}://{name}", "name": relative, "size": detail["size"], "etag": etag})
     return objects, info["type"] == "file"
 
 

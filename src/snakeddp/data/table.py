@@ -10,7 +10,7 @@ row group), whatever the table's size.
 A sample's id is its row number in the table (0-based, counting across files in name order), so
 every trained sample traces back to its source row.
 
-``data.table.path`` may also be an ``az://`` or ``abfs://`` URL (``snakeddp.data.remote``): its
+``data.table.path`` may also be an ``az://``, ``abfs://`` or ``s3://`` URL (``snakeddp.data.remote``): its
 objects are listed instead of a folder's files, and streamed in blocks as they are read.
 """
 
