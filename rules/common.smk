@@ -217,13 +217,6 @@ def get_launch(wildcards):
     return RUNS[wildcards.run]["config"]["launch"]
 
 
-def get_budget_run_json(wildcards):
-    """A run as run.yaml holds it, trained to another budget (a search rung's epochs)."""
-    run = json.loads(get_run_json(wildcards))
-    run["config"]["trainer"]["max_epochs"] = int(wildcards.epochs)
-    return json.dumps(run, sort_keys=True)
-
-
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
     return launch["devices"] * launch["threads_per_process"]

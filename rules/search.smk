@@ -16,10 +16,10 @@ rule search_run_config:
     conda:
         "../envs/train.yaml"
     params:
-        run=get_budget_run_json,
+        run=get_run_json,
     shell:
-        "python -m snakeddp.steps run-config --run-id {wildcards.run:q} --run {params.run:q}"
-        " --out {output.run:q} > {log:q} 2>&1"
+        "python -m snakeddp.steps rung-config --run-id {wildcards.run:q} --run {params.run:q}"
+        " --epochs {wildcards.epochs:q} --out {output.run:q} > {log:q} 2>&1"
 
 
 # Train one run to a rung's budget, in its own run directory; its record goes beside the config.

@@ -6,6 +6,7 @@
     python -m snakeddp.steps manifest  --params JSON --dataset ID --val val.json --out manifest-4.json --entries E...
     python -m snakeddp.steps module    --params JSON --dataset ID --out module.json
     python -m snakeddp.steps run-config --run-id ID --run JSON --out run.yaml
+    python -m snakeddp.steps rung-config --run-id ID --run JSON --epochs 3 --out results/search/ID/epochs-3.yaml
     python -m snakeddp.steps search-rung --rung 1 --plan JSON --records R... --out results/search/rung-1.json
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
 
@@ -68,6 +69,12 @@ def _run_config(args: argparse.Namespace) -> None:
     # before this job started; the next invocation plans the run anew.
     ensure_no_live_attempt(Path(args.out).parent)
     RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
+
+
+def _rung_config(args: argparse.Namespace) -> None:
+    """run.yaml at a search rung's budget: the run's config with trainer.max_epochs set to its epochs."""
+    args.run["config"]["trainer"]["max_epochs"] = args.epochs
+    _run_config(args)
 
 
 def _search_rung(args: argparse.Namespace) -> None:
@@ -139,6 +146,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run_config = step("run-config", _run_config)
     run_config.add_argument("--run-id", required=True, help="run id")
     run_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    rung_config = step("rung-config", _rung_config)
+    rung_config.add_argument("--run-id", required=True, help="run id")
+    rung_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    rung_config.add_argument("--epochs", required=True, type=int, help="the rung's budget (trainer.max_epochs)")
     search_rung = step("search-rung", _search_rung)
     search_rung.add_argument("--rung", required=True, type=int, help="the rung's index (0 = first)")
     search_rung.add_argument("--plan", required=True, help="the search's plan and configurations as JSON")

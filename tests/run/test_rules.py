@@ -17,8 +17,8 @@ from tests.helpers import REPO
 def workflow_rules() -> dict[str, str]:
     """Each rule of the Snakefile and rules/*.smk, with its text up to the next rule."""
     text = "\n".join(path.read_text() for path in [REPO / "Snakefile", *sorted((REPO / "rules").glob("*.smk"))])
-    blocks = re.split(r"^(?=rule \w+:)", text, flags=re.MULTILINE)
-    return {block.split()[1].rstrip(":"): block for block in blocks if block.startswith("rule ")}
+    blocks = re.split(r"^(?=(?:rule|checkpoint) \w+:)", text, flags=re.MULTILINE)
+    return {block.split()[1].rstrip(":"): block for block in blocks if block.startswith(("rule ", "checkpoint "))}
 
 
 def test_every_rule_is_one_step_and_every_step_a_rule():
@@ -43,6 +43,7 @@ def test_each_rule_runs_the_tool_its_step_names():
         if step.subcommand:
             assert f'"{step.command} ' in blocks[step.rule], step
     assert "python -m snakeddp.launch" in blocks["train"] and "scripts/report.py" in blocks["report"]
+    assert "python -m snakeddp.launch" in blocks["search_train"]
 
 
 def test_the_steps_command_line_has_a_subcommand_for_each_step_it_is_the_tool_of(capsys):

@@ -71,12 +71,13 @@ STEPS = (
     Step("run_config", f"{STEPS_CLI} run-config", "writes a run's resolved config (run.yaml)", PER_RUN),
     Step("train", "python -m snakeddp.train", "one DDP training run (Lightning), started on every rank by a "
          "launcher (python -m snakeddp.launch)", PER_RUN),
-    Step("search_run_config", f"{STEPS_CLI} run-config", "writes a run's config at one search rung's budget "
-         "(trainer.max_epochs set to the rung's epochs)", PER_RUN),
-    Step("search_train", "python -m snakeddp.train", "trains one run to a search rung's budget, continuing from "
-         "its previous rung's checkpoint (python -m snakeddp.launch)", PER_RUN),
+    # Only with search: (the crate does not describe a search's rungs yet).
+    Step("search_run_config", f"{STEPS_CLI} rung-config", "writes a run's config at one search rung's budget "
+         "(trainer.max_epochs set to the rung's epochs)", ON_REQUEST),
+    Step("search_train", "python -m snakeddp.launch", "trains one run to a search rung's budget, continuing from "
+         "its longest finished budget below (or scores it on a longer attempt's first epochs)", ON_REQUEST),
     Step("search_rung", f"{STEPS_CLI} search-rung", "ranks one search rung's configurations by the mean over "
-         "seeds and names those the next rung trains", PER_WORKFLOW),
+         "seeds and names those the next rung trains", ON_REQUEST),
     # On request: only with report.export (the crate does not describe it yet).
     Step("export", "snakeddp export", "writes a run's best checkpoint as model.safetensors and model.json "
          "(snakeddp.load)", ON_REQUEST),
