@@ -1,6 +1,6 @@
 """9. Search: successive halving against the whole grid, from empty directories, in one run.
 
-Nine learning rates (three with --tiny), ``trainer.max_epochs`` 9 (3), eta 3, min_epochs 1, on the
+Nine learning rates (two with --tiny), ``trainer.max_epochs`` 9 (2), eta 3, min_epochs 1, on the
 tests' tiny data, on the local profile. The search and the grid each run from an empty directory;
 the epochs each trained are counted from the train jobs' logs (one line per epoch trained), and
 each one's best configuration is read from its records.
@@ -47,7 +47,7 @@ def best_configuration(directory: Path) -> str:
 
 
 def run(ctx: Context) -> Result:
-    rates, max_epochs = (LRS[::3], 3) if ctx.sizes.tiny else (LRS, 9)
+    rates, max_epochs = (LRS[::8], 2) if ctx.sizes.tiny else (LRS, 9)
     seconds, epochs, best = {}, {}, {}
     for name, search in (("search", True), ("grid", False)):
         flow = Workflow(ctx.scratch(name), config(rates, max_epochs, search))

@@ -396,9 +396,10 @@ def test_a_search_submits_each_rung_as_slurm_jobs_and_continues_the_winner(workf
     settings = {"trainer": {"max_epochs": 2, "early_stopping": {"enabled": False}}}
     search = {"method": "successive_halving", "eta": 2, "min_epochs": 1}
     workflow.write_config(config(**settings, sweep={"model.lr": [0.1, 0.0001]}, search=search))
-    done = workflow.run("results/report/search.csv")
+    # The last rung's decision as the target: the report job (another Slurm job) adds nothing here.
+    done = workflow.run("results/search/rung-1.json")
     jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
-    assert sorted((job_rule(job), job["State"]) for job in jobs if job_rule(job) != "report") == [
+    assert sorted((job_rule(job), job["State"]) for job in jobs) == [
         ("search_train", "COMPLETED"),
         ("search_train", "COMPLETED"),
         ("train", "COMPLETED"),
@@ -409,4 +410,4 @@ def test_a_search_submits_each_rung_as_slurm_jobs_and_continues_the_winner(workf
     winner = top["Comment"].split("_wildcards_")[1]
     assert winner == "lr-0.1"
     assert metrics_epochs(workflow, winner) == [0, 1], "two epochs in the run's metrics, the first from rung 0"
-    assert "Nothing to be done" in workflow.run("results/report/search.csv").stderr
+    assert "Nothing to be done" in workflow.run("results/search/rung-1.json").stderr
