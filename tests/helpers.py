@@ -79,9 +79,18 @@ def merged(base: dict, overrides: dict) -> dict:
     return out
 
 
+def tiny_with(overrides: dict) -> dict:
+    """TINY with ``overrides`` merged in; a user's model (model.target) replaces TINY's built-in one
+    whole, as its built-in keys (hidden_sizes) would be refused beside model.target."""
+    out = merged(TINY, overrides)
+    if (overrides.get("model") or {}).get("target"):
+        out["model"] = copy.deepcopy(overrides["model"])
+    return out
+
+
 def prepare(tmp_path: Path, overrides: dict, run_id: str = "base") -> tuple[Path, Path | None, Path]:
     """run.yaml, manifest (synthetic data only) and run directory of a TINY-based run under ``tmp_path``."""
-    cfg = configuration.validate(merged(TINY, overrides))
+    cfg = configuration.validate(tiny_with(overrides))
     synthetic = cfg["data"]["source"] == "synthetic"
     manifest = write_dataset(tmp_path / "data", cfg["data"]) if synthetic else None
     run_yaml = tmp_path / "run.yaml"

@@ -20,7 +20,7 @@ from snakeddp.training.models import build_model
 from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
-from tests.helpers import SRC, TINY, launch, make_run, merged, subprocess_env
+from tests.helpers import SRC, launch, make_run, subprocess_env, tiny_with
 
 pytestmark = pytest.mark.e2e
 
@@ -108,11 +108,7 @@ def trained(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("workflow")
     (root / "usernet.py").write_text(textwrap.dedent(USER_MODULE))
     for run_id, overrides in RUNS.items():
-        # A user's model replaces TINY's built-in one whole (its hidden_sizes would be refused beside model.target).
-        config = merged(TINY, overrides)
-        if "model" in overrides:
-            config["model"] = overrides["model"]
-        run_yaml, manifest = make_run(root, config, run_id)
+        run_yaml, manifest = make_run(root, tiny_with(overrides), run_id)
         done = launch(run_yaml, manifest, root / "results" / "runs" / run_id, cwd=root)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root
