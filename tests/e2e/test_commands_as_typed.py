@@ -116,7 +116,8 @@ def test_an_edit_is_named_by_its_key_in_the_reason_and_the_list_of_changes(clone
     output = ok(typed(clone, "snakemake -n --config 'model={lr: 0.01}'"))
     reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
     assert reasons == ["Reason: Params have changed since last execution: model.lr: 0.003 → 0.01"] * 2, output
-    assert max(len(line) for line in output.splitlines()) < 400
+    # The edit's reasons stay short lines; Snakemake's own list of the report's outputs (`all`) may be long.
+    assert max(len(line) for line in output.splitlines() if not line.startswith("Reason: Input files updated")) < 400
     listed = changed_files(ok(typed(clone, "snakemake --list-changes params --config 'model={lr: 0.01}'")))
     # The run configs, and the report's outputs (its RO-Crate records the config).
     assert sorted(path for path in listed if not path.startswith("results/report/")) == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,12 @@ def test_the_best_model_is_one_new_version_whose_files_are_the_export(tracked_ru
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state_dict[name]), name
 
-    # Rerunning the finished run restores it: nothing trains, nothing new is registered.
-    manifest = next((tmp / "data").glob("manifest-*.json"))
-    done = launch(tmp / "run.yaml", manifest, run_dir, cwd=tmp, **tracking_env(server))
+    # Rerunning the finished run (in a copy: the trackers' tests read the original) restores it:
+    # nothing trains, nothing new is registered.
+    copy = tmp_path / "rerun"
+    shutil.copytree(tmp, copy)
+    manifest = next((copy / "data").glob("manifest-*.json"))
+    done = launch(copy / "run.yaml", manifest, copy / "results" / "runs" / "base", cwd=copy, **tracking_env(server))
     assert done.returncode == 0 and "restored it, nothing trained" in done.stdout + done.stderr
     assert len(client.search_model_versions(f"name = '{REGISTERED}'")) == 1
 
