@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench import search as bench_search
 from snakeddp.run.layout import RunPaths
 from tests.helpers import TINY, Workflow, subprocess_env
 
@@ -86,6 +87,10 @@ def test_the_search_trains_a_third_of_the_grid_and_a_rerun_is_nothing_to_do(sear
     assert spans == [(1, 1), (2, 3), (4, 9)], spans
     assert re.search(r"1–1: attempt <code>[0-9a-f]{12}</code>; 2–3: attempt .*; 4–9: attempt", page)
     assert "Nothing to be done" in searched.run().stderr
+    # bench 9 reads a search's directory the same way (run by `python -m bench search`, not here).
+    assert bench_search.epochs_trained(searched.directory) == len(epochs)
+    assert bench_search.best_configuration(searched.directory) == winner(searched)
+    assert bench_search.fit_seconds(searched.directory) > 0
     listed = subprocess.run(
         [SNAKEDDP, "runs", "--configfile", "config.yaml"],
         cwd=searched.directory,
