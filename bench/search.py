@@ -66,35 +66,16 @@ def run(ctx: Context) -> Result:
     scale = f"{len(rates)} learning rates, max_epochs {max_epochs}, eta 3"
     result = Result(NAME, TITLE, raw={"seconds": seconds, "epochs": epochs, "best": best, "fit_seconds": fit})
     result.sizes = {"configurations": len(rates), "max_epochs": max_epochs}
+    measured = (
+        ("search.wall", f"whole workflow from an empty directory, {scale}", "s", seconds),
+        ("search.fit", f"seconds in trainer.fit, all attempts, {scale}", "s", fit),
+        ("search.epochs", f"epochs trained, {scale}", "epochs", epochs),
+    )
     result.figures += [
-        Figure(
-            "search.wall",
-            f"whole workflow from an empty directory, {scale}",
-            "s",
-            seconds["search"],
-            baseline=seconds["grid"],
-            ratio=seconds["search"] / seconds["grid"],
-            ratio_of="search ÷ grid",
-        ),
-        Figure(
-            "search.fit",
-            f"seconds in trainer.fit, all attempts, {scale}",
-            "s",
-            fit["search"],
-            baseline=fit["grid"],
-            ratio=fit["search"] / fit["grid"],
-            ratio_of="search ÷ grid",
-        ),
-        Figure(
-            "search.epochs",
-            f"epochs trained, {scale}",
-            "epochs",
-            epochs["search"],
-            baseline=epochs["grid"],
-            ratio=epochs["search"] / epochs["grid"],
-            ratio_of="search ÷ grid",
-        ),
-    ]
+        Figure(key, label, unit, values["search"], baseline=values["grid"], ratio=values["search"] / values["grid"],
+               ratio_of="search ÷ grid")
+        for key, label, unit, values in measured
+    ]  # fmt: skip
     result.notes += [
         f"Best configuration: the search's winner {best['search']}, the grid's best {best['grid']}"
         + ("" if best["search"] == best["grid"] else " (they differ: the search stopped the grid's best early)")

@@ -10,7 +10,6 @@ default workers and MLflow's huey consumers took 19 s to answer here, one worker
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench.azurite import free_port  # a localhost port nothing listens on now (the kernel's pick)
 
 START_TIMEOUT_S = 90
 
@@ -32,13 +33,6 @@ class MlflowServer:
         from mlflow import MlflowClient
 
         return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
-
-
-def free_port() -> int:
-    """A localhost port nothing listens on now (the kernel's pick)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def answers(uri: str) -> bool:

@@ -55,16 +55,37 @@ def params(path: str, partitions: int = 3) -> dict:
     }  # fmt: skip
 
 
-def test_a_folder_lists_its_objects_with_sizes_and_etags_skipping_markers(credentials):
-    etags = [credentials.upload(CONTAINER, f"folder/part-{i}.parquet", parquet(50, i)) for i in range(2)]
-    credentials.upload(CONTAINER, "folder/_SUCCESS", b"")
-    objects, single = remote.list_objects(f"az://{CONTAINER}/folder")
+def check_folder_listing(store, holder: str, scheme: str) -> None:
+    """A folder of two Parquet parts and a _SUCCESS marker, uploaded to ``holder`` of a real ``store``
+    server: the listing has the parts with their ETags, and table_files reads them as one table."""
+    etags = [store.upload(holder, f"folder/part-{i}.parquet", parquet(50, i)) for i in range(2)]
+    store.upload(holder, "folder/_SUCCESS", b"")
+    objects, single = remote.list_objects(f"{scheme}://{holder}/folder")
     assert not single
     assert [(o["name"], o["etag"]) for o in objects] == [("part-0.parquet", etags[0]), ("part-1.parquet", etags[1])]
-    assert table.table_files(f"az://{CONTAINER}/folder") == (
+    assert table.table_files(f"{scheme}://{holder}/folder") == (
         "parquet",
-        [f"az://{CONTAINER}/folder/part-0.parquet", f"az://{CONTAINER}/folder/part-1.parquet"],
+        [f"{scheme}://{holder}/folder/part-0.parquet", f"{scheme}://{holder}/folder/part-1.parquet"],
     )
+
+
+def check_ingest_matches_local(store, holder: str, scheme: str, tmp_path) -> None:
+    """One table ingested from the store and from a local copy writes byte-identical partitions."""
+    data = parquet(1000, 3)
+    store.upload(holder, "same.parquet", data)
+    (tmp_path / "same.parquet").write_bytes(data)
+    # Small chunks: the stream is read piece by piece, across row groups.
+    from_store = table.ingest(params(f"{scheme}://{holder}/same.parquet"), tmp_path / "remote", chunk_rows=64)
+    local = table.ingest(params(str(tmp_path / "same.parquet")), tmp_path / "local", chunk_rows=64)
+    assert from_store["records"] == local["records"] and from_store["rows_read"] == 1000
+    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
+        assert (tmp_path / "remote" / f"{name}.safetensors").read_bytes() == (
+            tmp_path / "local" / f"{name}.safetensors"
+        ).read_bytes(), name
+
+
+def test_a_folder_lists_its_objects_with_sizes_and_etags_skipping_markers(credentials):
+    check_folder_listing(credentials, CONTAINER, "az")
 
 
 def test_the_identity_follows_the_objects_etags(credentials):
@@ -77,17 +98,7 @@ def test_the_identity_follows_the_objects_etags(credentials):
 
 
 def test_ingesting_from_storage_writes_the_partitions_a_local_copy_does(credentials, tmp_path):
-    data = parquet(1000, 3)
-    credentials.upload(CONTAINER, "same.parquet", data)
-    (tmp_path / "same.parquet").write_bytes(data)
-    # Small chunks: the stream is read piece by piece, across row groups.
-    from_storage = table.ingest(params(f"az://{CONTAINER}/same.parquet"), tmp_path / "remote", chunk_rows=64)
-    local = table.ingest(params(str(tmp_path / "same.parquet")), tmp_path / "local", chunk_rows=64)
-    assert from_storage["records"] == local["records"] and from_storage["rows_read"] == 1000
-    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
-        assert (tmp_path / "remote" / f"{name}.safetensors").read_bytes() == (
-            tmp_path / "local" / f"{name}.safetensors"
-        ).read_bytes(), name
+    check_ingest_matches_local(credentials, CONTAINER, "az", tmp_path)
 
 
 def test_csv_objects_are_read_too(credentials, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from snakeddp.data import remote, table
 from snakeddp.errors import TableError
-from tests.data.test_remote import FEATURES, params, parquet
+from tests.data.test_remote import FEATURES, check_folder_listing, check_ingest_matches_local, parquet
 from tests.helpers import TINY, Workflow, subprocess_env
 from tests.mlflow_server import free_port
 from tests.s3_server import S3Server
@@ -44,15 +44,7 @@ def one_line(call) -> str:
 
 
 def test_a_folder_lists_its_objects_with_sizes_and_etags_skipping_markers(credentials):
-    etags = [credentials.upload(BUCKET, f"folder/part-{i}.parquet", parquet(50, i)) for i in range(2)]
-    credentials.upload(BUCKET, "folder/_SUCCESS", b"")
-    objects, single = remote.list_objects(f"s3://{BUCKET}/folder")
-    assert not single
-    assert [(o["name"], o["etag"]) for o in objects] == [("part-0.parquet", etags[0]), ("part-1.parquet", etags[1])]
-    assert table.table_files(f"s3://{BUCKET}/folder") == (
-        "parquet",
-        [f"s3://{BUCKET}/folder/part-0.parquet", f"s3://{BUCKET}/folder/part-1.parquet"],
-    )
+    check_folder_listing(credentials, BUCKET, "s3")
 
 
 def test_the_identity_follows_the_objects_etags(credentials):
@@ -65,17 +57,7 @@ def test_the_identity_follows_the_objects_etags(credentials):
 
 
 def test_ingesting_from_s3_writes_the_partitions_a_local_copy_does(credentials, tmp_path):
-    data = parquet(1000, 3)
-    credentials.upload(BUCKET, "same.parquet", data)
-    (tmp_path / "same.parquet").write_bytes(data)
-    # Small chunks: the stream is read piece by piece, across row groups.
-    from_s3 = table.ingest(params(f"s3://{BUCKET}/same.parquet"), tmp_path / "remote", chunk_rows=64)
-    local = table.ingest(params(str(tmp_path / "same.parquet")), tmp_path / "local", chunk_rows=64)
-    assert from_s3["records"] == local["records"] and from_s3["rows_read"] == 1000
-    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
-        assert (tmp_path / "remote" / f"{name}.safetensors").read_bytes() == (
-            tmp_path / "local" / f"{name}.safetensors"
-        ).read_bytes(), name
+    check_ingest_matches_local(credentials, BUCKET, "s3", tmp_path)
 
 
 @pytest.mark.parametrize("url", [f"s3://{BUCKET}/no-such.parquet", "s3://no-such-bucket/t.parquet"])

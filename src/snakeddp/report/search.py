@@ -3,13 +3,12 @@ score at every rung, the winner, and the epochs the search trained against the w
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from snakeddp.report.table import Rows, write_csv
 from snakeddp.run import search
-from snakeddp.util.fsutil import atomic_write_text
 
 
 def view(decisions: Sequence[Mapping[str, Any]], max_epochs: int) -> dict[str, Any]:
@@ -29,17 +28,14 @@ def view(decisions: Sequence[Mapping[str, Any]], max_epochs: int) -> dict[str, A
     }
 
 
-def write_table(shown: Mapping[str, Any], out: str | Path) -> Path:
+def write_table(shown: Mapping[str, Any], out: str | Path) -> Rows:
     """search.csv: one row per configuration, best first, with its mean score at each rung's budget."""
     budgets = shown["budgets"]
     header = ["configuration", "seeds", "last_rung", "epochs", "rank", "winner"]
     header += [f"{shown['metric']}_at_{budget}_epochs" for budget in budgets]
-    lines = [header]
-    for row in shown["rows"]:
-        scores = ["" if row["scores"].get(b) is None else repr(row["scores"][b]) for b in budgets]
-        lines.append([row["id"], row["seeds"], row["rung"], row["epochs"], row["rank"], row["winner"], *scores])
-    from io import StringIO
-
-    buffer = StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(lines)
-    return atomic_write_text(out, buffer.getvalue())
+    rows = [
+        [row["id"], row["seeds"], row["rung"], row["epochs"], row["rank"], row["winner"]]
+        + [row["scores"].get(budget) for budget in budgets]
+        for row in shown["rows"]
+    ]
+    return write_csv(Rows(header, rows), out)

@@ -24,6 +24,7 @@ from typing import Any
 
 from snakeddp.config import run_id
 from snakeddp.errors import ConfigError, ProvenanceError
+from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
 SUCCESSIVE_HALVING = "successive_halving"
@@ -215,14 +216,10 @@ def survivors(decision: Mapping[str, Any]) -> list[str]:
 
 
 def score_at(record: Mapping[str, Any], metric: str) -> float | None:
-    """A run's score at a rung: the best value of ``metric`` its record saw (the record's best_score,
-    when it ranked by that metric), None when it logged none."""
-    training = record["training"]
-    monitored = (training.get("monitor") or {"metric": "val_loss"})["metric"]
-    if monitored == metric:
-        score = training["best_score"] if "best_score" in training else training.get("best_val_loss")
-    else:
-        score = (training.get("best_metrics") or {}).get(metric)
+    """A run's score at a rung: the best value of ``metric`` its record saw (the record's best score,
+    when it ranked by that metric; else that metric at its best epoch), None when it logged none."""
+    run = Run(Path(), dict(record))  # read as every reader of records reads them (run.runs)
+    score = run.best_score if run.monitor["metric"] == metric else run.at_best.get(metric)
     return float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
 
 
