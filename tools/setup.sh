@@ -34,24 +34,7 @@ if [[ -f "$stamp" ]]; then
     fi
 fi
 
-# uv installs the locks in seconds where pip took 116-267 s here; it is bootstrapped
-# once per machine from PyPI, at a pinned version, into a directory of its own.
-UV_VERSION=0.13.8
-tools=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION
-uv="$tools/bin/uv"
-bootstrap_uv() {
-    "$PYTHON" -m venv "$tools"
-    "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
-}
-if [[ ! -x "$uv" ]]; then
-    echo "setup: installing uv $UV_VERSION into $tools (once per machine)"
-    # Creating its venv (pip included) took 20-30 s here, installing uv a few seconds more.
-    progress "installing uv" bootstrap_uv
-fi
-# uv does not read pip's config: a machine's own wheels (pip's find-links, e.g. a CPU torch) stay usable.
-if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
-    export UV_FIND_LINKS=$PIP_FIND_LINKS
-fi
+source tools/uv.sh
 into=(--python "$VENV/bin/python")
 # Bytecode at install time: uv leaves compiling to the first import, and where
 # PYTHONDONTWRITEBYTECODE=1 is set (CI machines, containers; this project's VMs) the .pyc files
