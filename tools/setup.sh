@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv with exactly the versions in envs/requirements.lock (plus the dev/test lock with
-# --dev) and install snakeddp itself in editable mode. Safe to rerun: it does nothing when the
-# venv already matches the locks. Installs with uv (pinned, bootstrapped on first use) and links
-# the profiles so that `snakemake --profile local|slurm|azureml` works (tools/profiles.sh).
-#   tools/setup.sh           # what `make run` needs
+# --dev), install snakeddp itself in editable mode, and import what the stages import (naming the
+# package that breaks an import). Safe to rerun: it does nothing when the venv still matches the
+# locks, and repairs a venv changed by hand. Installs with uv (pinned, bootstrapped on first use)
+# and links the profiles so that `snakemake --profile local|slurm|azureml` works (tools/profiles.sh).
+#   tools/setup.sh           # what `make run` needs (keeps a venv set up with --dev a dev venv)
 #   tools/setup.sh --dev     # plus test and lint tools and the optional extras the tests exercise
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,22 +17,26 @@ core=envs/requirements.lock
 dev=envs/requirements-dev.lock
 locks=("$core")
 optional=(--optional "$dev")
-if [[ "${1:-}" == "--dev" ]]; then
+# Once set up with --dev, a venv stays one: a plain set-up after a lock change (tools/add.sh,
+# make run) would otherwise remove the test tools.
+dev_marker="$VENV/.snakeddp-dev"
+if [[ "${1:-}" == "--dev" || -f "$dev_marker" ]]; then
     locks+=("$dev")
     optional=()
 fi
 
 tools/profiles.sh
 
-# A venv set up with --dev also serves a plain set-up (the dev lock only adds packages).
+# The stamp says which locks the venv was last set up (and import-checked) from; the venv itself is
+# compared with them too (0.3 s), so a package removed or changed by hand is found and repaired.
 stamp="$VENV/.snakeddp-locks"
 fingerprint() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
 want=$(fingerprint "${locks[@]}")
-if [[ -f "$stamp" ]]; then
-    have=$(cat "$stamp")
-    if [[ "$have" == "$want" || ("${#locks[@]}" == 1 && "$have" == "$(fingerprint "$core" "$dev")") ]]; then
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    if drift=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock drift "${locks[@]}" "${optional[@]}" 2>&1); then
         exit 0
     fi
+    echo "setup: $VENV has changed since it was set up: ${drift:-its python does not start}; reinstalling from ${locks[*]}"
 fi
 
 source tools/uv.sh
@@ -67,5 +72,10 @@ if [[ -n "$extra" ]]; then
 fi
 "$uv" pip check "${into[@]}"
 PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
+# Installed is not working: import what the stages import (about 7 s); the stamp is written only
+# when they do, so the next set-up checks again.
+rm -f "$stamp"
+progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
+if [[ "${#locks[@]}" == 2 ]]; then touch "$dev_marker"; fi
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"

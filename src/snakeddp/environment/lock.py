@@ -6,6 +6,7 @@ build brings its own runtime wheels (nvidia-*, triton), which are not in the loc
 
     python -m snakeddp.environment.lock verify envs/requirements.lock [--optional envs/requirements-dev.lock]
     python -m snakeddp.environment.lock extra envs/requirements.lock envs/requirements-dev.lock  # in no lock
+    python -m snakeddp.environment.lock drift envs/requirements.lock [--optional ...]  # one line, or nothing
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def compare(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.lock", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["verify", "extra"])
+    parser.add_argument("command", choices=["verify", "extra", "drift"])
     parser.add_argument("locks", nargs="+", type=Path)
     parser.add_argument("--optional", nargs="+", type=Path, default=[], help="locks whose packages may be absent")
     args = parser.parse_args(argv)
@@ -220,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "extra":
         print("\n".join(pin.name for pin in result.extra))
         return 0
+    if args.command == "drift":
+        # tools/setup.sh's no-op path: what changed by hand since the last set-up, in one line.
+        problems = result.problems()
+        shown = "; ".join(problems[:3]) + (f"; {len(problems) - 3} more" if len(problems) > 3 else "")
+        print(f"{len(problems)} difference(s) from the lock ({shown})" if problems else "")
+        return 1 if problems else 0
     if not result.ok:
         print(f"envlock: {sys.prefix} differs from {', '.join(map(str, args.locks))}:", file=sys.stderr)
         print("\n".join(f"  {line}" for line in result.problems()), file=sys.stderr)

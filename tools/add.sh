@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Add a package to the environment, or change or remove one, in one command (seconds to a minute):
+# it writes the exact pin into envs/requirements.in, re-locks (tools/lock.sh: both locks and the
+# stages' conda YAMLs; the Dockerfile installs the lock itself), syncs .venv (tools/setup.sh) and
+# imports what the stages import, naming any package that breaks an import.
+#   tools/add.sh humanize                  # the newest version that fits the lock, for the train stage
+#   tools/add.sh humanize==4.16.0          # that version
+#   tools/add.sh humanize --stage report   # for the report stage's conda env (repeatable)
+#   tools/add.sh --remove humanize
+# .venv gets every package whatever the stage; the stage picks which envs/<stage>.yaml pins it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+usage="usage: tools/add.sh NAME[==VERSION] [--stage data|train|report]... | tools/add.sh --remove NAME"
+if [[ $# -eq 0 ]]; then
+    echo "add: no package named. HINT: $usage" >&2
+    exit 2
+fi
+
+# Everything add changes, kept to be put back if the new package does not resolve.
+kept=$(mktemp -d)
+trap 'rm -rf "$kept"' EXIT
+derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/data.yaml envs/train.yaml envs/report.yaml)
+cp "${derived[@]}" "$kept/"
+restore() { for file in "${derived[@]}"; do cp "$kept/$(basename "$file")" "$file"; done; }
+
+# The .in file is edited with this checkout's code and packaging (the venv's, or the first Python's).
+python=$VENV/bin/python
+[[ -x "$python" ]] || python=$PYTHON
+edit() { PYTHONPATH=src "$python" -m snakeddp.environment.requirements "$@"; }
+if [[ "$1" == "--remove" ]]; then
+    [[ $# -eq 2 ]] || { echo "add: --remove takes one name. HINT: $usage" >&2; exit 2; }
+    edit remove envs/requirements.in "$2"
+else
+    requirement=$1
+    shift
+    stages=()
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --stage) [[ $# -ge 2 ]] || { echo "add: --stage needs a stage. HINT: $usage" >&2; exit 2; }; stages+=(--stage "$2"); shift 2 ;;
+            *) echo "add: unexpected argument '$1'. HINT: $usage" >&2; exit 2 ;;
+        esac
+    done
+    edit add envs/requirements.in "$requirement" "${stages[@]}"
+fi
+# lock.sh says why it failed, in uv's words and one line of its own; envs/ is then put back as it was.
+if ! tools/lock.sh; then
+    restore
+    exit 1
+fi
+# A package named without a version is pinned at the version just resolved.
+edit pin envs/requirements.in envs/requirements.lock
+tools/setup.sh
