@@ -1,0 +1,163 @@
+"""tools/add.sh and tools/setup.sh in a copy of this checkout with its own venv: a package from PyPI
+added with the one documented command reaches the lock, the train stage's conda YAML and a model that
+imports it in training; a package that breaks `import lightning.pytorch` is named in one line at
+set-up, and the command the line gives takes it out again; a package removed by hand is put back.
+
+The venv starts as set-up makes it, without its minutes of bytecode compiling: uv links the locked
+packages from its cache and this venv's bytecode is linked beside them (the same files, so it is
+valid; Python and uv replace a .pyc rather than write into it, so the shared venv is never touched)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from snakeddp.environment.lock import read_lock
+from tests.checkout import copy_of_this_checkout
+from tests.helpers import tiny_with
+
+pytestmark = pytest.mark.e2e
+UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp" / "uv-0.13.8" / "bin" / "uv"
+SITE = "lib/python3.11/site-packages"
+USER_MODEL = """
+import humanize
+
+from examples.tabular.model import TabularNet
+
+
+class Net(TabularNet):
+    def __init__(self, num_features, num_classes, width):
+        super().__init__(num_features, num_classes, width=width, depth=1)
+        print("user model: humanize", humanize.__version__, "says", humanize.intword(1_200_000), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    top = tmp_path_factory.mktemp("add")
+    root = copy_of_this_checkout(top / "snakeddp")
+    venv = root / ".venv"
+    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
+    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
+    subprocess.run([UV, "pip", "sync", "--quiet", "--python", venv / "bin/python", root / "envs/requirements.lock"],
+                   check=True, env=uv)  # fmt: skip
+    ours = Path(sys.prefix) / SITE
+    for cache in ours.rglob("__pycache__"):
+        target = venv / SITE / cache.relative_to(ours)
+        if target.parent.is_dir() and not target.exists():
+            target.mkdir()
+            for pyc in cache.iterdir():
+                os.link(pyc, target / pyc.name)
+    return root
+
+
+def typed(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
+    """A command as a user types it in the checkout's root, with the checkout's venv first on PATH."""
+    environ = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    # A config directory of its own: the machine's ~/.config/snakemake profiles would add notes.
+    config_home = str(checkout.parent / "config-home")
+    environ.update(PATH=f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", XDG_CONFIG_HOME=config_home, OMP_NUM_THREADS="1")
+    environ.update(env)
+    return subprocess.run(command, cwd=checkout, env=environ, capture_output=True, text=True, timeout=600)
+
+
+def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
+
+
+def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_model_in_training(checkout):
+    added = typed(checkout, "tools/add.sh", "humanize")
+    assert added.returncode == 0, added.stdout + added.stderr
+    version = read_lock(checkout / "envs/requirements.lock").version("humanize")
+    assert version, "humanize is in the core lock"
+    assert f"humanize=={version}  # stages: train" in (checkout / "envs/requirements.in").read_text().splitlines()
+    train = yaml.safe_load((checkout / "envs/train.yaml").read_text())["dependencies"][-1]["pip"]
+    data = yaml.safe_load((checkout / "envs/data.yaml").read_text())["dependencies"][-1]["pip"]
+    assert f"humanize=={version}" in train and not any(pin.startswith("humanize") for pin in data)
+    assert "imports work:" in added.stdout and "humanize" in added.stdout.split("imports work:")[-1]
+    # The YAMLs agree with the lock, read in the venv that has the package (the Dockerfile's check
+    # needs the dev tools, and it installs the lock itself).
+    stages = (
+        "from snakeddp.environment import files\n"
+        "lock = files.read_lock(files.ENVS / 'requirements.lock')\n"
+        "print([files.check_stage(s, files.ENVS / (s + '.yaml'), lock) for s in files.STAGE_PACKAGES])"
+    )
+    checked = typed(checkout, ".venv/bin/python", "-c", stages)
+    assert checked.stdout.strip() == "[[], [], []]", checked.stdout + checked.stderr
+
+    (checkout / "user_humanize.py").write_text(USER_MODEL)
+    config = tiny_with({"model": {"target": "user_humanize:Net", "kwargs": {"width": 16}}})
+    config["trainer"]["max_epochs"] = 1
+    (checkout / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    trained = typed(checkout, "snakemake", "--profile", "profiles/local", "--until", "train")
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    (log,) = [log for log in (checkout / "logs" / "train").glob("*.log") if not log.name.endswith(".config.log")]
+    assert f"user model: humanize {version} says 1.2 million" in log.read_text()
+    record = (checkout / "results" / "envs" / "train.json").read_text()
+    assert "humanize" in record and version in record
+
+
+def test_a_package_removed_by_hand_is_reported_in_one_line_and_put_back(checkout):
+    uninstall = [UV, "pip", "uninstall", "--quiet", "--python", checkout / ".venv/bin/python", "tabulate"]
+    typed(checkout, "tools/setup.sh")  # the venv as set-up leaves it
+    subprocess.run(uninstall, check=True)
+    repaired = typed(checkout, "tools/setup.sh")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    said = [line for line in repaired.stdout.splitlines() if "changed since it was set up" in line]
+    assert len(said) == 1 and "tabulate: locked 0.10.0, not installed" in said[0], repaired.stdout
+    assert typed(checkout, ".venv/bin/python", "-c", "import tabulate").returncode == 0
+    again = typed(checkout, "tools/setup.sh")
+    assert again.returncode == 0 and "changed" not in again.stdout
+
+
+def fake_wheel(directory: Path, name: str, version: str, init: str) -> Path:
+    """A pure-Python wheel whose package runs ``init`` when imported, built here (no download)."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": init,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+
+    def digest(text: str) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+
+    record = [f"{path},sha256={digest(text)},{len(text.encode())}" for path, text in files.items()]
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def test_a_package_that_breaks_lightning_is_named_at_set_up_and_the_hinted_command_removes_it(checkout, tmp_path):
+    # PyPI's CUDA torchvision beside the CPU torch raises this from its import, which torchmetrics
+    # makes (a torchvision is installed) inside `import lightning.pytorch`. This one is a few bytes
+    # with the same name and error, offered beside the index as the machine's own wheels are.
+    fake_wheel(
+        tmp_path, "torchvision", "0.0.1+broken", 'raise RuntimeError("operator torchvision::nms does not exist")\n'
+    )
+    links = {"UV_FIND_LINKS": f"{tmp_path},{os.environ.get('PIP_FIND_LINKS', '')}".rstrip(",")}
+    broken = typed(checkout, "tools/add.sh", "torchvision==0.0.1+broken", **links)
+    assert broken.returncode != 0
+    lines = hint_lines(broken)
+    assert len(lines) == 1, broken.stdout + broken.stderr
+    line = lines[0]
+    assert line.startswith("setup: import lightning.pytorch fails in package torchvision 0.0.1+broken"), line
+    assert "torchmetrics" in line and "RuntimeError: operator torchvision::nms does not exist" in line, line
+    assert "tools/add.sh --remove torchvision" in line
+
+    removed = typed(checkout, "tools/add.sh", "--remove", "torchvision", **links)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert read_lock(checkout / "envs/requirements.lock").version("torchvision") is None
+    assert "torchvision" not in (checkout / "envs/requirements.in").read_text()
+    assert typed(checkout, ".venv/bin/python", "-c", "import lightning.pytorch").returncode == 0
