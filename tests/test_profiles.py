@@ -26,13 +26,25 @@ def checkout(tmp_path: Path) -> Path:
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
     """A private home and config directory; a venv the set-up finds already matching the lock, so
-    tools/setup.sh installs nothing and this interpreter's snakemake is the one on PATH."""
+    tools/setup.sh installs nothing and this interpreter's snakemake is the one on PATH: this venv's
+    python and packages, seen through links (set-up only reads them when nothing differs)."""
     home = tmp_path / "home"
     venv = tmp_path / "venv"
-    venv.mkdir()
+    (venv / "bin").mkdir(parents=True)
+    (venv / "lib" / "python3.11").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text((Path(sys.prefix) / "pyvenv.cfg").read_text())
+    (venv / "bin" / "python").symlink_to(Path(sys.prefix) / "bin" / "python")
+    (venv / "lib" / "python3.11" / "site-packages").symlink_to(
+        Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
+    )
     # tools/setup.sh's stamp: the lock and pyproject.toml it was made from.
     lock = (REPO / "envs" / "requirements.lock").read_bytes() + (REPO / "pyproject.toml").read_bytes()
     (venv / ".snakeddp-locks").write_text(hashlib.sha256(lock).hexdigest() + "\n")
+    # Were the packages not the locks', set-up would repair them through the link: refuse instead.
+    drift = [venv / "bin" / "python", "-m", "snakeddp.environment.lock", "drift", REPO / "envs" / "requirements.lock"]
+    drift += ["--optional", REPO / "envs" / "requirements-dev.lock"]
+    differs = subprocess.run(drift, capture_output=True, text=True, env=subprocess_env())
+    assert differs.returncode == 0, f"{differs.stdout}{differs.stderr} HINT: rerun tools/setup.sh --dev"
     path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
     return subprocess_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), VENV=str(venv), PATH=path)
 
