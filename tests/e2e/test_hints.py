@@ -17,6 +17,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
+from snakeddp.run.attempt import hold_attempt_lock
 from tests.e2e.test_training import SIGNALLED_RECORDS, Run, slow_config
 from tests.helpers import Workflow, assert_valid_provenance, subprocess_env
 
@@ -362,3 +363,20 @@ def test_a_second_invocation_with_nolock_touches_nothing_of_a_training_run_and_i
     # The HINT: the training finished, so snakemake again trains the new config.
     workflow.run(f"{RUN}/provenance.json")
     assert json.loads((run_dir / "provenance.json").read_text())["config"]["model"]["lr"] == 0.0123
+
+
+def test_an_invocation_for_other_targets_leaves_a_training_runs_log_where_it_is_written(
+    workflow: Workflow, tiny_config
+):
+    workflow.write_config(tiny_config)
+    run_dir, log = workflow.directory / RUN, workflow.directory / "logs/train/base.log"
+    held = hold_attempt_lock(run_dir)  # what every rank of a training attempt holds
+    log.parent.mkdir(parents=True)
+    log.write_text("base: epoch 1/3\n")
+    workflow.run("results/envs/train.json", "--nolock")
+    assert log.read_text() == "base: epoch 1/3\n" and list(log.parent.iterdir()) == [log]
+    os.close(held)
+    # No longer live and unfinished: the next invocation moves it aside, as for an interrupted attempt.
+    (workflow.directory / "results/envs/train.json").unlink()
+    workflow.run("results/envs/train.json")
+    assert not log.exists() and len(list(log.parent.glob("base.2*.log"))) == 1
