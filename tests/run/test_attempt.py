@@ -275,6 +275,7 @@ def test_no_live_attempt_refuses_its_block_while_an_attempt_trains_and_keeps_it_
     os.close(fd)
     assert ran == []
     with runstate.no_live_attempt(tmp_path):
-        with pytest.raises(runstate.RunStateError, match="being prepared by another launcher"):
+        refused = r"being prepared by another launcher, or its run.yaml written\. HINT: run snakemake again"
+        with pytest.raises(runstate.RunStateError, match=refused):
             runstate.hold_attempt_lock(tmp_path)
     os.close(runstate.hold_attempt_lock(tmp_path))

@@ -422,4 +422,7 @@ def hold_attempt_lock(run_dir: Path) -> int | None:
     try:
         return _lock(run_dir, fcntl.LOCK_SH)
     except BlockingIOError:
-        raise RunStateError(f"{run_dir} is being prepared by another launcher; retry in a moment") from None
+        raise RunStateError(
+            f"{run_dir} is being prepared by another launcher, or its run.yaml written. HINT: run snakemake "
+            "again once that job is done."
+        ) from None
