@@ -63,11 +63,18 @@ snakeddp_shutdown.freeze_imports()
 
 # Before the first job: a local run gets as many cores as it starts processes, and an MLflow
 # server that runs will log to answers (checked here, not while the workflow is read, which
-# --report, --summary and --list-rules also do, with 0 or 1 core and no server needed), and the
-# log of a training attempt that did not finish is moved aside, not overwritten.
+# --report, --summary and --list-rules also do, with 0 or 1 core and no server needed), no job
+# would touch a run that trains in another invocation (--nolock), and the log of a training
+# attempt that did not finish is moved aside, not overwritten (a live one stays where it is written).
 onstart:
     if not workflow.touch:
         try:
+            snakeddp_live.check_no_live_runs(
+                snakeddp_snakemake.pending_jobs(workflow),
+                lambda run: Path(
+                    rules.train.output.provenance.format(run=run)
+                ).parent,
+            )
             snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
             snakeddp_preflight.check_tracking_server(
                 CONFIG["tracking"],
@@ -81,7 +88,7 @@ onstart:
                 PLATFORM,
                 os.environ,
             )
-        except snakeddp_preflight.PreflightError as error:
+        except snakeddp_config.ConfigError as error:
             snakeddp_preflight.stop(error)
         snakeddp_interrupt.keep_unfinished_logs(
             (
@@ -89,6 +96,9 @@ onstart:
                 Path(rules.train.output.provenance.format(run=run)),
             )
             for run in RUNS
+            if not snakeddp_attempt.is_live(
+                Path(rules.train.output.provenance.format(run=run)).parent
+            )
         )
 
 

@@ -26,6 +26,9 @@ from snakeddp.compat import snakemake as snakeddp_snakemake
 from snakeddp.workflow import reasons as snakeddp_reasons
 from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
+from snakeddp.workflow.paramfile import param_file
+from snakeddp.workflow import live as snakeddp_live
+from snakeddp.run import attempt as snakeddp_attempt
 from snakeddp.run import rules as snakeddp_rules
 from snakeddp.run import search as snakeddp_search
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
@@ -206,11 +209,12 @@ def get_manifest(wildcards):
 
 
 def get_run_json(wildcards):
-    """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile)."""
+    """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile). Its JSON is
+    the rerun key, and its step gets it as a file (snakeddp.workflow.paramfile)."""
     run = keep_scheduler_requests(
         RUNS[wildcards.run], f"results/runs/{wildcards.run}/run.yaml"
     )
-    return json.dumps(run, sort_keys=True)
+    return param_file(json.dumps(run, sort_keys=True))
 
 
 def get_launch(wildcards):
@@ -280,7 +284,7 @@ def get_rung_records(wildcards):
 
 
 def get_search_plan_json(wildcards):
-    return SEARCH_PLAN_JSON
+    return param_file(SEARCH_PLAN_JSON)
 
 
 def get_report_runs():

@@ -4,12 +4,13 @@
 # the configurations rung k+1 trains: the DAG grows rung by rung, and stays one workflow.
 
 
-# A run's config at one rung's budget: run.yaml with trainer.max_epochs set to the rung's epochs.
+# A run's config at one rung's budget: run.yaml with trainer.max_epochs set to the rung's epochs
+# (update(): left in place, and refused, while the run trains, as run_config's).
 rule search_run_config:
     message:
         "run {wildcards.run}: write its config for {wildcards.epochs} epochs"
     output:
-        run="results/search/{run}/epochs-{epochs}.yaml",
+        run=update("results/search/{run}/epochs-{epochs}.yaml"),
     log:
         "logs/search/{run}.epochs-{epochs}.config.log",
     localrule: True

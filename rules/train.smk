@@ -1,12 +1,13 @@
 # Training stage: one run directory per sweep point.
 
 
-# The resolved config of one run; rewritten only when that run's config changes.
+# The resolved config of one run; rewritten only when that run's config changes, and never while
+# the run trains: update() keeps Snakemake from deleting it before the job, which the step refuses.
 rule run_config:
     message:
         "run {wildcards.run}: write run.yaml"
     output:
-        run="results/runs/{run}/run.yaml",
+        run=update("results/runs/{run}/run.yaml"),
     log:
         "logs/train/{run}.config.log",
     localrule: True

@@ -5,9 +5,13 @@
     python -m snakeddp.steps ingest    --params JSON --out results/data/<dataset>/ingest
     python -m snakeddp.steps manifest  --params JSON --dataset ID --val val.json --out manifest-4.json --entries E...
     python -m snakeddp.steps module    --params JSON --dataset ID --out module.json
-    python -m snakeddp.steps run-config --run-id ID --run JSON --out run.yaml
-    python -m snakeddp.steps rung-config --run-id ID --run JSON --epochs 3 --out results/search/ID/epochs-3.yaml
-    python -m snakeddp.steps search-rung --rung 1 --plan JSON --records R... --out results/search/rung-1.json
+    python -m snakeddp.steps run-config --run-id ID --run FILE --out run.yaml
+    python -m snakeddp.steps rung-config --run-id ID --run FILE --epochs 3 --out results/search/ID/epochs-3.yaml
+    python -m snakeddp.steps search-rung --rung 1 --plan FILE --records R... --out results/search/rung-1.json
+
+A run's config and a search's plan come as files (``.snakemake/snakeddp/params/<sha256>.json``,
+snakeddp.workflow.paramfile), which the step refuses unless their content has the sha256 they
+are named by: they can outgrow a command line.
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
 
 Why shell commands rather than Snakemake ``script:`` files: Snakemake reruns a script rule
@@ -60,28 +64,35 @@ def _module(args: argparse.Namespace) -> None:
     write_module_record(args.out, args.dataset, args.params)
 
 
-def _run_config(args: argparse.Namespace) -> None:
-    from snakeddp.run.attempt import ensure_no_live_attempt
+def _run_config(args: argparse.Namespace, *, epochs: int | None = None, run_dir: Path | None = None) -> None:
+    from snakeddp.run.attempt import no_live_attempt
     from snakeddp.run.runfile import RunFile
+    from snakeddp.workflow import paramfile
 
-    # A second invocation (--nolock) must not put another config under a run that is training:
-    # its provenance would then disagree with its run.yaml. Snakemake removed the old run.yaml
-    # before this job started; the next invocation plans the run anew.
-    ensure_no_live_attempt(Path(args.out).parent)
-    RunFile(run_id=args.run_id, config=args.run["config"], point=args.run["point"]).write(args.out)
+    run = paramfile.read(args.run)
+    if epochs is not None:
+        run["config"]["trainer"]["max_epochs"] = epochs
+    # A second invocation (--nolock) must not put another config under a run that is training: its
+    # provenance would then disagree with its run.yaml. The output is update() (Snakemake leaves it
+    # in place), and it is written, or refused, under the run's exclusive lock.
+    with no_live_attempt(run_dir or Path(args.out).parent):
+        RunFile(run_id=args.run_id, config=run["config"], point=run["point"]).write(args.out)
 
 
 def _rung_config(args: argparse.Namespace) -> None:
     """run.yaml at a search rung's budget: the run's config with trainer.max_epochs set to its epochs."""
-    args.run["config"]["trainer"]["max_epochs"] = args.epochs
-    _run_config(args)
+    from snakeddp.run.layout import RunPaths
+
+    # results/search/<run>/epochs-<n>.yaml: its run trains in results/runs/<run>.
+    _run_config(args, epochs=args.epochs, run_dir=RunPaths.under(args.out.parents[2], args.run_id).folder)
 
 
 def _search_rung(args: argparse.Namespace) -> None:
     from snakeddp.provenance.schema import validate_file
     from snakeddp.run import search
+    from snakeddp.workflow import paramfile
 
-    plan, groups = search.plan_from_json(args.plan)
+    plan, groups = search.plan_from_json(paramfile.read(args.plan))
     records = {str(path): validate_file(path) for path in args.records}
     decision = search.rung_decision(plan, groups, args.rung, records)
     search.write_decision(args.out, decision)
@@ -145,14 +156,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     module.add_argument("--dataset", required=True, help="dataset id")
     run_config = step("run-config", _run_config)
     run_config.add_argument("--run-id", required=True, help="run id")
-    run_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    run_config.add_argument("--run", required=True, help='a file of {"point": ..., "config": ...} (paramfile)')
     rung_config = step("rung-config", _rung_config)
     rung_config.add_argument("--run-id", required=True, help="run id")
-    rung_config.add_argument("--run", required=True, type=_json, help='{"point": ..., "config": ...} as JSON')
+    rung_config.add_argument("--run", required=True, help='a file of {"point": ..., "config": ...} (paramfile)')
     rung_config.add_argument("--epochs", required=True, type=int, help="the rung's budget (trainer.max_epochs)")
     search_rung = step("search-rung", _search_rung)
     search_rung.add_argument("--rung", required=True, type=int, help="the rung's index (0 = first)")
-    search_rung.add_argument("--plan", required=True, help="the search's plan and configurations as JSON")
+    search_rung.add_argument("--plan", required=True, help="a file of the search's plan and configurations (paramfile)")
     search_rung.add_argument("--records", nargs="+", type=Path, required=True, help="the rung's runs' records")
     environment = step("environment", _environment)
     environment.add_argument("--stage", required=True, help="data, train or report")

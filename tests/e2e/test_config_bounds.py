@@ -4,6 +4,7 @@ HINT, done as written, gives a plan."""
 from __future__ import annotations
 
 import copy
+import hashlib
 
 import pytest
 
@@ -40,3 +41,16 @@ def test_a_sweep_value_snakemake_cannot_name_is_refused_and_moving_it_out_of_swe
     cfg["model"]["hidden_sizes"] = periodic
     workflow.write_config(cfg)
     assert workflow.planned_jobs()["train"] == 1
+
+
+def test_a_run_config_reaches_its_step_as_a_file_named_by_its_sha256(workflow: Workflow, tiny_config):
+    tiny_config["model"]["lr"] = 0.0123
+    workflow.write_config(tiny_config)
+    planned = workflow.run("-n", "-p", "results/runs/base/run.yaml")
+    (command,) = [line for line in planned.stdout.splitlines() if "snakeddp.steps run-config" in line]
+    assert "0.0123" not in command and '"config"' not in command
+    (path,) = [word for word in command.split() if word.startswith(".snakemake/snakeddp/params/")]
+    stored = workflow.directory / path
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == stored.stem and "0.0123" in stored.read_text()
+    workflow.run("results/runs/base/run.yaml")
+    assert "lr: 0.0123" in (workflow.directory / "results/runs/base/run.yaml").read_text()

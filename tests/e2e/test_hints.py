@@ -17,6 +17,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
+from snakeddp.run.attempt import hold_attempt_lock
 from tests.e2e.test_training import SIGNALLED_RECORDS, Run, slow_config
 from tests.helpers import Workflow, assert_valid_provenance, subprocess_env
 
@@ -328,25 +329,54 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
         assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(4))
 
 
-def test_a_second_invocation_with_nolock_writes_no_other_config_under_a_training_run(workflow: Workflow):
-    slow = slow_config(SIGNALLED_RECORDS, max_epochs=3)  # epochs that outlast the second invocation
-    slow["launch"]["devices"] = 1
-    workflow.write_config(slow)
+def test_a_second_invocation_with_nolock_touches_nothing_of_a_training_run_and_its_hint_trains_the_new_config(
+    workflow: Workflow, tiny_config
+):
+    tiny_config["data"]["num_records_per_train_file"] = 3000
+    tiny_config["trainer"].update(max_epochs=3, early_stopping={"enabled": False})
+    workflow.write_config(tiny_config)
     first = training_in_background(workflow, epochs=1)
-    trained_lr = slow["model"].get("lr")
-    slow["model"]["lr"] = 0.0123
-    workflow.write_config(slow)
-    second = subprocess.run(
-        workflow.command(f"{RUN}/run.yaml", "--nolock"), cwd=workflow.directory, env=subprocess_env(),
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert second.returncode != 0
-    log = (workflow.directory / "logs/train/base.config.log").read_text()
-    assert log.count("still training") == 1 and "HINT: wait for it to finish" in hint_line(log, "still training")
+    # Held, not raced: the first invocation is stopped mid-training (its ranks keep the attempt lock).
+    held = descendants_and_self(first.pid)
+    for process in held:
+        process.suspend()
+    run_dir, log = workflow.directory / RUN, workflow.directory / "logs/train/base.log"
+    files = (run_dir / "run.yaml", log, workflow.directory / "logs/train/base.config.log")
+    before = {path: (path.stat().st_ino, path.stat().st_mtime_ns, path.read_bytes()) for path in files}
+    tiny_config["model"]["lr"] = 0.0123
+    workflow.write_config(tiny_config)
+    second = workflow.run(f"{RUN}/provenance.json", "--nolock", check=False)
+    for process in held:
+        process.resume()
+    assert second.returncode == 1
+    line = hint_line(second.stderr, "is training in another invocation")
+    assert second.stderr.count("HINT:") == 1 and "nothing was run" in line
+    assert {path: (path.stat().st_ino, path.stat().st_mtime_ns, path.read_bytes()) for path in files} == before
     assert first.wait(timeout=600) == 0
-    record = json.loads((workflow.directory / RUN / "provenance.json").read_text())
-    assert record["config"]["model"]["lr"] != 0.0123 and (
-        trained_lr is None or record["config"]["model"]["lr"] == trained_lr
-    )
-    run_yaml = workflow.directory / RUN / "run.yaml"
-    assert not run_yaml.exists() or "0.0123" not in run_yaml.read_text()
+    record = json.loads((run_dir / "provenance.json").read_text())
+    assert record["config"]["model"]["lr"] != 0.0123
+    trained = log.read_text()
+    assert trained.startswith(before[log][2].decode()) and "base: epoch 3/3" in trained, trained[-2000:]
+    assert "base: epoch 1/3" in trained
+    assert snakeddp_verify(workflow).returncode == 0
+
+    # The HINT: the training finished, so snakemake again trains the new config.
+    workflow.run(f"{RUN}/provenance.json")
+    assert json.loads((run_dir / "provenance.json").read_text())["config"]["model"]["lr"] == 0.0123
+
+
+def test_an_invocation_for_other_targets_leaves_a_training_runs_log_where_it_is_written(
+    workflow: Workflow, tiny_config
+):
+    workflow.write_config(tiny_config)
+    run_dir, log = workflow.directory / RUN, workflow.directory / "logs/train/base.log"
+    held = hold_attempt_lock(run_dir)  # what every rank of a training attempt holds
+    log.parent.mkdir(parents=True)
+    log.write_text("base: epoch 1/3\n")
+    workflow.run("results/envs/train.json", "--nolock")
+    assert log.read_text() == "base: epoch 1/3\n" and list(log.parent.iterdir()) == [log]
+    os.close(held)
+    # No longer live and unfinished: the next invocation moves it aside, as for an interrupted attempt.
+    (workflow.directory / "results/envs/train.json").unlink()
+    workflow.run("results/envs/train.json")
+    assert not log.exists() and len(list(log.parent.glob("base.2*.log"))) == 1

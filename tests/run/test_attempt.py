@@ -255,3 +255,27 @@ def test_training_without_flock_warns_in_the_log_and_records_it_in_provenance(tm
     assert output.count("does not support flock") == 1, output[-3000:]
     (record,) = assert_valid_provenance(tmp_path)
     assert record["warnings"] == [runstate.no_lock_warning(run_dir)]
+
+
+def test_is_live_says_whether_an_attempt_holds_the_lock_and_creates_nothing(tmp_path):
+    run_dir = tmp_path / "runs" / "a"
+    assert not runstate.is_live(run_dir) and not run_dir.exists()
+    fd = runstate.hold_attempt_lock(run_dir)
+    assert runstate.is_live(run_dir)
+    os.close(fd)
+    assert not runstate.is_live(run_dir)
+
+
+def test_no_live_attempt_refuses_its_block_while_an_attempt_trains_and_keeps_it_from_starting_meanwhile(tmp_path):
+    fd = runstate.hold_attempt_lock(tmp_path)
+    ran = []
+    with pytest.raises(runstate.RunStateError, match=r"still training in .* HINT: wait for it to finish"):
+        with runstate.no_live_attempt(tmp_path):
+            ran.append("block")
+    os.close(fd)
+    assert ran == []
+    with runstate.no_live_attempt(tmp_path):
+        refused = r"being prepared by another launcher, or its run.yaml written\. HINT: run snakemake again"
+        with pytest.raises(runstate.RunStateError, match=refused):
+            runstate.hold_attempt_lock(tmp_path)
+    os.close(runstate.hold_attempt_lock(tmp_path))

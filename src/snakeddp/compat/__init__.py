@@ -61,6 +61,10 @@ WRITTEN_FOR: dict[str, Hook] = {
     "profile_platform": Hook(
         "snakemake", ">=9.0.0,<=9.27.1", "snakemake/workflow.py (Workflow.configfile and config_settings)"
     ),
+    # Read in 9.27.1; DAG.needrun_jobs and Job.rule/wildcards_dict are the same in 8.x's source.
+    "pending_jobs": Hook(
+        "snakemake", ">=9.0.0,<=9.27.1", "snakemake/dag.py (DAG.needrun_jobs), snakemake/jobs.py (Job.wildcards_dict)"
+    ),
     "lint_mode": Hook(
         "snakemake", ">=9.0.0,<=9.27.1", "snakemake/api.py (lint builds the workflow with check_envvars=False)"
     ),

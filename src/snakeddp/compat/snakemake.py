@@ -64,6 +64,13 @@ def linting(workflow: Any) -> bool:
     return not workflow.check_envvars
 
 
+def pending_jobs(workflow: Any) -> list[tuple[str, dict[str, str]]]:
+    """The jobs this invocation will run, as (rule name, wildcards), once its DAG is built (onstart)."""
+    check("pending_jobs")
+    dag = workflow.dag
+    return [] if dag is None else [(job.rule.name, dict(job.wildcards_dict)) for job in dag.needrun_jobs()]
+
+
 def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str]) -> bool:
     """Word a params change as ``describe(only_old, only_new)`` says (``model.lr: 0.003 → 0.01``)
     instead of both serialized values, and list its files only when something changed (9.27.1's

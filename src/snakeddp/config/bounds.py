@@ -3,8 +3,9 @@
 YAML aliases make a few hundred bytes stand for a tree of billions of values: PyYAML loads them as
 shared references, but every walk of the config (coercion, validation, the sweep's copies, the run's
 JSON) expands them. A real snakeddp config has a few hundred values, nested a few levels; the
-limits sit far above that and far below what costs a second. The run's JSON also travels as one
-command-line argument (rule run_config), which Linux caps at 128 KiB (MAX_ARG_STRLEN).
+limits sit far above that and far below what costs a second. A run's config is a few KiB; one past
+MAX_RUN_BYTES carries data, which every record of the run (run.yaml, provenance, the report's
+crate) would copy.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def check_shape(config: Any, source: str = "config") -> None:
 
 
 def check_run_size(run_id: str, run: Mapping[str, Any]) -> None:
-    """A run's config must fit on the command line that writes its run.yaml."""
+    """A run's config is settings, not data: at most MAX_RUN_BYTES of JSON."""
     size = len(json.dumps(run, sort_keys=True))
     if size > MAX_RUN_BYTES:
         largest = max(run, key=lambda key: len(json.dumps(run[key], sort_keys=True)))

@@ -24,7 +24,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -374,6 +375,15 @@ def ensure_no_live_attempt(run_dir: Path) -> None:
     Every training process holds a shared lock for its lifetime (``hold_attempt_lock``), so an
     exclusive lock succeeds only when none is left, e.g. after its launcher was killed.
     """
+    with no_live_attempt(run_dir):
+        pass
+
+
+@contextmanager
+def no_live_attempt(run_dir: Path) -> Iterator[None]:
+    """Hold the run's exclusive lock for the block, refusing in one line while an attempt trains:
+    what the block writes (run.yaml) can then never change under a live attempt, which cannot
+    start (``hold_attempt_lock``) until the block is done."""
     try:
         fd = _lock(run_dir, fcntl.LOCK_EX)
     except BlockingIOError:
@@ -383,8 +393,28 @@ def ensure_no_live_attempt(run_dir: Path) -> None:
         ) from None
     if fd is None:
         print(f"snakeddp: warning: {no_lock_warning(run_dir)}", file=sys.stderr, flush=True)
-    else:
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def is_live(run_dir: Path) -> bool:
+    """Whether a process of an attempt holds this run's lock now (read-only: creates nothing)."""
+    try:
+        fd = os.open(RunPaths(run_dir).lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
         os.close(fd)
+    return False
 
 
 def hold_attempt_lock(run_dir: Path) -> int | None:
@@ -392,4 +422,7 @@ def hold_attempt_lock(run_dir: Path) -> int | None:
     try:
         return _lock(run_dir, fcntl.LOCK_SH)
     except BlockingIOError:
-        raise RunStateError(f"{run_dir} is being prepared by another launcher; retry in a moment") from None
+        raise RunStateError(
+            f"{run_dir} is being prepared by another launcher, or its run.yaml written. HINT: run snakemake "
+            "again once that job is done."
+        ) from None

@@ -183,8 +183,8 @@ def plan_json(plan: Plan, groups: Mapping[str, Sequence[str]]) -> str:
     )
 
 
-def plan_from_json(text: str) -> tuple[Plan, dict[str, list[str]]]:
-    data = json.loads(text)
+def plan_from_json(data: Mapping[str, Any]) -> tuple[Plan, dict[str, list[str]]]:
+    """The plan and configurations ``plan_json`` wrote, as read back (json.loads)."""
     plan = Plan(eta=data["eta"], budgets=tuple(data["budgets"]), metric=data["metric"], mode=data["mode"])
     return plan, data["configurations"]
 
