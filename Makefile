@@ -20,8 +20,15 @@ lint: setup-dev
 	$(BIN)/snakemake --lint --profile profiles/local
 
 # --durations: the 40 slowest tests, so every CI log says where the suite's time goes.
+# Two workers (CI has 2 cores): much of an e2e test is waiting (Slurm's scheduler and status polls,
+# process start-up, Snakemake's file checks). --dist loadfile keeps each test file on one worker,
+# in order, so a module fixture is built once and tests that build on an earlier test's state
+# (tests/e2e/test_search.py) see it; a session fixture is built once per worker. (loadgroup would
+# group finer, but with pytest 9.2 xdist 3.8 silently ignores its groups: pytest-xdist#1386.)
+# WORKERS=0 runs every test in this process, one at a time.
+WORKERS ?= 2
 pytest: setup-dev
-	$(BIN)/python -m pytest --durations=40
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --durations=40
 
 bench: setup-dev
 	$(BIN)/python -m bench
