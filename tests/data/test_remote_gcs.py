@@ -48,6 +48,23 @@ def emulator(gcs, monkeypatch):
     return gcs
 
 
+def service_account_key(path):
+    """A service account's key file as the Cloud console writes it, with a key made here."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    path.write_text(
+        json.dumps({
+            "type": "service_account", "project_id": "snakeddp-tests", "private_key_id": "1",
+            "private_key": pem.decode(), "client_email": "reader@snakeddp-tests.iam.gserviceaccount.com",
+            "client_id": "1", "token_uri": "https://oauth2.googleapis.com/token",
+        })
+    )  # fmt: skip
+    return path
+
+
 def one_line(call) -> str:
     with pytest.raises(TableError) as caught:
         call()
@@ -103,13 +120,17 @@ def test_missing_or_unreadable_credentials_say_what_to_set(emulator, monkeypatch
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(missing))
     message = one_line(lambda: table.fingerprint(url))
     assert f"(DefaultCredentialsError: File {missing} was not found" in message and CREDENTIALS_HINT in message
-    # As the HINT says: what `gcloud auth application-default login` writes is found (the token it holds
-    # cannot be refreshed here, where Google's token endpoint is not reachable, so the listing stops later).
+    # As the HINT says, a service account's key file, or what `gcloud auth application-default login` writes,
+    # is found: no longer "not found", but the token cannot be fetched here, where Google's token endpoint is
+    # not reachable, so the listing stops a step later (and the secrets stay out of the line).
+    monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(service_account_key(emulator.home / "key.json")))
+    message = one_line(lambda: table.fingerprint(url))
+    assert "DefaultCredentialsError" not in message and "PRIVATE KEY" not in message
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
     login = {"type": "authorized_user", "client_id": "id", "client_secret": "s3cr3t-of-the-login", "refresh_token": "r"}
     (emulator.home / "gcloud").mkdir(exist_ok=True)
     (emulator.home / "gcloud" / "application_default_credentials.json").write_text(json.dumps(login))
-    monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
     caplog.clear()
     message = one_line(lambda: table.fingerprint(url))
     assert "DefaultCredentialsError" not in message and "s3cr3t-of-the-login" not in message
