@@ -157,9 +157,10 @@ def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azuri
 
 def test_other_schemes_are_refused_with_what_is_supported():
     with pytest.raises(
-        TableError, match=r"gs:// is not a storage snakeddp reads. HINT: use az://, abfs://, abfss:// or s3://"
+        TableError,
+        match=r"hdfs:// is not a storage snakeddp reads. HINT: use az://, abfs://, abfss://, s3://, gs:// or gcs://",
     ):
-        table.table_files("gs://bucket/t.parquet")
+        table.table_files("hdfs://namenode/t.parquet")
 
 
 def test_the_pipeline_trains_on_a_table_in_storage_and_reingests_when_it_changes(azurite, tmp_path):

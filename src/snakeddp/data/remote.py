@@ -1,26 +1,31 @@
-"""Tables in object storage: ``data.table.path`` as an ``az://``/``abfs://`` (Azure Blob Storage, ADLS Gen2)
-or ``s3://`` (Amazon S3, or an S3-compatible store) URL.
+"""Tables in object storage: ``data.table.path`` as an ``az://``/``abfs://`` (Azure Blob Storage, ADLS Gen2),
+``s3://`` (Amazon S3, or an S3-compatible store) or ``gs://`` (Google Cloud Storage) URL.
 
     data:
       source: table
       table: {path: "s3://BUCKET/tables/train.parquet", features: [x1, x2], label: y}
 
-Read through fsspec's adlfs or s3fs (the extras azure-blob and s3, pinned in envs/requirements-dev.lock;
-install them where the data stage runs). Credentials come from the environment as each store's own tools
-read them, never from the config (snakeddp.data.stores): for Azure ``AZURE_STORAGE_CONNECTION_STRING``, or
-``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN``, or
-``DefaultAzureCredential``; for S3 the AWS chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``,
-``AWS_PROFILE``, an instance role), and ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for another store.
+Read through fsspec's adlfs, s3fs or gcsfs (the extras azure-blob, s3 and gcs, pinned in
+envs/requirements-dev.lock; install them where the data stage runs). Credentials come from the environment
+as each store's own tools read them, never from the config (snakeddp.data.stores): for Azure
+``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or
+``AZURE_STORAGE_SAS_TOKEN``, or ``DefaultAzureCredential``; for S3 the AWS chain
+(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, an instance role), and
+``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for another store; for Google Cloud Storage Application Default
+Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``, a VM's service
+account), or ``STORAGE_EMULATOR_HOST`` for an emulator, reached anonymously.
 
 A table's identity is its objects' listing, taken when the workflow plans: each object's name,
-size and ETag (which the service changes when an object is written: Azure on every write, S3 when the
-bytes differ). A changed object is a new dataset and is ingested again; an unchanged one is not; no byte
-is read to know. Listing is also where a missing container, bucket or object, or refused credentials,
-stop the workflow in one line, before any job runs.
+size and version (which the service changes when an object is written: Azure's ETag on every write, S3's
+when the bytes differ, Google's generation on every write). A changed object is a new dataset and is
+ingested again; an unchanged one is not; no byte is read to know. Listing is also where a missing
+container, bucket or object, or refused credentials, stop the workflow in one line, before any job runs.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -44,15 +49,17 @@ def _store(url: str) -> Store:
     if store is None:
         raise TableError(
             f"data.table.path={url!r}: {scheme}:// is not a storage snakeddp reads. HINT: use {supported()} "
-            "(Azure Blob Storage, ADLS Gen2, Amazon S3), or copy the table to a local path."
+            "(Azure Blob Storage, ADLS Gen2, Amazon S3, Google Cloud Storage), or copy the table to a local path."
         )
     return store
 
 
 def _filesystem(url: str) -> tuple[Any, str]:
     store = _store(url)
+    module, _, name = store.filesystem.partition(":")
     try:
-        __import__(store.package)  # registers the store's schemes with fsspec
+        importlib.import_module(store.package)  # registers the store's schemes with fsspec
+        imported = importlib.import_module(module or store.package)
     except ImportError:
         raise TableError(
             f"data.table.path={url!r} needs the {store.package} package, which is not installed. HINT: pip install "
@@ -61,8 +68,13 @@ def _filesystem(url: str) -> tuple[Any, str]:
         ) from None
     from fsspec.core import url_to_fs
 
-    # A new client each time: one cached by fsspec would keep old credentials and an old listing.
-    return url_to_fs(url, skip_instance_cache=True)
+    # A new client each time: one cached by fsspec would keep old credentials and an old listing. Made under
+    # _guarded: some clients look for their credentials here.
+    if name:
+        cls = getattr(imported, name)
+        fs = _guarded(url, lambda: cls(skip_instance_cache=True, **store.options()))
+        return fs, fs._strip_protocol(url)
+    return _guarded(url, lambda: url_to_fs(url, skip_instance_cache=True, **store.options()))
 
 
 def _refused(url: str, store: Store, error: BaseException) -> TableError:
@@ -90,12 +102,19 @@ def _guarded(url: str, call: Callable[[], Any]) -> Any:
 
     store = _store(url)
     unreachable, refused = store.errors()
+    client_log = logging.getLogger(store.client_logger) if store.client_logger else None
+    level = client_log.level if client_log else logging.NOTSET
+    if client_log:
+        client_log.setLevel(logging.CRITICAL)
     try:
         return call()
     except (FSTimeoutError, *unreachable) as error:  # before OSError: a timeout is one
         raise _unreachable(url, store, error) from None
     except (OSError, *refused) as error:
         raise _refused(url, store, error) from None
+    finally:
+        if client_log:
+            client_log.setLevel(level)
 
 
 def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
@@ -103,7 +122,7 @@ def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
     whether the URL names one object (else a folder, whose hidden names and names starting with "_" are
     skipped)."""
     fs, path = _filesystem(url)
-    scheme = url.partition("://")[0]
+    store, scheme = _store(url), url.partition("://")[0]
     info = _guarded(url, lambda: fs.info(path, timeout=LIST_TIMEOUT_S))
     if info["type"] == "file":
         found, base = {info["name"]: info}, info["name"].rpartition("/")[0]
@@ -115,8 +134,7 @@ def list_objects(url: str) -> tuple[list[dict[str, Any]], bool]:
         relative = name[len(base) :].lstrip("/")
         if detail["type"] != "file" or relative.rpartition("/")[2].startswith((".", "_")):
             continue
-        # adlfs says "etag", s3fs "ETag" (as S3 does)
-        etag = detail.get("etag") or detail["ETag"]
+        etag = detail[store.version]
         objects.append({"url": f"{scheme}://{name}", "name": relative, "size": detail["size"], "etag": etag})
     return objects, info["type"] == "file"
 
