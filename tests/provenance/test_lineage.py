@@ -181,3 +181,25 @@ def test_a_longer_attempt_whose_metrics_lack_epochs_stops_and_its_hint_lets_the_
         lineage.truncated(origin, five, RunFile("r", five.run_config))
     shutil.move(run_dir / "attempts" / "eight", tmp_path / "aside")  # as the HINT says
     assert lineage.longer(run_dir, five) is None and lineage.find(run_dir, five) is None, "the rung trains"
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda record: [record],  # not an object
+        lambda record: {**record, "training": "three epochs"},
+        lambda record: {**record, "training": {**record["training"], "max_epochs": True}},
+        lambda record: {**record, "training": {**record["training"], "max_epochs": 3, "epochs_completed": "3"}},
+    ],
+    ids=["list", "training-not-an-object", "max-epochs-a-bool", "schema-invalid"],
+)
+def test_a_malformed_record_in_another_run_is_passed_over_and_a_valid_one_still_found(tmp_path, made, damage):
+    """Records are read before they are validated (only those whose key could be this run's are): a
+    damaged one, whatever its shape, is never taken over and never stops the search for a valid one."""
+    identity, lay_out = made
+    damaged = lay_out(tmp_path / "runs" / "broken", 3, current=True)
+    (tmp_path / "runs" / "broken" / "finished.json").write_text(json.dumps(damage(damaged)))
+    valid = lay_out(tmp_path / "runs" / "kept", 3, current=True)
+    five = at(identity, 5)
+    origin = lineage.find(tmp_path / "runs" / "r", five)
+    assert origin is not None and origin.run_id == "kept" and origin.record == valid

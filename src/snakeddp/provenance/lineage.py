@@ -73,9 +73,12 @@ class Origin:
         return f"continuing attempt {self.attempt_id}{where} (epochs 1-{done}) from epoch {done + 1}/{budget}"
 
 
-def _records(runs: Path, run_dir: Path) -> Iterator[tuple[AttemptPaths, dict[str, Any]]]:
-    """Every finished attempt with a record that matches the schema: ``run_dir``'s first, then those of
-    the other runs when ``run_dir`` is in a results/runs folder."""
+def _records(runs: Path, run_dir: Path, identity: Identity) -> Iterator[tuple[AttemptPaths, dict[str, Any]]]:
+    """Every finished attempt that may belong to ``identity``'s lineage, with a record that matches the
+    schema: ``run_dir``'s first, then those of the other runs when ``run_dir`` is in a results/runs
+    folder. Only the records whose key could be this run's are validated (5 ms each here): a launch
+    reads every run's records, and a sweep of a thousand runs would otherwise spend seconds per launch."""
+    lineage = _Lineage(identity)
     if not runs.is_dir():
         return  # nothing trained yet
     others = sorted(path for path in runs.iterdir() if path.is_dir() and path.name != run_dir.name)
@@ -89,15 +92,37 @@ def _records(runs: Path, run_dir: Path) -> Iterator[tuple[AttemptPaths, dict[str
                 record = read_json(path)
             except (OSError, ValueError):
                 continue
-            if not problems(record):
+            if lineage.may_hold(record) and not problems(record):
                 yield source, record
+
+
+class _Lineage:
+    """The attempt keys ``identity`` has at any budget, computed once per budget a record names."""
+
+    def __init__(self, identity: Identity) -> None:
+        self.identity = identity
+        self.keys: dict[int, str | None] = {}
+
+    def may_hold(self, record: Any) -> bool:
+        """Whether an unvalidated record's key is this run's at its own budget (read defensively)."""
+        if not isinstance(record, dict):
+            return False
+        origin, training = record.get("origin_sha256"), record.get("training")
+        if origin == self.identity.key:
+            return True
+        epochs = training.get("max_epochs") if isinstance(training, dict) else None
+        if self.identity.budget is None or type(epochs) is not int:
+            return False
+        if epochs not in self.keys:
+            self.keys[epochs] = self.identity.key_at(epochs)
+        return self.keys[epochs] == origin
 
 
 def find(run_dir: Path, identity: Identity) -> Origin | None:
     """The finished attempt that ``run_dir``'s attempt of ``identity`` takes over (see the module), or None."""
     key, budget = identity.key, identity.budget
     found: dict[str, list[tuple[int, Origin]]] = {CONTINUE: [], STOPPED_EARLY: [], SAME_KEY: []}
-    for source, record in _records(run_dir.parent, run_dir):
+    for source, record in _records(run_dir.parent, run_dir, identity):
         training, own = record["training"], source.run_dir.name == run_dir.name
         if record["origin_sha256"] == key:
             if not own:
@@ -124,7 +149,7 @@ def longer(run_dir: Path, identity: Identity) -> Origin | None:
     takes its score from them (``truncated``) instead of training them again."""
     budget = identity.budget
     found: list[tuple[tuple[int, int], Origin]] = []
-    for source, record in _records(run_dir.parent, run_dir):
+    for source, record in _records(run_dir.parent, run_dir, identity):
         training = record["training"]
         theirs = training["max_epochs"]
         if budget is None or theirs <= budget or identity.key_at(theirs) != record["origin_sha256"]:
