@@ -174,3 +174,10 @@ class Workflow(WorkflowDir):
                     break
                 counts[parts[0]] = int(parts[1])
         return counts
+
+
+def alias_bomb(levels: int, key: str = "model") -> str:
+    """A YAML document of a few hundred bytes whose aliases expand to 10**(levels+1) values."""
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
+    return "\n".join([*lines, f"{key}: {{kwargs: {{x: *a{levels}}}}}"])

@@ -9,14 +9,7 @@ import pytest
 from snakeddp import config
 from snakeddp.config import bounds
 from snakeddp.util import yamltext
-from tests.helpers import TINY
-
-
-def alias_bomb(levels: int, key: str = "model") -> str:
-    """A YAML document of a few hundred bytes whose aliases expand to 10**(levels+1) values."""
-    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
-    return "\n".join([*lines, f"{key}: {{kwargs: {{x: *a{levels}}}}}"])
+from tests.helpers import TINY, alias_bomb
 
 
 @pytest.mark.parametrize("levels", [4, 9])

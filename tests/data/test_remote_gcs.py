@@ -16,15 +16,15 @@ import pytest
 from bench.azurite import free_port
 from snakeddp.data import remote, table
 from snakeddp.errors import TableError
-from tests.data.test_remote import (
+from tests.gcs_server import GCSServer
+from tests.helpers import TINY, Workflow, subprocess_env
+from tests.storage_checks import (
     FEATURES,
     check_folder_listing,
     check_ingest_matches_local,
     frame,
     parquet,
 )
-from tests.gcs_server import GCSServer
-from tests.helpers import TINY, Workflow, subprocess_env
 
 BUCKET = "tables"
 CREDENTIALS_HINT = (

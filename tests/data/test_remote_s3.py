@@ -11,10 +11,10 @@ import pytest
 
 from snakeddp.data import remote, table
 from snakeddp.errors import TableError
-from tests.data.test_remote import FEATURES, check_folder_listing, check_ingest_matches_local, parquet
 from tests.helpers import TINY, Workflow, subprocess_env
 from tests.mlflow_server import free_port
 from tests.s3_server import S3Server
+from tests.storage_checks import FEATURES, check_folder_listing, check_ingest_matches_local, parquet
 
 BUCKET = "tables"
 

@@ -6,42 +6,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from snakeddp.data import table
 from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
 from snakeddp.data.table import TableError, assign, cached_fingerprint, fingerprint, ingest, place
-
-FEATURES = ["a", "b", "c"]
-
-
-def frame(rows: int = 400, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    data = pd.DataFrame({name: rng.standard_normal(rows) for name in FEATURES})
-    data["note"] = [f"row{i}" for i in range(rows)]  # a column that is not a feature
-    data["y"] = (data["a"] > 0).astype(int)
-    return data
-
-
-def params(path: Path, partitions: int = 3, classes: int = 1, **table_overrides) -> dict:
-    spec = {
-        "path": str(path),
-        "format": "auto",
-        "features": FEATURES,
-        "label": "y",
-        "val_fraction": 0.2,
-        "nan_policy": "error",
-        "sha256": None,
-    }
-    return {
-        "name": "t",
-        "source": "table",
-        "seed": 5,
-        "num_train_files": partitions,
-        "num_classes": classes,
-        "table": {**spec, **table_overrides},
-    }
+from tests.tables import FEATURES, frame, params
 
 
 def files_of(directory: Path) -> dict[str, bytes]:

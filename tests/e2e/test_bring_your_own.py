@@ -11,6 +11,7 @@ import math
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from snakeddp.report import figures
 from snakeddp.report.table import varying_params
 from snakeddp.run.runs import find_runs
+from tests.chromium import chromium, console_errors
 from tests.helpers import Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -72,17 +74,12 @@ def report_of(flow: Workflow) -> tuple[str, list[dict], dict]:
 
 
 def rendered(page: Path) -> None:
-    """Where Chromium is installed, the page as it renders (report.png beside it, for a person to
-    look at): it must render at all, offline, with its embedded figures."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        return
+    """The page as Chromium renders it (report.png beside it, for a person to look at): offline,
+    with no console error or blocked load, and with its embedded figures."""
     shot = page.with_suffix(".png")
-    subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1300,2600",
-         f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, timeout=120, check=False,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as profile:
+        done = chromium(page, Path(profile), "--window-size=1300,2600", f"--screenshot={shot}")
+    assert not console_errors(done.stderr), done.stderr[-3000:]
     assert shot.is_file() and shot.stat().st_size > 50_000, "a page with its figures, not a blank one"
 
 

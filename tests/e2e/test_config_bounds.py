@@ -8,8 +8,7 @@ import hashlib
 
 import pytest
 
-from tests.config.test_bounds import alias_bomb
-from tests.helpers import TINY, Workflow
+from tests.helpers import TINY, Workflow, alias_bomb
 
 pytestmark = pytest.mark.e2e
 

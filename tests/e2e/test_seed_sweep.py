@@ -13,8 +13,8 @@ import pytest
 from snakeddp.report import configurations, tuning
 from snakeddp.run.runs import find_runs
 from snakeddp.util.numbers import readable
+from tests.chromium import chromium, console_errors, table_rows
 from tests.helpers import TINY, Workflow
-from tests.report.test_html import chromium, console_errors, table_rows
 
 pytestmark = pytest.mark.e2e
 # Two decades apart: the figure's lr axis is logarithmic.

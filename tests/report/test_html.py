@@ -6,9 +6,7 @@ import base64
 import dataclasses
 import json
 import re
-import shutil
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,27 +17,10 @@ from snakeddp.report import figures, html
 from snakeddp.report.table import THROUGHPUT_MEANS, varying_params
 from snakeddp.run.runs import Run, find_runs, read_metrics
 from snakeddp.util.numbers import readable
+from tests.chromium import chromium, console_errors, table_rows
 
 pytestmark = pytest.mark.e2e
 RUNS = ("devices-1", "devices-2")
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-)  # fmt: skip
-
-
-def chromium(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    binary = shutil.which("chromium")
-    assert binary, "Debian's chromium is needed to render the report: run tools/system-packages.sh"
-    command = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
-    return subprocess.run(
-        [*command, page.as_uri()], capture_output=True, text=True, timeout=120, check=True, cwd=page.parent
-    )
-
-
-def console_errors(stderr: str) -> list[str]:
-    """Page console messages and blocked loads Chromium logs (CSP violations, failed images)."""
-    return [line for line in stderr.splitlines() if "CONSOLE" in line or "Refused to" in line]
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +75,6 @@ def test_chromium_decodes_the_figures(report, tmp_path):
     for name in ("curves", "scaling"):
         height, width = image.imread(report.parent / f"plots/{name}.png").shape[:2]
         assert re.search(rf'id="figure-{name}"[^>]*data-decoded="{width}x{height}"', dom), name
-
-
-def table_rows(text: str, table_id: str) -> tuple[list[str], list[list[str]]]:
-    """Header labels and the cells' text of each body row of the table with ``table_id``."""
-    table = re.search(rf'<table id="{table_id}">(.*?)</table>', text, re.S).group(1)
-    labels = re.findall(r"<th>(.*?)</th>", table)
-    rows = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
-    return labels, [[re.sub(r"<[^>]+>", "", cell) for cell in row] for row in rows if row]
 
 
 def test_samples_per_s_is_one_number_named_alike(report):

@@ -13,8 +13,8 @@ import pytest
 from snakeddp.data.table import ingest
 from snakeddp.training.progress import epoch_line
 from snakeddp.util.terminal import VARIABLE
-from tests.data.test_table import frame, params
 from tests.helpers import subprocess_env
+from tests.tables import frame, params
 
 ROW = {"epoch": 1, "partition": 1, "train_loss": 0.69312, "val_loss": 0.6, "val_acc": 0.5125,
        "samples_per_s": 49525.4, "epoch_seconds": 1.25}  # fmt: skip
