@@ -18,6 +18,7 @@ from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.config import layers as snakeddp_layers
+from snakeddp.config import site as snakeddp_site
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
@@ -221,6 +222,11 @@ def get_launch(wildcards):
     return RUNS[wildcards.run]["config"]["launch"]
 
 
+def get_accelerator(wildcards):
+    """The run's accelerator where it runs: auto resolved by the profile's site (snakeddp.config.site)."""
+    return snakeddp_site.resolved(get_launch(wildcards), PLATFORM, CONFIG["site"])
+
+
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
     return launch["devices"] * launch["threads_per_process"]
@@ -234,7 +240,10 @@ def get_slurm_tasks(wildcards):
 # The Slurm/scheduler resources of a job that trains a run (rules train and search_train).
 TRAIN_RESOURCES = dict(
     nodes=lambda wc: get_launch(wc)["nodes"],
-    mem_mb=lambda wc: get_launch(wc)["mem_mb"],
+    # Sized per GPU rank unless launch.mem_mb says otherwise (site.mem_mb_per_gpu).
+    mem_mb=lambda wc: snakeddp_site.mem_mb(
+        get_launch(wc), get_accelerator(wc), CONFIG["site"]
+    ),
     runtime=lambda wc: get_launch(wc)["runtime"],
     # Slurm (profiles/slurm): one task per training process, GPUs per node.
     mpi=lambda wc: get_slurm_tasks(wc)["mpi"],

@@ -26,7 +26,8 @@ TINY = {
     "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
     "model": {"hidden_sizes": [16]},
     "trainer": {"max_epochs": 3, "batch_size": 32},
-    "launch": {"mem_mb": 1000, "runtime": 10},
+    # cpu, not auto: on a GPU host the CPU suite still trains with gloo (two ranks on one GPU would fail).
+    "launch": {"mem_mb": 1000, "runtime": 10, "accelerator": "cpu"},
 }
 
 # Secret-looking values in the environment of the shared sweep below; none may reach results/ or logs/.
@@ -110,13 +111,15 @@ def launch(
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment for processes the tests start: this checkout's package, one thread each."""
+    """The environment for processes the tests start: this checkout's package, one thread each, no
+    GPU (the CPU suite trains with gloo on a GPU host too; ``pytest -m gpu`` tests set their own)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
     env.update(
         PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
+        CUDA_VISIBLE_DEVICES="",
     )
     # OpenMPI refuses to run as root unless told it may (the test machines run as root).
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

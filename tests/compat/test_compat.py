@@ -59,7 +59,7 @@ def test_the_installed_releases_are_ones_the_hooks_were_written_for(hook):
 @pytest.mark.parametrize(
     ("hook", "version"),
     [("sigterm_broadcast", "2.7.0"), ("last_checkpoint", "2.5.6"), ("scheduler_timers", "9.28.0"),
-     ("profile_platform", "8.30.0"), ("job_yaml", "1.36.0"), ("output_data", "1.62.0")],
+     ("profile_config", "8.30.0"), ("job_yaml", "1.36.0"), ("output_data", "1.62.0")],
 )  # fmt: skip
 def test_a_release_the_hook_was_not_written_for_is_refused_in_one_line_with_a_hint(hook, version):
     written = compat.WRITTEN_FOR[hook]
@@ -124,22 +124,54 @@ def test_compat_imports_no_upstream_package_of_its_own():
     assert done.stdout.strip() == "[]"
 
 
-def test_the_profile_platform_is_set_aside_only_when_it_is_all_the_command_line_gave():
-    from snakeddp.compat.snakemake import put_back_profile_platform, set_aside_profile_platform
+def snakemake_settings(typed: list[str], configfiles: tuple = ()) -> SimpleNamespace:
+    """A workflow with Snakemake's own ConfigSettings, as its command line builds them from ``typed``."""
+    from snakemake.cli import parse_config
+    from snakemake.settings.types import ConfigSettings
 
-    workflow = SimpleNamespace(config_settings=SimpleNamespace(overwrite_config={"platform": "slurm"}))
-    platform = set_aside_profile_platform(workflow)
-    assert (platform, workflow.config_settings.overwrite_config) == ("slurm", {})
+    settings = ConfigSettings(config=parse_config(typed), configfiles=configfiles, config_args=typed or None)
+    return SimpleNamespace(config_settings=settings)
+
+
+def test_the_profile_config_holds_under_a_typed_config_for_this_process_and_the_jobs_it_spawns():
+    from snakemake.cli import parse_config
+
+    from snakeddp.compat.snakemake import keep_profile_config
+
+    profile = ("platform=slurm", "site={accelerator: gpu, gpu_type: a100}")
+    workflow = snakemake_settings(["model={lr: 0.01}", "site={gpu_type: h100}"])
+    mine, typed = keep_profile_config(workflow, profile)
+    assert mine == {"platform": "slurm", "site": {"accelerator": "gpu", "gpu_type": "a100"}}
+    # Nested values stay strings, as Snakemake parses them (snakeddp.config.coerce types them).
+    assert typed == {"model": {"lr": "0.01"}, "site": {"gpu_type": "h100"}}
+    expected = {"platform": "slurm", "site": {"accelerator": "gpu", "gpu_type": "h100"}, "model": {"lr": "0.01"}}
+    assert workflow.config_settings.overwrite_config == expected
+    # What Snakemake passes to the jobs it spawns (--config ARGS) parses to the same.
+    assert parse_config(workflow.config_settings.config_args) == expected
+
+
+def test_a_profile_config_alone_is_nothing_typed_and_is_set_aside_while_the_config_file_loads(tmp_path):
+    from snakeddp.compat.snakemake import keep_profile_config, put_back_profile_config, set_aside_profile_config
+
+    profile = ("platform=azureml",)
+    # Snakemake took the profile's list as the default of --config: the same list, nothing typed.
+    workflow = snakemake_settings(list(profile))
+    mine, typed = keep_profile_config(workflow, profile)
+    assert (mine, typed) == ({"platform": "azureml"}, {})
+    aside = set_aside_profile_config(workflow, typed)
+    assert (aside, workflow.config_settings.overwrite_config) == ({"platform": "azureml"}, {})
     config = {"platform": "local", "seed": 1}
-    put_back_profile_platform(workflow, config, platform)
-    assert workflow.config_settings.overwrite_config == {"platform": "slurm"}
-    assert config == {"platform": "slurm", "seed": 1}
+    put_back_profile_config(workflow, config, aside)
+    assert config == {"platform": "azureml", "seed": 1}
+    assert workflow.config_settings.overwrite_config == {"platform": "azureml"}
 
-    given = {"platform": "slurm", "seed": 3}
-    workflow = SimpleNamespace(config_settings=SimpleNamespace(overwrite_config=dict(given)))
-    assert set_aside_profile_platform(workflow) is None
-    put_back_profile_platform(workflow, config, None)
-    assert workflow.config_settings.overwrite_config == given
+    # A --configfile is typed config: its keys count, and the notice about it stays Snakemake's.
+    mine_file = tmp_path / "mine.yaml"
+    mine_file.write_text("platform: local\nseed: 3\n")
+    workflow = snakemake_settings(list(profile), configfiles=(mine_file,))
+    mine, typed = keep_profile_config(workflow, profile)
+    assert typed == {"platform": "local", "seed": 3}
+    assert set_aside_profile_config(workflow, typed) == {}
 
 
 def test_linting_is_the_build_without_environment_checks():

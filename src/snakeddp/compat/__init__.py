@@ -58,8 +58,11 @@ WRITTEN_FOR: dict[str, Hook] = {
         ">=9.0.0,<=9.27.1",
         "snakemake/scheduling/job_scheduler.py, before 9.10 snakemake/scheduler.py (_schedule_reevalutation)",
     ),
-    "profile_platform": Hook(
-        "snakemake", ">=9.0.0,<=9.27.1", "snakemake/workflow.py (Workflow.configfile and config_settings)"
+    "profile_config": Hook(
+        "snakemake",
+        ">=9.0.0,<=9.27.1",
+        "snakemake/workflow.py (Workflow.configfile), snakemake/settings/types.py (ConfigSettings: config, "
+        "config_args, overwrite_config, _get_overwrite_config), snakemake/cli.py (parse_config, get_profile_dir)",
     ),
     # Read in 9.27.1; DAG.needrun_jobs and Job.rule/wildcards_dict are the same in 8.x's source.
     "pending_jobs": Hook(

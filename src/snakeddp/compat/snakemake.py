@@ -6,7 +6,7 @@ Nothing here imports Snakemake: the Snakefile hands over its ``workflow`` object
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from snakeddp.compat import check, check_package
@@ -40,22 +40,55 @@ def release_scheduler_timers() -> int:
     return cancelled
 
 
-def set_aside_profile_platform(workflow: Any) -> str | None:
-    """Take a profile's ``config: platform=...`` out of the command-line config, when it is all there is.
-
-    Snakemake announces any command-line config as "Config file ... is extended by additional
-    config" when ``configfile:`` loads a file; a profile's platform alone is no news to the user.
-    Call before ``configfile:`` and give what it returns to ``put_back_profile_platform`` after.
+def keep_profile_config(workflow: Any, entries: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Put the profile's ``config:`` ``entries`` under what was typed, key by key, for this process
+    and the jobs it spawns; returns (the profile's config, the config typed with --config and
+    --configfile). Snakemake takes a profile's ``config:`` only as the default of ``--config``,
+    so any typed ``--config`` dropped it (and the profile's platform with it). Call before ``configfile:``.
     """
+    check("profile_config")
+    from snakemake.cli import parse_config
+    from snakemake.common.configfile import load_configfile
+    from snakemake.utils import update_config
+
+    settings = workflow.config_settings
+    given = list(settings.config_args or ())
+    # Nothing typed: Snakemake already took the profile's list as the --config default.
+    typed_entries = [] if given == list(entries) else given
+    typed: dict[str, Any] = {}
+    for path in settings.configfiles:
+        update_config(typed, load_configfile(str(path)))
+    update_config(typed, parse_config(typed_entries))
+    merged = [*entries, *typed_entries]
+    # Snakemake's own precedence, as when nothing is typed: config files, then --config (the
+    # profile's entries first, the typed ones over them).
+    settings.config = parse_config(merged)
+    settings.config_args = merged
+    overwrite = settings.overwrite_config
+    overwrite.clear()
+    update_config(overwrite, settings._get_overwrite_config())
+    return parse_config(list(entries)), typed
+
+
+def set_aside_profile_config(workflow: Any, typed: Mapping[str, Any]) -> dict[str, Any]:
+    """Take the profile's ``config:`` out of the command-line config while ``configfile:`` loads,
+    when nothing else was typed: Snakemake announces any command-line config as "Config file ... is
+    extended by additional config", and a profile's own settings are no news to the user. Give
+    what it returns to ``put_back_profile_config`` after ``configfile:``."""
     overwrite = workflow.config_settings.overwrite_config
-    return overwrite.pop("platform") if set(overwrite) == {"platform"} else None
+    if typed or not overwrite:
+        return {}
+    aside = dict(overwrite)
+    overwrite.clear()
+    return aside
 
 
-def put_back_profile_platform(workflow: Any, config: MutableMapping[str, Any], platform: str | None) -> None:
-    """Undo ``set_aside_profile_platform`` once the config file is loaded: the platform is the profile's again."""
-    if platform is not None:
-        workflow.config_settings.overwrite_config["platform"] = platform
-        config["platform"] = platform
+def put_back_profile_config(workflow: Any, config: MutableMapping[str, Any], aside: Mapping[str, Any]) -> None:
+    """Undo ``set_aside_profile_config`` once the config file is loaded: the profile's settings hold again."""
+    from snakemake.utils import update_config
+
+    workflow.config_settings.overwrite_config.update(aside)
+    update_config(config, dict(aside))
 
 
 def linting(workflow: Any) -> bool:

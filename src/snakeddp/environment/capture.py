@@ -59,16 +59,32 @@ def accelerator_stack() -> dict[str, Any]:
     return stack
 
 
+def nvidia_driver(version_file: Path = Path("/proc/driver/nvidia/version")) -> str | None:
+    """The loaded NVIDIA kernel driver's version (None without one), read without torch or nvidia-smi."""
+    try:
+        first = version_file.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", first)
+    return found.group(1) if found else first.strip()
+
+
 def accelerator_and_backend(requested: str) -> tuple[str, str]:
     """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto): what a training
-    process uses, and what its provenance says it used."""
+    process uses, and what its provenance says it used. ``requested`` is already resolved for the
+    platform (``run.variables.accelerator``): gpu on a cluster whose profile declares GPU nodes."""
     import torch
 
     has_gpu = torch.cuda.is_available()
     if requested == "gpu" and not has_gpu:
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "none (a CPU build)"
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
         raise LaunchError(
-            "launch.accelerator=gpu but torch sees no CUDA device (torch.cuda.is_available() is False). "
-            "HINT: run on a GPU node with a CUDA build of torch, or set launch.accelerator: cpu."
+            f"GPUs were asked for (launch.accelerator, or the profile's site.accelerator for auto), and torch sees "
+            f"no CUDA device on {platform.node()} (NVIDIA driver: {nvidia_driver() or 'none loaded'}; torch "
+            f"{torch.__version__}, CUDA build: {build}; CUDA_VISIBLE_DEVICES={visible}). "
+            "HINT: run on nodes with GPUs allocated to the job and a torch built for their driver "
+            "(environment.cuda, docs/environments.md), or set launch.accelerator: cpu."
         )
     use_gpu = requested == "gpu" or (requested == "auto" and has_gpu)
     return ("gpu", "nccl") if use_gpu else ("cpu", "gloo")

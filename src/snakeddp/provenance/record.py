@@ -251,7 +251,7 @@ def build(
     cfg, run_dir, rows = attempt.run.config, attempt.run_dir, outcome.metrics
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
     samples = sum(int(r["samples"]) for r in rows)
-    accelerator, backend = accelerator_and_backend(cfg["launch"]["accelerator"])
+    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
     monitor = configuration.monitor(cfg)
     best = file_record(outcome.best_checkpoint, run_dir)
     if best is not None:

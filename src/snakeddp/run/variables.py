@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.config import validate
+from snakeddp.config.site import accelerator as site_accelerator
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -23,6 +24,8 @@ PLATFORM = "SNAKEDDP_PLATFORM"
 LOCK = "SNAKEDDP_LOCK"
 #: The config's ``tracking`` section as JSON, read by rank 0.
 TRACKING = "SNAKEDDP_TRACKING"
+#: The config's ``site`` section as JSON (what the profile declares its nodes have), read by every rank.
+SITE = "SNAKEDDP_SITE"
 #: The config's ``azureml`` section as JSON, read by the AzureML submitter.
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
 #: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
@@ -58,10 +61,25 @@ def lock_path(env: Mapping[str, str]) -> str:
         ) from None
 
 
+def _section(env: Mapping[str, str], name: str, key: str) -> dict[str, Any]:
+    """A config section from its variable, validated with defaults (all defaults when unset)."""
+    try:
+        raw = json.loads(env.get(name) or "{}")
+    except ValueError as exc:
+        raise ConfigError(f"{name} is not JSON: {exc}") from None
+    return validate({key: raw}, source=name)[key]
+
+
+def site(env: Mapping[str, str]) -> dict[str, Any]:
+    """The site section from the environment (nothing declared when unset)."""
+    return _section(env, SITE, "site")
+
+
+def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """A run's launch.accelerator where this process runs: auto resolved by the profile's site on a cluster."""
+    return site_accelerator(launch["accelerator"], platform(env), site(env))
+
+
 def tracking(env: Mapping[str, str]) -> dict[str, Any]:
     """The tracking section from the environment, validated with defaults (every tracker off when unset)."""
-    try:
-        raw = json.loads(env.get(TRACKING) or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"{TRACKING} is not JSON: {exc}") from None
-    return validate({"tracking": raw}, source=TRACKING)["tracking"]
+    return _section(env, TRACKING, "tracking")

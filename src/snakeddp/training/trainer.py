@@ -20,6 +20,7 @@ from snakeddp.cluster import Launcher, Layout
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.provenance.record import Outcome
+from snakeddp.run import variables
 from snakeddp.run.layout import RunPaths, checkpoint_name
 from snakeddp.training.callbacks import EpochMetrics, MonitoredMetric, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
@@ -105,7 +106,7 @@ def build_trainer(
     custom DataModule, which then gets Lightning's DistributedSampler.
     """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
-    accelerator, backend = accelerator_and_backend(launch["accelerator"])
+    accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
     paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()

@@ -18,8 +18,12 @@ from snakeddp.run import variables
 
 
 def settings(config: Mapping[str, Any]) -> dict[str, str]:
-    """The settings outside a run's identity that reach its ranks: ``network.env`` and ``tracking``."""
-    return {**network.variables(config), variables.TRACKING: json.dumps(config.get("tracking", {}), sort_keys=True)}
+    """The settings outside a run's identity that reach its ranks: ``network.env``, ``tracking`` and ``site``."""
+    return {
+        **network.variables(config),
+        variables.TRACKING: json.dumps(config.get("tracking", {}), sort_keys=True),
+        variables.SITE: json.dumps(config.get("site", {}), sort_keys=True),
+    }
 
 
 def exports(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from snakeddp import cluster, compat
-from snakeddp.config import ConfigError
+from snakeddp.config import ConfigError, site
 from snakeddp.config import run_id as name_of
 from snakeddp.errors import TrackerError
 from snakeddp.run import requirements
@@ -87,8 +87,16 @@ def check_lock(path: Path) -> None:
         )
 
 
-def check_run(run_id: str, launch: Mapping[str, Any], trainer: Mapping[str, Any], platform: str) -> None:
-    """The layout, launcher and strategy of one run against the profile it runs on."""
+def check_run(
+    run_id: str,
+    launch: Mapping[str, Any],
+    trainer: Mapping[str, Any],
+    platform: str,
+    site_config: Mapping[str, Any] | None = None,
+) -> None:
+    """The layout, launcher, accelerator and strategy of one run against the profile it runs on
+    and what that profile declares its nodes have (``site_config``)."""
+    site_config = site_config or {}
     where = f"run {run_id}: "
     try:
         cluster.for_platform(launch["launcher"], platform)
@@ -102,15 +110,19 @@ def check_run(run_id: str, launch: Mapping[str, Any], trainer: Mapping[str, Any]
             f"{where}launch.nodes={launch['nodes']}, but the local profile runs on this machine only. "
             "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
         )
-    # On the local platform auto means the GPUs of this machine; elsewhere those of the nodes.
-    accelerator = launch["accelerator"]
-    if accelerator == "auto" and platform == "local":
-        accelerator = "gpu" if Path("/proc/driver/nvidia/gpus").is_dir() else "cpu"
-    if accelerator != "auto":
-        try:
-            requirements.check_strategy(trainer["strategy"], accelerator)
-        except requirements.StrategyError as error:
-            raise PreflightError(f"{where}{error}") from None
+    # On the local platform auto means the GPUs of this machine; on a cluster what its profile declares.
+    try:
+        accelerator = (
+            site.local_accelerator(launch["accelerator"])
+            if platform == "local"
+            else site.accelerator(launch["accelerator"], platform, site_config, run_id=run_id)
+        )
+    except site.SiteError as error:
+        raise PreflightError(str(error)) from None
+    try:
+        requirements.check_strategy(trainer["strategy"], accelerator)
+    except requirements.StrategyError as error:
+        raise PreflightError(f"{where}{error}") from None
 
 
 def check_cores(runs: Mapping[str, Mapping[str, Any]], platform: str, cores: int) -> None:
@@ -270,7 +282,7 @@ def check_workflow(
     check_run_ids(runs)
     check_registry(config["tracking"], runs)
     for run_id, run in runs.items():
-        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform)
+        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
     if platform == "slurm":
         check_slurm()
     if platform == "azureml":
