@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from tests import mlflow_server as mlflow_server_module
-from tests.helpers import CONFIG_SECRET, SECRETS, SWEEP, TINY, Workflow, subprocess_env
+from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, subprocess_env
+
+
+@pytest.fixture(autouse=True)
+def gpus_only_for_gpu_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes a test starts see no GPU (subprocess_env), unless the test is marked gpu."""
+    if request.node.get_closest_marker("gpu"):
+        monkeypatch.setenv(GPU_TEST, "1")
+    else:
+        monkeypatch.delenv(GPU_TEST, raising=False)
 
 
 @pytest.fixture

@@ -110,17 +110,22 @@ def launch(
     )
 
 
+# Set (to "1") by tests/conftest.py while a test marked gpu runs: its processes may see the GPUs.
+GPU_TEST = "SNAKEDDP_GPU_TEST"
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment for processes the tests start: this checkout's package, one thread each, no
-    GPU (the CPU suite trains with gloo on a GPU host too; ``pytest -m gpu`` tests set their own)."""
+    """The environment for processes the tests start: this checkout's package, one thread each, and
+    no GPU unless the test is marked gpu (the CPU suite trains with gloo on a GPU host too)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
     env.update(
         PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
         PYTHONUNBUFFERED="1",
-        CUDA_VISIBLE_DEVICES="",
     )
+    if env.get(GPU_TEST) != "1":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     # OpenMPI refuses to run as root unless told it may (the test machines run as root).
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra)

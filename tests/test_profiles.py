@@ -4,14 +4,16 @@ user's own profile of the same name left alone, and plain `snakemake` with the w
 from __future__ import annotations
 
 import hashlib
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.checkout import copy_of_this_checkout
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
 NAMES = ("local", "slurm", "azureml")
@@ -50,7 +52,11 @@ def user_env(tmp_path: Path) -> dict[str, str]:
 
 
 def typed(command: str, root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(command.split(), cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(shlex.split(command), cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def hints(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
 
 
 def test_bare_profile_names_work_after_setup(checkout, user_env):
@@ -65,6 +71,9 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
         assert "additional config" not in output
         if name == "azureml":  # found and read: it refuses the default config, which has no azureml: section
             assert plan.returncode == 1 and "the azureml profile needs an azureml: section" in output, output
+            continue
+        if name == "slurm":  # found and read: auto cannot mean the nodes' GPUs until the profile declares them
+            assert plan.returncode == 1 and "the slurm profile does not say what its nodes have" in output, output
             continue
         assert plan.returncode == 0, output
         assert "train" in output and "report" in output
@@ -83,7 +92,7 @@ def test_a_users_own_profile_is_kept(checkout, user_env):
     assert not own.is_symlink() and (own / "config.yaml").read_text() == "executor: slurm\njobs: 7\n"
     assert (own.parent / "local").resolve() == checkout / "profiles" / "local"
     # What the hint says to type reaches this checkout's profile.
-    plan = typed("snakemake --profile profiles/slurm --dry-run", checkout, user_env)
+    plan = typed("snakemake --profile profiles/slurm --dry-run --config 'site={accelerator: cpu}'", checkout, user_env)
     assert plan.returncode == 0 and "Using profiles profiles/slurm and" in plan.stderr, plan.stdout + plan.stderr
 
 
@@ -92,3 +101,39 @@ def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):
     output = plan.stdout + plan.stderr
     assert plan.returncode == 0, output
     assert "Using workflow specific profile profiles/default" in output and "train" in output
+
+
+def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
+    """`--config` and `--configfile` typed with a bare profile name keep the profile's platform; a
+    platform typed against it is refused in one line, and what the line says to type works."""
+    assert typed("tools/setup.sh", checkout, user_env).returncode == 0
+    mine = {**TINY, "sweep": {"launch.devices": [1]}, "azureml": {"compute": "gpu-cluster", "submit": False}}
+    (checkout / "mine.yaml").write_text(yaml.safe_dump(mine))
+
+    # Before, any typed --config dropped the profile's platform: this trained here and exited 0.
+    done = typed("snakemake --profile azureml --configfile mine.yaml --config 'model={lr: 0.01}'", checkout, user_env)
+    run = checkout / "results" / "runs" / "devices-1"
+    assert done.returncode != 0 and not (run / "provenance.json").exists(), done.stdout + done.stderr
+    assert (run / "azureml" / "job.yml").is_file()
+    assert "azureml.submit is false, so nothing was submitted" in (checkout / "logs/train/devices-1.log").read_text()
+
+    # slurm: the profile's platform stays, so auto needs what the profile declares (here: typed too).
+    plan = typed("snakemake --profile slurm -n --config 'model={lr: 0.01}'", checkout, user_env)
+    assert plan.returncode == 1 and len(hints(plan)) == 1, plan.stdout + plan.stderr
+    assert "the slurm profile does not say what its nodes have (site.accelerator)" in hints(plan)[0]
+    declared = typed(
+        "snakemake --profile slurm -n --config 'model={lr: 0.01}' 'site={accelerator: cpu}'", checkout, user_env
+    )
+    assert declared.returncode == 0, declared.stdout + declared.stderr
+
+    for command, theirs, profile in (
+        ("snakemake --profile slurm -n --config platform=local", "local", "slurm"),
+        ("snakemake --profile local -n --configfile mine.yaml --config platform=azureml", "azureml", "local"),
+    ):
+        refused = typed(command, checkout, user_env)
+        assert refused.returncode == 1 and len(hints(refused)) == 1, refused.stdout + refused.stderr
+        assert f"platform: {theirs} was given on the command line" in hints(refused)[0]
+        assert f"--profile {profile} runs on platform {profile}" in hints(refused)[0]
+        assert f"or run with --profile {theirs}." in hints(refused)[0]
+    # As the HINT says: the platform typed with its own profile (or left out) plans the runs.
+    assert typed("snakemake --profile local -n --config platform=local", checkout, user_env).returncode == 0

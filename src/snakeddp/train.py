@@ -46,6 +46,7 @@ import lightning.pytorch as pl
 import torch
 
 from snakeddp import cluster
+from snakeddp import config as configuration
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.config.targets import user_code
 from snakeddp.data import custom
@@ -119,6 +120,8 @@ def main(args: argparse.Namespace) -> int:
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
     layout.check_matches(launch["nodes"], launch["devices"])
     torch.set_num_threads(launch["threads_per_process"])
+    # Before any model is built: TF32 (high) or bf16 (medium) inside fp32 matmuls changes what a run computes.
+    torch.set_float32_matmul_precision(configuration.trainer_setting(cfg, "matmul_precision"))
     attempt = begin(run, args, layout.is_main)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)

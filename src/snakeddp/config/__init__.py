@@ -38,7 +38,7 @@ SCHEDULER_KEYS = ("mem_mb", "runtime")
 # Run keys added after runs were finished with the keys before them. At their default they stay out
 # of a run's config (run.yaml, its identity, its attempt key), so a run finished before the key
 # existed stays up to date; whoever reads one asks for it with its default (``monitor``).
-QUIET_AT_DEFAULT = ("trainer.monitor", "trainer.budget_continues")
+QUIET_AT_DEFAULT = ("trainer.monitor", "trainer.budget_continues", "trainer.matmul_precision", "trainer.deterministic")
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
 # Keys of the built-in models (model.name): with model.target the user's class is built from
@@ -191,6 +191,11 @@ def monitor(run: Mapping[str, Any]) -> dict[str, str]:
     """The metric a run ranks epochs by, ``{"metric": ..., "mode": "min"|"max"}`` (trainer.monitor,
     which a run config leaves out at its default: QUIET_AT_DEFAULT)."""
     return {**defaults()["trainer"]["monitor"], **(run.get("trainer", {}).get("monitor") or {})}
+
+
+def trainer_setting(run: Mapping[str, Any], key: str) -> Any:
+    """A trainer key of a run config, which leaves QUIET_AT_DEFAULT keys out at their default."""
+    return run.get("trainer", {}).get(key, defaults()["trainer"][key])
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
 from snakeddp.data.partitions import Partition, load_manifest, read_partition
@@ -95,9 +96,13 @@ class ResumableLoader(DataLoader):
     """
 
     def __init__(
-        self, dataset: torch.utils.data.Dataset, sampler: ShardedBatchSampler, batches_done: Callable[[], int]
+        self,
+        dataset: torch.utils.data.Dataset,
+        sampler: ShardedBatchSampler,
+        batches_done: Callable[[], int],
+        pin_memory: bool = False,
     ) -> None:
-        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_batch)
+        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_batch, pin_memory=pin_memory)
         self._batches_done = batches_done
 
     def state_dict(self) -> dict[str, int]:
@@ -194,11 +199,18 @@ class PartitionDataModule(pl.LightningDataModule):
         self.epoch_partition, self.epoch_wait_s, self.epoch_samples = index, waited, len(partition)
         self.trace = []
         dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None)
-        return ResumableLoader(dataset, self._sampler(partition, epoch, shuffle=True), self._batches_done)
+        sampler = self._sampler(partition, epoch, shuffle=True)
+        return ResumableLoader(dataset, sampler, self._batches_done, pin_memory=self._pin_memory())
 
     def val_dataloader(self) -> DataLoader:
         sampler = self._sampler(self.val, 0, shuffle=False)
-        return DataLoader(_PartitionBatches(self.val, None), batch_sampler=sampler, collate_fn=_as_batch)
+        batches = _PartitionBatches(self.val, None)
+        return DataLoader(batches, batch_sampler=sampler, collate_fn=_as_batch, pin_memory=self._pin_memory())
+
+    def _pin_memory(self) -> bool:
+        """Batches in page-locked memory on GPUs only: Lightning then copies them to the device with
+        non_blocking=True, overlapping the copy with compute; on CPUs pinning is a wasted copy."""
+        return self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
 
     def teardown(self, stage: str) -> None:
         if self.prefetcher is not None:

@@ -190,6 +190,13 @@ def truncated(origin: Origin, identity: Identity, run: RunFile) -> dict[str, Any
             for span in origin.epochs
             if span["first_epoch"] <= budget
         ],
+        # These epochs are this budget's exactly only if that training was deterministic (None: its
+        # record predates the field); on GPUs without trainer.deterministic they are close, not equal.
+        scored_from_longer={
+            "attempt": origin.attempt_id,
+            "max_epochs": origin.record["training"]["max_epochs"],
+            "deterministic": origin.record["training"].get("deterministic"),
+        },
     )
     record["status"] = "completed"
     return record

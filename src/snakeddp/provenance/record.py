@@ -298,6 +298,8 @@ def build(
             "epochs_completed": len(rows),
             "max_epochs": cfg["trainer"]["max_epochs"],
             "stopped_early": outcome.stopped_early,
+            # Bitwise repeatable: CPU (gloo) always, GPUs only in deterministic mode.
+            "deterministic": accelerator == "cpu" or bool(configuration.trainer_setting(cfg, "deterministic")),
             "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
             "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
             "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],

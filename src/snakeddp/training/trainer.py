@@ -19,6 +19,7 @@ from snakeddp import config as configuration
 from snakeddp.cluster import Launcher, Layout
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.environment.capture import accelerator_and_backend
+from snakeddp.errors import LaunchError
 from snakeddp.provenance.record import Outcome
 from snakeddp.run import variables
 from snakeddp.run.layout import RunPaths, checkpoint_name
@@ -91,6 +92,22 @@ class Callbacks:
         )
 
 
+def check_precision(precision: str, accelerator: str) -> None:
+    """bf16 on a GPU without native bfloat16 (before compute capability 8.0) would be emulated, many
+    times slower than fp16, and Lightning says nothing: stop before training, naming the GPU."""
+    if accelerator != "gpu" or not precision.startswith("bf16"):
+        return
+    if torch.cuda.is_bf16_supported(including_emulation=False):
+        return
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    raise LaunchError(
+        f"trainer.precision={precision}, and {torch.cuda.get_device_name(device)} (compute capability "
+        f"{major}.{minor}) has no native bfloat16, which needs 8.0 or newer. HINT: set trainer.precision: 16-mixed "
+        "(or 32-true) for these GPUs, or run on A100/H100-class ones."
+    )
+
+
 def build_trainer(
     cfg: Mapping[str, Any],
     launcher: Launcher,
@@ -107,6 +124,7 @@ def build_trainer(
     """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
     accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
+    check_precision(trainer_cfg["precision"], accelerator)
     paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
@@ -144,6 +162,8 @@ def build_trainer(
         num_nodes=launch["nodes"],
         strategy=strategy,
         precision=trainer_cfg["precision"],
+        # torch.use_deterministic_algorithms and CUBLAS_WORKSPACE_CONFIG, set by Lightning before CUDA starts.
+        deterministic=configuration.trainer_setting(cfg, "deterministic"),
         max_epochs=trainer_cfg["max_epochs"],
         callbacks=[*callbacks.all(), *extra_callbacks],
         logger=list(loggers) or False,

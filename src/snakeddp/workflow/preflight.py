@@ -281,13 +281,14 @@ def check_workflow(
     check_lock(lock)
     check_run_ids(runs)
     check_registry(config["tracking"], runs)
-    for run_id, run in runs.items():
-        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
+    # The platform's own needs first: a run's request means nothing where the platform cannot start.
     if platform == "slurm":
         check_slurm()
     if platform == "azureml":
         check_azureml(raw, config, Path.cwd())
-    elif same_interpreter:
+    for run_id, run in runs.items():
+        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
+    if platform != "azureml" and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
         check_trackers(config["tracking"])

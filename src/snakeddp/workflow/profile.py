@@ -79,8 +79,15 @@ def _workflow_profile(argv: Sequence[str], cwd: Path, basedir: Path) -> Path | N
 def _entries(value: Any) -> tuple[str, ...]:
     """A profile's ``config:`` as ``key=value`` strings: a list as is, a mapping as Snakemake formats one."""
     if isinstance(value, Mapping):
-        return tuple(f"{key}={yaml.safe_dump(val, default_flow_style=True).strip()}" for key, val in value.items())
+        return tuple(f"{key}={_flow(val)}" for key, val in value.items())
     return tuple(str(entry) for entry in value or ())
+
+
+def _flow(value: Any) -> str:
+    """A value as --config takes it: a scalar as is, a mapping or list in YAML flow style."""
+    if isinstance(value, Mapping | list):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
 
 
 def find(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, basedir: Path) -> ProfileConfig:

@@ -1,0 +1,1 @@
+"""GPU checks (pytest -m gpu), deselected by default."""
