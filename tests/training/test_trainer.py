@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
+import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
 from snakeddp import cluster
@@ -10,7 +14,7 @@ from snakeddp import config as configuration
 from snakeddp.run.layout import RunPaths
 from snakeddp.training.callbacks import SampleTrace
 from snakeddp.training.trainer import Callbacks, build_trainer
-from tests.helpers import TINY, merged
+from tests.helpers import TINY, launch, merged, prepare
 
 
 @pytest.mark.parametrize("optional", [False, True], ids=["required-only", "with-optional"])
@@ -40,3 +44,30 @@ def test_build_trainer_hands_its_callbacks_over_typed_and_in_order(tmp_path, opt
     assert callbacks.metrics.path == paths.metrics
     assert callbacks.preemption.last_path == paths.last_checkpoint
     assert callbacks.checkpoint.dirpath == str(paths.checkpoints)
+
+
+def test_deterministic_mode_reaches_torch_and_stays_out_of_a_default_run_config(tmp_path, monkeypatch):
+    launcher, layout = cluster.resolve("spawn", {}, devices=1)
+    default = configuration.run_config(configuration.validate(merged(TINY, {})))
+    assert "deterministic" not in default["trainer"] and "matmul_precision" not in default["trainer"]
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        build_trainer(default, launcher, layout, tmp_path / "default")
+        assert not torch.are_deterministic_algorithms_enabled() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        asked = configuration.run_config(configuration.validate(merged(TINY, {"trainer": {"deterministic": True}})))
+        build_trainer(asked, launcher, layout, tmp_path / "asked")
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8", "set before any CUDA handle exists"
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.e2e
+def test_gpus_asked_for_where_torch_sees_none_stop_in_one_line_naming_node_driver_and_build(tmp_path):
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"launch": {"accelerator": "gpu", "devices": 2}})
+    done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
+    assert done.returncode != 0 and not (run_dir / "provenance.json").exists()
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "torch sees no CUDA device" in line]
+    assert len(lines) == 1, done.stdout + done.stderr
+    assert f"on {socket.gethostname()} (NVIDIA driver: none loaded; torch {torch.__version__}" in lines[0]
+    assert "CUDA build: none (a CPU build)" in lines[0] and "HINT:" in lines[0]
