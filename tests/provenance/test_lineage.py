@@ -168,6 +168,13 @@ def test_a_shorter_budget_is_scored_on_a_longer_attempts_first_epochs_without_a_
     assert (record["training"]["max_epochs"], record["training"]["epochs_completed"]) == (2, 2)
     assert record["training"]["checkpoints"] == [] and record["training"]["best_checkpoint"] is None
     assert record["attempt"]["restored_from"] == {"run": "r", "attempt": three["attempt"]["id"], "why": "longer_budget"}
+    # Whether the reused epochs are this budget's exactly: the longer attempt's record says (a CPU run: yes).
+    assert three["training"]["deterministic"] is True
+    assert record["training"]["scored_from_longer"] == {
+        "attempt": three["attempt"]["id"],
+        "max_epochs": 3,
+        "deterministic": True,
+    }
     assert lineage.longer(run_dir, at(identity, 3)) is None, "its own budget is restored, not scored"
 
 
