@@ -118,9 +118,11 @@ def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
     assert "azureml.submit is false, so nothing was submitted" in (checkout / "logs/train/devices-1.log").read_text()
 
     # slurm: the profile's platform stays, so auto needs what the profile declares (here: typed too).
-    plan = typed("snakemake --profile slurm -n --config 'model={lr: 0.01}'", checkout, user_env)
-    assert plan.returncode == 1 and len(hints(plan)) == 1, plan.stdout + plan.stderr
-    assert "the slurm profile does not say what its nodes have (site.accelerator)" in hints(plan)[0]
+    (checkout / "lr.yaml").write_text("model: {lr: 0.01}\n")
+    for given in ("--config 'model={lr: 0.01}'", "--configfile lr.yaml", "--configfile lr.yaml --config seed=3"):
+        plan = typed(f"snakemake --profile slurm -n {given}", checkout, user_env)
+        assert plan.returncode == 1 and len(hints(plan)) == 1, plan.stdout + plan.stderr
+        assert "the slurm profile does not say what its nodes have (site.accelerator)" in hints(plan)[0]
     declared = typed(
         "snakemake --profile slurm -n --config 'model={lr: 0.01}' 'site={accelerator: cpu}'", checkout, user_env
     )
