@@ -38,7 +38,14 @@ SCHEDULER_KEYS = ("mem_mb", "runtime")
 # Run keys added after runs were finished with the keys before them. At their default they stay out
 # of a run's config (run.yaml, its identity, its attempt key), so a run finished before the key
 # existed stays up to date; whoever reads one asks for it with its default (``monitor``).
-QUIET_AT_DEFAULT = ("trainer.monitor", "trainer.budget_continues", "trainer.matmul_precision", "trainer.deterministic")
+QUIET_AT_DEFAULT = (
+    "trainer.monitor",
+    "trainer.budget_continues",
+    "trainer.matmul_precision",
+    "trainer.deterministic",
+    "data.table.version",
+    "data.table.table_id",
+)
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
 # Keys of the built-in models (model.name): with model.target the user's class is built from

@@ -22,18 +22,21 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
 
     if is_url(data["table"]["path"]):
         return []  # objects in storage: their ETags are in the dataset id (resolve_tables) instead
+    if data["table"].get("version") is not None:
+        return []  # a Delta table's version: its table id, version and files are in the dataset id
 
     return [str(p) for p in table_files(data["table"]["path"], data["table"]["format"])[1]]
 
 
 def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> None:
-    """Fill ``data.table.sha256`` of every table run with its files' checksum (in place).
+    """Fill ``data.table.sha256`` of every table run with its files' checksum (in place); for a Delta
+    table, with its table id, version and data files, and ``data.table.version`` with the version.
 
     The checksum becomes part of the run config and of the dataset id: a changed table is a new
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
     longer matches stops the workflow.
     """
-    from snakeddp.data.table import TableError, cached_fingerprint
+    from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot
 
     for run_id, run in runs.items():
         data = run["config"]["data"]
@@ -41,7 +44,17 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
             continue
         table = data["table"]
         try:
-            digest = cached_fingerprint(table["path"], table["format"], cache)
+            snapshot = delta_snapshot(table)
+            if snapshot is not None:
+                if table.get("table_id") not in (None, snapshot.table_id):
+                    raise TableError(
+                        f"data.table.table_id pins {table['table_id']}, but the Delta table at {table['path']} is "
+                        f"{snapshot.table_id} (dropped and created again?). HINT: point data.table.path at the "
+                        "table you pinned, or clear data.table.table_id to train on this one."
+                    )
+                # The table and version trained on are part of the run: a new commit is a new dataset.
+                table["table_id"], table["version"] = snapshot.table_id, snapshot.version
+            digest = snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache)
         except TableError as error:
             raise ConfigError(f"run {run_id}: {error}") from None
         if table["sha256"] not in (None, digest):

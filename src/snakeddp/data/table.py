@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from snakeddp.data import remote
+from snakeddp.data import delta, remote
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
@@ -93,6 +93,27 @@ def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | 
     )
     chosen = _one_format(str(root), [p.name for p in candidates], fmt)
     return chosen, [p for p in candidates if _format_of(p) == chosen]
+
+
+def delta_snapshot(table: Mapping[str, Any]) -> delta.Snapshot | None:
+    """The version of a Delta table that ``table`` (the data.table section) names; None for CSV/Parquet."""
+    path, fmt, version = table["path"], table["format"], table.get("version")
+    pinned_id = table.get("table_id")
+    if fmt not in ("auto", "delta"):
+        found = False
+    elif fmt == "delta":
+        found = True
+    else:
+        found = delta.is_delta(path, remote.list_objects(str(path))[0] if remote.is_url(path) else None)
+    if not found:
+        if version is not None or pinned_id is not None:
+            key = "version" if version is not None else "table_id"
+            raise TableError(
+                f"data.table.{key} is set, and {path} is not a Delta table (no _delta_log/ in it). HINT: remove "
+                f"data.table.{key} (it pins a Delta table), or point data.table.path at a Delta table's folder."
+            )
+        return None
+    return delta.open_snapshot(path, version)
 
 
 def fingerprint(path: str | Path, fmt: str = "auto") -> str:
@@ -380,8 +401,15 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     also written to ingest.json.
     """
     table = params["table"]
-    fmt, files = table_files(table["path"], table["format"])
-    if table.get("sha256") and fingerprint(table["path"], table["format"]) != table["sha256"]:
+    snapshot = delta_snapshot(table)
+    if snapshot is not None:
+        # The version planned: its data files, read as a Parquet table's; the log is delta-rs's to read.
+        fmt, files = "parquet", delta.data_files(table["path"], snapshot)
+        current = snapshot.identity()
+    else:
+        fmt, files = table_files(table["path"], table["format"])
+        current = fingerprint(table["path"], table["format"]) if table.get("sha256") else None
+    if table.get("sha256") and current != table["sha256"]:
         raise TableError(
             f"{table['path']}: the table's checksum differs from data.table.sha256 (the table changed). "
             "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
@@ -424,6 +452,8 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
         "rows_dropped": stats.rows_dropped,
         "records": {"train": sum(e["records"] for e in entries[:-1]), "val": entries[-1]["records"]},
     }
+    if snapshot is not None:
+        summary["delta"] = {"table_id": snapshot.table_id, "version": snapshot.version}
     atomic_write_json(out / "ingest.json", summary)
     return summary
 

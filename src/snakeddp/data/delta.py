@@ -1,0 +1,142 @@
+"""Delta Lake tables as a table dataset's source: ``data.table.path`` naming a Delta table's folder
+(local, or ``az://``/``abfs://``, ``s3://``, ``gs://``), read with delta-rs (the ``deltalake``
+package: no JVM, no Spark).
+
+    data:
+      source: table
+      table: {path: "az://lake/tables/churn", features: [x1, x2], label: y, version: 12}
+
+A Delta table's identity is its table id (``metadata().id``, the same in every version) and a
+version. Planning resolves ``data.table.version`` (null: the latest commit) into the run config and
+the dataset id, so a new commit is a new dataset and re-plans ingestion, and a pinned version
+trains on that snapshot whatever is committed later (time travel). delta-rs reads only the log: a
+version's rows are those of its data files (the log's add actions), read in commit order by the
+same Parquet reader as a Parquet table, one row group at a time, through the same object-storage
+clients, so the partitions are byte-identical wherever the table is read from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snakeddp.data import remote
+from snakeddp.errors import TableError
+from snakeddp.util.hashing import sha256_json
+from snakeddp.util.redact import redact_text
+
+LOG = "_delta_log"
+# Reader features that change which bytes of a data file are rows (deleted rows in a side file,
+# physical column names): read file by file, they would give wrong rows, so such tables are refused.
+UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
+INSTALL_HINT = "HINT: run `tools/add.sh deltalake --stage data`, then rerun"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of a Delta table: what identifies it and the data files that hold its rows."""
+
+    table_id: str
+    version: int
+    files: tuple[tuple[str, int], ...]
+    """(path relative to the table, size in bytes) of each data file, in commit order."""
+
+    def identity(self) -> str:
+        """sha256 of the table id, the version and its files: the dataset id's part for the table."""
+        return sha256_json({"delta_table_id": self.table_id, "version": self.version, "files": self.files})
+
+
+def is_delta(path: str | Path, objects: list[dict[str, Any]] | None = None) -> bool:
+    """Whether ``path`` is a Delta table: a folder with a _delta_log (``objects``: a URL's listing)."""
+    if remote.is_url(path):
+        return any(o["name"].startswith(f"{LOG}/") for o in objects or [])
+    return (Path(path) / LOG).is_dir()
+
+
+def _deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError:
+        raise TableError(
+            f"a Delta table needs the deltalake package, which is not installed. {INSTALL_HINT}."
+        ) from None
+    return deltalake
+
+
+def storage_options(url: str, env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """delta-rs's options for the store of ``url``, from the variables the store's own tools read
+    (snakeddp.data.stores): delta-rs reads most of them itself, but not an Azure connection string,
+    and it refuses a plain-HTTP endpoint (an emulator's) unless told."""
+    scheme = url.partition("://")[0].lower()
+    options: dict[str, str] = {}
+    if scheme in ("az", "abfs", "abfss"):
+        parts = dict(
+            item.split("=", 1) for item in env.get("AZURE_STORAGE_CONNECTION_STRING", "").split(";") if "=" in item
+        )
+        if parts.get("AccountName"):
+            options["account_name"] = parts["AccountName"]
+        if parts.get("AccountKey"):
+            options["account_key"] = parts["AccountKey"]
+        if parts.get("SharedAccessSignature"):
+            options["sas_token"] = parts["SharedAccessSignature"]
+        endpoint = parts.get("BlobEndpoint")
+        if endpoint:
+            options["endpoint"] = endpoint.rstrip("/")
+    elif scheme == "s3":
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            options["endpoint"] = endpoint
+        options.setdefault("region", env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")
+    endpoint = options.get("endpoint", "")
+    if endpoint.startswith("http://"):
+        options["allow_http"] = "true"
+    return options
+
+
+def _table_uri(path: str | Path) -> str:
+    """delta-rs names Azure containers abfs://; snakeddp's az:// is the same place."""
+    text = str(path)
+    return "abfs://" + text[len("az://") :] if text.startswith("az://") else text
+
+
+def open_snapshot(path: str | Path, version: int | None) -> Snapshot:
+    """The table's ``version`` (None: its latest), or a TableError in one line with a HINT."""
+    deltalake = _deltalake()
+    uri = _table_uri(path)
+    options = storage_options(uri) if remote.is_url(path) else None
+    try:
+        table = deltalake.DeltaTable(uri, version=version, storage_options=options)
+    except Exception as error:  # delta-rs raises its own TableNotFoundError, DeltaError, OSError...
+        why = redact_text(" ".join(str(error).split()))[:300]
+        at = f" at version {version}" if version is not None else ""
+        raise TableError(
+            f"data.table.path={str(path)!r}: cannot read the Delta table{at} ({type(error).__name__}: {why}). "
+            "HINT: check the path (a folder holding _delta_log/), data.table.version (a version the log still "
+            "has: VACUUM and log retention remove old ones), and the storage's credentials."
+        ) from None
+    features = set(table.protocol().reader_features or ()) & set(UNSUPPORTED_READER_FEATURES)
+    if features:
+        raise TableError(
+            f"data.table.path={str(path)!r}: the Delta table uses {', '.join(sorted(features))}, which snakeddp "
+            "does not read. HINT: rewrite it without them (REORG TABLE ... APPLY (PURGE) for deletion vectors), "
+            "or export the version you train on as Parquet."
+        )
+    actions = table.get_add_actions(flatten=True)
+    paths = [str(p) for p in actions.column("path").to_pylist()]
+    sizes = [int(s) for s in actions.column("size_bytes").to_pylist()]
+    # Rows in the order they were committed: the log's modification times, then paths. Writers name
+    # data files with random UUIDs, so path order alone would shuffle commits differently in every copy
+    # of the same history; the log's own order is not part of the protocol.
+    times = [int(t) for t in actions.column("modification_time").to_pylist()]  # ms since the epoch
+    ordered = sorted(zip(times, paths, sizes, strict=True))
+    return Snapshot(str(table.metadata().id), int(table.version()), tuple((p, s) for _, p, s in ordered))
+
+
+def data_files(path: str | Path, snapshot: Snapshot) -> list[str] | list[Path]:
+    """Where the snapshot's data files are, as the Parquet reader opens them (URLs for a table in storage)."""
+    if remote.is_url(path):
+        return [f"{str(path).rstrip('/')}/{name}" for name, _ in snapshot.files]
+    return [Path(path) / name for name, _ in snapshot.files]
