@@ -288,3 +288,24 @@ def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_writ
     with mock.patch.dict(os.environ, env), pytest.raises(SiteError, match="site.accelerator.*HINT: declare it"):
         make_spec(tmp_path, "v2", launch={"accelerator": "auto"})
     assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v1"])
+def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
+    with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
+        plan, _, spec, _ = make_spec(tmp_path, sdk)
+    index = "--extra-index-url https://download.pytorch.org/whl/cu126"
+    expected = [index, *(pin + "+cu126" if pin == "torch==2.13.0" else pin for pin in LOCK_PINS)]
+    if sdk == "v2":
+        pip = load_job(spec).environment.conda_file["dependencies"][-1]["pip"]
+    else:
+        conda = spec_v1.load(spec).environment.python.conda_dependencies
+        pip = [*conda.pip_options, *conda.pip_packages]  # azureml-core reads the index as a pip option
+    assert pip == expected
+    default = staging.environment_record(staging.environment_spec(Settings.from_section({})))
+    assert staging.environment_record(plan.environment)["hash"] != default["hash"], "another build resumes nothing"
+
+
+def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
+    with pytest.raises(AzureMLError, match="environment.cuda=cpu with azureml.environment.source=dockerfile.*HINT"):
+        staging.environment_spec(Settings.from_section({"environment": {"source": "dockerfile"}}), "cpu")

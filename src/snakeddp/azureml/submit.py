@@ -75,7 +75,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     launch = run.config["launch"]
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
-    environment = staging.environment_spec(settings)
+    environment = staging.environment_spec(settings, names.torch_build(os.environ))
     env_record = staging.environment_record(environment)
     identity = attempt.Identity.of(run.config, args.data, env_record)
     key = identity.key
