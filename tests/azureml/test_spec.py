@@ -32,7 +32,7 @@ from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
-DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04:latest"
+DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
 LOCK_PINS = [
     line.strip()
     for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
