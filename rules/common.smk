@@ -33,6 +33,7 @@ from snakeddp.run import attempt as snakeddp_attempt
 from snakeddp.run import rules as snakeddp_rules
 from snakeddp.run import search as snakeddp_search
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
+from snakeddp.environment import files as snakeddp_envfiles
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.
@@ -147,6 +148,15 @@ if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
         "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
         "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
     )
+# The conda env of the stages that import torch follows environment.cuda (one YAML per torch build);
+# the others have one. Relative to rules/, where the rules naming them are.
+TRAIN_CONDA_ENV = (
+    f"../envs/{snakeddp_envfiles.stage_file('train', CONFIG['environment']['cuda'])}"
+)
+
+
+def get_conda_env(wildcards):
+    return f"../envs/{snakeddp_envfiles.stage_file(wildcards.stage, CONFIG['environment']['cuda'])}"
 
 
 container: CONTAINER_IMAGE

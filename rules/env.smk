@@ -11,7 +11,7 @@ rule env_capture:
     log:
         "logs/envs/{stage}.log",
     conda:
-        "../envs/{stage}.yaml"
+        get_conda_env
     params:
         lock_sha256=LOCK_SHA256,
         image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else "",
@@ -37,6 +37,7 @@ rule build_image:
         None
     params:
         image=CONTAINER_IMAGE,
+        cuda=CONFIG["environment"]["cuda"],
     run:
         from snakeddp.environment.image import build
 
@@ -46,6 +47,7 @@ rule build_image:
                 record_path=output.record,
                 image=params.image,
                 log=handle,
+                cuda=params.cuda,
             )
 
 

@@ -29,7 +29,7 @@ rule export:
     log:
         "logs/export/{run}.log",
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     shell:
         "python -m snakeddp.cli --results results export {wildcards.run:q}"
         " --to results/export/{wildcards.run:q} > {log:q} 2>&1"

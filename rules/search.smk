@@ -15,7 +15,7 @@ rule search_run_config:
         "logs/search/{run}.epochs-{epochs}.config.log",
     localrule: True
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     params:
         run=get_run_json,
     shell:
@@ -36,7 +36,7 @@ rule search_train:
     log:
         "logs/search/{run}.epochs-{epochs}.log",
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     threads: get_train_threads
     resources:
         **TRAIN_RESOURCES,
@@ -58,7 +58,7 @@ checkpoint search_rung:
         "logs/search/rung-{rung}.log",
     localrule: True
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     params:
         plan=get_search_plan_json,
     shell:

@@ -12,7 +12,7 @@ rule run_config:
         "logs/train/{run}.config.log",
     localrule: True
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     params:
         run=get_run_json,
     shell:
@@ -33,7 +33,7 @@ rule train:
     log:
         "logs/train/{run}.log",
     conda:
-        "../envs/train.yaml"
+        TRAIN_CONDA_ENV
     threads: get_train_threads
     resources:
         **TRAIN_RESOURCES,

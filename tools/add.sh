@@ -21,7 +21,8 @@ fi
 # Everything add changes, kept to be put back if the new package does not resolve.
 kept=$(mktemp -d)
 trap 'rm -rf "$kept"' EXIT
-derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/data.yaml envs/train.yaml envs/report.yaml)
+# Every stage YAML, one per torch build for the stages that import torch (snakeddp.environment.files).
+derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/*.yaml)
 cp "${derived[@]}" "$kept/"
 restore() { for file in "${derived[@]}"; do cp "$kept/$(basename "$file")" "$file"; done; }
 

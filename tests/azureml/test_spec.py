@@ -8,9 +8,11 @@ the lock file, never from the code under test.
 
 import copy
 import itertools
+import os
 import shlex
 from argparse import Namespace
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
@@ -18,16 +20,19 @@ from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
 from azureml.core.script_run_config import get_run_config_from_script_run
 from marshmallow import ValidationError
 
+from snakeddp import config
 from snakeddp.azureml import spec_v1, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
+from snakeddp.config.site import SiteError
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
+from snakeddp.workflow import jobenv
 from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
-DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi4.1.0-cuda11.8-cudnn8-ubuntu22.04:latest"
+DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
 LOCK_PINS = [
     line.strip()
     for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
@@ -238,3 +243,69 @@ def test_switching_sdk_leaves_no_stale_spec(tmp_path):
     _, _, spec, _ = make_spec(tmp_path, "v1")
     assert not (spec.parent / "job.yml").exists() and spec.is_file()
     assert Path(spec.parent / "code" / "environment.json").is_file()
+
+
+def workflow_environment(**sections):
+    """What the workflow exports for a config with these sections (as rules/common.smk applies it)."""
+    return jobenv.settings(config.validate(sections))
+
+
+def test_only_network_env_reaches_the_job_never_the_submitting_shells(tmp_path):
+    # The login node exported its InfiniBand interface; the config asks only for NCCL_DEBUG.
+    env = {**workflow_environment(network={"env": {"NCCL_DEBUG": "INFO"}}), "NCCL_SOCKET_IFNAME": "ib0"}
+    with mock.patch.dict(os.environ, env):
+        _, _, spec, _ = make_spec(tmp_path / "v2", "v2")
+        _, _, runconfig, _ = make_spec(tmp_path / "v1", "v1")
+    for variables in (load_job(spec).environment_variables, spec_v1.load(runconfig).environment_variables):
+        assert variables["NCCL_DEBUG"] == "INFO"
+        assert "NCCL_SOCKET_IFNAME" not in variables
+
+
+def test_shm_size_has_a_default_for_gpus_and_is_configurable(tmp_path):
+    _, _, spec, _ = make_spec(tmp_path / "a", "v2")
+    assert load_job(spec).resources.shm_size == "16g"
+    _, _, spec, _ = make_spec(tmp_path / "b", "v2", shm_size="64g")
+    assert load_job(spec).resources.shm_size == "64g"
+    _, _, runconfig, _ = make_spec(tmp_path / "c", "v1", shm_size="64g")
+    assert spec_v1.load(runconfig).docker.shm_size == "64g"
+    with pytest.raises(config.ConfigError, match="azureml.shm_size"):
+        Settings.from_section({"shm_size": "16 GB"})
+
+
+@pytest.mark.parametrize(("declared", "backend"), [("gpu", "nccl"), ("cpu", "gloo")])
+def test_auto_accelerator_is_what_the_profile_declares(tmp_path, declared, backend):
+    env = workflow_environment(site={"accelerator": declared})
+    with mock.patch.dict(os.environ, env):
+        plan, _, runconfig, _ = make_spec(tmp_path, "v1", "pytorch", 1, 2, launch={"accelerator": "auto"})
+    assert plan.accelerator == declared
+    assert spec_v1.load(runconfig).pytorch.communication_backend.lower() == backend
+    # Every rank resolves auto again from the same declaration, so the job carries it.
+    assert spec_v1.load(runconfig).environment_variables["SNAKEDDP_SITE"] == env["SNAKEDDP_SITE"]
+
+
+def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_written(tmp_path):
+    env = workflow_environment()
+    with mock.patch.dict(os.environ, env), pytest.raises(SiteError, match="site.accelerator.*HINT: declare it"):
+        make_spec(tmp_path, "v2", launch={"accelerator": "auto"})
+    assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v1"])
+def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
+    with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
+        plan, _, spec, _ = make_spec(tmp_path, sdk)
+    index = "--extra-index-url https://download.pytorch.org/whl/cu126"
+    expected = [index, *(pin + "+cu126" if pin == "torch==2.13.0" else pin for pin in LOCK_PINS)]
+    if sdk == "v2":
+        pip = load_job(spec).environment.conda_file["dependencies"][-1]["pip"]
+    else:
+        conda = spec_v1.load(spec).environment.python.conda_dependencies
+        pip = [*conda.pip_options, *conda.pip_packages]  # azureml-core reads the index as a pip option
+    assert pip == expected
+    default = staging.environment_record(staging.environment_spec(Settings.from_section({})))
+    assert staging.environment_record(plan.environment)["hash"] != default["hash"], "another build resumes nothing"
+
+
+def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
+    with pytest.raises(AzureMLError, match="environment.cuda=cpu with azureml.environment.source=dockerfile.*HINT"):
+        staging.environment_spec(Settings.from_section({"environment": {"source": "dockerfile"}}), "cpu")

@@ -7,9 +7,12 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import torch
 
+from snakeddp.environment import capture as capturing
 from snakeddp.environment.capture import capture, conda_info, container_info
 from snakeddp.environment.lock import installed
 from snakeddp.util.hashing import sha256_file
@@ -133,3 +136,36 @@ def test_the_attempt_key_reads_a_records_hash_as_provenance_does(tmp_path):
     key = attempt_key(config, manifest, path)
     assert key == attempt_key(config, manifest, {"hash": record["hash"]})
     assert key != attempt_key(config, manifest, None) == attempt_key(config, manifest, tmp_path / "missing.json")
+
+
+def test_a_cuda_build_records_each_gpus_compute_capability_and_the_driver(tmp_path):
+    """No GPU here: torch's CUDA queries answer as two V100s would, behind a CUDA 12.6 build."""
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan 23 2025\n")
+    cuda_build = SimpleNamespace(__version__="2.13.0+cu126", cuda="12.6", hip=None, xpu=None)
+    with (
+        mock.patch.object(capturing, "_torch_build", return_value=cuda_build),
+        mock.patch.object(capturing, "nvidia_driver", return_value=capturing.nvidia_driver(version)),
+        mock.patch.object(torch.version, "cuda", "12.6"),
+        mock.patch.object(torch.cuda, "device_count", return_value=2),
+        mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla V100-SXM2-32GB"),
+        mock.patch.object(torch.cuda, "get_device_capability", return_value=(7, 0)),
+        mock.patch.object(torch.cuda.nccl, "version", return_value=(2, 27, 3)),
+    ):
+        stack = capturing.accelerator_stack()
+    assert stack["nvidia_driver"] == "570.86.15"
+    assert stack["gpus"] == ["Tesla V100-SXM2-32GB"] * 2 and stack["gpu_capabilities"] == ["7.0", "7.0"]
+    assert stack["cuda"] == "12.6" and stack["nccl"] == "2.27.3"
+
+
+def test_a_cpu_build_still_names_the_nodes_driver():
+    stack = capturing.accelerator_stack()
+    assert stack["nvidia_driver"] == capturing.nvidia_driver() and stack["gpu_capabilities"] == []
+
+
+def test_the_driver_and_gpus_stay_out_of_the_hash(tmp_path):
+    """Nodes of one cluster differ in driver and GPU; the software a stage ran in does not."""
+    first = capture("train", LOCK, tmp_path / "a.json", env={})
+    with mock.patch.object(capturing, "nvidia_driver", return_value="999.1"):
+        second = capture("train", LOCK, tmp_path / "b.json", env={})
+    assert second["versions"]["nvidia_driver"] == "999.1" and first["hash"] == second["hash"]

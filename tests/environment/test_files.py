@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from snakeddp.environment import files as envfiles
+from snakeddp.environment.builds import BUILDS
 from snakeddp.environment.lock import read_lock
 from tests.helpers import REPO, subprocess_env
 
@@ -31,7 +32,54 @@ def test_the_checked_in_files_agree_with_the_lock():
 @pytest.mark.parametrize("stage", envfiles.STAGE_PACKAGES)
 def test_each_stage_yaml_is_what_the_lock_generates(stage):
     lock = read_lock(ENVS / "requirements.lock")
-    assert (ENVS / f"{stage}.yaml").read_text() == envfiles.render_stage(stage, lock)
+    for build in envfiles.stage_builds(stage):
+        path = ENVS / envfiles.stage_file(stage, build.cuda)
+        assert path.read_text() == envfiles.render_stage(stage, lock, build=build)
+
+
+def pip_lines(path):
+    return yaml.safe_load(path.read_text())["dependencies"][-1]["pip"]
+
+
+@pytest.mark.parametrize(
+    ("cuda", "name", "index", "torch"),
+    [
+        ("13.0", "train.yaml", None, "torch==2.13.0"),
+        ("12.6", "train-cu126.yaml", "https://download.pytorch.org/whl/cu126", "torch==2.13.0+cu126"),
+        ("13.2", "train-cu132.yaml", "https://download.pytorch.org/whl/cu132", "torch==2.13.0+cu132"),
+        ("cpu", "train-cpu.yaml", "https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu"),
+    ],
+)
+def test_the_train_stage_has_a_yaml_per_torch_build_differing_only_in_torch(cuda, name, index, torch):
+    assert envfiles.stage_file("train", cuda) == name
+    assert envfiles.stage_file("data", cuda) == "data.yaml", "a stage without torch has one env"
+    lines = pip_lines(ENVS / name)
+    assert [line for line in lines if line.startswith("--")] == ([f"--extra-index-url {index}"] if index else [])
+    assert torch in lines
+    default = [line for line in pip_lines(ENVS / "train.yaml") if not line.startswith("torch==")]
+    assert [line for line in lines if not line.startswith(("torch==", "--"))] == default
+
+
+def test_a_build_yaml_without_its_index_is_caught(envs_copy):
+    legacy = envs_copy / "train-cu126.yaml"
+    legacy.write_text(legacy.read_text().replace("  - --extra-index-url https://download.pytorch.org/whl/cu126\n", ""))
+    assert envfiles.check(envs_copy) == [
+        f"{legacy}: pip options none, but torch build 12.6 needs --extra-index-url https://download.pytorch.org/whl/cu126"
+    ]
+
+
+def test_a_build_yaml_with_the_default_torch_is_caught(envs_copy):
+    legacy = envs_copy / "train-cu126.yaml"
+    legacy.write_text(legacy.read_text().replace("torch==2.13.0+cu126", "torch==2.13.0"))
+    assert envfiles.check(envs_copy) == [f"{legacy}: torch==2.13.0, but the lock has torch==2.13.0+cu126"]
+
+
+def test_a_dockerfile_defaulting_to_another_build_is_caught(envs_copy):
+    dockerfile = envs_copy / "Dockerfile"
+    text = dockerfile.read_text().replace(f"ARG TORCH_INDEX_URL={BUILDS['13.0'].index_url}", "ARG TORCH_INDEX_URL=x")
+    dockerfile.write_text(text)
+    problems = envfiles.check(envs_copy)
+    assert len(problems) == 1 and "ARG TORCH_INDEX_URL=x, but the default torch build (13.0)" in problems[0]
 
 
 def test_stage_yamls_carry_only_what_the_stage_needs():

@@ -32,6 +32,16 @@ def test_the_build_command_is_an_argument_list():
     assert command[:2] == ["/usr/bin/docker", "build"]
     assert command[command.index("--tag") + 1] == "snakeddp:0.1.0-torch2.13.0"
     assert command[-1] == str(REPO)
+    assert not any(arg.startswith("TORCH_INDEX_URL=") for arg in command), "the Dockerfile's default is PyPI's build"
+
+
+def test_another_torch_build_is_a_build_argument_and_a_tag_suffix():
+    assert default_tag(LOCK, "12.6") == "snakeddp:0.1.0-torch2.13.0-cu126"
+    assert image_tag(None, LOCK, "cpu") == "snakeddp:0.1.0-torch2.13.0-cpu"
+    command = build_command("docker", REPO / "envs" / "Dockerfile", REPO, "t", "ab12", cuda="12.6")
+    argument = command[command.index("--build-arg") + 1]
+    assert argument == "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126"
+    assert "io.snakeddp.torch-build=12.6" in command
 
 
 def test_no_engine_on_path_is_a_clear_error(tmp_path, monkeypatch):

@@ -7,8 +7,9 @@ import pytest
 from snakeddp import config as configuration
 from snakeddp.cluster import Layout
 from snakeddp.data.custom import describe
+from snakeddp.environment.capture import nvidia_driver
 from snakeddp.provenance import record as provenance
-from snakeddp.provenance.schema import validate
+from snakeddp.provenance.schema import ProvenanceError, validate
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import read_json
@@ -114,6 +115,26 @@ def test_record_from_the_attempt_and_the_outcome(tmp_path):
     assert record["timing"]["phases"] == dict.fromkeys(PHASES, 0.5) and calls == ["phases"]
     assert "warnings" not in record
     validate(read_json(provenance.write(attempt.run_dir, record)))
+
+
+def test_the_record_names_the_driver_and_each_gpus_compute_capability(tmp_path):
+    attempt = _attempt(tmp_path)
+    data = describe(object(), attempt.manifest, attempt.manifest_sha256)
+    built = provenance.build(attempt, LAYOUT, _outcome(attempt, []), data=data, user_code=[], tracking=None)
+    record = read_json(provenance.write(attempt.run_dir, built))
+    environment = record["environment"]
+    assert environment["nvidia_driver"] == nvidia_driver(), "this machine's, read from /proc"
+    assert environment["gpu_capabilities"] == [] and environment["gpus"] == []
+    validate(record)
+    older = {
+        **record,
+        "environment": {k: v for k, v in environment.items() if k not in ("nvidia_driver", "gpu_capabilities")},
+    }
+    validate(older)  # records written before these were recorded stay valid
+    named = {**record, "environment": {**environment, "gpus": ["Tesla V100"], "gpu_capabilities": ["sm_70"]}}
+    with pytest.raises(ProvenanceError, match="gpu_capabilities"):
+        validate(named)
+    validate({**named, "environment": {**named["environment"], "gpu_capabilities": ["7.0"]}})
 
 
 @pytest.mark.parametrize("stopped_early", [False, True])

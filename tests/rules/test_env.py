@@ -51,6 +51,18 @@ def test_with_an_image_the_rules_go_to_apptainer(workflow):
     assert "apptainer or singularity command has to be available" in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize(("cuda", "train_env"), [("13.0", "envs/train.yaml"), ("12.6", "envs/train-cu126.yaml")])
+def test_the_train_stage_runs_in_the_conda_env_of_the_chosen_torch_build(workflow, cuda, train_env):
+    """Snakemake's --containerize hashes every rule's conda env file before it needs conda itself,
+    so its log names the envs the rules resolved to (the train rules' and env_capture's of train)."""
+    workflow.write_config({**TINY, "environment": {"cuda": cuda}})
+    done = workflow.run("--containerize", check=False)
+    said = (done.stdout + done.stderr).splitlines()
+    # Paths are relative to the working directory; what matters is which file under envs/.
+    hashed = {"envs/" + line.rstrip(".").rpartition("/envs/")[2] for line in said if "Hashing conda" in line}
+    assert hashed == {"envs/data.yaml", train_env, "envs/report.yaml"}, "\n".join(said)
+
+
 def test_build_image_without_an_engine_says_so(workflow, tmp_path):
     workflow.write_config(TINY)
     env = subprocess_env(DOCKER_HOST=f"unix://{tmp_path}/no-daemon.sock")

@@ -57,7 +57,7 @@ class JobPlan:
     distribution: str
     nodes: int
     devices: int
-    accelerator: str
+    accelerator: str  # cpu or gpu: launch.accelerator with auto resolved by the profile's site
     compute: str
     experiment: str
     timeout_s: int
@@ -65,6 +65,7 @@ class JobPlan:
     data: DataInput
     environment: EnvironmentSpec
     datastore: str
+    shm_size: str  # /dev/shm of each node's container: NCCL's intra-node buffers live there
     resume_dir: Path | None = None
     variables: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
@@ -125,13 +126,16 @@ def job_variables(
 ) -> dict[str, str]:
     """Variables every process of the job gets (nothing secret: they end up in provenance).
 
-    The profile's network tuning and the tracking settings travel in the workflow's environment
-    (snakeddp.run.variables), so they are copied from ``env`` into the job.
+    Of the network variables only the config's ``network.env`` reaches the job (read from
+    ``SNAKEDDP_NETWORK``), never the NCCL_*/GLOO_* the submitting shell exported: a login node's
+    NCCL_SOCKET_IFNAME=ib0 names an interface Azure's nodes need not have. The tracking and site
+    settings travel in the workflow's environment (snakeddp.run.variables) and are copied into the
+    job, the site so that every rank resolves ``launch.accelerator: auto`` as the submitter did.
     """
     threads = str(launch["threads_per_process"])
     variables = {
-        **network.forwarded(env),
-        **({names.TRACKING: env[names.TRACKING]} if names.TRACKING in env else {}),
+        **network.variables({"network": names.network(env)}),
+        **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
         names.PLATFORM: "azureml",
         names.AZUREML_SDK: sdk,
         names.AZUREML_COMPUTE: compute,

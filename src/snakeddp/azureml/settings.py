@@ -51,6 +51,7 @@ class Settings:
     environment: dict[str, Any]
     data: dict[str, Any]
     submit: bool
+    shm_size: str
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any], cwd: Path | None = None) -> Settings:
@@ -65,6 +66,7 @@ class Settings:
             environment=resolved["environment"],
             data=resolved["data"],
             submit=resolved["submit"],
+            shm_size=resolved["shm_size"],
         )
 
     @classmethod

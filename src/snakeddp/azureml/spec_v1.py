@@ -119,7 +119,7 @@ def build(plan: JobPlan) -> ScriptRunConfig:
         environment=_environment(plan),
         distributed_job_config=distribution,
         max_run_duration_seconds=plan.timeout_s,
-        docker_runtime_config=DockerConfiguration(use_docker=True),
+        docker_runtime_config=DockerConfiguration(use_docker=True, shm_size=plan.shm_size),
     )
     mode = "mount" if plan.data.mode == "ro_mount" else "download"
     store, path = data_path(plan)

@@ -78,6 +78,7 @@ def build(plan: JobPlan) -> dict[str, Any]:
         environment_variables=plan.variables,
         compute=plan.compute,
         instance_count=plan.nodes,
+        shm_size=plan.shm_size,
         distribution=distribution,
         inputs=inputs,
         outputs={OUTPUT_NAME: Output(type="uri_folder", mode="rw_mount")},

@@ -18,7 +18,8 @@ from typing import Any
 import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.environment.lock import read_lock
+from snakeddp.environment.builds import DEFAULT, torch_build
+from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.provenance.lineage import Origin
 from snakeddp.run.attempt import CONTINUED, resumable
 from snakeddp.run.layout import ATTEMPT_FILES, RUN_FILE, RunPaths
@@ -37,18 +38,33 @@ def clear_specs(spec_dir: Path) -> None:
         (spec_dir / name).unlink(missing_ok=True)
 
 
-def environment_spec(settings: Settings) -> EnvironmentSpec:
-    """The job's software from ``azureml.environment``; files are read now, so a missing one fails early."""
+def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec:
+    """The job's software from ``azureml.environment`` and the torch build ``environment.cuda`` names;
+    files are read now, so a missing one fails early."""
     env = settings.environment
+    build = torch_build(cuda)
     if env["source"] == "image":
         lock = read_lock(settings.checkout_path("requirements"))
-        pins = tuple(f"{pin.name}=={pin.version}" for pin in lock.pins.values())
-        return EnvironmentSpec(source="image", image=env["image"], python=env["python"], pins=pins)
+        # The lock's torch in the chosen build: PyPI's wheel, or the same version from PyTorch's index.
+        pins = tuple(
+            build.torch_pin(pin.version) if key == ACCELERATED else f"{pin.name}=={pin.version}"
+            for key, pin in lock.pins.items()
+        )
+        return EnvironmentSpec(
+            source="image", image=env["image"], python=env["python"], pins=(*build.pip_options(), *pins)
+        )
     if env["source"] == "dockerfile":
         if settings.sdk == "v1":
             raise AzureMLError(
                 "azureml.environment.source=dockerfile needs azureml.sdk: v2 (azureml-core cannot build a "
                 "local Docker context without uploading it by hand). HINT: use sdk: v2, or source: image."
+            )
+        if build.label is not None:
+            raise AzureMLError(
+                f"environment.cuda={cuda} with azureml.environment.source=dockerfile: AzureML builds the "
+                "Dockerfile without build arguments, so it would install PyPI's torch build. HINT: use "
+                "source: image (it installs the chosen build), or build the image with snakemake build_image, "
+                "push it and register it (source: registered)."
             )
         return EnvironmentSpec(source="dockerfile", dockerfile=settings.checkout_path("dockerfile"))
     if not env["registered"]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shlex
 import signal
 import sys
@@ -74,7 +75,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     launch = run.config["launch"]
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
-    environment = staging.environment_spec(settings)
+    environment = staging.environment_spec(settings, names.torch_build(os.environ))
     env_record = staging.environment_record(environment)
     identity = attempt.Identity.of(run.config, args.data, env_record)
     key = identity.key
@@ -94,7 +95,8 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         distribution=distribution,
         nodes=launch["nodes"],
         devices=launch["devices"],
-        accelerator=launch["accelerator"],
+        # auto is what the profile declares its nodes have (site.accelerator), as each rank resolves it.
+        accelerator=names.accelerator(launch, {**os.environ, names.PLATFORM: "azureml"}),
         compute=compute,
         experiment=settings.experiment,
         timeout_s=launch["runtime"] * 60,
@@ -107,6 +109,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         ),
         environment=environment,
         datastore=settings.data["datastore"],
+        shm_size=settings.shm_size,
         resume_dir=resume_dir,
         variables=variables,
         tags={"snakeddp_run": run.run_id, "snakeddp_dataset": run.dataset_id},

@@ -32,9 +32,20 @@ _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 
 
 def accelerator_stack() -> dict[str, Any]:
-    """torch and lightning versions and the CUDA, cuDNN and NCCL torch was built with (None
-    when absent: a CPU build, or a stage without torch)."""
-    stack: dict[str, Any] = {"torch": None, "lightning": None, "cuda": None, "cudnn": None, "nccl": None, "gpus": []}
+    """torch and lightning versions, the CUDA, cuDNN and NCCL torch was built with (None when
+    absent: a CPU build, or a stage without torch), the node's NVIDIA driver, and each visible GPU
+    with its compute capability: together they say why a build ran, or found no kernel image."""
+    stack: dict[str, Any] = {
+        "torch": None,
+        "lightning": None,
+        "cuda": None,
+        "cudnn": None,
+        "nccl": None,
+        "gpus": [],
+        # Read from /proc, so a CPU build on a GPU node still shows the driver it could have used.
+        "nvidia_driver": nvidia_driver(),
+        "gpu_capabilities": [],
+    }
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         return stack
@@ -55,7 +66,10 @@ def accelerator_stack() -> dict[str, Any]:
     if torch.version.cuda and hasattr(torch.cuda, "nccl"):
         version = torch.cuda.nccl.version()
         stack["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    stack["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    devices = range(torch.cuda.device_count())
+    stack["gpus"] = [torch.cuda.get_device_name(i) for i in devices]
+    # "7.0" on a V100, which CUDA 13 builds have no kernels for; "major.minor" as NVIDIA writes it.
+    stack["gpu_capabilities"] = [".".join(map(str, torch.cuda.get_device_capability(i))) for i in devices]
     return stack
 
 

@@ -2,8 +2,11 @@
 
 One source of truth for versions: envs/requirements.in -> tools/lock.sh -> envs/requirements.lock
 -> everything else. Each stage's YAML pins the dependency closure of that stage's packages at
-the lock's versions (written by ``write``, run by tools/lock.sh); the Dockerfile installs the
-lock itself, and its own version arguments (Python, torch) are checked against it.
+the lock's versions (written by ``write``, run by tools/lock.sh); a stage that imports torch has
+one YAML per torch build (``environment.cuda``, snakeddp.environment.builds): <stage>.yaml for
+PyPI's, <stage>-<label>.yaml for the others, the same pins but torch's build and its index. The
+Dockerfile installs the lock itself, and its own version arguments (Python, torch, the default
+build's index) are checked against it.
 
     python -m snakeddp.environment.files write    # regenerate envs/{data,train,report}.yaml from the lock
     python -m snakeddp.environment.files check    # every file agrees with the lock, or a list of what doesn't
@@ -21,6 +24,7 @@ from typing import Any
 import yaml
 from packaging.utils import canonicalize_name
 
+from snakeddp.environment.builds import BUILDS, DEFAULT, TorchBuild, torch_build
 from snakeddp.environment.lock import ACCELERATED, Lock, LockError, installed, read_lock, requirement_closure
 from snakeddp.environment.requirements import stage_additions
 from snakeddp.errors import EnvFileError
@@ -54,6 +58,19 @@ def stage_roots(stage: str, envs: Path = ENVS) -> tuple[str, ...]:
     return STAGE_PACKAGES[stage] + stage_additions(envs / REQUIREMENTS_NAME)[stage]
 
 
+def stage_builds(stage: str) -> list[TorchBuild]:
+    """The torch builds a stage has a YAML for: every build when the stage imports torch, else the default."""
+    return list(BUILDS.values()) if ACCELERATED in STAGE_PACKAGES[stage] else [BUILDS[DEFAULT]]
+
+
+def stage_file(stage: str, cuda: str = DEFAULT) -> str:
+    """The file name under envs/ of a stage's conda YAML for ``environment.cuda``."""
+    build = torch_build(cuda)
+    if build.label is None or ACCELERATED not in STAGE_PACKAGES[stage]:
+        return f"{stage}.yaml"
+    return f"{stage}-{build.label}.yaml"
+
+
 def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -> list[tuple[str, str]]:
     """``(name, version)`` of every package the stage needs, at the lock's versions.
 
@@ -77,13 +94,16 @@ def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -
     return sorted((lock.pins[key].name, lock.pins[key].version) for key in names)
 
 
-def render_stage(stage: str, lock: Lock, envs: Path = ENVS) -> str:
-    """The conda YAML of one stage: conda-forge's Python, then pip pins from the lock."""
+def render_stage(stage: str, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT]) -> str:
+    """The conda YAML of one stage and torch build: conda-forge's Python, then pip pins from the lock."""
     closure = stage_pins(stage, lock, envs=envs)
-    pins = [f"{name}=={version}" for name, version in closure]
+    pins = [
+        build.torch_pin(version) if canonicalize_name(name) == ACCELERATED else f"{name}=={version}"
+        for name, version in closure
+    ]
     document = {
         "channels": ["conda-forge", "nodefaults"],
-        "dependencies": [f"python={lock.python}", "pip", {"pip": pins}],
+        "dependencies": [f"python={lock.python}", "pip", {"pip": build.pip_options() + pins}],
     }
     header = (
         f"# Conda environment of the {stage} stage (snakemake --sdm conda): {', '.join(stage_roots(stage, envs))}\n"
@@ -92,31 +112,33 @@ def render_stage(stage: str, lock: Lock, envs: Path = ENVS) -> str:
     )
     if ACCELERATED in {canonicalize_name(name) for name, _ in closure}:
         header += (
-            "# On Linux, PyPI's torch wheel is the CUDA build (it adds its nvidia-* runtime wheels); for a\n"
-            "# CPU-only cluster add `--extra-index-url https://download.pytorch.org/whl/cpu` above the pins.\n"
+            f'# torch build: environment.cuda "{build.cuda}", from {build.index_url}: {build.serves}.\n'
+            f"# One file per torch build: {', '.join(stage_file(stage, b.cuda) for b in BUILDS.values())}.\n"
         )
     return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
 
 
 def write(envs: Path = ENVS) -> list[Path]:
-    """Rewrite every stage's YAML from the lock in ``envs``."""
+    """Rewrite every stage's YAML (one per torch build where the stage imports torch) from the lock in ``envs``."""
     lock = read_lock(envs / LOCK_NAME)
     written = []
     for stage in STAGE_PACKAGES:
-        path = envs / f"{stage}.yaml"
-        path.write_text(render_stage(stage, lock, envs))
-        written.append(path)
+        for build in stage_builds(stage):
+            path = envs / stage_file(stage, build.cuda)
+            path.write_text(render_stage(stage, lock, envs, build))
+            written.append(path)
     return written
 
 
-def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[str, str]], list[str]]:
-    """The python spec, the pip pins (canonical name -> (name, version)) and the format problems."""
+def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[str, str]], list[str], list[str]]:
+    """The python spec, the pip pins (canonical name -> (name, version)), the pip options and the format problems."""
     problems: list[str] = []
+    options: list[str] = []
     python = None
     pins: dict[str, tuple[str, str]] = {}
     dependencies = document.get("dependencies") if isinstance(document, dict) else None
     if not isinstance(dependencies, list):
-        return None, pins, [f"{path}: no `dependencies:` list"]
+        return None, pins, options, [f"{path}: no `dependencies:` list"]
     for item in dependencies:
         if isinstance(item, str) and item.startswith("python"):
             python = item.removeprefix("python").lstrip("=")
@@ -125,24 +147,34 @@ def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[s
                 found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", str(line).strip())
                 if found:
                     pins[canonicalize_name(found[1])] = (found[1], found[2])
-                elif not str(line).startswith("--"):
+                elif str(line).startswith("--"):
+                    options.append(str(line).strip())
+                else:
                     problems.append(f"{path}: pip entry {line!r} is not an exact pin (name==version)")
         elif isinstance(item, str) and item != "pip":
             problems.append(
                 f"{path}: conda package {item!r}: only python and pip come from conda; pin the rest in the lock"
             )
-    return python, pins, problems
+    return python, pins, options, problems
 
 
-def check_stage(stage: str, path: Path, lock: Lock, envs: Path = ENVS) -> list[str]:
-    """What in one stage's YAML disagrees with the lock (empty when it agrees)."""
+def check_stage(
+    stage: str, path: Path, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT]
+) -> list[str]:
+    """What in one stage's YAML for one torch build disagrees with the lock (empty when it agrees)."""
     if not path.is_file():
         return [f"{path}: missing (the {stage} stage's conda env). {HINT}"]
-    python, pins, problems = _yaml_pins(yamltext.safe_load(path.read_text()), path)
+    python, pins, options, problems = _yaml_pins(yamltext.safe_load(path.read_text()), path)
     if python != lock.python:
         problems.append(f"{path}: python={python}, but the lock is for Python {lock.python}")
+    if options != build.pip_options():
+        want = ", ".join(build.pip_options()) or "none"
+        problems.append(f"{path}: pip options {options or 'none'}, but torch build {build.cuda} needs {want}")
     for key, (name, version) in sorted(pins.items()):
         locked = lock.version(key)
+        if key == ACCELERATED and locked is not None:
+            # The build's own pin: the lock's version with the build's label (none for PyPI's).
+            locked = build.torch_pin(locked).partition("==")[2]
         if locked is None:
             problems.append(f"{path}: {name}=={version} is not in the lock")
         elif version != locked:
@@ -188,6 +220,13 @@ def check_dockerfile(path: Path, lock: Lock) -> list[str]:
     torch = args.get("TORCH_VERSION")
     if torch != lock.version(ACCELERATED):
         problems.append(f"{path}: ARG TORCH_VERSION={torch}, but the lock has torch=={lock.version(ACCELERATED)}")
+    # build_image passes another index for other builds; without one the image is the default build.
+    index = args.get("TORCH_INDEX_URL")
+    if index != BUILDS[DEFAULT].index_url:
+        problems.append(
+            f"{path}: ARG TORCH_INDEX_URL={index}, but the default torch build ({DEFAULT}) comes from "
+            f"{BUILDS[DEFAULT].index_url}; other builds are chosen with environment.cuda"
+        )
     copies_lock = any(
         i["instruction"] in {"COPY", "ADD"} and f"envs/{LOCK_NAME}" in _copy_sources(i["value"]) for i in structure
     )
@@ -212,7 +251,8 @@ def check(envs: Path = ENVS) -> list[str]:
     lock = read_lock(envs / LOCK_NAME)
     problems = []
     for stage in STAGE_PACKAGES:
-        problems += check_stage(stage, envs / f"{stage}.yaml", lock, envs)
+        for build in stage_builds(stage):
+            problems += check_stage(stage, envs / stage_file(stage, build.cuda), lock, envs, build)
     return problems + check_dockerfile(envs / DOCKERFILE_NAME, lock)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from snakeddp import __version__
+from snakeddp.environment.builds import DEFAULT, torch_build
 from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.errors import ImageBuildError
 from snakeddp.util.fsutil import atomic_write_json
@@ -27,16 +28,19 @@ IMAGE_NAME = "snakeddp"
 RECORD = "results/envs/image.json"
 
 
-def default_tag(lock_path: str | Path) -> str:
-    """``snakeddp:<snakeddp version>-torch<torch version>``: what the image holds, readable."""
-    return f"{IMAGE_NAME}:{__version__}-torch{read_lock(lock_path).version(ACCELERATED)}"
+def default_tag(lock_path: str | Path, cuda: str = DEFAULT) -> str:
+    """``snakeddp:<snakeddp version>-torch<torch version>[-<build>]``: what the image holds, readable
+    (PyPI's default build has no suffix, so the tags of images built before the choice still hold)."""
+    build = torch_build(cuda)
+    suffix = f"-{build.label}" if build.label else ""
+    return f"{IMAGE_NAME}:{__version__}-torch{read_lock(lock_path).version(ACCELERATED)}{suffix}"
 
 
-def image_tag(image: str | None, lock_path: str | Path) -> str:
+def image_tag(image: str | None, lock_path: str | Path, cuda: str = DEFAULT) -> str:
     """The tag to build: the configured image reference without its ``docker://`` scheme, or the
     default one. A reference that is not a Docker name (a .sif file, a digest) cannot be a tag."""
     if not image:
-        return default_tag(lock_path)
+        return default_tag(lock_path, cuda)
     tag = image.removeprefix("docker://")
     if "://" in tag or "@" in tag or tag.endswith(".sif"):
         raise ImageBuildError(
@@ -73,7 +77,12 @@ def find_engine(engines: Sequence[str] = ENGINES) -> str:
     )
 
 
-def build_command(engine: str, dockerfile: Path, context: Path, tag: str, lock_sha256: str) -> list[str]:
+def build_command(
+    engine: str, dockerfile: Path, context: Path, tag: str, lock_sha256: str, cuda: str = DEFAULT
+) -> list[str]:
+    build = torch_build(cuda)
+    # The Dockerfile's own default is PyPI's build; only another build needs its index passed.
+    index = ["--build-arg", f"TORCH_INDEX_URL={build.index_url}"] if build.label else []
     return [
         engine,
         "build",
@@ -81,8 +90,11 @@ def build_command(engine: str, dockerfile: Path, context: Path, tag: str, lock_s
         str(dockerfile),
         "--tag",
         tag,
+        *index,
         "--label",
         f"io.snakeddp.lock-sha256={lock_sha256}",
+        "--label",
+        f"io.snakeddp.torch-build={build.cuda}",
         str(context),
     ]
 
@@ -109,14 +121,15 @@ def build(
     image: str | None = None,
     log: IO[str] | None = None,
     engines: Sequence[str] = ENGINES,
+    cuda: str = DEFAULT,
 ) -> dict[str, Any]:
     """Build envs/Dockerfile of the repository at ``context``, tag it, and record what was built."""
     context = Path(context)
     dockerfile = context / "envs" / "Dockerfile"
     lock = context / "envs" / "requirements.lock"
-    tag = image_tag(image, lock)
+    tag = image_tag(image, lock, cuda)
     engine = find_engine(engines)
-    command = build_command(engine, dockerfile, context, tag, sha256_file(lock))
+    command = build_command(engine, dockerfile, context, tag, sha256_file(lock), cuda)
     if log is not None:
         print(f"build_image: {shlex.join(command)}", file=log, flush=True)
     started = time.time()
@@ -128,6 +141,7 @@ def build(
     record = {
         "engine": Path(engine).name,
         "tag": tag,
+        "torch_build": cuda,
         "command": shlex.join(command),
         "dockerfile_sha256": sha256_file(dockerfile),
         "lock_sha256": sha256_file(lock),

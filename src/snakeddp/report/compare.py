@@ -12,7 +12,19 @@ from snakeddp.run.runs import Run
 MISSING = "(absent)"
 CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")
 DATA_KEYS = ("dataset", "manifest", "manifest_sha256", "partitions", "records.train", "records.val")
-STACK_KEYS = ("python", "torch", "lightning", "cuda", "cudnn", "nccl", "gpus", "environment_hash", "lock_sha256")
+STACK_KEYS = (
+    "python",
+    "torch",
+    "lightning",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "gpus",
+    "gpu_capabilities",
+    "nvidia_driver",
+    "environment_hash",
+    "lock_sha256",
+)
 LAUNCH_KEYS = ("launcher", "backend", "accelerator", "nodes", "processes_per_node", "world_size", "hosts", "job_id")
 
 

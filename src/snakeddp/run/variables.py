@@ -26,6 +26,11 @@ LOCK = "SNAKEDDP_LOCK"
 TRACKING = "SNAKEDDP_TRACKING"
 #: The config's ``site`` section as JSON (what the profile declares its nodes have), read by every rank.
 SITE = "SNAKEDDP_SITE"
+#: The config's ``network`` section as JSON: which of the exported NCCL_*/GLOO_* variables the config set,
+#: for the AzureML submitter, whose jobs must not inherit the submitting shell's (a login node's interfaces).
+NETWORK = "SNAKEDDP_NETWORK"
+#: ``environment.cuda``: the torch build the AzureML image environment installs (snakeddp.environment.builds).
+TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
 #: The config's ``azureml`` section as JSON, read by the AzureML submitter.
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
 #: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
@@ -73,6 +78,16 @@ def _section(env: Mapping[str, str], name: str, key: str) -> dict[str, Any]:
 def site(env: Mapping[str, str]) -> dict[str, Any]:
     """The site section from the environment (nothing declared when unset)."""
     return _section(env, SITE, "site")
+
+
+def network(env: Mapping[str, str]) -> dict[str, Any]:
+    """The network section from the environment (no variables when unset)."""
+    return _section(env, NETWORK, "network")
+
+
+def torch_build(env: Mapping[str, str]) -> str:
+    """``environment.cuda`` as the workflow exported it; unset means the schema's default."""
+    return env.get(TORCH_BUILD) or validate({})["environment"]["cuda"]
 
 
 def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:

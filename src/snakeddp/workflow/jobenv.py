@@ -18,11 +18,18 @@ from snakeddp.run import variables
 
 
 def settings(config: Mapping[str, Any]) -> dict[str, str]:
-    """The settings outside a run's identity that reach its ranks: ``network.env``, ``tracking`` and ``site``."""
+    """The settings outside a run's identity that reach its jobs: ``network.env``, ``tracking``, ``site``
+    and the torch build (``environment.cuda``, which the AzureML submitter builds its image environment with).
+
+    ``network.env`` goes twice: as the variables themselves (ranks started here inherit them) and as
+    JSON, so the AzureML submitter can tell the config's from those the submitting shell exported.
+    """
     return {
         **network.variables(config),
+        variables.NETWORK: json.dumps(config.get("network", {}), sort_keys=True),
         variables.TRACKING: json.dumps(config.get("tracking", {}), sort_keys=True),
         variables.SITE: json.dumps(config.get("site", {}), sort_keys=True),
+        **({variables.TORCH_BUILD: config["environment"]["cuda"]} if "environment" in config else {}),
     }
 
 
