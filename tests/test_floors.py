@@ -20,7 +20,7 @@ FLOORS = [
     {"provenance"},
     {"training"},
     {"report"},
-    {"azureml"},
+    {"azureml", "databricks"},
     {"workflow"},
     {"cli", "launch", "steps", "train"},
 ]

@@ -1,0 +1,2 @@
+"""Databricks Jobs: a run's training submitted as a one-time run (``runs/submit``) through databricks-sdk,
+its spec built from the SDK's own request classes (``spec``) and checked offline, as the AzureML specs are."""

@@ -1,0 +1,187 @@
+"""The one-time Databricks Jobs run (``jobs/runs/submit``) that trains one snakeddp run, built from
+databricks-sdk's own request classes.
+
+One task runs snakeddp's training entry on the cluster's driver (``spark_python_task``), which starts
+the run's ranks through TorchDistributor on the cluster's executors (the spark platform); the code,
+run.yaml and the data manifest are staged under ``databricks.stage`` (a Unity Catalog volume or a
+workspace folder) first, and the run directory is copied back from there into results/runs/<run>/.
+The SDK's ``from_dict`` and constructors validate nothing (a missing field becomes None), so
+``check`` refuses what the Jobs API would reject only after an upload and a queue, in one line each.
+Imported only by the submitter: databricks-sdk is an optional extra.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snakeddp.errors import ConfigError
+from snakeddp.util.fsutil import atomic_write_json
+
+ENTRY = "databricks_entry.py"
+# A barrier stage that cannot get every task a slot waits 15 s x 40 checks by default (about 10
+# minutes) before it fails: fail in seconds instead, with the run's own one line.
+BARRIER_CHECKS = {
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "5",
+}
+
+
+class DatabricksSpecError(ConfigError):
+    """A job spec the Jobs API would refuse; the message names the field and how to set it."""
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What one run's job needs, in snakeddp's terms."""
+
+    run_id: str
+    nodes: int
+    devices: int
+    gpu: bool
+    stage: str
+    """The run's files on Databricks: code/, runs/<run>/, data/<dataset>/ below it."""
+    manifest: str
+    """The data manifest's path below ``stage`` (data/<dataset>/manifest-N.json)."""
+    timeout_s: int
+    existing_cluster_id: str | None = None
+    new_cluster: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, str] = field(default_factory=dict)
+    """Settings outside the run's identity for its ranks (network.env, tracking, site), no secrets."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.stage}/runs/{self.run_id}"
+
+
+def plan_for(
+    run_id: str,
+    run_config: Mapping[str, Any],
+    section: Mapping[str, Any],
+    manifest: str,
+    *,
+    gpu: bool,
+    variables: Mapping[str, str],
+) -> JobPlan:
+    """The job of one run: its layout and time limit from its config (``launch``), where and on what
+    cluster from the ``databricks:`` section; ``gpu``: the run's accelerator, resolved for the platform."""
+    launch = run_config["launch"]
+    if not section.get("stage"):
+        raise DatabricksSpecError(
+            "databricks.stage is not set, so the run's code and files have nowhere to go. HINT: set it to a Unity "
+            "Catalog volume path you can write (/Volumes/CATALOG/SCHEMA/VOLUME/snakeddp) or a /Workspace folder."
+        )
+    return JobPlan(
+        run_id=run_id,
+        nodes=launch["nodes"],
+        devices=launch["devices"],
+        gpu=gpu,
+        stage=str(section["stage"]).rstrip("/"),
+        manifest=manifest,
+        timeout_s=int(launch["runtime"]) * 60,
+        existing_cluster_id=section.get("existing_cluster_id"),
+        new_cluster=dict(section.get("new_cluster") or {}),
+        variables=dict(variables),
+    )
+
+
+def write_request(request: Mapping[str, Any], path: Path) -> Path:
+    """The request body as databricks-sdk sends it, for ``databricks.submit: false`` (and the record)."""
+    atomic_write_json(path, as_json(request))
+    return path
+
+
+def spark_conf(plan: JobPlan) -> dict[str, str]:
+    """A new cluster's Spark settings: each rank one task (one GPU each on GPU nodes), barrier checks that fail fast."""
+    conf = dict(BARRIER_CHECKS)
+    if plan.gpu:
+        conf["spark.task.resource.gpu.amount"] = "1"
+    return conf
+
+
+def task_parameters(plan: JobPlan) -> list[str]:
+    """The entry's argv: snakeddp.launch on the spark platform, and the variables it exports first."""
+    return [
+        "--variables",
+        json.dumps(dict(plan.variables), sort_keys=True),
+        "--platform",
+        "spark",
+        "--config",
+        f"{plan.run_dir}/run.yaml",
+        "--run-dir",
+        plan.run_dir,
+        "--data",
+        f"{plan.stage}/{plan.manifest}",
+    ]
+
+
+def submit_request(plan: JobPlan) -> dict[str, Any]:
+    """Keyword arguments of ``WorkspaceClient().jobs.submit``: the SDK's request objects, checked."""
+    from databricks.sdk.service import compute, jobs
+
+    task = jobs.SubmitTask(
+        task_key="train",
+        description=f"snakeddp run {plan.run_id}: {plan.world_size} ranks through TorchDistributor",
+        spark_python_task=jobs.SparkPythonTask(
+            python_file=f"{plan.stage}/code/{ENTRY}", parameters=task_parameters(plan)
+        ),
+        timeout_seconds=plan.timeout_s,
+    )
+    if plan.existing_cluster_id:
+        task.existing_cluster_id = plan.existing_cluster_id
+    else:
+        cluster = dict(plan.new_cluster)
+        task.new_cluster = compute.ClusterSpec(
+            spark_version=cluster.get("spark_version"),
+            node_type_id=cluster.get("node_type_id"),
+            # One worker per node of the run; the driver starts the ranks and trains none.
+            num_workers=plan.nodes,
+            spark_conf={**spark_conf(plan), **dict(cluster.get("spark_conf") or {})},
+            custom_tags={"snakeddp_run": plan.run_id},
+        )
+    request = {
+        "run_name": f"snakeddp {plan.run_id}",
+        "tasks": [task],
+        "timeout_seconds": plan.timeout_s,
+    }
+    check(request)
+    return request
+
+
+def as_json(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request body the SDK sends for ``request`` (``jobs.submit`` serialises it the same way)."""
+    out = {key: value for key, value in request.items() if key != "tasks"}
+    out["tasks"] = [task.as_dict() for task in request["tasks"]]
+    return out
+
+
+def check(request: Mapping[str, Any]) -> None:
+    """What the Jobs API requires and the SDK's classes do not check, each as one line with a HINT."""
+    tasks = request.get("tasks") or []
+    if len(tasks) != 1 or not tasks[0].task_key:
+        raise DatabricksSpecError("databricks: a run is one task with a task_key. HINT: this is a bug in snakeddp.")
+    task = tasks[0]
+    if not (task.spark_python_task and task.spark_python_task.python_file):
+        raise DatabricksSpecError("databricks: the task has no python_file to run. HINT: set databricks.stage.")
+    if bool(task.existing_cluster_id) == bool(task.new_cluster):
+        raise DatabricksSpecError(
+            "databricks: a task runs on an existing cluster or a new one, not both or neither. HINT: set "
+            "databricks.existing_cluster_id, or databricks.new_cluster with spark_version and node_type_id."
+        )
+    if task.new_cluster is not None:
+        for name in ("spark_version", "node_type_id"):
+            if not getattr(task.new_cluster, name):
+                raise DatabricksSpecError(
+                    f"databricks.new_cluster.{name} is not set, and a new cluster needs it. HINT: set it (`databricks "
+                    "clusters spark-versions` and `databricks clusters list-node-types` list what the workspace has; "
+                    "an ML runtime, *-ml-*, has torch and TorchDistributor), or set databricks.existing_cluster_id."
+                )
+    if not request.get("timeout_seconds"):
+        raise DatabricksSpecError("databricks: the run has no timeout. HINT: set launch.runtime.")
