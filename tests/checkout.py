@@ -1,8 +1,11 @@
 """A throwaway checkout: the repository's workflow files linked into a temp directory, so tests
-type `snakemake --profile profiles/local ...` from its root exactly as the README says."""
+type `snakemake --profile profiles/local ...` from its root exactly as the README says; or a copy
+of this checkout with a venv of its own (``with_core_venv``), in which tests type `tools/add.sh`,
+`make setup` and the rest as a user does (``typed``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +17,8 @@ from tests.helpers import REPO, subprocess_env
 
 LINKED = ("Snakefile", "rules", "src", "envs", "profiles", "scripts", "report")
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp" / "uv-0.13.8" / "bin" / "uv"
+SITE = "lib/python3.11/site-packages"
 
 
 def copy_of_this_checkout(root: Path) -> Path:
@@ -29,6 +34,40 @@ def copy_of_this_checkout(root: Path) -> Path:
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
     return root
+
+
+def with_core_venv(root: Path) -> Path:
+    """``root``/.venv with the core lock installed, as `make run`'s set-up makes it, without its minutes of
+    bytecode compiling: uv links the locked packages from its cache and this venv's bytecode is linked beside
+    them (the same files, so it is valid; Python and uv replace a .pyc rather than write into it, so the
+    shared venv is never touched)."""
+    venv = root / ".venv"
+    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
+    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
+    subprocess.run([UV, "pip", "sync", "--quiet", "--python", venv / "bin/python", root / "envs/requirements.lock"],
+                   check=True, env=uv)  # fmt: skip
+    ours = Path(sys.prefix) / SITE
+    for cache in ours.rglob("__pycache__"):
+        target = venv / SITE / cache.relative_to(ours)
+        if target.parent.is_dir() and not target.exists():
+            target.mkdir()
+            for pyc in cache.iterdir():
+                os.link(pyc, target / pyc.name)
+    return venv
+
+
+def typed(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
+    """A command as a user types it in the checkout's root, with the checkout's venv first on PATH."""
+    environ = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    # A config directory of its own: the machine's ~/.config/snakemake profiles would add notes.
+    config_home = str(checkout.parent / "config-home")
+    environ.update(PATH=f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", XDG_CONFIG_HOME=config_home, OMP_NUM_THREADS="1")
+    environ.update(env)
+    return subprocess.run(command, cwd=checkout, env=environ, capture_output=True, text=True, timeout=600)
+
+
+def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
 
 
 class Checkout:

@@ -6,13 +6,17 @@
 #   tools/add.sh humanize                  # the newest version that fits the lock, for the train stage
 #   tools/add.sh humanize==4.16.0          # that version
 #   tools/add.sh humanize --stage report   # for the report stage's conda env (repeatable)
+#   tools/add.sh azure-ai-ml azure-identity --stage train   # several packages at once
 #   tools/add.sh --remove humanize
+# The HINT of a missing optional package (adlfs, s3fs, gcsfs, mlflow-skinny, wandb, the AzureML SDKs, ...)
+# is this command: the package then stays through every later set-up, at the version envs/requirements-dev.lock
+# already pins (the old locks are the resolver's preferences).
 # .venv gets every package whatever the stage; the stage picks which envs/<stage>.yaml pins it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-usage="usage: tools/add.sh NAME[==VERSION] [--stage data|train|report]... | tools/add.sh --remove NAME"
+usage="usage: tools/add.sh NAME[==VERSION]... [--stage data|train|report]... | tools/add.sh --remove NAME"
 if [[ $# -eq 0 ]]; then
     echo "add: no package named. HINT: $usage" >&2
     exit 2
@@ -34,16 +38,22 @@ if [[ "$1" == "--remove" ]]; then
     [[ $# -eq 2 ]] || { echo "add: --remove takes one name. HINT: $usage" >&2; exit 2; }
     edit remove envs/requirements.in "$2"
 else
-    requirement=$1
-    shift
+    requirements=()
     stages=()
     while [[ $# -gt 0 ]]; do
         case "$1" in
             --stage) [[ $# -ge 2 ]] || { echo "add: --stage needs a stage. HINT: $usage" >&2; exit 2; }; stages+=(--stage "$2"); shift 2 ;;
-            *) echo "add: unexpected argument '$1'. HINT: $usage" >&2; exit 2 ;;
+            -*) echo "add: unexpected argument '$1'. HINT: $usage" >&2; exit 2 ;;
+            *) requirements+=("$1"); shift ;;
         esac
     done
-    edit add envs/requirements.in "$requirement" "${stages[@]}"
+    [[ ${#requirements[@]} -gt 0 ]] || { echo "add: no package named. HINT: $usage" >&2; exit 2; }
+    for requirement in "${requirements[@]}"; do
+        if ! edit add envs/requirements.in "$requirement" "${stages[@]}"; then
+            restore
+            exit 2
+        fi
+    done
 fi
 # lock.sh says why it failed, in uv's words and one line of its own; envs/ is then put back as it was.
 if ! tools/lock.sh; then

@@ -97,6 +97,20 @@ class AzureMLError(ConfigError, RuntimeError):
     """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 
 
+def add_hint(packages: str, stage: str) -> str:
+    """The HINT for an optional package that is not installed: the one command that installs it to stay.
+
+    A ``pip install`` lasts until the next set-up (``make run``), which syncs the venv to the locks and
+    removes what they do not name. tools/add.sh pins ``packages`` in envs/requirements.in instead (at the
+    version envs/requirements-dev.lock has), so the locks, every later set-up, the ``stage``'s conda env
+    and the image all have them."""
+    them = "them" if " " in packages else "it"
+    return (
+        f"HINT: run `tools/add.sh {packages} --stage {stage}` in the checkout (it pins {them} in envs/, so every "
+        f"set-up, the {stage} stage's conda env and the image keep {them})"
+    )
+
+
 def one_line(prog: str, error: ConfigError) -> str:
     """What the user sees: the program and the message (a config with several problems lists one per line)."""
     return f"{prog}: {error}"

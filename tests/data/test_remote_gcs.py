@@ -161,7 +161,9 @@ def test_without_gcsfs_the_hint_names_the_package_to_install(emulator, monkeypat
     with monkeypatch.context() as without:
         without.setitem(sys.modules, "gcsfs", None)  # what an environment without it imports
         message = one_line(lambda: table.fingerprint(url))
-    assert "needs the gcsfs package, which is not installed. HINT: pip install gcsfs" in message
+    assert "needs the gcsfs package, which is not installed here. HINT: run `tools/add.sh gcsfs --stage data`" in (
+        message
+    )
     # As the HINT says: with gcsfs installed.
     assert len(table.fingerprint(url)) == 64
 

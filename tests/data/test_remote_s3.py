@@ -113,7 +113,7 @@ def test_without_s3fs_the_hint_names_the_package_to_install(credentials, monkeyp
     with monkeypatch.context() as without:
         without.setitem(sys.modules, "s3fs", None)  # what an environment without it imports
         message = one_line(lambda: table.fingerprint(url))
-    assert "needs the s3fs package, which is not installed. HINT: pip install s3fs" in message
+    assert "needs the s3fs package, which is not installed here. HINT: run `tools/add.sh s3fs --stage data`" in message
     # As the HINT says: with s3fs installed.
     assert len(table.fingerprint(url)) == 64
 

@@ -72,7 +72,7 @@ def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(
         checkout,
         checkout.snakemake(*LOCAL, "--config", "trainer={strategy: deepspeed}", gpu),
         "trainer.strategy=deepspeed needs the deepspeed package",
-        "HINT: pip install deepspeed",
+        "HINT: run `tools/add.sh deepspeed --stage train`",
     )
     planned(checkout.snakemake(*LOCAL, "--config", "trainer={strategy: fsdp}", gpu))
 
@@ -170,7 +170,7 @@ def test_azureml_profile_needs_its_section_a_workspace_and_the_sdk(checkout, tmp
         checkout,
         checkout.snakemake(*AZUREML, env=without_sdk),
         "azureml.sdk=v2 needs azure.ai.ml",
-        "HINT: pip install -e",
+        "HINT: run `tools/add.sh azure-ai-ml azure-identity --stage train`",
     )
     planned(checkout.snakemake(*AZUREML))
 

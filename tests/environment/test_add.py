@@ -3,9 +3,7 @@ added with the one documented command reaches the lock, the train stage's conda 
 imports it in training; a package that breaks `import lightning.pytorch` is named in one line at
 set-up, and the command the line gives takes it out again; a package removed by hand is put back.
 
-The venv starts as set-up makes it, without its minutes of bytecode compiling: uv links the locked
-packages from its cache and this venv's bytecode is linked beside them (the same files, so it is
-valid; Python and uv replace a .pyc rather than write into it, so the shared venv is never touched)."""
+The venv starts as set-up makes it from the core lock (tests.checkout.with_core_venv)."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ import base64
 import hashlib
 import os
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -21,12 +18,10 @@ import pytest
 import yaml
 
 from snakeddp.environment.lock import read_lock
-from tests.checkout import copy_of_this_checkout
+from tests.checkout import UV, copy_of_this_checkout, hint_lines, typed, with_core_venv
 from tests.helpers import tiny_with
 
 pytestmark = pytest.mark.e2e
-UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp" / "uv-0.13.8" / "bin" / "uv"
-SITE = "lib/python3.11/site-packages"
 USER_MODEL = """
 import humanize
 
@@ -42,35 +37,9 @@ class Net(TabularNet):
 
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
-    top = tmp_path_factory.mktemp("add")
-    root = copy_of_this_checkout(top / "snakeddp")
-    venv = root / ".venv"
-    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
-    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
-    subprocess.run([UV, "pip", "sync", "--quiet", "--python", venv / "bin/python", root / "envs/requirements.lock"],
-                   check=True, env=uv)  # fmt: skip
-    ours = Path(sys.prefix) / SITE
-    for cache in ours.rglob("__pycache__"):
-        target = venv / SITE / cache.relative_to(ours)
-        if target.parent.is_dir() and not target.exists():
-            target.mkdir()
-            for pyc in cache.iterdir():
-                os.link(pyc, target / pyc.name)
+    root = copy_of_this_checkout(tmp_path_factory.mktemp("add") / "snakeddp")
+    with_core_venv(root)
     return root
-
-
-def typed(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess:
-    """A command as a user types it in the checkout's root, with the checkout's venv first on PATH."""
-    environ = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    # A config directory of its own: the machine's ~/.config/snakemake profiles would add notes.
-    config_home = str(checkout.parent / "config-home")
-    environ.update(PATH=f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", XDG_CONFIG_HOME=config_home, OMP_NUM_THREADS="1")
-    environ.update(env)
-    return subprocess.run(command, cwd=checkout, env=environ, capture_output=True, text=True, timeout=600)
-
-
-def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
 
 
 def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_model_in_training(checkout):

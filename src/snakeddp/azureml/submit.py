@@ -35,7 +35,7 @@ from snakeddp.azureml import results, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import SubmittedJob, record
-from snakeddp.errors import ConfigError
+from snakeddp.errors import ConfigError, add_hint
 from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
 from snakeddp.run import attempt
@@ -45,9 +45,9 @@ from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 
 INTERRUPTED_EXIT_CODE = 130
-# What each SDK flavour imports, and the extra that installs it.
+# What each SDK flavour imports, and the packages that install it (pyproject.toml's extras azureml, azureml-v1).
 SDK_MODULES = {"v2": ("azure.ai.ml", "azure.identity"), "v1": ("azureml.core", "azure.identity")}
-SDK_EXTRAS = {"v2": "azureml", "v1": "azureml-v1"}
+SDK_PACKAGES = {"v2": "azure-ai-ml azure-identity", "v1": "azureml-core azure-identity"}
 
 
 def require_sdk(sdk: str) -> None:
@@ -55,8 +55,8 @@ def require_sdk(sdk: str) -> None:
     missing = [name for name in SDK_MODULES[sdk] if _missing(name)]
     if missing:
         raise AzureMLError(
-            f"azureml.sdk={sdk} needs {', '.join(missing)} (not installed here). HINT: pip install -e "
-            f"'.[{SDK_EXTRAS[sdk]}]' in the environment Snakemake runs in."
+            f"azureml.sdk={sdk} needs {', '.join(missing)} (not installed here). "
+            f"{add_hint(SDK_PACKAGES[sdk], 'train')}, then rerun."
         )
 
 

@@ -5,12 +5,12 @@
       source: table
       table: {path: "s3://BUCKET/tables/train.parquet", features: [x1, x2], label: y}
 
-Read through fsspec's adlfs, s3fs or gcsfs (the extras azure-blob, s3 and gcs, pinned in
-envs/requirements-dev.lock; install them where the data stage runs). Credentials come from the environment
-as each store's own tools read them, never from the config (snakeddp.data.stores): for Azure
-``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT_NAME`` with ``AZURE_STORAGE_ACCOUNT_KEY`` or
-``AZURE_STORAGE_SAS_TOKEN``, or ``DefaultAzureCredential``; for S3 the AWS chain
-(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, an instance role), and
+Read through fsspec's adlfs, s3fs or gcsfs (pinned in envs/requirements-dev.lock; without one, the HINT's
+``tools/add.sh adlfs --stage data`` puts it in the core lock, so where snakemake and the data stage run).
+Credentials come from the environment as each store's own tools read them, never from the config
+(snakeddp.data.stores): for Azure ``AZURE_STORAGE_CONNECTION_STRING``, or ``AZURE_STORAGE_ACCOUNT_NAME`` with
+``AZURE_STORAGE_ACCOUNT_KEY`` or ``AZURE_STORAGE_SAS_TOKEN``, or ``DefaultAzureCredential``; for S3 the AWS
+chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, an instance role), and
 ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL`` for another store; for Google Cloud Storage Application Default
 Credentials (``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``, a VM's service
 account), or ``STORAGE_EMULATOR_HOST`` for an emulator, reached anonymously.
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from snakeddp.data.stores import Store, store_of, supported
-from snakeddp.errors import TableError
+from snakeddp.errors import TableError, add_hint
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.redact import redact_text
 
@@ -62,9 +62,8 @@ def _filesystem(url: str) -> tuple[Any, str]:
         imported = importlib.import_module(module or store.package)
     except ImportError:
         raise TableError(
-            f"data.table.path={url!r} needs the {store.package} package, which is not installed. HINT: pip install "
-            f"{store.package} (the version pinned in envs/requirements-dev.lock; the snakeddp[{store.extra}] extra) "
-            "where snakemake and the data stage run."
+            f"data.table.path={url!r} needs the {store.package} package, which is not installed here. "
+            f"{add_hint(store.package, 'data')}, then rerun."
         ) from None
     from fsspec.core import url_to_fs
 

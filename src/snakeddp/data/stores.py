@@ -20,9 +20,8 @@ class Store:
     name: str
     schemes: tuple[str, ...]
     package: str
-    """The fsspec implementation to import (it registers the schemes), pinned in envs/requirements-dev.lock."""
-    extra: str
-    """The pyproject extra that installs ``package``."""
+    """The fsspec implementation to import (it registers the schemes), pinned in envs/requirements-dev.lock (and
+    pyproject.toml's extra of the store)."""
     shape: str
     """What a URL looks like, for HINTs."""
     holder: str
@@ -78,7 +77,6 @@ AZURE = Store(
     name="Azure Blob Storage",
     schemes=("az", "abfs", "abfss"),
     package="adlfs",
-    extra="azure-blob",
     shape="az://CONTAINER/PATH",
     holder="container",
     version="etag",
@@ -96,7 +94,6 @@ S3 = Store(
     name="Amazon S3",
     schemes=("s3",),
     package="s3fs",
-    extra="s3",
     shape="s3://BUCKET/PATH",
     holder="bucket",
     version="ETag",  # as S3 spells it
@@ -114,7 +111,6 @@ GCS = Store(
     name="Google Cloud Storage",
     schemes=("gs", "gcs"),
     package="gcsfs",
-    extra="gcs",
     shape="gs://BUCKET/PATH",
     holder="bucket",
     # The object's generation, which every write renews (its ETag, on an emulator, is the bytes' MD5).

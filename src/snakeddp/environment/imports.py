@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
+import importlib.util
 import sys
 import traceback
 from pathlib import Path
@@ -45,9 +46,23 @@ def package_modules(requirements: Path) -> list[str]:
     for module, distributions in importlib.metadata.packages_distributions().items():
         for distribution in distributions:
             by_distribution.setdefault(canonicalize_name(distribution), []).append(module)
+    # A name is read from the wheel's top_level.txt, which can list what was never installed: azure-identity
+    # 1.27.0's says `images`, azure-ai-ml 1.35.2's `local`. Only a name that finds a module is imported.
     return sorted(
-        module for name in names for module in by_distribution.get(name, []) if module.isidentifier() and module != "_"
+        {
+            module
+            for name in names
+            for module in by_distribution.get(name, [])
+            if module.isidentifier() and module != "_" and _findable(module)
+        }
     )
+
+
+def _findable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _owners() -> dict[Path, importlib.metadata.Distribution]:

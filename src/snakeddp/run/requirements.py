@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 
-from snakeddp.errors import StrategyError, TrackerError
+from snakeddp.errors import StrategyError, TrackerError, add_hint
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
-# The package each tracker needs, only when enabled.
+# The package each tracker needs, only when enabled: the module it imports, and the distribution that installs
+# it where that is another name (full `mlflow` requires pyarrow<26, which the core's pyarrow 26 rules out;
+# mlflow-skinny is the client, the same `mlflow` module).
 TRACKER_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb"}
+DISTRIBUTIONS = {"mlflow": "mlflow-skinny"}
 
 
 def check_strategy(name: str, accelerator: str) -> None:
@@ -26,8 +29,7 @@ def check_strategy(name: str, accelerator: str) -> None:
     if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise StrategyError(
             "trainer.strategy=deepspeed needs the deepspeed package, which is not installed in this "
-            "environment. HINT: pip install deepspeed in the training environment (it builds CUDA "
-            "kernels, so on a GPU image), or use trainer.strategy: fsdp, which needs nothing extra."
+            f"environment. {add_hint('deepspeed', 'train')}; or use trainer.strategy: fsdp, which needs nothing extra."
         )
     if name not in STRATEGIES:
         raise StrategyError(f"trainer.strategy={name!r} is not one of {', '.join(STRATEGIES)}")
@@ -39,6 +41,6 @@ def require_tracker(key: str) -> None:
     if importlib.util.find_spec(package) is None:
         raise TrackerError(
             f"tracking.{key}.enabled is true but the {package} package is not installed in the training "
-            f"environment. HINT: install it (tools/setup.sh --dev does: envs/requirements-dev.lock), or "
-            f"set tracking.{key}.enabled: false."
+            f"environment. {add_hint(DISTRIBUTIONS.get(package, package), 'train')}; or set "
+            f"tracking.{key}.enabled: false."
         )

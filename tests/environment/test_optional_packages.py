@@ -1,0 +1,171 @@
+"""Every HINT that names a missing optional package, followed as written, in a copy of this checkout whose
+venv is what `make run` installs (the core lock only): the one command in the HINT's backticks runs,
+`make setup` runs again, the package is still there (pinned in envs/, at the version the dev lock has) and
+the workflow that stopped goes on: tables in az://, s3:// and gs:// served by real local servers are listed
+(and the one in az:// ingested), TensorBoard, MLflow and W&B log a tiny run, the azureml profile accepts its SDK
+and the deepspeed strategy its package.
+
+A `pip install` (what these HINTs said before) lasted until the next set-up, which syncs the venv to the
+locks and took the package out again."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.azurite import Azurite
+from snakeddp.environment.lock import read_lock
+from tests.checkout import copy_of_this_checkout, hint_lines, typed, with_core_venv
+from tests.gcs_server import GCSServer
+from tests.helpers import REPO, TINY
+from tests.s3_server import S3Server
+from tests.storage_checks import FEATURES, parquet
+
+pytestmark = pytest.mark.e2e
+DEV_LOCK = read_lock(REPO / "envs" / "requirements-dev.lock")
+DRY_RUN = ("snakemake", "--profile", "profiles/local", "-n")
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    root = copy_of_this_checkout(tmp_path_factory.mktemp("optional") / "snakeddp")
+    with_core_venv(root)
+    done = typed(root, "make", "setup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root
+
+
+def write_config(checkout: Path, config: dict) -> None:
+    (checkout / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def follow(checkout: Path, refused: subprocess.CompletedProcess) -> str:
+    """The refusal's one HINT line, its one backticked command run as typed, then `make setup` again;
+    returns the command."""
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    lines = hint_lines(refused)
+    assert len(lines) == 1, refused.stdout + refused.stderr
+    commands = re.findall(r"`([^`]+)`", lines[0].partition("HINT:")[2])
+    assert len(commands) == 1, lines[0]
+    followed = typed(checkout, "bash", "-c", commands[0])
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    again = typed(checkout, "make", "setup")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "removing" not in again.stdout and "changed since" not in again.stdout, again.stdout
+    return commands[0]
+
+
+def kept(checkout: Path, package: str, stage: str) -> None:
+    """``package`` after the set-up: installed, in the core lock at the dev lock's version, in the stage's YAML."""
+    version = DEV_LOCK.version(package)
+    assert read_lock(checkout / "envs" / "requirements.lock").version(package) == version, package
+    shown = typed(checkout, ".venv/bin/python", "-c", f"import importlib.metadata as m; print(m.version({package!r}))")
+    assert shown.stdout.strip() == version, shown.stdout + shown.stderr
+    pins = yaml.safe_load((checkout / "envs" / f"{stage}.yaml").read_text())["dependencies"][-1]["pip"]
+    assert f"{package}=={version}" in pins
+
+
+def table_config(url: str) -> dict:
+    table = {"path": url, "features": FEATURES, "label": "y"}
+    return {**TINY, "data": {"source": "table", "num_train_files": 2, "num_classes": 1, "table": table}}
+
+
+def test_a_table_in_each_store_stops_with_a_hint_whose_command_lasts_and_then_the_table_is_ingested(
+    checkout, tmp_path_factory
+):
+    azurite = Azurite(tmp_path_factory.mktemp("azurite"))
+    s3 = S3Server(tmp_path_factory.mktemp("aws"))
+    gcs = GCSServer(tmp_path_factory.mktemp("gcs"))
+    try:
+        stores = [
+            ("adlfs", "az", azurite, {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string()}),
+            ("s3fs", "s3", s3, s3.env()),
+            ("gcsfs", "gs", gcs, gcs.env()),
+        ]
+        for package, scheme, server, env in stores:
+            server.upload("hints", "train.parquet", parquet(300, 1))
+            write_config(checkout, table_config(f"{scheme}://hints/train.parquet"))
+            refused = typed(checkout, *DRY_RUN, **env)
+            assert f"needs the {package} package, which is not installed here" in refused.stdout + refused.stderr
+            assert follow(checkout, refused) == f"tools/add.sh {package} --stage data"
+            kept(checkout, package, "data")
+            # The workflow then goes on: the plan lists the table through the package.
+            planned = typed(checkout, *DRY_RUN, **env)
+            assert planned.returncode == 0 and "data_table" in planned.stdout, planned.stdout + planned.stderr
+        # And the data stage reads it through the package (az://, the table each store's HINT is like).
+        write_config(checkout, table_config("az://hints/train.parquet"))
+        env = stores[0][3]
+        ingested = typed(checkout, "snakemake", "--profile", "profiles/local", "--until", "data_manifest", **env)
+        assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+        (manifest,) = (checkout / "results" / "data").glob("*/manifest-2.json")
+        written = json.loads(manifest.read_text())
+        assert written["params"]["table"]["path"] == "az://hints/train.parquet"
+        assert written["records"]["train"] + written["records"]["val"] == 300
+        subprocess.run(["rm", "-rf", checkout / "results", checkout / "logs"], check=True)
+    finally:
+        azurite.stop()
+        s3.stop()
+        gcs.stop()
+
+
+def test_each_tracker_stops_with_a_hint_whose_command_lasts_and_then_a_tiny_run_logs_to_all_three(checkout):
+    tracking = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
+    write_config(checkout, {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "tracking": tracking})
+    followed = []
+    for _ in range(4):
+        planned = typed(checkout, *DRY_RUN)
+        if planned.returncode == 0:
+            break
+        assert "package is not installed in the training environment" in planned.stdout + planned.stderr
+        followed.append(follow(checkout, planned))
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
+    assert followed == [f"tools/add.sh {name} --stage train" for name in ("tensorboard", "mlflow-skinny", "wandb")]
+    for package in ("tensorboard", "mlflow-skinny", "wandb"):
+        kept(checkout, package, "train")
+
+    trained = typed(checkout, "snakemake", "--profile", "profiles/local", "--until", "train")
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    (run_dir,) = (checkout / "results" / "runs").iterdir()
+    assert list((run_dir / "tracking" / "tensorboard").glob("events.out.tfevents.*"))
+    assert [p for p in (run_dir / "tracking" / "wandb").glob("offline-run-*/run-*.wandb") if p.stat().st_size]
+    read = (
+        "import mlflow\n"
+        "client = mlflow.MlflowClient('file:results/mlruns')\n"
+        "(run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])\n"
+        "print(sorted(run.data.metrics))"
+    )
+    logged = typed(checkout, ".venv/bin/python", "-c", read, MLFLOW_ALLOW_FILE_STORE="true")
+    assert "val_loss" in logged.stdout, logged.stdout + logged.stderr
+
+
+def test_the_azureml_sdk_stops_with_a_hint_whose_command_lasts_and_then_the_profile_plans(checkout):
+    ids = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
+    (checkout / "config.json").write_text(json.dumps(ids))
+    azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "config.json"}}
+    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu"}, "azureml": azureml})
+    dry_run = ("snakemake", "--profile", "profiles/azureml", "-n")
+    refused = typed(checkout, *dry_run)
+    assert "azureml.sdk=v2 needs azure.ai.ml" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh azure-ai-ml azure-identity --stage train"
+    for package in ("azure-ai-ml", "azure-identity"):
+        kept(checkout, package, "train")
+    planned = typed(checkout, *dry_run)
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
+
+
+def test_deepspeed_stops_with_a_hint_whose_command_lasts_and_then_the_strategy_is_accepted(checkout):
+    # Not in any lock: the one HINT whose command resolves a package afresh (0.19.8 here, built from its sdist).
+    config = {**TINY, "trainer": {**TINY["trainer"], "strategy": "deepspeed"}}
+    write_config(checkout, {**config, "launch": {**TINY["launch"], "accelerator": "gpu"}})
+    refused = typed(checkout, *DRY_RUN)
+    assert "trainer.strategy=deepspeed needs the deepspeed package" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh deepspeed --stage train"
+    version = read_lock(checkout / "envs" / "requirements.lock").version("deepspeed")
+    assert version and "deepspeed==" in (checkout / "envs" / "train.yaml").read_text()
+    planned = typed(checkout, *DRY_RUN)
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
