@@ -3,7 +3,8 @@ venv is what `make run` installs (the core lock only): the one command in the HI
 `make setup` runs again, the package is still there (pinned in envs/, at the version the dev lock has) and
 the workflow that stopped goes on: tables in az://, s3:// and gs:// served by real local servers are listed
 (and the one in az:// ingested), TensorBoard, MLflow and W&B log a tiny run, the azureml profile accepts its SDK
-and the deepspeed strategy its package.
+and a Delta table's version is planned. (deepspeed's HINT is the same command; it is in no lock, so following
+it resolves and builds deepspeed's sdist afresh, whose build installs a torch from PyPI: not run here.)
 
 A `pip install` (what these HINTs said before) lasted until the next set-up, which syncs the venv to the
 locks and took the package out again."""
@@ -158,14 +159,16 @@ def test_the_azureml_sdk_stops_with_a_hint_whose_command_lasts_and_then_the_prof
     assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
 
 
-def test_deepspeed_stops_with_a_hint_whose_command_lasts_and_then_the_strategy_is_accepted(checkout):
-    # Not in any lock: the one HINT whose command resolves a package afresh (0.19.8 here, built from its sdist).
-    config = {**TINY, "trainer": {**TINY["trainer"], "strategy": "deepspeed"}}
-    write_config(checkout, {**config, "launch": {**TINY["launch"], "accelerator": "gpu"}})
+def test_a_delta_table_stops_with_a_hint_whose_command_lasts_and_then_its_version_is_planned(checkout):
+    from deltalake import write_deltalake
+
+    from tests.storage_checks import frame
+
+    write_deltalake(str(checkout / "lake" / "churn"), frame(300, 1))
+    write_config(checkout, table_config("lake/churn"))
     refused = typed(checkout, *DRY_RUN)
-    assert "trainer.strategy=deepspeed needs the deepspeed package" in refused.stdout + refused.stderr
-    assert follow(checkout, refused) == "tools/add.sh deepspeed --stage train"
-    version = read_lock(checkout / "envs" / "requirements.lock").version("deepspeed")
-    assert version and "deepspeed==" in (checkout / "envs" / "train.yaml").read_text()
+    assert "a Delta table needs the deltalake package" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh deltalake --stage data"
+    kept(checkout, "deltalake", "data")
     planned = typed(checkout, *DRY_RUN)
-    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
+    assert planned.returncode == 0 and "data_table" in planned.stdout, planned.stdout + planned.stderr

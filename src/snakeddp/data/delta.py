@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.data import remote
-from snakeddp.errors import TableError
+from snakeddp.errors import TableError, add_hint
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.redact import redact_text
 
@@ -32,7 +32,6 @@ LOG = "_delta_log"
 # Reader features that change which bytes of a data file are rows (deleted rows in a side file,
 # physical column names): read file by file, they would give wrong rows, so such tables are refused.
 UNSUPPORTED_READER_FEATURES = ("deletionVectors", "columnMapping")
-INSTALL_HINT = "HINT: run `tools/add.sh deltalake --stage data`, then rerun"
 
 
 @dataclass(frozen=True)
@@ -61,7 +60,8 @@ def _deltalake() -> Any:
         import deltalake
     except ImportError:
         raise TableError(
-            f"a Delta table needs the deltalake package, which is not installed. {INSTALL_HINT}."
+            f"a Delta table needs the deltalake package, which is not installed here. {add_hint('deltalake', 'data')}, "
+            "then rerun."
         ) from None
     return deltalake
 
