@@ -108,6 +108,7 @@ try:
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
+        in_container="APPTAINER" in DEPLOYMENT,
     )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
