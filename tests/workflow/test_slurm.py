@@ -6,50 +6,16 @@ sbatch options a profile or the docs suggest go through the plugin's own validat
 """
 
 import re
-from types import SimpleNamespace
 
 import pytest
 import yaml
-from snakemake.iocontainers import ResourceList
-from snakemake_executor_plugin_slurm.submit_string import get_submit_command
-from snakemake_executor_plugin_slurm.utils import set_gres_string
 from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
 
-from snakeddp import config
-from snakeddp.config import site as site_config
-from snakeddp.workflow.slurm import slurm_resources
 from tests.helpers import REPO
+from tests.slurm_requests import submit_command, train_resources
 
 # What profiles/slurm's commented site line declares, with the defaults it keeps.
 GPU_SITE = {"accelerator": "gpu", "gpu_type": None, "mem_mb_per_gpu": 16000, "cpus_per_gpu": 4}
-
-
-def train_resources(launch: dict, site: dict | None = None, platform: str = "slurm") -> dict:
-    """The train rule's resources as rules/common.smk's TRAIN_RESOURCES computes them."""
-    resolved = config.validate({"launch": launch})["launch"]
-    site = config.validate({"site": site or {}})["site"]
-    accelerator = site_config.resolved(resolved, platform, site)
-    resources = {
-        "nodes": resolved["nodes"],
-        "mem_mb": site_config.mem_mb(resolved, accelerator, site),
-        "runtime": resolved["runtime"],
-    }
-    return {**resources, **slurm_resources(resolved, accelerator, site)}
-
-
-def submit_command(resources: dict, **params) -> str:
-    """The sbatch command line the plugin builds for a job with ``resources``."""
-    job = SimpleNamespace(resources=ResourceList(fromdict=resources), threads=1)
-    params = {
-        "run_uuid": "run",
-        "slurm_logfile": "log",
-        "comment_str": "c",
-        "account": "",
-        "partition": "",
-        "workdir": "",
-        **params,
-    }
-    return get_submit_command(job, params) + set_gres_string(job)
 
 
 def sbatch_options(site: dict | None = None, **launch) -> str:
