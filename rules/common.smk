@@ -235,7 +235,9 @@ def get_train_threads(wildcards):
 
 def get_slurm_tasks(wildcards):
     """The train rule's Slurm tasks, CPUs and GPUs (snakeddp.workflow.slurm)."""
-    return slurm_resources(get_launch(wildcards), get_accelerator(wildcards), CONFIG["site"])
+    return slurm_resources(
+        get_launch(wildcards), get_accelerator(wildcards), CONFIG["site"]
+    )
 
 
 # The Slurm/scheduler resources of a job that trains a run (rules train and search_train).
