@@ -109,6 +109,7 @@ try:
         lock=Path(LOCK_FILE),
         same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
         cache=Path(".snakemake/snakeddp/targets.json"),
+        in_container="APPTAINER" in DEPLOYMENT,
     )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
@@ -243,8 +244,10 @@ def get_train_threads(wildcards):
 
 
 def get_slurm_tasks(wildcards):
-    """The train rule's Slurm task layout (snakeddp.workflow.slurm)."""
-    return slurm_resources(get_launch(wildcards))
+    """The train rule's Slurm tasks, CPUs and GPUs (snakeddp.workflow.slurm)."""
+    return slurm_resources(
+        get_launch(wildcards), get_accelerator(wildcards), CONFIG["site"]
+    )
 
 
 # The Slurm/scheduler resources of a job that trains a run (rules train and search_train).
@@ -255,7 +258,7 @@ TRAIN_RESOURCES = dict(
         get_launch(wc), get_accelerator(wc), CONFIG["site"]
     ),
     runtime=lambda wc: get_launch(wc)["runtime"],
-    # Slurm (profiles/slurm): one task per training process, GPUs per node.
+    # Slurm (profiles/slurm): one task per training process, CPUs and GPUs per rank.
     mpi=lambda wc: get_slurm_tasks(wc)["mpi"],
     tasks_per_node=lambda wc: get_slurm_tasks(wc)["tasks_per_node"],
     tasks=lambda wc: get_slurm_tasks(wc)["tasks"],

@@ -29,6 +29,7 @@ from snakeddp import cluster
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
+from snakeddp.config import site
 from snakeddp.config.schema import platforms
 from snakeddp.errors import exit_code
 from snakeddp.provenance import lineage
@@ -86,6 +87,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
     run = RunFile.load(args.config)
     launch = run.config["launch"]
     launcher = cluster.for_platform(launch["launcher"], args.platform)
+    # auto on a cluster means what the profile's site declares, as the Slurm request was sized.
+    accelerator = variables.accelerator(launch, env)
     plan = cluster.LaunchPlan(
         nodes=launch["nodes"],
         devices=launch["devices"],
@@ -93,9 +96,10 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         master_port=launch["master_port"],
         python=sys.executable,
         entry=train_arguments(args, launcher.name),
-        gpus=launch["accelerator"] == "gpu",
+        gpus=accelerator == "gpu",
         # NCCL/gloo tuning (network.env, or exported by the user) must reach every rank.
         extra_env=network.forwarded(env),
+        cpus_per_process=site.cpus_per_process(launch, accelerator, variables.site(env)),
     )
     argv, exports = launcher.command(plan, env)
     threads = str(launch["threads_per_process"])

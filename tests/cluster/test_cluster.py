@@ -8,6 +8,7 @@ import pytest
 from snakeddp import cluster, launch
 from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
 from snakeddp.config.schema import platforms
+from tests.helpers import prepare
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -270,6 +271,37 @@ def test_mpirun_inside_slurm_signals_every_rank_and_gets_back_the_allocation():
     exported_to_ranks = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"} <= exported_to_ranks
     assert "SLURM_NODELIST" not in exported_to_ranks and "--oversubscribe" not in argv
+
+
+def test_srun_gives_each_gpu_rank_the_cpus_its_job_reserved():
+    argv, _ = cluster.get("srun").command(plan(gpus=True, threads_per_process=1, cpus_per_process=4), JOBSTEP_ENV)
+    assert "--cpus-per-task=4" in argv and "--gres=gpu:2" in argv
+
+
+def test_mpirun_daemons_get_the_cpus_and_gpus_of_their_nodes_ranks():
+    """OpenMPI starts its daemons with srun inside the allocation; plm_slurm_args is what that step asks for."""
+    env = {**JOBSTEP_ENV, "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    gpu_argv, _ = cluster.get("mpirun").command(plan(nodes=2, devices=2, gpus=True, cpus_per_process=4), env)
+    at = gpu_argv.index("plm_slurm_args")
+    assert gpu_argv[at - 1 : at + 2] == ["--mca", "plm_slurm_args", "--cpus-per-task=8 --gres=gpu:2"]
+    cpu_argv, _ = cluster.get("mpirun").command(plan(nodes=2, devices=2, threads_per_process=3), env)
+    assert cpu_argv[cpu_argv.index("plm_slurm_args") + 1] == "--cpus-per-task=6"
+    # Outside Slurm mpirun starts its daemons itself.
+    assert "plm_slurm_args" not in cluster.get("mpirun").command(plan(gpus=True), {})[0]
+
+
+def test_a_slurm_launch_of_auto_asks_for_what_the_profiles_site_declares(tmp_path):
+    """The ranks' step gets what the workflow's sbatch request was sized from: auto resolved by
+    site.accelerator, site.cpus_per_gpu cores per GPU rank (the run's own threads stay its threads)."""
+    run_yaml, manifest, run_dir = prepare(tmp_path, {"launch": {"accelerator": "auto", "devices": 2}})
+    paths = ["--config", str(run_yaml), "--run-dir", str(run_dir), "--data", str(manifest)]
+    args = launch.parse_args(["--platform", "slurm", *paths])
+    env = {**JOBSTEP_ENV, "SNAKEDDP_PLATFORM": "slurm"}
+    site = '{"accelerator": "gpu", "cpus_per_gpu": 4}'
+    _, argv, child_env = launch.build(args, {**env, "SNAKEDDP_SITE": site})
+    assert {"--gres=gpu:2", "--cpus-per-task=4"} <= set(argv) and child_env["OMP_NUM_THREADS"] == "1"
+    _, argv, _ = launch.build(args, {**env, "SNAKEDDP_SITE": '{"accelerator": "cpu", "cpus_per_gpu": 4}'})
+    assert "--cpus-per-task=1" in argv and not any(a.startswith("--gres") for a in argv)
 
 
 def test_mpirun_keeps_an_allocation_it_can_see():

@@ -63,6 +63,17 @@ def test_the_train_stage_runs_in_the_conda_env_of_the_chosen_torch_build(workflo
     assert hashed == {"envs/data.yaml", train_env, "envs/report.yaml"}, "\n".join(said)
 
 
+def test_slurm_training_inside_the_image_is_refused_before_anything_is_submitted(tmp_path):
+    """The image has no Slurm client: srun (or mpirun's daemons) would fail in the job with `srun: not found`."""
+    workflow = Workflow(tmp_path, profile="slurm")
+    workflow.write_config({**TINY, "environment": {"image": "docker://ghcr.io/org/snakeddp:0.1.0-torch2.13.0"}})
+    done = workflow.run("--dry-run", "--sdm", "apptainer", check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert output.count("run base: --sdm apptainer runs the train rule inside the image") == 1, output[-3000:]
+    assert output.count("HINT: train on Slurm from the checkout's .venv") == 1
+
+
 def test_build_image_without_an_engine_says_so(workflow, tmp_path):
     workflow.write_config(TINY)
     env = subprocess_env(DOCKER_HOST=f"unix://{tmp_path}/no-daemon.sock")

@@ -56,3 +56,17 @@ def test_the_server_is_asked_only_for_runs_to_train_and_not_for_azureml():
     preflight.check_tracking_server(tracking, {}, "local", {})  # every run finished: no server needed
     preflight.check_tracking_server(tracking, runs(), "azureml", {})  # its jobs reach the server from Azure
     preflight.check_tracking_server(without_uri, runs(), "local", {})  # the file store results/mlruns
+
+
+@pytest.mark.parametrize("launcher", ["auto", "srun", "mpirun"])
+def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
+    launch = config.validate({"launch": {"launcher": launcher}})["launch"]
+    with pytest.raises(
+        preflight.PreflightError, match=r"run base: --sdm apptainer .* \(srun: not found\)\. HINT: "
+    ) as info:
+        preflight.check_slurm_container("base", launch)
+    assert str(info.value).count("HINT:") == 1 and "\n" not in str(info.value)
+
+
+def test_torchrun_on_one_node_needs_no_slurm_client_in_the_image():
+    preflight.check_slurm_container("base", config.validate({"launch": {"launcher": "torchrun"}})["launch"])

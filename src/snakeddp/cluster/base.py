@@ -73,10 +73,17 @@ class LaunchPlan:
     entry: tuple[str, ...]
     gpus: bool = False
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: CPU cores the scheduler reserved for each process (site.cpus_per_gpu on GPUs, which leaves
+    #: NCCL's proxy and the prefetch thread cores of their own); None: its threads.
+    cpus_per_process: int | None = None
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.devices
+
+    @property
+    def cpus_per_task(self) -> int:
+        return self.cpus_per_process or self.threads_per_process
 
 
 # Layout fields that are text; every other one is an integer.

@@ -9,6 +9,10 @@ Inside Slurm, mpirun (OpenMPI 4) starts its daemons with srun, but by default ru
 its own node itself, outside any job step, where Slurm's warning signals (``--signal``,
 ``scancel --signal``) never arrive. ``ras_base_launch_orted_on_hn`` puts a daemon on that node
 too, so every rank lives in a step and is signalled; mpirun itself also forwards SIGUSR1/2.
+That srun step asks for nothing but one daemon per node, so ``plm_slurm_args`` gives it what its
+ranks were allocated: their CPUs (a one-CPU step confines every rank of the node to that core
+where Slurm uses cgroups) and the node's GPUs, which a step without ``--gres`` does not get
+where the site's Slurm gives steps no GRES by default.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ class MpiRun(Launcher):
         argv = ["mpirun", "-np", str(plan.world_size), "--map-by", f"ppr:{plan.devices}:node", "--bind-to", "none"]
         if inside_slurm:
             rank_env = rendezvous_exports(plan, env)
-            argv += ["--mca", "ras_base_launch_orted_on_hn", "1"]
+            argv += ["--mca", "ras_base_launch_orted_on_hn", "1", "--mca", "plm_slurm_args", self.daemon_step(plan)]
             process_env = self.allocation_env(plan, env)
         else:
             addr, port = self.rendezvous(env, plan.nodes)
@@ -107,6 +111,14 @@ class MpiRun(Launcher):
         for name in sorted({*rank_env, *inherited, "OMP_NUM_THREADS"}):
             argv += ["-x", name]
         return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], {**process_env, **rank_env}
+
+    @staticmethod
+    def daemon_step(plan: LaunchPlan) -> str:
+        """srun options of the daemons' step (one task per node): the CPUs and GPUs of the node's ranks."""
+        options = [f"--cpus-per-task={plan.devices * plan.cpus_per_task}"]
+        if plan.gpus:
+            options.append(f"--gres=gpu:{plan.devices}")
+        return " ".join(options)
 
     @staticmethod
     def allocation_env(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:

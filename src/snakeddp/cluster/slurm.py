@@ -143,7 +143,8 @@ class Srun(Launcher):
             f"--nodes={plan.nodes}",
             f"--ntasks={plan.world_size}",
             f"--ntasks-per-node={plan.devices}",
-            f"--cpus-per-task={plan.threads_per_process}",
+            # The job's own per-task CPUs: a step asking for fewer would confine each rank to them.
+            f"--cpus-per-task={plan.cpus_per_task}",
             "--kill-on-bad-exit=1",
             "--export=ALL",
         ]

@@ -206,6 +206,19 @@ def check_slurm(which: Callable[[str], str | None] = shutil.which) -> None:
         )
 
 
+def check_slurm_container(run_id: str, launch: Mapping[str, Any]) -> None:
+    """A run on Slurm under ``--sdm apptainer``: the train rule runs inside the image, which has no
+    Slurm client, so a launcher that calls srun there (srun itself, mpirun for its daemons) fails
+    in the job with ``srun: not found``. Refused before anything is submitted."""
+    launcher = cluster.for_platform(launch["launcher"], "slurm").name
+    if launcher in ("srun", "mpirun"):
+        raise PreflightError(
+            f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
+            f"launcher {launcher} could not start the ranks (srun: not found). HINT: train on Slurm from the "
+            "checkout's .venv (no --sdm) or with --sdm conda; the image serves the local and azureml profiles."
+        )
+
+
 def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) -> None:
     if "azureml" not in raw:
         raise PreflightError(
@@ -273,11 +286,13 @@ def check_workflow(
     lock: Path,
     same_interpreter: bool,
     cache: Path,
+    in_container: bool = False,
 ) -> None:
     """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
     Packages, Lightning's release and user classes are checked only when the jobs run in this
     interpreter (no conda env, no container) on this machine or a cluster sharing it (not AzureML,
-    whose image has its own). Cores are checked later (``check_cores``)."""
+    whose image has its own). ``in_container``: the rules run in ``--sdm apptainer``'s image.
+    Cores are checked later (``check_cores``)."""
     check_lock(lock)
     check_run_ids(runs)
     check_registry(config["tracking"], runs)
@@ -288,6 +303,8 @@ def check_workflow(
         check_azureml(raw, config, Path.cwd())
     for run_id, run in runs.items():
         check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
+        if platform == "slurm" and in_container:
+            check_slurm_container(run_id, run["config"]["launch"])
     if platform != "azureml" and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")

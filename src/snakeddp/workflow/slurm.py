@@ -7,6 +7,10 @@ reads SLURM_NTASKS_PER_NODE), one per node gives `tasks`. 0 and "" leave a resou
 `mpi` is declared even for a one-process run, empty (the submit plugin skips an empty one), so
 that the jobstep plugin never wraps the rule in its own one-task `srun` step: training would
 share that step with Snakemake, and a preemption signal to the step would stop Snakemake too.
+
+GPUs are asked for as `gres` per node (`gpu:[TYPE:]N`, TYPE from the profile's site.gpu_type),
+never as the plugin's `gpu`/`gpu_model` (a job total, `--gpus`, which does not say per node).
+Site options (partition, account, constraint, qos) are the profile's resources, not these.
 Imported by rules/common.smk, so it stays free of heavy imports.
 """
 
@@ -16,25 +20,36 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.cluster import PLATFORM_DEFAULT
+from snakeddp.config import site as site_config
 
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
 
 
-def slurm_resources(launch: Mapping[str, Any]) -> dict[str, int | str]:
-    """Resources of the train rule for one run's ``launch`` section (nodes and mem_mb come as is)."""
+def gres(devices: int, gpu_type: str | None) -> str:
+    """The GPUs of one node as Slurm's --gres names them: ``gpu:N``, or ``gpu:TYPE:N``."""
+    return f"gpu:{gpu_type}:{devices}" if gpu_type else f"gpu:{devices}"
+
+
+def slurm_resources(launch: Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> dict[str, int | str]:
+    """Resources of the train rule for one run's ``launch`` section, its ``accelerator`` resolved
+    for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
+    are set elsewhere)."""
     launcher = PLATFORM_DEFAULT["slurm"] if launch["launcher"] == "auto" else launch["launcher"]
-    nodes, devices, threads = launch["nodes"], launch["devices"], launch["threads_per_process"]
+    nodes, devices = launch["nodes"], launch["devices"]
+    cpus = site_config.cpus_per_process(launch, accelerator, site)
     one_task_per_process = launcher in ONE_TASK_PER_PROCESS
     per_node = devices if one_task_per_process and devices > 1 else 0
     tasks = nodes if one_task_per_process and nodes > 1 and not per_node else 0
-    gpu = launch["accelerator"] == "gpu"
+    gpu = accelerator == "gpu"
     return {
         "mpi": launcher if per_node or tasks else "",
         "tasks_per_node": per_node,
         "tasks": tasks,
-        # With `tasks` on GPUs the plugin adds --ntasks-per-gpu=<tasks>; one task per GPU is meant.
-        "tasks_per_gpu": 1 if gpu and tasks else 0,
+        # 0, never unset: on a GPU job the plugin falls back to `tasks` for --ntasks-per-gpu, which
+        # needs cons_tres and binds each task to one GPU (--gpu-bind=single:1; plugin issues #316,
+        # #373); every rank is meant to see its node's GPUs and pick cuda:<local rank>.
+        "tasks_per_gpu": 0,
         # torchrun (one task) starts all of a node's processes itself.
-        "cpus_per_task": threads if one_task_per_process else threads * devices,
-        "gres": f"gpu:{devices}" if gpu else "",
+        "cpus_per_task": cpus if one_task_per_process else cpus * devices,
+        "gres": gres(devices, site.get("gpu_type")) if gpu else "",
     }
