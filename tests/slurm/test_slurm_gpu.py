@@ -22,7 +22,7 @@ import yaml
 
 from tests.helpers import REPO
 from tests.slurm.cluster import FEATURES, GPU_TYPE, NODES, QOS
-from tests.slurm.test_slurm_profile import SlurmWorkflow, config, run_uuid
+from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
 from tests.slurm_requests import submit_command, train_resources
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]

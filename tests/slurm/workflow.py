@@ -1,0 +1,63 @@
+"""A Snakemake working directory driven with --profile profiles/slurm against the local test cluster
+(tests/slurm/cluster.py), shared by the Slurm test files."""
+
+from __future__ import annotations
+
+import copy
+import re
+import subprocess
+from pathlib import Path
+
+from tests.helpers import TINY, Workflow, subprocess_env
+from tests.slurm.cluster import Cluster
+
+# Slurm status polling, shortened for tests: the plugin's first check comes after
+# `init-seconds` and then every +10 s while nothing finishes; the jobs here take ~30-90 s.
+FAST_POLLING = (
+    "--slurm-init-seconds-before-status-checks",
+    "2",
+    "--seconds-between-status-checks",
+    "2",
+    "--latency-wait",
+    "5",
+    # Keep every job's Slurm log so tests can read it (the plugin deletes successful ones).
+    "--slurm-keep-successful-logs",
+)
+
+
+class SlurmWorkflow(Workflow):
+    """A Workflow driven with --profile profiles/slurm against the local cluster."""
+
+    def __init__(self, directory: Path, cluster: Cluster) -> None:
+        super().__init__(directory, profile="slurm")
+        self.cluster = cluster
+
+    def env(self) -> dict[str, str]:
+        # UTC: sacct prints times in local time, the run's metrics in UTC.
+        return subprocess_env(TZ="UTC", **self.cluster.env())
+
+    def command(self, *args: str) -> list[str]:
+        return super().command(*FAST_POLLING, *args)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None):
+        return super().run(*args, check=check, timeout=timeout, env=env or self.env())
+
+    def slurm(self, *argv: str) -> str:
+        return subprocess.run(argv, env=self.env(), capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def run_uuid(snakemake_output: str) -> str:
+    """The plugin's id of one Snakemake invocation: the name of every job it submitted."""
+    match = re.search(r"SLURM run ID: (\S+)", snakemake_output)
+    assert match, "no 'SLURM run ID' in Snakemake's output"
+    return match.group(1)
+
+
+def config(**sections) -> dict:
+    cfg = copy.deepcopy(TINY)
+    for key, value in sections.items():
+        if isinstance(value, dict) and key != "sweep":
+            cfg.setdefault(key, {}).update(value)
+        else:
+            cfg[key] = value
+    return cfg
