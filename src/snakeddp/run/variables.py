@@ -25,7 +25,7 @@ LOCK = "SNAKEDDP_LOCK"
 TRACKING = "SNAKEDDP_TRACKING"
 #: The config's ``azureml`` section as JSON, read by the AzureML submitter.
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
-#: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
+#: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
 #: The shell-quoted command that started the ranks, for provenance.
