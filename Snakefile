@@ -57,10 +57,11 @@ try:
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
-# The terminal shows per job what it does and why, not the scheduler's chatter around it
-# (snakeddp.compat.snakemake).
+# The terminal shows per job what it does and why, not the scheduler's chatter around it, and
+# `snakemake --report` before the report exists says so in one line (snakeddp.compat.snakemake).
 if not (workflow.remote_exec or workflow.subprocess_exec):
     snakeddp_snakemake.quiet_scheduling(workflow)
+    snakeddp_snakemake.before_report(stop_unless_report_made)
 
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()

@@ -84,14 +84,19 @@ def more_epochs(epochs_now: int) -> str:
 
 
 def test_a_file_appended_to_under_nohup_keeps_its_lines_and_quiet_rules_leaves_only_progress(checkout):
-    """`--quiet rules`: no job lines; the epochs and the report still show."""
+    """`--quiet rules`: no job lines; the epochs and the report still show. An unknown report.metrics
+    entry is named on the terminal in one line."""
     before = (checkout / "run.log").read_text()
-    typed(checkout, f"nohup {more_epochs(9)} --quiet rules >> run.log 2>&1")
+    metrics = "'report={metrics: [val_loss, val_f1]}'"
+    typed(checkout, f"nohup {more_epochs(9)} {metrics} --quiet rules >> run.log 2>&1")
     text = (checkout / "run.log").read_text()
     assert text.startswith(before)
     lines = shown(text[len(before) :])
     assert epochs(lines) == {run: [(9, 9)] for run in RUNS}
     assert not [line for line in lines if re.match(r"Job \d+: |Reason: ", line)]
+    (named,) = [line for line in lines if "report.metrics" in line]
+    assert named.startswith("report: report.metrics names val_f1, which no run logged: not plotted. HINT: ")
+    assert "val_loss" in named.split("HINT: ")[1]
     ends_with_the_report(checkout, lines)
 
 

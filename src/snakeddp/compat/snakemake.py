@@ -86,6 +86,27 @@ def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str])
     return True
 
 
+def before_report(first: Callable[[], None]) -> bool:
+    """Call ``first()`` when ``snakemake --report`` is about to pack the report, before Snakemake
+    reads any record (it may stop the workflow). False: left to Snakemake."""
+    if not check("report_before_a_run"):
+        return False
+    import snakemake.report
+
+    packs = snakemake.report.auto_report
+    if getattr(packs, "checked_by_snakeddp", False):
+        return True
+
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        first()
+        return await packs(*args, **kwargs)
+
+    checked.checked_by_snakeddp = True  # type: ignore[attr-defined]
+    # Workflow.create_report imports auto_report from its module when --report runs, so it gets this one.
+    snakemake.report.auto_report = checked
+    return True
+
+
 def quiet_job_errors(once: Callable[[], bool]) -> bool:
     """Drop Snakemake's records of failed jobs (``ERROR``, ``JOB_ERROR``, ``GROUP_ERROR`` events:
     the exception, "Error in rule" with the job's whole log, the final WorkflowError) once
