@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import copy_of_this_checkout
-from tests.helpers import subprocess_env
+from tests.helpers import REPO, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -23,6 +23,7 @@ SNAKEMAKE = shlex.quote(str(Path(sys.executable).parent / "snakemake"))
 RUNS = ("devices-1", "devices-2")
 EPOCH = re.compile(r"(devices-\d): epoch (\d+)/(\d+)  partition \d+  train_loss .* ETA \S+")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+README = REPO / "README.md"
 
 
 def typed(root: Path, command: str) -> str:
@@ -76,6 +77,20 @@ def test_the_default_run_into_a_file_says_what_each_job_does_and_why_in_at_most_
     kept = complete.read_text().splitlines()
     assert sum(line.startswith("Finished jobid: ") for line in kept) == 15
     assert epochs(kept) == epochs(lines)
+
+
+def test_the_readmes_example_output_is_what_the_default_run_prints(checkout):
+    """Its lines in order, consecutive unless a `…` line stands between; numbers may differ, an
+    inline `…` stands for the rest of the line, /path/to/snakeddp for the checkout."""
+    example = README.read_text().split("about 100 lines")[1].split("```\n")[1].splitlines()
+    pattern = "(?m)^"
+    for line in example:
+        if line == "…":
+            pattern += r"(?:.*\n)*?"
+            continue
+        escaped = re.escape(line).replace(re.escape("…"), ".*").replace(re.escape("/path/to/snakeddp"), ".*")
+        pattern += re.sub(r"\d[\d,]*(?:\\\.\d+)?", r"[\\d,.]+", escaped) + r"\n"
+    assert re.search(pattern, "\n".join(shown((checkout / "run.log").read_text())) + "\n"), example
 
 
 def more_epochs(epochs_now: int) -> str:
