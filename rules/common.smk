@@ -292,3 +292,11 @@ def get_search_plan_json(wildcards):
 def get_report_runs():
     """The runs the report shows: every run, or those a search trained to its top rung."""
     return search_runs(SEARCH.top) if SEARCH else list(RUNS)
+
+
+def stop_unless_report_made():
+    """`snakemake --report` before the report job ran: one line saying to run the workflow first."""
+    try:
+        snakeddp_preflight.check_report_made(Path(rules.report.output.html))
+    except snakeddp_config.ConfigError as error:
+        snakeddp_preflight.stop(error)

@@ -108,11 +108,3 @@ rule report:
         configfiles=CONFIG_FILES,
     script:
         "../scripts/report.py"
-
-
-def stop_unless_report_made():
-    """`snakemake --report` before rule report ran: one line saying to run the workflow first."""
-    try:
-        snakeddp_preflight.check_report_made(Path(rules.report.output.html))
-    except snakeddp_config.ConfigError as error:
-        snakeddp_preflight.stop(error)
