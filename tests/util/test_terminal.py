@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 
-from snakeddp.util.terminal import CLIENT_TIMEOUT_S, VARIABLE, Relay, say
+from snakeddp.util.terminal import CLIENT_TIMEOUT_S, PREFIX, VARIABLE, Relay, remove_stale_relays, say
 from tests.helpers import subprocess_env
 from tests.terminal_host import check_every_line_once_in_order, host_command
 
@@ -118,3 +118,15 @@ def test_a_job_stopped_mid_line_holds_the_others_back_only_briefly(monkeypatch):
         assert said == ["another job's line"]
         assert time.monotonic() - started < 2 * CLIENT_TIMEOUT_S
     relay.close()
+
+
+def test_a_relay_left_by_a_killed_snakemake_is_removed_by_the_next_one(tmp_path):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    left = tmp_path / f"{PREFIX}{gone.pid}-abcd1234"
+    left.mkdir()
+    (left / "terminal").touch()
+    alive = tmp_path / f"{PREFIX}{os.getpid()}-efgh5678"
+    alive.mkdir()
+    assert remove_stale_relays(str(tmp_path)) == [str(left)]
+    assert not left.exists() and alive.exists()

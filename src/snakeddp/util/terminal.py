@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import os
+import re
 import shutil
 import socket
 import sys
@@ -35,6 +37,8 @@ MAX_LINE = 64 * 1024
 CLIENT_TIMEOUT_S = 2.0
 # How long closing waits for the relay's thread to finish the line it is writing.
 CLOSE_TIMEOUT_S = 5.0
+# A relay's directory: snakeddp-terminal-<pid of Snakemake>-<random>.
+PREFIX = "snakeddp-terminal-"
 
 
 def say(line: str) -> None:
@@ -51,6 +55,24 @@ def say(line: str) -> None:
             relay.recv(1)  # the relay's answer: the line is written (or it closed, and will not write it)
     except OSError:
         pass  # Snakemake has gone or is finishing: the log has the line.
+
+
+def remove_stale_relays(base: str) -> list[str]:
+    """Remove this user's relay directories under ``base`` whose Snakemake has gone without closing
+    them (killed: SIGKILL, SIGTERM); returns them. Another user's, or a live process's, are kept."""
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(base), f"{PREFIX}*")):
+        match = re.fullmatch(rf"{PREFIX}(\d+)-[^/]+", os.path.basename(path))
+        try:
+            if not match or os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(match[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue  # alive under another user (EPERM), or gone meanwhile
+    return removed
 
 
 class Relay:
@@ -71,7 +93,9 @@ class Relay:
         # mkdtemp's directory is mode 0700: no other user can connect. A short base, since a
         # socket's path is limited to about 100 bytes and TMPDIR can be long on clusters.
         base = tempfile.gettempdir()
-        self._dir = tempfile.mkdtemp(prefix="snakeddp-", dir=base if len(base) < 60 else "/tmp")  # noqa: S108
+        base = base if len(base) < 60 else "/tmp"  # noqa: S108
+        remove_stale_relays(base)
+        self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
         self.path = os.path.join(self._dir, "terminal")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(self.path)
