@@ -78,6 +78,12 @@ try:
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
+# The terminal shows per job what it does and why, not the scheduler's chatter around it, and
+# `snakemake --report` before the report exists says so in one line (snakeddp.compat.snakemake).
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    snakeddp_snakemake.quiet_scheduling(workflow)
+    snakeddp_snakemake.before_report(stop_unless_report_made)
+
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()
 
@@ -121,18 +127,24 @@ onstart:
                 Path(rules.train.output.provenance.format(run=run)).parent
             )
         )
+    # Every job starts after this: each finds the relay for its progress lines (rules/common.smk).
+    if PLATFORM == "local":
+        os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
-# hold the finished process for up to a second (snakeddp.compat.snakemake).
+# hold the finished process for up to a second (snakeddp.compat.snakemake). No job is left to
+# print a line: the relay writes what they sent and stops, before Snakemake's last lines.
 onsuccess:
     snakeddp_snakemake.release_scheduler_timers()
+    TERMINAL_RELAY.close()
     if Path(rules.report.output.html).is_file():
-        print(f"Report: {Path(rules.report.output.html).resolve()}")
+        print(f"Report: {Path(rules.report.output.html).resolve()}", flush=True)
 
 
 onerror:
     snakeddp_snakemake.release_scheduler_timers()
+    TERMINAL_RELAY.close()
     if snakeddp_interrupt.INTERRUPTED.is_set():
         for line in snakeddp_interrupt.summary(
             (run, Path(rules.train.output.provenance.format(run=run)).parent)

@@ -12,7 +12,7 @@ from snakeddp import config as snakeddp_config
 from snakeddp.util import hashing as snakeddp_hashing
 from snakeddp.report.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv
-from snakeddp.util.terminal import terminal_of_this_process
+from snakeddp.util import terminal as snakeddp_terminal
 from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
@@ -34,6 +34,7 @@ from snakeddp.run import rules as snakeddp_rules
 from snakeddp.run import search as snakeddp_search
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakeddp.environment import files as snakeddp_envfiles
+from snakemake.logging import logger
 from snakemake.utils import update_config
 
 # A rerun's reason names the config keys that changed, not the run's whole config.
@@ -133,14 +134,15 @@ try:
                 else str(Path(sys.executable).parent)
             ),
             slurm_bin=str(REPO / "profiles" / "slurm" / "bin"),
-            # Jobs of the local platform run beside Snakemake: their progress lines (epochs,
-            # ingestion, the report) also go to its terminal, which otherwise shows a job's
-            # output only in the job's log.
-            terminal=terminal_of_this_process() if PLATFORM == "local" else None,
         )
     )
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
+# Jobs of the local platform run beside Snakemake: their progress lines (epochs, ingestion, the
+# report) also reach its terminal, which otherwise shows a job's output only in the job's log.
+# They go through this relay, which writes them with Snakemake's logger, the one writer of its
+# output (snakeddp.util.terminal). It listens from onstart (jobs will run) to onsuccess/onerror.
+TERMINAL_RELAY = snakeddp_terminal.Relay(logger.info)
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
@@ -312,3 +314,11 @@ def get_search_plan_json(wildcards):
 def get_report_runs():
     """The runs the report shows: every run, or those a search trained to its top rung."""
     return search_runs(SEARCH.top) if SEARCH else list(RUNS)
+
+
+def stop_unless_report_made():
+    """`snakemake --report` before the report job ran: one line saying to run the workflow first."""
+    try:
+        snakeddp_preflight.check_report_made(Path(rules.report.output.html))
+    except snakeddp_config.ConfigError as error:
+        snakeddp_preflight.stop(error)

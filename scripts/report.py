@@ -43,7 +43,12 @@ for run in runs:  # written by the train jobs, read back from a folder others ma
 write_runs_table(runs, out.table)
 configurations.write_table(runs, out.configurations)
 fmt, dpi = settings["figure_format"], settings["dpi"]
-plotted, _ = figures.plotted_metrics(runs, settings["metrics"])
+plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
+if absent:  # on the terminal too, not only on the page: a misspelt name is seen where it was typed
+    say(
+        f"report: report.metrics names {', '.join(absent)}, which no run logged: not plotted. HINT: name metrics "
+        f"the runs logged ({', '.join(figures.metrics_of(runs))}), or set report.metrics: null to plot them all."
+    )
 figures.write(figures.curves(runs, plotted), out.curves, fmt, dpi, out.curves_series)
 if out.scaling:
     scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))

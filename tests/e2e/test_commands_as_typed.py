@@ -95,6 +95,19 @@ def test_a_real_run_without_cores_says_what_to_type_in_one_line(clone):
     assert not (clone / "results").exists()
 
 
+def test_a_report_before_anything_ran_is_one_line_with_a_hint(clone):
+    done = typed(clone, "snakemake --report report.zip")
+    assert done.returncode == 1, done.stdout
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if "HINT:" in line] == [
+        "Nothing to report yet: the workflow has not made its report (results/report/report.html is missing). "
+        "HINT: run the workflow first (snakemake --profile local), then the same --report command."
+    ], done.stdout
+    # Before it, only Snakemake's profile and DAG lines; no warning per missing record, no error of its own.
+    assert len(lines) <= 3 and lines[-1].startswith("Nothing to report yet"), done.stdout
+    assert not (clone / "report.zip").exists() and not (clone / "results").exists()
+
+
 def test_after_a_run_the_report_summary_and_cleanup_work_without_a_profile(clone):
     ok(typed(clone, "snakemake --profile profiles/local"))
     ok(typed(clone, "snakemake --report report.zip"))

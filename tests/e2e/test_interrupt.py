@@ -1,10 +1,11 @@
-"""Ctrl-C during `snakemake --profile profiles/local`, typed in a checkout: a handful of lines,
-one saying that rerunning resumes, no traceback; the rerun resumes and the interrupted attempt's
-log is kept beside the new one."""
+"""Ctrl-C during `snakemake --profile profiles/local > run.log 2>&1`, typed in a checkout: a
+handful of lines, one saying that rerunning resumes, no traceback, every epoch line whole; the
+rerun resumes and the interrupted attempt's log is kept beside the new one."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -30,21 +31,24 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
     # A terminal's Ctrl-C signals its foreground process group: Snakemake and every job it started.
-    typed = subprocess.Popen(
-        [SNAKEMAKE, "--profile", "profiles/local"],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    # Its output goes to a file opened as `>` opens it (no O_APPEND), where a second writer's
+    # lines would overwrite Snakemake's (snakeddp.util.terminal).
+    with open(tmp_path / "run.log", "w") as run_log:
+        typed = subprocess.Popen(
+            [SNAKEMAKE, "--profile", "profiles/local"],
+            cwd=tmp_path,
+            env=subprocess_env(),
+            stdout=run_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints/last.ckpt").is_file():
         assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
         time.sleep(0.2)
     os.killpg(typed.pid, signal.SIGINT)
-    output = typed.communicate(timeout=120)[0]
+    typed.wait(timeout=120)
+    output = (tmp_path / "run.log").read_text()
     assert typed.returncode == 1, output
 
     after = output.split("Terminating processes on user request, this might take some time.\n")[1].splitlines()
@@ -55,6 +59,11 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
         assert crash not in output, output
     interrupted_log = (tmp_path / "logs/train/base.log").read_text()
     assert "Detected KeyboardInterrupt" in interrupted_log
+    # The epochs the run said before Ctrl-C, each whole and once (one said while Snakemake was
+    # ending stays in the log only).
+    said = [line for line in interrupted_log.splitlines() if line.startswith("base: epoch ")]
+    shown = [line for line in output.splitlines() if re.search(r"epoch \d+/\d+  ", line)]
+    assert shown and shown == said[: len(shown)], output
 
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout

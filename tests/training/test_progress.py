@@ -12,7 +12,7 @@ import pytest
 
 from snakeddp.data.table import ingest
 from snakeddp.training.progress import epoch_line
-from snakeddp.util.terminal import VARIABLE
+from snakeddp.util.terminal import VARIABLE, Relay
 from tests.helpers import subprocess_env
 from tests.tables import frame, params
 
@@ -42,11 +42,12 @@ def test_epoch_line_says_epoch_partition_losses_speed_and_eta():
 
 
 def test_ingestion_says_what_it_reads_on_the_terminal(tmp_path, monkeypatch, capsys):
-    terminal = tmp_path / "terminal"
-    monkeypatch.setenv(VARIABLE, f"{socket.gethostname()}:{terminal}")
+    said: list[str] = []
+    relay = Relay(said.append)
+    monkeypatch.setenv(VARIABLE, relay.start())
     frame(400).to_csv(tmp_path / "t.csv", index=False)
     ingest(params(tmp_path / "t.csv"), tmp_path / "out")
-    said = terminal.read_text().splitlines()
+    relay.close()
     assert said == [
         f"ingest: reading {tmp_path / 't.csv'} (file 1 of 1)",
         "ingest: 400 rows read; writing 3 train partitions and validation",
@@ -55,11 +56,14 @@ def test_ingestion_says_what_it_reads_on_the_terminal(tmp_path, monkeypatch, cap
 
 
 def test_another_hosts_terminal_is_left_alone(tmp_path, monkeypatch):
-    terminal = tmp_path / "terminal"
-    monkeypatch.setenv(VARIABLE, f"not-{socket.gethostname()}:{terminal}")
+    said: list[str] = []
+    relay = Relay(said.append)
+    relay.start()
+    monkeypatch.setenv(VARIABLE, f"not-{socket.gethostname()}:{relay.path}")
     frame(50).to_csv(tmp_path / "t.csv", index=False)
     ingest(params(tmp_path / "t.csv", partitions=1), tmp_path / "out")
-    assert not terminal.exists()
+    relay.close()
+    assert said == []
 
 
 @pytest.mark.e2e

@@ -81,6 +81,20 @@ WRITTEN_FOR: dict[str, Hook] = {
         "snakemake/logging.py (logger, records' event), snakemake_interface_logger_plugins/common.py (LogEvent)",
         optional=True,
     ),
+    "scheduling_chatter": Hook(
+        "snakemake",
+        "==9.27.1",
+        "snakemake/logging.py (DefaultStreamHandler's name and formatter, DefaultFormatter.format_job_info's "
+        "time line), snakemake/scheduling/job_scheduler.py (Select jobs, JOB_STARTED, JOB_FINISHED)",
+        optional=True,
+    ),
+    "report_before_a_run": Hook(
+        "snakemake",
+        "==9.27.1",
+        "snakemake/workflow.py (Workflow.create_report imports snakemake.report.auto_report when called), "
+        "snakemake/report/__init__.py (auto_report)",
+        optional=True,
+    ),
     "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
     "output_data": Hook("azureml-core", "==1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"),
 }

@@ -5,6 +5,8 @@ Nothing here imports Snakemake: the Snakefile hands over its ``workflow`` object
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -117,6 +119,27 @@ def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str])
     return True
 
 
+def before_report(first: Callable[[], None]) -> bool:
+    """Call ``first()`` when ``snakemake --report`` is about to pack the report, before Snakemake
+    reads any record (it may stop the workflow). False: left to Snakemake."""
+    if not check("report_before_a_run"):
+        return False
+    import snakemake.report
+
+    packs = snakemake.report.auto_report
+    if getattr(packs, "checked_by_snakeddp", False):
+        return True
+
+    async def checked(*args: Any, **kwargs: Any) -> Any:
+        first()
+        return await packs(*args, **kwargs)
+
+    checked.checked_by_snakeddp = True  # type: ignore[attr-defined]
+    # Workflow.create_report imports auto_report from its module when --report runs, so it gets this one.
+    snakemake.report.auto_report = checked
+    return True
+
+
 def quiet_job_errors(once: Callable[[], bool]) -> bool:
     """Drop Snakemake's records of failed jobs (``ERROR``, ``JOB_ERROR``, ``GROUP_ERROR`` events:
     the exception, "Error in rule" with the job's whole log, the final WorkflowError) once
@@ -129,3 +152,47 @@ def quiet_job_errors(once: Callable[[], bool]) -> bool:
     errors = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
     logger.addFilter(lambda record: not (once() and getattr(record, "event", None) in errors))
     return True
+
+
+# The line Snakemake's formatter puts above each job: time.asctime() in brackets.
+_JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
+_SCHEDULING = "Select jobs to execute..."
+
+
+class _WithoutJobTimes(logging.Formatter):
+    """Snakemake's formatter, less the time line above each job (its complete log keeps it)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _JOB_TIME.sub(r"\1", self.inner.format(record), count=1)
+
+
+def quiet_scheduling(workflow: Any) -> bool:
+    """On Snakemake's terminal (its stream handler), keep per job what it does and why (the
+    message and ``Reason:``) and the ``k of N steps done`` line, and drop the scheduler's chatter
+    around them: "Select jobs to execute...", "Execute N jobs...", "Finished jobid: ..." and the
+    time line above each job and each finish, about 6 of 9 lines per job. The complete log
+    (.snakemake/log) keeps every line; ``--verbose`` shows them all on the terminal too, and
+    ``--quiet``, ``--printshellcmds`` act as Snakemake's own filter says. False: left to Snakemake."""
+    if not check("scheduling_chatter") or workflow.output_settings.verbose:
+        return False
+    from snakemake.logging import logger
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    dropped = {LogEvent.JOB_STARTED, LogEvent.JOB_FINISHED}
+
+    def chatter(record: logging.LogRecord) -> bool:
+        return getattr(record, "event", None) in dropped or record.msg == _SCHEDULING
+
+    quieted = False
+    for handler in logger.handlers:
+        # A logger plugin writing to the stream (--logger) has its own format: left as it is.
+        if handler.name != "DefaultStreamHandler" or isinstance(handler.formatter, _WithoutJobTimes):
+            continue
+        handler.addFilter(lambda record: not chatter(record))
+        handler.setFormatter(_WithoutJobTimes(handler.formatter or logging.Formatter()))
+        quieted = True
+    return quieted

@@ -33,7 +33,7 @@ NETWORK = "SNAKEDDP_NETWORK"
 TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
 #: The config's ``azureml`` section as JSON, read by the AzureML submitter.
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
-#: host:path of Snakemake's stderr, where jobs on that host also write progress lines (local platform).
+#: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
 #: The shell-quoted command that started the ranks, for provenance.

@@ -41,7 +41,6 @@ def exports(
     lock_file: str | Path,
     python_bin: str | None,
     slurm_bin: str,
-    terminal: str | None = None,
 ) -> dict[str, str]:
     """Everything the workflow exports for a validated ``config``, given Snakemake's own ``env``.
 
@@ -49,8 +48,7 @@ def exports(
     the interpreter Snakemake runs under, goes first on PATH unless a conda env or container
     provides its own ``python`` (then None). On Slurm with a config outside /etc/slurm, the
     jobstep plugin drops SLURM_CONF before it calls srun: a copy is kept and ``slurm_bin``'s srun,
-    which restores it, goes first on PATH. ``terminal`` (``host:path`` of Snakemake's stderr)
-    is where jobs on that host also write their progress lines.
+    which restores it, goes first on PATH.
     """
     platform = config["platform"]
     path = env.get("PATH", "")
@@ -62,8 +60,6 @@ def exports(
         variables.PLATFORM: platform,
         variables.LOCK: str(Path(lock_file).resolve()),
     }
-    if terminal:
-        out[variables.TERMINAL] = terminal
     if platform == "azureml":
         out[variables.AZUREML_CONFIG] = json.dumps(config["azureml"])
     if platform == "slurm" and env.get("SLURM_CONF"):

@@ -180,6 +180,16 @@ def check_registry(tracking: Mapping[str, Any], runs: Mapping[str, Mapping[str, 
             )
 
 
+def check_report_made(page: Path) -> None:
+    """``snakemake --report`` packs the report the workflow made: before that, say so in one line
+    instead of Snakemake's warning per missing record and its error naming one missing figure."""
+    if not page.is_file():
+        raise PreflightError(
+            f"Nothing to report yet: the workflow has not made its report ({page} is missing). "
+            "HINT: run the workflow first (snakemake --profile local), then the same --report command."
+        )
+
+
 def check_tracking_server(
     tracking: Mapping[str, Any], to_train: Mapping[str, Any], platform: str, env: Mapping[str, str]
 ) -> None:

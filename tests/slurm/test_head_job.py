@@ -1,0 +1,40 @@
+"""Snakemake's own process inside an sbatch job (a head job, `sbatch --wrap "snakemake --profile
+local"`): the progress lines of the jobs it runs on its node reach the job's output file whole,
+once and in order, whether Slurm opens that file truncated (the default) or for appending. (Slurm
+22.05's slurmstepd hands a batch job a pipe and writes the file itself, so this holds however the
+file was opened; the check is that it holds.) tests/terminal_host.py stands in for Snakemake."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import subprocess_env
+from tests.slurm.cluster import Cluster
+from tests.terminal_host import check_every_line_once_in_order, host_command
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+
+@pytest.mark.parametrize("open_mode", ["truncate", "append"])
+def test_a_head_job_keeps_every_line_in_its_output_file(slurm_cluster: Cluster, tmp_path: Path, open_mode: str):
+    out = tmp_path / "head.log"
+    env = subprocess_env(**slurm_cluster.env())
+    submit = ["sbatch", "--parsable", f"--open-mode={open_mode}", f"--output={out}", f"--wrap={host_command()}"]
+    job = subprocess.run(submit, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 120
+    queued = ["squeue", "--noheader", "--jobs", job]
+    while subprocess.run(queued, env=env, capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "the head job did not finish"
+        time.sleep(0.5)
+    state = subprocess.run(
+        ["sacct", "--noheader", "--parsable2", "--allocations", "--format=State", "--jobs", job],
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    assert state == "COMPLETED", out.read_text() if out.exists() else state
+    check_every_line_once_in_order(out.read_text())
