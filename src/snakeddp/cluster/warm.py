@@ -37,11 +37,8 @@ from typing import Any
 
 from snakeddp.cluster.lifecycle import FORWARDED, die_with_parent
 from snakeddp.errors import LaunchError
+from snakeddp.run.variables import FORK_RANKS, RANK_START
 
-#: "0" starts every rank as a process of its own (cold); "1", the default, forks them where it can.
-FORK_RANKS = "SNAKEDDP_FORK_RANKS"
-#: "warm" (forked from the supervisor) or "cold" (a process of its own): how this rank started, for provenance.
-RANK_START = "SNAKEDDP_RANK_START"
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
