@@ -145,6 +145,10 @@ class Warm:
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
+        # The driver itself, which any library may load and initialise without torch knowing.
+        with open("/proc/self/maps") as maps:
+            if any("libcuda.so" in line for line in maps):
+                raise NotForkable("the CUDA driver (libcuda) is loaded in the warm process")
         stray = open_fds() - self.own_fds
         if stray:
             raise NotForkable(
@@ -160,19 +164,24 @@ class Warm:
         # Held until the child has replaced the supervisor's handlers: a signal in between would run the
         # supervisor's forwarding in the child and signal the ranks forked before it.
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:
-            become(self.command, {**self.imported_env, **env, RANK_START: "warm"}, self.handlers, close)
+            become(self.command, {**self.imported_env, **env, RANK_START: "warm"}, self.handlers, close, supervisor)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         return pid
 
 
-def become(command: list[str], env: dict[str, str], handlers: dict[int, Any], close: Sequence[Any]) -> None:
+def become(
+    command: list[str], env: dict[str, str], handlers: dict[int, Any], close: Sequence[Any], supervisor: int
+) -> None:
     """The child: turn into a fresh ``python -m MODULE ARGS`` and never return (``os._exit``)."""
     code = 1
     try:
         os.setsid()  # a session of its own, as a cold rank's start_new_session: Ctrl-C reaches it once, passed on
         die_with_parent()  # as the cold rank's preexec_fn: a killed supervisor takes this rank along
+        if os.getppid() != supervisor:  # it died before the line above could tie this rank to it
+            os.kill(os.getpid(), signal.SIGKILL)
         for signum, handler in handlers.items():  # a fresh interpreter's, not the supervisor's forwarding
             signal.signal(signum, handler)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # what came since the fork is delivered now
