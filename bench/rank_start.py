@@ -87,7 +87,8 @@ def run(ctx: Context) -> Result:
     counter = iter(range(10_000))
 
     def case(fork: bool):
-        return lambda: launch(ctx.work / "runs" / f"run-{next(counter)}", one_epoch, manifest, fork)
+        # Each run alone under its parent: beside another of the same key, a launch restores it and trains nothing.
+        return lambda: launch(ctx.work / "runs" / f"{next(counter)}" / "run", one_epoch, manifest, fork)
 
     samples = alternate(
         {"forked": case(True), "spawned": case(False)}, reps=sizes.reps_or(3), warmup=sizes.warmup_or(1)

@@ -76,7 +76,9 @@ def run(ctx: Context) -> Result:
     batch_size = configuration.validate({})["trainer"]["batch_size"]
     data = data_config(sizes.records, sizes.features, min(sizes.val_records, 2000), parts)
     manifest = ensure_dataset(ctx.scratch("data"), data)
-    run_dirs = (ctx.work / "runs" / f"run-{i}" for i in itertools.count())
+    # Each run directory alone under its parent: beside another one of the same key, a launch restores
+    # that finished attempt (snakeddp.provenance.lineage) and trains nothing.
+    run_dirs = (ctx.work / "runs" / f"{i}" / "run" for i in itertools.count())
     details: dict[str, list[dict[str, Any]]] = {}
 
     def case(kind: str, model: list[int], devices: int) -> tuple[str, Callable[[], dict[str, float]]]:
