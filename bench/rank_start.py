@@ -120,6 +120,13 @@ def run(ctx: Context) -> Result:
         "ranks share those pages copy-on-write (it calls gc.freeze() before forking, so no collection in a "
         "rank copies them).",
     ]
+    result.notes.append(
+        "What is left: forked ranks wait for one import, done alone (the supervisor's, the floor of this "
+        "figure: about 3 s on a quiet machine); each train job still starts Python and imports torch in its "
+        "supervisor, which a warm process serving Snakemake's jobs would take away (issue 33, items 2 and 5). "
+        "On Slurm and AzureML every rank still starts on its own (srun, mpirun and AzureML's distributions "
+        "start each rank themselves): forking there needs a launcher that runs the supervisor once per node."
+    )
     if note := busy_note():
         result.notes.append(note)
     return result

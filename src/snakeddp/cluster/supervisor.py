@@ -11,8 +11,8 @@ signals are passed on to every process, and its exit code is the first failure's
 each rank is a process of its own that imports torch and Lightning itself; with ``--fork-ranks``
 (what ``snakeddp.launch`` passes unless SNAKEDDP_FORK_RANKS=0) the supervisor imports the ranks'
 module once and forks every rank from itself (``snakeddp.cluster.warm``), or says in one line why
-it could not and starts them cold. It never imports torch for itself: torchrun's agent spent
-1.6-1.9 s on that here before any rank started (bench/results.md, 8.).
+it could not and starts them cold. What it imports is the ranks' only: its own work needs no
+torch, for which torchrun's agent spent 1.6-1.9 s here before any rank started (bench/results.md, 8.).
 """
 
 from __future__ import annotations
