@@ -12,6 +12,7 @@ which comes after the rendezvous and Lightning's set-up that every rank must hav
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -30,16 +31,25 @@ TITLE = "10. Rank start-up"
 RANKS = 8
 
 
+def started_at(pid: int) -> float:
+    """A process's start in epoch seconds, from its clock ticks since boot against the uptime (psutil's
+    create_time is up to 1 s early: it adds a boot time in whole seconds; snakeddp.training.phases)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def started_processes(root: psutil.Process, seen: dict[int, float], stop: threading.Event) -> None:
     """Every descendant's start time (epoch seconds), by pid, until ``stop``: a rank's pid is only in
     provenance.json, written when the process may be gone."""
     while not stop.is_set():
         try:
             for child in root.children(recursive=True):
-                try:
-                    seen.setdefault(child.pid, child.create_time())
-                except psutil.Error:
-                    continue
+                if child.pid not in seen:
+                    try:
+                        seen[child.pid] = started_at(child.pid)
+                    except (OSError, ValueError, IndexError):
+                        continue
         except psutil.Error:
             return
         stop.wait(0.02)
