@@ -33,6 +33,7 @@ BENCHMARKS = (
     "ingest_memory",
     "tutorial_e2e",
     "search",
+    "rank_start",
 )
 
 

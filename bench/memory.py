@@ -59,7 +59,9 @@ def run(ctx: Context) -> Result:
     manifest_many, manifest_few = ensure_dataset(root, data_many), ensure_dataset(root, data_few)
     write_tutorial_pickles(manifest_many)
     batch_size = 128
-    run_dirs = (ctx.work / "runs" / f"run-{i}" for i in itertools.count())
+    # Each run directory alone under its parent: beside another one of the same key, a launch restores
+    # that finished attempt (snakeddp.provenance.lineage) and trains nothing.
+    run_dirs = (ctx.work / "runs" / f"{i}" / "run" for i in itertools.count())
     traces: dict[str, list[runs.MemoryTrace]] = {"ours_few": [], "ours_many": [], "tutorial_many": []}
 
     def case(name: str) -> Any:

@@ -24,6 +24,7 @@ from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 
 WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
+SUPERVISOR = "snakeddp.cluster.supervisor"
 LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluster.supervisor", "snakeddp.cluster.agent")
 
 
@@ -54,8 +55,13 @@ class MemoryTrace:
 
 def _is_worker(process: psutil.Process) -> bool:
     try:
-        line = " ".join(process.cmdline())
-    except psutil.Error:
+        argv = process.cmdline()
+        line = " ".join(argv)
+        if SUPERVISOR in argv:
+            # A rank forked by the supervisor shows the supervisor's command line (what exec() set):
+            # it is the supervisor's child with the same one.
+            return process.parent().cmdline() == argv
+    except (psutil.Error, AttributeError):  # gone, or its parent is
         return False
     return any(m in line for m in WORKER_MODULES) and not any(m in line for m in LAUNCHER_MODULES)
 

@@ -76,7 +76,9 @@ def run(ctx: Context) -> Result:
     batch_size = configuration.validate({})["trainer"]["batch_size"]
     data = data_config(sizes.records, sizes.features, min(sizes.val_records, 2000), parts)
     manifest = ensure_dataset(ctx.scratch("data"), data)
-    run_dirs = (ctx.work / "runs" / f"run-{i}" for i in itertools.count())
+    # Each run directory alone under its parent: beside another one of the same key, a launch restores
+    # that finished attempt (snakeddp.provenance.lineage) and trains nothing.
+    run_dirs = (ctx.work / "runs" / f"{i}" / "run" for i in itertools.count())
     details: dict[str, list[dict[str, Any]]] = {}
 
     def case(kind: str, model: list[int], devices: int) -> tuple[str, Callable[[], dict[str, float]]]:
@@ -159,7 +161,8 @@ def run(ctx: Context) -> Result:
             ratio=paired_ratio(samples["ours_linear_2"], samples["handwritten_linear_2"], "fixed_s"),
             ratio_of="ours ÷ hand-written",
             op="<=",
-            threshold=1.5,
+            # Issue 33's target; its bound was 1.5, met since the supervisor replaced torchrun's agent.
+            threshold=0.5,
         )
     )
     phases = {
@@ -174,7 +177,9 @@ def run(ctx: Context) -> Result:
     result.notes += [
         f"{epochs} epochs over {parts} partitions, batch {batch_size} per process (the global batch grows with "
         "the processes), Adam, gloo, one thread per process; the baseline launched by torchrun, ours by "
-        "`python -m snakeddp.launch` (the local profile's launcher, snakeddp.cluster.supervisor). Both validate "
+        "`python -m snakeddp.launch` (the local profile's launcher, snakeddp.cluster.supervisor, which imports "
+        "snakeddp.train once and forks the ranks: a rank's imports are the supervisor's, in the rest of the wall "
+        "time, not its own phase). Both validate "
         "and checkpoint after every epoch, outside the timed window.",
         "Time per training step, ours vs hand-written: "
         + "; ".join(
@@ -217,7 +222,18 @@ def run(ctx: Context) -> Result:
     ]
     if note := busy_note():
         result.notes.append(note)
-    if any(f.met is False for f in result.figures):
+    fixed = next(f for f in result.figures if f.key == "train.fixed_cost")
+    if fixed.met is False:
+        result.notes.append(
+            f"The fixed cost misses issue 33's 0.5 (was 0.82 with every rank importing on its own): the ranks "
+            "now import once, forked from the supervisor, but that one import (about 3 s of torch, Lightning and "
+            "snakeddp on a quiet core) still comes before the first rank starts, after `snakeddp.launch`'s own "
+            f"interpreter start; then trainer.fit to the first step takes {phases['fit_setup_s']:.2f} s (gloo's "
+            "rendezvous, Lightning's set-up, the first partition). The baseline's ranks import only torch. "
+            "Next step: a process that has imported already before the job starts (issue 33, items 2 and 5: a "
+            "warm process serving Snakemake's jobs), which would take the import out of the job."
+        )
+    if any(f.met is False for f in result.figures if f is not fixed):
         overhead = step_ms["linear_2"]["ours"] - step_ms["linear_2"]["handwritten"]
         result.notes.append(
             f"Why ours is slower: Lightning adds about {overhead:.1f} ms to every step (linear ×2), whatever the "

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 from snakeddp.run import attempt as runstate
 from tests.helpers import subprocess_env
@@ -37,6 +38,40 @@ def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
         assert not ranks[0] & ranks[1], "disjoint across ranks"
         assert ranks[0] | ranks[1] == run.partition_ids(epoch % 2), "union is the epoch's partition"
         assert {t["partition"] for t in traces if t["epoch"] == epoch} == {epoch % 2}
+
+
+# Columns of metrics.csv that measure the wall clock (everything else must match value for value).
+CLOCK = {"train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "finished_at"}
+
+
+def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(tmp_path):
+    """The same config with SNAKEDDP_FORK_RANKS=1 (the default) and 0: every rank sees the same
+    samples of the same partitions in every epoch, and the weights and metrics are identical; only
+    provenance's rank_start (and each rank's start) tells them apart."""
+    overrides = {
+        "data": {"num_train_files": 2, "num_records_per_train_file": 301, "num_val_records": 50, "num_features": 4},
+        "trainer": {"max_epochs": 2, "batch_size": 16, "trace_samples": True},
+        "launch": {"devices": 2},
+    }
+    seen = {}
+    for switch in ("1", "0"):
+        run = Run(tmp_path / f"fork-{switch}", overrides)
+        run.env = {"SNAKEDDP_FORK_RANKS": switch}
+        assert run.train() == 0, run.log.read_text()[-3000:]
+        log = run.log.read_text()
+        assert "cold" not in log and ("--fork-ranks" in log) == (switch == "1"), log[-3000:]
+        record = json.loads((run.dir / "provenance.json").read_text())
+        rows = [{k: v for k, v in row.items() if k not in CLOCK} for row in run.metrics()]
+        weights = torch.load(run.dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        traces = sorted((t["epoch"], t["rank"], t["partition"], t["ids"]) for t in run.traces())
+        seen[switch] = record, rows, weights, traces
+    (warm, warm_rows, warm_weights, warm_traces), (cold, cold_rows, cold_weights, cold_traces) = seen["1"], seen["0"]
+    assert (warm["launch"]["rank_start"], cold["launch"]["rank_start"]) == ("warm", "cold")
+    assert [r["start"] for r in warm["launch"]["ranks"]] == ["warm", "warm"]
+    assert warm_traces == cold_traces and len(warm_traces) == 4
+    assert warm_rows == cold_rows
+    assert warm_weights.keys() == cold_weights.keys()
+    assert all(torch.equal(warm_weights[name], cold_weights[name]) for name in warm_weights)
 
 
 def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
@@ -155,16 +190,27 @@ def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempte
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:
-    """{rank: pid} of the training processes of one run directory, from /proc."""
-    pids = {}
+    """{rank: pid} of the training processes of one run directory, from /proc.
+
+    A cold rank's /proc environ names its RANK. A rank forked by the supervisor shows the supervisor's
+    command line and environment (what exec() set; its os.environ is its own): those are the
+    supervisor's children among the processes of the run, forked in rank order.
+    """
+    pids, unnamed = {}, {}
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
-        except (OSError, ValueError):
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"snakeddp.train" in argv and str(run_dir).encode() in argv and b"RANK" in env:
-            pids[int(env[b"RANK"])] = int(proc.name)
+        if b"snakeddp.train" in argv and str(run_dir).encode() in argv:
+            if b"RANK" in env:
+                pids[int(env[b"RANK"])] = int(proc.name)
+            else:
+                unnamed[int(proc.name)] = parent
+    forked = sorted(pid for pid, parent in unnamed.items() if parent in unnamed)
+    pids.update(enumerate(forked))
     return pids
 
 

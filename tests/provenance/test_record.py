@@ -146,3 +146,11 @@ def test_status_and_the_no_lock_warning(tmp_path, stopped_early):
     assert record["status"] == ("early_stopped" if stopped_early else "completed")
     assert record["training"]["stopped_early"] is stopped_early
     assert len(record["warnings"]) == 1 and "flock" in record["warnings"][0]
+
+
+def test_rank_start_summarises_how_every_rank_started():
+    from snakeddp.provenance.record import rank_start
+
+    assert rank_start([{"start": "warm"}, {"start": "warm"}]) == "warm"
+    assert rank_start([{"start": "warm"}, {"start": "cold"}]) == "mixed"
+    assert rank_start([{"rank": 0}]) == "cold"  # gathered before ranks said how they started

@@ -90,6 +90,7 @@ def assert_layout(record: dict, launcher: str, nodes: int, per_node: int) -> Non
     assert [r["node"] for r in ranks] == [NODES[i // per_node] for i in range(nodes * per_node)]
     assert launch["nodes_seen"] == list(NODES[:nodes])
     assert launch["variables"]["SLURM_JOB_ID"] == launch["job_id"]
+    assert launch["rank_start"] == "cold"  # srun and mpirun start every rank themselves: nothing forks them
 
 
 def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: SlurmWorkflow):

@@ -1,9 +1,11 @@
 """direct: the local profile's launcher. snakeddp starts the N processes of one node itself.
 
 The processes get torchrun's variables from ``snakeddp.cluster.supervisor``, which stops them
-all when one fails and passes signals on, as torchrun's agent does on one node. It starts them
-without importing torch first: torchrun's agent did, for 1.6-1.9 s before any rank started.
-``launch.launcher: torchrun`` still starts them with torchrun.
+all when one fails and passes signals on, as torchrun's agent does on one node. It imports the
+ranks' modules once and forks every rank from itself (``snakeddp.cluster.warm``; off with
+SNAKEDDP_FORK_RANKS=0), where torchrun's agent imported torch for itself (1.6-1.9 s before any
+rank started) and then every rank imported it again. ``launch.launcher: torchrun`` still starts
+them with torchrun.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import LaunchError, LaunchPlan, Layout
 from snakeddp.cluster.torchrun import TorchRun
+from snakeddp.cluster.warm import enabled as fork_ranks
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -46,5 +49,6 @@ class Direct(TorchRun):
                 "HINT: use the slurm or azureml profile for multi-node runs."
             )
         port = [] if plan.master_port is None else [f"--master-port={plan.master_port}"]
-        argv = [plan.python, "-m", SUPERVISOR, f"--nproc-per-node={plan.devices}", *port, "--"]
+        fork = ["--fork-ranks"] if fork_ranks(env) else []
+        argv = [plan.python, "-m", SUPERVISOR, f"--nproc-per-node={plan.devices}", *port, *fork, "--"]
         return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], {}

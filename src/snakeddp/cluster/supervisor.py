@@ -7,9 +7,12 @@ LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) 
 hosts the rendezvous, as under torchrun. What torchrun's agent does for one node without
 restarts, this does too: the first process that fails stops the others (SIGTERM, then SIGKILL
 after ``--stop-timeout``; not when it exits preempted after a signal every process got),
-signals are passed on to every process, and its exit code is the first failure's. What it does
-not do is import torch: torchrun's agent spent 1.6-1.9 s on that here before any rank started
-(bench/results.md, 8.), and ranks need no agent on one machine.
+signals are passed on to every process, and its exit code is the first failure's. Started cold,
+each rank is a process of its own that imports torch and Lightning itself; with ``--fork-ranks``
+(what ``snakeddp.launch`` passes unless SNAKEDDP_FORK_RANKS=0) the supervisor imports the ranks'
+module once and forks every rank from itself (``snakeddp.cluster.warm``), or says in one line why
+it could not and starts them cold. What it imports is the ranks' only: its own work needs no
+torch, for which torchrun's agent spent 1.6-1.9 s here before any rank started (bench/results.md, 8.).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from snakeddp.cluster.direct import LAUNCH_ID
 from snakeddp.cluster.direct import SUPERVISOR as PROG
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE, die_with_parent
+from snakeddp.cluster.warm import FORK_RANKS, RANK_START, NotForkable, Warm
 
 STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
 
@@ -38,6 +42,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nproc-per-node", type=int, required=True)
     parser.add_argument("--master-port", type=int, help="rank 0's rendezvous port (default: a free one)")
     parser.add_argument("--stop-timeout", type=float, default=STOP_TIMEOUT_S, help="seconds before SIGKILL")
+    parser.add_argument(
+        "--fork-ranks",
+        action="store_true",
+        help="import a `python -m MODULE` command's module once and fork every rank from this process",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command every process runs")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:
@@ -90,7 +99,9 @@ class Supervisor:
     def __init__(self, command: list[str], environments: list[dict[str, str]], stop_timeout: float) -> None:
         self.command, self.environments, self.stop_timeout = command, environments, stop_timeout
         self.alive: dict[int, int] = {}  # pid -> rank
-        self.processes: dict[int, subprocess.Popen] = {}
+        self.processes: dict[int, subprocess.Popen] = {}  # the cold ones'
+        self.warm: Warm | None = None  # forks the ranks while it can
+        self.own: list[socket.socket] = []  # what this process holds and no rank may
         self.pending: list[int] | None = []  # signals that came before every process existed
         self.forwarded = False
         self.lock = threading.RLock()  # the kill timer signals from another thread
@@ -113,19 +124,36 @@ class Supervisor:
 
     def start(self) -> None:
         for rank, environment in enumerate(self.environments):
-            # Its own session, as torchrun's agent does: a terminal's Ctrl-C (or a kill of this
-            # process group) reaches the ranks once, passed on by this process, not also directly.
-            # Tied to this process from before exec: a rank sets that itself only after its
-            # imports, seconds in which a killed supervisor would have left it orphaned.
-            process = subprocess.Popen(
-                self.command, env=environment, start_new_session=True, preexec_fn=die_with_parent
-            )
-            self.alive[process.pid], self.processes[process.pid] = rank, process
+            pid = self.fork(environment)
+            if pid is None:
+                # Its own session, as torchrun's agent does: a terminal's Ctrl-C (or a kill of this
+                # process group) reaches the ranks once, passed on by this process, not also directly.
+                # Tied to this process from before exec: a rank sets that itself only after its
+                # imports, seconds in which a killed supervisor would have left it orphaned.
+                process = subprocess.Popen(
+                    self.command,
+                    env={**environment, RANK_START: "cold"},
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                )
+                pid, self.processes[process.pid] = process.pid, process
+            self.alive[pid] = rank
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         pending, self.pending = self.pending or [], None
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         for signum in dict.fromkeys(pending):
             self.signal(signum)
+
+    def fork(self, environment: dict[str, str]) -> int | None:
+        """A rank forked from the warm process; None (said once) when it cannot be."""
+        if self.warm is None:
+            return None
+        try:
+            return self.warm.fork(environment, self.own)
+        except NotForkable as why:
+            self.warm = None
+            cold(why, len(self.environments) - len(self.alive))
+            return None
 
     def wait(self) -> int:
         """Wait for every process; stop the rest at the first failure. The first failure's code, else 0."""
@@ -136,9 +164,10 @@ class Supervisor:
                 rank = self.alive.pop(pid, None)
             if rank is None:
                 continue
-            process = self.processes[pid]
-            process.returncode = os.waitstatus_to_exitcode(status)
-            code = exit_status(process.returncode)
+            returncode = os.waitstatus_to_exitcode(status)
+            if pid in self.processes:  # reaped here: its Popen must not look for it again
+                self.processes[pid].returncode = returncode
+            code = exit_status(returncode)
             if code != 0 and failure is None:
                 failure = code
                 # A rank that stopped on a passed-on signal: the others got it too, and are saving.
@@ -161,9 +190,24 @@ class Supervisor:
         timer.start()
 
 
+def cold(why: NotForkable, ranks: int) -> None:
+    print(
+        f"{PROG}: starting {ranks} rank(s) cold, each importing on its own: {why}. HINT: the run trains the "
+        f"same, only its start is slower; export {FORK_RANKS}=0 to start ranks cold without this line.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     die_with_parent()  # a killed launcher takes this process, and through it every rank, along
+    warm = None
+    if args.fork_ranks:
+        try:
+            warm = Warm(args.command)  # before this process's own handlers: it keeps a fresh interpreter's
+        except NotForkable as why:
+            cold(why, args.nproc_per_node)
     held = reserve_port() if args.master_port is None else None
     port = held.getsockname()[1] if held is not None else args.master_port
     supervisor = Supervisor(
@@ -171,6 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for signum in FORWARDED:
         signal.signal(signum, supervisor.forward)
+    if warm is not None:
+        if held is not None:
+            warm.own(held.fileno())
+            supervisor.own.append(held)
+        try:
+            warm.preload()
+            supervisor.warm = warm
+        except NotForkable as why:
+            cold(why, args.nproc_per_node)
     supervisor.start()
     try:
         return supervisor.wait()

@@ -37,10 +37,18 @@ SOURCE_KEYS = {
 }
 
 
+# A Delta table's keys, unset for CSV and Parquet tables: left out then, so a table's dataset id is the same
+# from a validated config (defaults filled in) and a run config (which leaves them out), and as before they existed.
+DELTA_KEYS = ("version", "table_id")
+
+
 def identity(data: Mapping[str, Any]) -> dict[str, Any]:
     """The parameters that shape a dataset's bytes, for its id and for the data rules."""
     keys = SOURCE_KEYS[data.get("source", SYNTHETIC)]
-    return {key: copy.deepcopy(data[key]) for key in keys if key in data}
+    found = {key: copy.deepcopy(data[key]) for key in keys if key in data}
+    if isinstance(found.get("table"), dict):
+        found["table"] = {k: v for k, v in found["table"].items() if not (k in DELTA_KEYS and v is None)}
+    return found
 
 
 def task(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -115,6 +115,12 @@ def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return recorded_environment(env, network=is_network_variable)
 
 
+def rank_start(ranks: list[dict[str, Any]]) -> str:
+    """warm (every rank forked from one process per node), cold (each a process of its own) or mixed."""
+    starts = {r.get("start", "cold") for r in ranks}
+    return starts.pop() if len(starts) == 1 else "mixed"
+
+
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
     """Every checkpoint kept in the run's checkpoints/ (top-k and last), hashed."""
     return [file_record(path, run_dir) for path in RunPaths(run_dir).checkpoint_files()]
@@ -283,6 +289,7 @@ def build(
             "hosts": sorted({r["host"] for r in outcome.ranks}),
             "nodes_seen": sorted({r["node"] or r["host"] for r in outcome.ranks}),
             "command": os.environ.get(variables.LAUNCH_COMMAND),
+            "rank_start": rank_start(outcome.ranks),
             "variables": cluster_variables(),
             "user": user(),
         },

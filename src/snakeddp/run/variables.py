@@ -38,6 +38,11 @@ AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
 TERMINAL = terminal.VARIABLE
 #: The shell-quoted command that started the ranks, for provenance.
 LAUNCH_COMMAND = "SNAKEDDP_LAUNCH_COMMAND"
+#: Set by the user: "0" starts every local rank as a process of its own; "1", the default, forks a
+#: node's ranks from one process that imported their modules once (snakeddp.cluster.warm).
+FORK_RANKS = "SNAKEDDP_FORK_RANKS"
+#: Set by snakeddp's supervisor in every rank: "warm" (forked) or "cold" (a process of its own), for provenance.
+RANK_START = "SNAKEDDP_RANK_START"
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"

@@ -20,6 +20,7 @@ from snakeddp.errors import MonitorError
 from snakeddp.provenance.record import utc_now
 from snakeddp.run.layout import TRACE_FILE
 from snakeddp.run.runs import BOOKKEEPING, LEADING, TRAILING, metric_order
+from snakeddp.run.variables import RANK_START
 from snakeddp.util.fsutil import atomic_write_text
 
 HOST_RECORD_BYTES = 512
@@ -325,6 +326,8 @@ class RankHosts(Callback):
             "node": self.node_name,
             "pid": os.getpid(),
             "device": str(pl_module.device),
+            # Set by snakeddp's supervisor; every other launcher starts each rank as a process of its own.
+            "start": os.environ.get(RANK_START, "cold"),
         }
         local = _encode(mine).to(pl_module.device)
         gathered = trainer.strategy.all_gather(local) if trainer.world_size > 1 else local.unsqueeze(0)

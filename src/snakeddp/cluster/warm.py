@@ -1,0 +1,284 @@
+"""Ranks forked from one warm process: a node's ranks import torch and Lightning once, not once each.
+
+Every rank of a run is ``python -m snakeddp.train``, and each imported torch, Lightning and snakeddp
+before doing anything: 3 s a rank here, and N ranks importing at once on the same cores (or from
+one shared file system on a cluster) take N times the CPU. With ``--fork-ranks`` the supervisor
+imports the rank's entry module once, checks that forking is safe, and forks every rank from
+itself; each child becomes what ``python -m MODULE ARGS`` would have been (its environment,
+argv, session, signal handlers, thread pool size, exit status) and ends with ``os._exit``.
+PySpark's worker daemon (``pyspark/daemon.py``) and multiprocessing's forkserver preload do the same.
+
+Forking after ``import torch`` is safe only while the process has one thread and no CUDA context:
+checked before every fork, never assumed. The warm process imports with one OpenMP thread (so
+that torch's import starts no pool, which a fork would leave half-copied) and each child sizes its
+pool from its own OMP_NUM_THREADS. When a check fails the ranks start cold, as before, and the
+supervisor says why in one line. ``SNAKEDDP_FORK_RANKS=0`` turns it off.
+
+What a forked rank cannot make look fresh: ``/proc/PID/cmdline`` and ``/proc/PID/environ`` are
+the supervisor's (they are what exec() set; ``os.environ`` is the rank's); its string hashes use
+the supervisor's seed (PYTHONHASHSEED), the same in every rank of the node; numpy's own BLAS pool
+keeps the one thread it was loaded with (torch's is sized from the rank's variables); and what the
+imports allocated is already frozen out of garbage collection (``gc.freeze``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import os
+import runpy
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from snakeddp.cluster.lifecycle import FORWARDED, die_with_parent
+from snakeddp.errors import LaunchError
+from snakeddp.run.variables import FORK_RANKS, RANK_START
+
+#: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
+POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class NotForkable(Exception):
+    """Why the ranks start cold: one clause, said once by the supervisor."""
+
+
+def enabled(env: Mapping[str, str]) -> bool:
+    """The switch: SNAKEDDP_FORK_RANKS, on unless it is 0."""
+    value = env.get(FORK_RANKS, "1")
+    if value not in ("0", "1"):
+        raise LaunchError(
+            f"{FORK_RANKS}={value!r} is neither 1 nor 0. HINT: export {FORK_RANKS}=0 to start every rank as "
+            "a process of its own, or unset it to fork them from one warm process per node."
+        )
+    return value == "1"
+
+
+def entry_module(command: Sequence[str]) -> str:
+    """The module of a ``python -m MODULE ...`` command run by this very interpreter."""
+    if len(command) < 3 or command[1] != "-m":
+        raise NotForkable(f"the ranks' command is not `python -m MODULE` ({command[0]} {command[1:2]})")
+    try:
+        same = os.path.samefile(command[0], sys.executable)
+    except OSError:
+        same = False
+    if not same:
+        raise NotForkable(f"the ranks run another interpreter ({command[0]}, not {sys.executable})")
+    return command[2]
+
+
+def open_fds() -> set[int]:
+    """This process's file descriptors beyond stdio (the one listdir itself opened is closed again)."""
+    return {fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _is_open(fd)}
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+class Warm:
+    """One process that has imported a rank's modules, and forks ranks from it while that stays safe."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self.command = list(command)
+        self.module = entry_module(command)
+        # What a fresh interpreter has for the signals the supervisor handles itself (made before it
+        # installs its own): each child gets these back.
+        self.handlers = {signum: signal.getsignal(signum) for signum in FORWARDED}
+        # Inherited from whoever started the supervisor, and its own later (the reserved port): a
+        # child closes them, as Popen's close_fds does. Nothing the imports open may join them.
+        self.own_fds = open_fds()
+        self.imported_env: dict[str, str] = {}
+
+    def own(self, fd: int) -> None:
+        self.own_fds.add(fd)
+
+    def preload(self) -> None:
+        """Import the entry module (and so everything it imports) once, with one-thread pools."""
+        before = dict(os.environ)
+        saved = {name: os.environ.get(name) for name in POOL_SIZES}
+        if pool_size(os.environ):
+            # The pool sizes are the ranks' to set (each child does, from its own environment); an
+            # OpenMP pool started by the import would survive a fork only as a half-copied lock.
+            os.environ.update({name: "1" for name in POOL_SIZES})
+        try:
+            importlib.import_module(self.module)
+        except BaseException as error:  # what the cold ranks meet too, and report in their own words
+            raise NotForkable(f"importing {self.module} failed ({type(error).__name__}: {error})") from None
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        # What the imports put in os.environ (torch sets TORCHINDUCTOR_CACHE_DIR, for one): a cold rank
+        # has it too, having imported the same.
+        self.imported_env = {k: v for k, v in os.environ.items() if k not in before}
+        # A fresh `python -m MODULE` has the module only as __main__: kept under its name as well, runpy
+        # would warn, and the module would exist twice. Its imports stay.
+        sys.modules.pop(self.module, None)
+        package, _, name = self.module.rpartition(".")
+        if package and hasattr(sys.modules.get(package), name):
+            delattr(sys.modules[package], name)
+        # Imported objects move where no collection in a child visits them: their pages stay shared
+        # (copy-on-write) instead of being copied into every rank by its first collection.
+        gc.freeze()
+        self.check()
+
+    def check(self) -> None:
+        """The process may fork: one thread, no CUDA context, no file open but its stdio and its own."""
+        if threading.active_count() != 1:
+            names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
+            raise NotForkable(f"the warm process runs {threading.active_count() - 1} Python thread(s) ({names})")
+        # Native threads too (an OpenMP or BLAS pool, a library's worker): a fork copies only this one.
+        tasks = len(os.listdir("/proc/self/task"))
+        if tasks != 1:
+            raise NotForkable(f"the warm process runs {tasks - 1} native thread(s) besides its own")
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
+        # The driver itself, which any library may load and initialise without torch knowing.
+        with open("/proc/self/maps") as maps:
+            if any("libcuda.so" in line for line in maps):
+                raise NotForkable("the CUDA driver (libcuda) is loaded in the warm process")
+        stray = open_fds() - self.own_fds
+        if stray:
+            raise NotForkable(
+                f"importing {self.module} opened file descriptors {sorted(stray)}: a fork would share them"
+            )
+
+    def fork(self, env: dict[str, str], close: Sequence[Any]) -> int:
+        """A child that becomes ``python -m MODULE ARGS`` with ``env``; its pid. ``close``: the supervisor's
+        own sockets and files, which a cold rank never inherits."""
+        self.check()
+        sys.stdout.flush()  # else what the supervisor buffered would be written twice, once by the child
+        sys.stderr.flush()
+        # Held until the child has replaced the supervisor's handlers: a signal in between would run the
+        # supervisor's forwarding in the child and signal the ranks forked before it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        supervisor = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            become(self.command, {**self.imported_env, **env, RANK_START: "warm"}, self.handlers, close, supervisor)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        return pid
+
+
+def become(
+    command: list[str], env: dict[str, str], handlers: dict[int, Any], close: Sequence[Any], supervisor: int
+) -> None:
+    """The child: turn into a fresh ``python -m MODULE ARGS`` and never return (``os._exit``)."""
+    code = 1
+    try:
+        os.setsid()  # a session of its own, as a cold rank's start_new_session: Ctrl-C reaches it once, passed on
+        die_with_parent()  # as the cold rank's preexec_fn: a killed supervisor takes this rank along
+        if os.getppid() != supervisor:  # it died before the line above could tie this rank to it
+            os.kill(os.getpid(), signal.SIGKILL)
+        for signum, handler in handlers.items():  # a fresh interpreter's, not the supervisor's forwarding
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # what came since the fork is delivered now
+        for held in close:  # the supervisor's (its reserved port): a cold rank never had them
+            held.close()
+        for fd in open_fds():  # close_fds, as Popen does for a cold rank (check() saw only these)
+            os.close(fd)
+        os.environ.clear()  # the rank's environment exactly, as Popen(env=...) gives it
+        os.environ.update(env)
+        refresh_from_environment()
+        sys.argv = ["-m", *command[3:]]  # run_module puts the module's file in argv[0], as `python -m` does
+        sys.orig_argv = list(command)
+        code = run(command[2])
+    except BaseException:  # never back into the supervisor's code: this process is a rank now
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def refresh_from_environment() -> None:
+    """State the imports derived from the environment, derived again from the rank's.
+
+    Lightning and torchmetrics read the rank once, at import (the warm process has none); numpy
+    seeded its global generator from the OS at import (each fresh rank gets its own stream); torch's
+    OpenMP and MKL pools were sized to one thread for the warm import.
+    """
+    fabric = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    if fabric is not None:
+        fabric.rank_zero_only.rank = fabric._get_rank() or 0
+    torchmetrics = sys.modules.get("torchmetrics.utilities.prints")
+    if torchmetrics is not None:
+        torchmetrics.rank_zero_only.rank = int(os.environ.get("LOCAL_RANK", 0))
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+    torch = sys.modules.get("torch")
+    threads = pool_size(os.environ)
+    if torch is not None and threads:
+        torch.set_num_threads(threads)
+
+
+def pool_size(env: Mapping[str, str]) -> int:
+    """The intra-op threads torch gives itself in a fresh process: MKL_NUM_THREADS over OMP_NUM_THREADS
+    (at::intraop_default_num_threads); 0 when neither is a positive count (then nothing was forced)."""
+    size = 0
+    for name in POOL_SIZES:
+        value = env.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            size = int(value)
+    return size
+
+
+def run(module: str) -> int:
+    """``python -m MODULE`` from here on, and its exit as the interpreter would make it."""
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as stop:
+        code = exit_code(stop.code)
+    except KeyboardInterrupt as error:
+        report(error)
+        finish()
+        # Python exits by SIGINT itself on an unhandled KeyboardInterrupt: the parent sees the signal.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException as error:
+        report(error)
+        code = 1
+    finish()
+    return code
+
+
+def report(error: BaseException) -> None:
+    """The traceback the interpreter prints, from runpy's frames on (this module's is not the rank's)."""
+    if error.__traceback__ is not None:
+        error.__traceback__ = error.__traceback__.tb_next
+    sys.excepthook(type(error), error, error.__traceback__)
+
+
+def exit_code(code: object) -> int:
+    """What ``sys.exit(code)`` leaves as the exit status."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def finish() -> None:
+    """What the interpreter does at exit before it is gone: wait for non-daemon threads, run atexit
+    callbacks, flush stdio (multiprocessing's forked children do the first and the last)."""
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
