@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from snakeddp import __version__
 from snakeddp import config as configuration
+from snakeddp.cluster import torchdistributor
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
@@ -30,7 +31,7 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
-from snakeddp.util.redact import recorded_environment, scrub
+from snakeddp.util.redact import recorded_environment, redact_text, scrub
 
 if TYPE_CHECKING:
     from snakeddp.cluster import Layout
@@ -113,6 +114,17 @@ def file_record(path: Path | str | None, run_dir: Path) -> dict[str, Any] | None
 
 def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return recorded_environment(env, network=is_network_variable)
+
+
+def spark_section(env: Mapping[str, str], ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Spark application a spark run's ranks ran in, and each rank's executor; None elsewhere."""
+    if torchdistributor.APP_ID not in env:
+        return None
+    return {
+        "application_id": env[torchdistributor.APP_ID],
+        "master": redact_text(env.get(torchdistributor.MASTER, "")) or None,
+        "executors": [{"rank": r["rank"], **r["executor"]} for r in ranks if r.get("executor")],
+    }
 
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -311,6 +323,9 @@ def build(
         "tracking": tracking,
         "user_code": user_code,
     }
+    spark = spark_section(os.environ, outcome.ranks)
+    if spark is not None:
+        record["launch"]["spark"] = spark
     if not attempt.locked:  # the launcher printed it; the record keeps it with the run
         record["warnings"] = [no_lock_warning(run_dir)]
     record["timing"]["phases"] = outcome.phases()
