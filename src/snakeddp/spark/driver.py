@@ -119,7 +119,13 @@ def spark_settings(args: argparse.Namespace, section: Mapping[str, Any], master:
 
 def rank_environment(env: Mapping[str, str], app_id: str, master: str, scratch: Path) -> dict[str, str]:
     """What every rank adds to its task's environment (rank.py reads it from the settings file)."""
-    ours = {name: value for name, value in env.items() if name.startswith("SNAKEDDP_") or name in RANK_VARIABLES}
+    # Not the spark section: it is the driver's, and its spark.conf may hold spark.authenticate.secret,
+    # which rank 0 would record with its SNAKEDDP_* variables.
+    ours = {
+        name: value
+        for name, value in env.items()
+        if (name.startswith("SNAKEDDP_") or name in RANK_VARIABLES) and name != variables.SPARK_CONFIG
+    }
     return {**ours, **network.forwarded(env), APP_ID: app_id, MASTER: master, "TMPDIR": str(scratch / "tmp")}
 
 

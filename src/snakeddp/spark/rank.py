@@ -19,6 +19,7 @@ sys.path[0] = str(Path(__file__).resolve().parents[2])
 import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -27,6 +28,8 @@ import psutil  # noqa: E402
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_POLL_S = 0.5
+# How gloo (and NCCL's socket transport) fail a collective whose peer process is gone.
+PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote process exited", re.IGNORECASE)
 
 
 def executor_variables() -> dict[str, str]:
@@ -73,7 +76,14 @@ def main(argv: list[str]) -> int:
     from snakeddp.util.shutdown import freeze_imports
 
     freeze_imports()
-    return report_errors(argv[3:])
+    try:
+        return report_errors(argv[3:])
+    except RuntimeError as error:
+        if not PEER_LOST.search(str(error)):
+            raise
+        # Another rank's executor is gone (killed, its machine lost): Spark ends the job, and the
+        # driver names the lost executor in one line; this rank's traceback would only bury it.
+        return 1
 
 
 if __name__ == "__main__":
