@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 
@@ -75,7 +76,26 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the
     assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
     done_epochs = len(metrics.read_text().splitlines()) - 1
 
-    # What the HINT says: rerun the same command.
+    # What the HINT says: rerun the same command. It is preempted in its turn (SIGTERM to the train job,
+    # as a scheduler sends): the driver cannot signal ranks on other machines, so they stop on its stop file.
+    with subprocess.Popen(
+        command, cwd=flow.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as snakemake:
+        deadline = time.monotonic() + 300
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= done_epochs + 2):
+            assert snakemake.poll() is None, snakemake.stdout.read().decode()
+            assert time.monotonic() < deadline, "no epoch after the resume in 300 s"
+            time.sleep(0.2)
+        train_job = [
+            p for p in psutil.Process(snakemake.pid).children(recursive=True) if "snakeddp.launch" in p.cmdline()
+        ]
+        assert len(train_job) == 1, train_job
+        train_job[0].send_signal(signal.SIGTERM)
+        snakemake.communicate(timeout=120)
+    log = (flow.directory / "logs/train/base.log").read_text()
+    assert snakemake.returncode != 0 and "snakeddp: preempted in epoch" in log and "rerun to resume" in log, log[-3000:]
+    done_epochs = len(metrics.read_text().splitlines()) - 1
+
     started = time.perf_counter()
     flow.run(env=env)
     rerun_s = time.perf_counter() - started
