@@ -1,11 +1,14 @@
 """Finding the Spark master and checking what the driver needs, with real files and sockets."""
 
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from snakeddp.spark import master
 from snakeddp.spark.master import SparkError
+from tests.helpers import SRC, subprocess_env
 
 
 def test_the_master_is_named_by_the_config_then_master_then_spark_defaults(tmp_path):
@@ -43,3 +46,17 @@ def test_a_missing_jdk_names_the_package_and_a_bad_java_home_says_so(tmp_path):
     java.write_text("#!/bin/sh\n")
     java.chmod(0o755)
     assert master.java({"JAVA_HOME": str(tmp_path / "jdk")}) == str(java)
+
+
+def test_without_pyspark_the_hint_names_tools_add():
+    """In the interpreter this venv was made from, which has none of its packages (no pyspark): the
+    module needs only the standard library, as the Snakefile's checks do."""
+    done = subprocess.run(
+        [sys._base_executable, "-c", "from snakeddp.spark import master; master.require_pyspark()"],
+        env={**subprocess_env(), "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith("HINT: run `tools/add.sh pyspark --stage train`."), done.stderr
