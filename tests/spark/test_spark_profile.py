@@ -38,6 +38,18 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
 
 
+def train_jobs(snakemake: int) -> list[psutil.Process]:
+    """The `python -m snakeddp.launch` processes under Snakemake (its short-lived children may be zombies)."""
+    found = []
+    for process in psutil.Process(snakemake).children(recursive=True):
+        try:
+            if "snakeddp.launch" in process.cmdline():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
 def hint_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "HINT:" in line]
 
@@ -86,9 +98,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the
             assert snakemake.poll() is None, snakemake.stdout.read().decode()
             assert time.monotonic() < deadline, "no epoch after the resume in 300 s"
             time.sleep(0.2)
-        train_job = [
-            p for p in psutil.Process(snakemake.pid).children(recursive=True) if "snakeddp.launch" in p.cmdline()
-        ]
+        train_job = train_jobs(snakemake.pid)
         assert len(train_job) == 1, train_job
         train_job[0].send_signal(signal.SIGTERM)
         snakemake.communicate(timeout=120)
