@@ -2,11 +2,13 @@
 test file that asks for ``spark_cluster``: a driver's session costs 11-19 s here, a cluster 10 s.
 
 It is stopped at the end of the file whatever happened (also on SIGTERM), and teardown fails if
-any of its processes (master, workers, executors) outlived it.
+any of its processes (master, workers, executors) outlived it; its directory (logs, executors' work
+directories) is removed when it stopped cleanly.
 """
 
 from __future__ import annotations
 
+import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -35,3 +37,6 @@ def spark_cluster() -> Iterator[Cluster]:
         notes = stop(cluster)
         signal.signal(signal.SIGTERM, previous)
         assert not notes, f"the Spark cluster did not stop cleanly: {notes} (executors at the end: {left})"
+        # Kept when something outlived the cluster, for its logs; else removed, or every test run's logs
+        # and executor work directories would pile up in /tmp.
+        shutil.rmtree(cluster.directory, ignore_errors=True)
