@@ -20,7 +20,7 @@ FLOORS = [
     {"provenance"},
     {"training"},
     {"report"},
-    {"azureml", "databricks"},
+    {"azureml", "databricks", "spark"},
     {"workflow"},
     {"cli", "launch", "steps", "train"},
 ]
@@ -28,6 +28,8 @@ FLOORS = [
 UPWARD = {
     # The AzureML job's entry runs the training entry point inside the job.
     ("azureml", "train"),
+    # A spark rank's script (torchrun runs a file, not a module) hands over to the training entry point.
+    ("spark", "train"),
 }
 ENTRY_POINTS = {"cli", "launch", "steps", "train"}
 

@@ -16,7 +16,7 @@ from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
-NAMES = ("local", "slurm", "azureml")
+NAMES = ("local", "slurm", "azureml", "spark")
 
 
 @pytest.fixture
@@ -71,6 +71,9 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
         assert "additional config" not in output
         if name == "azureml":  # found and read: it refuses the default config, which has no azureml: section
             assert plan.returncode == 1 and "the azureml profile needs an azureml: section" in output, output
+            continue
+        if name == "spark":  # found and read: this home names no Spark master (no spark-defaults.conf, no $MASTER)
+            assert plan.returncode == 1 and "the spark profile found no Spark master" in output, output
             continue
         if name == "slurm":  # found and read: auto cannot mean the nodes' GPUs until the profile declares them
             assert plan.returncode == 1 and "the slurm profile does not say what its nodes have" in output, output

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Debian packages the tests start for real: OpenMPI (mpirun), Slurm + munge + MariaDB (a local
-# cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
+# cluster), a JDK (a local Spark cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
 set -euo pipefail
 packages=(openmpi-bin libopenmpi-dev)
 # The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
 packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
+# The JVM of the standalone Spark test cluster and of the spark platform's driver (tests/spark/cluster.py).
+packages+=(openjdk-17-jre-headless)
 # Headless rendering of the HTML report, with a font for its figures.
 packages+=(chromium fonts-dejavu-core)
 

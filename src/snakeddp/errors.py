@@ -93,6 +93,10 @@ class UpstreamVersionError(ConfigError, RuntimeError):
     """An installed package is not a release that snakeddp's hooks into its private parts were written for."""
 
 
+class SparkError(ConfigError, RuntimeError):
+    """The spark platform cannot start or finish a run: no master, no JDK, no pyspark, a failed Spark job."""
+
+
 class AzureMLError(ConfigError, RuntimeError):
     """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 

@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
     run = RunFile.load(args.config)
     cfg, launch = run.config, run.config["launch"]
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
-    layout.check_matches(launch["nodes"], launch["devices"])
+    layout.check_matches(launch["nodes"], launch["devices"], ranks_only=launcher.places_ranks)
     torch.set_num_threads(launch["threads_per_process"])
     # Before any model is built: TF32 (high) or bf16 (medium) inside fp32 matmuls changes what a run computes.
     torch.set_float32_matmul_precision(configuration.trainer_setting(cfg, "matmul_precision"))

@@ -15,9 +15,11 @@ from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
 from snakeddp.cluster.slurm import Srun
 from snakeddp.cluster.spawn import Spawn
+from snakeddp.cluster.torchdistributor import TorchDistributor
 from snakeddp.cluster.torchrun import TorchRun
 
 LAUNCHERS: tuple[type[Launcher], ...] = (
+    TorchDistributor,  # a torchrun inside a Spark task: torchrun's variables and the distributor's
     TorchRun,  # torchrun sets its own variables even inside Slurm or MPI jobs
     Direct,  # as does snakeddp's own supervisor (torchrun's variables, its own launch id)
     MpiRun,  # mpirun inside a Slurm allocation also sees SLURM_* variables
@@ -65,6 +67,12 @@ def for_platform(configured: str, platform: str) -> Launcher:
         raise LaunchError(
             "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
             "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (direct on this machine)."
+        )
+    if (name == TorchDistributor.name) != (platform == "spark"):
+        raise LaunchError(
+            f"launch.launcher={configured} on the {platform} platform: TorchDistributor starts the ranks of the "
+            "spark platform, and only there. HINT: set launch.launcher: auto, or run with --profile spark "
+            "for torchdistributor."
         )
     return get(name)
 

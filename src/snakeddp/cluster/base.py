@@ -50,9 +50,14 @@ class Layout:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def check_matches(self, nodes: int, devices: int) -> None:
-        """Refuse to train when the launched processes are not the layout the run config asks for."""
-        if (self.num_nodes, self.local_world_size) != (nodes, devices):
+    def check_matches(self, nodes: int, devices: int, *, ranks_only: bool = False) -> None:
+        """Refuse to train when the launched processes are not the layout the run config asks for
+        (``ranks_only``: where the platform places every rank itself, only their number)."""
+        started: object = (self.num_nodes, self.local_world_size)
+        asked: object = (nodes, devices)
+        if ranks_only:
+            started, asked = self.world_size, nodes * devices
+        if started != asked:
             raise LaunchError(
                 f"{self.launcher} started {self.num_nodes} node(s) x {self.local_world_size} process(es), "
                 f"but the run config asks for launch.nodes={nodes} x launch.devices={devices}. "
@@ -129,6 +134,9 @@ class Launcher:
     own_session: ClassVar[bool] = False
     #: The platform (the schema's ``platform``) on which ``launch.launcher: auto`` means this launcher.
     default_on: ClassVar[str | None] = None
+    #: The platform puts each rank where it likes (a Spark task on any executor): the run config's
+    #: nodes x devices is only the number of ranks, and Lightning is given the layout they landed in.
+    places_ranks: ClassVar[bool] = False
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:

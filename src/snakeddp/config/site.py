@@ -1,7 +1,7 @@
 """What a run asks of the nodes it lands on, from its ``launch:`` and the profile's ``site:``.
 
 ``launch.accelerator: auto`` cannot be resolved from this machine for a cluster's nodes, so on
-slurm and azureml it means what the profile declares (``site.accelerator``), and with nothing
+slurm, azureml and spark it means what the profile declares (``site.accelerator``), and with nothing
 declared it is refused before anything is submitted: a GPU cluster never trains on its CPUs
 unasked. The workflow (Slurm resources, preflight) and every rank (``SNAKEDDP_SITE``) resolve it
 with the same function. Pure: no torch, no I/O but reading the local machine's driver directory.
@@ -19,7 +19,7 @@ from snakeddp.errors import ConfigError
 CPU_MEM_MB_PER_NODE = 4000
 # Present when an NVIDIA driver is loaded: how the local platform resolves auto without importing torch.
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
-CLUSTER_PLATFORMS = ("slurm", "azureml")
+CLUSTER_PLATFORMS = ("slurm", "azureml", "spark")
 
 
 class SiteError(ConfigError):

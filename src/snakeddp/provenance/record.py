@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from snakeddp import __version__
 from snakeddp import config as configuration
+from snakeddp.cluster import torchdistributor
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
@@ -30,7 +31,7 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
-from snakeddp.util.redact import recorded_environment, scrub
+from snakeddp.util.redact import recorded_environment, redact_text, scrub
 
 if TYPE_CHECKING:
     from snakeddp.cluster import Layout
@@ -119,6 +120,17 @@ def rank_start(ranks: list[dict[str, Any]]) -> str:
     """warm (every rank forked from one process per node), cold (each a process of its own) or mixed."""
     starts = {r.get("start", "cold") for r in ranks}
     return starts.pop() if len(starts) == 1 else "mixed"
+
+
+def spark_section(env: Mapping[str, str], ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Spark application a spark run's ranks ran in, and each rank's executor; None elsewhere."""
+    if torchdistributor.APP_ID not in env:
+        return None
+    return {
+        "application_id": env[torchdistributor.APP_ID],
+        "master": redact_text(env.get(torchdistributor.MASTER, "")) or None,
+        "executors": [{"rank": r["rank"], **r["executor"]} for r in ranks if r.get("executor")],
+    }
 
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -318,6 +330,9 @@ def build(
         "tracking": tracking,
         "user_code": user_code,
     }
+    spark = spark_section(os.environ, outcome.ranks)
+    if spark is not None:
+        record["launch"]["spark"] = spark
     if not attempt.locked:  # the launcher printed it; the record keeps it with the run
         record["warnings"] = [no_lock_warning(run_dir)]
     record["timing"]["phases"] = outcome.phases()

@@ -16,6 +16,8 @@
         .attempt.lock                   held (shared) by every training process of a live attempt
         .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
         azureml/                        what an AzureML job is made of (snakeddp.azureml.staging)
+        spark/                          a Spark driver's scratch while it runs: the ranks' settings, TMPDIR,
+                                        spark.local.dir, the stop request (snakeddp.spark.driver)
         attempts/<id>/                  an earlier attempt, AttemptPaths (its finished.json as provenance.json)
 
     logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
@@ -56,6 +58,7 @@ LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
 SEEDING = ".seeding-{pid}"
 AZUREML = "azureml"
+SPARK = "spark"
 ATTEMPTS = "attempts"
 TRAIN_LOG = "logs/train/{run}.log"
 
@@ -159,6 +162,10 @@ class RunPaths(AttemptPaths):
     @property
     def azureml(self) -> Path:
         return self.folder / AZUREML
+
+    @property
+    def spark(self) -> Path:
+        return self.folder / SPARK
 
     @property
     def attempts(self) -> Path:

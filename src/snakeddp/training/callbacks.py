@@ -313,8 +313,9 @@ class RankHosts(Callback):
     Plain tensors, not all_gather_object, which would pickle.
     """
 
-    def __init__(self, node_name: str | None) -> None:
+    def __init__(self, node_name: str | None, executor: dict[str, Any] | None = None) -> None:
         self.node_name = node_name
+        self.executor = executor
         self.ranks: list[dict[str, Any]] = []
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -328,6 +329,8 @@ class RankHosts(Callback):
             "device": str(pl_module.device),
             # Set by snakeddp's supervisor; every other launcher starts each rank as a process of its own.
             "start": os.environ.get(RANK_START, "cold"),
+            # A Spark executor's id, host and JVM pid (snakeddp.spark.rank): only under TorchDistributor.
+            **({"executor": self.executor} if self.executor else {}),
         }
         local = _encode(mine).to(pl_module.device)
         gathered = trainer.strategy.all_gather(local) if trainer.world_size > 1 else local.unsqueeze(0)

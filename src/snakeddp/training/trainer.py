@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp import config as configuration
-from snakeddp.cluster import Launcher, Layout
+from snakeddp.cluster import Launcher, Layout, torchdistributor
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import LaunchError
@@ -142,7 +142,10 @@ def build_trainer(
         ),
         metrics=metrics,
         preemption=Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
-        hosts=RankHosts(os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME")),
+        hosts=RankHosts(
+            os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME"),
+            executor=torchdistributor.executor(os.environ),
+        ),
         phases=Phases(checkpoint_io),
         progress=EpochProgress(run_dir.name, metrics),
         early_stopping=EarlyStopping(
@@ -158,8 +161,9 @@ def build_trainer(
     strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
     trainer = pl.Trainer(
         accelerator=accelerator,
-        devices=launch["devices"],
-        num_nodes=launch["nodes"],
+        # Where the platform placed the ranks itself (Spark), the same world size in its own layout.
+        devices=layout.local_world_size if launcher.places_ranks else launch["devices"],
+        num_nodes=layout.num_nodes if launcher.places_ranks else launch["nodes"],
         strategy=strategy,
         precision=trainer_cfg["precision"],
         # torch.use_deterministic_algorithms and CUBLAS_WORKSPACE_CONFIG, set by Lightning before CUDA starts.

@@ -101,10 +101,12 @@ def check_run(
     try:
         cluster.for_platform(launch["launcher"], platform)
     except cluster.LaunchError as error:
-        raise PreflightError(
-            f"{where}{error}. HINT: use launch.launcher: auto (or torchrun, mpirun) here, or run with "
-            "--profile profiles/slurm."
-        ) from None
+        hint = (
+            ""
+            if "HINT:" in str(error)
+            else (". HINT: use launch.launcher: auto (or torchrun, mpirun) here, or run with --profile profiles/slurm.")
+        )
+        raise PreflightError(f"{where}{error}{hint}") from None
     if platform == "local" and launch["nodes"] != 1:
         raise PreflightError(
             f"{where}launch.nodes={launch['nodes']}, but the local profile runs on this machine only. "
@@ -229,6 +231,16 @@ def check_slurm_container(run_id: str, launch: Mapping[str, Any]) -> None:
         )
 
 
+def check_spark(config: Mapping[str, Any]) -> None:
+    """pyspark, a JDK and a master that answers (snakeddp.spark.master: no pyspark imported here)."""
+    from snakeddp.spark import master
+
+    try:
+        master.check(config["spark"], os.environ)
+    except master.SparkError as error:
+        raise PreflightError(str(error)) from None
+
+
 def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) -> None:
     if "azureml" not in raw:
         raise PreflightError(
@@ -311,6 +323,8 @@ def check_workflow(
         check_slurm()
     if platform == "azureml":
         check_azureml(raw, config, Path.cwd())
+    if platform == "spark":
+        check_spark(config)
     for run_id, run in runs.items():
         check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
         if platform == "slurm" and in_container:

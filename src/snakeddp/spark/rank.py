@@ -1,0 +1,90 @@
+"""One rank of a spark run: the script TorchDistributor's torchrun starts in a Spark task.
+
+    rank.py --settings <run>/spark/rank-env.json -- <snakeddp.train's arguments>
+
+torchrun runs a script, not a module, so this file puts the package's root where its own folder
+was on sys.path, takes the driver's settings (the train job's variables, its working directory,
+the stop file), names the executor it runs in, and hands over to ``snakeddp.train``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, Python put snakeddp/spark/ first on sys.path, where its modules would shadow
+# top-level ones; the package's root (src/) goes there instead.
+sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+import itertools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import psutil  # noqa: E402
+
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+STOP_POLL_S = 0.5
+# How gloo (and NCCL's socket transport) fail a collective whose peer process is gone.
+PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote process exited", re.IGNORECASE)
+
+
+def executor_variables() -> dict[str, str]:
+    """The executor JVM this task runs in (id, host, pid), read from its command line among our ancestors."""
+    from snakeddp.cluster import torchdistributor
+
+    for process in psutil.Process().parents():
+        try:
+            argv = process.cmdline()
+        except psutil.Error:
+            continue
+        if EXECUTOR_CLASS in argv:
+            flags = dict(itertools.pairwise(argv))
+            return {
+                torchdistributor.EXECUTOR_ID: flags.get("--executor-id", "?"),
+                torchdistributor.EXECUTOR_HOST: flags.get("--hostname", ""),
+                torchdistributor.EXECUTOR_PID: str(process.pid),
+            }
+    return {}
+
+
+def watch(stop_file: Path) -> None:
+    """Turn the driver's stop request into the signal it received, raised in this rank: the
+    preemption callback then stops every rank at one step and saves last.ckpt."""
+    while not stop_file.exists():
+        time.sleep(STOP_POLL_S)
+    name = stop_file.read_text().strip()
+    os.kill(os.getpid(), getattr(signal, name, signal.SIGTERM))
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] != ["--settings"] or argv[2:3] != ["--"]:
+        raise SystemExit("usage: rank.py --settings FILE -- ARGS (started by snakeddp.spark.driver)")
+    settings = json.loads(Path(argv[1]).read_text())
+    # Before torch is imported: OMP_NUM_THREADS and the network variables are read at import and init.
+    os.environ.update(settings["env"])
+    os.environ.update(executor_variables())
+    # The task runs in the worker's work directory; the run's paths are the driver's, relative to its
+    # directory, and `python -m snakeddp.train` would have that directory on sys.path (user models).
+    os.chdir(settings["cwd"])
+    sys.path.insert(1, settings["cwd"])
+    threading.Thread(target=watch, args=(Path(settings["stop_file"]),), daemon=True).start()
+    from snakeddp.train import report_errors
+    from snakeddp.util.shutdown import freeze_imports
+
+    freeze_imports()
+    try:
+        return report_errors(argv[3:])
+    except RuntimeError as error:
+        if not PEER_LOST.search(str(error)):
+            raise
+        # Another rank's executor is gone (killed, its machine lost): Spark ends the job, and the
+        # driver names the lost executor in one line; this rank's traceback would only bury it.
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,289 @@
+"""A real standalone Spark cluster on this machine: one master and two 1-core workers on 127.0.0.1.
+
+    .venv/bin/python tests/spark/cluster.py start   # prints the master URL and the line to export
+    .venv/bin/python tests/spark/cluster.py stop    # stops the workers (and their executors), then the master
+
+The master and the workers are the JVM classes of the pyspark wheel (it ships no start-master
+script), started with ``spark-class`` and a JDK (JAVA_HOME, else ``java`` on PATH). Everything lives
+in one directory (``$SNAKEDDP_SPARK_DIR``, default ``/tmp/snakeddp-spark``): spark-defaults.conf
+(``SPARK_CONF_DIR``: ``spark.master`` and, with ``--secret``, ``spark.authenticate``), the workers'
+work directories (executor logs) and the daemons' logs. Process ids are kept in ``cluster.json`` so
+``stop`` ends exactly these processes and the executors they started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+DEFAULT_DIR = Path(os.environ.get("SNAKEDDP_SPARK_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "snakeddp-spark"))
+STATE_FILE = "cluster.json"
+# A master JVM answers in 3-6 s on a busy 2-core machine and each worker registers 2-5 s later.
+START_TIMEOUT = 90.0
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or stopped; the message names the process and its log."""
+
+
+@dataclass
+class Cluster:
+    directory: Path
+    master_port: int = 0
+    ui_port: int = 0
+    pids: dict[str, int] = field(default_factory=dict)
+    secret: str | None = None
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{HOST}:{self.master_port}"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.directory / "conf"
+
+    def env(self) -> dict[str, str]:
+        """What a driver needs to find this cluster: the conf directory that names its master."""
+        return {"SPARK_CONF_DIR": str(self.conf_dir)}
+
+    def save(self) -> None:
+        state = {"master_port": self.master_port, "ui_port": self.ui_port, "pids": self.pids, "secret": self.secret}
+        (self.directory / STATE_FILE).write_text(json.dumps(state))
+
+    @classmethod
+    def load(cls, directory: Path) -> Cluster | None:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            return None
+        return cls(directory=directory, **json.loads(path.read_text()))
+
+
+def spark_home() -> Path:
+    import pyspark  # the wheel is Spark: its jars/ and bin/spark-class
+
+    return Path(pyspark.__file__).parent
+
+
+def java_home() -> str:
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    java = shutil.which("java")
+    if java is None:
+        raise ClusterError("no JDK: no JAVA_HOME, no java on PATH (Debian: apt-get install openjdk-17-jre-headless)")
+    return str(Path(os.path.realpath(java)).parents[1])
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind((HOST, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def daemon_env(cluster: Cluster) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "JAVA_HOME": java_home(),
+        "SPARK_CONF_DIR": str(cluster.conf_dir),
+        # Every daemon and executor binds the loopback address only: nothing of the cluster is
+        # reachable from another machine.
+        "SPARK_LOCAL_IP": HOST,
+        "SPARK_LOCAL_HOSTNAME": HOST,
+        # Small heaps: a master and a worker need ~100 MB each; the default is 1 GB apiece.
+        "SPARK_DAEMON_MEMORY": "256m",
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+
+
+def write_conf(cluster: Cluster) -> None:
+    cluster.conf_dir.mkdir(parents=True, exist_ok=True)
+    lines = [f"spark.master {cluster.master_url}", "spark.ui.enabled false", "spark.executor.memory 512m"]
+    if cluster.secret:
+        # The same secret for the daemons, the executors and every driver that reads this file
+        # (mode 600): a client without it is refused by the master.
+        lines += ["spark.authenticate true", f"spark.authenticate.secret {cluster.secret}"]
+    conf = cluster.conf_dir / "spark-defaults.conf"
+    conf.write_text("\n".join(lines) + "\n")
+    conf.chmod(0o600)
+
+
+def spawn(cluster: Cluster, name: str, argv: list[str]) -> int:
+    with open(cluster.directory / "logs" / f"{name}.log", "wb") as log:
+        process = subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *argv],
+            env=daemon_env(cluster),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Its own process group: stop() ends the JVM and anything it forked, and a Ctrl-C meant
+            # for the test run does not reach the daemons before the fixture stops them in order.
+            start_new_session=True,
+        )
+    return process.pid
+
+
+def master_state(cluster: Cluster) -> dict:
+    with urllib.request.urlopen(f"http://{HOST}:{cluster.ui_port}/json/", timeout=2) as answer:
+        return json.load(answer)
+
+
+def start(directory: Path = DEFAULT_DIR, workers: int = 2, *, secret: bool = False) -> Cluster:
+    """A master and ``workers`` 1-core workers, started and registered; stopped again if any fails."""
+    if (old := Cluster.load(directory)) is not None:
+        stop(old)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "logs").mkdir(exist_ok=True)
+    master_port, ui_port, *worker_ports = free_ports(2 + 2 * workers)
+    cluster = Cluster(directory, master_port, ui_port, secret=secrets.token_hex(16) if secret else None)
+    write_conf(cluster)
+    try:
+        master = ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(master_port)]
+        cluster.pids["master"] = spawn(cluster, "master", [*master, "--webui-port", str(ui_port)])
+        cluster.save()
+        for index in range(workers):
+            port, ui = worker_ports[2 * index : 2 * index + 2]
+            work = directory / f"worker-{index + 1}"
+            argv = ["org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port)]
+            argv += ["--webui-port", str(ui), "--cores", "1", "--memory", "1g", "--work-dir", str(work)]
+            cluster.pids[f"worker-{index + 1}"] = spawn(cluster, f"worker-{index + 1}", [*argv, cluster.master_url])
+            cluster.save()
+        wait_for_workers(cluster, workers)
+    except BaseException:
+        stop(cluster)
+        raise
+    return cluster
+
+
+def wait_for_workers(cluster: Cluster, count: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    alive = 0
+    while time.monotonic() < deadline:
+        for name, pid in cluster.pids.items():
+            if not pid_alive(pid):
+                log = cluster.directory / "logs" / f"{name}.log"
+                raise ClusterError(f"the Spark {name} exited while starting; see {log}")
+        try:
+            alive = sum(w["state"] == "ALIVE" for w in master_state(cluster)["workers"])
+        except OSError:
+            alive = 0
+        if alive >= count:
+            return
+        time.sleep(0.5)
+    logs = cluster.directory / "logs"
+    raise ClusterError(f"{alive} of {count} Spark workers registered in {START_TIMEOUT:.0f} s; see {logs}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead, though kill(0) still finds it until its parent waits.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def executors(cluster: Cluster) -> list[int]:
+    """Executor JVMs the workers started now (children of the workers' process groups)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            groups = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
+            continue
+        if EXECUTOR_CLASS.encode() in cmdline and groups in cluster.pids.values():
+            found.append(int(proc.name))
+    return sorted(found)
+
+
+def stop(cluster: Cluster, grace: float = 10.0) -> list[str]:
+    """Stop every process of the cluster (workers and their executors first); what outlived it."""
+    groups = [pid for name, pid in sorted(cluster.pids.items(), key=lambda item: item[0] == "master")]
+    for pid in groups:
+        signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(group_alive(pid) for pid in groups):
+        time.sleep(0.2)
+    notes = []
+    for pid in groups:
+        if group_alive(pid):
+            notes.append(f"process group {pid} ignored SIGTERM for {grace:.0f} s; killed")
+            signal_group(pid, signal.SIGKILL)
+    for pid in groups:
+        reap(pid)
+    (cluster.directory / STATE_FILE).unlink(missing_ok=True)
+    return notes
+
+
+def signal_group(pid: int, signum: int) -> None:
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--secret", action="store_true", help="spark.authenticate with a fresh shared secret")
+    args = parser.parse_args(argv)
+    if args.action == "start":
+        cluster = start(args.dir, args.workers, secret=args.secret)
+        print(f"spark: master {cluster.master_url} with {args.workers} workers (logs: {args.dir}/logs)")
+        print(f"export SPARK_CONF_DIR={cluster.conf_dir}")
+        return 0
+    cluster = Cluster.load(args.dir)
+    if cluster is None:
+        print(f"spark: no cluster in {args.dir}")
+        return 0
+    for note in stop(cluster):
+        print(f"spark: {note}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Finding the Spark master and checking what the driver needs, with real files and sockets."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from snakeddp.spark import master
+from snakeddp.spark.master import SparkError
+from tests.helpers import SRC, subprocess_env
+
+
+def test_the_master_is_named_by_the_config_then_master_then_spark_defaults(tmp_path):
+    (tmp_path / "spark-defaults.conf").write_text("# comment\nspark.master   spark://head:7077\nspark.x=1\n")
+    env = {"SPARK_CONF_DIR": str(tmp_path)}
+    assert master.resolve(None, env) == ("spark://head:7077", str(tmp_path / "spark-defaults.conf"))
+    assert master.resolve(None, {**env, "MASTER": "local-cluster[2,1,1024]"})[0] == "local-cluster[2,1,1024]"
+    assert master.resolve("spark://other:7077", {**env, "MASTER": "x"})[0] == "spark://other:7077"
+    assert master.read_defaults(tmp_path / "spark-defaults.conf")["spark.x"] == "1"
+
+
+def test_no_master_named_is_one_line_with_a_hint(tmp_path):
+    with pytest.raises(SparkError, match=r"found no Spark master.*HINT: export SPARK_CONF_DIR"):
+        master.resolve(None, {"SPARK_CONF_DIR": str(tmp_path)})
+
+
+def test_a_master_that_does_not_answer_is_refused_and_one_that_does_passes():
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        master.check_reachable(f"spark://127.0.0.1:{port}", "test")
+    with pytest.raises(SparkError, match=f"no Spark master answers at spark://127.0.0.1:{port}.*HINT: start"):
+        master.check_reachable(f"spark://127.0.0.1:{port}", "test")
+    master.check_reachable("local-cluster[2,1,1024]", "test")  # Spark starts its own
+
+
+def test_a_missing_jdk_names_the_package_and_a_bad_java_home_says_so(tmp_path):
+    with pytest.raises(SparkError, match="HINT: install a JDK .*openjdk-17-jre-headless"):
+        master.java({"PATH": str(tmp_path)})
+    with pytest.raises(SparkError, match="has no bin/java"):
+        master.java({"JAVA_HOME": str(tmp_path)})
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    assert master.java({"JAVA_HOME": str(tmp_path / "jdk")}) == str(java)
+
+
+def test_without_pyspark_the_hint_names_tools_add():
+    """In the interpreter this venv was made from, which has none of its packages (no pyspark): the
+    module needs only the standard library, as the Snakefile's checks do."""
+    done = subprocess.run(
+        [sys._base_executable, "-c", "from snakeddp.spark import master; master.require_pyspark()"],
+        env={**subprocess_env(), "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith("HINT: run `tools/add.sh pyspark --stage train`."), done.stderr

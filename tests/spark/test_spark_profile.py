@@ -1,0 +1,175 @@
+"""`snakemake --profile spark` against a real standalone Spark cluster on this machine: two ranks
+across the two workers, the same weights as the direct launcher, a killed executor in one line and
+a rerun that resumes, and the HINT-able failures before any rank starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from tests.helpers import TINY, Workflow, subprocess_env
+from tests.spark.cluster import Cluster, executors
+
+pytestmark = pytest.mark.e2e
+
+TWO_RANKS = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 2}, "launch": {**TINY["launch"], "devices": 2}}
+
+
+def spark_env(cluster: Cluster, **extra: str) -> dict[str, str]:
+    return subprocess_env(**cluster.env(), **extra)
+
+
+def flow_in(directory: Path, config: dict, profile: str = "spark") -> Workflow:
+    directory.mkdir(parents=True, exist_ok=True)
+    flow = Workflow(directory, profile=profile)
+    flow.write_config(config)
+    return flow
+
+
+def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+
+def train_jobs(snakemake: int) -> list[psutil.Process]:
+    """The `python -m snakeddp.launch` processes under Snakemake (its short-lived children may be zombies)."""
+    found = []
+    for process in psutil.Process(snakemake).children(recursive=True):
+        try:
+            if "snakeddp.launch" in process.cmdline():
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def hint_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "HINT:" in line]
+
+
+def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the_direct_launchers_weights(
+    spark_cluster, tmp_path
+):
+    """One run, to keep the suite short (a session starts in 13-38 s here): killed mid-training, resumed,
+    and then the same weights as the direct launcher's uninterrupted run of the same config."""
+    # Epochs of about a second, so that an executor dies mid-training after last.ckpt has been written.
+    config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 6000}}
+    config["trainer"] = {**TINY["trainer"], "max_epochs": 6}
+    flow = flow_in(tmp_path / "spark", config)
+    env = spark_env(spark_cluster)
+    run_dir = flow.directory / "results/runs/base"
+    metrics = run_dir / "metrics.csv"
+    command = flow.command()
+    with subprocess.Popen(
+        command, cwd=flow.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as snakemake:
+        deadline = time.monotonic() + 300
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+            assert snakemake.poll() is None, snakemake.stdout.read().decode()
+            assert time.monotonic() < deadline, "no second epoch in 300 s"
+            time.sleep(0.2)
+        victims = executors(spark_cluster)
+        assert len(victims) == 2, victims
+        os.kill(victims[1], signal.SIGKILL)
+        snakemake.communicate(timeout=120)
+    assert snakemake.returncode != 0
+    log = (flow.directory / "logs/train/base.log").read_text()
+    lines = hint_lines(log)
+    assert len(lines) == 1, log[-4000:]
+    assert "Spark executor" in lines[0] and "was lost mid-training" in lines[0]
+    assert "resumes from its last.ckpt" in lines[0]
+    assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
+    done_epochs = len(metrics.read_text().splitlines()) - 1
+
+    # What the HINT says: rerun the same command. It is preempted in its turn (SIGTERM to the train job,
+    # as a scheduler sends): the driver cannot signal ranks on other machines, so they stop on its stop file.
+    with subprocess.Popen(
+        command, cwd=flow.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as snakemake:
+        deadline = time.monotonic() + 300
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= done_epochs + 2):
+            assert snakemake.poll() is None, snakemake.stdout.read().decode()
+            assert time.monotonic() < deadline, "no epoch after the resume in 300 s"
+            time.sleep(0.2)
+        train_job = train_jobs(snakemake.pid)
+        assert len(train_job) == 1, train_job
+        train_job[0].send_signal(signal.SIGTERM)
+        snakemake.communicate(timeout=120)
+    log = (flow.directory / "logs/train/base.log").read_text()
+    assert snakemake.returncode != 0 and "snakeddp: preempted in epoch" in log and "rerun to resume" in log, log[-3000:]
+    done_epochs = len(metrics.read_text().splitlines()) - 1
+
+    started = time.perf_counter()
+    flow.run(env=env)
+    rerun_s = time.perf_counter() - started
+    record = json.loads((run_dir / "provenance.json").read_text())
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]["resumed_from"]
+    assert record["training"]["epochs_completed"] == 6
+    rerun = (flow.directory / "logs/train/base.log").read_text()
+    assert "resuming from" in rerun and f"training from epoch {done_epochs + 1}/6" in rerun, rerun[-3000:]
+
+    launch = record["launch"]
+    assert launch["launcher"] == "torchdistributor" and launch["world_size"] == 2
+    spark = launch["spark"]
+    assert spark["application_id"].startswith("app-") and launch["job_id"] == spark["application_id"]
+    assert spark["master"] == spark_cluster.master_url
+    # One rank in each of two executor processes, each on its own 1-core worker.
+    assert sorted(e["rank"] for e in spark["executors"]) == [0, 1]
+    assert len({e["id"] for e in spark["executors"]}) == 2 and len({e["pid"] for e in spark["executors"]}) == 2
+    assert {e["host"] for e in spark["executors"]} == {"127.0.0.1"}
+    assert f"application {spark['application_id']} on {spark_cluster.master_url}" in rerun
+    assert (flow.directory / "results/report/report.html").is_file()
+    assert not (run_dir / "spark").exists(), "the driver's scratch (TMPDIR, spark.local.dir) leaves with it"
+
+    direct = flow_in(tmp_path / "direct", config, profile="local")
+    started = time.perf_counter()
+    direct.run(env=subprocess_env())
+    direct_s = time.perf_counter() - started
+    ours, theirs = weights(run_dir), weights(direct.directory / "results/runs/base")
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours), "spark and direct trained different weights"
+    print(f"rerun with --profile spark: {rerun_s:.1f} s; the whole run with --profile local (direct): {direct_s:.1f} s")
+
+
+def test_failures_before_any_rank_are_one_line_with_a_hint_that_works(spark_cluster, tmp_path):
+    flow = flow_in(tmp_path / "hints", TWO_RANKS)
+    dead = tmp_path / "dead-conf"
+    dead.mkdir()
+    (dead / "spark-defaults.conf").write_text("spark.master spark://127.0.0.1:9\n")
+    cases = {
+        "no master": ({"SPARK_CONF_DIR": str(dead)}, "no Spark master answers at spark://127.0.0.1:9"),
+        "no master named": ({"SPARK_CONF_DIR": str(tmp_path)}, "the spark profile found no Spark master"),
+        "no JDK": ({**spark_cluster.env(), "JAVA_HOME": str(tmp_path)}, "has no bin/java"),
+    }
+    for name, (extra, expected) in cases.items():
+        done = flow.run("-n", check=False, env=subprocess_env(**extra))
+        lines = hint_lines(done.stdout + done.stderr)
+        assert done.returncode != 0 and len(lines) == 1 and expected in lines[0], (name, done.stderr[-3000:])
+    # The HINTs: export the SPARK_CONF_DIR of a running cluster (or name it in spark.master), unset JAVA_HOME.
+    fixed = {k: v for k, v in spark_env(spark_cluster).items() if k != "JAVA_HOME"}
+    assert flow.run("-n", env=fixed).returncode == 0
+    named = flow.run("-n", "--config", f"spark={{master: {spark_cluster.master_url}}}", env=subprocess_env())
+    assert named.returncode == 0
+
+
+def test_too_few_slots_for_the_world_size_fails_in_seconds_in_one_line(spark_cluster, tmp_path):
+    config = {**TWO_RANKS, "launch": {**TWO_RANKS["launch"], "devices": 3}}
+    flow = flow_in(tmp_path / "slots", config)
+    started = time.perf_counter()
+    done = flow.run(check=False, env=spark_env(spark_cluster))
+    seconds = time.perf_counter() - started
+    log = (flow.directory / "logs/train/base.log").read_text()
+    lines = hint_lines(log)
+    assert done.returncode != 0 and len(lines) == 1, log[-4000:]
+    assert "fewer free task slots than the run's 3 ranks" in lines[0]
+    assert not (flow.directory / "results/runs/base/metrics.csv").exists(), "no rank started"
+    # Spark's default would wait 15 s x 40 checks; here: the session's wait for executors and 3 checks.
+    assert seconds < 150, seconds
+    # What the HINT says, lowering the world size to the two slots there are, is the first test's run.
