@@ -31,6 +31,7 @@ import runpy
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,6 +42,10 @@ from snakeddp.run.variables import FORK_RANKS, RANK_START
 
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+# How long the warm process waits for native threads an import left to end before it gives up forking.
+NATIVE_THREADS_WAIT_S = 1.0
 
 
 class NotForkable(Exception):
@@ -69,6 +74,21 @@ def entry_module(command: Sequence[str]) -> str:
     if not same:
         raise NotForkable(f"the ranks run another interpreter ({command[0]}, not {sys.executable})")
     return command[2]
+
+
+def native_threads() -> list[str]:
+    """The names (comm) of this process's threads other than the calling one, as the kernel lists them."""
+    me = str(threading.get_native_id())
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        if task == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip() or task)
+        except OSError:
+            continue  # it ended while we looked
+    return names
 
 
 def open_fds() -> set[int]:
@@ -139,9 +159,17 @@ class Warm:
             names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
             raise NotForkable(f"the warm process runs {threading.active_count() - 1} Python thread(s) ({names})")
         # Native threads too (an OpenMP or BLAS pool, a library's worker): a fork copies only this one.
-        tasks = len(os.listdir("/proc/self/task"))
-        if tasks != 1:
-            raise NotForkable(f"the warm process runs {tasks - 1} native thread(s) besides its own")
+        # Some exit by themselves moments after the import that started them (seen once here, under
+        # load, for a 2-rank run): wait a little for those before starting the ranks cold.
+        others = native_threads()
+        deadline = time.monotonic() + NATIVE_THREADS_WAIT_S
+        while others and time.monotonic() < deadline:
+            time.sleep(0.02)
+            others = native_threads()
+        if others:
+            raise NotForkable(
+                f"the warm process runs {len(others)} native thread(s) besides its own ({', '.join(sorted(others))})"
+            )
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
