@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import ConfigError
+from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
 
 ENTRY = "databricks_entry.py"
@@ -114,7 +115,7 @@ def task_parameters(plan: JobPlan) -> list[str]:
         "--platform",
         "spark",
         "--config",
-        f"{plan.run_dir}/run.yaml",
+        f"{plan.run_dir}/{RUN_FILE}",
         "--run-dir",
         plan.run_dir,
         "--data",
