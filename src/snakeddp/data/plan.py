@@ -36,6 +36,7 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
     longer matches stops the workflow.
     """
+    from snakeddp.data.remote import is_url, list_objects
     from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot
 
     for run_id, run in runs.items():
@@ -44,17 +45,17 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
             continue
         table = data["table"]
         try:
-            snapshot = delta_snapshot(table)
+            # A URL is listed once, for both questions (a Delta table? its objects' checksum), on every
+            # start of the workflow; a table declared Delta needs no listing (delta-rs reads its log).
+            listable = is_url(table["path"]) and table["format"] != "delta"
+            listed = list_objects(str(table["path"])) if listable else None
+            snapshot = delta_snapshot(table, listed)
             if snapshot is not None:
-                if table.get("table_id") not in (None, snapshot.table_id):
-                    raise TableError(
-                        f"data.table.table_id pins {table['table_id']}, but the Delta table at {table['path']} is "
-                        f"{snapshot.table_id} (dropped and created again?). HINT: point data.table.path at the "
-                        "table you pinned, or clear data.table.table_id to train on this one."
-                    )
                 # The table and version trained on are part of the run: a new commit is a new dataset.
                 table["table_id"], table["version"] = snapshot.table_id, snapshot.version
-            digest = snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache)
+            digest = (
+                snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache, listed)
+            )
         except TableError as error:
             raise ConfigError(f"run {run_id}: {error}") from None
         if table["sha256"] not in (None, digest):

@@ -41,6 +41,8 @@ CHUNK_VALUES = 1 << 21
 # Seconds between progress lines while a big table is read.
 PROGRESS_EVERY_S = 10
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# A URL's listing as remote.list_objects gives it: its objects, and whether the URL names one object.
+Listing = tuple[list[dict[str, Any]], bool]
 
 
 def _format_of(path: Path | str) -> str | None:
@@ -58,9 +60,10 @@ def _one_format(where: str, names: Sequence[str], fmt: str) -> str:
     return formats.pop()
 
 
-def remote_table(url: str, fmt: str = "auto") -> tuple[str, list[dict[str, Any]]]:
-    """The format and the objects (url, name, size, etag) of a table in object storage."""
-    objects, single = remote.list_objects(url)
+def remote_table(url: str, fmt: str = "auto", listed: Listing | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """The format and the objects (url, name, size, etag) of a table in object storage; ``listed``: the
+    URL's listing (remote.list_objects) when the caller has taken it already."""
+    objects, single = listed or remote.list_objects(url)
     if single:  # as a local file: its format by name unless data.table.format says
         found = _format_of(objects[0]["name"]) if fmt == "auto" else fmt
         if found is None:
@@ -95,8 +98,9 @@ def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | 
     return chosen, [p for p in candidates if _format_of(p) == chosen]
 
 
-def delta_snapshot(table: Mapping[str, Any]) -> delta.Snapshot | None:
-    """The version of a Delta table that ``table`` (the data.table section) names; None for CSV/Parquet."""
+def delta_snapshot(table: Mapping[str, Any], listed: Listing | None = None) -> delta.Snapshot | None:
+    """The version of a Delta table that ``table`` (the data.table section) names; None for CSV/Parquet.
+    ``listed``: a URL's listing, when the caller has taken it already."""
     path, fmt, version = table["path"], table["format"], table.get("version")
     pinned_id = table.get("table_id")
     if fmt not in ("auto", "delta"):
@@ -104,7 +108,9 @@ def delta_snapshot(table: Mapping[str, Any]) -> delta.Snapshot | None:
     elif fmt == "delta":
         found = True
     else:
-        found = delta.is_delta(path, remote.list_objects(str(path))[0] if remote.is_url(path) else None)
+        if remote.is_url(path):
+            listed = listed or remote.list_objects(str(path))
+        found = delta.is_delta(path, listed[0] if listed else None)
     if not found:
         if version is not None or pinned_id is not None:
             key = "version" if version is not None else "table_id"
@@ -113,28 +119,35 @@ def delta_snapshot(table: Mapping[str, Any]) -> delta.Snapshot | None:
                 f"data.table.{key} (it pins a Delta table), or point data.table.path at a Delta table's folder."
             )
         return None
-    return delta.open_snapshot(path, version)
+    snapshot = delta.open_snapshot(path, version)
+    if pinned_id not in (None, snapshot.table_id):
+        raise TableError(
+            f"data.table.table_id pins {pinned_id}, but the Delta table at {path} is {snapshot.table_id} "
+            "(dropped and created again?). HINT: point data.table.path at the table you pinned, or clear "
+            "data.table.table_id to train on this one."
+        )
+    return snapshot
 
 
-def fingerprint(path: str | Path, fmt: str = "auto") -> str:
+def fingerprint(path: str | Path, fmt: str = "auto", listed: Listing | None = None) -> str:
     """sha256 over the table's files: each one's name relative to the table, size and sha256 (for a URL,
-    each object's name, size and ETag: remote.fingerprint)."""
+    each object's name, size and ETag: remote.fingerprint; ``listed``: its listing, if taken already)."""
     if remote.is_url(path):
-        return remote.fingerprint(remote_table(str(path), fmt)[1])
+        return remote.fingerprint(remote_table(str(path), fmt, listed)[1])
     root = Path(path)
     _, files = table_files(root, fmt)
     base = root if root.is_dir() else root.parent
     return sha256_json([[p.relative_to(base).as_posix(), p.stat().st_size, sha256_file(p)] for p in files])
 
 
-def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path) -> str:
+def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, listed: Listing | None = None) -> str:
     """``fingerprint``, reusing the last result while no file's size, mtime or inode changed.
 
     The workflow computes it each time it starts (on Slurm, once per job), so a large table is
     hashed once, not on every start. A URL's listing is taken afresh each time (it reads no bytes).
     """
     if remote.is_url(path):
-        return fingerprint(path, fmt)
+        return fingerprint(path, fmt, listed)
     root = Path(path)
     _, files = table_files(root, fmt)
     stamp = sha256_json([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino] for p in files])
