@@ -49,23 +49,24 @@ def local_accelerator(requested: str) -> str:
     return "gpu" if NVIDIA_GPUS.is_dir() else "cpu"
 
 
-def resolved(launch: Mapping[str, Any], platform: str, site: Mapping[str, Any]) -> str:
-    """The run's accelerator where it runs, as the workflow sizes its jobs: cpu or gpu."""
+def resolved(launch: Mapping[str, Any], platform: str, site: Mapping[str, Any], *, run_id: str | None = None) -> str:
+    """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
     if platform in CLUSTER_PLATFORMS:
-        return accelerator(launch["accelerator"], platform, site)
+        return accelerator(launch["accelerator"], platform, site, run_id=run_id)
     return local_accelerator(launch["accelerator"])
 
 
 def mem_mb(launch: Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
-    """Host memory per node: launch.mem_mb when set, else site.mem_mb_per_gpu per GPU rank (CPU: a flat default)."""
+    """Host memory per node: launch.mem_mb when set, else site.mem_mb_per_gpu per GPU rank (CPU: a flat
+    default). ``site`` is validated (the schema's defaults filled in), as the workflow and ranks read it."""
     if launch.get("mem_mb") is not None:
         return int(launch["mem_mb"])
     if resolved == "gpu":
-        return int(launch["devices"]) * int(site.get("mem_mb_per_gpu", 16000))
+        return int(launch["devices"]) * int(site["mem_mb_per_gpu"])
     return CPU_MEM_MB_PER_NODE
 
 
 def cpus_per_process(launch: Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
     """CPU cores each rank is given by the scheduler: its threads, and on a GPU site.cpus_per_gpu at least."""
     threads = int(launch["threads_per_process"])
-    return max(threads, int(site.get("cpus_per_gpu", 4))) if resolved == "gpu" else threads
+    return max(threads, int(site["cpus_per_gpu"])) if resolved == "gpu" else threads

@@ -114,11 +114,7 @@ def check_run(
         )
     # On the local platform auto means the GPUs of this machine; on a cluster what its profile declares.
     try:
-        accelerator = (
-            site.local_accelerator(launch["accelerator"])
-            if platform == "local"
-            else site.accelerator(launch["accelerator"], platform, site_config, run_id=run_id)
-        )
+        accelerator = site.resolved(launch, platform, site_config, run_id=run_id)
     except site.SiteError as error:
         raise PreflightError(str(error)) from None
     try:
