@@ -103,7 +103,7 @@ class Supervisor:
         self.warm: Warm | None = None  # forks the ranks while it can
         self.own: list[socket.socket] = []  # what this process holds and no rank may
         self.pending: list[int] | None = []  # signals that came before every process existed
-        self.forwarded = False
+        self.forwarded: set[int] = set()  # the signals passed on to every process
         self.lock = threading.RLock()  # the kill timer signals from another thread
 
     def signal(self, signum: int, pids: list[int] | None = None) -> None:
@@ -116,7 +116,7 @@ class Supervisor:
                         pass
 
     def forward(self, signum: int, frame: object = None) -> None:
-        self.forwarded = True
+        self.forwarded.add(signum)
         if self.pending is not None:  # still starting: every process gets it once they all exist
             self.pending.append(signum)
         else:
@@ -179,12 +179,16 @@ class Supervisor:
                             file=sys.stderr,
                             flush=True,
                         )
-                    self.stop(list(self.alive))
+                    # A rank that died of a signal passed on to all: the others have it already, and a
+                    # second SIGTERM would reach them twice; only the SIGKILL backstop is still due.
+                    self.stop(list(self.alive), terminate=code - 128 not in self.forwarded)
         return failure or 0
 
-    def stop(self, survivors: list[int]) -> None:
-        """SIGTERM now (a rank saves last.ckpt and exits), SIGKILL for any still there after the timeout."""
-        self.signal(signal.SIGTERM, survivors)
+    def stop(self, survivors: list[int], terminate: bool = True) -> None:
+        """SIGTERM now (a rank saves last.ckpt and exits) unless ``terminate`` is false, SIGKILL for any
+        still there after the timeout."""
+        if terminate:
+            self.signal(signal.SIGTERM, survivors)
         timer = threading.Timer(self.stop_timeout, self.signal, args=(signal.SIGKILL, survivors))
         timer.daemon = True
         timer.start()
