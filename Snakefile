@@ -127,9 +127,19 @@ onstart:
                 Path(rules.train.output.provenance.format(run=run)).parent
             )
         )
-    # Every job starts after this: each finds the relay for its progress lines (rules/common.smk).
+    # Every job starts after this: each finds the relay for its progress lines (rules/common.smk),
+    # and the warm process that forks it with torch and Lightning imported once (snakeddp.warm).
     if PLATFORM == "local":
         os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
+        if not workflow.touch:
+            try:
+                why_cold = snakeddp_warm.why_cold(DEPLOYMENT, os.environ)
+            except snakeddp_config.ConfigError as error:
+                snakeddp_preflight.stop(error)
+            if why_cold is None:
+                os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start()
+            elif why_cold:
+                print(f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}", file=sys.stderr)
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would
@@ -137,6 +147,7 @@ onstart:
 # print a line: the relay writes what they sent and stops, before Snakemake's last lines.
 onsuccess:
     snakeddp_snakemake.release_scheduler_timers()
+    WARM_PROCESS.close()
     TERMINAL_RELAY.close()
     if Path(rules.report.output.html).is_file():
         print(f"Report: {Path(rules.report.output.html).resolve()}", flush=True)
@@ -144,6 +155,7 @@ onsuccess:
 
 onerror:
     snakeddp_snakemake.release_scheduler_timers()
+    WARM_PROCESS.close()
     TERMINAL_RELAY.close()
     if snakeddp_interrupt.INTERRUPTED.is_set():
         for line in snakeddp_interrupt.summary(

@@ -2,7 +2,7 @@
 
 Both cases are the local profile's launch (``python -m snakeddp.launch`` -> the supervisor ->
 ``snakeddp.train`` on 8 ranks, one thread each) of the same one-epoch run; only
-SNAKEDDP_FORK_RANKS differs (1: the supervisor imports once and forks every rank; 0: every rank
+SNAKEDDP_WARM_START differs (1: the supervisor imports once and forks every rank; 0: every rank
 starts its own interpreter and imports torch and Lightning itself, as before). The figure is the
 time from the launch until every rank has reached its first step: rank 0's first batch (its
 ``timing.phases.startup_s`` after its process began, whose start time is sampled while it runs),
@@ -66,7 +66,7 @@ def launch(run_dir: Path, run: Any, manifest: Path, fork: bool) -> dict[str, flo
     begun = time.time()
     with (run_dir / "launch.log").open("w") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(SNAKEDDP_FORK_RANKS="1" if fork else "0")
+            argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(SNAKEDDP_WARM_START="1" if fork else "0")
         )
         watcher = threading.Thread(target=started_processes, args=(psutil.Process(process.pid), seen, stop))
         watcher.start()
@@ -121,7 +121,7 @@ def run(ctx: Context) -> Result:
     imports = {name: median([s["rank0_imports_s"] for s in values]) for name, values in samples.items()}
     result.notes += [
         f"The same one-epoch run (linear model, {ranks} gloo ranks, one thread each) launched by "
-        "`python -m snakeddp.launch` with SNAKEDDP_FORK_RANKS=1 and 0, alternating; medians of the rounds.",
+        "`python -m snakeddp.launch` with SNAKEDDP_WARM_START=1 and 0, alternating; medians of the rounds.",
         f"Forked: rank 0 began {born['forked']:.1f} s after the launch (the supervisor imported "
         f"snakeddp.train once, alone) and needed {imports['forked']:.2f} s more before its main(). Spawned: "
         f"it began {born['spawned']:.1f} s after the launch and spent {imports['spawned']:.1f} s in its "

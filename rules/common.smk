@@ -13,6 +13,7 @@ from snakeddp.util import hashing as snakeddp_hashing
 from snakeddp.report.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv
 from snakeddp.util import terminal as snakeddp_terminal
+from snakeddp.warm import process as snakeddp_warm
 from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.config import sources as snakeddp_sources
 from snakeddp.data import plan as snakeddp_data_plan
@@ -143,6 +144,8 @@ except snakeddp_config.ConfigError as error:
 # They go through this relay, which writes them with Snakemake's logger, the one writer of its
 # output (snakeddp.util.terminal). It listens from onstart (jobs will run) to onsuccess/onerror.
 TERMINAL_RELAY = snakeddp_terminal.Relay(logger.info)
+# Local jobs are forked from one warm process per invocation (snakeddp.warm), from onstart to the end.
+WARM_PROCESS = snakeddp_warm.WarmProcess()
 # The image of `--sdm apptainer` (environment.image); rules run in the stage envs otherwise.
 CONTAINER_IMAGE = CONFIG["environment"]["image"]
 if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:

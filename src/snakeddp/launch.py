@@ -13,6 +13,11 @@ on to the ranks.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
+    from snakeddp.warm.client import hand_off
+
+    hand_off(__spec__.name)
+
 import argparse
 import os
 import signal
@@ -38,6 +43,7 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
+from snakeddp.warm import client as warm_client
 
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -109,6 +115,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         "MKL_NUM_THREADS": threads,
         **exports,
         variables.LAUNCH_COMMAND: quote(argv),
+        variables.JOB_START: "warm" if warm_client.served else "cold",
         variables.PLATFORM: args.platform,
     }
     return launcher, argv, child_env

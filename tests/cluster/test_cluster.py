@@ -199,10 +199,10 @@ def test_direct_command_is_the_supervisor_on_one_node():
     argv, exports = cluster.get("direct").command(plan(), {})
     assert argv[:5] == ["/opt/my env/python", "-m", "snakeddp.cluster.supervisor", "--nproc-per-node=2", "--fork-ranks"]
     assert argv[5:10] == ["--", "/opt/my env/python", "-m", "snakeddp.train", "--config"] and exports == {}
-    # SNAKEDDP_FORK_RANKS=0: every rank a process of its own, as before forking existed.
-    assert "--fork-ranks" not in cluster.get("direct").command(plan(), {"SNAKEDDP_FORK_RANKS": "0"})[0]
-    with pytest.raises(LaunchError, match="SNAKEDDP_FORK_RANKS='no' is neither 1 nor 0. HINT:"):
-        cluster.get("direct").command(plan(), {"SNAKEDDP_FORK_RANKS": "no"})
+    # SNAKEDDP_WARM_START=0: every rank a process of its own, as before forking existed.
+    assert "--fork-ranks" not in cluster.get("direct").command(plan(), {"SNAKEDDP_WARM_START": "0"})[0]
+    with pytest.raises(LaunchError, match="SNAKEDDP_WARM_START='no' is neither 1 nor 0. HINT:"):
+        cluster.get("direct").command(plan(), {"SNAKEDDP_WARM_START": "no"})
     assert "--master-port=4321" in cluster.get("direct").command(plan(master_port=4321), {})[0]
     with pytest.raises(LaunchError, match="launch.nodes=2. HINT:"):
         cluster.get("direct").command(plan(nodes=2), {})

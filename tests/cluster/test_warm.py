@@ -180,9 +180,9 @@ def test_what_cannot_be_forked_starts_cold_and_says_why_once(tmp_path, command, 
 
 @pytest.mark.parametrize(("value", "on"), [(None, True), ("1", True), ("0", False)])
 def test_the_switch(value, on):
-    assert warm.enabled({} if value is None else {warm.FORK_RANKS: value}) is on
+    assert warm.enabled({} if value is None else {warm.WARM_START: value}) is on
 
 
 def test_a_bad_switch_value_is_one_line_with_a_hint():
-    with pytest.raises(LaunchError, match=r"SNAKEDDP_FORK_RANKS='yes' is neither 1 nor 0\. HINT: "):
-        warm.enabled({warm.FORK_RANKS: "yes"})
+    with pytest.raises(LaunchError, match=r"SNAKEDDP_WARM_START='yes' is neither 1 nor 0\. HINT: "):
+        warm.enabled({warm.WARM_START: "yes"})

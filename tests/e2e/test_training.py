@@ -45,7 +45,7 @@ CLOCK = {"train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "fini
 
 
 def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(tmp_path):
-    """The same config with SNAKEDDP_FORK_RANKS=1 (the default) and 0: every rank sees the same
+    """The same config with SNAKEDDP_WARM_START=1 (the default) and 0: every rank sees the same
     samples of the same partitions in every epoch, and the weights and metrics are identical; only
     provenance's rank_start (and each rank's start) tells them apart."""
     overrides = {
@@ -56,7 +56,7 @@ def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(tmp_path
     seen = {}
     for switch in ("1", "0"):
         run = Run(tmp_path / f"fork-{switch}", overrides)
-        run.env = {"SNAKEDDP_FORK_RANKS": switch}
+        run.env = {"SNAKEDDP_WARM_START": switch}
         assert run.train() == 0, run.log.read_text()[-3000:]
         log = run.log.read_text()
         assert "cold" not in log and ("--fork-ranks" in log) == (switch == "1"), log[-3000:]

@@ -3,7 +3,7 @@
 The processes get torchrun's variables from ``snakeddp.cluster.supervisor``, which stops them
 all when one fails and passes signals on, as torchrun's agent does on one node. It imports the
 ranks' modules once and forks every rank from itself (``snakeddp.cluster.warm``; off with
-SNAKEDDP_FORK_RANKS=0), where torchrun's agent imported torch for itself (1.6-1.9 s before any
+SNAKEDDP_WARM_START=0), where torchrun's agent imported torch for itself (1.6-1.9 s before any
 rank started) and then every rank imported it again. ``launch.launcher: torchrun`` still starts
 them with torchrun.
 """

@@ -9,13 +9,18 @@ restarts, this does too: the first process that fails stops the others (SIGTERM,
 after ``--stop-timeout``; not when it exits preempted after a signal every process got),
 signals are passed on to every process, and its exit code is the first failure's. Started cold,
 each rank is a process of its own that imports torch and Lightning itself; with ``--fork-ranks``
-(what ``snakeddp.launch`` passes unless SNAKEDDP_FORK_RANKS=0) the supervisor imports the ranks'
+(what ``snakeddp.launch`` passes unless SNAKEDDP_WARM_START=0) the supervisor imports the ranks'
 module once and forks every rank from itself (``snakeddp.cluster.warm``), or says in one line why
 it could not and starts them cold. What it imports is the ranks' only: its own work needs no
 torch, for which torchrun's agent spent 1.6-1.9 s here before any rank started (bench/results.md, 8.).
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
+    from snakeddp.warm.client import hand_off
+
+    hand_off(__spec__.name)
 
 import argparse
 import os
@@ -30,7 +35,7 @@ from collections.abc import Sequence
 from snakeddp.cluster.direct import LAUNCH_ID
 from snakeddp.cluster.direct import SUPERVISOR as PROG
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE, die_with_parent
-from snakeddp.cluster.warm import FORK_RANKS, RANK_START, NotForkable, Warm
+from snakeddp.cluster.warm import RANK_START, WARM_START, NotForkable, Warm
 
 STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
 
@@ -197,7 +202,7 @@ class Supervisor:
 def cold(why: NotForkable, ranks: int) -> None:
     print(
         f"{PROG}: starting {ranks} rank(s) cold, each importing on its own: {why}. HINT: the run trains the "
-        f"same, only its start is slower; export {FORK_RANKS}=0 to start ranks cold without this line.",
+        f"same, only its start is slower; export {WARM_START}=0 to start ranks cold without this line.",
         file=sys.stderr,
         flush=True,
     )

@@ -12,7 +12,7 @@ Forking after ``import torch`` is safe only while the process has one thread and
 checked before every fork, never assumed. The warm process imports with one OpenMP thread (so
 that torch's import starts no pool, which a fork would leave half-copied) and each child sizes its
 pool from its own OMP_NUM_THREADS. When a check fails the ranks start cold, as before, and the
-supervisor says why in one line. ``SNAKEDDP_FORK_RANKS=0`` turns it off.
+supervisor says why in one line. ``SNAKEDDP_WARM_START=0`` turns it off.
 
 What a forked rank cannot make look fresh: ``/proc/PID/cmdline`` and ``/proc/PID/environ`` are
 the supervisor's (they are what exec() set; ``os.environ`` is the rank's); its string hashes use
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import glob
 import importlib
 import os
 import runpy
@@ -38,7 +39,7 @@ from typing import Any
 
 from snakeddp.cluster.lifecycle import FORWARDED, die_with_parent
 from snakeddp.errors import LaunchError
-from snakeddp.run.variables import FORK_RANKS, RANK_START
+from snakeddp.run.variables import RANK_START, WARM_START
 
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -53,12 +54,12 @@ class NotForkable(Exception):
 
 
 def enabled(env: Mapping[str, str]) -> bool:
-    """The switch: SNAKEDDP_FORK_RANKS, on unless it is 0."""
-    value = env.get(FORK_RANKS, "1")
+    """The switch: SNAKEDDP_WARM_START, on unless it is 0."""
+    value = env.get(WARM_START, "1")
     if value not in ("0", "1"):
         raise LaunchError(
-            f"{FORK_RANKS}={value!r} is neither 1 nor 0. HINT: export {FORK_RANKS}=0 to start every rank as "
-            "a process of its own, or unset it to fork them from one warm process per node."
+            f"{WARM_START}={value!r} is neither 1 nor 0. HINT: export {WARM_START}=0 to start every job and "
+            "rank as a process of its own, or unset it to fork them from processes that imported once."
         )
     return value == "1"
 
@@ -104,6 +105,73 @@ def _is_open(fd: int) -> bool:
     return True
 
 
+#: What importing put in os.environ in this process (or the warm process it was forked from).
+IMPORTED_ENV: dict[str, str] = {}
+
+
+def import_once(modules: Sequence[str], entries: Sequence[str]) -> None:
+    """Import ``modules`` (and so all they import) with one-thread pools, then forget ``entries``
+    (run later as ``__main__``) and freeze what was imported out of garbage collection."""
+    before = dict(os.environ)
+    saved = {name: os.environ.get(name) for name in POOL_SIZES}
+    # The pool sizes are the children's to set (each does, from its own environment, in
+    # refresh_from_environment); a pool started by the import would survive a fork only as a
+    # half-copied lock (without a size, torch's import left a native thread here).
+    os.environ.update({name: "1" for name in POOL_SIZES})
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except BaseException as error:  # what the cold processes meet too, and report in their own words
+                raise NotForkable(f"importing {module} failed ({type(error).__name__}: {error})") from None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    IMPORTED_ENV.update({k: v for k, v in os.environ.items() if k not in before})
+    for entry in entries:
+        # A fresh `python -m MODULE` has the module only as __main__: kept under its name as well,
+        # runpy would warn, and the module would exist twice. Its imports stay.
+        sys.modules.pop(entry, None)
+        package, _, name = entry.rpartition(".")
+        if package and hasattr(sys.modules.get(package), name):
+            delattr(sys.modules[package], name)
+    # Imported objects move where no collection in a child visits them: their pages stay shared
+    # (copy-on-write) instead of being copied into every child by its first collection.
+    gc.freeze()
+
+
+def check_forkable(own_fds: set[int], imported: str) -> None:
+    """This process may fork: one thread, no CUDA context, no file open but its stdio and ``own_fds``."""
+    if threading.active_count() != 1:
+        names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
+        raise NotForkable(f"the warm process runs {threading.active_count() - 1} Python thread(s) ({names})")
+    # Native threads too (an OpenMP or BLAS pool, a library's worker): a fork copies only this one.
+    # Some exit by themselves moments after the import that started them (seen once here, under
+    # load, for a 2-rank run): wait a little for those before starting cold.
+    others = native_threads()
+    deadline = time.monotonic() + NATIVE_THREADS_WAIT_S
+    while others and time.monotonic() < deadline:
+        time.sleep(0.02)
+        others = native_threads()
+    if others:
+        raise NotForkable(
+            f"the warm process runs {len(others)} native thread(s) besides its own ({', '.join(sorted(others))})"
+        )
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
+    # The driver itself, which any library may load and initialise without torch knowing.
+    with open("/proc/self/maps") as maps:
+        if any("libcuda.so" in line for line in maps):
+            raise NotForkable("the CUDA driver (libcuda) is loaded in the warm process")
+    stray = open_fds() - own_fds
+    if stray:
+        raise NotForkable(f"importing {imported} opened file descriptors {sorted(stray)}: a fork would share them")
+
+
 class Warm:
     """One process that has imported a rank's modules, and forks ranks from it while that stays safe."""
 
@@ -123,65 +191,15 @@ class Warm:
 
     def preload(self) -> None:
         """Import the entry module (and so everything it imports) once, with one-thread pools."""
-        before = dict(os.environ)
-        saved = {name: os.environ.get(name) for name in POOL_SIZES}
-        if pool_size(os.environ):
-            # The pool sizes are the ranks' to set (each child does, from its own environment); an
-            # OpenMP pool started by the import would survive a fork only as a half-copied lock.
-            os.environ.update({name: "1" for name in POOL_SIZES})
-        try:
-            importlib.import_module(self.module)
-        except BaseException as error:  # what the cold ranks meet too, and report in their own words
-            raise NotForkable(f"importing {self.module} failed ({type(error).__name__}: {error})") from None
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-        # What the imports put in os.environ (torch sets TORCHINDUCTOR_CACHE_DIR, for one): a cold rank
-        # has it too, having imported the same.
-        self.imported_env = {k: v for k, v in os.environ.items() if k not in before}
-        # A fresh `python -m MODULE` has the module only as __main__: kept under its name as well, runpy
-        # would warn, and the module would exist twice. Its imports stay.
-        sys.modules.pop(self.module, None)
-        package, _, name = self.module.rpartition(".")
-        if package and hasattr(sys.modules.get(package), name):
-            delattr(sys.modules[package], name)
-        # Imported objects move where no collection in a child visits them: their pages stay shared
-        # (copy-on-write) instead of being copied into every rank by its first collection.
-        gc.freeze()
+        import_once([self.module], entries=[self.module])
+        # What imports put in os.environ (torch sets TORCHINDUCTOR_CACHE_DIR, for one): a cold rank has it
+        # too, having imported the same. Here or in the workflow's warm process this one was forked from.
+        self.imported_env = dict(IMPORTED_ENV)
         self.check()
 
     def check(self) -> None:
         """The process may fork: one thread, no CUDA context, no file open but its stdio and its own."""
-        if threading.active_count() != 1:
-            names = ", ".join(t.name for t in threading.enumerate() if t is not threading.current_thread())
-            raise NotForkable(f"the warm process runs {threading.active_count() - 1} Python thread(s) ({names})")
-        # Native threads too (an OpenMP or BLAS pool, a library's worker): a fork copies only this one.
-        # Some exit by themselves moments after the import that started them (seen once here, under
-        # load, for a 2-rank run): wait a little for those before starting the ranks cold.
-        others = native_threads()
-        deadline = time.monotonic() + NATIVE_THREADS_WAIT_S
-        while others and time.monotonic() < deadline:
-            time.sleep(0.02)
-            others = native_threads()
-        if others:
-            raise NotForkable(
-                f"the warm process runs {len(others)} native thread(s) besides its own ({', '.join(sorted(others))})"
-            )
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
-        # The driver itself, which any library may load and initialise without torch knowing.
-        with open("/proc/self/maps") as maps:
-            if any("libcuda.so" in line for line in maps):
-                raise NotForkable("the CUDA driver (libcuda) is loaded in the warm process")
-        stray = open_fds() - self.own_fds
-        if stray:
-            raise NotForkable(
-                f"importing {self.module} opened file descriptors {sorted(stray)}: a fork would share them"
-            )
+        check_forkable(self.own_fds, self.module)
 
     def fork(self, env: dict[str, str], close: Sequence[Any]) -> int:
         """A child that becomes ``python -m MODULE ARGS`` with ``env``; its pid. ``close``: the supervisor's
@@ -234,7 +252,8 @@ def refresh_from_environment() -> None:
 
     Lightning and torchmetrics read the rank once, at import (the warm process has none); numpy
     seeded its global generator from the OS at import (each fresh rank gets its own stream); torch's
-    OpenMP and MKL pools were sized to one thread for the warm import.
+    OpenMP and MKL pools were sized to one thread for the warm import, and take the size a fresh
+    process would: the environment's, else one thread per physical core.
     """
     fabric = sys.modules.get("lightning.fabric.utilities.rank_zero")
     if fabric is not None:
@@ -246,9 +265,20 @@ def refresh_from_environment() -> None:
     if numpy_random is not None:
         numpy_random.seed()
     torch = sys.modules.get("torch")
-    threads = pool_size(os.environ)
-    if torch is not None and threads:
-        torch.set_num_threads(threads)
+    if torch is not None:
+        torch.set_num_threads(pool_size(os.environ) or physical_cores())
+
+
+def physical_cores() -> int:
+    """torch's intra-op pool size where nothing sets one: the machine's physical cores (cpuinfo's count)."""
+    siblings = set()
+    for cpu in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"):
+        try:
+            with open(cpu) as listing:
+                siblings.add(listing.read().strip())
+        except OSError:
+            continue
+    return len(siblings) or os.cpu_count() or 1
 
 
 def pool_size(env: Mapping[str, str]) -> int:

@@ -302,6 +302,7 @@ def build(
             "nodes_seen": sorted({r["node"] or r["host"] for r in outcome.ranks}),
             "command": os.environ.get(variables.LAUNCH_COMMAND),
             "rank_start": rank_start(outcome.ranks),
+            "job_start": os.environ.get(variables.JOB_START, "cold"),
             "variables": cluster_variables(),
             "user": user(),
         },

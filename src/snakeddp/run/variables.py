@@ -17,6 +17,7 @@ from snakeddp.config import validate
 from snakeddp.config.site import accelerator as site_accelerator
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
+from snakeddp.warm import protocol
 
 #: local, slurm, azureml or spark: how snakeddp.launch starts the ranks (from the profile).
 PLATFORM = "SNAKEDDP_PLATFORM"
@@ -40,11 +41,17 @@ SPARK_CONFIG = "SNAKEDDP_SPARK_CONFIG"
 TERMINAL = terminal.VARIABLE
 #: The shell-quoted command that started the ranks, for provenance.
 LAUNCH_COMMAND = "SNAKEDDP_LAUNCH_COMMAND"
-#: Set by the user: "0" starts every local rank as a process of its own; "1", the default, forks a
-#: node's ranks from one process that imported their modules once (snakeddp.cluster.warm).
-FORK_RANKS = "SNAKEDDP_FORK_RANKS"
+#: Set by the user: "0" starts every local job and rank as a process of its own; "1", the default, forks
+#: the local workflow's jobs from one warm process per invocation (snakeddp.warm) and a node's ranks from
+#: one process that imported their modules once (snakeddp.cluster.warm).
+WARM_START = "SNAKEDDP_WARM_START"
 #: Set by snakeddp's supervisor in every rank: "warm" (forked) or "cold" (a process of its own), for provenance.
 RANK_START = "SNAKEDDP_RANK_START"
+#: Set by snakeddp.launch for its ranks: "warm" when the train job itself was forked from the workflow's
+#: warm process, else "cold", for provenance.
+JOB_START = "SNAKEDDP_JOB_START"
+#: The socket of the workflow's warm process (local platform); defined beside its reader, snakeddp.warm.protocol.
+WARM_SOCKET = protocol.SOCKET
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"

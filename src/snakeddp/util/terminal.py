@@ -57,12 +57,13 @@ def say(line: str) -> None:
         pass  # Snakemake has gone or is finishing: the log has the line.
 
 
-def remove_stale_relays(base: str) -> list[str]:
-    """Remove this user's relay directories under ``base`` whose Snakemake has gone without closing
-    them (killed: SIGKILL, SIGTERM); returns them. Another user's, or a live process's, are kept."""
+def remove_stale_relays(base: str, prefix: str = PREFIX) -> list[str]:
+    """Remove this user's relay directories (or the warm process's, by ``prefix``) under ``base`` whose
+    Snakemake has gone without closing them (killed: SIGKILL, SIGTERM); returns them. Another user's, or
+    a live process's, are kept."""
     removed = []
-    for path in glob.glob(os.path.join(glob.escape(base), f"{PREFIX}*")):
-        match = re.fullmatch(rf"{PREFIX}(\d+)-[^/]+", os.path.basename(path))
+    for path in glob.glob(os.path.join(glob.escape(base), f"{prefix}*")):
+        match = re.fullmatch(rf"{re.escape(prefix)}(\d+)-[^/]+", os.path.basename(path))
         try:
             if not match or os.stat(path).st_uid != os.getuid():
                 continue

@@ -1,0 +1,83 @@
+"""Start and stop the workflow's warm process from Snakemake's own (the Snakefile's onstart, onsuccess
+and onerror). Imports nothing heavy: every dry run and every job reads the Snakefile."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+from snakeddp.util import terminal
+from snakeddp.warm import protocol
+
+#: A warm process's directory: snakeddp-warm-<pid of Snakemake>-<random>, mode 0700.
+PREFIX = "snakeddp-warm-"
+#: Said after why the jobs start cold (the server says the same for what it declines).
+HINT = (
+    "HINT: the jobs run the same, only their start is slower; export SNAKEDDP_WARM_START=0 to start them "
+    "cold without this line."
+)
+SOCKET = protocol.SOCKET
+#: How long stopping waits for the warm process (its own stop gives running jobs 5 s) before SIGKILL.
+STOP_TIMEOUT_S = 10.0
+
+
+def why_cold(deployment: set[str], env: dict[str, str] | os._Environ) -> str | None:
+    """Why this invocation's jobs start cold, or None: they are forked from a warm process."""
+    from snakeddp.cluster.warm import enabled  # its HINT names the switch when it is mistyped
+
+    if not enabled(env):
+        return ""  # the user's choice: nothing to say
+    if deployment & {"CONDA", "APPTAINER"}:
+        which = " and ".join(sorted(d.lower() for d in deployment & {"CONDA", "APPTAINER"}))
+        return f"--sdm {which} runs each job in an environment of its own"
+    return None
+
+
+class WarmProcess:
+    """One warm process for one Snakemake invocation: started by ``start``, gone by ``close`` or with
+    Snakemake itself (it watches its parent)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.directory: str | None = None
+
+    def start(self) -> str:
+        """Start it and return its socket's path (protocol.SOCKET's value for the jobs)."""
+        base = tempfile.gettempdir()
+        base = base if len(base) < 60 else "/tmp"  # noqa: S108  (a socket's path is limited to about 100 bytes)
+        terminal.remove_stale_relays(base, PREFIX)
+        self.directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)  # mode 0700
+        path = os.path.join(self.directory, "warm")
+        # Bound and listening here, before any job can look for it: jobs that come while the warm
+        # process imports wait in its queue (neither cold nor importing for themselves).
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(path)
+            listener.listen(64)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "snakeddp.warm.server", f"--fd={listener.fileno()}", f"--parent={os.getpid()}"],
+                stdin=subprocess.DEVNULL,
+                pass_fds=[listener.fileno()],
+                start_new_session=True,  # a terminal's Ctrl-C reaches the jobs through their clients, not here
+            )
+        atexit.register(self.close)
+        return path
+
+    def close(self) -> None:
+        """Stop it (running jobs get SIGTERM, then SIGKILL), and remove its directory."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+        atexit.unregister(self.close)

@@ -1,0 +1,428 @@
+"""The workflow's warm process: ``python -m snakeddp.warm.server --fd N --parent PID``.
+
+Started by Snakemake's process when a local workflow starts (``snakeddp.warm.process``), it imports
+what the steps import (torch, Lightning, numpy, snakeddp), then forks every step a job hands it
+(``snakeddp.warm.client``). One thread and a ``selectors`` loop serve every job at once: the
+listening socket, each job's connection (closed early: its client was killed, so the job is too)
+and each job's pidfd (readable: the job ended; its status goes back to its client).
+
+Only its owner can use it: the socket lies in a directory of mode 0700, the peer's uid is checked
+with SO_PEERCRED, only the workflow's own steps (``protocol.ENTRY_POINTS``) are run, and a request
+is taken only for what the job's own command line would have set anyway (its arguments,
+environment, working directory, umask, limits, stdio), for the same interpreter, flags and import
+path as this process's: anything else is declined and the job starts cold.
+
+It goes away with Snakemake: asked to (SIGTERM), or when Snakemake dies (PR_SET_PDEATHSIG, and its
+parent's pid checked every second). Jobs still running then get SIGTERM, and SIGKILL after
+``STOP_GRACE_S``, as a job of a killed scheduler should: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import io
+import os
+import resource
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from snakeddp.cluster import warm
+from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG, die_with_parent
+from snakeddp.warm import client, protocol
+from snakeddp.warm.process import HINT
+
+#: What the steps import, imported once: the training entry first (torch's own variables are set by
+#: its import, and belong to the ranks that import it), then the steps' modules and what they load lazily.
+PRELOAD = (
+    "snakeddp.train",
+    *protocol.ENTRY_POINTS,
+    "snakeddp.data.generate",
+    "snakeddp.data.table",
+    "snakeddp.environment.capture",
+)
+#: What the server handles itself (a job gets a fresh interpreter's handlers back).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: How long a job of a stopping workflow has to save and exit before SIGKILL.
+STOP_GRACE_S = 5.0
+#: How long a connected client may take to send its request.
+REQUEST_TIMEOUT_S = 5.0
+#: Environment variables read when an interpreter starts: a job whose differ would not be this interpreter.
+STARTUP_PREFIXES = ("PYTHON",)
+STARTUP_NAMES = ("LC_ALL", "LC_CTYPE", "LANG")
+
+
+class Declined(Exception):
+    """Why a job starts cold: one clause, said once on the workflow's terminal."""
+
+
+@dataclass
+class Job:
+    conn: socket.socket
+    pid: int
+    pidfd: int
+
+
+@dataclass
+class Server:
+    listener: socket.socket
+    parent: int
+    handlers: dict[int, Any]
+    ready: str | None = None  # why nothing is forked (the preload failed), None once it succeeded
+    jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
+    said: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.startup_env = startup_env(os.environ)
+
+    def own_fds(self) -> set[int]:
+        return {
+            self.listener.fileno(),
+            self.selector.fileno(),
+            self.wake_r,
+            self.wake_w,
+            *(job.conn.fileno() for job in self.jobs.values()),
+            *self.jobs,
+        }
+
+    def say(self, line: str) -> None:
+        """One line on the workflow's terminal (this process's stderr is Snakemake's), once."""
+        if line not in self.said:
+            self.said.add(line)
+            os.write(2, f"{line}\n".encode(errors="replace"))
+
+    # The loop.
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
+        while True:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self.accept()
+                elif key.data == "signal":
+                    self.stop()
+                elif key.data == "exit":
+                    self.reap(key.fd)
+                else:
+                    self.client_gone(key.data)
+            if os.getppid() != self.parent:  # Snakemake died before the kernel's signal could tell
+                self.stop()
+
+    def accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            uid = peer_uid(conn)
+            if uid != os.getuid():
+                self.say(f"snakeddp: the warm process refused a connection from uid {uid}: it serves only its owner.")
+                conn.close()
+                return
+            conn.settimeout(REQUEST_TIMEOUT_S)
+            request, fds = protocol.receive(conn, max_fds=len(protocol.DESCRIPTORS))
+            if request is None:
+                raise Declined("the job sent no request")
+            self.check(request, fds, conn)
+            pid, pidfd = self.fork(request, fds, conn)
+        except Declined as why:
+            self.say(f"snakeddp: a job starts cold: {why}. {HINT}")
+            answer(conn, {"declined": str(why)})
+            conn.close()
+            return
+        except (OSError, protocol.ProtocolError) as error:
+            self.say(f"snakeddp: the warm process dropped a job's request ({error}); that job starts cold.")
+            conn.close()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        conn.setblocking(False)
+        self.jobs[pidfd] = Job(conn, pid, pidfd)
+        self.selector.register(pidfd, selectors.EVENT_READ, "exit")
+        self.selector.register(conn, selectors.EVENT_READ, self.jobs[pidfd])
+        answer(conn, {"pid": pid}, [pidfd])
+
+    def check(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
+        """Decline what this process would not be, or may not run."""
+        module = request.get("module")
+        if module not in protocol.ENTRY_POINTS:
+            self.say(f"snakeddp: the warm process refused to run {str(module)[:80]!r}: not a step of the workflow.")
+            raise Declined(f"{str(module)[:80]!r} is not a step of the workflow")
+        shape = {
+            "argv": list,
+            "env": dict,
+            "cwd": str,
+            "umask": int,
+            "rlimits": dict,
+            "stdio": list,
+            "executable": str,
+            "flags": list,
+            "path": list,
+            "warnoptions": list,
+        }
+        for key, kind in shape.items():
+            if not isinstance(request.get(key), kind):
+                raise Declined(f"its request's {key} is not a {kind.__name__}")
+        if not all(isinstance(a, str) for a in request["argv"]) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items()
+        ):
+            raise Declined("its arguments or environment are not strings")
+        if len(fds) != sum(map(bool, request["stdio"])) + 1 or len(request["stdio"]) != 3:
+            raise Declined("its request did not carry its stdio and working directory")
+        if self.ready is not None:
+            raise Declined(self.ready)
+        try:
+            same = os.path.samefile(request["executable"], sys.executable)
+        except OSError:
+            same = False
+        if not same:
+            raise Declined(f"it runs another interpreter ({request['executable']}, not {sys.executable})")
+        if request["flags"] != list(sys.flags) or request["warnoptions"] != sys.warnoptions:
+            raise Declined("its interpreter runs with other flags (-X, -W, -O, -I ...)")
+        if request["path"] != sys.path[1:]:
+            raise Declined("its import path differs from the workflow's (PYTHONPATH, a .pth file)")
+        if startup_env(request["env"]) != self.startup_env:
+            raise Declined("its PYTHON* or locale variables differ from the workflow's")
+        for name, (soft, hard) in request["rlimits"].items():
+            limit = getattr(resource, name, None)
+            if not name.startswith("RLIMIT_") or limit is None:
+                raise Declined(f"its request names an unknown limit {name[:40]!r}")
+            if not _within(hard, resource.getrlimit(limit)[1]) or not _within(soft, hard):
+                raise Declined(f"its {name} ({soft}, {hard}) is above the warm process's")
+        try:
+            warm.check_forkable(self.own_fds() | set(fds) | {conn.fileno()}, "the steps' modules")
+        except warm.NotForkable as why:
+            self.ready = str(why)
+            raise Declined(why) from None
+
+    def fork(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> tuple[int, int]:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            self.become(request, fds, conn, server)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        return pid, os.pidfd_open(pid)
+
+    def become(self, request: dict[str, Any], fds: list[int], conn: socket.socket, server: int) -> None:
+        """The child: the job's ``python -m MODULE ARGS``; never returns."""
+        code = 1
+        try:
+            os.setsid()  # its client passes on what a terminal or Snakemake sends; nothing reaches it twice
+            die_with_parent()
+            if os.getppid() != server:
+                os.kill(os.getpid(), signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            for signum, handler in self.handlers.items():
+                signal.signal(signum, handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            conn.close()
+            for job in self.jobs.values():
+                job.conn.close()
+                os.close(job.pidfd)
+            self.selector.close()
+            self.listener.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            place(request, fds)
+            code = warm.run(request["module"])
+        except BaseException:  # never back into the server's loop: this process is the job now
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+
+    def client_gone(self, job: Job) -> None:
+        """The job's connection is readable: it says nothing more, so its client is gone (killed)."""
+        try:
+            data = job.conn.recv(1)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(job.conn)
+            try:
+                os.kill(job.pid, signal.SIGKILL)  # as the job would have died with its process
+            except ProcessLookupError:
+                pass
+
+    def reap(self, pidfd: int) -> None:
+        job = self.jobs.pop(pidfd)
+        _, status = os.waitpid(job.pid, 0)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        if job.conn.fileno() != -1:
+            try:
+                self.selector.unregister(job.conn)
+            except KeyError:
+                pass  # already gone
+            job.conn.setblocking(True)
+            answer(job.conn, {"status": status})
+            job.conn.close()
+
+    def stop(self) -> None:
+        """Snakemake is done or gone: every running job gets SIGTERM, SIGKILL after the grace; then exit."""
+        self.selector.unregister(self.listener)
+        self.listener.close()
+        for job in self.jobs.values():
+            if job.conn.fileno() != -1 and job.conn in (key.fileobj for key in self.selector.get_map().values()):
+                self.selector.unregister(job.conn)
+            _kill(job.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        killed = False
+        while self.jobs:
+            if not killed and time.monotonic() > deadline:
+                for job in self.jobs.values():
+                    _kill(job.pid, signal.SIGKILL)
+                killed = True
+            for key, _ in self.selector.select(timeout=0.1):
+                if key.data == "exit":
+                    self.reap(key.fd)
+                elif key.data == "signal":
+                    _drain(self.wake_r)
+        os._exit(0)
+
+
+def place(request: dict[str, Any], fds: list[int]) -> None:
+    """Give this process the job's stdio, directory, umask, limits, environment and argv."""
+    received = iter(fds)
+    for target, present in enumerate(request["stdio"]):
+        if present:
+            fd = next(received)
+            os.dup2(fd, target)
+            os.close(fd)
+        else:
+            try:
+                os.close(target)
+            except OSError:
+                pass
+    cwd = next(received)
+    os.fchdir(cwd)
+    os.close(cwd)
+    leftover = warm.open_fds()
+    for fd in leftover:  # what the imports left open was refused before the fork; nothing should be here
+        os.close(fd)
+    os.umask(request["umask"])
+    for name, (soft, hard) in request["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    reopen_stdio()
+    sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
+    warm.refresh_from_environment()
+    client.served = True  # running the module as __main__ must not hand it off again
+    sys.argv = ["-m", *request["argv"]]
+    sys.orig_argv = [request["executable"], "-m", request["module"], *request["argv"]]
+
+
+def reopen_stdio() -> None:
+    """sys.stdin/stdout/stderr as a fresh interpreter makes them for the job's descriptors: line-buffered
+    output only on a terminal (stderr always), write-through with PYTHONUNBUFFERED."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))  # -u is among the flags, checked equal
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        try:
+            os.fstat(fd)
+        except OSError:
+            setattr(sys, name, None)
+            continue
+        encoding = old.encoding if old is not None else "utf-8"
+        errors = old.errors if old is not None else "strict"
+        if fd == 0:
+            stream = io.TextIOWrapper(io.BufferedReader(io.FileIO(fd, "rb", closefd=False)), encoding, errors)
+        else:
+            raw = io.FileIO(fd, "wb", closefd=False)
+            stream = io.TextIOWrapper(
+                raw if unbuffered else io.BufferedWriter(raw),
+                encoding,
+                errors,
+                line_buffering=fd == 2 or os.isatty(fd),
+                write_through=unbuffered,
+            )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def startup_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES}
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def answer(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    try:
+        protocol.send(conn, message, list(fds))
+    except OSError:
+        pass  # the client is gone; the connection's close tells the loop
+
+
+def _within(value: int, limit: int) -> bool:
+    return limit == resource.RLIM_INFINITY or (value != resource.RLIM_INFINITY and 0 <= value <= limit)
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def die_with_snakemake(parent: int) -> None:
+    """SIGTERM (a graceful stop) when Snakemake's process dies; at once if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # the loop's parent check still sees it within a second
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snakeddp.warm.server", description=__doc__)
+    parser.add_argument("--fd", required=True, type=int, help="the listening socket (in a directory of mode 0700)")
+    parser.add_argument("--parent", required=True, type=int, help="Snakemake's pid: this process ends with it")
+    args = parser.parse_args(argv)
+    die_with_snakemake(args.parent)
+    # A fresh interpreter's handlers, before this process installs its own: every job gets them back.
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
+    listener = socket.socket(fileno=args.fd)  # bound and listening: jobs that come during the imports wait
+    server = Server(listener, args.parent, handlers)
+    try:
+        warm.import_once(PRELOAD, entries=protocol.ENTRY_POINTS)
+    except warm.NotForkable as why:
+        server.ready = str(why)
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
