@@ -4,12 +4,16 @@ rerun resumes and the interrupted attempt's log is kept beside the new one."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.checkout import SNAKEMAKE, Checkout
@@ -24,6 +28,20 @@ SLOW = {
     "trainer": {"max_epochs": 4, "batch_size": 16, "early_stopping": {"enabled": False}},
     "launch": {"mem_mb": 1000, "runtime": 10},
 }
+
+
+def left_running(directory, within: float) -> list[str]:
+    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        left = []
+        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+            cwd = process.info["cwd"] or ""
+            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.info["cmdline"] or [])[:120])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path):
@@ -50,6 +68,7 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     typed.wait(timeout=120)
     output = (tmp_path / "run.log").read_text()
     assert typed.returncode == 1, output
+    assert not left_running(tmp_path, within=5), "a process of the interrupted run is still there"
 
     after = output.split("Terminating processes on user request, this might take some time.\n")[1].splitlines()
     assert len(after) <= 5, output
@@ -68,7 +87,39 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout
     assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    # Both attempts' jobs and ranks were forked from the warm process of their invocation.
+    launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
+    assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")
     (kept,) = (tmp_path / "logs/train").glob("base.2*.log")
     assert kept.read_text() == interrupted_log
     epochs = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == [0, 1, 2, 3]
+
+
+def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_path):
+    """Snakemake killed outright cannot clean up: its warm process notices (PR_SET_PDEATHSIG), stops
+    the jobs it forked (SIGTERM: training saves, then SIGKILL) and exits; the clients follow."""
+    checkout = Checkout(tmp_path)
+    checkout.write_config(SLOW)
+    run_dir = tmp_path / "results/runs/base"
+    with open(tmp_path / "run.log", "w") as run_log:
+        typed = subprocess.Popen(
+            [SNAKEMAKE, "--profile", "profiles/local"], cwd=tmp_path, env=subprocess_env(), stdout=run_log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints/last.ckpt").is_file():
+        assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
+        time.sleep(0.2)
+    typed.kill()
+    typed.wait()
+    assert not left_running(tmp_path, within=10), "a process of the killed run is still there"
+    assert not list(Path(tempfile.gettempdir()).glob(f"snakeddp-warm-{typed.pid}-*"))
+    # Snakemake's own lock outlives a kill -9: it says to --unlock, as after any such kill.
+    assert checkout.snakemake("--profile", "profiles/local", "--unlock").returncode == 0
+    rerun = checkout.snakemake("--profile", "profiles/local")
+    assert rerun.returncode == 0, rerun.stdout
+    assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    # Both attempts' jobs and ranks were forked from the warm process of their invocation.
+    launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
+    assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")

@@ -42,11 +42,13 @@ class WarmProcess:
     """One warm process for one Snakemake invocation: started by ``start``, gone by ``close`` or with
     Snakemake itself (it watches its parent)."""
 
-    def __init__(self) -> None:
+    def __init__(self, entries: tuple[str, ...] = protocol.ENTRY_POINTS, stderr: int | None = None) -> None:
+        self.entries = entries  # what it runs (its starter decides; a job's request never can)
+        self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
         self.process: subprocess.Popen | None = None
         self.directory: str | None = None
 
-    def start(self) -> str:
+    def start(self, env: dict[str, str] | None = None) -> str:
         """Start it and return its socket's path (protocol.SOCKET's value for the jobs)."""
         base = tempfile.gettempdir()
         base = base if len(base) < 60 else "/tmp"  # noqa: S108  (a socket's path is limited to about 100 bytes)
@@ -59,8 +61,17 @@ class WarmProcess:
             listener.bind(path)
             listener.listen(64)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "snakeddp.warm.server", f"--fd={listener.fileno()}", f"--parent={os.getpid()}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "snakeddp.warm.server",
+                    f"--fd={listener.fileno()}",
+                    f"--parent={os.getpid()}",
+                    *(f"--entry={entry}" for entry in self.entries),
+                ],
                 stdin=subprocess.DEVNULL,
+                stderr=self.stderr,
+                env=env,  # Snakemake's own, which every job inherits
                 pass_fds=[listener.fileno()],
                 start_new_session=True,  # a terminal's Ctrl-C reaches the jobs through their clients, not here
             )

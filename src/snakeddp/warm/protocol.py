@@ -34,7 +34,8 @@ def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[in
     data = json.dumps(message).encode()
     frame = _LENGTH.pack(len(data)) + data
     sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
-    sock.sendall(frame[sent:])
+    if sent < len(frame):
+        sock.sendall(frame[sent:])
 
 
 def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:

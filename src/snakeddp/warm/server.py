@@ -25,6 +25,7 @@ import io
 import os
 import resource
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -37,7 +38,7 @@ from typing import Any
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG, die_with_parent
 from snakeddp.warm import client, protocol
-from snakeddp.warm.process import HINT
+from snakeddp.warm.process import HINT, PREFIX
 
 #: What the steps import, imported once: the training entry first (torch's own variables are set by
 #: its import, and belong to the ranks that import it), then the steps' modules and what they load lazily.
@@ -75,6 +76,7 @@ class Server:
     listener: socket.socket
     parent: int
     handlers: dict[int, Any]
+    entries: tuple[str, ...] = protocol.ENTRY_POINTS
     ready: str | None = None  # why nothing is forked (the preload failed), None once it succeeded
     jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
     said: set[str] = field(default_factory=set)
@@ -157,8 +159,7 @@ class Server:
     def check(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
         """Decline what this process would not be, or may not run."""
         module = request.get("module")
-        if module not in protocol.ENTRY_POINTS:
-            self.say(f"snakeddp: the warm process refused to run {str(module)[:80]!r}: not a step of the workflow.")
+        if module not in self.entries:
             raise Declined(f"{str(module)[:80]!r} is not a step of the workflow")
         shape = {
             "argv": list,
@@ -279,7 +280,11 @@ class Server:
     def stop(self) -> None:
         """Snakemake is done or gone: every running job gets SIGTERM, SIGKILL after the grace; then exit."""
         self.selector.unregister(self.listener)
+        directory = os.path.dirname(self.listener.getsockname())
         self.listener.close()
+        # Its directory (snakeddp.warm.process made it): gone with it, also when Snakemake was killed.
+        if os.path.basename(directory).startswith(PREFIX):
+            shutil.rmtree(directory, ignore_errors=True)
         for job in self.jobs.values():
             if job.conn.fileno() != -1 and job.conn in (key.fileobj for key in self.selector.get_map().values()):
                 self.selector.unregister(job.conn)
@@ -333,7 +338,7 @@ def place(request: dict[str, Any], fds: list[int]) -> None:
 
 def reopen_stdio() -> None:
     """sys.stdin/stdout/stderr as a fresh interpreter makes them for the job's descriptors: line-buffered
-    output only on a terminal (stderr always), write-through with PYTHONUNBUFFERED."""
+    output only on a terminal (stderr always), write-through instead with PYTHONUNBUFFERED."""
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))  # -u is among the flags, checked equal
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         old = getattr(sys, name)
@@ -352,7 +357,7 @@ def reopen_stdio() -> None:
                 raw if unbuffered else io.BufferedWriter(raw),
                 encoding,
                 errors,
-                line_buffering=fd == 2 or os.isatty(fd),
+                line_buffering=not unbuffered and (fd == 2 or os.isatty(fd)),
                 write_through=unbuffered,
             )
         setattr(sys, name, stream)
@@ -408,6 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.warm.server", description=__doc__)
     parser.add_argument("--fd", required=True, type=int, help="the listening socket (in a directory of mode 0700)")
     parser.add_argument("--parent", required=True, type=int, help="Snakemake's pid: this process ends with it")
+    parser.add_argument(
+        "--entry",
+        action="append",
+        help="a module it may run as `python -m MODULE` (repeated; default: the workflow's steps)",
+    )
     args = parser.parse_args(argv)
     die_with_snakemake(args.parent)
     # A fresh interpreter's handlers, before this process installs its own: every job gets them back.
@@ -415,7 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
     listener = socket.socket(fileno=args.fd)  # bound and listening: jobs that come during the imports wait
-    server = Server(listener, args.parent, handlers)
+    server = Server(listener, args.parent, handlers, entries=tuple(args.entry or protocol.ENTRY_POINTS))
     try:
         warm.import_once(PRELOAD, entries=protocol.ENTRY_POINTS)
     except warm.NotForkable as why:

@@ -1,0 +1,253 @@
+"""The workflow's warm process (snakeddp.warm) with real clients: a forked job is what a fresh
+`python -m MODULE` would be, ends as it would, gets its signals once, and only the warm process's
+owner can make it fork, and only the programs it was started to run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.harness import REPO
+from snakeddp.warm import protocol
+from snakeddp.warm.process import WarmProcess
+from tests.helpers import subprocess_env
+
+PROBE = "tests.warm.probe"
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory):
+    """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept)."""
+    log = tmp_path_factory.mktemp("warm") / "stderr"
+    with open(log, "wb") as stderr:
+        process = WarmProcess(entries=(*protocol.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
+        path = process.start(env(None))
+    process.log = log
+    process.path = path
+    yield process
+    process.close()
+    assert not Path(path).parent.exists()
+
+
+def env(warm: WarmProcess | None, **extra: str) -> dict[str, str]:
+    """The jobs' environment (and the warm process's): the probe importable from any directory."""
+    environment = subprocess_env(PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'src'}", **extra)
+    environment.pop(protocol.SOCKET, None)
+    if warm is not None:
+        environment[protocol.SOCKET] = warm.path
+    return environment
+
+
+def probe(warm: WarmProcess | None, *args: str, cwd: Path = REPO, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", PROBE, *args], cwd=cwd, env=kwargs.pop("env", None) or env(warm), capture_output=True,
+        text=True, timeout=120, check=False, **kwargs,
+    )  # fmt: skip
+
+
+def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
+    """argv, environment, working directory, umask, limits, stdin/stdout/stderr, open descriptors,
+    signal handlers and torch's thread pool: the same warm and cold; only who ran it differs."""
+    seen = {}
+    for name, server in (("warm", warm), ("cold", None)):
+        done = subprocess.run(
+            ["bash", "-c", f"umask 027; ulimit -n 512; exec {sys.executable} -m {PROBE} observe 'an arg' > out.json"],
+            cwd=tmp_path, env=env(server, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"),
+            input="the job's stdin", capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        seen[name] = json.loads((tmp_path / "out.json").read_text())
+    warm_seen, cold_seen = seen["warm"], seen["cold"]
+    assert (warm_seen.pop("served"), cold_seen.pop("served")) == (True, False)
+    assert warm_seen["env"].pop(protocol.SOCKET) == warm.path
+    assert warm_seen == cold_seen
+    assert warm_seen["argv"] == ["observe", "an arg"] and warm_seen["umask"] == 0o027
+    assert warm_seen["nofile"][0] == 512 and warm_seen["stdin"] == "the job's stdin"
+    assert warm_seen["cwd"] == str(tmp_path) and warm_seen["fds"] == [0, 1, 2, 3]  # 3: listdir's own
+    assert warm_seen["name"] == "__main__" and warm_seen["torch_threads"] == 2
+    # PYTHONUNBUFFERED (the tests' processes have it): write-through instead of line buffering.
+    assert (warm_seen["stdout_line_buffered"], warm_seen["stderr_line_buffered"]) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("args", "returncode"),
+    [(("exit", "3"), 3), (("_exit", "7"), 7), (("raise",), 1), (("kill", "SIGSEGV"), -signal.SIGSEGV),
+     (("kill", "SIGKILL"), -signal.SIGKILL), (("exit", "0"), 0)],
+)  # fmt: skip
+def test_a_forked_job_ends_as_a_fresh_process_would(warm, args, returncode):
+    """Its exit status, as Snakemake sees it from the job's process: codes, a crash's traceback,
+    os._exit, death by a signal (the client dies of the same one)."""
+    warm_done, cold_done = probe(warm, *args), probe(None, *args)
+    assert warm_done.returncode == cold_done.returncode == returncode
+    if args == ("raise",):
+        assert "RuntimeError: the step failed" in warm_done.stderr
+        assert warm_done.stderr.splitlines()[-3:] == cold_done.stderr.splitlines()[-3:]
+
+
+def wait_ready(process: subprocess.Popen) -> None:
+    assert process.stdout.readline().strip() == "ready"
+
+
+@pytest.mark.parametrize(
+    ("signum", "returncode", "said"),
+    [(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt"), (signal.SIGTERM, 1, "SIGTERM after 2 SIGUSR1")],
+)
+def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, said):
+    """What the job's process gets (Ctrl-C, Snakemake's or a scheduler's SIGTERM, SIGUSR1) reaches the
+    forked job once, whether sent to the process or to its process group as a terminal does."""
+    pidfile = tmp_path / "pid"
+    job = subprocess.Popen(
+        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env=env(warm), cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    wait_ready(job)
+    child = int(pidfile.read_text())
+    assert child != job.pid  # forked by the warm process, not the client itself
+    os.kill(job.pid, signal.SIGUSR1)
+    time.sleep(0.3)  # two of one signal pending at once are one, for any process
+    os.killpg(job.pid, signal.SIGUSR1)  # the client's group: the child, in a session of its own, only via the client
+    time.sleep(0.3)
+    os.killpg(job.pid, signum)
+    _, stderr = job.communicate(timeout=30)
+    assert job.returncode == returncode, stderr
+    assert said in stderr
+
+
+def test_a_killed_client_takes_its_job_along(warm, tmp_path):
+    """SIGKILL cannot be passed on: the warm process sees the client's connection close and kills the job."""
+    pidfile = tmp_path / "pid"
+    job = subprocess.Popen(
+        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env=env(warm), cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    wait_ready(job)
+    child = int(pidfile.read_text())
+    job.kill()
+    job.wait()
+    assert gone(child, within=5)
+
+
+def test_two_jobs_forked_at_once_run_side_by_side(warm, tmp_path):
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-m", PROBE, "wait", str(tmp_path / f"pid{n}"), "1.5"], env=env(warm), cwd=REPO,
+            stdout=subprocess.PIPE, text=True,
+        )
+        for n in (0, 1)
+    ]
+    for job in jobs:
+        wait_ready(job)  # both are running before either ends
+    pids = {int((tmp_path / f"pid{n}").read_text()) for n in (0, 1)}
+    assert len(pids) == 2 and not pids & {job.pid for job in jobs}
+    for job in jobs:
+        out, _ = job.communicate(timeout=30)
+        assert job.returncode == 0 and "done after 0 SIGUSR1" in out
+
+
+def test_a_job_with_another_import_path_starts_cold_and_the_workflow_says_why_once(warm):
+    """The fallback: a job the warm process would not be (here PYTHONPATH differs) runs cold, the same."""
+    other = env(warm)
+    other["PYTHONPATH"] += f"{os.pathsep}/nonexistent"
+    for _ in range(2):
+        done = probe(warm, "observe", env=other)
+        assert done.returncode == 0 and json.loads(done.stdout)["served"] is False
+    said = [line for line in warm.log.read_text().splitlines() if "import path differs" in line]
+    assert len(said) == 1 and "HINT: " in said[0] and "SNAKEDDP_WARM_START=0" in said[0]
+
+
+def request(path: str, module: str) -> dict | None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        cwd = os.open(".", os.O_RDONLY)
+        try:
+            message = {"module": module, "argv": ["-c", "print(1)"], "stdio": [True, True, True]}
+            protocol.send(sock, message, [0, 1, 2, cwd])
+            answer, fds = protocol.receive(sock, max_fds=1)
+        finally:
+            os.close(cwd)
+        assert not fds  # no pidfd: nothing was forked
+        return answer
+
+
+def test_a_request_for_a_program_that_is_not_a_step_is_refused(warm):
+    for module in ("os", "runpy", "snakeddp.cli", "code"):
+        answer = request(warm.path, module)
+        assert answer is not None and "is not a step of the workflow" in answer["declined"]
+    assert any("'runpy' is not a step of the workflow" in line for line in warm.log.read_text().splitlines())
+
+
+def as_nobody(path: str) -> str:
+    """Connect to ``path`` as uid 65534 (from a child that drops root) and say what happened."""
+    script = (
+        "import os, socket, sys\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+        "try:\n    s.connect(sys.argv[1])\nexcept OSError as e:\n    print('refused', e.errno); sys.exit()\n"
+        "try:\n    s.sendall(b'x' * 8)\n    print('answer', s.recv(64))\n"
+        "except (BrokenPipeError, ConnectionResetError):\n    print('answer', b'')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.strip()
+
+
+def test_another_user_can_neither_reach_nor_use_the_warm_process(warm):
+    """The directory (0700) keeps other users out; were it opened up, SO_PEERCRED still turns them away."""
+    directory = Path(warm.path).parent
+    assert directory.stat().st_mode & 0o777 == 0o700
+    assert as_nobody(warm.path) == f"refused {13}"  # EACCES
+    directory.chmod(0o755)
+    os.chmod(warm.path, 0o777)
+    try:
+        assert as_nobody(warm.path) == "answer b''"  # closed without an answer, nothing forked
+    finally:
+        directory.chmod(0o700)
+    assert any("refused a connection from uid 65534" in line for line in warm.log.read_text().splitlines())
+
+
+def gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().split(") ")[1].startswith("Z"):
+                    return True  # dead, waiting for its parent to reap it
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path):
+    """kill -9 of Snakemake (here a stand-in parent): the warm process stops its jobs and exits."""
+    script = (
+        "import os, sys, time\n"
+        "from snakeddp.warm.process import WarmProcess\n"
+        "from snakeddp.warm import protocol\n"
+        f"w = WarmProcess(entries=(*protocol.ENTRY_POINTS, {PROBE!r}))\n"
+        "print(w.start(), w.process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], env=env(None), cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    path, server = parent.stdout.readline().split()
+    pidfile = tmp_path / "pid"
+    job = subprocess.Popen(
+        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), protocol.SOCKET: path}, cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_ready(job)
+    child = int(pidfile.read_text())
+    parent.kill()
+    parent.wait()
+    assert gone(child, within=8) and gone(int(server), within=8)
+    _, stderr = job.communicate(timeout=10)
+    assert job.returncode == 1 and "SIGTERM after 0 SIGUSR1" in stderr  # the job was asked to stop first
