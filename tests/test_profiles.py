@@ -16,7 +16,7 @@ from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
-NAMES = ("local", "slurm", "azureml", "spark")
+NAMES = ("local", "slurm", "azureml", "spark", "databricks")
 
 
 @pytest.fixture
@@ -74,6 +74,9 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
             continue
         if name == "spark":  # found and read: this home names no Spark master (no spark-defaults.conf, no $MASTER)
             assert plan.returncode == 1 and "the spark profile found no Spark master" in output, output
+            continue
+        if name == "databricks":  # found and read: the default config names no databricks.stage
+            assert plan.returncode == 1 and "databricks.stage is not set" in output, output
             continue
         if name == "slurm":  # found and read: auto cannot mean the nodes' GPUs until the profile declares them
             assert plan.returncode == 1 and "the slurm profile does not say what its nodes have" in output, output
