@@ -3,6 +3,7 @@ databricks-sdk's own client to talk to: no workspace is reachable from here.
 
 It stands in for the cloud and judges nothing: it records every request (path, headers, body),
 keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2.0/fs/directories``),
+answers MLflow's experiment lookup as a workspace without the experiment does,
 and hands a submitted run (``/api/2.2/jobs/runs/submit``) to the test's ``runner``, which does what
 the job cluster would do and returns its result state and message; ``runs/get`` answers with it.
 A request without the expected bearer token is refused (401), as a workspace refuses it.
@@ -73,6 +74,8 @@ class DatabricksStub:
         body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
         self.seen.append({"method": method, "path": parts.path, "query": parse_qs(parts.query),
                           "headers": dict(request.headers), "body": body})  # fmt: skip
+        if parts.path == "/.well-known/databricks-config":  # the SDK's unauthenticated discovery probe
+            return self.answer(request, 200, {})
         if request.headers.get("Authorization") != f"Bearer {self.token}":
             return self.answer(request, 401, {"error_code": "UNAUTHENTICATED", "message": "Invalid access token."})
         path = unquote(parts.path)
@@ -90,6 +93,8 @@ class DatabricksStub:
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
                             "state_message": "Run cancelled by the user."}  # fmt: skip
             return self.answer(request, 200, {})
+        if path == "/api/2.0/mlflow/experiments/get-by-name":  # a workspace without that experiment yet
+            return self.answer(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No experiment."})
         return self.missing(request, path)
 
     def answer(self, request: BaseHTTPRequestHandler, status: int, value: Any) -> None:

@@ -145,3 +145,28 @@ def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
         assert f"or run with --profile {theirs}." in hints(refused)[0]
     # As the HINT says: the platform typed with its own profile (or left out) plans the runs.
     assert typed("snakemake --profile local -n --config platform=local", checkout, user_env).returncode == 0
+
+
+def test_the_databricks_profile_needs_credentials_and_runs_with_them(checkout, user_env, tmp_path):
+    """Typed with the bare name in a fresh home: no credentials is one line with a HINT before any job;
+    with DATABRICKS_HOST/DATABRICKS_TOKEN exported as the HINT says (at the local stub of the Jobs and
+    Files APIs, which runs the task as the cluster's driver would), the workflow runs end to end."""
+    from tests.databricks.test_submit import CONFIG, TOKEN, cluster_env, driver
+    from tests.databricks_server import DatabricksStub
+
+    assert typed("tools/setup.sh", checkout, user_env).returncode == 0
+    (checkout / "mine.yaml").write_text(yaml.safe_dump(CONFIG))
+    refused = typed("snakemake --profile databricks --configfile mine.yaml", checkout, user_env)
+    assert refused.returncode == 1 and len(hints(refused)) == 1, refused.stdout + refused.stderr
+    assert "no usable Databricks credentials" in hints(refused)[0] and "export DATABRICKS_HOST=" in hints(refused)[0]
+    assert not (checkout / "results" / "runs").exists()
+    stub = DatabricksStub(tmp_path / "workspace", TOKEN, driver(cluster_env()))
+    try:
+        env = {**user_env, "DATABRICKS_HOST": stub.url, "DATABRICKS_TOKEN": TOKEN}
+        done = typed("snakemake --profile databricks --configfile mine.yaml", checkout, env)
+    finally:
+        stub.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (checkout / "results" / "runs" / "devices-2" / "provenance.json").is_file()
+    assert (checkout / "results" / "report" / "report.html").is_file()
+    assert TOKEN not in done.stdout + done.stderr

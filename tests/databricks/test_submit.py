@@ -69,18 +69,39 @@ def user_env(stub: DatabricksStub, **extra: str) -> dict[str, str]:
     return subprocess_env(DATABRICKS_HOST=stub.url, DATABRICKS_TOKEN=TOKEN, **extra)
 
 
+def one_hint(done: subprocess.CompletedProcess, log: Path) -> str:
+    """The train job's one line (in its log, which the profile shows), and that it is one line with a HINT."""
+    lines = [line for line in log.read_text().splitlines() if "HINT:" in line]
+    assert done.returncode == 1 and len(lines) == 1, done.stdout + done.stderr
+    return lines[0]
+
+
 def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
-    stub.runner = driver(cluster_env())
     flow = Workflow(tmp_path / "flow", profile="databricks")
     flow.directory.mkdir()
     flow.write_config(CONFIG)
+    log = flow.directory / "logs" / "train" / "devices-2.log"
+    run = flow.directory / "results" / "runs" / "devices-2"
+    # A cancelled run and a failed one: one line each, with the state message, and no finished record.
+    stub.runner = lambda body, root: ("CANCELED", "Run cancelled by alice@example.com.")
+    cancelled = one_hint(flow.run(env=user_env(stub), check=False), log)
+    assert (
+        "was cancelled: Run cancelled by alice@example.com." in cancelled
+        and "HINT: rerun the same command" in cancelled
+    )
+    stub.runner = driver(cluster_env(), fail="Cluster terminated: the driver was lost.")
+    failed = one_hint(flow.run(env=user_env(stub), check=False), log)
+    assert "ended FAILED: Cluster terminated: the driver was lost." in failed and "HINT: fix what it says" in failed
+    assert not (run / "provenance.json").exists() and not (run / "finished.json").exists()
+    # As the HINTs say: the same command again, with the cluster working.
+    stub.runner = driver(cluster_env())
     done = flow.run(env=user_env(stub))
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["launch"]["launcher"] == "torchdistributor"
     assert (flow.directory / "results" / "report" / "report.html").is_file()
     # What the SDK sent: the request as written, with the token from its chain.
-    (sent,) = stub.requests("POST", "/api/2.2/jobs/runs/submit")
+    sent = stub.requests("POST", "/api/2.2/jobs/runs/submit")[-1]
     assert json.loads(sent["body"]) == json.loads((run / "databricks" / "submit.json").read_text())
     assert sent["headers"]["Authorization"] == f"Bearer {TOKEN}"
     uploaded = {seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")}
@@ -98,4 +119,4 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     # Again: nothing to do, nothing sent.
     again = flow.run(env=user_env(stub))
     assert "Nothing to be done" in again.stdout + again.stderr
-    assert len(stub.requests("POST", "/api/2.2/jobs/runs/submit")) == 1
+    assert len(stub.requests("POST", "/api/2.2/jobs/runs/submit")) == 3
