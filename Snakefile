@@ -103,17 +103,16 @@ onstart:
                 ).parent,
             )
             snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
+            to_train = {
+                run: RUNS[run]
+                for run in RUNS
+                if not Path(rules.train.output.provenance.format(run=run)).exists()
+            }
             snakeddp_preflight.check_tracking_server(
-                CONFIG["tracking"],
-                {
-                    run: RUNS[run]
-                    for run in RUNS
-                    if not Path(
-                        rules.train.output.provenance.format(run=run)
-                    ).exists()
-                },
-                PLATFORM,
-                os.environ,
+                CONFIG["tracking"], to_train, PLATFORM, os.environ
+            )
+            snakeddp_preflight.check_databricks_credentials(
+                CONFIG, to_train, PLATFORM
             )
         except snakeddp_config.ConfigError as error:
             snakeddp_preflight.stop(error)

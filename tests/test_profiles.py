@@ -16,7 +16,7 @@ from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
-NAMES = ("local", "slurm", "azureml", "spark")
+NAMES = ("local", "slurm", "azureml", "spark", "databricks")
 
 
 @pytest.fixture
@@ -74,6 +74,9 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
             continue
         if name == "spark":  # found and read: this home names no Spark master (no spark-defaults.conf, no $MASTER)
             assert plan.returncode == 1 and "the spark profile found no Spark master" in output, output
+            continue
+        if name == "databricks":  # found and read: the default config names no databricks.stage
+            assert plan.returncode == 1 and "databricks.stage is not set" in output, output
             continue
         if name == "slurm":  # found and read: auto cannot mean the nodes' GPUs until the profile declares them
             assert plan.returncode == 1 and "the slurm profile does not say what its nodes have" in output, output
@@ -142,3 +145,28 @@ def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
         assert f"or run with --profile {theirs}." in hints(refused)[0]
     # As the HINT says: the platform typed with its own profile (or left out) plans the runs.
     assert typed("snakemake --profile local -n --config platform=local", checkout, user_env).returncode == 0
+
+
+def test_the_databricks_profile_needs_credentials_and_runs_with_them(checkout, user_env, tmp_path):
+    """Typed with the bare name in a fresh home: no credentials is one line with a HINT before any job;
+    with DATABRICKS_HOST/DATABRICKS_TOKEN exported as the HINT says (at the local stub of the Jobs and
+    Files APIs, which runs the task as the cluster's driver would), the workflow runs end to end."""
+    from tests.databricks.test_submit import CONFIG, TOKEN, cluster_env, driver
+    from tests.databricks_server import DatabricksStub
+
+    assert typed("tools/setup.sh", checkout, user_env).returncode == 0
+    (checkout / "mine.yaml").write_text(yaml.safe_dump(CONFIG))
+    refused = typed("snakemake --profile databricks --configfile mine.yaml", checkout, user_env)
+    assert refused.returncode == 1 and len(hints(refused)) == 1, refused.stdout + refused.stderr
+    assert "no usable Databricks credentials" in hints(refused)[0] and "export DATABRICKS_HOST=" in hints(refused)[0]
+    assert not (checkout / "results" / "runs").exists()
+    stub = DatabricksStub(tmp_path / "workspace", TOKEN, driver(cluster_env()))
+    try:
+        env = {**user_env, "DATABRICKS_HOST": stub.url, "DATABRICKS_TOKEN": TOKEN}
+        done = typed("snakemake --profile databricks --configfile mine.yaml", checkout, env)
+    finally:
+        stub.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (checkout / "results" / "runs" / "devices-2" / "provenance.json").is_file()
+    assert (checkout / "results" / "report" / "report.html").is_file()
+    assert TOKEN not in done.stdout + done.stderr

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make `snakemake --profile local|slurm|azureml|spark` work from the checkout's root (tools/setup.sh runs
+# Make `snakemake --profile local|slurm|azureml|spark|databricks` work from the checkout's root (tools/setup.sh runs
 # this). Snakemake looks a bare profile name up in the working directory, then in
 # ${XDG_CONFIG_HOME:-~/.config}/snakemake, then /etc/xdg/snakemake. Links there, rather than at
 # the checkout's top level, keep the repository's layout and never shadow a profile the user
@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${XDG_CONFIG_HOME:-$HOME/.config}/snakemake
 mkdir -p "$dir"
-for name in local slurm azureml spark; do
+for name in local slurm azureml spark databricks; do
     ours=$PWD/profiles/$name
     link=$dir/$name
     if [[ -L "$link" && "$(readlink "$link")" == "$ours" ]]; then

@@ -97,6 +97,10 @@ class SparkError(ConfigError, RuntimeError):
     """The spark platform cannot start or finish a run: no master, no JDK, no pyspark, a failed Spark job."""
 
 
+class DatabricksError(ConfigError, RuntimeError):
+    """A Databricks run that cannot be staged, submitted or copied back: no credentials, a failed or cancelled run."""
+
+
 class AzureMLError(ConfigError, RuntimeError):
     """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 

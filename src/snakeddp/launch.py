@@ -249,6 +249,10 @@ def _main(argv: Sequence[str] | None) -> int:
         from snakeddp.azureml.submit import main as submit  # optional extra, imported only here
 
         code = submit(args)
+    elif args.platform == "databricks":
+        from snakeddp.databricks.submit import main as submit_run  # optional extra, imported only here
+
+        code = submit_run(args)
     else:
         code = run_attempt(args)
     if code == 0 and args.record_to:

@@ -240,7 +240,10 @@ def test_platform_defaults():
 
 def test_every_platform_of_the_schema_has_one_default_launcher_and_no_other_platform_has_one():
     assert set(cluster.PLATFORM_DEFAULT) == set(platforms())
-    assert len(cluster.PLATFORM_DEFAULT) == sum(launcher.default_on is not None for launcher in cluster.LAUNCHERS)
+    owned = {launcher.default_on for launcher in cluster.LAUNCHERS if launcher.default_on}
+    # A Databricks job's driver runs the spark platform: its default is spark's, not a launcher of its own.
+    assert set(cluster.PLATFORM_DEFAULT) - owned == {"databricks"}
+    assert cluster.PLATFORM_DEFAULT["databricks"] == cluster.PLATFORM_DEFAULT["spark"]
 
 
 def test_the_command_lines_take_the_schemas_platforms():

@@ -34,7 +34,7 @@ def plan(**overrides) -> JobPlan:
         devices=1,
         gpu=False,
         stage=STAGE,
-        manifest="data/synthetic-5bf3b09875/manifest-4.json",
+        manifest="results/data/synthetic-5bf3b09875/manifest-4.json",
         timeout_s=1800,
         new_cluster={"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"},
         variables={"NCCL_DEBUG": "WARN"},
@@ -54,8 +54,9 @@ def test_a_new_cluster_gets_one_worker_per_node_and_the_entry_runs_launch_on_the
     assert python["python_file"] == f"{STAGE}/code/databricks_entry.py"
     argv = python["parameters"]
     assert argv[2:] == [
-        "--platform", "spark", "--config", f"{STAGE}/runs/devices-2/run.yaml", "--run-dir", f"{STAGE}/runs/devices-2",
-        "--data", f"{STAGE}/data/synthetic-5bf3b09875/manifest-4.json",
+        "--workdir", STAGE, "--platform", "spark", "--config", "results/runs/devices-2/run.yaml",
+        "--run-dir", "results/runs/devices-2", "--data", "results/data/synthetic-5bf3b09875/manifest-4.json",
+        "--environment-record", "results/runs/devices-2/environment.json",
     ]  # fmt: skip
     assert json.loads(argv[1]) == {"NCCL_DEBUG": "WARN"}
     # The SDK's classes read their own output back unchanged.

@@ -30,6 +30,9 @@ LAUNCHERS: tuple[type[Launcher], ...] = (
 BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
 # What `launch.launcher: auto` means on each platform, as each launcher says.
 PLATFORM_DEFAULT = {launcher.default_on: launcher.name for launcher in LAUNCHERS if launcher.default_on}
+# A Databricks job's driver runs the spark platform's TorchDistributor on the job's cluster.
+PLATFORM_DEFAULT["databricks"] = TorchDistributor.name
+SPARK_PLATFORMS = ("spark", "databricks")
 
 __all__ = [
     "BY_NAME",
@@ -68,11 +71,11 @@ def for_platform(configured: str, platform: str) -> Launcher:
             "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
             "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (direct on this machine)."
         )
-    if (name == TorchDistributor.name) != (platform == "spark"):
+    if (name == TorchDistributor.name) != (platform in SPARK_PLATFORMS):
         raise LaunchError(
             f"launch.launcher={configured} on the {platform} platform: TorchDistributor starts the ranks of the "
-            "spark platform, and only there. HINT: set launch.launcher: auto, or run with --profile spark "
-            "for torchdistributor."
+            "spark and databricks platforms, and only there. HINT: set launch.launcher: auto, or run with "
+            "--profile spark for torchdistributor."
         )
     return get(name)
 

@@ -19,7 +19,7 @@ from snakeddp.errors import ConfigError
 CPU_MEM_MB_PER_NODE = 4000
 # Present when an NVIDIA driver is loaded: how the local platform resolves auto without importing torch.
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
-CLUSTER_PLATFORMS = ("slurm", "azureml", "spark")
+CLUSTER_PLATFORMS = ("slurm", "azureml", "spark", "databricks")
 
 
 class SiteError(ConfigError):

@@ -23,6 +23,7 @@ from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
 
 ENTRY = "databricks_entry.py"
+ENVIRONMENT_FILE = "environment.json"
 # A barrier stage that cannot get every task a slot waits 15 s x 40 checks by default (about 10
 # minutes) before it fails: fail in seconds instead, with the run's own one line.
 BARRIER_CHECKS = {
@@ -44,9 +45,10 @@ class JobPlan:
     devices: int
     gpu: bool
     stage: str
-    """The run's files on Databricks: code/, runs/<run>/, data/<dataset>/ below it."""
+    """The run's files on Databricks: code/, and results/ laid out as the workflow's own, so the paths
+    its provenance records (relative to where it ran) read the same here."""
     manifest: str
-    """The data manifest's path below ``stage`` (data/<dataset>/manifest-N.json)."""
+    """The data manifest's path below ``stage`` (results/data/<dataset>/manifest-N.json)."""
     timeout_s: int
     existing_cluster_id: str | None = None
     new_cluster: Mapping[str, Any] = field(default_factory=dict)
@@ -58,8 +60,13 @@ class JobPlan:
         return self.nodes * self.devices
 
     @property
+    def run_path(self) -> str:
+        """The run directory relative to ``stage``, where the task runs."""
+        return f"results/runs/{self.run_id}"
+
+    @property
     def run_dir(self) -> str:
-        return f"{self.stage}/runs/{self.run_id}"
+        return f"{self.stage}/{self.run_path}"
 
 
 def plan_for(
@@ -108,18 +115,23 @@ def spark_conf(plan: JobPlan) -> dict[str, str]:
 
 
 def task_parameters(plan: JobPlan) -> list[str]:
-    """The entry's argv: snakeddp.launch on the spark platform, and the variables it exports first."""
+    """The entry's argv: the variables it exports and the folder it runs in first, then snakeddp.launch's
+    on the spark platform, with paths relative to that folder as the workflow's are."""
     return [
         "--variables",
         json.dumps(dict(plan.variables), sort_keys=True),
+        "--workdir",
+        plan.stage,
         "--platform",
         "spark",
         "--config",
-        f"{plan.run_dir}/{RUN_FILE}",
+        f"{plan.run_path}/{RUN_FILE}",
         "--run-dir",
-        plan.run_dir,
+        plan.run_path,
         "--data",
-        f"{plan.stage}/{plan.manifest}",
+        plan.manifest,
+        "--environment-record",
+        f"{plan.run_path}/{ENVIRONMENT_FILE}",
     ]
 
 

@@ -1,10 +1,10 @@
 """The ``SNAKEDDP_*`` environment contract: every variable snakeddp passes between its processes.
 
 Settings that do not change what a run computes (the platform, the lock's path, ``network.env``,
-``tracking``, the ``azureml:`` and ``spark:`` sections) are not part of any run's identity: the workflow exports
-them when it starts (``snakeddp.workflow.jobenv``, called once by rules/common.smk), every job
-inherits them, and changing them never reruns a job. The readers below are how the entry points
-get them back. Each name is defined here and nowhere else.
+``tracking``, the ``azureml:``, ``spark:`` and ``databricks:`` sections) are not part of any run's
+identity: the workflow exports them when it starts (``snakeddp.workflow.jobenv``, called once by
+rules/common.smk), every job inherits them, and changing them never reruns a job. The readers below
+are how the entry points get them back. Each name is defined here and nowhere else.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 from snakeddp.warm import protocol
 
-#: local, slurm, azureml or spark: how snakeddp.launch starts the ranks (from the profile).
+#: local, slurm, azureml, spark or databricks: how snakeddp.launch starts the ranks (from the profile).
 PLATFORM = "SNAKEDDP_PLATFORM"
 #: Absolute path of the lock file whose content the environment records hash.
 LOCK = "SNAKEDDP_LOCK"
@@ -36,6 +36,8 @@ TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
 AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
 #: The config's ``spark`` section as JSON, read by the Spark driver (snakeddp.spark.driver).
 SPARK_CONFIG = "SNAKEDDP_SPARK_CONFIG"
+#: The config's ``databricks`` section as JSON, read by the Databricks submitter (snakeddp.databricks.submit).
+DATABRICKS_CONFIG = "SNAKEDDP_DATABRICKS_CONFIG"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
@@ -107,6 +109,11 @@ def torch_build(env: Mapping[str, str]) -> str:
 def spark(env: Mapping[str, str]) -> dict[str, Any]:
     """The spark section from the environment (the master named where Spark names it when unset)."""
     return _section(env, SPARK_CONFIG, "spark")
+
+
+def databricks(env: Mapping[str, str]) -> dict[str, Any]:
+    """The databricks section from the environment (all defaults when unset)."""
+    return _section(env, DATABRICKS_CONFIG, "databricks")
 
 
 def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:

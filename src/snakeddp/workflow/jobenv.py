@@ -64,6 +64,8 @@ def exports(
         out[variables.AZUREML_CONFIG] = json.dumps(config["azureml"])
     if platform == "spark":
         out[variables.SPARK_CONFIG] = json.dumps(config["spark"], sort_keys=True)
+    if platform == "databricks":
+        out[variables.DATABRICKS_CONFIG] = json.dumps(config["databricks"], sort_keys=True)
     if platform == "slurm" and env.get("SLURM_CONF"):
         search_path = path.split(os.pathsep)
         out[SLURM_CONF_COPY] = env["SLURM_CONF"]

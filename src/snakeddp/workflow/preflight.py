@@ -195,7 +195,7 @@ def check_tracking_server(
     (``run.mlflow_server``). Only before runs that will train (``to_train``): a finished pipeline does
     not need the server. Not for AzureML, whose jobs reach the server from Azure, not from here."""
     uri = tracking["mlflow"]["tracking_uri"] or env.get("MLFLOW_TRACKING_URI")
-    if not tracking["mlflow"]["enabled"] or not uri or not to_train or platform == "azureml":
+    if not tracking["mlflow"]["enabled"] or not uri or not to_train or platform in ("azureml", "databricks"):
         return
     try:
         check_reachable(uri)
@@ -234,6 +234,34 @@ def check_spark(config: Mapping[str, Any]) -> None:
     try:
         master.check(config["spark"], os.environ)
     except master.SparkError as error:
+        raise PreflightError(str(error)) from None
+
+
+def check_databricks(config: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> None:
+    """databricks-sdk installed, and each run's request one the Jobs API takes (no credentials needed)."""
+    # Imported here: databricks-sdk is an optional extra, and spec imports it only to build requests.
+    from snakeddp.databricks import spec, workspace
+
+    try:
+        workspace.require_sdk()
+        for run_id, run in runs.items():
+            plan = spec.plan_for(
+                run_id, run["config"], config["databricks"], "results/data/manifest.json", gpu=False, variables={}
+            )
+            spec.submit_request(plan)
+    except ConfigError as error:
+        raise PreflightError(str(error)) from None
+
+
+def check_databricks_credentials(config: Mapping[str, Any], to_train: Mapping[str, Any], platform: str) -> None:
+    """databricks-sdk's credential chain resolves, before the first job, when a run will be submitted."""
+    if platform != "databricks" or not to_train or not config["databricks"]["submit"]:
+        return
+    from snakeddp.databricks import workspace
+
+    try:
+        workspace.connect(config["databricks"]["profile"])
+    except ConfigError as error:
         raise PreflightError(str(error)) from None
 
 
@@ -321,11 +349,13 @@ def check_workflow(
         check_azureml(raw, config, Path.cwd())
     if platform == "spark":
         check_spark(config)
+    if platform == "databricks":
+        check_databricks(config, runs)
     for run_id, run in runs.items():
         check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
         if platform == "slurm" and in_container:
             check_slurm_container(run_id, run["config"]["launch"])
-    if platform != "azureml" and same_interpreter:
+    if platform not in ("azureml", "databricks") and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
         check_trackers(config["tracking"])

@@ -1,0 +1,81 @@
+"""Copy a finished Databricks run's directory back into ``results/runs/<run>/``.
+
+The remote listing is someone else's text: a name that leads out of the run directory is refused,
+only the attempt's own files (checkpoints/, metrics.csv, run-state.json, ...) come back, each must
+arrive at the size listed, and the checkpoints must match the sha256 and size their provenance.json
+records. A run that did not succeed brings back what it saved (last.ckpt, to resume from) but
+never its provenance.json or finished.json: a partial attempt is never taken for a finished one.
+The files land in a fresh download folder first and move in with azureml's ``results.collect``,
+provenance.json last.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from snakeddp.azureml import results
+from snakeddp.databricks import remote
+from snakeddp.errors import DatabricksError
+from snakeddp.run.layout import ATTEMPT_FILES, FAILURE, FINISHED, PROVENANCE
+from snakeddp.util.fsutil import read_json
+from snakeddp.util.hashing import sha256_file
+from snakeddp.util.paths import inside
+
+WANTED = (*ATTEMPT_FILES, PROVENANCE, FAILURE)
+RETRY = "HINT: rerun the same command: the run resumes from what its last attempt saved."
+
+
+def fetch(w: Any, remote_dir: str, download: Path) -> Path:
+    """The remote run directory's attempt files into an emptied ``download`` folder, names checked."""
+    if download.exists():
+        shutil.rmtree(download)
+    download.mkdir(parents=True)
+    for path, listed in remote.walk(w, remote_dir):
+        relative = path.removeprefix(f"{remote_dir}/")
+        target = inside(download, relative) if path.startswith(f"{remote_dir}/") else None
+        if target is None:
+            raise DatabricksError(
+                f"the listing of {remote_dir} names {path!r}, which is not inside it; snakeddp copies no file from "
+                f"outside a run's directory. HINT: look at {remote_dir} on Databricks: something else wrote there."
+            )
+        if relative.split("/")[0] not in WANTED:
+            continue
+        got = remote.download(w, path, target)
+        if got != listed:
+            raise DatabricksError(f"{path} came back with {got} bytes, but its listing says {listed}. {RETRY}")
+    return download
+
+
+def failure_line(download: Path) -> str | None:
+    """The first failing rank's own line, as the job's launch left it."""
+    path = download / FAILURE
+    return path.read_text().strip().splitlines()[0] if path.is_file() and path.read_text().strip() else None
+
+
+def check_checkpoints(download: Path) -> None:
+    """Every checkpoint provenance.json records is here at its size and sha256."""
+    provenance = read_json(download / PROVENANCE)
+    training = provenance.get("training") or {}
+    records = [training.get("best_checkpoint"), training.get("last_checkpoint"), *training.get("checkpoints", [])]
+    for record in filter(None, records):
+        path = inside(download, record.get("path"))
+        if path is None or not path.is_file():
+            raise DatabricksError(
+                f"provenance.json records the checkpoint {record.get('path')!r}, which did not come back. {RETRY}"
+            )
+        if path.stat().st_size != record["bytes"] or sha256_file(path) != record["sha256"]:
+            raise DatabricksError(
+                f"{record['path']} came back different from what provenance.json records (size or sha256). {RETRY}"
+            )
+
+
+def collect(download: Path, run_dir: Path, succeeded: bool) -> bool:
+    """Move what came back into ``run_dir``; a run that did not succeed keeps no finished record."""
+    if succeeded and (download / PROVENANCE).is_file():
+        check_checkpoints(download)
+    else:
+        for name in (PROVENANCE, FINISHED):
+            (download / name).unlink(missing_ok=True)
+    return results.collect(download, run_dir)

@@ -1,0 +1,79 @@
+"""What a run's Databricks job reads, put under ``databricks.stage``.
+
+    <stage>/code/                    the snakeddp package and databricks_entry.py (the task's python_file)
+    <stage>/results/data/<dataset>/  the manifest and the partitions it names (uploaded once: a dataset's
+                                     directory is named after its content, so a file there never changes)
+    <stage>/results/runs/<run>/      run.yaml, environment.json and the attempt to resume; cleared first,
+                                     so nothing of an earlier submission comes back as this one's result
+
+results/ mirrors the workflow's own, so what the run records (relative paths) reads the same here.
+
+The environment record names the cluster's software (its runtime, or the existing cluster), so a
+run resumes only on what it started on.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import snakeddp
+from snakeddp.data.partitions import load_manifest
+from snakeddp.databricks import remote
+from snakeddp.databricks.spec import ENTRY, ENVIRONMENT_FILE, JobPlan
+from snakeddp.run.layout import RUN_FILE
+from snakeddp.util.hashing import sha256_json
+
+RECORD_FORMAT = "snakeddp-databricks-environment/1"
+ENTRY_SOURCE = Path(__file__).with_name("entry.py")
+
+
+def environment_record(section: Mapping[str, Any]) -> dict[str, Any]:
+    """The cluster's software, hashed: the environment part of the run's attempt key."""
+    if section.get("existing_cluster_id"):
+        identity = {"platform": "databricks", "existing_cluster_id": section["existing_cluster_id"]}
+    else:
+        identity = {"platform": "databricks", "spark_version": (section.get("new_cluster") or {}).get("spark_version")}
+    return {"format": RECORD_FORMAT, "stage": "train", **identity, "hash": sha256_json(identity)}
+
+
+def snapshot_code(code_dir: Path) -> Path:
+    """A fresh local copy of what <stage>/code/ gets: the package and the task's entry file."""
+    if code_dir.exists():
+        shutil.rmtree(code_dir)
+    package = Path(snakeddp.__file__).resolve().parent
+    shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(ENTRY_SOURCE, code_dir / ENTRY)
+    return code_dir
+
+
+def data_files(manifest: Path) -> list[Path]:
+    """The manifest and every file it names (a module's data has none)."""
+    if manifest.name.startswith("manifest"):
+        loaded = load_manifest(manifest)
+        names = [entry["file"] for entry in (*loaded["train"], loaded["val"])]
+        return [manifest, *(manifest.parent / name for name in names)]
+    return [manifest]
+
+
+def stage_data(w: Any, plan: JobPlan, manifest: Path) -> int:
+    """Upload the dataset's files that are not there yet at the same size; how many were uploaded."""
+    remote_dir = f"{plan.stage}/{plan.manifest}".rsplit("/", 1)[0]
+    sent = 0
+    for path in data_files(manifest):
+        target = f"{remote_dir}/{path.relative_to(manifest.parent).as_posix()}"
+        if remote.size(w, target) != path.stat().st_size:
+            remote.upload(w, path, target)
+            sent += 1
+    return sent
+
+
+def stage_run(w: Any, plan: JobPlan, spec_dir: Path, resume_dir: Path | None) -> None:
+    """A clean remote run directory holding run.yaml, the environment record and the attempt to resume."""
+    remote.clear(w, plan.run_dir)
+    remote.upload(w, spec_dir / RUN_FILE, f"{plan.run_dir}/{RUN_FILE}")
+    remote.upload(w, spec_dir / ENVIRONMENT_FILE, f"{plan.run_dir}/{ENVIRONMENT_FILE}")
+    if resume_dir is not None:
+        remote.upload_tree(w, resume_dir, plan.run_dir)

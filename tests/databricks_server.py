@@ -1,0 +1,157 @@
+"""A local HTTP server that speaks the small part of Databricks' REST API snakeddp uses, for
+databricks-sdk's own client to talk to: no workspace is reachable from here.
+
+It stands in for the cloud and judges nothing: it records every request (path, headers, body),
+keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2.0/fs/directories``),
+answers MLflow's experiment lookup as a workspace without the experiment does,
+and hands a submitted run (``/api/2.2/jobs/runs/submit``) to the test's ``runner``, which does what
+the job cluster would do and returns its result state and message; ``runs/get`` answers with it.
+A request without the expected bearer token is refused (401), as a workspace refuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+FILES, DIRECTORIES = "/api/2.0/fs/files", "/api/2.0/fs/directories"
+JOBS = "/api/2.2/jobs/runs"
+# A runner gets the submitted body and the folder that holds the volume's files.
+Runner = Callable[[dict[str, Any], Path], tuple[str, str]]
+
+
+class DatabricksStub:
+    def __init__(self, root: Path, token: str, runner: Runner | None = None) -> None:
+        self.root, self.token, self.runner = root, token, runner
+        self.seen: list[dict[str, Any]] = []
+        self.runs: dict[int, dict[str, Any]] = {}
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                stub.handle(self, "GET")
+
+            def do_HEAD(self) -> None:
+                stub.handle(self, "HEAD")
+
+            def do_PUT(self) -> None:
+                stub.handle(self, "PUT")
+
+            def do_POST(self) -> None:
+                stub.handle(self, "POST")
+
+            def do_DELETE(self) -> None:
+                stub.handle(self, "DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def local(self, remote: str) -> Path:
+        """Where a remote absolute path's file lives here (what a cluster's FUSE mount shows)."""
+        return self.root / remote.lstrip("/")
+
+    def requests(self, method: str, prefix: str) -> list[dict[str, Any]]:
+        return [seen for seen in self.seen if seen["method"] == method and seen["path"].startswith(prefix)]
+
+    # The handler's side: one method per API, each answering as Databricks documents it.
+    def handle(self, request: BaseHTTPRequestHandler, method: str) -> None:
+        parts = urlsplit(request.path)
+        body = request.rfile.read(int(request.headers.get("Content-Length") or 0))
+        self.seen.append({"method": method, "path": parts.path, "query": parse_qs(parts.query),
+                          "headers": dict(request.headers), "body": body})  # fmt: skip
+        if parts.path == "/.well-known/databricks-config":  # the SDK's unauthenticated discovery probe
+            return self.answer(request, 200, {})
+        if request.headers.get("Authorization") != f"Bearer {self.token}":
+            return self.answer(request, 401, {"error_code": "UNAUTHENTICATED", "message": "Invalid access token."})
+        path = unquote(parts.path)
+        if path.startswith(FILES + "/"):
+            return self.files(request, method, path.removeprefix(FILES))
+        if path.startswith(DIRECTORIES + "/"):
+            return self.directories(request, method, path.removeprefix(DIRECTORIES))
+        if path == f"{JOBS}/submit" and method == "POST":
+            return self.submit(request, json.loads(body))
+        if path == f"{JOBS}/get" and method == "GET":
+            run = self.runs.get(int(parse_qs(parts.query)["run_id"][0]))
+            return self.answer(request, 200, run) if run else self.missing(request, "run")
+        if path == f"{JOBS}/cancel" and method == "POST":
+            run = self.runs[json.loads(body)["run_id"]]
+            run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
+                            "state_message": "Run cancelled by the user."}  # fmt: skip
+            return self.answer(request, 200, {})
+        if path == "/api/2.0/mlflow/experiments/get-by-name":  # a workspace without that experiment yet
+            return self.answer(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No experiment."})
+        return self.missing(request, path)
+
+    def answer(self, request: BaseHTTPRequestHandler, status: int, value: Any) -> None:
+        data = json.dumps(value).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+
+    def missing(self, request: BaseHTTPRequestHandler, what: str) -> None:
+        self.answer(request, 404, {"error_code": "NOT_FOUND", "message": f"{what} does not exist."})
+
+    def files(self, request: BaseHTTPRequestHandler, method: str, remote: str) -> None:
+        path = self.local(remote)
+        if method == "PUT":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.seen[-1]["body"])
+            return self.answer(request, 200, {})
+        if method == "DELETE":
+            path.unlink(missing_ok=True)
+            return self.answer(request, 200, {})
+        if not path.is_file():
+            return self.missing(request, remote)
+        data = path.read_bytes()
+        request.send_response(200)
+        request.send_header("Content-Type", "application/octet-stream")
+        request.send_header("Content-Length", str(len(data)))
+        request.send_header("Last-Modified", formatdate(path.stat().st_mtime, usegmt=True))
+        request.end_headers()
+        if method == "GET":
+            request.wfile.write(data)
+
+    def directories(self, request: BaseHTTPRequestHandler, method: str, remote: str) -> None:
+        path = self.local(remote.rstrip("/"))
+        if method == "PUT":
+            path.mkdir(parents=True, exist_ok=True)
+            return self.answer(request, 200, {})
+        if not path.is_dir():
+            return self.missing(request, remote)
+        contents = [
+            {"path": f"{remote.rstrip('/')}/{entry.name}", "name": entry.name, "is_directory": entry.is_dir(),
+             **({} if entry.is_dir() else {"file_size": entry.stat().st_size})}
+            for entry in sorted(path.iterdir())
+        ]  # fmt: skip
+        return self.answer(request, 200, {"contents": contents})
+
+    def submit(self, request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        run_id = 1000 + len(self.runs)
+        self.runs[run_id] = {"run_id": run_id, "run_page_url": f"{self.url}/#job/runs/{run_id}",
+                             "state": {"life_cycle_state": "RUNNING", "state_message": "In run"}}  # fmt: skip
+        threading.Thread(target=self.execute, args=(run_id, body), daemon=True).start()
+        self.answer(request, 200, {"run_id": run_id})
+
+    def execute(self, run_id: int, body: dict[str, Any]) -> None:
+        result, message = self.runner(body, self.root) if self.runner else ("SUCCESS", "")
+        run = self.runs[run_id]
+        if run["state"].get("result_state") != "CANCELED":
+            run["state"] = {"life_cycle_state": "TERMINATED", "result_state": result, "state_message": message}
+        run["end_time"] = int(time.time() * 1000)
