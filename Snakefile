@@ -138,7 +138,10 @@ onstart:
             if why_cold is None:
                 os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start()
             elif why_cold:
-                print(f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}", file=sys.stderr)
+                print(
+                    f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}",
+                    file=sys.stderr,
+                )
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would

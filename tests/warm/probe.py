@@ -1,7 +1,7 @@
 """A program the tests' warm process may run: it says what it sees, or ends the way it is told to.
 
-    python -m tests.warm.probe observe        # one JSON line: argv, environment, cwd, umask, limits, stdio ...
-    python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFILE
+python -m tests.warm.probe observe        # one JSON line: argv, environment, cwd, umask, limits, stdio ...
+python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFILE
 """
 
 from __future__ import annotations

@@ -137,8 +137,11 @@ def test_a_killed_client_takes_its_job_along(warm, tmp_path):
 def test_two_jobs_forked_at_once_run_side_by_side(warm, tmp_path):
     jobs = [
         subprocess.Popen(
-            [sys.executable, "-m", PROBE, "wait", str(tmp_path / f"pid{n}"), "1.5"], env=env(warm), cwd=REPO,
-            stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-m", PROBE, "wait", str(tmp_path / f"pid{n}"), "1.5"],
+            env=env(warm),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for n in (0, 1)
     ]
