@@ -73,7 +73,7 @@ def hand_off(module: str) -> None:
             flush=True,
         )
         return
-    stdio = [fd for fd in (0, 1, 2) if _is_open(fd)]
+    stdio = [fd for fd in (0, 1, 2) if protocol.is_open(fd)]
     cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     message = {**request(module), "stdio": [fd in stdio for fd in (0, 1, 2)]}
     try:
@@ -125,11 +125,3 @@ def exit_as(code: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
     os.kill(os.getpid(), signum)
     os._exit(128 + signum)  # a signal whose default is to go on (SIGCHLD, SIGWINCH): the shell's number
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True

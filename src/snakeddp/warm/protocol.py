@@ -11,6 +11,7 @@ Imported by every step before anything else, so it imports only what a bare inte
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 from typing import Any
@@ -57,6 +58,14 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
     if not isinstance(message, dict):
         raise ProtocolError("not a JSON object")
     return message, fds
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:
