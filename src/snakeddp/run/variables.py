@@ -17,7 +17,6 @@ from snakeddp.config import validate
 from snakeddp.config.site import accelerator as site_accelerator
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
-from snakeddp.warm import protocol
 
 #: local, slurm, azureml, spark or databricks: how snakeddp.launch starts the ranks (from the profile).
 PLATFORM = "SNAKEDDP_PLATFORM"
@@ -52,8 +51,8 @@ RANK_START = "SNAKEDDP_RANK_START"
 #: Set by snakeddp.launch for its ranks: "warm" when the train job itself was forked from the workflow's
 #: warm process, else "cold", for provenance.
 JOB_START = "SNAKEDDP_JOB_START"
-#: The socket of the workflow's warm process (local platform); defined beside its reader, snakeddp.warm.protocol.
-WARM_SOCKET = protocol.SOCKET
+#: SNAKEDDP_WARM_SOCKET, the socket of the workflow's warm process (local platform), is defined beside its
+#: reader, snakeddp.warm.protocol, which every step imports before anything else.
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"
