@@ -14,7 +14,7 @@ on to the ranks.
 from __future__ import annotations
 
 if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
-    from snakeddp.warm.client import hand_off
+    from snakeddp.util.handoff import hand_off
 
     hand_off(__spec__.name)
 
@@ -41,9 +41,9 @@ from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
+from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
-from snakeddp.warm import client as warm_client
 
 PREEMPT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -115,7 +115,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         "MKL_NUM_THREADS": threads,
         **exports,
         variables.LAUNCH_COMMAND: quote(argv),
-        variables.JOB_START: "warm" if warm_client.served else "cold",
+        variables.JOB_START: "warm" if handoff.served else "cold",
         variables.PLATFORM: args.platform,
     }
     return launcher, argv, child_env

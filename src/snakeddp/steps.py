@@ -24,7 +24,7 @@ is what actually decides these outputs. Each step is a thin adapter over the pac
 from __future__ import annotations
 
 if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
-    from snakeddp.warm.client import hand_off
+    from snakeddp.util.handoff import hand_off
 
     hand_off(__spec__.name)
 

@@ -7,7 +7,7 @@ python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFIL
 from __future__ import annotations
 
 if __name__ == "__main__":  # as the workflow's steps do (snakeddp.steps)
-    from snakeddp.warm.client import hand_off
+    from snakeddp.util.handoff import hand_off
 
     hand_off(__spec__.name)
 
@@ -22,7 +22,7 @@ import time
 def observe() -> dict:
     import torch
 
-    from snakeddp.warm import client
+    from snakeddp.util import handoff
 
     umask = os.umask(0)
     os.umask(umask)
@@ -41,7 +41,7 @@ def observe() -> dict:
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
         "handlers": {s.name: repr(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)},
         "torch_threads": torch.get_num_threads(),
-        "served": client.served,
+        "served": handoff.served,
     }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.harness import REPO
-from snakeddp.warm import protocol
+from snakeddp.util import handoff
 from snakeddp.warm.process import WarmProcess
 from tests.helpers import subprocess_env
 
@@ -28,7 +28,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory):
     """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept)."""
     log = tmp_path_factory.mktemp("warm") / "stderr"
     with open(log, "wb") as stderr:
-        process = WarmProcess(entries=(*protocol.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
+        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
         path = process.start(env(None))
     process.log = log
     process.path = path
@@ -40,9 +40,9 @@ def warm(tmp_path_factory: pytest.TempPathFactory):
 def env(warm: WarmProcess | None, **extra: str) -> dict[str, str]:
     """The jobs' environment (and the warm process's): the probe importable from any directory."""
     environment = subprocess_env(PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'src'}", **extra)
-    environment.pop(protocol.SOCKET, None)
+    environment.pop(handoff.SOCKET, None)
     if warm is not None:
-        environment[protocol.SOCKET] = warm.path
+        environment[handoff.SOCKET] = warm.path
     return environment
 
 
@@ -67,7 +67,7 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
         seen[name] = json.loads((tmp_path / "out.json").read_text())
     warm_seen, cold_seen = seen["warm"], seen["cold"]
     assert (warm_seen.pop("served"), cold_seen.pop("served")) == (True, False)
-    assert warm_seen["env"].pop(protocol.SOCKET) == warm.path
+    assert warm_seen["env"].pop(handoff.SOCKET) == warm.path
     assert warm_seen == cold_seen
     assert warm_seen["argv"] == ["observe", "an arg"] and warm_seen["umask"] == 0o027
     assert warm_seen["nofile"][0] == 512 and warm_seen["stdin"] == "the job's stdin"
@@ -171,8 +171,8 @@ def request(path: str, module: str) -> dict | None:
         cwd = os.open(".", os.O_RDONLY)
         try:
             message = {"module": module, "argv": ["-c", "print(1)"], "stdio": [True, True, True]}
-            protocol.send(sock, message, [0, 1, 2, cwd])
-            answer, fds = protocol.receive(sock, max_fds=1)
+            handoff.send(sock, message, [0, 1, 2, cwd])
+            answer, fds = handoff.receive(sock, max_fds=1)
         finally:
             os.close(cwd)
         assert not fds  # no pidfd: nothing was forked
@@ -233,8 +233,8 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     script = (
         "import os, sys, time\n"
         "from snakeddp.warm.process import WarmProcess\n"
-        "from snakeddp.warm import protocol\n"
-        f"w = WarmProcess(entries=(*protocol.ENTRY_POINTS, {PROBE!r}))\n"
+        "from snakeddp.util import handoff\n"
+        f"w = WarmProcess(entries=(*handoff.ENTRY_POINTS, {PROBE!r}))\n"
         "print(w.start(), w.process.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
@@ -244,7 +244,7 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     path, server = parent.stdout.readline().split()
     pidfile = tmp_path / "pid"
     job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), protocol.SOCKET: path}, cwd=REPO,
+        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), handoff.SOCKET: path}, cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     wait_ready(job)

@@ -18,7 +18,7 @@ torch, for which torchrun's agent spent 1.6-1.9 s here before any rank started (
 from __future__ import annotations
 
 if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
-    from snakeddp.warm.client import hand_off
+    from snakeddp.util.handoff import hand_off
 
     hand_off(__spec__.name)
 

@@ -40,6 +40,7 @@ from typing import Any
 from snakeddp.cluster.lifecycle import FORWARDED, die_with_parent
 from snakeddp.errors import LaunchError
 from snakeddp.run.variables import RANK_START, WARM_START
+from snakeddp.util.handoff import is_open
 
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -94,15 +95,7 @@ def native_threads() -> list[str]:
 
 def open_fds() -> set[int]:
     """This process's file descriptors beyond stdio (the one listdir itself opened is closed again)."""
-    return {fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and _is_open(fd)}
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
+    return {fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and is_open(fd)}
 
 
 #: What importing put in os.environ in this process (or the warm process it was forked from).

@@ -52,7 +52,7 @@ RANK_START = "SNAKEDDP_RANK_START"
 #: warm process, else "cold", for provenance.
 JOB_START = "SNAKEDDP_JOB_START"
 #: SNAKEDDP_WARM_SOCKET, the socket of the workflow's warm process (local platform), is defined beside its
-#: reader, snakeddp.warm.protocol, which every step imports before anything else.
+#: reader, snakeddp.util.handoff, which every step imports before anything else.
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"

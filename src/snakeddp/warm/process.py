@@ -11,8 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from snakeddp.util import terminal
-from snakeddp.warm import protocol
+from snakeddp.util import handoff, terminal
 
 #: A warm process's directory: snakeddp-warm-<pid of Snakemake>-<random>, mode 0700.
 PREFIX = "snakeddp-warm-"
@@ -21,7 +20,7 @@ HINT = (
     "HINT: the jobs run the same, only their start is slower; export SNAKEDDP_WARM_START=0 to start them "
     "cold without this line."
 )
-SOCKET = protocol.SOCKET
+SOCKET = handoff.SOCKET
 #: How long stopping waits for the warm process (its own stop gives running jobs 5 s) before SIGKILL.
 STOP_TIMEOUT_S = 10.0
 
@@ -42,14 +41,14 @@ class WarmProcess:
     """One warm process for one Snakemake invocation: started by ``start``, gone by ``close`` or with
     Snakemake itself (it watches its parent)."""
 
-    def __init__(self, entries: tuple[str, ...] = protocol.ENTRY_POINTS, stderr: int | None = None) -> None:
+    def __init__(self, entries: tuple[str, ...] = handoff.ENTRY_POINTS, stderr: int | None = None) -> None:
         self.entries = entries  # what it runs (its starter decides; a job's request never can)
         self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
         self.process: subprocess.Popen | None = None
         self.directory: str | None = None
 
     def start(self, env: dict[str, str] | None = None) -> str:
-        """Start it and return its socket's path (protocol.SOCKET's value for the jobs)."""
+        """Start it and return its socket's path (handoff.SOCKET's value for the jobs)."""
         base = tempfile.gettempdir()
         base = base if len(base) < 60 else "/tmp"  # noqa: S108  (a socket's path is limited to about 100 bytes)
         terminal.remove_stale_relays(base, PREFIX)

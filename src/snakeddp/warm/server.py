@@ -2,12 +2,12 @@
 
 Started by Snakemake's process when a local workflow starts (``snakeddp.warm.process``), it imports
 what the steps import (torch, Lightning, numpy, snakeddp), then forks every step a job hands it
-(``snakeddp.warm.client``). One thread and a ``selectors`` loop serve every job at once: the
+(``snakeddp.util.handoff``). One thread and a ``selectors`` loop serve every job at once: the
 listening socket, each job's connection (closed early: its client was killed, so the job is too)
 and each job's pidfd (readable: the job ended; its status goes back to its client).
 
 Only its owner can use it: the socket lies in a directory of mode 0700, the peer's uid is checked
-with SO_PEERCRED, only the workflow's own steps (``protocol.ENTRY_POINTS``) are run, and a request
+with SO_PEERCRED, only the workflow's own steps (``handoff.ENTRY_POINTS``) are run, and a request
 is taken only for what the job's own command line would have set anyway (its arguments,
 environment, working directory, umask, limits, stdio), for the same interpreter, flags and import
 path as this process's: anything else is declined and the job starts cold.
@@ -37,14 +37,14 @@ from typing import Any
 
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG, die_with_parent
-from snakeddp.warm import client, protocol
+from snakeddp.util import handoff
 from snakeddp.warm.process import HINT, PREFIX
 
 #: What the steps import, imported once: the training entry first (torch's own variables are set by
 #: its import, and belong to the ranks that import it), then the steps' modules and what they load lazily.
 PRELOAD = (
     "snakeddp.train",
-    *protocol.ENTRY_POINTS,
+    *handoff.ENTRY_POINTS,
     "snakeddp.data.generate",
     "snakeddp.data.table",
     "snakeddp.environment.capture",
@@ -76,7 +76,7 @@ class Server:
     listener: socket.socket
     parent: int
     handlers: dict[int, Any]
-    entries: tuple[str, ...] = protocol.ENTRY_POINTS
+    entries: tuple[str, ...] = handoff.ENTRY_POINTS
     ready: str | None = None  # why nothing is forked (the preload failed), None once it succeeded
     jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
     said: set[str] = field(default_factory=set)
@@ -133,7 +133,7 @@ class Server:
                 conn.close()
                 return
             conn.settimeout(REQUEST_TIMEOUT_S)
-            request, fds = protocol.receive(conn, max_fds=len(protocol.DESCRIPTORS))
+            request, fds = handoff.receive(conn, max_fds=len(handoff.DESCRIPTORS))
             if request is None:
                 raise Declined("the job sent no request")
             self.check(request, fds, conn)
@@ -143,7 +143,7 @@ class Server:
             answer(conn, {"declined": str(why)})
             conn.close()
             return
-        except (OSError, protocol.ProtocolError) as error:
+        except (OSError, handoff.ProtocolError) as error:
             self.say(f"snakeddp: the warm process dropped a job's request ({error}); that job starts cold.")
             conn.close()
             return
@@ -331,7 +331,7 @@ def place(request: dict[str, Any], fds: list[int]) -> None:
     reopen_stdio()
     sys.path[0] = os.getcwd()  # `python -m` puts its working directory first
     warm.refresh_from_environment()
-    client.served = True  # running the module as __main__ must not hand it off again
+    handoff.served = True  # running the module as __main__ must not hand it off again
     sys.argv = ["-m", *request["argv"]]
     sys.orig_argv = [request["executable"], "-m", request["module"], *request["argv"]]
 
@@ -375,7 +375,7 @@ def peer_uid(conn: socket.socket) -> int:
 
 def answer(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
     try:
-        protocol.send(conn, message, list(fds))
+        handoff.send(conn, message, list(fds))
     except OSError:
         pass  # the client is gone; the connection's close tells the loop
 
@@ -425,9 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
     listener = socket.socket(fileno=args.fd)  # bound and listening: jobs that come during the imports wait
-    server = Server(listener, args.parent, handlers, entries=tuple(args.entry or protocol.ENTRY_POINTS))
+    server = Server(listener, args.parent, handlers, entries=tuple(args.entry or handoff.ENTRY_POINTS))
     try:
-        warm.import_once(PRELOAD, entries=protocol.ENTRY_POINTS)
+        warm.import_once(PRELOAD, entries=handoff.ENTRY_POINTS)
     except warm.NotForkable as why:
         server.ready = str(why)
     server.serve()
