@@ -217,13 +217,8 @@ def become(
     """The child: turn into a fresh ``python -m MODULE ARGS`` and never return (``os._exit``)."""
     code = 1
     try:
-        os.setsid()  # a session of its own, as a cold rank's start_new_session: Ctrl-C reaches it once, passed on
-        die_with_parent()  # as the cold rank's preexec_fn: a killed supervisor takes this rank along
-        if os.getppid() != supervisor:  # it died before the line above could tie this rank to it
-            os.kill(os.getpid(), signal.SIGKILL)
-        for signum, handler in handlers.items():  # a fresh interpreter's, not the supervisor's forwarding
-            signal.signal(signum, handler)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # what came since the fork is delivered now
+        # A session of its own, as a cold rank's start_new_session: Ctrl-C reaches it once, passed on.
+        detach(supervisor, handlers, FORWARDED)
         for held in close:  # the supervisor's (its reserved port): a cold rank never had them
             held.close()
         for fd in open_fds():  # close_fds, as Popen does for a cold rank (check() saw only these)
@@ -238,6 +233,20 @@ def become(
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def detach(parent: int, handlers: dict[int, Any], blocked: Sequence[int]) -> None:
+    """A forked child's first steps: a session of its own, dead when ``parent`` dies (as a cold process's
+    preexec_fn makes it), a fresh interpreter's ``handlers`` back, and the ``blocked`` signals that
+    came since the fork delivered."""
+    os.setsid()
+    die_with_parent()
+    if os.getppid() != parent:  # it died before the line above could tie this process to it
+        os.kill(os.getpid(), signal.SIGKILL)
+    signal.set_wakeup_fd(-1)  # the parent's loop's, if it had one
+    for signum, handler in handlers.items():  # not the parent's forwarding or wake-up
+        signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
 
 def refresh_from_environment() -> None:

@@ -20,6 +20,7 @@ parent's pid checked every second). Jobs still running then get SIGTERM, and SIG
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import io
 import os
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from snakeddp.cluster import warm
-from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG, die_with_parent
+from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
 from snakeddp.util import handoff
 from snakeddp.warm.process import HINT, PREFIX
 
@@ -223,14 +224,8 @@ class Server:
         """The child: the job's ``python -m MODULE ARGS``; never returns."""
         code = 1
         try:
-            os.setsid()  # its client passes on what a terminal or Snakemake sends; nothing reaches it twice
-            die_with_parent()
-            if os.getppid() != server:
-                os.kill(os.getpid(), signal.SIGKILL)
-            signal.set_wakeup_fd(-1)
-            for signum, handler in self.handlers.items():
-                signal.signal(signum, handler)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+            # Its own session: its client passes on what a terminal or Snakemake sends, so nothing reaches it twice.
+            warm.detach(server, self.handlers, STOP_SIGNALS)
             conn.close()
             for job in self.jobs.values():
                 job.conn.close()
@@ -258,24 +253,22 @@ class Server:
             data = b""
         if not data:
             self.selector.unregister(job.conn)
-            try:
-                os.kill(job.pid, signal.SIGKILL)  # as the job would have died with its process
-            except ProcessLookupError:
-                pass
+            _kill(job.pid, signal.SIGKILL)  # as the job would have died with its process
 
     def reap(self, pidfd: int) -> None:
         job = self.jobs.pop(pidfd)
         _, status = os.waitpid(job.pid, 0)
         self.selector.unregister(pidfd)
         os.close(pidfd)
-        if job.conn.fileno() != -1:
-            try:
-                self.selector.unregister(job.conn)
-            except KeyError:
-                pass  # already gone
-            job.conn.setblocking(True)
-            answer(job.conn, {"status": status})
-            job.conn.close()
+        self.forget(job.conn)
+        job.conn.setblocking(True)
+        answer(job.conn, {"status": status})  # nobody reads it when the client went first
+        job.conn.close()
+
+    def forget(self, conn: socket.socket) -> None:
+        """Stop watching a job's connection (unwatched already when its client went first)."""
+        with contextlib.suppress(KeyError):
+            self.selector.unregister(conn)
 
     def stop(self) -> None:
         """Snakemake is done or gone: every running job gets SIGTERM, SIGKILL after the grace; then exit."""
@@ -286,8 +279,7 @@ class Server:
         if os.path.basename(directory).startswith(PREFIX):
             shutil.rmtree(directory, ignore_errors=True)
         for job in self.jobs.values():
-            if job.conn.fileno() != -1 and job.conn in (key.fileobj for key in self.selector.get_map().values()):
-                self.selector.unregister(job.conn)
+            self.forget(job.conn)  # only their exits matter now
             _kill(job.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         killed = False
