@@ -254,3 +254,25 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     assert gone(child, within=8) and gone(int(server), within=8)
     _, stderr = job.communicate(timeout=10)
     assert job.returncode == 1 and "SIGTERM after 0 SIGUSR1" in stderr  # the job was asked to stop first
+
+
+def test_a_job_whose_warm_process_is_killed_ends_as_killed(tmp_path):
+    """The warm process itself killed (SIGKILL, no status sent): its jobs die with it (PR_SET_PDEATHSIG) and
+    each client, finding no status, says so in one line and dies of SIGKILL too, as its job did."""
+    process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
+    path = process.start(env(None))
+    try:
+        pidfile = tmp_path / "pid"
+        job = subprocess.Popen(
+            [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), handoff.SOCKET: path}, cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        wait_ready(job)
+        child = int(pidfile.read_text())
+        process.process.kill()
+        _, stderr = job.communicate(timeout=30)
+        assert job.returncode == -signal.SIGKILL, stderr
+        assert stderr.splitlines()[-1] == "snakeddp: the workflow's warm process ended before this job did."
+        assert gone(child, within=5)
+    finally:
+        process.close()

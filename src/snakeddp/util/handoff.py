@@ -182,7 +182,7 @@ def wait_for(sock: socket.socket, pidfd: int) -> None:
     if answer is None or not isinstance(answer.get("status"), int):
         # The warm process went away first (Snakemake was killed): it stopped the child on its way.
         print("snakeddp: the workflow's warm process ended before this job did.", file=sys.stderr, flush=True)
-        exit_as(signal.SIGKILL)
+        exit_as(-signal.SIGKILL)  # as a waitstatus reads a killed process
     status = answer["status"]
     exit_as(os.waitstatus_to_exitcode(status))
 
