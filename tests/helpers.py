@@ -10,8 +10,11 @@ import copy
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from bench.harness import REPO as REPO  # the repository's root, for the tests too
 from bench.harness import SRC
@@ -189,3 +192,20 @@ def alias_bomb(levels: int, key: str = "model") -> str:
     lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
     return "\n".join([*lines, f"{key}: {{kwargs: {{x: *a{levels}}}}}"])
+
+
+def all_gone(pids: list[int], within: float) -> bool:
+    """Whether every process in ``pids`` has ended (a zombie waiting for its parent counts) within ``within`` s."""
+
+    def running(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + within
+    while any(running(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -12,10 +12,10 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
 from snakeddp.cluster import supervisor
+from tests.helpers import all_gone
 
 SUPERVISOR = [sys.executable, "-m", "snakeddp.cluster.supervisor", "--nproc-per-node=2"]
 
@@ -116,10 +116,7 @@ def test_a_killed_supervisor_takes_its_ranks_along(tmp_path):
     pids = [records(tmp_path, rank)[0]["pid"] for rank in (0, 1)]
     process.kill()
     process.wait(timeout=60)
-    deadline = time.monotonic() + 20
-    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
-        assert time.monotonic() < deadline, "ranks outlived their killed supervisor"
-        time.sleep(0.05)
+    assert all_gone(pids, within=20), "ranks outlived their killed supervisor"
 
 
 def test_a_configured_port_is_used(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from snakeddp.cluster import warm
 from snakeddp.errors import LaunchError
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, all_gone, subprocess_env
 
 SUPERVISOR = [sys.executable, "-m", "snakeddp.cluster.supervisor", "--nproc-per-node=2"]
 PROBE = [sys.executable, "-m", "tests.cluster.rank_probe"]
@@ -148,10 +148,7 @@ def test_a_killed_supervisor_takes_its_forked_ranks_along(tmp_path):
     assert all(psutil.Process(pid).ppid() == process.pid for pid in pids)
     process.kill()
     process.wait(timeout=60)
-    deadline = time.monotonic() + 20
-    while any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids):
-        assert time.monotonic() < deadline, "forked ranks outlived their killed supervisor"
-        time.sleep(0.05)
+    assert all_gone(pids, within=20), "forked ranks outlived their killed supervisor"
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 from bench.harness import REPO
 from snakeddp.util import handoff
 from snakeddp.warm.process import WarmProcess
-from tests.helpers import subprocess_env
+from tests.helpers import all_gone, subprocess_env
 
 PROBE = "tests.warm.probe"
 
@@ -131,7 +131,7 @@ def test_a_killed_client_takes_its_job_along(warm, tmp_path):
     child = int(pidfile.read_text())
     job.kill()
     job.wait()
-    assert gone(child, within=5)
+    assert all_gone([child], within=5)
 
 
 def test_two_jobs_forked_at_once_run_side_by_side(warm, tmp_path):
@@ -214,20 +214,6 @@ def test_another_user_can_neither_reach_nor_use_the_warm_process(warm):
     assert any("refused a connection from uid 65534" in line for line in warm.log.read_text().splitlines())
 
 
-def gone(pid: int, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().split(") ")[1].startswith("Z"):
-                    return True  # dead, waiting for its parent to reap it
-        except (ProcessLookupError, FileNotFoundError):
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path):
     """kill -9 of Snakemake (here a stand-in parent): the warm process stops its jobs and exits."""
     script = (
@@ -251,7 +237,7 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     child = int(pidfile.read_text())
     parent.kill()
     parent.wait()
-    assert gone(child, within=8) and gone(int(server), within=8)
+    assert all_gone([child, int(server)], within=8)
     _, stderr = job.communicate(timeout=10)
     assert job.returncode == 1 and "SIGTERM after 0 SIGUSR1" in stderr  # the job was asked to stop first
 
@@ -273,6 +259,6 @@ def test_a_job_whose_warm_process_is_killed_ends_as_killed(tmp_path):
         _, stderr = job.communicate(timeout=30)
         assert job.returncode == -signal.SIGKILL, stderr
         assert stderr.splitlines()[-1] == "snakeddp: the workflow's warm process ended before this job did."
-        assert gone(child, within=5)
+        assert all_gone([child], within=5)
     finally:
         process.close()
