@@ -60,7 +60,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the
     """One run, to keep the suite short (a session starts in 13-38 s here): killed mid-training, resumed,
     and then the same weights as the direct launcher's uninterrupted run of the same config."""
     # Epochs of about a second, so that an executor dies mid-training after last.ckpt has been written.
-    config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 6000}}
+    config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 30000}}
     config["trainer"] = {**TINY["trainer"], "max_epochs": 6}
     flow = flow_in(tmp_path / "spark", config)
     env = spark_env(spark_cluster)
