@@ -32,8 +32,6 @@ UPWARD = {
     ("azureml", "train"),
     # A spark rank's script (torchrun runs a file, not a module) hands over to the training entry point.
     ("spark", "train"),
-    # The Databricks task's entry script runs snakeddp.launch in the job, as the AzureML entry runs train.
-    ("databricks", "launch"),
 }
 ENTRY_POINTS = {"cli", "launch", "steps", "train"}
 

@@ -11,6 +11,7 @@ cluster's executors. Standard library only until snakeddp is importable from the
 
 import json
 import os
+import runpy
 import sys
 
 CODE = os.path.dirname(os.path.abspath(__file__))
@@ -27,9 +28,11 @@ def main(argv: list[str]) -> int:
     # The ranks and the Spark driver are new interpreters: they find the staged package the same way.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (CODE, os.environ.get("PYTHONPATH")) if p)
     sys.path.insert(0, CODE)
-    from snakeddp import launch
-
-    return launch.main(argv[4:])
+    # `python -m snakeddp.launch ARGS` from here on, in this interpreter (a spark_python_task runs a file):
+    # by name, as the command line names it, so the package never imports its own launcher back.
+    sys.argv = ["-m", *argv[4:]]
+    runpy.run_module("snakeddp.launch", run_name="__main__", alter_sys=True)
+    return 0  # not reached: the launcher ends with SystemExit and its code
 
 
 if __name__ == "__main__":
