@@ -6,11 +6,14 @@ Imported as ``tests.helpers``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +212,18 @@ def all_gone(pids: list[int], within: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (CI's time limit, a killed test run) raises KeyboardInterrupt meanwhile, so that the
+    ``finally`` of a fixture that started real daemons (a Slurm or Spark cluster) still stops them."""
+
+    def interrupted(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -6,31 +6,26 @@ fails if any of its processes outlived it.
 
 from __future__ import annotations
 
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import sigterm_interrupts
 from tests.slurm.cluster import Cluster, ClusterError, start, stop
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[Cluster]:
-    def interrupted(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupted)
-    try:
-        # Not under pytest's basetemp: munged wants every directory above its socket world-searchable.
-        cluster = start(Path(tempfile.mkdtemp(prefix="snakeddp-slurm-")))
-    except ClusterError as error:
-        signal.signal(signal.SIGTERM, previous)
-        pytest.fail(f"could not start the local Slurm cluster: {error}")
-    try:
-        yield cluster
-    finally:
-        notes = stop(cluster)
-        signal.signal(signal.SIGTERM, previous)
-        assert not notes, f"the Slurm cluster did not stop cleanly: {notes}"
+    with sigterm_interrupts():
+        try:
+            # Not under pytest's basetemp: munged wants every directory above its socket world-searchable.
+            cluster = start(Path(tempfile.mkdtemp(prefix="snakeddp-slurm-")))
+        except ClusterError as error:
+            pytest.fail(f"could not start the local Slurm cluster: {error}")
+        try:
+            yield cluster
+        finally:
+            notes = stop(cluster)
+            assert not notes, f"the Slurm cluster did not stop cleanly: {notes}"

@@ -9,34 +9,29 @@ directories) is removed when it stopped cleanly.
 from __future__ import annotations
 
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import sigterm_interrupts
 from tests.spark.cluster import Cluster, ClusterError, executors, start, stop
 
 
 @pytest.fixture(scope="module")
 def spark_cluster() -> Iterator[Cluster]:
-    def interrupted(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupted)
-    try:
-        cluster = start(Path(tempfile.mkdtemp(prefix="snakeddp-spark-")))
-    except ClusterError as error:
-        signal.signal(signal.SIGTERM, previous)
-        pytest.fail(f"could not start the local Spark cluster: {error}")
-    try:
-        yield cluster
-    finally:
-        left = executors(cluster)
-        notes = stop(cluster)
-        signal.signal(signal.SIGTERM, previous)
-        assert not notes, f"the Spark cluster did not stop cleanly: {notes} (executors at the end: {left})"
-        # Kept when something outlived the cluster, for its logs; else removed, or every test run's logs
-        # and executor work directories would pile up in /tmp.
-        shutil.rmtree(cluster.directory, ignore_errors=True)
+    with sigterm_interrupts():
+        try:
+            cluster = start(Path(tempfile.mkdtemp(prefix="snakeddp-spark-")))
+        except ClusterError as error:
+            pytest.fail(f"could not start the local Spark cluster: {error}")
+        try:
+            yield cluster
+        finally:
+            left = executors(cluster)
+            notes = stop(cluster)
+            assert not notes, f"the Spark cluster did not stop cleanly: {notes} (executors at the end: {left})"
+            # Kept when something outlived the cluster, for its logs; else removed, or every test run's logs
+            # and executor work directories would pile up in /tmp.
+            shutil.rmtree(cluster.directory, ignore_errors=True)
