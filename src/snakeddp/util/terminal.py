@@ -76,6 +76,16 @@ def remove_stale_relays(base: str, prefix: str = PREFIX) -> list[str]:
     return removed
 
 
+def socket_directory(prefix: str) -> str:
+    """A new directory for a socket of this process's: ``<prefix><pid>-<random>``, mode 0700 (mkdtemp's),
+    so no other user can connect; stale ones of dead processes under the same prefix are removed first.
+    A short base, since a socket's path is limited to about 100 bytes and TMPDIR can be long on clusters."""
+    base = tempfile.gettempdir()
+    base = base if len(base) < 60 else "/tmp"  # noqa: S108
+    remove_stale_relays(base, prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base)
+
+
 class Relay:
     """Writes the lines jobs ``say`` with ``write``, one at a time, in the order they arrive.
 
@@ -91,12 +101,7 @@ class Relay:
 
     def start(self) -> str:
         """Listen, and return the ``host:path`` jobs find the relay at (``VARIABLE``'s value)."""
-        # mkdtemp's directory is mode 0700: no other user can connect. A short base, since a
-        # socket's path is limited to about 100 bytes and TMPDIR can be long on clusters.
-        base = tempfile.gettempdir()
-        base = base if len(base) < 60 else "/tmp"  # noqa: S108
-        remove_stale_relays(base)
-        self._dir = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)
+        self._dir = socket_directory(PREFIX)
         self.path = os.path.join(self._dir, "terminal")
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(self.path)

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 
 from snakeddp.util import handoff, terminal
 
@@ -49,10 +48,7 @@ class WarmProcess:
 
     def start(self, env: dict[str, str] | None = None) -> str:
         """Start it and return its socket's path (handoff.SOCKET's value for the jobs)."""
-        base = tempfile.gettempdir()
-        base = base if len(base) < 60 else "/tmp"  # noqa: S108  (a socket's path is limited to about 100 bytes)
-        terminal.remove_stale_relays(base, PREFIX)
-        self.directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=base)  # mode 0700
+        self.directory = terminal.socket_directory(PREFIX)
         path = os.path.join(self.directory, "warm")
         # Bound and listening here, before any job can look for it: jobs that come while the warm
         # process imports wait in its queue (neither cold nor importing for themselves).
