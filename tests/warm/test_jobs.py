@@ -96,6 +96,18 @@ def wait_ready(process: subprocess.Popen) -> None:
     assert process.stdout.readline().strip() == "ready"
 
 
+def waiting(socket_path: str, directory: Path, **popen) -> tuple[subprocess.Popen, int]:
+    """A probe job that waits (SIGUSR1 counted, SIGTERM and Ctrl-C end it), handed to the warm process at
+    ``socket_path``: its client, once the job runs, and the forked job's pid."""
+    pidfile = directory / "pid"
+    job = subprocess.Popen(
+        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), handoff.SOCKET: socket_path},
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen,
+    )  # fmt: skip
+    wait_ready(job)
+    return job, int(pidfile.read_text())
+
+
 @pytest.mark.parametrize(
     ("signum", "returncode", "said"),
     [(signal.SIGINT, -signal.SIGINT, "KeyboardInterrupt"), (signal.SIGTERM, 1, "SIGTERM after 2 SIGUSR1")],
@@ -103,13 +115,7 @@ def wait_ready(process: subprocess.Popen) -> None:
 def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, said):
     """What the job's process gets (Ctrl-C, Snakemake's or a scheduler's SIGTERM, SIGUSR1) reaches the
     forked job once, whether sent to the process or to its process group as a terminal does."""
-    pidfile = tmp_path / "pid"
-    job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env=env(warm), cwd=REPO, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    wait_ready(job)
-    child = int(pidfile.read_text())
+    job, child = waiting(warm.path, tmp_path, start_new_session=True)
     assert child != job.pid  # forked by the warm process, not the client itself
     os.kill(job.pid, signal.SIGUSR1)
     time.sleep(0.3)  # two of one signal pending at once are one, for any process
@@ -123,12 +129,7 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
 
 def test_a_killed_client_takes_its_job_along(warm, tmp_path):
     """SIGKILL cannot be passed on: the warm process sees the client's connection close and kills the job."""
-    pidfile = tmp_path / "pid"
-    job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env=env(warm), cwd=REPO, stdout=subprocess.PIPE, text=True
-    )
-    wait_ready(job)
-    child = int(pidfile.read_text())
+    job, child = waiting(warm.path, tmp_path)
     job.kill()
     job.wait()
     assert all_gone([child], within=5)
@@ -228,13 +229,7 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
         [sys.executable, "-c", script], env=env(None), cwd=REPO, stdout=subprocess.PIPE, text=True
     )
     path, server = parent.stdout.readline().split()
-    pidfile = tmp_path / "pid"
-    job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), handoff.SOCKET: path}, cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    wait_ready(job)
-    child = int(pidfile.read_text())
+    job, child = waiting(path, tmp_path)
     parent.kill()
     parent.wait()
     assert all_gone([child, int(server)], within=8)
@@ -248,13 +243,7 @@ def test_a_job_whose_warm_process_is_killed_ends_as_killed(tmp_path):
     process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
     path = process.start(env(None))
     try:
-        pidfile = tmp_path / "pid"
-        job = subprocess.Popen(
-            [sys.executable, "-m", PROBE, "wait", str(pidfile)], env={**env(None), handoff.SOCKET: path}, cwd=REPO,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        wait_ready(job)
-        child = int(pidfile.read_text())
+        job, child = waiting(path, tmp_path)
         process.process.kill()
         _, stderr = job.communicate(timeout=30)
         assert job.returncode == -signal.SIGKILL, stderr
