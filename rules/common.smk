@@ -325,3 +325,26 @@ def stop_unless_report_made():
         snakeddp_preflight.check_report_made(Path(rules.report.output.html))
     except snakeddp_config.ConfigError as error:
         snakeddp_preflight.stop(error)
+
+
+# The report job's inputs and outputs by name (an output the workflow does not make is empty), its
+# settings, the config the crate records (CRATE_CONFIG, rules/report.smk) and the config files, as
+# one parameter (snakeddp.report.job).
+def get_report_json(wildcards, input, output):
+    def one(files):
+        return str(files[0]) if isinstance(files, list) and files else str(files or "")
+
+    return param_file(
+        json.dumps(
+            {
+                "inputs": {
+                    name: [str(f) for f in input[name]] for name in input.keys()
+                },
+                "outputs": {name: one(output[name]) for name in output.keys()},
+                "settings": REPORT,
+                "config": CRATE_CONFIG,
+                "configfiles": CONFIG_FILES,
+            },
+            sort_keys=True,
+        )
+    )

@@ -103,8 +103,6 @@ rule report:
     conda:
         "../envs/report.yaml"
     params:
-        report=REPORT,
-        config=CRATE_CONFIG,
-        configfiles=CONFIG_FILES,
-    script:
-        "../scripts/report.py"
+        report=get_report_json,
+    shell:
+        "python -m snakeddp.steps report --params {params.report:q} > {log:q} 2>&1"

@@ -8,11 +8,12 @@
     python -m snakeddp.steps run-config --run-id ID --run FILE --out run.yaml
     python -m snakeddp.steps rung-config --run-id ID --run FILE --epochs 3 --out results/search/ID/epochs-3.yaml
     python -m snakeddp.steps search-rung --rung 1 --plan FILE --records R... --out results/search/rung-1.json
-
-A run's config and a search's plan come as files (``.snakemake/snakeddp/params/<sha256>.json``,
-snakeddp.workflow.paramfile), which the step refuses unless their content has the sha256 they
-are named by: they can outgrow a command line.
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
+    python -m snakeddp.steps report --params FILE
+
+A run's config, a search's plan and the report's inputs and settings come as files
+(``.snakemake/snakeddp/params/<sha256>.json``, snakeddp.workflow.paramfile), which the step refuses
+unless their content has the sha256 they are named by: they can outgrow a command line.
 
 Why shell commands rather than Snakemake ``script:`` files: Snakemake reruns a script rule
 whenever the script file is newer than its outputs, so a ``git pull`` or checkout that rewrites
@@ -117,6 +118,15 @@ def _environment(args: argparse.Namespace) -> None:
     capture(stage=args.stage, lock_path=variables.lock_path(os.environ), out_path=args.out, image=args.image or None)
 
 
+def _report(args: argparse.Namespace) -> None:
+    from snakeddp.report import job
+    from snakeddp.util.shutdown import freeze_imports
+    from snakeddp.workflow import paramfile
+
+    freeze_imports()  # matplotlib, rocrate: less work at exit (snakeddp.util.shutdown)
+    job.write(paramfile.read(args.params))
+
+
 def _json(text: str) -> object:
     try:
         return json.loads(text)
@@ -132,10 +142,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # What each step makes is said once, in the registry the rules and the crate use.
     does = {step.subcommand: step.does for step in rules.STEPS if step.subcommand}
 
-    def step(name: str, func: Callable[[argparse.Namespace], None]) -> argparse.ArgumentParser:
+    def step(name: str, func: Callable[[argparse.Namespace], None], out: bool = True) -> argparse.ArgumentParser:
         sub = steps.add_parser(name, help=does[name])
         sub.set_defaults(func=func)
-        sub.add_argument("--out", required=True, type=Path, help="the step's output")
+        if out:
+            sub.add_argument("--out", required=True, type=Path, help="the step's output")
         return sub
 
     def dataset_params(sub: argparse.ArgumentParser) -> None:
@@ -173,6 +184,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     environment = step("environment", _environment)
     environment.add_argument("--stage", required=True, help="data, train or report")
     environment.add_argument("--image", default=None, help="container image the stage runs in")
+    report = step("report", _report, out=False)
+    report.add_argument("--params", required=True, help="a file of its inputs, outputs and settings (paramfile)")
     return parser.parse_args(argv)
 
 

@@ -42,7 +42,7 @@ def test_each_rule_runs_the_tool_its_step_names():
     for step in rules.STEPS:
         if step.subcommand:
             assert f'"{step.command} ' in blocks[step.rule], step
-    assert "python -m snakeddp.launch" in blocks["train"] and "scripts/report.py" in blocks["report"]
+    assert "python -m snakeddp.launch" in blocks["train"] and "python -m snakeddp.steps report" in blocks["report"]
     assert "python -m snakeddp.launch" in blocks["search_train"]
 
 

@@ -1,6 +1,7 @@
 """A program the tests' warm process may run: it says what it sees, or ends the way it is told to.
 
 python -m tests.warm.probe observe        # one JSON line: argv, environment, cwd, umask, limits, stdio ...
+python -m tests.warm.probe imported       # one JSON line: whether torch was imported when it began
 python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFILE
 """
 
@@ -17,6 +18,9 @@ import resource
 import signal
 import sys
 import time
+
+#: Whether the process it began in had imported torch already (a warm process's child, once warm).
+BEGAN_WITH_TORCH = "torch" in sys.modules
 
 
 def observe() -> dict:
@@ -49,6 +53,10 @@ def main(argv: list[str]) -> None:
     action = argv[0]
     if action == "observe":
         print(json.dumps(observe()))
+    elif action == "imported":
+        from snakeddp.util import handoff
+
+        print(json.dumps({"served": handoff.served, "torch": BEGAN_WITH_TORCH}))
     elif action == "exit":
         sys.exit(int(argv[1]))
     elif action == "_exit":

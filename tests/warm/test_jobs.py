@@ -77,6 +77,31 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
     assert (warm_seen["stdout_line_buffered"], warm_seen["stderr_line_buffered"]) == (False, False)
 
 
+def test_jobs_are_forked_while_the_warm_process_imports(tmp_path):
+    """A job that comes while the warm process still imports is forked between two imports (and imports
+    the rest itself, as a fresh process would) instead of waiting for torch; later jobs find it imported."""
+    with open(tmp_path / "stderr", "wb") as stderr:
+        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
+        process.path = process.start(env(None))
+    try:
+        first = probe(process, "imported")
+        assert first.returncode == 0, first.stderr
+        assert json.loads(first.stdout) == {"served": True, "torch": False}
+        deadline = time.monotonic() + 120
+        while True:
+            later = probe(process, "imported")
+            assert later.returncode == 0, later.stderr
+            seen = json.loads(later.stdout)
+            assert seen["served"]
+            if seen["torch"]:
+                break
+            assert time.monotonic() < deadline, "torch was never imported in the warm process"
+            time.sleep(0.2)
+    finally:
+        process.close()
+    assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
+
+
 @pytest.mark.parametrize(
     ("args", "returncode"),
     [(("exit", "3"), 3), (("_exit", "7"), 7), (("raise",), 1), (("kill", "SIGSEGV"), -signal.SIGSEGV),

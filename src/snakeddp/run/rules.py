@@ -81,7 +81,7 @@ STEPS = (
     # On request: only with report.export (the crate does not describe it yet).
     Step("export", "snakeddp export", "writes a run's best checkpoint as model.safetensors and model.json "
          "(snakeddp.load)", ON_REQUEST),
-    Step("report", "scripts/report.py", "the runs table, the figures, the HTML report and this RO-Crate, in one "
+    Step("report", f"{STEPS_CLI} report", "the runs table, the figures, the HTML report and this RO-Crate, in one "
          "job", PER_WORKFLOW),
 )  # fmt: skip
 BY_RULE = {step.rule: step for step in STEPS}

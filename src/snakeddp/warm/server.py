@@ -1,10 +1,10 @@
 """The workflow's warm process: ``python -m snakeddp.warm.server --fd N --parent PID``.
 
-Started by Snakemake's process when a local workflow starts (``snakeddp.warm.process``), it imports
-what the steps import (torch, Lightning, numpy, snakeddp), then forks every step a job hands it
-(``snakeddp.util.handoff``). One thread and a ``selectors`` loop serve every job at once: the
-listening socket, each job's connection (closed early: its client was killed, so the job is too)
-and each job's pidfd (readable: the job ended; its status goes back to its client).
+Started by Snakemake's process when a local workflow starts (``snakeddp.warm.process``), it forks
+every step a job hands it (``snakeddp.util.handoff``), while it imports what the steps import (torch,
+Lightning, numpy, snakeddp) one module at a time between the jobs. One thread and a ``selectors``
+loop serve every job at once: the listening socket, each job's connection (closed early: its client
+was killed, so the job is too) and each job's pidfd (readable: the job ended; its status goes back to its client).
 
 Only its owner can use it: the socket lies in a directory of mode 0700, the peer's uid is checked
 with SO_PEERCRED, only the workflow's own steps (``handoff.ENTRY_POINTS``) are run, and a request
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib.util
 import io
 import os
 import resource
@@ -41,15 +42,24 @@ from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
 from snakeddp.util import handoff
 from snakeddp.warm.process import HINT, PREFIX
 
-#: What the steps import, imported once: the training entry first (torch's own variables are set by
-#: its import, and belong to the ranks that import it), then the steps' modules and what they load lazily.
+#: What the steps import, imported once, one module at a time and the lightest first: a job that
+#: comes meanwhile is forked between two imports (and imports the rest itself, as a fresh process
+#: would) instead of waiting for torch, so the workflow's first jobs (run configs, environment
+#: records, data) run while the warm process imports what training needs.
 PRELOAD = (
-    "snakeddp.train",
     *handoff.ENTRY_POINTS,
+    "numpy",
     "snakeddp.data.generate",
-    "snakeddp.data.table",
     "snakeddp.environment.capture",
+    "torch",
+    "lightning",
+    "snakeddp.train",
+    "snakeddp.data.table",
 )
+#: Imported too where installed: Lightning imports them in every trainer.fit (its cloud_io checks
+#: whether a checkpoint path is object storage), 0.4-0.8 s of each run's set-up here. One that fails
+#: to import is left to the jobs, which meet the same failure as a fresh process (Lightning skips it).
+OPTIONAL = ("adlfs", "gcsfs", "s3fs")
 #: What the server handles itself (a job gets a fresh interpreter's handlers back).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: How long a job of a stopping workflow has to save and exit before SIGKILL.
@@ -104,12 +114,16 @@ class Server:
             os.write(2, f"{line}\n".encode(errors="replace"))
 
     # The loop.
-    def serve(self) -> None:
+    def serve(self, preload: Sequence[str] = (), optional: Sequence[str] = ()) -> None:
+        """Serve jobs until stopped, importing ``preload`` (and what of ``optional`` is installed) one
+        module per turn of the loop, so no job waits for more than one import."""
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
+        pending = [*preload, *(name for name in optional if importlib.util.find_spec(name) is not None)]
+        required = set(preload)
         while True:
-            for key, _ in self.selector.select(timeout=1.0):
+            for key, _ in self.selector.select(timeout=0 if pending and self.ready is None else 1.0):
                 if key.data == "accept":
                     self.accept()
                 elif key.data == "signal":
@@ -120,6 +134,16 @@ class Server:
                     self.client_gone(key.data)
             if os.getppid() != self.parent:  # Snakemake died before the kernel's signal could tell
                 self.stop()
+            if pending and self.ready is None:
+                self.warm_up(pending.pop(0), required)
+
+    def warm_up(self, module: str, required: set[str]) -> None:
+        """Import one more module; a required one that fails leaves every later job cold."""
+        try:
+            warm.import_once([module], entries=handoff.ENTRY_POINTS)
+        except warm.NotForkable as why:
+            if module in required:
+                self.ready = str(why)
 
     def accept(self) -> None:
         try:
@@ -416,13 +440,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
-    listener = socket.socket(fileno=args.fd)  # bound and listening: jobs that come during the imports wait
+    listener = socket.socket(fileno=args.fd)  # bound and listening: a job that comes during an import waits
     server = Server(listener, args.parent, handlers, entries=tuple(args.entry or handoff.ENTRY_POINTS))
-    try:
-        warm.import_once(PRELOAD, entries=handoff.ENTRY_POINTS)
-    except warm.NotForkable as why:
-        server.ready = str(why)
-    server.serve()
+    server.serve(PRELOAD, OPTIONAL)
     return 0
 
 

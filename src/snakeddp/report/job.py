@@ -1,0 +1,84 @@
+"""The report job (rule report, ``python -m snakeddp.steps report``): all of results/report/ in one process.
+
+The rule hands everything over as one parameter file (snakeddp.workflow.paramfile): the job's
+inputs and outputs by name (an output the workflow does not make is empty), the report settings,
+the config the crate records and the config files. As a shell step, not a Snakemake ``script:``,
+it is forked from the workflow's warm process like every other step (snakeddp.warm), where
+matplotlib and the report's modules are imported already.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp.provenance.schema import validate
+from snakeddp.report import configurations, figures, tuning
+from snakeddp.report.page import write_crate, write_report
+from snakeddp.report.search import view as search_view
+from snakeddp.report.search import write_table as write_search_table
+from snakeddp.report.table import varying_params, write_runs_table
+from snakeddp.run.runs import runs_from_provenance
+from snakeddp.run.search import read_decision
+from snakeddp.util.terminal import say
+
+#: The rule's outputs the workflow makes only for some sweeps (empty otherwise), in the crate's order.
+OPTIONAL_OUTPUTS = ("scaling", "scaling_series", "tuning", "tuning_series", "search_table")
+
+
+def write(params: Mapping[str, Any]) -> None:
+    """The runs table, the configurations table, the figures, the page and the crate, from ``params``
+    (the rule's parameter file: inputs, outputs, settings, config, configfiles)."""
+    inputs: Mapping[str, list[str]] = params["inputs"]
+    out: dict[str, str] = {name: "" for name in OPTIONAL_OUTPUTS} | params["outputs"]
+    settings = params["settings"]
+    say(f"report: {out['html']} from {len(inputs['provenance'])} runs")
+    # Every provenance file and metrics.csv is read once, here; each part below gets the runs.
+    runs = runs_from_provenance(inputs["provenance"])
+    for run in runs:  # written by the train jobs, read back from a folder others may write
+        validate(run.provenance, source=str(run.paths.provenance))
+    write_runs_table(runs, out["table"])
+    configurations.write_table(runs, out["configurations"])
+    fmt, dpi = settings["figure_format"], settings["dpi"]
+    plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
+    if absent:  # on the terminal too, not only on the page: a misspelt name is seen where it was typed
+        say(
+            f"report: report.metrics names {', '.join(absent)}, which no run logged: not plotted. HINT: name "
+            f"metrics the runs logged ({', '.join(figures.metrics_of(runs))}), or set report.metrics: null to "
+            "plot them all."
+        )
+    figures.write(figures.curves(runs, plotted), out["curves"], fmt, dpi, out["curves_series"])
+    if out["scaling"]:
+        scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
+        figures.write(scaling, out["scaling"], fmt, dpi, out["scaling_series"])
+    if out["tuning"]:
+        keys = configurations.numeric_keys([run.provenance["sweep_point"] for run in runs])
+        figures.write(tuning.tuning(runs, keys), out["tuning"], fmt, dpi, out["tuning_series"])
+    searched = None
+    if inputs["search"]:  # a search chose the runs: its rungs' decisions
+        decisions = [read_decision(path) for path in inputs["search"]]
+        searched = search_view(decisions, max(run.provenance["training"]["max_epochs"] for run in runs))
+        write_search_table(searched, out["search_table"])
+    write_report(
+        runs=runs,
+        settings=settings,
+        curves=out["curves"],
+        scaling=out["scaling"] or None,
+        out=out["html"],
+        exports=inputs["exports"],
+        tuning=out["tuning"] or None,
+        search=searched,
+    )
+    # Last: the crate lists the files above with their checksums.
+    listed = ("html", "table", "configurations", "curves", "curves_series", *OPTIONAL_OUTPUTS)
+    write_crate(
+        runs=runs,
+        settings=settings,
+        repo=Path(inputs["workflow"][0]).parent,  # the Snakefile comes first
+        config_files=params["configfiles"],
+        resolved_config=json.loads(params["config"]),
+        report_files=[out[name] for name in listed if out[name]],
+        out=out["crate"],
+    )
