@@ -7,12 +7,14 @@ on every rank), exactly what the workflow's train rule runs. The baseline: torch
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import psutil
 from bench.harness import child_env
 from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
+from snakeddp.warm.process import SOCKET, WarmProcess
 
 WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
 SUPERVISOR = "snakeddp.cluster.supervisor"
@@ -98,11 +101,17 @@ def _watch(root: subprocess.Popen, trace: MemoryTrace, period: float, stop: thre
         stop.wait(period)
 
 
-def start(argv: list[str], log: Path, trace: MemoryTrace | None = None, period: float = 0.02) -> float:
+def start(
+    argv: list[str],
+    log: Path,
+    trace: MemoryTrace | None = None,
+    period: float = 0.02,
+    env: dict[str, str] | None = None,
+) -> float:
     """Run ``argv`` to completion (raising on failure); return its wall time. ``trace`` records memory."""
     begin = time.perf_counter()
     with log.open("w") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=child_env())
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env or child_env())
         stop = threading.Event()
         watcher = None
         if trace is not None:
@@ -117,13 +126,16 @@ def start(argv: list[str], log: Path, trace: MemoryTrace | None = None, period: 
     return time.perf_counter() - begin
 
 
-def ours(run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None = None) -> dict[str, Any]:
-    """Train with snakeddp (launch -> supervisor -> snakeddp.train); per-epoch rows from metrics.csv."""
+def ours(
+    run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None = None, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Train with snakeddp (launch -> supervisor -> snakeddp.train); per-epoch rows from metrics.csv.
+    ``env``: the jobs' environment (``warm_jobs``'s: forked by a warm process), else a cold start."""
     run_dir.mkdir(parents=True)
     run.write(run_dir / "run.yaml")
     argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_dir / "run.yaml")]
     argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
-    wall = start(argv, run_dir / "launch.log", trace)
+    wall = start(argv, run_dir / "launch.log", trace, env=env)
     with (run_dir / "metrics.csv").open() as handle:
         rows = [
             {"samples": int(r["samples"]), "wait_s": float(r["data_wait_s"]), "train_s": float(r["train_seconds"])}
@@ -133,6 +145,22 @@ def ours(run: RunFile, manifest: Path, run_dir: Path, trace: MemoryTrace | None 
     work = phases["total_s"] - phases["startup_s"] - phases["teardown_s"]
     # fixed_s: launch to the first step plus the end of the last epoch to exit.
     return {"wall_s": wall, "rows": rows, "fixed_s": wall - work, "phases": phases}
+
+
+@contextlib.contextmanager
+def warm_jobs() -> Iterator[dict[str, str]]:
+    """The environment of a local workflow's jobs: a warm process started as the Snakefile's onstart
+    starts it (snakeddp.warm), waited for until it has imported everything it preloads, forks every
+    `python -m snakeddp.launch` started with this environment."""
+    process = WarmProcess()
+    env = child_env()
+    env[SOCKET] = process.start(env)
+    try:
+        if not process.imported(timeout=300):
+            raise RuntimeError("the warm process did not finish its imports in 300 s")
+        yield env
+    finally:
+        process.close()
 
 
 def handwritten(

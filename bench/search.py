@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Context, Figure, Result
+from bench.harness import Context, Result, target_figure
 from bench.workflows import Workflow
 
 NAME = "search"
@@ -71,17 +71,21 @@ def run(ctx: Context) -> Result:
         ("search.fit", f"seconds in trainer.fit, all attempts, {scale}", "s", fit),
         ("search.epochs", f"epochs trained, {scale}", "epochs", epochs),
     )
+    # Issue 33's target is on the wall time: a search must pay off in time, not only in epochs.
+    targets = {"search.wall": 0.6}
     result.figures += [
-        Figure(key, label, unit, values["search"], baseline=values["grid"], ratio=values["search"] / values["grid"],
-               ratio_of="search ÷ grid")
+        target_figure(key, label, unit, values["search"], baseline=values["grid"],
+                      ratio=values["search"] / values["grid"], ratio_of="search ÷ grid",
+                      op="<=" if key in targets else None, threshold=targets.get(key))
         for key, label, unit, values in measured
     ]  # fmt: skip
     result.notes += [
         f"Best configuration: the search's winner {best['search']}, the grid's best {best['grid']}"
         + ("" if best["search"] == best["grid"] else " (they differ: the search stopped the grid's best early)")
         + ".",
-        "Wall time is mostly process start-up: every train job imports torch and Lightning, and the search "
-        "runs more, shorter jobs (one per run and rung) than the grid (one per run), so its wall time falls "
-        "less than its epochs do on this tiny problem; on real models epochs dominate.",
+        "The search runs more, shorter jobs than the grid (one per run and rung, against one per run), so "
+        "what a job costs before it trains weighs on it more: with warm starts (the local profile's default, "
+        "snakeddp.warm) a job imports nothing, and its wall time falls with its epochs; on real models epochs "
+        "dominate either way.",
     ]
     return result

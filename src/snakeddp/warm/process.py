@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 from snakeddp.util import handoff, terminal
 
@@ -20,6 +21,8 @@ HINT = (
     "cold without this line."
 )
 SOCKET = handoff.SOCKET
+#: Made in its directory once it has imported everything it preloads.
+IMPORTED = "imported"
 #: How long stopping waits for the warm process (its own stop gives running jobs 5 s) before SIGKILL.
 STOP_TIMEOUT_S = 10.0
 
@@ -72,6 +75,17 @@ class WarmProcess:
             )
         atexit.register(self.close)
         return path
+
+    def imported(self, timeout: float) -> bool:
+        """Wait until it has imported everything it preloads (or ``timeout`` seconds); whether it has.
+        Jobs do not wait for this (they are forked between imports): benchmarks and tests do."""
+        deadline = time.monotonic() + timeout
+        marker = os.path.join(self.directory or "", IMPORTED)
+        while not os.path.exists(marker):
+            if time.monotonic() > deadline or self.process is None or self.process.poll() is not None:
+                return False
+            time.sleep(0.05)
+        return True
 
     def close(self) -> None:
         """Stop it (running jobs get SIGTERM, then SIGKILL), and remove its directory."""

@@ -40,7 +40,7 @@ from typing import Any
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
 from snakeddp.util import handoff
-from snakeddp.warm.process import HINT, PREFIX
+from snakeddp.warm.process import HINT, IMPORTED, PREFIX
 
 #: What the steps import, imported once, one module at a time and the lightest first: a job that
 #: comes meanwhile is forked between two imports (and imports the rest itself, as a fresh process
@@ -136,6 +136,8 @@ class Server:
                 self.stop()
             if pending and self.ready is None:
                 self.warm_up(pending.pop(0), required)
+                if not pending:  # for whoever waits for it (snakeddp.warm.process.WarmProcess.imported)
+                    open(os.path.join(os.path.dirname(self.listener.getsockname()), IMPORTED), "w").close()
 
     def warm_up(self, module: str, required: set[str]) -> None:
         """Import one more module; a required one that fails leaves every later job cold."""
