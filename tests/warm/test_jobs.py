@@ -96,6 +96,28 @@ def test_jobs_are_forked_while_the_warm_process_imports(tmp_path):
     assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
 
 
+def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(tmp_path):
+    """A job whose step imports what the warm process is importing (a train job's supervisor imports
+    snakeddp.train) is forked once that import is done, not beside it; a job whose client goes away
+    while it waits is forgotten, and the next one is served."""
+    with open(tmp_path / "stderr", "wb") as stderr:
+        process = WarmProcess(
+            entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), needs={PROBE: "snakeddp.train"}
+        )
+        process.path = process.start(env(None))
+    try:
+        gone = subprocess.Popen([sys.executable, "-m", PROBE, "imported"], env=env(process), cwd=REPO)
+        time.sleep(0.3)  # connected and waiting
+        gone.kill()
+        gone.wait()
+        waited = probe(process, "imported")
+        assert waited.returncode == 0, waited.stderr
+        assert json.loads(waited.stdout) == {"served": True, "torch": True}
+    finally:
+        process.close()
+    assert (tmp_path / "stderr").read_text() == ""
+
+
 @pytest.mark.parametrize(
     ("args", "returncode"),
     [(("exit", "3"), 3), (("_exit", "7"), 7), (("raise",), 1), (("kill", "SIGSEGV"), -signal.SIGSEGV),

@@ -43,8 +43,14 @@ class WarmProcess:
     """One warm process for one Snakemake invocation: started by ``start``, gone by ``close`` or with
     Snakemake itself (it watches its parent)."""
 
-    def __init__(self, entries: tuple[str, ...] = handoff.ENTRY_POINTS, stderr: int | None = None) -> None:
+    def __init__(
+        self,
+        entries: tuple[str, ...] = handoff.ENTRY_POINTS,
+        stderr: int | None = None,
+        needs: dict[str, str] | None = None,
+    ) -> None:
         self.entries = entries  # what it runs (its starter decides; a job's request never can)
+        self.needs = needs  # which entry's jobs wait for which import (default: the server's NEEDS)
         self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
         self.process: subprocess.Popen | None = None
         self.directory: str | None = None
@@ -66,6 +72,7 @@ class WarmProcess:
                     f"--fd={listener.fileno()}",
                     f"--parent={os.getpid()}",
                     *(f"--entry={entry}" for entry in self.entries),
+                    *(f"--need={entry}={module}" for entry, module in (self.needs or {}).items()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stderr=self.stderr,

@@ -60,6 +60,10 @@ PRELOAD = (
 #: whether a checkpoint path is object storage), 0.4-0.8 s of each run's set-up here. One that fails
 #: to import is left to the jobs, which meet the same failure as a fresh process (Lightning skips it).
 OPTIONAL = ("adlfs", "gcsfs", "s3fs")
+#: A step that would import a preloaded module first thing waits for it rather than import it beside
+#: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
+#: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
+NEEDS = {"snakeddp.cluster.supervisor": "snakeddp.train"}
 #: What the server handles itself (a job gets a fresh interpreter's handlers back).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: How long a job of a stopping workflow has to save and exit before SIGKILL.
@@ -91,6 +95,9 @@ class Server:
     ready: str | None = None  # why nothing is forked (the preload failed), None once it succeeded
     jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
     said: set[str] = field(default_factory=set)
+    needs: dict[str, str] = field(default_factory=lambda: dict(NEEDS))
+    pending: list[str] = field(default_factory=list)  # what is still to import, in order
+    parked: dict[socket.socket, tuple[dict[str, Any], list[int]]] = field(default_factory=dict)  # waiting for NEEDS
 
     def __post_init__(self) -> None:
         self.selector = selectors.DefaultSelector()
@@ -105,6 +112,8 @@ class Server:
             self.wake_w,
             *(job.conn.fileno() for job in self.jobs.values()),
             *self.jobs,
+            *(conn.fileno() for conn in self.parked),
+            *(fd for _, fds in self.parked.values() for fd in fds),
         }
 
     def say(self, line: str) -> None:
@@ -120,23 +129,28 @@ class Server:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
-        pending = [*preload, *(name for name in optional if importlib.util.find_spec(name) is not None)]
+        self.pending = [*preload, *(name for name in optional if importlib.util.find_spec(name) is not None)]
         required = set(preload)
         while True:
-            for key, _ in self.selector.select(timeout=0 if pending and self.ready is None else 1.0):
+            for key, _ in self.selector.select(timeout=0 if self.pending and self.ready is None else 1.0):
                 if key.data == "accept":
                     self.accept()
                 elif key.data == "signal":
                     self.stop()
                 elif key.data == "exit":
                     self.reap(key.fd)
+                elif key.data == "parked":
+                    self.unpark(key.fileobj, gone=True)
                 else:
                     self.client_gone(key.data)
             if os.getppid() != self.parent:  # Snakemake died before the kernel's signal could tell
                 self.stop()
-            if pending and self.ready is None:
-                self.warm_up(pending.pop(0), required)
-                if not pending:  # for whoever waits for it (snakeddp.warm.process.WarmProcess.imported)
+            if self.pending and self.ready is None:
+                self.warm_up(self.pending.pop(0), required)
+                for conn, (request, _) in list(self.parked.items()):
+                    if not self.must_wait(request):
+                        self.unpark(conn)
+                if not self.pending:  # for whoever waits for it (snakeddp.warm.process.WarmProcess.imported)
                     open(os.path.join(os.path.dirname(self.listener.getsockname()), IMPORTED), "w").close()
 
     def warm_up(self, module: str, required: set[str]) -> None:
@@ -146,6 +160,22 @@ class Server:
         except warm.NotForkable as why:
             if module in required:
                 self.ready = str(why)
+
+    def must_wait(self, request: dict[str, Any]) -> bool:
+        """Whether the job would import what this process is still to import (NEEDS)."""
+        return self.ready is None and self.needs.get(request["module"]) in self.pending
+
+    def unpark(self, conn: socket.socket, gone: bool = False) -> None:
+        """A parked job's import is done (start it), or its client went away (``gone``: forget it)."""
+        request, fds = self.parked.pop(conn)
+        self.selector.unregister(conn)
+        if gone:
+            conn.close()
+            for fd in fds:
+                os.close(fd)
+            return
+        conn.setblocking(True)
+        self.start(conn, request, fds)
 
     def accept(self) -> None:
         try:
@@ -164,24 +194,46 @@ class Server:
             if request is None:
                 raise Declined("the job sent no request")
             self.check(request, fds, conn)
+        except (Declined, OSError, handoff.ProtocolError) as why:
+            self.refuse(conn, fds, why)
+            return
+        if self.must_wait(request):  # until its import is done; its client going away is seen meanwhile
+            conn.setblocking(False)
+            self.parked[conn] = (request, fds)
+            self.selector.register(conn, selectors.EVENT_READ, "parked")
+            return
+        self.start(conn, request, fds, checked=True)
+
+    def start(self, conn: socket.socket, request: dict[str, Any], fds: list[int], checked: bool = False) -> None:
+        """Fork the job (checked again after a wait: imports since may have made this process unforkable)."""
+        try:
+            if not checked:
+                self.check(request, fds, conn)
             pid, pidfd = self.fork(request, fds, conn)
-        except Declined as why:
-            self.say(f"snakeddp: a job starts cold: {why}. {HINT}")
-            answer(conn, {"declined": str(why)})
-            conn.close()
+        except (Declined, OSError) as why:
+            self.refuse(conn, fds, why)
             return
-        except (OSError, handoff.ProtocolError) as error:
-            self.say(f"snakeddp: the warm process dropped a job's request ({error}); that job starts cold.")
-            conn.close()
-            return
-        finally:
-            for fd in fds:
-                os.close(fd)
+        for fd in fds:  # the job's now
+            os.close(fd)
         conn.setblocking(False)
         self.jobs[pidfd] = Job(conn, pid, pidfd)
         self.selector.register(pidfd, selectors.EVENT_READ, "exit")
         self.selector.register(conn, selectors.EVENT_READ, self.jobs[pidfd])
         answer(conn, {"pid": pid}, [pidfd])
+
+    def refuse(self, conn: socket.socket, fds: list[int], why: Exception) -> None:
+        """The job starts cold: declined (said once, with why), or its request could not be read."""
+        if isinstance(why, Declined):
+            self.say(f"snakeddp: a job starts cold: {why}. {HINT}")
+            with contextlib.suppress(OSError):
+                answer(conn, {"declined": str(why)})
+        else:
+            self.say(f"snakeddp: the warm process dropped a job's request ({why}); that job starts cold.")
+        conn.close()
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        fds.clear()
 
     def check(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
         """Decline what this process would not be, or may not run."""
@@ -256,6 +308,10 @@ class Server:
             for job in self.jobs.values():
                 job.conn.close()
                 os.close(job.pidfd)
+            for parked, (_, held) in self.parked.items():  # other jobs' requests, waiting for an import
+                parked.close()
+                for fd in held:
+                    os.close(fd)
             self.selector.close()
             self.listener.close()
             os.close(self.wake_r)
@@ -436,6 +492,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         help="a module it may run as `python -m MODULE` (repeated; default: the workflow's steps)",
     )
+    parser.add_argument(
+        "--need",
+        action="append",
+        metavar="ENTRY=MODULE",
+        help="ENTRY's jobs wait until MODULE is imported (repeated; default: NEEDS)",
+    )
     args = parser.parse_args(argv)
     die_with_snakemake(args.parent)
     # A fresh interpreter's handlers, before this process installs its own: every job gets them back.
@@ -443,7 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
     listener = socket.socket(fileno=args.fd)  # bound and listening: a job that comes during an import waits
-    server = Server(listener, args.parent, handlers, entries=tuple(args.entry or handoff.ENTRY_POINTS))
+    entries = tuple(args.entry or handoff.ENTRY_POINTS)
+    needs = dict(need.split("=", 1) for need in args.need) if args.need else NEEDS
+    server = Server(listener, args.parent, handlers, entries=entries, needs=dict(needs))
     server.serve(PRELOAD, OPTIONAL)
     return 0
 
