@@ -56,10 +56,12 @@ PRELOAD = (
     "snakeddp.train",
     "snakeddp.data.table",
 )
-#: Imported too where installed: Lightning imports them in every trainer.fit (its cloud_io checks
-#: whether a checkpoint path is object storage), 0.4-0.8 s of each run's set-up here. One that fails
-#: to import is left to the jobs, which meet the same failure as a fresh process (Lightning skips it).
-OPTIONAL = ("adlfs", "gcsfs", "s3fs")
+#: Imported too where installed: Lightning imports the first three in every trainer.fit (its cloud_io
+#: checks whether a checkpoint path is object storage), 0.4-0.8 s of each run's set-up here; torch's
+#: dynamo imports tabulate at every exit of a process that imported torch (its compile-time summary),
+#: 20 ms of every job. One that fails to import is left to the jobs, which meet the same failure as a
+#: fresh process (Lightning skips it).
+OPTIONAL = ("adlfs", "gcsfs", "s3fs", "tabulate")
 #: A step that would import a preloaded module first thing waits for it rather than import it beside
 #: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
 #: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
