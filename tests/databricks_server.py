@@ -32,6 +32,9 @@ class DatabricksStub:
     def __init__(self, root: Path, token: str, runner: Runner | None = None) -> None:
         self.root, self.token, self.runner = root, token, runner
         self.seen: list[dict[str, Any]] = []
+        # Entries a folder's listing shows besides its files, by folder: what something else writing
+        # there (or a tampered listing) would show, passed on by the SDK as given.
+        self.listed: dict[str, list[dict[str, Any]]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         stub = self
 
@@ -142,7 +145,7 @@ class DatabricksStub:
             {"path": f"{remote.rstrip('/')}/{entry.name}", "name": entry.name, "is_directory": entry.is_dir(),
              **({} if entry.is_dir() else {"file_size": entry.stat().st_size})}
             for entry in sorted(path.iterdir())
-        ]  # fmt: skip
+        ] + self.listed.get(remote.rstrip("/"), [])  # fmt: skip
         return self.answer(request, 200, {"contents": contents})
 
     def submit(self, request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
