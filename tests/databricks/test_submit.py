@@ -105,7 +105,10 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     assert json.loads(sent["body"]) == json.loads((run / "databricks" / "submit.json").read_text())
     assert sent["headers"]["Authorization"] == f"Bearer {TOKEN}"
     uploaded = {seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")}
-    assert f"/api/2.0/fs/files{STAGE}/code/databricks_entry.py" in uploaded
+    python_file = json.loads(sent["body"])["tasks"][0]["spark_python_task"]["python_file"]
+    assert python_file.startswith(f"{STAGE}/code/") and f"/api/2.0/fs/files{python_file}" in uploaded
+    puts = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")]
+    assert puts.count(f"/api/2.0/fs/files{python_file}") == 1, "the unchanged code, staged once for three submissions"
     assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/run.yaml" in uploaded
     assert any(path.endswith("/manifest-3.json") for path in uploaded)
     assert stub.requests("GET", "/api/2.2/jobs/runs/get")
