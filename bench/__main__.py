@@ -34,6 +34,7 @@ BENCHMARKS = (
     "tutorial_e2e",
     "search",
     "rank_start",
+    "spark",
 )
 
 
