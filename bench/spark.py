@@ -197,8 +197,8 @@ def notes(
         "the ranks' exit and the supervisor's).",
         "Training throughput is the ranks' own: the same Lightning loop and gloo all-reduce over loopback, one "
         "thread per rank, whether torchrun under a Spark executor or snakeddp's supervisor started the rank; the "
-        "executors' JVMs sit idle while the ranks train, and what is left of the gap is two more JVMs and the "
-        "driver sharing the 2 cores with the ranks.",
+        "executors' JVMs sit idle while the ranks train (they and the driver only hold memory and answer "
+        "heartbeats on the same 2 cores).",
         "What a run through Spark pays that the direct one does not is per run, not per epoch: a Spark session "
         "(a driver JVM) and cold ranks (each imports torch and Lightning under torchrun, where the supervisor "
         "forks warm ones). On a real cluster the session start stays and the ranks' imports run in parallel on "
