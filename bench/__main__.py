@@ -35,6 +35,7 @@ BENCHMARKS = (
     "search",
     "rank_start",
     "sweep",
+    "spark",
 )
 
 

@@ -135,7 +135,11 @@ def ours(
     run.write(run_dir / "run.yaml")
     argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_dir / "run.yaml")]
     argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
-    wall = start(argv, run_dir / "launch.log", trace, env=env)
+    return measured(run_dir, start(argv, run_dir / "launch.log", trace, env=env))
+
+
+def measured(run_dir: Path, wall: float) -> dict[str, Any]:
+    """A finished run of ours: per-epoch rows from metrics.csv, rank 0's phases and its fixed cost."""
     with (run_dir / "metrics.csv").open() as handle:
         rows = [
             {"samples": int(r["samples"]), "wait_s": float(r["data_wait_s"]), "train_s": float(r["train_seconds"])}

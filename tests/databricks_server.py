@@ -3,9 +3,10 @@ databricks-sdk's own client to talk to: no workspace is reachable from here.
 
 It stands in for the cloud and judges nothing: it records every request (path, headers, body),
 keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2.0/fs/directories``),
-answers MLflow's experiment lookup as a workspace without the experiment does,
-and hands a submitted run (``/api/2.2/jobs/runs/submit``) to the test's ``runner``, which does what
-the job cluster would do and returns its result state and message; ``runs/get`` answers with it.
+answers who the token is (SCIM's ``Me``, snakeddp's credential check) and MLflow's experiment lookup as a
+workspace without the experiment does, and hands a submitted run (``/api/2.2/jobs/runs/submit``) to
+the test's ``runner``, which does what the job cluster would do and returns its result state and
+message; ``runs/get`` answers with it.
 A request without the expected bearer token is refused (401), as a workspace refuses it.
 """
 
@@ -31,6 +32,9 @@ class DatabricksStub:
     def __init__(self, root: Path, token: str, runner: Runner | None = None) -> None:
         self.root, self.token, self.runner = root, token, runner
         self.seen: list[dict[str, Any]] = []
+        # Entries a folder's listing shows besides its files, by folder: what something else writing
+        # there (or a tampered listing) would show, passed on by the SDK as given.
+        self.listed: dict[str, list[dict[str, Any]]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
         stub = self
 
@@ -93,6 +97,8 @@ class DatabricksStub:
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
                             "state_message": "Run cancelled by the user."}  # fmt: skip
             return self.answer(request, 200, {})
+        if path == "/api/2.0/preview/scim/v2/Me" and method == "GET":  # who the token is: the SDK's current_user.me
+            return self.answer(request, 200, {"id": "1", "userName": "stub@example.com", "active": True})
         if path == "/api/2.0/mlflow/experiments/get-by-name":  # a workspace without that experiment yet
             return self.answer(request, 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No experiment."})
         return self.missing(request, path)
@@ -139,7 +145,7 @@ class DatabricksStub:
             {"path": f"{remote.rstrip('/')}/{entry.name}", "name": entry.name, "is_directory": entry.is_dir(),
              **({} if entry.is_dir() else {"file_size": entry.stat().st_size})}
             for entry in sorted(path.iterdir())
-        ]  # fmt: skip
+        ] + self.listed.get(remote.rstrip("/"), [])  # fmt: skip
         return self.answer(request, 200, {"contents": contents})
 
     def submit(self, request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:

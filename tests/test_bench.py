@@ -88,7 +88,8 @@ def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path)
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(
-    "name", ["datagen", "training", "memory", "workflow", "ingest_memory", "tutorial_e2e", "rank_start", "sweep"]
+    "name",
+    ["datagen", "training", "memory", "workflow", "ingest_memory", "tutorial_e2e", "rank_start", "sweep", "spark"],
 )
 def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
     """Results inside the checkout, where `python -m bench` writes them (bench/): the benchmarks that

@@ -35,6 +35,7 @@ def plan(**overrides) -> JobPlan:
         gpu=False,
         stage=STAGE,
         manifest="results/data/synthetic-5bf3b09875/manifest-4.json",
+        code="code/5f1e0c",
         timeout_s=1800,
         new_cluster={"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"},
         variables={"NCCL_DEBUG": "WARN"},
@@ -51,7 +52,7 @@ def test_a_new_cluster_gets_one_worker_per_node_and_the_entry_runs_launch_on_the
     assert task["new_cluster"]["spark_conf"]["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] == "5"
     assert "spark.task.resource.gpu.amount" not in task["new_cluster"]["spark_conf"]
     python = task["spark_python_task"]
-    assert python["python_file"] == f"{STAGE}/code/databricks_entry.py"
+    assert python["python_file"] == f"{STAGE}/code/5f1e0c/databricks_entry.py"
     argv = python["parameters"]
     assert argv[2:] == [
         "--workdir", STAGE, "--platform", "spark", "--config", "results/runs/devices-2/run.yaml",
@@ -158,7 +159,9 @@ def test_a_runs_config_and_the_section_make_the_plan_and_the_written_request_rea
                                                                   "node_type_id": "Standard_NC24ads_A100_v4"}},
         }
     )  # fmt: skip
-    made = plan_for("base", cfg, cfg["databricks"], "data/d-0123456789/manifest-4.json", gpu=True, variables={})
+    made = plan_for(
+        "base", cfg, cfg["databricks"], "data/d-0123456789/manifest-4.json", code="code/0a", gpu=True, variables={}
+    )
     assert (made.world_size, made.timeout_s, made.stage, made.gpu) == (8, 2700, STAGE, True)
     written = write_request(submit_request(made), tmp_path / "submit.json")
     body = json.loads(written.read_text())
@@ -166,4 +169,4 @@ def test_a_runs_config_and_the_section_make_the_plan_and_the_written_request_rea
     check({"tasks": [jobs.SubmitTask.from_dict(task)], "timeout_seconds": body["timeout_seconds"]})
     assert task["new_cluster"]["num_workers"] == 2 and body["run_name"] == "snakeddp base"
     with pytest.raises(DatabricksSpecError, match=r"databricks.stage is not set.*HINT: set it to a Unity Catalog"):
-        plan_for("base", cfg, {**cfg["databricks"], "stage": None}, "m.json", gpu=False, variables={})
+        plan_for("base", cfg, {**cfg["databricks"], "stage": None}, "m.json", code="code/0a", gpu=False, variables={})

@@ -6,12 +6,15 @@ local Spark master). No Databricks workspace is reachable from here."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.databricks_server import DatabricksStub
@@ -24,32 +27,58 @@ TOKEN = "dapi-5e1c7a-stub-token-0f3b"
 CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
 CONFIG = {
     **TINY,
-    "trainer": {**TINY["trainer"], "max_epochs": 2},
+    # Epochs of about 0.2 s: a driver lost once the first last.ckpt is on the volume is lost mid-training.
+    "data": {**TINY["data"], "num_records_per_train_file": 3000},
+    "trainer": {**TINY["trainer"], "max_epochs": 6},
     "sweep": {"launch.devices": [2]},
     "databricks": {"stage": STAGE, "new_cluster": CLUSTER},
 }
 
 
-def driver(env: dict[str, str], fail: str | None = None):
+def driver(env: dict[str, str], lost_after: str | None = None):
     """What the job cluster's driver does with the submitted task: run its python_file with its
-    parameters, the volume's paths through the mount (the stub's folder). ``fail``: exit 1 with
-    this line before training, as a broken cluster would."""
+    parameters, the volume's paths through the mount (the stub's folder). ``lost_after``: a file below
+    the run's folder on the volume (checkpoints/last.ckpt); once it is there, the driver and everything
+    it started are killed, as a cluster that loses its driver mid-training ends the run."""
 
     def run(body: dict[str, Any], root: Path) -> tuple[str, str]:
-        if fail:
-            return "FAILED", fail
         task = body["tasks"][0]["spark_python_task"]
 
         def mount(value: str) -> str:
             return str(root / value.lstrip("/")) if value.startswith(("/Volumes/", "/Workspace/")) else value
 
         argv = [sys.executable, mount(task["python_file"]), *map(mount, task["parameters"])]
+        if lost_after is not None:
+            watched = root / STAGE.lstrip("/") / run_path(task["parameters"]) / lost_after
+            return lose_driver(argv, env, watched)
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
         Path(root / "driver.log").write_text(done.stdout + done.stderr)
         lines = done.stderr.strip().splitlines()
         return ("SUCCESS", "") if done.returncode == 0 else ("FAILED", lines[-1] if lines else "exit 1")
 
     return run
+
+
+def run_path(parameters: list[str]) -> str:
+    return parameters[parameters.index("--run-dir") + 1]
+
+
+def lose_driver(argv: list[str], env: dict[str, str], watched: Path) -> tuple[str, str]:
+    """Run the driver until ``watched`` exists, then kill it and every process under it at once. (In the
+    stub's thread: what went wrong is the run's state message, which the test's assertions show.)"""
+    with subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as started:
+        deadline = time.monotonic() + 300
+        while not watched.is_file():
+            if started.poll() is not None or time.monotonic() > deadline:
+                started.kill()
+                return "FAILED", f"test driver: {watched} not written (driver exit {started.poll()})"
+            time.sleep(0.02)
+        tree = psutil.Process(started.pid).children(recursive=True)
+        for process in [*tree, psutil.Process(started.pid)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(tree, timeout=30)
+    return "FAILED", "The driver of the cluster was lost mid-run."
 
 
 @pytest.fixture
@@ -89,23 +118,38 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
         "was cancelled: Run cancelled by alice@example.com." in cancelled
         and "HINT: rerun the same command" in cancelled
     )
-    stub.runner = driver(cluster_env(), fail="Cluster terminated: the driver was lost.")
+    # A run whose driver is lost mid-training, once its first last.ckpt is on the volume: what it saved comes back.
+    stub.runner = driver(cluster_env(), lost_after="checkpoints/last.ckpt")
     failed = one_hint(flow.run(env=user_env(stub), check=False), log)
-    assert "ended FAILED: Cluster terminated: the driver was lost." in failed and "HINT: fix what it says" in failed
+    assert "ended FAILED: The driver of the cluster was lost mid-run." in failed, failed
+    assert "HINT: fix what it says" in failed and "it resumes from the last.ckpt that came back." in failed
     assert not (run / "provenance.json").exists() and not (run / "finished.json").exists()
-    # As the HINTs say: the same command again, with the cluster working.
+    saved = len((run / "metrics.csv").read_text().splitlines()) - 1
+    assert (run / "checkpoints" / "last.ckpt").is_file() and 1 <= saved < 6, saved
+    # As the HINTs say: the same command again, with the cluster working; the rerun's job resumes from the
+    # last.ckpt that came back, staged in the run's folder on the volume.
     stub.runner = driver(cluster_env())
+    puts = len(stub.requests("PUT", "/api/2.0/fs/files"))
     done = flow.run(env=user_env(stub))
+    staged = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")[puts:]]
+    assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/checkpoints/last.ckpt" in staged
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["launch"]["launcher"] == "torchdistributor"
+    assert provenance["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert provenance["training"]["epochs_completed"] == 6
+    epochs = [int(row.split(",")[0]) for row in (run / "metrics.csv").read_text().splitlines()[1:]]
+    assert epochs == list(range(6)), "the resumed run went on from the saved epoch, none trained twice"
     assert (flow.directory / "results" / "report" / "report.html").is_file()
     # What the SDK sent: the request as written, with the token from its chain.
     sent = stub.requests("POST", "/api/2.2/jobs/runs/submit")[-1]
     assert json.loads(sent["body"]) == json.loads((run / "databricks" / "submit.json").read_text())
     assert sent["headers"]["Authorization"] == f"Bearer {TOKEN}"
     uploaded = {seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")}
-    assert f"/api/2.0/fs/files{STAGE}/code/databricks_entry.py" in uploaded
+    python_file = json.loads(sent["body"])["tasks"][0]["spark_python_task"]["python_file"]
+    assert python_file.startswith(f"{STAGE}/code/") and f"/api/2.0/fs/files{python_file}" in uploaded
+    puts = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")]
+    assert puts.count(f"/api/2.0/fs/files{python_file}") == 1, "the unchanged code, staged once for three submissions"
     assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/run.yaml" in uploaded
     assert any(path.endswith("/manifest-3.json") for path in uploaded)
     assert stub.requests("GET", "/api/2.2/jobs/runs/get")

@@ -2,9 +2,10 @@
 venv is what `make run` installs (the core lock only): the one command in the HINT's backticks runs,
 `make setup` runs again, the package is still there (pinned in envs/, at the version the dev lock has) and
 the workflow that stopped goes on: tables in az://, s3:// and gs:// served by real local servers are listed
-(and the one in az:// ingested), TensorBoard, MLflow and W&B log a tiny run, the azureml profile accepts its SDK
-and a Delta table's version is planned. (deepspeed's HINT is the same command; it is in no lock, so following
-it resolves and builds deepspeed's sdist afresh, whose build installs a torch from PyPI: not run here.)
+(and the one in az:// ingested), TensorBoard, MLflow and W&B log a tiny run, the azureml profile accepts its SDK,
+a Delta table's version is planned and the spark profile plans a run once pyspark is there. (deepspeed's
+HINT is the same command; it is in no lock, so following it resolves and builds deepspeed's sdist afresh,
+whose build installs a torch from PyPI: not run here.)
 
 A `pip install` (what these HINTs said before) lasted until the next set-up, which syncs the venv to the
 locks and took the package out again."""
@@ -172,3 +173,14 @@ def test_a_delta_table_stops_with_a_hint_whose_command_lasts_and_then_its_versio
     kept(checkout, "deltalake", "data")
     planned = typed(checkout, *DRY_RUN)
     assert planned.returncode == 0 and "data_table" in planned.stdout, planned.stdout + planned.stderr
+
+
+def test_pyspark_stops_with_a_hint_whose_command_lasts_and_then_the_spark_profile_plans(checkout):
+    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "devices": 2}})
+    dry_run = ("snakemake", "--profile", "profiles/spark", "-n")
+    refused = typed(checkout, *dry_run, MASTER="local[2]")
+    assert "the spark platform's driver needs pyspark" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh pyspark --stage train"
+    kept(checkout, "pyspark", "train")
+    planned = typed(checkout, *dry_run, MASTER="local[2]")
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr

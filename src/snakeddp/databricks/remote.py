@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.databricks.workspace import api_error
+from snakeddp.errors import DatabricksError
 
 CHUNK = 1 << 20
 
@@ -44,7 +45,12 @@ def size(w: Any, remote: str) -> int | None:
 
 
 def walk(w: Any, remote: str) -> Iterator[tuple[str, int]]:
-    """(path, size) of every file below ``remote``, depth first; nothing when it does not exist."""
+    """(path, size) of every file below ``remote``, depth first; nothing when it does not exist.
+
+    A listing is the workspace's text: an entry that is not a plain name inside the folder listed
+    (``..``, an absolute path, a second slash, a sibling folder sharing its prefix) is refused, so
+    nothing outside it is ever read, copied back or deleted.
+    """
     from databricks.sdk.errors import NotFound
 
     try:
@@ -54,6 +60,13 @@ def walk(w: Any, remote: str) -> Iterator[tuple[str, int]]:
     except Exception as error:
         raise api_error(f"listing {remote}", error) from None
     for entry in entries:
+        name = entry.path.removeprefix(f"{remote}/") if entry.path.startswith(f"{remote}/") else ""
+        if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+            raise DatabricksError(
+                f"the listing of {remote} names {entry.path!r}, which is not inside it; snakeddp reads, copies and "
+                f"deletes nothing outside a run's folder. HINT: remove {entry.path!r} from {remote} on Databricks "
+                "(something other than snakeddp wrote there), then rerun."
+            )
         if entry.is_directory:
             yield from walk(w, entry.path)
         else:
@@ -65,6 +78,8 @@ def clear(w: Any, remote: str) -> None:
     try:
         for path, _ in list(walk(w, remote)):
             w.files.delete(path)
+    except DatabricksError:
+        raise
     except Exception as error:
         raise api_error(f"clearing {remote}", error) from None
 

@@ -25,26 +25,33 @@ from snakeddp.util.paths import inside
 
 WANTED = (*ATTEMPT_FILES, PROVENANCE, FAILURE)
 RETRY = "HINT: rerun the same command: the run resumes from what its last attempt saved."
+AGAIN = "HINT: rerun the same command: the run is submitted again, and nothing of this copy is kept."
 
 
 def fetch(w: Any, remote_dir: str, download: Path) -> Path:
-    """The remote run directory's attempt files into an emptied ``download`` folder, names checked."""
+    """The remote run directory's attempt files into an emptied ``download`` folder: the whole listing
+    checked before the first file is copied, and the folder removed again when any file fails."""
     if download.exists():
         shutil.rmtree(download)
+    listing = list(remote.walk(w, remote_dir))
     download.mkdir(parents=True)
-    for path, listed in remote.walk(w, remote_dir):
-        relative = path.removeprefix(f"{remote_dir}/")
-        target = inside(download, relative) if path.startswith(f"{remote_dir}/") else None
-        if target is None:
-            raise DatabricksError(
-                f"the listing of {remote_dir} names {path!r}, which is not inside it; snakeddp copies no file from "
-                f"outside a run's directory. HINT: look at {remote_dir} on Databricks: something else wrote there."
-            )
-        if relative.split("/")[0] not in WANTED:
-            continue
-        got = remote.download(w, path, target)
-        if got != listed:
-            raise DatabricksError(f"{path} came back with {got} bytes, but its listing says {listed}. {RETRY}")
+    try:
+        for path, listed in listing:
+            relative = path.removeprefix(f"{remote_dir}/")
+            if relative.split("/")[0] not in WANTED:
+                continue
+            target = inside(download, relative)
+            if target is None:  # walk took it for a name in the folder; the local side says no
+                raise DatabricksError(
+                    f"{path} would be copied outside {download}; snakeddp writes nothing outside a run's directory. "
+                    f"HINT: remove {path!r} from {remote_dir} on Databricks, then rerun."
+                )
+            got = remote.download(w, path, target)
+            if got != listed:
+                raise DatabricksError(f"{path} came back with {got} bytes, but its listing says {listed}. {RETRY}")
+    except BaseException:
+        shutil.rmtree(download, ignore_errors=True)
+        raise
     return download
 
 
@@ -55,7 +62,17 @@ def failure_line(download: Path) -> str | None:
 
 
 def check_checkpoints(download: Path) -> None:
-    """Every checkpoint provenance.json records is here at its size and sha256."""
+    """Every checkpoint provenance.json records is here at its size and sha256; else the copy is refused,
+    its records dropped with it, so nothing of it can pass for a finished run."""
+    try:
+        compare_checkpoints(download)
+    except DatabricksError:
+        for name in (PROVENANCE, FINISHED):
+            (download / name).unlink(missing_ok=True)
+        raise
+
+
+def compare_checkpoints(download: Path) -> None:
     provenance = read_json(download / PROVENANCE)
     training = provenance.get("training") or {}
     records = [training.get("best_checkpoint"), training.get("last_checkpoint"), *training.get("checkpoints", [])]
@@ -63,11 +80,11 @@ def check_checkpoints(download: Path) -> None:
         path = inside(download, record.get("path"))
         if path is None or not path.is_file():
             raise DatabricksError(
-                f"provenance.json records the checkpoint {record.get('path')!r}, which did not come back. {RETRY}"
+                f"provenance.json records the checkpoint {record.get('path')!r}, which did not come back. {AGAIN}"
             )
         if path.stat().st_size != record["bytes"] or sha256_file(path) != record["sha256"]:
             raise DatabricksError(
-                f"{record['path']} came back different from what provenance.json records (size or sha256). {RETRY}"
+                f"{record['path']} came back different from what provenance.json records (size or sha256). {AGAIN}"
             )
 
 

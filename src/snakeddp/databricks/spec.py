@@ -49,6 +49,9 @@ class JobPlan:
     its provenance records (relative to where it ran) read the same here."""
     manifest: str
     """The data manifest's path below ``stage`` (results/data/<dataset>/manifest-N.json)."""
+    code: str
+    """The code's folder below ``stage``, named after its content (code/<sha256>), so a run never runs
+    another commit's code staged beside it."""
     timeout_s: int
     existing_cluster_id: str | None = None
     new_cluster: Mapping[str, Any] = field(default_factory=dict)
@@ -75,6 +78,7 @@ def plan_for(
     section: Mapping[str, Any],
     manifest: str,
     *,
+    code: str,
     gpu: bool,
     variables: Mapping[str, str],
 ) -> JobPlan:
@@ -93,6 +97,7 @@ def plan_for(
         gpu=gpu,
         stage=str(section["stage"]).rstrip("/"),
         manifest=manifest,
+        code=code,
         timeout_s=int(launch["runtime"]) * 60,
         existing_cluster_id=section.get("existing_cluster_id"),
         new_cluster=dict(section.get("new_cluster") or {}),
@@ -143,7 +148,7 @@ def submit_request(plan: JobPlan) -> dict[str, Any]:
         task_key="train",
         description=f"snakeddp run {plan.run_id}: {plan.world_size} ranks through TorchDistributor",
         spark_python_task=jobs.SparkPythonTask(
-            python_file=f"{plan.stage}/code/{ENTRY}", parameters=task_parameters(plan)
+            python_file=f"{plan.stage}/{plan.code}/{ENTRY}", parameters=task_parameters(plan)
         ),
         timeout_seconds=plan.timeout_s,
     )

@@ -1,6 +1,10 @@
 """What a run's Databricks job reads, put under ``databricks.stage``.
 
-    <stage>/code/                    the snakeddp package and databricks_entry.py (the task's python_file)
+    <stage>/code/<sha256>/           the snakeddp package and databricks_entry.py (the task's python_file),
+                                     named after their content: runs of two commits never share it,
+                                     and an unchanged tree is uploaded once
+    <stage>/code/<sha256>.json       written after the last of its files: a folder without it is
+                                     an interrupted upload, uploaded again
     <stage>/results/data/<dataset>/  the manifest and the partitions it names (uploaded once: a dataset's
                                      directory is named after its content, so a file there never changes)
     <stage>/results/runs/<run>/      run.yaml, environment.json and the attempt to resume; cleared first,
@@ -24,9 +28,11 @@ from snakeddp.data.partitions import load_manifest
 from snakeddp.databricks import remote
 from snakeddp.databricks.spec import ENTRY, ENVIRONMENT_FILE, JobPlan
 from snakeddp.run.layout import RUN_FILE
-from snakeddp.util.hashing import sha256_json
+from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-databricks-environment/1"
+CODE, CODE_FORMAT = "code", "snakeddp-databricks-code/1"
 ENTRY_SOURCE = Path(__file__).with_name("entry.py")
 
 
@@ -40,13 +46,31 @@ def environment_record(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def snapshot_code(code_dir: Path) -> Path:
-    """A fresh local copy of what <stage>/code/ gets: the package and the task's entry file."""
+    """A fresh local copy of what <stage>/code/<sha256>/ gets: the package and the task's entry file."""
     if code_dir.exists():
         shutil.rmtree(code_dir)
     package = Path(snakeddp.__file__).resolve().parent
     shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copyfile(ENTRY_SOURCE, code_dir / ENTRY)
     return code_dir
+
+
+def code_path(code_dir: Path) -> str:
+    """Where the snapshot goes below the stage: code/ and the sha256 of its names and contents."""
+    files = sorted(p for p in code_dir.rglob("*") if p.is_file())
+    return f"{CODE}/{sha256_json({p.relative_to(code_dir).as_posix(): sha256_file(p) for p in files})}"
+
+
+def stage_code(w: Any, plan: JobPlan, code_dir: Path) -> int:
+    """Upload the snapshot to ``plan.code`` unless it is there complete; how many files were uploaded."""
+    target = f"{plan.stage}/{plan.code}"
+    if remote.size(w, f"{target}.json") is not None:
+        return 0
+    sent = remote.upload_tree(w, code_dir, target)
+    staged = code_dir.parent / f"{code_dir.name}.json"
+    atomic_write_json(staged, {"format": CODE_FORMAT, "files": sent})
+    remote.upload(w, staged, f"{target}.json")
+    return sent
 
 
 def data_files(manifest: Path) -> list[Path]:

@@ -6,7 +6,8 @@ profile) with the run's run.yaml, run directory and data manifest:
 1. the request is built from databricks-sdk's classes, checked, and written to
    ``results/runs/<run>/databricks/submit.json``; ``databricks.submit: false`` (or ``--dry-run``) stops here;
 2. the SDK's credential chain must resolve before anything is uploaded;
-3. code, data and the run's files (with the attempt to resume) are staged under ``databricks.stage``;
+3. code (under a folder named after its content, uploaded once), data and the run's files (with the
+   attempt to resume) are staged under ``databricks.stage``;
 4. ``jobs.submit`` sends the request, the SDK's waiter polls ``runs/get`` until the run ends, and
    the remote run directory is copied back (``results``), checked, into ``results/runs/<run>/``;
 5. a failed or cancelled run fails the train job in one line; what it saved comes back, so rerunning resumes.
@@ -29,7 +30,7 @@ from typing import Any
 from snakeddp.azureml.staging import stage_resume
 from snakeddp.azureml.submitted import record
 from snakeddp.cluster import network
-from snakeddp.databricks import remote, results, spec, staging, workspace
+from snakeddp.databricks import results, spec, staging, workspace
 from snakeddp.errors import DatabricksError, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
@@ -147,7 +148,11 @@ def submit(args: argparse.Namespace) -> int:
     resume_dir = stage_resume(args.run_dir, spec_dir / "resume", identity.key, continued)
     manifest = f"results/data/{args.data.parent.name}/{args.data.name}"
     gpu = names.accelerator(run.config["launch"], {**os.environ, names.PLATFORM: "databricks"}) == "gpu"
-    plan = spec.plan_for(run.run_id, run.config, section, manifest, gpu=gpu, variables=job_variables(os.environ))
+    code = staging.snapshot_code(spec_dir / "code")
+    variables = job_variables(os.environ)
+    plan = spec.plan_for(
+        run.run_id, run.config, section, manifest, code=staging.code_path(code), gpu=gpu, variables=variables
+    )
     request = spec.submit_request(plan)
     written = spec.write_request(request, spec_dir / "submit.json")
     run.write(spec_dir / RUN_FILE)
@@ -161,8 +166,7 @@ def submit(args: argparse.Namespace) -> int:
             f"{written} yourself (POST /api/2.2/jobs/runs/submit), or set databricks.submit: true and rerun."
         )
     w = workspace.connect(section["profile"])
-    code = staging.snapshot_code(spec_dir / "code")
-    remote.upload_tree(w, code, f"{plan.stage}/code")
+    staging.stage_code(w, plan, code)
     staging.stage_data(w, plan, args.data)
     start = lineage.prepare(args.run_dir, identity, run)
     if (start.resume is None) != (resume_dir is None):

@@ -9,13 +9,24 @@ becomes one line with a HINT, without the SDK's request dump.
 from __future__ import annotations
 
 import importlib.util
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from snakeddp.errors import DatabricksError, add_hint
+from snakeddp.util.redact import redact_text
+
+# Seconds the credential check may retry an unanswered request, and wait for each answer.
+CHECK_S = 3
 
 CREDENTIALS_HINT = (
     "HINT: export DATABRICKS_HOST=https://<workspace-url> and DATABRICKS_TOKEN=<personal access token>, or set "
     "databricks.profile to a profile of ~/.databrickscfg; databricks-sdk's own chain reads them. Nothing was uploaded."
+)
+UNREACHABLE_HINT = (
+    "HINT: set DATABRICKS_HOST (or the profile's host) to your workspace's URL, https://<workspace-url>, and check "
+    "that this machine reaches it (a proxy: HTTPS_PROXY); nothing was uploaded."
 )
 
 
@@ -29,17 +40,47 @@ def require_sdk() -> None:
 
 
 def connect(profile: str | None) -> Any:
-    """A WorkspaceClient whose credentials resolved (``profile``: a ~/.databrickscfg profile, else the chain)."""
+    """A WorkspaceClient whose credentials resolved and were accepted (``profile``: a ~/.databrickscfg
+    profile, else the chain), or one line saying why not."""
     require_sdk()
     from databricks.sdk import WorkspaceClient
+    from databricks.sdk.core import Config
 
+    named = {"profile": profile} if profile else {}
+    checked = None
     try:
-        return WorkspaceClient(profile=profile) if profile else WorkspaceClient()
+        # The SDK retries an unreachable host for 5 minutes, also while it only resolves credentials
+        # (its host-metadata probe): bounded here, so a wrong DATABRICKS_HOST is one line in seconds.
+        with sdk_warnings_off():
+            checked = Config(**named, retry_timeout_seconds=CHECK_S, http_timeout_seconds=CHECK_S)
+            WorkspaceClient(config=checked).current_user.me()
     except ValueError as error:  # the SDK's "cannot configure default credentials"
         where = f"profile {profile}" if profile else "DATABRICKS_HOST/DATABRICKS_TOKEN or ~/.databrickscfg"
         raise DatabricksError(
             f"no usable Databricks credentials ({where}): {first_line(error)}. {CREDENTIALS_HINT}"
         ) from None
+    except Exception as error:  # refused, timed out, or the token not accepted (the SDK's DatabricksError family)
+        if type(error).__name__ in ("PermissionDenied", "Unauthenticated"):
+            raise api_error("checking the Databricks credentials", error) from None
+        host = redact_text(checked.host or "") if checked else "named"
+        raise DatabricksError(
+            f"the Databricks workspace {host} did not answer as one (retried for {CHECK_S} s): "
+            f"{first_line(error)} ({type(error).__name__}). {UNREACHABLE_HINT}"
+        ) from None
+    # The run's own requests keep the SDK's retries: a workspace that answered may still hiccup mid-run.
+    return WorkspaceClient(**named)
+
+
+@contextmanager
+def sdk_warnings_off() -> Iterator[None]:
+    """The SDK's own warnings (a failed host probe) off while the check runs: its one line says it all."""
+    logger = logging.getLogger("databricks.sdk")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def first_line(error: BaseException) -> str:

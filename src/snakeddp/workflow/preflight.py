@@ -245,8 +245,9 @@ def check_databricks(config: Mapping[str, Any], runs: Mapping[str, Mapping[str, 
     try:
         workspace.require_sdk()
         for run_id, run in runs.items():
+            manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
             plan = spec.plan_for(
-                run_id, run["config"], config["databricks"], "results/data/manifest.json", gpu=False, variables={}
+                run_id, run["config"], config["databricks"], manifest, code=code, gpu=False, variables={}
             )
             spec.submit_request(plan)
     except ConfigError as error:

@@ -1,0 +1,81 @@
+"""snakeddp.databricks.workspace: the credential check, in a process of its own with a fresh home, as
+the profile's preflight and each train job make it. A host that does not answer (a closed port on
+127.0.0.1, a non-routable address) is one line with a HINT in seconds, not the SDK's five minutes of
+retries; followed as the HINT says (the host set to a workspace that answers: the local stub), the
+check passes; a token the workspace refuses is one line too. No token reaches any output."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.databricks_server import DatabricksStub
+from tests.helpers import subprocess_env
+
+TOKEN = "dapi-77c1e0-workspace-stub-token"
+CHECK = (
+    "from snakeddp.databricks import workspace\n"
+    "from snakeddp.errors import exit_code\n"
+    "raise SystemExit(exit_code('snakeddp.databricks', lambda: print(workspace.connect(None).config.host) or 0))\n"
+)
+# Far above the check's own bound (seconds), far below the SDK's unbounded 300 s: a hang fails here.
+GUARD_S = 60
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(home: Path, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in subprocess_env().items() if not k.startswith("DATABRICKS_")}
+    return subprocess.run(
+        [sys.executable, "-c", CHECK],
+        env={**clean, "HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1 and lines[0].count("HINT:") == 1, done.stdout + done.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def stub(tmp_path: Path):
+    server = DatabricksStub(tmp_path / "workspace", TOKEN)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "token"), [("closed-port", None), ("https://10.255.255.1", None), ("closed-port", TOKEN)]
+)
+def test_an_unanswering_host_is_one_line_in_seconds_and_the_hints_host_passes(host, token, stub, tmp_path):
+    host = f"http://127.0.0.1:{closed_port()}" if host == "closed-port" else host
+    line = one_line(check(tmp_path, DATABRICKS_HOST=host, **({"DATABRICKS_TOKEN": token} if token else {})))
+    if token is None:  # the chain finds nothing to authenticate with, after the host's probe gave up
+        assert line.startswith("snakeddp.databricks: no usable Databricks credentials"), line
+        assert "HINT: export DATABRICKS_HOST=https://<workspace-url> and DATABRICKS_TOKEN=" in line
+    else:
+        assert f"the Databricks workspace {host} did not answer as one" in line, line
+        assert "HINT: set DATABRICKS_HOST (or the profile's host) to your workspace's URL" in line
+        assert TOKEN not in line
+    # As the HINT says: the host set to a workspace that answers (the stub), with its token.
+    done = check(tmp_path, DATABRICKS_HOST=stub.url, DATABRICKS_TOKEN=TOKEN)
+    assert done.returncode == 0 and done.stdout.strip() == stub.url, done.stdout + done.stderr
+    assert stub.requests("GET", "/api/2.0/preview/scim/v2/Me"), "the check asked the workspace who the token is"
+
+
+def test_a_token_the_workspace_refuses_is_one_line_naming_the_credentials(stub, tmp_path):
+    refused = one_line(check(tmp_path, DATABRICKS_HOST=stub.url, DATABRICKS_TOKEN="dapi-revoked-0000"))
+    assert "checking the Databricks credentials failed" in refused and "(Unauthenticated)" in refused, refused
+    assert "HINT: export DATABRICKS_HOST=" in refused and "dapi-revoked-0000" not in refused
