@@ -12,8 +12,8 @@ run: setup
 test: setup-dev system-packages lint pytest
 
 lint: setup-dev
-	$(BIN)/ruff check src tests bench tools examples
-	$(BIN)/ruff format --check src tests bench tools examples
+	$(BIN)/ruff check src scripts tests bench tools examples
+	$(BIN)/ruff format --check src scripts tests bench tools examples
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/python -m snakeddp.environment.files check
 	$(BIN)/hadolint envs/Dockerfile

@@ -1,8 +1,8 @@
-"""11. Spark: one run through TorchDistributor on a local standalone cluster vs the direct launcher.
+"""12. Spark: one run through TorchDistributor on a local standalone cluster vs the direct launcher.
 
 Both cases are ``python -m snakeddp.launch`` of the same run (the default linear model, 2 gloo
 ranks, one thread each): ``--platform spark`` against a master and two 1-core workers on
-127.0.0.1 (started once by the documented one-liner, ``python tests/spark/cluster.py start``,
+127.0.0.1 (started once by the documented one-liner, ``python scripts/spark_cluster.py start``,
 run as a command: bench imports no test module), and ``--platform local`` (the direct launcher:
 snakeddp's supervisor forking both ranks). The figures are the run's fixed cost (launch to the
 first step plus the end of the last epoch to exit: the wall time less rank 0's training window,
@@ -27,8 +27,8 @@ from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 
 NAME = "spark"
-TITLE = "11. Spark (TorchDistributor)"
-CLUSTER = REPO / "tests" / "spark" / "cluster.py"
+TITLE = "12. Spark (TorchDistributor)"
+CLUSTER = REPO / "scripts" / "spark_cluster.py"
 
 
 def cluster(action: str, directory: Path) -> float:
@@ -176,7 +176,7 @@ def notes(
         "the same run.yaml and data for both; medians over alternating rounds, the first round discarded (it "
         "warms the page cache and the JVM's jar reads). Both launches are `python -m snakeddp.launch`; neither "
         "goes through Snakemake.",
-        f"The cluster (a master and two 1-core workers, `python tests/spark/cluster.py start`) took "
+        f"The cluster (a master and two 1-core workers, `python scripts/spark_cluster.py start`) took "
         f"{started_s:.1f} s to start and {stopped_s:.1f} s to stop, outside every figure: a cluster serves "
         "many runs. End to end, a run took "
         f"{wall['spark']:.1f} s through Spark and {wall['direct']:.1f} s direct.",

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(openmpi-bin libopenmpi-dev)
 # The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
 packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
-# The JVM of the standalone Spark test cluster and of the spark platform's driver (tests/spark/cluster.py).
+# The JVM of the standalone Spark test cluster and of the spark platform's driver (scripts/spark_cluster.py).
 packages+=(openjdk-17-jre-headless)
 # Headless rendering of the HTML report, with a font for its figures.
 packages+=(chromium fonts-dejavu-core)

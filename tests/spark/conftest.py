@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.spark_cluster import Cluster, ClusterError, executors, start, stop
 from tests.helpers import sigterm_interrupts
-from tests.spark.cluster import Cluster, ClusterError, executors, start, stop
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import psutil
 import pytest
 import torch
 
+from scripts.spark_cluster import Cluster, executors
 from tests.helpers import TINY, Workflow, subprocess_env
-from tests.spark.cluster import Cluster, executors
 
 pytestmark = pytest.mark.e2e
 

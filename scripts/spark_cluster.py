@@ -1,7 +1,7 @@
 """A real standalone Spark cluster on this machine: one master and two 1-core workers on 127.0.0.1.
 
-    .venv/bin/python tests/spark/cluster.py start   # prints the master URL and the line to export
-    .venv/bin/python tests/spark/cluster.py stop    # stops the workers (and their executors), then the master
+    .venv/bin/python scripts/spark_cluster.py start   # prints the master URL and the line to export
+    .venv/bin/python scripts/spark_cluster.py stop    # stops the workers (and their executors), then the master
 
 The master and the workers are the JVM classes of the pyspark wheel (it ships no start-master
 script), started with ``spark-class`` and a JDK (JAVA_HOME, else ``java`` on PATH). Everything lives
@@ -22,13 +22,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HOST = "127.0.0.1"
-DEFAULT_DIR = Path(os.environ.get("SNAKEDDP_SPARK_DIR", Path(os.environ.get("TMPDIR", "/tmp")) / "snakeddp-spark"))
+DEFAULT_DIR = Path(os.environ.get("SNAKEDDP_SPARK_DIR", Path(tempfile.gettempdir()) / "snakeddp-spark"))
 STATE_FILE = "cluster.json"
 # A master JVM answers in 3-6 s on a busy 2-core machine and each worker registers 2-5 s later.
 START_TIMEOUT = 90.0
