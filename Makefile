@@ -1,7 +1,7 @@
 # The two commands of the README, and the checks CI runs.
 #   make run    set up .venv from the locks, then run the whole pipeline on the local profile
 #   make test   set up .venv (with test tools) and system packages, lint, run every test
-.PHONY: run test lint pytest bench setup setup-dev system-packages
+.PHONY: run test lint pytest pytest-cold bench setup setup-dev system-packages
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 run: setup
 	$(BIN)/snakemake --profile profiles/local
 
-test: setup-dev system-packages lint pytest
+test: setup-dev system-packages lint pytest pytest-cold
 
 lint: setup-dev
 	$(BIN)/ruff check src scripts tests bench tools examples
@@ -29,6 +29,11 @@ lint: setup-dev
 WORKERS ?= 2
 pytest: setup-dev
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --durations=40
+
+# The fast tests (not e2e, not Slurm) again with every job and rank started cold: the local profile
+# forks them from a warm process by default (snakeddp.warm), which SNAKEDDP_WARM_START=0 turns off.
+pytest-cold: setup-dev
+	SNAKEDDP_WARM_START=0 $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not e2e and not slurm and not gpu"
 
 bench: setup-dev
 	$(BIN)/python -m bench

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from bench import runs
 from bench.datasets import data_config
 from bench.harness import (
     MB,
@@ -103,19 +104,22 @@ def run(ctx: Context) -> Result:
         return {"s": seconds}
 
     def one_step_process() -> dict[str, float]:
-        # One data_partition job's own process, as the rule runs it, without Snakemake around it;
-        # and that process's interpreter and imports alone.
+        # One data_partition job's own process, as the rule runs it, without Snakemake around it: forked
+        # by a warm process (the local profile's jobs) and cold; and a cold interpreter's imports alone.
         directory = next(fresh)
         directory.mkdir()
         argv = [sys.executable, "-m", "snakeddp.steps", "partition", "--params", json.dumps(params), "--index", "0"]
         argv += ["--ingest=", "--out", str(directory / "p.safetensors"), "--entry", str(directory / "p.json")]
+        times = {}
+        for name, env in (("s", warm_env), ("cold_s", child_env())):
+            start = time.perf_counter()
+            run_checked(argv, env=env)
+            times[name] = time.perf_counter() - start
         start = time.perf_counter()
-        run_checked(argv, env=child_env())
-        middle = time.perf_counter()
         run_checked([sys.executable, "-c", "import snakeddp.steps, snakeddp.data.generate"], env=child_env())
-        imports = time.perf_counter() - middle
+        times["imports_s"] = time.perf_counter() - start
         shutil.rmtree(directory)
-        return {"s": middle - start, "imports_s": imports}
+        return times
 
     def generator_only() -> dict[str, float]:
         start = time.perf_counter()
@@ -142,19 +146,20 @@ def run(ctx: Context) -> Result:
         return {"s": seconds, "bytes": sum(sizes_to_write)}
 
     file_bytes = sum(a.nbytes for a in synthetic.generate(params, "train", 0).values())
-    samples = alternate(
-        {
-            "snakemake": snakemake_stage,
-            "snakemake_many": snakemake_many,
-            "one_process": one_process_loop,
-            "step_process": one_step_process,
-            "generator": generator_only,
-            "disk": disk_write,
-            "dry_run": dry_run,
-        },
-        reps=sizes.reps_or(3),
-        warmup=sizes.warmup_or(0),
-    )
+    with runs.warm_jobs() as warm_env:
+        samples = alternate(
+            {
+                "snakemake": snakemake_stage,
+                "snakemake_many": snakemake_many,
+                "one_process": one_process_loop,
+                "step_process": one_step_process,
+                "generator": generator_only,
+                "disk": disk_write,
+                "dry_run": dry_run,
+            },
+            reps=sizes.reps_or(3),
+            warmup=sizes.warmup_or(0),
+        )
     rng_limits = [(parts * g["train_s"] + g["val_s"]) / cores for g in samples["generator"]]
     disk_limits = [d["s"] for d in samples["disk"]]
     bounds = [max(r, d) for r, d in zip(rng_limits, disk_limits, strict=True)]
@@ -202,7 +207,8 @@ def run(ctx: Context) -> Result:
             ratio=median([m / lim for m, lim in zip(marginal, per_partition_limits, strict=True)]),
             ratio_of="ours ÷ limit",
             op="<=",
-            threshold=1.5,
+            # Issue 33's target, with jobs forked warm (the data issue asked 1.5 of cold jobs, and missed).
+            threshold=2.0,
         )
     )
     jobs = parts + 2
@@ -212,6 +218,7 @@ def run(ctx: Context) -> Result:
     # Core-seconds each partition costs beyond the first `parts`, and its job's own process.
     per_partition_core_s = median(marginal) * cores
     step = median([c["s"] for c in samples["step_process"]])
+    cold_step = median([c["cold_s"] for c in samples["step_process"]])
     imports = median([c["imports_s"] for c in samples["step_process"]])
     result.notes += [
         f"{total_bytes / MB:,.0f} MB written in {jobs} jobs for {parts} partitions. Limits: the generator makes "
@@ -225,12 +232,13 @@ def run(ctx: Context) -> Result:
         f"{median(marginal):.3f} s on {cores} cores ({per_partition_core_s:.2f} s of a core), against the "
         "limit per partition.",
         f"Where a partition's {per_partition_core_s:.2f} core-seconds go: its job's process (`python -m "
-        f"snakeddp.steps partition`, run alone) takes {step:.2f} s, of which {imports:.2f} s is the interpreter and "
-        f"its imports (numpy is most of it) and {step - imports:.2f} s generating ({generate_s:.2f} s in a warm "
-        "process, as the limit measures it; more in a fresh one, whose memory is new), hashing and writing with "
-        f"fsync. The remaining {per_partition_core_s - step:.2f} s is two jobs at a time sharing {cores} cores and "
-        "one disk, and Snakemake's own work per job (scheduling, shell, output checks, metadata: about 15 ms a "
-        "job in a workflow of trivial shell jobs here).",
+        f"snakeddp.steps partition`, run alone) takes {step:.2f} s forked by the workflow's warm process (the "
+        f"local profile's default, snakeddp.warm), against {cold_step:.2f} s cold, of which {imports:.2f} s is "
+        f"the interpreter and its imports (numpy is most of it); the rest is generating ({generate_s:.2f} s in "
+        "a process that has generated before, as the limit measures it; more in a fresh one, whose memory is "
+        "new), hashing and writing with fsync. The remainder is two jobs at a time sharing "
+        f"{cores} cores and one disk, and Snakemake's own work per job (scheduling, shell, output checks, "
+        "metadata: about 15 ms a job in a workflow of trivial shell jobs here).",
         "Fixed here: a data job joined the partition's arrays into one blob before writing and hashing it "
         "(tobytes and join: the partition three times in memory) and converted all features to float64 at once "
         "for the teacher's logits. It now writes and hashes the arrays piece by piece and computes the logits "
@@ -239,21 +247,17 @@ def run(ctx: Context) -> Result:
         "the BLAKE3 of files written before). Earlier: `snakeddp.data.partitions` no longer imports torch.",
     ]
     if any(figure.met is False for figure in result.figures):
-        work = step - imports
         result.notes.append(
-            f"Missed because every partition is a job and every job a new Python process: {imports:.2f} s of "
-            f"interpreter and imports before any work, next to {generate_s:.2f} s of generating. Even without them "
-            f"a job's own work ({work:.2f} s: generating in fresh memory, hashing, writing with fsync) is "
-            f"{work / generate_s:.1f}× the limit's generator, which neither hashes nor waits for the disk: at this "
-            "partition size one job per partition cannot reach 1.5×, whatever a job's start costs. Several "
-            "partitions per job was weighed again and not done: a Snakemake job has a fixed list of outputs, "
-            "deleted before it runs, so a job of K partitions rewrites all K when one is missing; one whose "
-            "outputs are only the missing partitions (planned when the workflow starts) changes the recorded "
-            "inputs of the partitions it placed, and Snakemake reruns a job whose set of inputs changed. Both "
-            "break promises the README makes (one missing partition regenerates alone; more partitions generate "
-            "only the new files). Next step: larger partitions, which spread a job's fixed cost over more bytes "
-            "(the tutorial's 40 MB is small for a cluster); and to lower that cost, partitions generated by a "
-            "process that has numpy imported already (a generator the local profile's jobs hand their partition "
-            f"to) would save up to {imports:.2f} s a partition."
+            f"What is left: a job's own work (generating in fresh memory, hashing, writing with fsync) is "
+            f"{step / generate_s:.1f}× the limit's generator, which neither hashes nor waits for the disk, and "
+            "Snakemake's work per job comes on top; at this partition size one job per partition cannot reach "
+            "1.5× whatever a job's start costs (the 8-partition row is Snakemake's start-up). Several partitions "
+            "per job was weighed again and not done: a Snakemake job has a fixed list of outputs, deleted before "
+            "it runs, so a job of K partitions rewrites all K when one is missing; one whose outputs are only the "
+            "missing partitions (planned when the workflow starts) changes the recorded inputs of the partitions "
+            "it placed, and Snakemake reruns a job whose set of inputs changed. Both break promises the README "
+            "makes (one missing partition regenerates alone; more partitions generate only the new files). Next "
+            "step: larger partitions, which spread a job's fixed cost over more bytes (the tutorial's 40 MB is "
+            "small for a cluster)."
         )
     return result

@@ -190,7 +190,8 @@ def run(ctx: Context) -> Result:
             ratio=paired_ratio(samples["ours"], samples["tutorial"], "s"),
             ratio_of="ours ÷ tutorial's scripts",
             op="<=",
-            threshold=1.0,
+            # Issue 33's target (the tutorial issue's was 1.0, within a bound of 1.5).
+            threshold=0.8,
         )
     )
     spans = _medians(samples["ours"], "span:")
@@ -204,36 +205,34 @@ def run(ctx: Context) -> Result:
         "(torch.randn features, as its create_data.py), then torchrun starts `bench.handwritten_ddp --format pickle` "
         "(the one-layer model, Adam, validation and a rank-0 checkpoint each epoch). It checks no data, records no "
         "environment or provenance and writes no report; ours does all of that, in parallel jobs where the DAG "
-        "allows. The issue's bound is 1.5; the target 1.0."
+        "allows. Issue 33's target is 0.8 (the tutorial issue's: 1.0, within a bound of 1.5)."
     )
     rank0 = _medians(samples["ours"], "rank0:")
     alone = {key: median([s[key] for s in samples["imports"]]) for key in ("ours_s", "baseline_s")}
     result.notes.append(
         f"The training job's rank 0 (`timing.phases` of its provenance, medians): {rank0['startup_s']:.1f} s from "
-        f"process start to its first step, {rank0['imports_s']:.1f} s of it the interpreter and imports while the "
-        f"other rank imports beside it on {os.cpu_count()} cores; its whole life {rank0['total_s']:.1f} s. One "
-        f"process importing a rank's modules alone: {alone['ours_s']:.1f} s (`import snakeddp.train`: torch, "
-        f"Lightning, torchmetrics) against {alone['baseline_s']:.1f} s for the baseline's ranks (`import torch, "
-        "torch.distributed`)."
+        f"its fork to its first step, {rank0['imports_s']:.2f} s of it imports: with warm starts (the local "
+        "profile's default, snakeddp.warm) the ranks are forked from the training job's supervisor, itself forked "
+        "from the workflow's warm process, which imported torch, Lightning and snakeddp once while the data and "
+        f"record jobs ran; its whole life {rank0['total_s']:.1f} s. One process importing a rank's modules alone: "
+        f"{alone['ours_s']:.1f} s (`import snakeddp.train`: torch, Lightning, torchmetrics) against "
+        f"{alone['baseline_s']:.1f} s for the baseline's ranks (`import torch, torch.distributed`)."
     )
     figure = result.figures[0]
     if figure.met is False:
         bound = "within" if figure.ratio is not None and figure.ratio <= BOUND else "over"
         result.notes.append(
-            f"Missed the target 1.0 ({bound} the issue's bound, {BOUND}): the gap is start-up the baseline does not "
-            f"have, most of it other packages' imports. Each rank imports for {alone['ours_s']:.1f} s where the "
-            f"baseline's import for {alone['baseline_s']:.1f} s: Lightning 2.6 imports torch._dynamo "
-            "(lightning.fabric.wrappers, 0.9 s in one `python -X importtime` here) and torchmetrics imports "
-            "matplotlib whenever it is installed (0.4 s); snakeddp's own modules add 0.26 s. Snakemake takes about 1 s "
-            "before its first job (its command line imports every installed executor plugin; the Slurm plugin "
-            "imports pandas at module level). The report job takes about 0.9 s, most of it matplotlib's and "
-            "rocrate's imports. Next step: the imports are upstream's to make lazy; on our side, ranks forked from "
-            "one process that has imported once would import once instead of once per rank (here two ranks "
-            f"importing at once took {rank0['imports_s'] - alone['ours_s']:.1f} s longer than one alone, interpreter "
-            "start included), but forking after `import torch` rules out any "
-            "CUDA call before the fork and any thread the imports start, which would have to be guaranteed for "
-            "every launcher: weighed, not done. Batching partitions per data job does not fit Snakemake "
-            "(2. Data generation)."
+            f"Missed the target 0.8 ({bound} the tutorial issue's bound, {BOUND}): the warm process's one import "
+            f"({alone['ours_s']:.1f} s of torch, Lightning and snakeddp, where the baseline's ranks import "
+            f"{alone['baseline_s']:.1f} s of torch) is on the critical path: the training job waits for it (it "
+            "would otherwise import the same beside it), and the data and record jobs share the other core "
+            "meanwhile. Lightning 2.6 imports torch._dynamo (lightning.fabric.wrappers, 0.9 s in one "
+            "`python -X importtime` here) and torchmetrics imports matplotlib whenever it is installed (0.4 s). "
+            "Snakemake takes about 1 s before its first job (its command line imports every installed executor "
+            "plugin; the Slurm plugin imports pandas at module level). Next step: those imports are upstream's "
+            "to make lazy; a warm process that outlives one invocation (started by the first, reused by the "
+            "next) would take the import off every run after the first, at the cost of a process that stays "
+            "behind: weighed, not done (issue 33 asks that it goes away with Snakemake)."
         )
     result.notes.append(
         "Fixed in stop 20: the local profile starts its ranks itself (`launch.launcher: direct`, "
