@@ -53,15 +53,19 @@ PRELOAD = (
     "snakeddp.environment.capture",
     "torch",
     "lightning",
+    "adlfs",
+    "gcsfs",
+    "s3fs",
+    "tabulate",
     "snakeddp.train",
     "snakeddp.data.table",
 )
-#: Imported too where installed: Lightning imports the first three in every trainer.fit (its cloud_io
-#: checks whether a checkpoint path is object storage), 0.4-0.8 s of each run's set-up here; torch's
-#: dynamo imports tabulate at every exit of a process that imported torch (its compile-time summary),
-#: 20 ms of every job. One that fails to import is left to the jobs, which meet the same failure as a
-#: fresh process (Lightning skips it).
-OPTIONAL = ("adlfs", "gcsfs", "s3fs", "tabulate")
+#: Imported where installed, before snakeddp.train (a train job waits for that one, NEEDS): Lightning
+#: imports the first three in every trainer.fit (its cloud_io checks whether a checkpoint path is
+#: object storage), 0.4-0.8 s of each run's set-up here; torch's dynamo imports tabulate at every exit
+#: of a process that imported torch (its compile-time summary), 20 ms of every job. One that fails to
+#: import is left to the jobs, which meet the same failure as a fresh process (Lightning skips it).
+OPTIONAL = frozenset({"adlfs", "gcsfs", "s3fs", "tabulate"})
 #: A step that would import a preloaded module first thing waits for it rather than import it beside
 #: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
 #: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
@@ -125,14 +129,14 @@ class Server:
             os.write(2, f"{line}\n".encode(errors="replace"))
 
     # The loop.
-    def serve(self, preload: Sequence[str] = (), optional: Sequence[str] = ()) -> None:
-        """Serve jobs until stopped, importing ``preload`` (and what of ``optional`` is installed) one
-        module per turn of the loop, so no job waits for more than one import."""
+    def serve(self, preload: Sequence[str] = (), optional: frozenset[str] = frozenset()) -> None:
+        """Serve jobs until stopped, importing ``preload`` (of it, ``optional`` modules where installed)
+        one module per turn of the loop, so no job waits for more than one import."""
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
-        self.pending = [*preload, *(name for name in optional if importlib.util.find_spec(name) is not None)]
-        required = set(preload)
+        self.pending = [m for m in preload if m not in optional or importlib.util.find_spec(m) is not None]
+        required = set(preload) - optional
         while True:
             for key, _ in self.selector.select(timeout=0 if self.pending and self.ready is None else 1.0):
                 if key.data == "accept":
