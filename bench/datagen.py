@@ -250,8 +250,9 @@ def run(ctx: Context) -> Result:
         result.notes.append(
             f"What is left: a job's own work (generating in fresh memory, hashing, writing with fsync) is "
             f"{step / generate_s:.1f}× the limit's generator, which neither hashes nor waits for the disk, and "
-            "Snakemake's work per job comes on top; at this partition size one job per partition cannot reach "
-            "1.5× whatever a job's start costs (the 8-partition row is Snakemake's start-up). Several partitions "
+            "Snakemake's work per job comes on top (the scheduling, the shell, the client's start and the fork); "
+            "at this partition size one job per partition stays above 2× (the 8-partition row is Snakemake's "
+            "start-up). Several partitions "
             "per job was weighed again and not done: a Snakemake job has a fixed list of outputs, deleted before "
             "it runs, so a job of K partitions rewrites all K when one is missing; one whose outputs are only the "
             "missing partitions (planned when the workflow starts) changes the recorded inputs of the partitions "
