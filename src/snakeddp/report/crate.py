@@ -2,7 +2,7 @@
 
 The crate root is the report directory. What the runs were made from and what they made is
 placed under ``files/`` (hard links where the filesystem allows, so checkpoints cost no space,
-copies otherwise): the workflow (Snakefile, rules, scripts, environment specs), the config, each
+copies otherwise): the workflow (Snakefile, rules, environment specs), the config, each
 dataset's manifest, and per run its run.yaml, metrics.csv, provenance.json, checkpoints and log.
 Zip ``results/report`` and the report, the figures and the evidence travel together.
 
@@ -159,7 +159,7 @@ def _workflow(
 ) -> Any:
     """The Snakefile as the main ComputationalWorkflow: a HowTo whose steps are the rules that ran, each
     naming its tool, and whose parts are those tools (the profile asks every tool to be an action's
-    instrument). The other source files (rules, scripts, environment specs) are files of the crate, not
+    instrument). The other source files (rules, environment specs) are files of the crate, not
     parts: a workflow's parts are the tools it runs."""
     crate = builder.crate
     snakefile = repo / "Snakefile"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # Relative to the workflow's directory; the Snakefile itself is the crate's main entity.
-WORKFLOW_GLOBS = ("Snakefile", "rules/*.smk", "scripts/*.py", "envs/*.yaml", "envs/*.lock", "config/schema.yaml")
+WORKFLOW_GLOBS = ("Snakefile", "rules/*.smk", "envs/*.yaml", "envs/*.lock", "config/schema.yaml")
 
 
 def workflow_files(repo: str | Path) -> list[Path]:
