@@ -327,10 +327,21 @@ def stop_unless_report_made():
         snakeddp_preflight.stop(error)
 
 
-# The report job's inputs and outputs by name (an output the workflow does not make is empty), its
-# settings, the config the crate records (CRATE_CONFIG, rules/report.smk) and the config files, as
-# one parameter (snakeddp.report.job).
-def get_report_json(wildcards, input, output):
+# The report's settings, the config its crate records (CRATE_CONFIG, rules/report.smk) and the config
+# files, as one parameter (snakeddp.report.job): its rerun key, as the three parameters were.
+def get_report_json(wildcards):
+    return param_file(
+        json.dumps(
+            {"settings": REPORT, "config": CRATE_CONFIG, "configfiles": CONFIG_FILES},
+            sort_keys=True,
+        )
+    )
+
+
+# The report job's inputs and outputs by name (an output the workflow does not make is empty), as a
+# second parameter file. Derived from them, it is no rerun key of its own (Snakemake leaves such
+# parameters out: persistence's non_derived_params); a change of them is an input or output change.
+def get_report_files(wildcards, input, output):
     def one(files):
         return str(files[0]) if isinstance(files, list) and files else str(files or "")
 
@@ -341,9 +352,6 @@ def get_report_json(wildcards, input, output):
                     name: [str(f) for f in input[name]] for name in input.keys()
                 },
                 "outputs": {name: one(output[name]) for name in output.keys()},
-                "settings": REPORT,
-                "config": CRATE_CONFIG,
-                "configfiles": CONFIG_FILES,
             },
             sort_keys=True,
         )

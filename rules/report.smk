@@ -104,5 +104,7 @@ rule report:
         "../envs/report.yaml"
     params:
         report=get_report_json,
+        files=get_report_files,
     shell:
-        "python -m snakeddp.steps report --params {params.report:q} > {log:q} 2>&1"
+        "python -m snakeddp.steps report --params {params.report:q} --files {params.files:q}"
+        " > {log:q} 2>&1"

@@ -9,7 +9,7 @@
     python -m snakeddp.steps rung-config --run-id ID --run FILE --epochs 3 --out results/search/ID/epochs-3.yaml
     python -m snakeddp.steps search-rung --rung 1 --plan FILE --records R... --out results/search/rung-1.json
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
-    python -m snakeddp.steps report --params FILE
+    python -m snakeddp.steps report --params FILE --files FILE
 
 A run's config, a search's plan and the report's inputs and settings come as files
 (``.snakemake/snakeddp/params/<sha256>.json``, snakeddp.workflow.paramfile), which the step refuses
@@ -33,6 +33,7 @@ import argparse
 import functools
 import json
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def _report(args: argparse.Namespace) -> None:
     from snakeddp.workflow import paramfile
 
     freeze_imports()  # matplotlib, rocrate: less work at exit (snakeddp.util.shutdown)
-    job.write(paramfile.read(args.params))
+    job.write({**paramfile.read(args.params), **paramfile.read(args.files)})
 
 
 def _json(text: str) -> object:
@@ -185,8 +186,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     environment.add_argument("--stage", required=True, help="data, train or report")
     environment.add_argument("--image", default=None, help="container image the stage runs in")
     report = step("report", _report, out=False)
-    report.add_argument("--params", required=True, help="a file of its inputs, outputs and settings (paramfile)")
+    report.add_argument("--params", required=True, help="a file of its settings, config and config files (paramfile)")
+    report.add_argument("--files", required=True, help="a file of its inputs and outputs by name (paramfile)")
     return parser.parse_args(argv)
+
+
+#: How a step's one-line errors begin where not "snakeddp.steps:": the report's are read in its log
+#: (Snakemake shows it when the job fails) as the report's.
+PROGS = {"report": "snakeddp report"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -196,4 +203,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(exit_code("snakeddp.steps", main))
+    raise SystemExit(exit_code(PROGS.get(next(iter(sys.argv[1:]), ""), "snakeddp.steps"), main))

@@ -44,7 +44,11 @@ def test_timing_phases_add_up_to_the_process_wall_time(record):
     assert 0 <= phases["imports_s"] < 0.3, "the warm process imported torch and Lightning once, for every rank"
     assert phases["checkpoint_s"] > 0 and phases["validation_s"] > 0 and phases["train_loop_s"] > 0
     parts = ("startup_s", "train_loop_s", "validation_s", "checkpoint_s", "teardown_s")
-    assert 0.9 * phases["total_s"] <= sum(phases[k] for k in parts) <= phases["total_s"] + 0.01
+    # Forked warm, a tiny run's rank lives about half a second, and the moments between the phases
+    # (each epoch's end: metrics, progress line, the next partition) add tens of milliseconds: no
+    # unmeasured stretch may be longer than 10% of the whole or 0.15 s, whichever is more.
+    unmeasured = max(0.1 * phases["total_s"], 0.15)
+    assert phases["total_s"] - unmeasured <= sum(phases[k] for k in parts) <= phases["total_s"] + 0.01
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
 """The report job (rule report, ``python -m snakeddp.steps report``): all of results/report/ in one process.
 
-The rule hands everything over as one parameter file (snakeddp.workflow.paramfile): the job's
-inputs and outputs by name (an output the workflow does not make is empty), the report settings,
-the config the crate records and the config files. As a shell step, not a Snakemake ``script:``,
+The rule hands everything over as two parameter files (snakeddp.workflow.paramfile): the report
+settings, the config the crate records and the config files (the rerun key), and the job's inputs
+and outputs by name (an output the workflow does not make is empty). As a shell step, not a
+Snakemake ``script:``,
 it is forked from the workflow's warm process like every other step (snakeddp.warm), where
 matplotlib and the report's modules are imported already.
 """
@@ -30,7 +31,7 @@ OPTIONAL_OUTPUTS = ("scaling", "scaling_series", "tuning", "tuning_series", "sea
 
 def write(params: Mapping[str, Any]) -> None:
     """The runs table, the configurations table, the figures, the page and the crate, from ``params``
-    (the rule's parameter file: inputs, outputs, settings, config, configfiles)."""
+    (the rule's two parameter files together: inputs, outputs, settings, config, configfiles)."""
     inputs: Mapping[str, list[str]] = params["inputs"]
     out: dict[str, str] = {name: "" for name in OPTIONAL_OUTPUTS} | params["outputs"]
     settings = params["settings"]
