@@ -33,7 +33,7 @@ def write(params: Mapping[str, Any]) -> None:
     """The runs table, the configurations table, the figures, the page and the crate, from ``params``
     (the rule's two parameter files together: inputs, outputs, settings, config, configfiles)."""
     inputs: Mapping[str, list[str]] = params["inputs"]
-    out: dict[str, str] = {name: "" for name in OPTIONAL_OUTPUTS} | params["outputs"]
+    out: Mapping[str, str] = params["outputs"]  # every output of the rule, "" where it makes none
     settings = params["settings"]
     say(f"report: {out['html']} from {len(inputs['provenance'])} runs")
     # Every provenance file and metrics.csv is read once, here; each part below gets the runs.

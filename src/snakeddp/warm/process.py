@@ -59,8 +59,8 @@ class WarmProcess:
         """Start it and return its socket's path (handoff.SOCKET's value for the jobs)."""
         self.directory = terminal.socket_directory(PREFIX)
         path = os.path.join(self.directory, "warm")
-        # Bound and listening here, before any job can look for it: jobs that come while the warm
-        # process imports wait in its queue (neither cold nor importing for themselves).
+        # Bound and listening here, before any job can look for it: a job that comes before the warm
+        # process's loop runs waits in the listen queue (it does not start cold).
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
             listener.bind(path)
             listener.listen(64)

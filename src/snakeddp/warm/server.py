@@ -4,7 +4,8 @@ Started by Snakemake's process when a local workflow starts (``snakeddp.warm.pro
 every step a job hands it (``snakeddp.util.handoff``), while it imports what the steps import (torch,
 Lightning, numpy, snakeddp) one module at a time between the jobs. One thread and a ``selectors``
 loop serve every job at once: the listening socket, each job's connection (closed early: its client
-was killed, so the job is too) and each job's pidfd (readable: the job ended; its status goes back to its client).
+was killed, so the job is too) and each job's pidfd (readable: the job ended; its status goes back
+to its client).
 
 Only its owner can use it: the socket lies in a directory of mode 0700, the peer's uid is checked
 with SO_PEERCRED, only the workflow's own steps (``handoff.ENTRY_POINTS``) are run, and a request
@@ -98,7 +99,7 @@ class Server:
     parent: int
     handlers: dict[int, Any]
     entries: tuple[str, ...] = handoff.ENTRY_POINTS
-    ready: str | None = None  # why nothing is forked (the preload failed), None once it succeeded
+    ready: str | None = None  # why nothing more is forked (an import or a fork check failed), else None
     jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
     said: set[str] = field(default_factory=set)
     needs: dict[str, str] = field(default_factory=lambda: dict(NEEDS))
@@ -121,6 +122,10 @@ class Server:
             *(conn.fileno() for conn in self.parked),
             *(fd for _, fds in self.parked.values() for fd in fds),
         }
+
+    def directory(self) -> str:
+        """The warm process's directory (mode 0700), which holds its socket."""
+        return os.path.dirname(self.listener.getsockname())
 
     def say(self, line: str) -> None:
         """One line on the workflow's terminal (this process's stderr is Snakemake's), once."""
@@ -157,7 +162,7 @@ class Server:
                     if not self.must_wait(request):
                         self.unpark(conn)
                 if not self.pending:  # for whoever waits for it (snakeddp.warm.process.WarmProcess.imported)
-                    open(os.path.join(os.path.dirname(self.listener.getsockname()), IMPORTED), "w").close()
+                    open(os.path.join(self.directory(), IMPORTED), "w").close()
 
     def warm_up(self, module: str, required: set[str]) -> None:
         """Import one more module; a required one that fails leaves every later job cold."""
@@ -176,9 +181,7 @@ class Server:
         request, fds = self.parked.pop(conn)
         self.selector.unregister(conn)
         if gone:
-            conn.close()
-            for fd in fds:
-                os.close(fd)
+            drop(conn, fds)
             return
         conn.setblocking(True)
         self.start(conn, request, fds)
@@ -235,11 +238,7 @@ class Server:
                 answer(conn, {"declined": str(why)})
         else:
             self.say(f"snakeddp: the warm process dropped a job's request ({why}); that job starts cold.")
-        conn.close()
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        fds.clear()
+        drop(conn, fds)
 
     def check(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
         """Decline what this process would not be, or may not run."""
@@ -361,7 +360,7 @@ class Server:
     def stop(self) -> None:
         """Snakemake is done or gone: every running job gets SIGTERM, SIGKILL after the grace; then exit."""
         self.selector.unregister(self.listener)
-        directory = os.path.dirname(self.listener.getsockname())
+        directory = self.directory()
         self.listener.close()
         # Its directory (snakeddp.warm.process made it): gone with it, also when Snakemake was killed.
         if os.path.basename(directory).startswith(PREFIX):
@@ -382,6 +381,15 @@ class Server:
                 elif key.data == "signal":
                     _drain(self.wake_r)
         os._exit(0)
+
+
+def drop(conn: socket.socket, fds: list[int]) -> None:
+    """Close a job's connection and the descriptors it sent (the job runs cold, or is gone)."""
+    conn.close()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    fds.clear()
 
 
 def place(request: dict[str, Any], fds: list[int]) -> None:
