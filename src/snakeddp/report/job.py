@@ -3,9 +3,8 @@
 The rule hands everything over as two parameter files (snakeddp.workflow.paramfile): the report
 settings, the config the crate records and the config files (the rerun key), and the job's inputs
 and outputs by name (an output the workflow does not make is empty). As a shell step, not a
-Snakemake ``script:``,
-it is forked from the workflow's warm process like every other step (snakeddp.warm), where
-matplotlib and the report's modules are imported already.
+Snakemake ``script:``, it is forked from the workflow's warm process like every other step
+(snakeddp.warm), where matplotlib and the report's modules are imported already.
 """
 
 from __future__ import annotations
