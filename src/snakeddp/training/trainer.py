@@ -47,8 +47,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 @dataclass(frozen=True)
 class Callbacks:
-    """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them; the run reads
-    its results from them after fit."""
+    """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them but for the
+    checkpoint, which Lightning moves last; the run reads its results from them after fit."""
 
     monitor: MonitoredMetric
     """First: a model that does not log trainer.monitor's metric stops every rank before any callback
