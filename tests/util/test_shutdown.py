@@ -134,3 +134,30 @@ def test_the_agent_is_torchrun(tmp_path, code):
     assert ours.returncode == torchrun.returncode == (0 if code == 0 else 1), ours.stderr[-2000:]
     if code:
         assert "ChildFailedError" in ours.stderr and "exitcode  : 3" in ours.stderr, ours.stderr[-2000:]
+
+
+LIBRARY_PROBE = """
+import atexit, weakref
+seen = {}
+# Registered before torch is imported: atexit runs it after weakref.finalize's exit work.
+atexit.register(lambda: print("kept", sum(f.alive for f in seen["early"]), len(seen["early"]), seen["late"].alive))
+import torch
+from snakeddp.util.shutdown import freeze_imports
+
+def teardowns():
+    return [f for f, info in weakref.finalize._registry.items() if info.func is torch.library._del_library]
+
+freeze_imports()
+seen["early"] = teardowns()
+library = torch.library.Library("snakeddp_probe", "DEF")  # a user's own operators, made after
+(seen["late"],) = [f for f in teardowns() if f not in seen["early"]]
+"""
+
+
+def test_torchs_operator_libraries_die_with_the_process_but_a_later_library_is_torn_down():
+    done = subprocess.run(
+        [sys.executable, "-c", LIBRARY_PROBE], capture_output=True, text=True, env=subprocess_env(), check=True
+    )
+    kept, early, late_alive = done.stdout.split()[-3:]
+    assert int(early) > 50 and kept == early, done.stdout
+    assert late_alive == "False", "the library made after the imports was torn down at exit"

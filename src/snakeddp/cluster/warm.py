@@ -24,7 +24,6 @@ imports allocated is already frozen out of garbage collection (``gc.freeze``).
 from __future__ import annotations
 
 import atexit
-import gc
 import glob
 import importlib
 import os
@@ -41,6 +40,7 @@ from snakeddp.cluster.lifecycle import FORWARDED, die_with_parent
 from snakeddp.errors import LaunchError
 from snakeddp.run.variables import RANK_START, WARM_START
 from snakeddp.util.handoff import is_open
+from snakeddp.util.shutdown import freeze_imports
 
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -132,8 +132,9 @@ def import_once(modules: Sequence[str], entries: Sequence[str]) -> None:
         if package and hasattr(sys.modules.get(package), name):
             delattr(sys.modules[package], name)
     # Imported objects move where no collection in a child visits them: their pages stay shared
-    # (copy-on-write) instead of being copied into every child by its first collection.
-    gc.freeze()
+    # (copy-on-write) instead of being copied into every child by its first collection; and torch's
+    # operator libraries are not undone at every child's exit.
+    freeze_imports()
 
 
 def check_forkable(own_fds: set[int], imported: str) -> None:

@@ -29,6 +29,8 @@ import psutil  # noqa: E402
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_POLL_S = 0.5
 # How gloo (and NCCL's socket transport) fail a collective whose peer process is gone.
+# How long a rank whose peer is gone waits for Spark to kill its task (the job has ended) before it exits.
+PEER_LOST_WAIT_S = 30.0
 PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote process exited", re.IGNORECASE)
 
 
@@ -82,7 +84,10 @@ def main(argv: list[str]) -> int:
         if not PEER_LOST.search(str(error)):
             raise
         # Another rank's executor is gone (killed, its machine lost): Spark ends the job, and the
-        # driver names the lost executor in one line; this rank's traceback would only bury it.
+        # driver names the lost executor in one line; this rank's traceback would only bury it. So
+        # would torchrun's report of this rank's exit (its ChildFailedError), which reaches the
+        # driver's log unless Spark kills this task first, as it does on its way: wait for that.
+        time.sleep(PEER_LOST_WAIT_S)
         return 1
 
 

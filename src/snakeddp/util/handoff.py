@@ -29,7 +29,6 @@ import signal
 import socket
 import struct
 import sys
-from typing import Any
 
 #: The socket of the workflow's warm process, set in Snakemake's environment (so in every local job's).
 SOCKET = "SNAKEDDP_WARM_SOCKET"
@@ -46,7 +45,7 @@ class ProtocolError(Exception):
     """A message that is not one: too long, cut short, or not a JSON object."""
 
 
-def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+def send(sock: socket.socket, message: dict[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
     data = json.dumps(message).encode()
     frame = _LENGTH.pack(len(data)) + data
     sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
@@ -54,7 +53,7 @@ def send(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[in
         sock.sendall(frame[sent:])
 
 
-def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
+def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, object] | None, list[int]]:
     """One message and the descriptors that came with it; (None, []) when the peer closed first."""
     if max_fds:
         head, fds, _, _ = socket.recv_fds(sock, _LENGTH.size, max_fds)
