@@ -51,6 +51,7 @@ PRELOAD = (
     *handoff.ENTRY_POINTS,
     "numpy",
     "snakeddp.data.generate",
+    "blake3",
     "snakeddp.environment.capture",
     "torch",
     "lightning",
@@ -62,11 +63,12 @@ PRELOAD = (
     "snakeddp.data.table",
 )
 #: Imported where installed, before snakeddp.train (a train job waits for that one, NEEDS): Lightning
-#: imports the first three in every trainer.fit (its cloud_io checks whether a checkpoint path is
+#: imports adlfs, gcsfs and s3fs in every trainer.fit (its cloud_io checks whether a checkpoint path is
 #: object storage), 0.4-0.8 s of each run's set-up here; torch's dynamo imports tabulate at every exit
-#: of a process that imported torch (its compile-time summary), 20 ms of every job. One that fails to
-#: import is left to the jobs, which meet the same failure as a fresh process (Lightning skips it).
-OPTIONAL = frozenset({"adlfs", "gcsfs", "s3fs", "tabulate"})
+#: of a process that imported torch (its compile-time summary), 20 ms of every job; blake3 hashes every
+#: partition, imported at the first hash (10 ms of every data job; the report's environment has none).
+#: One that fails to import is left to the jobs, which meet the same failure as a fresh process.
+OPTIONAL = frozenset({"blake3", "adlfs", "gcsfs", "s3fs", "tabulate"})
 #: A step that would import a preloaded module first thing waits for it rather than import it beside
 #: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
 #: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
