@@ -118,6 +118,22 @@ def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(t
     assert (tmp_path / "stderr").read_text() == ""
 
 
+def test_a_stop_during_an_import_ends_the_warm_process_without_waiting_for_the_import(tmp_path):
+    """Snakemake stops its warm process when the workflow ends, maybe while it still imports (Lightning's
+    import takes 1-2 s): it ends at once, by its own stop (exit 0), not by close()'s SIGKILL 10 s later."""
+    began = tmp_path / "began"
+    process = WarmProcess(preload=("tests.warm.slow_import",))
+    process.path = process.start(env(None, SLOW_IMPORT=str(began)))
+    deadline = time.monotonic() + 60
+    while not began.exists():
+        assert process.process.poll() is None and time.monotonic() < deadline, "the import never began"
+        time.sleep(0.05)
+    server = process.process
+    process.close()
+    assert server.returncode == 0
+    assert not Path(process.path).parent.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "returncode"),
     [(("exit", "3"), 3), (("_exit", "7"), 7), (("raise",), 1), (("kill", "SIGSEGV"), -signal.SIGSEGV),

@@ -88,6 +88,11 @@ class Declined(Exception):
     """Why a job starts cold: one clause, said once on the workflow's terminal."""
 
 
+class Stopping(BaseException):
+    """A stop signal that came during an import, raised out of it: the loop would see the signal only
+    after the import, and Lightning's takes 1-2 s, which a short workflow's Snakemake waited at its exit."""
+
+
 @dataclass
 class Job:
     conn: socket.socket
@@ -107,6 +112,7 @@ class Server:
     needs: dict[str, str] = field(default_factory=lambda: dict(NEEDS))
     pending: list[str] = field(default_factory=list)  # what is still to import, in order
     parked: dict[socket.socket, tuple[dict[str, Any], list[int]]] = field(default_factory=dict)  # waiting for NEEDS
+    importing: bool = False  # inside warm_up's import: a stop signal raises Stopping there
 
     def __post_init__(self) -> None:
         self.selector = selectors.DefaultSelector()
@@ -140,6 +146,8 @@ class Server:
         """Serve jobs until stopped, importing ``preload`` (of it, ``optional`` modules where installed)
         one module per turn of the loop, so no job waits for more than one import."""
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self.on_stop_signal)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
         self.pending = [m for m in preload if m not in optional or importlib.util.find_spec(m) is not None]
@@ -159,7 +167,10 @@ class Server:
             if os.getppid() != self.parent:  # Snakemake died before the kernel's signal could tell
                 self.stop()
             if self.pending and self.ready is None:
-                self.warm_up(self.pending.pop(0), required)
+                try:
+                    self.warm_up(self.pending.pop(0), required)
+                except Stopping:
+                    self.stop()
                 for conn, (request, _) in list(self.parked.items()):
                     if not self.must_wait(request):
                         self.unpark(conn)
@@ -168,11 +179,20 @@ class Server:
 
     def warm_up(self, module: str, required: set[str]) -> None:
         """Import one more module; a required one that fails leaves every later job cold."""
+        self.importing = True
         try:
             warm.import_once([module], entries=handoff.ENTRY_POINTS)
         except warm.NotForkable as why:
             if module in required:
                 self.ready = str(why)
+        finally:
+            self.importing = False
+
+    def on_stop_signal(self, signum: int, frame: object) -> None:
+        """Between imports the wake-up fd tells the loop; during one, the import ends here."""
+        if self.importing:
+            self.importing = False
+            raise Stopping
 
     def must_wait(self, request: dict[str, Any]) -> bool:
         """Whether the job would import what this process is still to import (NEEDS)."""
@@ -509,6 +529,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a module it may run as `python -m MODULE` (repeated; default: the workflow's steps)",
     )
     parser.add_argument(
+        "--preload",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE before serving more (repeated; default: what the steps import, PRELOAD)",
+    )
+    parser.add_argument(
         "--need",
         action="append",
         metavar="ENTRY=MODULE",
@@ -524,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries = tuple(args.entry or handoff.ENTRY_POINTS)
     needs = dict(need.split("=", 1) for need in args.need) if args.need else NEEDS
     server = Server(listener, args.parent, handlers, entries=entries, needs=dict(needs))
-    server.serve(PRELOAD, OPTIONAL)
+    server.serve(*((args.preload, frozenset()) if args.preload else (PRELOAD, OPTIONAL)))
     return 0
 
 
