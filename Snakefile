@@ -136,7 +136,13 @@ onstart:
             except snakeddp_config.ConfigError as error:
                 snakeddp_preflight.stop(error)
             if why_cold is None:
-                os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start()
+                # It imports what this invocation's jobs import: a data-only run imports no torch.
+                os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start(
+                    preload=snakeddp_warm_preload.for_rules(
+                        rule
+                        for rule, _ in snakeddp_snakemake.pending_jobs(workflow)
+                    )
+                )
             elif why_cold:
                 print(
                     f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}",

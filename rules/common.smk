@@ -13,6 +13,7 @@ from snakeddp.util import hashing as snakeddp_hashing
 from snakeddp.report.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv
 from snakeddp.util import terminal as snakeddp_terminal
+from snakeddp.warm import preload as snakeddp_warm_preload
 from snakeddp.warm import process as snakeddp_warm
 from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.config import sources as snakeddp_sources

@@ -17,6 +17,7 @@ import pytest
 
 from bench.harness import REPO
 from snakeddp.util import handoff
+from snakeddp.warm import preload
 from snakeddp.warm.process import WarmProcess
 from tests.helpers import all_gone, subprocess_env
 
@@ -118,12 +119,34 @@ def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(t
     assert (tmp_path / "stderr").read_text() == ""
 
 
+def test_a_warm_process_imports_what_its_invocations_jobs_import(tmp_path):
+    """Started for data jobs only (snakeddp.warm.preload.for_rules of the pending jobs' rules), it has
+    imported what a partition's step needs and no torch; started for a train job, torch too."""
+    assert "torch" not in preload.for_rules(["data_partition", "data_manifest", "env_capture", "run_config"])
+    assert preload.for_rules(["report"]) == (*handoff.ENTRY_POINTS, "snakeddp.report.job")
+    assert preload.for_rules(["search_train", "data_val"]) == tuple(
+        module
+        for module in preload.ALL
+        if module in {*handoff.ENTRY_POINTS, *preload.DATA, *preload.TRAINING, *preload.TABLE}
+    )
+    for rules, torch in ((["data_partition"], False), (["train"], True)):
+        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
+        process.path = process.start(env(None), preload=preload.for_rules(rules))
+        try:
+            assert process.imported(timeout=120)
+            done = probe(process, "imported")
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout) == {"served": True, "torch": torch}
+        finally:
+            process.close()
+
+
 def test_a_stop_during_an_import_ends_the_warm_process_without_waiting_for_the_import(tmp_path):
     """Snakemake stops its warm process when the workflow ends, maybe while it still imports (Lightning's
     import takes 1-2 s): it ends at once, by its own stop (exit 0), not by close()'s SIGKILL 10 s later."""
     began = tmp_path / "began"
-    process = WarmProcess(preload=("tests.warm.slow_import",))
-    process.path = process.start(env(None, SLOW_IMPORT=str(began)))
+    process = WarmProcess()
+    process.path = process.start(env(None, SLOW_IMPORT=str(began)), preload=("tests.warm.slow_import",))
     deadline = time.monotonic() + 60
     while not began.exists():
         assert process.process.poll() is None and time.monotonic() < deadline, "the import never began"

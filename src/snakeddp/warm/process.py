@@ -48,17 +48,16 @@ class WarmProcess:
         entries: tuple[str, ...] = handoff.ENTRY_POINTS,
         stderr: int | None = None,
         needs: dict[str, str] | None = None,
-        preload: tuple[str, ...] = (),
     ) -> None:
         self.entries = entries  # what it runs (its starter decides; a job's request never can)
         self.needs = needs  # which entry's jobs wait for which import (default: the server's NEEDS)
-        self.preload = preload  # what it imports (default: the server's PRELOAD)
         self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
         self.process: subprocess.Popen | None = None
         self.directory: str | None = None
 
-    def start(self, env: dict[str, str] | None = None) -> str:
-        """Start it and return its socket's path (handoff.SOCKET's value for the jobs)."""
+    def start(self, env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> str:
+        """Start it and return its socket's path (handoff.SOCKET's value for the jobs). It imports
+        ``preload`` (the invocation's, snakeddp.warm.preload.for_rules), by default what every step imports."""
         self.directory = terminal.socket_directory(PREFIX)
         path = os.path.join(self.directory, "warm")
         # Bound and listening here, before any job can look for it: a job that comes before the warm
@@ -75,7 +74,7 @@ class WarmProcess:
                     f"--parent={os.getpid()}",
                     *(f"--entry={entry}" for entry in self.entries),
                     *(f"--need={entry}={module}" for entry, module in (self.needs or {}).items()),
-                    *(f"--preload={module}" for module in self.preload),
+                    *(f"--preload={module}" for module in preload),
                 ],
                 stdin=subprocess.DEVNULL,
                 stderr=self.stderr,

@@ -41,38 +41,9 @@ from typing import Any
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
 from snakeddp.util import handoff
+from snakeddp.warm.preload import ALL, NEEDS, OPTIONAL
 from snakeddp.warm.process import HINT, IMPORTED, PREFIX
 
-#: What the steps import, imported once, one module at a time and the lightest first: a job that
-#: comes meanwhile is forked between two imports (and imports the rest itself, as a fresh process
-#: would) instead of waiting for torch, so the workflow's first jobs (run configs, environment
-#: records, data) run while the warm process imports what training needs.
-PRELOAD = (
-    *handoff.ENTRY_POINTS,
-    "numpy",
-    "snakeddp.data.generate",
-    "blake3",
-    "snakeddp.environment.capture",
-    "torch",
-    "lightning",
-    "adlfs",
-    "gcsfs",
-    "s3fs",
-    "tabulate",
-    "snakeddp.train",
-    "snakeddp.data.table",
-)
-#: Imported where installed, before snakeddp.train (a train job waits for that one, NEEDS): Lightning
-#: imports adlfs, gcsfs and s3fs in every trainer.fit (its cloud_io checks whether a checkpoint path is
-#: object storage), 0.4-0.8 s of each run's set-up here; torch's dynamo imports tabulate at every exit
-#: of a process that imported torch (its compile-time summary), 20 ms of every job; blake3 hashes every
-#: partition, imported at the first hash (10 ms of every data job; the report's environment has none).
-#: One that fails to import is left to the jobs, which meet the same failure as a fresh process.
-OPTIONAL = frozenset({"blake3", "adlfs", "gcsfs", "s3fs", "tabulate"})
-#: A step that would import a preloaded module first thing waits for it rather than import it beside
-#: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
-#: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
-NEEDS = {"snakeddp.cluster.supervisor": "snakeddp.train"}
 #: What the server handles itself (a job gets a fresh interpreter's handlers back).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: How long a job of a stopping workflow has to save and exit before SIGKILL.
@@ -532,7 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--preload",
         action="append",
         metavar="MODULE",
-        help="import MODULE before serving more (repeated; default: what the steps import, PRELOAD)",
+        help="import MODULE, lightest first (repeated; default: what every step imports, preload.ALL)",
     )
     parser.add_argument(
         "--need",
@@ -550,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries = tuple(args.entry or handoff.ENTRY_POINTS)
     needs = dict(need.split("=", 1) for need in args.need) if args.need else NEEDS
     server = Server(listener, args.parent, handlers, entries=entries, needs=dict(needs))
-    server.serve(*((args.preload, frozenset()) if args.preload else (PRELOAD, OPTIONAL)))
+    server.serve(args.preload or ALL, OPTIONAL)
     return 0
 
 
