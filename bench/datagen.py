@@ -245,14 +245,24 @@ def run(ctx: Context) -> Result:
         "4 MB of rows at a time: a 40 MB partition's job peaked at 153 MB RSS and now at 79 MB (33 MB of it "
         "imports), 0.36 -> 0.30 s (6 runs each, medians). The bytes are unchanged (tests/data/test_synthetic.py pins "
         "the BLAKE3 of files written before). Earlier: `snakeddp.data.partitions` no longer imports torch.",
+        "Fixed in stop 40 (issue 33): the warm process of a data-only invocation imports no torch or Lightning "
+        "(snakeddp.warm.preload: what the pending jobs' rules import), which took a core from the data jobs for "
+        "2-3 s; Snakemake's exit no longer waits for the warm process to finish an import (this stage for 8 "
+        "partitions took 6.2-6.5 s in two rounds of three, 4.0 s in the third, and earlier 4.7 s); a job's exit "
+        "no longer undoes torch's operator libraries (snakeddp.util.shutdown), and blake3 is preloaded: a trivial "
+        "step forked warm took 87 ms, now 55 ms, a partition's job 214 ms, now 185 ms (the same job against the "
+        "previous commit's warm process, alternating, medians of 8-12 rounds).",
     ]
     if any(figure.met is False for figure in result.figures):
         result.notes.append(
-            f"What is left: a job's own work (generating in fresh memory, hashing, writing with fsync) is "
-            f"{step / generate_s:.1f}× the limit's generator, which neither hashes nor waits for the disk, and "
-            "Snakemake's work per job comes on top (the scheduling, the shell, the client's start and the fork); "
-            "at this partition size one job per partition stays above 2× (the 8-partition row is Snakemake's "
-            "start-up). Several partitions "
+            f"What is left: a job's own work is {step / generate_s:.1f}× the limit's generator, which neither hashes "
+            "nor waits for the disk. Traced (strace of the warm process, one job): generating 85 ms (as the limit "
+            "once the first fork has paged in numpy's code), writing 10 ms, fsync 16 ms (the core idle), hashing "
+            "and the entry 10 ms; around them the client's start and hand-off (25 ms), the fork (10 ms) and the "
+            "exit (11 ms of the kernel freeing the forked address space). Snakemake's work per job comes on top: "
+            "35 ms of its CPU (py-spy of a 32-partition stage: scheduling with its ILP solver, the shell, output "
+            "checks, metadata). At this partition size one job per partition stays above 2× (the 8-partition "
+            "row is Snakemake's start-up). Several partitions "
             "per job was weighed again and not done: a Snakemake job has a fixed list of outputs, deleted before "
             "it runs, so a job of K partitions rewrites all K when one is missing; one whose outputs are only the "
             "missing partitions (planned when the workflow starts) changes the recorded inputs of the partitions "
