@@ -54,6 +54,15 @@ def probe(warm: WarmProcess | None, *args: str, cwd: Path = REPO, **kwargs) -> s
     )  # fmt: skip
 
 
+def served_with_torch(warm: WarmProcess) -> bool:
+    """Whether a probe job, forked from ``warm``, began with torch imported."""
+    done = probe(warm, "imported")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["served"] is True, seen
+    return seen["torch"]
+
+
 def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
     """argv, environment, working directory, umask, limits, stdin/stdout/stderr, open descriptors,
     signal handlers and torch's thread pool: the same warm and cold; only who ran it differs."""
@@ -85,13 +94,9 @@ def test_jobs_are_forked_while_the_warm_process_imports(tmp_path):
         process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
         process.path = process.start(env(None))
     try:
-        first = probe(process, "imported")
-        assert first.returncode == 0, first.stderr
-        assert json.loads(first.stdout) == {"served": True, "torch": False}
+        assert served_with_torch(process) is False
         assert process.imported(timeout=120)
-        later = probe(process, "imported")
-        assert later.returncode == 0, later.stderr
-        assert json.loads(later.stdout) == {"served": True, "torch": True}
+        assert served_with_torch(process) is True
     finally:
         process.close()
     assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
@@ -111,9 +116,7 @@ def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(t
         time.sleep(0.3)  # connected and waiting
         gone.kill()
         gone.wait()
-        waited = probe(process, "imported")
-        assert waited.returncode == 0, waited.stderr
-        assert json.loads(waited.stdout) == {"served": True, "torch": True}
+        assert served_with_torch(process) is True
     finally:
         process.close()
     assert (tmp_path / "stderr").read_text() == ""
@@ -134,9 +137,7 @@ def test_a_warm_process_imports_what_its_invocations_jobs_import(tmp_path):
         process.path = process.start(env(None), preload=preload.for_rules(rules))
         try:
             assert process.imported(timeout=120)
-            done = probe(process, "imported")
-            assert done.returncode == 0, done.stderr
-            assert json.loads(done.stdout) == {"served": True, "torch": torch}
+            assert served_with_torch(process) is torch
         finally:
             process.close()
 
