@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.harness import REPO
+from snakeddp.run import rules as workflow_rules
 from snakeddp.util import handoff
 from snakeddp.warm import preload
 from snakeddp.warm.process import WarmProcess
@@ -125,6 +126,7 @@ def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(t
 def test_a_warm_process_imports_what_its_invocations_jobs_import(tmp_path):
     """Started for data jobs only (snakeddp.warm.preload.for_rules of the pending jobs' rules), it has
     imported what a partition's step needs and no torch; started for a train job, torch too."""
+    assert set(preload.BY_RULE) <= set(workflow_rules.BY_RULE), "a renamed rule would lose its preload silently"
     assert "torch" not in preload.for_rules(["data_partition", "data_manifest", "env_capture", "run_config"])
     assert preload.for_rules(["report"]) == (*handoff.ENTRY_POINTS, "snakeddp.report.job")
     assert preload.for_rules(["search_train", "data_val"]) == tuple(

@@ -28,9 +28,9 @@ import psutil  # noqa: E402
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_POLL_S = 0.5
-# How gloo (and NCCL's socket transport) fail a collective whose peer process is gone.
 # How long a rank whose peer is gone waits for Spark to kill its task (the job has ended) before it exits.
 PEER_LOST_WAIT_S = 30.0
+# How gloo (and NCCL's socket transport) fail a collective whose peer process is gone.
 PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote process exited", re.IGNORECASE)
 
 

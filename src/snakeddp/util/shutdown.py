@@ -38,12 +38,10 @@ def skip_library_teardown() -> None:
     Nothing reads the dispatcher after the interpreter's exit work, so they only cost time; a library
     made later (a user's own operators) is still torn down as before.
     """
-    library = sys.modules.get("torch.library")
-    teardown = getattr(library, "_del_library", None)
-    registry = getattr(weakref.finalize, "_registry", {})
+    teardown = getattr(sys.modules.get("torch.library"), "_del_library", None)
     if teardown is None:
         return
-    for finalizer, info in list(registry.items()):
+    for finalizer, info in list(getattr(weakref.finalize, "_registry", {}).items()):
         if info.func is teardown:
             finalizer.atexit = False
 

@@ -1,7 +1,8 @@
 """What the workflow's warm process imports: for each rule, what its step imports, and for one
 invocation, what the jobs it will run import (its pending jobs, known when the workflow starts).
 
-Imported by the Snakefile (every dry run and job reads it): imports nothing.
+Imported by the Snakefile (every dry run and job reads it): imports only ``snakeddp.util.handoff``,
+which imports only the standard library.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ TRAINING = ("torch", "lightning", "adlfs", "gcsfs", "s3fs", "tabulate", "snakedd
 TABLE = ("snakeddp.data.table",)
 #: matplotlib, jinja2 and the crate's modules: 0.46 s of the report job's start.
 REPORT = ("snakeddp.report.job",)
-#: What each rule's step imports first thing. A rule not here (run configs, a search's ranking) needs
-#: only what the entry points import.
+#: What each rule's step imports first thing, by rule name (snakeddp.run.rules.BY_RULE's). A rule not
+#: here (run configs, a search's ranking) needs only what the entry points import.
 BY_RULE = {
     "data_table": (*DATA, *TABLE),
     "data_partition": (*DATA, *TABLE),
