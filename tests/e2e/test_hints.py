@@ -1,5 +1,6 @@
 """Every HINT that tells the user to do something, done literally, gives what it promises."""
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -115,9 +116,14 @@ def training_in_background(workflow: Workflow, epochs: int) -> subprocess.Popen:
 
 
 def kill_everything(snakemake: subprocess.Popen) -> None:
-    """A lost node: nothing gets to clean up."""
-    for process in descendants_and_self(snakemake.pid):
-        process.kill()
+    """A lost node: nothing gets to clean up. Every process is stopped before any is killed: killed one
+    by one, the first deaths woke the rest (the warm process ends its jobs when Snakemake dies), and a
+    process could be gone before its turn."""
+    processes = descendants_and_self(snakemake.pid)
+    for action in (psutil.Process.suspend, psutil.Process.kill):
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                action(process)
     snakemake.wait()
 
 
