@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from bench.harness import REPO
@@ -27,10 +28,14 @@ PROBE = "tests.warm.probe"
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory):
-    """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept)."""
+    """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept). Its
+    probe jobs need what a train job's supervisor needs: the second warm process forks them, as it forks
+    the supervisors (the first forks them in the tests that start their own)."""
     log = tmp_path_factory.mktemp("warm") / "stderr"
     with open(log, "wb") as stderr:
-        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
+        process = WarmProcess(
+            entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), needs={PROBE: "snakeddp.train"}
+        )
         path = process.start(env(None))
     process.log = log
     process.path = path
@@ -88,19 +93,57 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
     assert (warm_seen["stdout_line_buffered"], warm_seen["stderr_line_buffered"]) == (False, False)
 
 
-def test_jobs_are_forked_while_the_warm_process_imports(tmp_path):
-    """A job that comes while the warm process still imports is forked between two imports (and imports
-    the rest itself, as a fresh process would) instead of waiting for torch; later jobs find it imported."""
+def second_of(process: WarmProcess) -> psutil.Process:
+    """The second warm process: the first's child that is not a job (it runs no probe)."""
+    (second,) = (child for child in psutil.Process(process.process.pid).children() if PROBE not in child.cmdline())
+    return second
+
+
+def test_jobs_that_do_not_need_the_slow_imports_never_wait_for_them(tmp_path):
+    """What takes seconds to import (torch, Lightning) a second warm process imports: a job that does not
+    need it is forked by the first at once, even while that import is still running (here, a minute
+    long); a stop during it ends both processes at once."""
+    began = tmp_path / "began"
     with open(tmp_path / "stderr", "wb") as stderr:
-        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno())
-        process.path = process.start(env(None))
+        process = WarmProcess(
+            entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), slow=("tests.warm.slow_import",)
+        )
+        process.path = process.start(env(None, SLOW_IMPORT=str(began)), preload=("tests.warm.slow_import",))
     try:
+        deadline = time.monotonic() + 60
+        while not began.exists():
+            assert process.process.poll() is None and time.monotonic() < deadline, "the import never began"
+            time.sleep(0.05)
+        second = second_of(process)
+        start = time.monotonic()
         assert served_with_torch(process) is False
-        assert process.imported(timeout=120)
-        assert served_with_torch(process) is True
+        assert time.monotonic() - start < 30  # the import it did not need lasts 60 s
+    finally:
+        server = process.process
+        process.close()
+    assert server.returncode == 0  # its own stop, not close()'s SIGKILL
+    assert all_gone([second.pid], within=5)
+    assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
+
+
+def test_a_job_for_a_second_warm_process_that_was_killed_is_forked_by_the_first(tmp_path):
+    """The second warm process killed (SIGKILL): the first reaps it and forks its jobs itself, which
+    import what they need as a fresh process would."""
+    process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), needs={PROBE: "snakeddp.train"})
+    process.path = process.start(env(None))
+    try:
+        assert served_with_torch(process) is True  # the second's, once it has imported torch
+        second = second_of(process)
+        second.kill()
+        # Reaped by the first (a zombie would still be there). A job sent in the moment before the first saw
+        # the second's end goes with it: its client finds no answer and runs it cold, as it would any job.
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(second.pid):
+            assert time.monotonic() < deadline, "the first never reaped the second"
+            time.sleep(0.05)
+        assert served_with_torch(process) is False  # the first's (served: not cold)
     finally:
         process.close()
-    assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
 
 
 def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(tmp_path):
@@ -134,8 +177,10 @@ def test_a_warm_process_imports_what_its_invocations_jobs_import(tmp_path):
         for module in preload.ALL
         if module in {*handoff.ENTRY_POINTS, *preload.DATA, *preload.TRAINING, *preload.TABLE}
     )
+    # The probe's `imported` step needs what a train job needs (a need keyed by its step, not its module).
+    needs = {f"{PROBE} imported": "snakeddp.train"}
     for rules, torch in ((["data_partition"], False), (["train"], True)):
-        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
+        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), needs=needs)
         process.path = process.start(env(None), preload=preload.for_rules(rules))
         try:
             assert process.imported(timeout=120)
@@ -313,9 +358,11 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     )
     path, server = parent.stdout.readline().split()
     job, child = waiting(path, tmp_path)
+    children = [process.pid for process in psutil.Process(int(server)).children(recursive=True)]
+    assert len(children) == 2  # the job and the second warm process
     parent.kill()
     parent.wait()
-    assert all_gone([child, int(server)], within=8)
+    assert all_gone([child, int(server), *children], within=8)
     _, stderr = job.communicate(timeout=10)
     assert job.returncode == 1 and "SIGTERM after 0 SIGUSR1" in stderr  # the job was asked to stop first
 

@@ -45,12 +45,17 @@ class ProtocolError(Exception):
     """A message that is not one: too long, cut short, or not a JSON object."""
 
 
-def send(sock: socket.socket, message: dict[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
+def frame(message: dict[str, object]) -> bytes:
+    """A message as it goes over the socket: its length, then its JSON."""
     data = json.dumps(message).encode()
-    frame = _LENGTH.pack(len(data)) + data
-    sent = socket.send_fds(sock, [frame], list(fds)) if fds else sock.send(frame)
-    if sent < len(frame):
-        sock.sendall(frame[sent:])
+    return _LENGTH.pack(len(data)) + data
+
+
+def send(sock: socket.socket, message: dict[str, object], fds: list[int] | tuple[int, ...] = ()) -> None:
+    data = frame(message)
+    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if sent < len(data):
+        sock.sendall(data[sent:])
 
 
 def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, object] | None, list[int]]:

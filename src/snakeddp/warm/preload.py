@@ -41,10 +41,19 @@ ALL = (*handoff.ENTRY_POINTS, *DATA, *ENVIRONMENT, *TRAINING, *REPORT, *TABLE)
 #: Imported where installed: one that fails to import is left to the jobs, which meet the same failure
 #: as a fresh process (Lightning skips the file systems; the report's environment has no blake3).
 OPTIONAL = frozenset({"blake3", "adlfs", "gcsfs", "s3fs", "tabulate"})
+#: What takes seconds to import: a second warm process imports it (snakeddp.warm.server), so that the
+#: jobs that do not need it (data, records, run configs) are never held up by its import.
+SLOW = frozenset({*TRAINING, *REPORT})
 #: A step that would import a preloaded module first thing waits for it rather than import it beside
 #: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
 #: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
-NEEDS = {"snakeddp.cluster.supervisor": "snakeddp.train"}
+#: Keyed by the step's module, or by its module and subcommand (``snakeddp.steps report``); a step that
+#: needs one of SLOW is forked by the second warm process.
+NEEDS = {
+    "snakeddp.cluster.supervisor": "snakeddp.train",
+    "snakeddp.steps module": "snakeddp.train",  # the user's DataModule: Lightning's
+    "snakeddp.steps report": "snakeddp.report.job",
+}
 
 
 def for_rules(rules: Iterable[str]) -> tuple[str, ...]:

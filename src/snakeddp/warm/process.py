@@ -48,9 +48,11 @@ class WarmProcess:
         entries: tuple[str, ...] = handoff.ENTRY_POINTS,
         stderr: int | None = None,
         needs: dict[str, str] | None = None,
+        slow: tuple[str, ...] | None = None,
     ) -> None:
         self.entries = entries  # what it runs (its starter decides; a job's request never can)
         self.needs = needs  # which entry's jobs wait for which import (default: the server's NEEDS)
+        self.slow = slow  # what a second warm process imports (default: the server's SLOW)
         self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
         self.process: subprocess.Popen | None = None
         self.directory: str | None = None
@@ -75,6 +77,7 @@ class WarmProcess:
                     *(f"--entry={entry}" for entry in self.entries),
                     *(f"--need={entry}={module}" for entry, module in (self.needs or {}).items()),
                     *(f"--preload={module}" for module in preload),
+                    *(f"--slow={module}" for module in self.slow or ()),
                 ],
                 stdin=subprocess.DEVNULL,
                 stderr=self.stderr,

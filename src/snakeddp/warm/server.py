@@ -1,11 +1,14 @@
 """The workflow's warm process: ``python -m snakeddp.warm.server --fd N --parent PID``.
 
 Started by Snakemake's process when a local workflow starts (``snakeddp.warm.process``), it forks
-every step a job hands it (``snakeddp.util.handoff``), while it imports what the steps import (torch,
-Lightning, numpy, snakeddp) one module at a time between the jobs. One thread and a ``selectors``
-loop serve every job at once: the listening socket, each job's connection (closed early: its client
-was killed, so the job is too) and each job's pidfd (readable: the job ended; its status goes back
-to its client).
+every step a job hands it (``snakeddp.util.handoff``), while it imports what the steps import (numpy,
+snakeddp) one module at a time between the jobs. What takes seconds to import (torch, Lightning, the
+report's matplotlib: ``preload.SLOW``) a second warm process imports, forked from the first before
+either imports anything: the first forwards it the jobs that need it (``preload.NEEDS``: a train job's
+supervisor, the report), so no data or record job ever waits for torch's import. In each, one thread
+and a ``selectors`` loop serve every job at once: the listening socket (the second: the channel from
+the first), each job's connection (closed early: its client was killed, so the job is too) and each
+job's pidfd (readable: the job ended; its status goes back to its client).
 
 Only its owner can use it: the socket lies in a directory of mode 0700, the peer's uid is checked
 with SO_PEERCRED, only the workflow's own steps (``handoff.ENTRY_POINTS``) are run, and a request
@@ -14,8 +17,9 @@ environment, working directory, umask, limits, stdio), for the same interpreter,
 path as this process's: anything else is declined and the job starts cold.
 
 It goes away with Snakemake: asked to (SIGTERM), or when Snakemake dies (PR_SET_PDEATHSIG, and its
-parent's pid checked every second). Jobs still running then get SIGTERM, and SIGKILL after
-``STOP_GRACE_S``, as a job of a killed scheduler should: nothing is left behind.
+parent's pid checked every second); the second goes away with the first the same way. Jobs still
+running then get SIGTERM, and SIGKILL after ``STOP_GRACE_S``, as a job of a killed scheduler should:
+nothing is left behind.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import socket
 import struct
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +46,7 @@ from typing import Any
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
 from snakeddp.util import handoff
-from snakeddp.warm.preload import ALL, NEEDS, OPTIONAL
+from snakeddp.warm.preload import ALL, NEEDS, OPTIONAL, SLOW
 from snakeddp.warm.process import HINT, IMPORTED, PREFIX
 
 #: What the server handles itself (a job gets a fresh interpreter's handlers back).
@@ -72,11 +77,37 @@ class Job:
 
 
 @dataclass
+class Forward:
+    """A job on its way to the second warm process: its connection and descriptors stay here until the
+    whole request has gone (the channel takes what it can; the rest goes when it is writable)."""
+
+    conn: socket.socket
+    request: dict[str, Any]
+    fds: list[int]
+    unsent: bytes
+    started: bool = False  # its descriptors went with the first bytes
+
+
+@dataclass
+class Second:
+    """The first warm process's view of the second: its pid, the channel jobs go over, what it imports."""
+
+    pid: int
+    channel: socket.socket  # non-blocking: the first never waits for the second
+    modules: frozenset[str]
+    imported: bool = False  # it said it has imported all of ``modules``
+    outbox: deque[Forward] = field(default_factory=deque)
+
+
+@dataclass
 class Server:
-    listener: socket.socket
+    listener: socket.socket | None  # None in the second warm process, whose jobs come over ``inbox``
     parent: int
     handlers: dict[int, Any]
     entries: tuple[str, ...] = handoff.ENTRY_POINTS
+    home: str = ""  # the warm process's directory (mode 0700), which holds its socket
+    second: Second | None = None  # the first's: the second warm process, while it runs
+    inbox: socket.socket | None = None  # the second's: the channel from the first
     ready: str | None = None  # why nothing more is forked (an import or a fork check failed), else None
     jobs: dict[int, Job] = field(default_factory=dict)  # by pidfd
     said: set[str] = field(default_factory=set)
@@ -91,8 +122,11 @@ class Server:
         self.startup_env = startup_env(os.environ)
 
     def own_fds(self) -> set[int]:
+        second = self.second
         return {
-            self.listener.fileno(),
+            *(sock.fileno() for sock in (self.listener, self.inbox) if sock is not None),
+            *((second.channel.fileno(),) if second else ()),
+            *(fd for forward in (second.outbox if second else ()) for fd in (forward.conn.fileno(), *forward.fds)),
             self.selector.fileno(),
             self.wake_r,
             self.wake_w,
@@ -101,10 +135,6 @@ class Server:
             *(conn.fileno() for conn in self.parked),
             *(fd for _, fds in self.parked.values() for fd in fds),
         }
-
-    def directory(self) -> str:
-        """The warm process's directory (mode 0700), which holds its socket."""
-        return os.path.dirname(self.listener.getsockname())
 
     def say(self, line: str) -> None:
         """One line on the workflow's terminal (this process's stderr is Snakemake's), once."""
@@ -119,14 +149,24 @@ class Server:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         for signum in STOP_SIGNALS:
             signal.signal(signum, self.on_stop_signal)
-        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked by main() until the wake-up fd is set
+        if self.listener is not None:
+            self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        if self.inbox is not None:
+            self.selector.register(self.inbox, selectors.EVENT_READ, "inbox")
+        if self.second is not None:
+            self.selector.register(self.second.channel, selectors.EVENT_READ, "second")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "signal")
         self.pending = [m for m in preload if m not in optional or importlib.util.find_spec(m) is not None]
         required = set(preload) - optional
         while True:
-            for key, _ in self.selector.select(timeout=0 if self.pending and self.ready is None else 1.0):
+            for key, events in self.selector.select(timeout=0 if self.pending and self.ready is None else 1.0):
                 if key.data == "accept":
                     self.accept()
+                elif key.data == "inbox":
+                    self.take_forwarded()
+                elif key.data == "second":
+                    self.hear_second(events)
                 elif key.data == "signal":
                     self.stop()
                 elif key.data == "exit":
@@ -135,7 +175,7 @@ class Server:
                     self.unpark(key.fileobj, gone=True)
                 else:
                     self.client_gone(key.data)
-            if os.getppid() != self.parent:  # Snakemake died before the kernel's signal could tell
+            if os.getppid() != self.parent:  # its parent died before the kernel's signal could tell
                 self.stop()
             if self.pending and self.ready is None:
                 try:
@@ -145,8 +185,17 @@ class Server:
                 for conn, (request, _) in list(self.parked.items()):
                     if not self.must_wait(request):
                         self.unpark(conn)
-                if not self.pending:  # for whoever waits for it (snakeddp.warm.process.WarmProcess.imported)
-                    open(os.path.join(self.directory(), IMPORTED), "w").close()
+                if not self.pending:
+                    self.say_imported()
+
+    def say_imported(self) -> None:
+        """Everything is imported: the second tells the first, which marks it once both are done (for
+        whoever waits for it: snakeddp.warm.process.WarmProcess.imported)."""
+        if self.inbox is not None:
+            with contextlib.suppress(OSError):
+                handoff.send(self.inbox, {"imported": True})
+        elif self.listener is not None and not self.pending and (self.second is None or self.second.imported):
+            open(os.path.join(self.home, IMPORTED), "w").close()
 
     def warm_up(self, module: str, required: set[str]) -> None:
         """Import one more module; a required one that fails leaves every later job cold."""
@@ -165,9 +214,101 @@ class Server:
             self.importing = False
             raise Stopping
 
+    def need(self, request: dict[str, Any]) -> str | None:
+        """What the job's step imports first thing, if it is preloaded (NEEDS: by step, or by module)."""
+        module, argv = request["module"], request["argv"]
+        return self.needs.get(f"{module} {argv[0]}" if argv else module) or self.needs.get(module)
+
     def must_wait(self, request: dict[str, Any]) -> bool:
         """Whether the job would import what this process is still to import (NEEDS)."""
-        return self.ready is None and self.needs.get(request["module"]) in self.pending
+        return self.ready is None and self.need(request) in self.pending
+
+    def for_second(self, request: dict[str, Any]) -> bool:
+        """Whether the second warm process forks the job: its step needs what that one imports."""
+        return self.second is not None and self.need(request) in self.second.modules
+
+    # The channel between the two warm processes.
+    def forward(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        """Hand a checked job to the second warm process (it checks it again before it forks it)."""
+        assert self.second is not None
+        self.second.outbox.append(Forward(conn, request, fds, handoff.frame({"request": request})))
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what the channel takes now; a job whose request has gone is the second's."""
+        second = self.second
+        assert second is not None
+        while second.outbox:
+            forward = second.outbox[0]
+            try:
+                if forward.started:
+                    sent = second.channel.send(forward.unsent)
+                else:
+                    sent = socket.send_fds(second.channel, [forward.unsent], [forward.conn.fileno(), *forward.fds])
+                    forward.started = True
+            except BlockingIOError:
+                break
+            except OSError:
+                self.second_gone()
+                return
+            forward.unsent = forward.unsent[sent:]
+            if forward.unsent:
+                break
+            second.outbox.popleft()
+            drop(forward.conn, forward.fds)  # the second holds its own copies
+        writable = selectors.EVENT_WRITE if second.outbox else 0
+        self.selector.modify(second.channel, selectors.EVENT_READ | writable, "second")
+
+    def hear_second(self, events: int) -> None:
+        """The channel is writable (send more), or readable: the second has imported all, or is gone."""
+        if events & selectors.EVENT_WRITE:
+            self.flush()
+        if self.second is None or not events & selectors.EVENT_READ:
+            return
+        try:
+            message, _ = handoff.receive(self.second.channel)
+        except BlockingIOError:
+            return
+        except (OSError, handoff.ProtocolError):
+            message = None
+        if message is None:
+            self.second_gone()
+        elif message.get("imported") is True:
+            self.second.imported = True
+            self.say_imported()
+
+    def second_gone(self) -> None:
+        """The second warm process ended (killed, or stopping): reap it; what it had not taken yet is
+        forked here, as if there were no second."""
+        second, self.second = self.second, None
+        assert second is not None
+        self.selector.unregister(second.channel)
+        second.channel.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(second.pid, 0)
+        if self.listener is not None:  # not stopping
+            for forward in second.outbox:
+                forward.conn.setblocking(True)
+                self.start(forward.conn, forward.request, forward.fds)
+
+    def take_forwarded(self) -> None:
+        """The second warm process: a job from the first (its connection comes first), or the first is gone."""
+        assert self.inbox is not None
+        try:
+            message, fds = handoff.receive(self.inbox, max_fds=1 + len(handoff.DESCRIPTORS))
+        except (OSError, handoff.ProtocolError):
+            message, fds = None, []
+        if message is None or not fds:
+            for fd in fds:
+                os.close(fd)
+            self.stop()
+        conn = socket.socket(fileno=fds[0])
+        conn.setblocking(True)
+        request = message["request"]
+        if self.must_wait(request):
+            self.park(conn, request, fds[1:])
+        else:
+            self.start(conn, request, fds[1:])
 
     def unpark(self, conn: socket.socket, gone: bool = False) -> None:
         """A parked job's import is done (start it), or its client went away (``gone``: forget it)."""
@@ -199,12 +340,18 @@ class Server:
         except (Declined, OSError, handoff.ProtocolError) as why:
             self.refuse(conn, fds, why)
             return
-        if self.must_wait(request):  # until its import is done; its client going away is seen meanwhile
-            conn.setblocking(False)
-            self.parked[conn] = (request, fds)
-            self.selector.register(conn, selectors.EVENT_READ, "parked")
-            return
-        self.start(conn, request, fds, checked=True)
+        if self.for_second(request):
+            self.forward(conn, request, fds)
+        elif self.must_wait(request):
+            self.park(conn, request, fds)
+        else:
+            self.start(conn, request, fds, checked=True)
+
+    def park(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        """Until its import is done; its client going away is seen meanwhile."""
+        conn.setblocking(False)
+        self.parked[conn] = (request, fds)
+        self.selector.register(conn, selectors.EVENT_READ, "parked")
 
     def start(self, conn: socket.socket, request: dict[str, Any], fds: list[int], checked: bool = False) -> None:
         """Fork the job (checked again after a wait: imports since may have made this process unforkable)."""
@@ -310,8 +457,14 @@ class Server:
                 parked.close()
                 for fd in held:
                     os.close(fd)
+            if self.second is not None:
+                self.second.channel.close()
+                for forward in self.second.outbox:
+                    drop(forward.conn, forward.fds)
+            for sock in (self.listener, self.inbox):
+                if sock is not None:
+                    sock.close()
             self.selector.close()
-            self.listener.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
             place(request, fds)
@@ -351,26 +504,42 @@ class Server:
             self.selector.unregister(conn)
 
     def stop(self) -> None:
-        """Snakemake is done or gone: every running job gets SIGTERM, SIGKILL after the grace; then exit."""
-        self.selector.unregister(self.listener)
-        directory = self.directory()
-        self.listener.close()
-        # Its directory (snakeddp.warm.process made it): gone with it, also when Snakemake was killed.
-        if os.path.basename(directory).startswith(PREFIX):
-            shutil.rmtree(directory, ignore_errors=True)
+        """Snakemake is done or gone (for the second warm process: the first is): every running job gets
+        SIGTERM, SIGKILL after the grace, and so does the second, which stops its jobs the same way; then exit."""
+        for sock in (self.listener, self.inbox):
+            if sock is not None:
+                self.selector.unregister(sock)
+                sock.close()
+        # Its directory (snakeddp.warm.process made it): gone with the first, also when Snakemake was killed.
+        if self.listener is not None and os.path.basename(self.home).startswith(PREFIX):
+            shutil.rmtree(self.home, ignore_errors=True)
+        self.listener = self.inbox = None  # stopping: nothing more is taken or marked
+        for conn in list(self.parked):
+            self.unpark(conn, gone=True)
         for job in self.jobs.values():
             self.forget(job.conn)  # only their exits matter now
             _kill(job.pid, signal.SIGTERM)
+        if self.second is not None:
+            for forward in self.second.outbox:
+                drop(forward.conn, forward.fds)
+            self.second.outbox.clear()
+            _kill(self.second.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        killed = False
-        while self.jobs:
-            if not killed and time.monotonic() > deadline:
+        killed = set()
+        while self.jobs or self.second is not None:
+            late = time.monotonic() - deadline
+            if late > 0 and "jobs" not in killed:
                 for job in self.jobs.values():
                     _kill(job.pid, signal.SIGKILL)
-                killed = True
-            for key, _ in self.selector.select(timeout=0.1):
+                killed.add("jobs")
+            if late > 1.0 and self.second is not None and "second" not in killed:  # its own grace is over too
+                _kill(self.second.pid, signal.SIGKILL)
+                killed.add("second")
+            for key, events in self.selector.select(timeout=0.1):
                 if key.data == "exit":
                     self.reap(key.fd)
+                elif key.data == "second":
+                    self.hear_second(events)
                 elif key.data == "signal":
                     _drain(self.wake_r)
         os._exit(0)
@@ -480,8 +649,9 @@ def _drain(fd: int) -> None:
         pass
 
 
-def die_with_snakemake(parent: int) -> None:
-    """SIGTERM (a graceful stop) when Snakemake's process dies; at once if it already has."""
+def die_with(parent: int) -> None:
+    """SIGTERM (a graceful stop) when ``parent`` dies (Snakemake; the first warm process for the second);
+    at once if it already has."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):
@@ -509,20 +679,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--need",
         action="append",
         metavar="ENTRY=MODULE",
-        help="ENTRY's jobs wait until MODULE is imported (repeated; default: NEEDS)",
+        help="ENTRY's jobs wait until MODULE is imported (repeated; ENTRY may name a step: 'MODULE "
+        "SUBCOMMAND'; default: NEEDS)",
+    )
+    parser.add_argument(
+        "--slow",
+        action="append",
+        metavar="MODULE",
+        help="of the preloaded modules, one a second warm process imports (repeated; default: preload.SLOW)",
     )
     args = parser.parse_args(argv)
-    die_with_snakemake(args.parent)
+    die_with(args.parent)
     # A fresh interpreter's handlers, before this process installs its own: every job gets them back.
     handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda signum, frame: None)  # the wake-up fd tells the loop
+    # Held until each process's loop has its wake-up fd (Server.serve): a stop that comes first is not lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     listener = socket.socket(fileno=args.fd)  # bound and listening: a job that comes during an import waits
+    home = os.path.dirname(listener.getsockname())
     entries = tuple(args.entry or handoff.ENTRY_POINTS)
-    needs = dict(need.split("=", 1) for need in args.need) if args.need else NEEDS
-    server = Server(listener, args.parent, handlers, entries=entries, needs=dict(needs))
-    server.serve(args.preload or ALL, OPTIONAL)
+    needs = dict(dict(need.split("=", 1) for need in args.need) if args.need else NEEDS)
+    preload = list(args.preload or ALL)
+    slow = set(args.slow or SLOW)
+    second = None
+    if any(module in slow for module in preload):
+        second = start_second(
+            dict(handlers=handlers, entries=entries, needs=needs, home=home),
+            [*(m for m in preload if m in slow), *(m for m in preload if m in entries)],
+            listener,
+        )
+        preload = [module for module in preload if module not in slow]
+    server = Server(listener, args.parent, handlers, entries=entries, needs=needs, home=home, second=second)
+    server.serve(preload, OPTIONAL)
     return 0
+
+
+def start_second(settings: dict[str, Any], preload: list[str], listener: socket.socket) -> Second:
+    """Fork the second warm process before this one imports anything: a Server with ``settings`` that
+    serves what it is sent over the channel, importing ``preload``."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    first = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        listener.close()  # the first alone accepts the jobs
+        ours.close()
+        die_with(first)
+        try:
+            Server(None, first, inbox=theirs, **settings).serve(preload, OPTIONAL)  # returns only by its stop's exit
+        finally:
+            os._exit(1)  # never on into the first's code
+    theirs.close()
+    ours.setblocking(False)
+    return Second(pid, ours, frozenset(preload))
 
 
 if __name__ == "__main__":
