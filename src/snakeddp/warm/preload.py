@@ -34,9 +34,9 @@ BY_RULE = {
     "report": REPORT,
 }
 #: Everything, lightest first: the order of any invocation's imports. One module is imported per turn
-#: of the warm process's loop, so a job that comes meanwhile is forked between two imports (and
-#: imports the rest itself, as a fresh process would) instead of waiting for torch: the workflow's
-#: first jobs (run configs, environment records, data) run while it imports what training needs.
+#: of a warm process's loop, so a job that comes meanwhile is forked between two imports (and imports
+#: the rest itself, as a fresh process would); what is SLOW the second warm process imports, so the
+#: workflow's first jobs (run configs, environment records, data) run while it imports what training needs.
 ALL = (*handoff.ENTRY_POINTS, *DATA, *ENVIRONMENT, *TRAINING, *REPORT, *TABLE)
 #: Imported where installed: one that fails to import is left to the jobs, which meet the same failure
 #: as a fresh process (Lightning skips the file systems; the report's environment has no blake3).
