@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from snakeddp.cluster import warm
 from snakeddp.cluster.lifecycle import PR_SET_PDEATHSIG
@@ -503,7 +503,7 @@ class Server:
         with contextlib.suppress(KeyError):
             self.selector.unregister(conn)
 
-    def stop(self) -> None:
+    def stop(self) -> NoReturn:
         """Snakemake is done or gone (for the second warm process: the first is): every running job gets
         SIGTERM, SIGKILL after the grace, and so does the second, which stops its jobs the same way; then exit."""
         for sock in (self.listener, self.inbox):
@@ -525,16 +525,16 @@ class Server:
             self.second.outbox.clear()
             _kill(self.second.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        killed = set()
+        jobs_killed = second_killed = False
         while self.jobs or self.second is not None:
             late = time.monotonic() - deadline
-            if late > 0 and "jobs" not in killed:
+            if late > 0 and not jobs_killed:
                 for job in self.jobs.values():
                     _kill(job.pid, signal.SIGKILL)
-                killed.add("jobs")
-            if late > 1.0 and self.second is not None and "second" not in killed:  # its own grace is over too
+                jobs_killed = True
+            if late > 1.0 and self.second is not None and not second_killed:  # its own grace is over too
                 _kill(self.second.pid, signal.SIGKILL)
-                killed.add("second")
+                second_killed = True
             for key, events in self.selector.select(timeout=0.1):
                 if key.data == "exit":
                     self.reap(key.fd)
@@ -699,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listener = socket.socket(fileno=args.fd)  # bound and listening: a job that comes during an import waits
     home = os.path.dirname(listener.getsockname())
     entries = tuple(args.entry or handoff.ENTRY_POINTS)
-    needs = dict(dict(need.split("=", 1) for need in args.need) if args.need else NEEDS)
+    needs = dict(need.split("=", 1) for need in args.need) if args.need else dict(NEEDS)
     preload = list(args.preload or ALL)
     slow = set(args.slow or SLOW)
     second = None
