@@ -22,15 +22,19 @@ SUPERVISOR = [sys.executable, "-m", "snakeddp.cluster.supervisor", "--nproc-per-
 # A rank: records its variables, then does what argv[2] says for its rank ("exit:N"; "fail:N":
 # exits N once rank 0 has started; "sleep"; "deaf": ignores SIGTERM; "slow-save": on USR1 exits
 # 75 after 1.5 s; "int:N": exits N on SIGINT, which the others note and ignore). Every signal it gets is
-# appended to its file, as JSON lines.
+# appended to its file, as JSON lines. It takes its signals one at a time (blocked, then sigtimedwait):
+# with handlers, a SIGTERM that came while SIGINT's handler wrote its line would run inside that
+# handler and exit before the line was written.
 RANK = r"""
 import json, os, signal, sys, time
+CAUGHT = {signal.SIGTERM, signal.SIGUSR1, signal.SIGINT}
+signal.pthread_sigmask(signal.SIG_BLOCK, CAUGHT)
 out = os.path.join(sys.argv[1], f"rank-{os.environ['RANK']}.jsonl")
 def note(**record):
     with open(out, "a") as f:
         f.write(json.dumps(record) + "\n")
 act = json.loads(sys.argv[2])[int(os.environ["RANK"])]
-def on_signal(signum, frame):
+def on_signal(signum):
     note(signal=signum)
     if signum == signal.SIGUSR1:
         if act == "slow-save":
@@ -41,8 +45,6 @@ def on_signal(signum, frame):
         sys.exit(143)
     if signum == signal.SIGINT and act.startswith("int:"):
         sys.exit(int(act[4:]))
-for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-    signal.signal(signum, on_signal)
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
         "SNAKEDDP_LAUNCH_ID")
 note(env={k: os.environ.get(k) for k in keys}, pid=os.getpid())
@@ -53,8 +55,10 @@ while act.startswith("fail:"):
         sys.exit(int(act[5:]))
     time.sleep(0.01)
 deadline = time.monotonic() + 30
-while time.monotonic() < deadline:
-    time.sleep(0.05)
+while (left := deadline - time.monotonic()) > 0:
+    got = signal.sigtimedwait(CAUGHT, left)
+    if got is not None:
+        on_signal(got.si_signo)
 note(timeout=True)
 """
 
