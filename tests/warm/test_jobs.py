@@ -99,31 +99,52 @@ def second_of(process: WarmProcess) -> psutil.Process:
     return second
 
 
-def test_jobs_that_do_not_need_the_slow_imports_never_wait_for_them(tmp_path):
-    """What takes seconds to import (torch, Lightning) a second warm process imports: a job that does not
-    need it is forked by the first at once, even while that import is still running (here, a minute
-    long); a stop during it ends both processes at once."""
+def slow_second(tmp_path: Path) -> WarmProcess:
+    """A warm process whose second spends a minute importing (tests.warm.slow_import), once that import
+    has begun; its stderr goes to tmp_path/stderr."""
     began = tmp_path / "began"
     with open(tmp_path / "stderr", "wb") as stderr:
         process = WarmProcess(
             entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), slow=("tests.warm.slow_import",)
         )
         process.path = process.start(env(None, SLOW_IMPORT=str(began)), preload=("tests.warm.slow_import",))
+    deadline = time.monotonic() + 60
+    while not began.exists():
+        assert process.process.poll() is None and time.monotonic() < deadline, "the import never began"
+        time.sleep(0.05)
+    return process
+
+
+def test_jobs_that_do_not_need_the_slow_imports_never_wait_for_them(tmp_path):
+    """What takes seconds to import (torch, Lightning) a second warm process imports: a job that does not
+    need it is forked by the first at once, even while that import is still running (here, a minute
+    long); a stop during it ends both processes at once."""
+    process = slow_second(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while not began.exists():
-            assert process.process.poll() is None and time.monotonic() < deadline, "the import never began"
-            time.sleep(0.05)
         second = second_of(process)
         start = time.monotonic()
         assert served_with_torch(process) is False
         assert time.monotonic() - start < 30  # the import it did not need lasts 60 s
+        assert not process.imported(timeout=0)
     finally:
         server = process.process
         process.close()
     assert server.returncode == 0  # its own stop, not close()'s SIGKILL
     assert all_gone([second.pid], within=5)
     assert (tmp_path / "stderr").read_text() == ""  # nothing declined, nothing said
+
+
+def test_a_second_warm_process_killed_in_its_import_leaves_the_first_done_importing(tmp_path):
+    """Whoever waits for the warm process's imports (benchmarks, tests) is not left waiting when the
+    second dies before it has imported all: the first then imports no more, and says so."""
+    process = slow_second(tmp_path)
+    try:
+        assert not process.imported(timeout=0)
+        second_of(process).kill()
+        assert process.imported(timeout=30)  # the import it was in lasts 60 s
+        assert served_with_torch(process) is False  # and the first forks the jobs
+    finally:
+        process.close()
 
 
 def test_a_job_for_a_second_warm_process_that_was_killed_is_forked_by_the_first(tmp_path):

@@ -12,9 +12,10 @@ answers, or it declines (it says why, once, on Snakemake's terminal), ``hand_off
 job runs here, cold, as before.
 
 The wire: the client sends one request (a length-prefixed JSON object) with its stdin, stdout,
-stderr and working directory as file descriptors (SCM_RIGHTS). The warm process answers with one
-message: ``{"declined": WHY}`` or ``{"pid": PID}`` with the forked job's pidfd, and, once the job
-has ended, ``{"status": WAITSTATUS}``.
+stderr and working directory as file descriptors (SCM_RIGHTS). The warm process answers
+``{"declined": WHY}``; or the forked job itself, before it runs anything, sends ``{"pid": PID}`` with
+its pidfd, and the warm process, once the job has ended, ``{"status": WAITSTATUS}``. A client that
+hears neither runs the job cold: the job never began.
 
 On the ground floor, beside the terminal relay's client (``snakeddp.util.terminal``): every step
 imports it before anything else, so it imports only what a bare interpreter has.

@@ -89,7 +89,8 @@ class WarmProcess:
         return path
 
     def imported(self, timeout: float) -> bool:
-        """Wait until it has imported everything it preloads (or ``timeout`` seconds); whether it has.
+        """Wait until it has imported everything it preloads, or all it will (its second warm process
+        died), or ``timeout`` seconds; whether it has.
         Jobs do not wait for this (they are forked between imports): benchmarks and tests do."""
         deadline = time.monotonic() + timeout
         marker = os.path.join(self.directory or "", IMPORTED)

@@ -58,6 +58,9 @@ REQUEST_TIMEOUT_S = 5.0
 #: Environment variables read when an interpreter starts: a job whose differ would not be this interpreter.
 STARTUP_PREFIXES = ("PYTHON",)
 STARTUP_NAMES = ("LC_ALL", "LC_CTYPE", "LANG")
+#: All the second warm process ever says to the first: it has imported everything. One byte, which
+#: cannot arrive in pieces on the first's non-blocking read; the channel's end says the second is gone.
+SAID_IMPORTED = b"i"
 
 
 class Declined(Exception):
@@ -189,11 +192,11 @@ class Server:
                     self.say_imported()
 
     def say_imported(self) -> None:
-        """Everything is imported: the second tells the first, which marks it once both are done (for
-        whoever waits for it: snakeddp.warm.process.WarmProcess.imported)."""
+        """Everything is imported: the second tells the first, which marks it once both are done, or once
+        the second is gone (for whoever waits for it: snakeddp.warm.process.WarmProcess.imported)."""
         if self.inbox is not None:
             with contextlib.suppress(OSError):
-                handoff.send(self.inbox, {"imported": True})
+                self.inbox.send(SAID_IMPORTED)
         elif self.listener is not None and not self.pending and (self.second is None or self.second.imported):
             open(os.path.join(self.home, IMPORTED), "w").close()
 
@@ -229,7 +232,7 @@ class Server:
 
     # The channel between the two warm processes.
     def forward(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-        """Hand a checked job to the second warm process (it checks it again before it forks it)."""
+        """Hand a checked job to the second warm process (which checks that it can fork when it does)."""
         assert self.second is not None
         self.second.outbox.append(Forward(conn, request, fds, handoff.frame({"request": request})))
         self.flush()
@@ -266,14 +269,14 @@ class Server:
         if self.second is None or not events & selectors.EVENT_READ:
             return
         try:
-            message, _ = handoff.receive(self.second.channel)
+            said = self.second.channel.recv(1)
         except BlockingIOError:
             return
-        except (OSError, handoff.ProtocolError):
-            message = None
-        if message is None:
+        except OSError:
+            said = b""
+        if not said:
             self.second_gone()
-        elif message.get("imported") is True:
+        elif said == SAID_IMPORTED:
             self.second.imported = True
             self.say_imported()
 
@@ -290,6 +293,7 @@ class Server:
             for forward in second.outbox:
                 forward.conn.setblocking(True)
                 self.start(forward.conn, forward.request, forward.fds)
+            self.say_imported()  # all this process will import: whoever waits for the marker need wait no more
 
     def take_forwarded(self) -> None:
         """The second warm process: a job from the first (its connection comes first), or the first is gone."""
@@ -336,7 +340,7 @@ class Server:
             request, fds = handoff.receive(conn, max_fds=len(handoff.DESCRIPTORS))
             if request is None:
                 raise Declined("the job sent no request")
-            self.check(request, fds, conn)
+            self.check_request(request, fds)
         except (Declined, OSError, handoff.ProtocolError) as why:
             self.refuse(conn, fds, why)
             return
@@ -345,7 +349,7 @@ class Server:
         elif self.must_wait(request):
             self.park(conn, request, fds)
         else:
-            self.start(conn, request, fds, checked=True)
+            self.start(conn, request, fds)
 
     def park(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
         """Until its import is done; its client going away is seen meanwhile."""
@@ -353,11 +357,11 @@ class Server:
         self.parked[conn] = (request, fds)
         self.selector.register(conn, selectors.EVENT_READ, "parked")
 
-    def start(self, conn: socket.socket, request: dict[str, Any], fds: list[int], checked: bool = False) -> None:
-        """Fork the job (checked again after a wait: imports since may have made this process unforkable)."""
+    def start(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        """Fork a checked request's job, if this process can fork now (checked here, by whichever process
+        forks it, at the moment it does: an import since the request came may have made it unforkable)."""
         try:
-            if not checked:
-                self.check(request, fds, conn)
+            self.check_fork(fds, conn)
             pid, pidfd = self.fork(request, fds, conn)
         except (Declined, OSError) as why:
             self.refuse(conn, fds, why)
@@ -368,7 +372,6 @@ class Server:
         self.jobs[pidfd] = Job(conn, pid, pidfd)
         self.selector.register(pidfd, selectors.EVENT_READ, "exit")
         self.selector.register(conn, selectors.EVENT_READ, self.jobs[pidfd])
-        answer(conn, {"pid": pid}, [pidfd])
 
     def refuse(self, conn: socket.socket, fds: list[int], why: Exception) -> None:
         """The job starts cold: declined (said once, with why), or its request could not be read."""
@@ -380,8 +383,9 @@ class Server:
             self.say(f"snakeddp: the warm process dropped a job's request ({why}); that job starts cold.")
         drop(conn, fds)
 
-    def check(self, request: dict[str, Any], fds: list[int], conn: socket.socket) -> None:
-        """Decline what this process would not be, or may not run."""
+    def check_request(self, request: dict[str, Any], fds: list[int]) -> None:
+        """Decline what a warm process would not be, or may not run (the first checks; the second is its
+        fork, with the same interpreter, flags, path and limits)."""
         module = request.get("module")
         if module not in self.entries:
             raise Declined(f"{str(module)[:80]!r} is not a step of the workflow")
@@ -406,8 +410,6 @@ class Server:
             raise Declined("its arguments or environment are not strings")
         if len(fds) != sum(map(bool, request["stdio"])) + 1 or len(request["stdio"]) != 3:
             raise Declined("its request did not carry its stdio and working directory")
-        if self.ready is not None:
-            raise Declined(self.ready)
         try:
             same = os.path.samefile(request["executable"], sys.executable)
         except OSError:
@@ -426,6 +428,12 @@ class Server:
                 raise Declined(f"its request names an unknown limit {name[:40]!r}")
             if not _within(hard, resource.getrlimit(limit)[1]) or not _within(soft, hard):
                 raise Declined(f"its {name} ({soft}, {hard}) is above the warm process's")
+
+    def check_fork(self, fds: list[int], conn: socket.socket) -> None:
+        """Decline a job when this process cannot fork safely: an import failed, or left a thread or an
+        open descriptor behind."""
+        if self.ready is not None:
+            raise Declined(self.ready)
         try:
             warm.check_forkable(self.own_fds() | set(fds) | {conn.fileno()}, "the steps' modules")
         except warm.NotForkable as why:
@@ -449,6 +457,12 @@ class Server:
         try:
             # Its own session: its client passes on what a terminal or Snakemake sends, so nothing reaches it twice.
             warm.detach(server, self.handlers, STOP_SIGNALS)
+            # The child, not the server, tells the client it runs, before it runs anything: a server killed
+            # after the fork (before it could answer) would leave the client to run the job a second time, cold.
+            try:
+                announce(conn)
+            except OSError:
+                return  # its client is gone (killed): the job is too, before it began
             conn.close()
             for job in self.jobs.values():
                 job.conn.close()
@@ -621,6 +635,15 @@ def startup_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
 def peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
+
+
+def announce(conn: socket.socket) -> None:
+    """A forked job's first word to its client: its pid, and a pidfd to signal it by."""
+    pidfd = os.pidfd_open(os.getpid())
+    try:
+        handoff.send(conn, {"pid": os.getpid()}, [pidfd])
+    finally:
+        os.close(pidfd)
 
 
 def answer(conn: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
