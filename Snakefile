@@ -23,10 +23,14 @@ try:
 except UpstreamVersionError as error:
     snakeddp_preflight.stop(error)
 
+# The invocation the user typed, not the Snakemake a job runs inside (a remote or subprocess job):
+# only it checks the profile, talks to the terminal and refreshes records.
+TYPED_INVOCATION = not (workflow.remote_exec or workflow.subprocess_exec)
+
 # A profile's `config:` (its platform, what its nodes have) holds whatever else is typed: Snakemake
 # would take it only as the default of --config, so any typed --config dropped it (the jobs it
 # spawns get it on theirs). A platform typed against the profile's is refused.
-if not (workflow.remote_exec or workflow.subprocess_exec):
+if TYPED_INVOCATION:
     from snakeddp.workflow import profile as snakeddp_profile
 
     try:
@@ -80,7 +84,7 @@ except snakeddp_config.ConfigError as error:
 
 # The terminal shows per job what it does and why, not the scheduler's chatter around it, and
 # `snakemake --report` before the report exists says so in one line (snakeddp.compat.snakemake).
-if not (workflow.remote_exec or workflow.subprocess_exec):
+if TYPED_INVOCATION:
     snakeddp_snakemake.quiet_scheduling(workflow)
     snakeddp_snakemake.before_report(stop_unless_report_made)
 

@@ -42,7 +42,7 @@ from snakemake.utils import update_config
 # A rerun's reason names the config keys that changed, not the run's whole config.
 snakeddp_snakemake.name_params_changes(snakeddp_reasons.describe)
 # Ctrl-C: a few lines saying what was kept, not each stopped job as a failure (onerror).
-if not (workflow.remote_exec or workflow.subprocess_exec):
+if TYPED_INVOCATION:
     snakeddp_interrupt.watch_ctrl_c()
 
 # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):

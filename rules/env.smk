@@ -54,9 +54,7 @@ rule build_image:
 # A record of this interpreter whose packages changed since (a pip install, make setup-dev) is
 # captured again before any job runs (snakeddp.workflow.envrecords); a dry run or a report only
 # says so.
-if not snakeddp_snakemake.linting(workflow) and not (
-    workflow.remote_exec or workflow.subprocess_exec
-):
+if TYPED_INVOCATION and not snakeddp_snakemake.linting(workflow):
     for line in snakeddp_envrecords.refresh(
         [
             Path(rules.env_capture.output.record.format(stage=stage))
