@@ -390,15 +390,18 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
 
 def test_a_job_whose_warm_process_is_killed_ends_as_killed(tmp_path):
     """The warm process itself killed (SIGKILL, no status sent): its jobs die with it (PR_SET_PDEATHSIG) and
-    each client, finding no status, says so in one line and dies of SIGKILL too, as its job did."""
-    process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
-    path = process.start(env(None))
-    try:
-        job, child = waiting(path, tmp_path)
-        process.process.kill()
-        _, stderr = job.communicate(timeout=30)
-        assert job.returncode == -signal.SIGKILL, stderr
-        assert stderr.splitlines()[-1] == "snakeddp: the workflow's warm process ended before this job did."
-        assert all_gone([child], within=5)
-    finally:
-        process.close()
+    each client, finding no status, says so in one line and dies of SIGKILL too, as its job did; never
+    does it run the job again, cold (the job told it it runs before it ran: a server killed between its
+    fork and an answer of its own did that once in 25 to 50 kills, hence eight of them)."""
+    for attempt in range(8):
+        process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE))
+        path = process.start(env(None))
+        try:
+            job, child = waiting(path, tmp_path)
+            process.process.kill()
+            _, stderr = job.communicate(timeout=30)
+            assert job.returncode == -signal.SIGKILL, (attempt, stderr)
+            assert stderr.splitlines()[-1] == "snakeddp: the workflow's warm process ended before this job did."
+            assert all_gone([child], within=5)
+        finally:
+            process.close()
