@@ -143,7 +143,9 @@ def main(args: argparse.Namespace) -> int:
             raise
         if layout.is_main:
             print(
-                f"snakeddp: preempted in epoch {trainer.current_epoch}; saved {callbacks.preemption.last_path}; "
+                # Counted from 1, as the progress lines count (Lightning's current_epoch counts from 0).
+                f"snakeddp: preempted in epoch {trainer.current_epoch + 1}/{trainer.max_epochs}; "
+                f"saved {callbacks.preemption.last_path}; "
                 "rerun to resume",
                 flush=True,
             )

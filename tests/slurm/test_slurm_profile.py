@@ -256,9 +256,10 @@ def test_preempted_run_resumes_from_last_checkpoint_on_retry(workflow: SlurmWork
     attempts = [job for job in accounted_jobs(workflow) if job["Comment"].endswith(f"_wildcards_{run}")]
     assert [(job["JobID"], job["State"]) for job in attempts] == [(signalled[run], "FAILED"), (ANY, "COMPLETED")]
     # Snakemake showed the failed attempt's rule log (show-failed-logs) before the retry.
-    stopped = re.search(rf"preempted in epoch (\d+); saved results/runs/{run}/checkpoints/last.ckpt", output)
+    saved = f"saved results/runs/{run}/checkpoints/last.ckpt"
+    stopped = re.search(rf"preempted in epoch (\d+)/{MAX_EPOCHS}; {saved}", output)
     assert stopped, output[-5000:]
-    epoch = int(stopped.group(1))
+    epoch = int(stopped.group(1)) - 1  # the message counts epochs from 1, as the progress lines do; rows from 0
     assert epoch >= 2
 
     record = provenance(workflow, run)

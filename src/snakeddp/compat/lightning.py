@@ -10,6 +10,11 @@ step, which is the safety #20806 asked for. Lightning's SIGTERM notifier would a
 our handler) and broadcast from inside the signal handler on rank 0, which only the per-step
 broadcast receives; so both are turned off together, on one trainer's objects only.
 
+**An epoch's last step.** Preemption must not stop after it (Lightning resumes from a save made there
+as from a finished epoch, skipping its validation and end hooks). ``trainer.num_training_batches``
+(``limit_train_batches`` included) does not know it for a loader without a length; the epoch
+loop's ``batch_progress.is_last_batch`` (set from the data fetcher, one batch ahead) does.
+
 **last.ckpt.** ``ModelCheckpoint`` saves last.ckpt in private steps; ``LastCheckpointHooks`` gives
 them public names for ``snakeddp.training.checkpoints``.
 """
@@ -36,6 +41,13 @@ def hand_sigterm_to_preemption(trainer: pl.Trainer) -> None:
     """Drop Lightning's per-step SIGTERM broadcast and its SIGTERM notifier on this trainer."""
     trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = _ignore
     trainer._signal_connector._sigterm_notifier_fn = _ignore
+
+
+def is_last_batch(trainer: pl.Trainer) -> bool:
+    """Whether the step that just ended was the last of its epoch (read in on_train_batch_end): its
+    loader is done, or the epoch's batch count (``limit_train_batches`` included) is reached."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    return bool(progress.is_last_batch) or progress.current.ready == trainer.num_training_batches
 
 
 class LastCheckpointHooks(ModelCheckpoint):

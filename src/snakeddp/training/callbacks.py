@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from snakeddp.compat.lightning import is_last_batch
 from snakeddp.errors import MonitorError
 from snakeddp.provenance.record import utc_now
 from snakeddp.run.layout import TRACE_FILE
@@ -198,7 +199,12 @@ class Preemption(Callback):
     one per step, and a slow step (seconds) is still checked after every step. Then every rank raises
     ``Preempted`` from the same step, ``on_exception`` saves last.ckpt (a collective save that
     records the loader's position mid-epoch) and ``snakeddp.train`` exits with code 75. A rerun
-    resumes at the next batch of the same epoch and partition.
+    resumes at the next batch of the same epoch and partition. Agreed at an epoch's last step, the
+    stop comes one step later, after the next epoch's first (its partition is prefetched already):
+    Lightning takes a save made after an epoch's last step for a finished epoch, and a resume from it
+    skips that epoch's validation and end hooks (its metrics row, its checkpoint, early stopping's
+    look at it); a save at the next epoch's start resumes no better (Lightning reads the previous
+    epoch's step counts as this one's). After the last epoch's last step the run just finishes.
 
     Lightning's own SIGTERM handling is not used: it broadcasts from inside the signal handler
     and checks rank 0's flag locally at the end of a step, which lets rank 0 stop a step before
@@ -215,6 +221,7 @@ class Preemption(Callback):
         self.last_path = last_path
         self.requested = False
         self.preempted = False
+        self.stop_after_next_step = False  # agreed at an epoch's last step
         self.checks = 0
         self._previous: dict[int, Any] = {}
         self._step = self._next_check = self._checked_step = 0
@@ -247,14 +254,20 @@ class Preemption(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._step += 1
-        if trainer.world_size == 1:  # nobody to agree with: check the flag after every step
+        if self.stop_after_next_step:  # agreed already, at the previous epoch's last step
+            requested = True
+        elif trainer.world_size == 1:  # nobody to agree with: check the flag after every step
             requested = self.requested
         elif self._step < self._next_check:
             return
         else:
             requested = self._agree(trainer, pl_module)
-        if requested:
-            raise Preempted(f"preemption signal received; stopping after step {trainer.global_step}")
+        if not requested:
+            return
+        if is_last_batch(trainer):  # the same on every rank: they run the same steps
+            self.stop_after_next_step = True
+            return
+        raise Preempted(f"preemption signal received; stopping after step {trainer.global_step}")
 
     def _agree(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> bool:
         """One all-reduce (max) of [signalled, seconds per step since the last check]; sets the next check."""
