@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch import Callback
 from lightning.pytorch.demos.boring_classes import BoringModel
 
+from snakeddp.compat.lightning import batches_done
 from snakeddp.data.module import ResumableLoader, ShardedBatchSampler
 from snakeddp.training import callbacks
 from snakeddp.training.callbacks import Preempted, Preemption
@@ -146,7 +147,7 @@ class ScheduledBoringModel(BoringModel):
     def train_dataloader(self):
         rows = Rows(torch.randn(8, 32, generator=torch.Generator().manual_seed(1)))
         sampler = ShardedBatchSampler(8, 2, 0, 1, seed=0, epoch=self.trainer.current_epoch, shuffle=True)
-        return ResumableLoader(rows, sampler, lambda: self.trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        return ResumableLoader(rows, sampler, lambda: batches_done(self.trainer))
 
     def val_dataloader(self):
         rows = Rows(torch.randn(4, 32, generator=torch.Generator().manual_seed(2)))

@@ -15,6 +15,9 @@ as from a finished epoch, skipping its validation and end hooks). ``trainer.num_
 (``limit_train_batches`` included) does not know it for a loader without a length; the epoch
 loop's ``batch_progress.is_last_batch`` (set from the data fetcher, one batch ahead) does.
 
+**Batches done.** A resumable loader's state is the epoch loop's ``batch_progress.current.processed``
+(``batches_done``).
+
 **last.ckpt.** ``ModelCheckpoint`` saves last.ckpt in private steps; ``LastCheckpointHooks`` gives
 them public names for ``snakeddp.training.checkpoints``.
 """
@@ -48,6 +51,13 @@ def is_last_batch(trainer: pl.Trainer) -> bool:
     loader is done, or the epoch's batch count (``limit_train_batches`` included) is reached."""
     progress = trainer.fit_loop.epoch_loop.batch_progress
     return bool(progress.is_last_batch) or progress.current.ready == trainer.num_training_batches
+
+
+def batches_done(trainer: pl.Trainer) -> int:
+    """The steps of the current epoch that a checkpoint saved now counts as trained."""
+    # "processed", not "completed": a save from on_train_batch_end (preemption) happens after
+    # the step but before Lightning counts it completed, and Lightning's restart counts it.
+    return trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
 
 class LastCheckpointHooks(ModelCheckpoint):

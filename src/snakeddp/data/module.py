@@ -22,6 +22,7 @@ import torch
 from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
+from snakeddp.compat.lightning import batches_done
 from snakeddp.data.partitions import Partition, load_manifest, read_partition
 
 
@@ -184,11 +185,6 @@ class PartitionDataModule(pl.LightningDataModule):
             shuffle,
         )
 
-    def _batches_done(self) -> int:
-        # "processed", not "completed": a save from on_train_batch_end (preemption) happens after
-        # the step but before Lightning counts it completed, and Lightning's restart counts it.
-        return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
-
     def train_dataloader(self) -> DataLoader:
         # Lightning calls this at the start of every epoch (reload_dataloaders_every_n_epochs=1),
         # after a resume included, with current_epoch already restored.
@@ -200,7 +196,7 @@ class PartitionDataModule(pl.LightningDataModule):
         self.trace = []
         dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None)
         sampler = self._sampler(partition, epoch, shuffle=True)
-        return ResumableLoader(dataset, sampler, self._batches_done, pin_memory=self._pin_memory())
+        return ResumableLoader(dataset, sampler, lambda: batches_done(self.trainer), pin_memory=self._pin_memory())
 
     def val_dataloader(self) -> DataLoader:
         sampler = self._sampler(self.val, 0, shuffle=False)
