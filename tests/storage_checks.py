@@ -1,10 +1,12 @@
 """What every object store's tests check the same way (az://, s3://, gs://): a small Parquet table
-to upload, a folder listed with each object's version, and ingestion byte-identical to a local copy.
-``store`` is a test server's client (bench.azurite.Azurite, tests/s3_server.py, tests/gcs_server.py)."""
+to upload, a folder listed with each object's version, and ingestion byte-identical to a local copy
+(of one file, and of a folder in hive layout). ``store`` is a test server's client (bench.azurite.Azurite,
+tests/s3_server.py, tests/gcs_server.py)."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 
@@ -61,4 +63,37 @@ def check_ingest_matches_local(store, holder: str, scheme: str, tmp_path) -> Non
     for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
         assert (tmp_path / "remote" / f"{name}.safetensors").read_bytes() == (
             tmp_path / "local" / f"{name}.safetensors"
+        ).read_bytes(), name
+
+
+def upload_folder(store, holder: str, prefix: str, folder: Path) -> None:
+    """Every file under a local ``folder`` to ``holder``/``prefix``/ (a copy of a table, names unchanged)."""
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        store.upload(holder, f"{prefix}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+
+
+def hive_folder(folder: Path, rows: int, seed: int):
+    """A Parquet folder in hive layout, as pyarrow writes it: x3 (a feature) is 0, 1 or 2 in the folder's
+    name (``x3=1/``), not in the files. Returns the rows in the order the table reads them (x3's folders
+    in name order, each in the order written), x3 included."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = frame(rows, seed)
+    data["x3"] = np.arange(rows) % 3
+    pq.write_to_dataset(pa.Table.from_pandas(data, preserve_index=False), folder, partition_cols=["x3"])
+    return data.sort_values("x3", kind="stable", ignore_index=True)
+
+
+def check_hive_folder_matches_local(store, holder: str, scheme: str, tmp_path) -> None:
+    """A hive-layout folder ingested from the store and from its local copy: every row, its partition
+    values, and byte-identical partitions."""
+    hive_folder(tmp_path / "hive", 600, 4)
+    upload_folder(store, holder, "hive", tmp_path / "hive")
+    from_store = table.ingest(params(f"{scheme}://{holder}/hive"), tmp_path / "hive-remote", chunk_rows=64)
+    local = table.ingest(params(str(tmp_path / "hive")), tmp_path / "hive-local", chunk_rows=64)
+    assert from_store["rows_read"] == local["rows_read"] == 600 and from_store["records"] == local["records"]
+    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
+        assert (tmp_path / "hive-remote" / f"{name}.safetensors").read_bytes() == (
+            tmp_path / "hive-local" / f"{name}.safetensors"
         ).read_bytes(), name

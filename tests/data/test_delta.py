@@ -1,20 +1,34 @@
 """snakeddp.data.delta: Delta Lake tables written by delta-rs itself, read locally and from a real Azure
 Storage server (Azurite), as a table dataset's source: version and table id as the identity, time travel,
-and ingestion byte-identical to the same rows read as plain Parquet."""
+ingestion byte-identical to the same rows read as plain Parquet, partition columns from the log, and
+columns a later commit added. Beside them, a hive-layout Parquet folder in the same storage, and the
+pipeline trained on both kinds of partitioned table."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from bench.azurite import Azurite
 from snakeddp.data import delta, plan, table
+from snakeddp.data.partitions import read_partition
 from snakeddp.errors import ConfigError, TableError
+from snakeddp.util.hashing import sha256_json
 from tests.helpers import TINY, Workflow, subprocess_env
-from tests.storage_checks import FEATURES, frame, params
+from tests.storage_checks import (
+    FEATURES,
+    check_hive_folder_matches_local,
+    frame,
+    hive_folder,
+    params,
+    upload_folder,
+)
 
 CONTAINER = "lake"
 
@@ -27,6 +41,24 @@ def two_commits(path: Path | str, **options) -> None:
 
 def partitions(out: Path) -> dict[str, bytes]:
     return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*.safetensors"))}
+
+
+def by_region(path: Path, partition_by: list[str] | None = None) -> None:
+    """Three commits of 200 rows, the rows of region 0, 1, then 2 (x3, a feature), at site "north east"
+    (not a feature, a name to escape). Partitioned by both, each commit writes one data file holding
+    neither: their values are in the folders' names and in the log."""
+    for region in range(3):
+        rows = frame(200, region).assign(x3=region, site="north east")
+        write_deltalake(str(path), rows, mode="append", partition_by=partition_by)
+
+
+def rows_of(out: Path) -> list:
+    """Every (id, features, label) ingested into ``out``, read back by snakeddp's own partition reader."""
+    found = []
+    for name in ["val", *(f"train/part-{i:05d}" for i in range(3))]:
+        part = read_partition(out / f"{name}.safetensors")
+        found += zip(part.ids.tolist(), map(tuple, part.features.tolist()), part.labels[:, 0].tolist(), strict=True)
+    return sorted(found)
 
 
 def test_the_latest_version_or_a_pinned_one_is_what_the_workflow_plans(tmp_path):
@@ -103,6 +135,86 @@ def test_a_missing_deltalake_names_the_command_that_installs_it_to_stay(monkeypa
         delta.open_snapshot(tmp_path, None)
 
 
+def test_a_table_partitioned_by_a_feature_ingests_as_the_same_commits_unpartitioned(tmp_path):
+    by_region(tmp_path / "partitioned", partition_by=["x3", "site"])
+    by_region(tmp_path / "flat")
+    snapshot = delta.open_snapshot(tmp_path / "partitioned", None)
+    assert [dict(v) for v in snapshot.partition_values] == [{"x3": r, "site": "north east"} for r in range(3)]
+    assert snapshot.identity() == sha256_json(
+        {"delta_table_id": snapshot.table_id, "version": 2, "files": snapshot.files}
+    ), "partition values and columns are not in the identity: tables that worked before keep their dataset"
+    first = delta.data_files(tmp_path / "partitioned", snapshot)[0]
+    assert first.parent.name == "site=north%20east" and pq.read_schema(first).names == ["x1", "x2", "y"]
+    summary = table.ingest(params(str(tmp_path / "partitioned")), tmp_path / "out", chunk_rows=64)
+    table.ingest(params(str(tmp_path / "flat")), tmp_path / "flat-out", chunk_rows=64)
+    assert summary["rows_read"] == 600 and sum(summary["records"].values()) == 600
+    assert partitions(tmp_path / "out") == partitions(tmp_path / "flat-out")
+    found = rows_of(tmp_path / "out")
+    assert [i for i, _, _ in found] == list(range(600))
+    assert all(features[2] == i // 200 for i, features, _ in found), "x3 from the log: region 0, 1, 2 by commit"
+
+
+def test_a_null_partition_value_is_missing_and_nan_policy_decides(tmp_path):
+    rows = frame(300, 1)
+    rows["x3"] = pd.array([0, 1, None] * 100, dtype="Int64")
+    write_deltalake(str(tmp_path / "t"), rows, partition_by=["x3"])  # one commit, three data files
+    with pytest.raises(TableError) as refused:
+        table.ingest(params(str(tmp_path / "t")), tmp_path / "out")
+    (line,) = str(refused.value).splitlines()
+    assert "x3=__HIVE_DEFAULT_PARTITION__/" in line and "column 'x3', row 1: missing or non-finite value" in line
+    assert line.endswith("HINT: clean the table, or set data.table.nan_policy: drop to skip such rows.")
+    dropping = params(str(tmp_path / "t"))
+    dropping["table"]["nan_policy"] = "drop"
+    summary = table.ingest(dropping, tmp_path / "out")
+    assert (summary["rows_read"], summary["rows_dropped"], sum(summary["records"].values())) == (300, 100, 200)
+    # Files of one commit are read in the log's order, not the rows': compare what arrived as a set.
+    kept = rows.dropna().astype({"x3": float})[[*FEATURES, "y"]].to_numpy(np.float32)
+    assert sorted((tuple(f), y) for _, f, y in rows_of(tmp_path / "out")) == sorted(
+        (tuple(r[:3]), r[3]) for r in kept.tolist()
+    )
+
+
+def evolved(path: Path) -> None:
+    """Versions 0 and 1 without x3; version 2 adds it (schema_mode merge); version 3 appends with it."""
+    write_deltalake(str(path), frame(100, 1).drop(columns="x3"))
+    write_deltalake(str(path), frame(100, 2).drop(columns="x3"), mode="append")
+    write_deltalake(str(path), frame(100, 3), mode="append", schema_mode="merge")
+    write_deltalake(str(path), frame(100, 4), mode="append")
+
+
+def test_a_column_a_later_commit_added_is_null_in_older_rows_and_nan_policy_decides(tmp_path):
+    evolved(tmp_path / "t")
+    with pytest.raises(TableError) as refused:
+        table.ingest(params(str(tmp_path / "t")), tmp_path / "out")
+    (line,) = str(refused.value).splitlines()
+    assert "(Delta table, version 3): data file " in line and "has no column 'x3', which version 2 added;" in line
+    assert "HINT: set data.table.nan_policy: drop" in line and "SET x3 = ... WHERE x3 IS NULL), then rerun." in line
+    dropping = params(str(tmp_path / "t"))
+    dropping["table"]["nan_policy"] = "drop"
+    summary = table.ingest(dropping, tmp_path / "out")
+    assert (summary["rows_read"], summary["rows_dropped"]) == (400, 200)
+    assert [i for i, _, _ in rows_of(tmp_path / "out")] == list(range(200, 400)), "the older commits' rows"
+    unknown = params(str(tmp_path / "t"))
+    unknown["table"]["features"] = ["x1", "x9"]
+    with pytest.raises(TableError) as refused:
+        table.ingest(unknown, tmp_path / "out")
+    assert str(refused.value).startswith(
+        f"data.table.path={str(tmp_path / 't')!r} (Delta table, version 3): no column 'x9' (the table has: x1, x2, "
+        "y, x3). HINT: fix data.table.features"
+    ), "the table, not one of its files"
+
+
+def test_when_log_retention_removed_the_commit_that_added_a_column_the_error_says_so(tmp_path):
+    evolved(tmp_path / "t")
+    DeltaTable(str(tmp_path / "t")).create_checkpoint()
+    for version in range(3):  # what log retention leaves after a checkpoint at version 3
+        (tmp_path / "t" / "_delta_log" / f"{version:020d}.json").unlink()
+    with pytest.raises(TableError) as refused:
+        table.ingest(params(str(tmp_path / "t")), tmp_path / "out")
+    (line,) = str(refused.value).splitlines()
+    assert "which the table has by version 3 (the log no longer has version 2: log retention" in line, line
+
+
 @pytest.fixture(scope="module")
 def azurite(tmp_path_factory):
     server = Azurite(tmp_path_factory.mktemp("azurite"))
@@ -125,6 +237,42 @@ def test_a_delta_table_in_azure_storage_reads_as_the_local_one(azurite, tmp_path
     local = table.ingest(params(str(tmp_path / "same")), tmp_path / "local", chunk_rows=64)
     assert from_store["rows_read"] == local["rows_read"] == 600
     assert partitions(tmp_path / "remote") == partitions(tmp_path / "local")
+
+
+@pytest.mark.e2e
+def test_partitioned_tables_in_azure_storage_read_as_their_local_copies(azurite, tmp_path, monkeypatch):
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    by_region(tmp_path / "local", partition_by=["x3", "site"])
+    several = frame(300, 5).assign(x3=np.arange(300) % 3, site="north east")
+    write_deltalake(str(tmp_path / "local"), several, mode="append")  # one commit, three data files
+    upload_folder(azurite, CONTAINER, "partitioned", tmp_path / "local")  # a copy: the same log
+    from_store = table.ingest(params(f"az://{CONTAINER}/partitioned"), tmp_path / "remote", chunk_rows=64)
+    local = table.ingest(params(str(tmp_path / "local")), tmp_path / "local-out", chunk_rows=64)
+    assert from_store["rows_read"] == local["rows_read"] == 900
+    assert partitions(tmp_path / "remote") == partitions(tmp_path / "local-out")
+    check_hive_folder_matches_local(azurite, CONTAINER, "az", tmp_path)
+
+
+@pytest.mark.e2e
+def test_the_pipeline_trains_on_a_delta_table_partitioned_by_a_feature_and_on_a_hive_folder(tmp_path):
+    by_region(tmp_path / "delta", partition_by=["x3", "site"])
+    hive = hive_folder(tmp_path / "hive", 600, 4)
+    expected = {"delta": np.arange(600) // 200, "hive": hive["x3"].to_numpy()}
+    for kind in ("delta", "hive"):
+        flow = Workflow(tmp_path / f"flow-{kind}")
+        flow.directory.mkdir()
+        source = {"path": str(tmp_path / kind), "features": FEATURES, "label": "y"}
+        flow.write_config(
+            {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}}
+        )
+        flow.run()
+        (dataset,) = (flow.directory / "results" / "data").iterdir()
+        parts = [read_partition(p) for p in sorted(dataset.rglob("*.safetensors"))]
+        ids = np.concatenate([p.ids.numpy() for p in parts])
+        assert sorted(ids.tolist()) == list(range(600)), f"{kind}: every row in one partition"
+        x3 = np.concatenate([p.features.numpy()[:, 2] for p in parts])
+        assert np.array_equal(x3, expected[kind][ids]), f"{kind}: the partition column's values"
+        assert list((flow.directory / "results" / "runs").glob("*/provenance.json")), f"{kind}: trained"
 
 
 @pytest.mark.e2e

@@ -21,6 +21,7 @@ from tests.helpers import TINY, Workflow, subprocess_env
 from tests.storage_checks import (
     FEATURES,
     check_folder_listing,
+    check_hive_folder_matches_local,
     check_ingest_matches_local,
     frame,
     parquet,
@@ -89,6 +90,10 @@ def test_the_identity_follows_the_objects_generations(emulator):
 
 def test_ingesting_from_gcs_writes_the_partitions_a_local_copy_does(emulator, tmp_path):
     check_ingest_matches_local(emulator, BUCKET, "gs", tmp_path)
+
+
+def test_a_hive_layout_folder_in_gs_ingests_as_its_local_copy(emulator, tmp_path):
+    check_hive_folder_matches_local(emulator, BUCKET, "gs", tmp_path)
 
 
 def test_csv_objects_are_read_too(emulator, tmp_path):

@@ -14,7 +14,13 @@ from snakeddp.errors import TableError
 from tests.helpers import TINY, Workflow, subprocess_env
 from tests.mlflow_server import free_port
 from tests.s3_server import S3Server
-from tests.storage_checks import FEATURES, check_folder_listing, check_ingest_matches_local, parquet
+from tests.storage_checks import (
+    FEATURES,
+    check_folder_listing,
+    check_hive_folder_matches_local,
+    check_ingest_matches_local,
+    parquet,
+)
 
 BUCKET = "tables"
 
@@ -58,6 +64,10 @@ def test_the_identity_follows_the_objects_etags(credentials):
 
 def test_ingesting_from_s3_writes_the_partitions_a_local_copy_does(credentials, tmp_path):
     check_ingest_matches_local(credentials, BUCKET, "s3", tmp_path)
+
+
+def test_a_hive_layout_folder_in_s3_ingests_as_its_local_copy(credentials, tmp_path):
+    check_hive_folder_matches_local(credentials, BUCKET, "s3", tmp_path)
 
 
 @pytest.mark.parametrize("url", [f"s3://{BUCKET}/no-such.parquet", "s3://no-such-bucket/t.parquet"])

@@ -1,17 +1,25 @@
-"""Table ingestion: streaming, deterministic split, byte-identical partitions, errors that name file, column and row."""
+"""Table ingestion: streaming, deterministic split, byte-identical partitions, errors that name file, column and row;
+partition columns of folders in hive layout, as Spark, pyarrow and pandas write them."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from snakeddp.data import table
 from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
-from snakeddp.data.table import TableError, assign, cached_fingerprint, fingerprint, ingest, place
+from snakeddp.data.table import TableError, assign, cached_fingerprint, fingerprint, hive_values, ingest, place
 from tests.tables import FEATURES, frame, params
+
+PARTS = ["val", *(f"train/part-{i:05d}" for i in range(3))]
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -227,3 +235,90 @@ def test_unknown_formats_and_missing_paths_are_explained(tmp_path):
     assert table.table_files(tmp_path / "t.txt", "csv") == ("csv", [tmp_path / "t.txt"])
     with pytest.raises(TableError, match="no such file or folder"):
         table.table_files(tmp_path / "nope.csv")
+
+
+def hive_frame(rows: int = 400) -> pd.DataFrame:
+    """``frame`` with feature c a partition column's values (0..3), and a and b exact in float32 (so a CSV's
+    text and Parquet's binary give the same bits)."""
+    data = frame(rows)
+    data[["a", "b"]] = (data[["a", "b"]] * 8).round() / 8
+    data["c"] = np.arange(rows) % 4
+    return data
+
+
+def arrow(data: pd.DataFrame) -> pa.Table:
+    return pa.Table.from_pandas(data, preserve_index=False)
+
+
+# The writers of hive layout (c=0/, c=1/ ... without c in the files): each keeps the rows' order in a folder.
+HIVE_WRITERS = {
+    "pyarrow.dataset": lambda data, root: ds.write_dataset(
+        arrow(data), root, format="parquet", partitioning=["c"], partitioning_flavor="hive", preserve_order=True
+    ),
+    "pyarrow.parquet": lambda data, root: pq.write_to_dataset(arrow(data), root, partition_cols=["c"]),
+    "pandas": lambda data, root: data.to_parquet(root, partition_cols=["c"]),
+    "csv": lambda data, root: ds.write_dataset(
+        arrow(data), root, format="csv", partitioning=["c"], partitioning_flavor="hive", preserve_order=True
+    ),
+}
+
+
+@pytest.mark.parametrize("writer", HIVE_WRITERS)
+def test_a_hive_folder_ingests_every_row_with_its_folder_values_as_the_rows_in_one_file(tmp_path, writer):
+    data = hive_frame()
+    HIVE_WRITERS[writer](data, tmp_path / "hive")
+    names = sorted(p.relative_to(tmp_path / "hive").as_posix() for p in (tmp_path / "hive").rglob("*.*"))
+    assert [n.partition("/")[0] for n in names] == ["c=0", "c=1", "c=2", "c=3"], names
+    first = tmp_path / "hive" / names[0]
+    columns = pd.read_csv(first, nrows=0).columns if writer == "csv" else pq.read_schema(first).names
+    assert "c" not in columns, "the partition column is only in the folders' names"
+    # The same rows in the order the folder is read (c=0/ first), c inside the one file.
+    ordered = data.sort_values("c", kind="stable", ignore_index=True)
+    ordered.to_parquet(tmp_path / "flat.parquet")
+    summary = ingest(params(tmp_path / "hive"), tmp_path / "hive-out", chunk_rows=37)
+    ingest(params(tmp_path / "flat.parquet"), tmp_path / "flat-out", chunk_rows=37)
+    assert summary["rows_read"] == 400 and sum(summary["records"].values()) == 400
+    hive, flat = files_of(tmp_path / "hive-out"), files_of(tmp_path / "flat-out")
+    assert {k: v for k, v in hive.items() if k != "ingest.json"} == {
+        k: v for k, v in flat.items() if k != "ingest.json"
+    }
+    parts = [loaded(tmp_path / "hive-out", name) for name in PARTS]
+    ids = np.concatenate([p.ids.numpy() for p in parts])
+    assert sorted(ids.tolist()) == list(range(400))
+    for part in parts:
+        assert np.array_equal(part.features.numpy()[:, 2], ordered["c"].to_numpy(np.float32)[part.ids.numpy()])
+
+
+def test_folder_values_are_unescaped_and_a_default_partition_is_null():
+    assert hive_values("region=0/site=a%3Db%20c/part-0.parquet") == {"region": "0", "site": "a=b c"}
+    assert hive_values("region=__HIVE_DEFAULT_PARTITION__/part-0.csv") == {"region": None}
+    assert hive_values("2024/region=1/part.parquet") == {"region": "1"}, "a folder that is no key=value is skipped"
+    assert hive_values("a=1.parquet") == hive_values("part.parquet") == {}, "a file's own name is no folder"
+
+
+def test_a_null_folder_value_is_missing_and_a_text_one_is_not_a_number(tmp_path):
+    data = hive_frame()
+    data["c"] = pd.array([0, 1, 2, None] * 100, dtype="Int64")
+    HIVE_WRITERS["pyarrow.dataset"](data, tmp_path / "hive")
+    with pytest.raises(TableError) as refused:
+        ingest(params(tmp_path / "hive"), tmp_path / "out")
+    (line,) = str(refused.value).splitlines()
+    assert "c=__HIVE_DEFAULT_PARTITION__/part-0.parquet: column 'c', row 1: missing or non-finite value" in line
+    assert line.endswith("HINT: clean the table, or set data.table.nan_policy: drop to skip such rows.")
+    kept = ingest(params(tmp_path / "hive", nan_policy="drop"), tmp_path / "out")
+    assert (kept["rows_read"], kept["rows_dropped"], sum(kept["records"].values())) == (400, 100, 300)
+    (tmp_path / "hive" / "c=eu").mkdir()
+    shutil.copy(tmp_path / "hive" / "c=0" / "part-0.parquet", tmp_path / "hive" / "c=eu" / "part-0.parquet")
+    with pytest.raises(TableError, match=r"c=eu/part-0\.parquet: column 'c', row 1: 'eu' is not a number.*HINT"):
+        ingest(params(tmp_path / "hive", nan_policy="drop"), tmp_path / "out")
+
+
+def test_a_column_in_the_file_is_read_from_the_file_and_a_missing_one_names_the_folders_too(tmp_path):
+    data = hive_frame(100)
+    (tmp_path / "hive" / "c=9").mkdir(parents=True)
+    data.to_parquet(tmp_path / "hive" / "c=9" / "part-0.parquet")
+    ingest(params(tmp_path / "hive", partitions=1), tmp_path / "out")
+    part = loaded(tmp_path / "out", "train/part-00000")
+    assert np.array_equal(part.features.numpy()[:, 2], data["c"].to_numpy(np.float32)[part.ids.numpy()])
+    with pytest.raises(TableError, match=r"no column 'd' \(the file has: a, b, c, note, y\)\. HINT: fix"):
+        ingest(params(tmp_path / "hive", features=["a", "d"]), tmp_path / "out")

@@ -13,15 +13,20 @@ trains on that snapshot whatever is committed later (time travel). delta-rs read
 version's rows are those of its data files (the log's add actions), read in commit order by the
 same Parquet reader as a Parquet table, one row group at a time, through the same object-storage
 clients, so the partitions are byte-identical wherever the table is read from.
+
+The log also gives what a data file does not hold: the values of the table's partition columns
+(``partitionValues``, typed by the table's schema), and the table's columns, so a column a later
+commit added (schema evolution) is null in the rows of older files, not missing.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from snakeddp.data import remote
 from snakeddp.errors import TableError, add_hint
@@ -41,7 +46,13 @@ class Snapshot:
     table_id: str
     version: int
     files: tuple[tuple[str, int], ...]
-    """(path relative to the table, size in bytes) of each data file, in commit order."""
+    """(path relative to the table, as the log writes it, and size in bytes) of each data file, in commit order."""
+    # The table id, version and files determine these, so the identity leaves them out.
+    partition_values: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    """Each data file's partition values (column -> value typed by the table's schema, None for null), in the
+    order of ``files``; empty mappings for a table without partition columns."""
+    columns: tuple[str, ...] = field(default=(), compare=False)
+    """The table's columns at this version: partition columns, and those a later commit added, included."""
 
     def identity(self) -> str:
         """sha256 of the table id, the version and its files: the dataset id's part for the table."""
@@ -102,13 +113,13 @@ def _table_uri(path: str | Path) -> str:
     return "abfs://" + text[len("az://") :] if text.startswith("az://") else text
 
 
-def open_snapshot(path: str | Path, version: int | None) -> Snapshot:
-    """The table's ``version`` (None: its latest), or a TableError in one line with a HINT."""
+def _open(path: str | Path, version: int | None) -> Any:
+    """delta-rs's DeltaTable at ``version`` (None: the latest), or a TableError in one line with a HINT."""
     deltalake = _deltalake()
     uri = _table_uri(path)
     options = storage_options(uri) if remote.is_url(path) else None
     try:
-        table = deltalake.DeltaTable(uri, version=version, storage_options=options)
+        return deltalake.DeltaTable(uri, version=version, storage_options=options)
     except Exception as error:  # delta-rs raises its own TableNotFoundError, DeltaError, OSError...
         why = redact_text(" ".join(str(error).split()))[:300]
         at = f" at version {version}" if version is not None else ""
@@ -117,6 +128,11 @@ def open_snapshot(path: str | Path, version: int | None) -> Snapshot:
             "HINT: check the path (a folder holding _delta_log/), data.table.version (a version the log still "
             "has: VACUUM and log retention remove old ones), and the storage's credentials."
         ) from None
+
+
+def open_snapshot(path: str | Path, version: int | None) -> Snapshot:
+    """The table's ``version`` (None: its latest), or a TableError in one line with a HINT."""
+    table = _open(path, version)
     features = set(table.protocol().reader_features or ()) & set(UNSUPPORTED_READER_FEATURES)
     if features:
         raise TableError(
@@ -127,16 +143,77 @@ def open_snapshot(path: str | Path, version: int | None) -> Snapshot:
     actions = table.get_add_actions(flatten=True)
     paths = [str(p) for p in actions.column("path").to_pylist()]
     sizes = [int(s) for s in actions.column("size_bytes").to_pylist()]
+    # Flattened, each partition column is one column of the actions, typed as the schema declares it.
+    partition_columns = list(table.metadata().partition_columns)
+    values = {name: actions.column(f"partition.{name}").to_pylist() for name in partition_columns}
     # Rows in the order they were committed: the log's modification times, then paths. Writers name
     # data files with random UUIDs, so path order alone would shuffle commits differently in every copy
     # of the same history; the log's own order is not part of the protocol.
     times = [int(t) for t in actions.column("modification_time").to_pylist()]  # ms since the epoch
-    ordered = sorted(zip(times, paths, sizes, strict=True))
-    return Snapshot(str(table.metadata().id), int(table.version()), tuple((p, s) for _, p, s in ordered))
+    order = sorted(range(len(paths)), key=lambda i: (times[i], paths[i], sizes[i]))
+    return Snapshot(
+        str(table.metadata().id),
+        int(table.version()),
+        tuple((paths[i], sizes[i]) for i in order),
+        partition_values=tuple({name: values[name][i] for name in partition_columns} for i in order),
+        columns=tuple(f.name for f in table.schema().fields),
+    )
+
+
+def require_columns(path: str | Path, snapshot: Snapshot, wanted: Sequence[str]) -> None:
+    """A TableError naming the table, unless its schema has every ``wanted`` column."""
+    missing = [c for c in wanted if c not in snapshot.columns]
+    if missing:
+        raise TableError(
+            f"data.table.path={str(path)!r} (Delta table, version {snapshot.version}): no column "
+            f"{', '.join(map(repr, missing))} (the table has: {', '.join(snapshot.columns)}). HINT: fix "
+            "data.table.features / data.table.label, or data.table.version if a later version added it."
+        )
+
+
+def _has_column(path: str | Path, version: int, column: str) -> bool | None:
+    """Whether ``version``'s schema has ``column``; None when the log no longer has that version."""
+    try:
+        return column in [f.name for f in _open(path, version).schema().fields]
+    except TableError:
+        return None
+
+
+def added_later(path: str | Path, snapshot: Snapshot, column: str, file: str | Path) -> TableError:
+    """The refusal of a data file without ``column``, which the table's schema has: a commit after the
+    file's added it (schema evolution), so the file's rows have no value for it."""
+    # Bisection between a version without the column (or before the table) and one with it finds a
+    # version that added it in log2(versions) loads of the log; only this error pays for them.
+    before, after, gone = -1, snapshot.version, False
+    while after - before > 1:
+        middle = (before + after) // 2
+        found = _has_column(path, middle, column)
+        if found:
+            after = middle
+        else:
+            before, gone = middle, found is None
+    if before < 0:
+        when = "which the table has had since version 0"
+    elif gone:
+        when = (
+            f"which the table has by version {after} (the log no longer has version {before}: log retention "
+            "removed it, so which commit added the column is not known)"
+        )
+    else:
+        when = f"which version {after} added"
+    fill = f"UPDATE ... SET {column} = ... WHERE {column} IS NULL"  # noqa: S608 - a HINT's example, never run
+    return TableError(
+        f"data.table.path={str(path)!r} (Delta table, version {snapshot.version}): data file {file} has no column "
+        f"{column!r}, {when}; the file is older, so its rows have no value for it. HINT: set "
+        f"data.table.nan_policy: drop to skip those rows, or fill them in the table (e.g. {fill}), then rerun."
+    )
 
 
 def data_files(path: str | Path, snapshot: Snapshot) -> list[str] | list[Path]:
     """Where the snapshot's data files are, as the Parquet reader opens them (URLs for a table in storage)."""
+    # The log holds each path as a URI: unescaped once, it is the file's name (delta-rs puts the partition
+    # value "a b" in the folder "site=a%20b", which the log writes "site=a%2520b").
+    names = [unquote(name) for name, _ in snapshot.files]
     if remote.is_url(path):
-        return [f"{str(path).rstrip('/')}/{name}" for name, _ in snapshot.files]
-    return [Path(path) / name for name, _ in snapshot.files]
+        return [f"{str(path).rstrip('/')}/{name}" for name in names]
+    return [Path(path) / name for name in names]

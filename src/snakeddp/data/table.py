@@ -12,15 +12,21 @@ every trained sample traces back to its source row.
 
 ``data.table.path`` may also be an ``az://``, ``abfs://`` or ``s3://`` URL (``snakeddp.data.remote``): its
 objects are listed instead of a folder's files, and streamed in blocks as they are read.
+
+A partitioned table keeps a partition column's value out of its data files: in a folder's name (hive
+layout, ``region=3/``, as Spark's ``partitionBy`` and pyarrow write it) or in a Delta table's log
+(``snakeddp.data.delta``). Such a value is the same for all of a file's rows, so it is added to each
+chunk of the file as a column; a column the file holds itself is read from the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +49,17 @@ PROGRESS_EVERY_S = 10
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 # A URL's listing as remote.list_objects gives it: its objects, and whether the URL names one object.
 Listing = tuple[list[dict[str, Any]], bool]
+# Given a file's column names: the value of each wanted column it lacks, the same for all its rows.
+Constants = Callable[[list[str]], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One file of a table, with the values that its path or the Delta log give all its rows."""
+
+    path: Path | str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """Partition column -> value (None: null), used where the file lacks the column."""
 
 
 def _format_of(path: Path | str) -> str | None:
@@ -73,21 +90,17 @@ def remote_table(url: str, fmt: str = "auto", listed: Listing | None = None) -> 
     return chosen, [o for o in objects if _format_of(o["name"]) == chosen]
 
 
-def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | list[str]]:
-    """The format and the files of a table: the file itself, or a folder's files of that format in name order
-    (for a URL, the objects' URLs).
-
-    Hidden files and names starting with "_" (Spark's _SUCCESS, _metadata) are skipped.
-    """
+def _listed(path: str | Path, fmt: str) -> tuple[str, list[tuple[Any, str]]]:
+    """The format, and each file of the table (a URL's objects: their URLs) with its name relative to the table."""
     if remote.is_url(path):
         chosen, objects = remote_table(str(path), fmt)
-        return chosen, [o["url"] for o in objects]
+        return chosen, [(o["url"], o["name"]) for o in objects]
     root = Path(path)
     if root.is_file():
         found = _format_of(root) if fmt == "auto" else fmt
         if found is None:
             raise TableError(f"{root}: cannot tell the table format from the name. HINT: set data.table.format.")
-        return found, [root]
+        return found, [(root, root.name)]
     if not root.is_dir():
         raise TableError(f"data.table.path={str(root)!r}: no such file or folder (relative to {Path.cwd()}).")
     candidates = sorted(
@@ -95,7 +108,39 @@ def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | 
         key=lambda p: p.relative_to(root).as_posix(),
     )
     chosen = _one_format(str(root), [p.name for p in candidates], fmt)
-    return chosen, [p for p in candidates if _format_of(p) == chosen]
+    return chosen, [(p, p.relative_to(root).as_posix()) for p in candidates if _format_of(p) == chosen]
+
+
+def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | list[str]]:
+    """The format and the files of a table: the file itself, or a folder's files of that format in name order
+    (for a URL, the objects' URLs).
+
+    Hidden files and names starting with "_" (Spark's _SUCCESS, _metadata) are skipped.
+    """
+    chosen, files = _listed(path, fmt)
+    return chosen, [file for file, _ in files]
+
+
+def hive_values(name: str) -> dict[str, str | None]:
+    """The partition values in the ``key=value`` folders of a file's name relative to its table (hive layout),
+    as pyarrow.dataset reads them: unescaped (``%3D`` is "="), and ``__HIVE_DEFAULT_PARTITION__`` a null (None).
+
+    The values stay text: a folder declares no type, so they become numbers as a CSV's cells do.
+    """
+    keys = dict.fromkeys(folder.partition("=")[0] for folder in name.split("/")[:-1] if folder.find("=") > 0)
+    if not keys:
+        return {}  # pyarrow.dataset (its own libraries) is imported only for a table with such folders
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    found = ds.get_partition_keys(ds.HivePartitioning(pa.schema([(k, pa.string()) for k in keys])).parse(name))
+    return {key: found.get(key) for key in keys}
+
+
+def table_sources(path: str | Path, fmt: str = "auto") -> tuple[str, list[TableFile]]:
+    """``table_files``, each with the partition values of its folders (``hive_values``)."""
+    chosen, files = _listed(path, fmt)
+    return chosen, [TableFile(file, hive_values(name)) for file, name in files]
 
 
 def delta_snapshot(table: Mapping[str, Any], listed: Listing | None = None) -> delta.Snapshot | None:
@@ -175,7 +220,13 @@ def _source(path: Path | str) -> Iterator[Any]:
         yield stream
 
 
-def _csv_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+def _with_constants(chunk: dict[str, np.ndarray], constants: Mapping[str, float], rows: int) -> dict[str, np.ndarray]:
+    return chunk | {name: np.full(rows, value) for name, value in constants.items()}
+
+
+def _csv_chunks(
+    path: Path | str, columns: Sequence[str], rows: int, constants_of: Constants
+) -> Iterator[dict[str, np.ndarray]]:
     import pandas as pd
 
     # gzip by the name, as for a local path (a stream has none).
@@ -185,15 +236,16 @@ def _csv_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator
             header = pd.read_csv(source, nrows=0, compression=compression).columns
         except pd.errors.EmptyDataError:
             raise TableError(f"{path}: the file is empty (no header line). HINT: remove it or fill it.") from None
-    _require_columns(path, columns, list(header))
+    constants = constants_of(list(header))
+    read = [c for c in columns if c not in constants]
     with _source(path) as source:
-        for frame in pd.read_csv(
-            source, usecols=list(columns), chunksize=rows, low_memory=True, compression=compression
-        ):
-            yield {name: frame[name].to_numpy() for name in columns}
+        for frame in pd.read_csv(source, usecols=read, chunksize=rows, low_memory=True, compression=compression):
+            yield _with_constants({name: frame[name].to_numpy() for name in read}, constants, len(frame))
 
 
-def _parquet_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+def _parquet_chunks(
+    path: Path | str, columns: Sequence[str], rows: int, constants_of: Constants
+) -> Iterator[dict[str, np.ndarray]]:
     import pyarrow.parquet as pq
 
     with _source(path) as source:
@@ -202,15 +254,15 @@ def _parquet_chunks(path: Path | str, columns: Sequence[str], rows: int) -> Iter
         except Exception as exc:
             raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
         with handle:
-            _require_columns(path, columns, handle.schema_arrow.names)
+            constants = constants_of(handle.schema_arrow.names)
+            read = [c for c in columns if c not in constants]
             # One row group at a time: iter_batches over the whole file keeps what it read until the
             # end (peak memory grew with the file); per row group it stays at about one group.
             for group in range(handle.num_row_groups):
-                batches = handle.iter_batches(
-                    batch_size=rows, row_groups=[group], columns=list(columns), use_threads=False
-                )
+                batches = handle.iter_batches(batch_size=rows, row_groups=[group], columns=read, use_threads=False)
                 for batch in batches:
-                    yield {name: batch.column(name).to_numpy(zero_copy_only=False) for name in columns}
+                    chunk = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in read}
+                    yield _with_constants(chunk, constants, batch.num_rows)
 
 
 def _require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
@@ -220,6 +272,22 @@ def _require_columns(path: Path | str, wanted: Sequence[str], present: list[str]
             f"{path}: no column {', '.join(map(repr, missing))} (the file has: {', '.join(map(str, present))}). "
             "HINT: fix data.table.features / data.table.label, or the file's header."
         )
+
+
+def _constants(
+    source: TableFile, table: Mapping[str, Any], snapshot: delta.Snapshot | None, present: list[str]
+) -> dict[str, float]:
+    """The value, the same in all its rows, of each feature or label the file lacks: its partition value (None
+    is null), or null where a later Delta commit added the column; a TableError for any other."""
+    lacking = [c for c in [*table["features"], table["label"]] if c not in present]
+    # A Delta table's schema has every wanted column (delta.require_columns): one that a file and its
+    # partition values lack was added after the file was written.
+    later = [c for c in lacking if c not in source.values] if snapshot is not None else []
+    unknown = [c for c in lacking if c not in source.values and c not in later]
+    _require_columns(source.path, unknown, list(dict.fromkeys([*present, *source.values])))
+    if later and table["nan_policy"] == "error":
+        raise delta.added_later(table["path"], snapshot, later[0], source.path)
+    return {c: float(_numeric(np.array([source.values.get(c)], dtype=object), source.path, c, 0)[0]) for c in lacking}
 
 
 def where(path: Path | str, column: str, index: int) -> str:
@@ -343,10 +411,12 @@ def _write_partition(spill: _Spill, target: int, path: Path, metadata: Mapping[s
     }
 
 
-def _chunks(fmt: str, path: Path | str, columns: Sequence[str], rows: int) -> Iterator[dict[str, np.ndarray]]:
+def _chunks(
+    fmt: str, path: Path | str, columns: Sequence[str], rows: int, constants_of: Constants
+) -> Iterator[dict[str, np.ndarray]]:
     if not remote.is_url(path) and Path(path).stat().st_size == 0:
         raise TableError(f"{path}: the file is empty (0 bytes). HINT: remove it from the table or fill it.")
-    return (_csv_chunks if fmt == "csv" else _parquet_chunks)(path, columns, rows)
+    return (_csv_chunks if fmt == "csv" else _parquet_chunks)(path, columns, rows, constants_of)
 
 
 def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
@@ -365,16 +435,24 @@ def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path
 
 
 def _read_rows(
-    files: Sequence[Path | str], fmt: str, params: Mapping[str, Any], spill: _Spill, chunk_rows: int, stats: Stats
+    files: Sequence[TableFile],
+    fmt: str,
+    params: Mapping[str, Any],
+    spill: _Spill,
+    chunk_rows: int,
+    stats: Stats,
+    snapshot: delta.Snapshot | None,
 ) -> None:
     table = params["table"]
     features, label = list(table["features"]), table["label"]
     partitions, classes = params["num_train_files"], params["num_classes"]
     row, said = 0, time.monotonic()
-    for number, path in enumerate(files, 1):
+    for number, source in enumerate(files, 1):
+        path = source.path
         say(f"ingest: reading {path} (file {number} of {len(files)})")
         file_rows = 0
-        for chunk in _chunks(fmt, path, [*features, label], chunk_rows):
+        constants_of = functools.partial(_constants, source, table, snapshot)
+        for chunk in _chunks(fmt, path, [*features, label], chunk_rows, constants_of):
             if time.monotonic() - said >= PROGRESS_EVERY_S:
                 say(f"ingest: {row:,} rows read")
                 said = time.monotonic()
@@ -416,17 +494,21 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     table = params["table"]
     snapshot = delta_snapshot(table)
     if snapshot is not None:
-        # The version planned: its data files, read as a Parquet table's; the log is delta-rs's to read.
-        fmt, files = "parquet", delta.data_files(table["path"], snapshot)
+        # The version planned: its data files, read as a Parquet table's, with the partition values of its
+        # log; the log is delta-rs's to read.
+        paths = delta.data_files(table["path"], snapshot)
+        fmt, files = "parquet", [TableFile(p, v) for p, v in zip(paths, snapshot.partition_values, strict=True)]
         current = snapshot.identity()
     else:
-        fmt, files = table_files(table["path"], table["format"])
+        fmt, files = table_sources(table["path"], table["format"])
         current = fingerprint(table["path"], table["format"]) if table.get("sha256") else None
     if table.get("sha256") and current != table["sha256"]:
         raise TableError(
             f"{table['path']}: the table's checksum differs from data.table.sha256 (the table changed). "
             "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
         )
+    if snapshot is not None:
+        delta.require_columns(table["path"], snapshot, [*table["features"], table["label"]])
     partitions, classes = params["num_train_files"], params["num_classes"]
     width = len(table["features"])
     rows = chunk_rows or max(1024, CHUNK_VALUES // (width + 1))
@@ -436,7 +518,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     spill = _Spill(out / ".spill", dtype, partitions + 1)
     stats = Stats()
     try:
-        _read_rows(files, fmt, params, spill, rows, stats)
+        _read_rows(files, fmt, params, spill, rows, stats, snapshot)
         spill.finish()
         empty = [t for t in range(partitions + 1) if spill.count(t) == 0]
         if empty:
