@@ -47,11 +47,32 @@ SECRETS = {
     "SLURM_JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9.c2lnLXNsdXJtLWp3dA",
     "NCCL_COLLNET_BLOB": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9.c2lnLW5jY2wtYmxvYg",
 }
-# A credential in the config itself: network.env is recorded (redacted) and the config file copied.
-CONFIG_SECRET = {"network": {"env": {"UCX_PROXY_URL": "https://carol:config-url-password-4e1b@proxy.invalid/"}}}
+# Storage keys as Spark and Databricks users keep them in the config's free-form maps, under dotted
+# Spark names (harmless settings for a cluster that does not use them); a secret reference is kept.
+SPARK_CONF_SECRETS = {
+    "spark.hadoop.fs.s3a.secret.key": "s3a-secret-key-6b1d",
+    "spark.hadoop.fs.azure.account.key.lakeacct.dfs.core.windows.net": "azure-account-key-92ce",
+    "spark.authenticate.secret": "spark-auth-secret-0a7f",
+}
+CLUSTER_CONF_SECRETS = {
+    "spark.hadoop.fs.s3a.session.token": "s3a-session-token-c4e8",
+    "spark.hadoop.fs.azure.sas.lake.lakeacct.blob.core.windows.net": "sv=2024-08&sig=azure-sas-sig-5d3a",
+    "spark.ssl.keyStorePassword": "keystore-password-71f0",
+    "spark.hadoop.fs.gs.auth.service.account.private.key": "{{secrets/ml/gcs-key}}",
+}
+STORAGE_KEY_VALUES = (*SPARK_CONF_SECRETS.values(), *list(CLUSTER_CONF_SECRETS.values())[:3])
+# Credentials in the config itself: network.env is recorded (redacted), the config file copied into
+# the crate, and spark.conf and databricks.new_cluster.spark_conf carry storage keys.
+CONFIG_SECRET = {
+    "network": {"env": {"UCX_PROXY_URL": "https://carol:config-url-password-4e1b@proxy.invalid/"}},
+    "spark": {"conf": SPARK_CONF_SECRETS},
+    "databricks": {"new_cluster": {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5",
+                                   "spark_conf": CLUSTER_CONF_SECRETS}},
+}  # fmt: skip
 SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
                  "nccl-url-password-77aa", "slurm-url-password-90ff", "config-url-password-4e1b",
-                 "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9")  # fmt: skip
+                 "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9",
+                 *STORAGE_KEY_VALUES)  # fmt: skip
 SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
 
 

@@ -166,3 +166,40 @@ def test_a_built_in_model_key_beside_model_target_is_refused_and_its_hint_works(
 def test_keys_that_apply_pass():
     config.validate({"model": {"target": "a.b:C", "kwargs": {"width": 8}}})
     config.validate({"data": {"source": "module", "module": "a.b:D", "module_kwargs": {"root": "/data"}}})
+
+
+@pytest.mark.parametrize(
+    "raw, key",
+    [
+        ({"model": {"target": "pkg.mod:Net", "kwargs": {"hub": {"api_token": "hub-tok"}}}},
+         "model.kwargs.hub.api_token"),
+        ({"data": {"source": "module", "module": "pkg.mod:Data", "module_kwargs": {"db_password": "pw"}}},
+         "data.module_kwargs.db_password"),
+        ({"trainer": {"strategy": "deepspeed", "strategy_options": {"aws_secret_access_key": "k"}}},
+         "trainer.strategy_options.aws_secret_access_key"),
+        ({"model": {"target": "pkg.mod:Net"}, "sweep": {"model.kwargs.registry_token": ["reg-1"]}},
+         "model.kwargs.registry_token"),
+    ],
+)  # fmt: skip
+def test_a_secret_in_a_runs_own_maps_is_refused_in_one_line_without_its_value(raw, key):
+    with pytest.raises(config.ConfigError) as refused:
+        config.expand_sweep(config.validate(raw))
+    (line,) = str(refused.value).splitlines()
+    assert f"{key} looks like a secret" in line and "HINT: remove it from the config, export it" in line
+    assert not any(value in line for value in ("hub-tok", 'pw"', "reg-1"))
+
+
+def test_a_models_settings_about_keys_and_tokens_and_storage_keys_outside_the_run_pass():
+    raw = {
+        "model": {"target": "pkg.mod:Net", "kwargs": {"max_tokens": 512, "pad_token": "<pad>", "key_dim": 64,
+                                                      "num_key_value_heads": 8, "private": True}},
+        "spark": {"conf": {"spark.hadoop.fs.s3a.secret.key": "s3a-key"}},
+    }  # fmt: skip
+    assert config.validate(raw)["model"]["kwargs"]["max_tokens"] == 512
+
+
+def test_a_wrong_type_under_a_secret_name_is_named_without_its_value():
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({"databricks": {"new_cluster": {"spark_conf": {"spark.ssl.keyStorePassword": 918273}}}})
+    assert "spark.ssl.keyStorePassword: *** is not of type 'string'" in str(refused.value)
+    assert "918273" not in str(refused.value)

@@ -163,7 +163,8 @@ def test_a_runs_config_and_the_section_make_the_plan_and_the_written_request_rea
         "base", cfg, cfg["databricks"], "data/d-0123456789/manifest-4.json", code="code/0a", gpu=True, variables={}
     )
     assert (made.world_size, made.timeout_s, made.stage, made.gpu) == (8, 2700, STAGE, True)
-    written = write_request(submit_request(made), tmp_path / "submit.json")
+    written = tmp_path / "submit.json"
+    assert not write_request(submit_request(made), written), "nothing secret to mask"
     body = json.loads(written.read_text())
     (task,) = body["tasks"]
     check({"tasks": [jobs.SubmitTask.from_dict(task)], "timeout_seconds": body["timeout_seconds"]})

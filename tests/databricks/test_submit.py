@@ -16,15 +16,30 @@ from typing import Any
 
 import psutil
 import pytest
+from databricks.sdk import WorkspaceClient
 
+from snakeddp import config
+from snakeddp.run import variables
+from snakeddp.util.redact import scrub
+from tests.databricks.submission import prepare
 from tests.databricks_server import DatabricksStub
-from tests.helpers import TINY, Workflow, subprocess_env
+from tests.helpers import (
+    CLUSTER_CONF_SECRETS,
+    SPARK_CONF_SECRETS,
+    STORAGE_KEY_VALUES,
+    TINY,
+    Workflow,
+    subprocess_env,
+)
 
 pytestmark = pytest.mark.e2e
 
 STAGE = "/Volumes/main/ml/snakeddp"
 TOKEN = "dapi-5e1c7a-stub-token-0f3b"
-CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
+# Storage keys in the cluster's Spark settings (they reach the workspace in the request, and nothing
+# snakeddp writes or prints) and in the spark section, which only the spark profile uses.
+CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5",
+           "spark_conf": CLUSTER_CONF_SECRETS}  # fmt: skip
 CONFIG = {
     **TINY,
     # Epochs of about 0.2 s: a driver lost once the first last.ckpt is on the volume is lost mid-training.
@@ -32,6 +47,7 @@ CONFIG = {
     "trainer": {**TINY["trainer"], "max_epochs": 6},
     "sweep": {"launch.devices": [2]},
     "databricks": {"stage": STAGE, "new_cluster": CLUSTER},
+    "spark": {"conf": SPARK_CONF_SECRETS},
 }
 
 
@@ -141,9 +157,14 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     epochs = [int(row.split(",")[0]) for row in (run / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(6)), "the resumed run went on from the saved epoch, none trained twice"
     assert (flow.directory / "results" / "report" / "report.html").is_file()
-    # What the SDK sent: the request as written, with the token from its chain.
+    # What the SDK sent: the request as written, with the token from its chain and the storage keys,
+    # which the written request masks (keeping their names, and the secret reference as written).
     sent = stub.requests("POST", "/api/2.2/jobs/runs/submit")[-1]
-    assert json.loads(sent["body"]) == json.loads((run / "databricks" / "submit.json").read_text())
+    body, written = json.loads(sent["body"]), json.loads((run / "databricks" / "submit.json").read_text())
+    assert scrub(body) == written and body != written
+    assert body["tasks"][0]["new_cluster"]["spark_conf"].items() >= CLUSTER_CONF_SECRETS.items()
+    kept = written["tasks"][0]["new_cluster"]["spark_conf"]
+    assert {kept[name] for name in CLUSTER_CONF_SECRETS} == {"***", "{{secrets/ml/gcs-key}}"}
     assert sent["headers"]["Authorization"] == f"Bearer {TOKEN}"
     uploaded = {seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")}
     python_file = json.loads(sent["body"])["tasks"][0]["spark_python_task"]["python_file"]
@@ -153,14 +174,45 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/run.yaml" in uploaded
     assert any(path.endswith("/manifest-3.json") for path in uploaded)
     assert stub.requests("GET", "/api/2.2/jobs/runs/get")
-    # The token reaches no file the workflow wrote, and no line it printed.
-    for path in (flow.directory / "results").rglob("*"):
-        if path.is_file() and path.suffix in (".json", ".yaml", ".csv", ".html", ".log", ".txt"):
-            assert TOKEN not in path.read_text(errors="replace"), path
-    for path in (flow.directory / "logs").rglob("*.log"):
-        assert TOKEN not in path.read_text(errors="replace"), path
-    assert TOKEN not in done.stdout + done.stderr
+    # The token and the storage keys reach no file the workflow wrote, and no line it printed.
+    secrets = [TOKEN, *STORAGE_KEY_VALUES]
+    for top in ("results", "logs", ".snakemake"):
+        for path in (flow.directory / top).rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert not [value for value in secrets if value.encode() in data], path
+    assert not [value for value in secrets if value in done.stdout + done.stderr]
     # Again: nothing to do, nothing sent.
     again = flow.run(env=user_env(stub))
     assert "Nothing to be done" in again.stdout + again.stderr
     assert len(stub.requests("POST", "/api/2.2/jobs/runs/submit")) == 3
+
+
+def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it_is_accepted(
+    tmp_path, stub, monkeypatch, capsys
+):
+    """databricks.submit: false writes the request and sends nothing; its HINT (send it yourself, with your
+    values where it shows ***) done with the SDK's own client is a run submitted with the key."""
+    submission = prepare(tmp_path / "flow", stub, TOKEN, monkeypatch, {})
+    section = {"stage": STAGE, "submit": False, "new_cluster": CLUSTER}
+    monkeypatch.setenv(variables.DATABRICKS_CONFIG, json.dumps(config.validate({"databricks": section})["databricks"]))
+    code, said = submission.submit(capsys)
+    lines = [line for line in said.splitlines() if "HINT:" in line]
+    assert code == 1 and len(lines) == 1, said
+    assert "databricks.submit is false" in lines[0] and "with your values where it shows ***" in lines[0]
+    written_file = submission.run_dir / "databricks" / "submit.json"
+    written = json.loads(written_file.read_text())
+    cluster_conf = written["tasks"][0]["new_cluster"]["spark_conf"]
+    assert cluster_conf["spark.hadoop.fs.s3a.session.token"] == "***"
+    assert cluster_conf["spark.hadoop.fs.gs.auth.service.account.private.key"] == "{{secrets/ml/gcs-key}}"
+    assert not [value for value in STORAGE_KEY_VALUES if value in written_file.read_text() + said]
+    assert not stub.requests("POST", "/api/2.2/jobs/runs/submit"), "nothing sent"
+    # What the HINT says: the values back where it shows ***, then POST /api/2.2/jobs/runs/submit.
+    for name, value in CLUSTER_CONF_SECRETS.items():
+        if cluster_conf[name] == "***":
+            cluster_conf[name] = value
+    client = WorkspaceClient(host=stub.url, token=TOKEN)
+    answer = client.api_client.do("POST", "/api/2.2/jobs/runs/submit", body=written)
+    assert answer["run_id"] in stub.runs
+    (sent,) = stub.requests("POST", "/api/2.2/jobs/runs/submit")
+    assert json.loads(sent["body"])["tasks"][0]["new_cluster"]["spark_conf"].items() >= CLUSTER_CONF_SECRETS.items()

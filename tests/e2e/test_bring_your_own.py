@@ -176,3 +176,30 @@ def test_binary_labels_shaped_n_from_a_users_datamodule_train_the_builtin_model_
     assert set(plotted) == {"train_loss", "val_loss", "val_acc"}
     assert "does not apply: the DataModule user_project:BinaryPoints" in html
     verify(flow, "base")
+
+
+def test_a_token_in_model_kwargs_is_refused_in_one_line_and_through_the_environment_it_trains_unrecorded(tmp_path):
+    token = "reg-7f3a91c2e5"
+    config = {
+        "data": {"name": "fakeimages", "source": "module", "module": "user_project:FakeImages"},
+        "model": {"target": "user_project:RegistryCNN", "kwargs": {"channels": 8, "registry_token": token}},
+        "trainer": {"max_epochs": 1},
+        "launch": {**LAUNCH, "devices": 1},
+    }
+    flow = user_workflow(tmp_path, config)
+    refused = flow.run(check=False)
+    terminal = refused.stdout + refused.stderr
+    lines = [line for line in terminal.splitlines() if "HINT:" in line]
+    assert refused.returncode != 0 and len(lines) == 1, terminal[-3000:]
+    assert "model.kwargs.registry_token looks like a secret" in lines[0]
+    assert 'export REGISTRY_TOKEN=...) and read it in your code as os.environ["REGISTRY_TOKEN"]' in lines[0]
+    assert "Traceback" not in terminal and not (tmp_path / "results").exists()
+    # What the HINT says: out of the config, exported where snakemake runs, read by the model from there.
+    del config["model"]["kwargs"]["registry_token"]
+    flow.write_config(config)
+    done = flow.run(env=subprocess_env(REGISTRY_TOKEN=token))
+    (run,) = find_runs(tmp_path / "results")
+    assert run.provenance["training"]["epochs_completed"] == 1
+    kept = [str(path) for top in ("results", "logs", ".snakemake") for path in (tmp_path / top).rglob("*")
+            if path.is_file() and token.encode() in path.read_bytes()]  # fmt: skip
+    assert not kept and token not in done.stdout + done.stderr

@@ -5,6 +5,8 @@ Snakemake runs in, where every rank can import it."""
 
 from __future__ import annotations
 
+import os
+
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
@@ -70,6 +72,16 @@ class SmallCNN(pl.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+
+class RegistryCNN(SmallCNN):
+    """SmallCNN whose weights would come from a private registry: it needs the registry's token,
+    which it reads from the environment, as snakeddp's HINT asks, and never stores."""
+
+    def __init__(self, num_classes: int = 4, channels: int = 8, lr: float = 0.01):
+        super().__init__(num_classes, channels, lr)
+        if not os.environ.get("REGISTRY_TOKEN", "").startswith("reg-"):
+            raise RuntimeError("RegistryCNN needs REGISTRY_TOKEN (reg-...) in the environment")
 
 
 class LoggedBoringModel(BoringModel):

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from scripts.spark_cluster import Cluster, executors
-from tests.helpers import TINY, Workflow, subprocess_env
+from tests.helpers import SPARK_CONF_SECRETS, TINY, Workflow, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -54,14 +54,16 @@ def hint_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "HINT:" in line]
 
 
-def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the_direct_launchers_weights(
+def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_direct_launchers_weights_no_key_kept(
     spark_cluster, tmp_path
 ):
     """One run, to keep the suite short (a session starts in 13-38 s here): killed mid-training, resumed,
-    and then the same weights as the direct launcher's uninterrupted run of the same config."""
+    and then the same weights as the direct launcher's uninterrupted run of the same config; the storage
+    keys in its spark.conf reach nothing it writes or prints."""
     # Epochs of about a second, so that an executor dies mid-training after last.ckpt has been written.
     config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 30000}}
     config["trainer"] = {**TINY["trainer"], "max_epochs": 6}
+    config["spark"] = {"conf": SPARK_CONF_SECRETS}
     flow = flow_in(tmp_path / "spark", config)
     env = spark_env(spark_cluster)
     run_dir = flow.directory / "results/runs/base"
@@ -107,8 +109,13 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_and_a_rerun_with_the
     done_epochs = len(metrics.read_text().splitlines()) - 1
 
     started = time.perf_counter()
-    flow.run(env=env)
+    done = flow.run(env=env)
     rerun_s = time.perf_counter() - started
+    leaked = [(str(path), value) for top in ("results", "logs", ".snakemake")
+              for path in (flow.directory / top).rglob("*") if path.is_file()
+              for value in SPARK_CONF_SECRETS.values() if value.encode() in path.read_bytes()]  # fmt: skip
+    leaked += [("terminal", value) for value in SPARK_CONF_SECRETS.values() if value in done.stdout + done.stderr]
+    assert not leaked
     record = json.loads((run_dir / "provenance.json").read_text())
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]["resumed_from"]
     assert record["training"]["epochs_completed"] == 6

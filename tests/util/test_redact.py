@@ -1,9 +1,21 @@
-"""Secret detection matches whole words of a name, and masks credentials inside values."""
+"""Secret detection matches whole words of a name, and masks credentials inside values, in records and in a
+config file's own text."""
+
+import json
 
 import pytest
+import yaml
 
 from snakeddp.config.network import is_network_variable
-from snakeddp.util.redact import is_secret_name, looks_like_credential, recorded_environment, redact_text, scrub
+from snakeddp.util.redact import (
+    is_secret_name,
+    looks_like_credential,
+    recorded_environment,
+    redact_text,
+    scrub,
+    secret_keys,
+)
+from snakeddp.util.yamltext import redact_yaml
 
 SECRETS = [
     "AZURE_CLIENT_SECRET",
@@ -20,8 +32,31 @@ SECRETS = [
     "api-key",
     "SLURM_JWT",
     "GITHUB_BEARER",
+    # Spark and Hadoop settings of storage credentials, as spark.conf and Databricks' spark_conf hold them.
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.azure.account.key.lakeacct.dfs.core.windows.net",
+    "fs.azure.account.key.size.dfs.core.windows.net",  # an account named like a describing word
+    "spark.hadoop.fs.azure.sas.lake.lakeacct.blob.core.windows.net",
+    "spark.hadoop.fs.azure.account.oauth2.client.secret",
+    "spark.hadoop.fs.gs.auth.service.account.private.key",
+    "spark.authenticate.secret",
+    "spark.ssl.keyPassword",
+    "spark.ssl.keyStorePassword",
+    "registry_token",
+    "hub.api_key",
+    "key",
 ]
-SETTINGS = ["NCCL_IB_PKEY", "UCX_IB_PKEY", "TOKENIZERS_PARALLELISM", "PWD", "OLDPWD", "NCCL_SOCKET_IFNAME", "monkey"]
+SETTINGS = ["NCCL_IB_PKEY", "UCX_IB_PKEY", "TOKENIZERS_PARALLELISM", "PWD", "OLDPWD", "NCCL_SOCKET_IFNAME", "monkey",
+            # Where a secret is kept, or which one, is not the secret.
+            "spark.authenticate.secret.file", "AWS_ACCESS_KEY_ID", "secret_scope", "spark.ssl.keyStore",
+            "spark.hadoop.fs.azure.account.oauth.provider.type", "fs.azure.account.auth.type",
+            # A model's settings (transformers' config names): sizes and counts of keys and tokens.
+            "max_tokens", "max_new_tokens", "num_tokens", "pad_token_id", "pad_token", "special_tokens", "key_dim",
+            "num_key_value_heads", "key_value_proj_dim", "n_keys", "key_padding_mask", "token_type_ids",
+            # A field's key is no credential: Databricks' task_key, a table's, a batch dict's.
+            "task_key", "job_cluster_key", "partition_key", "sort_key", "image_key", "label_key"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", SECRETS)
@@ -70,3 +105,80 @@ def test_sas_signatures_and_url_credentials_are_masked():
     assert redact_text(sas) == "https://acct.blob.core.windows.net/c/f?sv=2024&sig=***&se=2026"
     assert redact_text("https://alice:pw@proxy.invalid:3128/") == "https://***@proxy.invalid:3128/"
     assert scrub({"DB_PASSWORD": "pw", "NCCL_IB_PKEY": "0x1"}) == {"DB_PASSWORD": "***", "NCCL_IB_PKEY": "0x1"}
+
+
+# What users keep in the config's free-form maps, at several depths.
+CONFIG = {
+    "spark": {"conf": {"spark.hadoop.fs.s3a.secret.key": "s3a-key", "spark.sql.shuffle.partitions": 8,
+                       "spark.authenticate.secret.file": "/etc/spark/secret"}},
+    "databricks": {"new_cluster": {"spark_version": "16.4.x-cpu-ml-scala2.12", "spark_conf": {
+        "spark.hadoop.fs.azure.account.key.lakeacct.dfs.core.windows.net": "account-key",
+        "spark.password": "{{secrets/ml/password}}"}}},
+    "model": {"kwargs": {"hub": {"api_token": "hub-token", "private": True}, "max_tokens": 512}},
+    "tracking": {"mlflow": {"tracking_uri": "https://alice:pw@mlflow.invalid/"}},
+}  # fmt: skip
+MASKED = {
+    "spark": {"conf": {"spark.hadoop.fs.s3a.secret.key": "***", "spark.sql.shuffle.partitions": 8,
+                       "spark.authenticate.secret.file": "/etc/spark/secret"}},
+    "databricks": {"new_cluster": {"spark_version": "16.4.x-cpu-ml-scala2.12", "spark_conf": {
+        "spark.hadoop.fs.azure.account.key.lakeacct.dfs.core.windows.net": "***",
+        "spark.password": "{{secrets/ml/password}}"}}},
+    "model": {"kwargs": {"hub": {"api_token": "***", "private": True}, "max_tokens": 512}},
+    "tracking": {"mlflow": {"tracking_uri": "https://***@mlflow.invalid/"}},
+}  # fmt: skip
+
+
+def test_scrub_masks_every_free_form_map_at_any_depth_keeping_keys_flags_and_secret_references():
+    assert scrub(CONFIG) == MASKED
+    assert secret_keys(CONFIG["model"]["kwargs"], "model.kwargs") == ["model.kwargs.hub.api_token"]
+    assert secret_keys(CONFIG["spark"]["conf"], "spark.conf") == ["spark.conf.spark.hadoop.fs.s3a.secret.key"]
+
+
+def test_a_config_section_exported_as_json_is_scrubbed_inside_where_it_is_recorded():
+    exported = {"SNAKEDDP_SPARK_CONFIG": json.dumps(CONFIG["spark"]), "SNAKEDDP_PLATFORM": "spark"}
+    recorded = recorded_environment(exported, network=is_network_variable)
+    assert json.loads(recorded["SNAKEDDP_SPARK_CONFIG"]) == MASKED["spark"]
+    assert recorded["SNAKEDDP_PLATFORM"] == "spark"
+    nested = scrub({"parameters": ["--variables", json.dumps({"SNAKEDDP_SPARK_CONFIG": json.dumps(CONFIG["spark"])})]})
+    assert "s3a-key" not in json.dumps(nested) and "spark.hadoop.fs.s3a.secret.key" in json.dumps(nested)
+    assert scrub('{"not": "a secret"}') == '{"not": "a secret"}', "unchanged text stays as written"
+
+
+TEXT = """\
+# Where the runs go. The storage keys below are the team's.
+spark:
+  conf:
+    spark.hadoop.fs.s3a.secret.key: "s3a-key"   # rotated monthly
+    spark.sql.shuffle.partitions: 8
+    spark.authenticate.secret.file: /etc/spark/secret
+databricks:
+  new_cluster: {spark_version: 16.4.x-cpu-ml-scala2.12, spark_conf: {
+      spark.hadoop.fs.azure.account.key.lakeacct.dfs.core.windows.net: account-key,
+      spark.password: "{{secrets/ml/password}}"}}
+model:
+  kwargs:
+    hub:
+      api_token: |
+        hub-token
+      private: true
+    max_tokens: 512
+tracking: {mlflow: {tracking_uri: "https://alice:pw@mlflow.invalid/"}}
+"""
+
+
+def test_a_config_files_text_is_masked_where_each_secret_is_written_and_keeps_its_comments():
+    masked = redact_yaml(TEXT)
+    assert yaml.safe_load(masked) == MASKED
+    assert "# Where the runs go." in masked and "# rotated monthly" in masked
+    assert "spark.hadoop.fs.s3a.secret.key: '***'   # rotated monthly" in masked
+    assert masked.count("'***'") == 3
+    for value in ("s3a-key", "account-key", "hub-token", "alice:pw"):
+        assert value not in masked
+
+
+def test_text_that_cannot_be_masked_in_place_is_written_anew_with_nothing_secret():
+    # The secret is held by an anchor under a harmless name and used under a secret one.
+    text = "defaults: &db {password: anchored-pw}\nservice:\n  <<: *db\n  token: &t tok-1\nagain: *t\n"
+    masked = redact_yaml(text)
+    assert yaml.safe_load(masked) == scrub(yaml.safe_load(text))
+    assert "anchored-pw" not in masked

@@ -13,6 +13,7 @@ import difflib
 import functools
 import itertools
 import json
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
 from snakeddp.util import yamltext
 from snakeddp.util.hashing import sha256_json
+from snakeddp.util.redact import MASK, is_secret_name, secret_keys
 
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
@@ -51,6 +53,10 @@ RELATION_KEYS = ("trainer.budget_continues",)
 # Keys of the built-in models (model.name): with model.target the user's class is built from
 # model.kwargs instead, so one set away from its default would be silently ignored.
 BUILT_IN_MODEL_KEYS = ("model.name", "model.hidden_sizes", "model.optimizer", "model.lr", "model.weight_decay")
+# Free-form maps among the keys a run computes from: run.yaml carries them to every rank, provenance
+# and the crate record them, the run's identity hashes them. A secret has no place there; the
+# environment is how it reaches a user's code.
+IDENTITY_MAPS = ("model.kwargs", "data.module_kwargs", "trainer.strategy_options")
 # Keys that only mean something beside another: (key, what it needs, whether the config has that).
 # Set without it, such a key would be silently ignored, so validation refuses it.
 ONLY_WITH = (
@@ -109,8 +115,11 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
 
 
 def _shortened(error: jsonschema.ValidationError, limit: int = 120) -> str:
-    """jsonschema's message with a long offending value cut down: an error stays one readable line."""
+    """jsonschema's message with a long offending value cut down: an error stays one readable line.
+    A value under a secret-looking key is not shown: the terminal and .snakemake/log keep what is printed."""
     shown = repr(error.instance)
+    if any(is_secret_name(str(part)) for part in error.absolute_path):
+        return error.message.replace(shown, MASK)
     if len(shown) <= limit:
         return error.message
     return error.message.replace(shown, f"{shown[: limit // 2]}... ({len(shown)} characters)")
@@ -153,6 +162,19 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
             )
     sources.check(data, source)
     _check_only_with(cfg, source)
+    _check_no_secrets(cfg, source)
+
+
+def _check_no_secrets(cfg: Mapping[str, Any], source: str) -> None:
+    for key in IDENTITY_MAPS:
+        found = secret_keys(_dotted_get(cfg, key), key)
+        if found:
+            variable = re.sub(r"[^A-Za-z0-9]+", "_", found[0].rsplit(".", 1)[-1]).strip("_").upper()
+            raise ConfigError(
+                f"{source}: {found[0]} looks like a secret, and {key} is part of what a run computes: run.yaml "
+                "carries it to every rank and provenance records it. HINT: remove it from the config, export it "
+                f'where snakemake runs (export {variable}=...) and read it in your code as os.environ["{variable}"].'
+            )
 
 
 def _dotted_get(cfg: Mapping[str, Any], key: str) -> Any:
@@ -273,6 +295,11 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
     sweep = cfg.get("sweep", {})
     base = {k: v for k, v in cfg.items() if k != "sweep"}
     check_sweep_size(sweep, source)
+    # Before the points: their run ids are made of the values, and a secret's would name its run.
+    swept: dict[str, Any] = {}
+    for key, values in sweep.items():
+        set_dotted(swept, key, values[0])
+    _check_no_secrets(swept, source)
     # Keys in the order run ids name them: a reordered sweep plans the same runs, in the same order.
     keys = canonical(sweep)
     runs: dict[str, dict[str, Any]] = {}

@@ -21,6 +21,7 @@ from typing import Any
 from snakeddp.errors import ConfigError
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.redact import scrub
 
 ENTRY = "databricks_entry.py"
 ENVIRONMENT_FILE = "environment.json"
@@ -105,10 +106,14 @@ def plan_for(
     )
 
 
-def write_request(request: Mapping[str, Any], path: Path) -> Path:
-    """The request body as databricks-sdk sends it, for ``databricks.submit: false`` (and the record)."""
-    atomic_write_json(path, as_json(request))
-    return path
+def write_request(request: Mapping[str, Any], path: Path) -> bool:
+    """The request body as databricks-sdk sends it, for ``databricks.submit: false`` (and the record),
+    with the values of secret-looking keys masked at any depth (a storage key in ``new_cluster.spark_conf``
+    or in the exported ``spark.conf``): the live request still carries them. Whether any was masked."""
+    body = as_json(request)
+    kept = scrub(body)
+    atomic_write_json(path, kept)
+    return kept != body
 
 
 def spark_conf(plan: JobPlan) -> dict[str, str]:

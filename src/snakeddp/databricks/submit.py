@@ -39,6 +39,7 @@ from snakeddp.run import variables as names
 from snakeddp.run.layout import RUN_FILE, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.redact import MASK
 
 INTERRUPTED_EXIT_CODE = 130
 SPEC_DIR = "databricks"
@@ -154,16 +155,23 @@ def submit(args: argparse.Namespace) -> int:
         run.run_id, run.config, section, manifest, code=staging.code_path(code), gpu=gpu, variables=variables
     )
     request = spec.submit_request(plan)
-    written = spec.write_request(request, spec_dir / "submit.json")
+    written = spec_dir / "submit.json"
+    masked = spec.write_request(request, written)
     run.write(spec_dir / RUN_FILE)
     atomic_write_json(spec_dir / staging.ENVIRONMENT_FILE, environment)
     if args.dry_run or not section["submit"]:
         print(f"snakeddp.databricks: wrote the request of run {run.run_id}: {written}", flush=True)
         if args.dry_run:
             return 0
+        values = (
+            f"with your values where it shows {MASK} (it keeps none of the config's secrets; written as "
+            "{{secrets/<scope>/<key>}} references they stay as written) "
+            if masked
+            else ""
+        )
         raise DatabricksError(
             f"databricks.submit is false, so run {run.run_id} was not submitted and has no results. HINT: send "
-            f"{written} yourself (POST /api/2.2/jobs/runs/submit), or set databricks.submit: true and rerun."
+            f"{written} yourself {values}(POST /api/2.2/jobs/runs/submit), or set databricks.submit: true and rerun."
         )
     w = workspace.connect(section["profile"])
     staging.stage_code(w, plan, code)

@@ -40,7 +40,7 @@ from snakeddp.run import layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
 from snakeddp.util.paths import inside
-from snakeddp.util.redact import redact_text
+from snakeddp.util.yamltext import redact_yaml
 
 BASENAME = "ro-crate-metadata.json"
 PAYLOAD = "files"
@@ -79,9 +79,10 @@ def _place(source: Path, target: Path, link: bool = False) -> None:
 
 
 def _redacted_copy(source: Path, target: Path) -> Path:
-    """The crate's copy of a config file, with credentials in URLs masked (a tracking URI's
-    user:password@): the crate is shared, the config file may not be."""
-    atomic_write_text(target, redact_text(source.read_text()))
+    """The crate's copy of a config file, with every value under a secret-looking key masked (a storage
+    key in spark.conf) and credentials in URLs (a tracking URI's user:password@): the crate is shared,
+    the config file may not be."""
+    atomic_write_text(target, redact_yaml(source.read_text()))
     return target
 
 

@@ -6,23 +6,52 @@ network families every rank is given (asked of the caller, which owns their defi
 those are dropped when the name looks like a credential (AzureML exports AZUREML_RUN_TOKEN) or the
 value does (a JWT or bearer token under any name); credentials embedded in URLs are masked wherever
 a value is recorded or copied.
+
+Config sections with free-form maps (``spark.conf``, ``databricks.new_cluster.spark_conf``) may hold
+storage keys under dotted Spark names (``spark.hadoop.fs.s3a.secret.key``): whatever snakeddp writes to
+keep or share masks the value under a secret-looking name at any depth (``scrub``; in a config file's
+own text, ``redact_yaml``), keeping the key so a reader sees a secret was there.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from itertools import pairwise
 from typing import Any
 
-# Matched against a name's words (split at `_`, `-`, `.` and camelCase), never its substrings:
-# NCCL_IB_PKEY (an InfiniBand partition), TOKENIZERS_PARALLELISM and the shell's PWD are settings.
-SECRET_WORDS = frozenset(
-    "KEY KEYS APIKEY ACCESSKEY SECRETKEY PRIVATEKEY TOKEN TOKENS AUTHTOKEN ACCESSTOKEN SECRET SECRETS "
-    "PASSWORD PASSWD PASS PASSPHRASE PWD SAS SIG SIGNATURE CREDENTIAL CREDENTIALS CREDS AUTH PAT PRIVATE "
-    "COOKIE CERT CONNECTIONSTRING JWT BEARER OAUTH".split()
+# What makes a key a credential (api_key, fs.s3a.access.key, fs.azure.account.key.<account>): alone, a
+# key is most often a field's name (task_key, partition_key, image_key), and "key" names one key.
+KEY_QUALIFIERS = (
+    "API ACCESS SECRET PRIVATE ACCOUNT STORAGE MASTER ENCRYPTION SIGNING CLIENT LICENSE AUTH SESSION SHARED "
+    "SSH GPG PGP SERVICE SUBSCRIPTION ADMIN APP WEBHOOK HMAC DEPLOY WRITE".split()
 )
+# Matched against a name's words (split at `_`, `-`, `.` and camelCase), never its substrings, or two
+# words together: NCCL_IB_PKEY (an InfiniBand partition), TOKENIZERS_PARALLELISM and the shell's PWD
+# are settings.
+SECRET_WORDS = frozenset(
+    "TOKEN TOKENS AUTHTOKEN ACCESSTOKEN SECRET SECRETS PASSWORD PASSWD PASS PASSPHRASE PWD SAS SIG SIGNATURE "
+    "CREDENTIAL CREDENTIALS CREDS AUTH PAT PRIVATE COOKIE CERT CONNECTIONSTRING JWT BEARER OAUTH".split()
+    + [qualifier + key for qualifier in KEY_QUALIFIERS for key in ("KEY", "KEYS")]
+)
+# A secret word in a name that is about the secret rather than the secret itself: its shape or
+# count (pad_token_id, max_tokens, token_type_ids: a model's settings), or where it is kept or looked
+# up (spark.authenticate.secret.file, AWS_ACCESS_KEY_ID, secret_scope). Only when every word after the
+# secret word is one of these: fs.azure.account.key.<account>.dfs... stays secret whatever the
+# account is called.
+ABOUT_WORDS = frozenset(
+    "DIM DIMS DIMENSION SIZE SIZES LEN LENGTH ID IDS COUNT TYPE TYPES INDEX NORM PROJ EMBED EMBEDDING "
+    "EMBEDDINGS HEAD HEADS CHANNELS PADDING MASK NAME NAMES SCOPE VERSION FILE PATH DIR DIRECTORY LOCATION "
+    "URL URI PROVIDER STORE EXPIRY TTL LIFETIME ENV VAR".split()
+)
+# Words before a secret word that make the name a number of them (max_new_tokens, num_tokens).
+COUNT_WORDS = frozenset("NUM N MAX MIN TOTAL".split())
+# A tokenizer's special tokens are text, not credentials (pad_token, cls_token, special_tokens).
+TOKEN_KINDS = frozenset("PAD BOS EOS UNK CLS SEP MASK SPECIAL START END STOP".split())
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+# A Databricks secret reference names a secret without holding it, and is what a cluster must get.
+_SECRET_REFERENCE = re.compile(r"\s*\{\{\s*secrets/[^/{}\s]+/[^/{}\s]+\s*\}\}\s*")
 # What provenance needs to say where and how a run ran. A variable not named here is not recorded,
 # whatever it holds: a site's SLURM_JWT, an AzureML job's tokens, a user's exports.
 RECORDED_NAMES = frozenset(
@@ -49,12 +78,31 @@ _QUERY_SECRETS = re.compile(r"(?P<key>[?&](?:sig|signature|token|code|key|passwo
 
 
 def is_secret_name(name: str) -> bool:
+    """Whether a variable or config key names a credential (a whole word of it, or two words together:
+    CONNECTION_STRING), and not something about one (ABOUT_WORDS, COUNT_WORDS, TOKEN_KINDS)."""
     words = [word.upper() for word in _WORD_BREAK.split(name) if word]
     # PWD alone is the shell's working directory; DB_PWD is a password.
     if words == ["PWD"]:
         return False
-    pairs = {a + b for a, b in pairwise(words)}  # CONNECTION_STRING
-    return bool(SECRET_WORDS & (set(words) | pairs))
+    if words in (["KEY"], ["KEYS"]):
+        return True
+    terms = [(i, i + 1) for i, word in enumerate(words) if word in SECRET_WORDS]
+    terms += [(i, i + 2) for i, (a, b) in enumerate(pairwise(words)) if a + b in SECRET_WORDS]
+    return any(not _about_a_secret(words, start, end) for start, end in terms)
+
+
+def _about_a_secret(words: list[str], start: int, end: int) -> bool:
+    rest = words[end:]
+    if rest and all(word in ABOUT_WORDS for word in rest):
+        return True
+    if COUNT_WORDS & set(words[:start]):
+        return True
+    return words[start] in ("TOKEN", "TOKENS") and start > 0 and words[start - 1] in TOKEN_KINDS
+
+
+def is_secret_reference(value: Any) -> bool:
+    """A value that names where a secret is kept (Databricks' ``{{secrets/<scope>/<key>}}``), kept as written."""
+    return isinstance(value, str) and _SECRET_REFERENCE.fullmatch(value) is not None
 
 
 def redact_text(text: str) -> str:
@@ -72,7 +120,7 @@ def recorded_environment(env: Mapping[str, str], network: Callable[[str], bool])
     """The variables provenance records: the allow-list above and the network variables that
     ``network`` accepts, without secret-looking names or values, URL credentials masked."""
     return {
-        name: redact_text(value)
+        name: _scrub_text(value)
         for name, value in sorted(env.items())
         if (name in RECORDED_NAMES or name.startswith(OWN_PREFIX) or network(name))
         and not is_secret_name(name)
@@ -80,12 +128,48 @@ def recorded_environment(env: Mapping[str, str], network: Callable[[str], bool])
     }
 
 
+def masks(key: Any, value: Any) -> bool:
+    """Whether ``scrub`` masks ``value`` under ``key``: a secret-looking name with something in it
+    (a secret reference names a secret, and is kept)."""
+    if value in (None, "") or isinstance(value, bool) or is_secret_reference(value):  # a flag is no secret
+        return False
+    return is_secret_name(str(key))
+
+
 def scrub(value: Any) -> Any:
-    """A copy of a JSON-like value with secret-named keys masked and URL credentials removed."""
+    """A copy of a JSON-like value with the values under secret-named keys masked at any depth and URL
+    credentials removed. A string that holds a JSON object (a config section exported as a variable,
+    SNAKEDDP_SPARK_CONFIG) is scrubbed inside."""
     if isinstance(value, Mapping):
-        return {k: (MASK if is_secret_name(str(k)) and v not in (None, "") else scrub(v)) for k, v in value.items()}
+        return {k: (MASK if masks(k, v) else scrub(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [scrub(v) for v in value]
     if isinstance(value, str):
-        return redact_text(value)
+        return _scrub_text(value)
     return value
+
+
+def _scrub_text(text: str) -> str:
+    if text.lstrip().startswith("{"):
+        try:
+            inside = json.loads(text)
+        except ValueError:
+            inside = None
+        if isinstance(inside, dict):
+            scrubbed = scrub(inside)
+            if scrubbed != inside:
+                return json.dumps(scrubbed, sort_keys=True)
+    return redact_text(text)
+
+
+def secret_keys(value: Any, prefix: str) -> list[str]:
+    """The dotted keys below ``prefix`` whose values ``scrub`` would mask."""
+    if isinstance(value, Mapping):
+        found = []
+        for key, item in value.items():
+            dotted = f"{prefix}.{key}"
+            found += [dotted] if masks(key, item) else secret_keys(item, dotted)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [key for index, item in enumerate(value) for key in secret_keys(item, f"{prefix}.{index}")]
+    return []
