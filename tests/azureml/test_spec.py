@@ -32,7 +32,10 @@ from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
-DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
+# AzureML's images of environment.cuda's CUDA major (Azure/AzureML-Containers' README): "13.0" is the default.
+DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda13.1-ubuntu24.04:latest"
+CUDA12_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
+CPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:20250701.v1"
 LOCK_PINS = [
     line.strip()
     for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
@@ -297,11 +300,15 @@ def test_the_image_environment_installs_the_torch_build_environment_cuda_names(t
     index = "--extra-index-url https://download.pytorch.org/whl/cu126"
     expected = [index, *(pin + "+cu126" if pin == "torch==2.13.0" else pin for pin in LOCK_PINS)]
     if sdk == "v2":
-        pip = load_job(spec).environment.conda_file["dependencies"][-1]["pip"]
+        environment = load_job(spec).environment
+        pip, image = environment.conda_file["dependencies"][-1]["pip"], environment.image
     else:
-        conda = spec_v1.load(spec).environment.python.conda_dependencies
+        environment = spec_v1.load(spec).environment
+        conda = environment.python.conda_dependencies
         pip = [*conda.pip_options, *conda.pip_packages]  # azureml-core reads the index as a pip option
+        image = environment.docker.base_image
     assert pip == expected
+    assert image == CUDA12_IMAGE, "the default base image follows the build: CUDA 12 for the 12.6 build"
     default = staging.environment_record(staging.environment_spec(Settings.from_section({})))
     assert staging.environment_record(plan.environment)["hash"] != default["hash"], "another build resumes nothing"
 
@@ -309,3 +316,39 @@ def test_the_image_environment_installs_the_torch_build_environment_cuda_names(t
 def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
     with pytest.raises(AzureMLError, match="environment.cuda=cpu with azureml.environment.source=dockerfile.*HINT"):
         staging.environment_spec(Settings.from_section({"environment": {"source": "dockerfile"}}), "cpu")
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v1"])
+@pytest.mark.parametrize(
+    ("cuda", "image"), [("13.0", DEFAULT_IMAGE), ("13.2", DEFAULT_IMAGE), ("12.6", CUDA12_IMAGE), ("cpu", CPU_IMAGE)]
+)
+def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image):
+    with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": cuda})):
+        _, _, spec, _ = make_spec(tmp_path, sdk)
+    written = load_job(spec).environment.image if sdk == "v2" else spec_v1.load(spec).environment.docker.base_image
+    assert written == image
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v1"])
+def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged(tmp_path, sdk):
+    # The old default (CUDA 12.6) with the default build (CUDA 13.0): nodes with a CUDA 12 driver would
+    # start it, and torch's CUDA 13 wheel would see no GPU there.
+    with pytest.raises(AzureMLError) as refused:
+        make_spec(tmp_path, sdk, environment={"image": CUDA12_IMAGE})
+    message = str(refused.value)
+    assert "\n" not in message and message.count("HINT:") == 1
+    assert f"azureml.environment.image={CUDA12_IMAGE} is a CUDA 12.6 image" in message
+    assert "environment.cuda=13.0 installs torch's CUDA 13 build (NVIDIA driver 580 or newer)" in message
+    assert f"a CUDA 13 image such as {DEFAULT_IMAGE}" in message and 'environment.cuda: "12.6"' in message
+    assert not (tmp_path / "results/runs/base/azureml").exists(), "nothing staged, so nothing to upload"
+    # The same image with the build it was made for is written as configured, and validated by the SDK.
+    with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
+        _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
+    written = load_job(spec).environment.image if sdk == "v2" else spec_v1.load(spec).environment.docker.base_image
+    assert written == CUDA12_IMAGE
+
+
+def test_an_image_whose_name_says_no_cuda_is_used_as_configured(tmp_path):
+    image = "myregistry.azurecr.io/team/trainer:2026-05-01"
+    _, _, spec, _ = make_spec(tmp_path, "v2", environment={"image": image})
+    assert load_job(spec).environment.image == image

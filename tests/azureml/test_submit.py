@@ -68,6 +68,17 @@ def test_unreadable_workspace_config_file_names_the_key(tmp_path, monkeypatch, c
     assert "azureml.workspace.config_file: cannot read" in err and "Download config.json" in err
 
 
+def test_a_base_image_of_another_cuda_major_is_one_error_before_anything(tmp_path, monkeypatch, capsys):
+    # The CUDA 12.6 image with the default build, torch's CUDA 13 wheel: refused before any connection.
+    image = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
+    azureml = {"compute": "gpu-cluster", "workspace": WORKSPACE, "environment": {"image": image}}
+    status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, azureml)
+    assert status == 1
+    assert len(err.splitlines()) == 1 and err.count("HINT:") == 1, err
+    assert f"azureml.environment.image={image} is a CUDA 12.6 image, but environment.cuda=13.0" in err
+    assert not (run_dir / "azureml").exists(), "nothing staged, nothing uploaded"
+
+
 def test_missing_credentials_fail_before_any_upload(tmp_path, monkeypatch, capsys):
     # What DefaultAzureCredential sees where nobody signed in: no AZURE_* variables, no az, an empty home.
     for name in [n for n in os.environ if n.startswith(("AZURE_", "IDENTITY_", "MSI_"))]:

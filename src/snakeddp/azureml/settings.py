@@ -16,6 +16,8 @@ from typing import Any
 
 import snakeddp
 from snakeddp import config as configuration
+from snakeddp.azureml import images
+from snakeddp.environment.builds import torch_build
 from snakeddp.errors import AzureMLError
 from snakeddp.run.variables import AZUREML_CONFIG
 
@@ -106,6 +108,19 @@ class Settings:
                 "and workspace_name in the config."
             )
         return self.workspace
+
+    def base_image(self, cuda: str) -> str | None:
+        """The base image of ``source: image`` for the torch build ``environment.cuda`` names: the
+        configured one, refused when its name says another CUDA major, else the build's own
+        (snakeddp.azureml.images); None for the other sources, which bring their own software."""
+        if self.environment["source"] != "image":
+            return None
+        build = torch_build(cuda)
+        image = self.environment["image"]
+        if image is None:
+            return images.default_image(build)
+        images.check(image, build)
+        return image
 
     def checkout_path(self, key: str) -> Path:
         """An ``environment`` file (requirements, dockerfile), resolved against the checkout; must exist."""

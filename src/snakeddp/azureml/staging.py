@@ -40,19 +40,18 @@ def clear_specs(spec_dir: Path) -> None:
 
 def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec:
     """The job's software from ``azureml.environment`` and the torch build ``environment.cuda`` names;
-    files are read now, so a missing one fails early."""
+    files are read and the base image checked against the build now, so either fails early."""
     env = settings.environment
     build = torch_build(cuda)
     if env["source"] == "image":
+        image = settings.base_image(cuda)
         lock = read_lock(settings.checkout_path("requirements"))
         # The lock's torch in the chosen build: PyPI's wheel, or the same version from PyTorch's index.
         pins = tuple(
             build.torch_pin(pin.version) if key == ACCELERATED else f"{pin.name}=={pin.version}"
             for key, pin in lock.pins.items()
         )
-        return EnvironmentSpec(
-            source="image", image=env["image"], python=env["python"], pins=(*build.pip_options(), *pins)
-        )
+        return EnvironmentSpec(source="image", image=image, python=env["python"], pins=(*build.pip_options(), *pins))
     if env["source"] == "dockerfile":
         if settings.sdk == "v1":
             raise AzureMLError(

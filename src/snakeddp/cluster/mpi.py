@@ -13,11 +13,22 @@ That srun step asks for nothing but one daemon per node, so ``plm_slurm_args`` g
 ranks were allocated: their CPUs (a one-CPU step confines every rank of the node to that core
 where Slurm uses cgroups) and the node's GPUs, which a step without ``--gres`` does not get
 where the site's Slurm gives steps no GRES by default.
+
+OpenMPI 5 moved mpirun's runtime to PRRTE. Both parameters keep their names there (``prte_info
+--param plm:slurm`` and ``ras:base`` of Debian trixie's OpenMPI 5.0.7 / PRRTE 3.0.8) but are PRRTE's,
+set with ``--prtemca``: mpirun 5 also guesses them from ``--mca``, which its manual advises against,
+and mpirun 4 refuses ``--prtemca`` ("unknown option"). So the installed mpirun's major version
+(``mpirun --version``, asked once per process) picks the option. Everything else passed (``-np``,
+``--map-by ppr:N:node``, ``--bind-to``, ``--oversubscribe``, ``-x``) means the same to both.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import shutil
+import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +39,34 @@ if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
 
 DEFAULT_PORT = 29500
+# `mpirun --version`: "mpirun (Open MPI) 4.1.4" from OpenMPI 4, "mpirun (Open MPI) 5.0.7" from 5.
+OPENMPI_VERSION = re.compile(r"\(Open MPI\) (?P<major>\d+)\.\d+")
+
+
+def openmpi_major(version_output: str, mpirun: str = "mpirun") -> int:
+    """The major version in ``mpirun --version``'s output; a LaunchError when it is no Open MPI's."""
+    match = OPENMPI_VERSION.search(version_output)
+    if match is None:
+        said = version_output.strip().splitlines()
+        raise LaunchError(
+            f"mpirun: {mpirun} is not Open MPI's (`{mpirun} --version` says {said[0] if said else 'nothing'!r}), "
+            "and the mpirun launcher reads Open MPI's rank variables. HINT: put Open MPI's bin directory first "
+            "on PATH (module load openmpi; Debian: apt-get install openmpi-bin), or set launch.launcher: srun."
+        )
+    return int(match["major"])
+
+
+@functools.cache
+def installed_major(mpirun: str) -> int:
+    """The Open MPI major version of the executable ``mpirun`` (a path), asked without starting a job."""
+    try:
+        done = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(
+            f"mpirun: `{mpirun} --version` failed ({error}). HINT: check the OpenMPI installation, or set "
+            "launch.launcher: srun."
+        ) from None
+    return openmpi_major(done.stdout + done.stderr, mpirun)
 
 
 class MpiRun(Launcher):
@@ -97,7 +136,7 @@ class MpiRun(Launcher):
         argv = ["mpirun", "-np", str(plan.world_size), "--map-by", f"ppr:{plan.devices}:node", "--bind-to", "none"]
         if inside_slurm:
             rank_env = rendezvous_exports(plan, env)
-            argv += ["--mca", "ras_base_launch_orted_on_hn", "1", "--mca", "plm_slurm_args", self.daemon_step(plan)]
+            argv += self.daemon_options(plan, installed_major(self.executable(env)))
             process_env = self.allocation_env(plan, env)
         else:
             addr, port = self.rendezvous(env, plan.nodes)
@@ -111,6 +150,25 @@ class MpiRun(Launcher):
         for name in sorted({*rank_env, *inherited, "OMP_NUM_THREADS"}):
             argv += ["-x", name]
         return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], {**process_env, **rank_env}
+
+    @staticmethod
+    def executable(env: Mapping[str, str]) -> str:
+        """The mpirun the command will start: the first on the job's PATH."""
+        found = shutil.which("mpirun", path=env.get("PATH"))
+        if found is None:
+            raise LaunchError(
+                "mpirun: no mpirun on PATH. HINT: install OpenMPI on the nodes that run the train jobs (Debian: "
+                "apt-get install openmpi-bin) or load the site's module (module load openmpi) before snakemake, "
+                "or set launch.launcher: srun."
+            )
+        return found
+
+    @classmethod
+    def daemon_options(cls, plan: LaunchPlan, major: int) -> list[str]:
+        """Where Slurm starts the daemons: one on mpirun's node too, each step with its ranks' CPUs and
+        GPUs; spelled for OpenMPI ``major``'s runtime (ORTE's ``--mca`` to 4, PRRTE's ``--prtemca`` from 5)."""
+        option = "--prtemca" if major >= 5 else "--mca"
+        return [option, "ras_base_launch_orted_on_hn", "1", option, "plm_slurm_args", cls.daemon_step(plan)]
 
     @staticmethod
     def daemon_step(plan: LaunchPlan) -> str:

@@ -33,6 +33,13 @@ class TorchBuild:
     label: str | None
     #: GPUs and drivers it runs on, for docs and hints.
     serves: str
+    #: The oldest NVIDIA driver its CUDA major release runs on; None for the CPU build.
+    driver: str | None = None
+
+    @property
+    def cuda_major(self) -> int | None:
+        """13 for the 13.x builds, 12 for 12.6: what a CUDA image must match; None for the CPU build."""
+        return None if self.label == "cpu" else int(self.cuda.split(".")[0])
 
     @property
     def index_url(self) -> str:
@@ -51,13 +58,18 @@ class TorchBuild:
 BUILDS: dict[str, TorchBuild] = {
     build.cuda: build
     for build in (
-        TorchBuild("13.0", None, "compute capability 7.5 (Turing) to 12.0 (Blackwell); NVIDIA driver 580 or newer"),
-        TorchBuild("13.2", "cu132", "compute capability 7.5 (Turing) to 12.0 (Blackwell); NVIDIA driver 580 or newer"),
+        TorchBuild(
+            "13.0", None, "compute capability 7.5 (Turing) to 12.0 (Blackwell); NVIDIA driver 580 or newer", "580"
+        ),
+        TorchBuild(
+            "13.2", "cu132", "compute capability 7.5 (Turing) to 12.0 (Blackwell); NVIDIA driver 580 or newer", "580"
+        ),
         TorchBuild(
             "12.6",
             "cu126",
             "compute capability 5.0 (Maxwell), 6.0 (Pascal, P100), 7.0 (Volta, V100) to 9.0 (Hopper); "
             "NVIDIA driver 525.60.13 or newer",
+            "525.60.13",
         ),
         TorchBuild("cpu", "cpu", "CPUs only, without CUDA libraries (a much smaller install)"),
     )
