@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/spark_cluster.py start   # prints the master URL and the line to export
     .venv/bin/python scripts/spark_cluster.py stop    # stops the workers (and their executors), then the master
+    .venv/bin/python scripts/spark_cluster.py start --workers 1 --cores 2 --gpus 2   # a worker offering 2 GPUs
 
 The master and the workers are the JVM classes of the pyspark wheel (it ships no start-master
 script), started with ``spark-class`` and a JDK (JAVA_HOME, else ``java`` on PATH). Everything lives
@@ -9,6 +10,14 @@ in one directory (``$SNAKEDDP_SPARK_DIR``, default ``/tmp/snakeddp-spark``): spa
 (``SPARK_CONF_DIR``: ``spark.master`` and, with ``--secret``, ``spark.authenticate``), the workers'
 work directories (executor logs) and the daemons' logs. Process ids are kept in ``cluster.json`` so
 ``stop`` ends exactly these processes and the executors they started.
+
+With ``--gpus N`` each worker offers N GPUs as Spark's standalone workers do
+(``spark.worker.resource.gpu.amount`` and ``...discoveryScript``, in the worker's SPARK_WORKER_OPTS):
+the script, written into the directory (mode 700), prints the addresses in Spark's ResourceInformation
+JSON, as Spark's own tests' scripts do. They are stand-ins, so a GPU run's ranks get distinct
+addresses in CUDA_VISIBLE_DEVICES where no GPU exists. The workers share one host, so each lists
+addresses of its own (worker 2 of two with 2 GPUs each: 2 and 3), as several workers on one real
+GPU host must: a worker's script that listed another's GPUs would hand one GPU to two executors.
 """
 
 from __future__ import annotations
@@ -47,6 +56,8 @@ class Cluster:
     ui_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
     secret: str | None = None
+    gpus: dict[str, list[str]] = field(default_factory=dict)
+    """The GPU addresses each worker offers (worker name -> addresses); empty for a CPU cluster."""
 
     @property
     def master_url(self) -> str:
@@ -61,7 +72,13 @@ class Cluster:
         return {"SPARK_CONF_DIR": str(self.conf_dir)}
 
     def save(self) -> None:
-        state = {"master_port": self.master_port, "ui_port": self.ui_port, "pids": self.pids, "secret": self.secret}
+        state = {
+            "master_port": self.master_port,
+            "ui_port": self.ui_port,
+            "pids": self.pids,
+            "secret": self.secret,
+            "gpus": self.gpus,
+        }
         (self.directory / STATE_FILE).write_text(json.dumps(state))
 
     @classmethod
@@ -126,11 +143,31 @@ def write_conf(cluster: Cluster) -> None:
     conf.chmod(0o600)
 
 
-def spawn(cluster: Cluster, name: str, argv: list[str]) -> int:
+def gpu_options(cluster: Cluster, name: str, addresses: list[str]) -> dict[str, str]:
+    """A worker's GPUs as Spark's standalone docs set them: an amount and a discovery script, worker-only
+    properties in SPARK_WORKER_OPTS (the driver reads spark-defaults.conf too, and has no use for them)."""
+    script = cluster.directory / f"gpus-{name}.sh"
+    found = json.dumps({"name": "gpu", "addresses": addresses})
+    script.write_text(
+        f"#!/bin/sh\n# Stand-in GPUs of the Spark {name}: Spark's ResourceInformation JSON.\necho '{found}'\n"
+    )
+    script.chmod(0o700)
+    options = (
+        f"-Dspark.worker.resource.gpu.amount={len(addresses)} -Dspark.worker.resource.gpu.discoveryScript={script}"
+    )
+    return {"SPARK_WORKER_OPTS": f"{os.environ.get('SPARK_WORKER_OPTS', '')} {options}".strip()}
+
+
+def spawn(cluster: Cluster, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> int:
+    env = {**daemon_env(cluster), **(extra_env or {})}
+    if name in cluster.gpus:
+        # TorchDistributor keeps a CUDA_VISIBLE_DEVICES the executor inherited instead of setting the
+        # task's GPU address (distributor.py, set_gpus): the worker must not pass one on.
+        env.pop("CUDA_VISIBLE_DEVICES", None)
     with open(cluster.directory / "logs" / f"{name}.log", "wb") as log:
         process = subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *argv],
-            env=daemon_env(cluster),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -146,14 +183,25 @@ def master_state(cluster: Cluster) -> dict:
         return json.load(answer)
 
 
-def start(directory: Path = DEFAULT_DIR, workers: int = 2, *, secret: bool = False) -> Cluster:
-    """A master and ``workers`` 1-core workers, started and registered; stopped again if any fails."""
+def start(
+    directory: Path = DEFAULT_DIR,
+    workers: int = 2,
+    *,
+    secret: bool = False,
+    cores: int = 1,
+    gpus: int = 0,
+    first_gpu: int = 0,
+) -> Cluster:
+    """A master and ``workers`` workers of ``cores`` cores and ``gpus`` stand-in GPUs each (addresses from
+    ``first_gpu`` on), started and registered; stopped again if any fails."""
     if (old := Cluster.load(directory)) is not None:
         stop(old)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "logs").mkdir(exist_ok=True)
     master_port, ui_port, *worker_ports = free_ports(2 + 2 * workers)
     cluster = Cluster(directory, master_port, ui_port, secret=secrets.token_hex(16) if secret else None)
+    if gpus:
+        cluster.gpus = {f"worker-{i + 1}": [str(first_gpu + i * gpus + k) for k in range(gpus)] for i in range(workers)}
     write_conf(cluster)
     try:
         master = ["org.apache.spark.deploy.master.Master", "--host", HOST, "--port", str(master_port)]
@@ -161,10 +209,11 @@ def start(directory: Path = DEFAULT_DIR, workers: int = 2, *, secret: bool = Fal
         cluster.save()
         for index in range(workers):
             port, ui = worker_ports[2 * index : 2 * index + 2]
-            work = directory / f"worker-{index + 1}"
+            name, work = f"worker-{index + 1}", directory / f"worker-{index + 1}"
             argv = ["org.apache.spark.deploy.worker.Worker", "--host", HOST, "--port", str(port)]
-            argv += ["--webui-port", str(ui), "--cores", "1", "--memory", "1g", "--work-dir", str(work)]
-            cluster.pids[f"worker-{index + 1}"] = spawn(cluster, f"worker-{index + 1}", [*argv, cluster.master_url])
+            argv += ["--webui-port", str(ui), "--cores", str(cores), "--memory", "1g", "--work-dir", str(work)]
+            offered = gpu_options(cluster, name, cluster.gpus[name]) if name in cluster.gpus else None
+            cluster.pids[name] = spawn(cluster, name, [*argv, cluster.master_url], offered)
             cluster.save()
         wait_for_workers(cluster, workers)
     except BaseException:
@@ -270,11 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=1, help="cores of each worker")
+    parser.add_argument("--gpus", type=int, default=0, help="stand-in GPUs each worker offers (a discovery script)")
     parser.add_argument("--secret", action="store_true", help="spark.authenticate with a fresh shared secret")
     args = parser.parse_args(argv)
     if args.action == "start":
-        cluster = start(args.dir, args.workers, secret=args.secret)
-        print(f"spark: master {cluster.master_url} with {args.workers} workers (logs: {args.dir}/logs)")
+        cluster = start(args.dir, args.workers, secret=args.secret, cores=args.cores, gpus=args.gpus)
+        offered = "".join(f", {name} GPUs {','.join(found)}" for name, found in cluster.gpus.items())
+        print(f"spark: master {cluster.master_url} with {args.workers} workers{offered} (logs: {args.dir}/logs)")
         print(f"export SPARK_CONF_DIR={cluster.conf_dir}")
         return 0
     cluster = Cluster.load(args.dir)

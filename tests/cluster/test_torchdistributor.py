@@ -45,7 +45,8 @@ def test_only_the_number_of_ranks_must_match_the_config_where_spark_places_them(
 
 
 def test_the_executor_of_a_rank_is_read_from_its_variables():
-    assert torchdistributor.executor(TASK) == {"id": "1", "host": "127.0.0.1", "pid": 30891}
+    assert torchdistributor.executor(TASK) == {"id": "1", "host": "127.0.0.1", "pid": 30891, "gpus": []}
+    assert torchdistributor.executor({**TASK, "CUDA_VISIBLE_DEVICES": "3"})["gpus"] == ["3"]
     assert torchdistributor.executor({}) is None
 
 

@@ -61,3 +61,59 @@ def test_a_spark_job_failure_is_one_line_naming_what_happened(tmp_path):
     )
     assert "fewer free task slots than the run's 3 ranks" in driver.failure_line(args, slots)
     assert "no rank wrote provenance.json" in driver.failure_line(args, None)
+
+
+def gpu_args(tmp_path: Path, threads: int = 1) -> argparse.Namespace:
+    argv = ["--num-processes=4", f"--threads={threads}", "--gpu", "--", "--run-dir", str(tmp_path)]
+    return driver.parse_args(argv)[0]
+
+
+def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the_user_says(tmp_path):
+    args, none = gpu_args(tmp_path, threads=2), {"master": None, "conf": {}}
+    settings = driver.spark_settings(args, none, "spark://h:7077", tmp_path)
+    assert settings["spark.task.resource.gpu.amount"] == "1"
+    assert settings["spark.executor.resource.gpu.amount"] == "1" and settings["spark.executor.cores"] == "2"
+    # local[N] has no executors (TorchDistributor takes the driver's GPUs there); a CPU run asks for none.
+    local = driver.spark_settings(args, none, "local[4]", tmp_path)
+    assert local["spark.task.resource.gpu.amount"] == "1" and "spark.executor.resource.gpu.amount" not in local
+    cpu = driver.spark_settings(args_for(tmp_path), none, "spark://h:7077", tmp_path)
+    assert not {key for key in cpu if "gpu" in key or key == "spark.executor.cores"}
+    # The executors' shape is the user's once they set part of it, in spark.conf or spark-defaults.conf
+    # (which Spark reads itself, and ours would override).
+    theirs = {"master": None, "conf": {"spark.executor.resource.gpu.amount": 4}}
+    mine = driver.spark_settings(args, theirs, "spark://h:7077", tmp_path)
+    assert mine["spark.executor.resource.gpu.amount"] == "4" and "spark.executor.cores" not in mine
+    site = {"spark.executor.cores": "8", "spark.task.resource.gpu.amount": "1"}
+    shaped = driver.spark_settings(args, none, "spark://h:7077", tmp_path, site)
+    assert not {key for key in shaped if key.startswith(("spark.executor.", "spark.task.resource"))}
+
+
+# What py4j raised when the driver asked a cluster for GPU tasks without GPU executors (Spark 4.3).
+NO_EXECUTOR_GPUS = (
+    "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n: "
+    "org.apache.spark.SparkException: No executor resource configs were specified for the following task "
+    "configs: gpu\n\tat org.apache.spark.resource.ResourceProfile.calculateTasksAndLimitingResource"
+    "(ResourceProfile.scala:249)\n"
+)
+
+
+def test_a_session_refused_for_its_resource_settings_says_so_in_sparks_words_not_the_masters():
+    line = driver.session_failure("spark://h:7077", "$MASTER", RuntimeError(NO_EXECUTOR_GPUS))
+    assert line.startswith("Spark refused the run's resource settings") and "\n" not in line
+    assert "No executor resource configs were specified for the following task configs: gpu. HINT:" in line
+    assert "spark.authenticate" not in line and line.count("HINT:") == 1
+    refused = RuntimeError(
+        "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n: "
+        "java.lang.RuntimeException: java.lang.IllegalStateException: Expected SaslMessage, received something else"
+    )
+    other = driver.session_failure("spark://h:7077", "$MASTER", refused)
+    assert "Expected SaslMessage, received something else" in other and "spark.authenticate's secret" in other
+
+
+def test_too_few_slots_for_a_gpu_run_names_the_workers_gpus(tmp_path):
+    slots = RuntimeError(
+        "[SPARK-24819]: Barrier execution mode does not allow run a barrier stage that requires more slots"
+    )
+    line = driver.failure_line(gpu_args(tmp_path), slots)
+    assert "fewer free task slots than the run's 4 ranks (spark.task.cpus=1 and one GPU each)" in line
+    assert "spark.worker.resource.gpu.amount" in line and line.count("HINT:") == 1

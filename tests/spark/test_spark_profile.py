@@ -131,6 +131,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
     assert sorted(e["rank"] for e in spark["executors"]) == [0, 1]
     assert len({e["id"] for e in spark["executors"]}) == 2 and len({e["pid"] for e in spark["executors"]}) == 2
     assert {e["host"] for e in spark["executors"]} == {"127.0.0.1"}
+    assert [e["gpus"] for e in spark["executors"]] == [[], []], "each rank recorded its task's (no) GPUs"
     assert f"application {spark['application_id']} on {spark_cluster.master_url}" in rerun
     assert (flow.directory / "results/report/report.html").is_file()
     assert not (run_dir / "spark").exists(), "the driver's scratch (TMPDIR, spark.local.dir) leaves with it"

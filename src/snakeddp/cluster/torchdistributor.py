@@ -10,7 +10,7 @@ its ranks from a plain torchrun's, and ``snakeddp.spark.rank`` adds the Spark ap
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snakeddp.cluster.base import LaunchPlan
 from snakeddp.cluster.torchrun import TorchRun
@@ -30,12 +30,23 @@ EXECUTOR_HOST = "SNAKEDDP_SPARK_EXECUTOR_HOST"
 EXECUTOR_PID = "SNAKEDDP_SPARK_EXECUTOR_PID"
 
 
-def executor(env: Mapping[str, str]) -> dict[str, str | int | None] | None:
-    """The executor a rank runs in (provenance's ranks[].executor), or None outside Spark."""
+def executor(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The executor a rank runs in (provenance's ranks[].executor), or None outside Spark: with the GPU
+    addresses its task was given, which TorchDistributor sets as the rank's CUDA_VISIBLE_DEVICES ([] on CPUs)."""
     if EXECUTOR_ID not in env:
         return None
     pid = env.get(EXECUTOR_PID, "")
-    return {"id": env[EXECUTOR_ID], "host": env.get(EXECUTOR_HOST) or None, "pid": int(pid) if pid.isdigit() else None}
+    return {
+        "id": env[EXECUTOR_ID],
+        "host": env.get(EXECUTOR_HOST) or None,
+        "pid": int(pid) if pid.isdigit() else None,
+        "gpus": gpus_given(env),
+    }
+
+
+def gpus_given(env: Mapping[str, str]) -> list[str]:
+    """A Spark rank's GPU addresses, as TorchDistributor set its CUDA_VISIBLE_DEVICES."""
+    return [address.strip() for address in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if address.strip()]
 
 
 class TorchDistributor(TorchRun):

@@ -13,6 +13,7 @@ Imported only by the submitter: databricks-sdk is an optional extra.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,13 @@ BARRIER_CHECKS = {
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "5",
 }
+# A GPU run's cluster: a GPU ML runtime (16.4.x-gpu-ml-scala2.12: CUDA, NCCL and torch built for them)
+# on GPU nodes, Databricks' "GPU-enabled compute" rule. The node families are the clouds' GPU ones:
+# Azure's N series (NC, ND, NV: Standard_NC24ads_A100_v4), AWS's G and P (g4dn, g5, g6, g6e, p3, p4d, p5),
+# GCP's accelerator-optimized A and G (a2-highgpu-1g, a3-highgpu-8g, g2-standard-8).
+GPU_RUNTIME = re.compile(r"-gpu-ml-")
+GPU_NODE_TYPE = re.compile(r"^(Standard_N[CDV]|[gp]\d+[a-z]*\.|[ag]\d+[a-z]*-)", re.IGNORECASE)
+RUNTIME_VERSION = re.compile(r"^(?P<version>\d+\.\d+\.x)-(?:.*-)?(?P<scala>scala\d+\.\d+)$")
 
 
 class DatabricksSpecError(ConfigError):
@@ -116,6 +124,32 @@ def write_request(request: Mapping[str, Any], path: Path) -> bool:
     return kept != body
 
 
+def check_gpu_cluster(plan: JobPlan) -> None:
+    """A GPU run's new cluster has a GPU ML runtime on GPU nodes, else its ranks would find no CUDA after the
+    cluster started (a CPU runtime has no CUDA torch). An existing cluster is the workspace's to say, which
+    needs credentials: its ranks' own check stops a GPU run there in one line."""
+    if not plan.gpu or plan.existing_cluster_id:
+        return
+    runtime, node = plan.new_cluster.get("spark_version"), plan.new_cluster.get("node_type_id")
+    why = "launch.accelerator, or the profile's site.accelerator for auto"
+    if runtime and not GPU_RUNTIME.search(str(runtime)):
+        named = RUNTIME_VERSION.match(str(runtime))
+        example = f"{named['version']}-gpu-ml-{named['scala']}" if named else "16.4.x-gpu-ml-scala2.12"
+        raise DatabricksSpecError(
+            f"run {plan.run_id} trains on GPUs ({why}), and databricks.new_cluster.spark_version {runtime} is "
+            "not a GPU ML runtime (*-gpu-ml-*), whose torch is built for CUDA. HINT: set "
+            f"databricks.new_cluster.spark_version: {example} (`databricks clusters spark-versions` lists the "
+            "workspace's), or set launch.accelerator: cpu."
+        )
+    if node and not GPU_NODE_TYPE.search(str(node)):
+        raise DatabricksSpecError(
+            f"run {plan.run_id} trains on GPUs ({why}), and databricks.new_cluster.node_type_id {node} is not "
+            "a GPU node type. HINT: set it to one (Azure Standard_NC*/ND*/NV*, such as Standard_NC24ads_A100_v4; "
+            "AWS g4dn, g5, g6, p4d, p5...; GCP a2-, a3-, g2-...; `databricks clusters list-node-types` lists the "
+            "workspace's with their num_gpus), or set launch.accelerator: cpu."
+        )
+
+
 def spark_conf(plan: JobPlan) -> dict[str, str]:
     """A new cluster's Spark settings: each rank one task (one GPU each on GPU nodes), barrier checks that fail fast."""
     conf = dict(BARRIER_CHECKS)
@@ -160,6 +194,7 @@ def submit_request(plan: JobPlan) -> dict[str, Any]:
     if plan.existing_cluster_id:
         task.existing_cluster_id = plan.existing_cluster_id
     else:
+        check_gpu_cluster(plan)
         cluster = dict(plan.new_cluster)
         task.new_cluster = compute.ClusterSpec(
             spark_version=cluster.get("spark_version"),

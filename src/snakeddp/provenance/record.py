@@ -123,7 +123,8 @@ def rank_start(ranks: list[dict[str, Any]]) -> str:
 
 
 def spark_section(env: Mapping[str, str], ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The Spark application a spark run's ranks ran in, and each rank's executor; None elsewhere."""
+    """The Spark application a spark run's ranks ran in, and each rank's executor with the GPU addresses
+    its task was given; None elsewhere."""
     if torchdistributor.APP_ID not in env:
         return None
     return {

@@ -72,6 +72,19 @@ EXECUTOR_LOST = re.compile(
     r"ExecutorLostFailure \(executor (?P<id>\S+) exited[^)]*\)|executor (?P<id2>\S+) \(\S+\) lost"
 )
 TOO_FEW_SLOTS = re.compile(r"barrier stage that requires more slots|BARRIER_.*SLOTS|max concurrent tasks", re.I)
+# What a JVM exception says, past py4j's "An error occurred while calling ..." line.
+JAVA_ERROR = re.compile(r"^:?\s*(?:[\w$]+\.)+[\w$]*(?:Exception|Error|Failed): (?P<message>.+)$", re.M)
+# Spark's refusals of resource settings (ResourceProfile, ResourceUtils): "No executor resource configs
+# were specified...", "The executor resource: gpu, amount: 1 needs to be >= the task resource request
+# amount of 2.0", "The number of cores per executor (=1) has to be >= the number of cpus per task = 2".
+RESOURCE_REFUSAL = re.compile(r"resource|cores per executor|cpus per task", re.I)
+# A GPU run is one rank per task, one GPU per task, and one task per executor: executors of one GPU
+# and the rank's cores, so a worker offering 4 GPUs runs 4 ranks. Without spark.executor.cores a
+# standalone worker starts one executor with all its cores and 1 GPU, a single slot (measured:
+# a 2-core, 2-GPU worker gave 2 ranks one slot, and the barrier stage failed).
+GPU_TASK = "spark.task.resource.gpu.amount"
+GPU_EXECUTOR = "spark.executor.resource.gpu.amount"
+EXECUTOR_CORES = "spark.executor.cores"
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
@@ -89,8 +102,17 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     return args, entry
 
 
-def spark_settings(args: argparse.Namespace, section: Mapping[str, Any], master: str, scratch: Path) -> dict[str, str]:
-    """The application's settings: ours first, the config's spark.conf over them."""
+def spark_settings(
+    args: argparse.Namespace,
+    section: Mapping[str, Any],
+    master: str,
+    scratch: Path,
+    cluster_defaults: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The application's settings: ours first, the config's spark.conf over them. ``cluster_defaults``:
+    spark-defaults.conf's, which Spark reads itself; ours would override them, so GPU settings it
+    makes are left to it."""
+    cluster_defaults = cluster_defaults or {}
     settings = {
         "spark.master": master,
         "spark.app.name": f"snakeddp {args.run_dir.name}",
@@ -109,12 +131,24 @@ def spark_settings(args: argparse.Namespace, section: Mapping[str, Any], master:
         # Ask a standalone cluster for the cores the ranks need, and no more: the session waits
         # until they are registered, so a short barrier check means "not enough slots", not "not yet".
         settings["spark.cores.max"] = str(args.num_processes * args.threads)
-    if args.gpu:
-        settings["spark.task.resource.gpu.amount"] = "1"
     theirs = {
         key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in section["conf"].items()
     }
+    if args.gpu:
+        settings.update(gpu_settings(args, master, {**cluster_defaults, **theirs}))
     return {**settings, **theirs}
+
+
+def gpu_settings(args: argparse.Namespace, master: str, given: Mapping[str, str]) -> dict[str, str]:
+    """What Spark needs to give each rank a GPU, where ``given`` (the cluster's spark-defaults.conf and
+    the config's spark.conf) does not say: TorchDistributor counts one task per
+    spark.task.resource.gpu.amount GPUs, and a task gets GPUs only from an executor that asked for them."""
+    settings = {} if GPU_TASK in given else {GPU_TASK: "1"}
+    # local[N] has no executors: TorchDistributor takes the driver's GPUs there (spark.driver.resource.gpu.*).
+    has_executors = not (master == "local" or master.startswith("local["))
+    if has_executors and GPU_EXECUTOR not in given and EXECUTOR_CORES not in given:
+        settings.update({GPU_EXECUTOR: "1", EXECUTOR_CORES: str(args.threads)})
+    return settings
 
 
 def rank_environment(env: Mapping[str, str], app_id: str, master: str, scratch: Path) -> dict[str, str]:
@@ -159,16 +193,13 @@ def run(args: argparse.Namespace, entry: list[str], env: Mapping[str, str]) -> i
     for signum in FORWARDED:
         signal.signal(signum, stop)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's
-    logging.getLogger("TorchDistributor").setLevel(logging.WARNING)
     started = time.monotonic()
+    defaults = masters.defaults_file(env)
+    cluster_defaults = masters.read_defaults(defaults) if defaults is not None and defaults.is_file() else {}
     try:
-        session = start_session(spark_settings(args, section, master, scratch))
+        session = start_session(spark_settings(args, section, master, scratch, cluster_defaults))
     except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
-        raise SparkError(
-            f"the Spark driver could not start its session with {master} (named by {source}): {first_line(error)}. "
-            "HINT: check that the master is up and accepts this machine, and that spark.authenticate's secret "
-            "matches the cluster's (docs/spark.md)."
-        ) from None
+        raise SparkError(session_failure(master, source, error)) from None
     try:
         context = session.sparkContext
         app_id = context.applicationId
@@ -194,6 +225,8 @@ def distribute(args: argparse.Namespace, settings: Path, entry: list[str]) -> Ba
     from pyspark.ml.torch.distributor import TorchDistributor
 
     distributor = TorchDistributor(num_processes=args.num_processes, local_mode=False, use_gpu=args.gpu)
+    # Its constructor sets its logger to INFO again ("Started distributed training with 2 executor processes").
+    distributor.logger.setLevel(logging.WARNING)
     try:
         distributor.run(str(RANK_SCRIPT), "--settings", str(settings), "--", *entry)
     except Exception as error:  # Py4JJavaError, PySparkException: the job's end, read below
@@ -218,12 +251,43 @@ def judge(args: argparse.Namespace, paths: RunPaths, requested: list[int], error
     raise SparkError(failure_line(args, error))
 
 
+def session_failure(master: str, source: str, error: BaseException) -> str:
+    """Why the session did not start, in Spark's words: resource settings Spark refused are not a master
+    that is down (the master answered check_reachable already)."""
+    said = spark_said(error)
+    if RESOURCE_REFUSAL.search(said):
+        return (
+            f"Spark refused the run's resource settings, so the driver could not start its session with {master}: "
+            f"{said}. HINT: make the settings Spark names agree in the config's spark.conf (or spark-defaults.conf), "
+            "or remove them there and let the driver set them (a GPU run: one GPU per task and per executor, "
+            "launch.threads_per_process cores per executor; docs/spark.md)."
+        )
+    return (
+        f"the Spark driver could not start its session with {master} (named by {source}): {said}. "
+        "HINT: check that the master is up and accepts this machine, and that spark.authenticate's secret "
+        "matches the cluster's (docs/spark.md)."
+    )
+
+
+def spark_said(error: BaseException) -> str:
+    """The JVM exception's own message (Spark's words), else the error's first line."""
+    found = JAVA_ERROR.search(str(error))
+    return found["message"].strip() if found else first_line(error)
+
+
 def failure_line(args: argparse.Namespace, error: BaseException | None) -> str:
     text = str(error) if error is not None else ""
     resume = "rerun the same command"
     if RunPaths(args.run_dir).last_checkpoint.exists():
         resume += ": the run resumes from its last.ckpt"
     if TOO_FEW_SLOTS.search(text):
+        if args.gpu:
+            return (
+                f"the Spark cluster has fewer free task slots than the run's {args.num_processes} ranks "
+                f"(spark.task.cpus={args.threads} and one GPU each), so no rank started. HINT: add workers with free "
+                "GPUs (a standalone worker offers them with spark.worker.resource.gpu.amount and a discovery script, "
+                "docs/spark.md), stop other applications, or lower launch.nodes x launch.devices."
+            )
         return (
             f"the Spark cluster has fewer free task slots than the run's {args.num_processes} ranks "
             f"(spark.task.cpus={args.threads} each), so no rank started. HINT: add workers or cores, stop other "

@@ -4,7 +4,8 @@
 
 torchrun runs a script, not a module, so this file puts the package's root where its own folder
 was on sys.path, takes the driver's settings (the train job's variables, its working directory,
-the stop file), names the executor it runs in, and hands over to ``snakeddp.train``.
+the stop file), names the executor it runs in (a GPU rank says which GPU its task was given, in one
+line, before any check that may stop it), and hands over to ``snakeddp.train``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def executor_variables() -> dict[str, str]:
     return {}
 
 
+def say_placed(executor: dict[str, str]) -> None:
+    """Where a GPU rank runs, and the GPU its task was given (TorchDistributor set CUDA_VISIBLE_DEVICES from
+    the task's): one line, before any check that may stop the rank, that shows each rank got its own."""
+    from snakeddp.cluster import torchdistributor
+
+    gpus = torchdistributor.gpus_given(os.environ)
+    if not gpus:
+        return
+    where = f"executor {executor.get(torchdistributor.EXECUTOR_ID, '?')}"
+    if executor.get(torchdistributor.EXECUTOR_HOST):
+        where += f" on {executor[torchdistributor.EXECUTOR_HOST]}"
+    shown = ",".join(gpus)
+    print(f"snakeddp.spark: rank {os.environ['RANK']} in {where} with GPU {shown} (CUDA_VISIBLE_DEVICES={shown})",
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
 def watch(stop_file: Path) -> None:
     """Turn the driver's stop request into the signal it received, raised in this rank: the
     preemption callback then stops every rank at one step and saves last.ckpt."""
@@ -68,7 +85,9 @@ def main(argv: list[str]) -> int:
     settings = json.loads(Path(argv[1]).read_text())
     # Before torch is imported: OMP_NUM_THREADS and the network variables are read at import and init.
     os.environ.update(settings["env"])
-    os.environ.update(executor_variables())
+    executor = executor_variables()
+    os.environ.update(executor)
+    say_placed(executor)
     # The task runs in the worker's work directory; the run's paths are the driver's, relative to its
     # directory, and `python -m snakeddp.train` would have that directory on sys.path (user models).
     os.chdir(settings["cwd"])

@@ -1,0 +1,74 @@
+"""`snakemake --profile spark` with a GPU run against a real standalone cluster whose worker offers two
+GPUs through a discovery script that reports their addresses, as Spark's own tests fake GPUs: no GPU
+is really there, so each rank gets its own address and then stops on its CUDA check."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from tests.helpers import TINY, Workflow, subprocess_env
+
+pytestmark = pytest.mark.e2e
+
+GPU_RUN = {
+    **TINY,
+    "trainer": {**TINY["trainer"], "max_epochs": 1},
+    "launch": {**TINY["launch"], "devices": 2, "accelerator": "gpu"},
+}
+PLACED = re.compile(
+    r"^snakeddp\.spark: rank (?P<rank>\d+) in executor (?P<executor>\S+) on 127\.0\.0\.1 "
+    r"with GPU (?P<gpu>\S+) \(CUDA_VISIBLE_DEVICES=(?P<visible>\S+)\)$",
+    re.M,
+)
+
+
+def hint_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "HINT:" in line]
+
+
+def test_gpu_ranks_get_their_own_gpu_address_and_refused_resource_settings_are_spark_s_words(
+    spark_gpu_cluster, tmp_path
+):
+    """One application that starts (the other stops in the driver's JVM before any executor): a first
+    run whose spark.conf asks two GPUs per task, which the one-GPU executors cannot give, refused in
+    one line naming the settings, not the master; then what its HINT says, the run without it."""
+    flow = Workflow(tmp_path, profile="spark")
+    flow.write_config({**GPU_RUN, "spark": {"conf": {"spark.task.resource.gpu.amount": 2}}})
+    env = subprocess_env(**spark_gpu_cluster.env())
+    log_file = flow.directory / "logs/train/base.log"
+    started = time.perf_counter()
+    done = flow.run(check=False, env=env)
+    refused_s = time.perf_counter() - started
+    log = log_file.read_text()
+    lines = hint_lines(log)
+    assert done.returncode != 0 and len(lines) == 1, log[-4000:]
+    assert "Spark refused the run's resource settings" in lines[0], lines[0]
+    assert "The executor resource: gpu, amount: 1 needs to be >= the task resource request amount of 2.0" in lines[0]
+    assert "spark.authenticate" not in lines[0] and "Traceback" not in log, log[-4000:]
+
+    # The HINT: remove the setting from spark.conf and let the driver set it.
+    flow.write_config(GPU_RUN)
+    started = time.perf_counter()
+    done = flow.run(check=False, env=env)
+    placed_s = time.perf_counter() - started
+    log = log_file.read_text()
+    placed = {int(m["rank"]): m.groupdict() for m in PLACED.finditer(log)}
+    assert sorted(placed) == [0, 1], log[-4000:]
+    # Spark gave each rank's executor one of the worker's two GPUs, and TorchDistributor showed each rank
+    # only its own.
+    assert sorted(p["gpu"] for p in placed.values()) == spark_gpu_cluster.gpus["worker-1"] == ["90", "91"]
+    assert all(p["visible"] == p["gpu"] for p in placed.values())
+    assert len({p["executor"] for p in placed.values()}) == 2, placed
+    # Each rank stops on its own CUDA check, and the run ends in that one line, printed once.
+    lines = hint_lines(log)
+    assert done.returncode != 0 and len(lines) == 1, log[-4000:]
+    assert lines[0].startswith("snakeddp.train: ") and "torch sees no CUDA device" in lines[0], lines[0]
+    assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
+    run_dir = flow.directory / "results/runs/base"
+    assert not (run_dir / "provenance.json").exists() and not (run_dir / "spark").exists()
+    print(
+        f"refused settings: {refused_s:.1f} s (data, environment, the driver's JVM); GPU ranks placed: {placed_s:.1f} s"
+    )
