@@ -20,6 +20,7 @@ from tests.helpers import REPO, subprocess_env
 HOOK_MODULES = {
     "lightning": "snakeddp.compat.lightning",
     "snakemake": "snakeddp.compat.snakemake",
+    "snakemake-executor-plugin-slurm": "snakeddp.compat.snakemake_executor_plugin_slurm",
     "azure-ai-ml": "snakeddp.compat.azure_ai_ml",
     "azureml-core": "snakeddp.compat.azureml_core",
 }

@@ -150,8 +150,8 @@ def assert_stopped_without_cuda(workflow: SlurmWorkflow, run: str, visible: str)
     assert log.count(NO_CUDA) == 1, log[-3000:]
     line = next(line for line in log.splitlines() if NO_CUDA in line)
     nodes = "|".join(map(re.escape, NODES))
-    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: none loaded; torch \S+, CUDA build: none \(a CPU build\); "
-    assert re.search(pattern + rf"CUDA_VISIBLE_DEVICES={visible}\)", line), line
+    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: none loaded; torch \S+, a CPU build; "
+    assert re.search(pattern + rf"CUDA_VISIBLE_DEVICES={visible}; this node shows no GPU", line), line
     assert line.count("HINT:") == 1
 
 

@@ -1,4 +1,4 @@
-"""`snakemake --profile profiles/slurm` against a real two-node Slurm cluster (tests/slurm/cluster.py).
+"""`snakemake --profile profiles/slurm` against the real Slurm test cluster (tests/slurm/cluster.py).
 
 The tests share one workflow directory, so the data and environment jobs run once (in the first
 test) and later tests only train; each Snakemake invocation runs in a module fixture that the

@@ -2,9 +2,10 @@
 
 Private methods and undocumented behaviour change between releases without notice, so each such
 hook lives in this package, one module per upstream package (``lightning``, ``snakemake``,
-``azure_ai_ml``, ``azureml_core``), and ``WRITTEN_FOR`` is the one table of the releases whose
-source each hook was written from. A module checks its rows when it is imported: on a release
-nobody read, it stops with one line and a HINT instead of misbehaving in the middle of a run.
+``snakemake_executor_plugin_slurm``, ``azure_ai_ml``, ``azureml_core``), and ``WRITTEN_FOR`` is the one
+table of the releases whose source each hook was written from. A module checks its rows when it is
+imported: on a release nobody read, it stops with one line and a HINT instead of misbehaving in the
+middle of a run.
 pyproject.toml's ranges for these packages are the table's (tests/test_compat.py holds them
 together), so ``pip install .`` never installs a release the hooks refuse.
 
@@ -93,6 +94,13 @@ WRITTEN_FOR: dict[str, Hook] = {
         "==9.27.1",
         "snakemake/workflow.py (Workflow.create_report imports snakemake.report.auto_report when called), "
         "snakemake/report/__init__.py (auto_report)",
+        optional=True,
+    ),
+    # Read in 2.8.0 only: optional, so on another release the Slurm watch for jobs that can never start is off.
+    "cancelled_job_state": Hook(
+        "snakemake-executor-plugin-slurm",
+        "==2.8.0",
+        "snakemake_executor_plugin_slurm/__init__.py (check_active_jobs, its failed states; query_job_status)",
         optional=True,
     ),
     "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),

@@ -1,0 +1,122 @@
+"""docs/slurm.md's "Try it on this machine", typed as the page writes it, on the real test cluster.
+
+The page's `snakemake` lines run in the root of a checkout of this workflow with the default
+config (config/config.yaml: launch.accelerator auto, a sweep of devices 1 and 2) and the bare
+profile name that tools/setup.sh makes work; the cluster (tests/slurm/cluster.py) is the one
+`tests/slurm/cluster.sh start` makes, its environment what `cluster.sh env` prints. The only thing
+added to what the page types is faster status polling. Nothing declares what the nodes have:
+Slurm says it. The first line is refused before anything is submitted (no node of the GPU
+partition has a rank's default 4 CPUs and 16000 MB); the second, what that refusal's HINT says with
+rounder numbers, submits GPU jobs that Slurm takes and whose ranks stop on the page's line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.checkout import LINKED
+from tests.helpers import REPO, subprocess_env
+from tests.slurm.cluster import NODES, PARTITION, Cluster
+from tests.slurm.workflow import FAST_POLLING, run_uuid
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+PAGE = REPO / "docs" / "slurm.md"
+NO_CUDA = "torch sees no CUDA device on "
+
+
+def walkthrough() -> list[str]:
+    """The `.venv/bin/snakemake` lines of the page's "Try it on this machine" commands, comments cut off."""
+    section = PAGE.read_text().split("**Try it on this machine**", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    return [line.split(" #")[0].strip() for line in block.splitlines() if line.startswith(".venv/bin/snakemake")]
+
+
+class Typed:
+    """A checkout's root where a user types the page's commands."""
+
+    def __init__(self, root: Path, cluster: Cluster) -> None:
+        self.root, self.cluster = root, cluster
+        root.mkdir()
+        for name in (*LINKED, "config", ".venv"):
+            (root / name).symlink_to(REPO / name)
+        # tools/setup.sh's link: `--profile slurm` means this checkout's profiles/slurm.
+        profiles = root.parent / "config-home" / "snakemake"
+        profiles.mkdir(parents=True)
+        (profiles / "slurm").symlink_to(root / "profiles" / "slurm")
+        self.env = subprocess_env(XDG_CONFIG_HOME=str(profiles.parent), **cluster.env())
+
+    def type(self, line: str, *extra: str) -> subprocess.CompletedProcess:
+        argv = [*shlex.split(line), *extra]
+        return subprocess.run(
+            argv, cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900
+        )
+
+    def slurm(self, *argv: str) -> str:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> tuple[Typed, list]:
+    """The checkout, and what each of the page's snakemake lines printed, in order."""
+    if os.cpu_count() != 2:
+        pytest.skip("the page's walkthrough is written for a 2-core machine (each test node declares its cores)")
+    commands = walkthrough()
+    assert len(commands) == 2, commands
+    checkout = Typed(tmp_path_factory.mktemp("walkthrough") / "snakeddp", slurm_cluster)
+    return checkout, [checkout.type(line, *FAST_POLLING) for line in commands]
+
+
+def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stdout.splitlines() if "HINT:" in line]
+
+
+def test_the_first_line_is_refused_before_anything_is_submitted(typed):
+    checkout, (refused, _) = typed
+    assert refused.returncode == 1, refused.stdout[-3000:]
+    (line,) = hint_lines(refused)
+    # As the page shows it, but for this machine's memory.
+    shown = re.search(r"```text\n(run devices-1: .*?)\n```", PAGE.read_text(), flags=re.S).group(1)
+    pattern = re.escape(shown).replace("23081", r"\d+").replace("11540", r"\d+")
+    assert re.fullmatch(pattern, line), line
+    assert refused.stdout.count("HINT:") == 1
+    uuid = run_uuid(refused.stdout)
+    assert not checkout.slurm("sacct", "--allocations", "--noheader", f"--name={uuid}").strip(), "a job was submitted"
+
+
+def test_a_dry_run_notes_the_refusal_and_what_the_hint_says_fits_every_run(typed):
+    """`-n` plans the jobs and notes the line a real run stops on; with the HINT's own --config typed,
+    it notes nothing."""
+    checkout, (refused, _) = typed
+    plan = checkout.type(".venv/bin/snakemake --profile slurm -n")
+    assert plan.returncode == 0 and "train" in plan.stdout, plan.stdout[-3000:]
+    assert hint_lines(plan) == [f"Dry run; a real run would stop here: {hint_lines(refused)[0]}"]
+    given = re.search(r'--config "(site=\{.*?\})"', hint_lines(refused)[0]).group(1)
+    plan = checkout.type(".venv/bin/snakemake --profile slurm -n", "--config", given)
+    assert plan.returncode == 0, plan.stdout[-3000:]
+    assert "HINT:" not in plan.stdout and "train" in plan.stdout
+
+
+def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed):
+    checkout, (_, ran) = typed
+    assert ran.returncode != 0, "GPU runs cannot train on the test cluster's null devices"
+    uuid = run_uuid(ran.stdout)
+    fields = "--format=JobID,Comment%200"
+    jobs = checkout.slurm("sacct", "--allocations", "--parsable2", "--noheader", fields, f"--name={uuid}")
+    last = {comment: job for job, comment in (line.split("|") for line in jobs.splitlines())}
+    for devices in (1, 2):
+        run = f"devices-{devices}"
+        # auto was gpu because Slurm says partition main's nodes have GPUs; scontrol shows what was asked.
+        (job,) = [job for comment, job in last.items() if comment == f"rule_train_wildcards_{run}"]
+        shown = checkout.slurm("scontrol", "--oneliner", "show", "job", job)
+        assert f"Partition={PARTITION} " in shown and f"TresPerNode=gres:gpu:{devices} " in shown, shown
+        assert f"MinCPUsNode={devices} " in shown and f"MinMemoryNode={devices * 2000}M " in shown, shown
+        log = (checkout.root / "logs" / "train" / f"{run}.log").read_text()
+        (line,) = [line for line in log.splitlines() if NO_CUDA in line]
+        assert re.search(rf"{NO_CUDA}({'|'.join(map(re.escape, NODES))}) \(NVIDIA driver: none loaded; ", line), line
