@@ -92,6 +92,20 @@ if TYPED_INVOCATION:
 snakeddp_shutdown.freeze_imports()
 
 
+# On Slurm: a run no node of its partition could hold is refused before anything is submitted
+# (onstart; a dry run notes it), and a submitted job Slurm keeps pending for a reason no wait can
+# clear is cancelled with a line saying why, from onstart to the end (snakeddp.workflow.slurm_watch).
+if workflow.output_settings.dryrun:
+    snakeddp_preflight.note_slurm_nodes(
+        get_runs_to_train(),
+        PLATFORM,
+        CONFIG["site"],
+        config.get("site") or {},
+        SLURM_NODES,
+    )
+SLURM_WATCH = snakeddp_slurm_watch.PendingWatch(logger.error)
+
+
 # Before the first job: a local run gets as many cores as it starts processes, and an MLflow
 # server that runs will log to answers (checked here, not while the workflow is read, which
 # --report, --summary and --list-rules also do, with 0 or 1 core and no server needed), no job
@@ -107,19 +121,30 @@ onstart:
                 ).parent,
             )
             snakeddp_preflight.check_cores(RUNS, PLATFORM, workflow.cores)
-            to_train = {
-                run: RUNS[run]
-                for run in RUNS
-                if not Path(rules.train.output.provenance.format(run=run)).exists()
-            }
+            to_train = get_runs_to_train()
+            snakeddp_preflight.note_accelerators(to_train, PLATFORM)
             snakeddp_preflight.check_tracking_server(
                 CONFIG["tracking"], to_train, PLATFORM, os.environ
             )
             snakeddp_preflight.check_databricks_credentials(
                 CONFIG, to_train, PLATFORM
             )
+            training = {
+                wildcards["run"]
+                for rule, wildcards in snakeddp_snakemake.pending_jobs(workflow)
+                if rule in ("train", "search_train")
+            }
+            snakeddp_preflight.check_slurm_nodes(
+                {run: RUNS[run] for run in RUNS if run in training},
+                PLATFORM,
+                CONFIG["site"],
+                config.get("site") or {},
+                SLURM_NODES,
+            )
         except snakeddp_config.ConfigError as error:
             snakeddp_preflight.stop(error)
+        if PLATFORM == "slurm":
+            SLURM_WATCH.start()
         snakeddp_interrupt.keep_unfinished_logs(
             (
                 Path(rules.train.log[0].format(run=run)),
@@ -158,6 +183,7 @@ onstart:
 # hold the finished process for up to a second (snakeddp.compat.snakemake). No job is left to
 # print a line: the relay writes what they sent and stops, before Snakemake's last lines.
 onsuccess:
+    SLURM_WATCH.close()
     snakeddp_snakemake.release_scheduler_timers()
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()
@@ -166,6 +192,7 @@ onsuccess:
 
 
 onerror:
+    SLURM_WATCH.close()
     snakeddp_snakemake.release_scheduler_timers()
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()

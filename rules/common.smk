@@ -31,6 +31,8 @@ from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
 from snakeddp.workflow.paramfile import param_file
 from snakeddp.workflow import live as snakeddp_live
+from snakeddp.workflow import slurm_nodes as snakeddp_slurm_nodes
+from snakeddp.workflow import slurm_watch as snakeddp_slurm_watch
 from snakeddp.run import attempt as snakeddp_attempt
 from snakeddp.run import rules as snakeddp_rules
 from snakeddp.run import search as snakeddp_search
@@ -73,6 +75,23 @@ except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
 PLATFORM = CONFIG["platform"]
+# On Slurm, launch.accelerator: auto means what the nodes of the partition training goes to have
+# (GPU GRES: gpu), asked of Slurm once, unless the profile declares site.accelerator; the answer
+# joins the site section every job and rank gets, and a job takes its invocation's answer.
+SLURM_NODES = (
+    snakeddp_slurm_nodes.TrainingNodes(
+        workflow.resource_settings, ["train", "search_train"] if SEARCH else ["train"]
+    )
+    if PLATFORM == "slurm" and TYPED_INVOCATION
+    else None
+)
+if PLATFORM == "slurm":
+    try:
+        CONFIG["site"] = snakeddp_slurm_nodes.settle_site(
+            CONFIG["site"], RUNS, SLURM_NODES, os.environ
+        )
+    except snakeddp_config.ConfigError as error:
+        snakeddp_preflight.stop(error)
 DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # What the report's RO-Crate carries: the workflow's own files and the config files given.
 WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
@@ -237,6 +256,15 @@ def get_run_json(wildcards):
 
 def get_launch(wildcards):
     return RUNS[wildcards.run]["config"]["launch"]
+
+
+def get_runs_to_train():
+    """The planned runs without a provenance.json yet: those this invocation trains."""
+    return {
+        run: RUNS[run]
+        for run in RUNS
+        if not Path(rules.train.output.provenance.format(run=run)).exists()
+    }
 
 
 def get_accelerator(wildcards):

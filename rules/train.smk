@@ -44,14 +44,10 @@ rule train:
 
 
 # Cores are checked before the first job runs (the Snakefile's onstart). A dry run notes them for
-# the runs not trained yet, whatever cores it was given (Snakemake gives it 1 unless told).
+# the runs not trained yet, whatever cores it was given (Snakemake gives it 1 unless told), and
+# which of them auto trains on the CPU for want of GPUs (onstart says it too).
 if workflow.output_settings.dryrun:
     snakeddp_preflight.note_cores(
-        {
-            run: RUNS[run]
-            for run in RUNS
-            if not Path(rules.train.output.provenance.format(run=run)).exists()
-        },
-        PLATFORM,
-        workflow.resource_settings.cores,
+        get_runs_to_train(), PLATFORM, workflow.resource_settings.cores
     )
+    snakeddp_preflight.note_accelerators(get_runs_to_train(), PLATFORM)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -82,10 +83,18 @@ class Checkout:
     def write_config(self, config: dict) -> None:
         (self.root / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def snakemake(self, *args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-        """`snakemake ARGS` typed in the checkout's root (or ``cwd``), output as one string."""
+    def snakemake(
+        self,
+        *args: str,
+        cwd: Path | None = None,
+        env: dict | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
+    ) -> subprocess.CompletedProcess:
+        """`snakemake ARGS` typed in the checkout's root (or ``cwd``), output as one string; ``wrap``: what runs
+        it instead (tests.gpu_standin's namespace)."""
+        command = [SNAKEMAKE, *args]
         return subprocess.run(
-            [SNAKEMAKE, *args],
+            wrap(command) if wrap else command,
             cwd=cwd or self.root,
             env=env or subprocess_env(),
             stdout=subprocess.PIPE,

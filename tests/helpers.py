@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,10 +175,17 @@ class Workflow(WorkflowDir):
     the test when snakemake does, and every provenance.json it leaves is checked against the schema."""
 
     def run(
-        self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 900,
+        env: dict | None = None,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> subprocess.CompletedProcess:
+        """``wrap``: what runs the command instead of running it directly (tests.gpu_standin's namespace)."""
+        command = self.command(*args)
         done = subprocess.run(
-            self.command(*args),
+            wrap(command) if wrap else command,
             cwd=self.directory,
             env=env or subprocess_env(),
             capture_output=True,

@@ -6,8 +6,21 @@
 # and links the profiles so that `snakemake --profile local|slurm|azureml` works (tools/profiles.sh).
 #   tools/setup.sh           # what `make run` needs (keeps a venv set up with --dev a dev venv)
 #   tools/setup.sh --dev     # plus test and lint tools and the optional extras the tests exercise
+#   tools/setup.sh --cuda 12.6   # torch's build for those GPUs (default: config/config.yaml's environment.cuda)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+want_dev=0
+cuda=""
+while (($#)); do
+    case $1 in
+        --dev) want_dev=1 ;;
+        --cuda) cuda=${2:?--cuda needs a build: 13.0, 13.2, 12.6 or cpu}; shift ;;
+        --cuda=*) cuda=${1#--cuda=} ;;
+        *) echo "setup: unknown option $1. HINT: tools/setup.sh [--dev] [--cuda BUILD]" >&2; exit 2 ;;
+    esac
+    shift
+done
 
 source tools/progress.sh
 
@@ -20,7 +33,7 @@ optional=(--optional "$dev")
 # Once set up with --dev, a venv stays one: a plain set-up after a lock change (tools/add.sh,
 # make run) would otherwise remove the test tools.
 dev_marker="$VENV/.snakeddp-dev"
-if [[ "${1:-}" == "--dev" || -f "$dev_marker" ]]; then
+if [[ $want_dev == 1 || -f "$dev_marker" ]]; then
     locks+=("$dev")
     optional=()
 fi
@@ -31,12 +44,22 @@ tools/profiles.sh
 # compared with them too (0.3 s), so a package removed or changed by hand is found and repaired.
 stamp="$VENV/.snakeddp-locks"
 fingerprint() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
+# The torch build environment.cuda names (snakeddp.environment.venv_build): "<cuda> <pin> <index or ->".
+torch_build() { PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.venv_build --lock "$core" ${cuda:+--cuda "$cuda"}; }
+# PyPI's build leaves the stamp as it was before builds were chosen; another is part of it.
+stamp_of() { if [[ $3 == "-" ]]; then fingerprint "${locks[@]}"; else echo "$(fingerprint "${locks[@]}") cuda $1"; fi; }
 want=$(fingerprint "${locks[@]}")
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+# Whether the venv holds the locks as they are: then a new torch build is all there is to install.
+installed=0
+if [[ -f "$stamp" && "$(cut -d' ' -f1 "$stamp")" == "$want" ]]; then
+    build=$(torch_build) || exit 2
+    want=$(stamp_of $build)
     if drift=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock drift "${locks[@]}" "${optional[@]}" 2>&1); then
-        exit 0
+        [[ "$(cat "$stamp")" == "$want" ]] && exit 0
+        installed=1
+    else
+        echo "setup: $VENV has changed since it was set up: ${drift:-its python does not start}; reinstalling from ${locks[*]}"
     fi
-    echo "setup: $VENV has changed since it was set up: ${drift:-its python does not start}; reinstalling from ${locks[*]}"
 fi
 
 source tools/uv.sh
@@ -51,16 +74,36 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
     "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
 fi
-echo "setup: installing ${locks[*]} into $VENV"
-# The locks are complete (every transitive dependency, exact versions), so no resolver runs:
-# sync installs exactly what the locks say and removes what they do not.
-# uv reports its downloads, then compiles every package's bytecode without a word.
-progress "installing and compiling the locked packages" "$uv" pip sync "${into[@]}" "${compile[@]}" "${locks[@]}"
-# torch is locked by version; the build is the machine's (this machine's wheel cache has the CPU
-# build). A CUDA build needs its runtime wheels (nvidia-*), which this adds; for a CPU build
-# every requirement is already met and nothing changes.
-progress "installing torch's build" "$uv" pip install --quiet "${into[@]}" "${compile[@]}" "$(grep '^torch==' "$core")" \
-    --constraint "$core"
+if [[ $installed == 0 ]]; then
+    echo "setup: installing ${locks[*]} into $VENV"
+    # The locks are complete (every transitive dependency, exact versions), so no resolver runs:
+    # sync installs exactly what the locks say and removes what they do not.
+    # uv reports its downloads, then compiles every package's bytecode without a word.
+    progress "installing and compiling the locked packages" "$uv" pip sync "${into[@]}" "${compile[@]}" "${locks[@]}"
+fi
+# torch is locked by version; the build is environment.cuda's. PyPI's own (13.0) is the machine's
+# choice where pip finds torch (this machine's wheel cache has the CPU build); a CUDA build needs its
+# runtime wheels (nvidia-*), which this adds; for a CPU build every requirement is already met and
+# nothing changes. Another build comes from PyTorch's index (torch==2.13.0+cu126), the same version.
+build=$(torch_build) || exit 2
+read -r cuda pin index <<<"$build"
+want=$(stamp_of "$cuda" "$pin" "$index")
+if [[ $index == "-" ]]; then
+    progress "installing torch's build" "$uv" pip install --quiet "${into[@]}" "${compile[@]}" "$pin" --constraint "$core"
+else
+    failed=$(mktemp)
+    if ! progress "installing torch's CUDA $cuda build from $index" "$uv" pip install --quiet "${into[@]}" \
+        "${compile[@]}" "$pin" --extra-index-url "$index" --constraint "$core" 2>"$failed"; then
+        # uv's error is a chain of causes; the last one says what went wrong (a name that does not resolve).
+        cause=$(grep -v '^\s*$' "$failed" | tail -n 1 | sed -e 's/^ *cause: //' -e 's/^error: //')
+        rm -f "$failed"
+        echo "setup: could not install $pin (environment.cuda \"$cuda\") from $index: $cause. HINT: let this" \
+            "machine reach $index (HTTPS_PROXY for a proxy), or keep environment.cuda \"13.0\" (PyPI's build);" \
+            "$VENV keeps the torch it had." >&2
+        exit 1
+    fi
+    rm -f "$failed"
+fi
 "$uv" pip install --quiet "${into[@]}" --no-deps -e .
 # snakeddp's own modules (an editable install: compiled here, in src/, where the imports find them).
 progress "compiling src/" "$VENV/bin/python" -m compileall -q src

@@ -93,7 +93,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
     run = RunFile.load(args.config)
     launch = run.config["launch"]
     launcher = cluster.for_platform(launch["launcher"], args.platform)
-    # auto on a cluster means what the profile's site declares, as the Slurm request was sized.
+    # auto decided once, as the workflow planned it (a cluster's site, this machine's GPUs), and handed
+    # to every rank: a run sized for GPUs never trains on a CPU because a rank saw none.
     accelerator = variables.accelerator(launch, env)
     plan = cluster.LaunchPlan(
         nodes=launch["nodes"],
@@ -117,6 +118,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         variables.LAUNCH_COMMAND: quote(argv),
         variables.JOB_START: "warm" if handoff.served else "cold",
         variables.PLATFORM: args.platform,
+        variables.ACCELERATOR: accelerator,
     }
     return launcher, argv, child_env
 

@@ -7,6 +7,8 @@ import pytest
 
 from snakeddp import config
 from snakeddp.config import site
+from snakeddp.util import gpus
+from tests.gpu_standin import StandIn
 
 DECLARED_NOTHING = config.validate({})["site"]
 
@@ -33,12 +35,16 @@ def test_auto_on_a_cluster_that_declares_nothing_is_refused_in_one_line_naming_b
     assert "or set launch.accelerator: gpu (or cpu)" in message
 
 
-def test_auto_on_the_local_platform_is_this_machines(monkeypatch, tmp_path):
-    assert site.accelerator("auto", "local", DECLARED_NOTHING) == "auto", "each rank's torch decides"
-    monkeypatch.setattr(site, "NVIDIA_GPUS", tmp_path / "gpus")
-    assert site.resolved(launch(), "local", DECLARED_NOTHING) == "cpu"
-    (tmp_path / "gpus").mkdir()
-    assert site.resolved(launch(), "local", DECLARED_NOTHING) == "gpu"
+def test_auto_on_the_local_platform_is_gpu_where_this_machine_shows_a_gpu_per_rank(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpus, "DRIVER", StandIn(tmp_path / "one", count=1).root / "driver" / "nvidia")
+    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={}) == "gpu"
+    assert site.resolved(launch(devices=2), "local", DECLARED_NOTHING, env={}) == "cpu", "a rank without a GPU"
+    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={"CUDA_VISIBLE_DEVICES": ""}) == "cpu"
+    assert site.resolved(launch(devices=2, accelerator="gpu"), "local", DECLARED_NOTHING, env={}) == "gpu", (
+        "asked for: preflight compares it with the GPUs"
+    )
+    monkeypatch.setattr(gpus, "DRIVER", tmp_path / "no-driver")
+    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={}) == "cpu"
 
 
 def test_memory_is_sized_per_gpu_rank_unless_the_run_says():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import Checkout, error_lines
+from tests.gpu_standin import StandIn
 from tests.helpers import TINY, subprocess_env
 from tests.mlflow_server import free_port
 
@@ -66,15 +67,17 @@ def test_a_layout_the_local_profile_cannot_run_is_refused_before_any_job(checkou
     planned(checkout.snakemake(*LOCAL, "--config", hint_followed))
 
 
-def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(checkout):
+def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(checkout, tmp_path_factory):
     gpu = "launch={accelerator: gpu}"
+    standin = StandIn(tmp_path_factory.mktemp("gpus"), count=2)  # one for each rank of devices-2
+    on_gpus = {"env": standin.env(subprocess_env(), visible=None), "wrap": standin.command}
     refused(
         checkout,
-        checkout.snakemake(*LOCAL, "--config", "trainer={strategy: deepspeed}", gpu),
+        checkout.snakemake(*LOCAL, "--config", "trainer={strategy: deepspeed}", gpu, **on_gpus),
         "trainer.strategy=deepspeed needs the deepspeed package",
         "HINT: run `tools/add.sh deepspeed --stage train`",
     )
-    planned(checkout.snakemake(*LOCAL, "--config", "trainer={strategy: fsdp}", gpu))
+    planned(checkout.snakemake(*LOCAL, "--config", "trainer={strategy: fsdp}", gpu, **on_gpus))
 
 
 def test_a_site_lock_that_exists_is_accepted(checkout):

@@ -130,3 +130,27 @@ def test_a_package_that_breaks_lightning_is_named_at_set_up_and_the_hinted_comma
     assert read_lock(checkout / "envs/requirements.lock").version("torchvision") is None
     assert "torchvision" not in (checkout / "envs/requirements.in").read_text()
     assert typed(checkout, ".venv/bin/python", "-c", "import lightning.pytorch").returncode == 0
+
+
+def test_another_torch_build_is_installed_alone_and_an_index_out_of_reach_is_one_line(checkout):
+    """`tools/setup.sh --cuda 12.6` (the HINT a V100 rank gives) asks PyTorch's cu126 index for the lock's torch
+    version of that build, without reinstalling the locks; this machine reaches no index but PyPI, so: one
+    line, and the venv keeps its torch and matches the locks again with the next plain set-up."""
+    assert typed(checkout, "tools/setup.sh").returncode == 0  # the venv as set-up leaves it
+    torch_version = [".venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('torch'))"]
+    before = typed(checkout, *torch_version).stdout
+    switched = typed(checkout, "tools/setup.sh", "--cuda", "12.6")
+    lines = hint_lines(switched)
+    assert switched.returncode == 1 and len(lines) == 1, switched.stdout + switched.stderr
+    index = "https://download.pytorch.org/whl/cu126"
+    assert lines[0].startswith(f'setup: could not install torch==2.13.0+cu126 (environment.cuda "12.6") from {index}: ')
+    assert "HINT: let this machine reach https://download.pytorch.org/whl/cu126" in lines[0]
+    assert "installing envs/requirements.lock" not in switched.stdout, "the locks were installed already"
+    assert typed(checkout, *torch_version).stdout == before
+    again = typed(checkout, "tools/setup.sh")
+    assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
+    unknown = typed(checkout, "tools/setup.sh", "--cuda", "11.8")
+    assert unknown.returncode == 2 and hint_lines(unknown) == [
+        'setup: environment.cuda=\'11.8\' names no torch build. HINT: choose one of "13.0", "13.2", "12.6", "cpu" '
+        "(docs/environments.md says which GPUs and drivers each serves)."
+    ]

@@ -70,4 +70,4 @@ def test_gpus_asked_for_where_torch_sees_none_stop_in_one_line_naming_node_drive
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "torch sees no CUDA device" in line]
     assert len(lines) == 1, done.stdout + done.stderr
     assert f"on {socket.gethostname()} (NVIDIA driver: none loaded; torch {torch.__version__}" in lines[0]
-    assert "CUDA build: none (a CPU build)" in lines[0] and "HINT:" in lines[0]
+    assert "a CPU build" in lines[0] and "HINT:" in lines[0]

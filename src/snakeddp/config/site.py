@@ -1,24 +1,28 @@
 """What a run asks of the nodes it lands on, from its ``launch:`` and the profile's ``site:``.
 
 ``launch.accelerator: auto`` cannot be resolved from this machine for a cluster's nodes, so on
-slurm, azureml and spark it means what the profile declares (``site.accelerator``), and with nothing
+a cluster platform it means what the profile declares (``site.accelerator``), and with nothing
 declared it is refused before anything is submitted: a GPU cluster never trains on its CPUs
-unasked. The workflow (Slurm resources, preflight) and every rank (``SNAKEDDP_SITE``) resolve it
-with the same function. Pure: no torch, no I/O but reading the local machine's driver directory.
+unasked. On slurm the workflow asks Slurm what the training partition's nodes have and fills the
+declaration in when the profile makes none (``snakeddp.workflow.slurm_nodes``), so the ranks read
+the same answer. On the local platform it means this machine's GPUs, counted as CUDA will show them
+(``snakeddp.util.gpus``): gpu when there are as many as the run's ranks, else cpu. The workflow
+(Slurm resources, preflight), ``snakeddp.launch`` (which hands its decision to every rank) and a rank
+started by hand resolve it with the same function. Pure: no torch, no I/O but reading the local
+machine's driver directory.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import ConfigError
+from snakeddp.util import gpus
 
 # Host memory of a CPU run's node when launch.mem_mb is null (the default before GPUs were sized).
 CPU_MEM_MB_PER_NODE = 4000
-# Present when an NVIDIA driver is loaded: how the local platform resolves auto without importing torch.
-NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 CLUSTER_PLATFORMS = ("slurm", "azureml", "spark", "databricks")
 
 
@@ -27,8 +31,8 @@ class SiteError(ConfigError):
 
 
 def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_id: str | None = None) -> str:
-    """``requested`` (a run's launch.accelerator) where it runs: cpu or gpu; auto on the local
-    platform stays auto (torch decides in each rank, from the GPUs it sees)."""
+    """``requested`` (a run's launch.accelerator) on a cluster platform: cpu or gpu (elsewhere it is
+    returned as it is: ``resolved`` decides the local platform's auto)."""
     if requested != "auto" or platform not in CLUSTER_PLATFORMS:
         return requested
     declared = site.get("accelerator")
@@ -42,18 +46,26 @@ def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_i
     return declared
 
 
-def local_accelerator(requested: str) -> str:
-    """auto on this machine: gpu when an NVIDIA driver is loaded, else cpu."""
-    if requested != "auto":
-        return requested
-    return "gpu" if NVIDIA_GPUS.is_dir() else "cpu"
+def local_accelerator(launch: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
+    """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks,
+    else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than failing it."""
+    if launch["accelerator"] != "auto":
+        return launch["accelerator"]
+    return "gpu" if len(gpus.visible(env)) >= launch["devices"] else "cpu"
 
 
-def resolved(launch: Mapping[str, Any], platform: str, site: Mapping[str, Any], *, run_id: str | None = None) -> str:
+def resolved(
+    launch: Mapping[str, Any],
+    platform: str,
+    site: Mapping[str, Any],
+    *,
+    run_id: str | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> str:
     """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
     if platform in CLUSTER_PLATFORMS:
         return accelerator(launch["accelerator"], platform, site, run_id=run_id)
-    return local_accelerator(launch["accelerator"])
+    return local_accelerator(launch, env)
 
 
 def mem_mb(launch: Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:

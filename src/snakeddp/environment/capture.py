@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.environment.lock import installed
-from snakeddp.errors import LaunchError
+from snakeddp.util import gpus
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
@@ -73,35 +73,16 @@ def accelerator_stack() -> dict[str, Any]:
     return stack
 
 
-def nvidia_driver(version_file: Path = Path("/proc/driver/nvidia/version")) -> str | None:
-    """The loaded NVIDIA kernel driver's version (None without one), read without torch or nvidia-smi."""
-    try:
-        first = version_file.read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", first)
-    return found.group(1) if found else first.strip()
+def nvidia_driver(version_file: Path | None = None) -> str | None:
+    """The loaded NVIDIA kernel module's version (570.86.15), or None when none is loaded."""
+    return gpus.driver_version(version_file.parent if version_file else None)
 
 
 def accelerator_and_backend(requested: str) -> tuple[str, str]:
-    """cpu+gloo, or gpu+nccl when a GPU is asked for (or visible, with auto): what a training
-    process uses, and what its provenance says it used. ``requested`` is already resolved for the
-    platform (``run.variables.accelerator``): gpu on a cluster whose profile declares GPU nodes."""
-    import torch
-
-    has_gpu = torch.cuda.is_available()
-    if requested == "gpu" and not has_gpu:
-        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "none (a CPU build)"
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
-        raise LaunchError(
-            f"GPUs were asked for (launch.accelerator, or the profile's site.accelerator for auto), and torch sees "
-            f"no CUDA device on {platform.node()} (NVIDIA driver: {nvidia_driver() or 'none loaded'}; torch "
-            f"{torch.__version__}, CUDA build: {build}; CUDA_VISIBLE_DEVICES={visible}). "
-            "HINT: run on nodes with GPUs allocated to the job and a torch built for their driver "
-            "(environment.cuda, docs/environments.md), or set launch.accelerator: cpu."
-        )
-    use_gpu = requested == "gpu" or (requested == "auto" and has_gpu)
-    return ("gpu", "nccl") if use_gpu else ("cpu", "gloo")
+    """cpu+gloo, or gpu+nccl: what a training process uses, and what its provenance says it used.
+    ``requested`` is the run's accelerator as its launch decided it (``run.variables.accelerator``);
+    a rank told gpu checks its GPU first (``cuda.check_device``)."""
+    return ("gpu", "nccl") if requested == "gpu" else ("cpu", "gloo")
 
 
 def _torch_build(version_file: Path) -> Any:

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from snakeddp.config import site as sites
 from snakeddp.config import validate
-from snakeddp.config.site import accelerator as site_accelerator
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -40,6 +40,9 @@ DATABRICKS_CONFIG = "SNAKEDDP_DATABRICKS_CONFIG"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
+#: cpu or gpu: the run's launch.accelerator as snakeddp.launch resolved it (auto: the profile's site, or
+#: this machine's GPUs), set for every rank, so the ranks train on what the workflow planned and sized.
+ACCELERATOR = "SNAKEDDP_ACCELERATOR"
 #: The shell-quoted command that started the ranks, for provenance.
 LAUNCH_COMMAND = "SNAKEDDP_LAUNCH_COMMAND"
 #: Set by the user: "0" starts every local job and rank as a process of its own; "1", the default, forks
@@ -116,8 +119,13 @@ def databricks(env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:
-    """A run's launch.accelerator where this process runs: auto resolved by the profile's site on a cluster."""
-    return site_accelerator(launch["accelerator"], platform(env), site(env))
+    """A run's launch.accelerator where this process runs, cpu or gpu: as its launch decided it
+    (ACCELERATOR), else auto resolved as the workflow resolves it (the profile's site on a cluster,
+    this machine's GPUs on the local platform)."""
+    decided = env.get(ACCELERATOR)
+    if decided in ("cpu", "gpu"):
+        return decided
+    return sites.resolved(launch, platform(env), site(env), env=env)
 
 
 def tracking(env: Mapping[str, str]) -> dict[str, Any]:

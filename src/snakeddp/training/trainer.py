@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -18,6 +19,7 @@ from lightning.pytorch.loggers import Logger
 from snakeddp import config as configuration
 from snakeddp.cluster import Launcher, Layout, torchdistributor
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
+from snakeddp.environment import cuda
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import LaunchError
 from snakeddp.provenance.record import Outcome
@@ -124,6 +126,11 @@ def build_trainer(
     """
     trainer_cfg, launch = cfg["trainer"], cfg["launch"]
     accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
+    if accelerator == "gpu":
+        # Before the first CUDA call: a GPU run never falls back to the CPU, nor meets "no kernel image".
+        found = cuda.check_device(layout.local_rank)
+        if layout.local_rank == 0:
+            print(f"snakeddp: {layout.local_world_size} rank(s) on {found}", file=sys.stderr, flush=True)
     check_precision(trainer_cfg["precision"], accelerator)
     paths = RunPaths(run_dir)
     stop_cfg = trainer_cfg["early_stopping"]

@@ -26,8 +26,10 @@ from snakeddp.errors import TrackerError
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.run.mlflow_server import check_reachable
+from snakeddp.util import gpus
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
+from snakeddp.workflow import slurm_nodes
 
 # The keys that name a user's class (model.target, data.module), imported only by the training interpreter.
 USER_CLASSES = (("model", "target"), ("data", "module"))
@@ -117,10 +119,49 @@ def check_run(
         accelerator = site.resolved(launch, platform, site_config, run_id=run_id)
     except site.SiteError as error:
         raise PreflightError(str(error)) from None
+    check_gpus(run_id, launch, platform)
     try:
         requirements.check_strategy(trainer["strategy"], accelerator)
     except requirements.StrategyError as error:
         raise PreflightError(f"{where}{error}") from None
+
+
+def check_gpus(run_id: str, launch: Mapping[str, Any], platform: str, env: Mapping[str, str] = os.environ) -> None:
+    """A local run that asks for GPUs, against the GPUs this machine shows its processes (counted without
+    torch, CUDA_VISIBLE_DEVICES applied): more ranks than GPUs would die in Lightning's device check."""
+    if platform != "local" or launch["accelerator"] != "gpu":
+        return
+    shown, devices = len(gpus.visible(env)), launch["devices"]
+    if shown >= devices:
+        return
+    if shown:
+        hint = f"set launch.devices: {shown} or fewer (sweep only what fits)"
+    elif gpus.installed():
+        hint = f"leave {gpus.VISIBLE} unset"
+    else:
+        hint = "run it where there are GPUs (a cluster's profile)"
+    raise PreflightError(
+        f"run {run_id}: launch.accelerator: gpu asks for {devices} GPU{'s' if devices > 1 else ''} (launch.devices), "
+        f"and this machine shows {gpus.describe(env)}. HINT: {hint}, or set launch.accelerator: auto to train "
+        "what does not fit on the CPU."
+    )
+
+
+def note_accelerators(
+    runs: Mapping[str, Mapping[str, Any]], platform: str, env: Mapping[str, str] = os.environ
+) -> None:
+    """A line for each local run that auto trains on the CPU although this machine has GPUs (fewer than its
+    ranks: a 2-rank run on a one-GPU workstation), so the choice is seen before the run, not in its record."""
+    shown = len(gpus.visible(env)) if platform == "local" else 0
+    for run_id, run in runs.items():
+        launch = run["config"]["launch"]
+        if launch["accelerator"] == "auto" and 0 < shown < launch["devices"]:
+            print(
+                f"snakeddp: run {run_id}: {launch['devices']} ranks, and this machine shows {gpus.describe(env)}: "
+                "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead).",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def check_cores(runs: Mapping[str, Mapping[str, Any]], platform: str, cores: int) -> None:
@@ -227,6 +268,46 @@ def check_slurm_container(run_id: str, launch: Mapping[str, Any]) -> None:
         )
 
 
+def check_slurm_nodes(
+    runs: Mapping[str, Mapping[str, Any]],
+    platform: str,
+    site_config: Mapping[str, Any],
+    declared: Mapping[str, Any],
+    nodes: slurm_nodes.TrainingNodes | None,
+) -> None:
+    """Each Slurm run to train (``runs``) against the nodes of its partition (``nodes``; None inside
+    a job): a job no node can hold would pend for ever. ``declared``: the site as given, which the
+    HINT's --config keeps."""
+    if platform != "slurm" or nodes is None or not runs:
+        return
+    try:
+        slurm_nodes.check(
+            runs, lambda launch: site.resolved(launch, platform, site_config), site_config, declared, nodes
+        )
+    except slurm_nodes.SlurmNodesError as error:
+        message = str(error)
+        if "HINT:" not in message:
+            message = (
+                f"Slurm did not say what its nodes have ({message}), so no run's request could be checked against "
+                "them. HINT: run snakemake where Slurm answers (a login node, where `sinfo` works)."
+            )
+        raise PreflightError(message) from None
+
+
+def note_slurm_nodes(
+    runs: Mapping[str, Mapping[str, Any]],
+    platform: str,
+    site_config: Mapping[str, Any],
+    declared: Mapping[str, Any],
+    nodes: slurm_nodes.TrainingNodes | None,
+) -> None:
+    """A dry run shows the plan whatever Slurm's nodes hold, and notes what a real run would stop on."""
+    try:
+        check_slurm_nodes(runs, platform, site_config, declared, nodes)
+    except PreflightError as error:
+        print(f"Dry run; a real run would stop here: {error}", file=sys.stderr, flush=True)
+
+
 def check_spark(config: Mapping[str, Any]) -> None:
     """pyspark, a JDK and a master that answers (snakeddp.spark.master: no pyspark imported here)."""
     from snakeddp.spark import master
@@ -246,8 +327,10 @@ def check_databricks(config: Mapping[str, Any], runs: Mapping[str, Mapping[str, 
         workspace.require_sdk()
         for run_id, run in runs.items():
             manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
+            # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
+            gpu = site.resolved(run["config"]["launch"], "databricks", config["site"], run_id=run_id) == "gpu"
             plan = spec.plan_for(
-                run_id, run["config"], config["databricks"], manifest, code=code, gpu=False, variables={}
+                run_id, run["config"], config["databricks"], manifest, code=code, gpu=gpu, variables={}
             )
             spec.submit_request(plan)
     except ConfigError as error:
@@ -281,6 +364,8 @@ def check_azureml(raw: Mapping[str, Any], config: Mapping[str, Any], cwd: Path) 
         settings = Settings.from_section(config["azureml"], cwd)
         require_sdk(settings.sdk)
         settings.require_compute()
+        # The image's CUDA and torch's build must agree (environment.cuda): checked before any job.
+        settings.base_image(config["environment"]["cuda"])
         if settings.submit:
             settings.require_workspace()
     except AzureMLError as error:
