@@ -21,22 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import report
+from bench.benchmarks import BENCHMARKS
 from bench.harness import REPO, TINY, Context, Sizes, machine
-
-BENCHMARKS = (
-    "partition_read",
-    "datagen",
-    "input_pipeline",
-    "training",
-    "memory",
-    "workflow",
-    "ingest_memory",
-    "tutorial_e2e",
-    "search",
-    "rank_start",
-    "sweep",
-    "spark",
-)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -89,7 +75,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
 
 
 def run_one(name: str, sizes: Sizes, out: Path, work: Path, keep: bool) -> dict:
-    module = importlib.import_module(f"bench.{name}")
+    module = importlib.import_module(f"bench.benchmarks.{name}")
     scratch = work / name
     started, clock = datetime.now(UTC).isoformat(timespec="seconds"), time.perf_counter()
     print(f"bench: {module.TITLE} ...", flush=True)

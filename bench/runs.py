@@ -2,7 +2,7 @@
 
 Ours: ``python -m snakeddp.launch --platform local`` (snakeddp's supervisor -> ``snakeddp.train``
 on every rank), exactly what the workflow's train rule runs. The baseline: torchrun starting
-``bench.handwritten_ddp``. Both get one thread per process.
+``bench.baselines.handwritten_ddp``. Both get one thread per process.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile
 from snakeddp.warm.process import SOCKET, WarmProcess
 
-WORKER_MODULES = ("snakeddp.train", "bench.handwritten_ddp")
+WORKER_MODULES = ("snakeddp.train", "bench.baselines.handwritten_ddp")
 SUPERVISOR = "snakeddp.cluster.supervisor"
 LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluster.supervisor", "snakeddp.cluster.agent")
 
@@ -175,7 +175,7 @@ def handwritten(
     cfg = run.config
     hidden = cfg["model"]["hidden_sizes"] if cfg["model"]["name"] == "mlp" else []
     argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={cfg['launch']['devices']}"]
-    argv += ["--max-restarts=0", "--standalone", "-m", "bench.handwritten_ddp", "--manifest", str(manifest)]
+    argv += ["--max-restarts=0", "--standalone", "-m", "bench.baselines.handwritten_ddp", "--manifest", str(manifest)]
     argv += ["--epochs", str(cfg["trainer"]["max_epochs"]), "--batch-size", str(cfg["trainer"]["batch_size"])]
     argv += ["--lr", str(cfg["model"]["lr"]), "--format", fmt, "--hidden", *map(str, hidden)]
     argv += ["--checkpoint", str(run_dir / "last.pt"), "--out", str(run_dir / "timings.json")]

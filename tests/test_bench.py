@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.benchmarks import BENCHMARKS
 from bench.harness import alternate
 from tests.helpers import REPO, subprocess_env
 
@@ -46,11 +47,26 @@ def check_reported(results, benchmarks, names):
 
 def test_bench_imports_no_test_module():
     """The tests import bench's harness (bench.workflows.WorkflowDir); never the other way round."""
-    for path in (REPO / "bench").glob("*.py"):
+    for path in (REPO / "bench").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not [name for name in names if name.split(".")[0] == "tests"], path
+
+
+def test_benchmarks_are_numbered_by_their_place_in_the_registry():
+    """results.md's section N is BENCHMARKS[N - 1]: each module's TITLE starts with its number, and
+    bench/benchmarks/ holds the registered modules and no other."""
+    folder = REPO / "bench" / "benchmarks"
+    assert {path.stem for path in folder.glob("*.py")} - {"__init__"} == set(BENCHMARKS)
+    for number, name in enumerate(BENCHMARKS, start=1):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        titles = [
+            node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["TITLE"]
+        ]
+        assert titles and titles[0].startswith(f"{number}. "), (name, titles)
 
 
 def test_alternate_runs_cases_in_abba_order_and_drops_warmup():
@@ -74,10 +90,13 @@ def scratch_dirs() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("snakeddp-bench-*"))
 
 
+IN_PROCESS = ("partition_read", "input_pipeline")
+
+
 def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path):
     before = scratch_dirs()
-    benchmarks = run_bench(tmp_path, "partition_read", "input_pipeline")
-    check_reported(tmp_path, benchmarks, ["partition_read", "input_pipeline"])
+    benchmarks = run_bench(tmp_path, *IN_PROCESS)
+    check_reported(tmp_path, benchmarks, list(IN_PROCESS))
     first = benchmarks["input_pipeline"]["started_at"]
     benchmarks = run_bench(tmp_path, "partition_read")
     assert benchmarks["input_pipeline"]["started_at"] == first
@@ -87,10 +106,7 @@ def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path)
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize(
-    "name",
-    ["datagen", "training", "memory", "workflow", "ingest_memory", "tutorial_e2e", "rank_start", "sweep", "spark"],
-)
+@pytest.mark.parametrize("name", [name for name in BENCHMARKS if name not in IN_PROCESS])
 def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
     """Results inside the checkout, where `python -m bench` writes them (bench/): the benchmarks that
     run snakemake must still run it outside the checkout, which it refuses to run in."""

@@ -126,14 +126,19 @@ def test_ranks_started_by_hand_print_the_line_once_from_rank_0(tmp_path):
     run_yaml, manifest, run_dir = prepare(
         tmp_path, {"model": {"target": "usermodels:NotAModule"}, "launch": {"devices": 2}}
     )
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    # --tee 3: torchrun prefixes each line a rank prints with the rank's name ([default0]: is rank 0).
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--tee=3"]
     train = ["-m", "snakeddp.train", "--launcher", "torchrun", "--config", str(run_yaml), "--run-dir", str(run_dir)]
     argv = [*torchrun, *train, "--data", str(manifest)]
     result = subprocess.run(argv, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=False)
+    shown = result.stdout + result.stderr
     assert result.returncode != 0
-    assert (result.stdout + result.stderr).count("snakeddp.train: model.target='usermodels:NotAModule'") == 1, (
-        result.stderr
-    )
+    lines = [line for line in shown.splitlines() if "snakeddp.train: model.target='usermodels:NotAModule'" in line]
+    assert len(lines) == 1 and "HINT:" in lines[0], shown
+    # Rank 0 said it; rank 1 stopped without a word, and no rank printed a traceback.
+    assert lines[0].startswith("[default0]:snakeddp.train: "), shown
+    assert not [line for line in shown.splitlines() if line.startswith("[default1]:")], shown
+    assert "Traceback (most recent call last)" not in shown, shown
 
 
 @pytest.mark.e2e

@@ -13,7 +13,7 @@ PACKAGE = SRC / "snakeddp"
 FLOORS = [
     {"errors"},
     {"util", "compat"},
-    {"config"},
+    {"config", "forking"},  # forking: what the warm process and the supervisor's forked ranks share
     {"data", "environment"},
     {"run"},
     {"cluster"},
@@ -21,8 +21,8 @@ FLOORS = [
     {"provenance"},
     {"training"},
     {"report"},
-    {"azureml", "spark"},
-    {"databricks"},  # its results and submission reuse the AzureML platform's checks
+    {"remote"},  # the sequence a remote platform's train job follows, and the folder it keeps
+    {"azureml", "databricks", "spark"},  # the platforms: none imports another
     {"workflow"},
     {"cli", "launch", "steps", "train"},
 ]

@@ -22,9 +22,10 @@ import psutil
 import pytest
 from azure.ai.ml import load_job
 
-from snakeddp.azureml import results, submit
+from snakeddp.azureml import submit
 from snakeddp.azureml.entry import seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
+from snakeddp.remote.attempt import collect
 from snakeddp.run.layout import RESUME_SEEDED as SEEDED
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import TINY, make_run, subprocess_env
@@ -226,7 +227,7 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
             child.kill()
     codes, output = finish(procs, logs)
     assert all(code != 0 for code in codes), output
-    assert results.collect(first, run_dir), "what the failed job saved comes back"
+    assert collect(first, run_dir), "what the failed job saved comes back"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and not (run_dir / "provenance.json").exists()
     done_before = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
     assert 2 <= done_before < epochs

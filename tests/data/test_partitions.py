@@ -91,10 +91,33 @@ def test_entries_of_older_manifests_verify_by_their_sha256(dataset, damaged):
         assert len(partitions.read_partition(path, older)) == 64
 
 
-def test_written_files_are_readable_by_others(dataset):
-    root, manifest = dataset
-    mode = (root / manifest["train"][0]["file"]).stat().st_mode & 0o777
-    assert mode & 0o044, oct(mode)
+# A dataset written by a process of its own under the usual umask 022, set before snakeddp is imported
+# (it reads the umask once, at import): the test's outcome does not depend on the machine's umask.
+WRITE_UNDER_UMASK_022 = """
+import json, os, sys
+os.umask(0o022)
+from pathlib import Path
+from snakeddp.data.generate import write_dataset_manifest, write_synthetic
+root, params = Path(sys.argv[1]), json.loads(sys.argv[2])
+write_synthetic(params, "train", 0, root / "train/part-00000.safetensors", root / "train/part-00000.json")
+write_synthetic(params, "val", 0, root / "val.safetensors", root / "val.json")
+write_dataset_manifest(root / "manifest-1.json", "t-0", params, [root / "train/part-00000.json"], root / "val.json")
+"""
+
+
+def test_written_files_are_readable_by_others(tmp_path, params):
+    """Written through a temporary file (mkstemp makes it 0600), each file ends as open() makes one:
+    0644 under umask 022, readable by the group and by others."""
+    done = subprocess.run(
+        [sys.executable, "-c", WRITE_UNDER_UMASK_022, str(tmp_path), json.dumps(params)],
+        env=subprocess_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    modes = {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in tmp_path.rglob("*.*")}
+    assert modes == dict.fromkeys(
+        ["train/part-00000.safetensors", "train/part-00000.json", "val.safetensors", "val.json", "manifest-1.json"],
+        oct(0o644),
+    )
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "append"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,9 @@ CHECK = (
     "from snakeddp.errors import exit_code\n"
     "raise SystemExit(exit_code('snakeddp.databricks', lambda: print(workspace.connect(None).config.host) or 0))\n"
 )
-# Far above the check's own bound (seconds), far below the SDK's unbounded 300 s: a hang fails here.
+# Far above the check's own bound (workspace.CHECK_S, per request), far below the SDK's 300 s of retries.
+IN_SECONDS = 30
+# A hang fails here rather than hold the suite.
 GUARD_S = 60
 
 
@@ -61,7 +64,10 @@ def stub(tmp_path: Path):
 )
 def test_an_unanswering_host_is_one_line_in_seconds_and_the_hints_host_passes(host, token, stub, tmp_path):
     host = f"http://127.0.0.1:{closed_port()}" if host == "closed-port" else host
+    started = time.monotonic()
     line = one_line(check(tmp_path, DATABRICKS_HOST=host, **({"DATABRICKS_TOKEN": token} if token else {})))
+    took = time.monotonic() - started
+    assert took < IN_SECONDS, f"the check gave up after {took:.0f} s"
     if token is None:  # the chain finds nothing to authenticate with, after the host's probe gave up
         assert line.startswith("snakeddp.databricks: no usable Databricks credentials"), line
         assert "HINT: export DATABRICKS_HOST=https://<workspace-url> and DATABRICKS_TOKEN=" in line

@@ -18,6 +18,7 @@ import pytest
 
 from snakeddp.report import figures
 from snakeddp.report.table import varying_params
+from snakeddp.run import attempt as runstate
 from snakeddp.run.runs import find_runs
 from tests.chromium import chromium, console_errors
 from tests.helpers import Workflow, subprocess_env
@@ -84,17 +85,25 @@ def rendered(page: Path) -> None:
 
 
 def test_boringmodel_that_logs_no_val_loss_stops_every_rank_in_one_line_naming_what_it_logged(tmp_path):
+    """Both ranks stop at the end of the first epoch: the train job ends with no rank left (none still
+    holds the run directory's attempt lock, which every training process holds for its lifetime), and
+    its log and the terminal carry the one line, no traceback."""
     flow = user_workflow(tmp_path, boring(f"{BORING}:BoringModel"))
     done = flow.run(check=False)
+    terminal = done.stdout + done.stderr
     assert done.returncode != 0
+    run_dir = tmp_path / "results" / "runs" / "base"
+    runstate.ensure_no_live_attempt(run_dir)  # raises while any rank of the run is still there
     log = (tmp_path / "logs" / "train" / "base.log").read_text()
+    assert "snakeddp.cluster.supervisor --nproc-per-node=2 " in log, "two ranks started"
     lines = [line for line in log.splitlines() if "trainer.monitor.metric='val_loss'" in line]
     assert len(lines) == 1, log[-3000:]
     (line,) = lines
     assert "BoringModel did not log it" in line and "it logged: nothing" in line and "HINT:" in line, line
     assert "Traceback" not in log, log[-3000:]
-    assert (tmp_path / "results" / "runs" / "base" / "failure.txt").read_text().strip() == line
-    assert not (tmp_path / "results" / "runs" / "base" / "provenance.json").exists()
+    assert "Traceback" not in terminal and line in terminal, terminal[-3000:]
+    assert (run_dir / "failure.txt").read_text().strip() == line
+    assert not (run_dir / "provenance.json").exists()
 
 
 def test_boringmodel_monitored_by_the_metric_it_logs_trains_and_reports_what_it_logged(tmp_path):
@@ -148,7 +157,9 @@ def test_a_cnn_on_its_own_image_datamodule_at_1_and_2_processes_reports_its_own_
         assert run.provenance["training"]["best_val_loss"] is not None
         assert run.provenance["training"]["best_metrics"]["val_accuracy"] is not None
         verify(flow, run.run_id)
-    for point in figures.scaling_points(runs, varying_params([run.provenance for run in runs])):
+    points = figures.scaling_points(runs, varying_params([run.provenance for run in runs]))
+    assert [(point["run"], point["world_size"]) for point in points] == [("devices-1", 1), ("devices-2", 2)]
+    for point in points:
         assert point["step_ms"] == pytest.approx(1e3 * 16 * point["world_size"] / point["throughput"])
 
     html, rows, plotted = report_of(flow)

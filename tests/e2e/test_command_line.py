@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 import yaml
 
@@ -16,6 +19,11 @@ def checkout(tmp_path):
     checkout = Checkout(tmp_path)
     checkout.write_config(TINY)
     return checkout
+
+
+def planned(checkout: Checkout, path: str) -> dict:
+    """A rule's JSON parameter file, as a dry run wrote it (a path relative to the checkout)."""
+    return json.loads((checkout.root / path).read_text())
 
 
 @pytest.mark.parametrize(
@@ -40,7 +48,17 @@ def test_sweep_and_tracking_overrides_plan_the_runs_they_ask_for(checkout):
         "--config", "sweep={model.lr: [0.001, 0.01]}", "tracking={tensorboard: {enabled: true}}",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout
-    assert "--run-id lr-0.001 " in done.stdout and "--run-id lr-0.01 " in done.stdout
+    # What the printed commands name: each run's config (its run_config job's --run) and the resolved
+    # config the report records (its --params), files the plan wrote (snakeddp.workflow.paramfile).
+    runs = {run: planned(checkout, path) for run, path in re.findall(r"--run-id (\S+) --run (\S+) ", done.stdout)}
+    assert {run: (config["point"], config["config"]["model"]["lr"]) for run, config in runs.items()} == {
+        "lr-0.001": ({"model.lr": 0.001}, 0.001),
+        "lr-0.01": ({"model.lr": 0.01}, 0.01),
+    }
+    (report,) = re.findall(r"snakeddp\.steps report --params (\S+) ", done.stdout)
+    resolved = json.loads(planned(checkout, report)["config"])
+    assert resolved["tracking"]["tensorboard"] == {"enabled": True}
+    assert resolved["sweep"] == {"model.lr": [0.001, 0.01]}
 
 
 def test_an_override_that_is_not_the_type_names_key_value_and_type(checkout):

@@ -123,3 +123,6 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_pa
     # Both attempts' jobs and ranks were forked from the warm process of their invocation.
     launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
     assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")
+    # The rerun went on from the saved epoch: every epoch once, none repeated, none missing.
+    epochs = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert epochs == [0, 1, 2, 3]

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import shutil
 
 import pytest
@@ -80,6 +81,14 @@ def test_feature_change_regenerates_data(default_run, tmp_path):
 
 
 def test_sweep_point_change_reruns_only_that_run(default_run, tmp_path):
+    """devices 2 becomes 3: that point is a new run, devices-3, trained; devices-1 keeps its results."""
+    flow = variant(default_run, tmp_path, lambda c: c["sweep"].update({"launch.devices": [1, 3]}))
+    assert upstream_of_report(flow.planned_jobs()) == {"run_config": 1, "train": 1}
+    planned = flow.run("--dry-run")
+    assert set(re.findall(r"^Job \d+: run (\S+): ", planned.stdout + planned.stderr, re.M)) == {"devices-3"}
+
+
+def test_removing_a_sweep_point_reruns_no_run(default_run, tmp_path):
     flow = variant(default_run, tmp_path, lambda c: c["sweep"].update({"launch.devices": [1]}))
     assert upstream_of_report(flow.planned_jobs()) == {}
 

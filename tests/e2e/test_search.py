@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import search as bench_search
+from bench.benchmarks import search as bench_search
 from snakeddp.run.layout import RunPaths
 from tests.helpers import TINY, Workflow, subprocess_env
 

@@ -188,7 +188,9 @@ def test_the_page_says_why_more_processes_barely_helped():
 
 def test_step_time_is_every_ranks_batch_as_counted_in_training_at_the_measured_rate(sweep_workflow):
     runs = find_runs(sweep_workflow.directory / "results")
-    for p in figures.scaling_points(runs, varying_params([r.provenance for r in runs])):
+    points = figures.scaling_points(runs, varying_params([r.provenance for r in runs]))
+    assert [(p["run"], p["world_size"]) for p in points] == [("devices-1", 1), ("devices-2", 2)]
+    for p in points:
         run = next(r for r in runs if r.run_id == p["run"])
         first = run.metrics[0]
         # 150 records per rank in batches of 32: the last batch of each epoch holds 22, so a step

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,13 +44,26 @@ def test_apptainer_without_an_image_is_a_clear_error(workflow):
     assert "--sdm apptainer needs an image, and environment.image is null. HINT:" in done.stdout + done.stderr
 
 
-def test_with_an_image_the_rules_go_to_apptainer(workflow):
+def path_without(directory: Path, *commands: str) -> str:
+    """A PATH of one directory linking every command of this one but ``commands``: a machine without them."""
+    directory.mkdir()
+    for folder in os.environ["PATH"].split(os.pathsep):
+        for command in Path(folder).glob("*") if Path(folder).is_dir() else ():
+            link = directory / command.name
+            if command.name not in commands and not link.exists() and os.access(command, os.X_OK):
+                link.symlink_to(command.resolve())
+    return str(directory)
+
+
+def test_with_an_image_the_rules_go_to_apptainer(workflow, tmp_path):
     """With environment.image set, --sdm apptainer gets past the workflow to Snakemake's own
-    container set-up (which needs the apptainer binary this machine lacks)."""
+    container set-up, which refuses to go on on a machine without apptainer (made so on one that has it)."""
     workflow.write_config({**TINY, "environment": {"image": "docker://ghcr.io/org/snakeddp:0.1.0-torch2.13.0"}})
-    done = workflow.run("--dry-run", "--sdm", "apptainer", check=False)
-    assert "environment.image is null" not in done.stderr
-    assert "apptainer or singularity command has to be available" in done.stdout + done.stderr
+    env = subprocess_env(PATH=path_without(tmp_path / "no-apptainer", "apptainer", "singularity"))
+    done = workflow.run("--dry-run", "--sdm", "apptainer", check=False, env=env)
+    output = done.stdout + done.stderr
+    assert "environment.image is null" not in output
+    assert "apptainer or singularity command has to be available" in output, output[-3000:]
 
 
 @pytest.mark.parametrize(("cuda", "train_env"), [("13.0", "envs/train.yaml"), ("12.6", "envs/train-cu126.yaml")])

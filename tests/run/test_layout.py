@@ -124,7 +124,7 @@ def test_run_paths(tmp_path):
     assert paths.trace_file(1) == run_dir / "trace" / "rank-1.jsonl"
     assert paths.tracking_state == run_dir / "tracking" / "state.json"
     assert paths.failure == run_dir / "failure.txt" and paths.lock == run_dir / ".attempt.lock"
-    assert paths.azureml == run_dir / "azureml"
+    assert paths.platform("azureml") == run_dir / "azureml", "a platform keeps its files under its name"
     assert train_log(tmp_path, "lr-0.1") == tmp_path / "logs" / "train" / "lr-0.1.log"
 
     kept = paths.attempt("0123456789ab")

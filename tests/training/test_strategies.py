@@ -11,6 +11,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 
 from snakeddp import config
+from snakeddp.run import attempt as runstate
 from snakeddp.training.strategies import StrategyError, build_strategy
 from snakeddp.training.trainer import AtomicCheckpointIO
 from tests.helpers import launch, prepare
@@ -84,10 +85,20 @@ def test_deepspeed_without_the_package_is_a_clear_error():
 
 @pytest.mark.e2e
 def test_fsdp_run_on_cpu_stops_every_rank_with_our_error(tmp_path):
+    """Both ranks refuse FSDP on the CPU (the first to fail writes the run's one line, and the supervisor
+    stops the other if it is still there). The launcher returns with no rank left: none still holds the
+    run directory's attempt lock, which every training process holds for its lifetime. What it said is
+    that line, once, and nothing else: no traceback."""
     run_yaml, manifest, run_dir = prepare(tmp_path, {"launch": {"devices": 2}, "trainer": {"strategy": "fsdp"}})
     done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
-    assert done.returncode != 0
-    assert "trainer.strategy=fsdp needs GPUs" in done.stdout + done.stderr
+    shown = done.stdout + done.stderr
+    assert done.returncode == 1, shown
+    assert "snakeddp.cluster.supervisor --nproc-per-node=2 " in done.stdout, "two ranks started"
+    lines = [line for line in shown.splitlines() if "trainer.strategy=fsdp needs GPUs" in line]
+    assert len(lines) == 1 and lines[0].startswith("snakeddp.train: ") and "HINT:" in lines[0], shown
+    assert done.stderr == f"{lines[0]}\n" and "Traceback" not in shown, shown
+    assert (run_dir / "failure.txt").read_text() == f"{lines[0]}\n"
+    runstate.ensure_no_live_attempt(run_dir)  # raises while any rank of the run is still there
     assert not (run_dir / "provenance.json").exists()
 
 

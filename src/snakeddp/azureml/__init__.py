@@ -1,14 +1,14 @@
 """Train on AzureML: every training run becomes one AzureML job, and its results come back.
 
-``python -m snakeddp.launch --platform azureml`` calls ``submit.main``. The modules, one job each:
+``python -m snakeddp.launch --platform azureml`` calls ``submit.main``, whose ``AzureMLJob`` supplies the
+AzureML steps of the sequence every remote platform follows (``snakeddp.remote.job``). The modules, one job each:
 
 - ``settings``: the ``azureml:`` config section, validated, its workspace resolved;
 - ``plan``: what one run's job must do, independent of the SDK (command, layout, inputs);
 - ``staging``: the files a job is built from (code snapshot, run.yaml, environment record, resume);
 - ``spec_v2`` / ``spec_v1``: the job spec for azure-ai-ml / azureml-core, written and validated offline;
 - ``credentials``, ``jobs_v2`` / ``jobs_v1``: talk to Azure (check, upload, submit, stream, download);
-- ``submitted``: a submitted job, its outcome, and ``azureml/submission.json``;
-- ``results``: move a job's run directory back into ``results/runs/<run>/``;
+- ``submitted``: a submitted job and how it ended;
 - ``entry``: the command every process of the job runs (seeds a resumed attempt, then trains).
 
 Only ``spec_*``, ``credentials`` and ``jobs_*`` import the Azure SDKs (the ``azureml`` extra);

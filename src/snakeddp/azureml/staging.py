@@ -2,8 +2,7 @@
 
     azureml/code/         the job's working directory: a copy of the snakeddp package, run.yaml and
                           environment.json (the record of the AzureML environment, hashed)
-    azureml/resume/       the previous attempt (checkpoints/, metrics.csv, run-state.json), only
-                          when the run resumes; hard links, so staging costs no copy
+    azureml/resume/       the previous attempt (snakeddp.remote.attempt.stage_resume)
     azureml/job.yml       the spec (v2), or job.runconfig + conda_dependencies.yml (v1)
 
 Everything here is rewritten on each attempt; the run directory's own files stay where they are.
@@ -20,11 +19,9 @@ from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.builds import DEFAULT, torch_build
 from snakeddp.environment.lock import ACCELERATED, read_lock
-from snakeddp.provenance.lineage import Origin
-from snakeddp.run.attempt import CONTINUED, resumable
-from snakeddp.run.layout import ATTEMPT_FILES, RUN_FILE, RunPaths
+from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
-from snakeddp.util.fsutil import atomic_write_json, link_or_copy
+from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-azureml-environment/1"
@@ -100,28 +97,3 @@ def snapshot_code(code_dir: Path, run: RunFile, record: dict[str, Any]) -> None:
     shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     run.write(code_dir / RUN_FILE)
     atomic_write_json(code_dir / ENVIRONMENT_FILE, record)
-
-
-def stage_resume(run_dir: Path, resume_dir: Path, key: str, continued: Origin | None = None) -> Path | None:
-    """Put the attempt to resume into ``resume_dir`` (emptied first); None when there is nothing to resume.
-
-    The attempt is found by launch's rule (``attempt.resumable``): in the run directory, or kept
-    under attempts/ when this key's attempt was set aside earlier; else ``continued``, the finished
-    attempt of a shorter budget, whose checkpoints the job goes on from as this key's attempt.
-    """
-    if resume_dir.exists():
-        shutil.rmtree(resume_dir)
-    last = resumable(run_dir, key)
-    if last is None and continued is None:
-        return None
-    home = last.parent.parent if last is not None else continued.source.folder
-    resume_dir.mkdir(parents=True)
-    for name in ATTEMPT_FILES if last is not None else CONTINUED:
-        source = home / name
-        if source.is_dir():
-            shutil.copytree(source, resume_dir / name, copy_function=link_or_copy)
-        elif source.is_file():
-            link_or_copy(source, resume_dir / name)
-    if last is None:
-        atomic_write_json(RunPaths(resume_dir).state, {"resume_key": key, "epochs_from": continued.epochs})
-    return resume_dir

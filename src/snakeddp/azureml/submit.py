@@ -26,25 +26,26 @@ import argparse
 import importlib.util
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from snakeddp.azureml import results, staging
+from snakeddp.azureml import staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.azureml.submitted import SubmittedJob, record
+from snakeddp.azureml.submitted import Outcome, SubmittedJob
 from snakeddp.errors import ConfigError, add_hint
 from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
+from snakeddp.remote.attempt import collect, stage_resume, takeover
+from snakeddp.remote.folder import Folder
+from snakeddp.remote.job import RemoteJob, Submitted
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 
-INTERRUPTED_EXIT_CODE = 130
 # What each SDK flavour imports, and the packages that install it (pyproject.toml's extras azureml, azureml-v1).
 SDK_MODULES = {"v2": ("azure.ai.ml", "azure.identity"), "v1": ("azureml.core", "azure.identity")}
 SDK_PACKAGES = {"v2": "azure-ai-ml azure-identity", "v1": "azureml-core azure-identity"}
@@ -80,10 +81,11 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     identity = attempt.Identity.of(run.config, args.data, env_record)
     key = identity.key
     origin = takeover(args.run_dir, identity)
-    spec_dir = RunPaths(args.run_dir).azureml.resolve()
-    staging.snapshot_code(spec_dir / "code", run, env_record)
+    folder = Folder.of(args.run_dir, AzureMLJob.name)
+    spec_dir = folder.root
+    staging.snapshot_code(folder.code, run, env_record)
     continued = origin if origin is not None and origin.how == lineage.CONTINUE else None
-    resume_dir = staging.stage_resume(args.run_dir, spec_dir / "resume", key, continued)
+    resume_dir = stage_resume(args.run_dir, folder.resume, key, continued)
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
     code = code_info()
@@ -115,13 +117,6 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         tags={"snakeddp_run": run.run_id, "snakeddp_dataset": run.dataset_id},
     )
     return plan, key
-
-
-def takeover(run_dir: Path, identity: attempt.Identity) -> lineage.Origin | None:
-    """The finished attempt this key's attempt takes over, as launch decides it (read-only)."""
-    if attempt.restorable(run_dir, identity.key) or attempt.resumable(run_dir, identity.key):
-        return None
-    return lineage.find(run_dir, identity)
 
 
 def write_spec(plan: JobPlan) -> Path:
@@ -188,86 +183,85 @@ def connect(settings: Settings, plan: JobPlan) -> Any:
     return session
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class AzureMLJob(RemoteJob):
+    """One run as an AzureML job (snakeddp.remote.job's sequence): the spec written and validated by the
+    configured SDK, submitted with its uploads, streamed, downloaded."""
 
+    name = "azureml"
+    error = AzureMLError
 
-def run_job(session: Any, plan: JobPlan, spec: Path, variables: dict[str, str], run_dir: Path) -> int:
-    """Submit, stream until the job ends, download its run directory; 0 only when it completed."""
-    job: SubmittedJob = session.submit(plan, spec, variables)
-    record(plan.spec_dir, fresh=True, job=job.name, url=job.url, sdk=plan.sdk, spec=spec.name, **variables)
-    print(f"snakeddp.azureml: run {plan.run_id} submitted as AzureML job {job.name}\n  {job.url}", flush=True)
-    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        outcome = session.wait(job)
-    except KeyboardInterrupt:
-        session.cancel(job)
-        record(plan.spec_dir, status="CancelRequested")
-        print(f"snakeddp.azureml: interrupted; asked AzureML to cancel job {job.name}", file=sys.stderr, flush=True)
-        return INTERRUPTED_EXIT_CODE
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    downloaded = session.download(job, plan.spec_dir / "jobs" / job.name)
-    collected = downloaded is not None and results.collect(downloaded, run_dir)
-    record(plan.spec_dir, status=outcome.status, error=outcome.error, collected=collected)
-    if not outcome.completed:
-        kept = " Its checkpoints were downloaded: rerun to resume." if collected else ""
-        raise AzureMLError(
-            f"AzureML job {job.name} ended {outcome.status}: {outcome.error or 'no error text'}.{kept}\n"
-            f"  Logs: {job.url}"
-        )
-    if not RunPaths(run_dir).provenance.is_file():
-        raise AzureMLError(
-            f"AzureML job {job.name} completed but no provenance.json came back into {run_dir}. "
-            f"HINT: look for the run directory output in {job.url}."
-        )
-    print(f"snakeddp.azureml: run {plan.run_id} completed; results in {run_dir}", flush=True)
-    return 0
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.settings = Settings.from_environment()
+        require_sdk(self.settings.sdk)
+        if self.settings.submit and not args.dry_run:
+            self.settings.require_workspace()
+        self.software = staging.environment_spec(self.settings, names.torch_build(os.environ))
 
+    @property
+    def sends(self) -> bool:
+        return self.settings.submit
 
-def submit(args: argparse.Namespace) -> int:
-    settings = Settings.from_environment()
-    require_sdk(settings.sdk)
-    if settings.submit and not args.dry_run:
-        settings.require_workspace()
-    plan, key = build_plan(args, settings)
-    run = RunFile.load(args.config)
-    identity = attempt.Identity.of(run.config, args.data, staging.environment_record(plan.environment))
-    origin = takeover(args.run_dir, identity)
-    if not args.dry_run and (attempt.restorable(args.run_dir, key) or (origin and origin.how != lineage.CONTINUE)):
-        lineage.prepare(args.run_dir, identity, run)
-        print(f"snakeddp.azureml: run {plan.run_id}: {lineage.restore(args.run_dir, key)}", flush=True)
-        return 0
-    spec = write_spec(plan)
-    spec_sha256 = sha256_file(spec)
-    if args.dry_run or not settings.submit:
-        manual = manual_submission(plan, spec, settings, spec_sha256)
-        print(f"snakeddp.azureml: wrote the job spec of run {plan.run_id}: {spec} (sha256 {spec_sha256})", flush=True)
-        if args.dry_run:
+    def environment(self) -> dict[str, Any]:
+        return staging.environment_record(self.software)
+
+    def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
+        self.plan, _ = build_plan(self.args, self.settings)
+        self.spec = write_spec(self.plan)
+        self.spec_sha256 = sha256_file(self.spec)
+        return self.spec
+
+    def unsent(self, request: Path) -> int:
+        manual = manual_submission(self.plan, request, self.settings, self.spec_sha256)
+        self.say(f"wrote the job spec of run {self.plan.run_id}: {request} (sha256 {self.spec_sha256})")
+        if self.args.dry_run:
             print(f"  submit it with: {manual}", flush=True)
             return 0
-        print(
-            "snakeddp.azureml: azureml.submit is false, so nothing was submitted and this run has no results "
-            f"(no provenance.json). Submit the spec yourself with:\n  {manual}\n"
-            "or set azureml.submit: true and rerun the workflow.",
-            file=sys.stderr,
-            flush=True,
+        self.say(
+            "azureml.submit is false, so nothing was submitted and this run has no results (no provenance.json). "
+            f"Submit the spec yourself with:\n  {manual}\nor set azureml.submit: true and rerun the workflow.",
+            err=True,
         )
         return 1
-    session = connect(settings, plan)
-    start = lineage.prepare(args.run_dir, identity, run)
-    if (start.resume is None) != (plan.resume_dir is None):
-        raise AzureMLError(f"{args.run_dir} changed while its job was being prepared; rerun to submit again")
-    if start.origin is not None:
-        print(f"snakeddp.azureml: run {plan.run_id}: {start.origin.continuing(plan.run_id, identity.budget)}")
-    return run_job(session, plan, spec, submission_variables(settings, spec_sha256), args.run_dir)
+
+    def connect(self) -> Any:
+        return connect(self.settings, self.plan)
+
+    def submit(self, session: Any) -> Submitted:
+        variables = submission_variables(self.settings, self.spec_sha256)
+        job: SubmittedJob = session.submit(self.plan, self.spec, variables)
+        fields = {"job": job.name, "url": job.url, "sdk": self.plan.sdk, "spec": self.spec.name, **variables}
+        return Submitted("AzureML", "job", job.name, job.url, job, fields)
+
+    def wait(self, session: Any, job: Submitted) -> Outcome:
+        return session.wait(job.handle)
+
+    def cancel(self, session: Any, job: Submitted) -> None:
+        session.cancel(job.handle)
+
+    def fetch(self, session: Any, job: Submitted, ended: Outcome) -> tuple[bool, dict[str, Any]]:
+        downloaded = session.download(job.handle, self.folder.fresh_download())
+        collected = downloaded is not None and collect(downloaded, self.args.run_dir)
+        self.collected = collected
+        return collected, {"status": ended.status, "error": ended.error}
+
+    def judge(self, job: Submitted, ended: Outcome) -> None:
+        if not ended.completed:
+            kept = " Its checkpoints were downloaded: rerun to resume." if self.collected else ""
+            raise AzureMLError(
+                f"AzureML job {job.id} ended {ended.status}: {ended.error or 'no error text'}.{kept}\n  Logs: {job.url}"
+            )
+        if not RunPaths(self.args.run_dir).provenance.is_file():
+            raise AzureMLError(
+                f"AzureML job {job.id} completed but no provenance.json came back into {self.args.run_dir}. "
+                f"HINT: look for the run directory output in {job.url}."
+            )
 
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``snakeddp.launch --platform azureml``; errors become one message and exit status 1."""
     try:
-        return submit(args)
+        return AzureMLJob(args).main()
     except ConfigError as error:  # the whole family: AzureML, config, run state
         print(f"snakeddp.azureml: {error}", file=sys.stderr, flush=True)
         return 1

@@ -5,8 +5,8 @@ only the attempt's own files (checkpoints/, metrics.csv, run-state.json, ...) co
 arrive at the size listed, and the checkpoints must match the sha256 and size their provenance.json
 records. A run that did not succeed brings back what it saved (last.ckpt, to resume from) but
 never its provenance.json or finished.json: a partial attempt is never taken for a finished one.
-The files land in a fresh download folder first and move in with azureml's ``results.collect``,
-provenance.json last.
+The files land in a fresh download folder first and move in as every remote job's do
+(``snakeddp.remote.attempt.collect``), provenance.json last.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from snakeddp.azureml import results
-from snakeddp.databricks import remote
+from snakeddp.databricks import files
 from snakeddp.errors import DatabricksError
+from snakeddp.remote import attempt
 from snakeddp.run.layout import ATTEMPT_FILES, FAILURE, FINISHED, PROVENANCE
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
@@ -33,7 +33,7 @@ def fetch(w: Any, remote_dir: str, download: Path) -> Path:
     checked before the first file is copied, and the folder removed again when any file fails."""
     if download.exists():
         shutil.rmtree(download)
-    listing = list(remote.walk(w, remote_dir))
+    listing = list(files.walk(w, remote_dir))
     download.mkdir(parents=True)
     try:
         for path, listed in listing:
@@ -46,7 +46,7 @@ def fetch(w: Any, remote_dir: str, download: Path) -> Path:
                     f"{path} would be copied outside {download}; snakeddp writes nothing outside a run's directory. "
                     f"HINT: remove {path!r} from {remote_dir} on Databricks, then rerun."
                 )
-            got = remote.download(w, path, target)
+            got = files.download(w, path, target)
             if got != listed:
                 raise DatabricksError(f"{path} came back with {got} bytes, but its listing says {listed}. {RETRY}")
     except BaseException:
@@ -95,4 +95,4 @@ def collect(download: Path, run_dir: Path, succeeded: bool) -> bool:
     else:
         for name in (PROVENANCE, FINISHED):
             (download / name).unlink(missing_ok=True)
-    return results.collect(download, run_dir)
+    return attempt.collect(download, run_dir)

@@ -25,7 +25,7 @@ from typing import Any
 
 import snakeddp
 from snakeddp.data.partitions import load_manifest
-from snakeddp.databricks import remote
+from snakeddp.databricks import files
 from snakeddp.databricks.spec import ENTRY, ENVIRONMENT_FILE, JobPlan
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
@@ -64,12 +64,12 @@ def code_path(code_dir: Path) -> str:
 def stage_code(w: Any, plan: JobPlan, code_dir: Path) -> int:
     """Upload the snapshot to ``plan.code`` unless it is there complete; how many files were uploaded."""
     target = f"{plan.stage}/{plan.code}"
-    if remote.size(w, f"{target}.json") is not None:
+    if files.size(w, f"{target}.json") is not None:
         return 0
-    sent = remote.upload_tree(w, code_dir, target)
+    sent = files.upload_tree(w, code_dir, target)
     staged = code_dir.parent / f"{code_dir.name}.json"
     atomic_write_json(staged, {"format": CODE_FORMAT, "files": sent})
-    remote.upload(w, staged, f"{target}.json")
+    files.upload(w, staged, f"{target}.json")
     return sent
 
 
@@ -88,16 +88,16 @@ def stage_data(w: Any, plan: JobPlan, manifest: Path) -> int:
     sent = 0
     for path in data_files(manifest):
         target = f"{remote_dir}/{path.relative_to(manifest.parent).as_posix()}"
-        if remote.size(w, target) != path.stat().st_size:
-            remote.upload(w, path, target)
+        if files.size(w, target) != path.stat().st_size:
+            files.upload(w, path, target)
             sent += 1
     return sent
 
 
 def stage_run(w: Any, plan: JobPlan, spec_dir: Path, resume_dir: Path | None) -> None:
     """A clean remote run directory holding run.yaml, the environment record and the attempt to resume."""
-    remote.clear(w, plan.run_dir)
-    remote.upload(w, spec_dir / RUN_FILE, f"{plan.run_dir}/{RUN_FILE}")
-    remote.upload(w, spec_dir / ENVIRONMENT_FILE, f"{plan.run_dir}/{ENVIRONMENT_FILE}")
+    files.clear(w, plan.run_dir)
+    files.upload(w, spec_dir / RUN_FILE, f"{plan.run_dir}/{RUN_FILE}")
+    files.upload(w, spec_dir / ENVIRONMENT_FILE, f"{plan.run_dir}/{ENVIRONMENT_FILE}")
     if resume_dir is not None:
-        remote.upload_tree(w, resume_dir, plan.run_dir)
+        files.upload_tree(w, resume_dir, plan.run_dir)

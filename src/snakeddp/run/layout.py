@@ -15,9 +15,10 @@
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
         .attempt.lock                   held (shared) by every training process of a live attempt
         .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
-        azureml/                        what an AzureML job is made of (snakeddp.azureml.staging)
-        spark/                          a Spark driver's scratch while it runs: the ranks' settings, TMPDIR,
-                                        spark.local.dir, the stop request (snakeddp.spark.driver)
+        <platform>/                     what its platform keeps of the run, named after it: a remote
+                                        platform's job (azureml/, databricks/: snakeddp.remote.folder), a
+                                        Spark driver's scratch while it runs (spark/: the ranks' settings,
+                                        TMPDIR, spark.local.dir, the stop request; snakeddp.spark.driver)
         attempts/<id>/                  an earlier attempt, AttemptPaths (its finished.json as provenance.json)
 
     logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
@@ -57,8 +58,6 @@ FAILURE = "failure.txt"
 LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
 SEEDING = ".seeding-{pid}"
-AZUREML = "azureml"
-SPARK = "spark"
 ATTEMPTS = "attempts"
 TRAIN_LOG = "logs/train/{run}.log"
 
@@ -159,13 +158,9 @@ class RunPaths(AttemptPaths):
     def resume_seeded(self) -> Path:
         return self.folder / RESUME_SEEDED
 
-    @property
-    def azureml(self) -> Path:
-        return self.folder / AZUREML
-
-    @property
-    def spark(self) -> Path:
-        return self.folder / SPARK
+    def platform(self, name: str) -> Path:
+        """What the platform ``name`` keeps of the run (a folder named after the platform)."""
+        return self.folder / name
 
     @property
     def attempts(self) -> Path:

@@ -5,3 +5,6 @@ pyspark's TorchDistributor, one rank per executor task (docs/spark.md).
 ``driver`` is the application (``snakeddp.launch`` starts it through the torchdistributor
 launcher, ``snakeddp.cluster.torchdistributor``); ``rank`` is the script each task's torchrun runs.
 """
+
+#: The platform's name: its row in snakeddp.platforms, its folder under a run directory (the driver's scratch).
+PLATFORM = "spark"

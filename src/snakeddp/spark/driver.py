@@ -37,6 +37,7 @@ from snakeddp.cluster.torchdistributor import APP_ID, MASTER
 from snakeddp.errors import SparkError, exit_code
 from snakeddp.run import variables
 from snakeddp.run.layout import RunPaths
+from snakeddp.spark import PLATFORM
 from snakeddp.spark import master as masters
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace, entry: list[str], env: Mapping[str, str]) -> i
     section = variables.spark(env)
     master, source = masters.check(section, env)
     paths = RunPaths(args.run_dir)
-    scratch = paths.spark.resolve()
+    scratch = paths.platform(PLATFORM).resolve()
     shutil.rmtree(scratch, ignore_errors=True)
     for folder in ("tmp", "local"):
         (scratch / folder).mkdir(parents=True)

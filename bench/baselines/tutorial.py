@@ -4,7 +4,7 @@ The tutorial (shared/reference/000) writes each partition as ``pickle.dump`` of 
 tensors ``{"features": [n, d] float32, "labels": [n, 1] float32}`` and reads it back with
 ``pickle.load``. These files are written by the benchmark itself, moments before it reads them.
 
-    python -m bench.tutorial DIR PARTITIONS RECORDS VAL_RECORDS FEATURES   # the tutorial's create_data.py
+    python -m bench.baselines.tutorial DIR PARTITIONS RECORDS VAL_RECORDS FEATURES   # the tutorial's create_data.py
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
 
 def main(directory: str, partitions: int, records: int, val_records: int, features: int) -> None:
     """The tutorial's create_data.py: random partitions (torch.randn features, 0/1 labels), pickled,
-    plus the file list ``bench.handwritten_ddp --format pickle`` reads them by."""
+    plus the file list ``bench.baselines.handwritten_ddp --format pickle`` reads them by."""
     root = Path(directory)
     (root / "train").mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(0)

@@ -1,6 +1,6 @@
-"""A job's run directory coming back into results/runs/<run>/."""
+"""snakeddp.remote.attempt: a remote job's run directory coming back into results/runs/<run>/."""
 
-from snakeddp.azureml.results import collect
+from snakeddp.remote.attempt import collect
 
 
 def write(path, text):

@@ -5,7 +5,7 @@ environment records, 12 runs of 2 epochs, report) from an empty directory, with 
 default: one warm process per invocation forks every job, snakeddp.warm) and cold
 (SNAKEDDP_WARM_START=0: every job a fresh interpreter), against one Python process that imports
 torch and Lightning once and trains the same 12 models one after another
-(``bench.handwritten_sweep``). The three cases alternate, each from an empty directory.
+(``bench.baselines.handwritten_sweep``). The three cases alternate, each from an empty directory.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def workflow(directory: Path, lrs: list[float], epochs: int, warm: bool) -> dict
 
 
 def by_hand(directory: Path, lrs: list[float], epochs: int) -> dict[str, float]:
-    argv = [sys.executable, "-m", "bench.handwritten_sweep", "--out", str(directory), "--epochs", str(epochs)]
+    argv = [sys.executable, "-m", "bench.baselines.handwritten_sweep", "--out", str(directory), "--epochs", str(epochs)]
     argv += ["--lrs", ",".join(map(str, lrs)), "--records", str(DATA["num_records_per_train_file"])]
     argv += ["--val-records", str(DATA["num_val_records"]), "--features", str(DATA["num_features"])]
     output = run_checked(argv)

@@ -1,6 +1,6 @@
 """The workflow's steps as one plain script, run one after another: the end-to-end baseline.
 
-    python -m bench.plain_pipeline config.yaml      (in the directory that gets results/)
+    python -m bench.baselines.plain_pipeline config.yaml      (in the directory that gets results/)
 
 Same package functions and the same launch command as the rules, without Snakemake: no DAG,
 no parallel jobs, no rerun of only what changed.

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from bench.baselines.tutorial import read_pickle, write_pickle
 from bench.datasets import data_config
 from bench.harness import MB, Context, Figure, Result, alternate, evict, medians, paired_ratio, target_figure
-from bench.tutorial import read_pickle, write_pickle
 from snakeddp.config import sources
 from snakeddp.data import synthetic
 from snakeddp.data.partitions import VERIFIED, read_partition, write_partition

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import runs
+from bench.baselines.tutorial import write_pickle
 from bench.datasets import data_config, ensure_dataset
 from bench.harness import MB, Context, Result, alternate, child_env, median, run_checked, target_figure
-from bench.tutorial import write_pickle
 from snakeddp.data.partitions import load_manifest, read_partition
 
 NAME = "memory"

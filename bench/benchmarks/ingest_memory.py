@@ -1,6 +1,6 @@
 """Peak memory of ingesting a ~1 GB table (data.source: table), against loading it whole.
 
-    python -m bench.ingest_memory [--mb 1000] [--work bench/out/work/ingest_memory] [--keep] [--azurite]
+    python -m bench.benchmarks.ingest_memory [--mb 1000] [--work bench/out/work/ingest_memory] [--keep] [--azurite]
 
 Writes a CSV of about ``--mb`` MB (32 float features and a 0/1 label, generated chunk by chunk)
 and the same rows as Parquet, then runs each measurement in a fresh process and reads that
@@ -222,14 +222,14 @@ def run(ctx: Any) -> Any:
         f"From Azure Blob Storage (Azurite on this machine, az:// URLs): the objects are streamed through adlfs in "
         f"its blocks (50 MB); importing adlfs and the Azure SDK alone takes {m['imports_azure_rss_mb']:.0f} MB. "
         "The peak does not grow with the table: a 281 MB CSV peaked at 490 MB (CSV) and 478 MB (Parquet), "
-        "measured with `python -m bench.ingest_memory --mb 250 --azurite`. Ingestion "
+        "measured with `python -m bench.benchmarks.ingest_memory --mb 250 --azurite`. Ingestion "
         f"{m['azure_csv_s']:.0f} s CSV, {m['azure_parquet_s']:.0f} s Parquet (over HTTP on localhost).",
     ]
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ingest_memory", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.benchmarks.ingest_memory", description=__doc__)
     parser.add_argument("--mb", type=float, default=1000, help="size of the CSV to generate, in MB")
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "work" / "ingest_memory")
     parser.add_argument("--no-whole", action="store_true", help="skip loading the whole CSV with pandas")

@@ -1,6 +1,6 @@
 """The baseline of bench 11: the sweep's models trained by hand, one after another, in one Python process.
 
-    python -m bench.handwritten_sweep --out DIR --lrs 0.001,0.002 --epochs 2 --records 300 --features 8
+    python -m bench.baselines.handwritten_sweep --out DIR --lrs 0.001,0.002 --epochs 2 --records 300 --features 8
 
 What a user writes without a workflow: one script that imports torch and Lightning once and loops
 over the learning rates. Each model is the sweep's (an MLP with one hidden layer of 16, Adam, a

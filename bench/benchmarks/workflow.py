@@ -5,7 +5,7 @@ The large config has many partitions and a sweep of many runs (1,000 and 32 by d
 empty and stamped with ``snakemake --touch`` (training 32 runs for real would take hours), then
 ``snakemake`` must answer "Nothing to be done". The end-to-end figure runs the whole default
 pipeline (data, environment record, both sweep runs, report) on the tests' tiny data, against
-the same steps run one after another by a plain Python script (bench.plain_pipeline).
+the same steps run one after another by a plain Python script (bench.baselines.plain_pipeline).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ TINY_PIPELINE = {
 }
 
 
-# The end-to-end comparison stops at the runs table: the steps bench.plain_pipeline also runs
+# The end-to-end comparison stops at the runs table: the steps bench.baselines.plain_pipeline also runs
 # (the figures, HTML and crate of the full report would only add the same time to both).
 PIPELINE_TARGET = "results/report/runs.csv"
 
@@ -103,7 +103,9 @@ def run(ctx: Context) -> Result:
         directory.mkdir(parents=True)
         configfile = Workflow(directory, TINY_PIPELINE).configfile
         start = time.perf_counter()
-        run_checked([sys.executable, "-m", "bench.plain_pipeline", str(configfile)], cwd=directory, env=child_env())
+        run_checked(
+            [sys.executable, "-m", "bench.baselines.plain_pipeline", str(configfile)], cwd=directory, env=child_env()
+        )
         seconds = time.perf_counter() - start
         shutil.rmtree(directory)
         return {"s": seconds}

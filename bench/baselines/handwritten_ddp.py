@@ -4,7 +4,7 @@ torch.distributed + DistributedDataParallel + DistributedSampler, the partition 
 (e mod P) loaded synchronously at the start of the epoch, validation and a rank-0 checkpoint
 after every epoch; no Lightning. Started by torchrun exactly like ``snakeddp.train``::
 
-    python -m torch.distributed.run --standalone --nproc-per-node=2 -m bench.handwritten_ddp \\
+    python -m torch.distributed.run --standalone --nproc-per-node=2 -m bench.baselines.handwritten_ddp \\
         --manifest results/data/<dataset>/manifest-4.json --epochs 4 --batch-size 128 --out timings.json
 
 Batches are gathered with one indexing op (``features[indices]``) rather than one
@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
 
-from bench.tutorial import read_pickle
+from bench.baselines.tutorial import read_pickle
 
 
 def parse_args() -> argparse.Namespace:

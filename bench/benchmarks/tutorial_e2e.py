@@ -2,8 +2,8 @@
 
 The reference tutorial (shared/reference/000) runs two scripts: one writes pickled random
 partitions, then a DDP training script trains its one-layer model on one partition per epoch.
-The baseline does that by hand (``python -m bench.tutorial``, then torchrun starting
-``bench.handwritten_ddp --format pickle``: no checksums, no provenance, no report). Ours is
+The baseline does that by hand (``python -m bench.baselines.tutorial``, then torchrun starting
+``bench.baselines.handwritten_ddp --format pickle``: no checksums, no provenance, no report). Ours is
 ``snakemake --profile profiles/local`` in an empty directory on the same parameters: the data
 stage (partitions, checksums, manifest), the environment records, the training run and the
 whole report.
@@ -149,12 +149,12 @@ def run(ctx: Context) -> Result:
         directory.mkdir(parents=True)
         start = time.perf_counter()
         run_checked(
-            [str(python), "-m", "bench.tutorial", str(directory / "data")]
+            [str(python), "-m", "bench.baselines.tutorial", str(directory / "data")]
             + [str(n) for n in (PARTITIONS, RECORDS, VAL_RECORDS, FEATURES)],
             env=env,
         )
         argv = [str(python), "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={DEVICES}"]
-        argv += ["--max-restarts=0", "--standalone", "-m", "bench.handwritten_ddp", "--format", "pickle"]
+        argv += ["--max-restarts=0", "--standalone", "-m", "bench.baselines.handwritten_ddp", "--format", "pickle"]
         argv += ["--manifest", str(directory / "data" / "manifest.json"), "--epochs", str(cfg["trainer"]["max_epochs"])]
         argv += ["--batch-size", str(BATCH), "--checkpoint", str(directory / "last.pt")]
         run_checked(argv, env=env)
@@ -201,11 +201,12 @@ def run(ctx: Context) -> Result:
         + f", of {seconds['ours']:.0f} s. The baseline took {seconds['tutorial']:.0f} s."
     )
     result.notes.append(
-        "Baseline: the tutorial's two steps by hand: `python -m bench.tutorial` writes the pickled partitions "
-        "(torch.randn features, as its create_data.py), then torchrun starts `bench.handwritten_ddp --format pickle` "
-        "(the one-layer model, Adam, validation and a rank-0 checkpoint each epoch). It checks no data, records no "
-        "environment or provenance and writes no report; ours does all of that, in parallel jobs where the DAG "
-        "allows. Issue 33's target is 0.8 (the tutorial issue's: 1.0, within a bound of 1.5)."
+        "Baseline: the tutorial's two steps by hand: `python -m bench.baselines.tutorial` writes the pickled "
+        "partitions (torch.randn features, as its create_data.py), then torchrun starts "
+        "`bench.baselines.handwritten_ddp --format pickle` (the one-layer model, Adam, validation and a rank-0 "
+        "checkpoint each epoch). It checks no data, records no environment or provenance and writes no report; ours "
+        "does all of that, in parallel jobs where the DAG allows. Issue 33's target is 0.8 (the tutorial issue's: "
+        "1.0, within a bound of 1.5)."
     )
     rank0 = _medians(samples["ours"], "rank0:")
     alone = {key: median([s[key] for s in samples["imports"]]) for key in ("ours_s", "baseline_s")}

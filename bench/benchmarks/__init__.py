@@ -1,0 +1,21 @@
+"""The benchmarks, one module per ``python -m bench NAME``, each with ``TITLE`` and ``run(ctx)``.
+
+Numbered by their place in ``BENCHMARKS``: the order of bench/results.md, whose section N
+(``TITLE``, "N. ...") is ``BENCHMARKS[N - 1]``. A module's name is the NAME typed and the key of its
+entry in results.json, so the number is kept out of it.
+"""
+
+BENCHMARKS = (
+    "partition_read",
+    "datagen",
+    "input_pipeline",
+    "training",
+    "memory",
+    "workflow",
+    "ingest_memory",
+    "tutorial_e2e",
+    "search",
+    "rank_start",
+    "sweep",
+    "spark",
+)
