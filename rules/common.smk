@@ -31,8 +31,8 @@ from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import envrecords as snakeddp_envrecords
 from snakeddp.workflow.paramfile import param_file
 from snakeddp.workflow import live as snakeddp_live
-from snakeddp.workflow import slurm_nodes as snakeddp_slurm_nodes
-from snakeddp.workflow import slurm_watch as snakeddp_slurm_watch
+from snakeddp import platforms as snakeddp_platforms
+from snakeddp.platforms.contract import Invocation as SnakeddpInvocation
 from snakeddp.run import attempt as snakeddp_attempt
 from snakeddp.run import rules as snakeddp_rules
 from snakeddp.run import search as snakeddp_search
@@ -75,23 +75,25 @@ except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
 PLATFORM = CONFIG["platform"]
-# On Slurm, launch.accelerator: auto means what the nodes of the partition training goes to have
-# (GPU GRES: gpu), asked of Slurm once, unless the profile declares site.accelerator; the answer
-# joins the site section every job and rank gets, and a job takes its invocation's answer.
-SLURM_NODES = (
-    snakeddp_slurm_nodes.TrainingNodes(
-        workflow.resource_settings, ["train", "search_train"] if SEARCH else ["train"]
-    )
-    if PLATFORM == "slurm" and TYPED_INVOCATION
-    else None
+# The profile's platform: its row of snakeddp.platforms and its contract, which the workflow asks
+# everything a platform decides (its checks, what its jobs inherit, what it does when jobs start).
+PLATFORM_ROW = snakeddp_platforms.row(PLATFORM)
+PLATFORM_CONTRACT = snakeddp_platforms.load(PLATFORM)
+INVOCATION = SnakeddpInvocation(
+    config=CONFIG,
+    declared=config,
+    runs=RUNS,
+    typed=TYPED_INVOCATION,
+    resources=workflow.resource_settings,
+    train_rules=("train", "search_train") if SEARCH else ("train",),
+    say=logger.error,
 )
-if PLATFORM == "slurm":
-    try:
-        CONFIG["site"] = snakeddp_slurm_nodes.settle_site(
-            CONFIG["site"], RUNS, SLURM_NODES, os.environ
-        )
-    except snakeddp_config.ConfigError as error:
-        snakeddp_preflight.stop(error)
+# What the platform's nodes have (on Slurm, launch.accelerator: auto asked of the training
+# partition's nodes once) joins the site section every job and rank gets.
+try:
+    CONFIG["site"] = PLATFORM_CONTRACT.settle_site(INVOCATION)
+except snakeddp_config.ConfigError as error:
+    snakeddp_preflight.stop(error)
 DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # What the report's RO-Crate carries: the workflow's own files and the config files given.
 WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
@@ -139,7 +141,7 @@ LOCK_SHA256 = snakeddp_hashing.sha256_file(LOCK_FILE)
 # What every job inherits (locally and through sbatch): this checkout's package, the profile's
 # platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving
 # a finished run between profiles does not retrain it), the lock's path, network tuning and
-# trackers, the azureml: section, Slurm's config and, unless a conda env or container provides
+# trackers, the platform's section and what its contract adds and, unless a conda env or container provides
 # its own, the interpreter Snakemake runs under as `python`. None of it is part of a run's
 # identity, so changing it never reruns a job.
 try:
@@ -154,7 +156,7 @@ try:
                 if DEPLOYMENT & {"CONDA", "APPTAINER"}
                 else str(Path(sys.executable).parent)
             ),
-            slurm_bin=str(REPO / "profiles" / "slurm" / "bin"),
+            checkout=REPO,
         )
     )
 except snakeddp_config.ConfigError as error:
@@ -193,7 +195,7 @@ DATASETS = {
     for run in RUNS.values()
 }
 
-from snakeddp.workflow.slurm import slurm_resources
+from snakeddp.slurm.resources import slurm_resources
 
 
 wildcard_constraints:
@@ -278,7 +280,7 @@ def get_train_threads(wildcards):
 
 
 def get_slurm_tasks(wildcards):
-    """The train rule's Slurm tasks, CPUs and GPUs (snakeddp.workflow.slurm)."""
+    """The train rule's Slurm tasks, CPUs and GPUs (snakeddp.slurm.resources)."""
     return slurm_resources(
         get_launch(wildcards), get_accelerator(wildcards), CONFIG["site"]
     )

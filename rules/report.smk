@@ -66,14 +66,14 @@ rule report:
         configurations="results/report/configurations.csv",
         curves=report(
             f"results/report/plots/curves.{FIGURE_FORMAT}",
-            caption="../report/curves.rst",
+            caption="../captions/curves.rst",
             category="Figures",
         ),
         curves_series="results/report/plots/curves.json",
         scaling=(
             report(
                 f"results/report/plots/scaling.{FIGURE_FORMAT}",
-                caption="../report/scaling.rst",
+                caption="../captions/scaling.rst",
                 category="Figures",
             )
             if SCALING
@@ -83,7 +83,7 @@ rule report:
         tuning=(
             report(
                 f"results/report/plots/hyperparameters.{FIGURE_FORMAT}",
-                caption="../report/hyperparameters.rst",
+                caption="../captions/hyperparameters.rst",
                 category="Figures",
             )
             if TUNED
@@ -92,7 +92,7 @@ rule report:
         tuning_series="results/report/plots/hyperparameters.json" if TUNED else [],
         html=report(
             "results/report/report.html",
-            caption="../report/report.rst",
+            caption="../captions/report.rst",
             category="Report",
         ),
         crate="results/report/ro-crate-metadata.json",

@@ -41,13 +41,3 @@ rule train:
         "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} > {log:q} 2>&1"
-
-
-# Cores are checked before the first job runs (the Snakefile's onstart). A dry run notes them for
-# the runs not trained yet, whatever cores it was given (Snakemake gives it 1 unless told), and
-# which of them auto trains on the CPU for want of GPUs (onstart says it too).
-if workflow.output_settings.dryrun:
-    snakeddp_preflight.note_cores(
-        get_runs_to_train(), PLATFORM, workflow.resource_settings.cores
-    )
-    snakeddp_preflight.note_accelerators(get_runs_to_train(), PLATFORM)

@@ -12,7 +12,7 @@ from snakemake_executor_plugin_slurm.utils import set_gres_string
 
 from snakeddp import config
 from snakeddp.config import site as site_config
-from snakeddp.workflow.slurm import slurm_resources
+from snakeddp.slurm.resources import slurm_resources
 
 
 def train_resources(launch: dict, site: dict | None = None, platform: str = "slurm") -> dict:

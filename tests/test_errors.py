@@ -135,10 +135,11 @@ def test_ranks_started_by_hand_print_the_line_once_from_rank_0(tmp_path):
     assert result.returncode != 0
     lines = [line for line in shown.splitlines() if "snakeddp.train: model.target='usermodels:NotAModule'" in line]
     assert len(lines) == 1 and "HINT:" in lines[0], shown
-    # Rank 0 said it; rank 1 stopped without a word, and no rank printed a traceback.
+    # Rank 0 said it; rank 1 stopped without a word, and no rank printed a traceback (torchrun's own
+    # ChildFailedError, after its ranks ended, is torchrun's to print).
     assert lines[0].startswith("[default0]:snakeddp.train: "), shown
     assert not [line for line in shown.splitlines() if line.startswith("[default1]:")], shown
-    assert "Traceback (most recent call last)" not in shown, shown
+    assert not [line for line in shown.splitlines() if line.startswith("[default") and "Traceback" in line], shown
 
 
 @pytest.mark.e2e

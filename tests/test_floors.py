@@ -12,7 +12,7 @@ PACKAGE = SRC / "snakeddp"
 # Lowest first. A room may import from rooms on lower floors (and its own); same-floor rooms not at all.
 FLOORS = [
     {"errors"},
-    {"util", "compat"},
+    {"util", "compat", "platforms"},  # platforms: the table of platforms and the contract each implements
     {"config", "forking"},  # forking: what the warm process and the supervisor's forked ranks share
     {"data", "environment"},
     {"run"},
@@ -22,7 +22,7 @@ FLOORS = [
     {"training"},
     {"report"},
     {"remote"},  # the sequence a remote platform's train job follows, and the folder it keeps
-    {"azureml", "databricks", "spark"},  # the platforms: none imports another
+    {"local", "slurm", "azureml", "databricks", "spark"},  # the platforms: none imports another
     {"workflow"},
     {"cli", "launch", "steps", "train"},
 ]

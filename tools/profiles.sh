@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make `snakemake --profile local|slurm|azureml|spark|databricks` work from the checkout's root (tools/setup.sh runs
-# this). Snakemake looks a bare profile name up in the working directory, then in
+# Make `snakemake --profile NAME` work from the checkout's root for every platform's profile: each
+# profiles/NAME whose config names its platform, NAME (tools/setup.sh runs this). Snakemake looks a
+# bare profile name up in the working directory, then in
 # ${XDG_CONFIG_HOME:-~/.config}/snakemake, then /etc/xdg/snakemake. Links there, rather than at
 # the checkout's top level, keep the repository's layout and never shadow a profile the user
 # already has: a name that is taken is left alone, with a note on how to reach ours.
@@ -8,7 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${XDG_CONFIG_HOME:-$HOME/.config}/snakemake
 mkdir -p "$dir"
-for name in local slurm azureml spark databricks; do
+for config in profiles/*/config.yaml; do
+    name=$(basename "$(dirname "$config")")
+    grep -q -- "- platform=$name\$" "$config" || continue  # not a platform's profile (profiles/default)
     ours=$PWD/profiles/$name
     link=$dir/$name
     if [[ -L "$link" && "$(readlink "$link")" == "$ours" ]]; then

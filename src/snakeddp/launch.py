@@ -30,12 +30,11 @@ from typing import IO
 
 import psutil
 
-from snakeddp import cluster
+from snakeddp import cluster, platforms
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
-from snakeddp.config.schema import platforms
 from snakeddp.errors import exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
@@ -54,7 +53,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--platform",
-        choices=platforms(),
+        choices=list(platforms.BY_NAME),
         default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )
@@ -247,16 +246,9 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
     if args.record_to and record_from_longer(args):
         return 0
-    if args.platform == "azureml":
-        from snakeddp.azureml.submit import main as submit  # optional extra, imported only here
-
-        code = submit(args)
-    elif args.platform == "databricks":
-        from snakeddp.databricks.submit import main as submit_run  # optional extra, imported only here
-
-        code = submit_run(args)
-    else:
-        code = run_attempt(args)
+    # A remote platform's train job submits the run and follows it; any other starts the ranks here.
+    remote = platforms.row(args.platform).remote
+    code = platforms.load(args.platform).submit(args) if remote else run_attempt(args)
     if code == 0 and args.record_to:
         publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
     return code

@@ -6,7 +6,7 @@ import pytest
 
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.config import ConfigError
-from snakeddp.run.variables import AZUREML_CONFIG
+from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
 
 
 def test_defaults_need_a_compute_and_a_workspace_only_to_submit():

@@ -18,7 +18,7 @@ from azure.ai.ml import load_job
 
 from snakeddp.azureml import submit
 from snakeddp.azureml.settings import Settings
-from snakeddp.run.variables import AZUREML_CONFIG
+from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
 from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")

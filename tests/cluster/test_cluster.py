@@ -7,7 +7,6 @@ import pytest
 
 from snakeddp import cluster, launch
 from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
-from snakeddp.config.schema import platforms
 from tests.helpers import prepare
 
 TORCHRUN = {
@@ -236,14 +235,6 @@ def test_platform_defaults():
     with pytest.raises(LaunchError, match="needs the slurm profile"):
         cluster.for_platform("srun", "local")
     assert cluster.for_platform("auto", "azureml").name == "env"
-
-
-def test_every_platform_of_the_schema_has_one_default_launcher_and_no_other_platform_has_one():
-    assert set(cluster.PLATFORM_DEFAULT) == set(platforms())
-    owned = {launcher.default_on for launcher in cluster.LAUNCHERS if launcher.default_on}
-    # A Databricks job's driver runs the spark platform: its default is spark's, not a launcher of its own.
-    assert set(cluster.PLATFORM_DEFAULT) - owned == {"databricks"}
-    assert cluster.PLATFORM_DEFAULT["databricks"] == cluster.PLATFORM_DEFAULT["spark"]
 
 
 def test_the_command_lines_take_the_schemas_platforms():

@@ -65,6 +65,6 @@ def prepare(
     monkeypatch.setenv("HOME", str(directory))  # no ~/.databrickscfg of this machine's
     monkeypatch.setenv("DATABRICKS_HOST", stub.url)
     monkeypatch.setenv("DATABRICKS_TOKEN", token)
-    monkeypatch.setenv(variables.DATABRICKS_CONFIG, json.dumps(cfg["databricks"]))
+    monkeypatch.setenv(variables.PLATFORM_SECTION, json.dumps(cfg["databricks"]))
     monkeypatch.setenv(variables.PLATFORM, "databricks")
     return submission

@@ -13,6 +13,7 @@ from databricks.sdk import WorkspaceClient
 from databricks.sdk.service import jobs
 
 from snakeddp import config
+from snakeddp.databricks.platform import check_requests as check_databricks
 from snakeddp.databricks.spec import (
     GPU_NODE_TYPE,
     DatabricksSpecError,
@@ -23,7 +24,7 @@ from snakeddp.databricks.spec import (
     submit_request,
     write_request,
 )
-from snakeddp.workflow.preflight import PreflightError, check_databricks
+from snakeddp.platforms.contract import PreflightError
 
 STAGE = "/Volumes/main/ml/snakeddp"
 GPU_CLUSTER = {"spark_version": "16.4.x-gpu-ml-scala2.12", "node_type_id": "Standard_NC24ads_A100_v4"}

@@ -195,7 +195,7 @@ def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it
     values where it shows ***) done with the SDK's own client is a run submitted with the key."""
     submission = prepare(tmp_path / "flow", stub, TOKEN, monkeypatch, {})
     section = {"stage": STAGE, "submit": False, "new_cluster": CLUSTER}
-    monkeypatch.setenv(variables.DATABRICKS_CONFIG, json.dumps(config.validate({"databricks": section})["databricks"]))
+    monkeypatch.setenv(variables.PLATFORM_SECTION, json.dumps(config.validate({"databricks": section})["databricks"]))
     code, said = submission.submit(capsys)
     lines = [line for line in said.splitlines() if "HINT:" in line]
     assert code == 1 and len(lines) == 1, said

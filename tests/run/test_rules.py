@@ -33,7 +33,7 @@ def test_a_rule_without_a_step_or_a_step_without_a_rule_stops_the_workflow():
 
 
 def test_the_workflow_checks_its_rules_when_it_is_read():
-    text = (REPO / "Snakefile").read_text()
+    text = (REPO / "rules" / "hooks.smk").read_text()
     assert "snakeddp_rules.check_rules(rule.name for rule in workflow.rules)" in text
 
 

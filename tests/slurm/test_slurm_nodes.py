@@ -1,6 +1,6 @@
 """What Slurm says its nodes have, and the jobs that could never start on them.
 
-First what snakeddp.workflow.slurm_nodes and slurm_watch read from Slurm's own text (scontrol and
+First what snakeddp.slurm.nodes and snakeddp.slurm.watch read from Slurm's own text (scontrol and
 squeue lines as Slurm 22.05 prints them); then the real cluster (tests/slurm/cluster.py): a
 workflow whose train rule goes to partition ``cpu`` (one node, no GRES), with auto and no site
 declared, trains on the CPU, and a job Slurm keeps pending for a reason no wait clears (its only
@@ -27,7 +27,8 @@ from snakemake.resources import Resources
 
 from snakeddp import config as configuration
 from snakeddp.compat.snakemake_executor_plugin_slurm import read_cancelled_as_failed
-from snakeddp.workflow import slurm_nodes, slurm_watch
+from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm import watch as slurm_watch
 from tests.helpers import REPO
 from tests.slurm.cluster import CPU_NODE, CPU_PARTITION
 from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
@@ -51,7 +52,7 @@ def node(gres: str = "gpu:a100:2(S:0-1)", state: str = "IDLE", partitions: str =
 
 
 def slurm_answering(nodes: list[str], partitions: list[str]) -> Callable[..., str]:
-    """scontrol's answers, as snakeddp.workflow.slurm_nodes.scontrol returns them."""
+    """scontrol's answers, as snakeddp.slurm.nodes.scontrol returns them."""
     return lambda _, what: "\n".join(nodes if what == "node" else partitions)
 
 

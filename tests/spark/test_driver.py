@@ -30,7 +30,7 @@ def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_wit
 def test_the_ranks_get_the_train_jobs_variables_but_not_the_spark_section(tmp_path):
     env = {
         "SNAKEDDP_PLATFORM": "spark",
-        variables.SPARK_CONFIG: json.dumps({"conf": {"spark.authenticate.secret": "s3cr3t"}}),
+        variables.PLATFORM_SECTION: json.dumps({"conf": {"spark.authenticate.secret": "s3cr3t"}}),
         "OMP_NUM_THREADS": "1",
         "GLOO_SOCKET_IFNAME": "lo",
         "PATH": "/usr/bin",
@@ -38,7 +38,7 @@ def test_the_ranks_get_the_train_jobs_variables_but_not_the_spark_section(tmp_pa
     ranks = driver.rank_environment(env, "app-1", "spark://h:7077", tmp_path)
     assert ranks["SNAKEDDP_PLATFORM"] == "spark" and ranks["GLOO_SOCKET_IFNAME"] == "lo"
     assert ranks["SNAKEDDP_SPARK_APP_ID"] == "app-1" and ranks["TMPDIR"] == str(tmp_path / "tmp")
-    assert variables.SPARK_CONFIG not in ranks and "PATH" not in ranks
+    assert variables.PLATFORM_SECTION not in ranks and "PATH" not in ranks
 
 
 def test_a_spark_job_failure_is_one_line_naming_what_happened(tmp_path):

@@ -135,11 +135,13 @@ def test_scrub_masks_every_free_form_map_at_any_depth_keeping_keys_flags_and_sec
 
 
 def test_a_config_section_exported_as_json_is_scrubbed_inside_where_it_is_recorded():
-    exported = {"SNAKEDDP_SPARK_CONFIG": json.dumps(CONFIG["spark"]), "SNAKEDDP_PLATFORM": "spark"}
+    exported = {"SNAKEDDP_PLATFORM_SECTION": json.dumps(CONFIG["spark"]), "SNAKEDDP_PLATFORM": "spark"}
     recorded = recorded_environment(exported, network=is_network_variable)
-    assert json.loads(recorded["SNAKEDDP_SPARK_CONFIG"]) == MASKED["spark"]
+    assert json.loads(recorded["SNAKEDDP_PLATFORM_SECTION"]) == MASKED["spark"]
     assert recorded["SNAKEDDP_PLATFORM"] == "spark"
-    nested = scrub({"parameters": ["--variables", json.dumps({"SNAKEDDP_SPARK_CONFIG": json.dumps(CONFIG["spark"])})]})
+    nested = scrub(
+        {"parameters": ["--variables", json.dumps({"SNAKEDDP_PLATFORM_SECTION": json.dumps(CONFIG["spark"])})]}
+    )
     assert "s3a-key" not in json.dumps(nested) and "spark.hadoop.fs.s3a.secret.key" in json.dumps(nested)
     assert scrub('{"not": "a secret"}') == '{"not": "a secret"}', "unchanged text stays as written"
 

@@ -86,7 +86,7 @@ def test_freeze_exempts_what_is_alive_and_still_collects_what_comes_after(frozen
 
 @pytest.mark.parametrize("rule_hook", ["onsuccess:", "onerror:"])
 def test_the_workflow_releases_the_timers_when_it_is_done(rule_hook):
-    text = (REPO / "Snakefile").read_text()
+    text = (REPO / "rules" / "hooks.smk").read_text()
     hook = text.split(rule_hook, 1)[1].split("\n\n", 1)[0]
     assert "snakeddp_snakemake.release_scheduler_timers()" in hook
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,21 +37,23 @@ def test_the_workflow_exports_what_every_job_needs_in_one_mapping(tmp_path):
     lock = tmp_path / "requirements.lock"
     cfg = config.validate({"platform": "slurm"})
     env = {"PATH": "/usr/bin", "PYTHONPATH": "/site", "SLURM_CONF": "/tmp/slurm.conf"}
-    out = jobenv.exports(cfg, env, src="/repo/src", lock_file=lock, python_bin="/venv/bin", slurm_bin="/repo/srun")
+    out = jobenv.exports(cfg, env, src="/repo/src", lock_file=lock, python_bin="/venv/bin", checkout=Path("/repo"))
     assert out["PYTHONPATH"] == os.pathsep.join(["/repo/src", "/site"])
-    assert out["PATH"] == os.pathsep.join(["/repo/srun", "/venv/bin", "/usr/bin"]), "srun wrapper first, then python"
+    assert out["PATH"] == os.pathsep.join(["/repo/profiles/slurm/bin", "/venv/bin", "/usr/bin"]), "srun wrapper first"
     assert (out[runenv.PLATFORM], out[SLURM_CONF_COPY], out[runenv.LOCK]) == (
         "slurm",
         env["SLURM_CONF"],
         str(lock),
     )
-    assert runenv.TRACKING in out and runenv.AZUREML_CONFIG not in out
+    assert runenv.TRACKING in out and runenv.PLATFORM_SECTION not in out
     # A conda env or container brings its own python; the local platform needs no srun wrapper.
-    local = jobenv.exports(config.validate({}), env, src="/repo/src", lock_file=lock, python_bin=None, slurm_bin="/x")
+    local = jobenv.exports(
+        config.validate({}), env, src="/repo/src", lock_file=lock, python_bin=None, checkout=Path("/x")
+    )
     assert "PATH" not in local and SLURM_CONF_COPY not in local
     azure = config.validate({"platform": "azureml", "azureml": {"compute": "cpu-cluster"}})
-    exported = jobenv.exports(azure, {}, src="/s", lock_file=lock, python_bin=None, slurm_bin="/x")
-    assert json.loads(exported[runenv.AZUREML_CONFIG]) == azure["azureml"]
+    exported = jobenv.exports(azure, {}, src="/s", lock_file=lock, python_bin=None, checkout=Path("/x"))
+    assert json.loads(exported[runenv.PLATFORM_SECTION]) == azure["azureml"]
 
 
 def test_a_step_started_outside_the_workflow_is_told_how_to_name_the_lock(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from snakeddp import config
 from snakeddp.config import ConfigError
 from snakeddp.run import requirements
+from snakeddp.slurm import platform as slurm_platform
 from snakeddp.workflow import preflight
 from tests.mlflow_server import free_port
 
@@ -64,9 +65,9 @@ def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
     with pytest.raises(
         preflight.PreflightError, match=r"run base: --sdm apptainer .* \(srun: not found\)\. HINT: "
     ) as info:
-        preflight.check_slurm_container("base", launch)
+        slurm_platform.check_container("base", launch)
     assert str(info.value).count("HINT:") == 1 and "\n" not in str(info.value)
 
 
 def test_torchrun_on_one_node_needs_no_slurm_client_in_the_image():
-    preflight.check_slurm_container("base", config.validate({"launch": {"launcher": "torchrun"}})["launch"])
+    slurm_platform.check_container("base", config.validate({"launch": {"launcher": "torchrun"}})["launch"])

@@ -14,3 +14,6 @@ AzureML steps of the sequence every remote platform follows (``snakeddp.remote.j
 Only ``spec_*``, ``credentials`` and ``jobs_*`` import the Azure SDKs (the ``azureml`` extra);
 nothing in the local or Slurm path imports this package.
 """
+
+#: The platform's name: its row in snakeddp.platforms, its folder under a run directory.
+PLATFORM = "azureml"

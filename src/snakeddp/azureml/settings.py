@@ -1,7 +1,7 @@
 """The ``azureml:`` config section as the submitter uses it: validated, paths resolved, workspace known.
 
 The workflow validates the whole config and hands this section to the train jobs in the
-``SNAKEDDP_AZUREML_CONFIG`` environment variable (JSON): it is not part of any run's config, so
+``SNAKEDDP_PLATFORM_SECTION`` environment variable (JSON): it is not part of any run's config, so
 editing it never retrains a finished run.
 """
 
@@ -19,7 +19,7 @@ from snakeddp import config as configuration
 from snakeddp.azureml import images
 from snakeddp.environment.builds import torch_build
 from snakeddp.errors import AzureMLError
-from snakeddp.run.variables import AZUREML_CONFIG
+from snakeddp.run.variables import PLATFORM_SECTION as SECTION
 
 WORKSPACE_KEYS = ("subscription_id", "resource_group", "workspace_name")
 # The checkout that holds the Snakefile and envs/: relative requirement and Dockerfile paths start here.
@@ -58,7 +58,7 @@ class Settings:
     @classmethod
     def from_section(cls, section: Mapping[str, Any], cwd: Path | None = None) -> Settings:
         """Validate a raw ``azureml:`` section (defaults filled) and read its workspace config file."""
-        resolved = configuration.validate({"azureml": dict(section)}, source=AZUREML_CONFIG)["azureml"]
+        resolved = configuration.validate({"azureml": dict(section)}, source=SECTION)["azureml"]
         return cls(
             sdk=resolved["sdk"],
             workspace=_workspace(resolved["workspace"], cwd or Path.cwd()),
@@ -73,19 +73,19 @@ class Settings:
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> Settings:
-        raw = env.get(AZUREML_CONFIG)
+        raw = env.get(SECTION)
         if raw is None:
             raise AzureMLError(
-                f"{AZUREML_CONFIG} is not set, so the azureml settings are unknown. HINT: run training through "
+                f"{SECTION} is not set, so the azureml settings are unknown. HINT: run training through "
                 "the workflow (snakemake --profile profiles/azureml), which sets it from the config's azureml: "
                 "section, or export it as the JSON of that section."
             )
         try:
             section = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise AzureMLError(f"{AZUREML_CONFIG} is not valid JSON: {exc}") from None
+            raise AzureMLError(f"{SECTION} is not valid JSON: {exc}") from None
         if not isinstance(section, dict):
-            raise AzureMLError(f"{AZUREML_CONFIG} must hold a JSON object (the azureml: section)")
+            raise AzureMLError(f"{SECTION} must hold a JSON object (the azureml: section)")
         return cls.from_section(section)
 
     def require_compute(self) -> str:

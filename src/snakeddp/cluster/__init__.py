@@ -17,6 +17,8 @@ from snakeddp.cluster.slurm import Srun
 from snakeddp.cluster.spawn import Spawn
 from snakeddp.cluster.torchdistributor import TorchDistributor
 from snakeddp.cluster.torchrun import TorchRun
+from snakeddp.platforms import homes
+from snakeddp.platforms import row as platform_row
 
 LAUNCHERS: tuple[type[Launcher], ...] = (
     TorchDistributor,  # a torchrun inside a Spark task: torchrun's variables and the distributor's
@@ -28,16 +30,10 @@ LAUNCHERS: tuple[type[Launcher], ...] = (
     Spawn,
 )
 BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
-# What `launch.launcher: auto` means on each platform, as each launcher says.
-PLATFORM_DEFAULT = {launcher.default_on: launcher.name for launcher in LAUNCHERS if launcher.default_on}
-# A Databricks job's driver runs the spark platform's TorchDistributor on the job's cluster.
-PLATFORM_DEFAULT["databricks"] = TorchDistributor.name
-SPARK_PLATFORMS = ("spark", "databricks")
 
 __all__ = [
     "BY_NAME",
     "LAUNCHERS",
-    "PLATFORM_DEFAULT",
     "LaunchError",
     "LaunchPlan",
     "Launcher",
@@ -64,18 +60,20 @@ def detect(env: Mapping[str, str]) -> Launcher:
 
 
 def for_platform(configured: str, platform: str) -> Launcher:
-    """Resolve ``launch.launcher`` (possibly ``auto``) for a platform."""
-    name = PLATFORM_DEFAULT[platform] if configured == "auto" else configured
-    if name == "srun" and platform != "slurm":
+    """Resolve ``launch.launcher`` (possibly ``auto``: the platform's row says what it means there)."""
+    row = platform_row(platform)
+    name = row.default_launcher if configured == "auto" else configured
+    owners = [owner.name for owner in homes(name)]
+    if owners and platform not in owners:
         raise LaunchError(
-            "launch.launcher=srun needs the slurm profile (srun only works inside a Slurm allocation). "
-            "HINT: run with --profile profiles/slurm, or set launch.launcher: auto (direct on this machine)."
+            f"launch.launcher={name} needs the {' or '.join(owners)} profile (it starts ranks only there). "
+            f"HINT: run with --profile profiles/{owners[0]}, or set launch.launcher: auto ({row.default_launcher} "
+            f"on the {platform} platform)."
         )
-    if (name == TorchDistributor.name) != (platform in SPARK_PLATFORMS):
+    if row.only_own_launchers and name not in row.own_launchers:
         raise LaunchError(
-            f"launch.launcher={configured} on the {platform} platform: TorchDistributor starts the ranks of the "
-            "spark and databricks platforms, and only there. HINT: set launch.launcher: auto, or run with "
-            "--profile spark for torchdistributor."
+            f"launch.launcher={configured} on the {platform} platform, which starts its ranks with "
+            f"{' or '.join(row.own_launchers)} only. HINT: set launch.launcher: auto ({row.default_launcher})."
         )
     return get(name)
 

@@ -132,8 +132,6 @@ class Launcher:
     #: Start the command in a session of its own, so that signals reach it only through
     #: snakeddp.launch, once (a terminal's Ctrl-C would otherwise reach it twice).
     own_session: ClassVar[bool] = False
-    #: The platform (the schema's ``platform``) on which ``launch.launcher: auto`` means this launcher.
-    default_on: ClassVar[str | None] = None
     #: The platform puts each rank where it likes (a Spark task on any executor): the run config's
     #: nodes x devices is only the number of ranks, and Lightning is given the layout they landed in.
     places_ranks: ClassVar[bool] = False

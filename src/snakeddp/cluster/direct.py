@@ -29,7 +29,6 @@ class Direct(TorchRun):
     """torchrun's variables and layout, set by snakeddp's supervisor, which names itself by its launch id."""
 
     name = "direct"
-    default_on = "local"
     variables = {**TorchRun.variables, "job_id": LAUNCH_ID}
     own_session = True  # the supervisor passes every signal on to the ranks itself
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 class EnvVars(Launcher):
     name = "env"
-    default_on = "azureml"
     variables = {
         "rank": "RANK",
         "local_rank": "LOCAL_RANK",

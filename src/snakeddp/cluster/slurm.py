@@ -95,7 +95,6 @@ def rendezvous_exports(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, st
 
 class Srun(Launcher):
     name = "srun"
-    default_on = "slurm"
     variables = {
         "rank": "SLURM_PROCID",
         "local_rank": "SLURM_LOCALID",

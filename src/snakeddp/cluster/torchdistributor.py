@@ -53,7 +53,6 @@ class TorchDistributor(TorchRun):
     """torchrun's table under a Spark task; the job id is the Spark application's."""
 
     name = "torchdistributor"
-    default_on = "spark"
     variables = {**TorchRun.variables, "job_id": APP_ID}
     # The driver is signalled by snakeddp.launch only; it passes stops on to the ranks itself.
     own_session = True

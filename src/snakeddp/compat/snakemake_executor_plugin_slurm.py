@@ -1,5 +1,5 @@
 """snakemake-executor-plugin-slurm's private parts: how its status check reads a job cancelled while it
-pended; imported by ``snakeddp.workflow.slurm_watch`` when its watch starts (the slurm platform only)."""
+pended; imported by ``snakeddp.slurm.watch`` when its watch starts (the slurm platform only)."""
 
 from __future__ import annotations
 

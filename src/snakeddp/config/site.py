@@ -4,7 +4,7 @@
 a cluster platform it means what the profile declares (``site.accelerator``), and with nothing
 declared it is refused before anything is submitted: a GPU cluster never trains on its CPUs
 unasked. On slurm the workflow asks Slurm what the training partition's nodes have and fills the
-declaration in when the profile makes none (``snakeddp.workflow.slurm_nodes``), so the ranks read
+declaration in when the profile makes none (``snakeddp.slurm.nodes``), so the ranks read
 the same answer. On the local platform it means this machine's GPUs, counted as CUDA will show them
 (``snakeddp.util.gpus``): gpu when there are as many as the run's ranks, else cpu. The workflow
 (Slurm resources, preflight), ``snakeddp.launch`` (which hands its decision to every rank) and a rank
@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from snakeddp.errors import ConfigError
+from snakeddp.platforms import row
 from snakeddp.util import gpus
 
 # Host memory of a CPU run's node when launch.mem_mb is null (the default before GPUs were sized).
 CPU_MEM_MB_PER_NODE = 4000
-CLUSTER_PLATFORMS = ("slurm", "azureml", "spark", "databricks")
 
 
 class SiteError(ConfigError):
@@ -33,7 +33,7 @@ class SiteError(ConfigError):
 def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_id: str | None = None) -> str:
     """``requested`` (a run's launch.accelerator) on a cluster platform: cpu or gpu (elsewhere it is
     returned as it is: ``resolved`` decides the local platform's auto)."""
-    if requested != "auto" or platform not in CLUSTER_PLATFORMS:
+    if requested != "auto" or row(platform).this_machine:
         return requested
     declared = site.get("accelerator")
     if declared is None:
@@ -63,7 +63,7 @@ def resolved(
     env: Mapping[str, str] = os.environ,
 ) -> str:
     """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
-    if platform in CLUSTER_PLATFORMS:
+    if not row(platform).this_machine:
         return accelerator(launch["accelerator"], platform, site, run_id=run_id)
     return local_accelerator(launch, env)
 

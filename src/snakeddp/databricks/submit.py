@@ -63,7 +63,7 @@ class DatabricksJob(RemoteJob):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.section = names.databricks(os.environ)
+        self.section = names.platform_section(os.environ, "databricks")
 
     @property
     def sends(self) -> bool:

@@ -1,7 +1,7 @@
 """The ``SNAKEDDP_*`` environment contract: every variable snakeddp passes between its processes.
 
 Settings that do not change what a run computes (the platform, the lock's path, ``network.env``,
-``tracking``, the ``azureml:``, ``spark:`` and ``databricks:`` sections) are not part of any run's
+``tracking``, the platform's own section) are not part of any run's
 identity: the workflow exports them when it starts (``snakeddp.workflow.jobenv``, called once by
 rules/common.smk), every job inherits them, and changing them never reruns a job. The readers below
 are how the entry points get them back. Each name is defined here and nowhere else.
@@ -31,12 +31,9 @@ SITE = "SNAKEDDP_SITE"
 NETWORK = "SNAKEDDP_NETWORK"
 #: ``environment.cuda``: the torch build the AzureML image environment installs (snakeddp.environment.builds).
 TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
-#: The config's ``azureml`` section as JSON, read by the AzureML submitter.
-AZUREML_CONFIG = "SNAKEDDP_AZUREML_CONFIG"
-#: The config's ``spark`` section as JSON, read by the Spark driver (snakeddp.spark.driver).
-SPARK_CONFIG = "SNAKEDDP_SPARK_CONFIG"
-#: The config's ``databricks`` section as JSON, read by the Databricks submitter (snakeddp.databricks.submit).
-DATABRICKS_CONFIG = "SNAKEDDP_DATABRICKS_CONFIG"
+#: The platform's own config section as JSON (its row's section: azureml, spark, databricks), read by its
+#: train jobs (the AzureML and Databricks submitters, the Spark driver).
+PLATFORM_SECTION = "SNAKEDDP_PLATFORM_SECTION"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
@@ -69,8 +66,9 @@ AZUREML_WORKSPACE = "SNAKEDDP_AZUREML_WORKSPACE"
 JOB_SPEC_SHA256 = "SNAKEDDP_JOB_SPEC_SHA256"
 
 
-def platform(env: Mapping[str, str], default: str = "local") -> str:
-    return env.get(PLATFORM) or default
+def platform(env: Mapping[str, str]) -> str:
+    """The platform the workflow exported; unset (a step started by hand) the schema's default."""
+    return env.get(PLATFORM) or validate({})["platform"]
 
 
 def lock_path(env: Mapping[str, str]) -> str:
@@ -108,14 +106,10 @@ def torch_build(env: Mapping[str, str]) -> str:
     return env.get(TORCH_BUILD) or validate({})["environment"]["cuda"]
 
 
-def spark(env: Mapping[str, str]) -> dict[str, Any]:
-    """The spark section from the environment (the master named where Spark names it when unset)."""
-    return _section(env, SPARK_CONFIG, "spark")
-
-
-def databricks(env: Mapping[str, str]) -> dict[str, Any]:
-    """The databricks section from the environment (all defaults when unset)."""
-    return _section(env, DATABRICKS_CONFIG, "databricks")
+def platform_section(env: Mapping[str, str], key: str) -> dict[str, Any]:
+    """The platform's section (``key``: its name in the config) from the environment, validated with
+    defaults (all defaults when unset: a Databricks job's driver runs the spark platform's with them)."""
+    return _section(env, PLATFORM_SECTION, key)
 
 
 def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:

@@ -159,7 +159,7 @@ def rank_environment(env: Mapping[str, str], app_id: str, master: str, scratch: 
     ours = {
         name: value
         for name, value in env.items()
-        if (name.startswith("SNAKEDDP_") or name in RANK_VARIABLES) and name != variables.SPARK_CONFIG
+        if (name.startswith("SNAKEDDP_") or name in RANK_VARIABLES) and name != variables.PLATFORM_SECTION
     }
     return {**ours, **network.forwarded(env), APP_ID: app_id, MASTER: master, "TMPDIR": str(scratch / "tmp")}
 
@@ -174,7 +174,7 @@ def start_session(settings: Mapping[str, str]) -> Any:
 
 
 def run(args: argparse.Namespace, entry: list[str], env: Mapping[str, str]) -> int:
-    section = variables.spark(env)
+    section = variables.platform_section(env, PLATFORM)
     master, source = masters.check(section, env)
     paths = RunPaths(args.run_dir)
     scratch = paths.platform(PLATFORM).resolve()

@@ -139,7 +139,7 @@ def masks(key: Any, value: Any) -> bool:
 def scrub(value: Any) -> Any:
     """A copy of a JSON-like value with the values under secret-named keys masked at any depth and URL
     credentials removed. A string that holds a JSON object (a config section exported as a variable,
-    SNAKEDDP_SPARK_CONFIG) is scrubbed inside."""
+    SNAKEDDP_PLATFORM_SECTION) is scrubbed inside."""
     if isinstance(value, Mapping):
         return {k: (MASK if masks(k, v) else scrub(v)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

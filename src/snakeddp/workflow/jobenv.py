@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp import platforms
 from snakeddp.cluster import network
-from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.run import variables
 
 
@@ -40,36 +40,31 @@ def exports(
     src: str,
     lock_file: str | Path,
     python_bin: str | None,
-    slurm_bin: str,
+    checkout: Path,
 ) -> dict[str, str]:
     """Everything the workflow exports for a validated ``config``, given Snakemake's own ``env``.
 
     ``src`` goes first on PYTHONPATH (this checkout's package); ``python_bin``, the directory of
     the interpreter Snakemake runs under, goes first on PATH unless a conda env or container
-    provides its own ``python`` (then None). On Slurm with a config outside /etc/slurm, the
-    jobstep plugin drops SLURM_CONF before it calls srun: a copy is kept and ``slurm_bin``'s srun,
-    which restores it, goes first on PATH.
+    provides its own ``python`` (then None). The platform adds its section (its row's), what its
+    contract exports and the directories its jobs' PATH starts with (``checkout``: this checkout).
     """
     platform = config["platform"]
+    row, contract = platforms.row(platform), platforms.load(platform)
     path = env.get("PATH", "")
     if python_bin is not None:
         path = os.pathsep.join([python_bin, path])
+    search_path = path.split(os.pathsep)
+    first = [folder for folder in contract.path_first(env, checkout) if folder not in search_path]
+    path = os.pathsep.join([*first, *search_path])
     out = {
         **settings(config),
         "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p),
         variables.PLATFORM: platform,
         variables.LOCK: str(Path(lock_file).resolve()),
+        **({variables.PLATFORM_SECTION: json.dumps(config[row.section], sort_keys=True)} if row.section else {}),
+        **contract.exports(config, env),
     }
-    if platform == "azureml":
-        out[variables.AZUREML_CONFIG] = json.dumps(config["azureml"])
-    if platform == "spark":
-        out[variables.SPARK_CONFIG] = json.dumps(config["spark"], sort_keys=True)
-    if platform == "databricks":
-        out[variables.DATABRICKS_CONFIG] = json.dumps(config["databricks"], sort_keys=True)
-    if platform == "slurm" and env.get("SLURM_CONF"):
-        search_path = path.split(os.pathsep)
-        out[SLURM_CONF_COPY] = env["SLURM_CONF"]
-        path = os.pathsep.join(search_path if slurm_bin in search_path else [slurm_bin, *search_path])
     if path != env.get("PATH", ""):
         out["PATH"] = path
     return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp.cluster import PLATFORM_DEFAULT
+from snakeddp import platforms
 from snakeddp.config import site as site_config
 
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
@@ -34,7 +34,7 @@ def slurm_resources(launch: Mapping[str, Any], accelerator: str, site: Mapping[s
     """Resources of the train rule for one run's ``launch`` section, its ``accelerator`` resolved
     for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
     are set elsewhere)."""
-    launcher = PLATFORM_DEFAULT["slurm"] if launch["launcher"] == "auto" else launch["launcher"]
+    launcher = platforms.row("slurm").default_launcher if launch["launcher"] == "auto" else launch["launcher"]
     nodes, devices = launch["nodes"], launch["devices"]
     cpus = site_config.cpus_per_process(launch, accelerator, site)
     one_task_per_process = launcher in ONE_TASK_PER_PROCESS

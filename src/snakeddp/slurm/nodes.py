@@ -176,7 +176,7 @@ class Need:
 
 
 def need(launch: Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> Need:
-    """A run's train job per node, as snakeddp.workflow.slurm asks for it: one task per rank (or
+    """A run's train job per node, as snakeddp.slurm.resources asks for it: one task per rank (or
     one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node."""
     devices = int(launch["devices"])
     gpu = accelerator == "gpu"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeddp.workflow import slurm_nodes
+from snakeddp.slurm import nodes as slurm_nodes
 
 # Seconds between two looks at the queue: a job's reason is set by the scheduler's passes (about
 # every minute on a busy cluster), and the plugin itself checks its jobs every 20 s to 3 min.

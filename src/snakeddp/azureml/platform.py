@@ -1,0 +1,47 @@
+"""The azureml platform's contract: its section, SDK, compute and image checked before any job; a train
+job submits the run as an AzureML job and follows it (snakeddp.azureml.submit)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp import platforms
+from snakeddp.azureml import PLATFORM
+from snakeddp.platforms.contract import Platform, PreflightError, Runs
+
+
+class AzureML(Platform):
+    row = platforms.row(PLATFORM)
+
+    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+        if PLATFORM not in raw:
+            raise PreflightError(
+                "the azureml profile needs an azureml: section (workspace, compute), and the config has none. "
+                "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "
+                "your workspace and compute (docs/azureml.md)."
+            )
+        # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
+        from snakeddp.azureml.settings import AzureMLError, Settings
+        from snakeddp.azureml.submit import require_sdk
+
+        try:
+            settings = Settings.from_section(config[PLATFORM], Path.cwd())
+            require_sdk(settings.sdk)
+            settings.require_compute()
+            # The image's CUDA and torch's build must agree (environment.cuda): checked before any job.
+            settings.base_image(config["environment"]["cuda"])
+            if settings.submit:
+                settings.require_workspace()
+        except AzureMLError as error:
+            raise PreflightError(str(error)) from None
+
+    def submit(self, args: argparse.Namespace) -> int:
+        from snakeddp.azureml.submit import main  # the azureml extra, imported only here
+
+        return main(args)
+
+
+CONTRACT = AzureML()

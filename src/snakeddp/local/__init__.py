@@ -1,0 +1,7 @@
+"""The local platform: every job runs on this machine beside Snakemake, and a train job starts its ranks
+with snakeddp's supervisor (or torchrun, mpirun). ``platform``: the contract (snakeddp.platforms.contract):
+one node only, the GPUs this machine shows, and as many cores as a run starts processes.
+"""
+
+#: The platform's name: its row in snakeddp.platforms.
+PLATFORM = "local"

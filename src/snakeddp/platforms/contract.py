@@ -1,0 +1,97 @@
+"""What every platform implements, and what the workflow hands it.
+
+The workflow (rules/common.smk, the Snakefile) asks the platform of its profile, through this
+contract and nothing else: to settle what its nodes have (``settle_site``), to check what it needs
+before any job (``check``, ``check_run``: while the workflow is read, so a dry run stops too, and
+``note`` in a dry run for what only a real run checks), to check what a real run needs when jobs are
+about to run (``before_jobs``: credentials, cores, nodes), to add to what every job inherits
+(``exports``) and to clean up at the end (``close``). A train job asks it how a run trains there:
+by ranks the job starts itself, or submitted to a remote service (``submit``, remote rows only).
+Each hook does nothing by default; a platform overrides the ones it needs. Every refusal is a
+ConfigError (one line with a HINT), which the workflow prints once before it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snakeddp.errors import ConfigError
+from snakeddp.platforms.table import Row
+
+Runs = Mapping[str, Mapping[str, Any]]
+
+
+class PreflightError(ConfigError):
+    """Something the workflow cannot start with; the message says what and how to fix it."""
+
+
+def note_instead(check: Callable[[], None]) -> None:
+    """A dry run shows the plan whatever a real run would meet, and notes what it would stop on."""
+    try:
+        check()
+    except ConfigError as error:
+        print(f"Dry run; a real run would stop here: {error}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Invocation:
+    """One invocation of the workflow, as rules/common.smk read it."""
+
+    config: dict[str, Any]  # validated; its site settled by the platform (settle_site)
+    declared: Mapping[str, Any]  # the config as given, before defaults: a HINT's --config keeps it
+    runs: Runs  # every run the config plans
+    typed: bool  # the invocation the user typed, not the Snakemake a job runs inside
+    resources: Any  # Snakemake's resource settings: which partition or queue each rule goes to
+    train_rules: tuple[str, ...]  # the rules that train a run
+    say: Callable[[str], None]  # a line on Snakemake's terminal while jobs run (its logger)
+    memo: dict[str, Any] = field(default_factory=dict)  # what a platform learns once per invocation
+
+    def remember(self, key: str, make: Callable[[], Any]) -> Any:
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
+
+class Platform:
+    """The contract. ``row`` is the platform's row of the table (snakeddp.platforms.TABLE)."""
+
+    row: Row
+
+    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+        """The site section every job and rank reads (what the platform's nodes have)."""
+        return dict(invocation.config["site"])
+
+    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+        """What the platform needs before any job: its client, its section, each run's request.
+        ``in_container``: the rules run in --sdm apptainer's image."""
+
+    def check_run(self, run_id: str, launch: Mapping[str, Any]) -> None:
+        """One run's launch section, as this platform can start it."""
+
+    def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
+        """A dry run's notes: what a real run would stop on, and what it would decide."""
+
+    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+        """When jobs are about to run: ``to_train`` will train (or resume), ``training`` are those
+        whose train jobs are pending now, ``cores`` what Snakemake may use."""
+
+    def close(self, invocation: Invocation) -> None:
+        """The workflow ended (success or error): nothing of the platform's may outlive it."""
+
+    def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+        """What the platform adds to every job's environment, besides its section (which the workflow
+        exports for every row that has one)."""
+        return {}
+
+    def path_first(self, env: Mapping[str, str], checkout: Path) -> list[str]:
+        """Directories the jobs' PATH starts with (the workflow's interpreter's comes first anyway)."""
+        return []
+
+    def submit(self, args: argparse.Namespace) -> int:
+        """A remote platform's train job: submit the run, follow it, fetch and check what it made."""
+        raise NotImplementedError(f"the {self.row.name} platform starts its ranks itself")

@@ -1,0 +1,11 @@
+"""The slurm platform: each run's train job is a Slurm job, its ranks started inside the allocation by
+srun or mpirun (docs/slurm.md), submitted by snakemake-executor-plugin-slurm.
+
+``resources``: a run's layout as the plugin's resources; ``nodes``: what the training partition's nodes
+have (scontrol), which settles launch.accelerator auto and refuses a run no node holds; ``watch``: a
+submitted job Slurm keeps pending for a reason no wait can clear is cancelled, with a line; ``platform``:
+the contract (snakeddp.platforms.contract) that ties them to the workflow.
+"""
+
+#: The platform's name: its row in snakeddp.platforms.
+PLATFORM = "slurm"

@@ -1,0 +1,117 @@
+"""The slurm platform's contract: sbatch and sacct here, what the training partition's nodes have
+(launch.accelerator auto settled from Slurm, a run no node holds refused before submission), the
+watch over pending jobs from the first job to the end, and the Slurm config srun needs in a job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp import cluster, platforms
+from snakeddp.cluster.slurm import SLURM_CONF_COPY
+from snakeddp.config import site
+from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
+from snakeddp.slurm import PLATFORM
+from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm.watch import PendingWatch
+
+# srun that restores SLURM_CONF, which the jobstep plugin drops (profiles/slurm/bin/srun).
+SRUN_BIN = Path("profiles") / "slurm" / "bin"
+
+
+def check_client(which: Callable[[str], str | None] = shutil.which) -> None:
+    # The executor plugin submits with sbatch and watches jobs with sacct (squeue without accounting).
+    missing = [" or ".join(names) for names in (("sbatch",), ("sacct", "squeue")) if not any(map(which, names))]
+    if missing:
+        raise PreflightError(
+            f"the slurm profile submits jobs with sbatch and watches them with sacct, and this machine has no "
+            f"{' and no '.join(missing)} on PATH. HINT: run snakemake on the cluster's login node (where "
+            "`sbatch --version` works), or run here with --profile profiles/local."
+        )
+
+
+def check_container(run_id: str, launch: Mapping[str, Any]) -> None:
+    """A run under ``--sdm apptainer``: the train rule runs inside the image, which has no Slurm client,
+    so a launcher that calls srun there (srun itself, mpirun for its daemons) fails in the job with
+    ``srun: not found``. Refused before anything is submitted."""
+    launcher = cluster.for_platform(launch["launcher"], PLATFORM).name
+    if launcher in ("srun", "mpirun"):
+        raise PreflightError(
+            f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
+            f"launcher {launcher} could not start the ranks (srun: not found). HINT: train on Slurm from the "
+            "checkout's .venv (no --sdm) or with --sdm conda; the image serves the local and azureml profiles."
+        )
+
+
+def check_nodes(
+    runs: Runs, site_config: Mapping[str, Any], declared: Mapping[str, Any], nodes: slurm_nodes.TrainingNodes | None
+) -> None:
+    """Each run to train (``runs``) against the nodes of its partition (``nodes``; None inside a job): a
+    job no node can hold would pend for ever. ``declared``: the site as given, which the HINT's --config keeps."""
+    if nodes is None or not runs:
+        return
+    try:
+        slurm_nodes.check(
+            runs, lambda launch: site.resolved(launch, PLATFORM, site_config), site_config, declared, nodes
+        )
+    except slurm_nodes.SlurmNodesError as error:
+        message = str(error)
+        if "HINT:" not in message:
+            message = (
+                f"Slurm did not say what its nodes have ({message}), so no run's request could be checked against "
+                "them. HINT: run snakemake where Slurm answers (a login node, where `sinfo` works)."
+            )
+        raise PreflightError(message) from None
+
+
+class Slurm(Platform):
+    row = platforms.row(PLATFORM)
+
+    @staticmethod
+    def nodes(invocation: Invocation) -> slurm_nodes.TrainingNodes | None:
+        """The training partitions' nodes, asked of Slurm once by the typed invocation (None in a job)."""
+        if not invocation.typed:
+            return None
+        return invocation.remember(
+            "nodes", lambda: slurm_nodes.TrainingNodes(invocation.resources, invocation.train_rules)
+        )
+
+    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+        # auto means what the training partition's nodes have (GPU GRES: gpu), unless the profile declares it;
+        # a job takes its invocation's answer (exported in the site section).
+        return slurm_nodes.settle_site(invocation.config["site"], invocation.runs, self.nodes(invocation), os.environ)
+
+    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+        check_client()
+        for run_id, run in runs.items() if in_container else ():
+            check_container(run_id, run["config"]["launch"])
+
+    def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
+        declared = invocation.declared.get("site") or {}
+        nodes = self.nodes(invocation)
+        note_instead(lambda: check_nodes(to_train, invocation.config["site"], declared, nodes))
+
+    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+        declared = invocation.declared.get("site") or {}
+        check_nodes(training, invocation.config["site"], declared, self.nodes(invocation))
+        invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
+
+    def close(self, invocation: Invocation) -> None:
+        watch = invocation.memo.get("watch")
+        if watch is not None:
+            watch.close()
+
+    def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+        # With a config outside /etc/slurm, the jobstep plugin drops SLURM_CONF before it calls srun:
+        # a copy is kept, which SRUN_BIN's srun restores.
+        return {SLURM_CONF_COPY: env["SLURM_CONF"]} if env.get("SLURM_CONF") else {}
+
+    def path_first(self, env: Mapping[str, str], checkout: Path) -> list[str]:
+        return [str(checkout / SRUN_BIN)] if env.get("SLURM_CONF") else []
+
+
+CONTRACT = Slurm()
