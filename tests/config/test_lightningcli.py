@@ -1,9 +1,13 @@
 """LightningCLI's class_path + init_args, read as snakeddp's keys before a run's identity is made."""
 
+import re
+
 import pytest
+import yaml
 
 from snakeddp import config
 from snakeddp.config import coerce, lightningcli
+from tests.helpers import REPO
 
 TARGET_FORM = {
     "model": {"target": "examples.tabular.model:TabularNet", "kwargs": {"width": 32, "lr": 0.01}},
@@ -158,3 +162,13 @@ def test_command_line_values_under_init_args_are_typed_as_under_kwargs():
     typed = coerce.command_line(given, config.load_schema())
     assert typed["model"]["init_args"] == {"width": 8, "lr": 0.001}
     assert config.validate(typed)["model"]["kwargs"] == {"width": 8, "lr": 0.001}
+
+
+def test_the_print_config_pasted_in_the_docs_is_read_as_the_examples_model():
+    page = (REPO / "docs" / "customising.md").read_text()
+    (printed,) = [block for block in re.findall(r"```yaml\n(.*?)```", page, flags=re.S) if "class_path" in block]
+    pasted = yaml.safe_load(printed)["model"]
+    model = config.validate({"model": pasted})["model"]
+    example = yaml.safe_load((REPO / "examples" / "tabular" / "config.yaml").read_text())["model"]
+    assert model["target"] == example["target"] and model["kwargs"] == pasted["init_args"]
+    assert example["kwargs"].items() <= model["kwargs"].items()
