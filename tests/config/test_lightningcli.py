@@ -1,13 +1,14 @@
 """LightningCLI's class_path + init_args, read as snakeddp's keys before a run's identity is made."""
 
 import re
+import shutil
 
 import pytest
 import yaml
 
 from snakeddp import config
 from snakeddp.config import coerce, lightningcli
-from tests.helpers import REPO
+from tests.helpers import REPO, TINY, Workflow
 
 TARGET_FORM = {
     "model": {"target": "examples.tabular.model:TabularNet", "kwargs": {"width": 32, "lr": 0.01}},
@@ -172,3 +173,16 @@ def test_the_print_config_pasted_in_the_docs_is_read_as_the_examples_model():
     example = yaml.safe_load((REPO / "examples" / "tabular" / "config.yaml").read_text())["model"]
     assert model["target"] == example["target"] and model["kwargs"] == pasted["init_args"]
     assert example["kwargs"].items() <= model["kwargs"].items()
+
+
+@pytest.mark.e2e
+def test_snakemake_says_a_mixed_section_once_and_plans_the_run_once_it_is_written_one_way(tmp_path):
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    workflow = Workflow(tmp_path)
+    mixed = {"class_path": "examples.tabular.model.TabularNet", "kwargs": {"width": 16}}
+    workflow.write_config({**TINY, "model": mixed})
+    done = workflow.run("--dry-run", check=False)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "mixes LightningCLI's form" in line]
+    assert done.returncode != 0 and len(said) == 1 and "HINT: write model one way" in said[0], done.stderr
+    workflow.write_config({**TINY, "model": {"class_path": mixed["class_path"], "init_args": mixed["kwargs"]}})
+    assert workflow.planned_jobs().get("train") == 1
