@@ -9,15 +9,14 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from snakeddp.data.partitions import load_manifest, read_partition
 from tests.helpers import REPO, Workflow, subprocess_env
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    """The example as a user runs it from a checkout: the default config plus the example's config."""
-    tmp = tmp_path_factory.mktemp("example")
+def checkout_with_table(tmp):
+    """The example's files, the default config and the example's CSV, as a user has them in a checkout."""
     shutil.copytree(REPO / "examples", tmp / "examples")
     (tmp / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", tmp / "config" / "config.yaml")
@@ -25,6 +24,13 @@ def example(tmp_path_factory):
         [sys.executable, "examples/tabular/make_table.py", "data/churn.csv"], cwd=tmp, capture_output=True, text=True
     )
     assert made.returncode == 0, made.stderr
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """The example as a user runs it from a checkout: the default config plus the example's config."""
+    tmp = tmp_path_factory.mktemp("example")
+    checkout_with_table(tmp)
     workflow = Workflow(tmp)
     workflow.configfile = tmp / "examples" / "tabular" / "config.yaml"
     env = subprocess_env(MLFLOW_TRACKING_URI="")
@@ -95,3 +101,31 @@ def test_trackers_and_network_settings_never_rerun_the_example(example, tmp_path
     assert workflow.planned_jobs() == {}
     planned = workflow.planned_jobs("--configfile", str(workflow.configfile), str(overlay))
     assert planned == {"report": 1, "all": 1}
+
+
+@pytest.mark.e2e
+def test_the_example_trains_its_model_written_as_lightningcli_writes_it_and_that_is_the_same_run(tmp_path):
+    """model: {class_path, init_args} (LightningCLI --print_config's form) trains the example's model and is
+    recorded as model.target + model.kwargs; the config written that way plans nothing to train again."""
+    checkout_with_table(tmp_path)
+    settings = yaml.safe_load((REPO / "examples" / "tabular" / "config.yaml").read_text())
+    del settings["tracking"]
+    settings["trainer"]["max_epochs"] = 2
+    settings["sweep"] = {"launch.devices": [1]}
+    ours = settings["model"]
+    assert ours["target"] == "examples.tabular.model:TabularNet"
+    lightning = {"class_path": "examples.tabular.model.TabularNet", "init_args": ours["kwargs"]}
+    workflow = Workflow(tmp_path)
+    workflow.configfile = tmp_path / "lightning.yaml"
+    workflow.configfile.write_text(yaml.safe_dump({**settings, "model": lightning}, sort_keys=False))
+    workflow.run(env=subprocess_env(MLFLOW_TRACKING_URI=""))
+    record = json.loads((tmp_path / "results" / "runs" / "devices-1" / "provenance.json").read_text())
+    assert [u["target"] for u in record["user_code"]] == [ours["target"]]
+    assert (
+        record["config"]["model"]["target"] == ours["target"] and record["config"]["model"]["kwargs"] == ours["kwargs"]
+    )
+    assert "class_path" not in record["config"]["model"] and record["training"]["epochs_completed"] == 2
+    workflow.configfile = tmp_path / "ours.yaml"
+    workflow.configfile.write_text(yaml.safe_dump(settings, sort_keys=False))
+    # Only the report, whose crate lists the config files given, is made again.
+    assert set(workflow.planned_jobs()) <= {"report", "all"}

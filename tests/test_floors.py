@@ -69,8 +69,8 @@ def floor(room: str) -> int:
 
 
 def test_every_room_has_a_floor_and_the_top_holds_only_entry_points_and_errors():
-    rooms = {p.stem if p.suffix else p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
-    rooms -= {"__init__", "schemas"}  # the package's docstring and its data files
+    rooms = {p.stem if p.suffix else p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed")}
+    rooms -= {"__init__", "schemas"}  # the package's docstring and its data files (py.typed: PEP 561's marker)
     assert rooms == set().union(*FLOORS)
     top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     assert top == ENTRY_POINTS | {"errors"} and len(top) <= 6

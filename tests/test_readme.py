@@ -105,3 +105,19 @@ def test_the_readme_config_examples_plan_what_it_says(tmp_path):
     planned = sorted(set(re.findall(r"--run-id (\S+) ", done.stdout)))
     sentence = README.read_text().split("`--config 'sweep={model.lr: [0.003, 0.01]}'`")[1].split("\n\n")[0]
     assert planned == re.findall(r"`(lr-[^`]+)`", sentence)
+
+
+CONFIG_README = REPO / "config" / "README.md"
+
+
+def test_the_config_readme_lists_every_top_level_section_of_the_schema_in_its_order():
+    rows = re.findall(r"^\| `([a-z_]+)` \|", CONFIG_README.read_text(), flags=re.M)
+    assert rows == list(configuration.load_schema()["properties"])
+
+
+def test_the_config_readmes_example_is_valid_and_plans_the_runs_it_says_and_its_links_resolve():
+    (example,) = code_blocks(CONFIG_README, "yaml")
+    runs = configuration.expand_sweep(configuration.validate(yaml.safe_load(example)))
+    assert list(runs) == ["lr-0.003_devices-2", "lr-0.01_devices-2"]
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", CONFIG_README.read_text()):
+        assert (CONFIG_README.parent / target).exists(), target

@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from snakeddp.config import coerce, sources
+from snakeddp.config import coerce, lightningcli, sources
 from snakeddp.config.bounds import check_run_size, check_shape, check_sweep_size
 from snakeddp.config.naming import canonical, run_id
 from snakeddp.config.network import network_variable_error
@@ -128,13 +128,15 @@ def _shortened(error: jsonschema.ValidationError, limit: int = 120) -> str:
 def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
     """Return a deep copy of ``config`` with defaults filled in, or raise ConfigError.
 
-    Every problem is reported at once, one line each, named by its dotted key.
+    Every problem is reported at once, one line each, named by its dotted key. A model or DataModule
+    written as LightningCLI writes it (class_path + init_args) comes back in snakeddp's keys.
     """
     if not isinstance(config, Mapping):
         raise ConfigError(f"{source}: the configuration must be a mapping, got {type(config).__name__}")
     check_shape(config, source)
     schema = load_schema()
-    resolved = coerce.normalise(config, schema)
+    # Before anything else reads it: a run written in LightningCLI's form is the same run (lightningcli).
+    resolved = coerce.normalise(lightningcli.normalise(config, source), schema)
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),

@@ -22,6 +22,7 @@ from types import TracebackType
 
 from packaging.utils import canonicalize_name
 
+from snakeddp.config.lightningcli import CLASS_PATH, import_path
 from snakeddp.environment.requirements import stage_additions
 from snakeddp.util import yamltext
 
@@ -31,12 +32,15 @@ STAGE_MODULES = ("torch", "lightning.pytorch", "snakeddp.steps", "snakeddp.launc
 
 
 def config_modules(path: Path) -> list[str]:
-    """The modules of model.target and data.module in a config file, when it sets them."""
+    """The modules of model.target and data.module in a config file, when it sets them (either spelling:
+    LightningCLI's class_path names them too)."""
     if not path.is_file():
         return []
     config = yamltext.safe_load(path.read_text()) or {}
-    targets = [(config.get("model") or {}).get("target"), (config.get("data") or {}).get("module")]
-    return [target.partition(":")[0] for target in targets if isinstance(target, str) and ":" in target]
+    model, data = config.get("model") or {}, config.get("data") or {}
+    targets = [model.get("target") or model.get(CLASS_PATH), data.get("module") or data.get(CLASS_PATH)]
+    paths = [import_path(target) for target in targets if isinstance(target, str)]
+    return [path.partition(":")[0] for path in paths if ":" in path]
 
 
 def package_modules(requirements: Path) -> list[str]:
