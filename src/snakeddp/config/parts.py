@@ -1,6 +1,6 @@
 """Frozen typed parts of a validated config: ``Launch``, ``Site``, ``Trainer``, ``Data`` and ``Tracking``.
 
-A module takes the part it needs (``launch.devices``, not ``launch["devices"]``). Built once, where a
+A module takes the part it needs and reads typed fields (``launch.devices``). Built once, where a
 section enters the code::
 
     from snakeddp.config import parts
