@@ -46,8 +46,8 @@ import lightning.pytorch as pl
 import torch
 
 from snakeddp import cluster
-from snakeddp import config as configuration
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
+from snakeddp.config import parts
 from snakeddp.config.targets import user_code
 from snakeddp.data import custom
 from snakeddp.errors import LaunchError, exit_code
@@ -116,12 +116,12 @@ def main(args: argparse.Namespace) -> int:
     main_at = time.perf_counter()
     die_with_parent()
     run = RunFile.load(args.config)
-    cfg, launch = run.config, run.config["launch"]
-    launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch["devices"])
-    layout.check_matches(launch["nodes"], launch["devices"], ranks_only=launcher.places_ranks)
-    torch.set_num_threads(launch["threads_per_process"])
+    cfg, launch = run.config, parts.Launch.of(run.config["launch"])
+    launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
+    layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
+    torch.set_num_threads(launch.threads_per_process)
     # Before any model is built: TF32 (high) or bf16 (medium) inside fp32 matmuls changes what a run computes.
-    torch.set_float32_matmul_precision(configuration.trainer_setting(cfg, "matmul_precision"))
+    torch.set_float32_matmul_precision(parts.Trainer.of(cfg["trainer"]).matmul_precision)
     attempt = begin(run, args, layout.is_main)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)

@@ -2,10 +2,12 @@
 
 import json
 
+from snakeddp import config
 from snakeddp.azureml.plan import job_variables
+from snakeddp.config import parts
 from snakeddp.run import variables as runenv
 
-LAUNCH = {"threads_per_process": 2, "devices": 4, "master_port": None}
+LAUNCH = parts.Launch.of(config.validate({"launch": {"threads_per_process": 2, "devices": 4}})["launch"])
 
 
 def test_network_env_tracking_and_site_reach_the_job():
@@ -37,3 +39,11 @@ def test_nothing_is_forwarded_that_the_workflow_did_not_set():
     variables = job_variables(LAUNCH, "mpi", "gpu-cluster", "v1", {"NCCL_DEBUG": "INFO"})
     assert runenv.TRACKING not in variables and runenv.SITE not in variables
     assert not any(name.startswith(("NCCL_", "GLOO_")) for name in variables)
+
+
+def test_a_launch_section_makes_the_same_variables_as_its_part():
+    section = config.validate({"launch": {"threads_per_process": 2, "devices": 4, "master_port": 29600}})["launch"]
+    for distribution in ("pytorch", "mpi"):
+        from_section = job_variables(section, distribution, "gpu-cluster", "v1", {})
+        assert from_section == job_variables(parts.Launch.of(section), distribution, "gpu-cluster", "v1", {})
+    assert from_section["MASTER_PORT"] == "29600"

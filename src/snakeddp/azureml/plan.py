@@ -16,6 +16,7 @@ from typing import Any
 
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.cluster import network
+from snakeddp.config import parts
 from snakeddp.run import variables as names
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
@@ -107,7 +108,7 @@ class JobPlan:
 
 def distribution_for(settings: Settings, run: RunFile) -> str:
     """The configured distribution, checked against ``launch.launcher`` (auto follows the distribution)."""
-    configured = run.config["launch"]["launcher"]
+    configured = parts.Launch.of(run.config["launch"]).launcher
     if configured in ("auto", LAUNCHER_FOR_DISTRIBUTION[settings.distribution]):
         return settings.distribution
     if configured == "mpirun":
@@ -122,7 +123,11 @@ def distribution_for(settings: Settings, run: RunFile) -> str:
 
 
 def job_variables(
-    launch: dict[str, Any], distribution: str, compute: str, sdk: str, env: Mapping[str, str] = os.environ
+    launch: parts.Launch | Mapping[str, Any],
+    distribution: str,
+    compute: str,
+    sdk: str,
+    env: Mapping[str, str] = os.environ,
 ) -> dict[str, str]:
     """Variables every process of the job gets (nothing secret: they end up in provenance).
 
@@ -132,7 +137,8 @@ def job_variables(
     settings travel in the workflow's environment (snakeddp.run.variables) and are copied into the
     job, the site so that every rank resolves ``launch.accelerator: auto`` as the submitter did.
     """
-    threads = str(launch["threads_per_process"])
+    launch = parts.Launch.of(launch)
+    threads = str(launch.threads_per_process)
     variables = {
         **network.variables({"network": names.network(env)}),
         **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
@@ -144,7 +150,7 @@ def job_variables(
     }
     if distribution == "pytorch":
         # AzureML documents RANK, LOCAL_RANK, WORLD_SIZE and NODE_RANK but not the processes per node.
-        variables["LOCAL_WORLD_SIZE"] = str(launch["devices"])
-    if distribution == "mpi" and launch["master_port"] is not None:
-        variables["MASTER_PORT"] = str(launch["master_port"])
+        variables["LOCAL_WORLD_SIZE"] = str(launch.devices)
+    if distribution == "mpi" and launch.master_port is not None:
+        variables["MASTER_PORT"] = str(launch.master_port)
     return variables

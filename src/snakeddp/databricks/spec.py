@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config import parts
 from snakeddp.errors import ConfigError
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
@@ -93,7 +94,7 @@ def plan_for(
 ) -> JobPlan:
     """The job of one run: its layout and time limit from its config (``launch``), where and on what
     cluster from the ``databricks:`` section; ``gpu``: the run's accelerator, resolved for the platform."""
-    launch = run_config["launch"]
+    launch = parts.Launch.of(run_config["launch"])
     if not section.get("stage"):
         raise DatabricksSpecError(
             "databricks.stage is not set, so the run's code and files have nowhere to go. HINT: set it to a Unity "
@@ -101,13 +102,13 @@ def plan_for(
         )
     return JobPlan(
         run_id=run_id,
-        nodes=launch["nodes"],
-        devices=launch["devices"],
+        nodes=launch.nodes,
+        devices=launch.devices,
         gpu=gpu,
         stage=str(section["stage"]).rstrip("/"),
         manifest=manifest,
         code=code,
-        timeout_s=int(launch["runtime"]) * 60,
+        timeout_s=int(launch.runtime) * 60,
         existing_cluster_id=section.get("existing_cluster_id"),
         new_cluster=dict(section.get("new_cluster") or {}),
         variables=dict(variables),

@@ -225,7 +225,8 @@ def _run_action(
 ) -> ContextEntity:
     """One training run as a CreateAction of the train step."""
     p = run.provenance
-    launch, timing = p["launch"], p["timing"]
+    # provenance's launch record: where and how the run was placed (not the config's launch section).
+    launched, timing = p["launch"], p["timing"]
     config = flatten(p["config"])
     values = []
     for key in params:
@@ -240,7 +241,7 @@ def _run_action(
         values.append(value)
     environment = [
         builder.entity(f"#{run.run_id}-env-{name}", "PropertyValue", name=name, value=value)
-        for name, value in launch["variables"].items()
+        for name, value in launched["variables"].items()
     ]
     results = [files[k] for k in ("checkpoints", "metrics", "provenance") if k in files]
     action = builder.crate.add_action(
@@ -252,9 +253,10 @@ def _run_action(
             "@type": "CreateAction",
             "name": f"Training run {run.run_id}",
             "description": (
-                f"{p['status']} after {p['training']['epochs_completed']} epochs on {launch['nodes']} node(s) x "
-                f"{launch['processes_per_node']} process(es) ({launch['backend']}, launcher {launch['launcher']}, "
-                f"hosts {' '.join(launch['hosts'])}, job {launch['job_id'] or '-'}); best {run.monitor['metric']} "
+                f"{p['status']} after {p['training']['epochs_completed']} epochs on {launched['nodes']} node(s) x "
+                f"{launched['processes_per_node']} process(es) ({launched['backend']}, "
+                f"launcher {launched['launcher']}, "
+                f"hosts {' '.join(launched['hosts'])}, job {launched['job_id'] or '-'}); best {run.monitor['metric']} "
                 f"{run.best_score}; code {p['code']['commit'] or 'unknown'}"
                 f"{' (dirty)' if p['code']['dirty'] else ''}"
             ),
@@ -263,7 +265,7 @@ def _run_action(
             "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
         },
     )
-    agent = _agent(builder, launch.get("user"))
+    agent = _agent(builder, launched.get("user"))
     if agent is not None:
         action["agent"] = {"@id": agent.id}
     if environment:

@@ -232,20 +232,21 @@ def scaling_points(runs: Sequence[Run], params: Sequence[str]) -> list[dict[str,
         measured = steady_throughput(run)
         if measured is None:
             continue
-        config, launch = flatten(run.provenance["config"]), run.provenance["launch"]
+        # provenance's launch record: the world size the run had, not the config's launch section.
+        config, launched = flatten(run.provenance["config"]), run.provenance["launch"]
         label = ", ".join(f"{k.rsplit('.', 1)[-1]}={config.get(k)}" for k in series_keys) or "all runs"
         points.append(
             {
                 "run": run.run_id,
                 "series": label,
-                "world_size": launch["world_size"],
-                "nodes": launch["nodes"],
-                "devices": launch["processes_per_node"],
+                "world_size": launched["world_size"],
+                "nodes": launched["nodes"],
+                "devices": launched["processes_per_node"],
                 "throughput": measured[0],
                 "low": measured[1],
                 "high": measured[2],
                 # One optimizer step: every rank's batch, at the measured rate.
-                "step_ms": 1e3 * _batch(run, config) * launch["world_size"] / measured[0],
+                "step_ms": 1e3 * _batch(run, config) * launched["world_size"] / measured[0],
             }
         )
     for label in {p["series"] for p in points}:

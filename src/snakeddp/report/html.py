@@ -189,7 +189,8 @@ def _data_view(run: Run) -> dict[str, str]:
 
 
 def _run_view(run: Run) -> dict[str, Any]:
-    training, launch = run.provenance["training"], run.provenance["launch"]
+    # provenance's launch record: how the run was placed (not the config's launch section).
+    training, launched = run.provenance["training"], run.provenance["launch"]
     return {
         "id": run.run_id,
         "p": run.provenance,
@@ -201,7 +202,7 @@ def _run_view(run: Run) -> dict[str, Any]:
         "best_path": (training["best_checkpoint"] or {}).get("path"),
         "checkpoints": training["checkpoints"] or [c for c in (training["last_checkpoint"],) if c],
         "config_yaml": yaml.safe_dump(run.provenance["config"], sort_keys=False),
-        "variables": "\n".join(f"{k}={v}" for k, v in launch["variables"].items()) or "(none recorded)",
+        "variables": "\n".join(f"{k}={v}" for k, v in launched["variables"].items()) or "(none recorded)",
     }
 
 

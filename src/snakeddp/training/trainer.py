@@ -16,9 +16,9 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
-from snakeddp import config as configuration
 from snakeddp.cluster import Launcher, Layout, torchdistributor
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
+from snakeddp.config import parts
 from snakeddp.environment import cuda
 from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import LaunchError
@@ -124,31 +124,30 @@ def build_trainer(
     ``loggers`` and ``extra_callbacks`` come from the trackers; ``shards_itself`` is False for a
     custom DataModule, which then gets Lightning's DistributedSampler.
     """
-    trainer_cfg, launch = cfg["trainer"], cfg["launch"]
-    accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
+    trainer_cfg, launch = parts.Trainer.of(cfg["trainer"]), parts.Launch.of(cfg["launch"])
+    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
     if accelerator == "gpu":
         # Before the first CUDA call: a GPU run never falls back to the CPU, nor meets "no kernel image".
         found = cuda.check_device(layout.local_rank)
         if layout.local_rank == 0:
             print(f"snakeddp: {layout.local_world_size} rank(s) on {found}", file=sys.stderr, flush=True)
-    check_precision(trainer_cfg["precision"], accelerator)
+    check_precision(trainer_cfg.precision, accelerator)
     paths = RunPaths(run_dir)
-    stop_cfg = trainer_cfg["early_stopping"]
     checkpoint_io = AtomicCheckpointIO()
-    monitor = configuration.monitor(cfg)
+    monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
     metrics = EpochMetrics(paths.metrics)
     callbacks = Callbacks(
-        monitor=MonitoredMetric(monitor["metric"]),
+        monitor=MonitoredMetric(monitor.metric),
         checkpoint=EpochCheckpoint(
             dirpath=paths.checkpoints,
-            filename=checkpoint_name(monitor["metric"]),
+            filename=checkpoint_name(monitor.metric),
             auto_insert_metric_name=False,
-            monitor=monitor["metric"],
-            mode=monitor["mode"],
-            save_top_k=trainer_cfg["save_top_k"],
+            monitor=monitor.metric,
+            mode=monitor.mode,
+            save_top_k=trainer_cfg.save_top_k,
         ),
         metrics=metrics,
-        preemption=Preemption(trainer_cfg["preempt_signals"], paths.last_checkpoint),
+        preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
         hosts=RankHosts(
             os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME"),
             executor=torchdistributor.executor(os.environ),
@@ -156,26 +155,28 @@ def build_trainer(
         phases=Phases(checkpoint_io),
         progress=EpochProgress(run_dir.name, metrics),
         early_stopping=EarlyStopping(
-            monitor=monitor["metric"],
-            mode=monitor["mode"],
-            patience=stop_cfg["patience"],
-            min_delta=stop_cfg["min_delta"],
+            monitor=monitor.metric,
+            mode=monitor.mode,
+            patience=stop_cfg.patience,
+            min_delta=stop_cfg.min_delta,
         )
-        if stop_cfg["enabled"]
+        if stop_cfg.enabled
         else None,
-        trace=SampleTrace(paths.trace) if trainer_cfg["trace_samples"] else None,
+        trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
     )
-    strategy = build_strategy(trainer_cfg, accelerator, backend, launcher.lightning_environment(layout), checkpoint_io)
+    strategy = build_strategy(
+        cfg["trainer"], accelerator, backend, launcher.lightning_environment(layout), checkpoint_io
+    )
     trainer = pl.Trainer(
         accelerator=accelerator,
         # Where the platform placed the ranks itself (Spark), the same world size in its own layout.
-        devices=layout.local_world_size if launcher.places_ranks else launch["devices"],
-        num_nodes=layout.num_nodes if launcher.places_ranks else launch["nodes"],
+        devices=layout.local_world_size if launcher.places_ranks else launch.devices,
+        num_nodes=layout.num_nodes if launcher.places_ranks else launch.nodes,
         strategy=strategy,
-        precision=trainer_cfg["precision"],
+        precision=trainer_cfg.precision,
         # torch.use_deterministic_algorithms and CUBLAS_WORKSPACE_CONFIG, set by Lightning before CUDA starts.
-        deterministic=configuration.trainer_setting(cfg, "deterministic"),
-        max_epochs=trainer_cfg["max_epochs"],
+        deterministic=trainer_cfg.deterministic,
+        max_epochs=trainer_cfg.max_epochs,
         callbacks=[*callbacks.all(), *extra_callbacks],
         logger=list(loggers) or False,
         default_root_dir=run_dir,
@@ -186,6 +187,6 @@ def build_trainer(
         enable_model_summary=layout.is_main,
         num_sanity_val_steps=0,
     )
-    if "SIGTERM" in trainer_cfg["preempt_signals"]:
+    if "SIGTERM" in trainer_cfg.preempt_signals:
         hand_sigterm_to_preemption(trainer)
     return trainer, callbacks

@@ -1,0 +1,123 @@
+"""snakeddp.config.parts: every schema key of a part's section has a field of the right shape, parts are
+built from validated configs and run configs alike, and stay frozen."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from snakeddp import config
+from snakeddp.config import parts
+from snakeddp.config.schema import load_schema
+from snakeddp.errors import ConfigError
+from tests.helpers import TINY
+
+
+def mismatches(part: type[parts.Part], schema: Mapping[str, Any]) -> list[str]:
+    """Where a part and its section's schema disagree: a key without a field, a field without a key, a
+    nested object whose field is not a nested part, a free-form map or array held otherwise."""
+    keys, hints = schema["properties"], typing.get_type_hints(part)
+    names = [f.name for f in dataclasses.fields(part)]
+    found = [f"{part.key}.{key}: no field" for key in keys if key not in names]
+    found += [f"{part.key}.{name}: no schema key" for name in names if name not in keys]
+    for key in set(keys) & set(names):
+        hint, origin = hints[key], typing.get_origin(hints[key])
+        if "properties" in keys[key]:
+            if not (isinstance(hint, type) and issubclass(hint, parts.Part) and hint.key == f"{part.key}.{key}"):
+                found.append(f"{part.key}.{key}: a nested object, and its field is no part of that key")
+            else:
+                found += mismatches(hint, keys[key])
+        elif keys[key].get("type") == "object" and origin is not Mapping:
+            found.append(f"{part.key}.{key}: a free-form map, and its field is no Mapping")
+        elif keys[key].get("type") == "array" and origin is not tuple:
+            found.append(f"{part.key}.{key}: an array, and its field is no tuple")
+    return found
+
+
+@pytest.mark.parametrize("part", parts.SECTIONS, ids=lambda part: part.key)
+def test_every_schema_key_of_a_section_is_a_field_of_its_part(part):
+    assert mismatches(part, load_schema()["properties"][part.key]) == []
+
+
+def test_the_key_check_fails_for_a_schema_key_without_a_field_and_for_a_misshapen_one():
+    schema = copy.deepcopy(load_schema()["properties"])
+    schema["launch"]["properties"]["gpus_per_node"] = {"type": "integer", "default": 1}
+    schema["trainer"]["properties"]["monitor"]["properties"]["every"] = {"type": "integer", "default": 1}
+    schema["data"]["properties"]["seed"] = {"type": "array", "default": []}
+    assert mismatches(parts.Launch, schema["launch"]) == ["launch.gpus_per_node: no field"]
+    assert mismatches(parts.Trainer, schema["trainer"]) == ["trainer.monitor.every: no field"]
+    assert mismatches(parts.Data, schema["data"]) == ["data.seed: an array, and its field is no tuple"]
+
+
+def test_the_sections_are_the_top_level_parts():
+    assert [part.key for part in parts.SECTIONS] == [f.name for f in dataclasses.fields(parts.Parts)]
+
+
+def test_a_validated_config_gives_every_part_holding_its_values():
+    cfg = config.validate({**TINY, "launch": {"devices": 2, "master_port": 29600}, "site": {"accelerator": "gpu"}})
+    every = parts.of(cfg)
+    assert (every.launch.devices, every.launch.master_port, every.launch.world_size) == (2, 29600, 2)
+    assert every.site.accelerator == "gpu" and every.site.cpus_per_gpu == cfg["site"]["cpus_per_gpu"]
+    assert every.trainer.early_stopping.patience == cfg["trainer"]["early_stopping"]["patience"]
+    assert every.tracking.mlflow.experiment == cfg["tracking"]["mlflow"]["experiment"]
+    for part in parts.SECTIONS:
+        assert parts.thaw(getattr(every, part.key)) == cfg[part.key], "a part is its section, typed"
+
+
+def test_a_run_config_gives_its_parts_with_the_keys_it_leaves_out_at_their_schema_default():
+    run = config.run_config(config.validate(TINY))
+    assert "monitor" not in run["trainer"] and "version" not in run["data"]["table"], "QUIET_AT_DEFAULT"
+    trainer, data = parts.Trainer.of(run["trainer"]), parts.Data.of(run["data"])
+    assert trainer.monitor == parts.Monitor(**config.monitor(run))
+    assert trainer.deterministic is config.trainer_setting(run, "deterministic")
+    assert trainer.matmul_precision == config.trainer_setting(run, "matmul_precision")
+    assert data.table.version is None and data.table.table_id is None
+
+
+def test_parts_are_frozen_down_to_their_free_form_maps():
+    cfg = config.validate({**TINY, "trainer": {"strategy_options": {"bucket": [1, {"deep": 2}]}}})
+    trainer = parts.Trainer.of(cfg["trainer"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trainer.max_epochs = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        trainer.strategy_options["bucket"] = 3  # type: ignore[index]
+    with pytest.raises(TypeError):
+        trainer.strategy_options["bucket"][1]["deep"] = 3
+    assert trainer.preempt_signals == tuple(cfg["trainer"]["preempt_signals"])
+    assert parts.thaw(trainer.strategy_options) == {"bucket": [1, {"deep": 2}]}
+    cfg["trainer"]["strategy_options"]["bucket"].append(4)
+    assert parts.thaw(trainer.strategy_options) == {"bucket": [1, {"deep": 2}]}, "a part holds its own copy"
+
+
+def test_a_part_passes_through_of_unchanged():
+    launch = parts.Launch.of(config.validate({})["launch"])
+    assert parts.Launch.of(launch) is launch
+
+
+def test_a_section_missing_a_key_is_refused_in_one_line_with_a_hint():
+    section = config.validate({})["launch"]
+    del section["devices"]
+    with pytest.raises(ConfigError, match=r"^launch\.devices is missing.*HINT: .*validated config") as refused:
+        parts.Launch.of(section)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_key_no_field_holds_is_refused_in_one_line_with_a_hint():
+    section = {**config.validate({})["trainer"]["early_stopping"], "verbose": True}
+    with pytest.raises(ConfigError, match=r"^trainer\.early_stopping\.verbose has no field in parts.*HINT"):
+        parts.EarlyStopping.of(section)
+
+
+def test_a_run_config_is_no_full_config():
+    with pytest.raises(ConfigError, match=r"no site, tracking section.*HINT: .*parts\.Launch\.of"):
+        parts.of(config.run_config(config.validate(TINY)))
+
+
+def test_a_section_that_is_not_a_mapping_is_refused():
+    with pytest.raises(ConfigError, match=r"^launch: expected a mapping.*HINT"):
+        parts.Launch.of(["devices"])  # type: ignore[arg-type]
