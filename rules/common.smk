@@ -21,6 +21,7 @@ from snakeddp.data import plan as snakeddp_data_plan
 from snakeddp.config import coerce as snakeddp_coerce
 from snakeddp.config import layers as snakeddp_layers
 from snakeddp.config import site as snakeddp_site
+from snakeddp.config import parts as snakeddp_parts
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import redact as snakeddp_redact
 from snakeddp.run import layout as snakeddp_layout
@@ -257,7 +258,7 @@ def get_run_json(wildcards):
 
 
 def get_launch(wildcards):
-    return RUNS[wildcards.run]["config"]["launch"]
+    return snakeddp_parts.Launch.of(RUNS[wildcards.run]["config"]["launch"])
 
 
 def get_runs_to_train():
@@ -276,7 +277,7 @@ def get_accelerator(wildcards):
 
 def get_train_threads(wildcards):
     launch = get_launch(wildcards)
-    return launch["devices"] * launch["threads_per_process"]
+    return launch.devices * launch.threads_per_process
 
 
 def get_slurm_tasks(wildcards):
@@ -288,12 +289,12 @@ def get_slurm_tasks(wildcards):
 
 # The Slurm/scheduler resources of a job that trains a run (rules train and search_train).
 TRAIN_RESOURCES = dict(
-    nodes=lambda wc: get_launch(wc)["nodes"],
+    nodes=lambda wc: get_launch(wc).nodes,
     # Sized per GPU rank unless launch.mem_mb says otherwise (site.mem_mb_per_gpu).
     mem_mb=lambda wc: snakeddp_site.mem_mb(
         get_launch(wc), get_accelerator(wc), CONFIG["site"]
     ),
-    runtime=lambda wc: get_launch(wc)["runtime"],
+    runtime=lambda wc: get_launch(wc).runtime,
     # Slurm (profiles/slurm): one task per training process, CPUs and GPUs per rank.
     mpi=lambda wc: get_slurm_tasks(wc)["mpi"],
     tasks_per_node=lambda wc: get_slurm_tasks(wc)["tasks_per_node"],

@@ -35,6 +35,7 @@ from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
+from snakeddp.config.parts import Launch
 from snakeddp.errors import exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
@@ -90,16 +91,16 @@ def train_arguments(args: argparse.Namespace, launcher: str) -> tuple[str, ...]:
 def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launcher, list[str], dict[str, str]]:
     """The launcher, the argv that starts every rank, and the environment to start it with."""
     run = RunFile.load(args.config)
-    launch = run.config["launch"]
-    launcher = cluster.for_platform(launch["launcher"], args.platform)
+    launch = Launch.of(run.config["launch"])
+    launcher = cluster.for_platform(launch.launcher, args.platform)
     # auto decided once, as the workflow planned it (a cluster's site, this machine's GPUs), and handed
     # to every rank: a run sized for GPUs never trains on a CPU because a rank saw none.
     accelerator = variables.accelerator(launch, env)
     plan = cluster.LaunchPlan(
-        nodes=launch["nodes"],
-        devices=launch["devices"],
-        threads_per_process=launch["threads_per_process"],
-        master_port=launch["master_port"],
+        nodes=launch.nodes,
+        devices=launch.devices,
+        threads_per_process=launch.threads_per_process,
+        master_port=launch.master_port,
         python=sys.executable,
         entry=train_arguments(args, launcher.name),
         gpus=accelerator == "gpu",
@@ -108,7 +109,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         cpus_per_process=site.cpus_per_process(launch, accelerator, variables.site(env)),
     )
     argv, exports = launcher.command(plan, env)
-    threads = str(launch["threads_per_process"])
+    threads = str(launch.threads_per_process)
     child_env = {
         **env,
         "OMP_NUM_THREADS": threads,

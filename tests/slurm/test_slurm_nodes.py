@@ -138,7 +138,7 @@ def refusal(nodes: list[str], partitions: list[str], runs: dict[str, dict], decl
     plan = {rid: {"config": configuration.validate({"launch": launch})} for rid, launch in runs.items()}
     training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(nodes, partitions))
     try:
-        slurm_nodes.check(plan, lambda launch: launch["accelerator"], resolved, declared, training)
+        slurm_nodes.check(plan, lambda launch: launch.accelerator, resolved, declared, training)
     except slurm_nodes.SlurmNodesError as error:
         return str(error)
     return None

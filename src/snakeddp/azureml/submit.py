@@ -34,6 +34,7 @@ from snakeddp.azureml import staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
+from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError, add_hint
 from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
@@ -73,7 +74,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
     key's own, or the finished attempt of a shorter budget it continues (``takeover``). Read-only for
     the run directory: what launch's ``prepare`` moves there moves after the connection is checked."""
     run = RunFile.load(args.config)
-    launch = run.config["launch"]
+    launch = Launch.of(run.config["launch"])
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
     environment = staging.environment_spec(settings, names.torch_build(os.environ))
@@ -95,13 +96,13 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         run_id=run.run_id,
         sdk=settings.sdk,
         distribution=distribution,
-        nodes=launch["nodes"],
-        devices=launch["devices"],
+        nodes=launch.nodes,
+        devices=launch.devices,
         # auto is what the profile declares its nodes have (site.accelerator), as each rank resolves it.
         accelerator=names.accelerator(launch, {**os.environ, names.PLATFORM: "azureml"}),
         compute=compute,
         experiment=settings.experiment,
-        timeout_s=launch["runtime"] * 60,
+        timeout_s=launch.runtime * 60,
         spec_dir=spec_dir,
         data=DataInput(
             manifest_name=args.data.name,

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError
 from snakeddp.platforms import row
 from snakeddp.util import gpus
@@ -46,16 +47,17 @@ def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_i
     return declared
 
 
-def local_accelerator(launch: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
+def local_accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
     """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks,
     else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than failing it."""
-    if launch["accelerator"] != "auto":
-        return launch["accelerator"]
-    return "gpu" if len(gpus.visible(env)) >= launch["devices"] else "cpu"
+    launch = Launch.of(launch)
+    if launch.accelerator != "auto":
+        return launch.accelerator
+    return "gpu" if len(gpus.visible(env)) >= launch.devices else "cpu"
 
 
 def resolved(
-    launch: Mapping[str, Any],
+    launch: Launch | Mapping[str, Any],
     platform: str,
     site: Mapping[str, Any],
     *,
@@ -63,22 +65,25 @@ def resolved(
     env: Mapping[str, str] = os.environ,
 ) -> str:
     """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
+    launch = Launch.of(launch)
     if not row(platform).this_machine:
-        return accelerator(launch["accelerator"], platform, site, run_id=run_id)
+        return accelerator(launch.accelerator, platform, site, run_id=run_id)
     return local_accelerator(launch, env)
 
 
-def mem_mb(launch: Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def mem_mb(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
     """Host memory per node: launch.mem_mb when set, else site.mem_mb_per_gpu per GPU rank (CPU: a flat
     default). ``site`` is validated (the schema's defaults filled in), as the workflow and ranks read it."""
-    if launch.get("mem_mb") is not None:
-        return int(launch["mem_mb"])
+    launch = Launch.of(launch)
+    if launch.mem_mb is not None:
+        return launch.mem_mb
     if resolved == "gpu":
-        return int(launch["devices"]) * int(site["mem_mb_per_gpu"])
+        return launch.devices * int(site["mem_mb_per_gpu"])
     return CPU_MEM_MB_PER_NODE
 
 
-def cpus_per_process(launch: Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def cpus_per_process(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
     """CPU cores each rank is given by the scheduler: its threads, and on a GPU site.cpus_per_gpu at least."""
-    threads = int(launch["threads_per_process"])
+    launch = Launch.of(launch)
+    threads = launch.threads_per_process
     return max(threads, int(site["cpus_per_gpu"])) if resolved == "gpu" else threads

@@ -7,28 +7,28 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from snakeddp import platforms
+from snakeddp.config.parts import Launch
 from snakeddp.local import PLATFORM
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.util import gpus
 
 
-def check_nodes(run_id: str, launch: Mapping[str, Any]) -> None:
-    if launch["nodes"] != 1:
+def check_nodes(run_id: str, launch: Launch) -> None:
+    if launch.nodes != 1:
         raise PreflightError(
             f"run {run_id}: launch.nodes={launch['nodes']}, but the local profile runs on this machine only. "
             "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
         )
 
 
-def check_gpus(run_id: str, launch: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> None:
+def check_gpus(run_id: str, launch: Launch, env: Mapping[str, str] = os.environ) -> None:
     """A run that asks for GPUs, against the GPUs this machine shows its processes: more ranks than GPUs
     would die in Lightning's device check."""
-    if launch["accelerator"] != "gpu":
+    if launch.accelerator != "gpu":
         return
-    shown, devices = len(gpus.visible(env)), launch["devices"]
+    shown, devices = len(gpus.visible(env)), launch.devices
     if shown >= devices:
         return
     if shown:
@@ -49,8 +49,8 @@ def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
     ranks: a 2-rank run on a one-GPU workstation), so the choice is seen before the run, not in its record."""
     shown = len(gpus.visible(env))
     for run_id, run in runs.items():
-        launch = run["config"]["launch"]
-        if launch["accelerator"] == "auto" and 0 < shown < launch["devices"]:
+        launch = Launch.of(run["config"]["launch"])
+        if launch.accelerator == "auto" and 0 < shown < launch.devices:
             print(
                 f"snakeddp: run {run_id}: {launch['devices']} ranks, and this machine shows {gpus.describe(env)}: "
                 "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead).",
@@ -64,8 +64,8 @@ def check_cores(runs: Runs, cores: int) -> None:
     not while the workflow is read: Snakemake reads it with 1 core for a dry run or --list-rules and
     with none for --report, --summary or --unlock, and none of those runs a job."""
     for run_id, run in runs.items():
-        launch = run["config"]["launch"]
-        threads = launch["devices"] * launch["threads_per_process"]
+        launch = Launch.of(run["config"]["launch"])
+        threads = launch.devices * launch.threads_per_process
         if threads > cores:
             raise PreflightError(
                 f"run {run_id}: needs {threads} cores (launch.devices={launch['devices']} x "
@@ -78,7 +78,7 @@ def check_cores(runs: Runs, cores: int) -> None:
 class Local(Platform):
     row = platforms.row(PLATFORM)
 
-    def check_run(self, run_id: str, launch: Mapping[str, Any]) -> None:
+    def check_run(self, run_id: str, launch: Launch) -> None:
         check_nodes(run_id, launch)
         check_gpus(run_id, launch)
 

@@ -70,8 +70,9 @@ class Platform:
         """What the platform needs before any job: its client, its section, each run's request.
         ``in_container``: the rules run in --sdm apptainer's image."""
 
-    def check_run(self, run_id: str, launch: Mapping[str, Any]) -> None:
-        """One run's launch section, as this platform can start it."""
+    def check_run(self, run_id: str, launch: Any) -> None:
+        """One run's launch part (snakeddp.config.parts.Launch: config is a floor above this one), as this
+        platform can start it."""
 
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         """A dry run's notes: what a real run would stop on, and what it would decide."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from snakeddp.config import site as sites
 from snakeddp.config import validate
+from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -112,7 +113,7 @@ def platform_section(env: Mapping[str, str], key: str) -> dict[str, Any]:
     return _section(env, PLATFORM_SECTION, key)
 
 
-def accelerator(launch: Mapping[str, Any], env: Mapping[str, str]) -> str:
+def accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str]) -> str:
     """A run's launch.accelerator where this process runs, cpu or gpu: as its launch decided it
     (ACCELERATOR), else auto resolved as the workflow resolves it (the profile's site on a cluster,
     this machine's GPUs on the local platform)."""

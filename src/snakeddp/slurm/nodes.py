@@ -26,6 +26,7 @@ from typing import Any
 
 from snakeddp.config import ConfigError
 from snakeddp.config import site as site_config
+from snakeddp.config.parts import Launch
 from snakeddp.run import variables
 
 #: Node state flags under which Slurm starts nothing there until an admin (or the node) acts.
@@ -175,13 +176,14 @@ class Need:
         return f"{gpus}{count(self.cpus, 'CPU')} and {self.mem_mb} MB"
 
 
-def need(launch: Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> Need:
+def need(launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> Need:
     """A run's train job per node, as snakeddp.slurm.resources asks for it: one task per rank (or
     one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node."""
-    devices = int(launch["devices"])
+    launch = Launch.of(launch)
+    devices = launch.devices
     gpu = accelerator == "gpu"
     return Need(
-        nodes=int(launch["nodes"]),
+        nodes=launch.nodes,
         cpus=devices * site_config.cpus_per_process(launch, accelerator, site),
         mem_mb=site_config.mem_mb(launch, accelerator, site),
         gpus=devices if gpu else 0,
@@ -330,7 +332,7 @@ def _flow(mapping: Mapping[str, Any]) -> str:
 
 
 def _smaller_sites(
-    runs: list[tuple[Mapping[str, Any], str]], site: Mapping[str, Any], cpus: int, memory: int, gpus: int
+    runs: list[tuple[Launch, str]], site: Mapping[str, Any], cpus: int, memory: int, gpus: int
 ) -> dict[str, int]:
     """The per-GPU sizes (site.cpus_per_gpu, site.mem_mb_per_gpu) at which the ranks of every GPU run
     (launch, accelerator) fit on a node with ``cpus``, ``memory`` and ``gpus``, where the site's sizes
@@ -338,31 +340,31 @@ def _smaller_sites(
     smaller: dict[str, int] = {}
     for launch, accelerator in runs:
         # A run with more ranks per node than fit is sized as it will be once launch.devices is lowered.
-        devices = min(int(launch["devices"]), gpus, cpus)
+        devices = min(launch.devices, gpus, cpus)
         if accelerator != "gpu" or devices < 1:
             continue
         per_rank_cpus, per_rank_mb = cpus // devices, memory // devices
-        if site["cpus_per_gpu"] > per_rank_cpus >= int(launch["threads_per_process"]):
+        if site["cpus_per_gpu"] > per_rank_cpus >= launch.threads_per_process:
             smaller["cpus_per_gpu"] = min(smaller.get("cpus_per_gpu", per_rank_cpus), per_rank_cpus)
-        if launch.get("mem_mb") is None and devices * site["mem_mb_per_gpu"] > memory:
+        if launch.mem_mb is None and devices * site["mem_mb_per_gpu"] > memory:
             smaller["mem_mb_per_gpu"] = min(smaller.get("mem_mb_per_gpu", per_rank_mb), per_rank_mb)
     return smaller
 
 
-def _fixes(launch: Mapping[str, Any], wanted: Need, cpus: int, memory: int, gpus: int) -> list[str]:
+def _fixes(launch: Launch, wanted: Need, cpus: int, memory: int, gpus: int) -> list[str]:
     """What to set in a run's launch: section so that one node's share fits where the site's
     per-GPU sizes are not the problem."""
-    devices = int(launch["devices"])
+    devices = launch.devices
     fixes = []
     if wanted.gpus and devices > gpus:
         fixes.append(f"launch.devices to at most {gpus} (more launch.nodes instead)")
     elif devices > cpus:
         fixes.append(f"launch.devices to at most {cpus} (more launch.nodes instead)")
-    elif int(launch["threads_per_process"]) > cpus // devices:
+    elif launch.threads_per_process > cpus // devices:
         fixes.append(f"launch.threads_per_process to at most {cpus // devices}")
-    if launch.get("mem_mb") is not None and int(launch["mem_mb"]) > memory:
+    if launch.mem_mb is not None and launch.mem_mb > memory:
         fixes.append(f"launch.mem_mb to at most {memory}")
-    elif launch.get("mem_mb") is None and not wanted.gpus and wanted.mem_mb > memory:
+    elif launch.mem_mb is None and not wanted.gpus and wanted.mem_mb > memory:
         fixes.append(f"launch.mem_mb to at most {memory}")
     return [f"set {fix}" for fix in fixes]
 
@@ -372,10 +374,10 @@ OTHER_PARTITION = "or train on a partition with larger nodes (set-resources: tra
 
 def refusal(
     run_id: str,
-    launch: Mapping[str, Any],
+    launch: Launch,
     wanted: Need,
     partition: Partition,
-    runs: list[tuple[Mapping[str, Any], str]],
+    runs: list[tuple[Launch, str]],
     site: Mapping[str, Any],
     declared: Mapping[str, Any],
 ) -> SlurmNodesError | None:
@@ -446,7 +448,9 @@ def check(
     """Every run to train (``runs``, as RUNS holds them) against the nodes of each training rule's
     partitions: the first whose job could start in none of them is refused (SlurmNodesError, one
     line). ``accelerator`` resolves a run's launch where it runs; ``declared`` is the site as given."""
-    launches = [(run["config"]["launch"], accelerator(run["config"]["launch"])) for run in runs.values()]
+    launches = [
+        (launch, accelerator(launch)) for launch in (Launch.of(run["config"]["launch"]) for run in runs.values())
+    ]
     for group in nodes.groups.values():
         for (run_id, _), (launch, resolved) in zip(runs.items(), launches, strict=True):
             wanted = need(launch, resolved, site)

@@ -14,6 +14,7 @@ from typing import Any
 from snakeddp import cluster, platforms
 from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.config import site
+from snakeddp.config.parts import Launch
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM
 from snakeddp.slurm import nodes as slurm_nodes
@@ -34,11 +35,11 @@ def check_client(which: Callable[[str], str | None] = shutil.which) -> None:
         )
 
 
-def check_container(run_id: str, launch: Mapping[str, Any]) -> None:
+def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
     """A run under ``--sdm apptainer``: the train rule runs inside the image, which has no Slurm client,
     so a launcher that calls srun there (srun itself, mpirun for its daemons) fails in the job with
     ``srun: not found``. Refused before anything is submitted."""
-    launcher = cluster.for_platform(launch["launcher"], PLATFORM).name
+    launcher = cluster.for_platform(Launch.of(launch).launcher, PLATFORM).name
     if launcher in ("srun", "mpirun"):
         raise PreflightError(
             f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "

@@ -19,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp import platforms
+from snakeddp import cluster
 from snakeddp.config import site as site_config
+from snakeddp.config.parts import Launch
+from snakeddp.slurm import PLATFORM
 
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
 
@@ -30,12 +32,15 @@ def gres(devices: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{devices}" if gpu_type else f"gpu:{devices}"
 
 
-def slurm_resources(launch: Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> dict[str, int | str]:
+def slurm_resources(
+    launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str, Any]
+) -> dict[str, int | str]:
     """Resources of the train rule for one run's ``launch`` section, its ``accelerator`` resolved
     for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
     are set elsewhere)."""
-    launcher = platforms.row("slurm").default_launcher if launch["launcher"] == "auto" else launch["launcher"]
-    nodes, devices = launch["nodes"], launch["devices"]
+    launch = Launch.of(launch)
+    launcher = cluster.for_platform(launch.launcher, PLATFORM).name
+    nodes, devices = launch.nodes, launch.devices
     cpus = site_config.cpus_per_process(launch, accelerator, site)
     one_task_per_process = launcher in ONE_TASK_PER_PROCESS
     per_node = devices if one_task_per_process and devices > 1 else 0

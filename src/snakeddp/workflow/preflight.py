@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
+from snakeddp.config.parts import Launch
 from snakeddp.errors import TrackerError
 from snakeddp.platforms.contract import PreflightError
 from snakeddp.run import requirements
@@ -89,7 +90,7 @@ def check_lock(path: Path) -> None:
 
 def check_run(
     run_id: str,
-    launch: Mapping[str, Any],
+    launch: Launch | Mapping[str, Any],
     trainer: Mapping[str, Any],
     platform: str,
     site_config: Mapping[str, Any] | None = None,
@@ -97,9 +98,10 @@ def check_run(
     """The layout, launcher, accelerator and strategy of one run against the profile it runs on
     and what that profile declares its nodes have (``site_config``)."""
     site_config = site_config or {}
+    launch = Launch.of(launch)
     where = f"run {run_id}: "
     try:
-        cluster.for_platform(launch["launcher"], platform)
+        cluster.for_platform(launch.launcher, platform)
     except cluster.LaunchError as error:  # its HINT names the profile (platforms' rows) or auto
         raise PreflightError(f"{where}{error}") from None
     platforms.load(platform).check_run(run_id, launch)
