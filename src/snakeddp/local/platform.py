@@ -18,7 +18,7 @@ from snakeddp.util import gpus
 def check_nodes(run_id: str, launch: Launch) -> None:
     if launch.nodes != 1:
         raise PreflightError(
-            f"run {run_id}: launch.nodes={launch['nodes']}, but the local profile runs on this machine only. "
+            f"run {run_id}: launch.nodes={launch.nodes}, but the local profile runs on this machine only. "
             "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
         )
 
@@ -52,7 +52,7 @@ def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
         launch = Launch.of(run["config"]["launch"])
         if launch.accelerator == "auto" and 0 < shown < launch.devices:
             print(
-                f"snakeddp: run {run_id}: {launch['devices']} ranks, and this machine shows {gpus.describe(env)}: "
+                f"snakeddp: run {run_id}: {launch.devices} ranks, and this machine shows {gpus.describe(env)}: "
                 "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead).",
                 file=sys.stderr,
                 flush=True,
@@ -68,8 +68,8 @@ def check_cores(runs: Runs, cores: int) -> None:
         threads = launch.devices * launch.threads_per_process
         if threads > cores:
             raise PreflightError(
-                f"run {run_id}: needs {threads} cores (launch.devices={launch['devices']} x "
-                f"launch.threads_per_process={launch['threads_per_process']}), but snakemake may use {cores}: its "
+                f"run {run_id}: needs {threads} cores (launch.devices={launch.devices} x "
+                f"launch.threads_per_process={launch.threads_per_process}), but snakemake may use {cores}: its "
                 f"processes would share cores and its timings would mean nothing. HINT: run with --cores {threads} "
                 "(or more), or lower launch.devices or launch.threads_per_process."
             )
