@@ -8,10 +8,8 @@ try:
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
 
-# The terminal shows per job what it does and why, not the scheduler's chatter around it, and
 # `snakemake --report` before the report exists says so in one line (snakeddp.compat.snakemake).
 if TYPED_INVOCATION:
-    snakeddp_snakemake.quiet_scheduling(workflow)
     snakeddp_snakemake.before_report(stop_unless_report_made)
 
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).

@@ -46,7 +46,7 @@ def test_pyproject_allows_exactly_the_releases_each_hook_was_written_for(hook):
 def test_an_optional_hook_on_a_release_nobody_read_is_left_out_not_refused():
     assert compat.check("params_change_words", version="9.27.1") is True
     assert compat.check("params_change_words", version="9.20.0") is False
-    assert compat.check("job_errors_after_ctrl_c", version="9.0.0") is False
+    assert compat.check("report_before_a_run", version="9.0.0") is False
     compat.check_package("snakemake", version="9.0.0")  # the required hooks were read for 9.0.0
 
 
@@ -99,7 +99,7 @@ def test_private_attributes_of_upstream_objects_are_reached_only_in_compat():
     """The hooks themselves (a `._name` of an upstream object) appear in snakeddp.compat and nowhere else."""
     hooks = ("_broadcast_sigterm_tensor", "_sigterm_notifier_fn", "_signal_connector", "_save_last_checkpoint",
              "_monitor_candidates", "_should_save_on_train_epoch_end", "_schedule_reevalutation", "_to_job",
-             "_to_output_data", "overwrite_config", "check_envvars", "ParamsChange", "LogEvent")  # fmt: skip
+             "_to_output_data", "overwrite_config", "check_envvars", "ParamsChange")  # fmt: skip
     places = [*(REPO / "src" / "snakeddp").rglob("*.py"), REPO / "Snakefile", *(REPO / "rules").glob("*.smk")]
     places += list((REPO / "scripts").glob("*.py"))
     outside = {

@@ -34,7 +34,7 @@ class Hook:
     source: str
     """Where in the package's source the hook is, to read for another release."""
     optional: bool = False
-    """A hook that only words upstream's messages (why a job reruns, what Ctrl-C stopped): on a
+    """A hook that only words upstream's messages (why a job reruns, --report before a report exists): on a
     release nobody read it is left out and upstream's own wording stays, instead of a refusal."""
 
 
@@ -75,19 +75,6 @@ WRITTEN_FOR: dict[str, Hook] = {
     # Read against 9.27.1 only: optional, so the workflow runs on the rest of the range in upstream's words.
     "params_change_words": Hook(
         "snakemake", "==9.27.1", "snakemake/persistence.py (ParamsChange: only_old, only_new, files)", optional=True
-    ),
-    "job_errors_after_ctrl_c": Hook(
-        "snakemake",
-        "==9.27.1",
-        "snakemake/logging.py (logger, records' event), snakemake_interface_logger_plugins/common.py (LogEvent)",
-        optional=True,
-    ),
-    "scheduling_chatter": Hook(
-        "snakemake",
-        "==9.27.1",
-        "snakemake/logging.py (DefaultStreamHandler's name and formatter, DefaultFormatter.format_job_info's "
-        "time line), snakemake/scheduling/job_scheduler.py (Select jobs, JOB_STARTED, JOB_FINISHED)",
-        optional=True,
     ),
     "report_before_a_run": Hook(
         "snakemake",

@@ -1,12 +1,13 @@
 """Snakemake's private parts that the workflow relies on; imported by the Snakefile, which runs inside Snakemake.
 
-Nothing here imports Snakemake: the Snakefile hands over its ``workflow`` object.
+Nothing here imports Snakemake: the Snakefile hands over its ``workflow`` object. What the terminal
+needs from Snakemake's logging goes through its logger plugin interface instead
+(snakemake_logger_plugin_snakeddp); what is left here is out of that interface's reach, each
+function saying why.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -109,7 +110,10 @@ def pending_jobs(workflow: Any) -> list[tuple[str, dict[str, str]]]:
 def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str]) -> bool:
     """Word a params change as ``describe(only_old, only_new)`` says (``model.lr: 0.003 → 0.01``)
     instead of both serialized values, and list its files only when something changed (9.27.1's
-    ``--list-changes params`` listed every output ever recorded). False: left to Snakemake."""
+    ``--list-changes params`` listed every output ever recorded). False: left to Snakemake.
+
+    Not a logger plugin's: a job's record carries its reason already as a string, both values
+    serialized, and ``--list-changes`` prints without the logger; only ParamsChange holds the keys."""
     if not check("params_change_words"):
         return False
     from snakemake.persistence import ParamsChange
@@ -121,7 +125,10 @@ def name_params_changes(describe: Callable[[Iterable[str], Iterable[str]], str])
 
 def before_report(first: Callable[[], None]) -> bool:
     """Call ``first()`` when ``snakemake --report`` is about to pack the report, before Snakemake
-    reads any record (it may stop the workflow). False: left to Snakemake."""
+    reads any record (it may stop the workflow). False: left to Snakemake.
+
+    Not a logger plugin's: Snakemake logs nothing before it packs the report, and a plugin's
+    handler runs on Snakemake's logging thread, from which it could not stop the workflow."""
     if not check("report_before_a_run"):
         return False
     import snakemake.report
@@ -138,61 +145,3 @@ def before_report(first: Callable[[], None]) -> bool:
     # Workflow.create_report imports auto_report from its module when --report runs, so it gets this one.
     snakemake.report.auto_report = checked
     return True
-
-
-def quiet_job_errors(once: Callable[[], bool]) -> bool:
-    """Drop Snakemake's records of failed jobs (``ERROR``, ``JOB_ERROR``, ``GROUP_ERROR`` events:
-    the exception, "Error in rule" with the job's whole log, the final WorkflowError) once
-    ``once()`` is true (Ctrl-C came: the jobs were stopped, not broken). False: left to Snakemake."""
-    if not check("job_errors_after_ctrl_c"):
-        return False
-    from snakemake.logging import logger
-    from snakemake_interface_logger_plugins.common import LogEvent
-
-    errors = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
-    logger.addFilter(lambda record: not (once() and getattr(record, "event", None) in errors))
-    return True
-
-
-# The line Snakemake's formatter puts above each job: time.asctime() in brackets.
-_JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
-_SCHEDULING = "Select jobs to execute..."
-
-
-class _WithoutJobTimes(logging.Formatter):
-    """Snakemake's formatter, less the time line above each job (its complete log keeps it)."""
-
-    def __init__(self, inner: logging.Formatter) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def format(self, record: logging.LogRecord) -> str:
-        return _JOB_TIME.sub(r"\1", self.inner.format(record), count=1)
-
-
-def quiet_scheduling(workflow: Any) -> bool:
-    """On Snakemake's terminal (its stream handler), keep per job what it does and why (the
-    message and ``Reason:``) and the ``k of N steps done`` line, and drop the scheduler's chatter
-    around them: "Select jobs to execute...", "Execute N jobs...", "Finished jobid: ..." and the
-    time line above each job and each finish, about 6 of 9 lines per job. The complete log
-    (.snakemake/log) keeps every line; ``--verbose`` shows them all on the terminal too, and
-    ``--quiet``, ``--printshellcmds`` act as Snakemake's own filter says. False: left to Snakemake."""
-    if not check("scheduling_chatter") or workflow.output_settings.verbose:
-        return False
-    from snakemake.logging import logger
-    from snakemake_interface_logger_plugins.common import LogEvent
-
-    dropped = {LogEvent.JOB_STARTED, LogEvent.JOB_FINISHED}
-
-    def chatter(record: logging.LogRecord) -> bool:
-        return getattr(record, "event", None) in dropped or record.msg == _SCHEDULING
-
-    quieted = False
-    for handler in logger.handlers:
-        # A logger plugin writing to the stream (--logger) has its own format: left as it is.
-        if handler.name != "DefaultStreamHandler" or isinstance(handler.formatter, _WithoutJobTimes):
-            continue
-        handler.addFilter(lambda record: not chatter(record))
-        handler.setFormatter(_WithoutJobTimes(handler.formatter or logging.Formatter()))
-        quieted = True
-    return quieted

@@ -3,7 +3,8 @@
 Snakemake reports each job that Ctrl-C stopped as a failure (a ``RuleException`` with the job's
 shell command, "Error in rule", the job's whole log, then "At least one job did not complete
 successfully"): 150 lines for two training runs, which read like a crash. Training was stopped
-on purpose and saved its last epoch, so those records are dropped and ``summary`` says instead
+on purpose and saved its last epoch, so the terminal leaves those records out
+(snakemake_logger_plugin_snakeddp reads ``INTERRUPTED``) and ``summary`` says instead
 what each unfinished run kept. An interrupted (or failed) attempt's log is moved aside before
 the next attempt's job writes the run's log afresh (``keep_unfinished_logs``).
 """
@@ -16,7 +17,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from snakeddp.compat.snakemake import quiet_job_errors
 from snakeddp.run.layout import RunPaths
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
@@ -24,9 +24,10 @@ INTERRUPTED = threading.Event()
 
 
 def watch_ctrl_c() -> None:
-    """Note the first SIGINT, then let it act as before (Snakemake's KeyboardInterrupt), and quiet
-    Snakemake's account of the jobs it stopped. Only the main thread may set signal handlers:
-    elsewhere (Snakemake's API used from a thread) nothing changes."""
+    """Note the first SIGINT, then let it act as before (Snakemake's KeyboardInterrupt); the
+    terminal (snakemake_logger_plugin_snakeddp) then leaves out Snakemake's account of the jobs it
+    stopped. Only the main thread may set signal handlers: elsewhere (Snakemake's API used from a
+    thread) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGINT)
@@ -39,7 +40,6 @@ def watch_ctrl_c() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, noted)
-    quiet_job_errors(INTERRUPTED.is_set)
 
 
 def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:

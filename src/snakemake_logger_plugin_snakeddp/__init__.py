@@ -1,0 +1,113 @@
+"""snakeddp's terminal, as a Snakemake logger plugin: per job what it does and why, not the scheduler's chatter.
+
+The workflow profile (profiles/default/config.yaml, ``logger: [snakeddp]``) selects it for every
+run typed in the checkout. Snakemake finds logger plugins by module name on ``sys.path``
+(``snakemake_logger_plugin_<name>``), so it is found where snakeddp is installed (tools/setup.sh
+installs the checkout's ``src``) or on ``PYTHONPATH``. Jobs that Snakemake spawns read no profile
+and keep Snakemake's own handler.
+
+It takes the place of Snakemake's terminal handler (``writes_to_stream``) and keeps Snakemake's own
+filter (``--quiet``, ``--printshellcmds``) and formatter, which Snakemake attaches to it because it
+brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off the terminal:
+
+- the scheduler's chatter around each job ("Select jobs to execute...", "Execute N jobs...",
+  "Finished jobid: ...", the time line above each job), about 6 of 9 lines per job, unless
+  ``--verbose``;
+- after Ctrl-C, Snakemake's records of the jobs it stopped (the exception, "Error in rule" with the
+  job's whole log, the final WorkflowError): they were stopped, not broken, and the workflow says
+  what each run kept instead (snakeddp.workflow.interrupt).
+
+The complete log (.snakemake/log) keeps every line. Both wordings matched below are Snakemake's
+messages, not its interface: if a release rewords one, that line shows again, nothing breaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+
+from snakemake_interface_logger_plugins.base import LogHandlerBase
+from snakemake_interface_logger_plugins.common import LogEvent
+
+# The line Snakemake's formatter puts above a job: time.asctime() in brackets.
+_JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
+_SCHEDULING = "Select jobs to execute..."
+_CHATTER = {LogEvent.JOB_STARTED, LogEvent.JOB_FINISHED}
+_ERRORS = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
+# Snakemake's terminal colours (ANSI codes), so a terminal looks as it did without the plugin.
+_COLOURS = {"WARNING": 33, "INFO": 32, "DEBUG": 34, "CRITICAL": 35, "ERROR": 31}
+_YELLOW_INFO = {LogEvent.RUN_INFO, LogEvent.SHELLCMD, LogEvent.JOB_STARTED, None}
+
+
+def interrupted() -> bool:
+    """Whether Ctrl-C stopped the workflow, as the Snakefile's watch noted it. Looked up, not
+    imported: importing snakeddp here, before the Snakefile puts its checkout's src first on
+    sys.path, could load another copy of it."""
+    interrupt = sys.modules.get("snakeddp.workflow.interrupt")
+    return interrupt is not None and interrupt.INTERRUPTED.is_set()
+
+
+class LogHandler(LogHandlerBase):
+    """Snakemake's terminal less the chatter and the stopped jobs' errors."""
+
+    def __post_init__(self) -> None:
+        self.stream = sys.stdout if self.common_settings.stdout else sys.stderr
+        # As Snakemake's own handler: colours only on a terminal that shows them.
+        isatty = getattr(self.stream, "isatty", None)
+        tty = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+        self.colour = tty and not self.common_settings.nocolor
+        self.last_was_job_info = False
+        self.addFilter(self.shown)
+
+    def shown(self, record: logging.LogRecord) -> bool:
+        event = getattr(record, "event", None)
+        if event in _ERRORS:
+            return not interrupted()
+        if self.common_settings.verbose:
+            return True
+        return event not in _CHATTER and record.getMessage() != _SCHEDULING
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = getattr(record, "event", None)
+            # As Snakemake's own handler: a blank line above the first of consecutive jobs.
+            if event == LogEvent.JOB_INFO and not self.last_was_job_info:
+                self.stream.write("\n")
+            self.last_was_job_info = event == LogEvent.JOB_INFO
+            text = self.format(record)
+            if not self.common_settings.verbose:
+                text = _JOB_TIME.sub(r"\1", text, count=1)
+            if text in ("", "None"):
+                return
+            self.stream.write(self.coloured(record, text) + "\n")
+            self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
+    def coloured(self, record: logging.LogRecord, text: str) -> str:
+        if not self.colour or record.levelname not in _COLOURS:
+            return text
+        yellow = record.levelno == logging.INFO and getattr(record, "event", None) in _YELLOW_INFO
+        return f"\033[{_COLOURS['WARNING' if yellow else record.levelname]}m{text}\033[0m"
+
+    @property
+    def writes_to_stream(self) -> bool:
+        return True
+
+    @property
+    def writes_to_file(self) -> bool:
+        return False
+
+    @property
+    def has_filter(self) -> bool:
+        return False
+
+    @property
+    def has_formatter(self) -> bool:
+        return False
+
+    @property
+    def needs_rulegraph(self) -> bool:
+        return False

@@ -1,0 +1,96 @@
+"""snakeddp's logger plugin, set up as Snakemake sets up `logger: [snakeddp]`: Snakemake's own lines
+per job, less the scheduler's chatter and, after Ctrl-C, the records of the jobs it stopped."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from snakemake_interface_logger_plugins.common import LogEvent
+from snakemake_interface_logger_plugins.tests import TestLogHandlerBase
+
+from snakemake_logger_plugin_snakeddp import LogHandler
+
+
+class TestTheInterface(TestLogHandlerBase):
+    """The interface package's own checks of a logger plugin."""
+
+    __test__ = True
+
+    def get_log_handler_cls(self) -> type[LogHandler]:
+        return LogHandler
+
+    def get_log_handler_settings(self) -> None:
+        return None
+
+
+def one_job(logger: logging.Logger) -> None:
+    """What Snakemake's scheduler logs around one job that runs and finishes (9.27.1)."""
+    logger.info("Select jobs to execute...")
+    logger.info("Execute 1 jobs...", extra={"event": LogEvent.JOB_STARTED, "jobs": [3]})
+    job = {"event": LogEvent.JOB_INFO, "jobid": 3, "rule_msg": "run a: train", "reason": "Missing output files"}
+    logger.info(" Rule: train, Jobid: 3", extra=job)
+    logger.info("Finished jobid: 3 (Rule: train)", extra={"event": LogEvent.JOB_FINISHED, "job_id": 3})
+    logger.info(None, extra={"event": LogEvent.PROGRESS, "done": 1, "total": 1})
+
+
+# The job as Snakemake's terminal words it, after a blank line.
+JOB = ["", "Job 3: run a: train", "Reason: Missing output files"]
+
+
+def terminal(capsys: pytest.CaptureFixture[str], log, **settings) -> list[str]:
+    """The lines ``log(logger)`` puts on the terminal through Snakemake's own set-up of the plugin."""
+    from snakemake.logging import LoggerManager
+    from snakemake.settings.types import OutputSettings
+    from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
+
+    # What Snakemake's command line hands over for a plugin without settings of its own.
+    plugin_settings = LoggerPluginRegistry().get_plugin("snakeddp").get_settings(SimpleNamespace())
+    logger = logging.getLogger("snakeddp-terminal-test")
+    logger.propagate = False
+    output = OutputSettings(log_handler_settings={"snakeddp": plugin_settings}, nocolor=True, **settings)
+    manager = LoggerManager(logger, output)
+    try:
+        log(logger)
+    finally:
+        manager.stop()
+    return capsys.readouterr().err.splitlines()
+
+
+def test_snakemake_finds_the_plugin_by_its_package_name():
+    from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
+
+    assert LoggerPluginRegistry().get_plugin("snakeddp").log_handler is LogHandler
+
+
+def test_each_job_shows_what_it_does_and_why_and_the_progress_without_the_scheduler_chatter(capsys):
+    assert terminal(capsys, one_job) == [*JOB, "1 of 1 steps (100%) done"]
+
+
+def test_verbose_shows_the_scheduler_too(capsys):
+    lines = terminal(capsys, one_job, verbose=True)
+    assert "Select jobs to execute..." in lines and "Execute 1 jobs..." in lines
+    assert "Finished jobid: 3 (Rule: train)" in lines
+    assert lines[lines.index("Job 3: run a: train") - 1].startswith("[")  # the time line above the job
+
+
+def test_snakemakes_own_filter_still_applies(capsys):
+    from snakemake.settings.enums import Quietness
+
+    assert terminal(capsys, one_job, quiet={Quietness.PROGRESS}) == JOB
+
+
+def failed(logger: logging.Logger) -> None:
+    logger.error("RuleException in rule train", extra={"event": LogEvent.ERROR, "exception": "RuleException"})
+
+
+def test_errors_show_unless_ctrl_c_stopped_the_jobs(capsys):
+    from snakeddp.workflow.interrupt import INTERRUPTED
+
+    assert terminal(capsys, failed) == ["RuleException in rule train"]
+    INTERRUPTED.set()
+    try:
+        assert terminal(capsys, failed) == []
+    finally:
+        INTERRUPTED.clear()
