@@ -91,7 +91,7 @@ class DatabricksStub:
             return self.answer(request, 401, {"error_code": "UNAUTHENTICATED", "message": "Invalid access token."})
         path = unquote(parts.path)
         if path.startswith(FILES + "/"):
-            return self.files(request, method, path.removeprefix(FILES))
+            return self.files(request, method, path.removeprefix(FILES), body)
         if path.startswith(DIRECTORIES + "/"):
             return self.directories(request, method, path.removeprefix(DIRECTORIES))
         if path == f"{JOBS}/submit" and method == "POST":
@@ -123,11 +123,15 @@ class DatabricksStub:
     def missing(self, request: BaseHTTPRequestHandler, what: str) -> None:
         self.answer(request, 404, {"error_code": "NOT_FOUND", "message": f"{what} does not exist."})
 
-    def files(self, request: BaseHTTPRequestHandler, method: str, remote: str) -> None:
+    def files(self, request: BaseHTTPRequestHandler, method: str, remote: str, body: bytes) -> None:
         path = self.local(remote)
         if method == "PUT":
+            # This request's body (train jobs upload at once), written whole outside the volume, then moved in.
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(self.seen[-1]["body"])
+            partial = self.root.parent / f"{self.root.name}.partial" / str(threading.get_ident())
+            partial.parent.mkdir(exist_ok=True)
+            partial.write_bytes(body)
+            partial.replace(path)
             return self.answer(request, 200, {})
         if method == "DELETE":
             path.unlink(missing_ok=True)

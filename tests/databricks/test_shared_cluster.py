@@ -154,6 +154,8 @@ def test_a_sweep_shares_one_cluster_and_one_failed_run_leaves_the_others_and_no_
     assert f"terminated the shared cluster {cluster_id}" in said
     results = flow.directory / "results" / "runs"
     for run in ("seed-1", "seed-3"):
+        log = flow.directory / "logs" / "train" / f"{run}.log"
+        assert (results / run / "provenance.json").is_file(), log.read_text() + (stub.root / "driver.log").read_text()
         provenance = json.loads((results / run / "provenance.json").read_text())
         assert provenance["training"]["epochs_completed"] == 2 and (results / run / "finished.json").is_file()
         record = json.loads((results / run / "databricks" / "environment.json").read_text())
