@@ -6,7 +6,11 @@ keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2
 answers who the token is (SCIM's ``Me``, snakeddp's credential check) and MLflow's experiment lookup as a
 workspace without the experiment does, and hands a submitted run (``/api/2.2/jobs/runs/submit``) to
 the test's ``runner``, which does what the job cluster would do and returns its result state and
-message; ``runs/get`` answers with it.
+message; ``runs/get`` answers with it and the cluster the run ran on (``cluster_instance``).
+All-purpose clusters (``/api/2.1/clusters``: create, get, start, delete) go PENDING, then RUNNING once
+``get`` has been asked ``starts_after`` times, as a cluster acquires its nodes; delete terminates one
+(USER_REQUEST); ``idle`` terminates one as its autotermination would (INACTIVITY). A run records the
+state its existing cluster was in when it was submitted.
 A request without the expected bearer token is refused (401), as a workspace refuses it.
 """
 
@@ -24,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 FILES, DIRECTORIES = "/api/2.0/fs/files", "/api/2.0/fs/directories"
 JOBS = "/api/2.2/jobs/runs"
+CLUSTERS = "/api/2.1/clusters"
 # A runner gets the submitted body and the folder that holds the volume's files.
 Runner = Callable[[dict[str, Any], Path], tuple[str, str]]
 
@@ -36,6 +41,8 @@ class DatabricksStub:
         # there (or a tampered listing) would show, passed on by the SDK as given.
         self.listed: dict[str, list[dict[str, Any]]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
+        self.clusters: dict[str, dict[str, Any]] = {}
+        self.starts_after = 2  # gets of a PENDING cluster before it is RUNNING
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -84,7 +91,7 @@ class DatabricksStub:
             return self.answer(request, 401, {"error_code": "UNAUTHENTICATED", "message": "Invalid access token."})
         path = unquote(parts.path)
         if path.startswith(FILES + "/"):
-            return self.files(request, method, path.removeprefix(FILES))
+            return self.files(request, method, path.removeprefix(FILES), body)
         if path.startswith(DIRECTORIES + "/"):
             return self.directories(request, method, path.removeprefix(DIRECTORIES))
         if path == f"{JOBS}/submit" and method == "POST":
@@ -97,6 +104,8 @@ class DatabricksStub:
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
                             "state_message": "Run cancelled by the user."}  # fmt: skip
             return self.answer(request, 200, {})
+        if path.startswith(CLUSTERS + "/"):
+            return self.cluster(request, method, path.removeprefix(CLUSTERS + "/"), parts.query, body)
         if path == "/api/2.0/preview/scim/v2/Me" and method == "GET":  # who the token is: the SDK's current_user.me
             return self.answer(request, 200, {"id": "1", "userName": "stub@example.com", "active": True})
         if path == "/api/2.0/mlflow/experiments/get-by-name":  # a workspace without that experiment yet
@@ -114,11 +123,15 @@ class DatabricksStub:
     def missing(self, request: BaseHTTPRequestHandler, what: str) -> None:
         self.answer(request, 404, {"error_code": "NOT_FOUND", "message": f"{what} does not exist."})
 
-    def files(self, request: BaseHTTPRequestHandler, method: str, remote: str) -> None:
+    def files(self, request: BaseHTTPRequestHandler, method: str, remote: str, body: bytes) -> None:
         path = self.local(remote)
         if method == "PUT":
+            # This request's body (train jobs upload at once), written whole outside the volume, then moved in.
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(self.seen[-1]["body"])
+            partial = self.root.parent / f"{self.root.name}.partial" / str(threading.get_ident())
+            partial.parent.mkdir(exist_ok=True)
+            partial.write_bytes(body)
+            partial.replace(path)
             return self.answer(request, 200, {})
         if method == "DELETE":
             path.unlink(missing_ok=True)
@@ -148,10 +161,51 @@ class DatabricksStub:
         ] + self.listed.get(remote.rstrip("/"), [])  # fmt: skip
         return self.answer(request, 200, {"contents": contents})
 
+    def cluster(self, request: BaseHTTPRequestHandler, method: str, verb: str, query: str, body: bytes) -> None:
+        if verb == "create" and method == "POST":
+            cluster_id = f"0101-000000-stub{len(self.clusters):04d}"
+            self.clusters[cluster_id] = {**json.loads(body), "cluster_id": cluster_id, "state": "PENDING",
+                                         "state_message": "Finding instances", "gets": 0}  # fmt: skip
+            return self.answer(request, 200, {"cluster_id": cluster_id})
+        if verb == "get" and method == "GET":
+            cluster = self.clusters.get(parse_qs(query)["cluster_id"][0])
+            if cluster is None:
+                return self.missing(request, "cluster")
+            cluster["gets"] += 1
+            if cluster["state"] == "PENDING" and cluster["gets"] >= self.starts_after:
+                cluster.update(state="RUNNING", state_message="")
+            return self.answer(request, 200, {k: v for k, v in cluster.items() if k != "gets"})
+        cluster = self.clusters.get(json.loads(body).get("cluster_id"))
+        if cluster is None:
+            return self.missing(request, "cluster")
+        if verb == "delete" and method == "POST":
+            if cluster["state"] != "TERMINATED":
+                cluster.update(state="TERMINATED", state_message="Terminated by user",
+                               termination_reason={"code": "USER_REQUEST", "type": "SUCCESS"})  # fmt: skip
+            return self.answer(request, 200, {})
+        if verb == "start" and method == "POST":
+            if cluster["state"] != "TERMINATED":
+                said = f"Cluster {cluster['cluster_id']} is in unexpected state {cluster['state']}."
+                return self.answer(request, 400, {"error_code": "INVALID_STATE", "message": said})
+            cluster.update(state="PENDING", state_message="Starting", gets=0)
+            cluster.pop("termination_reason", None)
+            return self.answer(request, 200, {})
+        return self.missing(request, f"{CLUSTERS}/{verb}")
+
+    def idle(self, cluster_id: str) -> None:
+        """The cluster terminated by its autotermination, as after its idle minutes."""
+        self.clusters[cluster_id].update(state="TERMINATED", state_message="Inactive cluster terminated",
+                                         termination_reason={"code": "INACTIVITY", "type": "SUCCESS"})  # fmt: skip
+
     def submit(self, request: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         run_id = 1000 + len(self.runs)
+        existing = body["tasks"][0].get("existing_cluster_id")
+        cluster_id = existing or f"job-cluster-{run_id}"
         self.runs[run_id] = {"run_id": run_id, "run_page_url": f"{self.url}/#job/runs/{run_id}",
-                             "state": {"life_cycle_state": "RUNNING", "state_message": "In run"}}  # fmt: skip
+                             "state": {"life_cycle_state": "RUNNING", "state_message": "In run"},
+                             "cluster_instance": {"cluster_id": cluster_id}}  # fmt: skip
+        if existing in self.clusters:
+            self.runs[run_id]["cluster_state_at_submit"] = self.clusters[existing]["state"]
         threading.Thread(target=self.execute, args=(run_id, body), daemon=True).start()
         self.answer(request, 200, {"run_id": run_id})
 

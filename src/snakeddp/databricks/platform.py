@@ -1,46 +1,101 @@
 """The databricks platform's contract: databricks-sdk and each run's request checked before any job (no
-credentials needed), the credentials when a run is about to be submitted; a train job submits the run as
-a one-time Jobs run and follows it (snakeddp.databricks.submit)."""
+credentials needed), the credentials when a run is about to be submitted, and the cluster the runs share
+created then (snakeddp.databricks.shared_cluster) and terminated when the workflow ends; a train job
+submits the run as a one-time Jobs run and follows it (snakeddp.databricks.submit)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
 from snakeddp.databricks import PLATFORM
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
+from snakeddp.run import variables as names
+
+SHARED = "shared cluster"  # the memo's key: the id of the cluster this invocation created
+
+
+def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
+    """Each run's job plan as its train job will make it, before anything is staged."""
+    # Imported here: databricks-sdk is an optional extra, and spec imports it only to build requests.
+    from snakeddp.databricks import spec
+
+    made = []
+    for run_id, run in runs.items():
+        manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
+        # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
+        gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+        made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
+    return made
 
 
 def check_requests(config: Mapping[str, Any], runs: Runs) -> None:
     """databricks-sdk installed, and each run's request one the Jobs API takes."""
-    # Imported here: databricks-sdk is an optional extra, and spec imports it only to build requests.
     from snakeddp.databricks import spec, workspace
 
     try:
         workspace.require_sdk()
-        for run_id, run in runs.items():
-            manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
-            # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
-            gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
-            plan = spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={})
+        for plan in plans(config, runs):
             spec.submit_request(plan)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
 
 
-def check_credentials(section: Mapping[str, Any], to_train: Runs) -> None:
-    """databricks-sdk's credential chain resolves, before the first job, when a run will be submitted."""
+def check_credentials(section: Mapping[str, Any], to_train: Runs) -> Any:
+    """databricks-sdk's credential chain resolves, before the first job, when a run will be submitted;
+    the checked client, or None when nothing will be."""
     if not to_train or not section["submit"]:
-        return
+        return None
     from snakeddp.databricks import workspace
 
     try:
-        workspace.connect(section["profile"])
+        return workspace.connect(section["profile"])
     except ConfigError as error:
         raise PreflightError(str(error)) from None
+
+
+def share_cluster(invocation: Invocation, client: Any, training: Runs) -> None:
+    """The cluster the pending train jobs share, created once and handed to them (the jobs inherit
+    Snakemake's environment), when the section asks for one."""
+    from snakeddp.databricks import shared_cluster
+
+    if client is None or not shared_cluster.wanted(invocation.config[PLATFORM], len(training)):
+        return
+    name = f"snakeddp: {len(training)} runs of {Path.cwd().name}"
+    try:
+        cluster_id = shared_cluster.create(client, plans(invocation.config, training), name)
+    except ConfigError as error:
+        raise PreflightError(str(error)) from None
+    invocation.memo[SHARED] = (client, cluster_id)
+    os.environ[names.DATABRICKS_CLUSTER] = cluster_id
+    invocation.say(
+        f"snakeddp.databricks: the {len(training)} runs share the all-purpose cluster {cluster_id}, terminated "
+        f"when the workflow ends (or after {shared_cluster.AUTOTERMINATION_MINUTES} idle minutes)"
+    )
+
+
+def end_shared_cluster(invocation: Invocation) -> None:
+    """Terminate the cluster this invocation created; a failure is one line (its autotermination remains)."""
+    from snakeddp.databricks import shared_cluster
+
+    client, cluster_id = invocation.memo.pop(SHARED, (None, None))
+    if cluster_id is None:
+        return
+    try:
+        shared_cluster.terminate(client, cluster_id)
+    except ConfigError as error:
+        failed = str(error).split(" HINT:")[0].rstrip(".")
+        invocation.say(
+            f"snakeddp.databricks: {failed}. HINT: terminate it yourself (`databricks clusters delete {cluster_id}`); "
+            f"else Databricks does after {shared_cluster.AUTOTERMINATION_MINUTES} idle minutes."
+        )
+        return
+    invocation.say(f"snakeddp.databricks: terminated the shared cluster {cluster_id}")
 
 
 class Databricks(Platform):
@@ -50,7 +105,11 @@ class Databricks(Platform):
         check_requests(config, runs)
 
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
-        check_credentials(invocation.config[PLATFORM], to_train)
+        client = check_credentials(invocation.config[PLATFORM], to_train)
+        share_cluster(invocation, client, training)
+
+    def close(self, invocation: Invocation) -> None:
+        end_shared_cluster(invocation)
 
     def submit(self, args: argparse.Namespace) -> int:
         from snakeddp.databricks.submit import main  # the databricks extra, imported only here

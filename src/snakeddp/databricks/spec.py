@@ -180,9 +180,25 @@ def task_parameters(plan: JobPlan) -> list[str]:
     ]
 
 
+def cluster_spec(plan: JobPlan) -> Any:
+    """The new cluster ``plan`` runs on (a run's job cluster, or a sweep's shared one), checked for a GPU run."""
+    from databricks.sdk.service import compute
+
+    check_gpu_cluster(plan)
+    cluster = dict(plan.new_cluster)
+    return compute.ClusterSpec(
+        spark_version=cluster.get("spark_version"),
+        node_type_id=cluster.get("node_type_id"),
+        # One worker per node of the run; the driver starts the ranks and trains none.
+        num_workers=plan.nodes,
+        spark_conf={**spark_conf(plan), **dict(cluster.get("spark_conf") or {})},
+        custom_tags={"snakeddp_run": plan.run_id},
+    )
+
+
 def submit_request(plan: JobPlan) -> dict[str, Any]:
     """Keyword arguments of ``WorkspaceClient().jobs.submit``: the SDK's request objects, checked."""
-    from databricks.sdk.service import compute, jobs
+    from databricks.sdk.service import jobs
 
     task = jobs.SubmitTask(
         task_key="train",
@@ -195,16 +211,7 @@ def submit_request(plan: JobPlan) -> dict[str, Any]:
     if plan.existing_cluster_id:
         task.existing_cluster_id = plan.existing_cluster_id
     else:
-        check_gpu_cluster(plan)
-        cluster = dict(plan.new_cluster)
-        task.new_cluster = compute.ClusterSpec(
-            spark_version=cluster.get("spark_version"),
-            node_type_id=cluster.get("node_type_id"),
-            # One worker per node of the run; the driver starts the ranks and trains none.
-            num_workers=plan.nodes,
-            spark_conf={**spark_conf(plan), **dict(cluster.get("spark_conf") or {})},
-            custom_tags={"snakeddp_run": plan.run_id},
-        )
+        task.new_cluster = cluster_spec(plan)
     request = {
         "run_name": f"snakeddp {plan.run_id}",
         "tasks": [task],

@@ -13,7 +13,8 @@
 results/ mirrors the workflow's own, so what the run records (relative paths) reads the same here.
 
 The environment record names the cluster's software (its runtime, or the existing cluster), so a
-run resumes only on what it started on.
+run resumes only on what it started on, and the cluster the run was sent to (its own job cluster, the
+one the workflow's runs share, or the existing one).
 """
 
 from __future__ import annotations
@@ -36,13 +37,22 @@ CODE, CODE_FORMAT = "code", "snakeddp-databricks-code/1"
 ENTRY_SOURCE = Path(__file__).with_name("entry.py")
 
 
-def environment_record(section: Mapping[str, Any]) -> dict[str, Any]:
-    """The cluster's software, hashed: the environment part of the run's attempt key."""
+def environment_record(section: Mapping[str, Any], shared_cluster: str | None = None) -> dict[str, Any]:
+    """The cluster's software, hashed: the environment part of the run's attempt key; and the cluster the
+    run goes to (``shared_cluster``: the one the workflow created for its runs), outside the hash: a run
+    resumes on another cluster of the same runtime, as it does on the next job cluster."""
     if section.get("existing_cluster_id"):
         identity = {"platform": "databricks", "existing_cluster_id": section["existing_cluster_id"]}
+        cluster = {"kind": "existing", "id": section["existing_cluster_id"], "shared": True}
     else:
         identity = {"platform": "databricks", "spark_version": (section.get("new_cluster") or {}).get("spark_version")}
-    return {"format": RECORD_FORMAT, "stage": "train", **identity, "hash": sha256_json(identity)}
+        # A job cluster's id exists once the run starts: submission.json records it from runs/get.
+        cluster = (
+            {"kind": "shared", "id": shared_cluster, "shared": True}
+            if shared_cluster
+            else {"kind": "job", "id": None, "shared": False}
+        )
+    return {"format": RECORD_FORMAT, "stage": "train", **identity, "cluster": cluster, "hash": sha256_json(identity)}
 
 
 def snapshot_code(code_dir: Path) -> Path:

@@ -8,7 +8,9 @@ profile) with the run's run.yaml, run directory and data manifest:
 2. the SDK's credential chain must resolve before anything is uploaded;
 3. code (under a folder named after its content, uploaded once), data and the run's files (with the
    attempt to resume) are staged under ``databricks.stage``;
-4. ``jobs.submit`` sends the request, the SDK's waiter polls ``runs/get`` until the run ends, and
+4. on the cluster the workflow's runs share (SNAKEDDP_DATABRICKS_CLUSTER, snakeddp.databricks.shared_cluster)
+   once it is running, else on the run's own job cluster or databricks.existing_cluster_id,
+   ``jobs.submit`` sends the request, the SDK's waiter polls ``runs/get`` until the run ends, and
    the remote run directory is copied back (``results``), checked, into ``results/runs/<run>/``;
 5. a failed or cancelled run fails the train job in one line; what it saved comes back, so rerunning resumes.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster import network
-from snakeddp.databricks import results, spec, staging, workspace
+from snakeddp.databricks import results, shared_cluster, spec, staging, workspace
 from snakeddp.errors import DatabricksError, exit_code
 from snakeddp.provenance.record import code_info
 from snakeddp.remote.job import RemoteJob, Submitted
@@ -64,13 +66,15 @@ class DatabricksJob(RemoteJob):
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
         self.section = names.platform_section(os.environ, "databricks")
+        # The cluster the workflow created for its runs to share (databricks.share_cluster), if it did.
+        self.shared = None if self.section.get("existing_cluster_id") else os.environ.get(names.DATABRICKS_CLUSTER)
 
     @property
     def sends(self) -> bool:
         return bool(self.section["submit"])
 
     def environment(self) -> dict[str, Any]:
-        return staging.environment_record(self.section)
+        return staging.environment_record(self.section, self.shared)
 
     def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
         run, args = self.run, self.args
@@ -78,8 +82,9 @@ class DatabricksJob(RemoteJob):
         gpu = names.accelerator(run.config["launch"], {**os.environ, names.PLATFORM: self.name}) == "gpu"
         self.code = staging.snapshot_code(self.folder.code)
         variables = job_variables(os.environ)
+        section = {**self.section, "existing_cluster_id": self.shared} if self.shared else self.section
         self.plan = spec.plan_for(
-            run.run_id, run.config, self.section, manifest, code=staging.code_path(self.code), gpu=gpu,
+            run.run_id, run.config, section, manifest, code=staging.code_path(self.code), gpu=gpu,
             variables=variables,
         )  # fmt: skip
         self.request = spec.submit_request(self.plan)
@@ -115,11 +120,13 @@ class DatabricksJob(RemoteJob):
         staging.stage_run(session, self.plan, self.folder.root, resume_dir)
 
     def submit(self, session: Any) -> Submitted:
+        if self.shared:
+            shared_cluster.ready(session, self.shared, self.say)
         try:
             submitted = session.jobs.submit(**self.request)
         except Exception as error:
             raise workspace.api_error("submitting the run (jobs/runs/submit)", error) from None
-        record = {"run_id": submitted.run_id, "stage": self.plan.stage}
+        record = {"run_id": submitted.run_id, "stage": self.plan.stage, "shared_cluster": self.shared}
         return Submitted("Databricks", "run", str(submitted.run_id), handle=submitted.run_id, record=record)
 
     def wait(self, session: Any, job: Submitted) -> Any:
@@ -136,7 +143,8 @@ class DatabricksJob(RemoteJob):
         self.download = results.fetch(session, self.plan.run_dir, self.folder.download)
         collected = results.collect(self.download, self.args.run_dir, succeeded(ended))
         state = ended.state.result_state.value if ended.state and ended.state.result_state else None
-        return collected, {"status": state, "url": ended.run_page_url}
+        cluster = ended.cluster_instance.cluster_id if ended.cluster_instance else None
+        return collected, {"status": state, "url": ended.run_page_url, "cluster_id": cluster}
 
     def judge(self, job: Submitted, ended: Any) -> None:
         """One line for a run that did not succeed: the rank's own line when one failed, else Databricks' message."""

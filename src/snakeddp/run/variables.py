@@ -35,6 +35,9 @@ TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
 #: The platform's own config section as JSON (its row's section: azureml, spark, databricks), read by its
 #: train jobs (the AzureML and Databricks submitters, the Spark driver).
 PLATFORM_SECTION = "SNAKEDDP_PLATFORM_SECTION"
+#: The id of the all-purpose cluster the workflow created for its Databricks runs to share
+#: (snakeddp.databricks.shared_cluster), read by each train job: its run is submitted to that cluster.
+DATABRICKS_CLUSTER = "SNAKEDDP_DATABRICKS_CLUSTER"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
