@@ -58,7 +58,9 @@ def test_the_command_starts_the_driver_with_the_world_size():
 
 def test_torchdistributor_is_the_spark_platforms_launcher_and_only_there():
     assert cluster.for_platform("auto", "spark").name == "torchdistributor"
-    with pytest.raises(LaunchError, match="HINT: set launch.launcher: auto"):
+    with pytest.raises(LaunchError, match=r"needs the spark or databricks profile .*set launch.launcher: auto"):
         cluster.for_platform("torchdistributor", "local")
-    with pytest.raises(LaunchError, match="only there"):
+    with pytest.raises(
+        LaunchError, match=r"starts its ranks with torchdistributor only\. HINT: set launch.launcher: auto"
+    ):
         cluster.for_platform("direct", "spark")
