@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate envs/requirements.lock and envs/requirements-dev.lock from the .in files with
-# `uv pip compile`, then the per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
+# Regenerate envs/requirements.lock, envs/requirements-dev.lock and envs/requirements-azureml-v1.lock from the
+# .in files with `uv pip compile`, then the per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
 #   tools/lock.sh             # keep every version the old locks have, except what the .in files change
 #   tools/lock.sh --upgrade   # resolve everything afresh (newest versions the pins allow)
 # To add or remove one package, tools/add.sh does this and the rest (docs/environments.md).
@@ -13,6 +13,7 @@ source tools/progress.sh
 source tools/uv.sh
 PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
+: > "$work/v1-kept.txt"
 trap 'rm -rf "$work"' EXIT
 # For the Python the locks are for (its markers), names and versions only.
 compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
@@ -23,12 +24,22 @@ compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
 # the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a fresh resolution does.
 if [[ "${1:-}" != "--upgrade" ]]; then
     grep -hv -e '^#' -e '^torch==' envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
+    [[ ! -f envs/requirements-azureml-v1.lock ]] || grep -hv -e "^#" envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
 fi
 if ! "${compile[@]}" envs/requirements.in envs/requirements-dev.in --output-file "$work/all.txt"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
     exit 1
 fi
 "${compile[@]}" envs/requirements.in --constraint "$work/all.txt" --output-file "$work/core.txt"
+
+# SDK v1 on top of the core lock (held exactly) and apart from the dev lock, whose versions it prefers where
+# they fit (its own old lock first, without --upgrade): azureml-core's caps must not hold the dev lock back.
+v1_in=envs/requirements-azureml-v1.in
+cat "$work/v1-kept.txt" "$work/all.txt" | awk -F'==' '!seen[$1]++' > "$work/v1.txt"
+if ! "${compile[@]}" "$v1_in" --constraint "$work/core.txt" --output-file "$work/v1.txt"; then
+    echo "lock: $v1_in has no solution on top of envs/requirements.lock (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
+    exit 1
+fi
 
 # torch is locked by version only: here uv takes the local CPU wheel (2.13.0+cpu); a GPU
 # cluster installs the CUDA build of the same version (envs/Dockerfile).
@@ -42,8 +53,11 @@ header() {
 { header "Exact versions of every package snakeddp's core installs (tools/setup.sh)."; pins "$work/core.txt"; } > "$work/requirements.lock"
 { header "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)." envs/requirements-dev.in
   LC_ALL=C comm -23 <(pins "$work/all.txt") <(pins "$work/core.txt"); } > "$work/requirements-dev.lock"
-mv "$work/requirements.lock" "$work/requirements-dev.lock" envs/
-echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev packages"
+{ header "AzureML SDK v1 on top of requirements.lock (tools/setup.sh --azureml-v1: .venv-azureml-v1)." "$v1_in"
+  LC_ALL=C comm -23 <(pins "$work/v1.txt") <(pins "$work/core.txt"); } > "$work/requirements-azureml-v1.lock"
+mv "$work/requirements.lock" "$work/requirements-dev.lock" "$work/requirements-azureml-v1.lock" envs/
+echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev +" \
+    "$(grep -vc '^#' envs/requirements-azureml-v1.lock) SDK v1 packages"
 
 # The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
 # resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled.
