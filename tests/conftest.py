@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from tests import mlflow_server as mlflow_server_module
-from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, subprocess_env
+from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, azureml_v1_installed, subprocess_env
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The SDK v1 tests need azureml-core, which only .venv-azureml-v1 has (its caps conflict with the dev
     lock): elsewhere they are deselected, and tests/azureml/test_sdk_v1.py runs them in that venv."""
-    if importlib.util.find_spec("azureml.core") is not None:
+    if azureml_v1_installed():
         return
     v1 = [item for item in items if item.get_closest_marker("azureml_v1")]
     if v1:

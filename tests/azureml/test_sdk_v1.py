@@ -8,17 +8,16 @@ fresh clone covers the azureml-v1 path too.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 
 import pytest
 
-from tests.helpers import REPO, subprocess_env
+from tests.helpers import REPO, azureml_v1_installed, subprocess_env
 
 V1_VENV = REPO / ".venv-azureml-v1"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("azureml.core") is not None, reason="azureml-core is here: run directly")
+@pytest.mark.skipif(azureml_v1_installed(), reason="azureml-core is installed here: its tests run directly")
 def test_the_sdk_v1_tests_pass_in_their_own_venv():
     env = subprocess_env()
     setup = subprocess.run(
