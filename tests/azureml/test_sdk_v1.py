@@ -26,7 +26,9 @@ def test_the_sdk_v1_tests_pass_in_their_own_venv():
     assert setup.returncode == 0, f"tools/setup.sh --azureml-v1 failed:\n{setup.stdout[-3000:]}{setup.stderr[-3000:]}"
     # -p no:cacheprovider: the outer run owns .pytest_cache.
     command = [str(V1_VENV / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "azureml_v1"]
-    done = subprocess.run([*command, "tests/azureml"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [*command, "tests/azureml", "tests/compat"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
     assert done.returncode == 0, (
         f"the SDK v1 tests failed in {V1_VENV.name}:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
     )
