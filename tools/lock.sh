@@ -24,7 +24,7 @@ compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
 # the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a fresh resolution does.
 if [[ "${1:-}" != "--upgrade" ]]; then
     grep -hv -e '^#' -e '^torch==' envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
-    [[ ! -f envs/requirements-azureml-v1.lock ]] || grep -hv -e "^#" envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
+    [[ ! -f envs/requirements-azureml-v1.lock ]] || grep -hv -e "^#" -e "^torch==" envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
 fi
 if ! "${compile[@]}" envs/requirements.in envs/requirements-dev.in --output-file "$work/all.txt"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
@@ -32,12 +32,13 @@ if ! "${compile[@]}" envs/requirements.in envs/requirements-dev.in --output-file
 fi
 "${compile[@]}" envs/requirements.in --constraint "$work/all.txt" --output-file "$work/core.txt"
 
-# SDK v1 on top of the core lock (held exactly) and apart from the dev lock, whose versions it prefers where
-# they fit (its own old lock first, without --upgrade): azureml-core's caps must not hold the dev lock back.
+# SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
+# they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
+# core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
 v1_in=envs/requirements-azureml-v1.in
-cat "$work/v1-kept.txt" "$work/all.txt" | awk -F'==' '!seen[$1]++' > "$work/v1.txt"
-if ! "${compile[@]}" "$v1_in" --constraint "$work/core.txt" --output-file "$work/v1.txt"; then
-    echo "lock: $v1_in has no solution on top of envs/requirements.lock (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
+cat "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" | awk -F'==' '!seen[$1]++' > "$work/v1.txt"
+if ! "${compile[@]}" envs/requirements.in "$v1_in" --output-file "$work/v1.txt"; then
+    echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
     exit 1
 fi
 
@@ -53,8 +54,8 @@ header() {
 { header "Exact versions of every package snakeddp's core installs (tools/setup.sh)."; pins "$work/core.txt"; } > "$work/requirements.lock"
 { header "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)." envs/requirements-dev.in
   LC_ALL=C comm -23 <(pins "$work/all.txt") <(pins "$work/core.txt"); } > "$work/requirements-dev.lock"
-{ header "AzureML SDK v1 on top of requirements.lock (tools/setup.sh --azureml-v1: .venv-azureml-v1)." "$v1_in"
-  LC_ALL=C comm -23 <(pins "$work/v1.txt") <(pins "$work/core.txt"); } > "$work/requirements-azureml-v1.lock"
+{ header "Every package of .venv-azureml-v1, the AzureML SDK v1's venv (tools/setup.sh --azureml-v1)." "$v1_in"
+  pins "$work/v1.txt"; } > "$work/requirements-azureml-v1.lock"
 mv "$work/requirements.lock" "$work/requirements-dev.lock" "$work/requirements-azureml-v1.lock" envs/
 echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev +" \
     "$(grep -vc '^#' envs/requirements-azureml-v1.lock) SDK v1 packages"

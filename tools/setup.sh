@@ -7,7 +7,7 @@
 #   tools/setup.sh           # what `make run` needs (keeps a venv set up with --dev a dev venv)
 #   tools/setup.sh --dev     # plus test and lint tools and the optional extras the tests exercise
 #   tools/setup.sh --cuda 12.6   # torch's build for those GPUs (default: config/config.yaml's environment.cuda)
-#   tools/setup.sh --azureml-v1  # .venv-azureml-v1: the core lock plus the AzureML SDK v1's (azureml.sdk: v1)
+#   tools/setup.sh --azureml-v1  # .venv-azureml-v1 from envs/requirements-azureml-v1.lock (azureml.sdk: v1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,10 +32,11 @@ core=envs/requirements.lock
 dev=envs/requirements-dev.lock
 if [[ $want_v1 == 1 ]]; then
     [[ $want_dev == 0 ]] || { echo "setup: --dev and --azureml-v1 are two venvs. HINT: run tools/setup.sh --dev and tools/setup.sh --azureml-v1 one after the other" >&2; exit 2; }
-    # The SDK v1's caps (pathspec<1, ...) conflict with the dev lock, so it has a venv of its own.
+    # The SDK v1's caps (pathspec<1, cryptography<47, ...) conflict with the other locks, so it has a venv of its
+    # own, installed from its lock alone (complete, torch included).
     VENV=${VENV:-.venv-azureml-v1}
-    dev=envs/requirements-azureml-v1.lock
-    want_dev=1
+    core=envs/requirements-azureml-v1.lock
+    dev=$core
 else
     VENV=${VENV:-.venv}
 fi
