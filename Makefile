@@ -1,7 +1,7 @@
 # The two commands of the README, and the checks CI runs.
 #   make run    set up .venv from the locks, then run the whole pipeline on the local profile
 #   make test   set up .venv (with test tools) and system packages, lint, run every test
-.PHONY: run test lint pytest pytest-cold bench setup setup-dev system-packages
+.PHONY: run test lint pytest pytest-cold bench setup setup-dev system-packages newest
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -35,14 +35,21 @@ pytest: setup-dev
 pytest-cold: setup-dev
 	SNAKEDDP_WARM_START=0 $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not e2e and not slurm and not gpu"
 
+# The newest releases pyproject.toml's ranges allow (torch held at the lock's), in .venv-newest, and the fast tests.
+newest:
+	tools/newest.sh
+
 bench: setup-dev
 	$(BIN)/python -m bench
 
 setup:
 	tools/setup.sh
 
+# The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py
+# runs its tests there.
 setup-dev:
 	tools/setup.sh --dev
+	tools/setup.sh --azureml-v1
 
 system-packages:
 	tools/system-packages.sh

@@ -30,12 +30,12 @@ include: "rules/report.smk"
 # Everything a user looks at: the run table, the report page, the RO-Crate of the runs and the
 # record of each stage's environment.
 rule all:
-    message:
-        "all: done"
     default_target: True
     input:
         rules.report.output,
         expand(rules.env_capture.output.record, stage=["data", "train", "report"]),
+    message:
+        "all: done"
 
 
 # Checks when jobs start, the local platform's warm process and relay, and the end (rules/hooks.smk).

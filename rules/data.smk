@@ -8,8 +8,6 @@
 
 # A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
 rule data_table:
-    message:
-        "data {wildcards.dataset}: ingest the table"
     input:
         table=get_table_files,
     output:
@@ -20,14 +18,14 @@ rule data_table:
         "../envs/data.yaml"
     params:
         data=get_dataset_params_json,
+    message:
+        "data {wildcards.dataset}: ingest the table"
     shell:
         "python -m snakeddp.steps ingest --params {params.data:q} --out {output.ingest:q} > {log:q} 2>&1"
 
 
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
-    message:
-        "data {wildcards.dataset}: partition {wildcards.index}"
     input:
         ingest=get_ingested,
     output:
@@ -40,6 +38,8 @@ rule data_partition:
     params:
         data=get_dataset_params_json,
         ingest=lambda wildcards, input: input.ingest or "",
+    message:
+        "data {wildcards.dataset}: partition {wildcards.index}"
     shell:
         "python -m snakeddp.steps partition --params {params.data:q} --index {wildcards.index}"
         " --ingest={params.ingest:q} --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
@@ -47,8 +47,6 @@ rule data_partition:
 
 # The validation set, drawn from its own seeded stream.
 rule data_val:
-    message:
-        "data {wildcards.dataset}: validation set"
     input:
         ingest=get_ingested,
     output:
@@ -61,6 +59,8 @@ rule data_val:
     params:
         data=get_dataset_params_json,
         ingest=lambda wildcards, input: input.ingest or "",
+    message:
+        "data {wildcards.dataset}: validation set"
     shell:
         "python -m snakeddp.steps val --params {params.data:q} --ingest={params.ingest:q}"
         " --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
@@ -68,8 +68,6 @@ rule data_val:
 
 # The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
 rule data_manifest:
-    message:
-        "data {wildcards.dataset}: checksum {wildcards.parts} partitions into the manifest"
     input:
         entries=get_partition_entries,
         val=rules.data_val.output.entry,
@@ -84,6 +82,8 @@ rule data_manifest:
         "../envs/data.yaml"
     params:
         data=get_dataset_params_json,
+    message:
+        "data {wildcards.dataset}: checksum {wildcards.parts} partitions into the manifest"
     shell:
         "python -m snakeddp.steps manifest --params {params.data:q} --dataset {wildcards.dataset:q}"
         " --val {input.val:q} --out {output.manifest:q} --entries {input.entries:q} > {log:q} 2>&1"
@@ -91,8 +91,6 @@ rule data_manifest:
 
 # data.source module: no partitions, only the record of the DataModule that reads the data.
 rule data_module:
-    message:
-        "data {wildcards.dataset}: record the data module"
     output:
         record="results/data/{dataset}/module.json",
     log:
@@ -102,6 +100,8 @@ rule data_module:
         "../envs/data.yaml"
     params:
         data=get_dataset_params_json,
+    message:
+        "data {wildcards.dataset}: record the data module"
     shell:
         "python -m snakeddp.steps module --params {params.data:q} --dataset {wildcards.dataset:q}"
         " --out {output.record:q} > {log:q} 2>&1"

@@ -4,8 +4,6 @@
 # The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
 # conda packages) and its hash; rerun when the lock changes, so training reruns too.
 rule env_capture:
-    message:
-        "environment: record the {wildcards.stage} stage"
     output:
         record="results/envs/{stage}.json",
     log:
@@ -15,6 +13,8 @@ rule env_capture:
     params:
         lock_sha256=LOCK_SHA256,
         image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else "",
+    message:
+        "environment: record the {wildcards.stage} stage"
     shell:
         "python -m snakeddp.steps environment --stage {wildcards.stage:q} --image={params.image:q}"
         " --out {output.record:q} > {log:q} 2>&1"
@@ -23,8 +23,6 @@ rule env_capture:
 # Optional (snakemake build_image): build and tag envs/Dockerfile with docker or podman. Runs on
 # this machine, never in a container or conda env: it needs the engine, not the stage packages.
 rule build_image:
-    message:
-        "environment: build the image"
     input:
         dockerfile=REPO / "envs" / "Dockerfile",
         lock=REPO / "envs" / "requirements.lock",
@@ -38,6 +36,8 @@ rule build_image:
     params:
         image=CONTAINER_IMAGE,
         cuda=CONFIG["environment"]["cuda"],
+    message:
+        "environment: build the image"
     run:
         from snakeddp.environment.image import build
 

@@ -1,7 +1,6 @@
 # Report stage: every run of the grid compared, plotted, and packed with its evidence.
 from snakeddp.report import configurations as snakeddp_configurations
 
-
 # The config the crate records, canonical (sorted keys, no platform: each run's provenance says
 # where it ran), so the same config on another profile does not rerun the report.
 # Credentials in it (a tracking URI's user:password@) are masked: a rule's params are stored in
@@ -19,8 +18,6 @@ TUNED = snakeddp_configurations.numeric_keys([run["point"] for run in RUNS.value
 
 # One run's best checkpoint as model.safetensors + model.json (snakeddp export), when report.export is on.
 rule export:
-    message:
-        "run {wildcards.run}: export the best model"
     input:
         provenance=rules.train.output.provenance,
     output:
@@ -30,6 +27,8 @@ rule export:
         "logs/export/{run}.log",
     conda:
         TRAIN_CONDA_ENV
+    message:
+        "run {wildcards.run}: export the best model"
     shell:
         "python -m snakeddp.cli --results results export {wildcards.run:q}"
         " --to results/export/{wildcards.run:q} > {log:q} 2>&1"
@@ -43,8 +42,6 @@ rule export:
 # inputs and outputs). Its parts take well under a second; separate jobs each paid for starting
 # Python and importing pandas or matplotlib, which was most of the report's time.
 rule report:
-    message:
-        "report: runs table, figures, HTML page and RO-Crate"
     input:
         provenance=lambda wc: expand(
             rules.train.output.provenance, run=get_report_runs()
@@ -105,6 +102,8 @@ rule report:
     params:
         report=get_report_json,
         files=get_report_files,
+    message:
+        "report: runs table, figures, HTML page and RO-Crate"
     shell:
         "python -m snakeddp.steps report --params {params.report:q} --files {params.files:q}"
         " > {log:q} 2>&1"

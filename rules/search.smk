@@ -7,8 +7,6 @@
 # A run's config at one rung's budget: run.yaml with trainer.max_epochs set to the rung's epochs
 # (update(): left in place, and refused, while the run trains, as run_config's).
 rule search_run_config:
-    message:
-        "run {wildcards.run}: write its config for {wildcards.epochs} epochs"
     output:
         run=update("results/search/{run}/epochs-{epochs}.yaml"),
     log:
@@ -18,6 +16,8 @@ rule search_run_config:
         TRAIN_CONDA_ENV
     params:
         run=get_run_json,
+    message:
+        "run {wildcards.run}: write its config for {wildcards.epochs} epochs"
     shell:
         "python -m snakeddp.steps rung-config --run-id {wildcards.run:q} --run {params.run:q}"
         " --epochs {wildcards.epochs:q} --out {output.run:q} > {log:q} 2>&1"
@@ -25,8 +25,6 @@ rule search_run_config:
 
 # Train one run to a rung's budget, in its own run directory; its record goes beside the config.
 rule search_train:
-    message:
-        "run {wildcards.run}: train to epoch {wildcards.epochs} (log: logs/search/{wildcards.run}.epochs-{wildcards.epochs}.log)"
     input:
         run=rules.search_run_config.output.run,
         manifest=get_manifest,
@@ -40,6 +38,8 @@ rule search_train:
     threads: get_train_threads
     resources:
         **TRAIN_RESOURCES,
+    message:
+        "run {wildcards.run}: train to epoch {wildcards.epochs} (log: logs/search/{wildcards.run}.epochs-{wildcards.epochs}.log)"
     shell:
         "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
@@ -48,8 +48,6 @@ rule search_train:
 
 # Rank one rung's configurations and name those the next rung trains.
 checkpoint search_rung:
-    message:
-        "search: rank rung {wildcards.rung}"
     input:
         records=get_rung_records,
     output:
@@ -61,6 +59,8 @@ checkpoint search_rung:
         TRAIN_CONDA_ENV
     params:
         plan=get_search_plan_json,
+    message:
+        "search: rank rung {wildcards.rung}"
     shell:
         "python -m snakeddp.steps search-rung --rung {wildcards.rung:q} --plan {params.plan:q}"
         " --records {input.records:q} --out {output.decision:q} > {log:q} 2>&1"

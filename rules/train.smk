@@ -4,8 +4,6 @@
 # The resolved config of one run; rewritten only when that run's config changes, and never while
 # the run trains: update() keeps Snakemake from deleting it before the job, which the step refuses.
 rule run_config:
-    message:
-        "run {wildcards.run}: write run.yaml"
     output:
         run=update("results/runs/{run}/run.yaml"),
     log:
@@ -15,6 +13,8 @@ rule run_config:
         TRAIN_CONDA_ENV
     params:
         run=get_run_json,
+    message:
+        "run {wildcards.run}: write run.yaml"
     shell:
         "python -m snakeddp.steps run-config --run-id {wildcards.run:q} --run {params.run:q}"
         " --out {output.run:q} > {log:q} 2>&1"
@@ -22,8 +22,6 @@ rule run_config:
 
 # Train one run with the profile's launcher; provenance.json appears only when it completes.
 rule train:
-    message:
-        "run {wildcards.run}: train (log: logs/train/{wildcards.run}.log)"
     input:
         run=rules.run_config.output.run,
         manifest=get_manifest,
@@ -37,6 +35,8 @@ rule train:
     threads: get_train_threads
     resources:
         **TRAIN_RESOURCES,
+    message:
+        "run {wildcards.run}: train (log: logs/train/{wildcards.run}.log)"
     shell:
         "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"

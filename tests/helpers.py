@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import os
 import signal
 import subprocess
@@ -139,6 +140,14 @@ def launch(
 
 # Set (to "1") by tests/conftest.py while a test marked gpu runs: its processes may see the GPUs.
 GPU_TEST = "SNAKEDDP_GPU_TEST"
+
+
+def azureml_v1_installed() -> bool:
+    """Whether azureml-core (the AzureML SDK v1) is importable: in .venv-azureml-v1 only."""
+    try:
+        return importlib.util.find_spec("azureml.core") is not None
+    except ModuleNotFoundError:  # no azureml namespace at all
+        return False
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

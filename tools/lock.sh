@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerate envs/requirements.lock and envs/requirements-dev.lock from the .in files with
-# `uv pip compile`, then the per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
+# Regenerate envs/requirements.lock, envs/requirements-dev.lock and envs/requirements-azureml-v1.lock from the
+# .in files with `uv pip compile`, then the per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
 #   tools/lock.sh             # keep every version the old locks have, except what the .in files change
 #   tools/lock.sh --upgrade   # resolve everything afresh (newest versions the pins allow)
 # To add or remove one package, tools/add.sh does this and the rest (docs/environments.md).
@@ -13,6 +13,7 @@ source tools/progress.sh
 source tools/uv.sh
 PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
+: > "$work/v1-kept.txt"
 trap 'rm -rf "$work"' EXIT
 # For the Python the locks are for (its markers), names and versions only.
 compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
@@ -23,12 +24,23 @@ compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
 # the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a fresh resolution does.
 if [[ "${1:-}" != "--upgrade" ]]; then
     grep -hv -e '^#' -e '^torch==' envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
+    [[ ! -f envs/requirements-azureml-v1.lock ]] || grep -hv -e "^#" -e "^torch==" envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
 fi
 if ! "${compile[@]}" envs/requirements.in envs/requirements-dev.in --output-file "$work/all.txt"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
     exit 1
 fi
 "${compile[@]}" envs/requirements.in --constraint "$work/all.txt" --output-file "$work/core.txt"
+
+# SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
+# they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
+# core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
+v1_in=envs/requirements-azureml-v1.in
+cat "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" | awk -F'==' '!seen[$1]++' > "$work/v1.txt"
+if ! "${compile[@]}" envs/requirements.in "$v1_in" --output-file "$work/v1.txt"; then
+    echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
+    exit 1
+fi
 
 # torch is locked by version only: here uv takes the local CPU wheel (2.13.0+cpu); a GPU
 # cluster installs the CUDA build of the same version (envs/Dockerfile).
@@ -42,8 +54,11 @@ header() {
 { header "Exact versions of every package snakeddp's core installs (tools/setup.sh)."; pins "$work/core.txt"; } > "$work/requirements.lock"
 { header "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)." envs/requirements-dev.in
   LC_ALL=C comm -23 <(pins "$work/all.txt") <(pins "$work/core.txt"); } > "$work/requirements-dev.lock"
-mv "$work/requirements.lock" "$work/requirements-dev.lock" envs/
-echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev packages"
+{ header "Every package of .venv-azureml-v1, the AzureML SDK v1's venv (tools/setup.sh --azureml-v1)." "$v1_in"
+  pins "$work/v1.txt"; } > "$work/requirements-azureml-v1.lock"
+mv "$work/requirements.lock" "$work/requirements-dev.lock" "$work/requirements-azureml-v1.lock" envs/
+echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev +" \
+    "$(grep -vc '^#' envs/requirements-azureml-v1.lock) SDK v1 packages"
 
 # The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
 # resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled.

@@ -7,17 +7,20 @@
 #   tools/setup.sh           # what `make run` needs (keeps a venv set up with --dev a dev venv)
 #   tools/setup.sh --dev     # plus test and lint tools and the optional extras the tests exercise
 #   tools/setup.sh --cuda 12.6   # torch's build for those GPUs (default: config/config.yaml's environment.cuda)
+#   tools/setup.sh --azureml-v1  # .venv-azureml-v1 from envs/requirements-azureml-v1.lock (azureml.sdk: v1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_dev=0
+want_v1=0
 cuda=""
 while (($#)); do
     case $1 in
         --dev) want_dev=1 ;;
+        --azureml-v1) want_v1=1 ;;
         --cuda) cuda=${2:?--cuda needs a build: 13.0, 13.2, 12.6 or cpu}; shift ;;
         --cuda=*) cuda=${1#--cuda=} ;;
-        *) echo "setup: unknown option $1. HINT: tools/setup.sh [--dev] [--cuda BUILD]" >&2; exit 2 ;;
+        *) echo "setup: unknown option $1. HINT: tools/setup.sh [--dev | --azureml-v1] [--cuda BUILD]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -25,9 +28,18 @@ done
 source tools/progress.sh
 
 PYTHON=${PYTHON:-python3}
-VENV=${VENV:-.venv}
 core=envs/requirements.lock
 dev=envs/requirements-dev.lock
+if [[ $want_v1 == 1 ]]; then
+    [[ $want_dev == 0 ]] || { echo "setup: --dev and --azureml-v1 are two venvs. HINT: run tools/setup.sh --dev and tools/setup.sh --azureml-v1 one after the other" >&2; exit 2; }
+    # The SDK v1's caps (pathspec<1, cryptography<47, ...) conflict with the other locks, so it has a venv of its
+    # own, installed from its lock alone (complete, torch included).
+    VENV=${VENV:-.venv-azureml-v1}
+    core=envs/requirements-azureml-v1.lock
+    dev=$core
+else
+    VENV=${VENV:-.venv}
+fi
 locks=("$core")
 optional=(--optional "$dev")
 # Once set up with --dev, a venv stays one: a plain set-up after a lock change (tools/add.sh,
@@ -119,6 +131,6 @@ PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@
 # when they do, so the next set-up checks again.
 rm -f "$stamp"
 progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
-if [[ "${#locks[@]}" == 2 ]]; then touch "$dev_marker"; fi
+if [[ "${#locks[@]}" == 2 && $want_v1 == 0 ]]; then touch "$dev_marker"; fi
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"

@@ -3,7 +3,8 @@
 No workspace is reachable here: v2 specs are checked by ``azure.ai.ml.load_job`` (the same
 validation ``az ml job create --file`` runs), v1 run configurations by azureml-core's own
 ``ScriptRunConfig`` / ``RunConfiguration.load``. Expected values come from the run config and
-the lock file, never from the code under test.
+the lock file, never from the code under test. The SDK v1 tests (marked azureml_v1) run in
+.venv-azureml-v1, where azureml-core is installed (tests/azureml/test_sdk_v1.py starts them there).
 """
 
 import copy
@@ -17,11 +18,10 @@ from unittest import mock
 import pytest
 import yaml
 from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
-from azureml.core.script_run_config import get_run_config_from_script_run
 from marshmallow import ValidationError
 
 from snakeddp import config
-from snakeddp.azureml import spec_v1, spec_v2, staging, submit
+from snakeddp.azureml import spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
 from snakeddp.run import attempt as runstate
@@ -36,11 +36,26 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::P
 DEFAULT_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda13.1-ubuntu24.04:latest"
 CUDA12_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:20250701.v1"
 CPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:20250701.v1"
+# azureml-core, which snakeddp.azureml.spec_v1 imports, is installed in .venv-azureml-v1 only.
+V1 = pytest.mark.azureml_v1
 LOCK_PINS = [
     line.strip()
     for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
     if line.strip() and not line.startswith("#")
 ]
+
+
+def spec_v1():
+    from snakeddp.azureml import spec_v1
+
+    return spec_v1
+
+
+def v1_run_config(plan):
+    """The full run configuration of the plan's ScriptRunConfig, as azureml-core submits it."""
+    from azureml.core.script_run_config import get_run_config_from_script_run
+
+    return get_run_config_from_script_run(spec_v1().build(plan))
 
 
 def make_spec(tmp_path, sdk, distribution="pytorch", nodes=1, devices=1, launch=None, **azureml):
@@ -95,10 +110,11 @@ def test_v2_spec_validates_and_asks_for_the_run_layout(tmp_path, distribution, n
     assert RunFile.load(code / "run.yaml").config == RunFile.load(tmp_path / "results/runs/base/run.yaml").config
 
 
+@V1
 @pytest.mark.parametrize(("distribution", "nodes", "devices"), LAYOUTS)
 def test_v1_script_run_config_builds_offline_and_asks_for_the_run_layout(tmp_path, distribution, nodes, devices):
     plan, _, spec, manifest = make_spec(tmp_path, "v1", distribution, nodes, devices, launch={"accelerator": "gpu"})
-    for run_config in (get_run_config_from_script_run(spec_v1.build(plan)), spec_v1.load(spec)):
+    for run_config in (v1_run_config(plan), spec_v1().load(spec)):
         assert run_config.target == "gpu-cluster"
         assert run_config.node_count == nodes
         if distribution == "pytorch":
@@ -128,12 +144,13 @@ def test_v1_script_run_config_builds_offline_and_asks_for_the_run_layout(tmp_pat
         assert run_config.environment_variables.get("LOCAL_WORLD_SIZE") == (
             str(devices) if distribution == "pytorch" else None
         )
-    assert spec_v1.uploads(plan) == [(manifest.parent.resolve(), f"snakeddp/datasets/{manifest.parent.name}")]
+    assert spec_v1().uploads(plan) == [(manifest.parent.resolve(), f"snakeddp/datasets/{manifest.parent.name}")]
 
 
+@V1
 def test_cpu_runs_ask_v1_for_gloo(tmp_path):
     plan, _, _, _ = make_spec(tmp_path, "v1", "pytorch", 1, 2, launch={"accelerator": "cpu"})
-    assert get_run_config_from_script_run(spec_v1.build(plan)).pytorch.communication_backend.lower() == "gloo"
+    assert v1_run_config(plan).pytorch.communication_backend.lower() == "gloo"
 
 
 @pytest.mark.parametrize(
@@ -155,26 +172,35 @@ def test_v2_validation_rejects_a_wrong_field(tmp_path, path, value, complaint):
         spec_v2.load(spec)
 
 
-def test_resumable_run_uploads_its_attempt(tmp_path):
-    plan, key, _, manifest = make_spec(tmp_path, "v2")
+def resumable_run(tmp_path):
+    """A run with a checkpoint of its own config to resume: the build_plan arguments and the run directory."""
+    _, key, _, manifest = make_spec(tmp_path, "v2")
     run_dir = tmp_path / "results/runs/base"
     runstate.prepare(run_dir, key)
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
     (run_dir / "metrics.csv").write_text("epoch\n0\n")
-    args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=manifest, environment_record=None)
-    settings = Settings.from_section({"compute": "gpu-cluster"})
-    plan, _ = submit.build_plan(args, settings)
+    return Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=manifest, environment_record=None), run_dir
+
+
+def test_resumable_run_uploads_its_attempt(tmp_path):
+    args, run_dir = resumable_run(tmp_path)
+    plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
     job = load_job(submit.write_spec(plan))
     command = shlex.split(job.command)
     assert command[:5] == ["python", "-m", "snakeddp.azureml.entry", "--resume-from", "${{inputs.resume}}"]
     resume = plan.spec_dir / job.inputs["resume"].path
     assert sorted(p.name for p in resume.iterdir()) == ["checkpoints", "metrics.csv", "run-state.json"]
     assert (resume / "checkpoints/last.ckpt").stat().st_ino == (run_dir / "checkpoints/last.ckpt").stat().st_ino
-    v1_plan, _ = submit.build_plan(args, Settings.from_section({"sdk": "v1", "compute": "gpu-cluster"}))
+
+
+@V1
+def test_resumable_run_uploads_its_attempt_to_the_v1_datastore(tmp_path):
+    args, run_dir = resumable_run(tmp_path)
+    plan, _ = submit.build_plan(args, Settings.from_section({"sdk": "v1", "compute": "gpu-cluster"}))
     path = f"snakeddp/resume/base/{sha256_file(run_dir / 'checkpoints/last.ckpt')[:16]}"
-    assert spec_v1.uploads(v1_plan)[1] == (resume, path)
-    assert spec_v1.build(v1_plan).run_config.data_references["resume"].path_on_data_store == path
+    assert spec_v1().uploads(plan)[1] == (plan.resume_dir, path)
+    assert spec_v1().build(plan).run_config.data_references["resume"].path_on_data_store == path
 
 
 def test_checkpoints_of_another_config_are_not_resumed(tmp_path):
@@ -200,8 +226,6 @@ def test_environment_sources(tmp_path):
     _, _, spec, _ = make_spec(tmp_path / "b", "v2", environment=env)
     assert yaml.safe_load(spec.read_text())["environment"] == "azureml:my-env:3"
     load_job(spec)
-    _, _, spec, _ = make_spec(tmp_path / "c", "v1", environment=env)
-    assert (spec_v1.load(spec).environment.name, spec_v1.load(spec).environment.version) == ("my-env", "3")
     with pytest.raises(AzureMLError, match="source=dockerfile needs azureml.sdk: v2"):
         make_spec(tmp_path / "d", "v1", environment={"source": "dockerfile", "dockerfile": str(context / "Dockerfile")})
     with pytest.raises(AzureMLError, match="registered is not set"):
@@ -210,19 +234,31 @@ def test_environment_sources(tmp_path):
         make_spec(tmp_path / "f", "v2", environment={"requirements": "envs/missing.lock"})
 
 
+@V1
+def test_a_registered_environment_in_v1(tmp_path):
+    _, _, spec, _ = make_spec(tmp_path, "v1", environment={"source": "registered", "registered": "azureml:my-env:3"})
+    assert (spec_v1().load(spec).environment.name, spec_v1().load(spec).environment.version) == ("my-env", "3")
+
+
+DATASTORE_URI = "azureml://datastores/projectstore/paths/datasets/synthetic"
+
+
 def test_existing_datastore_folder_is_used_as_is(tmp_path):
-    uri = "azureml://datastores/projectstore/paths/datasets/synthetic"
-    _, _, spec, _ = make_spec(tmp_path / "a", "v2", data={"uri": uri, "mode": "download"})
+    _, _, spec, _ = make_spec(tmp_path, "v2", data={"uri": DATASTORE_URI, "mode": "download"})
     data = load_job(spec).inputs["data"]
-    assert (data.path, data.mode) == (uri, "download")
-    plan, _, spec, _ = make_spec(tmp_path / "b", "v1", data={"uri": uri, "mode": "download"})
-    reference = spec_v1.load(spec).data_references["data"]
+    assert (data.path, data.mode) == (DATASTORE_URI, "download")
+
+
+@V1
+def test_existing_datastore_folder_is_used_as_is_in_v1(tmp_path):
+    plan, _, spec, _ = make_spec(tmp_path, "v1", data={"uri": DATASTORE_URI, "mode": "download"})
+    reference = spec_v1().load(spec).data_references["data"]
     assert (reference.data_store_name, reference.path_on_data_store, reference.mode) == (
         "projectstore",
         "datasets/synthetic",
         "download",
     )
-    assert spec_v1.uploads(plan) == [], "nothing to upload"
+    assert spec_v1().uploads(plan) == [], "nothing to upload"
 
 
 def test_launcher_must_match_the_distribution(tmp_path):
@@ -241,6 +277,7 @@ def test_environment_record_hash_follows_what_the_image_is_built_from(tmp_path):
     assert a["hash"] == again["hash"] != b["hash"]
 
 
+@V1
 def test_switching_sdk_leaves_no_stale_spec(tmp_path):
     make_spec(tmp_path, "v2")
     _, _, spec, _ = make_spec(tmp_path, "v1")
@@ -253,15 +290,15 @@ def workflow_environment(**sections):
     return jobenv.settings(config.validate(sections))
 
 
-def test_only_network_env_reaches_the_job_never_the_submitting_shells(tmp_path):
+@pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
+def test_only_network_env_reaches_the_job_never_the_submitting_shells(tmp_path, sdk):
     # The login node exported its InfiniBand interface; the config asks only for NCCL_DEBUG.
     env = {**workflow_environment(network={"env": {"NCCL_DEBUG": "INFO"}}), "NCCL_SOCKET_IFNAME": "ib0"}
     with mock.patch.dict(os.environ, env):
-        _, _, spec, _ = make_spec(tmp_path / "v2", "v2")
-        _, _, runconfig, _ = make_spec(tmp_path / "v1", "v1")
-    for variables in (load_job(spec).environment_variables, spec_v1.load(runconfig).environment_variables):
-        assert variables["NCCL_DEBUG"] == "INFO"
-        assert "NCCL_SOCKET_IFNAME" not in variables
+        _, _, spec, _ = make_spec(tmp_path, sdk)
+    variables = load_job(spec).environment_variables if sdk == "v2" else spec_v1().load(spec).environment_variables
+    assert variables["NCCL_DEBUG"] == "INFO"
+    assert "NCCL_SOCKET_IFNAME" not in variables
 
 
 def test_shm_size_has_a_default_for_gpus_and_is_configurable(tmp_path):
@@ -269,21 +306,26 @@ def test_shm_size_has_a_default_for_gpus_and_is_configurable(tmp_path):
     assert load_job(spec).resources.shm_size == "16g"
     _, _, spec, _ = make_spec(tmp_path / "b", "v2", shm_size="64g")
     assert load_job(spec).resources.shm_size == "64g"
-    _, _, runconfig, _ = make_spec(tmp_path / "c", "v1", shm_size="64g")
-    assert spec_v1.load(runconfig).docker.shm_size == "64g"
     with pytest.raises(config.ConfigError, match="azureml.shm_size"):
         Settings.from_section({"shm_size": "16 GB"})
 
 
+@V1
+def test_shm_size_reaches_v1s_docker_settings(tmp_path):
+    _, _, runconfig, _ = make_spec(tmp_path, "v1", shm_size="64g")
+    assert spec_v1().load(runconfig).docker.shm_size == "64g"
+
+
+@V1
 @pytest.mark.parametrize(("declared", "backend"), [("gpu", "nccl"), ("cpu", "gloo")])
 def test_auto_accelerator_is_what_the_profile_declares(tmp_path, declared, backend):
     env = workflow_environment(site={"accelerator": declared})
     with mock.patch.dict(os.environ, env):
         plan, _, runconfig, _ = make_spec(tmp_path, "v1", "pytorch", 1, 2, launch={"accelerator": "auto"})
     assert plan.accelerator == declared
-    assert spec_v1.load(runconfig).pytorch.communication_backend.lower() == backend
+    assert spec_v1().load(runconfig).pytorch.communication_backend.lower() == backend
     # Every rank resolves auto again from the same declaration, so the job carries it.
-    assert spec_v1.load(runconfig).environment_variables["SNAKEDDP_SITE"] == env["SNAKEDDP_SITE"]
+    assert spec_v1().load(runconfig).environment_variables["SNAKEDDP_SITE"] == env["SNAKEDDP_SITE"]
 
 
 def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_written(tmp_path):
@@ -293,7 +335,7 @@ def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_writ
     assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
 
 
-@pytest.mark.parametrize("sdk", ["v2", "v1"])
+@pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
         plan, _, spec, _ = make_spec(tmp_path, sdk)
@@ -303,7 +345,7 @@ def test_the_image_environment_installs_the_torch_build_environment_cuda_names(t
         environment = load_job(spec).environment
         pip, image = environment.conda_file["dependencies"][-1]["pip"], environment.image
     else:
-        environment = spec_v1.load(spec).environment
+        environment = spec_v1().load(spec).environment
         conda = environment.python.conda_dependencies
         pip = [*conda.pip_options, *conda.pip_packages]  # azureml-core reads the index as a pip option
         image = environment.docker.base_image
@@ -318,18 +360,18 @@ def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
         staging.environment_spec(Settings.from_section({"environment": {"source": "dockerfile"}}), "cpu")
 
 
-@pytest.mark.parametrize("sdk", ["v2", "v1"])
+@pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 @pytest.mark.parametrize(
     ("cuda", "image"), [("13.0", DEFAULT_IMAGE), ("13.2", DEFAULT_IMAGE), ("12.6", CUDA12_IMAGE), ("cpu", CPU_IMAGE)]
 )
 def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image):
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": cuda})):
         _, _, spec, _ = make_spec(tmp_path, sdk)
-    written = load_job(spec).environment.image if sdk == "v2" else spec_v1.load(spec).environment.docker.base_image
+    written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == image
 
 
-@pytest.mark.parametrize("sdk", ["v2", "v1"])
+@pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged(tmp_path, sdk):
     # The old default (CUDA 12.6) with the default build (CUDA 13.0): nodes with a CUDA 12 driver would
     # start it, and torch's CUDA 13 wheel would see no GPU there.
@@ -344,7 +386,7 @@ def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged
     # The same image with the build it was made for is written as configured, and validated by the SDK.
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
         _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
-    written = load_job(spec).environment.image if sdk == "v2" else spec_v1.load(spec).environment.docker.base_image
+    written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == CUDA12_IMAGE
 
 

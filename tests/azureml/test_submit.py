@@ -106,7 +106,8 @@ def test_missing_sdk_says_which_extra_to_install(tmp_path):
     done, _ = launch(tmp_path, {"compute": "gpu-cluster", "sdk": "v1", "submit": False}, env=env)
     assert done.returncode == 1
     assert "azureml.sdk=v1 needs azureml.core" in done.stderr
-    assert "HINT: run `tools/add.sh azureml-core azure-identity --stage train`" in done.stderr
+    assert "HINT: run `tools/setup.sh --azureml-v1` in the checkout" in done.stderr
+    assert "source .venv-azureml-v1/bin/activate" in done.stderr and done.stderr.count("HINT:") == 1
 
 
 # Makes every azure / azureml import fail, as in an install without the azureml extra.

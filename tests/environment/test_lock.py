@@ -67,7 +67,7 @@ def test_read_lock_gives_pins_and_python():
     lock = read_lock(CORE_LOCK)
     assert lock.python == "3.11"
     assert lock.version("torch") == "2.13.0"
-    assert lock.version("PyYAML") == lock.version("pyyaml") == "6.0.3"
+    assert lock.version("PyYAML") == lock.version("pyyaml") == "6.0.4"
 
 
 def test_a_lock_line_that_is_not_an_exact_pin_is_an_error(tmp_path):

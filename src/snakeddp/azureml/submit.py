@@ -47,7 +47,8 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 
-# What each SDK flavour imports, and the packages that install it (pyproject.toml's extras azureml, azureml-v1).
+# What each SDK flavour imports, and the packages that install it (pyproject.toml's extras azureml, azureml-v1;
+# the v1 venv: envs/requirements-azureml-v1.lock).
 SDK_MODULES = {"v2": ("azure.ai.ml", "azure.identity"), "v1": ("azureml.core", "azure.identity")}
 SDK_PACKAGES = {"v2": "azure-ai-ml azure-identity", "v1": "azureml-core azure-identity"}
 
@@ -56,10 +57,17 @@ def require_sdk(sdk: str) -> None:
     """A clear error when the SDK of ``azureml.sdk`` is not installed (it is an optional extra)."""
     missing = [name for name in SDK_MODULES[sdk] if _missing(name)]
     if missing:
-        raise AzureMLError(
-            f"azureml.sdk={sdk} needs {', '.join(missing)} (not installed here). "
-            f"{add_hint(SDK_PACKAGES[sdk], 'train')}, then rerun."
+        raise AzureMLError(f"azureml.sdk={sdk} needs {', '.join(missing)} (not installed here). {_sdk_hint(sdk)}")
+
+
+def _sdk_hint(sdk: str) -> str:
+    if sdk == "v1":
+        # azureml-core's caps conflict with the dev lock, so the SDK v1 has a venv of its own.
+        return (
+            "HINT: run `tools/setup.sh --azureml-v1` in the checkout, then Snakemake from the venv it makes "
+            "(`source .venv-azureml-v1/bin/activate`), or move the workspace to azureml.sdk: v2 (docs/azureml.md)."
         )
+    return f"{add_hint(SDK_PACKAGES[sdk], 'train')}, then rerun."
 
 
 def _missing(module: str) -> bool:

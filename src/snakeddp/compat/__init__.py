@@ -39,8 +39,8 @@ class Hook:
 
 
 # Every release in each range of a required hook was read (lightning: 2.6.0, 2.6.1, 2.6.4, 2.6.5 and 2.6.6, all of 2.6;
-# snakemake: 9.0.0 to 9.27.1) and the parts named in ``source`` are the same in each; the AzureML
-# SDKs are pinned to one release each (pyproject.toml's extras).
+# snakemake: 9.0.0 to 9.27.1; azure-ai-ml: 1.35.0 to 1.35.2; azureml-core: 1.60.0 to 1.61.0.post4, post
+# releases included) and the parts named in ``source`` are the same in each.
 WRITTEN_FOR: dict[str, Hook] = {
     "sigterm_broadcast": Hook(
         "lightning",
@@ -90,8 +90,10 @@ WRITTEN_FOR: dict[str, Hook] = {
         "snakemake_executor_plugin_slurm/__init__.py (check_active_jobs, its failed states; query_job_status)",
         optional=True,
     ),
-    "job_yaml": Hook("azure-ai-ml", "==1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
-    "output_data": Hook("azureml-core", "==1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"),
+    "job_yaml": Hook("azure-ai-ml", ">=1.35.0,<=1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
+    "output_data": Hook(
+        "azureml-core", ">=1.60.0,<=1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"
+    ),
 }
 
 
