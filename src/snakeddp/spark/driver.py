@@ -35,7 +35,7 @@ from snakeddp.cluster import network
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.cluster.torchdistributor import APP_ID, MASTER
 from snakeddp.errors import SparkError, exit_code
-from snakeddp.run import variables
+from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.spark import PLATFORM
 from snakeddp.spark import master as masters
@@ -44,6 +44,8 @@ from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 RANK_SCRIPT = Path(__file__).with_name("rank.py")
 SETTINGS_FILE = "rank-env.json"
 STOP_FILE = "stop"
+# How long the driver waits, after its Spark job ended, for ranks still exiting on the executors.
+RANKS_GONE_S = 30.0
 # pyspark 4.3 warns that it does not fully support pandas 3 (the core's); TorchDistributor uses pandas
 # only to wrap rank 0's result (None here) in one Arrow batch.
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
@@ -218,7 +220,17 @@ def run(args: argparse.Namespace, entry: list[str], env: Mapping[str, str]) -> i
     finally:
         session.stop()
         shutil.rmtree(scratch, ignore_errors=True)
+        wait_for_ranks(args.run_dir)
     return judge(args, paths, requested, error)
+
+
+def wait_for_ranks(run_dir: Path, timeout_s: float = RANKS_GONE_S) -> None:
+    """Until no rank of the run holds its attempt lock (each does for its lifetime), for at most ``timeout_s``.
+    A lost executor ends the barrier stage while the other tasks' ranks are still on their way out (their
+    rendezvous fails within seconds): the train job ends after them, so a rerun finds the run free."""
+    deadline = time.monotonic() + timeout_s
+    while attempt.is_live(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def distribute(args: argparse.Namespace, settings: Path, entry: list[str]) -> BaseException | None:
