@@ -257,8 +257,15 @@ def get_run_json(wildcards):
     return param_file(json.dumps(run, sort_keys=True))
 
 
+# Each run's launch part, built once: the train rule's resources read it a dozen times per job.
+LAUNCHES = {
+    run_id: snakeddp_parts.Launch.of(run["config"]["launch"])
+    for run_id, run in RUNS.items()
+}
+
+
 def get_launch(wildcards):
-    return snakeddp_parts.Launch.of(RUNS[wildcards.run]["config"]["launch"])
+    return LAUNCHES[wildcards.run]
 
 
 def get_runs_to_train():

@@ -50,13 +50,6 @@ def finished_job(stub: DatabricksStub, run_id: str, weights: bytes = WEIGHTS, li
     return run
 
 
-@pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
-
-
 def one_hint(code: int, said: str) -> str:
     lines = [line for line in said.splitlines() if "HINT:" in line]
     assert code == 1 and len(lines) == 1, said

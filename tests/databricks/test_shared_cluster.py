@@ -26,13 +26,6 @@ GPU = {"spark_version": "16.4.x-gpu-ml-scala2.12", "node_type_id": "Standard_NC2
 
 
 @pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def client(stub: DatabricksStub) -> WorkspaceClient:
     return WorkspaceClient(host=stub.url, token=TOKEN)
 

@@ -6,9 +6,7 @@ upload was interrupted (no completion record) is never taken for a staged one.""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
-import pytest
 from databricks.sdk import WorkspaceClient
 
 from snakeddp.databricks import staging
@@ -18,13 +16,6 @@ from tests.databricks_server import DatabricksStub
 STAGE = "/Volumes/main/ml/snakeddp"
 TOKEN = "dapi-51d0aa-staging-stub-token"
 CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
-
-
-@pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
 
 
 def plan(code: str) -> JobPlan:

@@ -97,13 +97,6 @@ def lose_driver(argv: list[str], env: dict[str, str], watched: Path) -> tuple[st
     return "FAILED", "The driver of the cluster was lost mid-run."
 
 
-@pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
-
-
 def cluster_env() -> dict[str, str]:
     """The driver's environment: no Databricks credentials there, a local Spark master for its ranks."""
     env = subprocess_env(MASTER="local[2]")

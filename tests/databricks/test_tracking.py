@@ -5,23 +5,14 @@ chain (against the local stub), and the token reaches no record."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from snakeddp import config
 from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.util.redact import redact_text
-from tests.databricks_server import DatabricksStub
 
 TOKEN = "dapi-9a7d-mlflow-stub-token"
-
-
-@pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("uri", ["databricks", "databricks://team-profile"])

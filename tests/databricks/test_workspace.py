@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.databricks_server import DatabricksStub
 from tests.helpers import subprocess_env
 
 TOKEN = "dapi-77c1e0-workspace-stub-token"
@@ -50,13 +49,6 @@ def one_line(done: subprocess.CompletedProcess) -> str:
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert done.returncode == 1 and len(lines) == 1 and lines[0].count("HINT:") == 1, done.stdout + done.stderr
     return lines[0]
-
-
-@pytest.fixture
-def stub(tmp_path: Path):
-    server = DatabricksStub(tmp_path / "workspace", TOKEN)
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize(

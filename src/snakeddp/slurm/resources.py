@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from snakeddp import cluster
+from snakeddp import platforms
 from snakeddp.config import site as site_config
 from snakeddp.config.parts import Launch
 from snakeddp.slurm import PLATFORM
@@ -39,7 +39,7 @@ def slurm_resources(
     for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
     are set elsewhere)."""
     launch = Launch.of(launch)
-    launcher = cluster.for_platform(launch.launcher, PLATFORM).name
+    launcher = platforms.row(PLATFORM).default_launcher if launch.launcher == "auto" else launch.launcher
     nodes, devices = launch.nodes, launch.devices
     cpus = site_config.cpus_per_process(launch, accelerator, site)
     one_task_per_process = launcher in ONE_TASK_PER_PROCESS
