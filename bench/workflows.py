@@ -52,8 +52,8 @@ class WorkflowDir:
 class Workflow(WorkflowDir):
     """A working directory with its config written up front, and a timer around a command."""
 
-    def __init__(self, directory: Path, config: dict[str, Any]) -> None:
-        super().__init__(directory)
+    def __init__(self, directory: Path, config: dict[str, Any], profile: str = "local") -> None:
+        super().__init__(directory, profile)
         directory.mkdir(parents=True, exist_ok=True)
         self.write_config(config)
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from snakeddp.run import variables
-from snakeddp.spark import driver
+from snakeddp.spark import driver, session
 
 
 def args_for(tmp_path: Path, **kw) -> argparse.Namespace:
@@ -15,16 +15,26 @@ def args_for(tmp_path: Path, **kw) -> argparse.Namespace:
     return args
 
 
+def shape_of(args: argparse.Namespace) -> session.Shape:
+    return session.Shape(args.run_dir.name, args.num_processes, args.threads, args.gpu)
+
+
 def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_with_the_run(tmp_path):
     args = args_for(tmp_path)
     section = {"master": None, "conf": {"spark.executor.memory": "2g", "spark.ui.enabled": True}}
-    settings = driver.spark_settings(args, section, "spark://127.0.0.1:7077", tmp_path / "spark")
+    settings = session.spark_settings(shape_of(args), section, "spark://127.0.0.1:7077", tmp_path / "spark")
     assert settings["spark.cores.max"] == "2" and settings["spark.task.cpus"] == "1"
     assert settings["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] == "3"
     assert settings["spark.local.dir"] == str(tmp_path / "spark" / "local")
     assert settings["spark.executorEnv.TMPDIR"] == str(tmp_path / "spark" / "tmp")
     assert settings["spark.executor.memory"] == "2g" and settings["spark.ui.enabled"] == "true"  # the config's win
-    assert "spark.cores.max" not in driver.spark_settings(args, section, "databricks", tmp_path)
+    assert "spark.cores.max" not in session.spark_settings(shape_of(args), section, "databricks", tmp_path)
+    # A workflow's shared application asks for every run's slots (3 runs of 2 ranks, 2 cores each), and its
+    # session starts once the largest run's are there.
+    shared = session.Shape("workflow w", slots=6, threads=2, gpu=False, first=2)
+    settings = session.spark_settings(shared, section, "spark://127.0.0.1:7077", tmp_path)
+    assert settings["spark.cores.max"] == "12" and settings["spark.app.name"] == "snakeddp workflow w"
+    assert settings["spark.scheduler.minRegisteredResourcesRatio"] == "0.3333"
 
 
 def test_the_ranks_get_the_train_jobs_variables_but_not_the_spark_section(tmp_path):
@@ -70,21 +80,21 @@ def gpu_args(tmp_path: Path, threads: int = 1) -> argparse.Namespace:
 
 def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the_user_says(tmp_path):
     args, none = gpu_args(tmp_path, threads=2), {"master": None, "conf": {}}
-    settings = driver.spark_settings(args, none, "spark://h:7077", tmp_path)
+    settings = session.spark_settings(shape_of(args), none, "spark://h:7077", tmp_path)
     assert settings["spark.task.resource.gpu.amount"] == "1"
     assert settings["spark.executor.resource.gpu.amount"] == "1" and settings["spark.executor.cores"] == "2"
     # local[N] has no executors (TorchDistributor takes the driver's GPUs there); a CPU run asks for none.
-    local = driver.spark_settings(args, none, "local[4]", tmp_path)
+    local = session.spark_settings(shape_of(args), none, "local[4]", tmp_path)
     assert local["spark.task.resource.gpu.amount"] == "1" and "spark.executor.resource.gpu.amount" not in local
-    cpu = driver.spark_settings(args_for(tmp_path), none, "spark://h:7077", tmp_path)
+    cpu = session.spark_settings(shape_of(args_for(tmp_path)), none, "spark://h:7077", tmp_path)
     assert not {key for key in cpu if "gpu" in key or key == "spark.executor.cores"}
     # The executors' shape is the user's once they set part of it, in spark.conf or spark-defaults.conf
     # (which Spark reads itself, and ours would override).
     theirs = {"master": None, "conf": {"spark.executor.resource.gpu.amount": 4}}
-    mine = driver.spark_settings(args, theirs, "spark://h:7077", tmp_path)
+    mine = session.spark_settings(shape_of(args), theirs, "spark://h:7077", tmp_path)
     assert mine["spark.executor.resource.gpu.amount"] == "4" and "spark.executor.cores" not in mine
     site = {"spark.executor.cores": "8", "spark.task.resource.gpu.amount": "1"}
-    shaped = driver.spark_settings(args, none, "spark://h:7077", tmp_path, site)
+    shaped = session.spark_settings(shape_of(args), none, "spark://h:7077", tmp_path, site)
     assert not {key for key in shaped if key.startswith(("spark.executor.", "spark.task.resource"))}
 
 
@@ -98,7 +108,7 @@ NO_EXECUTOR_GPUS = (
 
 
 def test_a_session_refused_for_its_resource_settings_says_so_in_sparks_words_not_the_masters():
-    line = driver.session_failure("spark://h:7077", "$MASTER", RuntimeError(NO_EXECUTOR_GPUS))
+    line = session.session_failure("spark://h:7077", "$MASTER", RuntimeError(NO_EXECUTOR_GPUS))
     assert line.startswith("Spark refused the run's resource settings") and "\n" not in line
     assert "No executor resource configs were specified for the following task configs: gpu. HINT:" in line
     assert "spark.authenticate" not in line and line.count("HINT:") == 1
@@ -106,7 +116,7 @@ def test_a_session_refused_for_its_resource_settings_says_so_in_sparks_words_not
         "An error occurred while calling None.org.apache.spark.api.java.JavaSparkContext.\n: "
         "java.lang.RuntimeException: java.lang.IllegalStateException: Expected SaslMessage, received something else"
     )
-    other = driver.session_failure("spark://h:7077", "$MASTER", refused)
+    other = session.session_failure("spark://h:7077", "$MASTER", refused)
     assert "Expected SaslMessage, received something else" in other and "spark.authenticate's secret" in other
 
 

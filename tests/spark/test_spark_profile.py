@@ -167,17 +167,65 @@ def test_failures_before_any_rank_are_one_line_with_a_hint_that_works(spark_clus
     assert named.returncode == 0
 
 
-def test_too_few_slots_for_the_world_size_fails_in_seconds_in_one_line(spark_cluster, tmp_path):
-    config = {**TWO_RANKS, "launch": {**TWO_RANKS["launch"], "devices": 3}}
-    flow = flow_in(tmp_path / "slots", config)
+def working_in(directory: Path) -> list[str]:
+    """The processes working in ``directory`` (a workflow's: Snakemake, its Spark application and that one's
+    JVM, the train jobs and their drivers, the ranks, which work where the driver does)."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline", "cwd"]):
+        if process.info["cwd"] and Path(process.info["cwd"]).is_relative_to(directory):
+            found.append(f"{process.info['pid']}: {' '.join(process.info['cmdline'] or ())[:160]}")
+    return found
+
+
+def test_a_sweep_trains_in_one_application_a_run_too_large_fails_alone_and_kill_9_leaves_nothing(
+    spark_cluster, tmp_path
+):
+    """The spark profile's runs share the workflow's one Spark application (one session for a sweep). A run
+    that needs more task slots than the cluster has fails in seconds in one line, alone: the other trains
+    in the same application and keeps its results. Then `kill -9` of Snakemake mid-training leaves no
+    process behind: the application, its JVM, the cluster's executors for it, the train jobs and ranks."""
+    config = {**TWO_RANKS, "sweep": {"launch.devices": [2, 3]}}
+    flow = flow_in(tmp_path / "sweep", config)
+    env = spark_env(spark_cluster)
     started = time.perf_counter()
-    done = flow.run(check=False, env=spark_env(spark_cluster))
+    done = flow.run(check=False, env=env)
     seconds = time.perf_counter() - started
-    log = (flow.directory / "logs/train/base.log").read_text()
+    runs = flow.directory / "results/runs"
+    log = (flow.directory / "logs/train/devices-3.log").read_text()
     lines = hint_lines(log)
     assert done.returncode != 0 and len(lines) == 1, log[-4000:]
     assert "fewer free task slots than the run's 3 ranks" in lines[0]
-    assert not (flow.directory / "results/runs/base/metrics.csv").exists(), "no rank started"
+    assert not (runs / "devices-3/metrics.csv").exists(), "no rank of the 3-rank run started"
     # Spark's default would wait 15 s x 40 checks; here: the session's wait for executors and 3 checks.
     assert seconds < 150, seconds
+    record = json.loads((runs / "devices-2/provenance.json").read_text())
+    app = record["launch"]["spark"]["application_id"]
+    assert record["training"]["epochs_completed"] == 2
+    assert f"application {app} on {spark_cluster.master_url}" in log, "both runs in the one application"
+    assert "shared by the workflow's runs" in log
+    # Each run's ranks' lines come back to its own log, through the one application.
+    trained = (flow.directory / "logs/train/devices-2.log").read_text()
+    assert "devices-2: epoch 2/2" in trained and "devices-3:" not in trained, trained[-3000:]
+
     # What the HINT says, lowering the world size to the two slots there are, is the first test's run.
+    # Killed: a run long enough to be mid-training (epochs of about a second).
+    config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 30000}}
+    config["trainer"] = {**TINY["trainer"], "max_epochs": 20}
+    killed = flow_in(tmp_path / "killed", config)
+    metrics = killed.directory / "results/runs/base/metrics.csv"
+    with subprocess.Popen(
+        killed.command(), cwd=killed.directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    ) as snakemake:
+        deadline = time.monotonic() + 300
+        while not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 2):
+            assert snakemake.poll() is None and time.monotonic() < deadline, "no first epoch in 300 s"
+            time.sleep(0.2)
+        assert any("snakeddp.spark.application" in line for line in working_in(killed.directory))
+        assert executors(spark_cluster)
+        snakemake.kill()
+        deadline = time.monotonic() + 60
+        while (left := working_in(killed.directory)) or executors(spark_cluster):
+            assert time.monotonic() < deadline, f"60 s after kill -9: {left}; executors {executors(spark_cluster)}"
+            time.sleep(0.5)
+    # Stopped as a preempted run is (its ranks saved last.ckpt at one step): a rerun resumes it.
+    assert (killed.directory / "results/runs/base/checkpoints/last.ckpt").is_file()

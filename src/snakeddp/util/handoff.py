@@ -80,6 +80,12 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, object] | 
     return message, fds
 
 
+def peer_uid(conn: socket.socket) -> int:
+    """The user id of the process at the other end of a unix socket: a server takes only its owner's."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
 def is_open(fd: int) -> bool:
     try:
         os.fstat(fd)

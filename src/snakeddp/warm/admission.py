@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import resource
-import socket
-import struct
 import sys
 from typing import Any
 
@@ -78,11 +76,6 @@ class Admission:
 
 def startup_env(env: dict[str, str] | os._Environ) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES}
-
-
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
 
 
 def _within(value: int, limit: int) -> bool:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from snakeddp.util import handoff, terminal
+from snakeddp.util import handoff, subprocesses, terminal
 
 #: A warm process's directory: snakeddp-warm-<pid of Snakemake>-<random>, mode 0700.
 PREFIX = "snakeddp-warm-"
@@ -103,12 +103,7 @@ class WarmProcess:
     def close(self) -> None:
         """Stop it (running jobs get SIGTERM, then SIGKILL), and remove its directory."""
         if self.process is not None:
-            self.process.terminate()
-            try:
-                self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            subprocesses.stop(self.process, STOP_TIMEOUT_S)
             self.process = None
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)

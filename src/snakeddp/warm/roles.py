@@ -20,7 +20,7 @@ from typing import Any
 
 from snakeddp.forking.child import tie_to
 from snakeddp.util import handoff
-from snakeddp.warm.admission import REQUEST_TIMEOUT_S, Admission, Declined, peer_uid
+from snakeddp.warm.admission import REQUEST_TIMEOUT_S, Admission, Declined
 from snakeddp.warm.channel import SAID_IMPORTED, Link, take
 from snakeddp.warm.importing import Imports
 from snakeddp.warm.loop import Server
@@ -74,7 +74,7 @@ class First(Server):
             return
         fds: list[int] = []
         try:
-            uid = peer_uid(conn)
+            uid = handoff.peer_uid(conn)
             if uid != os.getuid():
                 self.say(f"snakeddp: the warm process refused a connection from uid {uid}: it serves only its owner.")
                 conn.close()

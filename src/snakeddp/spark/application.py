@@ -1,0 +1,325 @@
+"""The workflow's shared Spark application (snakeddp.spark.sharing starts it, and says why it exists).
+
+    python -m snakeddp.spark.application --fd N --parent PID --scratch DIR --slots K
+
+One session for the invocation, started by the first run that asks (its Spark settings, task cores and
+GPUs are the session's; a run asking for others is declined and goes alone). Each connection is a run,
+served in a thread of its own: its ranks are one TorchDistributor barrier stage in the run's job group,
+started once the cluster's task slots hold them beside the runs already training, and cancelled alone
+when the run fails (its failure file) or its driver goes (the connection closes). SIGTERM (from
+``close``, or Snakemake's death through the parent-death signal) cancels every run and stops the session;
+the JVM exits with this process whatever happens (pyspark's gateway watches its stdin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from snakeddp.errors import SparkError
+from snakeddp.forking.child import tie_to
+from snakeddp.spark import master as masters
+from snakeddp.spark import session as sessions
+from snakeddp.util import handoff
+from snakeddp.util.fsutil import atomic_write_text
+
+# A run whose driver went before its stage started: nothing to answer.
+CLOSED = object()
+# How often a run's watcher looks for its failure file and its driver.
+WATCH_S = 0.5
+# How long running runs get to stop at a step (and save last.ckpt) when the workflow ends under them.
+STOP_GRACE_S = 15.0
+
+
+class Application:
+    """The session, once started, and the task slots its runs hold."""
+
+    def __init__(self, scratch: Path, slots: int, first: int) -> None:
+        self.scratch = scratch
+        self.slots = slots
+        self.first = first
+        self.lock = threading.Lock()
+        self.session: Any = None
+        self.key: tuple | None = None  # what a run must ask for to share the session
+        self.described: dict[str, Any] = {}
+        self.free = threading.Condition()
+        self.used = 0  # task slots held by the runs training now
+        self.gpu, self.threads = False, 1
+        self.lines = LineRouter(sys.stderr)
+        self.running: dict[socket.socket, Path] = {}  # each training run's stop file
+
+    def open(self, hello: dict[str, Any]) -> dict[str, Any]:
+        """The answer to a run's hello: the application, or why the run goes alone, or why Spark failed."""
+        key = (json.dumps(hello["section"], sort_keys=True), hello["threads"], hello["gpu"])
+        with self.lock:
+            if self.session is not None:
+                if key != self.key:
+                    return {"declined": "it asks for other Spark settings, task cores or GPUs than the runs before it"}
+                return {"application": self.described}
+            try:
+                self.start(hello)
+            except SparkError as error:
+                return {"failed": str(error)}
+            self.key = key
+            return {"application": self.described}
+
+    def start(self, hello: dict[str, Any]) -> None:
+        section = hello["section"]
+        master, source = masters.check(section, os.environ)
+        sessions.prepare_scratch(self.scratch)
+        shape = sessions.Shape(
+            name=f"workflow {Path.cwd().name}",
+            slots=max(self.slots, hello["num_processes"]),
+            threads=hello["threads"],
+            gpu=hello["gpu"],
+            first=min(self.first, hello["num_processes"]),
+        )
+        defaults = masters.defaults_file(os.environ)
+        cluster_defaults = masters.read_defaults(defaults) if defaults is not None and defaults.is_file() else {}
+        started = time.monotonic()
+        try:
+            self.session = sessions.start_session(
+                sessions.spark_settings(shape, section, master, self.scratch, cluster_defaults)
+            )
+        except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
+            raise SparkError(sessions.session_failure(master, source, error)) from None
+        context = self.session.sparkContext
+        self.gpu, self.threads = hello["gpu"], hello["threads"]
+        self.described = {
+            "id": context.applicationId,
+            "master": master,
+            "source": source,
+            "session_s": round(time.monotonic() - started, 1),
+        }
+
+    def serve(self, conn: socket.socket) -> None:
+        """One run, from its hello to its stage's end."""
+        with conn:
+            message, _ = handoff.receive(conn)
+            if message is None or not isinstance(message.get("hello"), dict):
+                return
+            answer = self.open(message["hello"])
+            handoff.send(conn, answer)
+            if "application" not in answer:
+                return
+            message, _ = handoff.receive(conn)
+            if message is None or not isinstance(message.get("train"), dict):
+                return
+            request = message["train"]
+            ranks = int(request["num_processes"])
+            first = _Slots(self, ranks)
+            error = self.in_turn(conn, request, first)
+            if isinstance(error, str) and sessions.TOO_FEW_SLOTS.search(error) and first.others:
+                # The slots counted were not free after all (another application's, or fewer than Spark's
+                # count): once the others are done, the run has the session to itself.
+                error = self.in_turn(conn, request, _Slots(self, ranks, alone=True))
+            if error is not CLOSED:
+                handoff.send(conn, {"done": error})
+
+    def in_turn(self, conn: socket.socket, request: dict[str, Any], slots: _Slots) -> str | object | None:
+        with slots:
+            if closed(conn):
+                return CLOSED  # its driver went while it waited
+            self.running[conn] = Path(request["stop_file"])
+            try:
+                return self.train(conn, request)
+            finally:
+                del self.running[conn]
+
+    def capacity(self) -> int:
+        """Task slots of the session's executors: a standalone cluster's defaultParallelism is their cores
+        (at least 2, or spark.default.parallelism; a wrong count only costs a retry, above). A GPU session
+        runs one run at a time: its slots are the executors' GPUs, which Spark does not count here."""
+        return 1 if self.gpu else max(1, self.session.sparkContext.defaultParallelism // self.threads)
+
+    def train(self, conn: socket.socket, request: dict[str, Any]) -> str | None:
+        """The run's barrier stage, in its own job group; what it ended with."""
+        from pyspark.ml.torch.distributor import TorchDistributor
+
+        context = self.session.sparkContext
+        group = str(request["group"])
+        context.setJobGroup(group, f"snakeddp run {Path(group).name}", interruptOnCancel=True)
+        ended = threading.Event()
+        watcher = threading.Thread(
+            target=self.watch, args=(conn, Path(request["failure_file"]), group, ended), daemon=True
+        )
+        distributor = TorchDistributor(num_processes=int(request["num_processes"]), local_mode=False,
+                                       use_gpu=bool(request["gpu"]))  # fmt: skip
+        distributor.logger.setLevel(logging.WARNING)
+        say = sender(conn)
+        self.lines.add(distributor, say)
+        watcher.start()
+        try:
+            distributor.run(str(sessions.RANK_SCRIPT), "--settings", str(request["settings"]), "--", *request["entry"])
+        except Exception as error:  # Py4JJavaError, PySparkException: the driver judges it with the run's records
+            return str(error) or type(error).__name__
+        finally:
+            ended.set()
+            self.lines.remove(distributor)
+        return None
+
+    def watch(self, conn: socket.socket, failure: Path, group: str, ended: threading.Event) -> None:
+        """A rank that stops on a snakeddp error leaves the others waiting in a collective, and a driver that
+        is gone cannot judge its run: end the run's stage, and only its."""
+        while not ended.wait(WATCH_S):
+            if failure.exists() or closed(conn):
+                self.session.sparkContext.cancelJobGroup(group)
+                return
+
+    def stop(self) -> None:
+        """The workflow ended: running runs are stopped as a preempted run is (their ranks save last.ckpt at
+        one step, through the stop file their drivers would write), given STOP_GRACE_S, then cancelled."""
+        if self.session is None:
+            return
+        for stop_file in list(self.running.values()):
+            if not stop_file.exists():
+                atomic_write_text(stop_file, "SIGTERM")
+        deadline = time.monotonic() + STOP_GRACE_S
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.session.sparkContext.cancelAllJobs()
+        self.session.stop()
+
+
+class _Slots:
+    """Held while a run trains: a run waits until its ranks fit the slots the others leave, or (``alone``)
+    until no other run trains (a run larger than the whole session starts alone, and Spark's barrier check
+    refuses it in one line, as before). ``others``: whether other runs were training when it started."""
+
+    def __init__(self, application: Application, ranks: int, alone: bool = False) -> None:
+        self.application, self.ranks, self.alone = application, ranks, alone
+        self.others = False
+
+    def __enter__(self) -> None:
+        app = self.application
+        with app.free:
+            while app.used and (self.alone or app.used + self.ranks > app.capacity()):
+                app.free.wait()
+            self.others = app.used > 0
+            app.used += self.ranks
+
+    def __exit__(self, *exc: object) -> None:
+        app = self.application
+        with app.free:
+            app.used -= self.ranks
+            app.free.notify_all()
+
+
+class LineRouter:
+    """TorchDistributor's log server writes each rank's line to ``sys.stderr`` from a thread of the run's
+    own server: this stands in for sys.stderr and sends the line to the run's driver instead (a line from
+    elsewhere goes to the real stderr). Each run's server is known by its port."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.distributors: dict[int, tuple[Any, Callable[[str], None]]] = {}
+        self.partial = threading.local()
+
+    def add(self, distributor: Any, say: Callable[[str], None]) -> None:
+        self.distributors[id(distributor)] = (distributor, say)
+
+    def remove(self, distributor: Any) -> None:
+        self.distributors.pop(id(distributor), None)
+
+    def write(self, text: str) -> int:
+        say = self.target()
+        if say is None:
+            return self.real.write(text)
+        buffered = getattr(self.partial, "text", "") + text
+        *lines, self.partial.text = buffered.split("\n")
+        for line in lines:
+            say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def target(self) -> Callable[[str], None] | None:
+        # A log server's handler thread runs its server's process_request_thread: the server is its target's self.
+        server = getattr(getattr(threading.current_thread(), "_target", None), "__self__", None)
+        address = getattr(server, "server_address", None)
+        if not address:
+            return None
+        for distributor, say in list(self.distributors.values()):
+            if getattr(distributor, "log_streaming_server_port", None) == address[1]:
+                return say
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def sender(conn: socket.socket) -> Callable[[str], None]:
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            try:
+                handoff.send(conn, {"line": line})
+            except OSError:
+                pass  # the driver is gone; its watcher cancels the run
+
+    return say
+
+
+def closed(conn: socket.socket) -> bool:
+    """Whether the run's driver has gone (it sends nothing after its request: any readable byte is EOF)."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snakeddp.spark.application", description=__doc__)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    parser.add_argument("--scratch", type=Path, required=True)
+    parser.add_argument("--slots", type=int, required=True)
+    parser.add_argument("--first", type=int, required=True)
+    args = parser.parse_args(argv)
+    listener = socket.socket(fileno=args.fd)
+    stopping = threading.Event()
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if not tie_to(args.parent, signal.SIGTERM):
+        return 0  # Snakemake is gone already
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's
+    application = Application(args.scratch.resolve(), args.slots, args.first)
+    sys.stderr = application.lines
+    listener.settimeout(WATCH_S)
+    try:
+        while not stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.setblocking(True)
+            if handoff.peer_uid(conn) != os.getuid():
+                conn.close()
+                continue
+            threading.Thread(target=application.serve, args=(conn,), daemon=True).start()
+    finally:
+        listener.close()
+        application.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

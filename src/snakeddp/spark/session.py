@@ -1,0 +1,167 @@
+"""A Spark application's session: the settings snakeddp gives it, starting it, and why it did not start,
+in one line. Used by a run's own driver (snakeddp.spark.driver) and by the invocation's shared
+application (snakeddp.spark.application)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from snakeddp.util.fsutil import atomic_write_text
+
+# pyspark 4.3 warns that it does not fully support pandas 3 (the core's); TorchDistributor uses pandas
+# only to wrap rank 0's result (None here) in one Arrow batch.
+warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+#: The script each rank's torchrun runs in its Spark task.
+RANK_SCRIPT = Path(__file__).with_name("rank.py")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What an application is asked for: ``slots`` ranks at most at once (spark.cores.max is slots x
+    threads), each with ``threads`` cores (spark.task.cpus) and, where ``gpu``, one GPU."""
+
+    name: str  # spark.app.name's tail: the run, or the workflow whose runs share the application
+    slots: int
+    threads: int
+    gpu: bool
+    #: The slots the session waits for before it starts (of ``slots``): the largest run's ranks.
+    first: int = 0
+
+
+# Spark waits 15 s x 40 checks (about 10 minutes) when the barrier stage has too few free slots;
+# executors register within seconds of the session, which waits for them first (minRegistered...).
+BARRIER_CHECK = {
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
+    "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "3",
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.scheduler.maxRegisteredResourcesWaitingTime": "30s",
+}
+# Spark's WARN lines and stack traces are not the user's: the driver says what failed in one line
+# (a spark.driver.extraJavaOptions in the config's spark.conf replaces this, to see them).
+LOG4J2 = """rootLogger.level = off
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark: %p %c{1}: %m%n
+"""
+
+# Spark's barrier check: a stage of more tasks than the session's free slots.
+TOO_FEW_SLOTS = re.compile(r"barrier stage that requires more slots|BARRIER_.*SLOTS|max concurrent tasks", re.I)
+# What a JVM exception says, past py4j's "An error occurred while calling ..." line.
+JAVA_ERROR = re.compile(r"^:?\s*(?:[\w$]+\.)+[\w$]*(?:Exception|Error|Failed): (?P<message>.+)$", re.M)
+# Spark's refusals of resource settings (ResourceProfile, ResourceUtils): "No executor resource configs
+# were specified...", "The executor resource: gpu, amount: 1 needs to be >= the task resource request
+# amount of 2.0", "The number of cores per executor (=1) has to be >= the number of cpus per task = 2".
+RESOURCE_REFUSAL = re.compile(r"resource|cores per executor|cpus per task", re.I)
+# A GPU run is one rank per task, one GPU per task, and one task per executor: executors of one GPU
+# and the rank's cores, so a worker offering 4 GPUs runs 4 ranks. Without spark.executor.cores a
+# standalone worker starts one executor with all its cores and 1 GPU, a single slot (measured:
+# a 2-core, 2-GPU worker gave 2 ranks one slot, and the barrier stage failed).
+GPU_TASK = "spark.task.resource.gpu.amount"
+GPU_EXECUTOR = "spark.executor.resource.gpu.amount"
+EXECUTOR_CORES = "spark.executor.cores"
+
+
+def spark_settings(
+    shape: Shape,
+    section: Mapping[str, Any],
+    master: str,
+    scratch: Path,
+    cluster_defaults: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The application's settings: ours first, the config's spark.conf over them. ``cluster_defaults``:
+    spark-defaults.conf's, which Spark reads itself; ours would override them, so GPU settings it
+    makes are left to it."""
+    cluster_defaults = cluster_defaults or {}
+    settings = {
+        "spark.master": master,
+        "spark.app.name": f"snakeddp {shape.name}",
+        "spark.task.cpus": str(shape.threads),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # TorchDistributor's temporary files, torchrun's /tmp/torchelastic_* and Spark's own
+        # spark-* directories go where the run's files are, and leave with the driver's scratch.
+        "spark.local.dir": str(scratch / "local"),
+        "spark.executorEnv.TMPDIR": str(scratch / "tmp"),
+        "spark.pyspark.python": sys.executable,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{scratch / 'log4j2.properties'}",
+        **BARRIER_CHECK,
+    }
+    if master.startswith(("spark://", "local-cluster")):
+        # Ask a standalone cluster for the cores the ranks need, and no more: the session waits
+        # until they are registered, so a short barrier check means "not enough slots", not "not yet".
+        settings["spark.cores.max"] = str(shape.slots * shape.threads)
+        if shape.first and shape.first < shape.slots:
+            # A shared application asks for every run's slots, and starts once the largest run fits.
+            settings["spark.scheduler.minRegisteredResourcesRatio"] = f"{shape.first / shape.slots:.4f}"
+    theirs = {
+        key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in section["conf"].items()
+    }
+    if shape.gpu:
+        settings.update(gpu_settings(shape, master, {**cluster_defaults, **theirs}))
+    return {**settings, **theirs}
+
+
+def gpu_settings(shape: Shape, master: str, given: Mapping[str, str]) -> dict[str, str]:
+    """What Spark needs to give each rank a GPU, where ``given`` (the cluster's spark-defaults.conf and
+    the config's spark.conf) does not say: TorchDistributor counts one task per
+    spark.task.resource.gpu.amount GPUs, and a task gets GPUs only from an executor that asked for them."""
+    settings = {} if GPU_TASK in given else {GPU_TASK: "1"}
+    # local[N] has no executors: TorchDistributor takes the driver's GPUs there (spark.driver.resource.gpu.*).
+    has_executors = not (master == "local" or master.startswith("local["))
+    if has_executors and GPU_EXECUTOR not in given and EXECUTOR_CORES not in given:
+        settings.update({GPU_EXECUTOR: "1", EXECUTOR_CORES: str(shape.threads)})
+    return settings
+
+
+def start_session(settings: Mapping[str, str]) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def session_failure(master: str, source: str, error: BaseException) -> str:
+    """Why the session did not start, in Spark's words: resource settings Spark refused are not a master
+    that is down (the master answered check_reachable already)."""
+    said = spark_said(error)
+    if RESOURCE_REFUSAL.search(said):
+        return (
+            f"Spark refused the run's resource settings, so the driver could not start its session with {master}: "
+            f"{said}. HINT: make the settings Spark names agree in the config's spark.conf (or spark-defaults.conf), "
+            "or remove them there and let the driver set them (a GPU run: one GPU per task and per executor, "
+            "launch.threads_per_process cores per executor; docs/spark.md)."
+        )
+    return (
+        f"the Spark driver could not start its session with {master} (named by {source}): {said}. "
+        "HINT: check that the master is up and accepts this machine, and that spark.authenticate's secret "
+        "matches the cluster's (docs/spark.md)."
+    )
+
+
+def spark_said(error: BaseException) -> str:
+    """The JVM exception's own message (Spark's words), else the error's first line."""
+    found = JAVA_ERROR.search(str(error))
+    return found["message"].strip() if found else first_line(error)
+
+
+def first_line(error: BaseException) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+
+
+def prepare_scratch(scratch: Path) -> None:
+    """The application's scratch: the executors' TMPDIR, spark.local.dir and the driver's logging."""
+    for folder in ("tmp", "local"):
+        (scratch / folder).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(scratch / "log4j2.properties", LOG4J2)

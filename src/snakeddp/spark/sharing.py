@@ -1,0 +1,163 @@
+"""One Spark application per invocation: the spark profile's train jobs hand their runs to the workflow's
+shared application (``snakeddp.spark.application``), which holds one session, instead of each starting
+a driver JVM of its own (a 9-14 s session per run on a small cluster).
+
+The workflow starts it before its first job (the spark contract's ``before_jobs``) and stops it at the
+end (``close``); it dies with Snakemake (``kill -9`` included: its parent-death signal, and its JVM
+with it). Its socket is in a mode-0700 directory and it takes only its owner's connections, as the
+warm process does. A train job's driver (``snakeddp.spark.driver``) connects, says what its run needs
+(``hello``), and is told the application, or why it is declined (a run with other task cores, GPUs or
+Spark settings than the session's): then the run starts an application of its own, as before. The
+run's ranks are one barrier stage, the run's job group; its ranks' lines come back over the connection;
+closing the connection (the driver killed) cancels the run's stage.
+
+The wire is snakeddp.util.handoff's (length-prefixed JSON): hello, then ``{"application": ...}``,
+``{"declined": WHY}`` or ``{"failed": LINE}``; train, then ``{"line": TEXT}``... and ``{"done": ERROR}``.
+Light: the contract (read by every job's Snakefile) imports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from snakeddp.errors import SparkError
+from snakeddp.util import handoff, subprocesses, terminal
+
+#: The shared application's socket, set in Snakemake's environment (so in every train job's).
+VARIABLE = "SNAKEDDP_SPARK_APPLICATION"
+PREFIX = "snakeddp-spark-"
+#: Its own log (the JVM's lines, and any of its errors), beside its scratch.
+LOG = "spark-application.log"
+#: How long stopping waits for it (it stops its session and JVM) before SIGKILL.
+STOP_TIMEOUT_S = 20.0
+
+
+class SharedApplication:
+    """The invocation's shared application: ``start`` it, ``close`` it (also at exit)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.directory: str | None = None
+        self.scratch: Path | None = None
+
+    def start(self, scratch: Path, slots: tuple[int, int], env: Mapping[str, str] | None = None) -> str:
+        """Start it; its socket's path (VARIABLE's value for the jobs). ``scratch``: its executors' TMPDIR
+        and spark.local.dir, where the executors see it (the checkout); ``slots``: the ranks of every run
+        this invocation trains, which it asks the cluster for at most, and the smallest run's, which its
+        session waits for (sharing.slots)."""
+        self.directory = terminal.socket_directory(PREFIX)
+        self.scratch = scratch
+        scratch.mkdir(parents=True, exist_ok=True)
+        path = os.path.join(self.directory, "application")
+        # Bound and listening before any job can look for it: an early job waits in the listen queue.
+        # Its JVM's and Spark's own lines are not the workflow's terminal's: they go to its log, kept
+        # beside its scratch until the next invocation (a run's own lines go to the run's log).
+        with (
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener,
+            open(scratch.parent / LOG, "wb") as log,
+        ):
+            listener.bind(path)
+            listener.listen(64)
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "snakeddp.spark.application",
+                    f"--fd={listener.fileno()}",
+                    f"--parent={os.getpid()}",
+                    f"--scratch={scratch}",
+                    f"--slots={slots[0]}",
+                    f"--first={slots[1]}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=None if env is None else dict(env),
+                pass_fds=[listener.fileno()],
+                start_new_session=True,  # a terminal's Ctrl-C reaches the runs through their drivers
+            )
+        atexit.register(self.close)
+        return path
+
+    def close(self) -> None:
+        if self.process is not None:
+            subprocesses.stop(self.process, STOP_TIMEOUT_S)
+            self.process = None
+        for folder in (self.directory, self.scratch):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.directory = self.scratch = None
+        atexit.unregister(self.close)
+
+
+class Declined(Exception):
+    """Why a run starts an application of its own (one clause)."""
+
+
+class Client:
+    """A train job's driver, connected to the shared application."""
+
+    def __init__(self, sock: socket.socket, application: dict[str, Any]) -> None:
+        self.sock = sock
+        self.application = application  # id, master, source, session_s
+
+    @classmethod
+    def connect(cls, path: str, hello: Mapping[str, Any]) -> Client:
+        """Raises Declined (the run goes alone) or SparkError (the shared session did not start: one line)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            handoff.send(sock, {"hello": dict(hello)})
+            answer, _ = handoff.receive(sock)
+        except (OSError, handoff.ProtocolError) as error:
+            sock.close()
+            raise Declined(f"the workflow's Spark application did not answer at {path} ({error})") from None
+        if answer is None or "application" not in answer:
+            sock.close()
+            if answer is not None and "failed" in answer:
+                raise SparkError(str(answer["failed"]))
+            why = answer.get("declined") if answer else "the workflow's Spark application closed the connection"
+            raise Declined(str(why))
+        return cls(sock, dict(answer["application"]))
+
+    def train(self, request: Mapping[str, Any], say: Callable[[str], None]) -> str | None:
+        """Run the ranks in the shared application; each of their lines to ``say``. What the Spark job
+        ended with (its error's text), or None."""
+        handoff.send(self.sock, {"train": dict(request)})
+        while True:
+            try:
+                message, _ = handoff.receive(self.sock)
+            except (OSError, handoff.ProtocolError) as error:
+                return f"the workflow's Spark application stopped answering ({error})"
+            if message is None:
+                return "the workflow's Spark application ended while the run trained"
+            if "line" in message:
+                say(str(message["line"]))
+            elif "done" in message:
+                done = message["done"]
+                return None if done is None else str(done)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def hello(section: Mapping[str, Any], num_processes: int, threads: int, gpu: bool) -> dict[str, Any]:
+    """What a run needs of the shared application: the same session (Spark settings, cores per task,
+    GPUs); its ranks' number only decides when it may start."""
+    return {"section": dict(section), "num_processes": num_processes, "threads": threads, "gpu": gpu}
+
+
+def slots(launches: Sequence[Any]) -> tuple[int, int]:
+    """The ranks of the runs an invocation trains (what its shared application asks for at most), and the
+    smallest run's (what its session waits for before it starts: a run too large for the cluster fails
+    alone in its turn, not every run after a wait)."""
+    ranks = [launch.nodes * launch.devices for launch in launches] or [1]
+    return sum(ranks), min(ranks)
