@@ -229,3 +229,4 @@ def test_a_sweep_trains_in_one_application_a_run_too_large_fails_alone_and_kill_
             time.sleep(0.5)
     # Stopped as a preempted run is (its ranks saved last.ckpt at one step): a rerun resumes it.
     assert (killed.directory / "results/runs/base/checkpoints/last.ckpt").is_file()
+    assert not list((killed.directory / ".snakemake/snakeddp").glob("spark-*/")), "its scratch left with it"

@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -318,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         listener.close()
         application.stop()
+        # Its executors' temporary files: also when Snakemake was killed and cannot remove them.
+        shutil.rmtree(application.scratch, ignore_errors=True)
     return 0
 
 
