@@ -1,14 +1,15 @@
 """The workflow's shared Spark application (snakeddp.spark.sharing starts it, and says why it exists).
 
-    python -m snakeddp.spark.application --fd N --parent PID --scratch DIR --slots K
+    python -m snakeddp.spark.application --fd N --parent PID --scratch DIR --slots K --first J
 
 One session for the invocation, started by the first run that asks (its Spark settings, task cores and
 GPUs are the session's; a run asking for others is declined and goes alone). Each connection is a run,
 served in a thread of its own: its ranks are one TorchDistributor barrier stage in the run's job group,
 started once the cluster's task slots hold them beside the runs already training, and cancelled alone
 when the run fails (its failure file) or its driver goes (the connection closes). SIGTERM (from
-``close``, or Snakemake's death through the parent-death signal) cancels every run and stops the session;
-the JVM exits with this process whatever happens (pyspark's gateway watches its stdin).
+``close``, or Snakemake's death through the parent-death signal) stops the runs still training as
+preempted ones, then cancels what is left and stops the session; the JVM exits with this process
+whatever happens (pyspark's gateway watches its stdin).
 """
 
 from __future__ import annotations
