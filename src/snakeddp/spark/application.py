@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import shutil
 import signal
@@ -86,13 +85,10 @@ class Application:
             gpu=hello["gpu"],
             first=min(self.first, hello["num_processes"]),
         )
-        defaults = masters.defaults_file(os.environ)
-        cluster_defaults = masters.read_defaults(defaults) if defaults is not None and defaults.is_file() else {}
+        settings = sessions.spark_settings(shape, section, master, self.scratch, masters.cluster_defaults(os.environ))
         started = time.monotonic()
         try:
-            self.session = sessions.start_session(
-                sessions.spark_settings(shape, section, master, self.scratch, cluster_defaults)
-            )
+            self.session = sessions.start_session(settings)
         except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
             raise SparkError(sessions.session_failure(master, source, error)) from None
         context = self.session.sparkContext
@@ -146,8 +142,6 @@ class Application:
 
     def train(self, conn: socket.socket, request: dict[str, Any]) -> str | None:
         """The run's barrier stage, in its own job group; what it ended with."""
-        from pyspark.ml.torch.distributor import TorchDistributor
-
         context = self.session.sparkContext
         group = str(request["group"])
         context.setJobGroup(group, f"snakeddp run {Path(group).name}", interruptOnCancel=True)
@@ -155,20 +149,20 @@ class Application:
         watcher = threading.Thread(
             target=self.watch, args=(conn, Path(request["failure_file"]), group, ended), daemon=True
         )
-        distributor = TorchDistributor(num_processes=int(request["num_processes"]), local_mode=False,
-                                       use_gpu=bool(request["gpu"]))  # fmt: skip
-        distributor.logger.setLevel(logging.WARNING)
         say = sender(conn)
-        self.lines.add(distributor, say)
         watcher.start()
         try:
-            distributor.run(str(sessions.RANK_SCRIPT), "--settings", str(request["settings"]), "--", *request["entry"])
-        except Exception as error:  # Py4JJavaError, PySparkException: the driver judges it with the run's records
-            return str(error) or type(error).__name__
+            ended_with = sessions.distribute(
+                int(request["num_processes"]),
+                bool(request["gpu"]),
+                Path(request["settings"]),
+                request["entry"],
+                started=lambda distributor: self.lines.add(distributor, say),
+            )
         finally:
             ended.set()
-            self.lines.remove(distributor)
-        return None
+            self.lines.remove(say)
+        return None if ended_with is None else str(ended_with) or type(ended_with).__name__
 
     def watch(self, conn: socket.socket, failure: Path, group: str, ended: threading.Event) -> None:
         """A rank that stops on a snakeddp error leaves the others waiting in a collective, and a driver that
@@ -224,14 +218,14 @@ class LineRouter:
 
     def __init__(self, real: Any) -> None:
         self.real = real
-        self.distributors: dict[int, tuple[Any, Callable[[str], None]]] = {}
+        self.runs: dict[Callable[[str], None], Any] = {}  # each run's line sink, and its distributor
         self.partial = threading.local()
 
     def add(self, distributor: Any, say: Callable[[str], None]) -> None:
-        self.distributors[id(distributor)] = (distributor, say)
+        self.runs[say] = distributor
 
-    def remove(self, distributor: Any) -> None:
-        self.distributors.pop(id(distributor), None)
+    def remove(self, say: Callable[[str], None]) -> None:
+        self.runs.pop(say, None)
 
     def write(self, text: str) -> int:
         say = self.target()
@@ -252,7 +246,7 @@ class LineRouter:
         address = getattr(server, "server_address", None)
         if not address:
             return None
-        for distributor, say in list(self.distributors.values()):
+        for say, distributor in list(self.runs.items()):
             if getattr(distributor, "log_streaming_server_port", None) == address[1]:
                 return say
         return None

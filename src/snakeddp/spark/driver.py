@@ -1,11 +1,13 @@
-"""The Spark application of one run: its driver starts the ranks with TorchDistributor and judges the run.
+"""A run's Spark driver: it has the run's ranks started with TorchDistributor, and judges the run.
 
     python -m snakeddp.spark.driver --num-processes=2 --threads=1 -- --config results/runs/base/run.yaml \\
         --run-dir results/runs/base --data ... --launcher torchdistributor --failure-file .../failure.txt
 
-``snakeddp.launch`` starts it (the torchdistributor launcher) with the run's environment. It connects
-to the master (``snakeddp.spark.master``), asks for ``num_processes`` task slots, and runs
-``snakeddp/spark/rank.py`` under one torchrun per barrier task. The ranks work in this directory
+``snakeddp.launch`` starts it (the torchdistributor launcher) with the run's environment. It hands the
+run to the workflow's shared application (``snakeddp.spark.sharing``) where there is one and it takes
+the run; else it starts an application of its own (a Databricks job's driver always does): it connects
+to the master (``snakeddp.spark.master``) and asks for ``num_processes`` task slots. Either way the
+ranks are ``snakeddp/spark/rank.py`` under one torchrun per barrier task. The ranks work in this directory
 and write the run directory, so driver and executors must share its path (as Slurm's nodes do).
 
 ``TorchDistributor.run(path)`` returns None whatever torchrun exits with, so the run is judged by
@@ -18,7 +20,6 @@ the driver cannot signal processes on other machines.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 import shutil
@@ -162,11 +163,10 @@ def alone(
     """The run's own application: its session, its ranks, then the session's end."""
     master, source = where
     started = time.monotonic()
-    defaults = masters.defaults_file(env)
-    cluster_defaults = masters.read_defaults(defaults) if defaults is not None and defaults.is_file() else {}
     shape = sessions.Shape(args.run_dir.name, args.num_processes, args.threads, args.gpu)
+    settings = sessions.spark_settings(shape, section, master, scratch, masters.cluster_defaults(env))
     try:
-        session = sessions.start_session(sessions.spark_settings(shape, section, master, scratch, cluster_defaults))
+        session = sessions.start_session(settings)
     except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
         raise SparkError(sessions.session_failure(master, source, error)) from None
     try:
@@ -179,7 +179,7 @@ def alone(
         )
         watcher = threading.Thread(target=cancel_on_failure, args=(context, args.failure_file), daemon=True)
         watcher.start()
-        return distribute(args, scratch / SETTINGS_FILE, entry)
+        return sessions.distribute(args.num_processes, args.gpu, scratch / SETTINGS_FILE, entry)
     finally:
         session.stop()
 
@@ -199,20 +199,6 @@ def wait_for_ranks(run_dir: Path, timeout_s: float = RANKS_GONE_S) -> None:
     deadline = time.monotonic() + timeout_s
     while attempt.is_live(run_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
-
-
-def distribute(args: argparse.Namespace, settings: Path, entry: list[str]) -> BaseException | None:
-    """Run the ranks; the exception the Spark job ended with, if any (judged with the run's records)."""
-    from pyspark.ml.torch.distributor import TorchDistributor
-
-    distributor = TorchDistributor(num_processes=args.num_processes, local_mode=False, use_gpu=args.gpu)
-    # Its constructor sets its logger to INFO again ("Started distributed training with 2 executor processes").
-    distributor.logger.setLevel(logging.WARNING)
-    try:
-        distributor.run(str(sessions.RANK_SCRIPT), "--settings", str(settings), "--", *entry)
-    except Exception as error:  # Py4JJavaError, PySparkException: the job's end, read below
-        return error
-    return None
 
 
 def cancel_on_failure(context: Any, failure: Path) -> None:

@@ -43,6 +43,12 @@ def read_defaults(path: Path) -> dict[str, str]:
     return {m["key"]: m["value"].strip() for m in pairs if m and not m["key"].startswith(("#", "!"))}
 
 
+def cluster_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """The cluster's spark-defaults.conf settings, which Spark reads itself ({} where there is none)."""
+    path = defaults_file(env)
+    return read_defaults(path) if path is not None and path.is_file() else {}
+
+
 def resolve(configured: str | None, env: Mapping[str, str]) -> tuple[str, str]:
     """The master URL and where it was named."""
     if configured:
