@@ -9,6 +9,7 @@ SRC = str(REPO / "src")
 sys.path.insert(0, SRC)
 
 from snakeddp import config as snakeddp_config
+from snakeddp import errors as snakeddp_errors
 from snakeddp.util import hashing as snakeddp_hashing
 from snakeddp.report.files import workflow_files
 from snakeddp.workflow import jobenv as snakeddp_jobenv

@@ -63,4 +63,4 @@ if TYPED_INVOCATION and not snakeddp_snakemake.linting(workflow):
         remove=workflow.resource_settings.cores is not None
         and not workflow.output_settings.dryrun,
     ):
-        print(line, file=sys.stderr, flush=True)
+        snakeddp_errors.print_line(line)

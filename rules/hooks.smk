@@ -84,9 +84,8 @@ onstart:
                     )
                 )
             elif why_cold:
-                print(
-                    f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}",
-                    file=sys.stderr,
+                snakeddp_errors.print_line(
+                    f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}"
                 )
 
 
@@ -99,7 +98,9 @@ onsuccess:
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()
     if Path(rules.report.output.html).is_file():
-        print(f"Report: {Path(rules.report.output.html).resolve()}", flush=True)
+        snakeddp_errors.print_line(
+            f"Report: {Path(rules.report.output.html).resolve()}", sys.stdout
+        )
 
 
 onerror:
@@ -112,4 +113,4 @@ onerror:
             (run, Path(rules.train.output.provenance.format(run=run)).parent)
             for run in RUNS
         ):
-            print(line, file=sys.stderr, flush=True)
+            snakeddp_errors.print_line(line)

@@ -104,6 +104,47 @@ CASES = {
 }
 
 
+def test_a_stopping_line_is_one_write_so_snakemakes_logging_thread_cannot_split_it(monkeypatch, tmp_path):
+    """Snakemake 9 logs from a queue listener's thread: a line written as text and then a newline (what
+    print does) once had a plugin's warning land between the two (CI: "...in the profile).MinJobAge ...")."""
+    import threading
+
+    from snakeddp.workflow import preflight
+
+    class Stream:
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    stream = Stream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with pytest.raises(SystemExit):
+        preflight.stop(config.ConfigError("run a: no. HINT: yes."))
+    assert stream.writes == ["run a: no. HINT: yes.\n"]
+    # And for real, racing a thread that writes whole lines into the same file.
+    with open(tmp_path / "terminal", "w") as out:
+        done = threading.Event()
+
+        def logger() -> None:
+            while not done.is_set():
+                out.write("warning\n")
+
+        thread = threading.Thread(target=logger)
+        thread.start()
+        for _ in range(2000):
+            errors.print_line("ours", out)
+        done.set()
+        thread.join()
+    lines = (tmp_path / "terminal").read_text().splitlines()
+    assert lines.count("ours") == 2000 and set(lines) == {"ours", "warning"}
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", list(CASES))
 def test_launcher_reports_a_rank_error_as_one_line(tmp_path, case):

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 
 class ConfigError(ValueError):
@@ -105,6 +106,15 @@ class AzureMLError(ConfigError, RuntimeError):
     """Something to fix before (or learn after) an AzureML job; the message says what and how."""
 
 
+def print_line(line: str, stream: TextIO | None = None) -> None:
+    """Write ``line`` with its newline in one write, flushed. ``print`` writes them in two, and
+    Snakemake 9 writes its log records from a thread of its own (a queue listener): one of its
+    lines landed between ours and our newline, and the two read as one line."""
+    stream = sys.stderr if stream is None else stream
+    stream.write(f"{line}\n")
+    stream.flush()
+
+
 def add_hint(packages: str, stage: str) -> str:
     """The HINT for an optional package that is not installed: the one command that installs it to stay.
 
@@ -138,7 +148,7 @@ def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure
         if failure_file is not None:
             write_first(failure_file, line)
         elif speak:
-            print(line, file=sys.stderr, flush=True)
+            print_line(line)
         else:
             _give_the_speaking_rank_time()
         return 1

@@ -5,11 +5,11 @@ without torch, CUDA_VISIBLE_DEVICES applied: snakeddp.util.gpus), and a core for
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
+from snakeddp.errors import print_line
 from snakeddp.local import PLATFORM
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.util import gpus
@@ -51,11 +51,9 @@ def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
     for run_id, run in runs.items():
         launch = Launch.of(run["config"]["launch"])
         if launch.accelerator == "auto" and 0 < shown < launch.devices:
-            print(
+            print_line(
                 f"snakeddp: run {run_id}: {launch.devices} ranks, and this machine shows {gpus.describe(env)}: "
-                "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead).",
-                file=sys.stderr,
-                flush=True,
+                "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead)."
             )
 
 

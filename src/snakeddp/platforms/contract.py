@@ -14,13 +14,12 @@ ConfigError (one line with a HINT), which the workflow prints once before it sto
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import ConfigError
+from snakeddp.errors import ConfigError, print_line
 from snakeddp.platforms.table import Row
 
 Runs = Mapping[str, Mapping[str, Any]]
@@ -35,7 +34,7 @@ def note_instead(check: Callable[[], None]) -> None:
     try:
         check()
     except ConfigError as error:
-        print(f"Dry run; a real run would stop here: {error}", file=sys.stderr, flush=True)
+        print_line(f"Dry run; a real run would stop here: {error}")
 
 
 @dataclass

@@ -22,10 +22,11 @@ import os
 import re
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
+
+from snakeddp.errors import print_line
 
 # host:path of the relay's socket, set by the workflow for the local platform; listed with every
 # other SNAKEDDP_* name in snakeddp.run.variables.
@@ -43,7 +44,7 @@ PREFIX = "snakeddp-terminal-"
 
 def say(line: str) -> None:
     """Print ``line`` to stderr (the job's log), flushed, and hand it to the workflow's relay."""
-    print(line, file=sys.stderr, flush=True)
+    print_line(line)
     host, _, path = os.environ.get(VARIABLE, "").partition(":")
     if not path or host != socket.gethostname():
         return

@@ -23,7 +23,7 @@ from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
-from snakeddp.errors import TrackerError
+from snakeddp.errors import TrackerError, print_line
 from snakeddp.platforms.contract import PreflightError
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
@@ -41,7 +41,7 @@ __all__ = ["PreflightError"]
 def stop(error: Exception | str) -> NoReturn:
     """Print ``error`` once and end Snakemake with status 1. A WorkflowError raised while the
     Snakefile is read would be printed with its file, line and a traceback line around it."""
-    print(error, file=sys.stderr, flush=True)
+    print_line(str(error))
     raise SystemExit(1)
 
 
