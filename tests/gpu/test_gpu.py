@@ -10,6 +10,7 @@ memory a rank holds, and NCCL's own initialisation lines.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -74,8 +75,13 @@ def test_each_precision_and_strategy_trains_on_the_gpus(tmp_path, precision, str
     assert (record["launch"]["accelerator"], record["launch"]["backend"]) == ("gpu", "nccl")
     assert record["launch"]["strategy"] == strategy and record["config"]["trainer"]["precision"] == precision
     assert record["training"]["epochs_completed"] == 2 and record["training"]["deterministic"] is False
-    losses = [float(row["val_loss"]) for row in run.metrics()]
-    assert all(loss == loss for loss in losses) and losses[-1] < losses[0], losses
+    # It learns in every precision: the training loss falls from the first epoch to the second, and the
+    # model classifies far better than a guess (ln 2 = 0.69). The validation loss is no measure of that
+    # here: on an H200 it was already 0.216 after one epoch, and 0.230 after the second.
+    rows = run.metrics()
+    train, val = ([float(row[key]) for row in rows] for key in ("train_loss", "val_loss"))
+    assert len(rows) == 2 and all(math.isfinite(loss) for loss in train + val), rows
+    assert train[-1] < train[0] and val[-1] < 0.5 * math.log(2), rows
     environment = record["environment"]
     assert environment["cuda"] and environment["gpus"], environment
 
@@ -134,3 +140,26 @@ def test_nccl_initialises_and_says_so_with_network_env(tmp_path):
     log = run.log.read_text()
     assert "NCCL INFO" in log and "Init COMPLETE" in log, log[-4000:]
     assert record["launch"]["backend"] == "nccl"
+
+
+def test_what_snakeddp_reads_from_the_driver_agrees_with_torch_and_nvidia_smi():
+    """The workflow sizes runs from the driver's files, without torch (snakeddp.util.gpus), and the
+    stand-ins (tests/gpu_standin.py) imitate those files: here they are the driver's own."""
+    import torch
+
+    from snakeddp.environment.cuda import check_device
+    from snakeddp.util import gpus as driver
+
+    env = {key: value for key, value in subprocess_env().items() if key != driver.VISIBLE}
+    query = ["nvidia-smi", "--query-gpu=name,uuid,driver_version", "--format=csv,noheader"]
+    listed = subprocess.check_output(query, text=True).splitlines()
+    rows = [[part.strip() for part in line.split(",")] for line in listed]
+    installed = driver.installed()
+    assert [(gpu.model, gpu.uuid) for gpu in installed] == [(name, uuid) for name, uuid, _ in rows], rows
+    assert len(installed) == torch.cuda.device_count() >= 1 and driver.driver_version() == rows[0][2]
+    assert sorted(torch.cuda.get_device_name(i) for i in range(len(installed))) == sorted(g.model for g in installed)
+    assert driver.visible(env) == installed and driver.visible({driver.VISIBLE: ""}) == []
+    assert driver.visible({driver.VISIBLE: installed[-1].uuid[:12]}) == installed[-1:]
+    shown = f"{len(installed)} GPU{'s' if len(installed) > 1 else ''} ("
+    assert driver.describe(env).startswith(shown), driver.describe(env)
+    assert check_device(0, env).startswith(f"{installed[0].model}, compute capability "), check_device(0, env)
