@@ -1,5 +1,5 @@
-"""12. Spark: one run through TorchDistributor on a local standalone cluster vs the direct launcher,
-and a three-run sweep through `snakemake --profile spark` vs `--profile local` (issue 46).
+"""12. Spark: one run through the workflow's shared Spark application on a local standalone cluster vs the
+direct launcher, and a three-run sweep through `snakemake --profile spark` vs `--profile local` (issue 46).
 
 Both run cases are ``python -m snakeddp.launch`` of the same run (the default linear model, 2 gloo
 ranks, one thread each): ``--platform spark`` against a master and two 1-core workers on
@@ -32,7 +32,7 @@ from snakeddp.run.runfile import RunFile
 from snakeddp.spark import sharing
 
 NAME = "spark"
-TITLE = "12. Spark (TorchDistributor)"
+TITLE = "12. Spark (the shared application, warm ranks)"
 CLUSTER = REPO / "scripts" / "spark_cluster.py"
 
 
@@ -175,24 +175,24 @@ def run(ctx: Context) -> Result:
         target_figure(
             "spark.fixed_cost",
             "fixed cost of one run (launch to the first step + end of the last epoch to exit), linear model, "
-            "2 ranks: TorchDistributor in a shared application on a local standalone cluster (2 workers) vs the "
-            "direct launcher",
+            "2 ranks: a barrier stage of warm ranks in a shared application on a local standalone cluster (2 "
+            "workers) vs the direct launcher",
             "s",
             fixed["spark"],
             baseline=fixed["direct"],
             ratio=paired_ratio(samples["spark"], samples["direct"], "fixed_s"),
-            ratio_of="TorchDistributor ÷ direct",
+            ratio_of="spark ÷ direct",
             op="<=",
             threshold=2.0,
         ),
         target_figure(
             "spark.samples_per_s",
-            "training samples/s, linear model, 2 ranks: TorchDistributor vs the direct launcher",
+            "training samples/s, linear model, 2 ranks: through Spark vs the direct launcher",
             "samples/s",
             rate["spark"],
             baseline=rate["direct"],
             ratio=paired_ratio(samples["spark"], samples["direct"], "samples_per_s"),
-            ratio_of="TorchDistributor ÷ direct",
+            ratio_of="spark ÷ direct",
         ),
     ]
     result.notes += notes(details, fixed, wall, started_s, stopped_s, epochs, parts, batch_size)
@@ -200,9 +200,10 @@ def run(ctx: Context) -> Result:
         f"The sweep ({len(SWEEP['sweep']['model.lr'])} runs of 2 ranks and 2 epochs of the tests' tiny model, from "
         f"empty results; medians of {len(swept['spark'])} alternating rounds after a discarded one): "
         f"{sweep_s['spark']:.1f} s with `--profile spark` against {sweep_s['local']:.1f} s with `--profile local`. "
-        "Through Spark it pays one session for the whole sweep, then for each run a barrier stage, torchrun and "
-        "ranks that import torch and Lightning themselves, one run at a time on this 2-slot cluster; the local "
-        "profile's warm process forks every job and rank with those imports done once."
+        "Through Spark it pays one session for the whole sweep, then for each run a barrier stage whose tasks "
+        "fork their ranks from Python workers that imported torch and Lightning before the stage (no torchrun "
+        "since issue 46 item 2), one run at a time on this 2-slot cluster; the local profile's warm process "
+        "forks every job and rank with those imports done once."
     )
     if note := busy_note():
         result.notes.append(note)
@@ -242,25 +243,25 @@ def notes(
         "Where the fixed cost goes (medians; the rank's phases from rank 0's provenance.json): launch to rank 0's "
         f"process start {before['spark']:.1f} s through Spark (the driver's interpreter and imports, handing the "
         "run to the shared application, whose session (started once, in the discarded round, in "
-        f"{median([d['session_s'] for d in spark]):.1f} s) runs the barrier stage, whose two tasks each start "
-        "torchrun, which starts the rank) vs "
+        f"{median([d['session_s'] for d in spark]):.1f} s) runs the barrier stage, whose two tasks each fork "
+        "their rank from their Python worker) vs "
         f"{before['direct']:.1f} s direct (`snakeddp.launch` and its supervisor, which imports torch and "
         "Lightning once and forks the ranks); the rank's own start to its first step (interpreter and imports, "
         "checks, Trainer, trainer.fit's rendezvous and first partition) "
         f"{phase(spark, 'startup_s'):.1f} s vs {phase(direct, 'startup_s'):.1f} s (imports "
-        f"{phase(spark, 'imports_s'):.1f} s vs {phase(direct, 'imports_s'):.1f} s: a rank under TorchDistributor "
-        "imports everything itself, a forked one inherited the supervisor's imports); the last epoch to the "
+        f"{phase(spark, 'imports_s'):.1f} s vs {phase(direct, 'imports_s'):.1f} s: both inherited their imports, "
+        "from the executor's daemon or the supervisor); the last epoch to the "
         f"provenance record {phase(spark, 'teardown_s'):.2f} s vs {phase(direct, 'teardown_s'):.2f} s; and from "
         f"that record to the launch's exit {after['spark']:.1f} s vs {after['direct']:.1f} s (through Spark: the "
-        "ranks' exit, torchrun's, the barrier stage's end and the driver's; direct: "
+        "ranks' exit, the barrier stage's end and the driver's; direct: "
         "the ranks' exit and the supervisor's).",
         "Training throughput is the ranks' own: the same Lightning loop and gloo all-reduce over loopback, one "
-        "thread per rank, whether torchrun under a Spark executor or snakeddp's supervisor started the rank; the "
+        "thread per rank, whether a Spark task or snakeddp's supervisor forked the rank; the "
         "executors' JVMs sit idle while the ranks train (they and the driver only hold memory and answer "
         "heartbeats on the same 2 cores).",
         "What a run through Spark pays that the direct one does not is per run, not per epoch: since issue 46 "
-        "no session (the workflow's one application holds it), but a barrier stage, torchrun (which imports "
-        "torch itself) and cold ranks (each imports torch and Lightning under torchrun, where the supervisor "
-        "forks warm ones). Ranks forked warm on the executors would need snakeddp's own barrier stage in place "
-        "of TorchDistributor's torchrun: not built.",
+        "no session (the workflow's one application holds it) and no torchrun or cold ranks (each task forks "
+        "its rank from a worker of the executor's snakeddp.spark.daemon, which imported torch and Lightning "
+        "once), but the driver's interpreter, handing the run over, the barrier stage (its tasks' workers, "
+        "the barrier's allGather) and the rank's rendezvous across executors.",
     ]

@@ -203,6 +203,11 @@ def test_a_sweep_trains_in_one_application_a_run_too_large_fails_alone_and_kill_
     assert record["training"]["epochs_completed"] == 2
     assert f"application {app} on {spark_cluster.master_url}" in log, "both runs in the one application"
     assert "shared by the workflow's runs" in log
+    # Its ranks were forked from their tasks' Python workers, which imported torch and Lightning before the
+    # stage began (snakeddp.spark.daemon), in one barrier stage of the application.
+    launch = record["launch"]
+    assert launch["rank_start"] == "warm" and [r["start"] for r in launch["ranks"]] == ["warm", "warm"], launch
+    assert isinstance(launch["spark"]["stage_id"], int)
     # Each run's ranks' lines come back to its own log, through the one application.
     trained = (flow.directory / "logs/train/devices-2.log").read_text()
     assert "devices-2: epoch 2/2" in trained and "devices-3:" not in trained, trained[-3000:]

@@ -24,6 +24,7 @@ DRIVER = "snakeddp.spark.driver"
 RDZV_ID = "PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID"  # set by TorchDistributor in every task it starts
 APP_ID = "SNAKEDDP_SPARK_APP_ID"  # the Spark application, set by snakeddp.spark.rank
 MASTER = "SNAKEDDP_SPARK_MASTER"  # the master URL it ran on, likewise
+STAGE_ID = "SNAKEDDP_SPARK_STAGE_ID"  # the barrier stage, set by snakeddp.spark.stage (not under torchrun)
 # Where the rank's task ran, found by snakeddp.spark.rank in its ancestry (the executor's JVM).
 EXECUTOR_ID = "SNAKEDDP_SPARK_EXECUTOR_ID"
 EXECUTOR_HOST = "SNAKEDDP_SPARK_EXECUTOR_HOST"

@@ -127,8 +127,10 @@ def spark_section(env: Mapping[str, str], ranks: list[dict[str, Any]]) -> dict[s
     its task was given; None elsewhere."""
     if torchdistributor.APP_ID not in env:
         return None
+    stage = env.get(torchdistributor.STAGE_ID, "")
     return {
         "application_id": env[torchdistributor.APP_ID],
+        **({"stage_id": int(stage)} if stage.isdigit() else {}),
         "master": redact_text(env.get(torchdistributor.MASTER, "")) or None,
         "executors": [{"rank": r["rank"], **r["executor"]} for r in ranks if r.get("executor")],
     }

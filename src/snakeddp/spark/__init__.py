@@ -1,9 +1,12 @@
-"""The spark platform: a run's training is a Spark application whose driver starts the ranks with
-pyspark's TorchDistributor, one rank per executor task (docs/spark.md).
+"""The spark platform: a run's ranks are one barrier stage of a Spark application, one rank per executor
+task (docs/spark.md).
 
-``master`` finds and checks the master without pyspark (the workflow's checks import it);
-``driver`` is the application (``snakeddp.launch`` starts it through the torchdistributor
-launcher, ``snakeddp.cluster.torchdistributor``); ``rank`` is the script each task's torchrun runs.
+``master`` finds and checks the master without pyspark (the workflow's checks import it); ``driver`` is
+a run's driver (``snakeddp.launch`` starts it through the torchdistributor launcher,
+``snakeddp.cluster.torchdistributor``), which hands the run to the workflow's one application
+(``sharing``, ``application``) or starts its own (``session``); ``stage`` runs the shared application's
+ranks, each forked in its task from a Python worker that the executor's ``daemon`` forked with torch
+imported; a run's own application runs them with TorchDistributor's torchrun; ``rank`` is the rank.
 """
 
 #: The platform's name: its row in snakeddp.platforms, its folder under a run directory (the driver's scratch).

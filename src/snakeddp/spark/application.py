@@ -4,7 +4,7 @@
 
 One session for the invocation, started by the first run that asks (its Spark settings, task cores and
 GPUs are the session's; a run asking for others is declined and goes alone). Each connection is a run,
-served in a thread of its own: its ranks are one TorchDistributor barrier stage in the run's job group,
+served in a thread of its own: its ranks are one barrier stage in the run's job group (snakeddp.spark.stage),
 started once the cluster's task slots hold them beside the runs already training, and cancelled alone
 when the run fails (its failure file) or its driver goes (the connection closes). SIGTERM (from
 ``close``, or Snakemake's death through the parent-death signal) stops the runs still training as
@@ -31,6 +31,7 @@ from snakeddp.errors import SparkError
 from snakeddp.forking.child import tie_to
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
+from snakeddp.spark import stage
 from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_text
 
@@ -56,7 +57,6 @@ class Application:
         self.free = threading.Condition()
         self.used = 0  # task slots held by the runs training now
         self.gpu, self.threads = False, 1
-        self.lines = LineRouter(sys.stderr)
         self.running: dict[socket.socket, Path] = {}  # each training run's stop file
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +86,8 @@ class Application:
             first=min(self.first, hello["num_processes"]),
         )
         settings = sessions.spark_settings(shape, section, master, self.scratch, masters.cluster_defaults(os.environ))
+        # The executors' Python imports what a rank imports, once (snakeddp.spark.stage); spark.conf may say otherwise.
+        settings = {stage.DAEMON_SETTING: stage.DAEMON, **settings}
         started = time.monotonic()
         try:
             self.session = sessions.start_session(settings)
@@ -149,19 +151,18 @@ class Application:
         watcher = threading.Thread(
             target=self.watch, args=(conn, Path(request["failure_file"]), group, ended), daemon=True
         )
-        say = sender(conn)
         watcher.start()
         try:
-            ended_with = sessions.distribute(
+            ended_with = stage.distribute(
+                self.session,
                 int(request["num_processes"]),
                 bool(request["gpu"]),
                 Path(request["settings"]),
                 request["entry"],
-                started=lambda distributor: self.lines.add(distributor, say),
+                sender(conn),
             )
         finally:
             ended.set()
-            self.lines.remove(say)
         return None if ended_with is None else str(ended_with) or type(ended_with).__name__
 
     def watch(self, conn: socket.socket, failure: Path, group: str, ended: threading.Event) -> None:
@@ -211,50 +212,6 @@ class _Slots:
             app.free.notify_all()
 
 
-class LineRouter:
-    """TorchDistributor's log server writes each rank's line to ``sys.stderr`` from a thread of the run's
-    own server: this stands in for sys.stderr and sends the line to the run's driver instead (a line from
-    elsewhere goes to the real stderr). Each run's server is known by its port."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.runs: dict[Callable[[str], None], Any] = {}  # each run's line sink, and its distributor
-        self.partial = threading.local()
-
-    def add(self, distributor: Any, say: Callable[[str], None]) -> None:
-        self.runs[say] = distributor
-
-    def remove(self, say: Callable[[str], None]) -> None:
-        self.runs.pop(say, None)
-
-    def write(self, text: str) -> int:
-        say = self.target()
-        if say is None:
-            return self.real.write(text)
-        buffered = getattr(self.partial, "text", "") + text
-        *lines, self.partial.text = buffered.split("\n")
-        for line in lines:
-            say(line)
-        return len(text)
-
-    def flush(self) -> None:
-        self.real.flush()
-
-    def target(self) -> Callable[[str], None] | None:
-        # A log server's handler thread runs its server's process_request_thread: the server is its target's self.
-        server = getattr(getattr(threading.current_thread(), "_target", None), "__self__", None)
-        address = getattr(server, "server_address", None)
-        if not address:
-            return None
-        for say, distributor in list(self.runs.items()):
-            if getattr(distributor, "log_streaming_server_port", None) == address[1]:
-                return say
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
 def sender(conn: socket.socket) -> Callable[[str], None]:
     lock = threading.Lock()
 
@@ -298,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # Snakemake is gone already
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's
     application = Application(args.scratch.resolve(), args.slots, args.first)
-    sys.stderr = application.lines
     listener.settimeout(WATCH_S)
     try:
         while not stopping.is_set():

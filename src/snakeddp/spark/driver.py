@@ -1,4 +1,4 @@
-"""A run's Spark driver: it has the run's ranks started with TorchDistributor, and judges the run.
+"""A run's Spark driver: it has the run's ranks started in a Spark application, and judges the run.
 
     python -m snakeddp.spark.driver --num-processes=2 --threads=1 -- --config results/runs/base/run.yaml \\
         --run-dir results/runs/base --data ... --launcher torchdistributor --failure-file .../failure.txt
@@ -7,7 +7,8 @@
 run to the workflow's shared application (``snakeddp.spark.sharing``) where there is one and it takes
 the run; else it starts an application of its own (a Databricks job's driver always does): it connects
 to the master (``snakeddp.spark.master``) and asks for ``num_processes`` task slots. Either way the
-ranks are ``snakeddp/spark/rank.py`` under one torchrun per barrier task. The ranks work in this directory
+ranks are ``snakeddp.spark.rank``, one per barrier task: forked in its task (``snakeddp.spark.stage``, the
+shared application) or under torchrun (TorchDistributor, a run's own). The ranks work in this directory
 and write the run directory, so driver and executors must share its path (as Slurm's nodes do).
 
 ``TorchDistributor.run(path)`` returns None whatever torchrun exits with, so the run is judged by

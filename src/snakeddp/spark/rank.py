@@ -1,4 +1,6 @@
-"""One rank of a spark run: the script TorchDistributor's torchrun starts in a Spark task.
+"""One rank of a spark run: what runs in its Spark task, forked from the task's Python worker by
+``snakeddp.spark.stage`` (the workflow's shared application) or started by TorchDistributor's torchrun
+(a run's own application) as a script.
 
     rank.py --settings <run>/spark/rank-env.json -- <snakeddp.train's arguments>
 
@@ -13,19 +15,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, Python put snakeddp/spark/ first on sys.path, where its modules would shadow
-# top-level ones; the package's root (src/) goes there instead.
-sys.path[0] = str(Path(__file__).resolve().parents[2])
+# Run as a script (torchrun's), Python put snakeddp/spark/ first on sys.path, where its modules would
+# shadow top-level ones; the package's root (src/) goes there instead. Run as a module (a rank forked by
+# snakeddp.spark.stage), sys.path is the worker's.
+if not __package__:
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-import itertools  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import signal  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import itertools
+import json
+import os
+import re
+import signal
+import threading
+import time
 
-import psutil  # noqa: E402
+import psutil
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 STOP_POLL_S = 0.5
@@ -54,20 +58,18 @@ def executor_variables() -> dict[str, str]:
     return {}
 
 
-def say_placed(executor: dict[str, str]) -> None:
-    """Where a GPU rank runs, and the GPU its task was given (TorchDistributor set CUDA_VISIBLE_DEVICES from
-    the task's): one line, before any check that may stop the rank, that shows each rank got its own."""
+def placement(rank: int | str, executor: dict[str, str], gpus: str) -> str | None:
+    """Where a GPU rank runs, and the GPU its task was given (its CUDA_VISIBLE_DEVICES, ``gpus``): one line,
+    before any check that may stop the rank, that shows each rank got its own. None for a CPU rank."""
     from snakeddp.cluster import torchdistributor
 
-    gpus = torchdistributor.gpus_given(os.environ)
-    if not gpus:
-        return
+    if not torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus}):
+        return None
     where = f"executor {executor.get(torchdistributor.EXECUTOR_ID, '?')}"
     if executor.get(torchdistributor.EXECUTOR_HOST):
         where += f" on {executor[torchdistributor.EXECUTOR_HOST]}"
-    shown = ",".join(gpus)
-    print(f"snakeddp.spark: rank {os.environ['RANK']} in {where} with GPU {shown} (CUDA_VISIBLE_DEVICES={shown})",
-          file=sys.stderr, flush=True)  # fmt: skip
+    shown = ",".join(torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus}))
+    return f"snakeddp.spark: rank {rank} in {where} with GPU {shown} (CUDA_VISIBLE_DEVICES={shown})"
 
 
 def watch(stop_file: Path) -> None:
@@ -85,9 +87,13 @@ def main(argv: list[str]) -> int:
     settings = json.loads(Path(argv[1]).read_text())
     # Before torch is imported: OMP_NUM_THREADS and the network variables are read at import and init.
     os.environ.update(settings["env"])
-    executor = executor_variables()
-    os.environ.update(executor)
-    say_placed(executor)
+    from snakeddp.cluster import torchdistributor
+
+    if torchdistributor.EXECUTOR_ID not in os.environ:  # under torchrun; a forked rank's task said it already
+        executor = executor_variables()
+        os.environ.update(executor)
+        if said := placement(os.environ["RANK"], executor, os.environ.get("CUDA_VISIBLE_DEVICES", "")):
+            print(said, file=sys.stderr, flush=True)
     # The task runs in the worker's work directory; the run's paths are the driver's, relative to its
     # directory, and `python -m snakeddp.train` would have that directory on sys.path (user models).
     os.chdir(settings["cwd"])

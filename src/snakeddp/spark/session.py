@@ -117,11 +117,15 @@ def gpu_settings(shape: Shape, master: str, given: Mapping[str, str]) -> dict[st
     the config's spark.conf) does not say: TorchDistributor counts one task per
     spark.task.resource.gpu.amount GPUs, and a task gets GPUs only from an executor that asked for them."""
     settings = {} if GPU_TASK in given else {GPU_TASK: "1"}
-    # local[N] has no executors: TorchDistributor takes the driver's GPUs there (spark.driver.resource.gpu.*).
-    has_executors = not (master == "local" or master.startswith("local["))
-    if has_executors and GPU_EXECUTOR not in given and EXECUTOR_CORES not in given:
+    # local[N] has no executors: its tasks take the driver's GPUs there (spark.driver.resource.gpu.*).
+    if has_executors(master) and GPU_EXECUTOR not in given and EXECUTOR_CORES not in given:
         settings.update({GPU_EXECUTOR: "1", EXECUTOR_CORES: str(shape.threads)})
     return settings
+
+
+def has_executors(master: str) -> bool:
+    """Whether the master's tasks run in executors (local and local[N] run them in the driver)."""
+    return not (master == "local" or master.startswith("local["))
 
 
 def start_session(settings: Mapping[str, str]) -> Any:
