@@ -205,6 +205,11 @@ def run(ctx: Context) -> Result:
         "since issue 46 item 2), one run at a time on this 2-slot cluster; the local profile's warm process "
         "forks every job and rank with those imports done once."
     )
+    result.notes.append(
+        "Before issue 46 item 2 (2026-11-25: the shared application ran TorchDistributor, whose tasks each "
+        "started torchrun and a rank that imported torch and Lightning itself): a run's fixed cost 12.7 s, 2.9x "
+        "direct, and the sweep 54.8 s, 7.5x local; before item 1 (a session per run): 7.8-9.2x and 14.3x."
+    )
     if note := busy_note():
         result.notes.append(note)
     return result
