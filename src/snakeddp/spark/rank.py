@@ -63,12 +63,13 @@ def placement(rank: int | str, executor: dict[str, str], gpus: str) -> str | Non
     before any check that may stop the rank, that shows each rank got its own. None for a CPU rank."""
     from snakeddp.cluster import torchdistributor
 
-    if not torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus}):
+    given = torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus})
+    if not given:
         return None
     where = f"executor {executor.get(torchdistributor.EXECUTOR_ID, '?')}"
     if executor.get(torchdistributor.EXECUTOR_HOST):
         where += f" on {executor[torchdistributor.EXECUTOR_HOST]}"
-    shown = ",".join(torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus}))
+    shown = ",".join(given)
     return f"snakeddp.spark: rank {rank} in {where} with GPU {shown} (CUDA_VISIBLE_DEVICES={shown})"
 
 

@@ -8,7 +8,7 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,22 +137,14 @@ def start_session(settings: Mapping[str, str]) -> Any:
     return builder.getOrCreate()
 
 
-def distribute(
-    num_processes: int,
-    gpu: bool,
-    settings: Path,
-    entry: Sequence[str],
-    started: Callable[[Any], None] = lambda distributor: None,
-) -> BaseException | None:
-    """Run a run's ranks in the active session, one TorchDistributor barrier stage (``started`` is given the
-    distributor before its stage begins); the exception the Spark job ended with, if any (the driver judges
-    it with the run's records)."""
+def distribute(num_processes: int, gpu: bool, settings: Path, entry: Sequence[str]) -> BaseException | None:
+    """Run a run's ranks in the active session, one TorchDistributor barrier stage; the exception the Spark
+    job ended with, if any (the driver judges it with the run's records)."""
     from pyspark.ml.torch.distributor import TorchDistributor
 
     distributor = TorchDistributor(num_processes=num_processes, local_mode=False, use_gpu=gpu)
     # Its constructor sets its logger to INFO again ("Started distributed training with 2 executor processes").
     distributor.logger.setLevel(logging.WARNING)
-    started(distributor)
     try:
         distributor.run(str(RANK_SCRIPT), "--settings", str(settings), "--", *entry)
     except Exception as error:  # Py4JJavaError, PySparkException: the job's end

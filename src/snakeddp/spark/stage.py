@@ -18,6 +18,7 @@ says so), the rank starts as a process of its own.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -32,9 +33,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from snakeddp.cluster.supervisor import reserve_port
 from snakeddp.cluster.torchdistributor import RDZV_ID, STAGE_ID
 from snakeddp.cluster.warm import RANK_START, enabled
-from snakeddp.forking.child import become, close_fds, detach, fork
+from snakeddp.forking.child import become, close_fds, detach, die_with_parent, fork
 from snakeddp.forking.imports import IMPORTED_ENV
 from snakeddp.forking.safety import NotForkable, check_forkable, open_fds
 from snakeddp.spark.rank import executor_variables, placement
@@ -153,17 +155,15 @@ def task(plan: dict[str, Any], _partition: Iterable[int]) -> Iterator[tuple[int,
         # only the failure's one line).
         if said := placement(rank, executor, gpus):
             lines.send(f"{said}\n".encode())
-        offer = f"{free_port(host)} {secrets.token_hex(16)}" if rank == 0 else ""
-        port, run_id = context.allGather(offer)[0].split()
-        env = {**os.environ, **rank_environment(rank, plan["world_size"], host, port, run_id), **executor}
-        env.update({"CUDA_VISIBLE_DEVICES": gpus, STAGE_ID: str(context.stageId())})
-        yield rank, start_rank(plan["command"], env, Path(plan["settings"]), lines)
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+        # Task 0 holds rank 0's port until its rank ends (the supervisor's way: found free and let go, it
+        # would be anyone's until rank 0's store listens on it).
+        with reserve_port() if rank == 0 else contextlib.nullcontext() as held:
+            offer = f"{held.getsockname()[1]} {secrets.token_hex(16)}" if held else ""
+            port, run_id = context.allGather(offer)[0].split()
+            env = {**os.environ, **rank_environment(rank, plan["world_size"], host, port, run_id), **executor}
+            env.update({"CUDA_VISIBLE_DEVICES": gpus, STAGE_ID: str(context.stageId())})
+            code = start_rank(plan["command"], env, Path(plan["settings"]), lines)
+    yield rank, code
 
 
 def task_gpus(context: Any, gpu: bool) -> str:
@@ -235,7 +235,7 @@ def start_rank(command: list[str], env: dict[str, str], settings: Path, lines: L
     if pid is None:
         process = subprocess.Popen(
             command, env={**env, RANK_START: "cold"}, stdin=subprocess.DEVNULL, stdout=write, stderr=write,
-            start_new_session=True, preexec_fn=die_with_worker,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         pid = process.pid
     os.close(write)
@@ -271,9 +271,3 @@ def become_rank(command: list[str], env: dict[str, str], pipe: tuple[int, int], 
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
     return become(command, {**IMPORTED_ENV, **env, RANK_START: "warm"})
-
-
-def die_with_worker() -> None:
-    from snakeddp.forking.child import die_with_parent
-
-    die_with_parent()
