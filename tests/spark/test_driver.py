@@ -4,8 +4,12 @@ import argparse
 import json
 from pathlib import Path
 
+from snakeddp import launch
+from snakeddp.config.parts import Launch
 from snakeddp.run import variables
-from snakeddp.spark import driver, session
+from snakeddp.run.runfile import RunFile
+from snakeddp.spark import driver, session, sharing
+from tests.helpers import prepare
 
 
 def args_for(tmp_path: Path, **kw) -> argparse.Namespace:
@@ -29,6 +33,17 @@ def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_wit
     assert settings["spark.executorEnv.TMPDIR"] == str(tmp_path / "spark" / "tmp")
     assert settings["spark.executor.memory"] == "2g" and settings["spark.ui.enabled"] == "true"  # the config's win
     assert "spark.cores.max" not in session.spark_settings(shape_of(args), section, "databricks", tmp_path)
+    # Its JVMs start on the JIT's first tier and the serial collector; the cluster's executor options are
+    # kept, with their own collector (two would stop the JVM), and the config's replace them.
+    assert settings["spark.driver.extraJavaOptions"].endswith(" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    assert settings["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    theirs = {"spark.executor.extraJavaOptions": "-XX:+UseG1GC -Dsite=x"}
+    executor = session.spark_settings(shape_of(args), section, "spark://h:7077", tmp_path, theirs)
+    assert executor["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC -Dsite=x"
+    section["conf"]["spark.executor.extraJavaOptions"] = "-Dmine=1"
+    mine = session.spark_settings(shape_of(args), section, "spark://h:7077", tmp_path, theirs)
+    assert mine["spark.executor.extraJavaOptions"] == "-Dmine=1"
+    del section["conf"]["spark.executor.extraJavaOptions"]
     # A workflow's shared application asks for every run's slots (3 runs of 2 ranks, 2 cores each), and its
     # session starts once the largest run's are there.
     shared = session.Shape("workflow w", slots=6, threads=2, gpu=False, first=2)
@@ -95,7 +110,8 @@ def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the
     assert mine["spark.executor.resource.gpu.amount"] == "4" and "spark.executor.cores" not in mine
     site = {"spark.executor.cores": "8", "spark.task.resource.gpu.amount": "1"}
     shaped = session.spark_settings(shape_of(args), none, "spark://h:7077", tmp_path, site)
-    assert not {key for key in shaped if key.startswith(("spark.executor.", "spark.task.resource"))}
+    gpu_shape = ("spark.executor.cores", "spark.executor.resource", "spark.task.resource")
+    assert not {key for key in shaped if key.startswith(gpu_shape)}
 
 
 # What py4j raised when the driver asked a cluster for GPU tasks without GPU executors (Spark 4.3).
@@ -127,3 +143,34 @@ def test_too_few_slots_for_a_gpu_run_names_the_workers_gpus(tmp_path):
     line = driver.failure_line(gpu_args(tmp_path), slots)
     assert "fewer free task slots than the run's 4 ranks (spark.task.cpus=1 and one GPU each)" in line
     assert "spark.worker.resource.gpu.amount" in line and line.count("HINT:") == 1
+
+
+def driver_hello(tmp_path: Path, env: dict[str, str], run: str, overrides: dict) -> tuple[dict, Launch]:
+    """The hello a run's driver sends, from the command snakeddp.launch builds for it in a train job's
+    environment, and the run's launch part."""
+    run_yaml, manifest, run_dir = prepare(tmp_path / run, overrides, run_id=run)
+    argv = ["--platform", "spark", "--config", str(run_yaml), "--run-dir", str(run_dir), "--data", str(manifest)]
+    _, command, child_env = launch.build(launch.parse_args(argv), env)
+    assert command[1:3] == ["-m", "snakeddp.spark.driver"]
+    args, _ = driver.parse_args(command[3:])
+    section = variables.platform_section(child_env, "spark")
+    hello = sharing.hello(section, args.num_processes, args.threads, args.gpu)
+    return hello, Launch.of(RunFile.load(run_yaml).config["launch"])
+
+
+def test_the_session_the_workflow_starts_ahead_is_the_one_its_runs_drivers_ask_for(tmp_path):
+    """The workflow starts the shared session before any train job (sharing.expected); each run's driver
+    then asks for one (sharing.hello, from the command snakeddp.launch built): they must be the same, or
+    the expected session is thrown away for the first run's."""
+    spark = {"master": "spark://127.0.0.1:7077", "conf": {"spark.executor.memory": "2g"}}
+    env = {variables.PLATFORM: "spark", variables.PLATFORM_SECTION: json.dumps(spark)}
+    sweep = {"devices-2": {"devices": 2}, "devices-3": {"devices": 3}}
+    asked = [driver_hello(tmp_path, env, run, {"launch": {**launch_part, "threads_per_process": 2}})
+             for run, launch_part in sweep.items()]  # fmt: skip
+    expected = sharing.expected([part for _, part in asked], env)
+    assert expected is not None and expected["num_processes"] == 2 and expected["threads"] == 2
+    assert {sharing.session_key(hello) for hello, _ in asked} == {sharing.session_key(expected)}
+    # Runs that ask for other sessions (here: other cores per rank) leave the first run to start it.
+    other, part = driver_hello(tmp_path, env, "threads-1", {"launch": {"devices": 2, "threads_per_process": 1}})
+    assert sharing.session_key(other) != sharing.session_key(expected)
+    assert sharing.expected([asked[0][1], part], env) is None

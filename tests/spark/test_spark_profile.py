@@ -203,6 +203,11 @@ def test_a_sweep_trains_in_one_application_a_run_too_large_fails_alone_and_kill_
     assert record["training"]["epochs_completed"] == 2
     assert f"application {app} on {spark_cluster.master_url}" in log, "both runs in the one application"
     assert "shared by the workflow's runs" in log
+    # Its session, and the executors' Python, were started before the first train job asked: both runs ask
+    # for the same one (snakeddp.spark.sharing.expected).
+    ahead = (flow.directory / ".snakemake/snakeddp/spark-application.log").read_text()
+    assert f"session {app} started in" in ahead and "before any run asked" in ahead, ahead[-3000:]
+    assert "the executors' Python started in" in ahead
     # Its ranks were forked from their tasks' Python workers, which imported torch and Lightning before the
     # stage began (snakeddp.spark.daemon), in one barrier stage of the application.
     launch = record["launch"]

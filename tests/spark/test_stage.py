@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 from snakeddp import cluster
@@ -36,6 +37,7 @@ def test_the_line_server_hands_on_a_tasks_lines_and_drops_a_connection_without_i
         with socket.create_connection(("127.0.0.1", server.port)) as stranger:
             stranger.sendall(b"not the token\nforged line\n")
         with stage.LineSender("127.0.0.1", server.port, server.token) as lines:
+            assert lines.meet(0, "43045 rdzv-1", None) == "43045 rdzv-1"  # one task: it meets itself
             lines.send(b"epoch 1/2\n")
             lines.send(b"epoch 2/2\n")
         deadline = time.monotonic() + 10
@@ -55,6 +57,7 @@ if sys.argv[3] == "imported":
     import snakeddp.train
 from snakeddp.spark import stage
 with stage.LineSender("127.0.0.1", int(sys.argv[4]), sys.argv[5]) as lines:
+    lines.meet(0, "43045 rdzv-1", None)
     command = [sys.executable, "-m", "probe", "--flag"]
     code = stage.start_rank(command, {"RANK": "0", "PYTHONPATH": sys.argv[1]}, Path(sys.argv[2]), lines)
 print(code)
@@ -88,3 +91,49 @@ def test_a_rank_is_forked_from_a_worker_that_imported_and_starts_fresh_otherwise
     assert started(tmp_path, imported=True, warm="1") == (3, ["warm 0 --flag"])
     assert started(tmp_path, imported=False, warm="1") == (3, ["cold 0 --flag"])
     assert started(tmp_path, imported=True, warm="0") == (3, ["cold 0 --flag"])
+
+
+def meet_all(server: stage.LineServer, ranks: list[int], said: list[str]) -> dict[int, tuple[str | None, list[str]]]:
+    """Each rank's task meeting at ``server`` (task 0 offers its port), started in ``ranks``' order: its
+    answer, and what the server had said when the answer came."""
+    answers: dict[int, tuple[str | None, list[str]]] = {}
+
+    def task(rank: int) -> None:
+        with stage.LineSender("127.0.0.1", server.port, server.token) as lines:
+            answer = lines.meet(rank, "43045 rdzv-1" if rank == 0 else "", f"rank {rank} placed")
+            answers[rank] = (answer, list(said))
+
+    threads = [threading.Thread(target=task, args=(rank,)) for rank in ranks]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.1)  # the last task comes well after the first
+    for thread in threads:
+        thread.join(30)
+    return answers
+
+
+def test_the_tasks_meet_at_the_line_server_once_all_came_with_every_placement_said_first():
+    said: list[str] = []
+    with stage.LineServer("127.0.0.1", said.append, world_size=3) as server:
+        answers = meet_all(server, [2, 0, 1], said)
+    # Every task gets task 0's port and rendezvous id, and only once every rank's placement was said.
+    assert {rank: answer for rank, (answer, _) in answers.items()} == {rank: "43045 rdzv-1" for rank in range(3)}
+    for _, seen in answers.values():
+        assert sorted(seen) == ["rank 0 placed", "rank 1 placed", "rank 2 placed"]
+
+
+def test_tasks_that_cannot_all_meet_at_the_line_server_meet_through_sparks_barrier(monkeypatch, capfd):
+    monkeypatch.setattr(stage, "MEET_S", 0.5)
+    said: list[str] = []
+    with stage.LineServer("127.0.0.1", said.append, world_size=2) as server:
+        # Task 0 never reaches the server: task 1, which did, is sent to the barrier once MEET_S is over.
+        started = time.monotonic()
+        (answer, _) = meet_all(server, [1], said)[1]
+        assert answer is None and 0.5 <= time.monotonic() - started < 5
+        # A task that comes late is sent there at once, as every task of the stage must meet in one place.
+        (late, _) = meet_all(server, [0], said)[0]
+        assert late is None and said == ["rank 1 placed", "rank 0 placed"]
+    # A task that cannot reach the driver at all goes to the barrier with its placement on its stderr.
+    with stage.LineSender("127.0.0.1", server.port, server.token) as lines:
+        assert lines.meet(1, "", "rank 1 placed") is None
+    assert "rank 1 placed" in capfd.readouterr().err

@@ -2,8 +2,11 @@
 
     python -m snakeddp.spark.application --fd N --parent PID --scratch DIR --slots K --first J
 
-One session for the invocation, started by the first run that asks (its Spark settings, task cores and
-GPUs are the session's; a run asking for others is declined and goes alone). Each connection is a run,
+One session for the invocation, started at once where the workflow says what its runs will ask for
+(``{"expect": hello}``), and its executors' Python started with it (so the data and environment jobs'
+time is the session's), else by the first run that asks. Its Spark settings, task cores and GPUs are
+the session's; a run asking for others is declined and goes alone, unless no run has used the session
+yet (an expected session then gives way to the first run's). Each connection is a run,
 served in a thread of its own: its ranks are one barrier stage in the run's job group (snakeddp.spark.stage),
 started once the cluster's task slots hold them beside the runs already training, and cancelled alone
 when the run fails (its failure file) or its driver goes (the connection closes). SIGTERM (from
@@ -15,8 +18,8 @@ whatever happens (pyspark's gateway watches its stdin).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -32,6 +35,7 @@ from snakeddp.forking.child import tie_to
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
 from snakeddp.spark import stage
+from snakeddp.spark.sharing import session_key
 from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_text
 
@@ -51,8 +55,9 @@ class Application:
         self.slots = slots
         self.first = first
         self.lock = threading.Lock()
-        self.session: Any = None
-        self.key: tuple | None = None  # what a run must ask for to share the session
+        self.context: Any = None  # its SparkContext, once started
+        self.key: str | None = None  # what a run must ask for to share the session
+        self.used_by_a_run = False  # an expected session no run has used gives way to the first run's
         self.described: dict[str, Any] = {}
         self.free = threading.Condition()
         self.used = 0  # task slots held by the runs training now
@@ -61,18 +66,43 @@ class Application:
 
     def open(self, hello: dict[str, Any]) -> dict[str, Any]:
         """The answer to a run's hello: the application, or why the run goes alone, or why Spark failed."""
-        key = (json.dumps(hello["section"], sort_keys=True), hello["threads"], hello["gpu"])
+        key = session_key(hello)
         with self.lock:
-            if self.session is not None:
-                if key != self.key:
+            if self.context is not None and key != self.key:
+                if self.used_by_a_run:
                     return {"declined": "it asks for other Spark settings, task cores or GPUs than the runs before it"}
-                return {"application": self.described}
+                # Not the key in the log: the section's spark.conf may hold a secret.
+                log("the first run asks for other Spark settings, task cores or GPUs than expected: its own session")
+                self.context.stop()
+                self.context = None
+            if self.context is None:
+                try:
+                    self.start(hello)
+                except SparkError as error:
+                    return {"failed": str(error)}
+                self.key = key
+            self.used_by_a_run = True
+            return {"application": self.described}
+
+    def expect(self, hello: dict[str, Any]) -> None:
+        """Start the session the workflow's runs will ask for, then the executors' Python (its daemon imports
+        what a rank imports, snakeddp.spark.daemon): a run's hello finds both ready, or waits for them. A
+        session that fails here is started again by the first run, which then fails in its own words."""
+        with self.lock:
+            if self.context is not None:
+                return
             try:
                 self.start(hello)
             except SparkError as error:
-                return {"failed": str(error)}
-            self.key = key
-            return {"application": self.described}
+                log(f"the expected session did not start: {error}")
+                return
+            self.key = session_key(hello)
+            context = self.context
+            log(f"session {self.described['id']} started in {self.described['session_s']:.1f} s, before any run asked")
+        try:
+            warm_executors(context)
+        except Exception as error:  # the session stopped under it (the first run asked for another, or the end)
+            log(f"the executors' Python was not started ahead: {str(error).splitlines()[0] if str(error) else error!r}")
 
     def start(self, hello: dict[str, Any]) -> None:
         section = hello["section"]
@@ -90,22 +120,25 @@ class Application:
         settings = {stage.DAEMON_SETTING: stage.DAEMON, **settings}
         started = time.monotonic()
         try:
-            self.session = sessions.start_session(settings)
+            self.context = sessions.start_context(settings)
         except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
             raise SparkError(sessions.session_failure(master, source, error)) from None
-        context = self.session.sparkContext
         self.gpu, self.threads = hello["gpu"], hello["threads"]
         self.described = {
-            "id": context.applicationId,
+            "id": self.context.applicationId,
             "master": master,
             "source": source,
             "session_s": round(time.monotonic() - started, 1),
         }
 
     def serve(self, conn: socket.socket) -> None:
-        """One run, from its hello to its stage's end."""
+        """One run, from its hello to its stage's end (or the workflow's expected hello)."""
         with conn:
             message, _ = handoff.receive(conn)
+            if message is not None and isinstance(message.get("expect"), dict):
+                conn.close()
+                self.expect(message["expect"])
+                return
             if message is None or not isinstance(message.get("hello"), dict):
                 return
             answer = self.open(message["hello"])
@@ -140,11 +173,11 @@ class Application:
         """Task slots of the session's executors: a standalone cluster's defaultParallelism is their cores
         (at least 2, or spark.default.parallelism; a wrong count only costs a retry, above). A GPU session
         runs one run at a time: its slots are the executors' GPUs, which Spark does not count here."""
-        return 1 if self.gpu else max(1, self.session.sparkContext.defaultParallelism // self.threads)
+        return 1 if self.gpu else max(1, self.context.defaultParallelism // self.threads)
 
     def train(self, conn: socket.socket, request: dict[str, Any]) -> str | None:
         """The run's barrier stage, in its own job group; what it ended with."""
-        context = self.session.sparkContext
+        context = self.context
         group = str(request["group"])
         context.setJobGroup(group, f"snakeddp run {Path(group).name}", interruptOnCancel=True)
         ended = threading.Event()
@@ -152,9 +185,10 @@ class Application:
             target=self.watch, args=(conn, Path(request["failure_file"]), group, ended), daemon=True
         )
         watcher.start()
+        log(f"run {Path(group).name}: {request['num_processes']} ranks start")
         try:
             ended_with = stage.distribute(
-                self.session,
+                self.context,
                 int(request["num_processes"]),
                 bool(request["gpu"]),
                 Path(request["settings"]),
@@ -163,6 +197,7 @@ class Application:
             )
         finally:
             ended.set()
+        log(f"run {Path(group).name}: its stage ended ({'ok' if ended_with is None else 'failed'})")
         return None if ended_with is None else str(ended_with) or type(ended_with).__name__
 
     def watch(self, conn: socket.socket, failure: Path, group: str, ended: threading.Event) -> None:
@@ -170,13 +205,13 @@ class Application:
         is gone cannot judge its run: end the run's stage, and only its."""
         while not ended.wait(WATCH_S):
             if failure.exists() or closed(conn):
-                self.session.sparkContext.cancelJobGroup(group)
+                self.context.cancelJobGroup(group)
                 return
 
     def stop(self) -> None:
         """The workflow ended: running runs are stopped as a preempted run is (their ranks save last.ckpt at
         one step, through the stop file their drivers would write), given STOP_GRACE_S, then cancelled."""
-        if self.session is None:
+        if self.context is None:
             return
         for stop_file in list(self.running.values()):
             if not stop_file.exists():
@@ -184,8 +219,8 @@ class Application:
         deadline = time.monotonic() + STOP_GRACE_S
         while self.running and time.monotonic() < deadline:
             time.sleep(0.2)
-        self.session.sparkContext.cancelAllJobs()
-        self.session.stop()
+        self.context.cancelAllJobs()
+        self.context.stop()
 
 
 class _Slots:
@@ -210,6 +245,20 @@ class _Slots:
         with app.free:
             app.used -= self.ranks
             app.free.notify_all()
+
+
+def warm_executors(context: Any) -> None:
+    """One task per slot, which does nothing: each executor it reaches starts its Python daemon for it."""
+    slots = max(1, context.defaultParallelism)
+    context.setJobGroup("snakeddp-warm-up", "snakeddp: the executors' Python imports what a rank imports")
+    started = time.monotonic()
+    context.parallelize(range(slots), slots).foreachPartition(lambda _: None)
+    log(f"the executors' Python started in {time.monotonic() - started:.1f} s ({slots} tasks)")
+
+
+def log(line: str) -> None:
+    """A line of the application's own (its log, beside its scratch: snakeddp.spark.sharing.LOG)."""
+    print(f"{time.strftime('%H:%M:%S')} snakeddp.spark.application: {line}", file=sys.stderr, flush=True)
 
 
 def sender(conn: socket.socket) -> Callable[[str], None]:
@@ -251,17 +300,20 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # The signal wakes the loop at once (Snakemake waits for this process at the workflow's end).
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)
     if not tie_to(args.parent, signal.SIGTERM):
         return 0  # Snakemake is gone already
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's
     application = Application(args.scratch.resolve(), args.slots, args.first)
-    listener.settimeout(WATCH_S)
     try:
         while not stopping.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
+            ready, _, _ = select.select([listener, wake], [], [], WATCH_S)
+            if listener not in ready:
                 continue
+            conn, _ = listener.accept()
             conn.setblocking(True)
             if handoff.peer_uid(conn) != os.getuid():
                 conn.close()

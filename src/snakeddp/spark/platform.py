@@ -1,6 +1,7 @@
 """The spark platform's contract: pyspark, a JDK and a master that answers, checked before any job
 (snakeddp.spark.master, without pyspark); a train job runs its ranks in the workflow's shared Spark
-application (snakeddp.spark.sharing), started before the first job and stopped at the end."""
+application (snakeddp.spark.sharing), started before the first job (with its session, where the runs
+agree on one) and stopped at the end."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class Spark(Platform):
             return
         launches = [Launch.of(run["config"]["launch"]) for run in training.values()]
         scratch = (SCRATCH / f"spark-{os.getpid()}").resolve()
-        os.environ[sharing.VARIABLE] = application.start(scratch, sharing.slots(launches))
+        expect = sharing.expected(launches, os.environ)
+        os.environ[sharing.VARIABLE] = application.start(scratch, sharing.slots(launches), expect=expect)
 
     def close(self, invocation: Invocation) -> None:
         application = invocation.memo.get("spark.application")

@@ -3,22 +3,27 @@ shared application (``snakeddp.spark.application``), which holds one session, in
 a driver JVM of its own (a 9-14 s session per run on a small cluster).
 
 The workflow starts it before its first job (the spark contract's ``before_jobs``) and stops it at the
-end (``close``); it dies with Snakemake (``kill -9`` included: its parent-death signal, and its JVM
-with it). Its socket is in a mode-0700 directory and it takes only its owner's connections, as the
-warm process does. A train job's driver (``snakeddp.spark.driver``) connects, says what its run needs
-(``hello``), and is told the application, or why it is declined (a run with other task cores, GPUs or
-Spark settings than the session's): then the run starts an application of its own, as before. The
-run's ranks are one barrier stage, the run's job group; its ranks' lines come back over the connection;
-closing the connection (the driver killed) cancels the run's stage.
+end (``close``). Where every run it will train asks for the same session (``expected``: the hello their
+drivers will send, built as snakeddp.launch builds their command), it is told so at once and starts the
+session, and the executors' Python, while the data and environment jobs run. It dies with Snakemake
+(``kill -9`` included: its parent-death signal, and its JVM with it). Its socket is in a mode-0700
+directory and it takes only its owner's connections, as the warm process does. A train job's driver
+(``snakeddp.spark.driver``) connects, says what its run needs (``hello``), and is told the application,
+or why it is declined (a run with other task cores, GPUs or Spark settings than the session's): then the
+run starts an application of its own, as before. The run's ranks are one barrier stage, the run's job
+group; its ranks' lines come back over the connection; closing the connection (the driver killed)
+cancels the run's stage.
 
-The wire is snakeddp.util.handoff's (length-prefixed JSON): hello, then ``{"application": ...}``,
-``{"declined": WHY}`` or ``{"failed": LINE}``; train, then ``{"line": TEXT}``... and ``{"done": ERROR}``.
+The wire is snakeddp.util.handoff's (length-prefixed JSON): ``{"expect": HELLO}`` from the workflow;
+from a run, hello, then ``{"application": ...}``, ``{"declined": WHY}`` or ``{"failed": LINE}``; train,
+then ``{"line": TEXT}``... and ``{"done": ERROR}``.
 Light: the contract (read by every job's Snakefile) imports it.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import socket
@@ -28,7 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config.parts import Launch
 from snakeddp.errors import SparkError
+from snakeddp.run import variables
 from snakeddp.util import handoff, subprocesses, terminal
 
 #: The shared application's socket, set in Snakemake's environment (so in every train job's).
@@ -48,11 +55,18 @@ class SharedApplication:
         self.directory: str | None = None
         self.scratch: Path | None = None
 
-    def start(self, scratch: Path, slots: tuple[int, int], env: Mapping[str, str] | None = None) -> str:
+    def start(
+        self,
+        scratch: Path,
+        slots: tuple[int, int],
+        env: Mapping[str, str] | None = None,
+        expect: Mapping[str, Any] | None = None,
+    ) -> str:
         """Start it; its socket's path (VARIABLE's value for the jobs). ``scratch``: its executors' TMPDIR
         and spark.local.dir, where the executors see it (the checkout); ``slots``: the ranks of every run
         this invocation trains, which it asks the cluster for at most, and the smallest run's, which its
-        session waits for (sharing.slots)."""
+        session waits for (sharing.slots); ``expect``: the hello its runs will send (``expected``), with
+        which it starts its session now."""
         self.directory = terminal.socket_directory(PREFIX)
         self.scratch = scratch
         scratch.mkdir(parents=True, exist_ok=True)
@@ -85,6 +99,11 @@ class SharedApplication:
                 start_new_session=True,  # a terminal's Ctrl-C reaches the runs through their drivers
             )
         atexit.register(self.close)
+        if expect is not None:
+            # Through the socket, not argv: the section's spark.conf may hold a secret. Queued like a job's.
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(path)
+                handoff.send(sock, {"expect": dict(expect)})
         return path
 
     def close(self) -> None:
@@ -153,6 +172,26 @@ def hello(section: Mapping[str, Any], num_processes: int, threads: int, gpu: boo
     """What a run needs of the shared application: the same session (Spark settings, cores per task,
     GPUs); its ranks' number only decides when it may start."""
     return {"section": dict(section), "num_processes": num_processes, "threads": threads, "gpu": gpu}
+
+
+def session_key(hello: Mapping[str, Any]) -> str:
+    """What runs must agree on to share one session: Spark settings, cores per task, GPUs."""
+    return json.dumps([hello["section"], hello["threads"], hello["gpu"]], sort_keys=True)
+
+
+def expected(launches: Sequence[Launch], env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The hello the runs of ``launches`` will send, where they agree on a session (the smallest run's
+    ranks), read as their jobs read it: the platform's section from ``env``, and each run's cores per rank
+    and accelerator as snakeddp.launch gives them to snakeddp.spark.driver. None where they differ: the
+    first run to ask decides, as it does without this."""
+    section = variables.platform_section(env, "spark")
+    hellos = [
+        hello(section, launch.nodes * launch.devices, launch.threads_per_process, gpu)
+        for launch, gpu in ((launch, variables.accelerator(launch, env) == "gpu") for launch in launches)
+    ]
+    if len({session_key(each) for each in hellos}) != 1:
+        return None
+    return min(hellos, key=lambda each: each["num_processes"])
 
 
 def slots(launches: Sequence[Any]) -> tuple[int, int]:

@@ -9,11 +9,14 @@ Databricks job's, a run the shared one declines) still uses TorchDistributor (``
 
 What TorchDistributor gave each rank, this gives too: torchrun's variables for one process per task
 (RANK, GROUP_RANK = the task, LOCAL_RANK 0, LOCAL_WORLD_SIZE 1, WORLD_SIZE, MASTER_ADDR and a free
-MASTER_PORT on task 0's host, a rendezvous id shared through the barrier), the task's GPUs as its
-CUDA_VISIBLE_DEVICES, and its lines at the driver: sent to a line server of the run's own, which
-hands them to the run's driver. A rank dies with its task's worker (killed when the stage is
-cancelled); where the worker cannot fork (it did not import, runs threads, or SNAKEDDP_WARM_START=0
-says so), the rank starts as a process of its own.
+MASTER_PORT on task 0's host, a rendezvous id), the task's GPUs as its CUDA_VISIBLE_DEVICES, and its
+lines at the driver: sent to a line server of the run's own, which hands them to the run's driver. The
+tasks meet at that server too: it answers each once every task has come and task 0 has offered its port.
+Spark's own barrier (``allGather``) would do, but its task side looks for the answer once a second
+(BarrierTaskContext.runBarrier's ``Thread.sleep(1000)``): a second of every run. Where a task cannot
+reach the server, or they do not all come within MEET_S, the tasks meet through allGather. A rank dies
+with its task's worker (killed when the stage is cancelled); where the worker cannot fork (it did not
+import, runs threads, or SNAKEDDP_WARM_START=0 says so), the rank starts as a process of its own.
 """
 
 from __future__ import annotations
@@ -59,15 +62,20 @@ HANDLERS = {
 CONNECT_S = 10.0
 # How long the line server reads, once the stage has ended, what its tasks' ranks had still sent.
 DRAIN_S = 10.0
+# How long the tasks that came wait at the line server for the rest, from the first one's arrival: then
+# every task, come or late, is told to meet through Spark's barrier (a task that cannot reach the driver
+# goes there at once).
+MEET_S = 10.0
+#: The line server's answer that sends a task to Spark's barrier.
+GATHER = "gather"
 
 
-def distribute(session: Any, num_processes: int, gpu: bool, settings: Path, entry: Sequence[str],
+def distribute(context: Any, num_processes: int, gpu: bool, settings: Path, entry: Sequence[str],
                say: Callable[[str], None]) -> BaseException | None:  # fmt: skip
-    """Run a run's ranks in ``session``, one barrier stage whose lines go to ``say``; the exception the Spark
-    job ended with, if any (the driver judges the run by its records)."""
-    context = session.sparkContext
+    """Run a run's ranks in ``context`` (a SparkContext), one barrier stage whose lines go to ``say``; the
+    exception the Spark job ended with, if any (the driver judges the run by its records)."""
     host = context.getConf().get("spark.driver.host") or socket.gethostname()
-    with LineServer(host, say) as lines:
+    with LineServer(host, say, num_processes) as lines:
         plan = {
             "world_size": num_processes,
             "gpu": gpu,
@@ -98,24 +106,37 @@ def driver_gpus(context: Any) -> list[str]:
 
 
 class LineServer:
-    """The run's lines from its tasks, handed to ``say`` one at a time. A task connects, sends the token
-    (the server listens on the network: a connection without it is dropped), then its rank's lines. On
-    the way out it reads to the end what its tasks sent: a stage that ended (a rank's failure cancels
-    the others) may have lines still in flight, which the run's log must have before the run's end."""
+    """The run's lines from its tasks, handed to ``say`` one at a time, and where its tasks meet. A task
+    connects, sends the token (the server listens on the network: a connection without it is dropped), a
+    header (its rank, task 0's offered port and rendezvous id, its rank's placement line), waits for the
+    meeting's answer, then sends its rank's lines. On the way out it reads to the end what its tasks
+    sent: a stage that ended (a rank's failure cancels the others) may have lines still in flight, which
+    the run's log must have before the run's end."""
 
-    def __init__(self, host: str, say: Callable[[str], None]) -> None:
+    def __init__(self, host: str, say: Callable[[str], None], world_size: int = 1) -> None:
         self.say, self.lock = say, threading.Lock()
         self.token = secrets.token_hex(16)
         self.listener = socket.create_server((host, 0))
         self.port = self.listener.getsockname()[1]
         self.readers: list[threading.Thread] = []
+        self.world_size = world_size
+        self.met = threading.Condition()
+        self.meeting: Meeting | None = None
+        self.closed = False
 
     def __enter__(self) -> LineServer:
         threading.Thread(target=self.accept, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # shutdown wakes the accept thread (close alone leaves it, and the port, listening until one more
+        # connection comes: in the shared application, one of each per run).
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        with self.met:
+            self.closed = True  # a task still waiting is gone with its stage
+            self.met.notify_all()
         # A task's connection ends with its worker, which Spark kills within its kill timeout (2 s) of a cancel.
         deadline = time.monotonic() + DRAIN_S
         for reader in list(self.readers):
@@ -135,9 +156,53 @@ class LineServer:
         with conn, conn.makefile("r", errors="replace") as lines:
             if lines.readline().strip() != self.token:
                 return
+            try:
+                header = json.loads(lines.readline())
+                rank, offer = int(header["rank"]), str(header["offer"])
+            except (ValueError, KeyError, TypeError):
+                return
+            if header.get("placement"):
+                with self.lock:
+                    self.say(str(header["placement"]))
+            try:
+                conn.sendall(f"{self.meet(rank, offer)}\n".encode())
+            except OSError:
+                return
             for line in lines:
                 with self.lock:
                     self.say(line.rstrip("\n"))
+
+    def meet(self, rank: int, offer: str) -> str:
+        """Task ``rank``'s answer: task 0's offer once every task has come (each has sent its placement
+        line, so the run's log has them all before any rank starts), or GATHER. One meeting per server: a
+        barrier stage that collects is not retried (Spark: "Could not recover from a failed barrier
+        ResultStage"), and each run's stage has a server of its own."""
+        with self.met:
+            meeting = self.meeting = self.meeting or Meeting(time.monotonic() + MEET_S)
+            meeting.come.add(rank)
+            if rank == 0 and offer:
+                meeting.offer = offer
+            if meeting.answer is None and len(meeting.come) == self.world_size and meeting.offer:
+                meeting.answer = meeting.offer
+                self.met.notify_all()
+            while meeting.answer is None and not self.closed:
+                left = meeting.deadline - time.monotonic()
+                if left <= 0:
+                    meeting.answer = GATHER
+                    self.met.notify_all()
+                    break
+                self.met.wait(left)
+            return meeting.answer or GATHER
+
+
+class Meeting:
+    """One stage attempt's tasks at the line server."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.come: set[int] = set()
+        self.offer: str | None = None
+        self.answer: str | None = None
 
 
 def task(plan: dict[str, Any], _partition: Iterable[int]) -> Iterator[tuple[int, int]]:
@@ -150,16 +215,14 @@ def task(plan: dict[str, Any], _partition: Iterable[int]) -> Iterator[tuple[int,
     gpus = ",".join(plan["driver_gpus"][rank : rank + 1]) if plan["driver_gpus"] else task_gpus(context, plan["gpu"])
     executor = executor_variables()
     with LineSender(*plan["lines"]) as lines:
-        # Before the barrier: every rank's placement is at the driver before any rank can stop on a check
-        # (a rank forked warm fails its first check in a fraction of a second; the run's log then takes
-        # only the failure's one line).
-        if said := placement(rank, executor, gpus):
-            lines.send(f"{said}\n".encode())
         # Task 0 holds rank 0's port until its rank ends (the supervisor's way: found free and let go, it
         # would be anyone's until rank 0's store listens on it).
         with reserve_port() if rank == 0 else contextlib.nullcontext() as held:
             offer = f"{held.getsockname()[1]} {secrets.token_hex(16)}" if held else ""
-            port, run_id = context.allGather(offer)[0].split()
+            # Every rank's placement is at the driver before any rank starts (a rank forked warm fails its
+            # first check in a fraction of a second; the run's log then takes only the failure's one line).
+            agreed = lines.meet(rank, offer, placement(rank, executor, gpus))
+            port, run_id = (agreed or context.allGather(offer)[0]).split()
             env = {**os.environ, **rank_environment(rank, plan["world_size"], host, port, run_id), **executor}
             env.update({"CUDA_VISIBLE_DEVICES": gpus, STAGE_ID: str(context.stageId())})
             code = start_rank(plan["command"], env, Path(plan["settings"]), lines)
@@ -211,6 +274,30 @@ class LineSender:
     def __exit__(self, *exc: object) -> None:
         if self.conn is not None:
             self.conn.close()
+
+    def meet(self, rank: int, offer: str, placed: str | None) -> str | None:
+        """The meeting's answer at the line server ("port run_id"), with the rank's placement line; None
+        where the tasks meet through Spark's barrier instead (the placement line then goes first)."""
+        if self.conn is not None:
+            header = {"rank": rank, "offer": offer, "placement": placed}
+            try:
+                self.conn.sendall(f"{json.dumps(header)}\n".encode())
+                answer = b""
+                while not answer.endswith(b"\n"):
+                    chunk = self.conn.recv(256)
+                    if not chunk:
+                        raise ConnectionError("the line server closed")
+                    answer += chunk
+            except OSError:
+                self.conn = None
+                answer = GATHER.encode()
+            else:
+                placed = None  # said by the server
+            if answer.strip() != GATHER.encode():
+                return answer.decode().strip()
+        if placed:
+            self.send(f"{placed}\n".encode())
+        return None
 
     def send(self, line: bytes) -> None:
         if self.conn is not None:
