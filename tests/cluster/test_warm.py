@@ -59,9 +59,13 @@ def test_a_forked_rank_observes_what_a_fresh_process_observes(tmp_path):
     for fork in (True, False):
         ranks, log = tmp_path / "ranks", tmp_path / "job.log"  # the same paths both times: argv and stdio agree
         ranks.mkdir()
+        # Buffered stdout (no PYTHONUNBUFFERED): each rank's line is written once, whole, by its exit's flush.
+        # Written through, its text and newline are two writes, which the other rank's can come between
+        # (CI once read "rank 1 says hellorank 0 says hello").
         process = start(
-            ranks, ["exit:0", "exit:0"], fork=fork, torch=True, log=log, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"
-        )
+            ranks, ["exit:0", "exit:0"], fork=fork, torch=True, log=log, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2",
+            PYTHONUNBUFFERED="",
+        )  # fmt: skip
         assert process.wait(timeout=120) == 0, log.read_text()
         output = log.read_text()
         assert sorted(output.splitlines()) == ["rank 0 says hello", "rank 1 says hello"], output  # once each
