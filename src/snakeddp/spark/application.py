@@ -80,7 +80,6 @@ class Application:
                     self.start(hello)
                 except SparkError as error:
                     return {"failed": str(error)}
-                self.key = key
             self.used_by_a_run = True
             return {"application": self.described}
 
@@ -96,7 +95,6 @@ class Application:
             except SparkError as error:
                 log(f"the expected session did not start: {error}")
                 return
-            self.key = session_key(hello)
             context = self.context
             log(f"session {self.described['id']} started in {self.described['session_s']:.1f} s, before any run asked")
         try:
@@ -123,7 +121,7 @@ class Application:
             self.context = sessions.start_context(settings)
         except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
             raise SparkError(sessions.session_failure(master, source, error)) from None
-        self.gpu, self.threads = hello["gpu"], hello["threads"]
+        self.gpu, self.threads, self.key = hello["gpu"], hello["threads"], session_key(hello)
         self.described = {
             "id": self.context.applicationId,
             "master": master,

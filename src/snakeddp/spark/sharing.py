@@ -186,8 +186,13 @@ def expected(launches: Sequence[Launch], env: Mapping[str, str]) -> dict[str, An
     first run to ask decides, as it does without this."""
     section = variables.platform_section(env, "spark")
     hellos = [
-        hello(section, launch.nodes * launch.devices, launch.threads_per_process, gpu)
-        for launch, gpu in ((launch, variables.accelerator(launch, env) == "gpu") for launch in launches)
+        hello(
+            section,
+            launch.nodes * launch.devices,
+            launch.threads_per_process,
+            variables.accelerator(launch, env) == "gpu",
+        )
+        for launch in launches
     ]
     if len({session_key(each) for each in hellos}) != 1:
         return None

@@ -196,7 +196,7 @@ class LineServer:
 
 
 class Meeting:
-    """One stage attempt's tasks at the line server."""
+    """A run's tasks at its line server: who came, task 0's offer, and the answer once there is one."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
@@ -277,27 +277,30 @@ class LineSender:
 
     def meet(self, rank: int, offer: str, placed: str | None) -> str | None:
         """The meeting's answer at the line server ("port run_id"), with the rank's placement line; None
-        where the tasks meet through Spark's barrier instead (the placement line then goes first)."""
-        if self.conn is not None:
-            header = {"rank": rank, "offer": offer, "placement": placed}
-            try:
-                self.conn.sendall(f"{json.dumps(header)}\n".encode())
-                answer = b""
-                while not answer.endswith(b"\n"):
-                    chunk = self.conn.recv(256)
-                    if not chunk:
-                        raise ConnectionError("the line server closed")
-                    answer += chunk
-            except OSError:
-                self.conn = None
-                answer = GATHER.encode()
-            else:
-                placed = None  # said by the server
-            if answer.strip() != GATHER.encode():
-                return answer.decode().strip()
-        if placed:
+        where the tasks meet through Spark's barrier instead (unreached, the placement line goes first)."""
+        header = {"rank": rank, "offer": offer, "placement": placed}
+        answer = self.ask(f"{json.dumps(header)}\n".encode())
+        if answer is None and placed:
             self.send(f"{placed}\n".encode())
-        return None
+        return None if answer in (None, GATHER) else answer
+
+    def ask(self, message: bytes) -> str | None:
+        """The server's one-line answer to ``message``; None where it cannot be reached (lines then go to
+        the executor's stderr)."""
+        if self.conn is None:
+            return None
+        answer = b""
+        try:
+            self.conn.sendall(message)
+            while not answer.endswith(b"\n"):
+                chunk = self.conn.recv(256)
+                if not chunk:
+                    raise ConnectionError("the line server closed")
+                answer += chunk
+        except OSError:
+            self.conn = None
+            return None
+        return answer.decode().strip()
 
     def send(self, line: bytes) -> None:
         if self.conn is not None:
