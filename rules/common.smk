@@ -89,6 +89,7 @@ INVOCATION = SnakeddpInvocation(
     resources=workflow.resource_settings,
     train_rules=("train", "search_train") if SEARCH else ("train",),
     say=logger.error,
+    provide=workflow.register_resource,
 )
 # What the platform's nodes have (on Slurm, launch.accelerator: auto asked of the training
 # partition's nodes once) joins the site section every job and rank gets.
@@ -310,6 +311,8 @@ TRAIN_RESOURCES = dict(
     tasks_per_gpu=lambda wc: get_slurm_tasks(wc)["tasks_per_gpu"],
     cpus_per_task=lambda wc: get_slurm_tasks(wc)["cpus_per_task"],
     gres=lambda wc: get_slurm_tasks(wc)["gres"],
+    # What the platform's own pools count (the local platform: a GPU run's GPUs, so runs never share one).
+    **PLATFORM_CONTRACT.train_resources(INVOCATION, get_launch, get_accelerator),
 )
 
 # Search (search:, rules/search.smk): which runs each rung trains and where their records are.

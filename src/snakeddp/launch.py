@@ -119,6 +119,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         variables.JOB_START: "warm" if handoff.served else "cold",
         variables.PLATFORM: args.platform,
         variables.ACCELERATOR: accelerator,
+        # The devices its platform gives this job's ranks (the local platform: GPUs no other run holds).
+        **platforms.load(args.platform).devices_for(launch.devices, accelerator, env),
     }
     return launcher, argv, child_env
 

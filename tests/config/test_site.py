@@ -36,7 +36,13 @@ def test_auto_on_a_cluster_that_declares_nothing_is_refused_in_one_line_naming_b
 
 
 def test_auto_on_the_local_platform_is_gpu_where_this_machine_shows_a_gpu_per_rank(monkeypatch, tmp_path):
-    monkeypatch.setattr(gpus, "DRIVER", StandIn(tmp_path / "one", count=1).root / "driver" / "nvidia")
+    one = StandIn(tmp_path / "one", count=1)
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidia0").touch()
+    # This machine as its /proc and /dev show it (NVML, which a GPU host would answer from, left unasked).
+    monkeypatch.setattr(gpus, "_nvml", lambda: None)
+    monkeypatch.setattr(gpus, "DRIVER", one.root / "driver" / "nvidia")
+    monkeypatch.setattr(gpus, "DEVICES", tmp_path / "dev")
     assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={}) == "gpu"
     assert site.resolved(launch(devices=2), "local", DECLARED_NOTHING, env={}) == "cpu", "a rank without a GPU"
     assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={"CUDA_VISIBLE_DEVICES": ""}) == "cpu"

@@ -1,12 +1,14 @@
 """What every platform implements, and what the workflow hands it.
 
 The workflow (rules/common.smk, the Snakefile) asks the platform of its profile, through this
-contract and nothing else: to settle what its nodes have (``settle_site``), to check what it needs
+contract and nothing else: to settle what its nodes have (``settle_site``), what a train job takes from
+pools Snakemake counts (``train_resources``: the local platform's GPUs), to check what it needs
 before any job (``check``, ``check_run``: while the workflow is read, so a dry run stops too, and
 ``note`` in a dry run for what only a real run checks), to check what a real run needs when jobs are
 about to run (``before_jobs``: credentials, cores, nodes), to add to what every job inherits
 (``exports``) and to clean up at the end (``close``). A train job asks it how a run trains there:
-by ranks the job starts itself, or submitted to a remote service (``submit``, remote rows only).
+by ranks the job starts itself, given their devices (``devices_for``), or submitted to a remote service
+(``submit``, remote rows only).
 Each hook does nothing by default; a platform overrides the ones it needs. Every refusal is a
 ConfigError (one line with a HINT), which the workflow prints once before it stops.
 """
@@ -48,6 +50,7 @@ class Invocation:
     resources: Any  # Snakemake's resource settings: which partition or queue each rule goes to
     train_rules: tuple[str, ...]  # the rules that train a run
     say: Callable[[str], None]  # a line on Snakemake's terminal while jobs run (its logger)
+    provide: Callable[[str, int], None] = lambda name, amount: None  # a global resource Snakemake counts
     memo: dict[str, Any] = field(default_factory=dict)  # what a platform learns once per invocation
 
     def remember(self, key: str, make: Callable[[], Any]) -> Any:
@@ -79,6 +82,18 @@ class Platform:
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         """When jobs are about to run: ``to_train`` will train (or resume), ``training`` are those
         whose train jobs are pending now, ``cores`` what Snakemake may use."""
+
+    def train_resources(
+        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+    ) -> dict[str, Callable[[Any], int]]:
+        """Resources a train job takes from pools of this machine that Snakemake counts, beside the portable
+        ones: name -> amount of a job's wildcards (``launch_of``: its Launch; ``accelerator_of``: cpu or gpu)."""
+        return {}
+
+    def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
+        """What a train job's ranks are given of the devices where it starts them (CUDA_VISIBLE_DEVICES), held
+        while the job lives."""
+        return {}
 
     def close(self, invocation: Invocation) -> None:
         """The workflow ended (success or error): nothing of the platform's may outlive it."""
