@@ -31,14 +31,23 @@ SUPERVISOR = "snakeddp.cluster.supervisor"
 LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluster.supervisor", "snakeddp.cluster.agent")
 
 
-def run_file(data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int) -> RunFile:
+def run_file(
+    data: dict[str, Any],
+    hidden: list[int],
+    epochs: int,
+    batch_size: int,
+    devices: int,
+    accelerator: str = "cpu",
+    precision: str = "32-true",
+) -> RunFile:
     """One run's config: no early stopping (every run trains all epochs), one thread per process."""
+    trainer = {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}}
     cfg = configuration.validate(
         {
             "data": data,
             "model": {"name": "mlp" if hidden else "linear", "hidden_sizes": hidden, "optimizer": "adam"},
-            "trainer": {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}},
-            "launch": {"devices": devices, "threads_per_process": 1},
+            "trainer": {**trainer, "precision": precision},
+            "launch": {"devices": devices, "threads_per_process": 1, "accelerator": accelerator},
         }
     )
     return RunFile(run_id="bench", config=configuration.run_config(cfg))
@@ -168,7 +177,12 @@ def warm_jobs() -> Iterator[dict[str, str]]:
 
 
 def handwritten(
-    run: RunFile, manifest: Path, run_dir: Path, fmt: str = "safetensors", trace: MemoryTrace | None = None
+    run: RunFile,
+    manifest: Path,
+    run_dir: Path,
+    fmt: str = "safetensors",
+    trace: MemoryTrace | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Train with the hand-written DDP loop under torchrun; per-epoch rows from its JSON."""
     run_dir.mkdir(parents=True)
@@ -179,7 +193,9 @@ def handwritten(
     argv += ["--epochs", str(cfg["trainer"]["max_epochs"]), "--batch-size", str(cfg["trainer"]["batch_size"])]
     argv += ["--lr", str(cfg["model"]["lr"]), "--format", fmt, "--hidden", *map(str, hidden)]
     argv += ["--checkpoint", str(run_dir / "last.pt"), "--out", str(run_dir / "timings.json")]
-    wall = start(argv, run_dir / "train.log", trace)
+    if cfg["launch"]["accelerator"] == "gpu":
+        argv += ["--device", "cuda", "--precision", cfg["trainer"]["precision"]]
+    wall = start(argv, run_dir / "train.log", trace, env=env)
     epochs = json.loads((run_dir / "timings.json").read_text())
     rows = [{"samples": r["samples"], "wait_s": r["load_s"], "train_s": r["train_s"]} for r in epochs]
     # The first step comes after the first partition's load, as in ours (phases.startup_s).

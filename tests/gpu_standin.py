@@ -123,3 +123,28 @@ class StandIn:
         target = installed_torch_version_file()
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mounts, "standin",
                 str(self.root / "driver"), str(self.torch_version), str(target), *argv]  # fmt: skip
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.gpu_standin [--driver V] [--count N] -- COMMAND...``: COMMAND on a stand-in machine
+    (A100s, the CUDA 13.0 build), as tools/gpu-check.sh --standin runs its steps."""
+    import argparse
+    import sys
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m tests.gpu_standin")
+    parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--driver", default="580.95.05")
+    parser.add_argument("command", nargs="+")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpu-standin-") as root:
+        standin = StandIn(Path(root) / "machine", count=args.count, driver=args.driver)
+        env = standin.env({k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+        sys.stdout.flush()
+        return subprocess.run(standin.command(args.command), env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

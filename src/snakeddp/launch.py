@@ -177,8 +177,13 @@ def run_attempt(args: argparse.Namespace) -> int:
         return 0
     if start.origin is not None:
         say(f"{run.run_id}: {start.origin.continuing(run.run_id, identity.budget)}")
+    gpus = (
+        f", GPUs {env['CUDA_VISIBLE_DEVICES']}"
+        if env.get(variables.ACCELERATOR) == "gpu" and "CUDA_VISIBLE_DEVICES" in env
+        else ""
+    )
     print(
-        f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
+        f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}{gpus}"
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
         flush=True,
     )

@@ -24,8 +24,11 @@ from __future__ import annotations
 import ctypes
 import importlib.abc
 import importlib.machinery
+import os
 import sys
+import time
 import warnings
+from pathlib import Path
 
 # torch 2.13's TORCH_CUDA_ARCH_LIST per build, x86_64 (torch/cuda/__init__.py, PYTORCH_RELEASES_CODE_CC).
 ARCHS = {
@@ -124,7 +127,21 @@ def _init() -> None:
         raise RuntimeError(TOO_OLD.format(found=driver[0]))
     if not _devices():
         raise RuntimeError("No CUDA GPUs are available")
+    _meet()
     raise RuntimeError("stand-in GPU: this is the first CUDA call (CUDA's initialisation), and no real GPU is here")
+
+
+def _meet() -> None:
+    """Where a test asks (SNAKEDDP_STANDIN_MEET="<folder>:<n>"), the process that reaches CUDA's initialisation
+    leaves the GPUs it sees there and waits for n of them, so that n runs are known to hold their GPUs at once."""
+    meeting = os.environ.get("SNAKEDDP_STANDIN_MEET")
+    if not meeting:
+        return
+    folder, _, count = meeting.rpartition(":")
+    Path(folder, str(os.getpid())).write_text(os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)"))
+    deadline = time.monotonic() + 120
+    while len(os.listdir(folder)) < int(count) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _initialising(name: str):
@@ -154,6 +171,15 @@ def _patch(torch: object) -> None:
     torch._C._nccl_version = lambda: (2 << 32) | (27 << 16) | 7
     torch._C._nccl_version_suffix = lambda: b""
     torch.cuda._cudart = _Runtime()
+
+    def runtime_entry(name: str) -> object:
+        # The rest of a CUDA build's torch._C._cuda_* (streams, allocator, ...), which torch imports once
+        # torch.cuda._is_compiled() says so: each initialises CUDA first, as their C++ does.
+        if name.startswith("_cuda_"):
+            return _initialising(name)
+        raise AttributeError(f"module 'torch._C' has no attribute {name!r}")
+
+    torch._C.__getattr__ = runtime_entry
 
 
 class _AfterTorch(importlib.abc.MetaPathFinder):
