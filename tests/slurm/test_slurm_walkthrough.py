@@ -68,7 +68,7 @@ def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> t
     if os.cpu_count() != 2:
         pytest.skip("the page's walkthrough is written for a 2-core machine (each test node declares its cores)")
     commands = walkthrough()
-    assert len(commands) == 2, commands
+    assert len(commands) == 3, commands
     checkout = Typed(tmp_path_factory.mktemp("walkthrough") / "snakeddp", slurm_cluster)
     return checkout, [checkout.type(line, *FAST_POLLING) for line in commands]
 
@@ -78,7 +78,7 @@ def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_the_first_line_is_refused_before_anything_is_submitted(typed):
-    checkout, (refused, _) = typed
+    checkout, (refused, *_) = typed
     assert refused.returncode == 1, refused.stdout[-3000:]
     (line,) = hint_lines(refused)
     # As the page shows it, but for this machine's memory.
@@ -93,7 +93,7 @@ def test_the_first_line_is_refused_before_anything_is_submitted(typed):
 def test_a_dry_run_notes_the_refusal_and_what_the_hint_says_fits_every_run(typed):
     """`-n` plans the jobs and notes the line a real run stops on; with the HINT's own --config typed,
     it notes nothing."""
-    checkout, (refused, _) = typed
+    checkout, (refused, *_) = typed
     plan = checkout.type(".venv/bin/snakemake --profile slurm -n")
     assert plan.returncode == 0 and "train" in plan.stdout, plan.stdout[-3000:]
     assert hint_lines(plan) == [f"Dry run; a real run would stop here: {hint_lines(refused)[0]}"]
@@ -104,7 +104,7 @@ def test_a_dry_run_notes_the_refusal_and_what_the_hint_says_fits_every_run(typed
 
 
 def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed):
-    checkout, (_, ran) = typed
+    checkout, (_, ran, _) = typed
     assert ran.returncode != 0, "GPU runs cannot train on the test cluster's null devices"
     uuid = run_uuid(ran.stdout)
     fields = "--format=JobID,Comment%200"
@@ -120,3 +120,13 @@ def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed)
         log = (checkout.root / "logs" / "train" / f"{run}.log").read_text()
         (line,) = [line for line in log.splitlines() if NO_CUDA in line]
         assert re.search(rf"{NO_CUDA}({'|'.join(map(re.escape, NODES))}) \(NVIDIA driver: none loaded; ", line), line
+
+
+def test_the_third_line_trains_the_sweep_on_the_cpus_and_writes_the_report(typed):
+    checkout, (*_, trained) = typed
+    assert trained.returncode == 0, trained.stdout[-3000:]
+    for run in ("devices-1", "devices-2"):
+        record = (checkout.root / "results" / "runs" / run / "provenance.json").read_text()
+        assert '"accelerator": "cpu"' in record, run
+    report = checkout.root / "results" / "report" / "report.html"
+    assert report.is_file() and f"Report: {report.resolve()}" in trained.stdout
