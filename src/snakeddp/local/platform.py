@@ -130,7 +130,9 @@ class Local(Platform):
         return {gpupool.POOL: str(gpupool.FOLDER.resolve())}
 
     def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
-        return gpupool.take(devices, env) if accelerator == "gpu" else {}
+        # A CPU run's ranks see no GPU: nothing in them initialises CUDA (under a driver older than torch's
+        # build, anything that did would raise) or takes memory on a GPU another run trains on.
+        return gpupool.take(devices, env) if accelerator == "gpu" else {gpus.VISIBLE: ""}
 
 
 CONTRACT = Local()
