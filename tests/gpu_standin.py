@@ -5,28 +5,59 @@ torch, each where the real one lives, up to CUDA's initialisation (which fails, 
 - the kernel driver's files, ``/proc/driver/nvidia`` (its ``version``, a folder per GPU with its
   ``information``), bind-mounted over /proc/driver in a private mount namespace (``unshare``, as root);
   an empty /proc/driver where the machine has none (WSL2 reaches its GPU through /dev/dxg);
-- the driver's NVML, ``libnvidia-ml.so.1`` (tests/gpu_standin/nvml.c, compiled for these GPUs) first on
-  LD_LIBRARY_PATH, which torch's NVML count and nvidia-ml-py load by that name; answering "driver not
-  loaded" where the process cannot reach the GPUs (a container without them, on a host whose /proc lists
-  them), and first on GPU hosts too, so that the host's own driver never answers for the stand-in;
+- the driver's NVML, ``libnvidia-ml.so.1`` (tests/gpu_standin/nvml.c, compiled once and cached by its
+  source's hash) first on LD_LIBRARY_PATH, which torch's NVML count and nvidia-ml-py load by that name,
+  answering for the GPUs the machine's file names (``SNAKEDDP_STANDIN_NVML``); "driver not loaded" where the
+  process cannot reach the GPUs (a container without them, on a host whose /proc lists them), and first on
+  GPU hosts too, so that the host's own driver never answers for the stand-in;
 - a CUDA build's ``torch/version.py`` bind-mounted over the installed CPU wheel's, and the CUDA runtime's
   side of ``torch._C`` (tests/gpu_standin/sitecustomize.py, first on PYTHONPATH), which answers from the
   stand-in driver as a CUDA build does: no device and torch's "driver too old" error under a driver older
   than the build, one device where MIG slices are visible.
+
+``Checks`` runs many short checks on such machines cheaply: one interpreter per torch build imports torch
+once, and forks a process per check into the machine's own mount namespace, as snakeddp's supervisor forks
+a node's ranks from a process that imported torch.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
+import json
 import os
 import re
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SITE = Path(__file__).with_name("gpu_standin")
+#: The stand-in NVML's variable: the file naming the machine's driver and GPUs (absent: no driver reached).
+NVML_DEVICES = "SNAKEDDP_STANDIN_NVML"
 # The CUDA version each driver branch supports (nvmlSystemGetCudaDriverVersion), NVIDIA's release notes.
 CUDA_OF_DRIVER = {580: 13000, 575: 12090, 570: 12080, 565: 12070, 560: 12060, 550: 12040, 535: 12020, 525: 12000}
+
+
+@functools.cache
+def nvml_library() -> Path:
+    """The folder of the stand-in libnvidia-ml.so.1, compiled once per source (a cache keyed by nvml.c's hash,
+    shared by the session's workers and later sessions: gcc runs only when the source changed)."""
+    source = SITE / "nvml.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"snakeddp-gpu-standin-{os.getuid()}" / digest
+    library = folder / "libnvidia-ml.so.1"
+    if not library.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        building = folder / f".build-{os.getpid()}.so"
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(building), str(source)],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        os.replace(building, library)  # whole or not at all, whoever builds it at the same time
+    return folder
 
 
 def installed_torch_version_file() -> Path:
@@ -82,11 +113,6 @@ class StandIn:
         if self.reachable:
             (lib / "devices").write_text("\n".join(devices) + "\n")
         (lib / "listed").write_text("\n".join(devices) + "\n")
-        subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", f'-DDEVICES="{lib / "devices"}"',
-             "-o", str(lib / "libnvidia-ml.so.1"), str(SITE / "nvml.c")],
-            check=True, capture_output=True, timeout=120,
-        )  # fmt: skip
         # The installed wheel's version.py with the build's CUDA (on a GPU host, a CUDA wheel's file covered alike).
         self.torch_version = self.root / "torch-version.py"
         text = installed_torch_version_file().read_text()
@@ -108,11 +134,12 @@ class StandIn:
 
     def env(self, base: dict[str, str], visible: str | None = None) -> dict[str, str]:
         """``base`` as a process on the stand-in machine sees it: the stand-in torch first on PYTHONPATH, its
-        NVML on LD_LIBRARY_PATH where the GPUs are reachable, CUDA_VISIBLE_DEVICES as given (None: unset)."""
+        NVML first on LD_LIBRARY_PATH naming its GPUs, CUDA_VISIBLE_DEVICES as given (None: unset)."""
         env = {k: v for k, v in base.items() if k != "CUDA_VISIBLE_DEVICES"}
         env["PYTHONPATH"] = os.pathsep.join([str(SITE), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(self.root / "nvml"), base.get("LD_LIBRARY_PATH", "")])
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(nvml_library()), base.get("LD_LIBRARY_PATH", "")])
         env["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"].rstrip(os.pathsep)
+        env[NVML_DEVICES] = str(self.root / "nvml" / "devices")
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
         return env
@@ -123,6 +150,49 @@ class StandIn:
         target = installed_torch_version_file()
         return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mounts, "standin",
                 str(self.root / "driver"), str(self.torch_version), str(target), *argv]  # fmt: skip
+
+
+class Checks:
+    """Short checks on stand-in machines, each in a process of its own forked from one interpreter per torch
+    build that imported torch once (tests/gpu_standin/forks.py): a check costs a fork, not torch's import.
+    What a check may rely on is what a fresh process on that machine has: its own mount namespace (the
+    machine's /proc/driver), its whole environment, nothing of NVML's or CUDA's state. Close it when done."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.count = 0
+
+    def worker(self, standin: StandIn, env: dict[str, str]) -> subprocess.Popen:
+        if standin.build not in self.workers:
+            argv = standin.command([sys.executable, str(SITE / "forks.py")])
+            self.workers[standin.build] = subprocess.Popen(
+                argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        return self.workers[standin.build]
+
+    def run(self, standin: StandIn, env: dict[str, str], code: str, *args: str) -> subprocess.CompletedProcess:
+        """``python -c code args`` on ``standin``'s machine with ``env`` (as ``standin.env`` makes it)."""
+        self.count += 1
+        out, err = self.folder / f"check-{self.count}.out", self.folder / f"check-{self.count}.err"
+        worker = self.worker(standin, env)
+        request = {"driver": str(standin.root / "driver"), "env": env, "code": code, "args": list(args),
+                   "out": str(out), "err": str(err)}  # fmt: skip
+        worker.stdin.write(json.dumps(request) + "\n")
+        worker.stdin.flush()
+        answer = worker.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the stand-in's {standin.build} worker ended (exit status {worker.wait()})")
+        returncode = json.loads(answer)["returncode"]
+        argv = [sys.executable, "-c", code, *args]
+        return subprocess.CompletedProcess(argv, returncode, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stdin.close()
+            worker.wait(timeout=60)
+            worker.stdout.close()
+        self.workers.clear()
 
 
 def main(argv: list[str]) -> int:

@@ -1,15 +1,18 @@
 /* A stand-in libnvidia-ml.so.1 (tests only): the driver's NVML, answering for made-up GPUs, so that
  * torch's own NVML count (torch/cuda/__init__.py: _raw_device_count_nvml, _raw_device_uuid_nvml) and
  * nvidia-ml-py (snakeddp.util.gpus) meet it where they meet the real one: CDLL("libnvidia-ml.so.1"),
- * found on LD_LIBRARY_PATH. tests/gpu_standin.py compiles it with -DDEVICES naming its GPUs' file:
+ * found on LD_LIBRARY_PATH. tests/gpu_standin.py compiles it once (cached by this file's hash) for every
+ * stand-in machine: each names its GPUs' file in SNAKEDDP_STANDIN_NVML, read at nvmlInit as the real library
+ * asks its kernel driver then:
  *
  *   driver 570.86.15 12080           the driver's version and the CUDA version it supports (x 1000)
  *   gpu GPU-uuid 8 0 0 NVIDIA A100   UUID, compute capability major and minor, device minor, name
  *   mig MIG-uuid NVIDIA A100 MIG ... a MIG slice of the gpu line before it (which is then in MIG mode)
  *
  * Only what the callers ask is answered; the rest of NVML is absent (dlsym fails, as on an older driver).
- * A file that cannot be read answers nvmlInit with NVML_ERROR_DRIVER_NOT_LOADED. */
+ * A file that cannot be read (or none named) answers nvmlInit with NVML_ERROR_DRIVER_NOT_LOADED. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SUCCESS 0
@@ -34,7 +37,8 @@ static char driver[80];
 static int cuda_version;
 
 static int load(void) {
-    FILE *file = fopen(DEVICES, "r");
+    const char *devices = getenv("SNAKEDDP_STANDIN_NVML");
+    FILE *file = devices ? fopen(devices, "r") : NULL;
     char line[256];
     if (!file)
         return ERROR_DRIVER_NOT_LOADED;
