@@ -81,6 +81,7 @@ PLATFORM = CONFIG["platform"]
 # everything a platform decides (its checks, what its jobs inherit, what it does when jobs start).
 PLATFORM_ROW = snakeddp_platforms.row(PLATFORM)
 PLATFORM_CONTRACT = snakeddp_platforms.load(PLATFORM)
+DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 INVOCATION = SnakeddpInvocation(
     config=CONFIG,
     declared=config,
@@ -90,6 +91,13 @@ INVOCATION = SnakeddpInvocation(
     train_rules=("train", "search_train") if SEARCH else ("train",),
     say=logger.error,
     provide=workflow.register_resource,
+    same_interpreter=not DEPLOYMENT & {"CONDA", "APPTAINER"},
+)
+# A train job whose ranks the machine refused (torch's build against the GPU or driver, MIG, the
+# precision) is not retried: every attempt on such nodes would be refused again (MachineRefusal).
+snakeddp_snakemake.no_retry_when(
+    lambda rule, wildcards: rule in INVOCATION.train_rules
+    and snakeddp_layout.RunPaths.under("results", wildcards["run"]).refused.exists()
 )
 # What the platform's nodes have (on Slurm, launch.accelerator: auto asked of the training
 # partition's nodes once) joins the site section every job and rank gets.
@@ -97,7 +105,6 @@ try:
     CONFIG["site"] = PLATFORM_CONTRACT.settle_site(INVOCATION)
 except snakeddp_config.ConfigError as error:
     snakeddp_preflight.stop(error)
-DEPLOYMENT = {m.name for m in workflow.deployment_settings.deployment_method}
 # What the report's RO-Crate carries: the workflow's own files and the config files given.
 WORKFLOW_FILES = [str(path) for path in workflow_files(REPO)]
 CONFIG_FILES = [str(Path(path).resolve()) for path in workflow.configfiles]

@@ -36,7 +36,7 @@ from snakeddp.cluster.base import quote
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
-from snakeddp.errors import exit_code
+from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
@@ -187,8 +187,9 @@ def run_attempt(args: argparse.Namespace) -> int:
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
         flush=True,
     )
-    failed = RunPaths(args.run_dir).failure
+    failed, refused = RunPaths(args.run_dir).failure, RunPaths(args.run_dir).refused
     failed.unlink(missing_ok=True)
+    refused.unlink(missing_ok=True)
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]
@@ -206,7 +207,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         relay.join()
         if code != 0 and failed.exists():
             print(failed.read_text().strip(), file=sys.stderr, flush=True)
-            return 1
+            return REFUSED_EXIT_CODE if refused.exists() else 1
     preempted = any(signum in PREEMPT_SIGNALS for signum in received)
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code

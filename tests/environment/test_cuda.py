@@ -53,12 +53,14 @@ def checked(checks: Checks, standin: StandIn, visible: str | None = None, ranks:
     return run(checks, standin, CHECK, str(ranks), visible=visible)
 
 
-def one_line(done: subprocess.CompletedProcess) -> str:
-    """The LaunchError's message: the last line of the traceback a bare check prints."""
+def one_line(done: subprocess.CompletedProcess, refused: bool = True) -> str:
+    """The LaunchError's message: the last line of the traceback a bare check prints. ``refused``: a
+    MachineRefusal (what any node like this one refuses again: not retried), else a plain LaunchError."""
     assert done.returncode != 0, done.stdout
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("snakeddp.errors.LaunchError: ") and "HINT:" in last, done.stderr[-2000:]
-    return last.removeprefix("snakeddp.errors.LaunchError: ")
+    kind = "snakeddp.errors.MachineRefusal: " if refused else "snakeddp.errors.LaunchError: "
+    assert last.startswith(kind) and "HINT:" in last, done.stderr[-2000:]
+    return last.removeprefix(kind)
 
 
 def test_a_gpu_the_build_has_kernels_for_passes_and_is_named_without_initialising_cuda(checks, tmp_path: Path):
@@ -98,7 +100,7 @@ def test_a_driver_older_than_the_build_stops_naming_it_where_torch_would_see_the
 
 
 def test_gpus_hidden_by_cuda_visible_devices_stop_the_rank_instead_of_a_cpu_run(checks, tmp_path: Path):
-    line = one_line(checked(checks, StandIn(tmp_path), visible=""))
+    line = one_line(checked(checks, StandIn(tmp_path), visible=""), refused=False)
     assert "this node shows no GPU visible (1 installed, CUDA_VISIBLE_DEVICES='' hides them)" in line
     assert "CUDA_VISIBLE_DEVICES hides the GPUs, and a GPU run never trains on the CPU instead" in line
     assert "HINT: leave CUDA_VISIBLE_DEVICES unset" in line
@@ -107,7 +109,7 @@ def test_gpus_hidden_by_cuda_visible_devices_stop_the_rank_instead_of_a_cpu_run(
 def test_a_container_without_the_gpus_on_a_gpu_host_says_it_reaches_none(checks, tmp_path: Path):
     container = StandIn(tmp_path, count=2, reachable=False)
     assert run(checks, container, TORCH).stdout.splitlines()[0] == "False 0", "torch sees none either"
-    line = one_line(checked(checks, container))
+    line = one_line(checked(checks, container), refused=False)
     assert "this node shows no GPU this process can reach (the host's driver lists 2" in line, line
     assert "no GPU is allocated to this process" in line and "HINT: run on nodes with GPUs allocated" in line
 

@@ -62,13 +62,15 @@ class NoGpus:
 
 def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | None:
     """Why this machine cannot train ``devices`` ranks on its GPUs, as a process started with ``env`` sees
-    them (fewer GPUs than ranks, a driver older than the installed torch's CUDA build, a compute capability
-    the build has no kernels for); None where it can. Asks the driver, never CUDA."""
+    them (fewer GPUs than ranks, a CPU build of torch, a driver older than the installed torch's CUDA build, a
+    compute capability the build has no kernels for); None where it can. Asks the driver, never CUDA."""
     seen = gpus.driver()
     shown = gpus.apply_visible(seen, env)
     if len(shown) < devices:
         return NoGpus(f"this machine shows {gpus.describe(env, seen=seen)}")
     build = cudabuild.installed_cuda()
+    if build is None and cudabuild.installed_torch():
+        return NoGpus("the installed torch is a CPU build", cudabuild.builds_under(seen.version))
     if cudabuild.driver_too_old(seen.version, build):
         needed = cudabuild.driver_needed(build)
         return NoGpus(

@@ -21,7 +21,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from snakeddp.errors import LaunchError
+from snakeddp.errors import LaunchError, MachineRefusal
 from snakeddp.util import gpus
 from snakeddp.util.cudabuild import (
     BUILD_CAPABILITIES,
@@ -88,7 +88,8 @@ def why_no_device(torch_cuda: str | None, env: Mapping[str, str], seen: gpus.Dri
 
 def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_on_node: int = 1) -> Device:
     """The GPU this rank will train on, checked against torch's build and the driver; a one-line LaunchError
-    otherwise. No call here initialises CUDA."""
+    otherwise (a MachineRefusal, not retried, for what any node like this one would refuse again: the build,
+    the driver, MIG, the GPU's capability). No call here initialises CUDA."""
     import torch
 
     host = platform.node()
@@ -98,17 +99,18 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
     if cuda is None or not shown:
         reason, hint = why_no_device(cuda, env, seen)
         build = f"CUDA {cuda} build" if cuda else "a CPU build"
-        raise LaunchError(
+        # A CPU build is refused wherever it lands; GPUs hidden or not allocated may be this node's alone.
+        raise (LaunchError if cuda else MachineRefusal)(
             f"the run was planned for GPUs, and torch sees no CUDA device on {host} (NVIDIA driver: "
             f"{seen.version or 'none loaded'}; torch {torch.__version__}, {build}; {gpus.VISIBLE}="
             f"{env.get(gpus.VISIBLE, '(unset)')}; this node shows {gpus.describe(env, seen=seen)}): {reason}, and a "
             f"GPU run never trains on the CPU instead. HINT: {hint}."
         )
     if driver_too_old(seen.version, cuda):
-        raise LaunchError(driver_refusal(seen.version, cuda, torch.__version__, f"on {host}"))
+        raise MachineRefusal(driver_refusal(seen.version, cuda, torch.__version__, f"on {host}"))
     if ranks_on_node > len(shown):
         slices = " (MIG slices: a CUDA process enumerates one)" if any(gpu.mig for gpu in shown) else ""
-        raise LaunchError(
+        raise MachineRefusal(
             f"{ranks_on_node} ranks on {host}, and each process there enumerates {len(shown)} CUDA device"
             f"{'s' if len(shown) > 1 else ''}{slices}: every rank past it would stop in Lightning's device check. "
             f"HINT: set launch.devices: {len(shown)} (more nodes for more ranks), or run on whole GPUs."
@@ -119,7 +121,7 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
     codes = arch_capabilities(torch.cuda.get_arch_list())
     if codes and not any(runs_on(code, 10 * major + minor) for code in codes):
         kernels = ", ".join(f"{code // 10}.{code % 10}" for code in sorted(set(codes)))
-        raise LaunchError(
+        raise MachineRefusal(
             f"{gpu.model} on {host} has compute capability {major}.{minor}, and torch {torch.__version__}'s CUDA "
             f"{cuda} build has kernels for {kernels} only: its first kernel would fail with "
             f'"no kernel image is available". HINT: {install_hint(builds_for(10 * major + minor))}.'

@@ -58,6 +58,22 @@ def check_gpus(run_id: str, launch: Launch, env: Mapping[str, str] = os.environ)
     )
 
 
+def check_bf16(run_id: str, launch: Launch, precision: str, env: Mapping[str, str] = os.environ) -> None:
+    """bf16 on GPUs without native bfloat16 (compute capability under 8.0: V100, T4), where every GPU the run
+    could be given is such: each rank would stop at start-up (snakeddp.training.trainer.check_precision)."""
+    if not precision.startswith("bf16") or site.local_accelerator(launch, env) != "gpu":
+        return
+    shown = [gpu for gpu in gpus.visible(env) if gpu.capability]
+    if not shown or any(gpu.capability >= (8, 0) for gpu in shown):
+        return
+    named = ", ".join(sorted({f"{gpu.model} ({gpu.capability[0]}.{gpu.capability[1]})" for gpu in shown}))
+    raise PreflightError(
+        f"run {run_id}: trainer.precision={precision}, and this machine's GPUs have no native bfloat16, which needs "
+        f"compute capability 8.0 or newer: {named}. HINT: set trainer.precision: 16-mixed (or 32-true) for these "
+        "GPUs, or run on A100/H100-class ones."
+    )
+
+
 def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
     """A line for each run that auto trains on the CPU although this machine has GPUs (fewer than its ranks:
     a 2-rank run on a one-GPU workstation; a driver or GPU the installed torch cannot run), so the choice is
@@ -100,6 +116,10 @@ class Local(Platform):
     def check_run(self, run_id: str, launch: Launch) -> None:
         check_nodes(run_id, launch)
         check_gpus(run_id, launch)
+
+    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+        for run_id, run in runs.items():
+            check_bf16(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"]["precision"])
 
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         # Whatever cores a dry run was given (Snakemake gives it 1 unless told), for the runs not trained yet.

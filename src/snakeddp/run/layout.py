@@ -13,6 +13,7 @@
         trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
         tracking/                       the trackers' local stores and their state.json
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
+        refused.txt                     the same line, where the machine refused the ranks (not retried)
         .attempt.lock                   held (shared) by every training process of a live attempt
         .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
         <platform>/                     what its platform keeps of the run, named after it: a remote
@@ -55,6 +56,7 @@ TRACE_FILE = "rank-{rank}.jsonl"
 TRACKING = "tracking"
 TRACKING_STATE = "state.json"
 FAILURE = "failure.txt"
+REFUSED = "refused.txt"
 LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
 SEEDING = ".seeding-{pid}"
@@ -149,6 +151,12 @@ class RunPaths(AttemptPaths):
     def failure(self) -> Path:
         """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
         return self.folder / FAILURE
+
+    @property
+    def refused(self) -> Path:
+        """Where that line is too when the machine refused the ranks (snakeddp.errors.MachineRefusal): an
+        attempt that every retry on such nodes would repeat, which the workflow therefore does not retry."""
+        return self.folder / REFUSED
 
     @property
     def lock(self) -> Path:

@@ -21,9 +21,9 @@ from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.config import parts
 from snakeddp.environment import cuda
 from snakeddp.environment.capture import accelerator_and_backend
-from snakeddp.errors import LaunchError
+from snakeddp.errors import MachineRefusal
 from snakeddp.provenance.record import Outcome
-from snakeddp.run import variables
+from snakeddp.run import requirements, variables
 from snakeddp.run.layout import RunPaths, checkpoint_name
 from snakeddp.training.callbacks import EpochMetrics, MonitoredMetric, Preemption, RankHosts, SampleTrace
 from snakeddp.training.checkpoints import EpochCheckpoint
@@ -94,21 +94,22 @@ class Callbacks:
         )
 
 
-def check_precision(precision: str, accelerator: str, device: cuda.Device | None = None) -> None:
+def check_precision(
+    precision: str, accelerator: str, device: cuda.Device | None = None, requested: str = "cpu"
+) -> None:
     """What Lightning would train other than asked, stopped before training: bf16 on a GPU without native
     bfloat16 (before compute capability 8.0; ``device`` is this rank's own, as the checks found it) would be
     emulated, many times slower than fp16, and Lightning says nothing; 16-mixed on the CPU, which Lightning
-    turns into bf16-mixed with a warning while the run's record would say 16-mixed."""
-    if accelerator == "cpu" and precision == "16-mixed":
-        raise LaunchError(
-            "trainer.precision=16-mixed, and this run trains on the CPU, which has no fp16 autocast: Lightning would "
-            "train bf16-mixed instead while the run's record said 16-mixed. HINT: set trainer.precision: bf16-mixed "
-            "(or 32-true) for CPU runs, or launch.accelerator: gpu where the run has GPUs."
-        )
+    turns into bf16-mixed with a warning while the run's record would say 16-mixed (the workflow refuses it
+    before any job; ``requested``: the run's launch.accelerator). Neither is retried: any attempt meets it."""
+    try:
+        requirements.check_precision(precision, accelerator, requested)
+    except requirements.PrecisionError as error:
+        raise MachineRefusal(str(error)) from None
     if accelerator != "gpu" or not precision.startswith("bf16") or device is None or device.capability >= (8, 0):
         return
     major, minor = device.capability
-    raise LaunchError(
+    raise MachineRefusal(
         f"trainer.precision={precision}, and {device.name} (compute capability "
         f"{major}.{minor}) has no native bfloat16, which needs 8.0 or newer. HINT: set trainer.precision: 16-mixed "
         "(or 32-true) for these GPUs, or run on A100/H100-class ones."
@@ -137,7 +138,7 @@ def build_trainer(
         device = cuda.check_device(layout.local_rank, ranks_on_node=layout.local_world_size)
         if layout.local_rank == 0:
             print(f"snakeddp: {layout.local_world_size} rank(s) on {device}", file=sys.stderr, flush=True)
-    check_precision(trainer_cfg.precision, accelerator, device)
+    check_precision(trainer_cfg.precision, accelerator, device, launch.accelerator)
     paths = RunPaths(run_dir)
     checkpoint_io = AtomicCheckpointIO()
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
@@ -171,7 +172,7 @@ def build_trainer(
         trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
     )
     strategy = build_strategy(
-        cfg["trainer"], accelerator, backend, launcher.lightning_environment(layout), checkpoint_io
+        cfg["trainer"], accelerator, backend, launcher.lightning_environment(layout), checkpoint_io, launch.accelerator
     )
     trainer = pl.Trainer(
         accelerator=accelerator,
