@@ -51,6 +51,7 @@ class Invocation:
     train_rules: tuple[str, ...]  # the rules that train a run
     say: Callable[[str], None]  # a line on Snakemake's terminal while jobs run (its logger)
     provide: Callable[[str, int], None] = lambda name, amount: None  # a global resource Snakemake counts
+    same_interpreter: bool = True  # jobs run Snakemake's interpreter (no --sdm conda or apptainer)
     memo: dict[str, Any] = field(default_factory=dict)  # what a platform learns once per invocation
 
     def remember(self, key: str, make: Callable[[], Any]) -> Any:

@@ -96,6 +96,11 @@ def read_version_file(version_file: Path) -> Any:
     return module
 
 
+def installed_torch() -> bool:
+    """Whether this interpreter would import a torch at all."""
+    return importlib.util.find_spec("torch") is not None
+
+
 def installed_cuda() -> str | None:
     """The CUDA release the torch this interpreter imports was built for ("13.0"), None for a CPU build or no
     torch: what the workflow's jobs run where they share its interpreter."""
@@ -104,3 +109,14 @@ def installed_cuda() -> str | None:
         return None
     build = read_version_file(Path(spec.origin).parent / "version.py")
     return getattr(build, "cuda", None)
+
+
+def ranks_build(environment_cuda: str | None, same_interpreter: bool) -> str | None:
+    """The CUDA build of torch a cluster's ranks will run, as the workflow can tell before submitting:
+    the installed torch's where the jobs share this interpreter (the checkout's .venv) and it is a CUDA
+    build, else ``environment.cuda`` (what --sdm conda and the image install, and what tools/setup.sh --cuda
+    puts into .venv); None for "cpu"."""
+    installed = installed_cuda() if same_interpreter else None
+    if installed:
+        return installed
+    return None if environment_cuda in (None, "cpu") else environment_cuda
