@@ -196,8 +196,10 @@ class Checks:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.gpu_standin [--driver V] [--count N] -- COMMAND...``: COMMAND on a stand-in machine
-    (A100s, the CUDA 13.0 build), as tools/gpu-check.sh --standin runs its steps."""
+    """``python -m tests.gpu_standin [--driver V] [--count N] [--build B] [--unreachable] -- COMMAND...``: COMMAND
+    on a stand-in machine (A100s, the CUDA 13.0 build), as tools/gpu-check.sh --standin runs its steps; the
+    test suite runs under it to show it passes with a CUDA build of torch on a GPU host (docs/development.md),
+    ``--unreachable`` where the GPUs are the host's and its processes reach none (a container without them)."""
     import argparse
     import sys
     import tempfile
@@ -205,10 +207,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.gpu_standin")
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--driver", default="580.95.05")
+    parser.add_argument("--build", default="13.0", help="torch's CUDA build (13.0, 13.2, 12.6) or cpu")
+    parser.add_argument("--unreachable", action="store_true", help="the host lists its GPUs; no process reaches them")
     parser.add_argument("command", nargs="+")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpu-standin-") as root:
-        standin = StandIn(Path(root) / "machine", count=args.count, driver=args.driver)
+        shape = {"count": args.count, "driver": args.driver, "build": args.build, "reachable": not args.unreachable}
+        standin = StandIn(Path(root) / "machine", **shape)
         env = standin.env({k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
         sys.stdout.flush()
         return subprocess.run(standin.command(args.command), env=env, check=False).returncode

@@ -20,6 +20,7 @@ import yaml
 from snakeddp.environment.lock import read_lock
 from tests.checkout import UV, copy_of_this_checkout, hint_lines, typed, with_core_venv
 from tests.helpers import tiny_with
+from tests.mlflow_server import free_port
 
 pytestmark = pytest.mark.e2e
 USER_MODEL = """
@@ -134,12 +135,14 @@ def test_a_package_that_breaks_lightning_is_named_at_set_up_and_the_hinted_comma
 
 def test_another_torch_build_is_installed_alone_and_an_index_out_of_reach_is_one_line(checkout):
     """`tools/setup.sh --cuda 12.6` (the HINT a V100 rank gives) asks PyTorch's cu126 index for the lock's torch
-    version of that build, without reinstalling the locks; this machine reaches no index but PyPI, so: one
+    version of that build, without reinstalling the locks; the index is out of reach (a proxy that answers
+    nothing: wherever PyTorch's index answers, a multi-GB CUDA wheel would be installed instead), so: one
     line, and the venv keeps its torch and matches the locks again with the next plain set-up."""
     assert typed(checkout, "tools/setup.sh").returncode == 0  # the venv as set-up leaves it
     torch_version = [".venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('torch'))"]
     before = typed(checkout, *torch_version).stdout
-    switched = typed(checkout, "tools/setup.sh", "--cuda", "12.6")
+    unreachable = {name: f"http://127.0.0.1:{free_port()}" for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")}
+    switched = typed(checkout, "tools/setup.sh", "--cuda", "12.6", NO_PROXY="", no_proxy="", **unreachable)
     lines = hint_lines(switched)
     assert switched.returncode == 1 and len(lines) == 1, switched.stdout + switched.stderr
     index = "https://download.pytorch.org/whl/cu126"

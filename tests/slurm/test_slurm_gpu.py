@@ -18,8 +18,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from snakeddp.util import gpus
 from tests.helpers import REPO
 from tests.slurm.cluster import FEATURES, GPU_TYPE, NODES, QOS
 from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
@@ -145,12 +147,16 @@ def assert_asked_and_got(job: dict[str, str], nodes: int, per_node: int) -> None
 
 def assert_stopped_without_cuda(workflow: SlurmWorkflow, run: str, visible: str) -> None:
     """The ranks found no CUDA device although Slurm gave them GPUs: one line, printed once, naming
-    the node (either of the job's: the first rank to stop speaks), the driver and torch's build."""
+    the node (either of the job's: the first rank to stop speaks), the driver and torch's build, as this
+    machine has them (none here; under `python -m tests.gpu_standin --unreachable`, a GPU host's driver and
+    a CUDA build of torch whose processes reach no GPU)."""
     log = (workflow.directory / "logs" / "train" / f"{run}.log").read_text()
     assert log.count(NO_CUDA) == 1, log[-3000:]
     line = next(line for line in log.splitlines() if NO_CUDA in line)
     nodes = "|".join(map(re.escape, NODES))
-    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: none loaded; torch \S+, a CPU build; "
+    driver = re.escape(gpus.driver_version() or "none loaded")
+    built = re.escape(f"CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build")
+    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: {driver}; torch \S+, {built}; "
     assert re.search(pattern + rf"CUDA_VISIBLE_DEVICES={visible}; this node shows no GPU", line), line
     assert line.count("HINT:") == 1
 

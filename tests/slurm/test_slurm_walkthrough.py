@@ -63,14 +63,21 @@ class Typed:
 
 
 @pytest.fixture(scope="module")
-def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> tuple[Typed, list]:
-    """The checkout, and what each of the page's snakemake lines printed, in order."""
+def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> tuple[Typed, list, list]:
+    """The checkout, what each of the page's snakemake lines printed, in order, and two dry runs typed right
+    after the first (before the third trains the sweep, after which a dry run has nothing left to plan): as
+    the page types it, and with the --config its refusal's HINT gives."""
     if os.cpu_count() != 2:
         pytest.skip("the page's walkthrough is written for a 2-core machine (each test node declares its cores)")
     commands = walkthrough()
     assert len(commands) == 3, commands
     checkout = Typed(tmp_path_factory.mktemp("walkthrough") / "snakeddp", slurm_cluster)
-    return checkout, [checkout.type(line, *FAST_POLLING) for line in commands]
+    refused = checkout.type(commands[0], *FAST_POLLING)
+    plans = [checkout.type(".venv/bin/snakemake --profile slurm -n")]
+    given = re.search(r'--config "(site=\{.*?\})"', "".join(hint_lines(refused)))
+    if given:
+        plans.append(checkout.type(".venv/bin/snakemake --profile slurm -n", "--config", given.group(1)))
+    return checkout, [refused, *(checkout.type(line, *FAST_POLLING) for line in commands[1:])], plans
 
 
 def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -78,7 +85,7 @@ def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_the_first_line_is_refused_before_anything_is_submitted(typed):
-    checkout, (refused, *_) = typed
+    checkout, (refused, *_), _ = typed
     assert refused.returncode == 1, refused.stdout[-3000:]
     (line,) = hint_lines(refused)
     # As the page shows it, but for this machine's memory.
@@ -93,18 +100,17 @@ def test_the_first_line_is_refused_before_anything_is_submitted(typed):
 def test_a_dry_run_notes_the_refusal_and_what_the_hint_says_fits_every_run(typed):
     """`-n` plans the jobs and notes the line a real run stops on; with the HINT's own --config typed,
     it notes nothing."""
-    checkout, (refused, *_) = typed
-    plan = checkout.type(".venv/bin/snakemake --profile slurm -n")
+    _, (refused, *_), plans = typed
+    assert len(plans) == 2, "the refusal's HINT gives a --config"
+    plan, given = plans
     assert plan.returncode == 0 and "train" in plan.stdout, plan.stdout[-3000:]
     assert hint_lines(plan) == [f"Dry run; a real run would stop here: {hint_lines(refused)[0]}"]
-    given = re.search(r'--config "(site=\{.*?\})"', hint_lines(refused)[0]).group(1)
-    plan = checkout.type(".venv/bin/snakemake --profile slurm -n", "--config", given)
-    assert plan.returncode == 0, plan.stdout[-3000:]
-    assert "HINT:" not in plan.stdout and "train" in plan.stdout
+    assert given.returncode == 0, given.stdout[-3000:]
+    assert "HINT:" not in given.stdout and "train" in given.stdout
 
 
 def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed):
-    checkout, (_, ran, _) = typed
+    checkout, (_, ran, _), _ = typed
     assert ran.returncode != 0, "GPU runs cannot train on the test cluster's null devices"
     uuid = run_uuid(ran.stdout)
     fields = "--format=JobID,Comment%200"
@@ -112,6 +118,9 @@ def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed)
     last = {comment: job for job, comment in (line.split("|") for line in jobs.splitlines())}
     for devices in (1, 2):
         run = f"devices-{devices}"
+        # The ranks' refusal (a CPU build of torch) would meet every retry again: queued once, not retries: 2 more.
+        comments = [line.split("|")[1] for line in jobs.splitlines()]
+        assert comments.count(f"rule_train_wildcards_{run}") == 1, jobs
         # auto was gpu because Slurm says partition main's nodes have GPUs; scontrol shows what was asked.
         (job,) = [job for comment, job in last.items() if comment == f"rule_train_wildcards_{run}"]
         shown = checkout.slurm("scontrol", "--oneliner", "show", "job", job)
@@ -123,7 +132,7 @@ def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed)
 
 
 def test_the_third_line_trains_the_sweep_on_the_cpus_and_writes_the_report(typed):
-    checkout, (*_, trained) = typed
+    checkout, (*_, trained), _ = typed
     assert trained.returncode == 0, trained.stdout[-3000:]
     for run in ("devices-1", "devices-2"):
         record = (checkout.root / "results" / "runs" / run / "provenance.json").read_text()
