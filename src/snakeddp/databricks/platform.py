@@ -36,7 +36,10 @@ def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
     for run_id, run in runs.items():
         manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
         # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
-        gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+        try:
+            gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+        except site.SiteError:
+            gpu = False  # auto undecided: refused by the run's own check, after the section's (preflight.check_run)
         made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
     return made
 
