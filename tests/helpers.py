@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import psutil
 
@@ -75,6 +78,26 @@ SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-v
                  "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9",
                  *STORAGE_KEY_VALUES)  # fmt: skip
 SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
+
+
+def written_forms(value: str) -> set[str]:
+    """``value`` as a record, a log or a command line may write it: as is, JSON's and Python's escapes,
+    URL-encoded (a query string, a form) and shell-quoted. A secret found in none of them was not written."""
+    return {
+        value,
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+        quote(value, safe=""),
+        quote_plus(value),
+        shlex.quote(value),
+    }
+
+
+def leaked(text: str | bytes, values: Iterable[str]) -> list[str]:
+    """The secret ``values`` that ``text`` holds in any written form."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return [value for value in values if any(form in text for form in written_forms(value))]
 
 
 def write_dataset(directory: Path, data: dict[str, Any]) -> Path:
