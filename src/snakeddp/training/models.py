@@ -26,7 +26,7 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy, MulticlassConfusionMatrix
 
-from snakeddp import config as configuration
+from snakeddp.config import defaults as config_defaults
 from snakeddp.config.targets import TargetError, accepted_parameters, construct, load_class
 from snakeddp.errors import DataSourceError
 from snakeddp.training.cnn import resnet
@@ -261,7 +261,7 @@ def builtin_arguments(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | No
             "column in data.table.features."
         )
     # width and depth are left out of a run config at their defaults (config.QUIET_AT_DEFAULT).
-    defaults = configuration.defaults()["model"]
+    defaults = config_defaults()["model"]
     return arguments | {
         "input_shape": list(task["input_shape"]),
         "width": model_cfg.get("width", defaults["width"]),
