@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from bench import digits
 from snakeddp.data import images
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import TableError, ingest
-from tests import digits
 from tests.data.test_table import files_of
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from deltalake import convert_to_deltalake
 
+from bench import digits
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import ingest
-from tests import digits
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """scikit-learn's digits (1,797 real 8x8 handwritten digits, packaged with it) as teams keep images: PNG files
-in class folders, and a Parquet table of PNG bytes with an integer label. Shared by the image tests and bench/.
+in class folders, and a Parquet table of PNG bytes with an integer label. Shared by bench/ and the image tests
+(which import bench, never the other way round).
 """
 
 from __future__ import annotations
