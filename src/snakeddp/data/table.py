@@ -35,6 +35,7 @@ import numpy as np
 
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, imagefolder, images, remote
+from snakeddp.data.inplace import InPlace
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write, atomic_write_json, link_or_copy, read_json
@@ -374,15 +375,19 @@ class Stats:
 class _Spill:
     """Rows as fixed-size records in one scratch file, remembered per target as (offset, count) segments."""
 
-    def __init__(self, path: Path, targets: int) -> None:
-        self.path = path
+    def __init__(self, path: Path, targets: int, binary: bool) -> None:
+        self.path, self.binary = path, binary
         # Set by the first records added: an image's shape may be known only once the first one is decoded.
         self.dtype: np.dtype = np.dtype([])
         self.handle = open(path, "wb")  # closed by finish()
         self.segments: list[list[tuple[int, int]]] = [[] for _ in range(targets)]
         self.offset = 0
 
-    def add(self, records: np.ndarray, targets: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
+        """One chunk's rows (in row order) with their targets."""
+        fields = [("ids", "<i8"), ("labels", "<f4" if self.binary else "<i8")]
+        records = np.empty(len(ids), dtype=[*fields, ("features", features.dtype, features.shape[1:])])
+        records["ids"], records["labels"], records["features"] = ids, labels, features
         if not self.dtype.names:
             self.dtype = records.dtype
         order = np.argsort(targets, kind="stable")
@@ -650,7 +655,7 @@ def _read_rows(
     source: Source,
     layout: cols.Layout,
     params: Mapping[str, Any],
-    spill: _Spill,
+    sink: _Spill | InPlace,
     chunk_rows: int,
     stats: Stats,
 ) -> None:
@@ -686,16 +691,11 @@ def _read_rows(
             ids = np.arange(row, row + n, dtype=np.int64)
             keep = np.flatnonzero(finite)
             _check_labels(labels[keep], file_rows + keep, classes, path, label)
-            dtype, shape = layout.feature_spec()
-            records = np.empty(
-                keep.size,
-                dtype=[("ids", "<i8"), ("labels", "<f4" if classes == 1 else "<i8"), ("features", dtype, shape)],
-            )
-            records["ids"], records["labels"], records["features"] = ids[keep], labels[keep], values[keep]
+            kept = values if keep.size == n else values[keep]
             targets = assign(ids[keep], params["seed"], table["val_fraction"], partitions)
             if layout.image is not None:
-                layout.add_image_stats(records["features"][targets < partitions])
-            spill.add(records, targets)
+                layout.add_image_stats(kept[targets < partitions])
+            sink.add(ids[keep], labels[keep], kept, targets)
             row, file_rows = row + n, file_rows + n
         if file_rows == 0:
             raise TableError(f"{path}: the file has no rows. HINT: remove it from the table or fill it.")
@@ -748,31 +748,26 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     )
     out = Path(out_dir)
     (out / "train").mkdir(parents=True, exist_ok=True)
-    spill = _Spill(out / ".spill", partitions + 1)
+    names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
+    counts = _known_counts(source, table, layout, params)
     stats = Stats()
-    try:
-        _read_rows(source, layout, params, spill, rows, stats)
-        spill.finish()
-        empty = [t for t in range(partitions + 1) if spill.count(t) == 0]
-        if empty:
-            which = ", ".join("validation" if t == partitions else f"train partition {t}" for t in empty)
-            raise TableError(
-                f"{table['path']}: {stats.rows_read - stats.rows_dropped} usable rows leave {which} empty. "
-                "HINT: lower data.num_train_files, raise data.table.val_fraction, or use a bigger table."
-            )
-        say(f"ingest: {stats.rows_read:,} rows read; writing {partitions} train partitions and validation")
-        task = {**_task(params, layout), **({"classes": class_names} if class_names else {})}
-        entries = []
-        for target in range(partitions + 1):
-            split = "val" if target == partitions else "train"
-            name = "val" if split == "val" else f"train/part-{target:05d}"
-            metadata = {"generator": GENERATOR, "split": split, "index": str(0 if split == "val" else target)}
-            entry = _write_partition(spill, target, out / f"{name}.safetensors", metadata, rows)
-            atomic_write_json(out / f"{name}.json", {**entry, "task": task} if split == "val" else entry)
-            entries.append(entry)
-    finally:
-        spill.finish()
-        spill.path.unlink(missing_ok=True)
+    if counts is not None:
+        _check_empty(table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
+        metadata = [_metadata(t, partitions) for t in range(partitions + 1)]
+        paths = [out / f"{name}.safetensors" for name in names]
+        placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1)
+        try:
+            _read_rows(source, layout, params, placed, rows, stats)
+        except BaseException:
+            placed.abandon()
+            raise
+        say(f"ingest: {stats.rows_read:,} rows read into {partitions} train partitions and validation")
+        entries = placed.finish()
+    else:
+        entries = _through_spill(source, layout, params, out, rows, stats, names)
+    task = {**_task(params, layout), **({"classes": class_names} if class_names else {})}
+    for name, entry in zip(names, entries, strict=True):
+        atomic_write_json(out / f"{name}.json", {**entry, "task": task} if name == "val" else entry)
     summary = {
         "generator": GENERATOR,
         "format": source.fmt,
@@ -786,6 +781,73 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
         summary["delta"] = {"table_id": snapshot.table_id, "version": snapshot.version}
     atomic_write_json(out / "ingest.json", summary)
     return summary
+
+
+def _metadata(target: int, partitions: int) -> dict[str, str]:
+    split = "val" if target == partitions else "train"
+    return {"generator": GENERATOR, "split": split, "index": str(0 if split == "val" else target)}
+
+
+def _check_empty(table: Mapping[str, Any], empty: list[int], usable: int, partitions: int) -> None:
+    """A TableError naming the partitions (``partitions``: validation) that no row goes to."""
+    if empty:
+        which = ", ".join("validation" if t == partitions else f"train partition {t}" for t in empty)
+        raise TableError(
+            f"{table['path']}: {usable} usable rows leave {which} empty. "
+            "HINT: lower data.num_train_files, raise data.table.val_fraction, or use a bigger table."
+        )
+
+
+def _known_counts(
+    source: Source, table: Mapping[str, Any], layout: cols.Layout, params: Mapping[str, Any]
+) -> np.ndarray | None:
+    """Rows per target (train partitions, then validation) when they are known before reading: a Parquet
+    table's (or Delta version's) row counts are in its files' footers, and a row's target is a function of
+    its row number (snakeddp.data.inplace). None where the spill is needed."""
+    if source.fmt != "parquet" or table["nan_policy"] != "error" or layout.image is not None:
+        return None
+    import pyarrow.parquet as pq
+
+    total = 0
+    for file in source.files:
+        with _source(file.path) as stream:
+            try:
+                total += pq.ParquetFile(stream).metadata.num_rows
+            except Exception:
+                return None  # read as the spill path reads it, which names the file
+    partitions = params["num_train_files"]
+    counts = np.zeros(partitions + 1, dtype=np.int64)
+    for start in range(0, total, 1 << 20):  # a block of row numbers at a time: memory stays small
+        rows = np.arange(start, min(total, start + (1 << 20)), dtype=np.int64)
+        counts += np.bincount(assign(rows, params["seed"], table["val_fraction"], partitions), minlength=partitions + 1)
+    return counts
+
+
+def _through_spill(
+    source: Source,
+    layout: cols.Layout,
+    params: Mapping[str, Any],
+    out: Path,
+    rows: int,
+    stats: Stats,
+    names: list[str],
+) -> list[dict[str, Any]]:
+    """The rows through one spill file, then each partition written from its segments."""
+    partitions = params["num_train_files"]
+    spill = _Spill(out / ".spill", partitions + 1, binary=params["num_classes"] == 1)
+    try:
+        _read_rows(source, layout, params, spill, rows, stats)
+        spill.finish()
+        empty = [t for t in range(partitions + 1) if spill.count(t) == 0]
+        _check_empty(source.table, empty, stats.rows_read - stats.rows_dropped, partitions)
+        say(f"ingest: {stats.rows_read:,} rows read; writing {partitions} train partitions and validation")
+        return [
+            _write_partition(spill, target, out / f"{name}.safetensors", _metadata(target, partitions), rows)
+            for target, name in enumerate(names)
+        ]
+    finally:
+        spill.finish()
+        spill.path.unlink(missing_ok=True)
 
 
 def _task(params: Mapping[str, Any], layout: cols.Layout) -> dict[str, Any]:
