@@ -5,6 +5,8 @@ label when data.table.features is left out, resolved sorted so a file's column o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +14,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
+import snakeddp
 from snakeddp.data.columns import Inputs
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import TableError, ingest
 from tests.data.test_table import files_of
+from tests.helpers import subprocess_env
 
 CITIES = ["paris", "oslo", "lima", "cairo"]
 
@@ -157,3 +162,12 @@ def test_mixed_columns_and_a_thousand_column_table_train_with_no_feature_list(wo
     for record in (mixed_run, wide_run):
         assert record["training"]["best_val_acc"] > 0.75, record["training"]
     assert workflow.planned_jobs() == {}, "nothing reruns when nothing changed"
+    # At inference the export applies the layout: raw rows (text categories, arrays) in, predictions out.
+    exported = workflow.directory / "exported"
+    command = [sys.executable, "-m", "snakeddp.cli", "export", mixed_run["run_id"], "--to", str(exported)]
+    subprocess.run(command, cwd=workflow.directory, env=subprocess_env(), check=True, capture_output=True, timeout=300)
+    rows = mixed(40, seed=9).to_pydict()
+    features = snakeddp.inputs(exported).encode(rows)
+    with torch.no_grad():
+        predicted = (snakeddp.load(exported)(features)[:, 0] > 0).long()
+    assert features.shape == (40, 9) and (predicted.numpy() == np.array(rows["y"])).mean() > 0.75

@@ -81,6 +81,9 @@ ONLY_WITH = (
     ("model.kwargs", "model.target", lambda cfg: bool(cfg["model"].get("target"))),
     ("data.module_kwargs", "data.module", lambda cfg: bool(cfg["data"].get("module"))),
     ("data.table", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+    # Images come from tables (a folder of class folders is one); synthetic data has none.
+    ("data.image", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+    ("data.augment", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
 )
 
 

@@ -441,7 +441,13 @@ class Inputs:
             row = int(np.flatnonzero(~ok)[0])
             raise TableError(f"row {row}: a missing or non-finite value. HINT: fill it before predicting.")
         features = torch.from_numpy(encoded)
-        return features.float() / 255.0 if features.dtype == torch.uint8 else features
+        if features.dtype != torch.uint8:
+            return features
+        from snakeddp.data.augment import ImageBatches
+
+        # Scaled and standardised as training's DataModule did (with the statistics the export recorded).
+        normalize = {"normalize": "image" in self.task}
+        return ImageBatches(self.task, normalize, seed=0)(features, torch.arange(count), 0, train=False)
 
     def _encode(self, rows: Mapping[str, Any], count: int) -> tuple[np.ndarray, np.ndarray]:
         if self.layout.image is not None:

@@ -134,7 +134,11 @@ def export(run: Run, destination: str | Path) -> dict[str, Any]:
     # How raw rows become the model's input (the columns' layout, vocabularies, image size): snakeddp.inputs.
     recorded = task(run, checkpoint) or {}
     if recorded.get("inputs"):
-        description["inputs"] = {key: recorded[key] for key in ("inputs", "input_shape", "classes") if key in recorded}
+        kept = ("inputs", "input_shape", "classes")
+        # Images are standardised as training's DataModule did, unless the run turned that off.
+        if (run.provenance["config"]["data"].get("augment") or {}).get("normalize", True):
+            kept += ("image",)
+        description["inputs"] = {key: recorded[key] for key in kept if key in recorded}
     # Last: a directory with model.json holds a complete export.
     atomic_write_json(destination / DESCRIPTION, description)
     return description
