@@ -187,7 +187,7 @@ class Layout:
             out[start : start + TRANSPOSE_ROWS] = by_column[:, start : start + TRANSPOSE_ROWS].T
         return out, np.isfinite(out).all(axis=1)
 
-    def first_bad(self, features: np.ndarray, ok_columns: np.ndarray) -> str:
+    def first_bad(self, features: np.ndarray) -> str:
         """The first column of a row whose features are not all usable (for a message)."""
         if features.dtype == np.uint8:
             return self.columns[0].name

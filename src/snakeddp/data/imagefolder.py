@@ -72,7 +72,9 @@ def chunks(root: Path, files: list[Path], rows: int) -> Iterator[dict[str, np.nd
     index = {name: i for i, name in enumerate(names)}
     for start in range(0, len(files), rows):
         batch = files[start : start + rows]
+        data = np.empty(len(batch), dtype=object)  # one bytes object per row (np.array would make a 2-D array)
+        data[:] = [p.read_bytes() for p in batch]
         yield {
-            IMAGE: np.array([p.read_bytes() for p in batch] + [None], dtype=object)[:-1],
+            IMAGE: data,
             LABEL: np.array([index[p.relative_to(root).parts[0]] for p in batch], dtype=np.int64),
         }

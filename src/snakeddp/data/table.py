@@ -1,11 +1,15 @@
-"""Ingest a CSV or Parquet table into the same partition files and manifest as synthetic data.
+"""Ingest a CSV or Parquet table (or a folder of images in class folders) into the same partition files and
+manifest as synthetic data.
 
 One streaming pass reads the table in chunks of rows (files in name order), checks every value,
 and deals each row to validation or one of the P train partitions by a seeded hash of its row
-number, so the split does not depend on chunk sizes, file boundaries or the machine. Rows go to
-one spill file as fixed-size records; each partition is then written from its spill segments
-straight into its safetensors layout. Memory stays at about one chunk of rows (for Parquet, one
-row group), whatever the table's size.
+number, so the split does not depend on chunk sizes, file boundaries or the machine. Each feature
+column is encoded as its type says (snakeddp.data.columns: numbers, arrays, one-hot categories,
+images decoded once). Where every partition's size is known before reading (a Parquet or Delta
+table's footers count its rows), rows are written straight into their partition files
+(snakeddp.data.inplace); otherwise they go to one spill file as fixed-size records, and each
+partition is then written from its spill segments into its safetensors layout. Memory stays at
+about one chunk of rows (for Parquet, one row group), whatever the table's size.
 
 A sample's id is its row number in the table (0-based, counting across files in name order), so
 every trained sample traces back to its source row.
@@ -682,7 +686,7 @@ def _read_rows(
             if not finite.all():
                 first = int(np.flatnonzero(~finite)[0])
                 if table["nan_policy"] == "error":
-                    column = layout.first_bad(values[first], usable) if not usable[first] else label
+                    column = layout.first_bad(values[first]) if not usable[first] else label
                     raise TableError(
                         f"{where_of(column, file_rows + first)}: missing or non-finite value. "
                         "HINT: clean the table, or set data.table.nan_policy: drop to skip such rows."
