@@ -747,9 +747,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     class_names = _check_classes(source, classes)
     probe = chunk_rows or max(1024, CHUNK_VALUES // (len(features) + 1))
     layout = layout_of(source, features, params.get("image") or {}, probe)
-    rows = chunk_rows or (
-        IMAGE_CHUNK_ROWS if layout.image is not None else max(1024, CHUNK_VALUES // (layout.width + 1))
-    )
+    rows = chunk_rows or _chunk_rows(source, layout)
     out = Path(out_dir)
     (out / "train").mkdir(parents=True, exist_ok=True)
     names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
@@ -785,6 +783,15 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
         summary["delta"] = {"table_id": snapshot.table_id, "version": snapshot.version}
     atomic_write_json(out / "ingest.json", summary)
     return summary
+
+
+def _chunk_rows(source: Source, layout: cols.Layout) -> int:
+    """Rows per chunk: images a few hundred at a time; a typed table of numbers in chunks 4x the size of a
+    CSV's (no float64 copy of them is made, and per-chunk work on 1,000 columns was a tenth of ingestion)."""
+    if layout.image is not None:
+        return IMAGE_CHUNK_ROWS
+    typed = source.fmt == "parquet" and all(c.kind == cols.NUMBER for c in layout.columns)
+    return max(1024, (CHUNK_VALUES * (4 if typed else 1)) // (layout.width + 1))
 
 
 def _metadata(target: int, partitions: int) -> dict[str, str]:
