@@ -127,7 +127,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
 
 
 def run(ctx: Context) -> Result:
-    rows = 8_000 if ctx.sizes.tiny else 200_000
+    rows = 2_000 if ctx.sizes.tiny else 200_000
     m = measure(Path(ctx.work), rows, limit_mb=None if ctx.sizes.tiny else 1500)
     read = min(m["pyarrow_read_s"], m["pyarrow_read_again_s"])
     floor = read + m["fit_s"]

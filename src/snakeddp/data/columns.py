@@ -464,7 +464,10 @@ class Inputs:
                 target[found == -2, oov] = 1.0
                 ok &= found != -1
             elif column.kind == ARRAY:
-                target[:] = np.asarray(rows[column.name], dtype=np.float32).reshape(count, column.width)
+                # A DataFrame's array column is a Series of lists or arrays: stacked row by row.
+                target[:] = np.stack([np.asarray(v, dtype=np.float32) for v in rows[column.name]]).reshape(
+                    count, column.width
+                )
             else:
                 target[:, 0] = np.asarray(rows[column.name], dtype=np.float64)
             offset += column.width

@@ -594,21 +594,14 @@ def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any],
         )
     if found and spec.size is not None:
         found[0].shape = (spec.channels, *spec.size)
+    # A fixed-size list's width is its type's; a list's and a category's need a look at the rows.
+    scanned = []
     for column in columns:
         arrow_type = kinds[column.name][1]
-        if column.kind == cols.ARRAY and arrow_type is not None and hasattr(arrow_type, "list_size"):
+        if column.kind == cols.ARRAY and hasattr(arrow_type, "list_size"):
             column.width = int(arrow_type.list_size)
-    scanned = [
-        c
-        for c in columns
-        if c.kind == cols.CATEGORY
-        or (
-            c.kind == cols.ARRAY
-            and c.width == 1
-            and kinds[c.name][1] is not None
-            and not hasattr(kinds[c.name][1], "list_size")
-        )
-    ]
+        elif column.kind in (cols.ARRAY, cols.CATEGORY):
+            scanned.append(column)
     if scanned:
         _scan(source, scanned, rows)
     return cols.Layout(columns, spec, refuse_images=table["nan_policy"] == "error")
