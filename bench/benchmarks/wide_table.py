@@ -85,6 +85,25 @@ def limited(command: list[str], limit_mb: int | None, name: str) -> tuple[list[s
     return ["sh", "-c", f"echo $$ > {group}/cgroup.procs && exec {quoted}"], group
 
 
+def phases(run: Path, start: float, end: float) -> dict[str, float]:
+    """Where the workflow's time went, from when its stages' files were last written (wall-clock seconds)."""
+    clock = time.time() - time.perf_counter()  # perf_counter's start on the file system's clock
+
+    def at(pattern: str) -> float:
+        return max(p.stat().st_mtime for p in run.glob(pattern)) - clock
+
+    marks = {
+        "start, plan, environment records and ingestion": at("logs/data/*/ingest.log"),
+        "placing the partitions and the manifest": at("results/data/*/manifest-*.json"),
+        "the train job (trainer.fit and its start and end)": at("results/runs/*/provenance.json"),
+        "the report, and snakemake's end": end,
+    }
+    out, previous = {}, start
+    for name, mark in marks.items():
+        out[name], previous = round(mark - previous, 1), mark
+    return out
+
+
 def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     table = work / "table"
     if not table.is_dir():
@@ -105,6 +124,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     finally:
         if group is not None:
             group.rmdir()
+    result["phases_s"] = phases(work / "run", start, start + result["workflow_s"])
     (record,) = [json.loads(p.read_text()) for p in (work / "run").glob("results/runs/*/provenance.json")]
     result["fit_s"] = record["timing"]["duration_s"]
     result["best_val_acc"] = record["training"]["best_val_acc"]
@@ -176,7 +196,9 @@ def run(ctx: Context) -> Result:
         f"reads, before and after the workflow), trainer.fit took {m['fit_s']:.1f} s (best val_acc "
         f"{m['best_val_acc']:.3f}), the whole workflow {m['workflow_s']:.1f} s: snakemake's start, the plan, "
         f"ingestion ({m['ingest_s']:.1f} s alone), placing {PARTITIONS} partitions, the environment record, "
-        f"training and the report. {usage}.",
+        f"training and the report. {usage}. By phase: "
+        + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in m["phases_s"].items())
+        + ".",
         f"The issue's scale is 1,000,000 rows (5.7 GB, a 3 GB cgroup); this is {rows / 1e6:.1f} of it, which this "
         "2-core machine, shared with other engineers' test runs, holds in minutes: python -m "
         "bench.benchmarks.wide_table --rows 1000000 runs the issue's.",
