@@ -33,6 +33,8 @@ from bench.workflows import Workflow
 NAME = "wide_table"
 TITLE = "14. Wide table, one pass"
 FEATURES, FILES, PARTITIONS = 1000, 8, 16
+# The issue's 3 GB for 5.7 GB of Parquet, about halved for this table (1.2 GB): ingestion holds a row group.
+LIMIT_MB = 1500
 CGROUP = Path("/sys/fs/cgroup/memory")
 _INGEST = "from snakeddp.data.table import ingest; import json, sys; ingest(json.loads(sys.argv[1]), sys.argv[2])"
 
@@ -148,7 +150,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
 
 def run(ctx: Context) -> Result:
     rows = 2_000 if ctx.sizes.tiny else 200_000
-    m = measure(Path(ctx.work), rows, limit_mb=None if ctx.sizes.tiny else 1500)
+    m = measure(Path(ctx.work), rows, limit_mb=None if ctx.sizes.tiny else LIMIT_MB)
     read = min(m["pyarrow_read_s"], m["pyarrow_read_again_s"])
     floor = read + m["fit_s"]
     result = Result(NAME, TITLE, raw=m, sizes={"rows": rows, "features": FEATURES, "files": FILES})
@@ -185,10 +187,11 @@ def run(ctx: Context) -> Result:
         ),
     ]
     usage = (
-        f"the whole workflow's cgroup peaked at {m['max_usage_mb']:,.0f} MB (page cache included) under its "
-        f"1,500 MB limit ({m['failcnt']} times at the limit)"
+        f"The whole workflow ran in a cgroup limited to {LIMIT_MB:,} MiB ({LIMIT_MB * 2**20 / 1e6:,.0f} MB), page "
+        f"cache included: it used {m['max_usage_mb']:,.0f} MB at most, the page cache of the table and the "
+        f"partitions filling the limit and being reclaimed ({m['failcnt']:,} times), and finished"
         if "max_usage_mb" in m
-        else "no memory limit (the tiny run, or no writable cgroup v1 memory controller here)"
+        else "No memory limit (the tiny run, or no writable cgroup v1 memory controller here)"
     )
     result.notes = [
         f"The table: {m['table_mb']:,.0f} MB of Parquet in {FILES} files; features left out of the config, resolved "
@@ -196,13 +199,23 @@ def run(ctx: Context) -> Result:
         f"reads, before and after the workflow), trainer.fit took {m['fit_s']:.1f} s (best val_acc "
         f"{m['best_val_acc']:.3f}), the whole workflow {m['workflow_s']:.1f} s: snakemake's start, the plan, "
         f"ingestion ({m['ingest_s']:.1f} s alone), placing {PARTITIONS} partitions, the environment record, "
-        f"training and the report. {usage}. By phase: "
-        + "; ".join(f"{name} {seconds:.1f} s" for name, seconds in m["phases_s"].items())
-        + ".",
+        f"training and the report. {usage}.",
         f"The issue's scale is 1,000,000 rows (5.7 GB, a 3 GB cgroup); this is {rows / 1e6:.1f} of it, which this "
         "2-core machine, shared with other engineers' test runs, holds in minutes: python -m "
         "bench.benchmarks.wide_table --rows 1000000 runs the issue's.",
     ]
+    if result.figures[0].met is False:
+        phased = "; ".join(f"{name} {seconds:.1f} s" for name, seconds in m["phases_s"].items())
+        result.notes.append(
+            f"Why it misses, phase by phase (from when each stage's files were written): {phased}. Ingestion is "
+            f"{m['ingest_s'] / read:.1f}x pyarrow's read: it reads each row group in one call and writes every "
+            "partition in place (no spill), but still lays 1,000 columns out as rows, and checksums and syncs what "
+            "it wrote. The rest is fixed cost on this 2-core machine under other engineers' load: snakemake's start "
+            "and plan (the table's sha256, the columns resolved), the three environment records, the partition "
+            "jobs (each checks its file's BLAKE3 before placing it), the train job's start (imports, the partitions "
+            "checksummed again once by the training process) and the report. At the issue's scale (5x the rows) "
+            "the fixed part weighs a fifth as much; not measured here."
+        )
     note = busy_note()
     if note:
         result.notes.append(note)
@@ -212,7 +225,7 @@ def run(ctx: Context) -> Result:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.benchmarks.wide_table", description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--limit-mb", type=int, default=1500)
+    parser.add_argument("--limit-mb", type=int, default=LIMIT_MB, help="the workflow's cgroup memory limit, MiB")
     parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "work" / NAME)
     args = parser.parse_args(argv)
     print(json.dumps(measure(args.work, args.rows, args.limit_mb), indent=2))
