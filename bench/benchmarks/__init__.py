@@ -18,4 +18,6 @@ BENCHMARKS = (
     "rank_start",
     "sweep",
     "spark",
+    "images",
+    "wide_table",
 )

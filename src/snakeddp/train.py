@@ -56,7 +56,7 @@ from snakeddp.run import variables as run_variables
 from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
 from snakeddp.run.runfile import RunFile
 from snakeddp.training.callbacks import Preempted
-from snakeddp.training.models import build_model
+from snakeddp.training.models import best_confusion, build_model
 from snakeddp.training.safe_load import check_checkpoint
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import build_trainer
@@ -159,6 +159,9 @@ def main(args: argparse.Namespace) -> int:
             user_code=user_code(cfg, model, data),
             tracking=trackers.describe(),
         )
+        confusion = best_confusion(model, record["training"]["best_epoch"])
+        if confusion is not None:
+            record["training"]["confusion"] = confusion
         path = provenance.write(args.run_dir, record)
         # The attempt is finished (keep_record) once the trackers have what it promised them: a rerun
         # after a failed upload or registration resumes it and sends them again, instead of restoring it.

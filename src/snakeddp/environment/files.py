@@ -39,7 +39,7 @@ DOCKERFILE_NAME = "Dockerfile"
 # which needs packaging (snakeddp.environment.lock). The user's own packages join the stages their
 # envs/requirements.in line names (`# stages: train`, written by tools/add.sh).
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "data": ("numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow"),
+    "data": ("numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow", "pillow"),
     "train": ("torch", "lightning", "numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "psutil", "packaging"),
     "report": ("matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging"),
 }

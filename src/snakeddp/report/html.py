@@ -273,4 +273,28 @@ def render(
         links=list((links or {}).items()),
         history=_history(runs, history),
         search=search,
+        per_class=[view for view in map(per_class, runs) if view],
     )
+
+
+def per_class(run: Run) -> dict[str, Any] | None:
+    """A multiclass run's best epoch on the validation set, class by class: the confusion matrix its
+    provenance recorded, each class's support, precision and recall; None for other runs."""
+    confusion = (run.provenance.get("training") or {}).get("confusion")
+    if not confusion:
+        return None
+    matrix = confusion["matrix"]
+    names = run.provenance["data"].get("classes") or [str(i) for i in range(len(matrix))]
+    rows = []
+    for i, (name, counts) in enumerate(zip(names, matrix, strict=False)):
+        support, predicted = sum(counts), sum(row[i] for row in matrix)
+        rows.append(
+            {
+                "name": name,
+                "counts": counts,
+                "support": support,
+                "precision": counts[i] / predicted if predicted else None,
+                "recall": counts[i] / support if support else None,
+            }
+        )
+    return {"run": run.run_id, "epoch": confusion["epoch"], "names": names, "rows": rows}
