@@ -62,18 +62,28 @@ CLUSTER_CONF_SECRETS = {
     "spark.hadoop.fs.gs.auth.service.account.private.key": "{{secrets/ml/gcs-key}}",
 }
 STORAGE_KEY_VALUES = (*SPARK_CONF_SECRETS.values(), *list(CLUSTER_CONF_SECRETS.values())[:3])
+# A secret that every quoting writes differently (a double quote, a backslash, a single quote, a non-ASCII
+# letter), under a secret-looking key and again under harmless ones; and values already known to be secret
+# (a storage key, an environment credential) repeated under harmless keys: masked by value.
+QUOTED_SECRET = "q\"uo\\ted'-secret-\u00e97c3"
+BY_VALUE_SECRETS = {
+    "spark.ssl.trustStorePassword": QUOTED_SECRET,
+    "spark.app.comment": QUOTED_SECRET,
+    "spark.app.label": SPARK_CONF_SECRETS["spark.authenticate.secret"],
+    "spark.app.owner": SECRETS["MY_TOKEN"],
+}
 # Credentials in the config itself: network.env is recorded (redacted), the config file copied into
 # the crate, and spark.conf and databricks.new_cluster.spark_conf carry storage keys.
 CONFIG_SECRET = {
     "network": {"env": {"UCX_PROXY_URL": "https://carol:config-url-password-4e1b@proxy.invalid/"}},
-    "spark": {"conf": SPARK_CONF_SECRETS},
+    "spark": {"conf": {**SPARK_CONF_SECRETS, **BY_VALUE_SECRETS}},
     "databricks": {"new_cluster": {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5",
                                    "spark_conf": CLUSTER_CONF_SECRETS}},
 }  # fmt: skip
 SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
                  "nccl-url-password-77aa", "slurm-url-password-90ff", "config-url-password-4e1b",
                  "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9",
-                 *STORAGE_KEY_VALUES)  # fmt: skip
+                 *STORAGE_KEY_VALUES, QUOTED_SECRET)  # fmt: skip
 SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
 
 
