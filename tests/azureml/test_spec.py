@@ -24,6 +24,7 @@ from snakeddp import config
 from snakeddp.azureml import spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
+from snakeddp.environment.lock import read_lock
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
@@ -38,10 +39,11 @@ CUDA12_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:202507
 CPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:20250701.v1"
 # azureml-core, which snakeddp.azureml.spec_v1 imports, is installed in .venv-azureml-v1 only.
 V1 = pytest.mark.azureml_v1
+# Every pip line with its hashes (pip then requires them): the core lock less torch, then the build's own lock.
 LOCK_PINS = [
-    line.strip()
-    for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
+    "--require-hashes",
+    *(pin.requirement() for key, pin in read_lock(CHECKOUT / "envs/requirements.lock").pins.items() if key != "torch"),
+    *(pin.requirement() for pin in read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins.values()),
 ]
 
 
@@ -337,10 +339,22 @@ def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_writ
 
 @pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
+    build_lock = CHECKOUT / "envs/requirements-torch-12.6.lock"
+    if "torch" not in read_lock(build_lock).pins:
+        # PyTorch's index did not answer where the locks were written: the build has no hashes, and is refused
+        # before any spec is written, in one line.
+        with (
+            mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})),
+            pytest.raises(AzureMLError, match=r'environment.cuda "12.6": .* has no hashes .*HINT: run tools/lock.sh'),
+        ):
+            make_spec(tmp_path, sdk)
+        assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
+        return
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
         plan, _, spec, _ = make_spec(tmp_path, sdk)
     index = "--extra-index-url https://download.pytorch.org/whl/cu126"
-    expected = [index, *(pin + "+cu126" if pin == "torch==2.13.0" else pin for pin in LOCK_PINS)]
+    own = [pin.requirement() for pin in read_lock(build_lock).pins.values()]
+    expected = [index, *LOCK_PINS[: -len(read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins)], *own]
     if sdk == "v2":
         environment = load_job(spec).environment
         pip, image = environment.conda_file["dependencies"][-1]["pip"], environment.image
