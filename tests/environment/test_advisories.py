@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -96,5 +95,9 @@ def test_where_no_advisory_service_answers_one_line_says_the_check_did_not_run(t
     done = run("audit", str(lock), HTTPS_PROXY="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9")
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
-    assert line.startswith("advisories: the advisory check did not run: no advisory service answered (PyPI's JSON API: ")
-    assert "; OSV: " in line and line.endswith("the locks were checked against envs/denied.toml and the index's yanks only.")
+    assert line.startswith(
+        "advisories: the advisory check did not run: no advisory service answered (PyPI's JSON API: "
+    )
+    assert "; OSV: " in line and line.endswith(
+        "the locks were checked against envs/denied.toml and the index's yanks only."
+    )

@@ -80,8 +80,11 @@ def test_read_lock_gives_every_entrys_hashes_and_index_as_uv_writes_them(tmp_pat
     (certifi,) = lock.pins["certifi"].hashes
     assert len(certifi) == 64 and lock.pins["certifi"].index == "https://pypi.org/simple"
     written = tmp_path / "uv.txt"
-    written.write_text(f"# Python 3.11.7\nsix==1.16.0 \\\n    --hash=sha256:{'b' * 64} \\\n    --hash=sha256:{'a' * 64}\n"
-                       "    # from https://pypi.org/simple\nidna==3.10\n")  # fmt: skip
+    b, a = "b" * 64, "a" * 64
+    written.write_text(
+        f"# Python 3.11.7\nsix==1.16.0 \\\n    --hash=sha256:{b} \\\n    --hash=sha256:{a}\n"
+        "    # from https://pypi.org/simple\nidna==3.10\n"
+    )
     six = read_lock(written).pins["six"]
     assert six == Pin("six", "1.16.0", ("a" * 64, "b" * 64), "https://pypi.org/simple")
     assert six.requirement() == f"six==1.16.0 --hash=sha256:{'a' * 64} --hash=sha256:{'b' * 64}"
@@ -92,7 +95,8 @@ def test_changed_names_the_installed_packages_whose_entry_moved_since_they_were_
     record = tmp_path / "verified"
     record.write_text(f"six==1.16.0 --hash=sha256:{'a' * 64}\nidna==3.10 --hash=sha256:{'c' * 64}\n")
     now = tmp_path / "lock"
-    now.write_text(f"six==1.16.0 --hash=sha256:{'b' * 64}\nidna==3.10 --hash=sha256:{'c' * 64}\nnew==1.0 --hash=sha256:{'d' * 64}\n")
+    entries = ("six==1.16.0", "b"), ("idna==3.10", "c"), ("new==1.0", "d")
+    now.write_text("".join(f"{pin} --hash=sha256:{char * 64}\n" for pin, char in entries))
     present = {"six": Pin("six", "1.16.0"), "idna": Pin("idna", "3.10"), "new": Pin("new", "1.0")}
     assert changed(record, read_lock(now), present) == ["new", "six"], "a new entry and a changed hash"
     assert changed(tmp_path / "none", read_lock(now), {"six": present["six"]}) == ["six"], "no record: all installed"

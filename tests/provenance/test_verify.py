@@ -44,7 +44,7 @@ def test_untouched_run_verifies_without_loading_anything(results, capsys, monkey
     monkeypatch.setattr(torch, "load", refuse)
     code, out = verify(results, "devices-2", capsys)
     assert code == 0, out
-    assert "MISMATCH" not in out and "all 10 checks passed" in out
+    assert "MISMATCH" not in out and "all 11 checks passed" in out
     assert out.count("  ok        checkpoint") == 3 and out.count("partition") == 3
 
 
