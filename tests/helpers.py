@@ -193,6 +193,9 @@ class Workflow(WorkflowDir):
     """A Snakemake working directory outside the repository, driven through the real CLI; a run fails
     the test when snakemake does, and every provenance.json it leaves is checked against the schema."""
 
+    #: The environment every run of this directory gets unless a test gives another (subprocess_env()'s when None).
+    env: dict | None = None
+
     def run(
         self,
         *args: str,
@@ -206,7 +209,7 @@ class Workflow(WorkflowDir):
         done = subprocess.run(
             wrap(command) if wrap else command,
             cwd=self.directory,
-            env=env or subprocess_env(),
+            env=env or self.env or subprocess_env(),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -154,21 +154,21 @@ def environment_check(run: Run) -> Check | None:
         return None  # a record written before records held one
     path = inside(record_path.parent, bom_record["file"])
     if path is None or not path.is_file():
-        return Check("environment", str(record_path.parent / str(bom_record["file"])), False, "missing")
+        return Check("installed", str(record_path.parent / str(bom_record["file"])), False, "missing")
     digest = sha256_file(path)
     if digest != bom_record.get("sha256"):
         return Check(
-            "environment", str(path), False, f"sha256 {digest[:16]}…, the record says {bom_record['sha256'][:16]}…"
+            "installed", str(path), False, f"sha256 {digest[:16]}…, the record says {bom_record['sha256'][:16]}…"
         )
     if digest not in _CHECKED:
         checked, differences = sbom.check(read_json(path))
         if differences:
             shown = "; ".join(f"{d.component}: {d.detail}" for d in differences[:3])
             more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
-            _CHECKED[digest] = Check("environment", str(path), False, f"this node differs: {shown}{more}")
+            _CHECKED[digest] = Check("installed", str(path), False, f"this node differs: {shown}{more}")
         else:
             _CHECKED[digest] = Check(
-                "environment", str(path), True, f"{checked} packages' installed files match (this node: {sys.prefix})"
+                "installed", str(path), True, f"{checked} packages' installed files match (this node: {sys.prefix})"
             )
     return _CHECKED[digest]
 
