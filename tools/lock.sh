@@ -19,7 +19,8 @@ PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # For the Python the locks are for (its markers): names, versions, every file's sha256 and the index each came from.
-compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --generate-hashes --emit-index-annotation)
+compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --generate-hashes --emit-index-annotation
+    --override envs/requirements-overrides.txt)
 python_version=$("$PYTHON" -c 'import platform; print(platform.python_version())')
 machine=$(uname -m)
 

@@ -62,6 +62,7 @@ advisories constraints > "$work/denied.txt"
 # shellcheck disable=SC2046 # the --extra flags are words
 if ! "$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate --upgrade pyproject.toml \
     $(cat "$work/extras") "$work/tools.in" --constraint "$work/torch.txt" --constraint "$work/denied.txt" \
+    --override envs/requirements-overrides.txt \
     --output-file "$work/newest.txt" 2>"$work/newest.log"; then
     cat "$work/newest.log" >&2
     echo "newest: pyproject.toml's ranges and envs/requirements-dev.in's test tools have no solution (uv's reason above). HINT: widen the range uv names, or move the test tool's pin" >&2
