@@ -65,7 +65,8 @@ def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_m
     assert f"humanize=={version}  # stages: train" in (checkout / "envs/requirements.in").read_text().splitlines()
     train = yaml.safe_load((checkout / "envs/train.yaml").read_text())["dependencies"][-1]["pip"]
     data = yaml.safe_load((checkout / "envs/data.yaml").read_text())["dependencies"][-1]["pip"]
-    assert f"humanize=={version}" in train and not any(pin.startswith("humanize") for pin in data)
+    assert any(pin.startswith(f"humanize=={version} --hash=sha256:") for pin in train), "hashed, as pip requires"
+    assert not any(pin.startswith("humanize") for pin in data)
     assert "imports work:" in added.stdout and "humanize" in added.stdout.split("imports work:")[-1]
     # The YAMLs agree with the lock, read in the venv that has the package (the Dockerfile's check
     # needs the dev tools, and it installs the lock itself).

@@ -228,8 +228,8 @@ def audit(locks: Sequence[Path]) -> tuple[list[str], str]:
     except ImportError:
         return [], (
             "advisories: the advisory check did not run: pip-audit is not installed in this Python "
-            f"({sys.prefix}); the locks were checked against envs/denied.toml and the index's yanks only. "
-            "HINT: tools/setup.sh --dev installs it."
+            f"({sys.prefix}; tools/setup.sh --dev installs it), so the locks were checked against envs/denied.toml "
+            "and the index's yanks only."
         )
     # Each release once; a package two locks hold at two versions (the SDK v1's caps) goes in a second file.
     groups: list[dict[str, str]] = []
