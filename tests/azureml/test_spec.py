@@ -21,9 +21,10 @@ from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
 from marshmallow import ValidationError
 
 from snakeddp import config
-from snakeddp.azureml import spec_v2, staging, submit
+from snakeddp.azureml import images, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
+from snakeddp.environment.builds import torch_build
 from snakeddp.environment.lock import read_lock
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
@@ -45,6 +46,11 @@ LOCK_PINS = [
     *(pin.requirement() for key, pin in read_lock(CHECKOUT / "envs/requirements.lock").pins.items() if key != "torch"),
     *(pin.requirement() for pin in read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins.values()),
 ]
+
+
+def locked(cuda: str) -> bool:
+    """Whether the locks hold hashes for this torch build (PyTorch's index answered where they were written)."""
+    return "torch" in read_lock(CHECKOUT / f"envs/requirements-torch-{cuda}.lock").pins
 
 
 def spec_v1():
@@ -379,7 +385,12 @@ def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
     ("cuda", "image"), [("13.0", DEFAULT_IMAGE), ("13.2", DEFAULT_IMAGE), ("12.6", CUDA12_IMAGE), ("cpu", CPU_IMAGE)]
 )
 def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image):
+    assert images.default_image(torch_build(cuda)) == image
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": cuda})):
+        if not locked(cuda):  # no hashes for it here: refused before any spec (the test above)
+            with pytest.raises(AzureMLError, match="has no hashes"):
+                make_spec(tmp_path, sdk)
+            return
         _, _, spec, _ = make_spec(tmp_path, sdk)
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == image
@@ -397,8 +408,13 @@ def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged
     assert "environment.cuda=13.0 installs torch's CUDA 13 build (NVIDIA driver 580 or newer)" in message
     assert f"a CUDA 13 image such as {DEFAULT_IMAGE}" in message and 'environment.cuda: "12.6"' in message
     assert not (tmp_path / "results/runs/base/azureml").exists(), "nothing staged, so nothing to upload"
-    # The same image with the build it was made for is written as configured, and validated by the SDK.
+    # The same image with the build it was made for is written as configured, and validated by the SDK (where
+    # that build is locked with hashes; else refused for that, not for the image).
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
+        if not locked("12.6"):
+            with pytest.raises(AzureMLError, match="has no hashes"):
+                make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
+            return
         _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == CUDA12_IMAGE
