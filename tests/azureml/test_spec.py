@@ -139,7 +139,8 @@ def test_v1_script_run_config_builds_offline_and_asks_for_the_run_layout(tmp_pat
         )
         assert run_config.environment.docker.base_image == DEFAULT_IMAGE
         conda = run_config.environment.python.conda_dependencies
-        assert list(conda.pip_packages) == LOCK_PINS
+        # azureml-core reads --require-hashes as a pip option, and keeps every hashed line as written.
+        assert [*conda.pip_options, *conda.pip_packages] == LOCK_PINS
         assert conda.get_python_version() == "3.11"
         data = run_config.data_references["data"]
         assert (data.data_store_name, data.mode) == ("workspaceblobstore", "mount")
