@@ -183,6 +183,13 @@ if "APPTAINER" in DEPLOYMENT and not CONTAINER_IMAGE:
 TRAIN_CONDA_ENV = (
     f"../envs/{snakeddp_envfiles.stage_file('train', CONFIG['environment']['cuda'])}"
 )
+# A torch build whose lock holds no hashes cannot be installed (its YAML's pip requires them): with
+# --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env.
+if "CONDA" in DEPLOYMENT:
+    try:
+        snakeddp_envfiles.locked_build(CONFIG["environment"]["cuda"])
+    except snakeddp_config.ConfigError as error:
+        snakeddp_preflight.stop(error)
 
 
 def get_conda_env(wildcards):

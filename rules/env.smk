@@ -2,10 +2,12 @@
 
 
 # The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
-# conda packages) and its hash; rerun when the lock changes, so training reruns too.
+# conda packages) and its hash, and its CycloneDX bill of materials; rerun when the lock changes, so
+# training reruns too.
 rule env_capture:
     output:
         record="results/envs/{stage}.json",
+        sbom="results/envs/{stage}.cdx.json",
     log:
         "logs/envs/{stage}.log",
     conda:
