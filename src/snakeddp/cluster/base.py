@@ -81,6 +81,9 @@ class LaunchPlan:
     #: CPU cores the scheduler reserved for each process (site.cpus_per_gpu on GPUs, which leaves
     #: NCCL's proxy and the prefetch thread cores of their own); None: its threads.
     cpus_per_process: int | None = None
+    #: How long a rendezvous of the launcher's own may wait for every node (launch.hang_timeout's longest
+    #: wait, snakeddp.cluster.hang); None: the launcher's default.
+    join_timeout_s: int | None = None
 
     @property
     def world_size(self) -> int:

@@ -54,6 +54,13 @@ WRITTEN_FOR: dict[str, Hook] = {
         "lightning/pytorch/callbacks/model_checkpoint.py (_save_last_checkpoint, _monitor_candidates, "
         "_should_save_on_train_epoch_end)",
     ),
+    "fit_position": Hook(
+        "lightning",
+        ">=2.6.0,<=2.6.6",
+        "lightning/pytorch/trainer/call.py (_call_lightning_module_hook, _call_callback_hooks, _call_strategy_hook "
+        "set LightningModule._current_fx_name), lightning/pytorch/loops/training_epoch_loop.py (batch_progress, "
+        "val_loop.batch_progress)",
+    ),
     "scheduler_timers": Hook(
         "snakemake",
         ">=9.0.0,<=9.27.1",
