@@ -150,6 +150,20 @@ def azureml_v1_installed() -> bool:
         return False
 
 
+def left_running(directory, within: float) -> list[str]:
+    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        left = []
+        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+            cwd = process.info["cwd"] or ""
+            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.info["cmdline"] or [])[:120])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for processes the tests start: this checkout's package, one thread each, and
     no GPU unless the test is marked gpu (the CPU suite trains with gloo on a GPU host too)."""

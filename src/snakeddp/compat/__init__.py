@@ -97,6 +97,14 @@ WRITTEN_FOR: dict[str, Hook] = {
         "snakemake_executor_plugin_slurm/__init__.py (check_active_jobs, its failed states; query_job_status)",
         optional=True,
     ),
+    # Read in 2.8.0 only: optional, so on another release a hung run's retry is submitted without --exclude.
+    "submit_command": Hook(
+        "snakemake-executor-plugin-slurm",
+        "==2.8.0",
+        "snakemake_executor_plugin_slurm/__init__.py (run_job and run_array_jobs call the module's "
+        "get_submit_command with failed_nodes), snakemake_executor_plugin_slurm/submit_string.py (--exclude)",
+        optional=True,
+    ),
     "job_yaml": Hook("azure-ai-ml", ">=1.35.0,<=1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
     "output_data": Hook(
         "azureml-core", ">=1.60.0,<=1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"

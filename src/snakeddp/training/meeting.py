@@ -19,9 +19,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -85,25 +88,56 @@ def meet(
     wait = timeout.longest_s
     mine = where_am_i(layout, node)
     hosts = layout.rank == 0 and env.get(AGENT_STORE) != str(True)
-    try:
-        store = TCPStore(
-            address, port, is_master=hosts, multi_tenant=True, wait_for_workers=False, timeout=timedelta(seconds=wait)
-        )
-        store.set(KEY.format(rank=layout.rank), json.dumps(mine))
-        store.set(progress_key(layout.rank), arrived(mine).to_json())
-    except RuntimeError as error:  # torch's DistError family: refused, timed out, address in use
-        raise unreachable(run_id, mine, address, port, wait, error, hosts) from None
     keys = [KEY.format(rank=rank) for rank in range(layout.world_size)]
-    try:
-        everyone = wait_for(store, keys, started + wait)
-        ranks = [json.loads(value) for value in bounded(lambda: store.multi_get(keys), CALL_S)] if everyone else []
-    except StoreGone:
-        raise unreachable(run_id, mine, address, port, wait, StoreGone("the store stopped answering"), hosts) from None
-    if not everyone:
-        missing = [rank for rank, key in enumerate(keys) if not bounded(lambda key=key: store.check([key]), CALL_S)]
+    with torch_logs_held():
+        try:
+            store = TCPStore(
+                address,
+                port,
+                is_master=hosts,
+                multi_tenant=True,
+                wait_for_workers=False,
+                timeout=timedelta(seconds=wait),
+            )
+            store.set(KEY.format(rank=layout.rank), json.dumps(mine))
+            store.set(progress_key(layout.rank), arrived(mine).to_json())
+            everyone = wait_for(store, keys, started + wait)
+            values = bounded(lambda: store.multi_get(keys), CALL_S) if everyone else []
+            missing = [] if everyone else absent(store, keys)
+        except (RuntimeError, StoreGone) as error:  # torch's DistError family: refused, timed out, address in use
+            raise unreachable(run_id, mine, address, port, wait, error, hosts) from None
+    if missing:
         raise never_joined(run_id, mine, missing, address, port, wait)
+    ranks = [json.loads(value) for value in values]
     check_shapes(ranks)
     return Meeting(store, ranks, time.perf_counter() - started, address, port)
+
+
+def absent(store: Store, keys: list[str]) -> list[int]:
+    """The ranks whose key is not in the store."""
+    return [rank for rank, key in enumerate(keys) if not bounded(lambda key=key: store.check([key]), CALL_S)]
+
+
+@contextmanager
+def torch_logs_held() -> Iterator[None]:
+    """torch's C++ side logs a connection that fails as errors with its C++ stack, on file descriptor 2, and
+    one that succeeds after retries as warnings: held back while the ranks meet, given back when they have
+    met, and dropped when the meeting fails, which the rank's one line then says."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    met = False
+    try:
+        yield
+        met = True
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        if met:
+            held.seek(0)
+            os.write(2, held.read())
+        held.close()
 
 
 def wait_for(store: Store, keys: list[str], deadline: float) -> bool:
@@ -157,7 +191,7 @@ def unreachable(
     run_id: str, mine: dict[str, Any], address: str, port: int, wait: float, error: Exception, hosts: bool
 ) -> MeetingError:
     reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-    if hosts:
+    if hosts and ("EADDRINUSE" in reason or "already in use" in reason):
         line = (
             f"run {run_id}: rank 0 on {mine['host']} (pid {mine['pid']}) could not start the rendezvous on port "
             f"{port} ({reason}). HINT: another process holds port {port} (find it with `ss -ltnp 'sport = :{port}'`); "
