@@ -241,8 +241,12 @@ def judge(positions: Sequence[Position], now: float, timeout: HangTimeout) -> St
     waiting_ranks = [p for p in positions if p.phase != FINISHED]
     if not waiting_ranks:
         return None
-    # The one the others wait for stopped first; one that also stopped answering before the rest did.
-    culprit = max(waiting_ranks, key=lambda p: (round(now - p.advanced_at), now - p.posted_at, -p.rank))
+    # The one the others wait for stopped answering (a stopped or dead process), else stopped advancing first:
+    # samples a tick apart, so within the same second the longer silence decides.
+    culprit = max(
+        waiting_ranks,
+        key=lambda p: (now - p.posted_at >= SILENT_S, round(now - p.advanced_at), now - p.posted_at, -p.rank),
+    )
     limit = timeout.limit(culprit)
     if now - culprit.advanced_at < limit:
         return None

@@ -46,14 +46,18 @@ def leave_out_nodes(nodes_of: Callable[[Any], set[str]]) -> bool:
         return False
     import snakemake_executor_plugin_slurm as plugin
 
+    _LEAVE_OUT[:] = [nodes_of]  # the latest asker's (one per Snakemake process; tests start several)
     original = plugin.get_submit_command
     if getattr(original, "leaves_out_nodes", False):
         return True
 
     def get_submit_command(job: Any, params: Any, settings: Any = None, failed_nodes: Any = None, **kwargs: Any) -> str:
-        failed = set(failed_nodes or ()) | nodes_of(job)
+        failed = set(failed_nodes or ()).union(*(ask(job) for ask in _LEAVE_OUT))
         return original(job, params, settings=settings, failed_nodes=failed, **kwargs)
 
     get_submit_command.leaves_out_nodes = True  # type: ignore[attr-defined]
     plugin.get_submit_command = get_submit_command
     return True
+
+
+_LEAVE_OUT: list[Callable[[Any], set[str]]] = []
