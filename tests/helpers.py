@@ -27,6 +27,7 @@ from snakeddp import config as configuration
 from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
+from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
 
 TINY = {
@@ -162,6 +163,20 @@ def left_running(directory, within: float) -> list[str]:
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+def training_processes(run_dir: Path) -> list[psutil.Process]:
+    """A run's training processes, oldest first (the supervisor starts its ranks in rank order): every one
+    holds the run directory's attempt lock while it lives (snakeddp.run.attempt)."""
+    lock = str((Path(run_dir) / LOCK).resolve())
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if any(opened.path == lock for opened in process.open_files()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(found, key=lambda process: process.create_time())
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -19,9 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from snakeddp.run.layout import RunPaths
 from tests.checkout import SNAKEMAKE, Checkout
-from tests.helpers import TINY, left_running, merged, subprocess_env
+from tests.helpers import TINY, left_running, merged, subprocess_env, training_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -36,20 +35,6 @@ SLOW = {
 }
 # TEST-NET-1 (RFC 5737): documentation's address, which no machine has.
 NOWHERE = "192.0.2.1"
-
-
-def ranks_of(run_dir: Path) -> list[psutil.Process]:
-    """The run's training processes, rank 0 first: every one holds the run directory's attempt lock, and the
-    supervisor forks (or starts) them in rank order."""
-    lock = str(RunPaths(run_dir).lock.resolve())
-    ranks = []
-    for process in psutil.process_iter():
-        try:
-            if any(opened.path == lock for opened in process.open_files()):
-                ranks.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return sorted(ranks, key=lambda process: process.create_time())
 
 
 def epochs(run_dir: Path) -> list[int]:
@@ -69,7 +54,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     while not (run_dir / "checkpoints/last.ckpt").is_file():
         assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
         time.sleep(0.2)
-    ranks = ranks_of(run_dir)
+    ranks = training_processes(run_dir)
     assert len(ranks) == 2, ranks
     stopped = ranks[1]
     stopped.suspend()  # SIGSTOP, mid-epoch
