@@ -89,6 +89,8 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     with open(tmp_path / "results/report/runs.csv") as handle:
         (row,) = list(csv.DictReader(handle))
     assert row["tries"] == "2" and float(row["lost_hung_s"]) == goodput["lost"]["hung"]["seconds"]
+    page = (tmp_path / "results/report/report.html").read_text()
+    assert f"rank 1 on {socket.gethostname()} (pid {stopped.pid}) stopped advancing at step" in page
 
 
 def test_ranks_that_cannot_reach_the_rendezvous_are_named_and_the_hint_trains(tmp_path):

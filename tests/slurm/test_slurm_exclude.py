@@ -73,7 +73,8 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
         )
     )
     first, second = NODES
-    put = f"\"'--signal=USR1@90 --nodelist={second}' if attempt == 1 else '--signal=USR1@90'\""
+    # A Python expression, as Snakemake evaluates resources (the profile's YAML adds a level of quotes).
+    put = f"'--signal=USR1@90 --nodelist={second}' if attempt == 1 else '--signal=USR1@90'"
     run_dir = tmp_path / "results" / "runs" / "base"
     typed = flow.command(
         "--set-resources", f"train:slurm_extra={put}", "--retries", "1", "results/runs/base/provenance.json"
