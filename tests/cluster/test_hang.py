@@ -80,7 +80,10 @@ def test_the_rank_that_stopped_first_and_stopped_answering_is_the_one_the_others
     assert stall is not None and stall.culprit == stopped and stall.silent and not stall.together
     assert stall.reached_step == 312 and stall.limit_s == AUTO_MIN_S
     said = stall.what("its process is stopped")
-    assert said.startswith("rank 1 on h (pid 1001) stopped advancing 61 s ago (its last report: step 311, epoch 4")
+    assert said.startswith(
+        "rank 1 on h (pid 1001) stopped advancing 61 s ago (at its last report, which it makes every 2 s: "
+        "step 311, epoch 4"
+    )
     assert "stopped answering: its process is stopped" in said
     assert said.endswith("ranks 0, 2-3 wait at step 312 in backward, where DDP all-reduces the gradients")
 

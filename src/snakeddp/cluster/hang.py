@@ -25,7 +25,7 @@ AUTO = "auto"
 AUTO_MIN_S = 60.0  # bounded below: a busy machine's slow step is no hang
 AUTO_MAX_S = 180.0  # and above: a few minutes, far below torch's 30
 STEPS = 5  # auto: this many median steps
-TICK_S = 1.0  # how often a rank's watch looks at its own progress
+TICK_S = 0.5  # how often a rank's watch looks at its own progress
 POST_S = 2.0  # how often it tells the others
 SILENT_S = 3 * POST_S  # a rank that has not posted for this long stopped answering
 COLLECTIVE_MARGIN_S = 30.0  # the process group's timeout is twice the longest limit and this
@@ -199,7 +199,9 @@ class Stall:
                 f"does not complete (rank {c.rank} on {c.where()}, pid {c.pid})"
             )
         # A rank reports every POST_S: one that stopped may have gone a few steps past its last report.
-        at = f"its last report: step {c.step}, epoch {c.epoch + 1}, in {c.doing()}"
+        at = (
+            f"at its last report, which it makes every {POST_S:g} s: step {c.step}, epoch {c.epoch + 1}, in {c.doing()}"
+        )
         answer = ""
         if self.silent:
             answer = f" and stopped answering{f': {process_state}' if process_state else ''}"

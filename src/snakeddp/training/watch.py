@@ -112,6 +112,7 @@ class Watch:
         self._step_at: tuple[int, float] = (0, self._advanced_at)
         self._step_s: collections.deque[float] = collections.deque(maxlen=64)
         self._store_gone = False
+        self._judged_at = 0.0
 
     def start(self) -> None:
         # The meeting waited long; a read of a live store takes milliseconds.
@@ -149,7 +150,9 @@ class Watch:
     def _tick(self, now: float) -> None:
         sample = self._where()
         if sample != self._sample:
-            if self._sample is not None and sample[0] > self._step_at[0]:
+            if self._sample is None:  # the first step it sees (a resumed fit starts where it left off)
+                self._step_at = (sample[0], now)
+            elif sample[0] > self._step_at[0]:
                 steps, since = sample[0] - self._step_at[0], now - self._step_at[1]
                 self._step_s.append(since / steps)
                 self._step_at = (sample[0], now)
@@ -159,7 +162,10 @@ class Watch:
                 self._post(now)
             except StoreGone:
                 pass  # judged below, once this rank has been still long enough
-        if now - self._advanced_at >= self.timeout.shortest_s:
+        # Still for as long as any hang takes: read everyone's posts, as often as they post (every waiting
+        # rank reads them all, so not more often).
+        if now - self._advanced_at >= self.timeout.shortest_s and now - self._judged_at >= POST_S:
+            self._judged_at = now
             self._judge(now)
 
     def _where(self) -> tuple[int, int, int, str | None]:
