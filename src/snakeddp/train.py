@@ -140,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
     callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
-    watch = watch_over(trainer, layout, timeout, run.run_id, args, callbacks.phases.checkpoints.is_saving)
+    watch = watch_over(trainer, launcher, layout, timeout, run.run_id, args, callbacks.phases.checkpoints.is_saving)
     callbacks.phases.marks.update(met=time.perf_counter())
     trackers.log_config(cfg)
 
@@ -187,6 +187,7 @@ def main(args: argparse.Namespace) -> int:
 
 def watch_over(
     trainer: pl.Trainer,
+    launcher: cluster.Launcher,
     layout: Layout,
     timeout: HangTimeout,
     run_id: str,
@@ -202,7 +203,15 @@ def watch_over(
         return None
     node = scheduler_node(os.environ)
     try:
-        meeting = meet(layout, environment.main_address, environment.main_port, timeout, run_id, node)
+        meeting = meet(
+            layout,
+            environment.main_address,
+            environment.main_port,
+            timeout,
+            run_id,
+            node,
+            node_of=lambda rank: launcher.node_of(rank, layout, os.environ),  # asked only of ranks that never came
+        )
     except MeetingError as error:
         write_hang(args.run_dir, error.record)
         raise

@@ -81,7 +81,9 @@ def test_a_hung_try_names_the_node_a_slurm_retry_leaves_out(tmp_path):
     tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=hang(node="n2")))
     tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=hang(node=None)))
     tries.append(tmp_path, one("failed", seconds=9, resumed=None, kept=None, kept_at=None))
-    assert tries.hang_nodes(tries.read(tmp_path)) == ["n2"]
+    never = {**hang(), "kind": "never_joined", "culprit": None, "missing": [3], "missing_nodes": ["n4"]}
+    tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=never))
+    assert tries.hang_nodes(tries.read(tmp_path)) == ["n2", "n4"]
 
 
 def test_the_first_rank_to_find_the_try_hung_is_the_one_recorded_and_the_launcher_takes_it_once(tmp_path):

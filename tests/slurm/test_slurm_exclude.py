@@ -13,6 +13,7 @@ import pytest
 import snakemake_executor_plugin_slurm as plugin
 from snakemake.iocontainers import ResourceList
 
+from snakeddp.cluster.slurm import node_of_rank
 from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm.exclude import Exclusions
@@ -115,3 +116,12 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
     metrics = (run_dir / "metrics.csv").read_text().splitlines()[1:]
     assert [int(line.split(",")[0]) for line in metrics] == [0, 1, 2, 3], "every epoch once"
     assert not left_running(tmp_path, within=10)
+
+
+@pytest.mark.slurm
+def test_the_node_of_a_rank_that_never_came_is_where_slurm_placed_its_task(slurm_cluster):
+    """srun (and mpirun's ppr:N:node) fill the allocation's nodes in order: the meeting names the node of a rank
+    that never came from the job's node list alone."""
+    env = {**slurm_cluster.env(), "SLURM_JOB_NODELIST": ",".join(NODES)}
+    assert [node_of_rank(rank, 2, env) for rank in range(4)] == [NODES[0], NODES[0], NODES[1], NODES[1]]
+    assert node_of_rank(4, 2, env) is None

@@ -14,7 +14,7 @@ import pytest
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
 from snakeddp.errors import LaunchError
-from snakeddp.training.meeting import MeetingError, check_shapes, meet, torch_logs_held
+from snakeddp.training.meeting import MeetingError, check_shapes, meet, never_joined, torch_logs_held
 
 WAIT = HangTimeout(5)
 
@@ -78,3 +78,11 @@ def test_what_torch_logs_while_the_ranks_meet_is_dropped_when_the_meeting_fails_
         os.write(2, b"dropped\n")
         raise MeetingError("line", {})
     assert capfd.readouterr().err == "kept\n"
+
+
+def test_the_nodes_a_launcher_placed_the_missing_ranks_on_are_named_and_kept():
+    mine = {"rank": 0, "host": "a", "node": "n1", "pid": 5, "shape": [2, 2, 4]}
+    error = never_joined("base", mine, [2, 3], "10.0.0.1", 29500, 180, {2: "n2", 3: "n2"})
+    said = "run base: ranks 2-3 (placed on node n2) never came to the rendezvous at 10.0.0.1:29500: rank 0 on a"
+    assert str(error).startswith(said)
+    assert error.record["missing_nodes"] == ["n2"]

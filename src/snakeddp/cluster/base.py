@@ -161,6 +161,11 @@ class Launcher:
         """The ClusterEnvironment Lightning's strategy runs on (imported lazily: launching needs no Lightning)."""
         raise NotImplementedError
 
+    def node_of(self, rank: int, layout: Layout, env: Mapping[str, str]) -> str | None:
+        """The scheduler's name of the node ``rank`` was placed on, where the launcher knows it without that
+        rank (the ranks' meeting names the nodes of ranks that never came); None where it does not."""
+        return None
+
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv that starts every process of the run, and variables to add to its environment."""
         raise LaunchError(f"{self.name} processes are started by the platform, not by snakeddp.launch")

@@ -197,10 +197,11 @@ def goodput(tries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 
 def hang_nodes(tries: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The scheduler's nodes the attempt's hung tries named: where the rank others waited for ran."""
+    """The scheduler's nodes the attempt's hung tries named: where the rank the others waited for ran, and
+    where the ranks that never came were placed."""
     nodes = []
     for t in tries:
-        culprit = (t.get("hang") or {}).get("culprit") or {}
-        if t["outcome"] == "hung" and culprit.get("node"):
-            nodes.append(culprit["node"])
-    return sorted(set(nodes))
+        hang = t.get("hang") or {}
+        if t["outcome"] == "hung":
+            nodes += [(hang.get("culprit") or {}).get("node"), *hang.get("missing_nodes", [])]
+    return sorted({node for node in nodes if node})

@@ -11,12 +11,11 @@ out (``where_tried``: scontrol's ExcNodeList), so the run's history lists them.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.cluster.slurm import LaunchError, client_env, scontrol_show
+from snakeddp.cluster.slurm import LaunchError, hostnames, scontrol_show
 from snakeddp.compat.snakemake_executor_plugin_slurm import leave_out_nodes
 from snakeddp.errors import RunStateError
 from snakeddp.run import tries
@@ -67,20 +66,3 @@ def where_tried(env: Mapping[str, str]) -> dict[str, Any]:
         }
     except LaunchError:  # Slurm did not answer: the try is still recorded, without where it ran
         return {"job_id": job_id}
-
-
-def hostnames(nodelist: str, env: Mapping[str, str]) -> list[str]:
-    """A Slurm node list (``gpu[07-08]``) as its node names; none for ``(null)`` or an empty one."""
-    if not nodelist or nodelist == "(null)":
-        return []
-    done = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist],
-        env=client_env(env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise LaunchError(f"slurm: `scontrol show hostnames {nodelist}` failed: {done.stderr.strip()}")
-    return done.stdout.split()

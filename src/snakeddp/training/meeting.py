@@ -82,8 +82,10 @@ def meet(
     run_id: str,
     node: str | None,
     env: Mapping[str, str] = os.environ,
+    node_of: Callable[[int], str | None] = lambda rank: None,
 ) -> Meeting:
-    """Wait, at most ``timeout.longest_s``, for every rank of the run at the store on ``address:port``."""
+    """Wait, at most ``timeout.longest_s``, for every rank of the run at the store on ``address:port``;
+    ``node_of``: where the launcher placed a rank (the nodes of ranks that never came are named)."""
     started = time.perf_counter()
     wait = timeout.longest_s
     mine = where_am_i(layout, node)
@@ -107,7 +109,8 @@ def meet(
         except (RuntimeError, StoreGone) as error:  # torch's DistError family: refused, timed out, address in use
             raise unreachable(run_id, mine, address, port, wait, error, hosts) from None
     if missing:
-        raise never_joined(run_id, mine, missing, address, port, wait)
+        placed = {rank: node_of(rank) for rank in missing}
+        raise never_joined(run_id, mine, missing, address, port, wait, {r: n for r, n in placed.items() if n})
     ranks = [json.loads(value) for value in values]
     check_shapes(ranks)
     return Meeting(store, ranks, time.perf_counter() - started, address, port)
@@ -217,11 +220,20 @@ def unreachable(
 
 
 def never_joined(
-    run_id: str, mine: dict[str, Any], missing: list[int], address: str, port: int, wait: float
+    run_id: str,
+    mine: dict[str, Any],
+    missing: list[int],
+    address: str,
+    port: int,
+    wait: float,
+    nodes: Mapping[int, str] | None = None,
 ) -> MeetingError:
+    nodes = dict(nodes or {})
     came = "" if mine["rank"] in missing else f"rank {mine['rank']} on {mine['host']} (pid {mine['pid']}) "
+    where = sorted(set(nodes.values()))
+    placed = f" (placed on {'node' if len(where) == 1 else 'nodes'} {', '.join(where)})" if where else ""
     line = (
-        f"run {run_id}: {ranks_text(missing)} never came to the rendezvous at {address}:{port}: {came}waited "
+        f"run {run_id}: {ranks_text(missing)}{placed} never came to the rendezvous at {address}:{port}: {came}waited "
         f"{wait:g} s for {'it' if len(missing) == 1 else 'them'} before the first step. HINT: rerun to start the "
         f"run again (it resumes from its last checkpoint); where ranks take longer than {wait:g} s to start, raise "
         "launch.hang_timeout."
@@ -230,6 +242,7 @@ def never_joined(
         "kind": "never_joined",
         "culprit": None,
         "missing": missing,
+        "missing_nodes": where,
         "stalled_s": None,
         "limit_s": wait,
         "reached_step": None,
