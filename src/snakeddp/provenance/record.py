@@ -201,7 +201,8 @@ def tries_so_far(run_dir: Path, launcher: str, job_id: str | None, env: Mapping[
     by hand, from this process's start)."""
     earlier = tries.read(run_dir)
     started = float(env.get(variables.TRY_STARTED) or psutil.Process().create_time())
-    resumed = earlier[-1]["kept_step"] if earlier else None
+    # The last checkpoint an earlier try saved is the one this try resumed from.
+    resumed = next((t["kept_step"] for t in reversed(earlier) if t["kept_step"] is not None), None)
     current = tries.entry(
         started=started,
         ended=time.time(),

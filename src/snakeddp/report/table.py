@@ -70,8 +70,9 @@ def _lost(outcome: str, key: str) -> Callable[[Run], Any]:
 
 
 def _lost_steps(run: Run) -> int | None:
-    losses = (_goodput(run).get("lost") or {}).values()
-    return sum(loss["steps"] or 0 for loss in losses) if _goodput(run) else None
+    """Steps trained again, all endings together (None where a try's reach is unknown: a crash)."""
+    steps = [loss["steps"] for loss in (_goodput(run).get("lost") or {}).values()]
+    return None if not _goodput(run) or None in steps else sum(steps)
 
 
 def _goodput_shown(run: Run) -> str:

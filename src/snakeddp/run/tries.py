@@ -30,6 +30,8 @@ SCHEMA_FILE = "run-tries.schema.json"
 FORMAT = "snakeddp-tries/1"
 OUTCOMES = ("completed", "preempted", "hung", "failed", "interrupted")
 LOSSES = OUTCOMES[1:]
+# Hangs found while the ranks met, before any step.
+BEFORE_THE_FIRST_STEP = ("never_joined", "unreachable")
 
 
 @cache
@@ -148,6 +150,8 @@ def entry(
     fresh = saved_now if saved_now is not None and saved_now["saved_at"] >= started else None
     kept = fresh["step"] if fresh else None
     reached = hang["reached_step"] if hang else None
+    if hang and hang["kind"] in BEFORE_THE_FIRST_STEP:  # it trained nothing
+        reached = resumed_from["step"] if resumed_from else 0
     if outcome in ("completed", "preempted") and kept is not None:
         reached = kept
     return {
