@@ -31,6 +31,7 @@ from snakeddp import config as configuration
 from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
+from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
 
 TINY = {
@@ -190,6 +191,34 @@ def azureml_v1_installed() -> bool:
         return importlib.util.find_spec("azureml.core") is not None
     except ModuleNotFoundError:  # no azureml namespace at all
         return False
+
+
+def left_running(directory, within: float) -> list[str]:
+    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        left = []
+        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+            cwd = process.info["cwd"] or ""
+            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.info["cmdline"] or [])[:120])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def training_processes(run_dir: Path) -> list[psutil.Process]:
+    """A run's training processes, oldest first (the supervisor starts its ranks in rank order): every one
+    holds the run directory's attempt lock while it lives (snakeddp.run.attempt)."""
+    lock = str((Path(run_dir) / LOCK).resolve())
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if any(opened.path == lock for opened in process.open_files()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(found, key=lambda process: process.create_time())
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -92,6 +92,11 @@ class Platform:
         """Directories the jobs' PATH starts with (the workflow's interpreter's comes first anyway)."""
         return []
 
+    def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """Where a train job's ranks ran, as the platform says, asked by the job when its ranks are gone
+        (snakeddp.run.tries): ``job_id``, ``nodes``, ``excluded_nodes`` (the nodes it was told to leave out)."""
+        return {}
+
     def submit(self, args: argparse.Namespace) -> int:
         """A remote platform's train job: submit the run, follow it, fetch and check what it made."""
         raise NotImplementedError(f"the {self.row.name} platform starts its ranks itself")

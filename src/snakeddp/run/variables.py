@@ -55,6 +55,9 @@ RANK_START = "SNAKEDDP_RANK_START"
 #: Set by snakeddp.launch for its ranks: "warm" when the train job itself was forked from the workflow's
 #: warm process, else "cold", for provenance.
 JOB_START = "SNAKEDDP_JOB_START"
+#: Set by snakeddp.launch for its ranks: when it started them (seconds since the epoch), so that rank 0's
+#: record counts this try's wall time with the earlier tries' (snakeddp.run.tries).
+TRY_STARTED = "SNAKEDDP_TRY_STARTED"
 #: SNAKEDDP_WARM_SOCKET, the socket of the workflow's warm process (local platform), is defined beside its
 #: reader, snakeddp.util.handoff, which every step imports before anything else.
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).

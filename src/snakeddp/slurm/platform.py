@@ -1,6 +1,7 @@
 """The slurm platform's contract: sbatch and sacct here, what the training partition's nodes have
 (launch.accelerator auto settled from Slurm, a run no node holds refused before submission), the
-watch over pending jobs from the first job to the end, and the Slurm config srun needs in a job.
+watch over pending jobs from the first job to the end, the nodes a run that hung is submitted again
+without, and the Slurm config srun needs in a job.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from snakeddp.config.parts import Launch
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm.exclude import Exclusions, where_tried
 from snakeddp.slurm.watch import PendingWatch
 
 # srun that restores SLURM_CONF, which the jobstep plugin drops (profiles/slurm/bin/srun).
@@ -100,11 +102,15 @@ class Slurm(Platform):
         declared = invocation.declared.get("site") or {}
         check_nodes(training, invocation.config["site"], declared, self.nodes(invocation))
         invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
+        invocation.remember("exclusions", lambda: Exclusions(invocation.train_rules, invocation.say)).start()
 
     def close(self, invocation: Invocation) -> None:
         watch = invocation.memo.get("watch")
         if watch is not None:
             watch.close()
+
+    def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
+        return where_tried(env)
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
         # With a config outside /etc/slurm, the jobstep plugin drops SLURM_CONF before it calls srun:
