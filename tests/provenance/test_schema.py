@@ -40,7 +40,7 @@ def test_record_has_the_facts_design_asks_for(record):
 
 def test_timing_phases_add_up_to_the_process_wall_time(record):
     phases = record["timing"]["phases"]
-    startup_parts = ("imports_s", "checks_s", "trainer_build_s", "fit_setup_s")
+    startup_parts = ("imports_s", "checks_s", "trainer_build_s", "meeting_s", "fit_setup_s")
     assert phases["startup_s"] == pytest.approx(sum(phases[k] for k in startup_parts), abs=0.01)
     # Forked from the workflow's warm process, a rank finds torch and Lightning imported (snakeddp.warm).
     assert record["launch"]["job_start"] == "warm" and record["launch"]["rank_start"] == "warm"

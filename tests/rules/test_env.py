@@ -132,7 +132,9 @@ def test_a_lock_change_retrains_and_lands_in_provenance(tmp_path):
     assert json.loads(provenance.read_text())["environment"]["environment_hash"] == first
     assert workflow.planned_jobs() == {}
 
-    lock.write_text(lock.read_text().replace("\nlightning==2.6.6\n", "\nlightning==2.6.7\n"))
+    pinned = lock.read_text()
+    lock.write_text(pinned.replace("\nlightning==2.6.6 \\\n", "\nlightning==2.6.7 \\\n"))
+    assert lock.read_text() != pinned, "the lock pins lightning 2.6.6 (a hashed line)"
     assert workflow.planned_jobs() == {"env_capture": 3, "train": 1, "report": 1, "all": 1}
 
     target = str(provenance.relative_to(tmp_path))  # the run (the report's rerun is planned above)

@@ -202,7 +202,10 @@ def _scrub(value: Any, secrets: frozenset[str]) -> Any:
         return [_scrub(v, secrets) for v in value]
     if isinstance(value, str):
         return _scrub_text(value, secrets)
-    if value is not None and not isinstance(value, bool) and str(value) in secrets:
+    # A number is data before it is a secret: a count of 15 is kept though some credential's value is "15";
+    # only one as long as a real secret (MIN_SECRET_LENGTH digits) is masked.
+    text = None if value is None or isinstance(value, bool) else str(value)
+    if text is not None and len(text) >= MIN_SECRET_LENGTH and text in secrets:
         return MASK
     return value
 
