@@ -295,7 +295,7 @@ def test_switching_sdk_leaves_no_stale_spec(tmp_path):
 
 
 def workflow_environment(**sections):
-    """What the workflow exports for a config with these sections (as rules/common.smk applies it)."""
+    """What the workflow exports for a config with these sections (as snakeddp.workflow.plan applies it)."""
     return jobenv.settings(config.validate(sections))
 
 

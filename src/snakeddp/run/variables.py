@@ -1,10 +1,10 @@
 """The ``SNAKEDDP_*`` environment contract: every variable snakeddp passes between its processes.
 
 Settings that do not change what a run computes (the platform, the lock's path, ``network.env``,
-``tracking``, the platform's own section) are not part of any run's
-identity: the workflow exports them when it starts (``snakeddp.workflow.jobenv``, called once by
-rules/common.smk), every job inherits them, and changing them never reruns a job. The readers below
-are how the entry points get them back. Each name is defined here and nowhere else.
+``tracking``, the platform's own section) are not part of any run's identity: the workflow exports
+them when it starts (``snakeddp.workflow.jobenv``, called once by snakeddp.workflow.plan), every job
+inherits them, and changing them never reruns a job. The readers below are how the entry points get
+them back. Each name is defined here and nowhere else.
 """
 
 from __future__ import annotations

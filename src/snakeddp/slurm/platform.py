@@ -20,6 +20,7 @@ from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Ru
 from snakeddp.slurm import PLATFORM
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions, where_tried
+from snakeddp.slurm.resources import RESOURCES, slurm_resources
 from snakeddp.slurm.watch import PendingWatch
 
 # srun that restores SLURM_CONF, which the jobstep plugin drops (profiles/slurm/bin/srun).
@@ -87,6 +88,15 @@ class Slurm(Platform):
         # auto means what the training partition's nodes have (GPU GRES: gpu), unless the profile declares it;
         # a job takes its invocation's answer (exported in the site section).
         return slurm_nodes.settle_site(invocation.config["site"], invocation.runs, self.nodes(invocation), os.environ)
+
+    def resources(
+        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+    ) -> dict[str, Callable[[Any], Any]]:
+        # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources).
+        def resource(name: str) -> Callable[[Any], Any]:
+            return lambda wc: slurm_resources(launch_of(wc), accelerator_of(wc), invocation.config["site"])[name]
+
+        return {name: resource(name) for name in RESOURCES}
 
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         check_client()
