@@ -1,7 +1,7 @@
 # The two commands of the README, and the checks CI runs.
 #   make run    set up .venv from the locks, then run the whole pipeline on the local profile
 #   make test   set up .venv (with test tools) and system packages, lint, run every test
-.PHONY: run test lint pytest pytest-cold bench setup setup-dev system-packages newest gpu-check
+.PHONY: run test lint pytest pytest-cold durations bench setup setup-dev system-packages newest gpu-check
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,6 +16,8 @@ lint: setup-dev
 	$(BIN)/ruff format --check src scripts tests bench tools examples
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/python -m snakeddp.environment.files check
+	$(BIN)/python -m snakeddp.environment.advisories check envs/*.lock --pyproject pyproject.toml
+	$(BIN)/python -m snakeddp.environment.advisories audit envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock
 	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 
@@ -25,15 +27,21 @@ lint: setup-dev
 # in order, so a module fixture is built once and tests that build on an earlier test's state
 # (tests/e2e/test_search.py) see it; a session fixture is built once per worker. (loadgroup would
 # group finer, but with pytest 9.2 xdist 3.8 silently ignores its groups: pytest-xdist#1386.)
-# WORKERS=0 runs every test in this process, one at a time.
+# WORKERS=0 runs every test in this process, one at a time. The files go out longest first
+# (tests/durations.json, tests/conftest.py), not xdist's most-tests-first: the last files either worker
+# takes are short, so both finish at about the same time.
 WORKERS ?= 2
 pytest: setup-dev
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --durations=40
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
+
+# tests/durations.json again, from a whole run of the suite (after adding or speeding up a slow test file).
+durations: setup-dev
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --write-durations -q
 
 # The fast tests (not e2e, not Slurm) again with every job and rank started cold: the local profile
 # forks them from a warm process by default (snakeddp.warm), which SNAKEDDP_WARM_START=0 turns off.
 pytest-cold: setup-dev
-	SNAKEDDP_WARM_START=0 $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile -m "not e2e and not slurm and not gpu"
+	SNAKEDDP_WARM_START=0 $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not e2e and not slurm and not gpu"
 
 # The newest releases pyproject.toml's ranges allow (torch held at the lock's), in .venv-newest, and the fast tests.
 newest:

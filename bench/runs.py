@@ -37,17 +37,18 @@ def run_file(
     epochs: int,
     batch_size: int,
     devices: int,
-    accelerator: str = "cpu",
     precision: str = "32-true",
+    **launch: Any,
 ) -> RunFile:
-    """One run's config: no early stopping (every run trains all epochs), one thread per process."""
+    """One run's config: no early stopping (every run trains all epochs), one thread per process; ``launch``:
+    more of its launch section (accelerator, hang_timeout)."""
     trainer = {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}}
     cfg = configuration.validate(
         {
             "data": data,
             "model": {"name": "mlp" if hidden else "linear", "hidden_sizes": hidden, "optimizer": "adam"},
             "trainer": {**trainer, "precision": precision},
-            "launch": {"devices": devices, "threads_per_process": 1, "accelerator": accelerator},
+            "launch": {"devices": devices, "threads_per_process": 1, **launch},
         }
     )
     return RunFile(run_id="bench", config=configuration.run_config(cfg))

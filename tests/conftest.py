@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,16 +13,48 @@ from tests import mlflow_server as mlflow_server_module
 from tests.gpu_standin import Checks
 from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, azureml_v1_installed, subprocess_env
 
+# How long each test file took in the last measured run of the whole suite (`make durations` writes it).
+DURATIONS = Path(__file__).with_name("durations.json")
+# Seconds per test file so far, in the process that reports the tests (xdist's controller, or the only one).
+FILE_SECONDS: dict[str, float] = {}
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The SDK v1 tests need azureml-core, which only .venv-azureml-v1 has (its caps conflict with the dev
-    lock): elsewhere they are deselected, and tests/azureml/test_sdk_v1.py runs them in that venv."""
-    if azureml_v1_installed():
-        return
-    v1 = [item for item in items if item.get_closest_marker("azureml_v1")]
-    if v1:
-        config.hook.pytest_deselected(items=v1)
-        items[:] = [item for item in items if not item.get_closest_marker("azureml_v1")]
+    lock): elsewhere they are deselected, and tests/azureml/test_sdk_v1.py runs them in that venv.
+
+    The files run longest first (a file's tests keep their order): `make test`'s workers take whole files
+    in this order (--dist loadfile --no-loadscope-reorder), so the last files either worker takes are
+    short ones and both finish at about the same time. A file not measured yet counts as a long one."""
+    if not azureml_v1_installed():
+        v1 = [item for item in items if item.get_closest_marker("azureml_v1")]
+        if v1:
+            config.hook.pytest_deselected(items=v1)
+            items[:] = [item for item in items if not item.get_closest_marker("azureml_v1")]
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
+    unmeasured = max(seconds.values(), default=0.0)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unmeasured))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--write-durations",
+        action="store_true",
+        help=f"write how long each test file took (setup, call and teardown of its tests) to {DURATIONS.name}; "
+        "run the whole suite with it (`make durations`)",
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::")[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if config.getoption("write_durations") and not hasattr(config, "workerinput"):
+        rounded = {path: round(seconds, 1) for path, seconds in sorted(FILE_SECONDS.items())}
+        DURATIONS.write_text(json.dumps(rounded, indent=1) + "\n")
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +84,11 @@ def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     credential in its config."""
     flow = Workflow(tmp_path_factory.mktemp("sweep"))
     flow.write_config({**SWEEP, **CONFIG_SECRET})
+    # The credentials stay exported for every later invocation, as in the user's shell: a value known to be
+    # secret only from the environment (spark.app.owner repeats MY_TOKEN) is masked where it is set.
+    flow.env = subprocess_env(**SECRETS)
     # What the user saw on the terminal, for the tests of progress lines.
-    flow.first_run = flow.run(env=subprocess_env(**SECRETS))
+    flow.first_run = flow.run()
     return flow
 
 

@@ -1,7 +1,7 @@
 """A local HTTP server that speaks the small part of Databricks' REST API snakeddp uses, for
 databricks-sdk's own client to talk to: no workspace is reachable from here.
 
-It stands in for the cloud and judges nothing: it records every request (path, headers, body),
+It stands in for the cloud: it records every request (path, headers, body),
 keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2.0/fs/directories``),
 answers who the token is (SCIM's ``Me``, snakeddp's credential check) and MLflow's experiment lookup as a
 workspace without the experiment does, and hands a submitted run (``/api/2.2/jobs/runs/submit``) to
@@ -14,20 +14,30 @@ All-purpose clusters (``/api/2.1/clusters``: create, get, start, delete) go PEND
 ``get`` has been asked ``starts_after`` times, as a cluster acquires its nodes; delete terminates one
 (USER_REQUEST); ``idle`` terminates one as its autotermination would (INACTIVITY). A run records the
 state its existing cluster was in when it was submitted.
-A request without the expected bearer token is refused (401), as a workspace refuses it.
+A request without the expected bearer token is refused (401), as a workspace refuses it, and a
+submitted run or a created cluster whose body the SDK's own request types do not describe (a field they
+do not have, a required one missing, a value of another type) is refused (400, INVALID_PARAMETER_VALUE,
+naming the field), as the REST API refuses a malformed request: the stub judges what it is sent with the
+SDK's definitions, not with the product's.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+import inspect
 import json
 import threading
 import time
+import typing
 from collections.abc import Callable
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from databricks.sdk.service import compute, jobs
 
 FILES, DIRECTORIES = "/api/2.0/fs/files", "/api/2.0/fs/directories"
 JOBS = "/api/2.2/jobs/runs"
@@ -46,6 +56,58 @@ NODE_TYPES = [
 ]  # fmt: skip
 # A runner gets the submitted body and the folder that holds the volume's files.
 Runner = Callable[[dict[str, Any], Path], tuple[str, str]]
+
+
+def first(problems: Any) -> str | None:
+    return next(filter(None, problems), None)
+
+
+def malformed(value: Any, kind: Any, where: str) -> str | None:
+    """What in ``value`` (a request's JSON) the SDK's type ``kind`` does not describe, or None."""
+    if typing.get_origin(kind) is typing.Union:  # Optional[X]: present, so it must be an X
+        (kind,) = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is list:
+        if not isinstance(value, list):
+            return f"{where} is not a list"
+        return first(malformed(item, args[0], f"{where}[{i}]") for i, item in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        return first(malformed(item, args[1], f"{where}.{key}") for key, item in value.items())
+    if dataclasses.is_dataclass(kind):
+        return malformed_object(value, typing.get_type_hints(kind), where)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        known = {member.value for member in kind}
+        return None if value in known else f"{where}: {value!r} is not one of {kind.__name__}"
+    if kind is Any or (kind is float and type(value) is int):
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        return f"{where}: {value!r} is not a {kind.__name__}"
+    return None
+
+
+def malformed_object(value: Any, fields: dict[str, Any], where: str, required: set[str] | None = None) -> str | None:
+    if not isinstance(value, dict):
+        return f"{where} is not an object"
+    named = f"{where}." if where else ""
+    if unknown := sorted(set(value) - set(fields)):
+        return f"unknown field {named}{unknown[0]}"
+    if required is None:  # a dataclass: its fields that are not Optional
+        required = {name for name, kind in fields.items() if type(None) not in typing.get_args(kind)}
+    if missing := sorted(required - set(value)):
+        return f"missing required field {named}{missing[0]}"
+    return first(malformed(item, fields[key], f"{named}{key}") for key, item in value.items())
+
+
+def malformed_request(body: Any, method: Callable[..., Any]) -> str | None:
+    """What in a request body the SDK's ``method`` (whose keyword arguments are the body's fields) does not
+    take, or None."""
+    fields = typing.get_type_hints(method)
+    fields.pop("return", None)
+    params = inspect.signature(method).parameters
+    required = {name for name, param in params.items() if name != "self" and param.default is inspect.Parameter.empty}
+    return malformed_object(body, fields, "", required)
 
 
 class DatabricksStub:
@@ -111,6 +173,8 @@ class DatabricksStub:
         if path.startswith(DIRECTORIES + "/"):
             return self.directories(request, method, path.removeprefix(DIRECTORIES))
         if path == f"{JOBS}/submit" and method == "POST":
+            if said := malformed_request(json.loads(body), jobs.JobsAPI.submit):
+                return self.invalid(request, said)
             return self.submit(request, json.loads(body))
         if path == f"{JOBS}/get" and method == "GET":
             run = self.runs.get(int(parse_qs(parts.query)["run_id"][0]))
@@ -135,6 +199,9 @@ class DatabricksStub:
         request.send_header("Content-Length", str(len(data)))
         request.end_headers()
         request.wfile.write(data)
+
+    def invalid(self, request: BaseHTTPRequestHandler, said: str) -> None:
+        self.answer(request, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": said})
 
     def missing(self, request: BaseHTTPRequestHandler, what: str) -> None:
         self.answer(request, 404, {"error_code": "NOT_FOUND", "message": f"{what} does not exist."})
@@ -186,6 +253,8 @@ class DatabricksStub:
         if verb == "list-node-types" and method == "GET":
             return self.answer(request, 200, {"node_types": self.node_types})
         if verb == "create" and method == "POST":
+            if said := malformed_request(json.loads(body), compute.ClustersAPI.create):
+                return self.invalid(request, said)
             cluster_id = f"0101-000000-stub{len(self.clusters):04d}"
             self.clusters[cluster_id] = {**json.loads(body), "cluster_id": cluster_id, "state": "PENDING",
                                          "state_message": "Finding instances", "gets": 0}  # fmt: skip

@@ -18,6 +18,8 @@ BENCHMARKS = (
     "rank_start",
     "sweep",
     "spark",
+    "images",
+    "wide_table",
 )
 #: Run only where named, on a machine with a CUDA GPU (tools/gpu-check.sh runs them); numbered after BENCHMARKS.
 ON_GPU = ("gpu",)

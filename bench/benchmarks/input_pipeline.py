@@ -100,9 +100,17 @@ class TrainClock(pl.Callback):
         self.seconds = time.perf_counter() - self._start
 
 
-def fit(datamodule: pl.LightningDataModule, task: dict[str, Any], epochs: int, metrics_dir: Path) -> dict[str, Any]:
-    """Train the one-layer model for ``epochs``; return samples/s and the per-epoch metrics rows."""
-    model = build_model({"name": "linear", "optimizer": "sgd", "lr": 0.1, "weight_decay": 0.0}, task)
+def fit(
+    datamodule: pl.LightningDataModule,
+    task: dict[str, Any],
+    epochs: int,
+    metrics_dir: Path,
+    model: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train the one-layer model (or the built-in ``model``) for ``epochs``; return samples/s and the
+    per-epoch metrics rows."""
+    linear = {"name": "linear", "optimizer": "sgd", "lr": 0.1, "weight_decay": 0.0}
+    model = build_model(model or linear, task)
     clock, metrics = TrainClock(), EpochMetrics(metrics_dir / "metrics.csv")
     trainer = pl.Trainer(
         accelerator="cpu",

@@ -108,7 +108,7 @@ def run(ctx: Context) -> Result:
             "its end 0.04 s; with the job's cost around its ranks, an attempt takes about 0.35 s for an epoch "
             f"(the grid's average: {fit['grid'] / epochs['grid'] * 1e3:.0f} ms), and the search runs 13 "
             "attempts where the grid runs 9. Since stop 41 the data and record jobs no longer wait "
-            "for the import of torch and Lightning (a second warm process imports it): the search's data stage "
+            "for the import of torch and Lightning (the heavy warm process imports it): the search's data stage "
             "ended at 2.1 s instead of 4.2 s, but its first rung still waits for that import, which is on its "
             "path either way (the search took 7.8-8.0 s in four runs, as before; the grid 7.3-8.8 s)."
         )

@@ -232,7 +232,7 @@ def run(ctx: Context) -> Result:
             "Snakemake takes about 1 s before its first job (its command line imports every installed executor "
             "plugin; the Slurm plugin imports pandas at module level; the Snakefile is read from 0.62 s on, so the "
             "warm process could start at most 0.2 s earlier). Since stop 41 what takes seconds to import is a "
-            "second warm process's (snakeddp.warm.server), and the data and record jobs no longer wait for it: "
+            "heavy warm process's (snakeddp.warm.heavy), and the data and record jobs no longer wait for it: "
             "in three runs timed from Snakemake's log (stop 41), the data and record jobs were done by 1.4-1.5 s "
             "(in stop 40's trace the last ended at 3.5 s, each held by the import that was running when it "
             "came), the training job began then and waited for the import until about 2.8 s, its ranks trained "

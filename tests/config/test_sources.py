@@ -24,7 +24,8 @@ def table_cfg(path="t.csv", **overrides):
 
 def test_synthetic_ids_are_what_they_were_before_tables_existed():
     data = data_cfg()
-    old_identity = {k: v for k, v in data.items() if k not in ("num_train_files", "table", "module", "module_kwargs")}
+    later = ("num_train_files", "table", "module", "module_kwargs", "image", "augment")
+    old_identity = {k: v for k, v in data.items() if k not in later}
     assert config.dataset_id(data) == f"synthetic-{sha256_json(old_identity)[:10]}"
     assert config.dataset_id({**data, "table": {"path": "x.csv"}}) == config.dataset_id(data), "table keys do not apply"
     with pytest.raises(config.ConfigError, match=r"data.table only applies with data.source: table.*HINT"):
@@ -49,7 +50,11 @@ def test_task_of_a_table_comes_from_its_columns():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"source": "table"}, "data.source=table needs data.table.path, data.table.label, data.table.features"),
+        ({"source": "table"}, "data.source=table needs data.table.path, data.table.label. HINT"),
+        (
+            {"source": "table", "table": {"path": "t.csv", "features": ["a"], "exclude": ["b"], "label": "y"}},
+            "data.table.exclude narrows the columns taken when data.table.features is empty",
+        ),
         ({"source": "table", "table": {"path": "t.csv", "features": ["a", "y"], "label": "y"}}, "must not contain"),
         ({"source": "module"}, "data.source=module needs data.module"),
     ],

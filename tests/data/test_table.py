@@ -322,3 +322,21 @@ def test_a_column_in_the_file_is_read_from_the_file_and_a_missing_one_names_the_
     assert np.array_equal(part.features.numpy()[:, 2], data["c"].to_numpy(np.float32)[part.ids.numpy()])
     with pytest.raises(TableError, match=r"no column 'd' \(the file has: a, b, c, note, y\)\. HINT: fix"):
         ingest(params(tmp_path / "hive", features=["a", "d"]), tmp_path / "out")
+
+
+def test_parquet_partitions_written_in_place_are_the_spills_bytes(tmp_path, monkeypatch):
+    """A Parquet table's rows go straight to their partitions (row counts from the footers: data.inplace);
+    the files are what the spill path writes."""
+    data = frame(rows=700)
+    (tmp_path / "pq").mkdir()
+    data.iloc[:300].to_parquet(tmp_path / "pq" / "part-0.parquet", row_group_size=128)
+    data.iloc[300:].to_parquet(tmp_path / "pq" / "part-1.parquet")
+    placed = []
+    real = table.InPlace.finish
+    monkeypatch.setattr(table.InPlace, "finish", lambda self: placed.append(self) or real(self))
+    ingest(params(tmp_path / "pq"), tmp_path / "in-place", chunk_rows=50)
+    assert placed, "a Parquet table is written in place"
+    monkeypatch.setattr(table, "_known_counts", lambda *args: None)
+    ingest(params(tmp_path / "pq"), tmp_path / "spilled", chunk_rows=50)
+    assert files_of(tmp_path / "in-place") == files_of(tmp_path / "spilled")
+    assert not [p for p in (tmp_path / "in-place").rglob(".*")], "no partial file left"

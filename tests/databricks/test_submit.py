@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -29,6 +30,7 @@ from tests.helpers import (
     STORAGE_KEY_VALUES,
     TINY,
     Workflow,
+    leaked,
     subprocess_env,
 )
 
@@ -172,13 +174,41 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     for top in ("results", "logs", ".snakemake"):
         for path in (flow.directory / top).rglob("*"):
             if path.is_file():
-                data = path.read_bytes()
-                assert not [value for value in secrets if value.encode() in data], path
-    assert not [value for value in secrets if value in done.stdout + done.stderr]
+                assert not leaked(path.read_bytes(), secrets), path
+    assert not leaked(done.stdout + done.stderr, secrets)
     # Again: nothing to do, nothing sent.
     again = flow.run(env=user_env(stub))
     assert "Nothing to be done" in again.stdout + again.stderr
     assert len(stub.requests("POST", "/api/2.2/jobs/runs/submit")) == 3
+
+
+def test_the_stub_refuses_a_request_the_sdks_types_do_not_describe(stub):
+    """What makes "it is accepted" mean something: a submitted run or a created cluster with a field the SDK
+    does not have, a required one missing or a value of another type is refused as the REST API refuses it."""
+    from databricks.sdk.errors import InvalidParameterValue
+
+    client = WorkspaceClient(host=stub.url, token=TOKEN)
+    task = {"task_key": "train", "spark_python_task": {"python_file": "/Volumes/a/b/c/entry.py"}}
+    cluster = {"spark_version": "16.4.x-scala2.12", "num_workers": 1, "node_type_id": "i3.xlarge"}
+    refused = {
+        "unknown field tasks[0].new_cluster.num_worker": {
+            "tasks": [{**task, "new_cluster": {**cluster, "num_worker": 1}}]
+        },
+        "missing required field tasks[0].task_key": {"tasks": [{"spark_python_task": task["spark_python_task"]}]},
+        "tasks[0].new_cluster.num_workers: '1' is not a int": {
+            "tasks": [{**task, "new_cluster": {**cluster, "num_workers": "1"}}]
+        },
+    }
+    for said, body in refused.items():
+        with pytest.raises(InvalidParameterValue, match=re.escape(said)):
+            client.api_client.do("POST", "/api/2.2/jobs/runs/submit", body=body)
+    with pytest.raises(InvalidParameterValue, match="missing required field spark_version"):
+        client.api_client.do("POST", "/api/2.1/clusters/create", body={"num_workers": 1})
+    assert not stub.runs and not stub.clusters
+    answer = client.api_client.do(
+        "POST", "/api/2.2/jobs/runs/submit", body={"tasks": [{**task, "new_cluster": cluster}]}
+    )
+    assert answer["run_id"] in stub.runs
 
 
 def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it_is_accepted(
@@ -198,7 +228,7 @@ def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it
     cluster_conf = written["tasks"][0]["new_cluster"]["spark_conf"]
     assert cluster_conf["spark.hadoop.fs.s3a.session.token"] == "***"
     assert cluster_conf["spark.hadoop.fs.gs.auth.service.account.private.key"] == "{{secrets/ml/gcs-key}}"
-    assert not [value for value in STORAGE_KEY_VALUES if value in written_file.read_text() + said]
+    assert not leaked(written_file.read_text() + said, STORAGE_KEY_VALUES)
     assert not stub.requests("POST", "/api/2.2/jobs/runs/submit"), "nothing sent"
     # What the HINT says: the values back where it shows ***, then POST /api/2.2/jobs/runs/submit.
     for name, value in CLUSTER_CONF_SECRETS.items():

@@ -13,11 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.checkout import SNAKEMAKE, Checkout
-from tests.helpers import subprocess_env
+from tests.helpers import left_running, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -30,18 +29,22 @@ SLOW = {
 }
 
 
-def left_running(directory, within: float) -> list[str]:
-    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        left = []
-        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
-            cwd = process.info["cwd"] or ""
-            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(" ".join(process.info["cmdline"] or [])[:120])
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+def metrics_rows(run_dir: Path) -> list[str]:
+    """metrics.csv's rows as written (one line an epoch, its timings included), header left out."""
+    path = run_dir / "metrics.csv"
+    return path.read_text().splitlines()[1:] if path.is_file() else []
+
+
+def assert_resumed(log: str, before: list[str], after: list[str]) -> None:
+    """The rerun went on from the saved epoch: training's own first line says which (a rerun from
+    scratch says epoch 1), the rows of the epochs it did not redo are the interrupted attempt's,
+    byte for byte (their timings differ on a rerun from scratch), and every epoch is there once."""
+    (started,) = re.findall(r"^base: training from epoch (\d+)/4 on ", log, flags=re.M)
+    first = int(started)
+    assert first > 1, f"the rerun trained from scratch: {log}"
+    kept = [row for row in before if int(row.split(",")[0]) < first - 1]
+    assert kept and after[: len(kept)] == kept, (before, after)
+    assert [int(row.split(",")[0]) for row in after] == [0, 1, 2, 3]
 
 
 def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path):
@@ -84,16 +87,15 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     shown = [line for line in output.splitlines() if re.search(r"epoch \d+/\d+  ", line)]
     assert shown and shown == said[: len(shown)], output
 
+    before = metrics_rows(run_dir)
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout
-    assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    assert_resumed((tmp_path / "logs/train/base.log").read_text(), before, metrics_rows(run_dir))
     # Both attempts' jobs and ranks were forked from the warm process of their invocation.
     launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
     assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")
     (kept,) = (tmp_path / "logs/train").glob("base.2*.log")
     assert kept.read_text() == interrupted_log
-    epochs = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
-    assert epochs == [0, 1, 2, 3]
 
 
 def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_path):
@@ -117,12 +119,11 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_pa
     assert not list(Path(tempfile.gettempdir()).glob(f"snakeddp-warm-{typed.pid}-*"))
     # Snakemake's own lock outlives a kill -9: it says to --unlock, as after any such kill.
     assert checkout.snakemake("--profile", "profiles/local", "--unlock").returncode == 0
+    before = metrics_rows(run_dir)
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout
-    assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    # The rerun went on from the saved epoch: every epoch once, none repeated, none missing.
+    assert_resumed((tmp_path / "logs/train/base.log").read_text(), before, metrics_rows(run_dir))
     # Both attempts' jobs and ranks were forked from the warm process of their invocation.
     launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
     assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")
-    # The rerun went on from the saved epoch: every epoch once, none repeated, none missing.
-    epochs = [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
-    assert epochs == [0, 1, 2, 3]

@@ -58,6 +58,11 @@ GPUS_PER_NODE = 2
 FEATURES = ("a100", "ib")
 # A QOS for --qos (it needs accounting: slurmdbd knows it, slurmctld checks it exists).
 QOS = "long"
+# What each node declares it has, whatever this machine has (SlurmdParameters=config_overrides): the
+# docs' walkthrough (docs/slurm.md) quotes these sizes, so it reads the same on 2 cores and on 64.
+# Nothing enforces them (no cgroups): the nodes share this machine's cores and memory.
+NODE_CPUS = 2
+NODE_MEMORY_MB = 16000
 STATE_FILE = "cluster.json"
 DEFAULT_DIR = Path(os.environ.get("TMPDIR", "/tmp")) / "snakeddp-slurm"
 REQUIRED = ("slurmctld", "slurmd", "slurmdbd", "sacctmgr", "munged", "mungekey", "mariadbd", "mariadb-install-db")
@@ -152,15 +157,6 @@ def require_root_and_binaries() -> None:
         )
 
 
-def node_memory_mb() -> int:
-    """A RealMemory below what slurmd measures, so both fake nodes register."""
-    out = subprocess.run(
-        ["slurmd", "-C"], env={"PATH": search_path()}, capture_output=True, text=True, check=True
-    ).stdout
-    measured = int(next(part.split("=")[1] for part in out.split() if part.startswith("RealMemory=")))
-    return max(1000, measured - 1024)
-
-
 def fake_gpus(cluster: Cluster, node: str, count: int = GPUS_PER_NODE) -> str:
     """A node's GPUs as gres.conf names them (``.../nvidia[0-1]``): null devices (major 1, minor 3)."""
     directory = cluster.path("dev", node)
@@ -170,21 +166,21 @@ def fake_gpus(cluster: Cluster, node: str, count: int = GPUS_PER_NODE) -> str:
     return f"{directory}/nvidia[0-{count - 1}]"
 
 
-def write_configs(cluster: Cluster, cpus: int, memory_mb: int, db_password: str) -> None:
+def write_configs(cluster: Cluster, db_password: str) -> None:
     d, host = cluster.directory, HOST
     ports = cluster.ports
     nodes = "\n".join(
-        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={cpus} "
-        f"RealMemory={memory_mb} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} Features={','.join(FEATURES)} State=UNKNOWN"
+        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={NODE_CPUS} "
+        f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{GPU_TYPE}:{GPUS_PER_NODE} Features={','.join(FEATURES)} State=UNKNOWN"
         for name in NODES
     )
     cpu_node = (
-        f"NodeName={CPU_NODE} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[CPU_NODE]} CPUs={cpus} "
-        f"RealMemory={memory_mb} State=UNKNOWN"
+        f"NodeName={CPU_NODE} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[CPU_NODE]} CPUs={NODE_CPUS} "
+        f"RealMemory={NODE_MEMORY_MB} State=UNKNOWN"
     )
     other_nodes = "\n".join(
-        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={cpus} "
-        f"RealMemory={memory_mb} Gres=gpu:{kind}:{count} State=UNKNOWN"
+        f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[name]} CPUs={NODE_CPUS} "
+        f"RealMemory={NODE_MEMORY_MB} Gres=gpu:{kind}:{count} State=UNKNOWN"
         for name, (_, kind, count) in OTHER_GPUS.items()
     )
     other_partitions = "\n".join(
@@ -217,6 +213,8 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+# The nodes' declared sizes stand even where this machine has fewer cores or less memory.
+SlurmdParameters=config_overrides
 MpiDefault=none
 GresTypes=gpu
 ReturnToService=2
@@ -410,7 +408,7 @@ def start(directory: Path) -> Cluster:
     try:
         start_munge(cluster)
         password = start_mariadb(cluster)
-        write_configs(cluster, cpus=os.cpu_count() or 1, memory_mb=node_memory_mb(), db_password=password)
+        write_configs(cluster, db_password=password)
         spawn(cluster, "slurmdbd", ["slurmdbd", "-D"])
         wait_for(cluster, "slurmdbd", lambda: port_open(cluster.ports["slurmdbd"]), "listen")
         run_client(cluster, ["sacctmgr", "--immediate", "add", "cluster", CLUSTER_NAME])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,8 +27,24 @@ PLACED = re.compile(
 )
 
 
+# What an executor JVM logs of the resources its worker gave it (Spark's ResourceUtils.logResourceInfo).
+EXECUTOR_GPUS = re.compile(r"gpu -> \[name: gpu, addresses: (?P<addresses>[^\]]*)\]")
+
+
 def hint_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "HINT:" in line]
+
+
+def executor_gpus(cluster_directory: Path) -> dict[str, str]:
+    """Spark's own record of the newest application's executors' GPUs: executor id -> its addresses, read
+    from each executor's log in its worker's work directory (<work>/<app>/<executor id>/stderr)."""
+    apps = sorted(cluster_directory.glob("worker-*/app-*"), key=lambda app: app.name)
+    assert apps, f"no application ran on the cluster in {cluster_directory}"
+    found = {}
+    for log in apps[-1].parent.parent.glob(f"worker-*/{apps[-1].name}/*/stderr"):
+        if match := EXECUTOR_GPUS.search(log.read_text()):
+            found[log.parent.name] = match["addresses"]
+    return found
 
 
 def test_gpu_ranks_get_their_own_gpu_address_and_refused_resource_settings_are_spark_s_words(
@@ -66,12 +83,16 @@ def test_gpu_ranks_get_their_own_gpu_address_and_refused_resource_settings_are_s
     # Spark gave each rank's executor one of the worker's two GPUs, and TorchDistributor showed each rank
     # only its own.
     assert sorted(p["gpu"] for p in placed.values()) == spark_gpu_cluster.gpus["worker-1"] == ["90", "91"]
-    assert all(p["visible"] == p["gpu"] for p in placed.values())
     assert len({p["executor"] for p in placed.values()}) == 2, placed
-    # Each rank stops on its own CUDA check, and the run ends in that one line, printed once.
+    # Against Spark's own record: the executor each rank ran in was given that GPU by its worker.
+    assert {p["executor"]: p["gpu"] for p in placed.values()} == executor_gpus(spark_gpu_cluster.directory)
+    # Each rank stops on its own CUDA check, and the run ends in that one line, printed once; the rank
+    # says what its process saw, one of the two GPUs only.
     lines = hint_lines(log)
     assert done.returncode != 0 and len(lines) == 1, log[-4000:]
     assert lines[0].startswith("snakeddp.train: ") and "torch sees no CUDA device" in lines[0], lines[0]
+    (seen,) = re.findall(r"CUDA_VISIBLE_DEVICES=([^;]*);", lines[0])
+    assert seen in {p["visible"] for p in placed.values()}, lines[0]
     assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
     run_dir = flow.directory / "results/runs/base"
     assert not (run_dir / "provenance.json").exists() and not (run_dir / "spark").exists()

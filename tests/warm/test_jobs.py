@@ -29,7 +29,7 @@ PROBE = "tests.warm.probe"
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory):
     """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept). Its
-    probe jobs need what a train job's supervisor needs: the second warm process forks them, as it forks
+    probe jobs need what a train job's supervisor needs: the heavy warm process forks them, as it forks
     the supervisors (the first forks them in the tests that start their own)."""
     log = tmp_path_factory.mktemp("warm") / "stderr"
     with open(log, "wb") as stderr:
@@ -94,7 +94,7 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
 
 
 def second_of(process: WarmProcess) -> psutil.Process:
-    """The second warm process: the first's child that is not a job (it runs no probe)."""
+    """The heavy warm process: the front one's child that is not a job (it runs no probe)."""
     (second,) = (child for child in psutil.Process(process.process.pid).children() if PROBE not in child.cmdline())
     return second
 
@@ -116,7 +116,7 @@ def slow_second(tmp_path: Path) -> WarmProcess:
 
 
 def test_jobs_that_do_not_need_the_slow_imports_never_wait_for_them(tmp_path):
-    """What takes seconds to import (torch, Lightning) a second warm process imports: a job that does not
+    """What takes seconds to import (torch, Lightning) the heavy warm process imports: a job that does not
     need it is forked by the first at once, even while that import is still running (here, a minute
     long); a stop during it ends both processes at once."""
     process = slow_second(tmp_path)
@@ -148,7 +148,7 @@ def test_a_second_warm_process_killed_in_its_import_leaves_the_first_done_import
 
 
 def test_a_job_for_a_second_warm_process_that_was_killed_is_forked_by_the_first(tmp_path):
-    """The second warm process killed (SIGKILL): the first reaps it and forks its jobs itself, which
+    """The heavy warm process killed (SIGKILL): the front one reaps it and forks its jobs itself, which
     import what they need as a fresh process would."""
     process = WarmProcess(entries=(*handoff.ENTRY_POINTS, PROBE), needs={PROBE: "snakeddp.train"})
     process.path = process.start(env(None))
@@ -380,7 +380,7 @@ def test_the_warm_process_goes_away_with_its_parent_and_takes_its_jobs(tmp_path)
     path, server = parent.stdout.readline().split()
     job, child = waiting(path, tmp_path)
     children = [process.pid for process in psutil.Process(int(server)).children(recursive=True)]
-    assert len(children) == 2  # the job and the second warm process
+    assert len(children) == 2  # the job and the heavy warm process
     parent.kill()
     parent.wait()
     assert all_gone([child, int(server), *children], within=8)

@@ -47,12 +47,34 @@ QUIET_AT_DEFAULT = (
     "trainer.deterministic",
     "data.table.version",
     "data.table.table_id",
+    # Keys added with images, arrays, categories and wide tables: at their default a run config (and so
+    # its id, and a table dataset's id) is what it was before they existed.
+    "data.table.feature_pattern",
+    "data.table.exclude",
+    "data.table.categories",
+    "data.table.unseen",
+    "data.image",
+    "data.augment",
+    "model.width",
+    "model.depth",
+    "launch.hang_timeout",
 )
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
+# Run keys that bound how long its processes may wait on each other: every rank reads them from
+# run.yaml, and raising one must resume an attempt stopped by it, not start another.
+WATCH_KEYS = ("launch.hang_timeout",)
 # Keys of the built-in models (model.name): with model.target the user's class is built from
 # model.kwargs instead, so one set away from its default would be silently ignored.
-BUILT_IN_MODEL_KEYS = ("model.name", "model.hidden_sizes", "model.optimizer", "model.lr", "model.weight_decay")
+BUILT_IN_MODEL_KEYS = (
+    "model.name",
+    "model.hidden_sizes",
+    "model.width",
+    "model.depth",
+    "model.optimizer",
+    "model.lr",
+    "model.weight_decay",
+)
 # Free-form maps among the keys a run computes from: run.yaml carries them to every rank, provenance
 # and the crate record them, the run's identity hashes them. A secret has no place there; the
 # environment is how it reaches a user's code.
@@ -63,6 +85,9 @@ ONLY_WITH = (
     ("model.kwargs", "model.target", lambda cfg: bool(cfg["model"].get("target"))),
     ("data.module_kwargs", "data.module", lambda cfg: bool(cfg["data"].get("module"))),
     ("data.table", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+    # Images come from tables (a folder of class folders is one); synthetic data has none.
+    ("data.image", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+    ("data.augment", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
 )
 
 
@@ -275,11 +300,11 @@ def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_identity(run: Mapping[str, Any]) -> dict[str, Any]:
-    """A run config without its scheduler requests and RELATION_KEYS: what its results depend on."""
+    """A run config without its scheduler requests, RELATION_KEYS and WATCH_KEYS: what its results depend on."""
     identity = copy.deepcopy(dict(run))
     for key in SCHEDULER_KEYS:
         identity.get("launch", {}).pop(key, None)
-    for key in RELATION_KEYS:
+    for key in (*RELATION_KEYS, *WATCH_KEYS):
         section, _, leaf = key.partition(".")
         identity.get(section, {}).pop(leaf, None)
     return identity

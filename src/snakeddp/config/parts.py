@@ -145,6 +145,9 @@ class Launch(Part):
     """Memory per node the scheduler reserves, in MB; None sizes it by device. Outside a run's identity."""
     runtime: int
     """Wall-clock limit of a training job, in minutes. Outside a run's identity."""
+    hang_timeout: float | str | None
+    """Seconds a rank may go without progress (snakeddp.cluster.hang): auto, a number, or None (no watch).
+    Outside a run's identity."""
 
     @property
     def world_size(self) -> int:
@@ -242,7 +245,15 @@ class Table(Part):
     table_id: str | None
     """A Delta table's id, recorded with its version; set, it pins the table."""
     features: tuple[str, ...]
-    """The numeric feature columns, in the order the model sees them."""
+    """The feature columns, in the order the model sees them; empty: all but the label (resolved when planning)."""
+    feature_pattern: str | None
+    """With features empty, the glob the columns taken must match; None: all."""
+    exclude: tuple[str, ...]
+    """With features empty, columns left out."""
+    categories: tuple[str, ...]
+    """Columns encoded as categories whatever their type."""
+    unseen: str
+    """error or oov: what a category value outside the vocabulary does at inference."""
     label: str | None
     """The label column."""
     val_fraction: float
@@ -251,6 +262,36 @@ class Table(Part):
     """error or drop: what a row with a missing value does."""
     sha256: str | None
     """Checksum of the table's files; None lets the workflow compute it."""
+
+
+@dataclass(frozen=True)
+class Image(Part):
+    """``data.image``: what an image column becomes in the partitions."""
+
+    key: ClassVar[str] = "data.image"
+
+    size: tuple[int, ...] | None
+    """(height, width) images are resized and centre-cropped to; None: their own, the same for all."""
+    channels: int
+    """1 (grayscale) or 3 (RGB)."""
+    max_pixels: int
+    """Largest image decoded (width x height)."""
+    max_bytes: int
+    """Largest encoded image, in bytes."""
+
+
+@dataclass(frozen=True)
+class Augment(Part):
+    """``data.augment``: augmentation of image batches in snakeddp's DataModule."""
+
+    key: ClassVar[str] = "data.augment"
+
+    flip: bool
+    """Whether half the training images are mirrored left to right."""
+    crop_padding: int
+    """Pixels of padding before a seeded random crop back to size; 0: none."""
+    normalize: bool
+    """Whether pixels are standardised per channel (else only scaled to [0, 1])."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +306,10 @@ class Data(Part):
     """synthetic, table or module."""
     table: Table
     """The table of source table."""
+    image: Image
+    """What an image column becomes."""
+    augment: Augment
+    """Augmentation of image batches."""
     module: str | None
     """A user's DataModule (package.module:Class) for source module."""
     module_kwargs: Mapping[str, Any]

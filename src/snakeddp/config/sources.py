@@ -32,14 +32,24 @@ SOURCE_KEYS = {
         "labels",
         "label_noise",
     ),
-    TABLE: ("name", "source", "seed", "num_train_files", "num_classes", "table"),
+    TABLE: ("name", "source", "seed", "num_train_files", "num_classes", "table", "image"),
     MODULE: ("name", "source", "module", "module_kwargs"),
 }
 
 
-# A Delta table's keys, unset for CSV and Parquet tables: left out then, so a table's dataset id is the same
-# from a validated config (defaults filled in) and a run config (which leaves them out), and as before they existed.
-DELTA_KEYS = ("version", "table_id")
+# Keys of a table dataset left out of its identity at their default (a Delta table's, unset for CSV and Parquet
+# tables; those of columns that are not plain numbers, and data.image): so a table's dataset id is the same from a
+# validated config (defaults filled in) and a run config (which leaves them out), and as before they existed.
+TABLE_DEFAULTS = {
+    "version": None,
+    "table_id": None,
+    "feature_pattern": None,
+    "exclude": [],
+    "categories": [],
+    "unseen": "error",
+}
+# data.image at its default (the schema's): left out of a dataset's identity, as a run config leaves it out.
+IMAGE_DEFAULTS = {"size": None, "channels": 3, "max_pixels": 40_000_000, "max_bytes": 64 << 20}
 
 
 def identity(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,12 +57,21 @@ def identity(data: Mapping[str, Any]) -> dict[str, Any]:
     keys = SOURCE_KEYS[data.get("source", SYNTHETIC)]
     found = {key: copy.deepcopy(data[key]) for key in keys if key in data}
     if isinstance(found.get("table"), dict):
-        found["table"] = {k: v for k, v in found["table"].items() if not (k in DELTA_KEYS and v is None)}
+        # Once features are listed (or resolved when the workflow plans), the keys that chose them say nothing more.
+        chosen = ("feature_pattern", "exclude") if found["table"].get("features") else ()
+        found["table"] = {
+            k: v
+            for k, v in found["table"].items()
+            if not (k in TABLE_DEFAULTS and v == TABLE_DEFAULTS[k]) and k not in chosen
+        }
+    if found.get("image") in ({}, IMAGE_DEFAULTS):
+        del found["image"]
     return found
 
 
 def task(params: Mapping[str, Any]) -> dict[str, Any]:
-    """What a model needs to know about a dataset's samples and labels."""
+    """What a model needs to know about a dataset's samples and labels (a table's columns as its ingestion
+    encoded them are in the task it recorded: snakeddp.data.columns)."""
     classes = params["num_classes"]
     features = len(params["table"]["features"]) if params.get("source") == TABLE else params["num_features"]
     return {"num_features": features, "num_classes": classes, "kind": "binary" if classes == 1 else "multiclass"}
@@ -64,13 +83,17 @@ def check(data: Mapping[str, Any], source: str = "config") -> None:
     if kind == TABLE:
         table = data.get("table", {})
         missing = [key for key in ("path", "label") if not table.get(key)]
-        if not table.get("features"):
-            missing.append("features")
         if missing:
             raise DataSourceError(
                 f"{source}: data.source=table needs data.table.{', data.table.'.join(missing)}. "
-                "HINT: name the file or folder, the feature columns and the label column, e.g. "
-                "table: {path: data/train.csv, features: [x1, x2], label: y}."
+                "HINT: name the file or folder and the label column (and the feature columns, or none for all "
+                "the others), e.g. table: {path: data/train.csv, features: [x1, x2], label: y}."
+            )
+        listed = [key for key in ("feature_pattern", "exclude") if table.get("features") and table.get(key)]
+        if listed:
+            raise DataSourceError(
+                f"{source}: data.table.{listed[0]} narrows the columns taken when data.table.features is empty, "
+                "and features lists them. HINT: remove one of the two."
             )
         duplicated = sorted({c for c in table["features"] if table["features"].count(c) > 1})
         if duplicated or table["label"] in table["features"]:

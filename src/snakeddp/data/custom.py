@@ -39,7 +39,13 @@ def build_datamodule(cfg: Mapping[str, Any], manifest_path: str | Path) -> pl.Li
     """The DataModule of a run: ``data.module`` if set, else PartitionDataModule on the manifest."""
     data, trainer = cfg["data"], cfg["trainer"]
     if not data.get("module"):
-        return PartitionDataModule(manifest_path, trainer["batch_size"], cfg["seed"], trace=trainer["trace_samples"])
+        return PartitionDataModule(
+            manifest_path,
+            trainer["batch_size"],
+            cfg["seed"],
+            trace=trainer["trace_samples"],
+            augment=data.get("augment"),
+        )
     if trainer["trace_samples"]:
         raise ConfigError(
             "trainer.trace_samples records the sample ids of snakeddp's partition loader, but data.module "
@@ -70,10 +76,13 @@ def describe(datamodule: pl.LightningDataModule, manifest_path: Path, manifest_s
     manifest = getattr(datamodule, "manifest", None)
     if not isinstance(manifest, Mapping):
         manifest = read_json(manifest_path)
-    return {
+    described = {
         "manifest": str(manifest_path),
         "manifest_sha256": manifest_sha256,
         "dataset": manifest.get("dataset"),
         "partitions": len(manifest["train"]) if "train" in manifest else None,
         "records": manifest.get("records"),
     }
+    # A table's columns as ingestion encoded them (vocabularies included), and a folder of images' classes.
+    task = manifest.get("task") or {}
+    return described | {key: task[key] for key in ("inputs", "classes") if key in task}

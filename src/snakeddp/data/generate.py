@@ -30,4 +30,6 @@ def write_dataset_manifest(
     train = [read_json(p) for p in train_entries]
     val = read_json(val_entry)
     full_params = {**params, "num_train_files": len(train)}
-    return write_manifest(path, dataset, full_params, train, val, sources.task(full_params))
+    # A table's ingestion recorded its task (the features as it laid them out) in the validation set's entry.
+    task = val.pop("task", None) or sources.task(full_params)
+    return write_manifest(path, dataset, full_params, train, val, task)

@@ -12,7 +12,7 @@ without the sample duplication of torch's DistributedSampler.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
 from snakeddp.compat.lightning import batches_done
+from snakeddp.data.augment import ImageBatches
 from snakeddp.data.partitions import Partition, load_manifest, read_partition
 
 
@@ -67,22 +68,35 @@ class ShardedBatchSampler:
 
 
 class _PartitionBatches(torch.utils.data.Dataset):
-    """Gathers a whole batch with one indexing op instead of one __getitem__ per sample."""
+    """Gathers a whole batch with one indexing op instead of one __getitem__ per sample; image batches
+    (uint8) leave as floats, augmented when training (snakeddp.data.augment)."""
 
-    def __init__(self, partition: Partition, trace: list[torch.Tensor] | None) -> None:
+    def __init__(
+        self,
+        partition: Partition,
+        trace: list[torch.Tensor] | None,
+        images: ImageBatches | None = None,
+        epoch: int = 0,
+        train: bool = False,
+    ) -> None:
         self.partition, self.trace = partition, trace
+        self.images, self.epoch, self.train = images, epoch, train
 
     def __len__(self) -> int:
         return len(self.partition)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.partition.features[index], self.partition.labels[index]
+        features, labels = self.__getitems__(torch.tensor([index]))
+        return features[0], labels[0]
 
     def __getitems__(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         indices = torch.as_tensor(indices)
         if self.trace is not None:
             self.trace.append(self.partition.ids[indices])
-        return self.partition.features[indices], self.partition.labels[indices]
+        features = self.partition.features[indices]
+        if self.images is not None:
+            features = self.images(features, self.partition.ids[indices], self.epoch, self.train)
+        return features, self.partition.labels[indices]
 
 
 def _as_batch(batch: Any) -> Any:
@@ -145,10 +159,19 @@ class Prefetcher:
 class PartitionDataModule(pl.LightningDataModule):
     """Train on partition ``current_epoch mod P``; validate on the single validation file."""
 
-    def __init__(self, manifest_path: str | Path, batch_size: int, seed: int, trace: bool = False) -> None:
+    def __init__(
+        self,
+        manifest_path: str | Path,
+        batch_size: int,
+        seed: int,
+        trace: bool = False,
+        augment: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.manifest_path = Path(manifest_path)
         self.manifest = load_manifest(self.manifest_path)
+        # A dataset of images (uint8 partitions) is scaled, standardised and augmented as batches leave it.
+        self.images = ImageBatches(self.task, augment or {}, seed) if self.task.get("input_shape") else None
         self.root = self.manifest_path.parent
         self.batch_size, self.seed, self.trace_enabled = batch_size, seed, trace
         self.num_partitions = len(self.manifest["train"])
@@ -194,13 +217,13 @@ class PartitionDataModule(pl.LightningDataModule):
         self.prefetcher.request(self.partition_for_epoch(epoch + 1))
         self.epoch_partition, self.epoch_wait_s, self.epoch_samples = index, waited, len(partition)
         self.trace = []
-        dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None)
+        dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None, self.images, epoch, True)
         sampler = self._sampler(partition, epoch, shuffle=True)
         return ResumableLoader(dataset, sampler, lambda: batches_done(self.trainer), pin_memory=self._pin_memory())
 
     def val_dataloader(self) -> DataLoader:
         sampler = self._sampler(self.val, 0, shuffle=False)
-        batches = _PartitionBatches(self.val, None)
+        batches = _PartitionBatches(self.val, None, self.images)
         return DataLoader(batches, batch_sampler=sampler, collate_fn=_as_batch, pin_memory=self._pin_memory())
 
     def _pin_memory(self) -> bool:

@@ -30,14 +30,15 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
 
 def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> None:
     """Fill ``data.table.sha256`` of every table run with its files' checksum (in place); for a Delta
-    table, with its table id, version and data files, and ``data.table.version`` with the version.
+    table, with its table id, version and data files, and ``data.table.version`` with the version; an empty
+    ``data.table.features`` with the columns it takes.
 
     The checksum becomes part of the run config and of the dataset id: a changed table is a new
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
     longer matches stops the workflow.
     """
     from snakeddp.data.remote import is_url, list_objects
-    from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot
+    from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot, features_of, open_source
 
     for run_id, run in runs.items():
         data = run["config"]["data"]
@@ -56,6 +57,10 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
             digest = (
                 snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache, listed)
             )
+            if not table["features"]:
+                # Every column but the label, resolved once (from the first file's or the version's columns) and
+                # recorded sorted: the run config names its features whatever order a file has them in.
+                table["features"] = features_of(table, open_source(table, snapshot))
         except TableError as error:
             raise ConfigError(f"run {run_id}: {error}") from None
         if table["sha256"] not in (None, digest):

@@ -127,7 +127,7 @@ class Local(Platform):
             note_instead(lambda: check_cores(to_train, cores))
         note_accelerators(to_train)
 
-    def train_resources(
+    def resources(
         self, invocation: Invocation, launch_of: Callable[[Any], Launch], accelerator_of: Callable[[Any], str]
     ) -> dict[str, Callable[[Any], int]]:
         # The pool's size: the GPUs a process here sees, unless the user's --resources gpu=N says otherwise.

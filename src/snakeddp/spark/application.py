@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import SparkError
-from snakeddp.forking.child import tie_to
+from snakeddp.forking import helper
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
 from snakeddp.spark import stage
@@ -284,13 +284,12 @@ def closed(conn: socket.socket) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.spark.application", description=__doc__)
-    parser.add_argument("--fd", type=int, required=True)
-    parser.add_argument("--parent", type=int, required=True)
+    helper.add_arguments(parser)
     parser.add_argument("--scratch", type=Path, required=True)
     parser.add_argument("--slots", type=int, required=True)
     parser.add_argument("--first", type=int, required=True)
     args = parser.parse_args(argv)
-    listener = socket.socket(fileno=args.fd)
+    listener = helper.listener(args)
     stopping = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
@@ -302,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
     signal.set_wakeup_fd(woken)
-    if not tie_to(args.parent, signal.SIGTERM):
+    if not helper.tie_to_parent(args.parent):
         return 0  # Snakemake is gone already
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's
     application = Application(args.scratch.resolve(), args.slots, args.first)
@@ -313,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             conn, _ = listener.accept()
             conn.setblocking(True)
-            if handoff.peer_uid(conn) != os.getuid():
+            if helper.stranger(conn) is not None:
                 conn.close()
                 continue
             threading.Thread(target=application.serve, args=(conn,), daemon=True).start()

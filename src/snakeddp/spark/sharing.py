@@ -22,21 +22,18 @@ Light: the contract (read by every job's Snakefile) imports it.
 
 from __future__ import annotations
 
-import atexit
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from snakeddp.config.parts import Launch
 from snakeddp.errors import SparkError
+from snakeddp.forking.helper import Helper
 from snakeddp.run import variables
-from snakeddp.util import handoff, subprocesses, terminal
+from snakeddp.util import handoff
 
 #: The shared application's socket, set in Snakemake's environment (so in every train job's).
 VARIABLE = "SNAKEDDP_SPARK_APPLICATION"
@@ -47,12 +44,12 @@ LOG = "spark-application.log"
 STOP_TIMEOUT_S = 20.0
 
 
-class SharedApplication:
-    """The invocation's shared application: ``start`` it, ``close`` it (also at exit)."""
+class SharedApplication(Helper):
+    """The invocation's shared application: ``start`` it, ``close`` it (also at exit); an owner-only helper
+    process (snakeddp.forking.helper)."""
 
     def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
-        self.directory: str | None = None
+        super().__init__(PREFIX, "application", STOP_TIMEOUT_S)
         self.scratch: Path | None = None
 
     def start(
@@ -67,38 +64,13 @@ class SharedApplication:
         this invocation trains, which it asks the cluster for at most, and the smallest run's, which its
         session waits for (sharing.slots); ``expect``: the hello its runs will send (``expected``), with
         which it starts its session now."""
-        self.directory = terminal.socket_directory(PREFIX)
         self.scratch = scratch
         scratch.mkdir(parents=True, exist_ok=True)
-        path = os.path.join(self.directory, "application")
-        # Bound and listening before any job can look for it: an early job waits in the listen queue.
         # Its JVM's and Spark's own lines are not the workflow's terminal's: they go to its log, kept
         # beside its scratch until the next invocation (a run's own lines go to the run's log).
-        with (
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener,
-            open(scratch.parent / LOG, "wb") as log,
-        ):
-            listener.bind(path)
-            listener.listen(64)
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "snakeddp.spark.application",
-                    f"--fd={listener.fileno()}",
-                    f"--parent={os.getpid()}",
-                    f"--scratch={scratch}",
-                    f"--slots={slots[0]}",
-                    f"--first={slots[1]}",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=None if env is None else dict(env),
-                pass_fds=[listener.fileno()],
-                start_new_session=True,  # a terminal's Ctrl-C reaches the runs through their drivers
-            )
-        atexit.register(self.close)
+        with open(scratch.parent / LOG, "wb") as log:
+            args = [f"--scratch={scratch}", f"--slots={slots[0]}", f"--first={slots[1]}"]
+            path = self.start_module("snakeddp.spark.application", args, env=env, stdout=log, stderr=log)
         if expect is not None:
             # Through the socket, not argv: the section's spark.conf may hold a secret. Queued like a job's.
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
@@ -107,14 +79,10 @@ class SharedApplication:
         return path
 
     def close(self) -> None:
-        if self.process is not None:
-            subprocesses.stop(self.process, STOP_TIMEOUT_S)
-            self.process = None
-        for folder in (self.directory, self.scratch):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-        self.directory = self.scratch = None
-        atexit.unregister(self.close)
+        super().close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 class Declined(Exception):

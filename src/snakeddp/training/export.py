@@ -4,6 +4,7 @@
 
     import snakeddp
     model = snakeddp.load(DIR)           # the LightningModule, in eval mode, on the CPU
+    x = snakeddp.inputs(DIR).encode(rows)  # raw columns (a table's categories, arrays, images) as its input
 
 ``model.json`` names the model's class by import path with its constructor arguments (plain JSON),
 the monitored metric with its best value, and where the weights came from (run id, attempt, the
@@ -30,6 +31,7 @@ import lightning.pytorch as pl
 import safetensors.torch
 
 from snakeddp.config.targets import construct, load_class
+from snakeddp.data.columns import Inputs
 from snakeddp.errors import ExportError, TargetError
 from snakeddp.run.layout import paths_of
 from snakeddp.run.runs import Run
@@ -129,6 +131,14 @@ def export(run: Run, destination: str | Path) -> dict[str, Any]:
         },
         "weights": {"file": WEIGHTS, "sha256": sha256_file(destination / WEIGHTS)},
     }
+    # How raw rows become the model's input (the columns' layout, vocabularies, image size): snakeddp.inputs.
+    recorded = task(run, checkpoint) or {}
+    if recorded.get("inputs"):
+        kept = ("inputs", "input_shape", "classes")
+        # Images are standardised as training's DataModule did, unless the run turned that off.
+        if (run.provenance["config"]["data"].get("augment") or {}).get("normalize", True):
+            kept += ("image",)
+        description["inputs"] = {key: recorded[key] for key in kept if key in recorded}
     # Last: a directory with model.json holds a complete export.
     atomic_write_json(destination / DESCRIPTION, description)
     return description
@@ -153,6 +163,18 @@ def read_description(directory: str | Path) -> dict[str, Any]:
             f"{directory}`."
         )
     return description
+
+
+def inputs(directory: str | Path) -> Inputs:
+    """How raw rows become the exported model's input: ``snakeddp.inputs(DIR).encode(rows)`` applies the
+    layout its dataset's ingestion recorded (category vocabularies, array widths, image size)."""
+    description = read_description(directory)
+    if "inputs" not in description:
+        raise ExportError(
+            f"{Path(directory) / DESCRIPTION} records no column layout: the run trained on synthetic data, a custom "
+            "DataModule, or a table ingested before layouts were recorded. HINT: give the model its feature tensor."
+        )
+    return Inputs(description["inputs"])
 
 
 def load(directory: str | Path) -> pl.LightningModule:

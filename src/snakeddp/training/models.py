@@ -1,9 +1,11 @@
 """Models: the built-ins chosen by ``model.name``, or any LightningModule named by ``model.target``.
 
 ``linear`` is the reference tutorial's "boring" model (one Linear layer); ``mlp`` is a small
-multi-layer perceptron with real compute per step, which scaling studies need. Both log
-``train_loss``, ``val_loss`` and ``val_acc`` as torchmetrics, so values are exact across ranks
-(sums and counts are all-reduced, not per-rank means averaged).
+multi-layer perceptron with real compute per step, which scaling studies need; ``cnn`` is a small
+ResNet-style network for image columns (snakeddp.training.cnn). All log ``train_loss``, ``val_loss``
+and ``val_acc`` as torchmetrics, so values are exact across ranks (sums and counts are all-reduced,
+not per-rank means averaged); a multiclass model also keeps each validation's confusion matrix
+(``confusion``), which provenance records for the best epoch and the report shows per class.
 
 ``model.target: "package.module:ClassName"`` trains your own LightningModule instead, built as
 ``ClassName(**model.kwargs)`` plus the data's shape: constructor parameters named
@@ -22,10 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, Metric
-from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy, MulticlassConfusionMatrix
 
+from snakeddp.config import defaults as config_defaults
 from snakeddp.config.targets import TargetError, accepted_parameters, construct, load_class
 from snakeddp.errors import DataSourceError
+from snakeddp.training.cnn import resnet
 
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
@@ -74,12 +78,17 @@ class Classifier(pl.LightningModule):
         self._train_loss_epoch = -1
         self.val_loss = MeanMetric()
         self.val_acc = BinaryAccuracy() if self.binary else MulticlassAccuracy(num_classes, average="micro")
+        # Per class: each validation's confusion matrix (rows true classes, columns predictions), by epoch,
+        # kept in checkpoints so a resumed run still has the best epoch's.
+        self.val_confusion = None if self.binary else MulticlassConfusionMatrix(num_classes)
+        self.confusion: dict[int, list[list[int]]] = {}
 
     def build(self, num_features: int, outputs: int, hidden_sizes: list[int]) -> nn.Module:
         raise NotImplementedError
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.net(features)
+        # Images ([N, C, H, W]) reach the linear model and the mlp as rows of their pixels.
+        return self.net(features.flatten(1))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.binary:
@@ -120,8 +129,26 @@ class Classifier(pl.LightningModule):
         self.val_loss.update(self.loss(logits, labels), weight=len(features))
         preds, target = (logits.squeeze(-1), labels.squeeze(-1)) if self.binary else (logits, labels)
         self.val_acc.update(preds, target)
+        if self.val_confusion is not None:
+            self.val_confusion.update(logits, labels)
         self.log("val_loss", self.val_loss, on_epoch=True)
         self.log("val_acc", self.val_acc, on_epoch=True)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.val_confusion is None:
+            return
+        # compute() sums every rank's counts: the whole validation set's matrix, the same on every rank.
+        matrix = self.val_confusion.compute()
+        self.val_confusion.reset()
+        if not self.trainer.sanity_checking:
+            self.confusion[self.current_epoch] = matrix.long().tolist()
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["snakeddp_confusion"] = {str(epoch): rows for epoch, rows in self.confusion.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("snakeddp_confusion") or {}
+        self.confusion = {int(epoch): rows for epoch, rows in saved.items()}
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         optimizer = OPTIMIZERS[self.hparams.optimizer]
@@ -148,10 +175,43 @@ class MLP(Classifier):
         return nn.Sequential(*layers)
 
 
-MODELS: dict[str, type[Classifier]] = {"linear": LinearModel, "mlp": MLP}
+class CNN(Classifier):
+    """A small ResNet (snakeddp.training.cnn) on images shaped ``input_shape`` [C, H, W]."""
+
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        optimizer: str = "adam",
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        hidden_sizes: list[int] | None = None,
+        input_shape: list[int] | None = None,
+        width: int = 32,
+        depth: int = 2,
+    ) -> None:
+        self._shape, self._width, self._depth = list(input_shape or []), width, depth
+        super().__init__(num_features, num_classes, optimizer, lr, weight_decay, hidden_sizes)
+
+    def build(self, num_features: int, outputs: int, hidden_sizes: list[int]) -> nn.Module:
+        return resnet(self._shape[0], outputs, self._width, self._depth)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features)
+
+
+MODELS: dict[str, type[Classifier]] = {"linear": LinearModel, "mlp": MLP, "cnn": CNN}
 
 
 TASK_PARAMETERS = ("num_features", "num_classes")
+
+
+def best_confusion(model: pl.LightningModule, epoch: int | None) -> dict[str, Any] | None:
+    """The validation confusion matrix a multiclass built-in model kept for ``epoch`` (the best), if any."""
+    kept = getattr(model, "confusion", None) if isinstance(model, Classifier) else None
+    if not kept or epoch is None or epoch not in kept:
+        return None
+    return {"epoch": epoch, "matrix": kept[epoch]}
 
 
 def custom_arguments(cls: type, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -184,13 +244,28 @@ def builtin_arguments(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | No
             "has no `task`. HINT: give the DataModule a `task` attribute {'num_features': ..., 'num_classes': ...}, "
             "or train your own model with model.target."
         )
-    return {
+    arguments = {
         "num_features": task["num_features"],
         "num_classes": task["num_classes"],
         "optimizer": model_cfg["optimizer"],
         "lr": model_cfg["lr"],
         "weight_decay": model_cfg["weight_decay"],
         "hidden_sizes": model_cfg["hidden_sizes"] if MODELS[model_cfg["name"]] is MLP else [],
+    }
+    if MODELS[model_cfg["name"]] is not CNN:
+        return arguments
+    if not task.get("input_shape"):
+        raise TargetError(
+            "model.name=cnn trains on images, and the data has no image column (its features are "
+            f"{task['num_features']} numbers). HINT: use model.name: mlp for these features, or list an image "
+            "column in data.table.features."
+        )
+    # width and depth are left out of a run config at their defaults (config.QUIET_AT_DEFAULT).
+    defaults = config_defaults()["model"]
+    return arguments | {
+        "input_shape": list(task["input_shape"]),
+        "width": model_cfg.get("width", defaults["width"]),
+        "depth": model_cfg.get("depth", defaults["depth"]),
     }
 
 

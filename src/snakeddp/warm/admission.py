@@ -1,8 +1,8 @@
 """Which jobs the workflow's warm process takes: only its owner's (SO_PEERCRED), only the workflow's own
 steps, and only a request for what the job's own command line would have set anyway (its arguments,
 environment, working directory, umask, limits, stdio), for the same interpreter, flags and import path
-as this process's. The first warm process checks every request; the second is its fork, with the same
-interpreter, flags, path and limits. Anything else is declined, and the job starts cold."""
+as this process's. The front warm process checks every request; the heavy one is its fork, with the
+same interpreter, flags, path and limits. Anything else is declined, and the job starts cold."""
 
 from __future__ import annotations
 

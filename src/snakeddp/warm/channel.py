@@ -1,7 +1,7 @@
-"""The channel between the two warm processes, a socket pair made before the second was forked: the
-first forwards it a checked job, the job's connection and descriptors with it (SCM_RIGHTS), and the
-second forks the job; all the second ever says back is that it has imported everything. The channel's
-end says either is gone. The first never waits for the second: its end is non-blocking, and what the
+"""The channel between the two warm processes, a socket pair made before the heavy one was forked: the
+front one forwards it a checked job, the job's connection and descriptors with it (SCM_RIGHTS), and the
+heavy one forks the job; all it ever says back is that it has imported everything. The channel's end
+says either is gone. The front one never waits for the heavy one: its end is non-blocking, and what the
 channel does not take now goes when it is writable."""
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 from snakeddp.util import handoff
 from snakeddp.warm.jobs import drop, kill
 
-#: All the second warm process ever says to the first: it has imported everything. One byte, which
-#: cannot arrive in pieces on the first's non-blocking read; the channel's end says the second is gone.
+#: All the heavy warm process ever says to the front one: it has imported everything. One byte, which
+#: cannot arrive in pieces on the front one's non-blocking read; the channel's end says the heavy one is gone.
 SAID_IMPORTED = b"i"
 
 
 @dataclass
 class Forward:
-    """A job on its way to the second warm process: its connection and descriptors stay here until the
+    """A job on its way to the heavy warm process: its connection and descriptors stay here until the
     whole request has gone (the channel takes what it can; the rest goes when it is writable)."""
 
     conn: socket.socket
@@ -35,10 +35,10 @@ class Forward:
 
 @dataclass
 class Link:
-    """The first warm process's view of the second: its pid, the channel jobs go over, what it imports."""
+    """The front warm process's view of the heavy one: its pid, the channel jobs go over, what it imports."""
 
     pid: int
-    channel: socket.socket  # non-blocking: the first never waits for the second
+    channel: socket.socket  # non-blocking: the front one never waits for the heavy one
     modules: frozenset[str]
     imported: bool = False  # it said it has imported all of ``modules``
     outbox: deque[Forward] = field(default_factory=deque)
@@ -46,16 +46,16 @@ class Link:
     killed: bool = False  # stopping: its grace over (SIGKILL)
 
     def fds(self) -> set[int]:
-        """The descriptors the first holds for the second: the channel, and the jobs not sent yet."""
+        """The descriptors the front one holds for the heavy one: the channel, and the jobs not sent yet."""
         return {self.channel.fileno(), *(fd for forward in self.outbox for fd in (forward.conn.fileno(), *forward.fds))}
 
     def forward(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-        """Queue a checked job for the second (which checks that it can fork when it does)."""
+        """Queue a checked job for the heavy one (which checks that it can fork when it does)."""
         self.outbox.append(Forward(conn, request, fds, handoff.frame({"request": request})))
 
     def flush(self) -> bool:
-        """Send what the channel takes now; a job whose request has gone is the second's. False: the
-        second is gone."""
+        """Send what the channel takes now; a job whose request has gone is the heavy one's. False:
+        the heavy one is gone."""
         while self.outbox:
             forward = self.outbox[0]
             try:
@@ -72,11 +72,11 @@ class Link:
             if forward.unsent:
                 break
             self.outbox.popleft()
-            drop(forward.conn, forward.fds)  # the second holds its own copies
+            drop(forward.conn, forward.fds)  # the heavy one holds its own copies
         return True
 
     def hear(self) -> bytes | None:
-        """What the second said (``SAID_IMPORTED``), b"" when it is gone, None when nothing came."""
+        """What the heavy one said (``SAID_IMPORTED``), b"" when it is gone, None when nothing came."""
         try:
             return self.channel.recv(1)
         except BlockingIOError:
@@ -85,8 +85,8 @@ class Link:
             return b""
 
     def stop(self, late: float) -> None:
-        """The first is stopping, ``late`` seconds past its jobs' grace: SIGTERM at once (the second stops
-        its own jobs the same way), SIGKILL a second after the jobs' grace, when the second's is over too."""
+        """The front one is stopping, ``late`` seconds past its jobs' grace: SIGTERM at once (the heavy one
+        stops its own jobs the same way), SIGKILL a second after the jobs' grace, when its grace is over too."""
         if not self.terminated:
             self.drop_outbox()
             kill(self.pid, signal.SIGTERM)
@@ -103,8 +103,8 @@ class Link:
 
 
 def take(inbox: socket.socket) -> tuple[socket.socket, dict[str, Any], list[int]] | None:
-    """The second's end: a job from the first (its connection comes first, then the job's descriptors),
-    or None: the first is gone."""
+    """The heavy one's end: a job from the front one (its connection comes first, then the job's
+    descriptors), or None: the front one is gone."""
     try:
         message, fds = handoff.receive(inbox, max_fds=1 + len(handoff.DESCRIPTORS))
     except (OSError, handoff.ProtocolError):

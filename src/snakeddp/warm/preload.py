@@ -35,20 +35,20 @@ BY_RULE = {
 }
 #: Everything, lightest first: the order of any invocation's imports. One module is imported per turn
 #: of a warm process's loop, so a job that comes meanwhile is forked between two imports (and imports
-#: the rest itself, as a fresh process would); what is SLOW the second warm process imports, so the
+#: the rest itself, as a fresh process would); what is SLOW the heavy warm process imports, so the
 #: workflow's first jobs (run configs, environment records, data) run while it imports what training needs.
 ALL = (*handoff.ENTRY_POINTS, *DATA, *ENVIRONMENT, *TRAINING, *REPORT, *TABLE)
 #: Imported where installed: one that fails to import is left to the jobs, which meet the same failure
 #: as a fresh process (Lightning skips the file systems; the report's environment has no blake3).
 OPTIONAL = frozenset({"blake3", "adlfs", "gcsfs", "s3fs", "tabulate"})
-#: What takes seconds to import: a second warm process imports it (snakeddp.warm.server), so that the
+#: What takes seconds to import: the heavy warm process imports it (snakeddp.warm.heavy), so that the
 #: jobs that do not need it (data, records, run configs) are never held up by its import.
 SLOW = frozenset({*TRAINING, *REPORT})
 #: A step that would import a preloaded module first thing waits for it rather than import it beside
 #: the warm process: a train job's supervisor imports snakeddp.train (torch, Lightning) before it forks
 #: the ranks, and two imports of torch at once on the same cores take longer than one after the other.
 #: Keyed by the step's module, or by its module and subcommand (``snakeddp.steps report``); a step that
-#: needs one of SLOW is forked by the second warm process.
+#: needs one of SLOW is forked by the heavy warm process.
 NEEDS = {
     "snakeddp.cluster.supervisor": "snakeddp.train",
     "snakeddp.steps module": "snakeddp.train",  # the user's DataModule: Lightning's

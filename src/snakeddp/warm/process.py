@@ -3,15 +3,11 @@ and onerror). Imports nothing heavy: every dry run and every job reads the Snake
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 
-from snakeddp.util import handoff, subprocesses, terminal
+from snakeddp.forking.helper import Helper
+from snakeddp.util import handoff
 
 #: A warm process's directory: snakeddp-warm-<pid of Snakemake>-<random>, mode 0700.
 PREFIX = "snakeddp-warm-"
@@ -39,9 +35,9 @@ def why_cold(deployment: set[str], env: dict[str, str] | os._Environ) -> str | N
     return None
 
 
-class WarmProcess:
+class WarmProcess(Helper):
     """One warm process for one Snakemake invocation: started by ``start``, gone by ``close`` or with
-    Snakemake itself (it watches its parent)."""
+    Snakemake itself (it watches its parent): an owner-only helper process (snakeddp.forking.helper)."""
 
     def __init__(
         self,
@@ -50,46 +46,26 @@ class WarmProcess:
         needs: dict[str, str] | None = None,
         slow: tuple[str, ...] | None = None,
     ) -> None:
+        super().__init__(PREFIX, "warm", STOP_TIMEOUT_S)
         self.entries = entries  # what it runs (its starter decides; a job's request never can)
         self.needs = needs  # which entry's jobs wait for which import (default: the server's NEEDS)
-        self.slow = slow  # what a second warm process imports (default: the server's SLOW)
+        self.slow = slow  # what the heavy warm process imports (default: preload.SLOW)
         self.stderr = stderr  # Snakemake's own by default: the warm process's few lines are the workflow's
-        self.process: subprocess.Popen | None = None
-        self.directory: str | None = None
 
     def start(self, env: dict[str, str] | None = None, preload: tuple[str, ...] = ()) -> str:
         """Start it and return its socket's path (handoff.SOCKET's value for the jobs). It imports
         ``preload`` (the invocation's, snakeddp.warm.preload.for_rules), by default what every step imports."""
-        self.directory = terminal.socket_directory(PREFIX)
-        path = os.path.join(self.directory, "warm")
-        # Bound and listening here, before any job can look for it: a job that comes before the warm
-        # process's loop runs waits in the listen queue (it does not start cold).
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-            listener.bind(path)
-            listener.listen(64)
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "snakeddp.warm.server",
-                    f"--fd={listener.fileno()}",
-                    f"--parent={os.getpid()}",
-                    *(f"--entry={entry}" for entry in self.entries),
-                    *(f"--need={entry}={module}" for entry, module in (self.needs or {}).items()),
-                    *(f"--preload={module}" for module in preload),
-                    *(f"--slow={module}" for module in self.slow or ()),
-                ],
-                stdin=subprocess.DEVNULL,
-                stderr=self.stderr,
-                env=env,  # Snakemake's own, which every job inherits
-                pass_fds=[listener.fileno()],
-                start_new_session=True,  # a terminal's Ctrl-C reaches the jobs through their clients, not here
-            )
-        atexit.register(self.close)
-        return path
+        args = [
+            *(f"--entry={entry}" for entry in self.entries),
+            *(f"--need={entry}={module}" for entry, module in (self.needs or {}).items()),
+            *(f"--preload={module}" for module in preload),
+            *(f"--slow={module}" for module in self.slow or ()),
+        ]
+        # env: Snakemake's own, which every job inherits.
+        return self.start_module("snakeddp.warm", args, env=env, stderr=self.stderr)
 
     def imported(self, timeout: float) -> bool:
-        """Wait until it has imported everything it preloads, or all it will (its second warm process
+        """Wait until it has imported everything it preloads, or all it will (its heavy warm process
         died), or ``timeout`` seconds; whether it has.
         Jobs do not wait for this (they are forked between imports): benchmarks and tests do."""
         deadline = time.monotonic() + timeout
@@ -99,13 +75,3 @@ class WarmProcess:
                 return False
             time.sleep(0.05)
         return True
-
-    def close(self) -> None:
-        """Stop it (running jobs get SIGTERM, then SIGKILL), and remove its directory."""
-        if self.process is not None:
-            subprocesses.stop(self.process, STOP_TIMEOUT_S)
-            self.process = None
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
-        atexit.unregister(self.close)

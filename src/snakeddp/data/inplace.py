@@ -1,0 +1,139 @@
+"""Partitions written in place as a table's rows arrive, when every partition's row count is known before
+any row is read.
+
+A row's partition is a function of its row number alone (``table.assign``), so a Parquet table's (or a Delta
+version's) row counts, which its files' footers hold, give each partition's size up front: every file is
+created at its final size with its header, and each chunk's rows are written straight to their place in
+it. The spill file the general path needs (rows written once to a scratch file, then again into the
+partitions) is skipped: on a 1,000-column table that was two of ingestion's four passes over the bytes. The
+files are the same bytes as the spill path writes (tests/data/test_table.py compares them), so which path
+ran never changes a dataset.
+
+Not for CSV (a CSV's rows are counted only by reading it), ``nan_policy: drop`` (a dropped row moves every
+later row), or images of no set size (their shape is known at the first image).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snakeddp.data.partitions import encode_header
+from snakeddp.errors import TableError
+from snakeddp.util.hashing import partition_file_checksum
+
+
+@dataclass
+class _File:
+    path: Path
+    partial: Path
+    fd: int
+    order: list[str]
+    cursor: dict[str, int]
+    ends: dict[str, int]
+    specs: dict[str, tuple[np.dtype, tuple[int, ...]]]
+    size: int
+
+
+class InPlace:
+    """The partition files of one ingestion, each at its final size, filled row chunk by row chunk."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        counts: Sequence[int],
+        metadata: Sequence[Mapping[str, str]],
+        feature: tuple[str, tuple[int, ...]],
+        binary: bool,
+    ) -> None:
+        self.binary = binary
+        self.files: list[_File] = []
+        try:
+            for path, n, meta in zip(paths, counts, metadata, strict=True):
+                self.files.append(self._open(Path(path), int(n), meta, feature))
+        except BaseException:
+            self.abandon()
+            raise
+
+    def _open(self, path: Path, n: int, metadata: Mapping[str, str], feature: tuple[str, tuple[int, ...]]) -> _File:
+        specs = {
+            "features": (np.dtype(feature[0]), (n, *feature[1])),
+            "labels": (np.dtype("<f4"), (n, 1)) if self.binary else (np.dtype("<i8"), (n,)),
+            "ids": (np.dtype("<i8"), (n,)),
+        }
+        header, order = encode_header(specs, metadata)
+        starts, position = {}, len(header)
+        for name in order:
+            starts[name] = position
+            position += specs[name][0].itemsize * int(np.prod(specs[name][1], dtype=np.int64))
+        ends = {name: starts[name] + specs[name][0].itemsize * int(np.prod(specs[name][1])) for name in order}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)  # less the umask
+        os.write(fd, header)
+        os.ftruncate(fd, position)
+        return _File(path, partial, fd, order, dict(starts), ends, specs, position)
+
+    def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
+        """One chunk's rows (in row order), each written at the end of its target's rows so far."""
+        order = np.argsort(targets, kind="stable")
+        arrays = {
+            "ids": ids[order].astype("<i8", copy=False),
+            "labels": labels[order].astype("<f4" if self.binary else "<i8"),
+            "features": features[order],
+        }
+        bounds = np.searchsorted(targets[order], np.arange(len(self.files) + 1))
+        for target, file in enumerate(self.files):
+            start, stop = int(bounds[target]), int(bounds[target + 1])
+            if stop == start:
+                continue
+            for name in file.order:
+                data = np.ascontiguousarray(arrays[name][start:stop])
+                if file.cursor[name] + data.nbytes > file.ends[name]:
+                    raise TableError(
+                        f"{file.path.name}: more rows than the table's files said they hold (a file changed while it "
+                        "was read). HINT: rerun once the table is no longer being written."
+                    )
+                os.pwrite(file.fd, memoryview(data.reshape(-1)).cast("B"), file.cursor[name])
+                file.cursor[name] += data.nbytes
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Each file complete, synced and in place; their manifest entries."""
+        entries = []
+        try:
+            for file in self.files:
+                if file.cursor != file.ends:
+                    raise TableError(
+                        f"{file.path.name}: fewer rows than the table's files said they hold (a file changed while it "
+                        "was read). HINT: rerun once the table is no longer being written."
+                    )
+                os.fsync(file.fd)
+                os.close(file.fd)
+                file.fd = -1
+                os.replace(file.partial, file.path)
+                entries.append(
+                    {
+                        "file": file.path.name,
+                        **partition_file_checksum(file.path),
+                        "bytes": file.size,
+                        "records": file.specs["ids"][1][0],
+                        "tensors": {n: {"dtype": str(d), "shape": list(s)} for n, (d, s) in file.specs.items()},
+                    }
+                )
+        except BaseException:
+            self.abandon()
+            raise
+        return entries
+
+    def abandon(self) -> None:
+        """Close and remove what is not in place yet (an ingestion that stopped)."""
+        for file in self.files:
+            if file.fd >= 0:
+                os.close(file.fd)
+                file.fd = -1
+            file.partial.unlink(missing_ok=True)

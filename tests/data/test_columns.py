@@ -1,0 +1,173 @@
+"""Columns that are not single numbers, and tables too wide to list: an array column (embeddings), a string
+category column one-hot over a vocabulary built from the table, beside scalar features; every column but the
+label when data.table.features is left out, resolved sorted so a file's column order changes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import snakeddp
+from snakeddp.data.columns import Inputs
+from snakeddp.data.partitions import read_partition
+from snakeddp.data.table import TableError, ingest
+from tests.data.test_table import files_of
+from tests.helpers import subprocess_env
+
+CITIES = ["paris", "oslo", "lima", "cairo"]
+
+
+def mixed(rows: int = 400, seed: int = 0) -> pa.Table:
+    """x (a number), emb (4 float32 values), city (text), y: learnable from each of them."""
+    rng = np.random.default_rng(seed)
+    city = rng.integers(0, len(CITIES), rows)
+    emb = rng.standard_normal((rows, 4)).astype(np.float32)
+    x = rng.standard_normal(rows)
+    y = ((emb[:, 0] + x + (city % 2) * 2 - 1) > 0).astype(np.int64)
+    return pa.table(
+        {
+            "x": x,
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), 4),
+            "city": pa.array([CITIES[c] for c in city]),
+            "y": y,
+        }
+    )
+
+
+def params(path: Path, features: list[str] | None = None, **table) -> dict:
+    spec = {"path": str(path), "format": "auto", "features": features or [], "label": "y", "val_fraction": 0.2}
+    return {
+        "name": "t",
+        "source": "table",
+        "seed": 1,
+        "num_train_files": 2,
+        "num_classes": 1,
+        "table": {**spec, "nan_policy": "error", "sha256": None, **table},
+    }
+
+
+def test_an_array_and_a_category_column_lie_beside_a_number(tmp_path):
+    data = mixed()
+    pq.write_table(data, tmp_path / "t.parquet")
+    summary = ingest(params(tmp_path / "t.parquet", ["x", "emb", "city"]), tmp_path / "out")
+    inputs = summary["task"]["inputs"]
+    vocabulary = sorted(CITIES)
+    assert inputs == [
+        {"column": "x", "kind": "number", "offset": 0, "width": 1},
+        {"column": "emb", "kind": "array", "offset": 1, "width": 4},
+        {"column": "city", "kind": "category", "offset": 5, "width": 4, "vocabulary": vocabulary, "oov": False},
+    ]
+    assert summary["task"]["num_features"] == 9
+    entry = json.loads((tmp_path / "out" / "val.json").read_text())
+    part = read_partition(tmp_path / "out" / "val.safetensors", entry)
+    rows = data.take(pa.array(part.ids.numpy())).to_pydict()
+    features = part.features.numpy()
+    assert np.array_equal(features[:, 0], np.array(rows["x"], dtype=np.float32))
+    assert np.array_equal(features[:, 1:5], np.array(rows["emb"], dtype=np.float32))
+    assert np.array_equal(features[:, 5:].argmax(axis=1), [vocabulary.index(c) for c in rows["city"]])
+    assert (features[:, 5:].sum(axis=1) == 1).all(), "one-hot"
+
+
+def test_an_array_row_of_another_length_is_refused_naming_it(tmp_path):
+    emb = [[1.0, 2.0]] * 10
+    emb[6] = [1.0]
+    pq.write_table(pa.table({"emb": pa.array(emb, pa.list_(pa.float64())), "y": [0, 1] * 5}), tmp_path / "t.parquet")
+    with pytest.raises(
+        TableError, match=r"t\.parquet: column 'emb', row 7: an array of 1 values, and the column's arrays have 2"
+    ):
+        ingest(params(tmp_path / "t.parquet", ["emb"]), tmp_path / "out")
+
+
+def test_a_csv_text_column_is_a_category_when_listed_and_not_a_number_otherwise(tmp_path):
+    frame = mixed(60).select(["x", "city", "y"]).to_pandas()
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(
+        TableError, match=r"column 'city', row 1 \(line 2\): '.*' is not a number.*data.table.categories"
+    ):
+        ingest(params(tmp_path / "t.csv", ["x", "city"]), tmp_path / "out")
+    summary = ingest(params(tmp_path / "t.csv", ["x", "city"], categories=["city"]), tmp_path / "out")
+    assert summary["task"]["inputs"][1]["vocabulary"] == sorted(set(frame["city"]))
+
+
+def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order(tmp_path):
+    rng = np.random.default_rng(0)
+    wide = pd.DataFrame({f"f{i:03d}": rng.standard_normal(200).astype(np.float32) for i in range(30)})
+    wide["y"] = (wide["f007"] > 0).astype(int)
+    wide["row_id"] = np.arange(200)
+    wide.to_parquet(tmp_path / "a.parquet")
+    wide[list(reversed(wide.columns))].to_parquet(tmp_path / "b.parquet")
+    first = ingest(params(tmp_path / "a.parquet", exclude=["row_id"]), tmp_path / "a")
+    ingest(params(tmp_path / "b.parquet", exclude=["row_id"]), tmp_path / "b")
+    assert [c["column"] for c in first["task"]["inputs"]] == [f"f{i:03d}" for i in range(30)]
+    assert files_of(tmp_path / "a") == {k: v for k, v in files_of(tmp_path / "b").items()} | {
+        "ingest.json": files_of(tmp_path / "a")["ingest.json"]
+    }
+    narrowed = ingest(params(tmp_path / "a.parquet", feature_pattern="f00[0-4]"), tmp_path / "c")
+    assert [c["column"] for c in narrowed["task"]["inputs"]] == ["f000", "f001", "f002", "f003", "f004"]
+    with pytest.raises(TableError, match=r"data.table.exclude names 'nope', which the table does not have"):
+        ingest(params(tmp_path / "a.parquet", exclude=["nope"]), tmp_path / "d")
+
+
+def test_inputs_encode_new_rows_as_training_did_and_refuse_or_map_unseen_values(tmp_path):
+    pq.write_table(mixed(), tmp_path / "t.parquet")
+    task = ingest(params(tmp_path / "t.parquet", ["x", "emb", "city"]), tmp_path / "out")["task"]
+    entry = json.loads((tmp_path / "out" / "val.json").read_text())
+    part = read_partition(tmp_path / "out" / "val.safetensors", entry)
+    rows = mixed().take(pa.array(part.ids.numpy()[:5])).to_pydict()
+    assert np.array_equal(Inputs(task).encode(rows).numpy(), part.features.numpy()[:5])
+    with pytest.raises(TableError, match=r"column 'city': 'rome' is not in the vocabulary.*unseen: oov"):
+        Inputs(task).encode({**rows, "city": ["rome", *rows["city"][1:]]})
+    oov = ingest(params(tmp_path / "t.parquet", ["x", "emb", "city"], unseen="oov"), tmp_path / "oov")["task"]
+    encoded = Inputs(oov).encode({**rows, "city": ["rome", *rows["city"][1:]]}).numpy()
+    assert encoded.shape == (5, 10) and encoded[0, 9] == 1 and encoded[0, 5:9].sum() == 0
+
+
+@pytest.mark.e2e
+def test_mixed_columns_and_a_thousand_column_table_train_with_no_feature_list(workflow, tiny_config):
+    pq.write_table(mixed(1200), workflow.directory / "mixed.parquet")
+    rng = np.random.default_rng(1)
+    wide = rng.standard_normal((1200, 1000)).astype(np.float32)
+    columns = {f"c{i}": wide[:, i] for i in range(1000)}
+    columns["y"] = (wide[:, :10].sum(axis=1) > 0).astype(np.int64)
+    pq.write_table(pa.table(columns), workflow.directory / "wide.parquet")
+    tiny_config["data"] = {
+        "name": "cols",
+        "source": "table",
+        "num_train_files": 2,
+        "table": {"path": "mixed.parquet", "label": "y"},
+    }
+    tiny_config["trainer"] = {"max_epochs": 4, "batch_size": 32}
+    tiny_config["sweep"] = {"data.table.path": ["mixed.parquet", "wide.parquet"]}
+    workflow.write_config(tiny_config)
+    workflow.run()
+    records = {
+        p.parent.name: json.loads(p.read_text()) for p in workflow.directory.glob("results/runs/*/provenance.json")
+    }
+    by_path = {r["config"]["data"]["table"]["path"]: r for r in records.values()}
+    mixed_run, wide_run = by_path["mixed.parquet"], by_path["wide.parquet"]
+    assert mixed_run["config"]["data"]["table"]["features"] == ["city", "emb", "x"]
+    assert [c["kind"] for c in mixed_run["data"]["inputs"]] == ["category", "array", "number"]
+    assert mixed_run["data"]["inputs"][0]["vocabulary"] == sorted(CITIES)
+    assert len(wide_run["config"]["data"]["table"]["features"]) == 1000
+    assert wide_run["data"]["inputs"][-1] == {"column": "c999", "kind": "number", "offset": 999, "width": 1}
+    for record in (mixed_run, wide_run):
+        assert record["training"]["best_val_acc"] > 0.75, record["training"]
+    assert workflow.planned_jobs() == {}, "nothing reruns when nothing changed"
+    # At inference the export applies the layout: raw rows (text categories, arrays) in, predictions out.
+    exported = workflow.directory / "exported"
+    command = [sys.executable, "-m", "snakeddp.cli", "export", mixed_run["run_id"], "--to", str(exported)]
+    subprocess.run(command, cwd=workflow.directory, env=subprocess_env(), check=True, capture_output=True, timeout=300)
+    rows = mixed(40, seed=9).to_pydict()
+    features = snakeddp.inputs(exported).encode(rows)
+    with torch.no_grad():
+        predicted = (snakeddp.load(exported)(features)[:, 0] > 0).long()
+    assert features.shape == (40, 9) and (predicted.numpy() == np.array(rows["y"])).mean() > 0.75
