@@ -105,7 +105,7 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
     standin = StandIn(tmp_path / "gpus", count=1, driver="570.86.15")
     flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
     env = standin.env(subprocess_env(), visible=None)
-    done = flow.run(env=env, wrap=standin.command)
+    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)  # the report aside
     (line,) = hints(done)
     assert line.startswith(
         "snakeddp: run base: 1 rank, and the NVIDIA driver is 570.86.15, older than the installed"
@@ -127,22 +127,21 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
 
 
 def test_wsl2_without_the_drivers_proc_files_plans_the_one_rank_run_on_its_gpu(tmp_path: Path):
+    """The plan; what the rank checks on such a machine, tests/environment/test_cuda.py's WSL2 check."""
     standin = StandIn(tmp_path / "gpus", count=1, proc=False, model="NVIDIA GeForce RTX 4090", capability="8.9")
     flow = flow_in(tmp_path / "flow", SWEEP)
-    env = standin.env(subprocess_env(), visible=None)
-    planned = flow.run("-n", env=env, wrap=standin.command)
+    planned = flow.run("-n", env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
     assert "run devices-2: 2 ranks, and this machine shows 1 GPU (NVIDIA GeForce RTX 4090)" in planned.stderr
-    done = flow.run("--config", "sweep={launch.devices: [1]}", check=False, env=env, wrap=standin.command)
-    log = (flow.directory / "logs/train/devices-1.log").read_text()
-    assert done.returncode != 0 and FIRST_CUDA_CALL in log, log[-3000:]
-    assert "snakeddp: 1 rank(s) on NVIDIA GeForce RTX 4090, compute capability 8.9, CUDA 13.0 build" in log
+    assert not hints(planned) and "train" in planned.stdout
 
 
 def test_a_container_without_the_gpus_on_a_gpu_host_trains_the_default_config_on_the_cpu(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=2, reachable=False)
     flow = flow_in(tmp_path / "flow", SWEEP)
-    flow.run(env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
-    for run in ("devices-1", "devices-2"):
+    runs = ("devices-1", "devices-2")
+    trained = [f"results/runs/{run}/provenance.json" for run in runs]  # the report aside
+    flow.run(*trained, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    for run in runs:
         record = json.loads((flow.directory / f"results/runs/{run}/provenance.json").read_text())
         assert record["launch"]["accelerator"] == "cpu", run
 
