@@ -1,4 +1,4 @@
-"""13. GPU training: snakeddp.train (Lightning DDP on a GPU) vs a hand-written DDP loop on the same GPU.
+"""15. GPU training: snakeddp.train (Lightning DDP on a GPU) vs a hand-written DDP loop on the same GPU.
 
 Needs a CUDA GPU, so it runs only where named (``python -m bench gpu``; tools/gpu-check.sh runs it on a
 lent GPU machine). One rank on one GPU, the way ``snakemake --profile local`` trains a ``devices-1`` run:
@@ -21,7 +21,7 @@ from bench.datasets import data_config, ensure_dataset
 from bench.harness import Context, Result, alternate, child_env, median, paired_ratio, target_figure
 
 NAME = "gpu"
-TITLE = "13. GPU training"
+TITLE = "15. GPU training"
 PRECISIONS = ("32-true", "bf16-mixed")
 
 
