@@ -1,7 +1,7 @@
 """Partitions written in place as a table's rows arrive, when every partition's row count is known before
 any row is read.
 
-A row's partition is a function of its row number alone (``table.assign``), so a Parquet table's (or a Delta
+A row's partition is a function of its row number alone (``split.assign``), so a Parquet table's (or a Delta
 version's) row counts, which its files' footers hold, give each partition's size up front: every file is
 created at its final size with its header, and each chunk's rows are written straight to their place in
 it. The spill file the general path needs (rows written once to a scratch file, then again into the

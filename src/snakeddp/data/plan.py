@@ -1,7 +1,7 @@
 """What the workflow asks of a table dataset while it plans: its files (the ingest job's inputs) and
 their checksum, which becomes part of every run config that trains on it.
 
-snakeddp.data.table (numpy) is imported only when a run reads a table: every dry run parses this."""
+snakeddp.data.source and identity are imported only when a run reads a table: every dry run parses this."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
     if data.get("source") != TABLE:
         return []
     from snakeddp.data.remote import is_url
-    from snakeddp.data.table import table_files
+    from snakeddp.data.source import table_files
 
     if is_url(data["table"]["path"]):
         return []  # objects in storage: their ETags are in the dataset id (resolve_tables) instead
@@ -37,8 +37,10 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
     longer matches stops the workflow.
     """
+    from snakeddp.data.identity import cached_fingerprint
     from snakeddp.data.remote import is_url, list_objects
-    from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot, features_of, open_source
+    from snakeddp.data.source import delta_snapshot, features_of, open_source
+    from snakeddp.errors import TableError
 
     for run_id, run in runs.items():
         data = run["config"]["data"]
