@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from snakeddp.data import table
+from snakeddp.data import partitions, table
 from snakeddp.data.identity import fingerprint
 from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
 from snakeddp.data.table import TableError, ingest, place
@@ -24,7 +24,12 @@ PARTS = ["val", *(f"train/part-{i:05d}" for i in range(3))]
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
-    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    """Every file's bytes, but the stat stamps of an ingestion's own files (which no two ingestions share)."""
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != table.WRITTEN
+    }
 
 
 def loaded(directory: Path, name: str):
@@ -195,14 +200,22 @@ def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
         ingest(params(path, sha256=pinned), tmp_path / "out")
 
 
-def test_place_links_a_verified_partition_and_refuses_a_damaged_one(tmp_path):
+def test_place_links_a_partition_as_ingested_unread_and_checks_and_refuses_a_damaged_one(tmp_path, monkeypatch):
     frame().to_csv(tmp_path / "t.csv", index=False)
     ingest(params(tmp_path / "t.csv"), tmp_path / "ingest")
+    checked = []
+    real = partitions.verify_file
+    monkeypatch.setattr(partitions, "verify_file", lambda path, entry: checked.append(path.name) or real(path, entry))
     entry = place(tmp_path / "ingest", "train", 1, tmp_path / "train" / "part-00001.safetensors", tmp_path / "e.json")
-    assert entry["file"] == "part-00001.safetensors"
+    assert checked == [], "the file ingestion hashed, unchanged since (its stat stamp): not read again"
+    assert entry["file"] == "part-00001.safetensors" and "written" not in json.dumps(entry)
     final = tmp_path / "train" / "part-00001.safetensors"
     assert final.read_bytes() == (tmp_path / "ingest" / "train" / "part-00001.safetensors").read_bytes()
     assert json.loads((tmp_path / "e.json").read_text()) == entry
+    same = (tmp_path / "ingest" / "train" / "part-00002.safetensors").read_bytes()
+    (tmp_path / "ingest" / "train" / "part-00002.safetensors").write_bytes(same)
+    place(tmp_path / "ingest", "train", 2, tmp_path / "train" / "part-00002.safetensors", tmp_path / "e2.json")
+    assert checked == ["part-00002.safetensors"], "written again since: checked (the same bytes pass)"
     (tmp_path / "ingest" / "val.safetensors").write_bytes(b"garbage")
     with pytest.raises(DataIntegrityError, match="val.safetensors"):
         place(tmp_path / "ingest", "val", 0, tmp_path / "val.safetensors", tmp_path / "v.json")

@@ -1,19 +1,56 @@
 """A table's identity, which becomes part of its dataset's id and of every run config that trains on it: a
 changed table is a new dataset.
 
-A local table's identity is the sha256 over its files' names (relative to the table), sizes and sha256s; a
-table in object storage's is its objects' listing (snakeddp.data.remote.fingerprint); a Delta table's is its
-table id, version and data files (snakeddp.data.delta).
+A local table's identity is the sha256 over its files' names (relative to the table), sizes and sha256s: its
+content, whatever machine it is on. A table in object storage's is its objects' listing (snakeddp.data.remote);
+a Delta table's is its table id, version and data files (snakeddp.data.delta). Metadata alone is not a local
+file's identity: an mtime can be set back (``touch -d``, ``cp -p``, ``rsync -t``), two versions can have one size,
+and a Parquet footer holds no checksum of its values (its page checksums are optional, and off in pyarrow's and
+Spark's writers), so a value changed in place can leave size, mtime and footer as they were.
+
+The content is read twice, never three times: when the workflow plans (``cached_fingerprint``: each file's hash
+reused while its stat stamp, ctime included, is unchanged, so a table is hashed once, not on every start), and
+while ingestion reads the rows (``Check``: each file hashed on a thread as it is decoded, and its stamp compared
+before and after, so the rows ingested are those of the files hashed). The plan hashes files on several threads
+(hashlib releases the GIL).
 """
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from snakeddp.data import remote
 from snakeddp.data.source import Listing, remote_table, table_files
+from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.fsutil import stat_stamp as stamp
 from snakeddp.util.hashing import sha256_file, sha256_json
+
+# Files hashed at once while the workflow plans: the machine's cores, at most this many (a disk's limit).
+MAX_THREADS = 4
+# A stamp is trusted only for a file unchanged this long before it was hashed: file system times are coarse
+# (a clock tick), so a write in the tick of the hash would otherwise leave the stamp as it was
+# (snakeddp.data.partitions.VerifiedFiles does the same).
+SETTLED_NS = 1_000_000_000
+
+
+def _base(root: Path) -> Path:
+    return root if root.is_dir() else root.parent
+
+
+def _hashed(files: Sequence[Path]) -> list[str]:
+    """Each file's sha256, several files at once."""
+    threads = max(1, min(len(files), os.cpu_count() or 1, MAX_THREADS))
+    if threads == 1:
+        return [sha256_file(p) for p in files]
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="snakeddp-table-hash") as pool:
+        return list(pool.map(sha256_file, files))
 
 
 def fingerprint(path: str | Path, fmt: str = "auto", listed: Listing | None = None) -> str:
@@ -23,12 +60,16 @@ def fingerprint(path: str | Path, fmt: str = "auto", listed: Listing | None = No
         return remote.fingerprint(remote_table(str(path), fmt, listed)[1])
     root = Path(path)
     _, files = table_files(root, fmt)
-    base = root if root.is_dir() else root.parent
-    return sha256_json([[p.relative_to(base).as_posix(), p.stat().st_size, sha256_file(p)] for p in files])
+    base = _base(root)
+    digests = _hashed(files)
+    return sha256_json(
+        [[p.relative_to(base).as_posix(), p.stat().st_size, d] for p, d in zip(files, digests, strict=True)]
+    )
 
 
 def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, listed: Listing | None = None) -> str:
-    """``fingerprint``, reusing the last result while no file's size, mtime or inode changed.
+    """``fingerprint``, hashing only the files whose stamp changed since the last time (a new file, one
+    rewritten, touched or replaced); the others' hashes come from ``cache_file``.
 
     The workflow computes it each time it starts (on Slurm, once per job), so a large table is
     hashed once, not on every start. A URL's listing is taken afresh each time (it reads no bytes).
@@ -37,16 +78,72 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, liste
         return fingerprint(path, fmt, listed)
     root = Path(path)
     _, files = table_files(root, fmt)
-    stamp = sha256_json([[str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns, p.stat().st_ino] for p in files])
     cache_path = Path(cache_file)
     try:
-        cache = read_json(cache_path)
-    except (OSError, ValueError):
+        cache = read_json(cache_path).get("files", {})
+    except (OSError, ValueError, AttributeError):
         cache = {}
-    key = str(root.resolve())
-    if cache.get(key, {}).get("stamp") == stamp:
-        return cache[key]["sha256"]
-    digest = fingerprint(root, fmt)
-    cache[key] = {"stamp": stamp, "sha256": digest}
-    atomic_write_json(cache_path, cache)
-    return digest
+    keys = [str(p.resolve()) for p in files]
+    before = [stamp(p) for p in files]
+    todo = [i for i, key in enumerate(keys) if cache.get(key, {}).get("stamp") != before[i]]
+    started = time.time_ns()
+    for i, digest in zip(todo, _hashed([files[i] for i in todo]), strict=True):
+        if stamp(files[i]) != before[i]:
+            raise TableError(
+                f"{files[i]}: the file changed while it was hashed. HINT: rerun once the table is no longer "
+                "being written."
+            )
+        settled = started - before[i][4] > SETTLED_NS
+        cache[keys[i]] = {"stamp": before[i] if settled else None, "sha256": digest}
+    if todo:
+        kept = {key: entry for key, entry in cache.items() if key in keys or os.path.exists(key)}
+        atomic_write_json(cache_path, {"files": kept})
+    base = _base(root)
+    return sha256_json(
+        [
+            [p.relative_to(base).as_posix(), s[2], cache[key]["sha256"]]
+            for p, s, key in zip(files, before, keys, strict=True)
+        ]
+    )
+
+
+class Check:
+    """A local table's identity checked while ingestion reads it, against the one the workflow planned with:
+    each file is hashed on a thread while its rows are decoded (its bytes come from the page cache to
+    whichever reads them second), and its stamp must be the same before and after, so the rows ingested are
+    the bytes hashed. A table that changed since it was planned is refused before any partition is complete."""
+
+    def __init__(self, path: str | Path, expected: str) -> None:
+        self.root, self.expected = Path(path), expected
+        self.entries: list[list[Any]] = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-table-check")
+
+    @contextmanager
+    def reading(self, files: Sequence[Path | str]) -> Iterator[None]:
+        """Hash ``files`` (in order) while the block reads them."""
+        paths = [Path(p) for p in files]
+        before = [stamp(p) for p in paths]
+        hashing: Future[list[str]] = self._pool.submit(lambda: [sha256_file(p) for p in paths])
+        yield  # a read that fails leaves the hash unwaited for (close)
+        digests = hashing.result()
+        base = _base(self.root)
+        for path, was, digest in zip(paths, before, digests, strict=True):
+            if stamp(path) != was:
+                raise TableError(
+                    f"{path}: the file changed while it was read. HINT: rerun once the table is no longer being "
+                    "written."
+                )
+            self.entries.append([path.relative_to(base).as_posix(), was[2], digest])
+
+    def finish(self) -> None:
+        """A TableError unless the files read are the table the workflow planned with."""
+        self._pool.shutdown()
+        if sha256_json(self.entries) != self.expected:
+            raise TableError(
+                f"{self.root}: the table's checksum differs from data.table.sha256 (the table changed). "
+                "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
+            )
+
+    def close(self) -> None:
+        """Stop hashing (an ingestion that stopped): a file being hashed is finished on its thread."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from snakeddp.data import columns as cols
-from snakeddp.data import imagefolder, images, readers
+from snakeddp.data import imagefolder, images
 from snakeddp.data.source import IMAGES, Source
 from snakeddp.errors import TableError
 from snakeddp.util.terminal import say
@@ -30,7 +30,7 @@ def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
         return {c: (cols.CATEGORY if c in categories else cols.NUMBER, None) for c in features}
     found: dict[str, Any] = {}
     for file in source.files:
-        types = {f.name: f.type for f in readers.parquet_schema(file.path)}
+        types = {f.name: f.type for f in source.footer(file).schema.to_arrow_schema()}
         for name in features:
             if name not in found and name in types:
                 found[name] = (cols.kind_of(name, types[name], categories, str(file.path)), types[name])

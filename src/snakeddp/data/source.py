@@ -159,6 +159,15 @@ class Source:
     table: Mapping[str, Any]
     root: Path | None = None
     """A folder of images: its root (its files are the image files)."""
+    footers: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Each Parquet file's footer, read once: the layout, the row counts and the rows all need it."""
+
+    def footer(self, file: TableFile) -> Any:
+        """A Parquet file's metadata (readers.footer), read the first time it is asked for."""
+        key = str(file.path)
+        if key not in self.footers:
+            self.footers[key] = readers.footer(file.path)
+        return self.footers[key]
 
     def chunks(
         self, source: TableFile, wanted: Sequence[str], rows: int, text: Sequence[str] = ()
@@ -168,12 +177,17 @@ class Source:
         constants_of = functools.partial(
             readers.constants, source.path, source.values, wanted, self.table, self.snapshot
         )
-        return readers.chunks(self.fmt, source.path, wanted, rows, constants_of, text)
+        footer = self.footers.get(str(source.path)) if self.fmt == "parquet" else None
+        return readers.chunks(self.fmt, source.path, wanted, rows, constants_of, text, footer)
 
     @property
     def units(self) -> list[TableFile]:
         """What is read one after the other: each file, or the whole folder of images as one."""
         return [TableFile(self.root)] if self.fmt == IMAGES else self.files
+
+    def paths_of(self, unit: TableFile) -> list[Path | str]:
+        """The files a unit's rows come from: the file, or every image file of the folder."""
+        return [f.path for f in self.files] if self.fmt == IMAGES else [unit.path]
 
     def where(self, unit: TableFile) -> cols.Where:
         if self.fmt == IMAGES:

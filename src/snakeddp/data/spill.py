@@ -30,14 +30,12 @@ class Spill:
         self.offset = 0
 
     def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
-        """One chunk's rows (in row order) with their targets."""
+        """One chunk's rows, grouped by target (``targets`` sorted, each target's rows in row order)."""
         fields = [("ids", "<i8"), ("labels", "<f4" if self.binary else "<i8")]
         records = np.empty(len(ids), dtype=[*fields, ("features", features.dtype, features.shape[1:])])
         records["ids"], records["labels"], records["features"] = ids, labels, features
         if not self.dtype.names:
             self.dtype = records.dtype
-        order = np.argsort(targets, kind="stable")
-        records, targets = records[order], targets[order]
         bounds = np.searchsorted(targets, np.arange(len(self.segments) + 1))
         self.handle.write(records.tobytes())
         for target in range(len(self.segments)):

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from snakeddp.data import readers
 from snakeddp.data.source import Source
 from snakeddp.errors import TableError
 
@@ -47,15 +46,12 @@ def known_counts(source: Source, params: Mapping[str, Any]) -> np.ndarray | None
     table = source.table
     if source.fmt != "parquet" or table["nan_policy"] != "error":
         return None
-    import pyarrow.parquet as pq
-
     total = 0
     for file in source.files:
-        with readers.opened(file.path) as stream:
-            try:
-                total += pq.ParquetFile(stream).metadata.num_rows
-            except Exception:
-                return None
+        try:
+            total += source.footer(file).num_rows
+        except TableError:
+            return None
     partitions = params["num_train_files"]
     counts = np.zeros(partitions + 1, dtype=np.int64)
     for start in range(0, total, _BLOCK):

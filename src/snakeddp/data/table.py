@@ -16,6 +16,7 @@ every trained sample traces back to its source row.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,19 +28,21 @@ from typing import Any
 import numpy as np
 
 from snakeddp.data import columns as cols
-from snakeddp.data import delta, imagefolder, readers
-from snakeddp.data.identity import fingerprint
+from snakeddp.data import delta, imagefolder, readers, remote
+from snakeddp.data.identity import Check, fingerprint
 from snakeddp.data.inplace import InPlace
 from snakeddp.data.layout import chunk_rows as rows_per_chunk
 from snakeddp.data.layout import layout_of, probe_rows
-from snakeddp.data.source import IMAGES, Source, delta_snapshot, features_of, open_source
+from snakeddp.data.source import IMAGES, Source, TableFile, delta_snapshot, features_of, open_source
 from snakeddp.data.spill import Spill
 from snakeddp.data.split import assign, check_empty, known_counts
 from snakeddp.errors import TableError
-from snakeddp.util.fsutil import atomic_write_json, link_or_copy
+from snakeddp.util.fsutil import atomic_write_json, link_or_copy, stat_stamp
 from snakeddp.util.terminal import say
 
 GENERATOR = "snakeddp.table/1"
+# In an ingestion's folder: each partition's stat stamp once it was complete and hashed (``place``).
+WRITTEN = "written.json"
 # Seconds between progress lines while a big table is read.
 PROGRESS_EVERY_S = 10
 
@@ -54,7 +57,8 @@ class Stats:
 
 
 def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
-    """Labels must be 0/1 (binary) or class indices; ``rows`` are their row indices in the file."""
+    """Labels must be 0/1 (binary) or class indices; ``rows`` are their row indices in the file (in any order:
+    the first bad one in the file is named)."""
     if classes == 1:
         bad = np.flatnonzero((labels != 0) & (labels != 1))
         rule = "0 or 1 (data.num_classes is 1: binary labels)"
@@ -62,8 +66,9 @@ def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path
         bad = np.flatnonzero((labels != np.floor(labels)) | (labels < 0) | (labels >= classes))
         rule = f"an integer in 0..{classes - 1} (data.num_classes is {classes})"
     if bad.size:
+        first = bad[np.argmin(rows[bad])]
         raise TableError(
-            f"{readers.where(path, column, int(rows[bad[0]]))}: label {labels[bad[0]]:g} is not {rule}. "
+            f"{readers.where(path, column, int(rows[first]))}: label {labels[first]:g} is not {rule}. "
             "HINT: fix the label column or data.num_classes."
         )
 
@@ -75,48 +80,67 @@ def _read_rows(
     sink: Spill | InPlace,
     chunk_rows: int,
     stats: Stats,
+    check: Check | None,
+) -> None:
+    """Every row, read in order, checked, encoded and handed to ``sink`` grouped by target: each chunk's rows
+    are sorted by their target (stably: a target's rows stay in row order) before they are encoded, so the
+    encoding writes them in the order the sink stores them. ``check``: the table's identity, checked as its
+    files are read (a TableError at the end where it is not the one planned)."""
+    units = source.units
+    for number, unit in enumerate(units, 1):
+        say(f"ingest: reading {unit.path} (file {number} of {len(units)})")
+        with check.reading(source.paths_of(unit)) if check else contextlib.nullcontext():
+            _read_unit(source, unit, layout, params, sink, chunk_rows, stats)
+    if check is not None:
+        check.finish()
+
+
+def _read_unit(
+    source: Source,
+    unit: TableFile,
+    layout: cols.Layout,
+    params: Mapping[str, Any],
+    sink: Spill | InPlace,
+    chunk_rows: int,
+    stats: Stats,
 ) -> None:
     table = source.table
     features, label = [c.name for c in layout.columns], table["label"]
     partitions, classes = params["num_train_files"], params["num_classes"]
-    row, said = 0, time.monotonic()
-    units = source.units
-    for number, unit in enumerate(units, 1):
-        path = unit.path
-        say(f"ingest: reading {path} (file {number} of {len(units)})")
-        where_of = source.where(unit)
-        file_rows = 0
-        for chunk in source.chunks(
-            unit, [*features, label], chunk_rows, [c.name for c in layout.columns if c.kind == cols.CATEGORY]
-        ):
-            if time.monotonic() - said >= PROGRESS_EVERY_S:
-                say(f"ingest: {row:,} rows read")
-                said = time.monotonic()
-            n = len(chunk[label])
-            labels = cols.numbers(chunk[label], where_of, label, file_rows)
-            values, usable = layout.encode(chunk, n, where_of, file_rows)
-            finite = usable & np.isfinite(labels)
-            if not finite.all():
-                first = int(np.flatnonzero(~finite)[0])
-                if table["nan_policy"] == "error":
-                    column = layout.first_bad(values[first]) if not usable[first] else label
-                    raise TableError(
-                        f"{where_of(column, file_rows + first)}: missing or non-finite value. "
-                        "HINT: clean the table, or set data.table.nan_policy: drop to skip such rows."
-                    )
-                stats.rows_dropped += int((~finite).sum())
-            ids = np.arange(row, row + n, dtype=np.int64)
-            keep = np.flatnonzero(finite)
-            _check_labels(labels[keep], file_rows + keep, classes, path, label)
-            kept = values if keep.size == n else values[keep]
-            targets = assign(ids[keep], params["seed"], table["val_fraction"], partitions)
-            if layout.image is not None:
-                layout.add_image_stats(kept[targets < partitions])
-            sink.add(ids[keep], labels[keep], kept, targets)
-            row, file_rows = row + n, file_rows + n
-        if file_rows == 0:
-            raise TableError(f"{path}: the file has no rows. HINT: remove it from the table or fill it.")
-        stats.files.append({"file": str(path), "rows": file_rows})
+    row, said, path = stats.rows_read, time.monotonic(), unit.path
+    where_of = source.where(unit)
+    file_rows = 0
+    for chunk in source.chunks(
+        unit, [*features, label], chunk_rows, [c.name for c in layout.columns if c.kind == cols.CATEGORY]
+    ):
+        if time.monotonic() - said >= PROGRESS_EVERY_S:
+            say(f"ingest: {row:,} rows read")
+            said = time.monotonic()
+        n = len(chunk[label])
+        labels = cols.numbers(chunk[label], where_of, label, file_rows)
+        targets = assign(np.arange(row, row + n, dtype=np.int64), params["seed"], table["val_fraction"], partitions)
+        order = np.argsort(targets, kind="stable")
+        values, usable = layout.encode(chunk, n, where_of, file_rows, order)
+        finite = usable & np.isfinite(labels[order])
+        if not finite.all():
+            if table["nan_policy"] == "error":
+                at = int(np.flatnonzero(~finite)[np.argmin(order[~finite])])
+                column = layout.first_bad(values[at]) if not usable[at] else label
+                raise TableError(
+                    f"{where_of(column, file_rows + int(order[at]))}: missing or non-finite value. "
+                    "HINT: clean the table, or set data.table.nan_policy: drop to skip such rows."
+                )
+            stats.rows_dropped += int((~finite).sum())
+        keep = order[finite]  # row indices, grouped by target and in row order within each
+        _check_labels(labels[keep], file_rows + keep, classes, path, label)
+        kept = values if keep.size == n else values[finite]
+        if layout.image is not None:
+            layout.add_image_stats(kept[targets[keep] < partitions])
+        sink.add(row + keep, labels[keep], kept, targets[keep])
+        row, file_rows = row + n, file_rows + n
+    if file_rows == 0:
+        raise TableError(f"{path}: the file has no rows. HINT: remove it from the table or fill it.")
+    stats.files.append({"file": str(path), "rows": file_rows})
     stats.rows_read = row
 
 
@@ -143,15 +167,39 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     """
     table = params["table"]
     snapshot = delta_snapshot(table)
-    if snapshot is not None:
-        current = snapshot.identity()
-    else:
-        current = fingerprint(table["path"], table["format"]) if table.get("sha256") else None
-    if table.get("sha256") and current != table["sha256"]:
+    check = _identity_check(table, snapshot)
+    try:
+        return _ingest(params, Path(out_dir), chunk_rows, snapshot, check)
+    finally:
+        if check is not None:
+            check.close()
+
+
+def _identity_check(table: Mapping[str, Any], snapshot: delta.Snapshot | None) -> Check | None:
+    """Where the table is the one planned (``data.table.sha256``) is checked: a Delta version's and a table in
+    object storage's identity now (their log and listing: no bytes read); a local table's while it is read."""
+    expected = table.get("sha256")
+    if not expected:
+        return None
+    if snapshot is None and not remote.is_url(table["path"]):
+        return Check(table["path"], expected)
+    current = snapshot.identity() if snapshot is not None else fingerprint(table["path"], table["format"])
+    if current != expected:
         raise TableError(
             f"{table['path']}: the table's checksum differs from data.table.sha256 (the table changed). "
             "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
         )
+    return None
+
+
+def _ingest(
+    params: Mapping[str, Any],
+    out: Path,
+    chunk_rows: int | None,
+    snapshot: delta.Snapshot | None,
+    check: Check | None,
+) -> dict[str, Any]:
+    table = params["table"]
     source = open_source(table, snapshot)
     features = features_of(table, source)
     if snapshot is not None:
@@ -160,7 +208,6 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     class_names = _check_classes(source, classes)
     layout = layout_of(source, features, params.get("image") or {}, chunk_rows or probe_rows(features))
     rows = chunk_rows or rows_per_chunk(source, layout)
-    out = Path(out_dir)
     (out / "train").mkdir(parents=True, exist_ok=True)
     names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
     # Images are written through the spill: their shape may be known only once the first one is decoded.
@@ -172,17 +219,19 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
         paths = [out / f"{name}.safetensors" for name in names]
         placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1)
         try:
-            _read_rows(source, layout, params, placed, rows, stats)
+            _read_rows(source, layout, params, placed, rows, stats, check)
         except BaseException:
             placed.abandon()
             raise
         say(f"ingest: {stats.rows_read:,} rows read into {partitions} train partitions and validation")
         entries = placed.finish()
     else:
-        entries = _through_spill(source, layout, params, out, rows, stats, names)
+        entries = _through_spill(source, layout, params, out, rows, stats, names, check)
     task = {**_task(params, layout), **({"classes": class_names} if class_names else {})}
     for name, entry in zip(names, entries, strict=True):
         atomic_write_json(out / f"{name}.json", {**entry, "task": task} if name == "val" else entry)
+    # This machine's stat stamps of the files hashed (place): apart from the entries, which two ingestions share.
+    atomic_write_json(out / WRITTEN, {name: stat_stamp(out / f"{name}.safetensors") for name in names})
     summary = {
         "generator": GENERATOR,
         "format": source.fmt,
@@ -211,12 +260,13 @@ def _through_spill(
     rows: int,
     stats: Stats,
     names: list[str],
+    check: Check | None,
 ) -> list[dict[str, Any]]:
     """The rows through one spill file, then each partition written from its segments."""
     partitions = params["num_train_files"]
     spill = Spill(out / ".spill", partitions + 1, binary=params["num_classes"] == 1)
     try:
-        _read_rows(source, layout, params, spill, rows, stats)
+        _read_rows(source, layout, params, spill, rows, stats, check)
         spill.finish()
         empty = [t for t in range(partitions + 1) if spill.count(t) == 0]
         check_empty(source.table, empty, stats.rows_read - stats.rows_dropped, partitions)
@@ -239,15 +289,24 @@ def _task(params: Mapping[str, Any], layout: cols.Layout) -> dict[str, Any]:
 def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entry_path: str | Path) -> dict[str, Any]:
     """Put one ingested partition (or the validation set) at its final path, with its entry.
 
-    A hard link when the filesystem allows (no copy), else a copy; the entry is checked against
-    the file first, so a damaged ingest directory is never passed on.
+    A hard link when the filesystem allows (no copy), else a copy. Ingestion hashed what it wrote, and
+    recorded the file's stat stamp once it was in place (``WRITTEN``): a file whose stamp is still that one
+    is the file hashed (any write, rename, link or ``utime`` since would have moved its ctime), so it is not
+    read again; any other (changed, or on a node that sees another device) is checked against its entry
+    first, so a damaged ingest directory is never passed on. Training verifies every file against the
+    manifest before its first use either way (snakeddp.data.partitions).
     """
     from snakeddp.data.partitions import verify_file
 
     name = "val" if split == "val" else f"train/part-{index:05d}"
     source = Path(ingest_dir) / f"{name}.safetensors"
     entry = json.loads((Path(ingest_dir) / f"{name}.json").read_text())
-    verify_file(source, entry)
+    try:
+        written = json.loads((Path(ingest_dir) / WRITTEN).read_text()).get(name)
+    except (OSError, ValueError):
+        written = None
+    if written is None or not source.is_file() or stat_stamp(source) != written:
+        verify_file(source, entry)
     target = Path(part)
     target.parent.mkdir(parents=True, exist_ok=True)
     link_or_copy(source, target)
