@@ -68,9 +68,7 @@ try:
     CONFIG = snakeddp_config.validate(config, source="config")
     RUNS = snakeddp_config.expand_sweep(CONFIG, source="config")
     # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    snakeddp_data_plan.resolve_tables(
-        RUNS, cache=".snakemake/snakeddp/table-sha256.json"
-    )
+    snakeddp_data_plan.resolve_tables(RUNS)
     # The search over RUNS' configurations (search:), or None: then every run trains its whole budget.
     SEARCH = snakeddp_search.plan(CONFIG, RUNS)
 except snakeddp_config.ConfigError as error:

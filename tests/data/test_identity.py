@@ -89,3 +89,26 @@ def test_a_file_written_while_it_is_read_is_refused(tmp_path):
         with check.reading([path]):
             frame(seed=2).to_csv(path, index=False)
     check.close()
+
+
+def test_ingestion_reads_no_file_twice_that_the_plan_hashed_and_nothing_changed_since(tmp_path, hashed):
+    folder, cache = tmp_path / "t", tmp_path / "cache.json"
+    folder.mkdir()
+    for i in range(2):
+        frame(rows=60, seed=i).to_parquet(folder / f"part-{i}.parquet")
+    planned = cached_fingerprint(folder, "auto", cache)
+    hashed.clear()
+    check = Check(folder, planned, cache)
+    for i in range(2):
+        with check.reading([folder / f"part-{i}.parquet"]):
+            pass
+    check.finish()
+    assert hashed == [], "the stamps the plan hashed: its hashes"
+    frame(rows=60, seed=7).to_parquet(folder / "part-1.parquet")
+    check = Check(folder, planned, cache)
+    for i in range(2):
+        with check.reading([folder / f"part-{i}.parquet"]):
+            pass
+    with pytest.raises(TableError, match="the table's checksum differs"):
+        check.finish()
+    assert hashed == ["part-1.parquet"], "a file changed since the plan: hashed while it is read, and refused"

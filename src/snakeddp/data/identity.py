@@ -8,11 +8,13 @@ file's identity: an mtime can be set back (``touch -d``, ``cp -p``, ``rsync -t``
 and a Parquet footer holds no checksum of its values (its page checksums are optional, and off in pyarrow's and
 Spark's writers), so a value changed in place can leave size, mtime and footer as they were.
 
-The content is read twice, never three times: when the workflow plans (``cached_fingerprint``: each file's hash
-reused while its stat stamp, ctime included, is unchanged, so a table is hashed once, not on every start), and
-while ingestion reads the rows (``Check``: each file hashed on a thread as it is decoded, and its stamp compared
-before and after, so the rows ingested are those of the files hashed). The plan hashes files on several threads
-(hashlib releases the GIL).
+The content is hashed once: when the workflow plans (``cached_fingerprint``, on several threads: hashlib releases
+the GIL), each file's hash kept in the workflow's ``CACHE`` with its stat stamp (device, inode, size, mtime and
+ctime, which every write moves and no call sets back) and reused while the stamp is unchanged, so a table is not
+hashed again on every start. Ingestion checks that it reads the table planned (``Check``): a file whose stamp is
+the one the plan hashed is that file; any other (changed since, or seen from another node, where the device
+differs) is hashed on a thread while its rows are decoded. Either way its stamp must be the same before and
+after it is read, so the rows ingested are those of the bytes identified.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.fsutil import stat_stamp as stamp
 from snakeddp.util.hashing import sha256_file, sha256_json
 
+# The workflow's hashes of its tables' files (relative to its directory): the plan writes it, ingestion reads it.
+CACHE = ".snakemake/snakeddp/table-sha256.json"
 # Files hashed at once while the workflow plans: the machine's cores, at most this many (a disk's limit).
 MAX_THREADS = 4
 # A stamp is trusted only for a file unchanged this long before it was hashed: file system times are coarse
@@ -79,10 +83,7 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, liste
     root = Path(path)
     _, files = table_files(root, fmt)
     cache_path = Path(cache_file)
-    try:
-        cache = read_json(cache_path).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        cache = {}
+    cache = _read_cache(cache_path)
     keys = [str(p.resolve()) for p in files]
     before = [stamp(p) for p in files]
     todo = [i for i, key in enumerate(keys) if cache.get(key, {}).get("stamp") != before[i]]
@@ -107,25 +108,41 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, liste
     )
 
 
+def _read_cache(path: Path) -> dict[str, Any]:
+    """Resolved file path -> {stamp, sha256}; empty where there is no readable cache."""
+    try:
+        found = read_json(path).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
 class Check:
     """A local table's identity checked while ingestion reads it, against the one the workflow planned with:
     each file is hashed on a thread while its rows are decoded (its bytes come from the page cache to
     whichever reads them second), and its stamp must be the same before and after, so the rows ingested are
     the bytes hashed. A table that changed since it was planned is refused before any partition is complete."""
 
-    def __init__(self, path: str | Path, expected: str) -> None:
+    def __init__(self, path: str | Path, expected: str, cache: str | Path = CACHE) -> None:
+        """``cache``: the plan's hashes (relative to the working directory: the workflow's, where jobs run)."""
         self.root, self.expected = Path(path), expected
+        self.known = _read_cache(Path(cache))
         self.entries: list[list[Any]] = []
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-table-check")
 
     @contextmanager
     def reading(self, files: Sequence[Path | str]) -> Iterator[None]:
-        """Hash ``files`` (in order) while the block reads them."""
+        """The hashes of ``files`` (in order): the plan's where a file's stamp is the one it hashed, else hashed
+        on a thread while the block reads them."""
         paths = [Path(p) for p in files]
         before = [stamp(p) for p in paths]
-        hashing: Future[list[str]] = self._pool.submit(lambda: [sha256_file(p) for p in paths])
+        known = [self._known(p, was) for p, was in zip(paths, before, strict=True)]
+        hashing: Future[list[str]] = self._pool.submit(
+            lambda: [sha256_file(p) for p, digest in zip(paths, known, strict=True) if digest is None]
+        )
         yield  # a read that fails leaves the hash unwaited for (close)
-        digests = hashing.result()
+        fresh = iter(hashing.result())
+        digests = [digest or next(fresh) for digest in known]
         base = _base(self.root)
         for path, was, digest in zip(paths, before, digests, strict=True):
             if stamp(path) != was:
@@ -134,6 +151,13 @@ class Check:
                     "written."
                 )
             self.entries.append([path.relative_to(base).as_posix(), was[2], digest])
+
+    def _known(self, path: Path, now: list[int]) -> str | None:
+        """The plan's hash of ``path``, where the file's stamp is still the one it had when the plan hashed it."""
+        entry = self.known.get(str(path.resolve()))
+        if isinstance(entry, dict) and entry.get("stamp") == now and isinstance(entry.get("sha256"), str):
+            return entry["sha256"]
+        return None
 
     def finish(self) -> None:
         """A TableError unless the files read are the table the workflow planned with."""

@@ -28,16 +28,17 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
     return [str(p) for p in table_files(data["table"]["path"], data["table"]["format"])[1]]
 
 
-def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> None:
+def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | None = None) -> None:
     """Fill ``data.table.sha256`` of every table run with its files' checksum (in place); for a Delta
     table, with its table id, version and data files, and ``data.table.version`` with the version; an empty
     ``data.table.features`` with the columns it takes.
 
     The checksum becomes part of the run config and of the dataset id: a changed table is a new
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
-    longer matches stops the workflow.
+    longer matches stops the workflow. ``cache``: the files' hashes kept between starts (by default the
+    workflow's, snakeddp.data.identity.CACHE, which its ingestion reads too).
     """
-    from snakeddp.data.identity import cached_fingerprint
+    from snakeddp.data.identity import CACHE, cached_fingerprint
     from snakeddp.data.remote import is_url, list_objects
     from snakeddp.data.source import delta_snapshot, features_of, open_source
     from snakeddp.errors import TableError
@@ -57,7 +58,9 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
                 # The table and version trained on are part of the run: a new commit is a new dataset.
                 table["table_id"], table["version"] = snapshot.table_id, snapshot.version
             digest = (
-                snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache, listed)
+                snapshot.identity()
+                if snapshot
+                else cached_fingerprint(table["path"], table["format"], cache or CACHE, listed)
             )
             if not table["features"]:
                 # Every column but the label, resolved once (from the first file's or the version's columns) and

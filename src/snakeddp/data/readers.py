@@ -116,8 +116,10 @@ def _parquet_chunks(
 
     with opened(path) as source:
         try:
-            # A 1,000-column file's footer took 20-50 ms to parse, each time the file was opened.
-            handle = pq.ParquetFile(source, metadata=footer)
+            # A 1,000-column file's footer took 20-50 ms to parse, each time the file was opened. A local file's
+            # column chunks are read as they are decoded, not a row group's at once first (pre_buffer): as
+            # fast here, and 150 MB less held for a 150 MB row group. Over a network, buffered reads coalesce.
+            handle = pq.ParquetFile(source, metadata=footer, pre_buffer=remote.is_url(path))
         except Exception as exc:
             raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
         with handle:
