@@ -16,6 +16,8 @@ lint: setup-dev
 	$(BIN)/ruff format --check src scripts tests bench tools examples
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/python -m snakeddp.environment.files check
+	$(BIN)/python -m snakeddp.environment.advisories check envs/*.lock --pyproject pyproject.toml
+	$(BIN)/python -m snakeddp.environment.advisories audit envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock
 	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 

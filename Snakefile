@@ -2,6 +2,7 @@
 #   snakemake --profile local     (this machine, snakeddp's supervisor)
 #   snakemake --profile slurm     (Slurm, srun/mpirun inside each job)
 #   snakemake --profile azureml   (AzureML jobs)
+from snakemake.logging import logger
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -17,6 +18,12 @@ configfile: "config/config.yaml"
 
 
 snakeddp_snakemake.put_back_profile_config(workflow, config, PROFILE_ASIDE)
+
+from snakeddp.workflow import plan as snakeddp_plan
+
+# The invocation, read once (snakeddp.workflow.plan): the config layered and validated, its runs and
+# search, the platform's contract and checks, what every job inherits. Every rule file reads it.
+PLAN = snakeddp_plan.read(workflow, config, typed=TYPED_INVOCATION, say=logger.error)
 
 
 include: "rules/common.smk"

@@ -31,14 +31,17 @@ SUPERVISOR = "snakeddp.cluster.supervisor"
 LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluster.supervisor", "snakeddp.cluster.agent")
 
 
-def run_file(data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int) -> RunFile:
-    """One run's config: no early stopping (every run trains all epochs), one thread per process."""
+def run_file(
+    data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int, **launch: Any
+) -> RunFile:
+    """One run's config: no early stopping (every run trains all epochs), one thread per process; ``launch``:
+    more of its launch section (hang_timeout)."""
     cfg = configuration.validate(
         {
             "data": data,
             "model": {"name": "mlp" if hidden else "linear", "hidden_sizes": hidden, "optimizer": "adam"},
             "trainer": {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}},
-            "launch": {"devices": devices, "threads_per_process": 1},
+            "launch": {"devices": devices, "threads_per_process": 1, **launch},
         }
     )
     return RunFile(run_id="bench", config=configuration.run_config(cfg))

@@ -9,7 +9,7 @@
 # A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
 rule data_table:
     input:
-        table=get_table_files,
+        table=PLAN.table_files,
     output:
         ingest=temp(directory("results/data/{dataset}/ingest")),
     log:
@@ -19,7 +19,7 @@ rule data_table:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params_json,
+        data=PLAN.dataset_params_json,
     message:
         "data {wildcards.dataset}: ingest the table"
     shell:
@@ -29,7 +29,7 @@ rule data_table:
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
     input:
-        ingest=get_ingested,
+        ingest=PLAN.ingested,
     output:
         part="results/data/{dataset}/train/part-{index}.safetensors",
         entry="results/data/{dataset}/train/part-{index}.json",
@@ -38,7 +38,7 @@ rule data_partition:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params_json,
+        data=PLAN.dataset_params_json,
         ingest=lambda wildcards, input: input.ingest or "",
     message:
         "data {wildcards.dataset}: partition {wildcards.index}"
@@ -50,7 +50,7 @@ rule data_partition:
 # The validation set, drawn from its own seeded stream.
 rule data_val:
     input:
-        ingest=get_ingested,
+        ingest=PLAN.ingested,
     output:
         part="results/data/{dataset}/val.safetensors",
         entry="results/data/{dataset}/val.json",
@@ -59,7 +59,7 @@ rule data_val:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params_json,
+        data=PLAN.dataset_params_json,
         ingest=lambda wildcards, input: input.ingest or "",
     message:
         "data {wildcards.dataset}: validation set"
@@ -71,7 +71,7 @@ rule data_val:
 # The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
 rule data_manifest:
     input:
-        entries=get_partition_entries,
+        entries=PLAN.partition_entries,
         val=rules.data_val.output.entry,
     output:
         manifest="results/data/{dataset}/manifest-{parts}.json",
@@ -83,7 +83,7 @@ rule data_manifest:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params_json,
+        data=PLAN.dataset_params_json,
     message:
         "data {wildcards.dataset}: checksum {wildcards.parts} partitions into the manifest"
     shell:
@@ -101,7 +101,7 @@ rule data_module:
     conda:
         "../envs/data.yaml"
     params:
-        data=get_dataset_params_json,
+        data=PLAN.dataset_params_json,
     message:
         "data {wildcards.dataset}: record the data module"
     shell:

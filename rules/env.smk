@@ -1,18 +1,25 @@
 # Environment stage: what each stage's code runs on, recorded with a hash.
+from pathlib import Path
+
+from snakeddp import errors as snakeddp_errors
+from snakeddp.environment.image import RECORD as IMAGE_RECORD
+from snakeddp.workflow import envrecords as snakeddp_envrecords
 
 
 # The resolved environment of a stage (packages, python, torch/CUDA/cuDNN/NCCL, image digest,
-# conda packages) and its hash; rerun when the lock changes, so training reruns too.
+# conda packages) and its hash, and its CycloneDX bill of materials; rerun when the lock changes, so
+# training reruns too.
 rule env_capture:
     output:
         record="results/envs/{stage}.json",
+        sbom="results/envs/{stage}.cdx.json",
     log:
         "logs/envs/{stage}.log",
     conda:
-        get_conda_env
+        PLAN.stage_conda_env
     params:
-        lock_sha256=LOCK_SHA256,
-        image=CONTAINER_IMAGE if "APPTAINER" in DEPLOYMENT else "",
+        lock_sha256=PLAN.lock_sha256,
+        image=PLAN.container_image if PLAN.in_container else "",
     message:
         "environment: record the {wildcards.stage} stage"
     shell:
@@ -24,8 +31,8 @@ rule env_capture:
 # this machine, never in a container or conda env: it needs the engine, not the stage packages.
 rule build_image:
     input:
-        dockerfile=REPO / "envs" / "Dockerfile",
-        lock=REPO / "envs" / "requirements.lock",
+        dockerfile=PLAN.repo / "envs" / "Dockerfile",
+        lock=PLAN.repo / "envs" / "requirements.lock",
     output:
         record=IMAGE_RECORD,
     log:
@@ -34,8 +41,8 @@ rule build_image:
     container:
         None
     params:
-        image=CONTAINER_IMAGE,
-        cuda=CONFIG["environment"]["cuda"],
+        image=PLAN.container_image,
+        cuda=PLAN.config["environment"]["cuda"],
     message:
         "environment: build the image"
     run:
@@ -43,7 +50,7 @@ rule build_image:
 
         with open(log[0], "w") as handle:
             build(
-                context=REPO,
+                context=PLAN.repo,
                 record_path=output.record,
                 image=params.image,
                 log=handle,
@@ -54,7 +61,7 @@ rule build_image:
 # A record of this interpreter whose packages changed since (a pip install, make setup-dev) is
 # captured again before any job runs (snakeddp.workflow.envrecords); a dry run or a report only
 # says so.
-if TYPED_INVOCATION and not snakeddp_snakemake.linting(workflow):
+if PLAN.typed and not snakeddp_snakemake.linting(workflow):
     for line in snakeddp_envrecords.refresh(
         [
             Path(rules.env_capture.output.record.format(stage=stage))

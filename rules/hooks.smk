@@ -1,16 +1,38 @@
 # What the workflow does around its jobs: checks when they start, the warm process and the terminal
 # relay of the local platform, the platform's watch, and the last lines at the end.
+import os
+import sys
+from pathlib import Path
+
+from snakemake.logging import logger
+
+from snakeddp import errors as snakeddp_errors
+from snakeddp.compat import snakemake as snakeddp_snakemake
+from snakeddp.config import ConfigError
+from snakeddp.run import attempt as snakeddp_attempt
+from snakeddp.run import rules as snakeddp_rules
+from snakeddp.util import shutdown as snakeddp_shutdown
+from snakeddp.util import terminal as snakeddp_terminal
+from snakeddp.warm import preload as snakeddp_warm_preload
+from snakeddp.warm import process as snakeddp_warm
+from snakeddp.workflow import interrupt as snakeddp_interrupt
+from snakeddp.workflow import live as snakeddp_live
+from snakeddp.workflow import preflight as snakeddp_preflight
+
+# Jobs of the local platform run beside Snakemake: their progress lines (epochs, ingestion, the
+# report) also reach its terminal, which otherwise shows a job's output only in the job's log.
+# They go through this relay, which writes them with Snakemake's logger, the one writer of its
+# output (snakeddp.util.terminal). It listens from onstart (jobs will run) to onsuccess/onerror.
+TERMINAL_RELAY = snakeddp_terminal.Relay(logger.info)
+# Local jobs are forked from one warm process per invocation (snakeddp.warm), from onstart to the end.
+WARM_PROCESS = snakeddp_warm.WarmProcess()
 
 
 # Each rule is a step of snakeddp.run.rules, which the report's crate describes the workflow from.
 try:
     snakeddp_rules.check_rules(rule.name for rule in workflow.rules)
-except snakeddp_config.ConfigError as error:
+except ConfigError as error:
     snakeddp_preflight.stop(error)
-
-# `snakemake --report` before the report exists says so in one line (snakeddp.compat.snakemake).
-if TYPED_INVOCATION:
-    snakeddp_snakemake.before_report(stop_unless_report_made)
 
 # Snakemake's imports and the parsed workflow: less work at exit (snakeddp.util.shutdown).
 snakeddp_shutdown.freeze_imports()
@@ -19,8 +41,8 @@ snakeddp_shutdown.freeze_imports()
 # A dry run shows the plan, and notes what a real run would stop on that only jobs about to run
 # check (a local run's cores, a Slurm run no node of its partition holds) and what auto decides.
 if workflow.output_settings.dryrun:
-    PLATFORM_CONTRACT.note(
-        INVOCATION, get_runs_to_train(), workflow.resource_settings.cores
+    PLAN.contract.note(
+        PLAN.invocation, PLAN.runs_to_train(), workflow.resource_settings.cores
     )
 
 
@@ -34,46 +56,41 @@ onstart:
     if not workflow.touch:
         try:
             snakeddp_live.check_no_live_runs(
-                snakeddp_snakemake.pending_jobs(workflow),
-                lambda run: Path(
-                    rules.train.output.provenance.format(run=run)
-                ).parent,
+                snakeddp_snakemake.pending_jobs(workflow), PLAN.run_dir
             )
-            to_train = get_runs_to_train()
+            to_train = PLAN.runs_to_train()
             snakeddp_preflight.check_tracking_server(
-                CONFIG["tracking"], to_train, PLATFORM, os.environ
+                PLAN.config["tracking"], to_train, PLAN.row.name, os.environ
             )
             training = {
                 wildcards["run"]
                 for rule, wildcards in snakeddp_snakemake.pending_jobs(workflow)
-                if rule in INVOCATION.train_rules
+                if rule in PLAN.invocation.train_rules
             }
-            PLATFORM_CONTRACT.before_jobs(
-                INVOCATION,
+            PLAN.contract.before_jobs(
+                PLAN.invocation,
                 to_train,
-                {run: RUNS[run] for run in RUNS if run in training},
+                {run: PLAN.runs[run] for run in PLAN.runs if run in training},
                 workflow.cores,
             )
-        except snakeddp_config.ConfigError as error:
+        except ConfigError as error:
             snakeddp_preflight.stop(error)
         snakeddp_interrupt.keep_unfinished_logs(
             (
                 Path(rules.train.log[0].format(run=run)),
                 Path(rules.train.output.provenance.format(run=run)),
             )
-            for run in RUNS
-            if not snakeddp_attempt.is_live(
-                Path(rules.train.output.provenance.format(run=run)).parent
-            )
+            for run in PLAN.runs
+            if not snakeddp_attempt.is_live(PLAN.run_dir(run))
         )
     # Every job starts after this: each finds the relay for its progress lines (rules/common.smk),
     # and the warm process that forks it with torch and Lightning imported once (snakeddp.warm).
-    if PLATFORM_ROW.this_machine:
+    if PLAN.row.this_machine:
         os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
         if not workflow.touch:
             try:
-                why_cold = snakeddp_warm.why_cold(DEPLOYMENT, os.environ)
-            except snakeddp_config.ConfigError as error:
+                why_cold = snakeddp_warm.why_cold(PLAN.deployment, os.environ)
+            except ConfigError as error:
                 snakeddp_preflight.stop(error)
             if why_cold is None:
                 # It imports what this invocation's jobs import: a data-only run imports no torch.
@@ -93,7 +110,7 @@ onstart:
 # hold the finished process for up to a second (snakeddp.compat.snakemake). No job is left to
 # print a line: the relay writes what they sent and stops, before Snakemake's last lines.
 onsuccess:
-    PLATFORM_CONTRACT.close(INVOCATION)
+    PLAN.contract.close(PLAN.invocation)
     snakeddp_snakemake.release_scheduler_timers()
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()
@@ -104,13 +121,12 @@ onsuccess:
 
 
 onerror:
-    PLATFORM_CONTRACT.close(INVOCATION)
+    PLAN.contract.close(PLAN.invocation)
     snakeddp_snakemake.release_scheduler_timers()
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()
     if snakeddp_interrupt.INTERRUPTED.is_set():
         for line in snakeddp_interrupt.summary(
-            (run, Path(rules.train.output.provenance.format(run=run)).parent)
-            for run in RUNS
+            (run, PLAN.run_dir(run)) for run in PLAN.runs
         ):
             snakeddp_errors.print_line(line)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from snakeddp.errors import ConfigError, UpstreamVersionError
+from snakeddp.workflow import preflight as snakeddp_preflight
 
 try:
     from snakeddp.compat import snakemake as snakeddp_snakemake

@@ -1,19 +1,19 @@
 # Report stage: every run of the grid compared, plotted, and packed with its evidence.
-from snakeddp.report import configurations as snakeddp_configurations
+from pathlib import Path
 
-# The config the crate records, canonical (sorted keys, no platform: each run's provenance says
-# where it ran), so the same config on another profile does not rerun the report.
-# Credentials in it (a tracking URI's user:password@) are masked: a rule's params are stored in
-# .snakemake/metadata and printed when they change.
-CRATE_CONFIG = json.dumps(
-    snakeddp_redact.scrub(
-        {key: value for key, value in CONFIG.items() if key != "platform"}
-    ),
-    sort_keys=True,
-)
-FIGURE_FORMAT = REPORT["figure_format"]
-# The swept keys, seed aside, that take several numbers: the monitored metric is plotted against each.
-TUNED = snakeddp_configurations.numeric_keys([run["point"] for run in RUNS.values()])
+from snakeddp.compat import snakemake as snakeddp_snakemake
+from snakeddp.workflow import preflight as snakeddp_preflight
+
+FIGURE_FORMAT = PLAN.report["figure_format"]
+
+# `snakemake --report` before the report job ran: one line saying to run the workflow first
+# (snakeddp.compat.snakemake).
+if PLAN.typed:
+    snakeddp_snakemake.before_report(
+        lambda: snakeddp_preflight.stop_unless_report_made(
+            Path(rules.report.output.html)
+        )
+    )
 
 
 # One run's best checkpoint as model.safetensors + model.json (snakeddp export), when report.export is on.
@@ -26,7 +26,7 @@ rule export:
     log:
         "logs/export/{run}.log",
     conda:
-        TRAIN_CONDA_ENV
+        PLAN.train_conda_env
     message:
         "run {wildcards.run}: export the best model"
     shell:
@@ -44,18 +44,18 @@ rule export:
 rule report:
     input:
         provenance=lambda wc: expand(
-            rules.train.output.provenance, run=get_report_runs()
+            rules.train.output.provenance, run=PLAN.report_runs(checkpoints)
         ),
-        workflow=WORKFLOW_FILES,
+        workflow=PLAN.workflow_files,
         exports=lambda wc: (
-            expand(rules.export.output.description, run=get_report_runs())
-            if EXPORT
+            expand(rules.export.output.description, run=PLAN.report_runs(checkpoints))
+            if PLAN.export
             else []
         ),
         # A search's decisions, rung by rung (search:); none without a search.
         search=(
-            [f"results/search/rung-{rung}.json" for rung in SEARCH.rungs]
-            if SEARCH
+            [f"results/search/rung-{rung}.json" for rung in PLAN.search.rungs]
+            if PLAN.search
             else []
         ),
     output:
@@ -73,35 +73,35 @@ rule report:
                 caption="../captions/scaling.rst",
                 category="Figures",
             )
-            if SCALING
+            if PLAN.scaling
             else []
         ),
-        scaling_series="results/report/plots/scaling.json" if SCALING else [],
+        scaling_series="results/report/plots/scaling.json" if PLAN.scaling else [],
         tuning=(
             report(
                 f"results/report/plots/hyperparameters.{FIGURE_FORMAT}",
                 caption="../captions/hyperparameters.rst",
                 category="Figures",
             )
-            if TUNED
+            if PLAN.tuned
             else []
         ),
-        tuning_series="results/report/plots/hyperparameters.json" if TUNED else [],
+        tuning_series="results/report/plots/hyperparameters.json" if PLAN.tuned else [],
         html=report(
             "results/report/report.html",
             caption="../captions/report.rst",
             category="Report",
         ),
         crate="results/report/ro-crate-metadata.json",
-        search_table="results/report/search.csv" if SEARCH else [],
+        search_table="results/report/search.csv" if PLAN.search else [],
         files=directory("results/report/files"),
     log:
         "logs/report/report.log",
     conda:
         "../envs/report.yaml"
     params:
-        report=get_report_json,
-        files=get_report_files,
+        report=PLAN.report_json,
+        files=PLAN.report_files,
     message:
         "report: runs table, figures, HTML page and RO-Crate"
     shell:

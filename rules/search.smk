@@ -1,7 +1,10 @@
 # Search stage (search: in the config): successive halving over the sweep's configurations.
-# Rung k trains its configurations' runs to SEARCH.budgets[k] epochs (search_train, continuing
+# Rung k trains its configurations' runs to PLAN.search.budgets[k] epochs (search_train, continuing
 # from the previous rung's checkpoint), and the checkpoint rule search_rung ranks them and names
 # the configurations rung k+1 trains: the DAG grows rung by rung, and stays one workflow.
+
+
+from snakeddp.workflow import plan as snakeddp_plan
 
 
 # A run's config at one rung's budget: run.yaml with trainer.max_epochs set to the rung's epochs
@@ -13,9 +16,9 @@ rule search_run_config:
         "logs/search/{run}.epochs-{epochs}.config.log",
     localrule: True
     conda:
-        TRAIN_CONDA_ENV
+        PLAN.train_conda_env
     params:
-        run=get_run_json,
+        run=PLAN.run_json,
     message:
         "run {wildcards.run}: write its config for {wildcards.epochs} epochs"
     shell:
@@ -27,17 +30,17 @@ rule search_run_config:
 rule search_train:
     input:
         run=rules.search_run_config.output.run,
-        manifest=get_manifest,
+        manifest=PLAN.manifest,
         environment="results/envs/train.json",
     output:
-        record="results/search/{run}/epochs-{epochs}.json",
+        record=snakeddp_plan.RUNG_RECORD,
     log:
         "logs/search/{run}.epochs-{epochs}.log",
     conda:
-        TRAIN_CONDA_ENV
-    threads: get_train_threads
+        PLAN.train_conda_env
+    threads: PLAN.train_threads
     resources:
-        **TRAIN_RESOURCES,
+        **PLAN.train_resources(),
     message:
         "run {wildcards.run}: train to epoch {wildcards.epochs} (log: logs/search/{wildcards.run}.epochs-{wildcards.epochs}.log)"
     shell:
@@ -49,16 +52,16 @@ rule search_train:
 # Rank one rung's configurations and name those the next rung trains.
 checkpoint search_rung:
     input:
-        records=get_rung_records,
+        records=lambda wc: PLAN.rung_records(wc, checkpoints),
     output:
         decision="results/search/rung-{rung}.json",
     log:
         "logs/search/rung-{rung}.log",
     localrule: True
     conda:
-        TRAIN_CONDA_ENV
+        PLAN.train_conda_env
     params:
-        plan=get_search_plan_json,
+        plan=PLAN.search_plan_json,
     message:
         "search: rank rung {wildcards.rung}"
     shell:

@@ -1,18 +1,19 @@
 # Training stage: one run directory per sweep point.
+from snakeddp.workflow import plan as snakeddp_plan
 
 
 # The resolved config of one run; rewritten only when that run's config changes, and never while
 # the run trains: update() keeps Snakemake from deleting it before the job, which the step refuses.
 rule run_config:
     output:
-        run=update("results/runs/{run}/run.yaml"),
+        run=update(snakeddp_plan.RUN_FILE),
     log:
         "logs/train/{run}.config.log",
     localrule: True
     conda:
-        TRAIN_CONDA_ENV
+        PLAN.train_conda_env
     params:
-        run=get_run_json,
+        run=PLAN.run_json,
     message:
         "run {wildcards.run}: write run.yaml"
     shell:
@@ -24,17 +25,17 @@ rule run_config:
 rule train:
     input:
         run=rules.run_config.output.run,
-        manifest=get_manifest,
+        manifest=PLAN.manifest,
         environment="results/envs/train.json",
     output:
-        provenance="results/runs/{run}/provenance.json",
+        provenance=snakeddp_plan.PROVENANCE,
     log:
         "logs/train/{run}.log",
     conda:
-        TRAIN_CONDA_ENV
-    threads: get_train_threads
+        PLAN.train_conda_env
+    threads: PLAN.train_threads
     resources:
-        **TRAIN_RESOURCES,
+        **PLAN.train_resources(),
     message:
         "run {wildcards.run}: train (log: logs/train/{wildcards.run}.log)"
     shell:

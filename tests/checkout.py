@@ -45,8 +45,20 @@ def with_core_venv(root: Path) -> Path:
     venv = root / ".venv"
     uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
     subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
-    subprocess.run([UV, "pip", "sync", "--quiet", "--python", venv / "bin/python", root / "envs/requirements.lock"],
-                   check=True, env=uv)  # fmt: skip
+    # As tools/setup.sh installs it: every file's hash checked (the find-links torch by its file's URL), and
+    # the lock recorded as what the venv was verified against.
+    hashed = subprocess.run(
+        ["bash", "-c", "source tools/progress.sh; source tools/uv.sh; hashed_requirements envs/requirements.lock"],
+        cwd=root,
+        env=uv,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (venv / ".snakeddp-requirements").write_text(hashed.stdout)
+    subprocess.run([UV, "pip", "sync", "--quiet", "--require-hashes", "--python", venv / "bin/python",
+                    venv / ".snakeddp-requirements"], check=True, env=uv)  # fmt: skip
+    shutil.copy(root / "envs/requirements.lock", venv / ".snakeddp-verified")
     ours = Path(sys.prefix) / SITE
     for cache in ours.rglob("__pycache__"):
         target = venv / SITE / cache.relative_to(ours)

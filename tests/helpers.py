@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus
 
 import psutil
+import yaml
 
 from bench.harness import REPO as REPO  # the repository's root, for the tests too
 from bench.harness import SRC
@@ -30,6 +31,7 @@ from snakeddp import config as configuration
 from snakeddp.config import sources
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
+from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
 
 TINY = {
@@ -65,32 +67,50 @@ CLUSTER_CONF_SECRETS = {
     "spark.hadoop.fs.gs.auth.service.account.private.key": "{{secrets/ml/gcs-key}}",
 }
 STORAGE_KEY_VALUES = (*SPARK_CONF_SECRETS.values(), *list(CLUSTER_CONF_SECRETS.values())[:3])
+# A secret that every quoting writes differently (a double quote, a backslash, a single quote, a non-ASCII
+# letter), under a secret-looking key and again under harmless ones; and values already known to be secret
+# (a storage key, an environment credential) repeated under harmless keys: masked by value.
+QUOTED_SECRET = "q\"uo\\ted'-secret-\u00e97c3"
+BY_VALUE_SECRETS = {
+    "spark.ssl.trustStorePassword": QUOTED_SECRET,
+    "spark.app.comment": QUOTED_SECRET,
+    "spark.app.label": SPARK_CONF_SECRETS["spark.authenticate.secret"],
+    "spark.app.owner": SECRETS["MY_TOKEN"],
+}
 # Credentials in the config itself: network.env is recorded (redacted), the config file copied into
 # the crate, and spark.conf and databricks.new_cluster.spark_conf carry storage keys.
 CONFIG_SECRET = {
     "network": {"env": {"UCX_PROXY_URL": "https://carol:config-url-password-4e1b@proxy.invalid/"}},
-    "spark": {"conf": SPARK_CONF_SECRETS},
+    "spark": {"conf": {**SPARK_CONF_SECRETS, **BY_VALUE_SECRETS}},
     "databricks": {"new_cluster": {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5",
                                    "spark_conf": CLUSTER_CONF_SECRETS}},
 }  # fmt: skip
 SECRET_VALUES = ("azure-client-secret-3f9c", "wandb-api-key-81be0c", "my-token-value-5d21",
                  "nccl-url-password-77aa", "slurm-url-password-90ff", "config-url-password-4e1b",
                  "eyJzdWIiOiJzbHVybS1qd3QtNjFkMCJ9", "eyJzdWIiOiJuY2NsLWJsb2ItMmM0ZSJ9",
-                 *STORAGE_KEY_VALUES)  # fmt: skip
+                 *STORAGE_KEY_VALUES, QUOTED_SECRET)  # fmt: skip
 SWEEP = {**TINY, "sweep": {"launch.devices": [1, 2]}}
 
 
 def written_forms(value: str) -> set[str]:
-    """``value`` as a record, a log or a command line may write it: as is, JSON's and Python's escapes,
-    URL-encoded (a query string, a form) and shell-quoted. A secret found in none of them was not written."""
-    return {
+    """``value`` as any writer of a record, a log or a command line may write it: as is, in JSON (escaped,
+    ASCII or not), in YAML (plain, single- or double-quoted), shell-quoted, URL-encoded, as Python's repr and
+    its unicode escapes. A secret found in none of them was not written."""
+    forms = {
         value,
         json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
         repr(value)[1:-1],
-        quote(value, safe=""),
-        quote_plus(value),
+        value.encode("unicode_escape").decode(),
         shlex.quote(value),
+        quote(value, safe=""),
+        quote(value),
+        quote_plus(value),
+        yaml.safe_dump(value, default_style='"').strip(),
+        yaml.safe_dump(value, default_style="'").strip(),
+        yaml.safe_dump(value, allow_unicode=True).strip().removesuffix("...").strip(),
     }
+    return {form for form in forms if form}
 
 
 def leaked(text: str | bytes, values: Iterable[str]) -> list[str]:
@@ -173,6 +193,34 @@ def azureml_v1_installed() -> bool:
         return False
 
 
+def left_running(directory, within: float) -> list[str]:
+    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        left = []
+        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+            cwd = process.info["cwd"] or ""
+            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.info["cmdline"] or [])[:120])
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def training_processes(run_dir: Path) -> list[psutil.Process]:
+    """A run's training processes, oldest first (the supervisor starts its ranks in rank order): every one
+    holds the run directory's attempt lock while it lives (snakeddp.run.attempt)."""
+    lock = str((Path(run_dir) / LOCK).resolve())
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if any(opened.path == lock for opened in process.open_files()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return sorted(found, key=lambda process: process.create_time())
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for processes the tests start: this checkout's package, one thread each, and
     no GPU unless the test is marked gpu (the CPU suite trains with gloo on a GPU host too)."""
@@ -206,6 +254,9 @@ class Workflow(WorkflowDir):
     """A Snakemake working directory outside the repository, driven through the real CLI; a run fails
     the test when snakemake does, and every provenance.json it leaves is checked against the schema."""
 
+    #: The environment every run of this directory gets unless a test gives another (subprocess_env()'s when None).
+    env: dict | None = None
+
     def run(
         self,
         *args: str,
@@ -219,7 +270,7 @@ class Workflow(WorkflowDir):
         done = subprocess.run(
             wrap(command) if wrap else command,
             cwd=self.directory,
-            env=env or subprocess_env(),
+            env=env or self.env or subprocess_env(),
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -39,8 +39,9 @@ def user_env(tmp_path: Path) -> dict[str, str]:
     (venv / "lib" / "python3.11" / "site-packages").symlink_to(
         Path(sys.prefix) / "lib" / "python3.11" / "site-packages"
     )
-    # tools/setup.sh's stamp: the lock and pyproject.toml it was made from.
-    lock = (REPO / "envs" / "requirements.lock").read_bytes() + (REPO / "pyproject.toml").read_bytes()
+    # tools/setup.sh's stamp: the lock, the torch builds' locks and pyproject.toml it was made from.
+    builds = b"".join(path.read_bytes() for path in sorted((REPO / "envs").glob("requirements-torch-*.lock")))
+    lock = (REPO / "envs" / "requirements.lock").read_bytes() + builds + (REPO / "pyproject.toml").read_bytes()
     (venv / ".snakeddp-locks").write_text(hashlib.sha256(lock).hexdigest() + "\n")
     # Were the packages not the locks', set-up would repair them through the link: refuse instead.
     drift = [venv / "bin" / "python", "-m", "snakeddp.environment.lock", "drift", REPO / "envs" / "requirements.lock"]

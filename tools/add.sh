@@ -48,6 +48,8 @@ else
         esac
     done
     [[ ${#requirements[@]} -gt 0 ]] || { echo "add: no package named. HINT: $usage" >&2; exit 2; }
+    # A release envs/denied.toml denies is refused before anything changes, naming its advisory.
+    PYTHONPATH=src "$python" -m snakeddp.environment.advisories requirement "${requirements[@]}" || exit 2
     for requirement in "${requirements[@]}"; do
         if ! edit add envs/requirements.in "$requirement" "${stages[@]}"; then
             restore
@@ -55,7 +57,8 @@ else
         fi
     done
 fi
-# lock.sh says why it failed, in uv's words and one line of its own; envs/ is then put back as it was.
+# lock.sh says why it failed, in uv's words and one line of its own (a denied or yanked release in the
+# resolution, by name); envs/ is then put back as it was.
 if ! tools/lock.sh; then
     restore
     exit 1

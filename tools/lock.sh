@@ -1,67 +1,129 @@
 #!/usr/bin/env bash
-# Regenerate envs/requirements.lock, envs/requirements-dev.lock and envs/requirements-azureml-v1.lock from the
-# .in files with `uv pip compile`, then the per-stage conda YAMLs from the lock (python -m snakeddp.environment.files write).
+# Regenerate envs/requirements.lock, envs/requirements-dev.lock, envs/requirements-azureml-v1.lock and each torch
+# build's envs/requirements-torch-<cuda>.lock from the .in files with `uv pip compile --generate-hashes`, then the
+# per-stage conda YAMLs from them (python -m snakeddp.environment.files write). The one way the locks are written:
+# the same .in files and index give the same bytes, so after a merge (conflicts in the locks included) this one
+# command writes them again.
 #   tools/lock.sh             # keep every version the old locks have, except what the .in files change
 #   tools/lock.sh --upgrade   # resolve everything afresh (newest versions the pins allow)
 # To add or remove one package, tools/add.sh does this and the rest (docs/environments.md).
 # Both locks are resolved together first, so a package shared by the core and the extras
 # (packaging, python-dateutil, ...) has one version in both; the core lock is then the subset a
 # core-only install pulls in, constrained to that resolution. pip took 11 minutes for this; uv seconds.
+# Nothing is written when a resolution holds a release envs/denied.toml denies or its index marks yanked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/progress.sh
 source tools/uv.sh
 PYTHON=${PYTHON:-python3}
 work=$(mktemp -d)
-: > "$work/v1-kept.txt"
 trap 'rm -rf "$work"' EXIT
-# For the Python the locks are for (its markers), names and versions only.
-compile=("$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate)
+# For the Python the locks are for (its markers): names, versions, every file's sha256 and the index each came from.
+compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --generate-hashes --emit-index-annotation
+    --override envs/requirements-overrides.txt)
+python_version=$("$PYTHON" -c 'import platform; print(platform.python_version())')
+machine=$(uname -m)
+
+# The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache).
+"$uv" venv --quiet --python "$PYTHON" "$work/tool"
+"$uv" pip install --quiet --python "$work/tool/bin/python" "packaging>=24"
+helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
+# uv never resolves a denied release; a pin of one is refused by name below, before uv says "no solution".
+helper snakeddp.environment.advisories constraints > "$work/denied.txt"
+if ! helper snakeddp.environment.advisories requirement --file envs/requirements.in envs/requirements-dev.in envs/requirements-azureml-v1.in; then
+    echo "lock: an .in file pins a denied release (above); the locks are unchanged." >&2
+    exit 1
+fi
 
 # Without --upgrade the old locks are uv's preferences (an existing output file), so a re-lock after
 # adding or bumping one package leaves the rest alone unless the new pins need otherwise. Not torch:
 # the lock's torch==2.13.0 as a preference is PyPI's CUDA build (and its cuda-*/nvidia-* wheels);
 # the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a fresh resolution does.
+# A lock left with a merge's conflict markers gives what both sides agree on.
+: > "$work/v1.txt"
 if [[ "${1:-}" != "--upgrade" ]]; then
-    grep -hv -e '^#' -e '^torch==' envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
-    [[ ! -f envs/requirements-azureml-v1.lock ]] || grep -hv -e "^#" -e "^torch==" envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
+    helper snakeddp.environment.locking preferences envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
+    helper snakeddp.environment.locking preferences envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
+else
+    : > "$work/v1-kept.txt"
 fi
-if ! "${compile[@]}" envs/requirements.in envs/requirements-dev.in --output-file "$work/all.txt"; then
+# uv's warnings (a yanked release) are read afterwards; its errors are shown as they are.
+resolve() {
+    local log=$1; shift
+    if ! "${compile[@]}" "$@" 2>"$work/$log.log" >/dev/null; then
+        grep -v '^Resolved ' "$work/$log.log" >&2
+        return 1
+    fi
+}
+if ! resolve all envs/requirements.in envs/requirements-dev.in --constraint "$work/denied.txt" --output-file "$work/all.txt"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
     exit 1
 fi
-"${compile[@]}" envs/requirements.in --constraint "$work/all.txt" --output-file "$work/core.txt"
+resolve core envs/requirements.in --constraint "$work/all.txt" --constraint "$work/denied.txt" --output-file "$work/core.txt"
 
 # SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
 # they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
 # core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
 v1_in=envs/requirements-azureml-v1.in
-cat "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" | awk -F'==' '!seen[$1]++' > "$work/v1.txt"
-if ! "${compile[@]}" envs/requirements.in "$v1_in" --output-file "$work/v1.txt"; then
+helper snakeddp.environment.locking preferences "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" > "$work/v1.txt"
+if ! resolve v1 envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt"; then
     echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
     exit 1
 fi
 
-# torch is locked by version only: here uv takes the local CPU wheel (2.13.0+cpu); a GPU
-# cluster installs the CUDA build of the same version (envs/Dockerfile).
-strip_local() { sed -E 's/^(torch==[0-9.]+)\+[a-z0-9.]+$/\1/'; }
-pins() { grep -v '^#' "$1" | LC_ALL=C sort | strip_local; }
-header() {
-    echo "# $1"
-    echo "# Generated by tools/lock.sh from envs/requirements.in${2:+ and $2}; do not edit by hand."
-    echo "# Python $("$PYTHON" -c 'import platform; print(platform.python_version())'), $(uname -m)."
-}
-{ header "Exact versions of every package snakeddp's core installs (tools/setup.sh)."; pins "$work/core.txt"; } > "$work/requirements.lock"
-{ header "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)." envs/requirements-dev.in
-  LC_ALL=C comm -23 <(pins "$work/all.txt") <(pins "$work/core.txt"); } > "$work/requirements-dev.lock"
-{ header "Every package of .venv-azureml-v1, the AzureML SDK v1's venv (tools/setup.sh --azureml-v1)." "$v1_in"
-  pins "$work/v1.txt"; } > "$work/requirements-azureml-v1.lock"
-mv "$work/requirements.lock" "$work/requirements-dev.lock" "$work/requirements-azureml-v1.lock" envs/
-echo "lock: $(grep -vc '^#' envs/requirements.lock) core + $(grep -vc '^#' envs/requirements-dev.lock) dev +" \
-    "$(grep -vc '^#' envs/requirements-azureml-v1.lock) SDK v1 packages"
+# torch's builds (environment.cuda), each resolved for Linux on this machine's architecture with the core's
+# versions: PyPI's (13.0) without find-links, so it is PyPI's files that are hashed, with the CUDA runtime
+# wheels it adds; the others from PyTorch's index, where it answers. A build that cannot be resolved here is
+# written as not locked, with the reason, and refused by every installer: no hash is made up.
+torch=$(grep -m1 -E '^torch==' "$work/core.txt" | sed -E 's/^torch==([0-9][^+ ]*).*/\1/')
+awk '/^[A-Za-z0-9]/{skip=0} /^torch==/{skip=1} !skip' "$work/core.txt" > "$work/core-without-torch.txt"
+platform="$machine-manylinux_2_28"
+pytorch_answers=$("$work/tool/bin/python" - <<'EOF'
+import urllib.request
+try:
+    urllib.request.urlopen("https://download.pytorch.org/whl/", timeout=5)
+    print("yes")
+except Exception as error:  # any failure: the index does not answer here
+    print(" ".join(str(getattr(error, "reason", error)).split())[:120])
+EOF
+)
+for cuda in $(helper snakeddp.environment.builds); do
+    read -r label index <<<"$(helper snakeddp.environment.builds "$cuda")"
+    if [[ $label == "-" ]]; then
+        pin="torch==$torch"
+        env -u UV_FIND_LINKS "${compile[@]}" --python-platform "$platform" - --constraint "$work/core-without-torch.txt" \
+            --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt" <<<"$pin" 2>"$work/build-$cuda.log" >/dev/null \
+            || echo "uv could not resolve $pin from PyPI for $platform ($(grep -v '^\s*$' "$work/build-$cuda.log" | tail -n 1))" > "$work/build-$cuda.missing"
+    elif [[ $pytorch_answers != "yes" ]]; then
+        echo "$index did not answer when tools/lock.sh ran ($pytorch_answers)" > "$work/build-$cuda.missing"
+    else
+        pin="torch==$torch+$label"
+        env -u UV_FIND_LINKS "${compile[@]}" --python-platform "$platform" - --index-url "$index" \
+            --extra-index-url https://pypi.org/simple --constraint "$work/core-without-torch.txt" \
+            --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt" <<<"$pin" 2>"$work/build-$cuda.log" >/dev/null \
+            || echo "uv could not resolve $pin from $index ($(grep -v '^\s*$' "$work/build-$cuda.log" | tail -n 1))" > "$work/build-$cuda.missing"
+    fi
+done
+
+helper snakeddp.environment.locking write "$work" "$work/out" --python "$python_version" --machine "$machine"
+# Nothing denied, nothing yanked, or nothing written.
+if ! helper snakeddp.environment.advisories check "$work"/out/*.lock --yanked "$work"/*.log --where lock; then
+    echo "lock: the resolution holds the releases above; the locks are unchanged." >&2
+    exit 1
+fi
+mv "$work"/out/*.lock envs/
+echo "lock: $(grep -c '^[A-Za-z0-9]' envs/requirements.lock) core + $(grep -c '^[A-Za-z0-9]' envs/requirements-dev.lock) dev +" \
+    "$(grep -c '^[A-Za-z0-9]' envs/requirements-azureml-v1.lock) SDK v1 packages, every file hashed;" \
+    "torch builds: $(for f in envs/requirements-torch-*.lock; do b=${f#envs/requirements-torch-}; b=${b%.lock}; if grep -q '^torch==' "$f"; then echo -n "$b locked "; else echo -n "$b NOT LOCKED "; fi; done)"
+# Where an advisory service answers, the locks are checked against it too; where none does, one line says so.
+auditor=.venv/bin/python
+[[ -x $auditor ]] || auditor=$work/tool/bin/python
+PYTHONPATH=src "$auditor" -m snakeddp.environment.advisories audit envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock \
+    || echo "lock: the locks are written, and an advisory service lists releases in them (above): move them with tools/add.sh" >&2
 
 # The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
 # resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled.
 "$uv" venv --quiet --python "$PYTHON" "$work/core"
-"$uv" pip sync --quiet --python "$work/core/bin/python" envs/requirements.lock
+hashed_requirements envs/requirements.lock > "$work/core-requirements.txt"
+"$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
 PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write

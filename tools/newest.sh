@@ -51,21 +51,34 @@ tools = [
 ]
 (work / "tools.in").write_text("\n".join(tools) + "\n")
 EOF
-torch=$(grep '^torch==' envs/requirements.lock)
+torch=$(grep '^torch==' envs/requirements.lock | cut -d' ' -f1)
 if [[ $newest_torch == 1 ]]; then : > "$work/torch.txt"; else echo "$torch" > "$work/torch.txt"; fi
+# No release envs/denied.toml denies, even where a range admits it (make lint holds the ranges too).
+checker=.venv/bin/python
+[[ -x $checker ]] || checker=$PYTHON
+advisories() { PYTHONPATH=src "$checker" -m snakeddp.environment.advisories "$@"; }
+advisories constraints > "$work/denied.txt"
 
 # shellcheck disable=SC2046 # the --extra flags are words
 if ! "$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate --upgrade pyproject.toml \
-    $(cat "$work/extras") "$work/tools.in" --constraint "$work/torch.txt" --output-file "$work/newest.txt"; then
+    $(cat "$work/extras") "$work/tools.in" --constraint "$work/torch.txt" --constraint "$work/denied.txt" \
+    --override envs/requirements-overrides.txt \
+    --output-file "$work/newest.txt" 2>"$work/newest.log"; then
+    cat "$work/newest.log" >&2
     echo "newest: pyproject.toml's ranges and envs/requirements-dev.in's test tools have no solution (uv's reason above). HINT: widen the range uv names, or move the test tool's pin" >&2
+    exit 1
+fi
+# A yanked release (uv's warning) or a denied one stops here, by name.
+if ! advisories check "$work/newest.txt" --yanked "$work/newest.log" --where newest; then
+    echo "newest: the newest releases the ranges allow hold the releases above. HINT: give the range a ceiling (with the reason beside it)" >&2
     exit 1
 fi
 # What moved beyond the locks: the news this check is for.
 "$PYTHON" - "$work/newest.txt" envs/requirements.lock envs/requirements-dev.lock <<'EOF'
 import sys
 def pins(path):
-    lines = (line.strip() for line in open(path))
-    return dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
+    lines = (line.split()[0] for line in open(path) if line[:1].isalnum())  # an entry's first line: name==version
+    return dict(line.split("==", 1) for line in lines)
 newest, locked = pins(sys.argv[1]), {**pins(sys.argv[2]), **pins(sys.argv[3])}
 moved = [f"{name} {locked[name]} -> {version}" for name, version in sorted(newest.items())
          if name in locked and locked[name] != version.split("+")[0]]

@@ -55,8 +55,10 @@ tools/profiles.sh
 # The stamp says which locks the venv was last set up (and import-checked) from; the venv itself is
 # compared with them too (0.3 s), so a package removed or changed by hand is found and repaired.
 stamp="$VENV/.snakeddp-locks"
-fingerprint() { cat "$@" pyproject.toml | sha256sum | cut -d' ' -f1; }
-# The torch build environment.cuda names (snakeddp.environment.venv_build): "<cuda> <pin> <index or ->".
+# The torch builds' own locks count too: each says which files its build may install.
+fingerprint() { cat "$@" envs/requirements-torch-*.lock pyproject.toml | sha256sum | cut -d' ' -f1; }
+# The torch build environment.cuda names (snakeddp.environment.venv_build): "<cuda> <pin> <index or -> <its lock>";
+# a build whose lock has no hashes is refused there, in one line.
 torch_build() { PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.venv_build --lock "$core" ${cuda:+--cuda "$cuda"}; }
 # PyPI's build leaves the stamp as it was before builds were chosen; another is part of it.
 stamp_of() { if [[ $3 == "-" ]]; then fingerprint "${locks[@]}"; else echo "$(fingerprint "${locks[@]}") cuda $1"; fi; }
@@ -76,6 +78,33 @@ fi
 
 source tools/uv.sh
 into=(--python "$VENV/bin/python")
+# What the venv was last installed and verified from: a package whose lock entry (version or hashes) changed
+# since is fetched and checked again, since uv checks hashes only of what it installs, not of what is there.
+verified="$VENV/.snakeddp-verified"
+# uv's hash mismatch ("Hash mismatch for `six==1.16.0`", then the expected and computed digests, one per line)
+# as one line: the package, what the lock expects, what the file has.
+hash_failure() {
+    awk -v locks="$*" '
+        /Hash mismatch for `/ { match($0, /`[^`]+`/); pkg = substr($0, RSTART + 1, RLENGTH - 2) }
+        /Expected:/ { mode = "e"; next }
+        /Computed:/ { mode = "c"; next }
+        /sha256:/ { gsub(/ /, ""); if (mode == "e") expected[++n] = $0; else if (mode == "c") found = $0 }
+        END {
+            if (pkg == "") exit 1
+            want = expected[1]; for (i = 2; i <= n && i <= 3; i++) want = want ", " expected[i]
+            if (n > 3) want = want " and " n - 3 " more"
+            printf "setup: %s: %s expect%s %s, and the file uv got has %s: nothing was installed. HINT: if the lock is right, the file is not the one it was made from (a mirror or a cache: uv cache clean %s fetches it again); if the lock was changed, restore it (git checkout envs/) or write it again with tools/lock.sh\n", pkg, locks, (n > 1 ? " one of" : "s"), want, found, substr(pkg, 1, index(pkg, "==") - 1)
+        }'
+}
+# Runs an install; a hash mismatch is told in one line, any other failure as uv tells it.
+hashed_install() {
+    local log
+    log=$(mktemp)
+    if "$@" 2>"$log"; then rm -f "$log"; return 0; fi
+    if ! hash_failure "${locks[*]}" <"$log" >&2; then cat "$log" >&2; fi
+    rm -f "$log"
+    return 1
+}
 # Bytecode at install time: uv leaves compiling to the first import, and where
 # PYTHONDONTWRITEBYTECODE=1 is set (CI machines, containers; this project's VMs) the .pyc files
 # are never written, so every process compiled torch, Lightning and Snakemake from source again:
@@ -88,24 +117,35 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 if [[ $installed == 0 ]]; then
     echo "setup: installing ${locks[*]} into $VENV"
-    # The locks are complete (every transitive dependency, exact versions), so no resolver runs:
-    # sync installs exactly what the locks say and removes what they do not.
+    # The locks are complete (every transitive dependency, exact versions, every file's sha256), so no resolver
+    # runs: sync installs exactly what the locks say, each file checked against its hash before anything is
+    # installed, and removes what they do not.
     # uv reports its downloads, then compiles every package's bytecode without a word.
-    progress "installing and compiling the locked packages" "$uv" pip sync "${into[@]}" "${compile[@]}" "${locks[@]}"
+    again=()
+    if PYTHONPATH=src "$VENV/bin/python" -c 'import packaging' 2>/dev/null; then
+        for name in $(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock changed --record "$verified" "${locks[@]}"); do
+            again+=(--reinstall-package "$name")
+        done
+    fi
+    hashed_requirements "${locks[@]}" > "$VENV/.snakeddp-requirements"
+    progress "installing and compiling the locked packages" hashed_install "$uv" pip sync --require-hashes "${into[@]}" \
+        "${compile[@]}" "${again[@]}" "$VENV/.snakeddp-requirements"
 fi
 # torch is locked by version; the build is environment.cuda's. PyPI's own (13.0) is the machine's
 # choice where pip finds torch (this machine's wheel cache has the CPU build); a CUDA build needs its
 # runtime wheels (nvidia-*), which this adds; for a CPU build every requirement is already met and
 # nothing changes. Another build comes from PyTorch's index (torch==2.13.0+cu126), the same version.
 build=$(torch_build) || exit 2
-read -r cuda pin index <<<"$build"
+read -r cuda pin index build_lock <<<"$build"
 want=$(stamp_of "$cuda" "$pin" "$index")
+# The build's runtime wheels, each with its hash, from the build's own lock (constraints: only what torch needs here).
 if [[ $index == "-" ]]; then
-    progress "installing torch's build" "$uv" pip install --quiet "${into[@]}" "${compile[@]}" "$pin" --constraint "$core"
+    progress "installing torch's build" hashed_install "$uv" pip install --quiet --require-hashes "${into[@]}" \
+        "${compile[@]}" "$pin" --constraint "$core" --constraint "$build_lock"
 else
     failed=$(mktemp)
-    if ! progress "installing torch's CUDA $cuda build from $index" "$uv" pip install --quiet "${into[@]}" \
-        "${compile[@]}" "$pin" --extra-index-url "$index" --constraint "$core" 2>"$failed"; then
+    if ! progress "installing torch's CUDA $cuda build from $index" "$uv" pip install --quiet --require-hashes "${into[@]}" \
+        "${compile[@]}" "$pin" --extra-index-url "$index" --constraint "$core" --constraint "$build_lock" 2>"$failed"; then
         # uv's error is a chain of causes; the last one says what went wrong (a name that does not resolve).
         cause=$(grep -v '^\s*$' "$failed" | tail -n 1 | sed -e 's/^ *cause: //' -e 's/^error: //')
         rm -f "$failed"
@@ -132,5 +172,6 @@ PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@
 rm -f "$stamp"
 progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
 if [[ "${#locks[@]}" == 2 && $want_v1 == 0 ]]; then touch "$dev_marker"; fi
+cat "${locks[@]}" > "$verified"
 echo "$want" > "$stamp"
 echo "setup: $VENV matches ${locks[*]}"

@@ -18,3 +18,27 @@ fi
 if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
     export UV_FIND_LINKS=$PIP_FIND_LINKS
 fi
+# uv hashes no find-links file (0.13.8: "Hash-checking is enabled, but no hashes were provided or computed for:
+# torch==2.13.0+cpu"), so a locked package whose wheel a find-links folder holds, with a sha256 the locks
+# list (this machine's CPU torch), is installed from that file by its URL, the hash still checked.
+# `hashed_requirements LOCK...` prints the locks so, as one requirements file.
+hashed_requirements() {
+    local dir wheel digest name
+    local -A by_url=()
+    local IFS_=${UV_FIND_LINKS:-}
+    for dir in ${IFS_//,/ }; do
+        dir=${dir#file://}
+        for wheel in "$dir"/*.whl; do
+            [[ -f $wheel ]] || continue
+            digest=$(sha256sum "$wheel" | cut -d' ' -f1)
+            grep -q "sha256:$digest" "$@" || continue
+            name=$(basename "$wheel")
+            name=${name%%-*}
+            by_url[${name,,}]="$name @ file://$wheel --hash=sha256:$digest"
+        done
+    done
+    awk -v skip=" ${!by_url[*]} " '
+        /^[A-Za-z0-9]/ { name = tolower($0); sub(/==.*/, "", name); gsub(/[-.]/, "_", name); dropped = index(skip, " " name " ") > 0 }
+        !dropped' "$@"
+    ((${#by_url[@]} == 0)) || printf '%s\n' "${by_url[@]}"
+}

@@ -68,6 +68,47 @@ def step_profile(stats_file: Path, text_file: Path) -> tuple[float, dict[str, fl
     }
 
 
+def watch_figures(samples: dict[str, list[dict[str, float]]], details: dict[str, list[dict[str, Any]]]) -> list[Figure]:
+    """What watching for hangs costs a healthy run (issue 53): linear ×2, whose step is the shortest, with
+    launch.hang_timeout's default against null (no meeting, no watch thread); and the ranks' meeting itself."""
+    watched, unwatched = samples["ours_linear_2"], samples["unwatched_linear_2"]
+    meeting = median([d["phases"]["meeting_s"] for d in details["ours_linear_2"]])
+    return [
+        target_figure(
+            "train.watch_rate",
+            "training samples/s, linear model, 2 processes, watched for hangs (launch.hang_timeout: auto) against "
+            "not (null)",
+            "samples/s",
+            median([s["samples_per_s"] for s in watched]),
+            baseline=median([s["samples_per_s"] for s in unwatched]),
+            ratio=paired_ratio(watched, unwatched, "samples_per_s"),
+            ratio_of="watched ÷ unwatched",
+            op=">=",
+            threshold=0.95,
+        ),
+        target_figure(
+            "train.watch_fixed_cost",
+            "fixed cost of one run, the same two (the ranks' meeting before the first step included)",
+            "s",
+            median([s["fixed_s"] for s in watched]),
+            baseline=median([s["fixed_s"] for s in unwatched]),
+            ratio=paired_ratio(watched, unwatched, "fixed_s"),
+            ratio_of="watched ÷ unwatched",
+        ),
+        target_figure(
+            "train.meeting",
+            "the ranks' meeting before Lightning's process group (rank 0's `timing.phases.meeting_s`)",
+            "s",
+            meeting,
+            limit=1.0,
+            ratio=meeting / 1.0,
+            ratio_of="ours ÷ 1 s",
+            op="<=",
+            threshold=1,
+        ),
+    ]
+
+
 def run(ctx: Context) -> Result:
     sizes = ctx.sizes
     parts = sizes.partitions_or(2)
@@ -85,13 +126,15 @@ def run(ctx: Context) -> Result:
         kind: str, model: list[int], devices: int, warm_env: dict[str, str]
     ) -> tuple[str, Callable[[], dict[str, float]]]:
         name = f"{kind}_{'mlp' if model else 'linear'}_{devices}"
-        run_file = runs.run_file(data, model, epochs, batch_size, devices)
+        # unwatched: launch.hang_timeout null, no meeting and no watch (snakeddp.training.watch): their cost.
+        launch = {"hang_timeout": None} if kind == "unwatched" else {}
+        run_file = runs.run_file(data, model, epochs, batch_size, devices, **launch)
 
         def measure() -> dict[str, float]:
             if kind == "handwritten":
                 out = runs.handwritten(run_file, manifest, next(run_dirs))
             else:  # ours as the local profile's jobs start (forked warm), and cold for the fixed cost's context
-                out = runs.ours(run_file, manifest, next(run_dirs), env=warm_env if kind == "ours" else None)
+                out = runs.ours(run_file, manifest, next(run_dirs), env=None if kind == "cold" else warm_env)
             details.setdefault(name, []).append(out)
             return {"samples_per_s": runs.samples_per_s(out), "wall_s": out["wall_s"], "fixed_s": out["fixed_s"]}
 
@@ -101,8 +144,8 @@ def run(ctx: Context) -> Result:
         cases = dict(
             case(kind, model, devices, warm_env)
             for model, devices in (([], 2), (hidden, 2), (hidden, 1))
-            for kind in ("ours", "handwritten", "cold")
-            if kind != "cold" or (not model and devices == 2)
+            for kind in ("ours", "handwritten", "cold", "unwatched")
+            if kind not in ("cold", "unwatched") or (not model and devices == 2)
         )
         samples = alternate(cases, reps=sizes.reps_or(3), warmup=sizes.warmup_or(0))
     rate = {name: median([s["samples_per_s"] for s in values]) for name, values in samples.items()}
@@ -183,6 +226,7 @@ def run(ctx: Context) -> Result:
             ratio_of="ours ÷ hand-written",
         )
     )
+    result.figures += watch_figures(samples, details)
     phases = {
         key: median([d["phases"][key] for d in details["ours_linear_2"]])
         for key in details["ours_linear_2"][0]["phases"]
@@ -238,6 +282,16 @@ def run(ctx: Context) -> Result:
         "label, at every hook call of every step). Measured against the previous code, alternating, 6 runs "
         "each: MLP ×1 1.5% faster, within this machine's noise.",
     ]
+    watch = {f.key: f for f in result.figures if f.key.startswith(("train.watch", "train.meeting"))}
+    result.notes.append(
+        "Watching for hangs (launch.hang_timeout, issue 53): before Lightning's process group the ranks meet at "
+        f"the run's own store ({watch['train.meeting'].ours:.2f} s of rank 0, median), then a thread in each rank "
+        "samples where its trainer is twice a second (attribute reads) and posts it to the store every 2 s: no "
+        "collective and no file per step. Against the same runs with launch.hang_timeout: null (no meeting, no "
+        f"watch), alternating: samples/s {watch['train.watch_rate'].ratio:.2f}, fixed cost "
+        f"{watch['train.watch_fixed_cost'].ratio:.2f} (the fixed cost's difference is the meeting; a gloo process "
+        "group's own rendezvous then takes as long less, the ranks having already arrived)."
+    )
     if note := busy_note():
         result.notes.append(note)
     fixed = next(f for f in result.figures if f.key == "train.fixed_cost")

@@ -58,6 +58,16 @@ class LaunchError(ConfigError, RuntimeError):
     """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
 
 
+class HangError(LaunchError):
+    """A rank stopped advancing, or never came to the ranks' meeting; the message names it and where it ran.
+
+    Its process exits with ``exit_status`` (snakeddp.cluster.lifecycle.HUNG_EXIT_CODE), which tells a
+    launcher to kill the other ranks at once instead of waiting for them to save: they are stuck too.
+    """
+
+    exit_status = 69  # EX_UNAVAILABLE: a peer is unavailable
+
+
 class RunStateError(ConfigError, RuntimeError):
     """The run directory holds checkpoints whose origin cannot be confirmed."""
 
@@ -135,7 +145,8 @@ def one_line(prog: str, error: ConfigError) -> str:
 
 
 def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure_file: Path | None = None) -> int:
-    """Run ``main``; an error of the family ends as one line and exit code 1, anything else propagates.
+    """Run ``main``; an error of the family ends as one line and exit code 1 (or the error's own
+    ``exit_status``), anything else propagates.
 
     ``failure_file`` (set by ``snakeddp.launch`` for the ranks it starts): the first rank that fails
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
@@ -151,7 +162,7 @@ def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure
             print_line(line)
         else:
             _give_the_speaking_rank_time()
-        return 1
+        return getattr(error, "exit_status", 1)
 
 
 # Ranks started by hand (no failure file) fail on the same config as rank 0, whose line is the one

@@ -24,21 +24,23 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psutil
 
 from snakeddp import cluster, platforms
 from snakeddp.cluster import network
 from snakeddp.cluster.base import quote
+from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
 from snakeddp.errors import exit_code
 from snakeddp.provenance import lineage
-from snakeddp.run import attempt, variables
+from snakeddp.run import attempt, tries, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util import handoff
@@ -107,6 +109,7 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         # NCCL/gloo tuning (network.env, or exported by the user) must reach every rank.
         extra_env=network.forwarded(env),
         cpus_per_process=site.cpus_per_process(launch, accelerator, variables.site(env)),
+        join_timeout_s=HangTimeout(launch.hang_timeout).join_timeout_s(),
     )
     argv, exports = launcher.command(plan, env)
     threads = str(launch.threads_per_process)
@@ -182,6 +185,10 @@ def run_attempt(args: argparse.Namespace) -> int:
     )
     failed = RunPaths(args.run_dir).failure
     failed.unlink(missing_ok=True)
+    RunPaths(args.run_dir).hung.unlink(missing_ok=True)
+    resumed_from = tries.saved(args.run_dir) if resume else None
+    began = time.time()
+    env[variables.TRY_STARTED] = f"{began:.3f}"
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]
@@ -197,12 +204,53 @@ def run_attempt(args: argparse.Namespace) -> int:
         relay.start()
         code = child.wait()
         relay.join()
-        if code != 0 and failed.exists():
-            print(failed.read_text().strip(), file=sys.stderr, flush=True)
-            return 1
+        record_try(args, launcher.name, began, code, received, resumed_from)
     preempted = any(signum in PREEMPT_SIGNALS for signum in received)
+    if code != 0 and failed.exists():
+        print(failed.read_text().strip(), file=sys.stderr, flush=True)
+        return 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
+
+
+def outcome_of(code: int, received: Sequence[int], hang: Mapping[str, Any] | None) -> str:
+    """How a try ended, for tries.json."""
+    if hang is not None:
+        return "hung"
+    if code == 0:
+        return "completed"
+    if code == PREEMPTED_EXIT_CODE or any(signum in PREEMPT_SIGNALS for signum in received):
+        return "preempted"
+    return "interrupted" if received else "failed"
+
+
+def record_try(
+    args: argparse.Namespace,
+    launcher: str,
+    began: float,
+    code: int,
+    received: Sequence[int],
+    resumed_from: Mapping[str, Any] | None,
+) -> None:
+    """Add this start of the ranks to the attempt's tries.json: how it ended (hung.json, where a rank found it
+    hung), what it kept (last.json), and where the platform ran it."""
+    hang = tries.take_hang(args.run_dir)
+    where = dict(platforms.load(args.platform).where_tried(os.environ))
+    tries.append(
+        args.run_dir,
+        tries.entry(
+            started=began,
+            ended=time.time(),
+            outcome=outcome_of(code, received, hang),
+            exit_code=code,
+            launcher=launcher,
+            job_id=where.pop("job_id", None),
+            resumed_from=resumed_from,
+            saved_now=tries.saved(args.run_dir),
+            hang=hang,
+            placement=where,
+        ),
+    )
 
 
 def relay_stderr(stream: IO[bytes], failed: Path) -> None:

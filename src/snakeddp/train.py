@@ -39,13 +39,15 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 
 from snakeddp import cluster
+from snakeddp.cluster.base import Layout
+from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.config import parts
 from snakeddp.config.targets import user_code
@@ -55,11 +57,14 @@ from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
 from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
 from snakeddp.run.runfile import RunFile
-from snakeddp.training.callbacks import Preempted
+from snakeddp.run.tries import write_hang
+from snakeddp.training.callbacks import Preempted, scheduler_node
+from snakeddp.training.meeting import MeetingError, meet
 from snakeddp.training.models import best_confusion, build_model
 from snakeddp.training.safe_load import check_checkpoint
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import build_trainer
+from snakeddp.training.watch import Watch
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.shutdown import freeze_imports
 
@@ -120,6 +125,8 @@ def main(args: argparse.Namespace) -> int:
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
     layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
     torch.set_num_threads(launch.threads_per_process)
+    timeout = HangTimeout(launch.hang_timeout)
+    os.environ.update(timeout.rank_env(os.environ))  # NCCL reads them when Lightning starts the process group
     # Before any model is built: TF32 (high) or bf16 (medium) inside fp32 matmuls changes what a run computes.
     torch.set_float32_matmul_precision(parts.Trainer.of(cfg["trainer"]).matmul_precision)
     attempt = begin(run, args, layout.is_main)
@@ -133,11 +140,15 @@ def main(args: argparse.Namespace) -> int:
         cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
     )
     callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
+    watch = watch_over(trainer, launcher, layout, timeout, run.run_id, args, callbacks.phases.checkpoints.is_saving)
+    callbacks.phases.marks.update(met=time.perf_counter())
     trackers.log_config(cfg)
 
     started, clock = provenance.utc_now(), time.perf_counter()
     try:
         trainer.fit(model, datamodule=data, ckpt_path=attempt.resume_from, weights_only=True)
+        if watch is not None:
+            watch.stop(finished=True)
     except Preempted:
         if not callbacks.preemption.preempted:
             raise
@@ -150,6 +161,9 @@ def main(args: argparse.Namespace) -> int:
                 flush=True,
             )
         return PREEMPTED_EXIT_CODE
+    finally:
+        if watch is not None:
+            watch.stop(finished=False)
     if trainer.is_global_zero:
         record = provenance.build(
             attempt,
@@ -172,6 +186,41 @@ def main(args: argparse.Namespace) -> int:
         if registered:
             print(f"snakeddp: registered its best model as {registered['name']} version {registered['version']}")
     return 0
+
+
+def watch_over(
+    trainer: pl.Trainer,
+    launcher: cluster.Launcher,
+    layout: Layout,
+    timeout: HangTimeout,
+    run_id: str,
+    args: argparse.Namespace,
+    saving: Callable[[], bool],
+) -> Watch | None:
+    """Meet the other ranks, then watch the run's progress (snakeddp.training.meeting, .watch); None for one
+    process, without launch.hang_timeout, or where Lightning starts the processes itself (inside fit)."""
+    environment = trainer.strategy.cluster_environment
+    if not timeout.on or layout.world_size == 1 or environment is None:
+        return None
+    if not environment.creates_processes_externally:
+        return None
+    node = scheduler_node(os.environ)
+    try:
+        meeting = meet(
+            layout,
+            environment.main_address,
+            environment.main_port,
+            timeout,
+            run_id,
+            node,
+            node_of=lambda rank: launcher.node_of(rank, layout, os.environ),  # asked only of ranks that never came
+        )
+    except MeetingError as error:
+        write_hang(args.run_dir, error.record)
+        raise
+    watch = Watch(meeting, layout, timeout, trainer, run_id, args.run_dir, args.failure_file, node, saving)
+    watch.start()
+    return watch
 
 
 def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.Attempt:

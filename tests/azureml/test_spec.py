@@ -21,9 +21,11 @@ from azure.ai.ml import MpiDistribution, PyTorchDistribution, load_job
 from marshmallow import ValidationError
 
 from snakeddp import config
-from snakeddp.azureml import spec_v2, staging, submit
+from snakeddp.azureml import images, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
+from snakeddp.environment.builds import torch_build
+from snakeddp.environment.lock import read_lock
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
@@ -38,11 +40,17 @@ CUDA12_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04:202507
 CPU_IMAGE = "mcr.microsoft.com/azureml/openmpi5.0-ubuntu24.04:20250701.v1"
 # azureml-core, which snakeddp.azureml.spec_v1 imports, is installed in .venv-azureml-v1 only.
 V1 = pytest.mark.azureml_v1
+# Every pip line with its hashes (pip then requires them): the core lock less torch, then the build's own lock.
 LOCK_PINS = [
-    line.strip()
-    for line in (CHECKOUT / "envs" / "requirements.lock").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
+    "--require-hashes",
+    *(pin.requirement() for key, pin in read_lock(CHECKOUT / "envs/requirements.lock").pins.items() if key != "torch"),
+    *(pin.requirement() for pin in read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins.values()),
 ]
+
+
+def locked(cuda: str) -> bool:
+    """Whether the locks hold hashes for this torch build (PyTorch's index answered where they were written)."""
+    return "torch" in read_lock(CHECKOUT / f"envs/requirements-torch-{cuda}.lock").pins
 
 
 def spec_v1():
@@ -131,7 +139,8 @@ def test_v1_script_run_config_builds_offline_and_asks_for_the_run_layout(tmp_pat
         )
         assert run_config.environment.docker.base_image == DEFAULT_IMAGE
         conda = run_config.environment.python.conda_dependencies
-        assert list(conda.pip_packages) == LOCK_PINS
+        # azureml-core reads --require-hashes as a pip option, and keeps every hashed line as written.
+        assert [*conda.pip_options, *conda.pip_packages] == LOCK_PINS
         assert conda.get_python_version() == "3.11"
         data = run_config.data_references["data"]
         assert (data.data_store_name, data.mode) == ("workspaceblobstore", "mount")
@@ -286,7 +295,7 @@ def test_switching_sdk_leaves_no_stale_spec(tmp_path):
 
 
 def workflow_environment(**sections):
-    """What the workflow exports for a config with these sections (as rules/common.smk applies it)."""
+    """What the workflow exports for a config with these sections (as snakeddp.workflow.plan applies it)."""
     return jobenv.settings(config.validate(sections))
 
 
@@ -337,10 +346,22 @@ def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_writ
 
 @pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
+    build_lock = CHECKOUT / "envs/requirements-torch-12.6.lock"
+    if "torch" not in read_lock(build_lock).pins:
+        # PyTorch's index did not answer where the locks were written: the build has no hashes, and is refused
+        # before any spec is written, in one line.
+        with (
+            mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})),
+            pytest.raises(AzureMLError, match=r'environment.cuda "12.6": .* has no hashes .*HINT: run tools/lock.sh'),
+        ):
+            make_spec(tmp_path, sdk)
+        assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
+        return
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
         plan, _, spec, _ = make_spec(tmp_path, sdk)
     index = "--extra-index-url https://download.pytorch.org/whl/cu126"
-    expected = [index, *(pin + "+cu126" if pin == "torch==2.13.0" else pin for pin in LOCK_PINS)]
+    own = [pin.requirement() for pin in read_lock(build_lock).pins.values()]
+    expected = [index, *LOCK_PINS[: -len(read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins)], *own]
     if sdk == "v2":
         environment = load_job(spec).environment
         pip, image = environment.conda_file["dependencies"][-1]["pip"], environment.image
@@ -365,7 +386,12 @@ def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
     ("cuda", "image"), [("13.0", DEFAULT_IMAGE), ("13.2", DEFAULT_IMAGE), ("12.6", CUDA12_IMAGE), ("cpu", CPU_IMAGE)]
 )
 def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image):
+    assert images.default_image(torch_build(cuda)) == image
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": cuda})):
+        if not locked(cuda):  # no hashes for it here: refused before any spec (the test above)
+            with pytest.raises(AzureMLError, match="has no hashes"):
+                make_spec(tmp_path, sdk)
+            return
         _, _, spec, _ = make_spec(tmp_path, sdk)
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == image
@@ -383,8 +409,13 @@ def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged
     assert "environment.cuda=13.0 installs torch's CUDA 13 build (NVIDIA driver 580 or newer)" in message
     assert f"a CUDA 13 image such as {DEFAULT_IMAGE}" in message and 'environment.cuda: "12.6"' in message
     assert not (tmp_path / "results/runs/base/azureml").exists(), "nothing staged, so nothing to upload"
-    # The same image with the build it was made for is written as configured, and validated by the SDK.
+    # The same image with the build it was made for is written as configured, and validated by the SDK (where
+    # that build is locked with hashes; else refused for that, not for the image).
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
+        if not locked("12.6"):
+            with pytest.raises(AzureMLError, match="has no hashes"):
+                make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
+            return
         _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == CUDA12_IMAGE

@@ -17,7 +17,10 @@ import yaml
 from azure.ai.ml import load_job
 
 from snakeddp.azureml import submit
-from snakeddp.azureml.settings import Settings
+from snakeddp.azureml.settings import AzureMLError, Settings
+from snakeddp.azureml.submitted import Outcome
+from snakeddp.remote.job import Submitted
+from snakeddp.run import tries
 from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
 from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
@@ -203,3 +206,23 @@ def test_a_search_submits_each_rung_run_with_the_rungs_budget(tmp_path, tiny_con
         assert yaml.safe_load((staged / "code" / "run.yaml").read_text())["config"]["trainer"]["max_epochs"] == 1
         assert not list((results / "search" / run).glob("epochs-*.json")), "no record: nothing trained"
     assert not (results / "search" / "rung-0.json").exists()
+
+
+def test_a_job_that_hung_ends_in_the_line_of_the_rank_that_named_the_node(tmp_path, monkeypatch):
+    """The ranks of an AzureML job write hung.json into the run directory the job's output brings back; the
+    train job's one line is then theirs (rank, host, AZUREML_NODE_NAME), not AzureML's exit-code text."""
+    run_yaml, manifest = make_run(tmp_path, copy.deepcopy(TINY))
+    monkeypatch.setenv(AZUREML_CONFIG, json.dumps({"compute": "gpu-cluster", "workspace": WORKSPACE, "submit": False}))
+    args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=False)
+    job = submit.AzureMLJob(args)
+    downloaded = tmp_path / "downloaded"
+    downloaded.mkdir()
+    line = "snakeddp.train: run base hung: rank 1 on node 1f2e-node-2 (host 10.0.0.5) (pid 88) stopped advancing ..."
+    culprit = {"rank": 1, "host": "10.0.0.5", "node": "1f2e-node-2", "pid": 88, "step": 9, "epoch": 0, "phase": "x"}
+    hang = {"kind": "stopped", "culprit": culprit, "stalled_s": 70.0, "limit_s": 60.0, "reached_step": 9, "line": line}
+    assert tries.write_hang(downloaded, hang)
+    job.hang, job.collected = tries.take_hang(downloaded), True
+    with pytest.raises(AzureMLError) as raised:
+        job.judge(Submitted("AzureML", "job", "j-7", "https://ml.azure.com/runs/j-7"), Outcome("Failed", "exit 69"))
+    said = str(raised.value)
+    assert said.startswith(f"AzureML job j-7 ended Failed: {line}. Its checkpoints were downloaded: rerun to resume.")

@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from snakeddp import compat
+from snakeddp.environment import advisories
 from snakeddp.errors import ConfigError, UpstreamVersionError
 from tests.helpers import REPO, subprocess_env
 
@@ -40,7 +42,13 @@ def test_pyproject_allows_exactly_the_releases_each_hook_was_written_for(hook):
         installed = importlib.metadata.version(written.package)
         assert installed in SpecifierSet(written.versions) and installed in declared()[written.package]
     else:
-        assert declared()[written.package] == SpecifierSet(written.versions), written
+        # The same ceiling; the floor may be higher where envs/denied.toml denies the first releases read.
+        ranges, read = declared()[written.package], SpecifierSet(written.versions)
+        assert {c for c in ranges if c.operator.startswith("<")} == {c for c in read if c.operator.startswith("<")}
+        floors = [Version(c.version) for c in ranges if c.operator == ">="]
+        assert floors and all(Version(c.version) <= min(floors) for c in read if c.operator == ">="), written
+        denied = [d for d in advisories.load() if d.package == written.package]
+        assert ranges == read or denied, f"{written}: the range is narrower than what was read, and nothing is denied"
 
 
 def test_an_optional_hook_on_a_release_nobody_read_is_left_out_not_refused():

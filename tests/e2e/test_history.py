@@ -35,7 +35,11 @@ def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config, v
     workflow.run()
     first = record(workflow)
     first_metrics = (run_dir / "metrics.csv").read_text()
-    assert first["attempt"] == {"id": first["origin_sha256"][:12], "restored": False}
+    assert {key: first["attempt"][key] for key in ("id", "restored")} == {
+        "id": first["origin_sha256"][:12],
+        "restored": False,
+    }
+    assert [attempt_try["outcome"] for attempt_try in first["attempt"]["tries"]] == ["completed"]
 
     edited = copy.deepcopy(tiny_config)
     edited["model"]["lr"] = 0.01

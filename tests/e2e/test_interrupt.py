@@ -13,11 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.checkout import SNAKEMAKE, Checkout
-from tests.helpers import subprocess_env
+from tests.helpers import left_running, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -28,20 +27,6 @@ SLOW = {
     "trainer": {"max_epochs": 4, "batch_size": 16, "early_stopping": {"enabled": False}},
     "launch": {"mem_mb": 1000, "runtime": 10},
 }
-
-
-def left_running(directory, within: float) -> list[str]:
-    """Processes working in ``directory`` (jobs, ranks, the warm process, clients) still there after ``within`` s."""
-    deadline = time.monotonic() + within
-    while True:
-        left = []
-        for process in psutil.process_iter(["cmdline", "cwd", "status"]):
-            cwd = process.info["cwd"] or ""
-            if cwd.startswith(str(directory)) and process.info["status"] != psutil.STATUS_ZOMBIE:
-                left.append(" ".join(process.info["cmdline"] or [])[:120])
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
 
 
 def metrics_rows(run_dir: Path) -> list[str]:

@@ -42,15 +42,31 @@ def checkout(tmp_path_factory) -> Path:
     return root
 
 
+def test_a_denied_release_is_refused_before_anything_changes_naming_its_advisory(checkout):
+    """lightning 2.6.5 is still served by PyPI (checked 2026-11-26), and every release before 2.6.6 runs code in
+    load_from_checkpoint: tools/add.sh refuses it in one line, with the first good version."""
+    envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
+    refused = typed(checkout, "tools/add.sh", "lightning==2.6.5")
+    assert refused.returncode == 2 and hint_lines(refused) == [
+        "add: lightning 2.6.5 is denied by envs/denied.toml (GHSA-qqmf-gpg7-g8gw (CVE-2026-58659): code execution "
+        "in load_from_checkpoint, fixed in 2.6.6); the first good version is 2.6.6. HINT: tools/add.sh lightning==2.6.6"
+    ], refused.stdout + refused.stderr
+    assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
+
+
 def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_model_in_training(checkout):
-    added = typed(checkout, "tools/add.sh", "humanize")
+    # With the HINT of the denied release above followed: lightning==2.6.6 pinned as it is locked.
+    added = typed(checkout, "tools/add.sh", "humanize", "lightning==2.6.6")
     assert added.returncode == 0, added.stdout + added.stderr
+    assert read_lock(checkout / "envs/requirements.lock").version("lightning") == "2.6.6"
+    assert "lightning==2.6.6" in (checkout / "envs/requirements.in").read_text().splitlines()
     version = read_lock(checkout / "envs/requirements.lock").version("humanize")
     assert version, "humanize is in the core lock"
     assert f"humanize=={version}  # stages: train" in (checkout / "envs/requirements.in").read_text().splitlines()
     train = yaml.safe_load((checkout / "envs/train.yaml").read_text())["dependencies"][-1]["pip"]
     data = yaml.safe_load((checkout / "envs/data.yaml").read_text())["dependencies"][-1]["pip"]
-    assert f"humanize=={version}" in train and not any(pin.startswith("humanize") for pin in data)
+    assert any(pin.startswith(f"humanize=={version} --hash=sha256:") for pin in train), "hashed, as pip requires"
+    assert not any(pin.startswith("humanize") for pin in data)
     assert "imports work:" in added.stdout and "humanize" in added.stdout.split("imports work:")[-1]
     # The YAMLs agree with the lock, read in the venv that has the package (the Dockerfile's check
     # needs the dev tools, and it installs the lock itself).
@@ -132,19 +148,52 @@ def test_a_package_that_breaks_lightning_is_named_at_set_up_and_the_hinted_comma
     assert typed(checkout, ".venv/bin/python", "-c", "import lightning.pytorch").returncode == 0
 
 
-def test_another_torch_build_is_installed_alone_and_an_index_out_of_reach_is_one_line(checkout):
-    """`tools/setup.sh --cuda 12.6` (the HINT a V100 rank gives) asks PyTorch's cu126 index for the lock's torch
-    version of that build, without reinstalling the locks; this machine reaches no index but PyPI, so: one
-    line, and the venv keeps its torch and matches the locks again with the next plain set-up."""
+def test_a_lock_with_an_altered_hash_stops_make_run_before_anything_is_installed(checkout):
+    """certifi has one file on PyPI (a wheel), so one hash: altered, `make run`'s set-up stops in one line naming
+    the package, the expected and the found digest, and installs nothing, not even a package the venv lacks;
+    the lock written again (the HINT's tools/lock.sh) sets up."""
     assert typed(checkout, "tools/setup.sh").returncode == 0  # the venv as set-up leaves it
+    lock = checkout / "envs/requirements.lock"
+    written = lock.read_text()
+    (good,) = read_lock(lock).pins["certifi"].hashes
+    altered = good[:-1] + ("0" if good[-1] != "0" else "1")
+    lock.write_text(written.replace(good, altered))
+    subprocess.run(
+        [UV, "pip", "uninstall", "--quiet", "--python", checkout / ".venv/bin/python", "tabulate"], check=True
+    )
+    site = checkout / ".venv/lib/python3.11/site-packages"
+    before = sorted(path.name for path in site.iterdir())
+    stopped = typed(checkout, "make", "run")
+    lines = hint_lines(stopped)
+    assert stopped.returncode != 0 and lines == [
+        f"setup: certifi==2026.10.19.post1: envs/requirements.lock expects sha256:{altered}, and the file uv got has "
+        f"sha256:{good}: nothing was installed. HINT: if the lock is right, the file is not the one it was made from "
+        "(a mirror or a cache: uv cache clean certifi fetches it again); if the lock was changed, restore it "
+        "(git checkout envs/) or write it again with tools/lock.sh"
+    ], stopped.stdout + stopped.stderr
+    assert sorted(path.name for path in site.iterdir()) == before, "nothing was installed or removed"
+    assert "snakemake" not in stopped.stdout.split("HINT:")[-1], "the workflow did not start"
+    relocked = typed(checkout, "tools/lock.sh")
+    assert relocked.returncode == 0 and lock.read_text() == written, relocked.stdout + relocked.stderr
+    again = typed(checkout, "tools/setup.sh")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert typed(checkout, ".venv/bin/python", "-c", "import tabulate").returncode == 0
+
+
+def test_a_torch_build_without_hashes_is_refused_in_one_line_and_the_venv_keeps_its_torch(checkout):
+    """`tools/setup.sh --cuda 12.6` (the HINT a V100 rank gives): where PyTorch's cu126 index did not answer when
+    the locks were written (this machine reaches no index but PyPI), the build has no hashes and nothing of it is
+    installed: one line, and the venv keeps its torch and matches the locks again with the next plain set-up."""
+    assert typed(checkout, "tools/setup.sh").returncode == 0  # the venv as set-up leaves it
+    assert "torch" not in read_lock(checkout / "envs/requirements-torch-12.6.lock").pins
     torch_version = [".venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('torch'))"]
     before = typed(checkout, *torch_version).stdout
     switched = typed(checkout, "tools/setup.sh", "--cuda", "12.6")
     lines = hint_lines(switched)
-    assert switched.returncode == 1 and len(lines) == 1, switched.stdout + switched.stderr
+    assert switched.returncode == 2 and len(lines) == 1, switched.stdout + switched.stderr
     index = "https://download.pytorch.org/whl/cu126"
-    assert lines[0].startswith(f'setup: could not install torch==2.13.0+cu126 (environment.cuda "12.6") from {index}: ')
-    assert "HINT: let this machine reach https://download.pytorch.org/whl/cu126" in lines[0]
+    assert lines[0].startswith('setup: environment.cuda "12.6": envs/requirements-torch-12.6.lock has no hashes ')
+    assert f"HINT: run tools/lock.sh on a machine that reaches {index}" in lines[0]
     assert "installing envs/requirements.lock" not in switched.stdout, "the locks were installed already"
     assert typed(checkout, *torch_version).stdout == before
     again = typed(checkout, "tools/setup.sh")

@@ -44,7 +44,7 @@ def test_a_changed_lock_changes_the_hash(tmp_path):
     lock = tmp_path / "requirements.lock"
     lock.write_text(LOCK.read_text())
     before = capture("train", lock, tmp_path / "a.json", env={})["hash"]
-    lock.write_text(LOCK.read_text().replace("\nnumpy==2.4.6\n", "\nnumpy==2.4.7\n"))
+    lock.write_text(LOCK.read_text().replace("\nnumpy==2.4.6 ", "\nnumpy==2.4.7 "))
     assert capture("train", lock, tmp_path / "b.json", env={})["hash"] != before
 
 

@@ -54,17 +54,38 @@ def test_the_train_stage_has_a_yaml_per_torch_build_differing_only_in_torch(cuda
     assert envfiles.stage_file("train", cuda) == name
     assert envfiles.stage_file("data", cuda) == "data.yaml", "a stage without torch has one env"
     lines = pip_lines(ENVS / name)
-    assert [line for line in lines if line.startswith("--")] == ([f"--extra-index-url {index}"] if index else [])
-    assert torch in lines
-    default = [line for line in pip_lines(ENVS / "train.yaml") if not line.startswith("torch==")]
-    assert [line for line in lines if not line.startswith(("torch==", "--"))] == default
+    options = [line for line in lines if line.startswith("--")]
+    assert options == [*([f"--extra-index-url {index}"] if index else []), "--require-hashes"]
+    own = envfiles.build_lock(BUILDS[cuda])
+    (torch_line,) = [line for line in lines if line.split("==")[0] == "torch"]
+    # A locked build's torch carries its hashes (pip requires them); one that could not be locked has none,
+    # so pip refuses it, as the workflow does before any job.
+    assert torch_line == (own.pins["torch"].requirement() if own else torch)
+    added = set(own.pins) if own else set()
+    default_added = set(envfiles.build_lock(BUILDS["13.0"]).pins)
+
+    def shared(entries, skip):
+        return [line for line in entries if not line.startswith("--") and line.split("==")[0] not in skip | {"torch"}]
+
+    assert shared(lines, added) == shared(pip_lines(ENVS / "train.yaml"), default_added)
+
+
+def test_every_pip_line_carries_the_locks_hashes_and_a_changed_one_is_caught(envs_copy):
+    lock = read_lock(ENVS / "requirements.lock")
+    data = pip_lines(ENVS / "data.yaml")
+    numpy = lock.pins["numpy"]
+    assert numpy.requirement() in data and len(numpy.hashes) > 1
+    path = envs_copy / "data.yaml"
+    path.write_text(path.read_text().replace(numpy.hashes[0], "0" * 64))
+    assert envfiles.check(envs_copy) == [f"{path}: numpy=={numpy.version}'s hashes are not the lock's"]
 
 
 def test_a_build_yaml_without_its_index_is_caught(envs_copy):
     legacy = envs_copy / "train-cu126.yaml"
     legacy.write_text(legacy.read_text().replace("  - --extra-index-url https://download.pytorch.org/whl/cu126\n", ""))
     assert envfiles.check(envs_copy) == [
-        f"{legacy}: pip options none, but torch build 12.6 needs --extra-index-url https://download.pytorch.org/whl/cu126"
+        f"{legacy}: pip options --require-hashes, but torch build 12.6 needs --extra-index-url "
+        "https://download.pytorch.org/whl/cu126, --require-hashes"
     ]
 
 
@@ -115,8 +136,9 @@ def test_a_lock_change_the_yamls_and_dockerfile_did_not_follow_is_caught(envs_co
 
 def test_a_missing_or_needless_stage_package_is_caught(envs_copy):
     data = envs_copy / "data.yaml"
-    text = data.read_text().replace("  - numpy==2.4.6\n", "")
-    text = text.replace("  - safetensors", "  - matplotlib==3.11.2\n  - safetensors")
+    lock = read_lock(ENVS / "requirements.lock")
+    text = data.read_text().replace(f"  - {lock.pins['numpy'].requirement()}\n", "")
+    text = text.replace("  - safetensors", f"  - {lock.pins['matplotlib'].requirement()}\n  - safetensors")
     data.write_text(text)
     problems = envfiles.check(envs_copy)
     assert f"{data}: lacks numpy, which the data stage needs" in problems
@@ -174,7 +196,7 @@ def test_the_build_context_holds_what_the_dockerfile_copies():
     """.dockerignore keeps the context small (no .venv, no results) but must let these through."""
     ignore = (REPO / ".dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-    copied = {"envs/requirements.lock", "pyproject.toml", "README.md", "src"}
+    copied = {"envs/requirements.lock", "envs/requirements-torch-*.lock", "pyproject.toml", "README.md", "src"}
     assert "*" in ignore and copied <= allowed
 
 

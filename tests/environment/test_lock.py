@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from snakeddp.environment.lock import Lock, LockError, Pin, compare, installed, read_lock, requirement_closure
+from snakeddp.environment.lock import Lock, LockError, Pin, changed, compare, installed, read_lock, requirement_closure
 from tests.helpers import REPO, subprocess_env
 
 CORE_LOCK = REPO / "envs" / "requirements.lock"
@@ -19,13 +19,17 @@ DEV_LOCK = REPO / "envs" / "requirements-dev.lock"
 
 
 def _pins(lines: list[str]) -> dict[str, str]:
-    """name -> version of ``name==version`` lines, names lower-cased as pip compares them."""
+    """name -> version of pip freeze's lines (``name==version``, or ``name @ URL`` for a wheel installed by its
+    file, whose version its metadata says), names lower-cased as pip compares them."""
     pins = {}
     for line in lines:
         line = line.strip()
-        if line and not line.startswith("#"):
+        if " @ " in line:
+            name = line.partition(" @ ")[0]
+            pins[canonicalize_name(name)] = importlib.metadata.version(name)
+        elif line and not line.startswith("#"):
             name, _, version = line.partition("==")
-            pins[name.lower().replace("_", "-").replace(".", "-")] = version
+            pins[canonicalize_name(name)] = version
     return pins
 
 
@@ -33,13 +37,13 @@ def test_the_venv_holds_exactly_the_locked_versions():
     """What tools/setup.sh --dev installed (this interpreter's venv) is the two locks, nothing more
     or less; torch's local build label (+cpu) is the machine's choice and is ignored."""
     freeze = subprocess.run(
-        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude", "pip", "--exclude-editable"],
+        [sys.executable, "-m", "pip", "freeze", "--all", "--exclude-editable"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
     have = {name: version.split("+")[0] for name, version in _pins(freeze).items()}
-    want = _pins(CORE_LOCK.read_text().splitlines() + DEV_LOCK.read_text().splitlines())
+    want = {key: pin.version for key, pin in read_lock(CORE_LOCK, DEV_LOCK).pins.items()}
     assert len(want) > 150
     names = set(have) | set(want)
     differences = {name: (have.get(name), want.get(name)) for name in names if have.get(name) != want.get(name)}
@@ -68,6 +72,34 @@ def test_read_lock_gives_pins_and_python():
     assert lock.python == "3.11"
     assert lock.version("torch") == "2.13.0"
     assert lock.version("PyYAML") == lock.version("pyyaml") == "6.0.4"
+
+
+def test_read_lock_gives_every_entrys_hashes_and_index_as_uv_writes_them(tmp_path):
+    lock = read_lock(CORE_LOCK)
+    assert all(pin.hashes for pin in lock.pins.values()), "every entry is hashed"
+    (certifi,) = lock.pins["certifi"].hashes
+    assert len(certifi) == 64 and lock.pins["certifi"].index == "https://pypi.org/simple"
+    written = tmp_path / "uv.txt"
+    b, a = "b" * 64, "a" * 64
+    written.write_text(
+        f"# Python 3.11.7\nsix==1.16.0 \\\n    --hash=sha256:{b} \\\n    --hash=sha256:{a}\n"
+        "    # from https://pypi.org/simple\nidna==3.10\n"
+    )
+    six = read_lock(written).pins["six"]
+    assert six == Pin("six", "1.16.0", ("a" * 64, "b" * 64), "https://pypi.org/simple")
+    assert six.requirement() == f"six==1.16.0 --hash=sha256:{'a' * 64} --hash=sha256:{'b' * 64}"
+    assert read_lock(written).pins["idna"] == Pin("idna", "3.10")
+
+
+def test_changed_names_the_installed_packages_whose_entry_moved_since_they_were_verified(tmp_path):
+    record = tmp_path / "verified"
+    record.write_text(f"six==1.16.0 --hash=sha256:{'a' * 64}\nidna==3.10 --hash=sha256:{'c' * 64}\n")
+    now = tmp_path / "lock"
+    entries = ("six==1.16.0", "b"), ("idna==3.10", "c"), ("new==1.0", "d")
+    now.write_text("".join(f"{pin} --hash=sha256:{char * 64}\n" for pin, char in entries))
+    present = {"six": Pin("six", "1.16.0"), "idna": Pin("idna", "3.10"), "new": Pin("new", "1.0")}
+    assert changed(record, read_lock(now), present) == ["new", "six"], "a new entry and a changed hash"
+    assert changed(tmp_path / "none", read_lock(now), {"six": present["six"]}) == ["six"], "no record: all installed"
 
 
 def test_a_lock_line_that_is_not_an_exact_pin_is_an_error(tmp_path):
@@ -139,7 +171,7 @@ def test_the_torch_build_brings_its_own_runtime_wheels(tmp_path):
 
 def test_verify_fails_when_the_lock_moves(tmp_path):
     lock = tmp_path / "requirements.lock"
-    lock.write_text(CORE_LOCK.read_text().replace("\nnumpy==2.4.6\n", "\nnumpy==2.4.5\n"))
+    lock.write_text(CORE_LOCK.read_text().replace("\nnumpy==2.4.6 \\\n", "\nnumpy==2.4.5 \\\n"))
     command = [sys.executable, "-m", "snakeddp.environment.lock", "verify", str(lock), "--optional", str(DEV_LOCK)]
     done = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), check=False)
     assert done.returncode == 1

@@ -97,7 +97,10 @@ def test_record_from_the_attempt_and_the_outcome(tmp_path):
     assert record["run_id"] == "base" and record["status"] == "completed"
     assert record["data"] == {**data, "counted": None}, "rows without batch counts: nothing counted"
     assert record["origin_sha256"] == attempt.key
-    assert record["attempt"] == {"id": "0123456789ab", "restored": False}
+    assert {key: record["attempt"][key] for key in ("id", "restored")} == {"id": "0123456789ab", "restored": False}
+    (this_try,) = record["attempt"]["tries"]  # the try that completes now; its launcher adds it to tries.json
+    assert (this_try["number"], this_try["outcome"], this_try["hang"]) == (1, "completed", None)
+    assert record["timing"]["goodput"]["tries"] == 1 and record["timing"]["goodput"]["lost"] == {}
     assert record["launch"]["accelerator"] == "cpu" and record["launch"]["backend"] == "gloo"
     assert record["launch"]["world_size"] == 2 and record["launch"]["hosts"] == ["node1"]
     training = record["training"]

@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
+from snakeddp.environment import sbom
 from snakeddp.provenance.schema import ProvenanceError, problems, validate, validate_file
-from tests.helpers import SECRET_VALUES, SECRETS, assert_valid_provenance, leaked
+from snakeddp.util.hashing import sha256_file
+from tests.helpers import BY_VALUE_SECRETS, QUOTED_SECRET, SECRET_VALUES, SECRETS, assert_valid_provenance, leaked
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +40,7 @@ def test_record_has_the_facts_design_asks_for(record):
 
 def test_timing_phases_add_up_to_the_process_wall_time(record):
     phases = record["timing"]["phases"]
-    startup_parts = ("imports_s", "checks_s", "trainer_build_s", "fit_setup_s")
+    startup_parts = ("imports_s", "checks_s", "trainer_build_s", "meeting_s", "fit_setup_s")
     assert phases["startup_s"] == pytest.approx(sum(phases[k] for k in startup_parts), abs=0.01)
     # Forked from the workflow's warm process, a rank finds torch and Lightning imported (snakeddp.warm).
     assert record["launch"]["job_start"] == "warm" and record["launch"]["rank_start"] == "warm"
@@ -81,6 +84,10 @@ def test_validate_file_names_an_unreadable_file(tmp_path: Path):
 
 
 def test_secret_values_never_reach_results_logs_metadata_or_the_terminal(sweep_workflow, record):
+    """Every secret, those repeated under harmless keys (a storage key, an environment credential, a quoted
+    secret) included, in every quoting: by value, not by key."""
+    config = yaml.safe_load((sweep_workflow.directory / "config.yaml").read_text())
+    assert config["spark"]["conf"]["spark.app.comment"] == QUOTED_SECRET, "the harmless key holds the secret"
     found = []
     for top in ("results", "logs", ".snakemake"):
         for path in (sweep_workflow.directory / top).rglob("*"):
@@ -89,6 +96,9 @@ def test_secret_values_never_reach_results_logs_metadata_or_the_terminal(sweep_w
     terminal = sweep_workflow.first_run.stdout + sweep_workflow.first_run.stderr
     found += [f"terminal: {value}" for value in leaked(terminal, SECRET_VALUES)]
     assert not found
+    resolved = sweep_workflow.directory / "results/report/files/workflow/config.resolved.yaml"
+    masked = yaml.safe_load(resolved.read_text())["spark"]["conf"]
+    assert {key: masked[key] for key in BY_VALUE_SECRETS} == dict.fromkeys(BY_VALUE_SECRETS, "***")
     # Recorded: the network variables (a family every rank is given), credentials masked; the
     # config's network.env is recorded as the ranks saw it.
     variables = record["launch"]["variables"]
@@ -97,3 +107,27 @@ def test_secret_values_never_reach_results_logs_metadata_or_the_terminal(sweep_w
     # Not recorded: what provenance does not need (the allow-list), and tokens under any name.
     assert not {"SLURM_SPOOL_URL", "SLURM_JWT", "NCCL_COLLNET_BLOB"} & set(variables)
     assert not (set(SECRETS) - {"NCCL_PROXY_URL"}) & set(variables)
+
+
+def test_every_environment_record_and_the_crate_hold_an_sbom_matching_the_installed_files(sweep_workflow):
+    """Each stage's record names its CycloneDX SBOM by sha256, the crate carries it, the report lists the
+    licences the models were trained with, and every digest matches the files installed in this venv."""
+    envs = sweep_workflow.directory / "results/envs"
+    boms = {}
+    for stage in ("data", "train", "report"):
+        record = json.loads((envs / f"{stage}.json").read_text())
+        path = envs / record["sbom"]["file"]
+        assert path.name == f"{stage}.cdx.json" and sha256_file(path) == record["sbom"]["sha256"]
+        boms[stage] = json.loads(path.read_text())
+    crate = sweep_workflow.directory / "results/report"
+    assert (crate / "files/envs/train.cdx.json").read_bytes() == (envs / "train.cdx.json").read_bytes()
+    metadata = json.loads((crate / "ro-crate-metadata.json").read_text())
+    (entity,) = [e for e in metadata["@graph"] if e["@id"] == "files/envs/train.cdx.json"]
+    assert entity["encodingFormat"] == "application/vnd.cyclonedx+json"
+    page = (crate / "report.html").read_text()
+    assert "Licences of what the models were trained with" in page and "Apache-2.0" in page
+    # The three stages ran in this venv: one set of digests, checked against every installed file once.
+    digests = [{c["name"]: c["hashes"] for c in bom["components"]} for bom in boms.values()]
+    assert digests[0] == digests[1] == digests[2]
+    checked, differences = sbom.check(boms["train"])
+    assert checked == len(boms["train"]["components"]) and differences == []

@@ -44,7 +44,7 @@ def test_untouched_run_verifies_without_loading_anything(results, capsys, monkey
     monkeypatch.setattr(torch, "load", refuse)
     code, out = verify(results, "devices-2", capsys)
     assert code == 0, out
-    assert "MISMATCH" not in out and "all 10 checks passed" in out
+    assert "MISMATCH" not in out and "all 11 checks passed" in out
     assert out.count("  ok        checkpoint") == 3 and out.count("partition") == 3
 
 
@@ -55,7 +55,7 @@ def test_modified_checkpoint_fails(results, capsys):
     code, out = verify(results, "devices-1", capsys)
     assert code == 1
     assert f"MISMATCH  checkpoint  {best}" in out and "provenance says" in out
-    assert "1 of 10 checks failed" in out and "HINT" in out
+    assert "1 of 11 checks failed" in out and "HINT" in out
 
 
 def test_a_run_yaml_rewritten_after_training_fails_naming_the_keys(results, capsys):

@@ -16,6 +16,7 @@ from snakeddp.data.custom import describe
 from snakeddp.provenance import record as provenance
 from snakeddp.provenance.schema import validate_file
 from snakeddp.report import configurations, figures, html, table, tuning
+from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import Run, load_run
@@ -34,8 +35,9 @@ def manifest(tmp_path_factory) -> Path:
 
 
 def write_run(root: Path, manifest: Path, point: dict, val_loss: list[float], val_acc: list[float],
-              monitor: dict | None = None) -> Run:  # fmt: skip
-    """A finished run of TINY at the sweep ``point``, one epoch per value, read back as the report reads it."""
+              monitor: dict | None = None, earlier: tuple[dict, ...] = ()) -> Run:  # fmt: skip
+    """A finished run of TINY at the sweep ``point``, one epoch per value, read back as the report reads it;
+    ``earlier``: tries before the one that completed (snakeddp.run.tries entries)."""
     overrides: dict = {"trainer": {"monitor": monitor}} if monitor else {}
     for key, value in point.items():
         *parents, leaf = key.split(".")
@@ -58,6 +60,8 @@ def write_run(root: Path, manifest: Path, point: dict, val_loss: list[float], va
     best = paths.checkpoints / f"epoch{verdict['best_epoch']:03d}.ckpt"
     best.write_bytes(b"weights")
     (paths.checkpoints / "last.ckpt").write_bytes(b"last")
+    for entry in earlier:
+        tries.append(paths.folder, entry)
     attempt = provenance.Attempt(
         run=RunFile(run_id=run_id, config=configuration.run_config(cfg), point=point), run_dir=paths.folder,
         manifest=manifest, manifest_sha256=sha256_file(manifest), environment_record=None,
@@ -196,3 +200,27 @@ def test_a_single_run_without_a_sweep_is_one_configuration_without_a_band(tmp_pa
     card = re.search(r'id="card-best">(.*?)</div></div>', page, re.S).group(1)
     assert "best run" in card and "val_loss 0.4," in card and "val_acc 0.9545" in card, card
     assert 'id="global-batch"' not in page
+
+
+def test_a_run_that_hung_once_shows_its_tries_and_their_goodput_on_the_page_and_in_runs_csv(tmp_path, manifest):
+    line = "snakeddp.train: run base hung: rank 1 on node n2 (host h) (pid 77) stopped advancing ..."
+    culprit = {"rank": 1, "host": "h", "node": "n2", "pid": 77, "step": 130, "epoch": 1, "phase": "backward"}
+    hang = {"kind": "stopped", "culprit": culprit, "stalled_s": 61.0, "limit_s": 60.0, "reached_step": 140}
+    hang["line"] = line
+    hung = tries.entry(started=1e9, ended=1e9 + 100, outcome="hung", exit_code=1, launcher="srun", job_id="8",
+                       resumed_from=None, saved_now={"step": 100, "epoch": 1, "saved_at": 1e9 + 40}, hang=hang,
+                       placement={"nodes": ["n2"], "excluded_nodes": []})  # fmt: skip
+    never = {"kind": "never_joined", "culprit": None, "missing": [3], "missing_nodes": ["n4"], "stalled_s": None,
+             "limit_s": 180.0, "reached_step": None, "line": "snakeddp.train: run base: rank 3 never came"}  # fmt: skip
+    joined = tries.entry(started=1e9 + 200, ended=1e9 + 390, outcome="hung", exit_code=1, launcher="srun",
+                         job_id="9", resumed_from={"step": 100, "epoch": 1, "saved_at": 1e9 + 40}, saved_now=None,
+                         hang=never, placement={"nodes": ["n1", "n4"], "excluded_nodes": ["n2"]})  # fmt: skip
+    run = write_run(tmp_path, manifest, {}, [0.5, 0.4], [0.9, 0.95], earlier=(hung, joined))
+    (row,) = table.runs_rows([run]).records()
+    assert (row["tries"], row["lost_hung_s"], row["lost_steps"]) == (3, 250.0, 40)
+    assert row["lost_preempted_s"] == 0 and 0 < row["goodput"] < 1
+    page = html.render([run], {"title": "t", "metrics": ["val_loss"]}, figure(tmp_path, [run]), None)
+    tried = re.search(r'<table class="tries">(.*?)</table>', page, re.S).group(1)
+    assert "rank 1 on n2 (pid 77) stopped advancing at step 130" in tried
+    assert "never joined: ranks 3" in tried and "<td>n2</td>" in tried and "completed" in tried
+    assert "hung lost 4.2 min (40 steps trained again)" in page

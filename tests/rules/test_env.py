@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from snakeddp.environment.lock import read_lock
 from tests.helpers import REPO, TINY, Workflow, subprocess_env
 
 MISSING_SOFTWARE = "Specify a conda environment or container for each rule."
@@ -42,6 +43,20 @@ def test_apptainer_without_an_image_is_a_clear_error(workflow):
     done = workflow.run("--dry-run", "--sdm", "apptainer", check=False)
     assert done.returncode != 0
     assert "--sdm apptainer needs an image, and environment.image is null. HINT:" in done.stdout + done.stderr
+
+
+def test_conda_envs_of_a_torch_build_without_hashes_are_refused_before_any_job(workflow):
+    """--sdm conda with environment.cuda "12.6", whose lock holds no hashes where PyTorch's index did not answer
+    when it was written: one line, not pip failing inside the first conda env."""
+    workflow.write_config({**TINY, "environment": {"cuda": "12.6"}})
+    done = workflow.run("--dry-run", "--sdm", "conda", check=False)
+    if "torch" in read_lock(REPO / "envs/requirements-torch-12.6.lock").pins:  # locked where the index answered
+        assert done.returncode == 0, done.stdout + done.stderr
+        return
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
+    assert done.returncode != 0 and len(lines) == 1, done.stdout + done.stderr
+    assert 'environment.cuda "12.6": ' in lines[0] and "has no hashes" in lines[0]
+    assert "HINT: run tools/lock.sh on a machine that reaches https://download.pytorch.org/whl/cu126" in lines[0]
 
 
 def path_without(directory: Path, *commands: str) -> str:
@@ -117,7 +132,9 @@ def test_a_lock_change_retrains_and_lands_in_provenance(tmp_path):
     assert json.loads(provenance.read_text())["environment"]["environment_hash"] == first
     assert workflow.planned_jobs() == {}
 
-    lock.write_text(lock.read_text().replace("\nlightning==2.6.6\n", "\nlightning==2.6.7\n"))
+    pinned = lock.read_text()
+    lock.write_text(pinned.replace("\nlightning==2.6.6 \\\n", "\nlightning==2.6.7 \\\n"))
+    assert lock.read_text() != pinned, "the lock pins lightning 2.6.6 (a hashed line)"
     assert workflow.planned_jobs() == {"env_capture": 3, "train": 1, "report": 1, "all": 1}
 
     target = str(provenance.relative_to(tmp_path))  # the run (the report's rerun is planned above)

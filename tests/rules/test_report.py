@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 
 from snakeddp.environment.lock import read_lock
 from snakeddp.training.export import read_description
-from tests.helpers import CONFIG_SECRET, REPO, SECRET_VALUES, SWEEP, Workflow, leaked, subprocess_env
+from tests.helpers import CONFIG_SECRET, REPO, SECRET_VALUES, SWEEP, Workflow, leaked
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +63,8 @@ def test_finished_sweep_is_up_to_date_on_every_profile(sweep_workflow, profile):
     if profile is None:  # plain snakemake: the workflow profile, and the cores the sweep needs (README)
         at = command.index("--profile")
         command[at : at + 2] = ["--cores", "2"]
-    done = subprocess.run(command, cwd=flow.directory, env=subprocess_env(), capture_output=True, text=True)
+    env = sweep_workflow.env  # the credentials the sweep ran with, as the user's shell keeps them
+    done = subprocess.run(command, cwd=flow.directory, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "Nothing to be done" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
@@ -91,7 +92,7 @@ def test_snakemake_report_needs_only_the_run_lock(sweep_workflow, tmp_path):
     )
     assert "pytest" in blocked and "yaml" not in blocked
     (tmp_path / "sitecustomize.py").write_text(DEV_ONLY_BLOCKER.format(blocked=blocked))
-    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO / "src")]))
+    env = {**sweep_workflow.env, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "src")])}
     sweep_workflow.run("--report", str(tmp_path / "report.zip"), env=env)
     assert zipfile.is_zipfile(tmp_path / "report.zip")
 

@@ -184,3 +184,10 @@ def test_text_that_cannot_be_masked_in_place_is_written_anew_with_nothing_secret
     masked = redact_yaml(text)
     assert yaml.safe_load(masked) == scrub(yaml.safe_load(text))
     assert "anchored-pw" not in masked
+
+
+def test_a_number_that_equals_a_short_secret_is_data_and_a_long_one_is_masked():
+    # CI once masked a run's best epoch and a partition's offset (15) because some credential's value was "15".
+    record = {"training": {"best_epoch": 15, "offsets": [0, 15]}, "api_key": "15", "pin": 12345678}
+    assert scrub(record) == {"training": {"best_epoch": 15, "offsets": [0, 15]}, "api_key": "***", "pin": 12345678}
+    assert scrub({"port": 12345678}, secrets={"12345678"}) == {"port": "***"}

@@ -18,7 +18,9 @@ import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.builds import DEFAULT, torch_build
+from snakeddp.environment.files import REQUIRE_HASHES, locked_build
 from snakeddp.environment.lock import ACCELERATED, read_lock
+from snakeddp.errors import EnvFileError
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json
@@ -42,13 +44,18 @@ def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec
     build = torch_build(cuda)
     if env["source"] == "image":
         image = settings.base_image(cuda)
-        lock = read_lock(settings.checkout_path("requirements"))
-        # The lock's torch in the chosen build: PyPI's wheel, or the same version from PyTorch's index.
-        pins = tuple(
-            build.torch_pin(pin.version) if key == ACCELERATED else f"{pin.name}=={pin.version}"
-            for key, pin in lock.pins.items()
-        )
-        return EnvironmentSpec(source="image", image=image, python=env["python"], pins=(*build.pip_options(), *pins))
+        requirements = settings.checkout_path("requirements")
+        lock = read_lock(requirements)
+        # The lock's torch in the chosen build (PyPI's wheel, or the same version from PyTorch's index) and the
+        # runtime wheels it adds, from the build's own lock; every line with its hashes, which pip then requires.
+        try:
+            own = locked_build(build.cuda, requirements.parent)
+        except EnvFileError as error:
+            raise AzureMLError(str(error)) from None
+        pins = tuple(pin.requirement() for key, pin in lock.pins.items() if key != ACCELERATED)
+        added = tuple(pin.requirement() for pin in own.pins.values())
+        options = (*build.pip_options(), REQUIRE_HASHES)
+        return EnvironmentSpec(source="image", image=image, python=env["python"], pins=(*options, *pins, *added))
     if env["source"] == "dockerfile":
         if settings.sdk == "v1":
             raise AzureMLError(

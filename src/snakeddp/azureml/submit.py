@@ -41,7 +41,7 @@ from snakeddp.provenance.record import code_info
 from snakeddp.remote.attempt import collect, stage_resume, takeover
 from snakeddp.remote.folder import Folder
 from snakeddp.remote.job import RemoteJob, Submitted
-from snakeddp.run import attempt
+from snakeddp.run import attempt, tries
 from snakeddp.run import variables as names
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
@@ -206,6 +206,7 @@ class AzureMLJob(RemoteJob):
         if self.settings.submit and not args.dry_run:
             self.settings.require_workspace()
         self.software = staging.environment_spec(self.settings, names.torch_build(os.environ))
+        self.hang: dict[str, Any] | None = None
 
     @property
     def sends(self) -> bool:
@@ -250,6 +251,8 @@ class AzureMLJob(RemoteJob):
 
     def fetch(self, session: Any, job: Submitted, ended: Outcome) -> tuple[bool, dict[str, Any]]:
         downloaded = session.download(job.handle, self.folder.fresh_download())
+        # A rank that found the job hung said which rank, host and node (AZUREML_NODE_NAME) in hung.json.
+        self.hang = tries.take_hang(downloaded) if downloaded is not None else None
         collected = downloaded is not None and collect(downloaded, self.args.run_dir)
         self.collected = collected
         return collected, {"status": ended.status, "error": ended.error}
@@ -257,9 +260,8 @@ class AzureMLJob(RemoteJob):
     def judge(self, job: Submitted, ended: Outcome) -> None:
         if not ended.completed:
             kept = " Its checkpoints were downloaded: rerun to resume." if self.collected else ""
-            raise AzureMLError(
-                f"AzureML job {job.id} ended {ended.status}: {ended.error or 'no error text'}.{kept}\n  Logs: {job.url}"
-            )
+            said = self.hang["line"] if self.hang else ended.error or "no error text"
+            raise AzureMLError(f"AzureML job {job.id} ended {ended.status}: {said}.{kept}\n  Logs: {job.url}")
         if not RunPaths(self.args.run_dir).provenance.is_file():
             raise AzureMLError(
                 f"AzureML job {job.id} completed but no provenance.json came back into {self.args.run_dir}. "

@@ -81,6 +81,9 @@ class LaunchPlan:
     #: CPU cores the scheduler reserved for each process (site.cpus_per_gpu on GPUs, which leaves
     #: NCCL's proxy and the prefetch thread cores of their own); None: its threads.
     cpus_per_process: int | None = None
+    #: How long a rendezvous of the launcher's own may wait for every node (launch.hang_timeout's longest
+    #: wait, snakeddp.cluster.hang); None: the launcher's default.
+    join_timeout_s: int | None = None
 
     @property
     def world_size(self) -> int:
@@ -157,6 +160,11 @@ class Launcher:
     def lightning_environment(self, layout: Layout) -> ClusterEnvironment:
         """The ClusterEnvironment Lightning's strategy runs on (imported lazily: launching needs no Lightning)."""
         raise NotImplementedError
+
+    def node_of(self, rank: int, layout: Layout, env: Mapping[str, str]) -> str | None:
+        """The scheduler's name of the node ``rank`` was placed on, where the launcher knows it without that
+        rank (the ranks' meeting names the nodes of ranks that never came); None where it does not."""
+        return None
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """The argv that starts every process of the run, and variables to add to its environment."""

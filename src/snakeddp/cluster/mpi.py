@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, split_host_port
-from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, rendezvous_exports
+from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, node_of_rank, rendezvous_exports
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -125,6 +125,9 @@ class MpiRun(Launcher):
             "master_port": port,
             "job_id": env.get("AZUREML_RUN_ID") or env.get("SLURM_JOB_ID") or env.get("OMPI_MCA_ess_base_jobid"),
         }
+
+    def node_of(self, rank: int, layout: Layout, env: Mapping[str, str]) -> str | None:
+        return node_of_rank(rank, layout.local_world_size, env) if "SLURM_JOB_ID" in env else None
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         inside_slurm = "SLURM_JOB_ID" in env

@@ -75,6 +75,31 @@ def job_nodelist(env: Mapping[str, str]) -> str:
     return nodelist or scontrol_show("job", env["SLURM_JOB_ID"], env)["NodeList"]
 
 
+def hostnames(nodelist: str, env: Mapping[str, str]) -> list[str]:
+    """A Slurm node list (``gpu[07-08]``) as its node names, in Slurm's order; none for ``(null)`` or ''."""
+    if not nodelist or nodelist == "(null)":
+        return []
+    argv = ["scontrol", "show", "hostnames", nodelist]
+    try:
+        done = subprocess.run(argv, env=client_env(env), capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise LaunchError(f"slurm: `{' '.join(argv)}` failed: {error}") from None
+    if done.returncode != 0:
+        raise LaunchError(f"slurm: `{' '.join(argv)}` failed: {done.stderr.strip()}")
+    return done.stdout.split()
+
+
+def node_of_rank(rank: int, per_node: int, env: Mapping[str, str]) -> str | None:
+    """The node of the allocation ``rank`` runs on: tasks fill the job's nodes in order, ``per_node`` each
+    (srun's --ntasks-per-node, mpirun's ppr:N:node); None where Slurm does not say."""
+    try:
+        nodes = hostnames(job_nodelist(env), env)
+    except (LaunchError, KeyError):
+        return None
+    index = rank // per_node
+    return nodes[index] if index < len(nodes) else None
+
+
 def node_address(node: str, env: Mapping[str, str]) -> str:
     """The address Slurm reaches ``node`` at (its NodeAddr): what rank 0's peers connect to."""
     return scontrol_show("node", node, env).get("NodeAddr") or node
@@ -134,6 +159,9 @@ class Srun(Launcher):
         from snakeddp.cluster.environment import agreeing
 
         return agreeing(SLURMEnvironment(auto_requeue=False), layout)
+
+    def node_of(self, rank: int, layout: Layout, env: Mapping[str, str]) -> str | None:
+        return node_of_rank(rank, layout.local_world_size, env)
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """One step whose tasks are the ranks: Slurm's signals (``--signal``, ``scancel``) reach every rank."""

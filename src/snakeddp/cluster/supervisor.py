@@ -7,7 +7,9 @@ LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT) 
 hosts the rendezvous, as under torchrun. What torchrun's agent does for one node without
 restarts, this does too: the first process that fails stops the others (SIGTERM, then SIGKILL
 after ``--stop-timeout``; not when it exits preempted after a signal every process got),
-signals are passed on to every process, and its exit code is the first failure's. Started cold,
+signals are passed on to every process, and its exit code is the first failure's. A rank that
+found the run hung (snakeddp.training.watch: it exits HUNG_EXIT_CODE, having said which rank the
+others wait for) has the rest killed at once: they are stuck, and none could save. Started cold,
 each rank is a process of its own that imports torch and Lightning itself; with ``--fork-ranks``
 (what ``snakeddp.launch`` passes unless SNAKEDDP_WARM_START=0) the supervisor imports the ranks'
 module once and forks every rank from itself (``snakeddp.cluster.warm``), or says in one line why
@@ -34,7 +36,7 @@ from collections.abc import Sequence
 
 from snakeddp.cluster.direct import LAUNCH_ID
 from snakeddp.cluster.direct import SUPERVISOR as PROG
-from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE, die_with_parent
+from snakeddp.cluster.lifecycle import FORWARDED, HUNG_EXIT_CODE, PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.cluster.warm import RANK_START, WARM_START, NotForkable, Warm
 
 STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
@@ -175,6 +177,11 @@ class Supervisor:
             code = exit_status(returncode)
             if code != 0 and failure is None:
                 failure = code
+                if code == HUNG_EXIT_CODE:
+                    # A rank found the run hung (it said so in one line): the others are stuck in a collective
+                    # or stopped, and none can save. Nothing to wait for.
+                    self.signal(signal.SIGKILL, list(self.alive))
+                    continue
                 # A rank that stopped on a passed-on signal: the others got it too, and are saving.
                 if self.alive and not (self.forwarded and code == PREEMPTED_EXIT_CODE):
                     if not self.forwarded:  # after Ctrl-C or a kill, the exits are no news

@@ -52,6 +52,8 @@ class TorchRun(Launcher):
             if plan.master_port is None
             else ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{plan.master_port}"]
         )
+        if plan.join_timeout_s is not None:  # the agents' wait for each other (torchrun's default: 600 s)
+            rendezvous.append(f"--rdzv-conf=join_timeout={plan.join_timeout_s}")
         # torchrun itself, run by a module that spares it Python's final garbage collection.
         argv = [
             plan.python,

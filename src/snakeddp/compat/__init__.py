@@ -54,6 +54,13 @@ WRITTEN_FOR: dict[str, Hook] = {
         "lightning/pytorch/callbacks/model_checkpoint.py (_save_last_checkpoint, _monitor_candidates, "
         "_should_save_on_train_epoch_end)",
     ),
+    "fit_position": Hook(
+        "lightning",
+        ">=2.6.0,<=2.6.6",
+        "lightning/pytorch/trainer/call.py (_call_lightning_module_hook, _call_callback_hooks, _call_strategy_hook "
+        "set LightningModule._current_fx_name), lightning/pytorch/loops/training_epoch_loop.py (batch_progress, "
+        "val_loop.batch_progress)",
+    ),
     "scheduler_timers": Hook(
         "snakemake",
         ">=9.0.0,<=9.27.1",
@@ -88,6 +95,14 @@ WRITTEN_FOR: dict[str, Hook] = {
         "snakemake-executor-plugin-slurm",
         "==2.8.0",
         "snakemake_executor_plugin_slurm/__init__.py (check_active_jobs, its failed states; query_job_status)",
+        optional=True,
+    ),
+    # Read in 2.8.0 only: optional, so on another release a hung run's retry is submitted without --exclude.
+    "submit_command": Hook(
+        "snakemake-executor-plugin-slurm",
+        "==2.8.0",
+        "snakemake_executor_plugin_slurm/__init__.py (run_job and run_array_jobs call the module's "
+        "get_submit_command with failed_nodes), snakemake_executor_plugin_slurm/submit_string.py (--exclude)",
         optional=True,
     ),
     "job_yaml": Hook("azure-ai-ml", ">=1.35.0,<=1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),

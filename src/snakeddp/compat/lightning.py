@@ -18,6 +18,11 @@ loop's ``batch_progress.is_last_batch`` (set from the data fetcher, one batch ah
 **Batches done.** A resumable loader's state is the epoch loop's ``batch_progress.current.processed``
 (``batches_done``).
 
+**Where a rank is.** The watch (snakeddp.training.watch) reads, from its own thread, what the rank is
+in: Lightning names the hook, step or strategy call it runs in ``LightningModule._current_fx_name``
+(training_step, backward, on_train_epoch_end, ...), and its loops count the batches they started.
+Read, never written: a sample costs the training loop nothing.
+
 **last.ckpt.** ``ModelCheckpoint`` saves last.ckpt in private steps; ``LastCheckpointHooks`` gives
 them public names for ``snakeddp.training.checkpoints``.
 """
@@ -58,6 +63,15 @@ def batches_done(trainer: pl.Trainer) -> int:
     # "processed", not "completed": a save from on_train_batch_end (preemption) happens after
     # the step but before Lightning counts it completed, and Lightning's restart counts it.
     return trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+
+def fit_position(trainer: pl.Trainer) -> tuple[int, int, int, str | None]:
+    """(optimizer steps, training and validation batches started, epoch, the hook or step being run), read
+    from another thread while the trainer fits (each a plain attribute read)."""
+    loop = trainer.fit_loop.epoch_loop
+    module = trainer.lightning_module
+    started = loop.batch_progress.total.started + loop.val_loop.batch_progress.total.started
+    return trainer.global_step, started, trainer.current_epoch, getattr(module, "_current_fx_name", None)
 
 
 class LastCheckpointHooks(ModelCheckpoint):

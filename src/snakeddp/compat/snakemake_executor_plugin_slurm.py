@@ -1,8 +1,10 @@
 """snakemake-executor-plugin-slurm's private parts: how its status check reads a job cancelled while it
-pended; imported by ``snakeddp.slurm.watch`` when its watch starts (the slurm platform only)."""
+pended (imported by ``snakeddp.slurm.watch`` when its watch starts), and the nodes a submission leaves
+out (``snakeddp.slurm.exclude``); the slurm platform only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from snakeddp.compat import check, check_package
@@ -33,3 +35,29 @@ def read_cancelled_as_failed() -> bool:
     query_job_status.reads_cancelled_as_failed = True  # type: ignore[attr-defined]
     plugin.query_job_status = query_job_status
     return True
+
+
+def leave_out_nodes(nodes_of: Callable[[Any], set[str]]) -> bool:
+    """Make the plugin's sbatch leave out ``nodes_of(job)`` too, beside the nodes it saw fail (NODE_FAIL), with
+    the same ``--exclude`` it writes for those; False (nothing changed) on a release other than the one read.
+    Its run_job (2.8.0) builds each sbatch with the module's get_submit_command(job, params, settings,
+    failed_nodes), looked up when it is called: wrapped here to widen failed_nodes for this one job."""
+    if not check("submit_command"):
+        return False
+    import snakemake_executor_plugin_slurm as plugin
+
+    _LEAVE_OUT[:] = [nodes_of]  # the latest asker's (one per Snakemake process; tests start several)
+    original = plugin.get_submit_command
+    if getattr(original, "leaves_out_nodes", False):
+        return True
+
+    def get_submit_command(job: Any, params: Any, settings: Any = None, failed_nodes: Any = None, **kwargs: Any) -> str:
+        failed = set(failed_nodes or ()).union(*(ask(job) for ask in _LEAVE_OUT))
+        return original(job, params, settings=settings, failed_nodes=failed, **kwargs)
+
+    get_submit_command.leaves_out_nodes = True  # type: ignore[attr-defined]
+    plugin.get_submit_command = get_submit_command
+    return True
+
+
+_LEAVE_OUT: list[Callable[[Any], set[str]]] = []

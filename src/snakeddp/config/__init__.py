@@ -57,9 +57,13 @@ QUIET_AT_DEFAULT = (
     "data.augment",
     "model.width",
     "model.depth",
+    "launch.hang_timeout",
 )
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
+# Run keys that bound how long its processes may wait on each other: every rank reads them from
+# run.yaml, and raising one must resume an attempt stopped by it, not start another.
+WATCH_KEYS = ("launch.hang_timeout",)
 # Keys of the built-in models (model.name): with model.target the user's class is built from
 # model.kwargs instead, so one set away from its default would be silently ignored.
 BUILT_IN_MODEL_KEYS = (
@@ -296,11 +300,11 @@ def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_identity(run: Mapping[str, Any]) -> dict[str, Any]:
-    """A run config without its scheduler requests and RELATION_KEYS: what its results depend on."""
+    """A run config without its scheduler requests, RELATION_KEYS and WATCH_KEYS: what its results depend on."""
     identity = copy.deepcopy(dict(run))
     for key in SCHEDULER_KEYS:
         identity.get("launch", {}).pop(key, None)
-    for key in RELATION_KEYS:
+    for key in (*RELATION_KEYS, *WATCH_KEYS):
         section, _, leaf = key.partition(".")
         identity.get(section, {}).pop(leaf, None)
     return identity

@@ -145,6 +145,9 @@ class Launch(Part):
     """Memory per node the scheduler reserves, in MB; None sizes it by device. Outside a run's identity."""
     runtime: int
     """Wall-clock limit of a training job, in minutes. Outside a run's identity."""
+    hang_timeout: float | str | None
+    """Seconds a rank may go without progress (snakeddp.cluster.hang): auto, a number, or None (no watch).
+    Outside a run's identity."""
 
     @property
     def world_size(self) -> int:

@@ -7,6 +7,11 @@ by which path it was captured, so recapturing an unchanged environment gives the
 retrains nothing. Runs inside the stage's own interpreter (venv, conda env or container), and
 imports torch only for an accelerator build (CUDA, ROCm, XPU), whose cuDNN, NCCL and GPUs only
 torch can report; Lightning's version comes from package metadata.
+
+Beside the record, ``<stage>.cdx.json`` is the CycloneDX bill of materials of the same interpreter
+(snakeddp.environment.sbom: cyclonedx-py's, with each package's installed-files digest and index); the
+record names it with its sha256. It is not part of the hash: the lock's hashes (``lock_sha256``) already
+say which files may be installed, and the digests differ between installers of the same wheels.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.environment.lock import installed
+from snakeddp.environment import sbom
+from snakeddp.environment.lock import installed, read_lock
 from snakeddp.util import gpus
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-environment/1"
+SBOM_SUFFIX = ".cdx.json"
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
 
 
@@ -129,6 +136,30 @@ def conda_info(env: Mapping[str, str]) -> dict[str, Any] | None:
     return {"prefix": prefix, "env": Path(prefix).name, "packages": packages}
 
 
+def sbom_path(record_path: str | Path) -> Path:
+    """results/envs/<stage>.cdx.json beside results/envs/<stage>.json."""
+    record_path = Path(record_path)
+    return record_path.with_name(record_path.name.removesuffix(".json") + SBOM_SUFFIX)
+
+
+def write_sbom(record_path: str | Path, lock_path: str | Path) -> dict[str, Any]:
+    """The bill of materials of this interpreter beside the record; what the record says of it."""
+    lock_path = Path(lock_path)
+    dev = lock_path.with_name("requirements-dev.lock")
+    lock = read_lock(lock_path, *([dev] if dev.is_file() and dev != lock_path else []))
+    bom = sbom.cached(lock)
+    path = sbom_path(record_path)
+    atomic_write_json(path, bom)
+    tools = bom.get("metadata", {}).get("tools", {}).get("components", [])
+    return {
+        "file": path.name,
+        "sha256": sha256_file(path),
+        "format": f"CycloneDX {bom.get('specVersion')}",
+        "tool": " ".join(f"{t.get('name')} {t.get('version')}" for t in tools if t.get("name") == "cyclonedx-py"),
+        "components": len(bom.get("components", [])),
+    }
+
+
 def capture(
     stage: str,
     lock_path: str | Path,
@@ -157,6 +188,7 @@ def capture(
         "format": RECORD_FORMAT,
         "stage": stage,
         **identity,
+        "sbom": write_sbom(out_path, lock_path),
         "lock": str(lock_path),
         "container": container,
         "conda": conda and {k: v for k, v in conda.items() if k != "packages"},

@@ -25,7 +25,7 @@ import yaml
 from packaging.utils import canonicalize_name
 
 from snakeddp.environment.builds import BUILDS, DEFAULT, TorchBuild, torch_build
-from snakeddp.environment.lock import ACCELERATED, Lock, LockError, installed, read_lock, requirement_closure
+from snakeddp.environment.lock import ACCELERATED, Lock, LockError, Pin, installed, read_lock, requirement_closure
 from snakeddp.environment.requirements import stage_additions
 from snakeddp.errors import EnvFileError
 from snakeddp.util import yamltext
@@ -36,13 +36,37 @@ REQUIREMENTS_NAME = "requirements.in"
 DOCKERFILE_NAME = "Dockerfile"
 # What each stage's code imports (rules/*.smk say which stage a rule runs in); their
 # dependencies come along from the packages' metadata. Every stage captures its environment,
-# which needs packaging (snakeddp.environment.lock). The user's own packages join the stages their
-# envs/requirements.in line names (`# stages: train`, written by tools/add.sh).
+# which needs packaging (snakeddp.environment.lock) and cyclonedx-bom (its bill of materials). The
+# user's own packages join the stages their envs/requirements.in line names (`# stages: train`,
+# written by tools/add.sh).
 STAGE_PACKAGES: Mapping[str, tuple[str, ...]] = {
-    "data": ("numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "packaging", "pandas", "pyarrow", "pillow"),
-    "train": ("torch", "lightning", "numpy", "safetensors", "blake3", "pyyaml", "jsonschema", "psutil", "packaging"),
-    "report": ("matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging"),
+    "data": (
+        "numpy",
+        "safetensors",
+        "blake3",
+        "pyyaml",
+        "jsonschema",
+        "packaging",
+        "cyclonedx-bom",
+        "pandas",
+        "pyarrow",
+        "pillow",
+    ),
+    "train": (
+        "torch",
+        "lightning",
+        "numpy",
+        "safetensors",
+        "blake3",
+        "pyyaml",
+        "jsonschema",
+        "psutil",
+        "packaging",
+        "cyclonedx-bom",
+    ),
+    "report": ("matplotlib", "rocrate", "jinja2", "pyyaml", "jsonschema", "packaging", "cyclonedx-bom"),
 }
+REQUIRE_HASHES = "--require-hashes"
 HINT = (
     "HINT: run tools/lock.sh (it rewrites the locks and the YAMLs from envs/*.in); "
     "tools/add.sh NAME==VERSION changes one version."
@@ -71,8 +95,35 @@ def stage_file(stage: str, cuda: str = DEFAULT) -> str:
     return f"{stage}-{build.label}.yaml"
 
 
-def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -> list[tuple[str, str]]:
-    """``(name, version)`` of every package the stage needs, at the lock's versions.
+def build_lock(build: TorchBuild, envs: Path = ENVS) -> Lock | None:
+    """A torch build's own lock (envs/requirements-torch-<cuda>.lock): torch with that build's hashes and the
+    runtime wheels it adds; None where the build could not be locked (the file says why)."""
+    path = envs / f"requirements-torch-{build.cuda}.lock"
+    lock = read_lock(path) if path.is_file() else Lock()
+    return lock if ACCELERATED in lock.pins else None
+
+
+def locked_build(cuda: str, envs: Path = ENVS) -> Lock:
+    """The lock of the torch build ``environment.cuda`` names; an EnvFileError (one line, a HINT) where it has no
+    hashes, which every installer of that build (set-up, conda env, image, AzureML) then refuses."""
+    build = torch_build(cuda)
+    own = build_lock(build, envs)
+    if own is None:
+        path = envs / f"requirements-torch-{build.cuda}.lock"
+        text = path.read_text() if path.is_file() else ""
+        said = [line[2:].strip() for line in text.splitlines() if line.startswith("# Not locked:")]
+        why = said[0].removeprefix("Not locked: ").split(". Every installer")[0] if said else "the file is missing"
+        raise EnvFileError(
+            f'environment.cuda "{build.cuda}": {path} has no hashes for torch\'s build from {build.index_url} '
+            f"({why}), "
+            "and nothing installs without them. HINT: run tools/lock.sh on a machine that reaches "
+            f"{build.index_url} and commit the locks, or choose a locked build (environment.cuda)."
+        )
+    return own
+
+
+def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -> list[Pin]:
+    """Every package the stage needs, as the lock pins it (version and hashes).
 
     The closure is read from the installed packages' metadata, so ``strict`` (for writing the
     YAMLs) requires an environment installed from the lock (tools/lock.sh's, or the project
@@ -91,31 +142,57 @@ def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -
             f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}. HINT: run tools/setup.sh first."
         )
     names = requirement_closure(stage_roots(stage, envs), present) & set(lock.pins)
-    return sorted((lock.pins[key].name, lock.pins[key].version) for key in names)
+    return sorted((lock.pins[key] for key in names), key=lambda pin: pin.name.lower())
+
+
+def stage_requirements(stage: str, lock: Lock, envs: Path, build: TorchBuild, strict: bool = True) -> list[Pin]:
+    """The pins of a stage's YAML for one torch build: the lock's, torch as the build's lock has it (the
+    version with the build's label, unhashed where the build is not locked) and the wheels the build adds."""
+    closure = stage_pins(stage, lock, strict=strict, envs=envs)
+    if ACCELERATED not in {canonicalize_name(pin.name) for pin in closure}:
+        return closure
+    own = build_lock(build, envs)
+    torch = lock.pins[ACCELERATED]
+    pins = [pin for pin in closure if canonicalize_name(pin.name) != ACCELERATED]
+    if own is not None and own.pins[ACCELERATED].version.split("+")[0] != torch.version:
+        own = None  # the build's lock is of another torch than the core's: stale, as check() then says
+    if own is None:
+        return sorted([*pins, Pin(torch.name, build.torch_pin(torch.version).partition("==")[2])], key=_by_name)
+    return sorted([*pins, *own.pins.values()], key=_by_name)
+
+
+def _by_name(pin: Pin) -> str:
+    return pin.name.lower()
 
 
 def render_stage(stage: str, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT]) -> str:
-    """The conda YAML of one stage and torch build: conda-forge's Python, then pip pins from the lock."""
-    closure = stage_pins(stage, lock, envs=envs)
-    pins = [
-        build.torch_pin(version) if canonicalize_name(name) == ACCELERATED else f"{name}=={version}"
-        for name, version in closure
-    ]
+    """The conda YAML of one stage and torch build: conda-forge's Python, then pip pins from the locks, hashed."""
+    pins = stage_requirements(stage, lock, envs, build)
     document = {
         "channels": ["conda-forge", "nodefaults"],
-        "dependencies": [f"python={lock.python}", "pip", {"pip": build.pip_options() + pins}],
+        "dependencies": [
+            f"python={lock.python}",
+            "pip",
+            {"pip": [*build.pip_options(), REQUIRE_HASHES, *(pin.requirement() for pin in pins)]},
+        ],
     }
     header = (
         f"# Conda environment of the {stage} stage (snakemake --sdm conda): {', '.join(stage_roots(stage, envs))}\n"
-        f"# and their dependencies, at the versions of envs/requirements.lock.\n"
+        f"# and their dependencies, at the versions of envs/requirements.lock, each with the sha256 of its files\n"
+        f"# (pip refuses any other file: --require-hashes).\n"
         f"# Generated by tools/lock.sh (python -m snakeddp.environment.files write); do not edit by hand.\n"
     )
-    if ACCELERATED in {canonicalize_name(name) for name, _ in closure}:
+    if ACCELERATED in {canonicalize_name(pin.name) for pin in pins}:
         header += (
             f'# torch build: environment.cuda "{build.cuda}", from {build.index_url}: {build.serves}.\n'
             f"# One file per torch build: {', '.join(stage_file(stage, b.cuda) for b in BUILDS.values())}.\n"
         )
-    return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+        if build_lock(build, envs) is None:
+            header += (
+                f"# Not installable: envs/requirements-torch-{build.cuda}.lock has no hashes for this build (it says "
+                "why), so pip refuses torch here. HINT: run tools/lock.sh where its index answers.\n"
+            )
+    return header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1 << 16)
 
 
 def write(envs: Path = ENVS) -> list[Path]:
@@ -130,12 +207,12 @@ def write(envs: Path = ENVS) -> list[Path]:
     return written
 
 
-def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[str, str]], list[str], list[str]]:
-    """The python spec, the pip pins (canonical name -> (name, version)), the pip options and the format problems."""
+def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, Pin], list[str], list[str]]:
+    """The python spec, the pip pins (canonical name -> pin, hashes too), the pip options and the format problems."""
     problems: list[str] = []
     options: list[str] = []
     python = None
-    pins: dict[str, tuple[str, str]] = {}
+    pins: dict[str, Pin] = {}
     dependencies = document.get("dependencies") if isinstance(document, dict) else None
     if not isinstance(dependencies, list):
         return None, pins, options, [f"{path}: no `dependencies:` list"]
@@ -144,13 +221,16 @@ def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[s
             python = item.removeprefix("python").lstrip("=")
         elif isinstance(item, dict) and "pip" in item:
             for line in item["pip"] or []:
-                found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", str(line).strip())
+                found = re.fullmatch(
+                    r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})*)", str(line).strip()
+                )
                 if found:
-                    pins[canonicalize_name(found[1])] = (found[1], found[2])
+                    hashes = tuple(sorted(h.removeprefix("--hash=sha256:") for h in found[3].split()))
+                    pins[canonicalize_name(found[1])] = Pin(found[1], found[2], hashes)
                 elif str(line).startswith("--"):
                     options.append(str(line).strip())
                 else:
-                    problems.append(f"{path}: pip entry {line!r} is not an exact pin (name==version)")
+                    problems.append(f"{path}: pip entry {line!r} is not an exact pin (name==version, sha256 hashes)")
         elif isinstance(item, str) and item != "pip":
             problems.append(
                 f"{path}: conda package {item!r}: only python and pip come from conda; pin the rest in the lock"
@@ -161,27 +241,29 @@ def _yaml_pins(document: Any, path: Path) -> tuple[str | None, dict[str, tuple[s
 def check_stage(
     stage: str, path: Path, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT]
 ) -> list[str]:
-    """What in one stage's YAML for one torch build disagrees with the lock (empty when it agrees)."""
+    """What in one stage's YAML for one torch build disagrees with the locks (empty when it agrees)."""
     if not path.is_file():
         return [f"{path}: missing (the {stage} stage's conda env). {HINT}"]
     python, pins, options, problems = _yaml_pins(yamltext.safe_load(path.read_text()), path)
     if python != lock.python:
         problems.append(f"{path}: python={python}, but the lock is for Python {lock.python}")
-    if options != build.pip_options():
-        want = ", ".join(build.pip_options()) or "none"
-        problems.append(f"{path}: pip options {options or 'none'}, but torch build {build.cuda} needs {want}")
-    for key, (name, version) in sorted(pins.items()):
-        locked = lock.version(key)
-        if key == ACCELERATED and locked is not None:
-            # The build's own pin: the lock's version with the build's label (none for PyPI's).
-            locked = build.torch_pin(locked).partition("==")[2]
-        if locked is None:
-            problems.append(f"{path}: {name}=={version} is not in the lock")
-        elif version != locked:
-            problems.append(f"{path}: {name}=={version}, but the lock has {name}=={locked}")
-    expected = {canonicalize_name(name) for name, _ in stage_pins(stage, lock, strict=False, envs=envs)}
-    missing = sorted(lock.pins[key].name for key in expected - set(pins))
-    surplus = sorted(pins[key][0] for key in set(pins) - expected if key in lock.pins)
+    if options != [*build.pip_options(), REQUIRE_HASHES]:
+        want = ", ".join([*build.pip_options(), REQUIRE_HASHES])
+        problems.append(
+            f"{path}: pip options {', '.join(options) or 'none'}, but torch build {build.cuda} needs {want}"
+        )
+    expected = {canonicalize_name(pin.name): pin for pin in stage_requirements(stage, lock, envs, build, strict=False)}
+    own = build_lock(build, envs)
+    for key, pin in sorted(pins.items()):
+        want = expected.get(key) or lock.pins.get(key) or (own.pins.get(key) if own else None)
+        if want is None:
+            problems.append(f"{path}: {pin.name}=={pin.version} is not in the lock")
+        elif pin.version != want.version:
+            problems.append(f"{path}: {pin.name}=={pin.version}, but the lock has {pin.name}=={want.version}")
+        elif pin.hashes != want.hashes:
+            problems.append(f"{path}: {pin.name}=={pin.version}'s hashes are not the lock's")
+    missing = sorted(expected[key].name for key in set(expected) - set(pins))
+    surplus = sorted(pins[key].name for key in set(pins) - set(expected) if key in lock.pins)
     if missing:
         problems.append(f"{path}: lacks {', '.join(missing)}, which the {stage} stage needs")
     if surplus:

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from snakeddp import __version__
 from snakeddp.environment.builds import DEFAULT, torch_build
+from snakeddp.environment.files import locked_build
 from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.errors import ImageBuildError
 from snakeddp.util.fsutil import atomic_write_json
@@ -81,8 +82,12 @@ def build_command(
     engine: str, dockerfile: Path, context: Path, tag: str, lock_sha256: str, cuda: str = DEFAULT
 ) -> list[str]:
     build = torch_build(cuda)
-    # The Dockerfile's own default is PyPI's build; only another build needs its index passed.
-    index = ["--build-arg", f"TORCH_INDEX_URL={build.index_url}"] if build.label else []
+    # The Dockerfile's own default is PyPI's build; only another build needs its index and its lock passed.
+    index = (
+        ["--build-arg", f"TORCH_INDEX_URL={build.index_url}", "--build-arg", f"TORCH_BUILD={build.cuda}"]
+        if build.label
+        else []
+    )
     return [
         engine,
         "build",
@@ -128,6 +133,7 @@ def build(
     dockerfile = context / "envs" / "Dockerfile"
     lock = context / "envs" / "requirements.lock"
     tag = image_tag(image, lock, cuda)
+    locked_build(cuda, context / "envs")
     engine = find_engine(engines)
     command = build_command(engine, dockerfile, context, tag, sha256_file(lock), cuda)
     if log is not None:

@@ -1,12 +1,17 @@
 """The pip locks (envs/*.lock): read them, and compare an installed environment with them.
 
-A lock line is ``name==version``, complete and exact. torch is locked by version only: the
-build (``2.13.0+cpu`` here, a CUDA build on GPU clusters) is the machine's choice, and a CUDA
-build brings its own runtime wheels (nvidia-*, triton), which are not in the lock.
+A lock entry is ``name==version`` with the sha256 of every file the index serves for that version
+(``--hash=sha256:...`` options, continued with ``\\`` as ``uv pip compile --generate-hashes`` writes
+them), complete and exact; the installers require them (tools/setup.sh, the conda YAMLs, the image).
+torch is locked by version: the build (``2.13.0+cpu`` here, a CUDA build on GPU clusters) is
+``environment.cuda``'s, its hashes are those of every build that could be locked, and a CUDA build's
+runtime wheels (nvidia-*, triton) are in that build's own lock (snakeddp.environment.builds).
 
     python -m snakeddp.environment.lock verify envs/requirements.lock [--optional envs/requirements-dev.lock]
     python -m snakeddp.environment.lock extra envs/requirements.lock envs/requirements-dev.lock  # in no lock
     python -m snakeddp.environment.lock drift envs/requirements.lock [--optional ...]  # one line, or nothing
+    python -m snakeddp.environment.lock changed --record .venv/.snakeddp-verified envs/requirements.lock ...
+        # installed packages whose lock entry is not the one they were verified against (to fetch and check again)
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from packaging.utils import canonicalize_name
 
 from snakeddp.errors import LockError
 
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)$")
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#\\]+)(?P<options>(\s+--hash=\S+)*)$")
+_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
+_FROM = re.compile(r"^\s*# from (?P<index>\S+)\s*$")
 _PYTHON = re.compile(r"^# Python (?P<version>\d+\.\d+)(\.\d+)?\b")
 # Installed but never locked: the installer itself and this project (editable or not).
 NOT_LOCKED = frozenset({"pip", "snakeddp"})
@@ -38,6 +45,14 @@ ACCELERATED = "torch"
 class Pin:
     name: str
     version: str
+    #: sha256 of each file the lock accepts for this version (empty: a lock written without hashes).
+    hashes: tuple[str, ...] = ()
+    #: The index the lock resolved it from (uv's ``# from URL`` annotation), when the lock says.
+    index: str | None = None
+
+    def requirement(self) -> str:
+        """The entry as pip and uv read it on one line: ``name==version --hash=sha256:...``."""
+        return " ".join([f"{self.name}=={self.version}", *(f"--hash=sha256:{digest}" for digest in self.hashes)])
 
 
 @dataclass
@@ -52,29 +67,63 @@ class Lock:
         return pin.version if pin else None
 
 
+def entries(text: str) -> list[tuple[int, str]]:
+    """(first line number, entry) of a requirements text: comments and blank lines left out, lines
+    continued with a backslash joined (uv writes each hash on a line of its own)."""
+    found: list[tuple[int, str]] = []
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if not pending:
+            start = number
+        continued = line.endswith("\\")
+        pending.append(line.removesuffix("\\").strip())
+        if not continued:
+            found.append((start, " ".join(part for part in pending if part)))
+            pending = []
+    if pending:
+        found.append((start, " ".join(part for part in pending if part)))
+    return found
+
+
+def annotated_indexes(text: str) -> dict[int, str]:
+    """First line number of an entry -> the index of its ``# from URL`` annotation (uv writes it below the entry)."""
+    starts = [number for number, _ in entries(text)]
+    found = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        match = _FROM.match(raw)
+        owner = max((start for start in starts if start < number), default=None) if match else None
+        if match and owner is not None:
+            found[owner] = match["index"]
+    return found
+
+
 def read_lock(*paths: str | Path) -> Lock:
-    """Parse lock files; a line that is not ``name==version`` (or a comment) is an error."""
+    """Parse lock files; an entry that is not ``name==version`` with optional sha256 hashes (or a
+    comment) is an error."""
     lock = Lock()
     for path in paths:
-        for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
-            line = raw.strip()
-            if not line:
-                continue
-            if line.startswith("#"):
-                found = _PYTHON.match(line)
-                if found and lock.python is None:
-                    lock.python = found["version"]
-                continue
+        text = Path(path).read_text()
+        for line in text.splitlines():
+            found = _PYTHON.match(line.strip())
+            if found and lock.python is None:
+                lock.python = found["version"]
+        indexes = annotated_indexes(text)
+        for number, line in entries(text):
             pin = _PIN.match(line)
             if pin is None:
                 raise LockError(
-                    f"{path}:{number}: {line!r} is not an exact pin (name==version). "
+                    f"{path}:{number}: {line[:120]!r} is not an exact pin (name==version, with sha256 hashes). "
                     "HINT: locks are generated by tools/lock.sh; edit envs/requirements.in instead."
                 )
             key = canonicalize_name(pin["name"])
             if key in lock.pins and lock.pins[key].version != pin["version"]:
                 raise LockError(f"{path}:{number}: {pin['name']} is locked twice, at different versions")
-            lock.pins[key] = Pin(pin["name"], pin["version"])
+            hashes = tuple(sorted({m["digest"] for m in _HASH.finditer(pin["options"] or "")}))
+            lock.pins[key] = Pin(pin["name"], pin["version"], hashes, indexes.get(number))
     return lock
 
 
@@ -205,9 +254,22 @@ def compare(
     return result
 
 
+def changed(record: Path, lock: Lock, installed_pins: Mapping[str, Pin]) -> list[str]:
+    """Installed packages whose entry in ``lock`` (version or hashes) differs from the one in ``record`` (what the
+    venv was installed and verified from), or every installed one the lock names when there is no record: uv
+    checks the hashes of what it installs, never of what is already there."""
+    before = read_lock(record) if record.is_file() else Lock()
+    return sorted(
+        pin.name
+        for key, pin in lock.pins.items()
+        if key in installed_pins and key not in NOT_LOCKED and (key not in before.pins or before.pins[key] != pin)
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.lock", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["verify", "extra", "drift"])
+    parser.add_argument("command", choices=["verify", "extra", "drift", "changed"])
+    parser.add_argument("--record", type=Path, help="changed: the locks the venv was last verified against")
     parser.add_argument("locks", nargs="+", type=Path)
     parser.add_argument("--optional", nargs="+", type=Path, default=[], help="locks whose packages may be absent")
     args = parser.parse_args(argv)
@@ -217,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, LockError) as error:
         print(f"envlock: {error}", file=sys.stderr)
         return 2
+    if args.command == "changed":
+        print("\n".join(changed(args.record, lock, installed())))
+        return 0
     result = compare(installed(), lock, optional)
     if args.command == "extra":
         print("\n".join(pin.name for pin in result.extra))

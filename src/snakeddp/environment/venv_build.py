@@ -3,9 +3,9 @@ config/config.yaml's), of the lock's torch version, as conda envs, the GPU image
 
     python -m snakeddp.environment.venv_build --lock envs/requirements.lock [--cuda 12.6]
 
-prints one line, ``<cuda> <pin> <index>``: ``13.0 torch==2.13.0 -`` (PyPI's own wheel: the lock as it
-is) or ``12.6 torch==2.13.0+cu126 https://download.pytorch.org/whl/cu126``. An unknown build is one
-line with the choices, exit 2.
+prints one line, ``<cuda> <pin> <index> <build lock>``: ``13.0 torch==2.13.0 - envs/requirements-torch-13.0.lock``
+(PyPI's own wheel: the lock as it is) or ``12.6 torch==2.13.0+cu126 https://download.pytorch.org/whl/cu126 ...``.
+An unknown build, or one whose lock has no hashes, is one line with a HINT, exit 2.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 from snakeddp.config import ConfigError, load
 from snakeddp.environment.builds import BUILDS, torch_build
+from snakeddp.environment.files import locked_build
 from snakeddp.environment.lock import read_lock
+from snakeddp.errors import EnvFileError
 
 
 def chosen(cuda: str | None, config: Path) -> str:
@@ -35,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build = torch_build(chosen(args.cuda, args.config))
         version = read_lock(args.lock).version("torch")
-    except ConfigError as error:
+        locked_build(build.cuda, args.lock.parent)
+    except (ConfigError, EnvFileError) as error:
         print(f"setup: {error}", file=sys.stderr)
         return 2
     index = "-" if build.label is None else build.index_url
-    print(build.cuda, build.torch_pin(version), index)
+    print(build.cuda, build.torch_pin(version), index, args.lock.parent / f"requirements-torch-{build.cuda}.lock")
     return 0
 
 

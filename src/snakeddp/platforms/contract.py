@@ -1,7 +1,8 @@
 """What every platform implements, and what the workflow hands it.
 
-The workflow (rules/common.smk, the Snakefile) asks the platform of its profile, through this
-contract and nothing else: to settle what its nodes have (``settle_site``), to check what it needs
+The workflow (the Snakefile's PLAN: snakeddp.workflow.plan) asks the platform of its profile, through this
+contract and nothing else: to settle what its nodes have (``settle_site``), what a train job asks its
+scheduler for beside the portable resources (``resources``: Slurm's tasks and GRES), to check what it needs
 before any job (``check``, ``check_run``: while the workflow is read, so a dry run stops too, and
 ``note`` in a dry run for what only a real run checks), to check what a real run needs when jobs are
 about to run (``before_jobs``: credentials, cores, nodes), to add to what every job inherits
@@ -39,7 +40,7 @@ def note_instead(check: Callable[[], None]) -> None:
 
 @dataclass
 class Invocation:
-    """One invocation of the workflow, as rules/common.smk read it."""
+    """One invocation of the workflow, as snakeddp.workflow.plan read it."""
 
     config: dict[str, Any]  # validated; its site settled by the platform (settle_site)
     declared: Mapping[str, Any]  # the config as given, before defaults: a HINT's --config keeps it
@@ -76,6 +77,14 @@ class Platform:
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         """A dry run's notes: what a real run would stop on, and what it would decide."""
 
+    def resources(
+        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+    ) -> dict[str, Callable[[Any], Any]]:
+        """What a train job (rules train and search_train) asks its scheduler for beside the portable
+        resources (nodes, mem_mb, runtime): resource name -> its value for a job's wildcards (``launch_of``:
+        the run's snakeddp.config.parts.Launch; ``accelerator_of``: cpu or gpu, auto resolved)."""
+        return {}
+
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         """When jobs are about to run: ``to_train`` will train (or resume), ``training`` are those
         whose train jobs are pending now, ``cores`` what Snakemake may use."""
@@ -91,6 +100,11 @@ class Platform:
     def path_first(self, env: Mapping[str, str], checkout: Path) -> list[str]:
         """Directories the jobs' PATH starts with (the workflow's interpreter's comes first anyway)."""
         return []
+
+    def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """Where a train job's ranks ran, as the platform says, asked by the job when its ranks are gone
+        (snakeddp.run.tries): ``job_id``, ``nodes``, ``excluded_nodes`` (the nodes it was told to leave out)."""
+        return {}
 
     def submit(self, args: argparse.Namespace) -> int:
         """A remote platform's train job: submit the run, follow it, fetch and check what it made."""

@@ -13,11 +13,14 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import psutil
 
 from snakeddp import __version__
 from snakeddp import config as configuration
@@ -25,7 +28,7 @@ from snakeddp.cluster import torchdistributor
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
-from snakeddp.run import variables
+from snakeddp.run import tries, variables
 from snakeddp.run.attempt import attempt_id, inherited_epochs, no_lock_warning
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
@@ -192,6 +195,28 @@ def epochs_from(run_dir: Path, key: str, epochs: int) -> list[dict[str, Any]]:
     return inherited + own
 
 
+def tries_so_far(run_dir: Path, launcher: str, job_id: str | None, env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The attempt's tries as tries.json holds them, and this one, which completes now (its launcher adds it to
+    tries.json once its ranks are gone): from when snakeddp.launch started it (TRY_STARTED; a rank started
+    by hand, from this process's start)."""
+    earlier = tries.read(run_dir)
+    started = float(env.get(variables.TRY_STARTED) or psutil.Process().create_time())
+    # The last checkpoint an earlier try saved is the one this try resumed from.
+    resumed = next((t["kept_step"] for t in reversed(earlier) if t["kept_step"] is not None), None)
+    current = tries.entry(
+        started=started,
+        ended=time.time(),
+        outcome="completed",
+        exit_code=0,
+        launcher=launcher,
+        job_id=job_id,
+        resumed_from={"step": resumed} if resumed is not None else None,
+        saved_now=tries.saved(run_dir),
+        hang=None,
+    )
+    return [*earlier, {**current, "number": len(earlier) + 1}]
+
+
 def user() -> str | None:
     """The operating-system user the run ran as (the agent of the run), or None in a nameless container."""
     try:
@@ -278,6 +303,7 @@ def build(
     if best is not None:
         best.update(metric=monitor["metric"], score=outcome.best_score)
     data = {**data, "counted": counted(rows)}
+    attempt_tries = tries_so_far(run_dir, layout.launcher, layout.job_id, os.environ)
     record = {
         "run_id": attempt.run.run_id,
         "sweep_point": attempt.run.point,
@@ -285,7 +311,7 @@ def build(
         "config": cfg,
         "config_sha256": sha256_json(cfg),
         "origin_sha256": attempt.key,
-        "attempt": {"id": attempt_id(attempt.key), "restored": False},
+        "attempt": {"id": attempt_id(attempt.key), "restored": False, "tries": attempt_tries},
         "code": code_info(),
         "data": data,
         "environment": environment_info(attempt.environment_record),
@@ -316,6 +342,7 @@ def build(
             "train_seconds": round(train_seconds, 3),
             "samples_trained": samples,
             "samples_per_s": round(samples / train_seconds, 3) if train_seconds else None,
+            "goodput": tries.goodput(attempt_tries),
         },
         "training": {
             "epochs_completed": len(rows),

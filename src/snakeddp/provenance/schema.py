@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+from referencing import Registry, Resource
 
 from snakeddp.errors import ProvenanceError
 from snakeddp.run.layout import PROVENANCE
+from snakeddp.run.tries import schema as tries_schema
 
 SCHEMA_FILE = "provenance.schema.json"
 
@@ -26,9 +28,16 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
 
 
+@cache
+def _registry() -> Registry:
+    """The schemas provenance's refers to: a try and its goodput are defined once, in tries.json's."""
+    tries = Resource.from_contents(tries_schema())
+    return Registry().with_resource(tries_schema()["$id"], tries)
+
+
 def problems(record: Any) -> list[str]:
     """One line per schema violation, named by the dotted key, in a stable order."""
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema(), registry=_registry())
     lines = []
     for error in sorted(validator.iter_errors(record), key=lambda e: [str(p) for p in e.absolute_path]):
         key = ".".join(str(p) for p in error.absolute_path) or "(top level)"

@@ -5,11 +5,14 @@ Only checksums are computed; no checkpoint is ever loaded (``torch.load`` of a f
 been swapped is code execution). A run verifies when every checkpoint provenance lists still has
 its recorded sha256 and size, the manifest still has the sha256 the run trained from, and every
 partition and the validation file still match the manifest's entries (data.source module has none: its
-record is checked), and every user module file still has the sha256 it trained with.
+record is checked), every user module file still has the sha256 it trained with, and this node's installed
+packages are the files the bill of materials of the environment it trained in lists (every file of every
+package hashed again: once per bill of materials in one ``snakeddp verify``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,11 +21,14 @@ from typing import Any
 
 from snakeddp.config import flatten, run_identity
 from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_file
+from snakeddp.environment import sbom
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import Run
+from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import entry_checksum, sha256_file
+from snakeddp.util.paths import inside
 
 # sha256 and BLAKE3 release the GIL, so a few threads hash several partitions at disk speed.
 HASH_THREADS = 4
@@ -128,6 +134,45 @@ def code_checks(run: Run) -> list[Callable[[], Check]]:
     return [lambda r=record: _code_check(run, r) for record in records if record.get("file") and record.get("sha256")]
 
 
+# One bill of materials is checked once per process: every run of a sweep names the same one, and checking
+# hashes every installed file (1.2 GB with torch).
+_CHECKED: dict[str, Check] = {}
+
+
+def environment_check(run: Run) -> Check | None:
+    """This node's installed files against the SBOM beside the environment record the run trained with."""
+    record_name = run.provenance["environment"].get("record")
+    if not record_name:
+        return None
+    try:
+        record_path = run.resolve(record_name)
+        record = read_json(record_path) if record_path.is_file() else {}
+    except (ProvenanceError, OSError, ValueError):
+        return None
+    bom_record = record.get("sbom") if isinstance(record, dict) else None
+    if not isinstance(bom_record, dict) or not bom_record.get("file"):
+        return None  # a record written before records held one
+    path = inside(record_path.parent, bom_record["file"])
+    if path is None or not path.is_file():
+        return Check("installed", str(record_path.parent / str(bom_record["file"])), False, "missing")
+    digest = sha256_file(path)
+    if digest != bom_record.get("sha256"):
+        return Check(
+            "installed", str(path), False, f"sha256 {digest[:16]}…, the record says {bom_record['sha256'][:16]}…"
+        )
+    if digest not in _CHECKED:
+        checked, differences = sbom.check(read_json(path))
+        if differences:
+            shown = "; ".join(f"{d.component}: {d.detail}" for d in differences[:3])
+            more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
+            _CHECKED[digest] = Check("installed", str(path), False, f"this node differs: {shown}{more}")
+        else:
+            _CHECKED[digest] = Check(
+                "installed", str(path), True, f"{checked} packages' installed files match (this node: {sys.prefix})"
+            )
+    return _CHECKED[digest]
+
+
 def verify_run(run: Run) -> list[Check]:
     """Every check of one run, schema first, then checkpoints, manifest and partitions."""
     schema = problems(run.provenance)
@@ -140,7 +185,8 @@ def verify_run(run: Run) -> list[Check]:
     with ThreadPoolExecutor(HASH_THREADS) as pool:
         hashed = list(pool.map(lambda check: check(), [*checkpoint_checks(run), *partitions, *code_checks(run)]))
     kinds = {"checkpoint": 0, "manifest": 1, "partition": 2, "validation": 3, "user code": 4}
-    return checks + sorted([manifest, *hashed], key=lambda c: kinds[c.kind])
+    environment = environment_check(run)
+    return checks + sorted([manifest, *hashed], key=lambda c: kinds[c.kind]) + ([environment] if environment else [])
 
 
 def format_checks(run: Run, checks: list[Check]) -> str:
@@ -156,7 +202,8 @@ def format_checks(run: Run, checks: list[Check]) -> str:
             "manifest and run `snakemake <its path>` to regenerate it, and move the run directory of a "
             "mismatched checkpoint away and rerun snakemake to retrain it; restore a changed user module from version "
             "control (a changed one is new code: rerun snakemake to retrain); rewrite a provenance.json that fails "
-            "its schema with `snakemake --forcerun <its path>`; never load a mismatched checkpoint."
+            "its schema with `snakemake --forcerun <its path>`; reinstall an environment that differs from its bill "
+            "of materials (tools/setup.sh, or rebuild its conda env or image); never load a mismatched checkpoint."
         )
     else:
         lines.append(f"verify: all {len(checks)} checks passed; run {run.run_id} matches its provenance.")

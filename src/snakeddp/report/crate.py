@@ -38,7 +38,7 @@ from snakeddp.errors import ProvenanceError
 from snakeddp.report.files import workflow_files
 from snakeddp.run import layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
-from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy
+from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy, read_json
 from snakeddp.util.paths import inside
 from snakeddp.util.yamltext import redact_yaml
 
@@ -84,6 +84,20 @@ def _redacted_copy(source: Path, target: Path) -> Path:
     the config file may not be."""
     atomic_write_text(target, redact_yaml(source.read_text()))
     return target
+
+
+def sbom_of(run: Run) -> Path | None:
+    """The bill of materials beside the environment record a run trained with, when there is one."""
+    record = run.provenance["environment"].get("record")
+    if not record:
+        return None
+    try:
+        path = run.resolve(record)
+        sbom = read_json(path).get("sbom") if path.is_file() else None
+    except (ProvenanceError, OSError, ValueError):
+        return None
+    found = inside(path.parent, sbom["file"]) if isinstance(sbom, dict) and sbom.get("file") else None
+    return found if found is not None and found.is_file() else None
 
 
 class CrateBuilder:
@@ -356,6 +370,18 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
                 description=f"captured environment, hash {p['environment']['environment_hash']}",
             )
         ]
+        bom = sbom_of(run)
+        if bom is not None:
+            files["environment"].append(
+                builder.add(
+                    bom,
+                    f"{PAYLOAD}/envs/{bom.name}",
+                    encodingFormat="application/vnd.cyclonedx+json",
+                    conformsTo={"@id": "https://cyclonedx.org/docs/1.6/json/"},
+                    description="CycloneDX bill of materials of that environment: every installed package with its "
+                    "licence, index and the SHA-256 of its installed files (snakeddp verify checks a node against it)",
+                )
+            )
     best = (p["training"]["best_checkpoint"] or {}).get("path")
     checkpoints = p["training"].get("checkpoints") or [c for c in (p["training"]["last_checkpoint"],) if c]
     files["checkpoints"] = [

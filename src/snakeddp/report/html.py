@@ -20,7 +20,8 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
-from snakeddp.report import configurations, figures
+from snakeddp.environment import sbom
+from snakeddp.report import configurations, crate, figures
 from snakeddp.report.compare import compare
 from snakeddp.report.figures import scaling_points, why_flat
 from snakeddp.report.table import (
@@ -37,6 +38,7 @@ from snakeddp.report.table import (
     varying_params,
 )
 from snakeddp.run.runs import Run
+from snakeddp.util.fsutil import read_json
 from snakeddp.util.numbers import readable
 
 
@@ -274,6 +276,7 @@ def render(
         history=_history(runs, history),
         search=search,
         per_class=[view for view in map(per_class, runs) if view],
+        licences=training_licences(runs),
     )
 
 
@@ -298,3 +301,12 @@ def per_class(run: Run) -> dict[str, Any] | None:
             }
         )
     return {"run": run.run_id, "epoch": confusion["epoch"], "names": names, "rows": rows}
+
+
+def training_licences(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
+    """Licence -> the packages declaring it, in the bills of materials of the environments the runs trained in."""
+    found: dict[str, set[str]] = {}
+    for path in {p for p in map(crate.sbom_of, runs) if p is not None}:
+        for licence, packages in sbom.licences(read_json(path)).items():
+            found.setdefault(licence, set()).update(packages)
+    return [(licence, sorted(packages)) for licence, packages in sorted(found.items())]

@@ -22,6 +22,7 @@ from typing import Any
 
 from snakeddp.config import flatten
 from snakeddp.run.runs import Run, metric_order
+from snakeddp.run.tries import LOSSES
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import canonical_json
 
@@ -56,6 +57,27 @@ def _throughput(run: Run) -> float | None:
 
 def _phase(name: str) -> Callable[[Run], float | None]:
     return lambda run: (run.provenance["timing"].get("phases") or {}).get(name)
+
+
+def _goodput(run: Run) -> dict[str, Any]:
+    """timing.goodput: every try's wall time and what hangs, preemptions and failures lost (none in older records)."""
+    return run.provenance["timing"].get("goodput") or {}
+
+
+def _lost(outcome: str, key: str) -> Callable[[Run], Any]:
+    """What the tries that ended ``outcome`` lost (0 where none did, None in records before tries were kept)."""
+    return lambda run: ((_goodput(run).get("lost") or {}).get(outcome) or {}).get(key, 0) if _goodput(run) else None
+
+
+def _lost_steps(run: Run) -> int | None:
+    """Steps trained again, all endings together (None where a try's reach is unknown: a crash)."""
+    steps = [loss["steps"] for loss in (_goodput(run).get("lost") or {}).values()]
+    return None if not _goodput(run) or None in steps else sum(steps)
+
+
+def _goodput_shown(run: Run) -> str:
+    ratio = _goodput(run).get("ratio")
+    return "" if ratio is None else f"{ratio:.0%}"
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,13 @@ COLUMNS = (
     Column("launcher", "launcher", _launch("launcher")),
     Column("job_id", "job id", _launch("job_id"), lambda run: _launch("job_id")(run) or ""),
     Column("hosts", "hosts", lambda run: " ".join(run.provenance["launch"]["hosts"])),
+    # Goodput (provenance timing.goodput): the tries of the run's attempt and the wall time each kind of
+    # ending lost (the work after a try's last checkpoint, trained again), against the whole.
+    Column("tries", "tries", lambda run: _goodput(run).get("tries")),
+    Column("wall_s", "wall s", lambda run: _goodput(run).get("seconds")),
+    Column("goodput", "goodput", lambda run: _goodput(run).get("ratio"), _goodput_shown),
+    *(Column(f"lost_{kind}_s", f"lost to {kind} s", _lost(kind, "seconds")) for kind in LOSSES),
+    Column("lost_steps", "steps trained again", _lost_steps),
     Column("code_commit", "commit", lambda run: run.provenance["code"]["commit"]),
     Column("dataset", "dataset", lambda run: run.provenance["data"]["dataset"]),
     # What the DataModule yielded, counted in training (provenance data.counted; none in older records).
@@ -141,7 +170,10 @@ BY_NAME = {column.name: column for column in COLUMNS}
 PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
 # What people read per run after the parameters that vary and the metrics (people_columns), and
 # what `compare` shows as the outcome.
-PEOPLE = ("epochs", "stopped_early", "duration_s", "samples_per_s", "world_size", "global_batch", "launcher", "job_id")
+PEOPLE = (
+    "epochs", "stopped_early", "duration_s", "samples_per_s", "goodput", "world_size", "global_batch", "launcher",
+    "job_id",
+)  # fmt: skip
 OUTCOME = ("status", "monitor", "best_score", "best_epoch", "epochs", "duration_s", "train_loop_s", "samples_per_s")
 
 

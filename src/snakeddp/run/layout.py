@@ -9,10 +9,12 @@
         run-state.json                  the attempt key the checkpoints were made from (schemas/run-state.schema.json)
         .seeding-<pid>/                 a finished attempt being copied in, to continue or restore it (run.attempt.seed)
         metrics.csv                     one row per epoch
-        checkpoints/                    the top-k by val_loss and last.ckpt
+        checkpoints/                    the top-k by val_loss and last.ckpt, and last.json: its step and time
         trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
         tracking/                       the trackers' local stores and their state.json
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
+        hung.json                       what the rank that found the try hung said (run.tries folds it in)
+        tries.json                      every start of the attempt's ranks and how it ended (run.tries)
         .attempt.lock                   held (shared) by every training process of a live attempt
         .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
         <platform>/                     what its platform keeps of the run, named after it: a remote
@@ -49,12 +51,15 @@ STATE = "run-state.json"
 METRICS = "metrics.csv"
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+LAST_SAVED = "last.json"  # beside last.ckpt: the step it holds and when it was saved
 CHECKPOINT_GLOB = "*.ckpt"
 TRACE = "trace"
 TRACE_FILE = "rank-{rank}.jsonl"
 TRACKING = "tracking"
 TRACKING_STATE = "state.json"
 FAILURE = "failure.txt"
+HUNG = "hung.json"
+TRIES = "tries.json"
 LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
 SEEDING = ".seeding-{pid}"
@@ -62,7 +67,7 @@ ATTEMPTS = "attempts"
 TRAIN_LOG = "logs/train/{run}.log"
 
 # What an attempt leaves in the run directory; moved together into attempts/<id>/.
-ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED)
+ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED, TRIES)
 # In attempts/<id>/ the finished record is provenance.json again, so a kept attempt reads like a run.
 STORED_AS = {FINISHED: PROVENANCE}
 
@@ -95,6 +100,16 @@ class AttemptPaths:
     @property
     def last_checkpoint(self) -> Path:
         return self.checkpoints / LAST_CHECKPOINT
+
+    @property
+    def last_saved(self) -> Path:
+        """The step last.ckpt holds and when it was written (run.tries)."""
+        return self.checkpoints / LAST_SAVED
+
+    @property
+    def tries(self) -> Path:
+        """Every start of the attempt's ranks and how it ended (run.tries)."""
+        return self.folder / TRIES
 
     def checkpoint_files(self) -> list[Path]:
         """Every checkpoint in checkpoints/ (top-k and last), sorted by name."""
@@ -149,6 +164,11 @@ class RunPaths(AttemptPaths):
     def failure(self) -> Path:
         """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
         return self.folder / FAILURE
+
+    @property
+    def hung(self) -> Path:
+        """What the rank that found the try hung said, until the launcher folds it into tries.json."""
+        return self.folder / HUNG
 
     @property
     def lock(self) -> Path:

@@ -1,6 +1,6 @@
 """What a run's config needs from where it trains: a strategy the accelerator can run, the
 packages of its strategy and trackers. Imports no torch, so the workflow checks this when it
-starts (rules/common.smk, snakeddp.workflow.preflight) and the training process again where it
+starts (snakeddp.workflow.plan and preflight) and the training process again where it
 builds the strategy and the trackers.
 """
 

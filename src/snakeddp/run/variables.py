@@ -1,10 +1,10 @@
 """The ``SNAKEDDP_*`` environment contract: every variable snakeddp passes between its processes.
 
 Settings that do not change what a run computes (the platform, the lock's path, ``network.env``,
-``tracking``, the platform's own section) are not part of any run's
-identity: the workflow exports them when it starts (``snakeddp.workflow.jobenv``, called once by
-rules/common.smk), every job inherits them, and changing them never reruns a job. The readers below
-are how the entry points get them back. Each name is defined here and nowhere else.
+``tracking``, the platform's own section) are not part of any run's identity: the workflow exports
+them when it starts (``snakeddp.workflow.jobenv``, called once by snakeddp.workflow.plan), every job
+inherits them, and changing them never reruns a job. The readers below are how the entry points get
+them back. Each name is defined here and nowhere else.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ RANK_START = "SNAKEDDP_RANK_START"
 #: Set by snakeddp.launch for its ranks: "warm" when the train job itself was forked from the workflow's
 #: warm process, else "cold", for provenance.
 JOB_START = "SNAKEDDP_JOB_START"
+#: Set by snakeddp.launch for its ranks: when it started them (seconds since the epoch), so that rank 0's
+#: record counts this try's wall time with the earlier tries' (snakeddp.run.tries).
+TRY_STARTED = "SNAKEDDP_TRY_STARTED"
 #: SNAKEDDP_WARM_SOCKET, the socket of the workflow's warm process (local platform), is defined beside its
 #: reader, snakeddp.util.handoff, which every step imports before anything else.
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).

@@ -10,7 +10,7 @@ anything is submitted, naming the largest node and the sizes to lower.
 The partition is the train rule's ``slurm_partition`` resource (the profile's set-resources or
 default-resources), else the one Slurm marks as default, as snakemake-executor-plugin-slurm picks it.
 Two ``scontrol`` calls answer everything; they are made only when something needs the answer.
-Imported by rules/common.smk: no torch.
+Asked while the Snakefile is read (the slurm contract): no torch.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The slurm platform's contract: sbatch and sacct here, what the training partition's nodes have
 (launch.accelerator auto settled from Slurm, a run no node holds refused before submission), the
-watch over pending jobs from the first job to the end, and the Slurm config srun needs in a job.
+watch over pending jobs from the first job to the end, the nodes a run that hung is submitted again
+without, and the Slurm config srun needs in a job.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from snakeddp.config.parts import Launch
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm.exclude import Exclusions, where_tried
+from snakeddp.slurm.resources import RESOURCES, slurm_resources
 from snakeddp.slurm.watch import PendingWatch
 
 # srun that restores SLURM_CONF, which the jobstep plugin drops (profiles/slurm/bin/srun).
@@ -86,6 +89,15 @@ class Slurm(Platform):
         # a job takes its invocation's answer (exported in the site section).
         return slurm_nodes.settle_site(invocation.config["site"], invocation.runs, self.nodes(invocation), os.environ)
 
+    def resources(
+        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+    ) -> dict[str, Callable[[Any], Any]]:
+        # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources).
+        def resource(name: str) -> Callable[[Any], Any]:
+            return lambda wc: slurm_resources(launch_of(wc), accelerator_of(wc), invocation.config["site"])[name]
+
+        return {name: resource(name) for name in RESOURCES}
+
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         check_client()
         for run_id, run in runs.items() if in_container else ():
@@ -100,11 +112,15 @@ class Slurm(Platform):
         declared = invocation.declared.get("site") or {}
         check_nodes(training, invocation.config["site"], declared, self.nodes(invocation))
         invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
+        invocation.remember("exclusions", lambda: Exclusions(invocation.train_rules, invocation.say)).start()
 
     def close(self, invocation: Invocation) -> None:
         watch = invocation.memo.get("watch")
         if watch is not None:
             watch.close()
+
+    def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
+        return where_tried(env)
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
         # With a config outside /etc/slurm, the jobstep plugin drops SLURM_CONF before it calls srun:

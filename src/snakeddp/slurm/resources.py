@@ -11,7 +11,7 @@ share that step with Snakemake, and a preemption signal to the step would stop S
 GPUs are asked for as `gres` per node (`gpu:[TYPE:]N`, TYPE from the profile's site.gpu_type),
 never as the plugin's `gpu`/`gpu_model` (a job total, `--gpus`, which does not say per node).
 Site options (partition, account, constraint, qos) are the profile's resources, not these.
-Imported by rules/common.smk, so it stays free of heavy imports.
+Asked by the slurm contract's ``resources`` hook while the Snakefile is read, so it stays free of heavy imports.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from snakeddp.config.parts import Launch
 from snakeddp.slurm import PLATFORM
 
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
+#: The train rule's resources this module sets, each one the plugin reads.
+RESOURCES = ("mpi", "tasks_per_node", "tasks", "tasks_per_gpu", "cpus_per_task", "gres")
 
 
 def gres(devices: int, gpu_type: str | None) -> str:

@@ -34,8 +34,8 @@ def process_started() -> float:
 class Phases(Callback):
     """Times the first training step, the epochs, validation and the end of the last epoch of this attempt.
 
-    ``marks`` holds the points ``snakeddp.train`` sets itself (``main``, ``checked``,
-    ``trainer_built``); ``checkpoints`` is the checkpoint writer, which sums its writes in ``seconds``.
+    ``marks`` holds the points ``snakeddp.train`` sets itself (``main``, ``checked``, ``trainer_built``,
+    ``met``: the ranks' meeting done); ``checkpoints`` is the checkpoint writer, which sums its writes in ``seconds``.
     """
 
     def __init__(self, checkpoints: Any) -> None:
@@ -89,6 +89,7 @@ class Phases(Callback):
                 "imports_s": since.get("main", 0.0),
                 "checks_s": since.get("checked", 0.0) - since.get("main", 0.0),
                 "trainer_build_s": since.get("trainer_built", 0.0) - since.get("checked", 0.0),
-                "fit_setup_s": first_step - self.marks.get("trainer_built", first_step),
+                "meeting_s": since.get("met", 0.0) - since.get("trainer_built", 0.0),
+                "fit_setup_s": first_step - self.marks.get("met", first_step),
             }.items()
         }

@@ -15,12 +15,14 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from lightning.fabric.plugins.environments import ClusterEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
+from snakeddp.cluster.hang import HangTimeout
 from snakeddp.config.targets import accepted_parameters
 from snakeddp.errors import StrategyError
 from snakeddp.run.requirements import check_strategy
@@ -61,8 +63,10 @@ def build_strategy(
     backend: str,
     cluster_environment: ClusterEnvironment,
     checkpoint_io: CheckpointIO,
+    hang_timeout: HangTimeout | None = None,
 ) -> Strategy:
-    """The configured strategy on the launcher's cluster environment and process-group backend."""
+    """The configured strategy on the launcher's cluster environment and process-group backend, its process
+    group's timeout (gloo's and NCCL's collectives, the rendezvous) from launch.hang_timeout."""
     name = trainer_cfg.get("strategy", "ddp")
     cls = strategy_class(name, accelerator)
     options = dict(trainer_cfg.get("strategy_options") or {})
@@ -71,10 +75,14 @@ def build_strategy(
     common: dict[str, Any] = {"cluster_environment": cluster_environment, "process_group_backend": backend}
     if name != "deepspeed":  # DeepSpeed saves checkpoints with its own engine
         common["checkpoint_io"] = checkpoint_io
+    if hang_timeout is not None and hang_timeout.on:
+        common["timeout"] = timedelta(seconds=hang_timeout.collective_s)
     clash = sorted(set(options) & set(common))
     if clash:
         raise StrategyError(
-            f"trainer.strategy_options may not set {', '.join(clash)}: snakeddp sets them from the launcher."
+            f"trainer.strategy_options may not set {', '.join(clash)}: snakeddp sets them (the timeout from "
+            "launch.hang_timeout, the rest from the launcher). HINT: remove them from trainer.strategy_options; "
+            "set launch.hang_timeout instead of a timeout."
         )
     unknown = sorted(set(options) - _accepted_options(name, cls))
     if unknown:

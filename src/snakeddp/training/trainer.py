@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.cluster import Launcher, Layout, torchdistributor
+from snakeddp.cluster.hang import HangTimeout
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.config import parts
 from snakeddp.environment import cuda
@@ -24,8 +25,16 @@ from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import LaunchError
 from snakeddp.provenance.record import Outcome
 from snakeddp.run import variables
-from snakeddp.run.layout import RunPaths, checkpoint_name
-from snakeddp.training.callbacks import EpochMetrics, MonitoredMetric, Preemption, RankHosts, SampleTrace
+from snakeddp.run.layout import LAST_CHECKPOINT, RunPaths, checkpoint_name
+from snakeddp.run.tries import write_saved
+from snakeddp.training.callbacks import (
+    EpochMetrics,
+    MonitoredMetric,
+    Preemption,
+    RankHosts,
+    SampleTrace,
+    scheduler_node,
+)
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
@@ -36,14 +45,29 @@ from snakeddp.util.fsutil import atomic_write
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints appear whole or not at all, so a kill during a save never corrupts last.ckpt.
 
-    ``seconds``: time spent writing them (provenance timing.phases).
+    ``seconds``: time spent writing them (provenance timing.phases). Beside each last.ckpt of ``run_dir``
+    goes the step it holds and when (run.tries: what a try that does not complete kept); ``saving`` says
+    a save is under way (the watch gives one a long phase's limit).
     """
 
-    seconds = 0.0
+    def __init__(self, run_dir: Path | None = None) -> None:
+        super().__init__()
+        self.run_dir = run_dir
+        self.seconds = 0.0
+        self.saving = False
+
+    def is_saving(self) -> bool:
+        return self.saving
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         start = time.perf_counter()
-        atomic_write(path, lambda handle: torch.save(checkpoint, handle))
+        self.saving = True
+        try:
+            atomic_write(path, lambda handle: torch.save(checkpoint, handle))
+        finally:
+            self.saving = False
+        if self.run_dir is not None and Path(path).name == LAST_CHECKPOINT:
+            write_saved(self.run_dir, int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0)))
         self.seconds += time.perf_counter() - start
 
 
@@ -133,7 +157,7 @@ def build_trainer(
             print(f"snakeddp: {layout.local_world_size} rank(s) on {found}", file=sys.stderr, flush=True)
     check_precision(trainer_cfg.precision, accelerator)
     paths = RunPaths(run_dir)
-    checkpoint_io = AtomicCheckpointIO()
+    checkpoint_io = AtomicCheckpointIO(run_dir)
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
     metrics = EpochMetrics(paths.metrics)
     callbacks = Callbacks(
@@ -148,10 +172,7 @@ def build_trainer(
         ),
         metrics=metrics,
         preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
-        hosts=RankHosts(
-            os.environ.get("SLURMD_NODENAME") or os.environ.get("AZUREML_NODE_NAME"),
-            executor=torchdistributor.executor(os.environ),
-        ),
+        hosts=RankHosts(scheduler_node(os.environ), executor=torchdistributor.executor(os.environ)),
         phases=Phases(checkpoint_io),
         progress=EpochProgress(run_dir.name, metrics),
         early_stopping=EarlyStopping(
@@ -165,7 +186,12 @@ def build_trainer(
         trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
     )
     strategy = build_strategy(
-        cfg["trainer"], accelerator, backend, launcher.lightning_environment(layout), checkpoint_io
+        cfg["trainer"],
+        accelerator,
+        backend,
+        launcher.lightning_environment(layout),
+        checkpoint_io,
+        HangTimeout(launch.hang_timeout),
     )
     trainer = pl.Trainer(
         accelerator=accelerator,

@@ -11,13 +11,19 @@ Config sections with free-form maps (``spark.conf``, ``databricks.new_cluster.sp
 storage keys under dotted Spark names (``spark.hadoop.fs.s3a.secret.key``): whatever snakeddp writes to
 keep or share masks the value under a secret-looking name at any depth (``scrub``; in a config file's
 own text, ``redact_yaml``), keeping the key so a reader sees a secret was there.
+
+A secret is masked by value too: once a value is known to be secret (it sits under a secret-looking key
+anywhere in what is scrubbed, or it is a credential of the environment: a variable with a secret-looking
+name or a token-looking value), every other occurrence of it is masked, whatever its key (``again: tok-1``
+beside ``token: tok-1``), inside longer text as well where it is long enough to be no ordinary word.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -71,6 +77,9 @@ RECORDED_NAMES = frozenset(
 )
 OWN_PREFIX = "SNAKEDDP_"
 MASK = "***"
+# A known secret shorter than this is masked only where it is a whole value: a password of "8" must not mask
+# every 8 of a record; one this long is masked inside longer text too (a URL, a command line, JSON).
+MIN_SECRET_LENGTH = 6
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE)
 # A JSON Web Token (three base64url parts, the first two JSON objects) or an HTTP bearer credential.
 _TOKEN_VALUE = re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.|\bBearer\s+\S{8,}", re.IGNORECASE)
@@ -119,8 +128,9 @@ def looks_like_credential(value: str) -> bool:
 def recorded_environment(env: Mapping[str, str], network: Callable[[str], bool]) -> dict[str, str]:
     """The variables provenance records: the allow-list above and the network variables that
     ``network`` accepts, without secret-looking names or values, URL credentials masked."""
+    secrets = environment_secrets(env)
     return {
-        name: _scrub_text(value)
+        name: _scrub_text(value, secrets)
         for name, value in sorted(env.items())
         if (name in RECORDED_NAMES or name.startswith(OWN_PREFIX) or network(name))
         and not is_secret_name(name)
@@ -136,30 +146,92 @@ def masks(key: Any, value: Any) -> bool:
     return is_secret_name(str(key))
 
 
-def scrub(value: Any) -> Any:
-    """A copy of a JSON-like value with the values under secret-named keys masked at any depth and URL
-    credentials removed. A string that holds a JSON object (a config section exported as a variable,
-    SNAKEDDP_PLATFORM_SECTION) is scrubbed inside."""
+def environment_secrets(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The values of the environment's credentials: variables with a secret-looking name or a token-looking value."""
+    env = os.environ if env is None else env
+    return frozenset(
+        value
+        for name, value in env.items()
+        if value.strip() and not is_secret_reference(value) and (is_secret_name(name) or looks_like_credential(value))
+    )
+
+
+def secret_values(value: Any) -> set[str]:
+    """Every value under a secret-looking key at any depth of ``value`` (a container's scalars all count)."""
+    found: set[str] = set()
     if isinstance(value, Mapping):
-        return {k: (MASK if masks(k, v) else scrub(v)) for k, v in value.items()}
+        for key, item in value.items():
+            if masks(key, item):
+                found |= _scalars(item)
+            else:
+                found |= secret_values(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            found |= secret_values(item)
+    elif isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            found |= secret_values(json.loads(value))
+        except ValueError:
+            pass
+    return found
+
+
+def _scalars(value: Any) -> set[str]:
+    if isinstance(value, Mapping):
+        return {text for item in value.values() for text in _scalars(item)}
     if isinstance(value, (list, tuple)):
-        return [scrub(v) for v in value]
+        return {text for item in value for text in _scalars(item)}
+    if value is None or isinstance(value, bool) or value == "":
+        return set()
+    return {str(value)}
+
+
+def scrub(value: Any, secrets: Iterable[str] | None = None) -> Any:
+    """A copy of a JSON-like value with the values under secret-named keys masked at any depth, every other
+    occurrence of a known secret too (``secrets``; by default those ``value`` holds and the environment's
+    credentials), and URL credentials removed. A string that holds a JSON object (a config section exported
+    as a variable, SNAKEDDP_PLATFORM_SECTION) is scrubbed inside."""
+    known = frozenset(secrets) if secrets is not None else frozenset(secret_values(value) | environment_secrets())
+    return _scrub(value, known)
+
+
+def _scrub(value: Any, secrets: frozenset[str]) -> Any:
+    if isinstance(value, Mapping):
+        return {k: (MASK if masks(k, v) else _scrub(v, secrets)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub(v, secrets) for v in value]
     if isinstance(value, str):
-        return _scrub_text(value)
+        return _scrub_text(value, secrets)
+    # A number is data before it is a secret: a count of 15 is kept though some credential's value is "15";
+    # only one as long as a real secret (MIN_SECRET_LENGTH digits) is masked.
+    text = None if value is None or isinstance(value, bool) else str(value)
+    if text is not None and len(text) >= MIN_SECRET_LENGTH and text in secrets:
+        return MASK
     return value
 
 
-def _scrub_text(text: str) -> str:
+def mask_known(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each known secret masked: the whole text when it is one, else every occurrence of those
+    long enough (MIN_SECRET_LENGTH), longest first."""
+    secrets = frozenset(secrets)
+    if text in secrets:
+        return MASK
+    for secret in sorted((s for s in secrets if len(s) >= MIN_SECRET_LENGTH), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _scrub_text(text: str, secrets: frozenset[str] = frozenset()) -> str:
     if text.lstrip().startswith("{"):
         try:
             inside = json.loads(text)
         except ValueError:
             inside = None
         if isinstance(inside, dict):
-            scrubbed = scrub(inside)
+            scrubbed = _scrub(inside, secrets | secret_values(inside))
             if scrubbed != inside:
                 return json.dumps(scrubbed, sort_keys=True)
-    return redact_text(text)
+    return mask_known(redact_text(text), secrets)
 
 
 def secret_keys(value: Any, prefix: str) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from snakeddp.util.redact import MASK, masks, redact_text, scrub
+from snakeddp.util.redact import MASK, environment_secrets, mask_known, masks, redact_text, scrub, secret_values
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -23,8 +23,9 @@ def safe_load(text: str) -> Any:
 
 def redact_yaml(text: str) -> str:
     """``text`` with every value ``scrub`` would mask replaced by ``'***'`` where it is written, so
-    comments and layout stay; URL credentials masked. Where masking in place cannot give what ``scrub``
-    gives (an anchor holding a secret, say), the scrubbed documents written anew instead."""
+    comments and layout stay; URL credentials and every other occurrence of a known secret (a value under a
+    secret-looking key, an environment credential) masked. Where masking in place cannot give what ``scrub``
+    gives (an anchor holding a secret, a secret written with escapes), the scrubbed documents written anew."""
     try:
         documents = list(yaml.safe_load_all(text))
         # The pure-Python composer: its marks count characters, libyaml's count bytes.
@@ -37,8 +38,11 @@ def redact_yaml(text: str) -> str:
     masked = text
     for start, end in sorted(set(spans), reverse=True):
         masked = masked[:start] + f"'{MASK}'" + masked[end:]
-    masked = redact_text(masked)
-    wanted = [scrub(document) for document in documents]
+    secrets = set(environment_secrets())
+    for document in documents:
+        secrets |= secret_values(document)
+    masked = mask_known(redact_text(masked), secrets)
+    wanted = [scrub(document, secrets) for document in documents]
     try:
         if list(yaml.safe_load_all(masked)) == wanted:
             return masked

@@ -1,6 +1,6 @@
 """The environment every job of the workflow inherits, built once when the Snakefile is read.
 
-rules/common.smk applies it with one ``os.environ.update``; the names are those of
+snakeddp.workflow.plan applies it with one ``os.environ.update``; the names are those of
 ``snakeddp.run.variables``. Nothing here is a rule parameter, so changing it reruns no job.
 """
 

@@ -152,6 +152,15 @@ def check_report_made(page: Path) -> None:
         )
 
 
+def stop_unless_report_made(page: Path) -> None:
+    """``check_report_made``, the refusal printed once and the workflow ended (Snakemake calls this before
+    it packs a report: snakeddp.compat.snakemake.before_report)."""
+    try:
+        check_report_made(page)
+    except PreflightError as error:
+        stop(error)
+
+
 def check_tracking_server(
     tracking: Mapping[str, Any], to_train: Mapping[str, Any], platform: str, env: Mapping[str, str]
 ) -> None:

@@ -1,0 +1,260 @@
+"""Writing the locks: what tools/lock.sh runs between uv's resolutions, so the locks are written one way.
+
+uv resolves (``uv pip compile --generate-hashes --emit-index-annotation``); this module turns its
+outputs into the committed files, the same bytes for the same resolution:
+
+    envs/requirements.lock               the core, every package with the sha256 of each of its files
+    envs/requirements-dev.lock           the test tools and extras on top
+    envs/requirements-azureml-v1.lock    the SDK v1's venv, complete
+    envs/requirements-torch-<cuda>.lock  each torch build of ``environment.cuda``: torch with that build's hashes,
+                                         and the runtime wheels (nvidia-*, triton) it adds to the core
+
+torch is locked by version (``torch==2.13.0``): its hashes are those of every build that could be locked,
+the wheel a find-links directory gave this machine included (uv writes no hash for a find-links file; its
+sha256 is computed here), so the core lock installs the build a machine takes and nothing else.
+
+    python -m snakeddp.environment.locking preferences envs/requirements.lock ...  # name==version, for uv
+    python -m snakeddp.environment.locking write WORK OUT --python 3.11.7 --machine x86_64
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from snakeddp.environment.builds import BUILDS, TorchBuild
+from snakeddp.environment.lock import ACCELERATED, Pin, annotated_indexes, entries
+from snakeddp.errors import LockError
+
+_LINE_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#\\]+)")
+_ENTRY = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#\\]+)(?P<options>.*)$")
+_HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
+_CONFLICT = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
+CORE, DEV, V1 = "requirements.lock", "requirements-dev.lock", "requirements-azureml-v1.lock"
+V1_IN = "envs/requirements-azureml-v1.in"
+
+
+def build_lock_name(build: TorchBuild) -> str:
+    """envs/requirements-torch-<cuda>.lock: one per ``environment.cuda`` value."""
+    return f"requirements-torch-{build.cuda}.lock"
+
+
+def preferences(paths: Iterable[Path]) -> list[str]:
+    """``name==version`` of every package the old locks hold, as uv's preferences: a lock left with a merge's
+    conflict markers still gives every package both sides agree on (one that differs is resolved afresh), and
+    torch is left out (its version is the .in file's, its build the machine's)."""
+    versions: dict[str, set[str]] = {}
+    names: dict[str, str] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        for raw in path.read_text().splitlines():
+            if raw.startswith(_CONFLICT):
+                continue
+            pin = _LINE_PIN.match(raw)
+            if pin:
+                key = canonicalize_name(pin["name"])
+                names.setdefault(key, pin["name"])
+                versions.setdefault(key, set()).add(pin["version"])
+    return [
+        f"{names[key]}=={next(iter(found))}"
+        for key, found in sorted(versions.items())
+        if len(found) == 1 and key != ACCELERATED
+    ]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One package of a resolution: its pin, the sha256 of its files, and the index uv found it on."""
+
+    pin: Pin
+    index: str | None = None
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.pin.name)
+
+    def text(self) -> str:
+        lines = [f"{self.pin.name}=={self.pin.version}", *(f"    --hash=sha256:{d}" for d in self.pin.hashes)]
+        body = " \\\n".join(lines)
+        return body + (f"\n    # from {self.index}" if self.index else "") + "\n"
+
+
+def read_compiled(path: Path) -> dict[str, Entry]:
+    """uv's output (``--generate-hashes --emit-index-annotation``) by canonical name."""
+    text = path.read_text()
+    indexes = annotated_indexes(text)
+    result = {}
+    for number, line in entries(text):
+        match = _ENTRY.match(line)
+        if match is None:
+            raise LockError(f"{path}:{number}: uv wrote {line[:120]!r}, which is not a pin with hashes")
+        hashes = tuple(sorted({m["digest"] for m in _HASH.finditer(match["options"])}))
+        entry = Entry(Pin(match["name"], match["version"], hashes), indexes.get(number))
+        result[entry.key] = entry
+    return result
+
+
+def find_links_hashes(entry: Entry) -> tuple[str, ...]:
+    """sha256 of the files of ``entry``'s version in the find-links directory uv took it from (uv hashes none)."""
+    if not entry.index or not entry.index.startswith("file://"):
+        return ()
+    folder = Path(entry.index.removeprefix("file://"))
+    stem = re.sub(r"[-_.]+", "_", entry.pin.name).lower()
+    files = [
+        path
+        for path in sorted(folder.glob("*"))
+        if re.sub(r"[-_.]+", "_", path.name.split("-")[0]).lower() == stem
+        and path.name.split("-")[1:2] == [entry.pin.version]
+        and (path.suffix == ".whl" or path.name.endswith(".tar.gz"))
+    ]
+    return tuple(sorted(hashlib.sha256(path.read_bytes()).hexdigest() for path in files))
+
+
+def hashed(entries_: Mapping[str, Entry], source: str) -> dict[str, Entry]:
+    """Every entry with hashes: find-links files hashed here; an entry with none is a LockError."""
+    result = {}
+    for key, entry in entries_.items():
+        if not entry.pin.hashes:
+            entry = replace(entry, pin=replace(entry.pin, hashes=find_links_hashes(entry)))
+        if not entry.pin.hashes:
+            raise LockError(
+                f"{source}: uv gave {entry.pin.name}=={entry.pin.version} (from {entry.index or 'no index'}) no hash, "
+                "and no file of it could be hashed here. HINT: install it from an index or a find-links folder."
+            )
+        result[key] = entry
+    return result
+
+
+def _torch(core: Mapping[str, Entry], builds: Mapping[str, Mapping[str, Entry]]) -> Entry:
+    """The core lock's torch: the version without a build label, with the hashes of every build that was locked."""
+    mine = core[ACCELERATED]
+    version = mine.pin.version.split("+")[0]
+    digests = set(mine.pin.hashes)
+    for locked in builds.values():
+        if ACCELERATED in locked:
+            digests |= set(locked[ACCELERATED].pin.hashes)
+    return Entry(Pin(mine.pin.name, version, tuple(sorted(digests))), None)
+
+
+def _torch_note(
+    core: Mapping[str, Entry], builds: Mapping[str, Mapping[str, Entry]], missing: Mapping[str, str]
+) -> str:
+    mine = core[ACCELERATED]
+    here = (
+        ""
+        if mine.index in (None, "https://pypi.org/simple")
+        else f" and of the build this machine takes ({mine.pin.version}, from {mine.index})"
+    )
+    locked = ", ".join(f'"{cuda}"' for cuda in builds) or "none"
+    text = (
+        f"# torch: the hashes of every file of the builds locked in envs/requirements-torch-*.lock ({locked}){here}.\n"
+    )
+    if missing:
+        text += "".join(f'# Not hashed: environment.cuda "{cuda}" ({why}).\n' for cuda, why in missing.items())
+    return text
+
+
+def _header(title: str, sources: str, python: str, machine: str) -> str:
+    return (
+        f"# {title}\n"
+        f"# Generated by tools/lock.sh from {sources}; do not edit by hand.\n"
+        f"# Python {python}, {machine}. Every file's sha256 is here: the installers require them.\n"
+    )
+
+
+def render(entries_: Iterable[Entry], header: str, torch_note: str = "") -> str:
+    body = ""
+    for entry in sorted(entries_, key=lambda e: f"{e.pin.name}=={e.pin.version}"):
+        if entry.key == ACCELERATED:
+            body += torch_note
+        body += entry.text()
+    return header + body
+
+
+def write(work: Path, out: Path, python: str, machine: str) -> list[Path]:
+    """The locks from uv's outputs in ``work`` (all.txt, core.txt, v1.txt, build-<cuda>.txt or build-<cuda>.missing)."""
+    all_, core = (
+        hashed(read_compiled(work / "all.txt"), "core and dev"),
+        hashed(read_compiled(work / "core.txt"), "core"),
+    )
+    v1 = hashed(read_compiled(work / "v1.txt"), "SDK v1")
+    builds: dict[str, dict[str, Entry]] = {}
+    missing: dict[str, str] = {}
+    for cuda in BUILDS:
+        compiled, why = work / f"build-{cuda}.txt", work / f"build-{cuda}.missing"
+        if compiled.is_file():
+            builds[cuda] = hashed(read_compiled(compiled), f"torch build {cuda}")
+        else:
+            missing[cuda] = why.read_text().strip() if why.is_file() else "not resolved"
+    torch = _torch(core, builds)
+    note = _torch_note(core, builds, missing)
+    core = {**core, ACCELERATED: torch}
+    # The core's torch has lost its build label: it is the same package as the joint resolution's.
+    dev = {k: e for k, e in all_.items() if k not in core or core[k].pin.version != e.pin.version.split("+")[0]}
+    if ACCELERATED in v1:
+        v1[ACCELERATED] = torch
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    core_title = "Exact versions of every package snakeddp's core installs (tools/setup.sh)."
+    dev_title = "Test, lint and optional-extra packages on top of requirements.lock (tools/setup.sh --dev)."
+    v1_title = "Every package of .venv-azureml-v1, the AzureML SDK v1's venv (tools/setup.sh --azureml-v1)."
+    files = {
+        CORE: render(core.values(), _header(core_title, "envs/requirements.in", python, machine), note),
+        DEV: render(
+            dev.values(), _header(dev_title, "envs/requirements.in and envs/requirements-dev.in", python, machine)
+        ),
+        V1: render(v1.values(), _header(v1_title, "envs/requirements.in and " + V1_IN, python, machine), note),
+    }
+    for build in BUILDS.values():
+        title = (
+            f"torch's build for environment.cuda \"{build.cuda}\" ({build.index_url}): torch with this build's hashes, "
+            "and what it adds to requirements.lock."
+        )
+        header = _header(title, "envs/requirements.in", python, machine)
+        if build.cuda in missing:
+            files[build_lock_name(build)] = header + (
+                f"# Not locked: {missing[build.cuda]}. Every installer refuses this build until tools/lock.sh runs "
+                f"where {build.index_url} answers.\n"
+            )
+            continue
+        locked = builds[build.cuda]
+        added = [e for k, e in locked.items() if k == ACCELERATED or k not in core]
+        files[build_lock_name(build)] = render(added, header)
+    for name, text in files.items():
+        (out / name).write_text(text)
+        written.append(out / name)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.locking", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    preferring = commands.add_parser("preferences")
+    preferring.add_argument("locks", nargs="*", type=Path)
+    writing = commands.add_parser("write")
+    writing.add_argument("work", type=Path)
+    writing.add_argument("out", type=Path)
+    writing.add_argument("--python", required=True)
+    writing.add_argument("--machine", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "preferences":
+            print("\n".join(preferences(args.locks)))
+        else:
+            write(args.work, args.out, args.python, args.machine)
+    except (OSError, LockError) as error:
+        print(f"lock: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

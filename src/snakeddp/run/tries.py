@@ -1,0 +1,211 @@
+"""A run's tries: every start of its current attempt's ranks, how it ended, and what the ones that did
+not complete cost (``tries.json``, schemas/run-tries.schema.json).
+
+One writer each: ``snakeddp.launch`` appends a try when its ranks are gone; rank 0 writes beside
+last.ckpt the step it holds and when (``last.json``, at every save of it: once an epoch); the rank
+that finds a try hung writes ``hung.json`` first-come (snakeddp.training.watch), which the launcher
+folds into the try. Nothing is written per step. The attempt's tries move with it into attempts/<id>/
+(run.layout's ATTEMPT_FILES); provenance.json repeats them, with their ``goodput``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from snakeddp.errors import RunStateError
+from snakeddp.run.layout import AttemptPaths, RunPaths
+from snakeddp.util.fsutil import atomic_write_json, read_json
+
+SCHEMA_FILE = "run-tries.schema.json"
+FORMAT = "snakeddp-tries/1"
+OUTCOMES = ("completed", "preempted", "hung", "failed", "interrupted")
+LOSSES = OUTCOMES[1:]
+# Hangs found while the ranks met, before any step.
+BEFORE_THE_FIRST_STEP = ("never_joined", "unreachable")
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+
+
+def _problem(instance: Any, definition: str | None = None) -> str | None:
+    """The first way ``instance`` breaks the schema (or one of its $defs), or None."""
+    whole = schema()
+    target = {"$ref": f"#/$defs/{definition}", "$defs": whole["$defs"]} if definition else whole
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(target).iter_errors(instance))
+    if error is None:
+        return None
+    return f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:160]}"
+
+
+def utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+def read(folder: Path) -> list[dict[str, Any]]:
+    """The tries of the attempt in ``folder`` (a run directory, or an attempt kept under attempts/)."""
+    path = AttemptPaths(folder).tries
+    if not path.is_file():
+        return []
+    try:
+        record = read_json(path)
+    except (OSError, ValueError) as error:
+        problem: str | None = f"not JSON: {error}"
+    else:
+        problem = _problem(record)
+        if problem is None:
+            return list(record["tries"])
+    raise RunStateError(
+        f"{path} is not a record of tries snakeddp wrote ({problem}). HINT: move it aside (mv {path} {path}.bad) "
+        "and rerun: the attempt's checkpoints stay, only the history of its earlier tries is set aside."
+    )
+
+
+def append(run_dir: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Add one try (numbered after the ones before it) to the run directory's tries.json; the entry."""
+    tries = read(run_dir)
+    entry = {**entry, "number": len(tries) + 1}
+    problem = _problem(entry, "try")
+    if problem is not None:
+        raise RunStateError(f"snakeddp.run.tries: a try that breaks {SCHEMA_FILE} ({problem}); this is a bug")
+    atomic_write_json(RunPaths(run_dir).tries, {"format": FORMAT, "tries": [*tries, entry]})
+    return entry
+
+
+def write_saved(run_dir: Path, step: int, epoch: int) -> None:
+    """Beside last.ckpt, just saved: the step it holds and when (rank 0; once an epoch, not per step)."""
+    atomic_write_json(RunPaths(run_dir).last_saved, {"step": step, "epoch": epoch, "saved_at": time.time()})
+
+
+def saved(run_dir: Path) -> dict[str, Any] | None:
+    """last.json, when it is one snakeddp wrote."""
+    try:
+        record = read_json(RunPaths(run_dir).last_saved)
+    except (OSError, ValueError):
+        return None
+    fields = {"step": int, "epoch": int, "saved_at": (int, float)}
+    good = isinstance(record, dict) and all(isinstance(record.get(k), t) for k, t in fields.items())
+    return record if good else None
+
+
+def write_hang(run_dir: Path, record: Mapping[str, Any]) -> bool:
+    """hung.json, unless another rank wrote it first (the first to find the run hung is the one that
+    says so); whole or not at all. True when this record is the one kept."""
+    target = RunPaths(run_dir).hung
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    atomic_write_json(partial, dict(record))
+    try:
+        os.link(partial, target)  # fails when it exists: the first record stays
+    except FileExistsError:
+        return False
+    finally:
+        partial.unlink(missing_ok=True)
+    return True
+
+
+def take_hang(run_dir: Path) -> dict[str, Any] | None:
+    """hung.json, removed once read: the launcher folds it into the try. A record that breaks the schema
+    is ignored (said once): the try is then recorded as failed, and nothing else is lost."""
+    path = RunPaths(run_dir).hung
+    if not path.is_file():
+        return None
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        record = None
+    path.unlink(missing_ok=True)
+    problem = "not JSON" if record is None else _problem(record, "hang")
+    if problem is not None:
+        print(f"snakeddp: {path} is not a hang record snakeddp wrote ({problem}); ignored", flush=True)
+        return None
+    return record
+
+
+def entry(
+    *,
+    started: float,
+    ended: float,
+    outcome: str,
+    exit_code: int,
+    launcher: str,
+    job_id: str | None,
+    resumed_from: Mapping[str, Any] | None,
+    saved_now: Mapping[str, Any] | None,
+    hang: Mapping[str, Any] | None,
+    placement: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One try, from what the launcher saw (times, exit) and the run directory holds (``resumed_from``: last.json
+    when it started, ``saved_now`` when it ended, ``hang``: hung.json)."""
+    fresh = saved_now if saved_now is not None and saved_now["saved_at"] >= started else None
+    kept = fresh["step"] if fresh else None
+    reached = hang["reached_step"] if hang else None
+    if hang and hang["kind"] in BEFORE_THE_FIRST_STEP:  # it trained nothing
+        reached = resumed_from["step"] if resumed_from else 0
+    if outcome in ("completed", "preempted") and kept is not None:
+        reached = kept
+    return {
+        "started_at": utc(started),
+        "ended_at": utc(ended),
+        "seconds": round(max(ended - started, 0.0), 3),
+        "outcome": outcome,
+        "exit_code": exit_code,
+        "launcher": launcher,
+        "job_id": job_id,
+        "resumed_from_step": resumed_from["step"] if resumed_from else None,
+        "kept_step": kept,
+        "kept_at_s": round(fresh["saved_at"] - started, 3) if fresh else None,
+        "reached_step": max(reached, kept) if reached is not None and kept is not None else (reached or kept),
+        "hang": dict(hang) if hang else None,
+        **({"placement": dict(placement)} if placement else {}),
+    }
+
+
+def goodput(tries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """What the tries cost: all their wall time, the useful part (what the kept checkpoints hold), and per
+    kind of ending what was lost. A try that did not complete lost what it did after its last save; its
+    steps are the ones the next try trained again."""
+    if not tries:
+        return None
+    total = sum(t["seconds"] for t in tries)
+    lost: dict[str, dict[str, Any]] = {}
+    for index, t in enumerate(tries):
+        if t["outcome"] == "completed":
+            continue
+        kept_s = t["kept_at_s"] or 0.0
+        resumed = tries[index + 1]["resumed_from_step"] if index + 1 < len(tries) else t["kept_step"]
+        start = resumed if resumed is not None else (t["kept_step"] or 0)
+        steps = max(t["reached_step"] - start, 0) if t["reached_step"] is not None else None
+        loss = lost.setdefault(t["outcome"], {"tries": 0, "seconds": 0.0, "steps": 0})
+        loss["tries"] += 1
+        loss["seconds"] = round(loss["seconds"] + max(t["seconds"] - kept_s, 0.0), 3)
+        loss["steps"] = None if steps is None or loss["steps"] is None else loss["steps"] + steps
+    wasted = sum(loss["seconds"] for loss in lost.values())
+    return {
+        "tries": len(tries),
+        "seconds": round(total, 3),
+        "useful_s": round(max(total - wasted, 0.0), 3),
+        "ratio": round(max(total - wasted, 0.0) / total, 4) if total > 0 else None,
+        "lost": lost,
+    }
+
+
+def hang_nodes(tries: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The scheduler's nodes the attempt's hung tries named: where the rank the others waited for ran, and
+    where the ranks that never came were placed."""
+    nodes = []
+    for t in tries:
+        hang = t.get("hang") or {}
+        if t["outcome"] == "hung":
+            nodes += [(hang.get("culprit") or {}).get("node"), *hang.get("missing_nodes", [])]
+    return sorted({node for node in nodes if node})

@@ -1,0 +1,68 @@
+"""A run that hung on a node is submitted again without it (sbatch --exclude), as
+snakemake-executor-plugin-slurm leaves out nodes that failed (NODE_FAIL).
+
+The rank the others waited for names its node (SLURMD_NODENAME) in the try's record (tries.json,
+snakeddp.run.tries); when Snakemake submits that run's train job again (the profile's ``retries``, or
+the next invocation), the plugin's sbatch gets ``--exclude=<those nodes>`` with the nodes it saw fail
+(compat.snakemake_executor_plugin_slurm.leave_out_nodes), and Snakemake's terminal says so once per
+run. The retry resumes from the last checkpoint; each try records the nodes Slurm was told to leave
+out (``where_tried``: scontrol's ExcNodeList), so the run's history lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp.cluster.slurm import LaunchError, hostnames, scontrol_show
+from snakeddp.compat.snakemake_executor_plugin_slurm import leave_out_nodes
+from snakeddp.errors import RunStateError
+from snakeddp.run import tries
+from snakeddp.run.layout import RunPaths
+
+RESULTS = "results"
+
+
+class Exclusions:
+    """The nodes each run's hung tries named, read when its train job is submitted."""
+
+    def __init__(self, train_rules: tuple[str, ...], say: Callable[[str], None], results: Path = Path(RESULTS)):
+        self.train_rules, self.say, self.results = train_rules, say, results
+        self.said: dict[str, tuple[str, ...]] = {}
+
+    def start(self) -> bool:
+        """From now on every submission of this process leaves them out; False where the plugin is not the
+        release that was read (then nothing is left out)."""
+        return leave_out_nodes(self.nodes_of)
+
+    def nodes_of(self, job: Any) -> set[str]:
+        rule = getattr(getattr(job, "rule", None), "name", None)
+        run = (getattr(job, "wildcards_dict", None) or {}).get("run")
+        if rule not in self.train_rules or not run:
+            return set()
+        try:
+            nodes = tries.hang_nodes(tries.read(RunPaths.under(self.results, run).folder))
+        except RunStateError as error:  # the job itself says so, and stops, in its one line
+            self.say(f"run {run}: its tries could not be read, so no node is left out: {error}")
+            return set()
+        if nodes and self.said.get(run) != tuple(nodes):
+            self.said[run] = tuple(nodes)
+            self.say(f"run {run}: submitting it without {', '.join(nodes)} (sbatch --exclude), where it hung before")
+        return set(nodes)
+
+
+def where_tried(env: Mapping[str, str]) -> dict[str, Any]:
+    """The job a train job's try ran in, its nodes and the nodes it was told to leave out, as Slurm says."""
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        return {}
+    try:
+        job = scontrol_show("job", job_id, env)
+        return {
+            "job_id": job_id,
+            "nodes": hostnames(job.get("NodeList", ""), env),
+            "excluded_nodes": hostnames(job.get("ExcNodeList", ""), env),
+        }
+    except LaunchError:  # Slurm did not answer: the try is still recorded, without where it ran
+        return {"job_id": job_id}

@@ -1,0 +1,103 @@
+"""The deny list (envs/denied.toml), yanked releases and the advisory service check, on real locks and uv."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from snakeddp.environment import advisories
+from snakeddp.errors import LockError
+from tests.checkout import UV
+from tests.helpers import REPO, subprocess_env
+
+DENIED = advisories.load()
+LOCKS = sorted((REPO / "envs").glob("*.lock"))
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "snakeddp.environment.advisories", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=subprocess_env(**env), cwd=REPO, check=False)
+
+
+def test_the_committed_locks_and_pyprojects_ranges_hold_no_denied_release():
+    done = run("check", *map(str, LOCKS), "--pyproject", "pyproject.toml")
+    assert done.returncode == 0, done.stderr
+
+
+def test_each_advisory_of_the_issue_is_listed_with_its_first_good_version():
+    by_advisory = {denial.advisory: denial for denial in DENIED}
+    assert by_advisory["GHSA-w37p-236h-pfx3"].denies("lightning", "2.6.2")
+    assert by_advisory["GHSA-w37p-236h-pfx3"].denies("lightning", "2.6.3")
+    assert not by_advisory["GHSA-w37p-236h-pfx3"].denies("lightning", "2.6.4")
+    assert by_advisory["GHSA-qqmf-gpg7-g8gw"].denies("lightning", "2.6.5")
+    assert not by_advisory["GHSA-qqmf-gpg7-g8gw"].denies("lightning", "2.6.6")
+    # 2.6.2 is denied twice: the first good version is past both fixes.
+    assert advisories.first_allowed("lightning", DENIED, "2.6.2") == "2.6.6"
+    assert advisories.constraints(DENIED) == ["lightning!=2.6.2", "lightning!=2.6.3", "lightning>=2.6.6"]
+
+
+def test_a_lock_holding_a_denied_release_is_refused_naming_both_advisories(tmp_path):
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"lightning==2.6.2 --hash=sha256:{'a' * 64}\nnumpy==2.4.6\n")
+    done = run("check", str(lock))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"{lock}: lightning 2.6.2 is denied by envs/denied.toml (GHSA-w37p-236h-pfx3: published with code that stole "
+        "credentials on import (live for 42 minutes; a mirror or cache may still hold them), fixed in 2.6.4; "
+        "GHSA-qqmf-gpg7-g8gw (CVE-2026-58659): code execution in load_from_checkpoint, fixed in 2.6.6); the first "
+        "good version is 2.6.6. HINT: tools/add.sh lightning==2.6.6"
+    ]
+
+
+def test_a_range_that_admits_a_denied_release_is_named(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["lightning>=2.6.0,<=2.6.6", "numpy>=2"]\n')
+    problems = advisories.check_ranges(pyproject, DENIED)
+    assert [line.split(" admits ")[1].split(" (")[0] for line in problems] == [
+        "lightning==2.6.2",
+        "lightning==2.6.3",
+        "lightning<2.6.6",
+    ]
+    pyproject.write_text('[project]\ndependencies = ["lightning>=2.6.6,<=2.6.6"]\n')
+    assert advisories.check_ranges(pyproject, DENIED) == []
+
+
+def test_a_deny_list_entry_that_is_not_one_is_one_line(tmp_path):
+    broken = tmp_path / "denied.toml"
+    broken.write_text('[[release]]\npackage = "x"\nversions = ["=>1"]\nadvisory = "A"\nfixed = "2"\n')
+    with pytest.raises(LockError, match=r"release 1 is not a deny entry .*HINT"):
+        advisories.load(broken)
+
+
+def test_a_yanked_release_uv_resolves_is_refused_from_uvs_own_warning(tmp_path):
+    """attrs 21.1.0 is yanked on PyPI ("Installable but not importable on Python 3.4."): uv says so while it
+    resolves, and the check turns its warning into a refusal."""
+    pins = tmp_path / "pins.txt"
+    pins.write_text("attrs==21.1.0\n")
+    log = tmp_path / "uv.log"
+    with log.open("w") as stderr:
+        subprocess.run([UV, "pip", "compile", "--no-deps", "--python", sys.executable, pins], stdout=subprocess.DEVNULL,
+                       stderr=stderr, check=True)  # fmt: skip
+    done = run("check", "--yanked", str(log))
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        "lock: attrs 21.1.0 is yanked on its index (PEP 592: Installable but not importable on Python 3.4.). "
+        "HINT: pin another release with tools/add.sh attrs==VERSION, or re-resolve with tools/lock.sh --upgrade"
+    ]
+
+
+def test_where_no_advisory_service_answers_one_line_says_the_check_did_not_run(tmp_path):
+    """pip-audit asks PyPI's JSON API, then OSV: through a proxy nothing listens on, neither answers, and the
+    check says so in one line instead of passing."""
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("certifi==2026.10.19.post1\n")
+    done = run("audit", str(lock), HTTPS_PROXY="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith(
+        "advisories: the advisory check did not run: no advisory service answered (PyPI's JSON API: "
+    )
+    assert "; OSV: " in line and line.endswith(
+        "the locks were checked against envs/denied.toml and the index's yanks only."
+    )

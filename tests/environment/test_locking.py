@@ -1,0 +1,71 @@
+"""How tools/lock.sh writes the locks from uv's outputs: preferences that survive a merge, hashes, torch's builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from snakeddp.environment import locking
+from snakeddp.environment.lock import read_lock
+from tests.helpers import REPO
+
+ENVS = REPO / "envs"
+
+
+def test_a_lock_left_with_conflict_markers_still_gives_what_both_sides_agree_on(tmp_path):
+    merged = tmp_path / "requirements.lock"
+    merged.write_text(
+        "attrs==26.1.0 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+        "<<<<<<< HEAD\nnumpy==2.4.6 \\\n    --hash=sha256:" + "b" * 64 + "\n=======\nnumpy==2.4.5 \\\n"
+        "    --hash=sha256:" + "c" * 64 + "\n>>>>>>> theirs\nscikit-learn==1.8.0\ntorch==2.13.0\n"
+    )
+    assert locking.preferences([merged]) == ["attrs==26.1.0", "scikit-learn==1.8.0"], "numpy afresh, torch never"
+
+
+def test_uvs_output_is_read_with_its_hashes_and_index_and_written_back_the_same(tmp_path):
+    compiled = tmp_path / "core.txt"
+    text = (
+        "six==1.16.0 \\\n    --hash=sha256:" + "a" * 64 + " \\\n    --hash=sha256:" + "b" * 64 + "\n"
+        "    # from https://pypi.org/simple\n"
+    )
+    compiled.write_text(text)
+    entries = locking.read_compiled(compiled)
+    assert entries["six"].pin.hashes == ("a" * 64, "b" * 64) and entries["six"].index == "https://pypi.org/simple"
+    assert locking.render(entries.values(), "") == text
+
+
+def test_a_find_links_wheel_is_hashed_here_and_an_entry_without_any_hash_is_refused(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "demo-1.0+cpu-py3-none-any.whl").write_bytes(b"a wheel")
+    compiled = tmp_path / "core.txt"
+    compiled.write_text(f"demo==1.0+cpu\n    # from file://{wheels}\nother==2.0\n")
+    entries = locking.read_compiled(compiled)
+    import hashlib
+
+    assert locking.find_links_hashes(entries["demo"]) == (hashlib.sha256(b"a wheel").hexdigest(),)
+    try:
+        locking.hashed(entries, "core")
+    except locking.LockError as error:
+        assert "other==2.0 (from no index) no hash" in str(error) and "HINT" in str(error)
+    else:
+        raise AssertionError("an entry without a hash was accepted")
+
+
+def test_the_committed_locks_hash_every_entry_and_torch_holds_each_locked_builds_hashes():
+    core = read_lock(ENVS / "requirements.lock")
+    assert all(pin.hashes for pin in core.pins.values())
+    for path in sorted(ENVS.glob("requirements-torch-*.lock")):
+        build = read_lock(path)
+        if "torch" in build.pins:
+            assert set(build.pins["torch"].hashes) <= set(core.pins["torch"].hashes), path
+            assert all(pin.hashes for pin in build.pins.values())
+        else:
+            assert "# Not locked: " in path.read_text(), f"{path} says why it holds no hash"
+    # The CPU wheel this machine installs, where a find-links folder holds one, is among torch's hashes.
+    assert "# torch: the hashes of every file of the builds locked" in (ENVS / "requirements.lock").read_text()
+
+
+def test_the_dev_lock_holds_no_package_of_the_core_lock():
+    core, dev = read_lock(ENVS / "requirements.lock"), read_lock(ENVS / "requirements-dev.lock")
+    assert not set(core.pins) & set(dev.pins)
+    assert Path(ENVS / "denied.toml").is_file()

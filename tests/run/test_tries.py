@@ -1,0 +1,123 @@
+"""A run's tries (snakeddp.run.tries): tries.json, hung.json, last.json and what the tries cost."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from snakeddp.errors import RunStateError
+from snakeddp.run import tries
+from snakeddp.run.layout import RunPaths
+
+T0 = 1_750_000_000.0
+
+
+def hang(node: str | None = "n2", reached: int | None = 140) -> dict:
+    return {
+        "kind": "stopped",
+        "culprit": {"rank": 1, "host": "h2", "node": node, "pid": 42, "step": 130, "epoch": 2, "phase": "backward"},
+        "stalled_s": 61.0,
+        "limit_s": 60.0,
+        "reached_step": reached,
+        "line": "snakeddp.train: run base hung: rank 1 ...",
+    }
+
+
+def one(outcome: str, *, seconds: float, resumed: int | None, kept: int | None, kept_at: float | None,
+        the_hang: dict | None = None) -> dict:  # fmt: skip
+    saved = {"step": kept, "epoch": 1, "saved_at": T0 + kept_at} if kept is not None else None
+    return tries.entry(
+        started=T0,
+        ended=T0 + seconds,
+        outcome=outcome,
+        exit_code=0 if outcome == "completed" else 1,
+        launcher="direct",
+        job_id=None,
+        resumed_from={"step": resumed, "epoch": 0, "saved_at": T0 - 5} if resumed is not None else None,
+        saved_now=saved,
+        hang=the_hang,
+    )
+
+
+def test_tries_are_numbered_in_order_and_read_back_as_written(tmp_path):
+    first = tries.append(tmp_path, one("hung", seconds=100, resumed=None, kept=100, kept_at=40, the_hang=hang()))
+    second = tries.append(tmp_path, one("completed", seconds=50, resumed=100, kept=300, kept_at=49))
+    assert (first["number"], second["number"]) == (1, 2)
+    assert tries.read(tmp_path) == [first, second]
+    assert first["reached_step"] == 140 and first["kept_at_s"] == 40 and second["resumed_from_step"] == 100
+
+
+def test_a_save_from_before_the_try_is_not_what_the_try_kept():
+    before = {"step": 50, "epoch": 0, "saved_at": T0 - 1}
+    entry = tries.entry(started=T0, ended=T0 + 9, outcome="failed", exit_code=1, launcher="srun", job_id="7",
+                        resumed_from=before, saved_now=before, hang=None)  # fmt: skip
+    assert (entry["resumed_from_step"], entry["kept_step"], entry["kept_at_s"]) == (50, None, None)
+
+
+def test_goodput_counts_what_each_ending_lost_against_the_whole():
+    history = [
+        one("hung", seconds=100, resumed=None, kept=100, kept_at=40, the_hang=hang(reached=140)),
+        one("preempted", seconds=30, resumed=100, kept=160, kept_at=30),
+        one("failed", seconds=20, resumed=160, kept=None, kept_at=None),
+        one("completed", seconds=60, resumed=160, kept=400, kept_at=59),
+    ]
+    got = tries.goodput(history)
+    assert got["tries"] == 4 and got["seconds"] == 210
+    # The hang lost its 60 s after the last save (40 steps trained again), the preemption nothing (it saved on
+    # the way out), the failure its 20 s (it saved nothing; how far it got is unknown).
+    assert got["lost"] == {
+        "hung": {"tries": 1, "seconds": 60.0, "steps": 40},
+        "preempted": {"tries": 1, "seconds": 0.0, "steps": 0},
+        "failed": {"tries": 1, "seconds": 20.0, "steps": None},
+    }
+    assert got["useful_s"] == 130 and got["ratio"] == round(130 / 210, 4)
+    assert tries.goodput([]) is None
+
+
+def test_a_hung_try_names_the_node_a_slurm_retry_leaves_out(tmp_path):
+    tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=hang(node="n2")))
+    tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=hang(node=None)))
+    tries.append(tmp_path, one("failed", seconds=9, resumed=None, kept=None, kept_at=None))
+    never = {**hang(), "kind": "never_joined", "culprit": None, "missing": [3], "missing_nodes": ["n4"]}
+    tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=never))
+    assert tries.hang_nodes(tries.read(tmp_path)) == ["n2", "n4"]
+
+
+def test_the_first_rank_to_find_the_try_hung_is_the_one_recorded_and_the_launcher_takes_it_once(tmp_path):
+    assert tries.write_hang(tmp_path, hang(node="first"))
+    assert not tries.write_hang(tmp_path, hang(node="second"))
+    assert [p.name for p in tmp_path.iterdir()] == ["hung.json"], "no partial file left"
+    assert tries.take_hang(tmp_path)["culprit"]["node"] == "first"
+    assert tries.take_hang(tmp_path) is None
+
+
+def test_a_hang_record_snakeddp_did_not_write_is_ignored_and_the_try_recorded_as_failed(tmp_path, capsys):
+    RunPaths(tmp_path).hung.write_text(json.dumps({"kind": "stopped", "culprit": "rank 1"}))
+    assert tries.take_hang(tmp_path) is None
+    assert "is not a hang record snakeddp wrote" in capsys.readouterr().out
+    assert not RunPaths(tmp_path).hung.exists()
+
+
+def test_last_json_says_what_last_ckpt_holds(tmp_path):
+    RunPaths(tmp_path).checkpoints.mkdir()
+    tries.write_saved(tmp_path, 120, 3)
+    saved = tries.saved(tmp_path)
+    assert (saved["step"], saved["epoch"]) == (120, 3)
+    RunPaths(tmp_path).last_saved.write_text('{"step": "120"}')
+    assert tries.saved(tmp_path) is None
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "snakeddp-tries/1", "tries": [{"number": 0}]}'])
+def test_a_tries_file_snakeddp_did_not_write_stops_in_one_line_and_its_hint_sets_it_aside(tmp_path, text):
+    path = RunPaths(tmp_path).tries
+    path.write_text(text)
+    with pytest.raises(RunStateError, match="is not a record of tries snakeddp wrote") as raised:
+        tries.read(tmp_path)
+    message = str(raised.value)
+    assert "\n" not in message and "HINT: move it aside" in message
+    command = message.split("(mv ", 1)[1].split(")", 1)[0]
+    subprocess.run(["mv", *shlex.split(command)], check=True)
+    assert tries.read(tmp_path) == []
