@@ -128,6 +128,7 @@ class Check:
         self.root, self.expected = Path(path), expected
         self.known = _read_cache(Path(cache))
         self.entries: list[list[Any]] = []
+        self.hashed_again = 0  # files read whose plan's hash could not be taken (hashed while read)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-table-check")
 
     @contextmanager
@@ -137,6 +138,7 @@ class Check:
         paths = [Path(p) for p in files]
         before = [stamp(p) for p in paths]
         known = [self._known(p, was) for p, was in zip(paths, before, strict=True)]
+        self.hashed_again += known.count(None)
         hashing: Future[list[str]] = self._pool.submit(
             lambda: [sha256_file(p) for p, digest in zip(paths, known, strict=True) if digest is None]
         )

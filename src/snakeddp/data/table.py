@@ -93,6 +93,11 @@ def _read_rows(
             _read_unit(source, unit, layout, params, sink, chunk_rows, stats)
     if check is not None:
         check.finish()
+        planned = len(check.entries) - check.hashed_again
+        say(
+            f"ingest: the table is the one planned ({planned} of {len(check.entries)} files as the plan hashed them, "
+            f"{check.hashed_again} hashed again while read)"
+        )
 
 
 def _read_unit(
