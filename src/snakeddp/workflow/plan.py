@@ -321,6 +321,10 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
             "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
             "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
         )
+    # A torch build whose lock holds no hashes cannot be installed (its YAML's pip requires them): with
+    # --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env.
+    if "CONDA" in deployment:
+        envfiles.locked_build(validated["environment"]["cuda"])
     plan = Plan(
         repo=repo,
         typed=typed,
