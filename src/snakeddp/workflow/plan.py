@@ -33,14 +33,15 @@ from snakeddp.platforms.table import Row
 from snakeddp.report import configurations as report_configurations
 from snakeddp.report.files import workflow_files
 from snakeddp.run import search as searching
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import keep_scheduler_requests
 from snakeddp.util import hashing, redact
 from snakeddp.workflow import jobenv, preflight
 from snakeddp.workflow.paramfile import param_file
 
 #: A run's files, by run id: where the train rule writes its record (the run is finished once it exists).
-PROVENANCE = "results/runs/{run}/provenance.json"
-RUN_FILE = "results/runs/{run}/run.yaml"
+PROVENANCE = str(RunPaths.under("results", "{run}").provenance)
+RUN_FILE = str(RunPaths.under("results", "{run}").run_file)
 #: A run's record at a search rung's budget (rule search_train).
 RUNG_RECORD = "results/search/{run}/epochs-{epochs}.json"
 #: A cache of what the plan checks only when its inputs changed (the tables' hashes are data.identity.CACHE's).
