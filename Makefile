@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 run: setup
 	$(BIN)/snakemake --profile profiles/local
 
-test: setup-dev system-packages lint pytest pytest-cold
+test: setup-dev system-packages lint pytest
 
 lint: setup-dev
 	$(BIN)/ruff check src scripts tests bench tools examples
@@ -30,9 +30,12 @@ lint: setup-dev
 # WORKERS=0 runs every test in this process, one at a time. The files go out longest first
 # (tests/durations.json, tests/conftest.py), not xdist's most-tests-first: the last files either worker
 # takes are short, so both finish at about the same time.
+# --cold-unless-e2e: the tests not marked e2e, slurm or gpu start their jobs and ranks cold (SNAKEDDP_WARM_START=0),
+# the end-to-end ones warm, as users run: each path is taken, and no test runs twice (make pytest-cold reruns the
+# fast tests cold by hand).
 WORKERS ?= 2
 pytest: setup-dev
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 --cold-unless-e2e
 
 # tests/durations.json again, from a whole run of the suite (after adding or speeding up a slow test file).
 durations: setup-dev

@@ -14,6 +14,8 @@ rule data_table:
         ingest=temp(directory("results/data/{dataset}/ingest")),
     log:
         "logs/data/{dataset}/ingest.log",
+    # First when cores are few: every partition and run of the dataset waits for it, the records beside it do not.
+    priority: 1
     conda:
         "../envs/data.yaml"
     params:

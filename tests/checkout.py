@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,3 +121,19 @@ class Checkout:
 def error_lines(output: str) -> list[str]:
     """The lines of Snakemake's output that are snakeddp's own error messages."""
     return [line for line in output.splitlines() if "HINT:" in line]
+
+
+def local_run_past_first_checkpoint(checkout: Path, log: Path, timeout: float = 300) -> subprocess.Popen:
+    """`snakemake --profile profiles/local` typed in ``checkout``, in a session of its own, its output in ``log``;
+    returned once the run's first last.ckpt is saved (the run still training)."""
+    run_dir = checkout / "results/runs/base"
+    with open(log, "w") as run_log:
+        typed = subprocess.Popen(
+            [SNAKEMAKE, "--profile", "profiles/local"], cwd=checkout, env=subprocess_env(), stdout=run_log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while not (run_dir / "checkpoints/last.ckpt").is_file():
+        assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
+        time.sleep(0.2)
+    return typed

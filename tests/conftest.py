@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from snakeddp.run.variables import WARM_START
 from tests import mlflow_server as mlflow_server_module
 from tests.gpu_standin import Checks
 from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, azureml_v1_installed, subprocess_env
@@ -38,6 +39,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
+        "--cold-unless-e2e",
+        action="store_true",
+        help="start every job and rank cold (SNAKEDDP_WARM_START=0) in the tests not marked e2e, slurm or gpu: "
+        "`make test` runs each test once, the end-to-end ones as users run (warm), the rest cold",
+    )
+    parser.addoption(
         "--write-durations",
         action="store_true",
         help=f"write how long each test file took (setup, call and teardown of its tests) to {DURATIONS.name}; "
@@ -64,6 +71,16 @@ def gpus_only_for_gpu_tests(request: pytest.FixtureRequest, monkeypatch: pytest.
         monkeypatch.setenv(GPU_TEST, "1")
     else:
         monkeypatch.delenv(GPU_TEST, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def cold_unless_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --cold-unless-e2e, the processes a test not marked e2e, slurm or gpu starts begin cold: the warm
+    path is the one the end-to-end tests take, so each path is run by the suite without running a test twice."""
+    if request.config.getoption("cold_unless_e2e") and not any(
+        request.node.get_closest_marker(marker) for marker in ("e2e", "slurm", "gpu")
+    ):
+        monkeypatch.setenv(WARM_START, "0")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from snakeddp.data import remote, table
+from snakeddp.data import remote, source, table
 
 FEATURES = ["x1", "x2", "x3"]
 
@@ -45,7 +45,7 @@ def check_folder_listing(store, holder: str, scheme: str) -> None:
     objects, single = remote.list_objects(f"{scheme}://{holder}/folder")
     assert not single
     assert [(o["name"], o["etag"]) for o in objects] == [("part-0.parquet", etags[0]), ("part-1.parquet", etags[1])]
-    assert table.table_files(f"{scheme}://{holder}/folder") == (
+    assert source.table_files(f"{scheme}://{holder}/folder") == (
         "parquet",
         [f"{scheme}://{holder}/folder/part-0.parquet", f"{scheme}://{holder}/folder/part-1.parquet"],
     )

@@ -10,7 +10,7 @@ import pytest
 from snakeddp import config
 from snakeddp.config import sources
 from snakeddp.data import plan
-from snakeddp.data.table import fingerprint
+from snakeddp.data.identity import fingerprint
 from snakeddp.util.hashing import sha256_json
 
 

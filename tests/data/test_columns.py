@@ -161,6 +161,11 @@ def test_mixed_columns_and_a_thousand_column_table_train_with_no_feature_list(wo
     assert wide_run["data"]["inputs"][-1] == {"column": "c999", "kind": "number", "offset": 999, "width": 1}
     for record in (mixed_run, wide_run):
         assert record["training"]["best_val_acc"] > 0.75, record["training"]
+    # Ingestion (a job, in the workflow's directory) found the plan's hashes and read no table's bytes twice.
+    logs = [p.read_text() for p in workflow.directory.glob("logs/data/*/ingest.log")]
+    assert len(logs) == 2 and all(
+        "(1 of 1 files as the plan hashed them, 0 hashed again while read)" in t for t in logs
+    )
     assert workflow.planned_jobs() == {}, "nothing reruns when nothing changed"
     # At inference the export applies the layout: raw rows (text categories, arrays) in, predictions out.
     exported = workflow.directory / "exported"

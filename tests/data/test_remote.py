@@ -8,7 +8,7 @@ import time
 import pytest
 
 from bench.azurite import KEY, Azurite, free_port
-from snakeddp.data import remote, table
+from snakeddp.data import identity, remote, source, table
 from snakeddp.errors import TableError
 from tests.helpers import TINY, Workflow, subprocess_env
 from tests.storage_checks import FEATURES, check_folder_listing, check_ingest_matches_local, frame, params, parquet
@@ -38,10 +38,10 @@ def test_a_folder_lists_its_objects_with_sizes_and_etags_skipping_markers(creden
 def test_the_identity_follows_the_objects_etags(credentials):
     url = f"az://{CONTAINER}/identity.parquet"
     credentials.upload(CONTAINER, "identity.parquet", parquet(50, 0))
-    first = table.fingerprint(url)
-    assert table.fingerprint(url) == first, "unchanged: the same dataset"
+    first = identity.fingerprint(url)
+    assert identity.fingerprint(url) == first, "unchanged: the same dataset"
     credentials.upload(CONTAINER, "identity.parquet", parquet(50, 0))
-    assert table.fingerprint(url) != first, "rewritten (even with the same bytes): a new ETag, a new dataset"
+    assert identity.fingerprint(url) != first, "rewritten (even with the same bytes): a new ETag, a new dataset"
 
 
 def test_ingesting_from_storage_writes_the_partitions_a_local_copy_does(credentials, tmp_path):
@@ -58,7 +58,7 @@ def test_csv_objects_are_read_too(credentials, tmp_path):
 @pytest.mark.parametrize("url", [f"az://{CONTAINER}/no-such.parquet", "az://no-such-container/t.parquet"])
 def test_a_missing_container_or_object_is_one_line_with_a_hint(credentials, url):
     with pytest.raises(TableError) as caught:
-        table.fingerprint(url)
+        identity.fingerprint(url)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(f"data.table.path={url!r}: no such container, object")
     assert "HINT: check the URL" in message
@@ -70,7 +70,7 @@ def test_refused_credentials_say_which_variables_to_set(azurite, monkeypatch):
     wrong = azurite.connection_string(key="d3Jvbmcta2V5")
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", wrong)
     with pytest.raises(TableError) as caught:
-        table.fingerprint(url)
+        identity.fingerprint(url)
     message = str(caught.value)
     assert "\n" not in message and "the storage refused" in message and "d3Jvbmcta2V5" not in message
     assert (
@@ -79,7 +79,7 @@ def test_refused_credentials_say_which_variables_to_set(azurite, monkeypatch):
     )
     # As the HINT says: the account's connection string.
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
-    assert len(table.fingerprint(url)) == 64
+    assert len(identity.fingerprint(url)) == 64
 
 
 def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azurite, monkeypatch):
@@ -90,7 +90,7 @@ def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azuri
     monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
     started = time.monotonic()
     with pytest.raises(TableError) as caught:
-        table.fingerprint(url)
+        identity.fingerprint(url)
     assert time.monotonic() - started < 20, "the SDK's own retries take over a minute"
     message = str(caught.value)
     assert "\n" not in message and "cannot reach the storage" in message and KEY not in message
@@ -99,7 +99,7 @@ def test_an_unreachable_endpoint_is_one_line_within_the_listing_time_limit(azuri
     )
     # As the HINT says: the endpoint that serves the account.
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
-    assert len(table.fingerprint(url)) == 64
+    assert len(identity.fingerprint(url)) == 64
 
 
 def test_other_schemes_are_refused_with_what_is_supported():
@@ -107,7 +107,7 @@ def test_other_schemes_are_refused_with_what_is_supported():
         TableError,
         match=r"hdfs:// is not a storage snakeddp reads. HINT: use az://, abfs://, abfss://, s3://, gs:// or gcs://",
     ):
-        table.table_files("hdfs://namenode/t.parquet")
+        source.table_files("hdfs://namenode/t.parquet")
 
 
 def test_the_pipeline_trains_on_a_table_in_storage_and_reingests_when_it_changes(azurite, tmp_path):

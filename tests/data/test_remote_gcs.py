@@ -14,7 +14,7 @@ import time
 import pytest
 
 from bench.azurite import free_port
-from snakeddp.data import remote, table
+from snakeddp.data import identity, remote, table
 from snakeddp.errors import TableError
 from tests.gcs_server import GCSServer
 from tests.helpers import TINY, Workflow, subprocess_env
@@ -81,11 +81,11 @@ def test_a_folder_lists_its_objects_with_sizes_and_generations_skipping_markers(
 def test_the_identity_follows_the_objects_generations(emulator):
     url = f"gs://{BUCKET}/identity.parquet"
     emulator.upload(BUCKET, "identity.parquet", parquet(50, 0))
-    first = table.fingerprint(url)
-    assert table.fingerprint(url) == first, "unchanged: the same dataset"
-    assert table.fingerprint(url.replace("gs://", "gcs://")) == first, "gcs:// names the same objects"
+    first = identity.fingerprint(url)
+    assert identity.fingerprint(url) == first, "unchanged: the same dataset"
+    assert identity.fingerprint(url.replace("gs://", "gcs://")) == first, "gcs:// names the same objects"
     emulator.upload(BUCKET, "identity.parquet", parquet(50, 0))
-    assert table.fingerprint(url) != first, "rewritten (even with the same bytes): a new generation, a new dataset"
+    assert identity.fingerprint(url) != first, "rewritten (even with the same bytes): a new generation, a new dataset"
 
 
 def test_ingesting_from_gcs_writes_the_partitions_a_local_copy_does(emulator, tmp_path):
@@ -108,7 +108,7 @@ def test_csv_objects_are_read_too(emulator, tmp_path):
 @pytest.mark.parametrize("url", [f"gs://{BUCKET}/no-such.parquet", "gs://no-such-bucket/t.parquet"])
 def test_a_missing_bucket_or_object_is_one_line_with_a_hint(emulator, url):
     emulator.upload(BUCKET, "present.parquet", parquet(20, 0))
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert message.startswith(f"data.table.path={url!r}: no such bucket, object or folder")
     assert "HINT: check the URL (gs://BUCKET/PATH)" in message
 
@@ -118,31 +118,31 @@ def test_missing_or_unreadable_credentials_say_what_to_set(emulator, monkeypatch
     url = f"gs://{BUCKET}/credentials.parquet"
     # Google Cloud itself (no emulator) with no credentials anywhere: refused at once, not anonymously later.
     monkeypatch.delenv("STORAGE_EMULATOR_HOST")
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert "the storage refused (DefaultCredentialsError: Your default credentials were not found" in message
     assert CREDENTIALS_HINT in message
     missing = emulator.home / "no-such-key.json"
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(missing))
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert f"(DefaultCredentialsError: File {missing} was not found" in message and CREDENTIALS_HINT in message
     # As the HINT says, a service account's key file, or what `gcloud auth application-default login` writes,
     # is found: no longer "not found", but the token cannot be fetched here, where Google's token endpoint is
     # not reachable, so the listing stops a step later (and the secrets stay out of the line).
     monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(service_account_key(emulator.home / "key.json")))
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert "DefaultCredentialsError" not in message and "PRIVATE KEY" not in message
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
     login = {"type": "authorized_user", "client_id": "id", "client_secret": "s3cr3t-of-the-login", "refresh_token": "r"}
     (emulator.home / "gcloud").mkdir(exist_ok=True)
     (emulator.home / "gcloud" / "application_default_credentials.json").write_text(json.dumps(login))
     caplog.clear()
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert "DefaultCredentialsError" not in message and "s3cr3t-of-the-login" not in message
     assert [r.getMessage() for r in caplog.records if r.name.startswith("gcsfs")] == [], "gcsfs's traceback, hushed"
     # ... and STORAGE_EMULATOR_HOST for an emulator.
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
-    assert len(table.fingerprint(url)) == 64
+    assert len(identity.fingerprint(url)) == 64
 
 
 def test_an_unreachable_endpoint_is_one_line_and_the_emulator_variable_fixes_it(emulator, monkeypatch):
@@ -151,13 +151,13 @@ def test_an_unreachable_endpoint_is_one_line_and_the_emulator_variable_fixes_it(
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setattr(remote, "LIST_TIMEOUT_S", 3.0)  # gcsfs's own retries back off for over 30 s
     started = time.monotonic()
-    message = one_line(lambda: table.fingerprint(url))
+    message = one_line(lambda: identity.fingerprint(url))
     assert time.monotonic() - started < 10
     assert "cannot reach the storage (" in message
     assert "HINT: check the network and the endpoint (STORAGE_EMULATOR_HOST for an emulator" in message
     # As the HINT says: the emulator's address.
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", emulator.endpoint)
-    assert len(table.fingerprint(url)) == 64
+    assert len(identity.fingerprint(url)) == 64
 
 
 def test_without_gcsfs_the_hint_names_the_package_to_install(emulator, monkeypatch):
@@ -165,12 +165,12 @@ def test_without_gcsfs_the_hint_names_the_package_to_install(emulator, monkeypat
     url = f"gs://{BUCKET}/package.parquet"
     with monkeypatch.context() as without:
         without.setitem(sys.modules, "gcsfs", None)  # what an environment without it imports
-        message = one_line(lambda: table.fingerprint(url))
+        message = one_line(lambda: identity.fingerprint(url))
     assert "needs the gcsfs package, which is not installed here. HINT: run `tools/add.sh gcsfs --stage data`" in (
         message
     )
     # As the HINT says: with gcsfs installed.
-    assert len(table.fingerprint(url)) == 64
+    assert len(identity.fingerprint(url)) == 64
 
 
 @pytest.mark.e2e

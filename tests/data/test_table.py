@@ -14,16 +14,22 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from snakeddp.data import table
+from snakeddp.data import partitions, table
+from snakeddp.data.identity import fingerprint
 from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
-from snakeddp.data.table import TableError, assign, cached_fingerprint, fingerprint, hive_values, ingest, place
+from snakeddp.data.table import TableError, ingest, place
 from tests.tables import FEATURES, frame, params
 
 PARTS = ["val", *(f"train/part-{i:05d}" for i in range(3))]
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
-    return {p.relative_to(directory).as_posix(): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    """Every file's bytes, but the stat stamps of an ingestion's own files (which no two ingestions share)."""
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != table.WRITTEN
+    }
 
 
 def loaded(directory: Path, name: str):
@@ -62,17 +68,6 @@ def test_every_row_lands_once_with_its_values_and_row_number_as_id(tmp_path):
         assert np.array_equal(part.labels.numpy()[:, 0], rows["y"].to_numpy(dtype=np.float32))
         assert part.labels.shape == (len(part), 1), "binary labels as [n, 1] float32, like synthetic data"
         assert list(part.ids.numpy()) == sorted(part.ids.numpy()), "rows keep table order in a partition"
-
-
-def test_split_depends_on_seed_and_row_only():
-    rows = np.arange(10_000)
-    assert np.array_equal(assign(rows, 1, 0.1, 4), assign(rows, 1, 0.1, 4))
-    assert not np.array_equal(assign(rows, 1, 0.1, 4), assign(rows, 2, 0.1, 4))
-    pieces = np.concatenate([assign(rows[i : i + 333], 1, 0.1, 4) for i in range(0, 10_000, 333)])
-    assert np.array_equal(pieces, assign(rows, 1, 0.1, 4)), "independent of how the rows are chunked"
-    counts = np.bincount(assign(rows, 1, 0.1, 4))
-    assert counts.sum() == 10_000 and len(counts) == 5
-    assert abs(counts[4] - 1000) < 150 and all(abs(c - 2250) < 200 for c in counts[:4])
 
 
 def test_parquet_folder_reads_files_in_name_order_and_matches_the_csv(tmp_path):
@@ -196,16 +191,6 @@ def test_too_small_a_table_for_the_partitions_is_refused(tmp_path):
     assert ingest(params(tmp_path / "t.csv", partitions=8), tmp_path / "out")["rows_read"] == 400
 
 
-def test_fingerprint_follows_content_and_the_cache_notices_changes(tmp_path):
-    path, cache = tmp_path / "t.csv", tmp_path / "cache.json"
-    frame().to_csv(path, index=False)
-    first = cached_fingerprint(path, "auto", cache)
-    assert first == fingerprint(path) and json.loads(cache.read_text())
-    assert cached_fingerprint(path, "auto", cache) == first
-    frame(seed=1).to_csv(path, index=False)
-    assert cached_fingerprint(path, "auto", cache) == fingerprint(path) != first
-
-
 def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
     path = tmp_path / "t.csv"
     frame().to_csv(path, index=False)
@@ -215,26 +200,25 @@ def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
         ingest(params(path, sha256=pinned), tmp_path / "out")
 
 
-def test_place_links_a_verified_partition_and_refuses_a_damaged_one(tmp_path):
+def test_place_links_a_partition_as_ingested_unread_and_checks_and_refuses_a_damaged_one(tmp_path, monkeypatch):
     frame().to_csv(tmp_path / "t.csv", index=False)
     ingest(params(tmp_path / "t.csv"), tmp_path / "ingest")
+    checked = []
+    real = partitions.verify_file
+    monkeypatch.setattr(partitions, "verify_file", lambda path, entry: checked.append(path.name) or real(path, entry))
     entry = place(tmp_path / "ingest", "train", 1, tmp_path / "train" / "part-00001.safetensors", tmp_path / "e.json")
-    assert entry["file"] == "part-00001.safetensors"
+    assert checked == [], "the file ingestion hashed, unchanged since (its stat stamp): not read again"
+    assert entry["file"] == "part-00001.safetensors" and "written" not in json.dumps(entry)
     final = tmp_path / "train" / "part-00001.safetensors"
     assert final.read_bytes() == (tmp_path / "ingest" / "train" / "part-00001.safetensors").read_bytes()
     assert json.loads((tmp_path / "e.json").read_text()) == entry
+    same = (tmp_path / "ingest" / "train" / "part-00002.safetensors").read_bytes()
+    (tmp_path / "ingest" / "train" / "part-00002.safetensors").write_bytes(same)
+    place(tmp_path / "ingest", "train", 2, tmp_path / "train" / "part-00002.safetensors", tmp_path / "e2.json")
+    assert checked == ["part-00002.safetensors"], "written again since: checked (the same bytes pass)"
     (tmp_path / "ingest" / "val.safetensors").write_bytes(b"garbage")
     with pytest.raises(DataIntegrityError, match="val.safetensors"):
         place(tmp_path / "ingest", "val", 0, tmp_path / "val.safetensors", tmp_path / "v.json")
-
-
-def test_unknown_formats_and_missing_paths_are_explained(tmp_path):
-    (tmp_path / "t.txt").write_text("a\n1\n")
-    with pytest.raises(TableError, match="cannot tell the table format.*HINT: set data.table.format"):
-        table.table_files(tmp_path / "t.txt")
-    assert table.table_files(tmp_path / "t.txt", "csv") == ("csv", [tmp_path / "t.txt"])
-    with pytest.raises(TableError, match="no such file or folder"):
-        table.table_files(tmp_path / "nope.csv")
 
 
 def hive_frame(rows: int = 400) -> pd.DataFrame:
@@ -289,13 +273,6 @@ def test_a_hive_folder_ingests_every_row_with_its_folder_values_as_the_rows_in_o
         assert np.array_equal(part.features.numpy()[:, 2], ordered["c"].to_numpy(np.float32)[part.ids.numpy()])
 
 
-def test_folder_values_are_unescaped_and_a_default_partition_is_null():
-    assert hive_values("region=0/site=a%3Db%20c/part-0.parquet") == {"region": "0", "site": "a=b c"}
-    assert hive_values("region=__HIVE_DEFAULT_PARTITION__/part-0.csv") == {"region": None}
-    assert hive_values("2024/region=1/part.parquet") == {"region": "1"}, "a folder that is no key=value is skipped"
-    assert hive_values("a=1.parquet") == hive_values("part.parquet") == {}, "a file's own name is no folder"
-
-
 def test_a_null_folder_value_is_missing_and_a_text_one_is_not_a_number(tmp_path):
     data = hive_frame()
     data["c"] = pd.array([0, 1, 2, None] * 100, dtype="Int64")
@@ -336,7 +313,7 @@ def test_parquet_partitions_written_in_place_are_the_spills_bytes(tmp_path, monk
     monkeypatch.setattr(table.InPlace, "finish", lambda self: placed.append(self) or real(self))
     ingest(params(tmp_path / "pq"), tmp_path / "in-place", chunk_rows=50)
     assert placed, "a Parquet table is written in place"
-    monkeypatch.setattr(table, "_known_counts", lambda *args: None)
+    monkeypatch.setattr(table, "known_counts", lambda *args: None)
     ingest(params(tmp_path / "pq"), tmp_path / "spilled", chunk_rows=50)
     assert files_of(tmp_path / "in-place") == files_of(tmp_path / "spilled")
     assert not [p for p in (tmp_path / "in-place").rglob(".*")], "no partial file left"

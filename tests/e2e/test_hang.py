@@ -12,14 +12,13 @@ from __future__ import annotations
 import csv
 import json
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.checkout import SNAKEMAKE, Checkout
+from tests.checkout import Checkout, local_run_past_first_checkpoint
 from tests.helpers import TINY, left_running, merged, subprocess_env, training_processes
 
 pytestmark = pytest.mark.e2e
@@ -45,15 +44,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     checkout = Checkout(tmp_path)
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
-    with open(tmp_path / "run.log", "w") as run_log:
-        typed = subprocess.Popen(
-            [SNAKEMAKE, "--profile", "profiles/local"], cwd=tmp_path, env=subprocess_env(), stdout=run_log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints/last.ckpt").is_file():
-        assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
-        time.sleep(0.2)
+    typed = local_run_past_first_checkpoint(tmp_path, tmp_path / "run.log")
     ranks = training_processes(run_dir)
     assert len(ranks) == 2, ranks
     stopped = ranks[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkout import SNAKEMAKE, Checkout
+from tests.checkout import SNAKEMAKE, Checkout, local_run_past_first_checkpoint
 from tests.helpers import left_running, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -104,15 +104,7 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_pa
     checkout = Checkout(tmp_path)
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
-    with open(tmp_path / "run.log", "w") as run_log:
-        typed = subprocess.Popen(
-            [SNAKEMAKE, "--profile", "profiles/local"], cwd=tmp_path, env=subprocess_env(), stdout=run_log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints/last.ckpt").is_file():
-        assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
-        time.sleep(0.2)
+    typed = local_run_past_first_checkpoint(tmp_path, tmp_path / "run.log")
     typed.kill()
     typed.wait()
     assert not left_running(tmp_path, within=10), "a process of the killed run is still there"

@@ -69,7 +69,9 @@ def kept(checkout: Path, package: str, stage: str) -> None:
     shown = typed(checkout, ".venv/bin/python", "-c", f"import importlib.metadata as m; print(m.version({package!r}))")
     assert shown.stdout.strip() == version, shown.stdout + shown.stderr
     pins = yaml.safe_load((checkout / "envs" / f"{stage}.yaml").read_text())["dependencies"][-1]["pip"]
-    assert f"{package}=={version}" in pins
+    # Each pin carries its wheels' hashes (--require-hashes heads the list), as the locks do.
+    assert pins[0] == "--require-hashes" and all(" --hash=sha256:" in pin for pin in pins[1:]), pins[:3]
+    assert f"{package}=={version}" in [pin.split(" --hash=")[0] for pin in pins], package
 
 
 def table_config(url: str) -> dict:

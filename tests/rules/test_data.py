@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from snakeddp import config
-from snakeddp.data.table import fingerprint
+from snakeddp.data.identity import fingerprint
 
 
 def write_table(path, seed=0, rows=400):

@@ -8,6 +8,7 @@ import yaml
 
 from snakeddp.config.network import is_network_variable
 from snakeddp.util.redact import (
+    environment_secrets,
     is_secret_name,
     looks_like_credential,
     recorded_environment,
@@ -191,3 +192,10 @@ def test_a_number_that_equals_a_short_secret_is_data_and_a_long_one_is_masked():
     record = {"training": {"best_epoch": 15, "offsets": [0, 15]}, "api_key": "15", "pin": 12345678}
     assert scrub(record) == {"training": {"best_epoch": 15, "offsets": [0, 15]}, "api_key": "***", "pin": 12345678}
     assert scrub({"port": 12345678}, secrets={"12345678"}) == {"port": "***"}
+
+
+def test_a_short_value_of_a_secret_named_variable_is_a_flag_and_masks_nothing_else():
+    env = {"HF_HUB_DISABLE_TOKEN": "1", "CI_KEY_ID": "15", "DB_PASSWORD": "hunter2-long"}
+    assert environment_secrets(env) == {"hunter2-long"}
+    record = {"epochs": "15", "url": "x://u:hunter2-long@h", "note": "hunter2-long"}
+    assert scrub(record, environment_secrets(env)) == {"epochs": "15", "url": "x://***@h", "note": "***"}

@@ -150,15 +150,24 @@ class Layout:
         return [c.describe(int(o)) for c, o in zip(self.columns, offsets, strict=False)]
 
     def encode(
-        self, chunk: Mapping[str, Any], rows: int, where: Where, first_row: int
+        self, chunk: Mapping[str, Any], rows: int, where: Where, first_row: int, order: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The chunk's features ([rows, width] float32, or [rows, C, H, W] uint8) and which rows have a usable
-        value in every column; a TableError names the first value that can never be used."""
+        value in every column; a TableError names the first value that can never be used. ``order``: the rows'
+        order in the result (a permutation of the chunk's rows, the order they are written in), or as read."""
         image = self.image
+        if image is None and all(c.kind == NUMBER and _is_float(chunk[c.name]) for c in self.columns):
+            return self._floats_only(chunk, rows, order)
         if image is not None:
-            return self._images(image, chunk[image.name], rows, where, first_row)
-        if all(c.kind == NUMBER and _is_float(chunk[c.name]) for c in self.columns):
-            return self._floats_only(chunk, rows)
+            out, ok = self._images(image, chunk[image.name], rows, where, first_row)
+        else:
+            out, ok = self._mixed(chunk, rows, where, first_row)
+        return (out, ok) if order is None else (out[order], ok[order])
+
+    def _mixed(
+        self, chunk: Mapping[str, Any], rows: int, where: Where, first_row: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Numbers, arrays and categories side by side, column by column."""
         out = np.zeros((rows, self.width), dtype=np.float32)
         ok = np.ones(rows, dtype=bool)
         offset = 0
@@ -175,17 +184,27 @@ class Layout:
         ok &= np.isfinite(out).all(axis=1)
         return out, ok
 
-    def _floats_only(self, chunk: Mapping[str, Any], rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """A wide table of float columns: each column copied into a column-major block, which is then
-        transposed into rows a block of rows at a time (column by column into rows touched a cache line per
-        value: twice as slow on 1,000 columns)."""
+    def _floats_only(
+        self, chunk: Mapping[str, Any], rows: int, order: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A wide table of float columns: each column copied into a column-major block, which is then transposed
+        into rows a block of rows at a time, each row put at its place in ``order`` as it is written (column by
+        column into rows touched a cache line per value: twice as slow on 1,000 columns; reordering the rows
+        after the transpose, or gathering each column in order first, cost another pass over them)."""
         by_column = np.empty((self.width, rows), dtype=np.float32)
         for j, column in enumerate(self.columns):
             by_column[j] = _floats(chunk[column.name])
         out = np.empty((rows, self.width), dtype=np.float32)
+        places = np.arange(rows) if order is None else np.empty(rows, dtype=np.intp)
+        if order is not None:
+            places[order] = np.arange(rows)
         for start in range(0, rows, TRANSPOSE_ROWS):
-            out[start : start + TRANSPOSE_ROWS] = by_column[:, start : start + TRANSPOSE_ROWS].T
-        return out, np.isfinite(out).all(axis=1)
+            out[places[start : start + TRANSPOSE_ROWS]] = by_column[:, start : start + TRANSPOSE_ROWS].T
+        # A finite sum has no NaN or infinity in it: one pass, and the per-row check only when it is not.
+        if np.isfinite(by_column.sum()):
+            return out, np.ones(rows, dtype=bool)
+        usable = np.isfinite(by_column).all(axis=0)
+        return out, usable if order is None else usable[order]
 
     def first_bad(self, features: np.ndarray) -> str:
         """The first column of a row whose features are not all usable (for a message)."""
@@ -279,15 +298,32 @@ def _is_float(values: Any) -> bool:
 
 def _floats(values: Any) -> np.ndarray:
     # float64 -> float32 rounds as numbers()' float64 values did when stored: the same bits either way.
-    return values.to_numpy(zero_copy_only=False)
+    return as_numpy(values)
 
 
 def as_numpy(values: Any) -> np.ndarray:
     """A column chunk (a pyarrow array, or numpy from CSV and partition values) as numpy; nulls as NaN/None."""
     if hasattr(values, "to_numpy"):
         if hasattr(values, "type"):
-            return values.to_numpy(zero_copy_only=False)
+            return _view(values) if _plain(values) else values.to_numpy(zero_copy_only=False)
     return np.asarray(values)
+
+
+def _plain(values: Any) -> bool:
+    """An arrow array of fixed-width numbers with no nulls, whose data buffer numpy can read as it is."""
+    kind = str(getattr(values, "type", ""))
+    return (
+        values.null_count == 0
+        and hasattr(values, "buffers")
+        and (kind in ("float", "double") or kind.startswith(("int", "uint")))
+    )
+
+
+def _view(values: Any) -> np.ndarray:
+    """numpy over an arrow array's own data buffer (no copy). pyarrow's to_numpy imports pandas for its
+    conversions, zero-copy ones included: 1-2 s of a wide Parquet table's ingestion, which needs no pandas."""
+    dtype = np.dtype({"float": "<f4", "double": "<f8"}.get(str(values.type)) or values.type.to_pandas_dtype())
+    return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize)
 
 
 def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarray:

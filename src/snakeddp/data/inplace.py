@@ -1,7 +1,7 @@
 """Partitions written in place as a table's rows arrive, when every partition's row count is known before
 any row is read.
 
-A row's partition is a function of its row number alone (``table.assign``), so a Parquet table's (or a Delta
+A row's partition is a function of its row number alone (``split.assign``), so a Parquet table's (or a Delta
 version's) row counts, which its files' footers hold, give each partition's size up front: every file is
 created at its final size with its header, and each chunk's rows are written straight to their place in
 it. The spill file the general path needs (rows written once to a scratch file, then again into the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ import numpy as np
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.util.hashing import partition_file_checksum
+
+# Bytes written between two write-backs started beside the reading.
+FLUSH_BYTES = 64 << 20
 
 
 @dataclass
@@ -53,6 +57,10 @@ class InPlace:
     ) -> None:
         self.binary = binary
         self.files: list[_File] = []
+        # Syncs and hashes beside the reading: the disk writes back while the next rows are decoded.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-inplace")
+        self._flushing: Future[None] | None = None
+        self._unflushed = 0
         try:
             for path, n, meta in zip(paths, counts, metadata, strict=True):
                 self.files.append(self._open(Path(path), int(n), meta, feature))
@@ -80,14 +88,14 @@ class InPlace:
         return _File(path, partial, fd, order, dict(starts), ends, specs, position)
 
     def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
-        """One chunk's rows (in row order), each written at the end of its target's rows so far."""
-        order = np.argsort(targets, kind="stable")
+        """One chunk's rows, grouped by target (``targets`` sorted, each target's rows in row order), each
+        target's written at the end of its rows so far."""
         arrays = {
-            "ids": ids[order].astype("<i8", copy=False),
-            "labels": labels[order].astype("<f4" if self.binary else "<i8"),
-            "features": features[order],
+            "ids": ids.astype("<i8", copy=False),
+            "labels": labels.astype("<f4" if self.binary else "<i8"),
+            "features": features,
         }
-        bounds = np.searchsorted(targets[order], np.arange(len(self.files) + 1))
+        bounds = np.searchsorted(targets, np.arange(len(self.files) + 1))
         for target, file in enumerate(self.files):
             start, stop = int(bounds[target]), int(bounds[target + 1])
             if stop == start:
@@ -101,11 +109,22 @@ class InPlace:
                     )
                 os.pwrite(file.fd, memoryview(data.reshape(-1)).cast("B"), file.cursor[name])
                 file.cursor[name] += data.nbytes
+                self._unflushed += data.nbytes
+        if self._unflushed >= FLUSH_BYTES and (self._flushing is None or self._flushing.done()):
+            self._flushing, self._unflushed = self._pool.submit(self._flush), 0
+
+    def _flush(self) -> None:
+        """Write back what the files hold so far. Left to the kernel, all of it waited for the last fsync (or, in
+        a memory-limited cgroup, for reclaim to write it back while the reading stalled)."""
+        for file in self.files:
+            os.fdatasync(file.fd)
 
     def finish(self) -> list[dict[str, Any]]:
         """Each file complete, synced and in place; their manifest entries."""
-        entries = []
         try:
+            if self._flushing is not None:
+                self._flushing.result()
+            hashes = []
             for file in self.files:
                 if file.cursor != file.ends:
                     raise TableError(
@@ -116,22 +135,27 @@ class InPlace:
                 os.close(file.fd)
                 file.fd = -1
                 os.replace(file.partial, file.path)
-                entries.append(
-                    {
-                        "file": file.path.name,
-                        **partition_file_checksum(file.path),
-                        "bytes": file.size,
-                        "records": file.specs["ids"][1][0],
-                        "tensors": {n: {"dtype": str(d), "shape": list(s)} for n, (d, s) in file.specs.items()},
-                    }
-                )
+                # Hashed on the thread while the next file is synced.
+                hashes.append(self._pool.submit(partition_file_checksum, file.path))
+            entries = [
+                {
+                    "file": file.path.name,
+                    **checksum.result(),
+                    "bytes": file.size,
+                    "records": file.specs["ids"][1][0],
+                    "tensors": {n: {"dtype": str(d), "shape": list(s)} for n, (d, s) in file.specs.items()},
+                }
+                for file, checksum in zip(self.files, hashes, strict=True)
+            ]
         except BaseException:
             self.abandon()
             raise
+        self._pool.shutdown()
         return entries
 
     def abandon(self) -> None:
         """Close and remove what is not in place yet (an ingestion that stopped)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)  # no sync may be left on a closed descriptor
         for file in self.files:
             if file.fd >= 0:
                 os.close(file.fd)

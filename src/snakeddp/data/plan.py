@@ -1,7 +1,7 @@
 """What the workflow asks of a table dataset while it plans: its files (the ingest job's inputs) and
 their checksum, which becomes part of every run config that trains on it.
 
-snakeddp.data.table (numpy) is imported only when a run reads a table: every dry run parses this."""
+snakeddp.data.source and identity are imported only when a run reads a table: every dry run parses this."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
     if data.get("source") != TABLE:
         return []
     from snakeddp.data.remote import is_url
-    from snakeddp.data.table import table_files
+    from snakeddp.data.source import table_files
 
     if is_url(data["table"]["path"]):
         return []  # objects in storage: their ETags are in the dataset id (resolve_tables) instead
@@ -28,17 +28,20 @@ def input_files(data: Mapping[str, Any]) -> list[str]:
     return [str(p) for p in table_files(data["table"]["path"], data["table"]["format"])[1]]
 
 
-def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> None:
+def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | None = None) -> None:
     """Fill ``data.table.sha256`` of every table run with its files' checksum (in place); for a Delta
     table, with its table id, version and data files, and ``data.table.version`` with the version; an empty
     ``data.table.features`` with the columns it takes.
 
     The checksum becomes part of the run config and of the dataset id: a changed table is a new
     dataset, and run.yaml says exactly which table a run trained on. A pinned checksum that no
-    longer matches stops the workflow.
+    longer matches stops the workflow. ``cache``: the files' hashes kept between starts (by default the
+    workflow's, snakeddp.data.identity.CACHE, which its ingestion reads too).
     """
+    from snakeddp.data.identity import CACHE, cached_fingerprint
     from snakeddp.data.remote import is_url, list_objects
-    from snakeddp.data.table import TableError, cached_fingerprint, delta_snapshot, features_of, open_source
+    from snakeddp.data.source import delta_snapshot, features_of, open_source
+    from snakeddp.errors import TableError
 
     for run_id, run in runs.items():
         data = run["config"]["data"]
@@ -55,7 +58,9 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path) -> 
                 # The table and version trained on are part of the run: a new commit is a new dataset.
                 table["table_id"], table["version"] = snapshot.table_id, snapshot.version
             digest = (
-                snapshot.identity() if snapshot else cached_fingerprint(table["path"], table["format"], cache, listed)
+                snapshot.identity()
+                if snapshot
+                else cached_fingerprint(table["path"], table["format"], cache or CACHE, listed)
             )
             if not table["features"]:
                 # Every column but the label, resolved once (from the first file's or the version's columns) and

@@ -78,5 +78,12 @@ def link_or_copy(source: str | Path, target: str | Path) -> Path:
     return target
 
 
+def stat_stamp(path: str | Path) -> list[int]:
+    """What changes whenever a file's bytes do: its device, inode, size, mtime and ctime (a write, a rename,
+    a link and ``utime`` all move the ctime, and no call sets it back)."""
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text())

@@ -147,12 +147,16 @@ def masks(key: Any, value: Any) -> bool:
 
 
 def environment_secrets(env: Mapping[str, str] | None = None) -> frozenset[str]:
-    """The values of the environment's credentials: variables with a secret-looking name or a token-looking value."""
+    """The values of the environment's credentials: variables with a secret-looking name or a token-looking value.
+    A value shorter than MIN_SECRET_LENGTH is a flag or a count (HF_HUB_DISABLE_TOKEN=1, a CI runner's KEY_ID=15),
+    not a credential: searched for, it would mask every such number and word of a record."""
     env = os.environ if env is None else env
     return frozenset(
         value
         for name, value in env.items()
-        if value.strip() and not is_secret_reference(value) and (is_secret_name(name) or looks_like_credential(value))
+        if len(value.strip()) >= MIN_SECRET_LENGTH
+        and not is_secret_reference(value)
+        and (is_secret_name(name) or looks_like_credential(value))
     )
 
 

@@ -41,12 +41,11 @@ from snakeddp.workflow import jobenv, preflight
 from snakeddp.workflow.paramfile import param_file
 
 #: A run's files, by run id: where the train rule writes its record (the run is finished once it exists).
-PROVENANCE = "results/runs/{run}/provenance.json"
-RUN_FILE = "results/runs/{run}/run.yaml"
+PROVENANCE = str(RunPaths.under("results", "{run}").provenance)
+RUN_FILE = str(RunPaths.under("results", "{run}").run_file)
 #: A run's record at a search rung's budget (rule search_train).
 RUNG_RECORD = "results/search/{run}/epochs-{epochs}.json"
-#: Caches of what the plan checks only when its inputs changed.
-TABLE_CACHE = ".snakemake/snakeddp/table-sha256.json"
+#: A cache of what the plan checks only when its inputs changed (the tables' hashes are data.identity.CACHE's).
 TARGETS_CACHE = Path(".snakemake/snakeddp/targets.json")
 #: Deployments whose jobs run in an environment of their own (not Snakemake's interpreter).
 OWN_ENVIRONMENTS = frozenset({"CONDA", "APPTAINER"})
@@ -277,8 +276,9 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
     layers.replace_sweep(config, [*map(layers.load_layer, workflow.config_settings.configfiles), command_line])
     validated = configuration.validate(config, source="config")
     runs = configuration.expand_sweep(validated, source="config")
-    # Tables enter dataset ids by checksum, so a changed table is a new dataset.
-    data_plan.resolve_tables(runs, cache=TABLE_CACHE)
+    # Tables enter dataset ids by checksum, so a changed table is a new dataset. The files' hashes are kept in
+    # data.identity.CACHE, where ingestion finds those of the files unchanged since.
+    data_plan.resolve_tables(runs)
     search = searching.plan(validated, runs)
     name = validated["platform"]
     row, contract = platforms.row(name), platforms.load(name)

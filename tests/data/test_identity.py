@@ -1,0 +1,114 @@
+"""A local table's identity: its files' content, hashed once when the workflow plans (each file again only when
+its stamp changed, ctime included) and once while ingestion reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from snakeddp.data import identity
+from snakeddp.data.identity import Check, cached_fingerprint, fingerprint
+from snakeddp.data.table import TableError, ingest
+from tests.data.test_table import files_of
+from tests.tables import frame, params
+
+
+def test_fingerprint_follows_content_and_the_cache_notices_changes(tmp_path):
+    path, cache = tmp_path / "t.csv", tmp_path / "cache.json"
+    frame().to_csv(path, index=False)
+    first = cached_fingerprint(path, "auto", cache)
+    assert first == fingerprint(path) and json.loads(cache.read_text())
+    assert cached_fingerprint(path, "auto", cache) == first
+    frame(seed=1).to_csv(path, index=False)
+    assert cached_fingerprint(path, "auto", cache) == fingerprint(path) != first
+
+
+@pytest.fixture
+def hashed(monkeypatch) -> list[str]:
+    """The names of the files hashed (the real hash, counted); stamps trusted at once (no second's wait)."""
+    names: list[str] = []
+    real = identity.sha256_file
+    monkeypatch.setattr(identity, "sha256_file", lambda path: names.append(os.path.basename(path)) or real(path))
+    monkeypatch.setattr(identity, "SETTLED_NS", -(10**12))
+    return names
+
+
+def test_the_plan_hashes_again_only_the_files_whose_stamp_changed(tmp_path, hashed):
+    folder, cache = tmp_path / "t", tmp_path / "cache.json"
+    folder.mkdir()
+    for i in range(3):
+        frame(rows=50, seed=i).to_csv(folder / f"part-{i}.csv", index=False)
+    first = cached_fingerprint(folder, "auto", cache)
+    assert sorted(hashed) == ["part-0.csv", "part-1.csv", "part-2.csv"]
+    hashed.clear()
+    assert cached_fingerprint(folder, "auto", cache) == first and hashed == []
+    frame(rows=50, seed=9).to_csv(folder / "part-1.csv", index=False)
+    changed = cached_fingerprint(folder, "auto", cache)
+    assert hashed == ["part-1.csv"] and changed != first
+    hashed.clear()
+    assert changed == fingerprint(folder), "the same identity as hashing every file"
+
+
+def test_a_file_rewritten_with_its_old_size_and_mtime_is_hashed_again(tmp_path, hashed):
+    """What rsync -t or cp -p leave: the size and mtime of the old file over new bytes. The ctime still moved."""
+    path, cache = tmp_path / "t.csv", tmp_path / "cache.json"
+    path.write_text("a,b,y\n1,2,0\n")
+    first = cached_fingerprint(path, "auto", cache)
+    old = os.stat(path)
+    path.write_text("a,b,y\n3,4,1\n")
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    assert cached_fingerprint(path, "auto", cache) == fingerprint(path) != first
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.parquet"])
+def test_ingestion_checks_the_planned_identity_while_it_reads(tmp_path, name):
+    path = tmp_path / name
+    write = (
+        (lambda data: data.to_csv(path, index=False)) if name.endswith(".csv") else (lambda data: data.to_parquet(path))
+    )
+    write(frame())
+    planned = fingerprint(path)
+    ingest(params(path, sha256=planned), tmp_path / "checked")
+    ingest(params(path), tmp_path / "unchecked")
+    assert files_of(tmp_path / "checked") == files_of(tmp_path / "unchecked")
+    write(frame(seed=3))
+    with pytest.raises(TableError, match=r"the table's checksum differs from data.table.sha256.*HINT: restore"):
+        ingest(params(path, sha256=planned), tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.safetensors")), "no partition of a refused table is left"
+    assert not list((tmp_path / "out").rglob(".*")), "nor a partial one"
+
+
+def test_a_file_written_while_it_is_read_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    frame().to_csv(path, index=False)
+    check = Check(path, fingerprint(path))
+    with pytest.raises(TableError, match=r"t.csv: the file changed while it was read. HINT: rerun once"):
+        with check.reading([path]):
+            frame(seed=2).to_csv(path, index=False)
+    check.close()
+
+
+def test_ingestion_reads_no_file_twice_that_the_plan_hashed_and_nothing_changed_since(tmp_path, hashed):
+    folder, cache = tmp_path / "t", tmp_path / "cache.json"
+    folder.mkdir()
+    for i in range(2):
+        frame(rows=60, seed=i).to_parquet(folder / f"part-{i}.parquet")
+    planned = cached_fingerprint(folder, "auto", cache)
+    hashed.clear()
+    check = Check(folder, planned, cache)
+    for i in range(2):
+        with check.reading([folder / f"part-{i}.parquet"]):
+            pass
+    check.finish()
+    assert hashed == [] and check.hashed_again == 0, "the stamps the plan hashed: its hashes"
+    frame(rows=60, seed=7).to_parquet(folder / "part-1.parquet")
+    check = Check(folder, planned, cache)
+    for i in range(2):
+        with check.reading([folder / f"part-{i}.parquet"]):
+            pass
+    with pytest.raises(TableError, match="the table's checksum differs"):
+        check.finish()
+    assert hashed == ["part-1.parquet"] and check.hashed_again == 1, "a file changed since the plan: hashed as read"
