@@ -1,7 +1,7 @@
 # The two commands of the README, and the checks CI runs.
 #   make run    set up .venv from the locks, then run the whole pipeline on the local profile
 #   make test   set up .venv (with test tools) and system packages, lint, run every test
-.PHONY: run test lint pytest pytest-cold durations bench setup setup-dev system-packages newest
+.PHONY: run test lint pytest pytest-cold durations bench setup setup-dev system-packages newest gpu-check
 
 VENV := .venv
 BIN := $(VENV)/bin
@@ -52,6 +52,12 @@ newest:
 
 bench: setup-dev
 	$(BIN)/python -m bench
+
+# First thing on a lent GPU machine, with the machine's own torch (tools/gpu-check.sh: the default workflow,
+# pytest -m gpu, bench gpu; under 8 minutes). Here first: tools/gpu-check.sh --prepare, and carry .gpu-check.
+OUT ?= .gpu-check/out
+gpu-check:
+	tools/gpu-check.sh $(OUT)
 
 setup:
 	tools/setup.sh

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import report
-from bench.benchmarks import BENCHMARKS
+from bench.benchmarks import BENCHMARKS, ON_GPU, REGISTERED
 from bench.harness import REPO, TINY, Context, Sizes, machine
 
 
@@ -31,7 +31,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "names", nargs="*", metavar="NAME", help=f"benchmarks to run (default all): {', '.join(BENCHMARKS)}"
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help=f"benchmarks to run (default all but {', '.join(ON_GPU)}, which need a GPU): {', '.join(REGISTERED)}",
     )
     parser.add_argument("--records", type=int, help=f"samples per partition (default {defaults.records:,})")
     parser.add_argument("--features", type=int, help=f"features per sample (default {defaults.features:,})")
@@ -53,9 +56,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--keep", action="store_true", help="keep the scratch data (a temporary directory; its path is printed)"
     )
     args = parser.parse_args(argv)
-    unknown = [name for name in args.names if name not in BENCHMARKS]
+    unknown = [name for name in args.names if name not in REGISTERED]
     if unknown:
-        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(REGISTERED)}")
     return args
 
 
@@ -112,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
             failed.append(name)
             continue
-        data = report.merge(args.results / "results.json", [result], list(BENCHMARKS))
+        data = report.merge(args.results / "results.json", [result], list(REGISTERED))
         report.write_markdown(args.results / "results.md", data)
     if args.keep:
         print(f"bench: kept the scratch data in {work}", flush=True)

@@ -32,15 +32,22 @@ LAUNCHER_MODULES = ("torch.distributed.run", "snakeddp.launch", "snakeddp.cluste
 
 
 def run_file(
-    data: dict[str, Any], hidden: list[int], epochs: int, batch_size: int, devices: int, **launch: Any
+    data: dict[str, Any],
+    hidden: list[int],
+    epochs: int,
+    batch_size: int,
+    devices: int,
+    precision: str = "32-true",
+    **launch: Any,
 ) -> RunFile:
     """One run's config: no early stopping (every run trains all epochs), one thread per process; ``launch``:
-    more of its launch section (hang_timeout)."""
+    more of its launch section (accelerator, hang_timeout)."""
+    trainer = {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}}
     cfg = configuration.validate(
         {
             "data": data,
             "model": {"name": "mlp" if hidden else "linear", "hidden_sizes": hidden, "optimizer": "adam"},
-            "trainer": {"max_epochs": epochs, "batch_size": batch_size, "early_stopping": {"enabled": False}},
+            "trainer": {**trainer, "precision": precision},
             "launch": {"devices": devices, "threads_per_process": 1, **launch},
         }
     )
@@ -171,7 +178,12 @@ def warm_jobs() -> Iterator[dict[str, str]]:
 
 
 def handwritten(
-    run: RunFile, manifest: Path, run_dir: Path, fmt: str = "safetensors", trace: MemoryTrace | None = None
+    run: RunFile,
+    manifest: Path,
+    run_dir: Path,
+    fmt: str = "safetensors",
+    trace: MemoryTrace | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Train with the hand-written DDP loop under torchrun; per-epoch rows from its JSON."""
     run_dir.mkdir(parents=True)
@@ -182,7 +194,9 @@ def handwritten(
     argv += ["--epochs", str(cfg["trainer"]["max_epochs"]), "--batch-size", str(cfg["trainer"]["batch_size"])]
     argv += ["--lr", str(cfg["model"]["lr"]), "--format", fmt, "--hidden", *map(str, hidden)]
     argv += ["--checkpoint", str(run_dir / "last.pt"), "--out", str(run_dir / "timings.json")]
-    wall = start(argv, run_dir / "train.log", trace)
+    if cfg["launch"]["accelerator"] == "gpu":
+        argv += ["--device", "cuda", "--precision", cfg["trainer"]["precision"]]
+    wall = start(argv, run_dir / "train.log", trace, env=env)
     epochs = json.loads((run_dir / "timings.json").read_text())
     rows = [{"samples": r["samples"], "wait_s": r["load_s"], "train_s": r["train_s"]} for r in epochs]
     # The first step comes after the first partition's load, as in ours (phases.startup_s).

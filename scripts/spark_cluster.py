@@ -134,6 +134,8 @@ def daemon_env(cluster: Cluster) -> dict[str, str]:
 def write_conf(cluster: Cluster) -> None:
     cluster.conf_dir.mkdir(parents=True, exist_ok=True)
     lines = [f"spark.master {cluster.master_url}", "spark.ui.enabled false", "spark.executor.memory 512m"]
+    # The master's web UI, where a driver (and snakeddp, for what the workers offer) finds its JSON.
+    lines.append(f"spark.master.ui.port {cluster.ui_port}")
     if cluster.secret:
         # The same secret for the daemons, the executors and every driver that reads this file
         # (mode 600): a client without it is refused by the master.

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from snakeddp.run.variables import WARM_START
 from tests import mlflow_server as mlflow_server_module
+from tests.gpu_standin import Checks
 from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, azureml_v1_installed, subprocess_env
 
 # How long each test file took in the last measured run of the whole suite (`make durations` writes it).
@@ -112,3 +114,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
     """A real ``mlflow server`` on a free localhost port (sqlite store, model registry, proxied artifacts),
     started once for the session by the first test that asks for it (tests/mlflow_server.py)."""
     yield from mlflow_server_module.serve(tmp_path_factory.mktemp("mlflow-server"))
+
+
+@pytest.fixture(scope="session")
+def standin_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checks]:
+    """Short checks on stand-in GPU machines (tests/gpu_standin.py), each a process forked from one interpreter
+    per torch build that imported torch once for the whole session (its workers are stopped at the end)."""
+    checks = Checks(tmp_path_factory.mktemp("standin-checks"))
+    yield checks
+    checks.close()

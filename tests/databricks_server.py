@@ -7,6 +7,9 @@ answers who the token is (SCIM's ``Me``, snakeddp's credential check) and MLflow
 workspace without the experiment does, and hands a submitted run (``/api/2.2/jobs/runs/submit``) to
 the test's ``runner``, which does what the job cluster would do and returns its result state and
 message; ``runs/get`` answers with it and the cluster the run ran on (``cluster_instance``).
+The workspace's node types (``/api/2.1/clusters/list-node-types``) are ``NODE_TYPES``, each with its
+``num_gpus`` as the API documents it (``node_types`` may be replaced), an existing cluster
+(``existing``) answers ``get`` with its node type.
 All-purpose clusters (``/api/2.1/clusters``: create, get, start, delete) go PENDING, then RUNNING once
 ``get`` has been asked ``starts_after`` times, as a cluster acquires its nodes; delete terminates one
 (USER_REQUEST); ``idle`` terminates one as its autotermination would (INACTIVITY). A run records the
@@ -39,6 +42,18 @@ from databricks.sdk.service import compute, jobs
 FILES, DIRECTORIES = "/api/2.0/fs/files", "/api/2.0/fs/directories"
 JOBS = "/api/2.2/jobs/runs"
 CLUSTERS = "/api/2.1/clusters"
+# Node types as GET /api/2.1/clusters/list-node-types answers them (ListNodeTypesResponse: node_type_id,
+# memory_mb, num_cores, num_gpus, description, instance_type_id, category), AWS's and Azure's names, GPU
+# families whose names no pattern foresaw among them (p6-b200, gr6).
+NODE_TYPES = [
+    {"node_type_id": node, "instance_type_id": node, "description": node, "memory_mb": memory, "num_cores": cores,
+     "num_gpus": gpus, "category": "GPU Accelerated" if gpus else "General Purpose"}
+    for node, memory, cores, gpus in (
+        ("i3.xlarge", 31232, 4.0, 0), ("m5d.large", 8192, 2.0, 0), ("g5.xlarge", 16384, 4.0, 1),
+        ("g5.12xlarge", 196608, 48.0, 4), ("gr6.4xlarge", 131072, 16.0, 1), ("p6-b200.48xlarge", 2097152, 192.0, 8),
+        ("Standard_D4ds_v5", 16384, 4.0, 0), ("Standard_NC24ads_A100_v4", 225280, 24.0, 1),
+    )
+]  # fmt: skip
 # A runner gets the submitted body and the folder that holds the volume's files.
 Runner = Callable[[dict[str, Any], Path], tuple[str, str]]
 
@@ -105,6 +120,7 @@ class DatabricksStub:
         self.runs: dict[int, dict[str, Any]] = {}
         self.clusters: dict[str, dict[str, Any]] = {}
         self.starts_after = 2  # gets of a PENDING cluster before it is RUNNING
+        self.node_types = list(NODE_TYPES)
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -228,7 +244,14 @@ class DatabricksStub:
         ] + self.listed.get(remote.rstrip("/"), [])  # fmt: skip
         return self.answer(request, 200, {"contents": contents})
 
+    def existing(self, cluster_id: str, node_type_id: str, spark_version: str = "16.4.x-gpu-ml-scala2.12") -> None:
+        """An all-purpose cluster the workspace already has, running."""
+        self.clusters[cluster_id] = {"cluster_id": cluster_id, "node_type_id": node_type_id, "num_workers": 1,
+                                     "spark_version": spark_version, "state": "RUNNING", "gets": 0}  # fmt: skip
+
     def cluster(self, request: BaseHTTPRequestHandler, method: str, verb: str, query: str, body: bytes) -> None:
+        if verb == "list-node-types" and method == "GET":
+            return self.answer(request, 200, {"node_types": self.node_types})
         if verb == "create" and method == "POST":
             if said := malformed_request(json.loads(body), compute.ClustersAPI.create):
                 return self.invalid(request, said)

@@ -1,20 +1,68 @@
 """Stand-in NVIDIA GPUs for the tests, on machines without any: every process started through
-``StandIn.command`` sees ``count`` GPUs of one model, compute capability, CUDA build of torch and driver
-version, up to its first CUDA call (which fails, saying so).
+``StandIn.command`` with ``StandIn.env`` meets a machine with made-up GPUs, a driver and a CUDA build of
+torch, each where the real one lives, up to CUDA's initialisation (which fails, saying so):
 
-Two parts, each where the real thing lives: a made-up driver directory (``/proc/driver/nvidia``: a
-folder per GPU with its ``information``, the driver's ``version``) bind-mounted over /proc/driver in a
-private mount namespace (``unshare``, as root), which snakeddp reads to count GPUs without torch; and
-``tests/gpu_standin/sitecustomize.py`` on PYTHONPATH, which makes torch's CUDA queries answer for them.
+- the kernel driver's files, ``/proc/driver/nvidia`` (its ``version``, a folder per GPU with its
+  ``information``), bind-mounted over /proc/driver in a private mount namespace (``unshare``, as root);
+  an empty /proc/driver where the machine has none (WSL2 reaches its GPU through /dev/dxg);
+- the driver's NVML, ``libnvidia-ml.so.1`` (tests/gpu_standin/nvml.c, compiled once and cached by its
+  source's hash) first on LD_LIBRARY_PATH, which torch's NVML count and nvidia-ml-py load by that name,
+  answering for the GPUs the machine's file names (``SNAKEDDP_STANDIN_NVML``); "driver not loaded" where the
+  process cannot reach the GPUs (a container without them, on a host whose /proc lists them), and first on
+  GPU hosts too, so that the host's own driver never answers for the stand-in;
+- a CUDA build's ``torch/version.py`` bind-mounted over the installed CPU wheel's, and the CUDA runtime's
+  side of ``torch._C`` (tests/gpu_standin/sitecustomize.py, first on PYTHONPATH), which answers from the
+  stand-in driver as a CUDA build does: no device and torch's "driver too old" error under a driver older
+  than the build, one device where MIG slices are visible.
+
+``Checks`` runs many short checks on such machines cheaply: one interpreter per torch build imports torch
+once, and forks a process per check into the machine's own mount namespace, as snakeddp's supervisor forks
+a node's ranks from a process that imported torch.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import importlib.util
+import json
 import os
-from dataclasses import dataclass
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SITE = Path(__file__).with_name("gpu_standin")
+#: The stand-in NVML's variable: the file naming the machine's driver and GPUs (absent: no driver reached).
+NVML_DEVICES = "SNAKEDDP_STANDIN_NVML"
+# The CUDA version each driver branch supports (nvmlSystemGetCudaDriverVersion), NVIDIA's release notes.
+CUDA_OF_DRIVER = {580: 13000, 575: 12090, 570: 12080, 565: 12070, 560: 12060, 550: 12040, 535: 12020, 525: 12000}
+
+
+@functools.cache
+def nvml_library() -> Path:
+    """The folder of the stand-in libnvidia-ml.so.1, compiled once per source (a cache keyed by nvml.c's hash,
+    shared by the session's workers and later sessions: gcc runs only when the source changed)."""
+    source = SITE / "nvml.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"snakeddp-gpu-standin-{os.getuid()}" / digest
+    library = folder / "libnvidia-ml.so.1"
+    if not library.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        building = folder / f".build-{os.getpid()}.so"
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O1", "-Wl,-soname,libnvidia-ml.so.1", "-o", str(building), str(source)],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        os.replace(building, library)  # whole or not at all, whoever builds it at the same time
+    return folder
+
+
+def installed_torch_version_file() -> Path:
+    """The version.py of the torch these tests run (the CPU wheel's), which the stand-in covers."""
+    return Path(importlib.util.find_spec("torch").origin).parent / "version.py"
 
 
 @dataclass
@@ -22,46 +70,156 @@ class StandIn:
     root: Path
     count: int = 1
     capability: str = "8.0"
+    #: torch's CUDA build ("13.0", "12.6", ...), or "cpu".
     build: str = "13.0"
     model: str = "NVIDIA A100-SXM4-40GB"
     driver: str = "580.95.05"
+    #: Several models on one host: (model, capability) per GPU, in bus order (count, model, capability unused).
+    models: list[tuple[str, str]] = field(default_factory=list)
+    #: MIG slices on each GPU (0: MIG mode off), named as NVML names them (``... MIG 1g.5gb``).
+    mig: int = 0
+    #: The host kernel lists its GPUs in /proc/driver/nvidia (False: WSL2).
+    proc: bool = True
+    #: This process reaches the driver (False: a container without the GPUs, on a host whose /proc lists them:
+    #: NVML answers "driver not loaded", and no other libnvidia-ml, the host's own included, is found first).
+    reachable: bool = True
 
     def __post_init__(self) -> None:
+        self.gpus = self.models or [(self.model, self.capability)] * self.count
         nvidia = self.root / "driver" / "nvidia"
-        for index in range(self.count):
-            folder = nvidia / "gpus" / f"0000:{index + 1:02x}:00.0"
-            folder.mkdir(parents=True)
-            (folder / "information").write_text(
-                f"Model: \t\t {self.model}\nIRQ:   \t\t {100 + index}\n"
-                f"GPU UUID: \t GPU-{index:08d}-5a1d-4c6e-9f00-standin\nBus Location: \t {folder.name}\n"
+        (self.root / "driver").mkdir(parents=True, exist_ok=True)
+        devices = [f"driver {self.driver} {CUDA_OF_DRIVER[int(self.driver.split('.')[0])]}"]
+        for index, (model, capability) in enumerate(self.gpus):
+            uuid = f"GPU-{index:08d}-5a1d-4c6e-9f00-standin00000"
+            major, minor = capability.split(".")
+            devices.append(f"gpu {uuid} {major} {minor} {index} {model}")
+            devices += [f"mig MIG-{index:04d}{slot:04d}-5a1d-4c6e-9f00-standin0000 {model} MIG 1g.5gb"
+                        for slot in range(self.mig)]  # fmt: skip
+            if self.proc:
+                folder = nvidia / "gpus" / f"0000:{index + 1:02x}:00.0"
+                folder.mkdir(parents=True)
+                (folder / "information").write_text(
+                    f"Model: \t\t {model}\nIRQ:   \t\t {100 + index}\nGPU UUID: \t {uuid}\n"
+                    f"Bus Location: \t {folder.name}\nDevice Minor: \t {index}\nGPU Excluded: \t No\n"
+                )
+        if self.proc:
+            (nvidia / "gpus").mkdir(parents=True, exist_ok=True)
+            (nvidia / "version").write_text(
+                f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.driver}  Release Build  (dvs-builder@U16)\n"
+                "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
             )
-        (nvidia / "gpus").mkdir(parents=True, exist_ok=True)
-        (nvidia / "version").write_text(
-            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.driver}  Release Build  (dvs-builder@U16)\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-        )
+        lib = self.root / "nvml"
+        lib.mkdir()
+        if self.reachable:
+            (lib / "devices").write_text("\n".join(devices) + "\n")
+        (lib / "listed").write_text("\n".join(devices) + "\n")
+        # The installed wheel's version.py with the build's CUDA (on a GPU host, a CUDA wheel's file covered alike).
+        self.torch_version = self.root / "torch-version.py"
+        text = installed_torch_version_file().read_text()
+        label = {"13.0": "", "cpu": "+cpu"}.get(self.build, f"+cu{self.build.replace('.', '')}")
+        text = re.sub(r"^__version__ = '([^'+]+)[^']*'", rf"__version__ = '\g<1>{label}'", text, flags=re.M)
+        cuda = "None" if self.build == "cpu" else repr(self.build)
+        self.torch_version.write_text(re.sub(r"^cuda: (.*) = .*$", rf"cuda: \g<1> = {cuda}", text, flags=re.M))
+
+    @property
+    def uuids(self) -> list[str]:
+        """Each GPU's UUID, in bus order (what CUDA_VISIBLE_DEVICES may name)."""
+        return [line.split()[1] for line in (self.root / "nvml/listed").read_text().splitlines()[1:]
+                if line.startswith("gpu ")]  # fmt: skip
+
+    @property
+    def mig_uuids(self) -> list[str]:
+        return [line.split()[1] for line in (self.root / "nvml/listed").read_text().splitlines()
+                if line.startswith("mig ")]  # fmt: skip
 
     def env(self, base: dict[str, str], visible: str | None = None) -> dict[str, str]:
-        """``base`` with the stand-in's torch answers, and CUDA_VISIBLE_DEVICES as given (None: unset)."""
+        """``base`` as a process on the stand-in machine sees it: the stand-in torch first on PYTHONPATH, its
+        NVML first on LD_LIBRARY_PATH naming its GPUs, CUDA_VISIBLE_DEVICES as given (None: unset)."""
         env = {k: v for k, v in base.items() if k != "CUDA_VISIBLE_DEVICES"}
         env["PYTHONPATH"] = os.pathsep.join([str(SITE), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env.update(SNAKEDDP_STANDIN_GPU_CAPABILITY=self.capability, SNAKEDDP_STANDIN_GPU_BUILD=self.build)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([str(nvml_library()), base.get("LD_LIBRARY_PATH", "")])
+        env["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"].rstrip(os.pathsep)
+        env[NVML_DEVICES] = str(self.root / "nvml" / "devices")
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
         return env
 
     def command(self, argv: list[str]) -> list[str]:
-        """``argv`` run where /proc/driver is the stand-in's (a mount namespace of its own)."""
-        mount = 'mount --bind "$0" /proc/driver && exec "$@"'
-        return [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            mount,
-            str(self.root / "driver"),
-            *argv,
-        ]
+        """``argv`` run where /proc/driver and torch's version.py are the stand-in's (a mount namespace of its own)."""
+        mounts = 'mount --bind "$1" /proc/driver && mount --bind "$2" "$3" && shift 3 && exec "$@"'
+        target = installed_torch_version_file()
+        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mounts, "standin",
+                str(self.root / "driver"), str(self.torch_version), str(target), *argv]  # fmt: skip
+
+
+class Checks:
+    """Short checks on stand-in machines, each in a process of its own forked from one interpreter per torch
+    build that imported torch once (tests/gpu_standin/forks.py): a check costs a fork, not torch's import.
+    What a check may rely on is what a fresh process on that machine has: its own mount namespace (the
+    machine's /proc/driver), its whole environment, nothing of NVML's or CUDA's state. Close it when done."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.count = 0
+
+    def worker(self, standin: StandIn, env: dict[str, str]) -> subprocess.Popen:
+        if standin.build not in self.workers:
+            argv = standin.command([sys.executable, str(SITE / "forks.py")])
+            self.workers[standin.build] = subprocess.Popen(
+                argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+        return self.workers[standin.build]
+
+    def run(self, standin: StandIn, env: dict[str, str], code: str, *args: str) -> subprocess.CompletedProcess:
+        """``python -c code args`` on ``standin``'s machine with ``env`` (as ``standin.env`` makes it)."""
+        self.count += 1
+        out, err = self.folder / f"check-{self.count}.out", self.folder / f"check-{self.count}.err"
+        worker = self.worker(standin, env)
+        request = {"driver": str(standin.root / "driver"), "env": env, "code": code, "args": list(args),
+                   "out": str(out), "err": str(err)}  # fmt: skip
+        worker.stdin.write(json.dumps(request) + "\n")
+        worker.stdin.flush()
+        answer = worker.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the stand-in's {standin.build} worker ended (exit status {worker.wait()})")
+        returncode = json.loads(answer)["returncode"]
+        argv = [sys.executable, "-c", code, *args]
+        return subprocess.CompletedProcess(argv, returncode, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stdin.close()
+            worker.wait(timeout=60)
+            worker.stdout.close()
+        self.workers.clear()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.gpu_standin [--driver V] [--count N] [--build B] [--unreachable] -- COMMAND...``: COMMAND
+    on a stand-in machine (A100s, the CUDA 13.0 build), as tools/gpu-check.sh --standin runs its steps; the
+    test suite runs under it to show it passes with a CUDA build of torch on a GPU host (docs/development.md),
+    ``--unreachable`` where the GPUs are the host's and its processes reach none (a container without them)."""
+    import argparse
+    import sys
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m tests.gpu_standin")
+    parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--driver", default="580.95.05")
+    parser.add_argument("--build", default="13.0", help="torch's CUDA build (13.0, 13.2, 12.6) or cpu")
+    parser.add_argument("--unreachable", action="store_true", help="the host lists its GPUs; no process reaches them")
+    parser.add_argument("command", nargs="+")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpu-standin-") as root:
+        shape = {"count": args.count, "driver": args.driver, "build": args.build, "reachable": not args.unreachable}
+        standin = StandIn(Path(root) / "machine", **shape)
+        env = standin.env({k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"})
+        sys.stdout.flush()
+        return subprocess.run(standin.command(args.command), env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -9,7 +9,9 @@ after every epoch; no Lightning. Started by torchrun exactly like ``snakeddp.tra
 
 Batches are gathered with one indexing op (``features[indices]``) rather than one
 ``__getitem__`` per sample, so the baseline is as fast as a careful hand-written loop gets.
-``--format pickle`` reads the tutorial's pickled partitions instead (the memory benchmark).
+``--format pickle`` reads the tutorial's pickled partitions instead (the memory benchmark); ``--device cuda``
+trains on one GPU per rank over NCCL, each partition moved to it whole, ``--precision bf16-mixed`` under
+torch.autocast (what Lightning's bf16-mixed does).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--format", choices=("safetensors", "pickle"), default="safetensors")
     parser.add_argument("--checkpoint", type=Path, help="rank 0 saves model + optimizer here after every epoch")
     parser.add_argument("--out", type=Path, help="rank 0 writes per-epoch timings here (JSON)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank, NCCL")
+    parser.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true")
     return parser.parse_args()
 
 
@@ -64,7 +68,7 @@ def validate(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, ran
     shard = slice(rank, None, world)
     with torch.no_grad():
         loss = F.binary_cross_entropy_with_logits(model(features[shard]), labels[shard], reduction="sum")
-    totals = torch.stack([loss, torch.tensor(float(len(labels[shard])))])
+    totals = torch.stack([loss, torch.tensor(float(len(labels[shard])), device=loss.device)])
     dist.all_reduce(totals)
     model.train()
     return float(totals[0] / totals[1])
@@ -73,28 +77,39 @@ def validate(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, ran
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16-mixed")
     torch.manual_seed(42)
     manifest = json.loads(args.manifest.read_text())
     root = args.manifest.parent
-    val_features, val_labels = load(root / manifest["val"]["file"], args.format)
-    model = DistributedDataParallel(build(manifest["task"]["num_features"], args.hidden))
+    val_features, val_labels = (t.to(device) for t in load(root / manifest["val"]["file"], args.format))
+    model = build(manifest["task"]["num_features"], args.hidden).to(device)
+    model = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     rows = []
     for epoch in range(args.epochs):
         start = time.perf_counter()
         entry = manifest["train"][epoch % len(manifest["train"])]
-        features, labels = load(root / entry["file"], args.format)
+        features, labels = (t.to(device) for t in load(root / entry["file"], args.format))
         sampler = DistributedSampler(range(len(features)), num_replicas=world, rank=rank, shuffle=True, seed=42)
         sampler.set_epoch(epoch)
-        order = torch.tensor(list(sampler))
+        order = torch.tensor(list(sampler), device=device)
+        if cuda:
+            torch.cuda.synchronize()
         loaded = time.perf_counter()
         for batch in order.split(args.batch_size):
             optimizer.zero_grad()
-            loss = F.binary_cross_entropy_with_logits(model(features[batch]), labels[batch])
+            with autocast:
+                loss = F.binary_cross_entropy_with_logits(model(features[batch]).float(), labels[batch])
             loss.backward()
             optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()
         trained = time.perf_counter()
         val_loss = validate(model, val_features, val_labels, rank, world)
         if rank == 0 and args.checkpoint:

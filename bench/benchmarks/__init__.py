@@ -21,3 +21,7 @@ BENCHMARKS = (
     "images",
     "wide_table",
 )
+#: Run only where named, on a machine with a CUDA GPU (tools/gpu-check.sh runs them); numbered after BENCHMARKS.
+ON_GPU = ("gpu",)
+#: Every benchmark, in the order of bench/results.md.
+REGISTERED = BENCHMARKS + ON_GPU

@@ -58,6 +58,21 @@ class LaunchError(ConfigError, RuntimeError):
     """This process's ranks cannot be resolved, or disagree with the run's configured layout."""
 
 
+class PrecisionError(ConfigError):
+    """trainer.precision that Lightning would train as something else where the run trains."""
+
+
+class MachineRefusal(LaunchError):
+    """What the machine a rank landed on decides, so that every attempt on such a machine meets it again:
+    torch's build against the driver and the GPU (no kernels for its compute capability, a driver too old,
+    a CPU build), more ranks than the node's MIG slices serve, the precision against the GPU. The rank
+    leaves its line in the refusal file too (``exit_code``), and the workflow does not retry the job."""
+
+
+#: A train job whose ranks were refused by the machine (MachineRefusal): EX_CONFIG, "a configuration error".
+REFUSED_EXIT_CODE = 78
+
+
 class HangError(LaunchError):
     """A rank stopped advancing, or never came to the ranks' meeting; the message names it and where it ran.
 
@@ -144,18 +159,28 @@ def one_line(prog: str, error: ConfigError) -> str:
     return f"{prog}: {error}"
 
 
-def exit_code(prog: str, main: Callable[[], int], *, speak: bool = True, failure_file: Path | None = None) -> int:
+def exit_code(
+    prog: str,
+    main: Callable[[], int],
+    *,
+    speak: bool = True,
+    failure_file: Path | None = None,
+    refused_file: Path | None = None,
+) -> int:
     """Run ``main``; an error of the family ends as one line and exit code 1 (or the error's own
     ``exit_status``), anything else propagates.
 
     ``failure_file`` (set by ``snakeddp.launch`` for the ranks it starts): the first rank that fails
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
-    process with ``speak`` (rank 0) prints, so N ranks do not repeat the same line.
+    process with ``speak`` (rank 0) prints, so N ranks do not repeat the same line. ``refused_file``:
+    where a MachineRefusal's line goes too, which tells the launcher and the workflow not to try again.
     """
     try:
         return main()
     except ConfigError as error:
         line = one_line(prog, error)
+        if refused_file is not None and isinstance(error, MachineRefusal):
+            write_first(refused_file, line)
         if failure_file is not None:
             write_first(failure_file, line)
         elif speak:

@@ -38,7 +38,7 @@ from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
-from snakeddp.errors import exit_code
+from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import attempt, tries, variables
 from snakeddp.run.layout import RunPaths
@@ -122,6 +122,8 @@ def build(args: argparse.Namespace, env: dict[str, str]) -> tuple[cluster.Launch
         variables.JOB_START: "warm" if handoff.served else "cold",
         variables.PLATFORM: args.platform,
         variables.ACCELERATOR: accelerator,
+        # The devices its platform gives this job's ranks (the local platform: GPUs no other run holds).
+        **platforms.load(args.platform).devices_for(launch.devices, accelerator, env),
     }
     return launcher, argv, child_env
 
@@ -178,13 +180,19 @@ def run_attempt(args: argparse.Namespace) -> int:
         return 0
     if start.origin is not None:
         say(f"{run.run_id}: {start.origin.continuing(run.run_id, identity.budget)}")
+    gpus = (
+        f", GPUs {env['CUDA_VISIBLE_DEVICES']}"
+        if env.get(variables.ACCELERATOR) == "gpu" and "CUDA_VISIBLE_DEVICES" in env
+        else ""
+    )
     print(
-        f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}"
+        f"snakeddp.launch: run {run.run_id} on {args.platform} via {launcher.name}{gpus}"
         f"{f', resuming from {resume}' if resume else ''}\n  {quote(argv)}",
         flush=True,
     )
-    failed = RunPaths(args.run_dir).failure
+    failed, refused = RunPaths(args.run_dir).failure, RunPaths(args.run_dir).refused
     failed.unlink(missing_ok=True)
+    refused.unlink(missing_ok=True)
     RunPaths(args.run_dir).hung.unlink(missing_ok=True)
     resumed_from = tries.saved(args.run_dir) if resume else None
     began = time.time()
@@ -208,7 +216,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     preempted = any(signum in PREEMPT_SIGNALS for signum in received)
     if code != 0 and failed.exists():
         print(failed.read_text().strip(), file=sys.stderr, flush=True)
-        return 1
+        return REFUSED_EXIT_CODE if refused.exists() else 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
 

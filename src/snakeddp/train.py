@@ -29,7 +29,8 @@ mpirun (OpenMPI; no mpi4py needed)::
 ``python -m snakeddp.launch`` builds these commands from the run config; the Snakemake
 workflow calls it. A run directory's ``last.ckpt`` is resumed when it was made from the same
 config, data and environment. Exit codes: 0 done, 75 preempted (last.ckpt saved; rerun to go on),
-1 a snakeddp error (one line with its HINT, from rank 0 or, under the launcher, from the launcher).
+1 a snakeddp error (one line with its HINT, from rank 0 or, under the launcher, from the launcher; where
+the machine refused the ranks, its build, GPU, MIG or precision, the launcher exits 78 and no retry follows).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from snakeddp.errors import LaunchError, exit_code
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
 from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.tries import write_hang
 from snakeddp.training.callbacks import Preempted, scheduler_node
@@ -107,7 +109,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def report_errors(argv: Sequence[str] | None = None) -> int:
     """``main``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
     args = parse_args(argv)
-    return exit_code("snakeddp.train", lambda: main(args), speak=_rank(os.environ) == 0, failure_file=args.failure_file)
+    refused = RunPaths(args.run_dir).refused if args.failure_file else None
+    return exit_code(
+        "snakeddp.train",
+        lambda: main(args),
+        speak=_rank(os.environ) == 0,
+        failure_file=args.failure_file,
+        refused_file=refused,
+    )
 
 
 def _rank(env: Mapping[str, str]) -> int:

@@ -3,12 +3,14 @@ requests a run's layout makes of the nodes."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from snakeddp import config
 from snakeddp.config import site
-from snakeddp.util import gpus
 from tests.gpu_standin import StandIn
+from tests.helpers import subprocess_env
 
 DECLARED_NOTHING = config.validate({})["site"]
 
@@ -35,16 +37,45 @@ def test_auto_on_a_cluster_that_declares_nothing_is_refused_in_one_line_naming_b
     assert "or set launch.accelerator: gpu (or cpu)" in message
 
 
-def test_auto_on_the_local_platform_is_gpu_where_this_machine_shows_a_gpu_per_rank(monkeypatch, tmp_path):
-    monkeypatch.setattr(gpus, "DRIVER", StandIn(tmp_path / "one", count=1).root / "driver" / "nvidia")
-    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={}) == "gpu"
-    assert site.resolved(launch(devices=2), "local", DECLARED_NOTHING, env={}) == "cpu", "a rank without a GPU"
-    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={"CUDA_VISIBLE_DEVICES": ""}) == "cpu"
-    assert site.resolved(launch(devices=2, accelerator="gpu"), "local", DECLARED_NOTHING, env={}) == "gpu", (
-        "asked for: preflight compares it with the GPUs"
-    )
-    monkeypatch.setattr(gpus, "DRIVER", tmp_path / "no-driver")
-    assert site.resolved(launch(devices=1), "local", DECLARED_NOTHING, env={}) == "cpu"
+# site.resolved for one run of each shape, in a process on a stand-in machine (as the workflow decides it there).
+RESOLVED = """
+import json
+from snakeddp import config
+from snakeddp.config import site
+declared = config.validate({})["site"]
+def launch(**given):
+    return config.validate({"launch": given})["launch"]
+print(json.dumps([
+    site.resolved(launch(devices=1), "local", declared, env={}),
+    site.resolved(launch(devices=2), "local", declared, env={}),
+    site.resolved(launch(devices=1), "local", declared, env={"CUDA_VISIBLE_DEVICES": ""}),
+    site.resolved(launch(devices=2, accelerator="gpu"), "local", declared, env={}),
+]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("machine", "expected"),
+    [
+        # One GPU the CUDA build runs on: a rank each, else the CPU; gpu asked for stays gpu (preflight checks it).
+        ({"count": 1}, ["gpu", "cpu", "cpu", "gpu"]),
+        # The same GPU under a CPU build of torch, or a driver older than the build: no GPU to train on.
+        ({"count": 1, "build": "cpu"}, ["cpu", "cpu", "cpu", "gpu"]),
+        ({"count": 1, "driver": "570.86.15"}, ["cpu", "cpu", "cpu", "gpu"]),
+        # A V100 the 13.0 build has no kernels for; the 12.6 build has.
+        ({"count": 1, "capability": "7.0", "model": "Tesla V100-SXM2-16GB"}, ["cpu", "cpu", "cpu", "gpu"]),
+        ({"count": 1, "capability": "7.0", "build": "12.6", "driver": "535.183.01"}, ["gpu", "cpu", "cpu", "gpu"]),
+        # A container without the GPUs on a GPU host.
+        ({"count": 2, "reachable": False}, ["cpu", "cpu", "cpu", "gpu"]),
+    ],
+)
+def test_auto_on_the_local_platform_is_gpu_where_this_machine_shows_a_gpu_per_rank_torch_runs_on(
+    standin_checks, tmp_path, machine, expected
+):
+    standin = StandIn(tmp_path / "machine", **machine)
+    done = standin_checks.run(standin, standin.env(subprocess_env()), RESOLVED)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == expected
 
 
 def test_memory_is_sized_per_gpu_rank_unless_the_run_says():

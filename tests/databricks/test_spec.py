@@ -15,7 +15,6 @@ from databricks.sdk.service import jobs
 from snakeddp import config
 from snakeddp.databricks.platform import check_requests as check_databricks
 from snakeddp.databricks.spec import (
-    GPU_NODE_TYPE,
     DatabricksSpecError,
     JobPlan,
     as_json,
@@ -75,7 +74,7 @@ def test_gpus_take_one_each_and_an_existing_cluster_is_named_instead_of_a_new_on
     assert existing["existing_cluster_id"] == "0123-456789-abcdef" and "new_cluster" not in existing
 
 
-def test_a_gpu_run_on_a_cpu_runtime_or_cpu_nodes_is_refused_in_one_line_and_its_hint_works():
+def test_a_gpu_run_on_a_cpu_runtime_is_refused_in_one_line_and_its_hint_works():
     cpu_runtime = {**GPU_CLUSTER, "spark_version": "16.4.x-cpu-ml-scala2.13"}
     with pytest.raises(DatabricksSpecError) as refused:
         submit_request(plan(gpu=True, new_cluster=cpu_runtime))
@@ -87,38 +86,10 @@ def test_a_gpu_run_on_a_cpu_runtime_or_cpu_nodes_is_refused_in_one_line_and_its_
     )
     submit_request(plan(gpu=True, new_cluster={**cpu_runtime, "spark_version": "16.4.x-gpu-ml-scala2.13"}))
 
-    with pytest.raises(DatabricksSpecError, match=r"node_type_id Standard_D4ds_v5 is not a GPU node type.*HINT:"):
-        submit_request(plan(gpu=True, new_cluster={**GPU_CLUSTER, "node_type_id": "Standard_D4ds_v5"}))
-    # A CPU run on the same cluster is not a GPU run's business; an existing cluster cannot be read offline.
+    # A CPU run on the same cluster is not a GPU run's business; nodes' GPUs, and an existing cluster, are the
+    # workspace's to say (tests/databricks/test_nodes.py).
     submit_request(plan(gpu=False))
     submit_request(plan(gpu=True, existing_cluster_id="0123-456789-abcdef", new_cluster={}))
-
-
-@pytest.mark.parametrize(
-    ("node_type", "gpu"),
-    [
-        ("Standard_NC24ads_A100_v4", True),
-        ("Standard_ND96isr_H100_v5", True),
-        ("Standard_NC4as_T4_v3", True),
-        ("Standard_NV36ads_A10_v5", True),
-        ("g4dn.xlarge", True),
-        ("g5.12xlarge", True),
-        ("g6e.2xlarge", True),
-        ("p4d.24xlarge", True),
-        ("p5.48xlarge", True),
-        ("a2-highgpu-1g", True),
-        ("a3-highgpu-8g", True),
-        ("g2-standard-8", True),
-        ("Standard_D4ds_v5", False),
-        ("Standard_E8s_v3", False),
-        ("i3.xlarge", False),
-        ("m5d.large", False),
-        ("n2-standard-4", False),
-        ("c2-standard-8", False),
-    ],
-)
-def test_gpu_node_types_are_the_clouds_gpu_families(node_type, gpu):
-    assert bool(GPU_NODE_TYPE.search(node_type)) is gpu
 
 
 def test_preflight_checks_each_runs_cluster_with_the_accelerator_the_job_will_resolve():

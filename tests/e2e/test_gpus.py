@@ -83,15 +83,79 @@ def test_gpus_hidden_by_cuda_visible_devices_are_none_to_plan_with(tmp_path: Pat
     assert not hints(hidden) and "trains it on the CPU" not in hidden.stderr
 
 
-def test_a_v100_under_the_cuda_13_build_stops_before_training_in_one_line_naming_both(tmp_path: Path):
+def test_a_v100_under_the_cuda_13_build_is_refused_before_any_job_in_one_line_naming_both(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=1, capability="7.0", model="Tesla V100-SXM2-16GB")
     config = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
     flow = flow_in(tmp_path / "flow", config)
     done = flow.run(check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
     assert done.returncode != 0
-    log = (flow.directory / "logs/train/base.log").read_text()
-    (line,) = [line for line in log.splitlines() if "HINT:" in line]
-    assert "Tesla V100-SXM2-16GB on " in line and "has compute capability 7.0" in line, line
-    assert "CUDA 13.0 build has kernels for 7.5" in line and 'environment.cuda: "12.6"' in line
-    assert FIRST_CUDA_CALL not in log and "Traceback" not in log, log[-3000:]
-    assert not (flow.directory / "results/runs/base/metrics.csv").exists(), "nothing trained"
+    (line,) = hints(done)
+    assert line.startswith("run base: launch.accelerator: gpu, and Tesla V100-SXM2-16GB has compute capability 7.0")
+    assert "CUDA 13.0 build has no kernels for" in line and 'environment.cuda: "12.6"' in line, line
+    assert "Traceback" not in done.stderr and not (flow.directory / "logs").exists(), "nothing ran"
+
+
+def no_traceback_in_any_log(flow: Workflow) -> None:
+    for log in (flow.directory / "logs").rglob("*.log"):
+        assert "Traceback" not in log.read_text(), (log, log.read_text()[-3000:])
+
+
+def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stops_in_one_line(tmp_path: Path):
+    """torch 2.13's CUDA 13.0 build under driver 570: NVML counts the GPU, CUDA's first call would raise."""
+    standin = StandIn(tmp_path / "gpus", count=1, driver="570.86.15")
+    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
+    env = standin.env(subprocess_env(), visible=None)
+    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)  # the report aside
+    (line,) = hints(done)
+    assert line.startswith(
+        "snakeddp: run base: 1 rank, and the NVIDIA driver is 570.86.15, older than the installed"
+    ), line
+    assert "launch.accelerator auto trains it on the CPU" in line and "HINT: install the CUDA 12.6 build" in line
+    trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
+    assert trained["launch"]["accelerator"] == "cpu"
+    record = json.loads((flow.directory / "results/envs/train.json").read_text())
+    assert record["versions"]["nvidia_driver"] == "570.86.15" and record["versions"]["gpus"] == [
+        "NVIDIA A100-SXM4-40GB"
+    ]
+    no_traceback_in_any_log(flow)
+    refused = flow.run("--config", "launch={accelerator: gpu}", check=False, env=env, wrap=standin.command)
+    (line,) = hints(refused)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert line.startswith("run base: launch.accelerator: gpu, and the NVIDIA driver is 570.86.15, older than"), line
+    assert "(580 or newer). HINT: install the CUDA 12.6 build" in line and line.endswith("or update the driver.")
+    no_traceback_in_any_log(flow)
+
+
+def test_wsl2_without_the_drivers_proc_files_plans_the_one_rank_run_on_its_gpu(tmp_path: Path):
+    """The plan; what the rank checks on such a machine, tests/environment/test_cuda.py's WSL2 check."""
+    standin = StandIn(tmp_path / "gpus", count=1, proc=False, model="NVIDIA GeForce RTX 4090", capability="8.9")
+    flow = flow_in(tmp_path / "flow", SWEEP)
+    planned = flow.run("-n", env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    assert "run devices-2: 2 ranks, and this machine shows 1 GPU (NVIDIA GeForce RTX 4090)" in planned.stderr
+    assert not hints(planned) and "train" in planned.stdout
+
+
+def test_a_container_without_the_gpus_on_a_gpu_host_trains_the_default_config_on_the_cpu(tmp_path: Path):
+    standin = StandIn(tmp_path / "gpus", count=2, reachable=False)
+    flow = flow_in(tmp_path / "flow", SWEEP)
+    runs = ("devices-1", "devices-2")
+    trained = [f"results/runs/{run}/provenance.json" for run in runs]  # the report aside
+    flow.run(*trained, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    for run in runs:
+        record = json.loads((flow.directory / f"results/runs/{run}/provenance.json").read_text())
+        assert record["launch"]["accelerator"] == "cpu", run
+
+
+def test_two_one_gpu_runs_on_a_two_gpu_machine_train_on_different_gpus(tmp_path: Path):
+    standin = StandIn(tmp_path / "gpus", count=2)
+    two = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}, "sweep": {"seed": [1, 2]}}
+    flow = flow_in(tmp_path / "flow", two)
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    # Each rank waits at its first CUDA call until both are there: the runs hold their GPUs at once.
+    env = {**standin.env(subprocess_env(), visible=None), "SNAKEDDP_STANDIN_MEET": f"{meeting}:2"}
+    flow.run("--cores", "2", "--keep-going", check=False, env=env, wrap=standin.command)
+    held = sorted(path.read_text() for path in meeting.iterdir())
+    assert held == sorted(standin.uuids), held
+    for log in (flow.directory / "logs/train").glob("seed-*[0-9].log"):
+        assert FIRST_CUDA_CALL in log.read_text() and ", GPUs GPU-0000000" in log.read_text(), log

@@ -67,6 +67,24 @@ def test_a_layout_the_local_profile_cannot_run_is_refused_before_any_job(checkou
     planned(checkout.snakemake(*LOCAL, "--config", hint_followed))
 
 
+@pytest.mark.parametrize(
+    ("bad", "message", "hint_followed"),
+    [
+        ("trainer={strategy: fsdp}", "trainer.strategy=fsdp needs GPUs", "trainer={strategy: ddp}"),
+        ("trainer={precision: 16-mixed}", "trainer.precision=16-mixed", "trainer={precision: bf16-mixed}"),
+    ],
+)
+def test_what_the_cpu_cannot_train_as_asked_is_told_as_auto_decided_it(checkout, bad, message, hint_followed):
+    """launch.accelerator auto (the default), on this machine without GPUs: the line says that auto decided the
+    CPU, and its HINTs do what they say: ddp or bf16-mixed plan; launch.accelerator: gpu tells what is missing."""
+    auto = "launch={accelerator: auto}"  # TINY pins cpu
+    line = refused(checkout, checkout.snakemake(*LOCAL, "--config", bad, auto), message, "HINT:")
+    assert "launch.accelerator auto trains this run on the CPU here" in line and "(or auto)" not in line, line
+    planned(checkout.snakemake(*LOCAL, "--config", bad, auto, hint_followed))
+    told = refused(checkout, checkout.snakemake(*LOCAL, "--config", bad, "launch={accelerator: gpu}"), "HINT:")
+    assert "launch.accelerator: gpu asks for 1 GPU (launch.devices), and this machine shows no GPU" in told, told
+
+
 def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(checkout, tmp_path_factory):
     gpu = "launch={accelerator: gpu}"
     standin = StandIn(tmp_path_factory.mktemp("gpus"), count=2)  # one for each rank of devices-2

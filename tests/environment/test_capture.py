@@ -7,7 +7,6 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 import torch
@@ -16,6 +15,7 @@ from snakeddp.environment import capture as capturing
 from snakeddp.environment.capture import capture, conda_info, container_info
 from snakeddp.environment.lock import installed
 from snakeddp.util.hashing import sha256_file
+from tests.gpu_standin import Checks, StandIn
 from tests.helpers import REPO, subprocess_env
 
 LOCK = REPO / "envs" / "requirements.lock"
@@ -138,29 +138,36 @@ def test_the_attempt_key_reads_a_records_hash_as_provenance_does(tmp_path):
     assert key != attempt_key(config, manifest, None) == attempt_key(config, manifest, tmp_path / "missing.json")
 
 
-def test_a_cuda_build_records_each_gpus_compute_capability_and_the_driver(tmp_path):
-    """No GPU here: torch's CUDA queries answer as two V100s would, behind a CUDA 12.6 build."""
-    version = tmp_path / "version"
-    version.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Thu Jan 23 2025\n")
-    cuda_build = SimpleNamespace(__version__="2.13.0+cu126", cuda="12.6", hip=None, xpu=None)
-    with (
-        mock.patch.object(capturing, "_torch_build", return_value=cuda_build),
-        mock.patch.object(capturing, "nvidia_driver", return_value=capturing.nvidia_driver(version)),
-        mock.patch.object(torch.version, "cuda", "12.6"),
-        mock.patch.object(torch.cuda, "device_count", return_value=2),
-        mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla V100-SXM2-32GB"),
-        mock.patch.object(torch.cuda, "get_device_capability", return_value=(7, 0)),
-        mock.patch.object(torch.cuda.nccl, "version", return_value=(2, 27, 3)),
-    ):
-        stack = capturing.accelerator_stack()
-    assert stack["nvidia_driver"] == "570.86.15"
+def stack_on(checks: Checks, standin: StandIn) -> dict:
+    """The accelerator stack a stage records on the stand-in machine (its own process, as a stage runs)."""
+    script = (
+        "import json; from snakeddp.environment.capture import accelerator_stack; "
+        "print(json.dumps(accelerator_stack()))"
+    )
+    done = checks.run(standin, standin.env(subprocess_env()), script)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_a_cuda_build_records_each_gpus_compute_capability_and_the_driver(standin_checks, tmp_path):
+    v100s = StandIn(tmp_path, count=2, model="Tesla V100-SXM2-32GB", capability="7.0", build="12.6", driver="570.86.15")
+    stack = stack_on(standin_checks, v100s)
+    assert stack["nvidia_driver"] == "570.86.15" and stack["torch"] == "2.13.0+cu126"
     assert stack["gpus"] == ["Tesla V100-SXM2-32GB"] * 2 and stack["gpu_capabilities"] == ["7.0", "7.0"]
-    assert stack["cuda"] == "12.6" and stack["nccl"] == "2.27.3"
+    assert stack["cuda"] == "12.6" and stack["nccl"] == "2.27.7"
 
 
-def test_a_cpu_build_still_names_the_nodes_driver():
-    stack = capturing.accelerator_stack()
-    assert stack["nvidia_driver"] == capturing.nvidia_driver() and stack["gpu_capabilities"] == []
+def test_a_gpu_cuda_cannot_initialise_is_recorded_and_the_record_never_raises(standin_checks, tmp_path):
+    """The CUDA 13.0 build under driver 570: torch's first CUDA call would raise "driver too old"."""
+    stack = stack_on(standin_checks, StandIn(tmp_path, driver="570.86.15"))
+    assert stack["nvidia_driver"] == "570.86.15" and stack["cuda"] == "13.0"
+    assert stack["gpus"] == ["NVIDIA A100-SXM4-40GB"] and stack["gpu_capabilities"] == ["8.0"]
+
+
+def test_a_cpu_build_still_names_the_nodes_driver(standin_checks, tmp_path):
+    stack = stack_on(standin_checks, StandIn(tmp_path, build="cpu"))
+    assert stack["nvidia_driver"] == "580.95.05" and stack["cuda"] is None
+    assert stack["gpus"] == [] and stack["gpu_capabilities"] == []
 
 
 def test_the_driver_and_gpus_stay_out_of_the_hash(tmp_path):

@@ -1,19 +1,30 @@
 """snakeddp.environment.cuda: a GPU rank's checks of torch's CUDA build against its GPU and driver, before
-its first CUDA call, against stand-in GPUs (tests/gpu_standin.py) in processes of their own."""
+its first CUDA call, against stand-in GPUs (tests/gpu_standin.py) in processes of their own (forked from one
+interpreter per torch build that imported torch once: tests.gpu_standin.Checks), each with
+PYTORCH_NVML_BASED_CUDA_CHECK=1 as importing Lightning sets it (torch then counts GPUs through NVML)."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from snakeddp.environment import cuda
-from tests.gpu_standin import StandIn
+from snakeddp.util import cudabuild
+from tests.gpu_standin import Checks, StandIn
 from tests.helpers import subprocess_env
 
-CHECK = "from snakeddp.environment import cuda; print(cuda.check_device(0))"
+CHECK = "import sys; from snakeddp.environment import cuda; print(cuda.check_device(0, ranks_on_node=int(sys.argv[1])))"
+# What torch itself answers on the same machine: its availability, and its first CUDA call's error.
+TORCH = """
+import torch
+print(torch.cuda.is_available(), torch.cuda.device_count())
+try:
+    torch.cuda.get_device_name(0)
+except RuntimeError as error:
+    print(error)
+"""
 
 
 def test_kernels_run_on_their_capability_up_to_the_next_major_as_torch_judges():
@@ -24,31 +35,44 @@ def test_kernels_run_on_their_capability_up_to_the_next_major_as_torch_judges():
     assert cuda.builds_for(90) == ["13.0", "13.2", "12.6"] and cuda.builds_for(37) == []
     assert cuda.builds_under("535.183.01") == ["12.6"] and cuda.builds_under("580.65.06") == ["13.0", "13.2", "12.6"]
     assert cuda.builds_under("470.1") == []
+    assert cudabuild.model_capability("v100") == 70 and cudabuild.model_capability("nvidia_a100-sxm4-80gb") == 80
+    assert cudabuild.model_capability("NVIDIA H100 80GB HBM3") == 90 and cudabuild.model_capability("1g.10gb") is None
 
 
-def checked(standin: StandIn, visible: str | None = None) -> subprocess.CompletedProcess:
-    env = standin.env(subprocess_env(), visible=visible)
-    argv = standin.command([sys.executable, "-c", CHECK])
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+@pytest.fixture
+def checks(standin_checks: Checks) -> Checks:
+    return standin_checks
 
 
-def one_line(done: subprocess.CompletedProcess) -> str:
-    """The LaunchError's message: the last line of the traceback a bare check prints."""
+def run(checks: Checks, standin: StandIn, code: str, *args: str, visible: str | None = None):
+    env = {**standin.env(subprocess_env(), visible=visible), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+    return checks.run(standin, env, code, *args)
+
+
+def checked(checks: Checks, standin: StandIn, visible: str | None = None, ranks: int = 1):
+    return run(checks, standin, CHECK, str(ranks), visible=visible)
+
+
+def one_line(done: subprocess.CompletedProcess, refused: bool = True) -> str:
+    """The LaunchError's message: the last line of the traceback a bare check prints. ``refused``: a
+    MachineRefusal (what any node like this one refuses again: not retried), else a plain LaunchError."""
     assert done.returncode != 0, done.stdout
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("snakeddp.errors.LaunchError: ") and "HINT:" in last, done.stderr[-2000:]
-    return last.removeprefix("snakeddp.errors.LaunchError: ")
+    kind = "snakeddp.errors.MachineRefusal: " if refused else "snakeddp.errors.LaunchError: "
+    assert last.startswith(kind) and "HINT:" in last, done.stderr[-2000:]
+    return last.removeprefix(kind)
 
 
-def test_a_gpu_the_build_has_kernels_for_passes_and_is_named(tmp_path: Path):
-    done = checked(StandIn(tmp_path, capability="8.0"))
+def test_a_gpu_the_build_has_kernels_for_passes_and_is_named_without_initialising_cuda(checks, tmp_path: Path):
+    done = checked(checks, StandIn(tmp_path, capability="8.0"))
+    # The stand-in's CUDA initialisation always fails: the check passing proves it never called it.
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "NVIDIA A100-SXM4-40GB, compute capability 8.0, CUDA 13.0 build"
 
 
-def test_a_v100_under_the_cuda_13_build_stops_naming_both_and_the_build_that_serves_it(tmp_path: Path):
+def test_a_v100_under_the_cuda_13_build_stops_naming_both_and_the_build_that_serves_it(checks, tmp_path: Path):
     v100 = StandIn(tmp_path / "13", capability="7.0", model="Tesla V100-SXM2-16GB")
-    line = one_line(checked(v100))
+    line = one_line(checked(checks, v100))
     assert line.startswith("Tesla V100-SXM2-16GB on ") and "has compute capability 7.0" in line
     assert "CUDA 13.0 build has kernels for 7.5, 8.0, 8.6, 9.0, 10.0, 12.0 only" in line
     assert 'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"' in line
@@ -57,32 +81,74 @@ def test_a_v100_under_the_cuda_13_build_stops_naming_both_and_the_build_that_ser
     served = StandIn(
         tmp_path / "12.6", capability="7.0", model="Tesla V100-SXM2-16GB", build="12.6", driver="535.183.01"
     )
-    assert checked(served).returncode == 0
+    assert checked(checks, served).returncode == 0
 
 
-def test_a_driver_older_than_the_build_needs_stops_naming_it_and_the_build_it_runs(tmp_path: Path):
-    line = one_line(checked(StandIn(tmp_path, driver="535.183.01")))
-    assert "torch sees no CUDA device on " in line and "NVIDIA driver: 535.183.01" in line
-    assert "the driver is older than the CUDA 13.0 build needs (580 or newer)" in line
-    assert "HINT: install the CUDA 12.6 build" in line and "or update the driver" in line
+def test_a_driver_older_than_the_build_stops_naming_it_where_torch_would_see_the_gpu_and_raise(checks, tmp_path: Path):
+    old = StandIn(tmp_path / "570", driver="570.86.15")
+    # As torch 2.13 behaves under Lightning: NVML counts the GPU, and CUDA's first call raises.
+    available, error = run(checks, old, TORCH).stdout.strip().splitlines()
+    assert available == "True 1", available
+    assert error.startswith("The NVIDIA driver on your system is too old (found version 12080)"), error
+    line = one_line(checked(checks, old))
+    assert line.startswith("the NVIDIA driver on ") and " is 570.86.15, older than torch 2.13.0's CUDA 13.0" in line
+    assert "needs (580 or newer)" in line and 'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"' in line
+    assert line.endswith(", or update the driver.")
+    # What the HINT installs: the 12.6 build, which this driver runs.
+    served = StandIn(tmp_path / "12.6", driver="570.86.15", build="12.6")
+    assert checked(checks, served).stdout.strip() == "NVIDIA A100-SXM4-40GB, compute capability 8.0, CUDA 12.6 build"
 
 
-def test_gpus_hidden_by_cuda_visible_devices_stop_the_rank_instead_of_a_cpu_run(tmp_path: Path):
-    line = one_line(checked(StandIn(tmp_path), visible=""))
+def test_gpus_hidden_by_cuda_visible_devices_stop_the_rank_instead_of_a_cpu_run(checks, tmp_path: Path):
+    line = one_line(checked(checks, StandIn(tmp_path), visible=""), refused=False)
     assert "this node shows no GPU visible (1 installed, CUDA_VISIBLE_DEVICES='' hides them)" in line
     assert "CUDA_VISIBLE_DEVICES hides the GPUs, and a GPU run never trains on the CPU instead" in line
     assert "HINT: leave CUDA_VISIBLE_DEVICES unset" in line
 
 
-def test_a_cpu_build_of_torch_is_named_as_such():
-    done = subprocess.run([sys.executable, "-c", CHECK], env=subprocess_env(), capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
-    line = one_line(done)
-    assert "(NVIDIA driver: none loaded; torch " in line and "a CPU build" in line
+def test_a_container_without_the_gpus_on_a_gpu_host_says_it_reaches_none(checks, tmp_path: Path):
+    container = StandIn(tmp_path, count=2, reachable=False)
+    assert run(checks, container, TORCH).stdout.splitlines()[0] == "False 0", "torch sees none either"
+    line = one_line(checked(checks, container), refused=False)
+    assert "this node shows no GPU this process can reach (the host's driver lists 2" in line, line
+    assert "no GPU is allocated to this process" in line and "HINT: run on nodes with GPUs allocated" in line
+
+
+def test_wsl2_without_the_drivers_proc_files_reaches_its_gpu_through_nvml(checks, tmp_path: Path):
+    done = checked(checks, StandIn(tmp_path, proc=False, model="NVIDIA GeForce RTX 4090", capability="8.9"))
+    assert done.stdout.strip() == "NVIDIA GeForce RTX 4090, compute capability 8.9, CUDA 13.0 build", done.stderr
+
+
+def test_mig_slices_serve_one_rank_each_process_and_two_ranks_stop_before_lightnings_device_check(
+    checks, tmp_path: Path
+):
+    mig = StandIn(tmp_path, mig=2)
+    slices = ",".join(mig.mig_uuids)
+    assert run(checks, mig, TORCH, visible=slices).stdout.splitlines()[0] == "True 1", "torch: one MIG device a process"
+    one = checked(checks, mig, visible=slices)
+    assert one.stdout.strip() == "NVIDIA A100-SXM4-40GB MIG 1g.5gb, compute capability 8.0, CUDA 13.0 build"
+    line = one_line(checked(checks, mig, visible=slices, ranks=2))
+    assert "2 ranks on " in line and "enumerates 1 CUDA device (MIG slices: a CUDA process enumerates one)" in line
+    assert "HINT: set launch.devices: 1" in line
+
+
+def test_several_models_on_one_host_each_rank_checks_its_own(checks, tmp_path: Path):
+    host = StandIn(tmp_path, models=[("NVIDIA A100-SXM4-40GB", "8.0"), ("Tesla V100-SXM2-16GB", "7.0")])
+    assert checked(checks, host, visible="0").returncode == 0
+    assert one_line(checked(checks, host, visible="1")).startswith("Tesla V100-SXM2-16GB on ")
+    assert one_line(checked(checks, host, visible=host.uuids[1])).startswith("Tesla V100-SXM2-16GB on ")
+
+
+def test_a_cpu_build_of_torch_is_named_as_such(checks, tmp_path: Path):
+    line = one_line(checked(checks, StandIn(tmp_path, build="cpu")))
+    assert "(NVIDIA driver: 580.95.05; torch 2.13.0+cpu, a CPU build" in line
     assert "torch is a CPU build" in line and "HINT: install the CUDA 13.0 build" in line
 
 
-@pytest.mark.parametrize("capability, supported", [("7.5", True), ("9.0", True), ("6.0", False), ("12.1", True)])
-def test_the_builds_table_agrees_with_the_stand_ins_arch_lists(tmp_path: Path, capability, supported):
-    done = checked(StandIn(tmp_path, capability=capability))
-    assert (done.returncode == 0) == supported, done.stderr[-1500:]
+@pytest.mark.parametrize("build", ["13.0", "12.6"])
+def test_the_builds_table_is_what_the_stand_ins_torch_reports(checks, tmp_path: Path, build):
+    """The table against the arch list of each build the stand-in models (tests/gpu/ checks the real one's)."""
+    driver = "580.95.05" if build.startswith("13") else "535.183.01"
+    standin = StandIn(tmp_path, build=build, driver=driver)
+    arch = run(checks, standin, "import torch; print(*torch.cuda.get_arch_list())")
+    assert tuple(cuda.arch_capabilities(arch.stdout.split())) == cuda.BUILD_CAPABILITIES[build], arch.stderr[-1500:]

@@ -162,4 +162,25 @@ def test_what_snakeddp_reads_from_the_driver_agrees_with_torch_and_nvidia_smi():
     assert driver.visible({driver.VISIBLE: installed[-1].uuid[:12]}) == installed[-1:]
     shown = f"{len(installed)} GPU{'s' if len(installed) > 1 else ''} ("
     assert driver.describe(env).startswith(shown), driver.describe(env)
-    assert check_device(0, env).startswith(f"{installed[0].model}, compute capability "), check_device(0, env)
+    device = check_device(0, env)
+    assert (device.name, device.capability, device.cuda) == (
+        installed[0].model,
+        torch.cuda.get_device_capability(0),
+        torch.version.cuda,
+    ), device
+    # NVML's capabilities, which the checks read before any CUDA call, are CUDA's own.
+    assert [gpu.capability for gpu in installed] == [torch.cuda.get_device_capability(i) for i in range(len(installed))]
+
+
+def test_the_builds_table_is_the_real_builds_arch_list():
+    """util/cudabuild's table, which refuses GPUs before the queue (a V100 under 13.0), against what the installed
+    CUDA build of torch really has kernels for (tests/environment/test_cuda.py checks the stand-ins' lists)."""
+    import torch
+
+    from snakeddp.util import cudabuild
+
+    assert torch.version.cuda in cudabuild.BUILD_CAPABILITIES, f"CUDA {torch.version.cuda} build: not in the table"
+    real = sorted(set(cudabuild.arch_capabilities(torch.cuda.get_arch_list())))
+    assert tuple(real) == cudabuild.BUILD_CAPABILITIES[torch.version.cuda], (torch.__version__, real)
+    major, minor = torch.cuda.get_device_capability(0)
+    assert cudabuild.has_kernels(torch.version.cuda, 10 * major + minor), "this GPU trained the matrix above"

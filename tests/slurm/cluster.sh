@@ -1,5 +1,5 @@
 #!/bin/sh
-# A real three-node Slurm cluster on this machine (munge, MariaDB, slurmdbd, slurmctld, one slurmd
+# A real five-node Slurm cluster on this machine (munge, MariaDB, slurmdbd, slurmctld, one slurmd
 # per node), all in one directory. Needs root and the packages of tools/system-packages.sh.
 #   tests/slurm/cluster.sh start            then: eval "$(tests/slurm/cluster.sh env)"
 #   tests/slurm/cluster.sh status | stop

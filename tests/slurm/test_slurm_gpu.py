@@ -18,8 +18,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from snakeddp.util import cudabuild, gpus
 from tests.helpers import REPO
 from tests.slurm.cluster import FEATURES, GPU_TYPE, NODES, QOS
 from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
@@ -145,12 +147,16 @@ def assert_asked_and_got(job: dict[str, str], nodes: int, per_node: int) -> None
 
 def assert_stopped_without_cuda(workflow: SlurmWorkflow, run: str, visible: str) -> None:
     """The ranks found no CUDA device although Slurm gave them GPUs: one line, printed once, naming
-    the node (either of the job's: the first rank to stop speaks), the driver and torch's build."""
+    the node (either of the job's: the first rank to stop speaks), the driver and torch's build, as this
+    machine has them (none here; under `python -m tests.gpu_standin --unreachable`, a GPU host's driver and
+    a CUDA build of torch whose processes reach no GPU)."""
     log = (workflow.directory / "logs" / "train" / f"{run}.log").read_text()
     assert log.count(NO_CUDA) == 1, log[-3000:]
     line = next(line for line in log.splitlines() if NO_CUDA in line)
     nodes = "|".join(map(re.escape, NODES))
-    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: none loaded; torch \S+, a CPU build; "
+    driver = re.escape(gpus.driver_version() or "none loaded")
+    built = re.escape(f"CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build")
+    pattern = rf"{NO_CUDA}({nodes}) \(NVIDIA driver: {driver}; torch \S+, {built}; "
     assert re.search(pattern + rf"CUDA_VISIBLE_DEVICES={visible}; this node shows no GPU", line), line
     assert line.count("HINT:") == 1
 
@@ -176,3 +182,47 @@ def test_two_nodes_with_one_gpu_each_by_srun_and_by_mpirun(submitted):
         assert_stopped_without_cuda(flow, run, "[01]")
     log = (flow.directory / "logs" / "train" / "launcher-mpirun.log").read_text()
     assert "--mca plm_slurm_args '--cpus-per-task=1 --gres=gpu:1'" in log
+
+
+def test_mig_slices_and_gpus_the_build_cannot_run_are_refused_before_submission(slurm_cluster, tmp_path):
+    """The test cluster's partitions mig (gpu:1g.10gb:7) and v100 (gpu:v100:2) under the default build
+    (environment.cuda "13.0", kernels from 7.5): a 2-rank run on either is refused in one line before anything
+    is submitted, where its ranks would have stopped after the queue (and been queued twice more); what each
+    HINT says plans the run."""
+    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
+    flow.directory.mkdir()
+    flow.write_config(config(launch={"accelerator": "gpu", "devices": 2, "mem_mb": None}))
+    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
+    expected = {
+        "mig": (
+            "run base: its job asks 1 node for 2 GPUs, 2 CPUs and 1000 MB, and the GPUs of Slurm partition mig are "
+            "MIG slices (1g.10gb): a CUDA process enumerates one MIG slice",
+            "HINT: set launch.devices: 1 (more launch.nodes for more ranks)",
+            "launch={devices: 1}",
+        ),
+        "v100": (
+            "run base: its job asks 1 node for 2 GPUs, 2 CPUs and 1000 MB, and the GPUs of Slurm partition v100 are "
+            "v100 (compute capability 7.0), which torch's CUDA 13.0 build has no kernels for",
+            'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"',
+            'environment={cuda: "12.6"}',
+        ),
+    }
+    for partition, (refusal, hint, followed) in expected.items():
+        where = ("--set-resources", f"train:slurm_partition='{partition}'")
+        done = flow.run(*where, "--config", small, check=False)
+        said = done.stdout + done.stderr
+        lines = [line for line in said.splitlines() if "HINT:" in line]
+        assert done.returncode != 0 and len(lines) == 1, said[-3000:]
+        assert lines[0].startswith(refusal) and hint in lines[0] and "Traceback" not in said, lines[0]
+        uuid = run_uuid(said)
+        assert not flow.slurm("sacct", "--allocations", "--noheader", f"--name={uuid}").strip(), "a job was submitted"
+        # What the HINT says: the run is planned, nothing noted. The ranks run the .venv's torch, so where that is
+        # a CUDA build (a GPU host; the stand-ins' CUDA mode) the other half of the HINT, `tools/setup.sh --cuda
+        # 12.6`, is needed too: environment.cuda alone leaves the line, naming the .venv's build.
+        plan = flow.run("-n", *where, "--config", small, followed)
+        planned = plan.stdout + plan.stderr
+        venv_build = cudabuild.installed_cuda()
+        if partition == "v100" and venv_build:
+            assert f"which torch's CUDA {venv_build} build has no kernels for" in planned, planned[-3000:]
+            continue
+        assert "HINT:" not in planned and "train" in planned, planned[-3000:]

@@ -132,13 +132,15 @@ def resources(train: list[str] = (), default: list[str] = ()) -> SimpleNamespace
     )
 
 
-def refusal(nodes: list[str], partitions: list[str], runs: dict[str, dict], declared: dict) -> str | None:
-    """The one line check() stops on for ``runs`` (run id -> launch), or None."""
+def refusal(
+    nodes: list[str], partitions: list[str], runs: dict[str, dict], declared: dict, build: str | None = None
+) -> str | None:
+    """The one line check() stops on for ``runs`` (run id -> launch), or None; ``build``: the ranks' CUDA build."""
     resolved = site(**declared)
     plan = {rid: {"config": configuration.validate({"launch": launch})} for rid, launch in runs.items()}
     training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(nodes, partitions))
     try:
-        slurm_nodes.check(plan, lambda launch: launch.accelerator, resolved, declared, training)
+        slurm_nodes.check(plan, lambda launch: launch.accelerator, resolved, declared, training, build)
     except slurm_nodes.SlurmNodesError as error:
         return str(error)
     return None
@@ -184,6 +186,66 @@ def test_what_no_node_can_hold_is_refused_with_what_to_lower(nodes, partitions, 
         assert refusal(nodes, partitions, {"base": {**launch, **fixed_launch}}, declared) is None, "the HINT, done"
 
 
+SMALL = {"cpus_per_gpu": 1, "mem_mb_per_gpu": 500}
+
+
+@pytest.mark.parametrize("gres", ["gpu:1g.10gb:7", "gpu:nvidia_a100_3g.40gb:2(S:0)", "gpu:1g.10gb+me:4"])
+def test_mig_slices_hold_one_rank_of_a_job_per_node(gres):
+    """A CUDA process enumerates one MIG slice: a job's second rank on the node would find no device."""
+    slices = node(gres=gres)
+    line = refusal([slices], [partition()], {"base": {**GPU, "devices": 2}}, SMALL)
+    assert line is not None and line.startswith("run base: its job asks 1 node for 2 GPUs, 2 CPUs and 1000 MB")
+    assert "the GPUs of Slurm partition main are MIG slices (" in line and "a CUDA process enumerates one" in line
+    assert "HINT: set launch.devices: 1 (more launch.nodes for more ranks)" in line and line.count("HINT:") == 1
+    # What the HINT says, done: one rank per node fits, on one node or two.
+    assert refusal([slices], [partition()], {"base": {**GPU, "devices": 1}}, SMALL) is None
+    second = slices.replace("NodeName=n1", "NodeName=n2")
+    assert refusal([slices, second], [partition()], {"base": {**GPU, "nodes": 2, "devices": 1}}, SMALL) is None
+
+
+@pytest.mark.parametrize("declared", [SMALL, {**SMALL, "gpu_type": "v100"}])
+def test_gpus_whose_model_the_ranks_build_has_no_kernels_for_are_refused_naming_the_build_that_has(declared):
+    v100s = node(gres="gpu:v100:2(S:0-1)")
+    line = refusal([v100s], [partition()], {"base": {**GPU, "devices": 2}}, declared, build="13.0")
+    assert line is not None and line.startswith("run base: its job asks 1 node for 2 ")
+    assert "the GPUs of Slurm partition main are v100 (compute capability 7.0), which torch's CUDA 13.0 build" in line
+    assert 'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"' in line and line.count("HINT:") == 1
+    # What the HINT says, done: the 12.6 build runs on them.
+    assert refusal([v100s], [partition()], {"base": {**GPU, "devices": 2}}, declared, build="12.6") is None
+    # A model the build runs, or a CPU run, is not refused; nor is a GPU of a model nobody named.
+    assert refusal([node()], [partition()], {"base": {**GPU, "devices": 2}}, SMALL, build="13.0") is None
+    assert refusal([v100s], [partition()], {"base": CPU}, {}, build="13.0") is None
+    assert refusal([node(gres="gpu:2")], [partition()], {"base": {**GPU, "devices": 2}}, SMALL, build="13.0") is None
+
+
+def test_bf16_on_gpus_without_native_bfloat16_is_refused_before_the_queue():
+    nodes = [node(gres="gpu:t4:2")]
+    training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(nodes, [partition()]))
+
+    def check(precision: str) -> None:
+        config = configuration.validate({"launch": {**GPU, "devices": 1}, "trainer": {"precision": precision}})
+        slurm_nodes.check(
+            {"base": {"config": config}}, lambda launch: launch.accelerator, site(**SMALL), SMALL, training, "13.0"
+        )
+
+    with pytest.raises(slurm_nodes.SlurmNodesError) as refused:
+        check("bf16-mixed")
+    line = str(refused.value)
+    assert line.startswith("run base: trainer.precision=bf16-mixed, and the GPUs of Slurm partition main that could")
+    assert "t4 (7.5)" in line and "HINT: set trainer.precision: 16-mixed (or 32-true)" in line
+    check("16-mixed")  # what the HINT says, done
+
+
+def test_a_gpu_run_is_refused_for_the_partition_whose_gpus_come_closest():
+    """sbatch -p cpu,main: the job starts where it fits; when it fits nowhere, the GPU partition says why."""
+    nodes = [node(gres="gpu:v100:2"), node(gres="(null)", partitions="cpu").replace("NodeName=n1", "NodeName=n2")]
+    answers = slurm_answering(nodes, [partition(), partition("cpu", default="NO")])
+    training = slurm_nodes.TrainingNodes(resources(train=["slurm_partition='cpu,main'"]), ["train"], answers)
+    plan = {"base": {"config": configuration.validate({"launch": {**GPU, "devices": 1}})}}
+    with pytest.raises(slurm_nodes.SlurmNodesError, match="GPUs of Slurm partition main are v100"):
+        slurm_nodes.check(plan, lambda launch: launch.accelerator, site(**SMALL), SMALL, training, "13.0")
+
+
 @pytest.mark.parametrize(
     ("train", "partitions", "expected"),
     [
@@ -212,7 +274,7 @@ def test_auto_with_a_gpu_and_a_cpu_partition_for_training_is_refused():
     answers = slurm_answering(nodes, [partition(), partition("cpu", default="NO")])
     training = slurm_nodes.TrainingNodes(settings, ["train", "search_train"], answers)
     runs = {"base": {"config": {"launch": {"accelerator": "auto"}}}}
-    with pytest.raises(slurm_nodes.SlurmNodesError, match=r"cpu \(cpu\), main \(gpu\)\. HINT: declare it"):
+    with pytest.raises(slurm_nodes.SlurmNodesError, match=r"search_train to cpu \(cpu\), train to main \(gpu\)\. HINT"):
         slurm_nodes.settle_site(site(), runs, training, {})
     # What the HINT says, done: declared, Slurm's answer is not needed.
     assert slurm_nodes.settle_site(site(accelerator="gpu"), runs, training, {})["accelerator"] == "gpu"
@@ -230,6 +292,14 @@ def test_auto_is_what_the_partitions_nodes_have():
     ):
         training = slurm_nodes.TrainingNodes(settings, ["train"], slurm_answering(nodes, partitions))
         assert slurm_nodes.settle_site(site(), runs, training, {})["accelerator"] == expected
+    # Drained nodes have no GPUs to offer: auto is what the nodes that are up have, and one line says why.
+    drained = [node(state="IDLE+DRAIN"), node(gres="(null)", partitions="main").replace("NodeName=n1", "NodeName=n2")]
+    said = []
+    training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(drained, partitions))
+    assert slurm_nodes.settle_site(site(), runs, training, {}, say=said.append)["accelerator"] == "cpu"
+    assert said == [
+        "snakeddp: launch.accelerator auto on Slurm means cpu (partition main: 1 node up without, 1 down or drained)."
+    ]
     # Declared wins; inside a job the invocation's exported answer is taken, Slurm never asked.
     assert slurm_nodes.settle_site(site(accelerator="cpu"), runs, training, {})["accelerator"] == "cpu"
     exported = {"SNAKEDDP_SITE": '{"accelerator": "gpu"}'}

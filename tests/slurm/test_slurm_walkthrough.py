@@ -50,6 +50,7 @@ class Typed:
         profiles.mkdir(parents=True)
         (profiles / "slurm").symlink_to(root / "profiles" / "slurm")
         self.env = subprocess_env(XDG_CONFIG_HOME=str(profiles.parent), **cluster.env())
+        self.gpu_logs: dict[str, str] = {}
 
     def type(self, line: str, *extra: str) -> subprocess.CompletedProcess:
         argv = [*shlex.split(line), *extra]
@@ -62,12 +63,24 @@ class Typed:
 
 
 @pytest.fixture(scope="module")
-def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> tuple[Typed, list]:
-    """The checkout, and what each of the page's snakemake lines printed, in order."""
+def typed(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: Cluster) -> tuple[Typed, list, list]:
+    """The checkout, what each of the page's snakemake lines printed, in order, and two dry runs typed right
+    after the first (before the third trains the sweep, after which a dry run has nothing left to plan): as
+    the page types it, and with the --config its refusal's HINT gives."""
     commands = walkthrough()
-    assert len(commands) == 2, commands
+    assert len(commands) == 3, commands
     checkout = Typed(tmp_path_factory.mktemp("walkthrough") / "snakeddp", slurm_cluster)
-    return checkout, [checkout.type(line, *FAST_POLLING) for line in commands]
+    refused = checkout.type(commands[0], *FAST_POLLING)
+    plans = [checkout.type(".venv/bin/snakemake --profile slurm -n")]
+    given = re.search(r'--config "(site=\{.*?\})"', "".join(hint_lines(refused)))
+    if given:
+        plans.append(checkout.type(".venv/bin/snakemake --profile slurm -n", "--config", given.group(1)))
+    ran = checkout.type(commands[1], *FAST_POLLING)
+    # The GPU runs' logs as the second line left them: the third trains the same runs and writes them anew.
+    checkout.gpu_logs = {
+        run: (checkout.root / "logs" / "train" / f"{run}.log").read_text() for run in ("devices-1", "devices-2")
+    }
+    return checkout, [refused, ran, checkout.type(commands[2], *FAST_POLLING)], plans
 
 
 def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
@@ -75,7 +88,7 @@ def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_the_first_line_is_refused_before_anything_is_submitted(typed):
-    checkout, (refused, _) = typed
+    checkout, (refused, *_), _ = typed
     assert refused.returncode == 1, refused.stdout[-3000:]
     (line,) = hint_lines(refused)
     # As the page shows it, word for word: the test nodes declare fixed sizes (tests/slurm/cluster.py).
@@ -89,18 +102,17 @@ def test_the_first_line_is_refused_before_anything_is_submitted(typed):
 def test_a_dry_run_notes_the_refusal_and_what_the_hint_says_fits_every_run(typed):
     """`-n` plans the jobs and notes the line a real run stops on; with the HINT's own --config typed,
     it notes nothing."""
-    checkout, (refused, _) = typed
-    plan = checkout.type(".venv/bin/snakemake --profile slurm -n")
+    _, (refused, *_), plans = typed
+    assert len(plans) == 2, "the refusal's HINT gives a --config"
+    plan, given = plans
     assert plan.returncode == 0 and "train" in plan.stdout, plan.stdout[-3000:]
     assert hint_lines(plan) == [f"Dry run; a real run would stop here: {hint_lines(refused)[0]}"]
-    given = re.search(r'--config "(site=\{.*?\})"', hint_lines(refused)[0]).group(1)
-    plan = checkout.type(".venv/bin/snakemake --profile slurm -n", "--config", given)
-    assert plan.returncode == 0, plan.stdout[-3000:]
-    assert "HINT:" not in plan.stdout and "train" in plan.stdout
+    assert given.returncode == 0, given.stdout[-3000:]
+    assert "HINT:" not in given.stdout and "train" in given.stdout
 
 
 def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed):
-    checkout, (_, ran) = typed
+    checkout, (_, ran, _), _ = typed
     assert ran.returncode != 0, "GPU runs cannot train on the test cluster's null devices"
     uuid = run_uuid(ran.stdout)
     fields = "--format=JobID,Comment%200"
@@ -108,11 +120,23 @@ def test_the_second_line_runs_gpu_jobs_whose_ranks_stop_on_the_pages_line(typed)
     last = {comment: job for job, comment in (line.split("|") for line in jobs.splitlines())}
     for devices in (1, 2):
         run = f"devices-{devices}"
+        # The ranks' refusal (a CPU build of torch) would meet every retry again: queued once, not retries: 2 more.
+        comments = [line.split("|")[1] for line in jobs.splitlines()]
+        assert comments.count(f"rule_train_wildcards_{run}") == 1, jobs
         # auto was gpu because Slurm says partition main's nodes have GPUs; scontrol shows what was asked.
         (job,) = [job for comment, job in last.items() if comment == f"rule_train_wildcards_{run}"]
         shown = checkout.slurm("scontrol", "--oneliner", "show", "job", job)
         assert f"Partition={PARTITION} " in shown and f"TresPerNode=gres:gpu:{devices} " in shown, shown
         assert f"MinCPUsNode={devices} " in shown and f"MinMemoryNode={devices * 2000}M " in shown, shown
-        log = (checkout.root / "logs" / "train" / f"{run}.log").read_text()
-        (line,) = [line for line in log.splitlines() if NO_CUDA in line]
+        (line,) = [line for line in checkout.gpu_logs[run].splitlines() if NO_CUDA in line]
         assert re.search(rf"{NO_CUDA}({'|'.join(map(re.escape, NODES))}) \(NVIDIA driver: none loaded; ", line), line
+
+
+def test_the_third_line_trains_the_sweep_on_the_cpus_and_writes_the_report(typed):
+    checkout, (*_, trained), _ = typed
+    assert trained.returncode == 0, trained.stdout[-3000:]
+    for run in ("devices-1", "devices-2"):
+        record = (checkout.root / "results" / "runs" / run / "provenance.json").read_text()
+        assert '"accelerator": "cpu"' in record, run
+    report = checkout.root / "results" / "report" / "report.html"
+    assert report.is_file() and f"Report: {report.resolve()}" in trained.stdout

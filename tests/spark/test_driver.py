@@ -110,8 +110,10 @@ def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the
     assert mine["spark.executor.resource.gpu.amount"] == "4" and "spark.executor.cores" not in mine
     site = {"spark.executor.cores": "8", "spark.task.resource.gpu.amount": "1"}
     shaped = session.spark_settings(shape_of(args), none, "spark://h:7077", tmp_path, site)
-    gpu_shape = ("spark.executor.cores", "spark.executor.resource", "spark.task.resource")
+    gpu_shape = ("spark.executor.cores", "spark.task.resource")
     assert not {key for key in shaped if key.startswith(gpu_shape)}
+    # Executors sized by cores alone still ask for their GPU: without it Spark refuses every GPU task.
+    assert shaped["spark.executor.resource.gpu.amount"] == "1"
 
 
 # What py4j raised when the driver asked a cluster for GPU tasks without GPU executors (Spark 4.3).

@@ -1,6 +1,7 @@
 """`snakemake --profile spark` with a GPU run against a real standalone cluster whose worker offers two
 GPUs through a discovery script that reports their addresses, as Spark's own tests fake GPUs: no GPU
-is really there, so each rank gets its own address and then stops on its CUDA check."""
+is really there, so each rank gets its own address and then stops on its CUDA check. Nothing declares
+that the executors have GPUs: launch.accelerator auto is gpu because the master says its worker offers them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.e2e
 GPU_RUN = {
     **TINY,
     "trainer": {**TINY["trainer"], "max_epochs": 1},
-    "launch": {**TINY["launch"], "devices": 2, "accelerator": "gpu"},
+    "launch": {**TINY["launch"], "devices": 2, "accelerator": "auto"},
 }
 PLACED = re.compile(
     r"^snakeddp\.spark: rank (?P<rank>\d+) in executor (?P<executor>\S+) on 127\.0\.0\.1 "
@@ -59,6 +60,11 @@ def test_gpu_ranks_get_their_own_gpu_address_and_refused_resource_settings_are_s
     started = time.perf_counter()
     done = flow.run(check=False, env=env)
     refused_s = time.perf_counter() - started
+    decided = [line for line in done.stderr.splitlines() if "launch.accelerator auto on Spark" in line]
+    assert decided == [
+        "snakeddp: launch.accelerator auto on Spark means gpu (the master at 127.0.0.1:"
+        f"{spark_gpu_cluster.ui_port} says: 1 worker alive offering 2 GPUs)."
+    ], done.stderr[-3000:]
     log = log_file.read_text()
     lines = hint_lines(log)
     assert done.returncode != 0 and len(lines) == 1, log[-4000:]

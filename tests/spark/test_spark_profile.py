@@ -146,6 +146,19 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
     print(f"rerun with --profile spark: {rerun_s:.1f} s; the whole run with --profile local (direct): {direct_s:.1f} s")
 
 
+def test_auto_is_what_the_workers_offer_without_a_declaration(spark_cluster: Cluster, tmp_path):
+    """The profile declares nothing: the master says its two workers offer no GPUs, so auto is cpu, in one line
+    (tests/spark/test_spark_gpu.py: a worker offering GPUs, gpu)."""
+    flow = Workflow(tmp_path, profile="spark")
+    flow.write_config({**TINY, "launch": {**TINY["launch"], "accelerator": "auto"}})
+    done = flow.run("-n", env=subprocess_env(**spark_cluster.env()))
+    decided = [line for line in done.stderr.splitlines() if "launch.accelerator auto on Spark" in line]
+    assert decided == [
+        "snakeddp: launch.accelerator auto on Spark means cpu (the master at 127.0.0.1:"
+        f"{spark_cluster.ui_port} says: 2 workers alive, none offering GPUs)."
+    ], done.stderr[-3000:]
+
+
 def test_failures_before_any_rank_are_one_line_with_a_hint_that_works(spark_cluster, tmp_path):
     flow = flow_in(tmp_path / "hints", TWO_RANKS)
     dead = tmp_path / "dead-conf"

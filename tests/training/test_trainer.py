@@ -14,6 +14,7 @@ from snakeddp import config as configuration
 from snakeddp.run.layout import RunPaths
 from snakeddp.training.callbacks import SampleTrace
 from snakeddp.training.trainer import Callbacks, build_trainer
+from snakeddp.util import gpus
 from tests.helpers import TINY, launch, merged, prepare
 
 
@@ -69,5 +70,16 @@ def test_gpus_asked_for_where_torch_sees_none_stop_in_one_line_naming_node_drive
     assert done.returncode != 0 and not (run_dir / "provenance.json").exists()
     lines = [line for line in (done.stdout + done.stderr).splitlines() if "torch sees no CUDA device" in line]
     assert len(lines) == 1, done.stdout + done.stderr
-    assert f"on {socket.gethostname()} (NVIDIA driver: none loaded; torch {torch.__version__}" in lines[0]
-    assert "a CPU build" in lines[0] and "HINT:" in lines[0]
+    # As the installed torch is built: a CPU build says so; a CUDA build's rank (a GPU host, or the stand-ins'
+    # CUDA build) finds the GPUs hidden from the processes a test starts (CUDA_VISIBLE_DEVICES='').
+    driver = gpus.driver_version() or "none loaded"
+    built = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "a CPU build"
+    assert f"on {socket.gethostname()} (NVIDIA driver: {driver}; torch {torch.__version__}, {built}" in lines[0]
+    why = (
+        "torch is a CPU build"
+        if torch.version.cuda is None
+        else "CUDA_VISIBLE_DEVICES hides the GPUs"
+        if gpus.installed()
+        else "no GPU is allocated to this process"
+    )
+    assert why in lines[0] and "HINT:" in lines[0], lines[0]

@@ -8,9 +8,10 @@ from azure.core.credentials import TokenCredential
 from azureml.core import ComputeTarget, Datastore, Environment, Experiment, Run
 from azureml.core import Workspace as AzureWorkspace
 from azureml.core.authentication import TokenAuthentication
+from azureml.core.compute import AmlCompute
 from azureml.exceptions import ComputeTargetException, ProjectSystemException, WorkspaceException
 
-from snakeddp.azureml import spec_v1
+from snakeddp.azureml import spec_v1, vmsizes
 from snakeddp.azureml.credentials import token_for_resource
 from snakeddp.azureml.plan import JobPlan
 from snakeddp.azureml.settings import AzureMLError, Workspace
@@ -37,7 +38,7 @@ class V1Session:
                 "Nothing was uploaded."
             ) from None
 
-    def check_compute(self, compute: str, nodes: int) -> None:
+    def check_compute(self, compute: str, nodes: int, devices: int = 1, accelerator: str = "cpu") -> None:
         try:
             target = ComputeTarget(workspace=self.ws, name=compute)
         except ComputeTargetException:
@@ -54,6 +55,9 @@ class V1Session:
                 f"compute {compute!r} scales to {maximum} node(s) but launch.nodes={nodes}. HINT: raise its maximum "
                 "node count or lower launch.nodes. Nothing was uploaded."
             )
+        size = getattr(target, "vm_size", None)
+        if size:
+            vmsizes.check(compute, size, AmlCompute.supported_vmsizes(self.ws), devices, accelerator)
 
     def submit(self, plan: JobPlan, spec: Path, variables: dict[str, str]) -> SubmittedJob:
         """Upload the dataset and resumed attempt to the datastore, then submit the ScriptRunConfig."""

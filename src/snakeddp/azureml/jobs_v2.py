@@ -9,7 +9,7 @@ from azure.ai.ml.exceptions import JobException, MlException
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
-from snakeddp.azureml import spec_v2
+from snakeddp.azureml import spec_v2, vmsizes
 from snakeddp.azureml.plan import OUTPUT_NAME, JobPlan
 from snakeddp.azureml.settings import AzureMLError, Workspace
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
@@ -40,7 +40,7 @@ class V2Session:
                 "identity needs a role on the workspace (e.g. AzureML Data Scientist). Nothing was uploaded."
             ) from None
 
-    def check_compute(self, compute: str, nodes: int) -> None:
+    def check_compute(self, compute: str, nodes: int, devices: int = 1, accelerator: str = "cpu") -> None:
         try:
             target = self.client.compute.get(compute)
         except ResourceNotFoundError:
@@ -58,6 +58,10 @@ class V2Session:
                 f"maximum (az ml compute update --name {compute} --max-instances {nodes}) or lower launch.nodes. "
                 "Nothing was uploaded."
             )
+        size = getattr(target, "size", None)
+        if size:
+            sizes = self.client.compute.list_sizes(location=getattr(target, "location", None))
+            vmsizes.check(compute, size, sizes, devices, accelerator)
 
     def submit(self, plan: JobPlan, spec: Path, variables: dict[str, str]) -> SubmittedJob:
         """Upload what the spec names (code, dataset, resume folder; each once per content) and submit it."""

@@ -188,7 +188,7 @@ def connect(settings: Settings, plan: JobPlan) -> Any:
         from snakeddp.azureml.jobs_v1 import V1Session
 
         session = V1Session(workspace, credential)
-    session.check_compute(plan.compute, plan.nodes)
+    session.check_compute(plan.compute, plan.nodes, plan.devices, plan.accelerator)
     return session
 
 

@@ -90,6 +90,14 @@ WRITTEN_FOR: dict[str, Hook] = {
         "snakemake/report/__init__.py (auto_report)",
         optional=True,
     ),
+    # Read in 9.27.1 only: optional, so on another release a job the machine refused is retried as any other.
+    "no_retry": Hook(
+        "snakemake",
+        "==9.27.1",
+        "snakemake/jobs.py (Job.restart_times, Job.rule, Job.wildcards_dict; GroupJob.restart_times asks its "
+        "jobs), snakemake/scheduling/job_scheduler.py (JobScheduler._handle_error)",
+        optional=True,
+    ),
     # Read in 2.8.0 only: optional, so on another release the Slurm watch for jobs that can never start is off.
     "cancelled_job_state": Hook(
         "snakemake-executor-plugin-slurm",

@@ -145,3 +145,33 @@ def before_report(first: Callable[[], None]) -> bool:
     # Workflow.create_report imports auto_report from its module when --report runs, so it gets this one.
     snakemake.report.auto_report = checked
     return True
+
+
+def no_retry_when(refused: Callable[[str, Mapping[str, str]], bool]) -> bool:
+    """Retry no failed job for which ``refused(rule, wildcards)`` is true, whatever ``retries`` says; the others
+    as Snakemake would. False: left to Snakemake (every failed job retried).
+
+    Snakemake retries a failed job ``retries`` times whatever it failed on (JobScheduler._handle_error asks
+    ``job.restart_times``, which is the rule's), and the Slurm plugin leaves that to it; no interface lets a
+    job say that another attempt would meet the same end. A train job whose ranks the machine refused (their
+    build, GPU, MIG, precision: snakeddp.errors.MachineRefusal) says so in its run directory, and is queued
+    once, not ``retries`` more times."""
+    if not check("no_retry"):
+        return False
+    from snakemake.jobs import Job
+
+    installed = getattr(Job.restart_times.fget, "refusals_by_snakeddp", None)
+    if installed is not None:  # the Snakefile read again in this process: the newest test counts
+        installed[:] = [refused]
+        return True
+    rules_say = Job.restart_times.fget
+    refusals = [refused]
+
+    def restart_times(job: Any) -> int:
+        if any(said(job.rule.name, dict(job.wildcards_dict)) for said in refusals):
+            return 0
+        return rules_say(job)
+
+    restart_times.refusals_by_snakeddp = refusals  # type: ignore[attr-defined]
+    Job.restart_times = property(restart_times)
+    return True

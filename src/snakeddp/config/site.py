@@ -6,7 +6,8 @@ declared it is refused before anything is submitted: a GPU cluster never trains 
 unasked. On slurm the workflow asks Slurm what the training partition's nodes have and fills the
 declaration in when the profile makes none (``snakeddp.slurm.nodes``), so the ranks read
 the same answer. On the local platform it means this machine's GPUs, counted as CUDA will show them
-(``snakeddp.util.gpus``): gpu when there are as many as the run's ranks, else cpu. The workflow
+(``snakeddp.util.gpus``): gpu when there are as many as the run's ranks and the installed torch's CUDA
+build runs on them (its driver, their compute capability), else cpu. The workflow
 (Slurm resources, preflight), ``snakeddp.launch`` (which hands its decision to every rank) and a rank
 started by hand resolve it with the same function. Pure: no torch, no I/O but reading the local
 machine's driver directory.
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError
 from snakeddp.platforms import row
-from snakeddp.util import gpus
+from snakeddp.util import cudabuild, gpus
 
 # Host memory of a CPU run's node when launch.mem_mb is null (the default before GPUs were sized).
 CPU_MEM_MB_PER_NODE = 4000
@@ -47,13 +49,55 @@ def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_i
     return declared
 
 
+@dataclass(frozen=True)
+class NoGpus:
+    """Why this machine cannot train a run on its GPUs."""
+
+    reason: str
+    #: The environment.cuda builds that would run here, where the installed build is why (else None).
+    builds: list[str] | None = None
+    #: A newer driver would do too.
+    driver: bool = False
+
+
+def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | None:
+    """Why this machine cannot train ``devices`` ranks on its GPUs, as a process started with ``env`` sees
+    them (fewer GPUs than ranks, a CPU build of torch, a driver older than the installed torch's CUDA build, a
+    compute capability the build has no kernels for); None where it can. Asks the driver, never CUDA."""
+    seen = gpus.driver()
+    shown = gpus.apply_visible(seen, env)
+    if len(shown) < devices:
+        return NoGpus(f"this machine shows {gpus.describe(env, seen=seen)}")
+    build = cudabuild.installed_cuda()
+    if build is None and cudabuild.installed_torch():
+        return NoGpus("the installed torch is a CPU build", cudabuild.builds_under(seen.version))
+    if cudabuild.driver_too_old(seen.version, build):
+        needed = cudabuild.driver_needed(build)
+        return NoGpus(
+            f"the NVIDIA driver is {seen.version}, older than the installed torch's CUDA {build} build needs "
+            f"({needed[0]} or newer)",
+            cudabuild.builds_under(seen.version),
+            driver=True,
+        )
+    for gpu in shown[:devices]:
+        code = 10 * gpu.capability[0] + gpu.capability[1] if gpu.capability else None
+        if build and code and not cudabuild.has_kernels(build, code):
+            return NoGpus(
+                f"{gpu.model} has compute capability {code // 10}.{code % 10}, which the installed torch's CUDA "
+                f"{build} build has no kernels for",
+                cudabuild.builds_for(code),
+            )
+    return None
+
+
 def local_accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
-    """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks,
-    else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than failing it."""
+    """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks that the
+    installed torch can run on, else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than
+    failing it, and so does a machine whose driver is older than torch's build."""
     launch = Launch.of(launch)
     if launch.accelerator != "auto":
         return launch.accelerator
-    return "gpu" if len(gpus.visible(env)) >= launch.devices else "cpu"
+    return "gpu" if why_not_gpus(launch.devices, env) is None else "cpu"
 
 
 def resolved(

@@ -1,11 +1,14 @@
 """The databricks platform's contract: databricks-sdk and each run's request checked before any job (no
-credentials needed), the credentials when a run is about to be submitted, and the cluster the runs share
-created then (snakeddp.databricks.shared_cluster) and terminated when the workflow ends; a train job
-submits the run as a one-time Jobs run and follows it (snakeddp.databricks.submit)."""
+credentials needed); launch.accelerator auto decided from the workspace's node types where the credentials
+resolve (snakeddp.databricks.nodes), and each GPU run checked against its nodes' GPUs when it is about to be
+submitted; the cluster the runs share created then (snakeddp.databricks.shared_cluster) and terminated when
+the workflow ends; a train job submits the run as a one-time Jobs run and follows it
+(snakeddp.databricks.submit)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,9 +16,13 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
+from snakeddp.config.parts import Launch
 from snakeddp.databricks import PLATFORM
+from snakeddp.errors import print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.run import variables as names
+
+NODES = "nodes"  # the memo's key: the worker nodes the runs train on, asked of the workspace once
 
 SHARED = "shared cluster"  # the memo's key: the id of the cluster this invocation created
 
@@ -29,7 +36,10 @@ def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
     for run_id, run in runs.items():
         manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
         # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
-        gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+        try:
+            gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+        except site.SiteError:
+            gpu = False  # auto undecided: refused by the run's own check, after the section's (preflight.check_run)
         made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
     return made
 
@@ -98,14 +108,71 @@ def end_shared_cluster(invocation: Invocation) -> None:
     invocation.say(f"snakeddp.databricks: terminated the shared cluster {cluster_id}")
 
 
+def workspace_nodes(invocation: Invocation) -> Any:
+    """The worker nodes of the cluster the runs train on, asked of the workspace once per invocation; None where
+    the credentials do not resolve (a dry run away from the workspace) or no node type is named."""
+
+    def ask() -> Any:
+        from snakeddp.databricks import nodes, workspace
+
+        section = invocation.config[PLATFORM]
+        try:
+            return nodes.of_section(workspace.connect(section["profile"]), section)
+        except ConfigError:
+            return None  # before_jobs checks the credentials, and says why in one line
+
+    return invocation.remember(NODES, ask)
+
+
+def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """The site with auto decided from the node type's GPUs where a run needs it and the profile declares
+    nothing, said in one line; a job takes its invocation's decision (exported in the site section)."""
+    site_section = dict(invocation.config["site"])
+    waiting = any(run["config"]["launch"]["accelerator"] == "auto" for run in invocation.runs.values())
+    if site_section.get("accelerator") is not None or not waiting:
+        return site_section
+    if not invocation.typed:
+        decided = json.loads(env.get(names.SITE) or "{}").get("accelerator")
+        return {**site_section, "accelerator": decided} if decided else site_section
+    found = workspace_nodes(invocation)
+    if found is None:
+        return site_section  # auto is refused, naming the declaration, where the workspace cannot say
+    print_line(f"snakeddp: launch.accelerator auto on Databricks means {found.accelerator} ({found.describe()}).")
+    return {**site_section, "accelerator": found.accelerator}
+
+
+def check_nodes(invocation: Invocation, training: Runs) -> None:
+    """Each GPU run against the GPUs of the nodes it would train on (new or existing cluster), before it is
+    submitted; nothing where the workspace names no node type."""
+    from snakeddp.databricks import nodes
+
+    found = workspace_nodes(invocation)
+    if found is None or not training:
+        return
+    config = invocation.config
+    launches = {
+        run_id: (Launch.of(run["config"]["launch"]), site.resolved(run["config"]["launch"], PLATFORM, config["site"]))
+        for run_id, run in training.items()
+    }
+    try:
+        nodes.check_runs(found, launches)
+    except ConfigError as error:
+        raise PreflightError(str(error)) from None
+
+
 class Databricks(Platform):
     row = platforms.row(PLATFORM)
+
+    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+        return settle_site(invocation)
 
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         check_requests(config, runs)
 
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         client = check_credentials(invocation.config[PLATFORM], to_train)
+        if client is not None:
+            check_nodes(invocation, training)
         share_cluster(invocation, client, training)
 
     def close(self, invocation: Invocation) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from snakeddp.environment import sbom
 from snakeddp.environment.lock import installed, read_lock
 from snakeddp.util import gpus
+from snakeddp.util.cudabuild import read_version_file
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
@@ -49,7 +50,7 @@ def accelerator_stack() -> dict[str, Any]:
         "cudnn": None,
         "nccl": None,
         "gpus": [],
-        # Read from /proc, so a CPU build on a GPU node still shows the driver it could have used.
+        # Read without torch, so a CPU build on a GPU node still shows the driver it could have used.
         "nvidia_driver": nvidia_driver(),
         "gpu_capabilities": [],
     }
@@ -58,7 +59,7 @@ def accelerator_stack() -> dict[str, Any]:
         return stack
     if importlib.util.find_spec("lightning") is not None:
         stack["lightning"] = importlib.metadata.version("lightning")
-    build = _torch_build(Path(spec.origin).parent / "version.py")
+    build = read_version_file(Path(spec.origin).parent / "version.py")
     if build is not None and not (build.cuda or build.hip or build.xpu):
         # A CPU build has no cuDNN, NCCL or GPUs to ask about: its version file says all there
         # is, without the seconds `import torch` costs each environment job.
@@ -73,10 +74,11 @@ def accelerator_stack() -> dict[str, Any]:
     if torch.version.cuda and hasattr(torch.cuda, "nccl"):
         version = torch.cuda.nccl.version()
         stack["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    devices = range(torch.cuda.device_count())
-    stack["gpus"] = [torch.cuda.get_device_name(i) for i in devices]
-    # "7.0" on a V100, which CUDA 13 builds have no kernels for; "major.minor" as NVIDIA writes it.
-    stack["gpu_capabilities"] = [".".join(map(str, torch.cuda.get_device_capability(i))) for i in devices]
+    # Asked of the driver's NVML, not CUDA: a GPU this build cannot initialise (a driver too old) is still
+    # recorded, and the record never raises for it. "7.0" on a V100, which CUDA 13 builds have no kernels for.
+    shown = gpus.visible(os.environ)
+    stack["gpus"] = [gpu.model for gpu in shown]
+    stack["gpu_capabilities"] = [".".join(map(str, gpu.capability)) for gpu in shown if gpu.capability]
     return stack
 
 
@@ -90,16 +92,6 @@ def accelerator_and_backend(requested: str) -> tuple[str, str]:
     ``requested`` is the run's accelerator as its launch decided it (``run.variables.accelerator``);
     a rank told gpu checks its GPU first (``cuda.check_device``)."""
     return ("gpu", "nccl") if requested == "gpu" else ("cpu", "gloo")
-
-
-def _torch_build(version_file: Path) -> Any:
-    """torch's generated ``torch/version.py`` (version and accelerator builds), loaded without importing torch."""
-    loader = importlib.util.spec_from_file_location("_snakeddp_torch_version", version_file)
-    if loader is None or loader.loader is None or not version_file.is_file():
-        return None
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
 
 
 def container_info(image: str | None, env: Mapping[str, str]) -> dict[str, Any] | None:

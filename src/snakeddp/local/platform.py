@@ -1,16 +1,21 @@
 """The local platform's contract: one node (this machine), the GPUs it shows its processes (counted
-without torch, CUDA_VISIBLE_DEVICES applied: snakeddp.util.gpus), and a core for every thread a run starts.
+without torch or CUDA, CUDA_VISIBLE_DEVICES applied: snakeddp.util.gpus) and that the installed torch runs
+on, a pool of them that its train jobs take from (snakeddp.local.gpupool), and a core for every thread a
+run starts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from snakeddp import platforms
+from snakeddp.config import site
 from snakeddp.config.parts import Launch
+from snakeddp.environment.cuda import install_hint
 from snakeddp.errors import print_line
-from snakeddp.local import PLATFORM
+from snakeddp.local import PLATFORM, gpupool
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.util import gpus
 
@@ -23,38 +28,70 @@ def check_nodes(run_id: str, launch: Launch) -> None:
         )
 
 
+def build_hint(why: site.NoGpus) -> str:
+    """What would make the installed build fit: another build of torch (or a newer driver)."""
+    return install_hint(why.builds or []) + (", or update the driver" if why.driver else "")
+
+
 def check_gpus(run_id: str, launch: Launch, env: Mapping[str, str] = os.environ) -> None:
-    """A run that asks for GPUs, against the GPUs this machine shows its processes: more ranks than GPUs
-    would die in Lightning's device check."""
+    """A run that asks for GPUs, against the GPUs this machine shows its processes and the installed torch's
+    build: more ranks than GPUs would die in Lightning's device check, a driver older than the build in
+    CUDA's first call, a GPU the build has no kernels for in its first kernel."""
     if launch.accelerator != "gpu":
         return
-    shown, devices = len(gpus.visible(env)), launch.devices
-    if shown >= devices:
+    why = site.why_not_gpus(launch.devices, env)
+    if why is None:
         return
+    if why.builds is not None:
+        raise PreflightError(f"run {run_id}: launch.accelerator: gpu, and {why.reason}. HINT: {build_hint(why)}.")
+    seen = gpus.driver()
+    shown, devices = len(gpus.apply_visible(seen, env)), launch.devices
     if shown:
         hint = f"set launch.devices: {shown} or fewer (sweep only what fits)"
-    elif gpus.installed():
+    elif seen.enumerable():
         hint = f"leave {gpus.VISIBLE} unset"
     else:
         hint = "run it where there are GPUs (a cluster's profile)"
     raise PreflightError(
         f"run {run_id}: launch.accelerator: gpu asks for {devices} GPU{'s' if devices > 1 else ''} (launch.devices), "
-        f"and this machine shows {gpus.describe(env)}. HINT: {hint}, or set launch.accelerator: auto to train "
-        "what does not fit on the CPU."
+        f"and {why.reason}. HINT: {hint}, or set launch.accelerator: auto to train what does not fit on the CPU."
+    )
+
+
+def check_bf16(run_id: str, launch: Launch, precision: str, env: Mapping[str, str] = os.environ) -> None:
+    """bf16 on GPUs without native bfloat16 (compute capability under 8.0: V100, T4), where every GPU the run
+    could be given is such: each rank would stop at start-up (snakeddp.training.trainer.check_precision)."""
+    if not precision.startswith("bf16") or site.local_accelerator(launch, env) != "gpu":
+        return
+    shown = [gpu for gpu in gpus.visible(env) if gpu.capability]
+    if not shown or any(gpu.capability >= (8, 0) for gpu in shown):
+        return
+    named = ", ".join(sorted({f"{gpu.model} ({gpu.capability[0]}.{gpu.capability[1]})" for gpu in shown}))
+    raise PreflightError(
+        f"run {run_id}: trainer.precision={precision}, and this machine's GPUs have no native bfloat16, which needs "
+        f"compute capability 8.0 or newer: {named}. HINT: set trainer.precision: 16-mixed (or 32-true) for these "
+        "GPUs, or run on A100/H100-class ones."
     )
 
 
 def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
-    """A line for each run that auto trains on the CPU although this machine has GPUs (fewer than its
-    ranks: a 2-rank run on a one-GPU workstation), so the choice is seen before the run, not in its record."""
-    shown = len(gpus.visible(env))
+    """A line for each run that auto trains on the CPU although this machine has GPUs (fewer than its ranks:
+    a 2-rank run on a one-GPU workstation; a driver or GPU the installed torch cannot run), so the choice is
+    seen before the run, not in its record."""
+    if not gpus.installed():
+        return
     for run_id, run in runs.items():
         launch = Launch.of(run["config"]["launch"])
-        if launch.accelerator == "auto" and 0 < shown < launch.devices:
-            print_line(
-                f"snakeddp: run {run_id}: {launch.devices} ranks, and this machine shows {gpus.describe(env)}: "
-                "launch.accelerator auto trains it on the CPU (launch.accelerator: gpu would refuse it instead)."
-            )
+        why = site.why_not_gpus(launch.devices, env) if launch.accelerator == "auto" else None
+        if why is None or not gpus.visible(env):
+            continue
+        ranks = f"{launch.devices} rank{'s' if launch.devices > 1 else ''}"
+        hint = f" HINT: {build_hint(why)}." if why.builds is not None else ""
+        instead = "launch.accelerator: gpu would refuse it instead"
+        print_line(
+            f"snakeddp: run {run_id}: {ranks}, and {why.reason}: launch.accelerator auto trains it on the CPU "
+            f"({instead}).{hint}"
+        )
 
 
 def check_cores(runs: Runs, cores: int) -> None:
@@ -80,15 +117,42 @@ class Local(Platform):
         check_nodes(run_id, launch)
         check_gpus(run_id, launch)
 
+    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+        for run_id, run in runs.items():
+            check_bf16(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"]["precision"])
+
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         # Whatever cores a dry run was given (Snakemake gives it 1 unless told), for the runs not trained yet.
         if cores is not None:
             note_instead(lambda: check_cores(to_train, cores))
         note_accelerators(to_train)
 
+    def resources(
+        self, invocation: Invocation, launch_of: Callable[[Any], Launch], accelerator_of: Callable[[Any], str]
+    ) -> dict[str, Callable[[Any], int]]:
+        # The pool's size: the GPUs a process here sees, unless the user's --resources gpu=N says otherwise.
+        size = gpupool.slots(invocation.resources.resources, os.environ)
+        if gpupool.RESOURCE not in invocation.resources.resources:
+            invocation.provide(gpupool.RESOURCE, size)
+        invocation.memo[gpupool.RESOURCE] = size
+        return {
+            gpupool.RESOURCE: lambda wildcards: (
+                launch_of(wildcards).devices if accelerator_of(wildcards) == "gpu" else 0
+            )
+        }
+
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         check_cores(invocation.runs, cores)
         note_accelerators(to_train)
+        gpupool.prepare(invocation.memo.get(gpupool.RESOURCE, 0))
+
+    def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+        return {gpupool.POOL: str(gpupool.FOLDER.resolve())}
+
+    def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
+        # A CPU run's ranks see no GPU: nothing in them initialises CUDA (under a driver older than torch's
+        # build, anything that did would raise) or takes memory on a GPU another run trains on.
+        return gpupool.take(devices, env) if accelerator == "gpu" else {gpus.VISIBLE: ""}
 
 
 CONTRACT = Local()

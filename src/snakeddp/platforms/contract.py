@@ -2,12 +2,13 @@
 
 The workflow (the Snakefile's PLAN: snakeddp.workflow.plan) asks the platform of its profile, through this
 contract and nothing else: to settle what its nodes have (``settle_site``), what a train job asks its
-scheduler for beside the portable resources (``resources``: Slurm's tasks and GRES), to check what it needs
-before any job (``check``, ``check_run``: while the workflow is read, so a dry run stops too, and
-``note`` in a dry run for what only a real run checks), to check what a real run needs when jobs are
-about to run (``before_jobs``: credentials, cores, nodes), to add to what every job inherits
-(``exports``) and to clean up at the end (``close``). A train job asks it how a run trains there:
-by ranks the job starts itself, or submitted to a remote service (``submit``, remote rows only).
+scheduler for beside the portable resources (``resources``: Slurm's tasks and GRES, the local platform's
+GPUs from a pool Snakemake counts), to check what it needs before any job (``check``, ``check_run``: while
+the workflow is read, so a dry run stops too, and ``note`` in a dry run for what only a real run checks),
+to check what a real run needs when jobs are about to run (``before_jobs``: credentials, cores, nodes), to
+add to what every job inherits (``exports``) and to clean up at the end (``close``). A train job asks it
+how a run trains there: by ranks the job starts itself, given their devices (``devices_for``), or
+submitted to a remote service (``submit``, remote rows only).
 Each hook does nothing by default; a platform overrides the ones it needs. Every refusal is a
 ConfigError (one line with a HINT), which the workflow prints once before it stops.
 """
@@ -49,6 +50,8 @@ class Invocation:
     resources: Any  # Snakemake's resource settings: which partition or queue each rule goes to
     train_rules: tuple[str, ...]  # the rules that train a run
     say: Callable[[str], None]  # a line on Snakemake's terminal while jobs run (its logger)
+    provide: Callable[[str, int], None] = lambda name, amount: None  # a global resource Snakemake counts
+    same_interpreter: bool = True  # jobs run Snakemake's interpreter (no --sdm conda or apptainer)
     memo: dict[str, Any] = field(default_factory=dict)  # what a platform learns once per invocation
 
     def remember(self, key: str, make: Callable[[], Any]) -> Any:
@@ -88,6 +91,11 @@ class Platform:
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         """When jobs are about to run: ``to_train`` will train (or resume), ``training`` are those
         whose train jobs are pending now, ``cores`` what Snakemake may use."""
+
+    def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
+        """What a train job's ranks are given of the devices where it starts them (CUDA_VISIBLE_DEVICES), held
+        while the job lives."""
+        return {}
 
     def close(self, invocation: Invocation) -> None:
         """The workflow ended (success or error): nothing of the platform's may outlive it."""

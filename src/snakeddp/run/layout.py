@@ -13,6 +13,7 @@
         trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
         tracking/                       the trackers' local stores and their state.json
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
+        refused.txt                     the same line, where the machine refused the ranks (not retried)
         hung.json                       what the rank that found the try hung said (run.tries folds it in)
         tries.json                      every start of the attempt's ranks and how it ended (run.tries)
         .attempt.lock                   held (shared) by every training process of a live attempt
@@ -58,6 +59,7 @@ TRACE_FILE = "rank-{rank}.jsonl"
 TRACKING = "tracking"
 TRACKING_STATE = "state.json"
 FAILURE = "failure.txt"
+REFUSED = "refused.txt"
 HUNG = "hung.json"
 TRIES = "tries.json"
 LOCK = ".attempt.lock"
@@ -164,6 +166,12 @@ class RunPaths(AttemptPaths):
     def failure(self) -> Path:
         """Where the first rank that stops on a snakeddp error leaves its one line for the launcher."""
         return self.folder / FAILURE
+
+    @property
+    def refused(self) -> Path:
+        """Where that line is too when the machine refused the ranks (snakeddp.errors.MachineRefusal): an
+        attempt that every retry on such nodes would repeat, which the workflow therefore does not retry."""
+        return self.folder / REFUSED
 
     @property
     def hung(self) -> Path:

@@ -1,5 +1,5 @@
-"""What a run's config needs from where it trains: a strategy the accelerator can run, the
-packages of its strategy and trackers. Imports no torch, so the workflow checks this when it
+"""What a run's config needs from where it trains: a strategy and a precision the accelerator can run as asked,
+the packages of its strategy and trackers. Imports no torch, so the workflow checks this when it
 starts (snakeddp.workflow.plan and preflight) and the training process again where it
 builds the strategy and the trackers.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from snakeddp.errors import StrategyError, TrackerError, add_hint
+from snakeddp.errors import PrecisionError, StrategyError, TrackerError, add_hint
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
 # The package each tracker needs, only when enabled: the module it imports, and the distribution that installs
@@ -18,13 +18,29 @@ TRACKER_PACKAGES = {"tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "
 DISTRIBUTIONS = {"mlflow": "mlflow-skinny"}
 
 
-def check_strategy(name: str, accelerator: str) -> None:
-    """A StrategyError when ``trainer.strategy`` cannot run on ``accelerator`` (cpu or gpu) here."""
+def on_the_cpu(requested: str) -> tuple[str, str]:
+    """Why a run trains on the CPU, and how it would train on GPUs instead, as its launch.accelerator (``requested``)
+    says: auto decided cpu here (too few GPUs for its ranks, or none the installed torch runs on), or cpu was asked."""
+    if requested == "auto":
+        return (
+            "launch.accelerator auto trains this run on the CPU here (no GPU for each of its ranks that the "
+            "installed torch runs on: `snakemake -n` says why)",
+            "run it where auto finds them, or set launch.accelerator: gpu to be told what is missing",
+        )
+    return (
+        "this run trains on the CPU (launch.accelerator: cpu)",
+        "run on GPU nodes with launch.accelerator: gpu (or auto)",
+    )
+
+
+def check_strategy(name: str, accelerator: str, requested: str = "cpu") -> None:
+    """A StrategyError when ``trainer.strategy`` cannot run on ``accelerator`` (cpu or gpu) here; ``requested``:
+    the run's launch.accelerator, which the HINT speaks of as it is."""
     if name == "fsdp" and accelerator != "gpu":
+        why, instead = on_the_cpu(requested)
         raise StrategyError(
-            "trainer.strategy=fsdp needs GPUs: Lightning's FSDPStrategy refuses accelerator='cpu', and this run "
-            "trains on the CPU. HINT: use trainer.strategy: ddp on CPU, or run on GPU nodes with "
-            "launch.accelerator: gpu (or auto)."
+            f"trainer.strategy=fsdp needs GPUs: Lightning's FSDPStrategy refuses accelerator='cpu', and {why}. "
+            f"HINT: use trainer.strategy: ddp on CPU, or {instead}."
         )
     if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise StrategyError(
@@ -33,6 +49,19 @@ def check_strategy(name: str, accelerator: str) -> None:
         )
     if name not in STRATEGIES:
         raise StrategyError(f"trainer.strategy={name!r} is not one of {', '.join(STRATEGIES)}")
+
+
+def check_precision(precision: str, accelerator: str, requested: str = "cpu") -> None:
+    """A PrecisionError for ``trainer.precision`` that Lightning would train as something else on ``accelerator``:
+    16-mixed on the CPU, which has no fp16 autocast, becomes bf16-mixed with a warning while the run's record
+    would say 16-mixed."""
+    if precision == "16-mixed" and accelerator != "gpu":
+        why, instead = on_the_cpu(requested)
+        raise PrecisionError(
+            f"trainer.precision=16-mixed, and {why}, which has no fp16 autocast: Lightning would train "
+            "bf16-mixed instead while the run's record said 16-mixed. HINT: set trainer.precision: bf16-mixed "
+            f"(or 32-true) for CPU runs, or {instead}."
+        )
 
 
 def require_tracker(key: str) -> None:

@@ -5,7 +5,12 @@ its nodes make it gpu, none cpu (``settle_site``); a declared ``site.accelerator
 goes into the ``site`` section the workflow exports, so the ranks resolve auto as the workflow did.
 Each run to train is then checked against the nodes (``check``): a request no node of the partition
 can hold (GPUs, CPUs or memory per node, node count) would pend for ever, so it is refused before
-anything is submitted, naming the largest node and the sizes to lower.
+anything is submitted, naming the largest node and the sizes to lower. What the ranks could not run on
+is refused the same way, since every rank would stop on it after the queue: GPUs whose model (the GRES
+type: ``v100``, ``a100``) the torch build the ranks run has no kernels for, and more ranks per node
+than MIG slices serve (``gpu:1g.10gb:7`` is seven slices, and a CUDA process enumerates one of them:
+NVIDIA's MIG user guide, so a node holds one rank of a job there). Drained and down nodes have nothing
+to offer, GPUs included.
 
 The partition is the train rule's ``slurm_partition`` resource (the profile's set-resources or
 default-resources), else the one Slurm marks as default, as snakemake-executor-plugin-slurm picks it.
@@ -27,7 +32,10 @@ from typing import Any
 from snakeddp.config import ConfigError
 from snakeddp.config import site as site_config
 from snakeddp.config.parts import Launch
+from snakeddp.environment.cuda import install_hint
+from snakeddp.errors import print_line
 from snakeddp.run import variables
+from snakeddp.util import cudabuild
 
 #: Node state flags under which Slurm starts nothing there until an admin (or the node) acts.
 UNUSABLE_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "FUTURE", "INVAL"})
@@ -37,6 +45,9 @@ RETURNING_STATES = frozenset({"REBOOT_ISSUED", "REBOOT_REQUESTED", "POWERING_UP"
 # Reason values hold spaces; keys hold / and :, as CPUs/Task).
 FIELD = re.compile(r"([A-Za-z][\w/:]*)=(.*?)(?= [A-Za-z][\w/:]*=|$)")
 QUERY_TIMEOUT_S = 30
+# A MIG slice's GRES type: its profile (1g.10gb, 3g.40gb, 1g.10gb+me), alone or after the GPU's model as
+# gres.conf's AutoDetect=nvml names it (nvidia_a100_3g.40gb).
+MIG_PROFILE = re.compile(r"(?:^|_)\d+g\.\d+gb(?:\+\w+)?$")
 
 
 class SlurmNodesError(ConfigError):
@@ -62,6 +73,18 @@ def gpus(gres: str) -> dict[str | None, int]:
         kind = parts[1] if len(parts) > 2 else None
         found[kind] = found.get(kind, 0) + int(parts[-1])
     return found
+
+
+def is_mig(gpu_type: str | None) -> bool:
+    """Whether a GRES type names MIG slices rather than whole GPUs."""
+    return bool(gpu_type and MIG_PROFILE.search(gpu_type))
+
+
+def runnable(gpu_type: str | None, build: str | None) -> bool:
+    """Whether ranks of torch's CUDA ``build`` can run on GPUs of this GRES type: True where either is
+    unknown (an untyped GPU, a model the table lacks, no CUDA build named)."""
+    capability = cudabuild.model_capability(gpu_type) if gpu_type and build else None
+    return capability is None or cudabuild.has_kernels(build, capability)
 
 
 def count(number: int, noun: str) -> str:
@@ -113,6 +136,17 @@ class Node:
     def gpu_count(self, gpu_type: str | None) -> int:
         return sum(self.gpus.values()) if gpu_type is None else self.gpus.get(gpu_type, 0)
 
+    def kinds(self, gpu_type: str | None) -> dict[str | None, int]:
+        """The node's GPUs a request for ``gpu_type`` (None: any) may be given, by type."""
+        return {kind: n for kind, n in self.gpus.items() if gpu_type is None or kind == gpu_type}
+
+    def gpu_ranks(self, gpu_type: str | None, build: str | None) -> int:
+        """How many ranks of one job can each have a GPU here that torch's ``build`` runs on: the whole GPUs
+        of the type asked for, and one for MIG slices (a CUDA process enumerates one slice)."""
+        usable = {kind: n for kind, n in self.kinds(gpu_type).items() if runnable(kind, build)}
+        whole = sum(n for kind, n in usable.items() if not is_mig(kind))
+        return max(whole, 1 if any(n for kind, n in usable.items() if is_mig(kind)) else 0)
+
     def describe(self, capacity: tuple[int, int], gpu_type: str | None) -> str:
         """``2 GPUs (a100), 2 CPUs, 23081 MB``: its GPUs (of ``gpu_type``), and the CPUs and memory one
         job may have (``capacity``, Partition.capacity)."""
@@ -138,8 +172,14 @@ class Partition:
     max_time: str | None = None
 
     @property
+    def up(self) -> tuple[Node, ...]:
+        """The nodes Slurm may start a job on now or soon (not drained, down or failed)."""
+        return tuple(node for node in self.nodes if node.usable)
+
+    @property
     def has_gpus(self) -> bool:
-        return any(node.gpus for node in self.nodes)
+        """Whether a node that is up has GPUs: a drained GPU node trains nothing."""
+        return any(node.gpus for node in self.up)
 
     def capacity(self, node: Node) -> tuple[int, int]:
         """CPUs and MB one job may have on ``node`` here (MaxCPUsPerNode, MaxMemPerNode)."""
@@ -148,16 +188,25 @@ class Partition:
 
     def holds(self, node: Node, need: Need) -> bool:
         cpus, memory = self.capacity(node)
-        return cpus >= need.cpus and memory >= need.mem_mb and node.gpu_count(need.gpu_type) >= need.gpus
+        gpus = node.gpu_ranks(need.gpu_type, need.build) if need.gpus else 0
+        return cpus >= need.cpus and memory >= need.mem_mb and gpus >= need.gpus
 
     def hosts(self, need: Need) -> list[Node]:
         """The nodes that are up and could each hold one node's share of ``need``."""
         return [node for node in self.nodes if node.usable and self.holds(node, need)]
 
-    def largest(self, gpu_type: str | None) -> Node | None:
-        """The node that is up with the most GPUs (of ``gpu_type``), then CPUs, then memory."""
-        up = [node for node in self.nodes if node.usable]
-        return max(up, key=lambda n: (n.gpu_count(gpu_type), *self.capacity(n)), default=None)
+    def largest(self, gpu_type: str | None, build: str | None = None) -> Node | None:
+        """The node that is up with the most GPUs (of ``gpu_type``, for ranks of ``build``), then CPUs, then
+        memory."""
+        return max(self.up, key=lambda n: (n.gpu_ranks(gpu_type, build), *self.capacity(n)), default=None)
+
+    def gpu_kinds(self, gpu_type: str | None) -> dict[str | None, int]:
+        """The GPU types (of ``gpu_type``) on the nodes that are up, with the most one node has of each."""
+        found: dict[str | None, int] = {}
+        for node in self.up:
+            for kind, n in node.kinds(gpu_type).items():
+                found[kind] = max(found.get(kind, 0), n)
+        return found
 
 
 @dataclass(frozen=True)
@@ -169,6 +218,10 @@ class Need:
     mem_mb: int
     gpus: int = 0
     gpu_type: str | None = None
+    #: The CUDA build of torch the ranks run ("13.0"), which GPUs of some models cannot run; None: unknown.
+    build: str | None = None
+    #: trainer.precision, which GPUs without native bfloat16 refuse as bf16-mixed.
+    precision: str = "32-true"
 
     def describe(self) -> str:
         """``1 GPU, 4 CPUs and 16000 MB`` (no GPUs named for a CPU run)."""
@@ -176,9 +229,16 @@ class Need:
         return f"{gpus}{count(self.cpus, 'CPU')} and {self.mem_mb} MB"
 
 
-def need(launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str, Any]) -> Need:
+def need(
+    launch: Launch | Mapping[str, Any],
+    accelerator: str,
+    site: Mapping[str, Any],
+    build: str | None = None,
+    precision: str = "32-true",
+) -> Need:
     """A run's train job per node, as snakeddp.slurm.resources asks for it: one task per rank (or
-    one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node."""
+    one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node; ``build``:
+    the CUDA build of torch its ranks run, ``precision`` its trainer.precision."""
     launch = Launch.of(launch)
     devices = launch.devices
     gpu = accelerator == "gpu"
@@ -188,6 +248,8 @@ def need(launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str
         mem_mb=site_config.mem_mb(launch, accelerator, site),
         gpus=devices if gpu else 0,
         gpu_type=site.get("gpu_type") if gpu else None,
+        build=build if gpu else None,
+        precision=precision,
     )
 
 
@@ -284,17 +346,38 @@ class TrainingNodes:
         return found
 
     def accelerator(self) -> str:
-        """gpu when the nodes of the training partitions have GPU GRES, cpu when none has."""
-        partitions = {partition.name: partition for group in self.groups.values() for partition in group}
-        kinds = {name: "gpu" if partition.has_gpus else "cpu" for name, partition in partitions.items()}
+        """gpu when the nodes that are up in the partitions a training job may go to have GPU GRES, cpu when
+        none has (each rule's partitions: a job of ``-p gpu,cpu`` starts where its GPUs are)."""
+        return self.decision()[0]
+
+    def decision(self) -> tuple[str, str]:
+        """``accelerator()`` and why, in words: what each partition's nodes that are up have."""
+        kinds = {rule: "gpu" if any(p.has_gpus for p in group) else "cpu" for rule, group in self.groups.items()}
         if len(set(kinds.values())) > 1:
-            which = ", ".join(f"{name} ({kind})" for name, kind in sorted(kinds.items()))
+            which = ", ".join(
+                f"{rule} to {','.join(p.name for p in self.groups[rule])} ({kind})"
+                for rule, kind in sorted(kinds.items())
+            )
             raise SlurmNodesError(
                 f"launch.accelerator is auto, and the training partitions differ in what their nodes have: {which}. "
                 'HINT: declare it in the profile\'s config: entries ("site={accelerator: gpu}", or cpu), or send '
                 "train and search_train to the same partition (set-resources: slurm_partition)."
             )
-        return kinds.popitem()[1] if kinds else "cpu"
+        partitions = {partition.name: partition for group in self.groups.values() for partition in group}
+        return (kinds.popitem()[1] if kinds else "cpu"), "; ".join(map(offers, partitions.values()))
+
+
+def offers(partition: Partition) -> str:
+    """What a partition's nodes offer a job now: ``partition main: 2 nodes up with GPUs (a100), 1 drained``."""
+    up, down = partition.up, len(partition.nodes) - len(partition.up)
+    kinds = sorted({kind for node in up for kind in node.gpus if kind})
+    with_gpus = sum(bool(node.gpus) for node in up)
+    models = f" ({', '.join(kinds)})" if kinds else ""
+    has = f"{count(with_gpus, 'node')} up with GPUs{models}" if with_gpus else ""
+    plain = len(up) - with_gpus
+    parts = [part for part in (has, f"{count(plain, 'node')} up without" if plain else "") if part]
+    parts.append(f"{down} down or drained" if down else "")
+    return f"partition {partition.name}: {', '.join(filter(None, parts)) or 'no nodes'}"
 
 
 def settle_site(
@@ -302,10 +385,12 @@ def settle_site(
     runs: Mapping[str, Mapping[str, Any]],
     nodes: TrainingNodes | None,
     env: Mapping[str, str],
+    say: Callable[[str], None] = print_line,
 ) -> dict[str, Any]:
     """``site`` with its accelerator filled in from Slurm when a run's auto needs it and nothing is
-    declared. ``nodes`` is None inside a job: the site its invocation exported (``env``) holds the
-    decision, so a job never asks Slurm again nor decides otherwise than the invocation did."""
+    declared, saying so in one line (``say``). ``nodes`` is None inside a job: the site its invocation
+    exported (``env``) holds the decision, so a job never asks Slurm again nor decides otherwise than the
+    invocation did."""
     waiting = [rid for rid, run in runs.items() if run["config"]["launch"]["accelerator"] == "auto"]
     if site.get("accelerator") is not None or not waiting:
         return dict(site)
@@ -313,7 +398,7 @@ def settle_site(
         decided = json.loads(env.get(variables.SITE) or "{}").get("accelerator")
         return {**site, "accelerator": decided} if decided else dict(site)
     try:
-        return {**site, "accelerator": nodes.accelerator()}
+        decided, why = nodes.decision()
     except SlurmNodesError as error:
         if "HINT:" in str(error):
             raise
@@ -323,6 +408,8 @@ def settle_site(
             "(a login node, where `sinfo` works), or declare it in the profile's config: entries "
             '("site={accelerator: gpu}", or cpu), or set launch.accelerator: gpu (or cpu).'
         ) from None
+    say(f"snakeddp: launch.accelerator auto on Slurm means {decided} ({why}).")
+    return {**site, "accelerator": decided}
 
 
 def _flow(mapping: Mapping[str, Any]) -> str:
@@ -370,6 +457,7 @@ def _fixes(launch: Launch, wanted: Need, cpus: int, memory: int, gpus: int) -> l
 
 
 OTHER_PARTITION = "or train on a partition with larger nodes (set-resources: train: slurm_partition in the profile)"
+OTHER_GPUS = "or train on a partition of other GPUs (set-resources: train: slurm_partition in the profile)"
 
 
 def refusal(
@@ -387,9 +475,9 @@ def refusal(
     hosts = partition.hosts(wanted)
     limit = partition.max_nodes
     if len(hosts) >= wanted.nodes and (limit is None or wanted.nodes <= limit):
-        return None
+        return without_bf16(run_id, wanted, partition.name, hosts)
     where = f"Slurm partition {partition.name}"
-    largest = partition.largest(wanted.gpu_type)
+    largest = partition.largest(wanted.gpu_type, wanted.build)
     down = sum(not node.usable for node in partition.nodes)
     if largest is None:
         return SlurmNodesError(
@@ -407,8 +495,11 @@ def refusal(
             f"wait for ever. HINT: set launch.nodes to at most {most} (more launch.devices per node instead), "
             f"{OTHER_PARTITION}."
         )
+    unrunnable = wanted.gpus and ranks_cannot_run(asked, wanted, partition)
+    if unrunnable:
+        return unrunnable
     cpus, memory = partition.capacity(largest)
-    gpus = largest.gpu_count(wanted.gpu_type)
+    gpus = largest.gpu_ranks(wanted.gpu_type, wanted.build)
     downs = f"; {down} more down or drained" if down else ""
     if wanted.gpus and not gpus:
         kinds = sorted({kind for node in partition.nodes for kind in node.gpus if kind})
@@ -438,22 +529,75 @@ def refusal(
     )
 
 
+def without_bf16(run_id: str, wanted: Need, partition: str, hosts: list[Node]) -> SlurmNodesError | None:
+    """A bf16 run whose job could start only on GPUs without native bfloat16 (compute capability under 8.0,
+    as the GRES types name their models): each rank would stop at start-up, after the queue. None else, and
+    where a host's GPUs are of a model nobody named."""
+    if not (wanted.gpus and wanted.precision.startswith("bf16")):
+        return None
+    kinds = {kind for node in hosts for kind, n in node.kinds(wanted.gpu_type).items() if runnable(kind, wanted.build)}
+    codes = {kind: cudabuild.model_capability(kind) if kind else None for kind in kinds}
+    if not codes or any(code is None or code >= 80 for code in codes.values()):
+        return None
+    named = ", ".join(f"{kind} ({code // 10}.{code % 10})" for kind, code in sorted(codes.items()))
+    return SlurmNodesError(
+        f"run {run_id}: trainer.precision={wanted.precision}, and the GPUs of Slurm partition {partition} that "
+        f"could hold its job have no native bfloat16, which needs compute capability 8.0 or newer: {named}; "
+        "every rank would stop at start-up, after the queue. HINT: set trainer.precision: 16-mixed (or 32-true) "
+        f"for these GPUs, {OTHER_GPUS}."
+    )
+
+
+def ranks_cannot_run(asked: str, wanted: Need, partition: Partition) -> SlurmNodesError | None:
+    """Why the ranks could not train on the GPUs of ``partition`` that are there for them, where that is why
+    no node holds the job: a model the build has no kernels for, or MIG slices, one a process. None else."""
+    kinds = partition.gpu_kinds(wanted.gpu_type)
+    if not kinds:
+        return None
+    where = f"Slurm partition {partition.name}"
+    runnable_kinds = [kind for kind in kinds if runnable(kind, wanted.build)]
+    if not runnable_kinds:
+        models = sorted({kind for kind in kinds if kind})
+        codes = sorted({cudabuild.model_capability(kind) for kind in models})
+        named = ", ".join(f"{code // 10}.{code % 10}" for code in codes)
+        return SlurmNodesError(
+            f"{asked}, and the GPUs of {where} are {', '.join(models)} (compute capability {named}), which torch's "
+            f"CUDA {wanted.build} build has no kernels for: every rank would stop before its first kernel, after "
+            f"the queue. HINT: {install_hint(cudabuild.builds_for(min(codes)))}, or set site.gpu_type to GPUs "
+            f"the {wanted.build} build runs on, {OTHER_GPUS}."
+        )
+    slices = sorted(kind for kind in runnable_kinds if is_mig(kind))
+    if slices and wanted.gpus > 1 and all(is_mig(kind) for kind in runnable_kinds):
+        return SlurmNodesError(
+            f"{asked}, and the GPUs of {where} are MIG slices ({', '.join(slices)}): a CUDA process enumerates "
+            f"one MIG slice, so each node holds one rank of a job, and the job's second rank on a node would "
+            "find no device. HINT: set launch.devices: 1 (more launch.nodes for more ranks), or train on whole "
+            "GPUs (set-resources: train: slurm_partition in the profile, or site.gpu_type)."
+        )
+    return None
+
+
 def check(
     runs: Mapping[str, Mapping[str, Any]],
     accelerator: Callable[[Mapping[str, Any]], str],
     site: Mapping[str, Any],
     declared: Mapping[str, Any],
     nodes: TrainingNodes,
+    build: str | None = None,
 ) -> None:
     """Every run to train (``runs``, as RUNS holds them) against the nodes of each training rule's
     partitions: the first whose job could start in none of them is refused (SlurmNodesError, one
-    line). ``accelerator`` resolves a run's launch where it runs; ``declared`` is the site as given."""
+    line). ``accelerator`` resolves a run's launch where it runs; ``declared`` is the site as given;
+    ``build`` the CUDA build of torch the ranks run (None: unknown, no model is refused)."""
     launches = [
         (launch, accelerator(launch)) for launch in (Launch.of(run["config"]["launch"]) for run in runs.values())
     ]
     for group in nodes.groups.values():
-        for (run_id, _), (launch, resolved) in zip(runs.items(), launches, strict=True):
-            wanted = need(launch, resolved, site)
+        for (run_id, run), (launch, resolved) in zip(runs.items(), launches, strict=True):
+            precision = run["config"].get("trainer", {}).get("precision", "32-true")
+            wanted = need(launch, resolved, site, build, precision)
             errors = [refusal(run_id, launch, wanted, partition, launches, site, declared) for partition in group]
             if all(errors):
-                raise errors[0]
+                # The partition whose nodes come closest says why: a GPU run's, one with GPUs up.
+                closest = [error for error, p in zip(errors, group, strict=True) if p.has_gpus] if wanted.gpus else []
+                raise (closest or errors)[0]

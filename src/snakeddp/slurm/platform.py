@@ -22,6 +22,7 @@ from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions, where_tried
 from snakeddp.slurm.resources import RESOURCES, slurm_resources
 from snakeddp.slurm.watch import PendingWatch
+from snakeddp.util import cudabuild
 
 # srun that restores SLURM_CONF, which the jobstep plugin drops (profiles/slurm/bin/srun).
 SRUN_BIN = Path("profiles") / "slurm" / "bin"
@@ -52,15 +53,20 @@ def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
 
 
 def check_nodes(
-    runs: Runs, site_config: Mapping[str, Any], declared: Mapping[str, Any], nodes: slurm_nodes.TrainingNodes | None
+    runs: Runs,
+    site_config: Mapping[str, Any],
+    declared: Mapping[str, Any],
+    nodes: slurm_nodes.TrainingNodes | None,
+    build: str | None = None,
 ) -> None:
     """Each run to train (``runs``) against the nodes of its partition (``nodes``; None inside a job): a
-    job no node can hold would pend for ever. ``declared``: the site as given, which the HINT's --config keeps."""
+    job no node can hold, or whose ranks could not run on its GPUs (``build``: torch's CUDA build there),
+    would pend for ever or fail after the queue. ``declared``: the site as given, which the HINT's --config keeps."""
     if nodes is None or not runs:
         return
     try:
         slurm_nodes.check(
-            runs, lambda launch: site.resolved(launch, PLATFORM, site_config), site_config, declared, nodes
+            runs, lambda launch: site.resolved(launch, PLATFORM, site_config), site_config, declared, nodes, build
         )
     except slurm_nodes.SlurmNodesError as error:
         message = str(error)
@@ -103,14 +109,19 @@ class Slurm(Platform):
         for run_id, run in runs.items() if in_container else ():
             check_container(run_id, run["config"]["launch"])
 
+    @staticmethod
+    def build(invocation: Invocation) -> str | None:
+        """The CUDA build of torch the ranks will run (environment.cuda, or the .venv's CUDA build)."""
+        return cudabuild.ranks_build(invocation.config["environment"]["cuda"], invocation.same_interpreter)
+
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         declared = invocation.declared.get("site") or {}
-        nodes = self.nodes(invocation)
-        note_instead(lambda: check_nodes(to_train, invocation.config["site"], declared, nodes))
+        nodes, build = self.nodes(invocation), self.build(invocation)
+        note_instead(lambda: check_nodes(to_train, invocation.config["site"], declared, nodes, build))
 
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         declared = invocation.declared.get("site") or {}
-        check_nodes(training, invocation.config["site"], declared, self.nodes(invocation))
+        check_nodes(training, invocation.config["site"], declared, self.nodes(invocation), self.build(invocation))
         invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
         invocation.remember("exclusions", lambda: Exclusions(invocation.train_rules, invocation.say)).start()
 

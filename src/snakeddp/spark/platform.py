@@ -1,10 +1,12 @@
 """The spark platform's contract: pyspark, a JDK and a master that answers, checked before any job
-(snakeddp.spark.master, without pyspark); a train job runs its ranks in the workflow's shared Spark
-application (snakeddp.spark.sharing), started before the first job (with its session, where the runs
-agree on one) and stopped at the end."""
+(snakeddp.spark.master, without pyspark); launch.accelerator auto is what the cluster's workers offer
+(snakeddp.spark.workers), unless the profile declares it; a train job runs its ranks in the workflow's
+shared Spark application (snakeddp.spark.sharing), started before the first job (with its session, where
+the runs agree on one) and stopped at the end."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,15 +14,40 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
+from snakeddp.errors import SparkError, print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
-from snakeddp.spark import PLATFORM, master, sharing
+from snakeddp.run import variables
+from snakeddp.spark import PLATFORM, master, sharing, workers
 
 #: Where the shared application's executors keep their temporary files: in the checkout, which they see.
 SCRATCH = Path(".snakemake") / "snakeddp"
 
 
+def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """The site with auto decided from the cluster's workers where a run needs it and the profile declares
+    nothing, said in one line; a job takes its invocation's decision (exported in the site section)."""
+    site = dict(invocation.config["site"])
+    waiting = any(run["config"]["launch"]["accelerator"] == "auto" for run in invocation.runs.values())
+    if site.get("accelerator") is not None or not waiting:
+        return site
+    if not invocation.typed:
+        decided = json.loads(env.get(variables.SITE) or "{}").get("accelerator")
+        return {**site, "accelerator": decided} if decided else site
+    try:
+        offer = workers.offer(invocation.config[PLATFORM], env)
+    except SparkError:
+        return site  # no master named: the checks say so, with their HINT
+    if offer is None:
+        return site  # the master says nothing of its workers: auto is refused, naming the declaration
+    print_line(f"snakeddp: launch.accelerator auto on Spark means {offer.accelerator} ({offer.why}).")
+    return {**site, "accelerator": offer.accelerator}
+
+
 class Spark(Platform):
     row = platforms.row(PLATFORM)
+
+    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+        return settle_site(invocation)
 
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         try:

@@ -136,8 +136,14 @@ def gpu_settings(shape: Shape, master: str, given: Mapping[str, str]) -> dict[st
     spark.task.resource.gpu.amount GPUs, and a task gets GPUs only from an executor that asked for them."""
     settings = {} if GPU_TASK in given else {GPU_TASK: "1"}
     # local[N] has no executors: its tasks take the driver's GPUs there (spark.driver.resource.gpu.*).
-    if has_executors(master) and GPU_EXECUTOR not in given and EXECUTOR_CORES not in given:
-        settings.update({GPU_EXECUTOR: "1", EXECUTOR_CORES: str(shape.threads)})
+    if not has_executors(master):
+        return settings
+    # Each setting on its own: a spark-defaults.conf that sizes executors by cores alone (common on clusters
+    # sized for CPU jobs) still needs executors that ask for a GPU, or Spark refuses every GPU task.
+    if GPU_EXECUTOR not in given:
+        settings[GPU_EXECUTOR] = "1"
+    if EXECUTOR_CORES not in given and GPU_EXECUTOR not in given:
+        settings[EXECUTOR_CORES] = str(shape.threads)
     return settings
 
 

@@ -43,9 +43,10 @@ def _fsdp_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def strategy_class(name: str, accelerator: str) -> type[Strategy]:
-    """The Lightning class of ``trainer.strategy``, or a StrategyError saying why it cannot run here."""
-    check_strategy(name, accelerator)
+def strategy_class(name: str, accelerator: str, requested: str = "cpu") -> type[Strategy]:
+    """The Lightning class of ``trainer.strategy``, or a StrategyError saying why it cannot run here
+    (``requested``: the run's launch.accelerator, which the HINT speaks of)."""
+    check_strategy(name, accelerator, requested)
     if name == "fsdp":
         from lightning.pytorch.strategies import FSDPStrategy
 
@@ -63,12 +64,14 @@ def build_strategy(
     backend: str,
     cluster_environment: ClusterEnvironment,
     checkpoint_io: CheckpointIO,
+    requested: str = "cpu",
     hang_timeout: HangTimeout | None = None,
 ) -> Strategy:
     """The configured strategy on the launcher's cluster environment and process-group backend, its process
-    group's timeout (gloo's and NCCL's collectives, the rendezvous) from launch.hang_timeout."""
+    group's timeout (gloo's and NCCL's collectives, the rendezvous) from launch.hang_timeout; ``requested``:
+    the run's launch.accelerator (auto, or what ``accelerator`` is)."""
     name = trainer_cfg.get("strategy", "ddp")
-    cls = strategy_class(name, accelerator)
+    cls = strategy_class(name, accelerator, requested)
     options = dict(trainer_cfg.get("strategy_options") or {})
     if name == "fsdp":
         options = _fsdp_options(options)

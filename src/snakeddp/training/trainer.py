@@ -22,9 +22,9 @@ from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.config import parts
 from snakeddp.environment import cuda
 from snakeddp.environment.capture import accelerator_and_backend
-from snakeddp.errors import LaunchError
+from snakeddp.errors import MachineRefusal
 from snakeddp.provenance.record import Outcome
-from snakeddp.run import variables
+from snakeddp.run import requirements, variables
 from snakeddp.run.layout import LAST_CHECKPOINT, RunPaths, checkpoint_name
 from snakeddp.run.tries import write_saved
 from snakeddp.training.callbacks import (
@@ -118,17 +118,23 @@ class Callbacks:
         )
 
 
-def check_precision(precision: str, accelerator: str) -> None:
-    """bf16 on a GPU without native bfloat16 (before compute capability 8.0) would be emulated, many
-    times slower than fp16, and Lightning says nothing: stop before training, naming the GPU."""
-    if accelerator != "gpu" or not precision.startswith("bf16"):
+def check_precision(
+    precision: str, accelerator: str, device: cuda.Device | None = None, requested: str = "cpu"
+) -> None:
+    """What Lightning would train other than asked, stopped before training: bf16 on a GPU without native
+    bfloat16 (before compute capability 8.0; ``device`` is this rank's own, as the checks found it) would be
+    emulated, many times slower than fp16, and Lightning says nothing; 16-mixed on the CPU, which Lightning
+    turns into bf16-mixed with a warning while the run's record would say 16-mixed (the workflow refuses it
+    before any job; ``requested``: the run's launch.accelerator). Neither is retried: any attempt meets it."""
+    try:
+        requirements.check_precision(precision, accelerator, requested)
+    except requirements.PrecisionError as error:
+        raise MachineRefusal(str(error)) from None
+    if accelerator != "gpu" or not precision.startswith("bf16") or device is None or device.capability >= (8, 0):
         return
-    if torch.cuda.is_bf16_supported(including_emulation=False):
-        return
-    device = torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(device)
-    raise LaunchError(
-        f"trainer.precision={precision}, and {torch.cuda.get_device_name(device)} (compute capability "
+    major, minor = device.capability
+    raise MachineRefusal(
+        f"trainer.precision={precision}, and {device.name} (compute capability "
         f"{major}.{minor}) has no native bfloat16, which needs 8.0 or newer. HINT: set trainer.precision: 16-mixed "
         "(or 32-true) for these GPUs, or run on A100/H100-class ones."
     )
@@ -150,12 +156,13 @@ def build_trainer(
     """
     trainer_cfg, launch = parts.Trainer.of(cfg["trainer"]), parts.Launch.of(cfg["launch"])
     accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
+    device = None
     if accelerator == "gpu":
         # Before the first CUDA call: a GPU run never falls back to the CPU, nor meets "no kernel image".
-        found = cuda.check_device(layout.local_rank)
+        device = cuda.check_device(layout.local_rank, ranks_on_node=layout.local_world_size)
         if layout.local_rank == 0:
-            print(f"snakeddp: {layout.local_world_size} rank(s) on {found}", file=sys.stderr, flush=True)
-    check_precision(trainer_cfg.precision, accelerator)
+            print(f"snakeddp: {layout.local_world_size} rank(s) on {device}", file=sys.stderr, flush=True)
+    check_precision(trainer_cfg.precision, accelerator, device, launch.accelerator)
     paths = RunPaths(run_dir)
     checkpoint_io = AtomicCheckpointIO(run_dir)
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
@@ -191,6 +198,7 @@ def build_trainer(
         backend,
         launcher.lightning_environment(layout),
         checkpoint_io,
+        launch.accelerator,
         HangTimeout(launch.hang_timeout),
     )
     trainer = pl.Trainer(

@@ -25,6 +25,7 @@ from typing import Any
 
 from snakeddp import config as configuration
 from snakeddp import platforms
+from snakeddp.compat import snakemake as snakemake_compat
 from snakeddp.config import coerce, layers, parts, site, sources
 from snakeddp.data import plan as data_plan
 from snakeddp.environment import files as envfiles
@@ -281,6 +282,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
     search = searching.plan(validated, runs)
     name = validated["platform"]
     row, contract = platforms.row(name), platforms.load(name)
+    deployment = frozenset(method.name for method in workflow.deployment_settings.deployment_method)
     invocation = Invocation(
         config=validated,
         declared=config,
@@ -289,6 +291,16 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         resources=workflow.resource_settings,
         train_rules=("train", "search_train") if search else ("train",),
         say=say,
+        # A global resource the platform's own pools count (the local platform's GPUs).
+        provide=workflow.register_resource,
+        same_interpreter=not deployment & OWN_ENVIRONMENTS,
+    )
+    # A train job whose ranks the machine refused (torch's build against the GPU or driver, MIG, the
+    # precision) is not retried: every attempt on such nodes would be refused again (MachineRefusal).
+    snakemake_compat.no_retry_when(
+        lambda rule, wildcards: (
+            rule in invocation.train_rules and RunPaths.under("results", wildcards["run"]).refused.exists()
+        )
     )
     # What the platform's nodes have (on Slurm, launch.accelerator: auto asked of the training
     # partition's nodes once) joins the site section every job and rank gets.
@@ -299,7 +311,6 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         del validated["report"]["export"]
     if validated["experiment"] is None:
         del validated["experiment"]
-    deployment = frozenset(method.name for method in workflow.deployment_settings.deployment_method)
     # The lock the environment records hash (environment.lock, else this checkout's). Its content
     # is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
     # path reaches the job through the environment.

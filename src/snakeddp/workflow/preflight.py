@@ -95,7 +95,7 @@ def check_run(
     platform: str,
     site_config: Mapping[str, Any] | None = None,
 ) -> None:
-    """The layout, launcher, accelerator and strategy of one run against the profile it runs on
+    """The layout, launcher, accelerator, strategy and precision of one run against the profile it runs on
     and what that profile declares its nodes have (``site_config``)."""
     site_config = site_config or {}
     launch = Launch.of(launch)
@@ -111,8 +111,9 @@ def check_run(
     except site.SiteError as error:
         raise PreflightError(str(error)) from None
     try:
-        requirements.check_strategy(trainer["strategy"], accelerator)
-    except requirements.StrategyError as error:
+        requirements.check_strategy(trainer["strategy"], accelerator, launch.accelerator)
+        requirements.check_precision(trainer["precision"], accelerator, launch.accelerator)
+    except (requirements.StrategyError, requirements.PrecisionError) as error:
         raise PreflightError(f"{where}{error}") from None
 
 

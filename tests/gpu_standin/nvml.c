@@ -1,0 +1,178 @@
+/* A stand-in libnvidia-ml.so.1 (tests only): the driver's NVML, answering for made-up GPUs, so that
+ * torch's own NVML count (torch/cuda/__init__.py: _raw_device_count_nvml, _raw_device_uuid_nvml) and
+ * nvidia-ml-py (snakeddp.util.gpus) meet it where they meet the real one: CDLL("libnvidia-ml.so.1"),
+ * found on LD_LIBRARY_PATH. tests/gpu_standin.py compiles it once (cached by this file's hash) for every
+ * stand-in machine: each names its GPUs' file in SNAKEDDP_STANDIN_NVML, read at nvmlInit as the real library
+ * asks its kernel driver then:
+ *
+ *   driver 570.86.15 12080           the driver's version and the CUDA version it supports (x 1000)
+ *   gpu GPU-uuid 8 0 0 NVIDIA A100   UUID, compute capability major and minor, device minor, name
+ *   mig MIG-uuid NVIDIA A100 MIG ... a MIG slice of the gpu line before it (which is then in MIG mode)
+ *
+ * Only what the callers ask is answered; the rest of NVML is absent (dlsym fails, as on an older driver).
+ * A file that cannot be read (or none named) answers nvmlInit with NVML_ERROR_DRIVER_NOT_LOADED. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SUCCESS 0
+#define ERROR_UNINITIALIZED 1
+#define ERROR_INVALID_ARGUMENT 2
+#define ERROR_NOT_SUPPORTED 3
+#define ERROR_INSUFFICIENT_SIZE 7
+#define ERROR_DRIVER_NOT_LOADED 9
+#define ERROR_NOT_FOUND 6
+#define MAX_GPUS 16
+#define MAX_MIGS 7
+
+struct device {
+    char uuid[96], name[96];
+    int major, minor, node, mig, slices, count;  /* mig: a slice; slices: MIG mode on; count: its slices */
+    struct device *parent, *migs[MAX_MIGS];
+};
+
+static struct device gpus[MAX_GPUS], migs[MAX_GPUS * MAX_MIGS];
+static int gpu_count, mig_count, loaded;
+static char driver[80];
+static int cuda_version;
+
+static int load(void) {
+    const char *devices = getenv("SNAKEDDP_STANDIN_NVML");
+    FILE *file = devices ? fopen(devices, "r") : NULL;
+    char line[256];
+    if (!file)
+        return ERROR_DRIVER_NOT_LOADED;
+    gpu_count = mig_count = 0;
+    while (fgets(line, sizeof line, file)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "driver ", 7)) {
+            sscanf(line + 7, "%79s %d", driver, &cuda_version);
+        } else if (!strncmp(line, "gpu ", 4) && gpu_count < MAX_GPUS) {
+            struct device *gpu = &gpus[gpu_count++];
+            int used = 0;
+            memset(gpu, 0, sizeof *gpu);
+            sscanf(line + 4, "%95s %d %d %d %n", gpu->uuid, &gpu->major, &gpu->minor, &gpu->node, &used);
+            snprintf(gpu->name, sizeof gpu->name, "%s", line + 4 + used);
+        } else if (!strncmp(line, "mig ", 4) && gpu_count && mig_count < MAX_GPUS * MAX_MIGS) {
+            struct device *parent = &gpus[gpu_count - 1], *slice = &migs[mig_count++];
+            int used = 0;
+            memset(slice, 0, sizeof *slice);
+            sscanf(line + 4, "%95s %n", slice->uuid, &used);
+            snprintf(slice->name, sizeof slice->name, "%s", line + 4 + used);
+            slice->major = parent->major, slice->minor = parent->minor, slice->node = parent->node;
+            slice->mig = 1, slice->parent = parent;
+            parent->slices = 1;  /* MIG mode on */
+            if (parent->count < MAX_MIGS)
+                parent->migs[parent->count++] = slice;
+        }
+    }
+    fclose(file);
+    loaded = 1;
+    return SUCCESS;
+}
+
+static int copy(char *out, unsigned length, const char *text) {
+    if (!out)
+        return ERROR_INVALID_ARGUMENT;
+    if (strlen(text) + 1 > length)
+        return ERROR_INSUFFICIENT_SIZE;
+    strcpy(out, text);
+    return SUCCESS;
+}
+
+static struct device *device_of(void *handle) { return (struct device *)handle; }
+
+int nvmlInitWithFlags(unsigned flags) { (void)flags; return load(); }
+int nvmlInit_v2(void) { return load(); }
+int nvmlInit(void) { return load(); }
+int nvmlShutdown(void) { return loaded ? SUCCESS : ERROR_UNINITIALIZED; }
+
+const char *nvmlErrorString(int result) {
+    switch (result) {
+    case SUCCESS: return "Success";
+    case ERROR_UNINITIALIZED: return "Uninitialized";
+    case ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case ERROR_NOT_SUPPORTED: return "Not Supported";
+    case ERROR_NOT_FOUND: return "Not Found";
+    case ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+    }
+}
+
+int nvmlSystemGetDriverVersion(char *version, unsigned length) {
+    return loaded ? copy(version, length, driver) : ERROR_UNINITIALIZED;
+}
+
+int nvmlSystemGetCudaDriverVersion(int *version) {
+    if (!loaded)
+        return ERROR_UNINITIALIZED;
+    *version = cuda_version;
+    return SUCCESS;
+}
+
+int nvmlSystemGetCudaDriverVersion_v2(int *version) { return nvmlSystemGetCudaDriverVersion(version); }
+
+int nvmlDeviceGetCount_v2(unsigned *count) {
+    if (!loaded)
+        return ERROR_UNINITIALIZED;
+    *count = (unsigned)gpu_count;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetCount(unsigned *count) { return nvmlDeviceGetCount_v2(count); }
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
+    if (!loaded)
+        return ERROR_UNINITIALIZED;
+    if (index >= (unsigned)gpu_count)
+        return ERROR_INVALID_ARGUMENT;
+    *handle = &gpus[index];
+    return SUCCESS;
+}
+
+int nvmlDeviceGetHandleByIndex(unsigned index, void **handle) { return nvmlDeviceGetHandleByIndex_v2(index, handle); }
+
+int nvmlDeviceGetName(void *handle, char *name, unsigned length) { return copy(name, length, device_of(handle)->name); }
+int nvmlDeviceGetUUID(void *handle, char *uuid, unsigned length) { return copy(uuid, length, device_of(handle)->uuid); }
+
+int nvmlDeviceGetCudaComputeCapability(void *handle, int *major, int *minor) {
+    *major = device_of(handle)->major, *minor = device_of(handle)->minor;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMinorNumber(void *handle, unsigned *node) {
+    if (device_of(handle)->mig)
+        return ERROR_NOT_SUPPORTED;
+    *node = (unsigned)device_of(handle)->node;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMigMode(void *handle, unsigned *current, unsigned *pending) {
+    if (device_of(handle)->mig)
+        return ERROR_NOT_SUPPORTED;
+    *current = *pending = (unsigned)device_of(handle)->slices;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMaxMigDeviceCount(void *handle, unsigned *count) {
+    *count = device_of(handle)->slices ? MAX_MIGS : 0;
+    return SUCCESS;
+}
+
+int nvmlDeviceGetMigDeviceHandleByIndex(void *handle, unsigned index, void **slice) {
+    struct device *gpu = device_of(handle);
+    if (!gpu->slices)
+        return ERROR_INVALID_ARGUMENT;
+    if (index >= (unsigned)gpu->count)
+        return ERROR_NOT_FOUND;
+    *slice = gpu->migs[index];
+    return SUCCESS;
+}
+
+int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *handle, void **parent) {
+    if (!device_of(handle)->mig)
+        return ERROR_INVALID_ARGUMENT;
+    *parent = device_of(handle)->parent;
+    return SUCCESS;
+}
