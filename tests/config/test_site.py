@@ -8,7 +8,7 @@ import json
 import pytest
 
 from snakeddp import config
-from snakeddp.config import site
+from snakeddp.config import parts, site
 from tests.gpu_standin import StandIn
 from tests.helpers import subprocess_env
 
@@ -16,7 +16,7 @@ DECLARED_NOTHING = config.validate({})["site"]
 
 
 def launch(**overrides):
-    return config.validate({"launch": overrides})["launch"]
+    return parts.Launch.of(config.validate({"launch": overrides})["launch"])
 
 
 @pytest.mark.parametrize("platform", ["slurm", "azureml"])
@@ -41,10 +41,10 @@ def test_auto_on_a_cluster_that_declares_nothing_is_refused_in_one_line_naming_b
 RESOLVED = """
 import json
 from snakeddp import config
-from snakeddp.config import site
+from snakeddp.config import parts, site
 declared = config.validate({})["site"]
 def launch(**given):
-    return config.validate({"launch": given})["launch"]
+    return parts.Launch.of(config.validate({"launch": given})["launch"])
 print(json.dumps([
     site.resolved(launch(devices=1), "local", declared, env={}),
     site.resolved(launch(devices=2), "local", declared, env={}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snakeddp import config
-from snakeddp.config import ConfigError
+from snakeddp.config import ConfigError, parts
 from snakeddp.run import requirements
 from snakeddp.slurm import platform as slurm_platform
 from snakeddp.workflow import preflight
@@ -61,7 +61,7 @@ def test_the_server_is_asked_only_for_runs_to_train_and_not_for_azureml():
 
 @pytest.mark.parametrize("launcher", ["auto", "srun", "mpirun"])
 def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
-    launch = config.validate({"launch": {"launcher": launcher}})["launch"]
+    launch = parts.Launch.of(config.validate({"launch": {"launcher": launcher}})["launch"])
     with pytest.raises(
         preflight.PreflightError, match=r"run base: --sdm apptainer .* \(srun: not found\)\. HINT: "
     ) as info:
@@ -70,4 +70,6 @@ def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
 
 
 def test_torchrun_on_one_node_needs_no_slurm_client_in_the_image():
-    slurm_platform.check_container("base", config.validate({"launch": {"launcher": "torchrun"}})["launch"])
+    slurm_platform.check_container(
+        "base", parts.Launch.of(config.validate({"launch": {"launcher": "torchrun"}})["launch"])
+    )

@@ -90,18 +90,17 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     return None
 
 
-def local_accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
+def local_accelerator(launch: Launch, env: Mapping[str, str] = os.environ) -> str:
     """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks that the
     installed torch can run on, else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than
     failing it, and so does a machine whose driver is older than torch's build."""
-    launch = Launch.of(launch)
     if launch.accelerator != "auto":
         return launch.accelerator
     return "gpu" if why_not_gpus(launch.devices, env) is None else "cpu"
 
 
 def resolved(
-    launch: Launch | Mapping[str, Any],
+    launch: Launch,
     platform: str,
     site: Mapping[str, Any],
     *,
@@ -109,16 +108,14 @@ def resolved(
     env: Mapping[str, str] = os.environ,
 ) -> str:
     """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
-    launch = Launch.of(launch)
     if not row(platform).this_machine:
         return accelerator(launch.accelerator, platform, site, run_id=run_id)
     return local_accelerator(launch, env)
 
 
-def mem_mb(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def mem_mb(launch: Launch, resolved: str, site: Mapping[str, Any]) -> int:
     """Host memory per node: launch.mem_mb when set, else site.mem_mb_per_gpu per GPU rank (CPU: a flat
     default). ``site`` is validated (the schema's defaults filled in), as the workflow and ranks read it."""
-    launch = Launch.of(launch)
     if launch.mem_mb is not None:
         return launch.mem_mb
     if resolved == "gpu":
@@ -126,8 +123,7 @@ def mem_mb(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str,
     return CPU_MEM_MB_PER_NODE
 
 
-def cpus_per_process(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def cpus_per_process(launch: Launch, resolved: str, site: Mapping[str, Any]) -> int:
     """CPU cores each rank is given by the scheduler: its threads, and on a GPU site.cpus_per_gpu at least."""
-    launch = Launch.of(launch)
     threads = launch.threads_per_process
     return max(threads, int(site["cpus_per_gpu"])) if resolved == "gpu" else threads

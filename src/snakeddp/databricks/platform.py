@@ -37,7 +37,7 @@ def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
         manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
         # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
         try:
-            gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+            gpu = site.resolved(Launch.of(run["config"]["launch"]), PLATFORM, config["site"], run_id=run_id) == "gpu"
         except site.SiteError:
             gpu = False  # auto undecided: refused by the run's own check, after the section's (preflight.check_run)
         made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
@@ -150,12 +150,12 @@ def check_nodes(invocation: Invocation, training: Runs) -> None:
     if found is None or not training:
         return
     config = invocation.config
-    launches = {
-        run_id: (Launch.of(run["config"]["launch"]), site.resolved(run["config"]["launch"], PLATFORM, config["site"]))
-        for run_id, run in training.items()
+    launches = {run_id: Launch.of(run["config"]["launch"]) for run_id, run in training.items()}
+    resolved = {
+        run_id: (launch, site.resolved(launch, PLATFORM, config["site"])) for run_id, launch in launches.items()
     }
     try:
-        nodes.check_runs(found, launches)
+        nodes.check_runs(found, resolved)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
 

@@ -25,6 +25,7 @@ import psutil
 from snakeddp import __version__
 from snakeddp import config as configuration
 from snakeddp.cluster import torchdistributor
+from snakeddp.config import parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
@@ -297,7 +298,7 @@ def build(
     cfg, run_dir, rows = attempt.run.config, attempt.run_dir, outcome.metrics
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
     samples = sum(int(r["samples"]) for r in rows)
-    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
+    accelerator, backend = accelerator_and_backend(variables.accelerator(parts.Launch.of(cfg["launch"]), os.environ))
     monitor = configuration.monitor(cfg)
     best = file_record(outcome.best_checkpoint, run_dir)
     if best is not None:

@@ -119,7 +119,7 @@ def platform_section(env: Mapping[str, str], key: str) -> dict[str, Any]:
     return _section(env, PLATFORM_SECTION, key)
 
 
-def accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str]) -> str:
+def accelerator(launch: Launch, env: Mapping[str, str]) -> str:
     """A run's launch.accelerator where this process runs, cpu or gpu: as its launch decided it
     (ACCELERATOR), else auto resolved as the workflow resolves it (the profile's site on a cluster,
     this machine's GPUs on the local platform)."""

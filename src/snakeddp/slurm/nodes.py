@@ -230,7 +230,7 @@ class Need:
 
 
 def need(
-    launch: Launch | Mapping[str, Any],
+    launch: Launch,
     accelerator: str,
     site: Mapping[str, Any],
     build: str | None = None,
@@ -239,7 +239,6 @@ def need(
     """A run's train job per node, as snakeddp.slurm.resources asks for it: one task per rank (or
     one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node; ``build``:
     the CUDA build of torch its ranks run, ``precision`` its trainer.precision."""
-    launch = Launch.of(launch)
     devices = launch.devices
     gpu = accelerator == "gpu"
     return Need(

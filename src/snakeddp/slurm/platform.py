@@ -39,11 +39,11 @@ def check_client(which: Callable[[str], str | None] = shutil.which) -> None:
         )
 
 
-def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
+def check_container(run_id: str, launch: Launch) -> None:
     """A run under ``--sdm apptainer``: the train rule runs inside the image, which has no Slurm client,
     so a launcher that calls srun there (srun itself, mpirun for its daemons) fails in the job with
     ``srun: not found``. Refused before anything is submitted."""
-    launcher = cluster.for_platform(Launch.of(launch).launcher, PLATFORM).name
+    launcher = cluster.for_platform(launch.launcher, PLATFORM).name
     if launcher in ("srun", "mpirun"):
         raise PreflightError(
             f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
@@ -107,7 +107,7 @@ class Slurm(Platform):
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         check_client()
         for run_id, run in runs.items() if in_container else ():
-            check_container(run_id, run["config"]["launch"])
+            check_container(run_id, Launch.of(run["config"]["launch"]))
 
     @staticmethod
     def build(invocation: Invocation) -> str | None:

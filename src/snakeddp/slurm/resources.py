@@ -34,13 +34,10 @@ def gres(devices: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{devices}" if gpu_type else f"gpu:{devices}"
 
 
-def slurm_resources(
-    launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str, Any]
-) -> dict[str, int | str]:
+def slurm_resources(launch: Launch, accelerator: str, site: Mapping[str, Any]) -> dict[str, int | str]:
     """Resources of the train rule for one run's ``launch`` section, its ``accelerator`` resolved
     for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
     are set elsewhere)."""
-    launch = Launch.of(launch)
     launcher = platforms.row(PLATFORM).default_launcher if launch.launcher == "auto" else launch.launcher
     nodes, devices = launch.nodes, launch.devices
     cpus = site_config.cpus_per_process(launch, accelerator, site)

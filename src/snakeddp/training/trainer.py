@@ -155,7 +155,7 @@ def build_trainer(
     custom DataModule, which then gets Lightning's DistributedSampler.
     """
     trainer_cfg, launch = parts.Trainer.of(cfg["trainer"]), parts.Launch.of(cfg["launch"])
-    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
+    accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
     device = None
     if accelerator == "gpu":
         # Before the first CUDA call: a GPU run never falls back to the CPU, nor meets "no kernel image".

@@ -90,7 +90,7 @@ def check_lock(path: Path) -> None:
 
 def check_run(
     run_id: str,
-    launch: Launch | Mapping[str, Any],
+    launch: Launch,
     trainer: Mapping[str, Any],
     platform: str,
     site_config: Mapping[str, Any] | None = None,
@@ -98,7 +98,6 @@ def check_run(
     """The layout, launcher, accelerator, strategy and precision of one run against the profile it runs on
     and what that profile declares its nodes have (``site_config``)."""
     site_config = site_config or {}
-    launch = Launch.of(launch)
     where = f"run {run_id}: "
     try:
         cluster.for_platform(launch.launcher, platform)
@@ -236,7 +235,7 @@ def check_workflow(
     # The platform's own needs first: a run's request means nothing where the platform cannot start.
     platforms.load(platform).check(raw, config, runs, in_container=in_container)
     for run_id, run in runs.items():
-        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
+        check_run(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"], platform, config["site"])
     if not platforms.row(platform).remote and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
