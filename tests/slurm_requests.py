@@ -19,7 +19,7 @@ from snakeddp.slurm.resources import slurm_resources
 def train_resources(launch: dict, site: dict | None = None, platform: str = "slurm") -> dict:
     """The train rule's resources as snakeddp.workflow.plan.Plan.train_resources computes them on the slurm platform."""
     resolved = parts.Launch.of(config.validate({"launch": launch})["launch"])
-    site = config.validate({"site": site or {}})["site"]
+    site = parts.Site.of(config.validate({"site": site or {}})["site"])
     accelerator = site_config.resolved(resolved, platform, site)
     resources = {
         "nodes": resolved.nodes,

@@ -15,7 +15,7 @@ from typing import Any
 
 from snakeddp.config import site as sites
 from snakeddp.config import validate
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -98,9 +98,9 @@ def _section(env: Mapping[str, str], name: str, key: str) -> dict[str, Any]:
     return validate({key: raw}, source=name)[key]
 
 
-def site(env: Mapping[str, str]) -> dict[str, Any]:
+def site(env: Mapping[str, str]) -> Site:
     """The site section from the environment (nothing declared when unset)."""
-    return _section(env, SITE, "site")
+    return Site.of(_section(env, SITE, "site"))
 
 
 def network(env: Mapping[str, str]) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class Plan:
     config_files: list[str]  # the config files given, for the report's crate
     lock_file: str  # the lock the environment records hash
     lock_sha256: str
+    site: parts.Site  # the site section the platform settled, built once
     launches: dict[str, parts.Launch] = field(default_factory=dict)  # each run's launch part, built once
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset id -> its data section
     search_groups: dict[str, list[str]] = field(default_factory=dict)  # configuration id -> its runs (seeds)
@@ -157,7 +158,7 @@ class Plan:
 
     def accelerator(self, wildcards: Any) -> str:
         """The run's accelerator where it runs: auto resolved by the profile's site (snakeddp.config.site)."""
-        return site.resolved(self.launch(wildcards), self.row.name, self.config["site"])
+        return site.resolved(self.launch(wildcards), self.row.name, self.site)
 
     def train_threads(self, wildcards: Any) -> int:
         launch = self.launch(wildcards)
@@ -169,7 +170,7 @@ class Plan:
         return {
             "nodes": lambda wc: self.launch(wc).nodes,
             # Sized per GPU rank unless launch.mem_mb says otherwise (site.mem_mb_per_gpu).
-            "mem_mb": lambda wc: site.mem_mb(self.launch(wc), self.accelerator(wc), self.config["site"]),
+            "mem_mb": lambda wc: site.mem_mb(self.launch(wc), self.accelerator(wc), self.site),
             "runtime": lambda wc: self.launch(wc).runtime,
             **self.contract.resources(self.invocation, self.launch, self.accelerator),
         }
@@ -350,6 +351,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         config_files=[str(Path(path).resolve()) for path in workflow.configfiles],
         lock_file=lock_file,
         lock_sha256=hashing.sha256_file(lock_file),
+        site=parts.Site.of(validated["site"]),
         launches={run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()},
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.errors import TrackerError, print_line
 from snakeddp.platforms.contract import PreflightError
 from snakeddp.run import requirements
@@ -93,11 +93,10 @@ def check_run(
     launch: Launch,
     trainer: Mapping[str, Any],
     platform: str,
-    site_config: Mapping[str, Any] | None = None,
+    site_config: Site,
 ) -> None:
     """The layout, launcher, accelerator, strategy and precision of one run against the profile it runs on
     and what that profile declares its nodes have (``site_config``)."""
-    site_config = site_config or {}
     where = f"run {run_id}: "
     try:
         cluster.for_platform(launch.launcher, platform)
@@ -234,8 +233,9 @@ def check_workflow(
     check_registry(config["tracking"], runs)
     # The platform's own needs first: a run's request means nothing where the platform cannot start.
     platforms.load(platform).check(raw, config, runs, in_container=in_container)
+    site_config = Site.of(config["site"])
     for run_id, run in runs.items():
-        check_run(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"], platform, config["site"])
+        check_run(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"], platform, site_config)
     if not platforms.row(platform).remote and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
