@@ -77,9 +77,10 @@ def test_a_run_config_gives_its_parts_with_the_keys_it_leaves_out_at_their_schem
     run = config.run_config(config.validate(TINY))
     assert "monitor" not in run["trainer"] and "version" not in run["data"]["table"], "QUIET_AT_DEFAULT"
     trainer, data = parts.Trainer.of(run["trainer"]), parts.Data.of(run["data"])
-    assert trainer.monitor == parts.Monitor(**config.monitor(run))
-    assert trainer.deterministic is config.trainer_setting(run, "deterministic")
-    assert trainer.matmul_precision == config.trainer_setting(run, "matmul_precision")
+    defaults = config.defaults()["trainer"]
+    assert trainer.monitor == parts.Monitor(**defaults["monitor"])
+    assert trainer.deterministic is defaults["deterministic"] is False
+    assert trainer.matmul_precision == defaults["matmul_precision"]
     assert data.table.version is None and data.table.table_id is None
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from snakeddp.config import ConfigError
 from snakeddp.config import site as site_config
-from snakeddp.config.parts import Launch, Site
+from snakeddp.config.parts import Launch, Site, Trainer
 from snakeddp.environment.cuda import install_hint
 from snakeddp.errors import print_line
 from snakeddp.run import variables
@@ -591,7 +591,7 @@ def check(
     ]
     for group in nodes.groups.values():
         for (run_id, run), (launch, resolved) in zip(runs.items(), launches, strict=True):
-            precision = run["config"].get("trainer", {}).get("precision", "32-true")
+            precision = Trainer.of(run["config"]["trainer"]).precision
             wanted = need(launch, resolved, site, build, precision)
             errors = [refusal(run_id, launch, wanted, partition, launches, site, declared) for partition in group]
             if all(errors):

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
-from snakeddp.config.parts import Launch, Site
+from snakeddp.config.parts import Launch, Site, Trainer
 from snakeddp.errors import TrackerError, print_line
 from snakeddp.platforms.contract import PreflightError
 from snakeddp.run import requirements
@@ -91,7 +91,7 @@ def check_lock(path: Path) -> None:
 def check_run(
     run_id: str,
     launch: Launch,
-    trainer: Mapping[str, Any],
+    trainer: Trainer,
     platform: str,
     site_config: Site,
 ) -> None:
@@ -109,8 +109,8 @@ def check_run(
     except site.SiteError as error:
         raise PreflightError(str(error)) from None
     try:
-        requirements.check_strategy(trainer["strategy"], accelerator, launch.accelerator)
-        requirements.check_precision(trainer["precision"], accelerator, launch.accelerator)
+        requirements.check_strategy(trainer.strategy, accelerator, launch.accelerator)
+        requirements.check_precision(trainer.precision, accelerator, launch.accelerator)
     except (requirements.StrategyError, requirements.PrecisionError) as error:
         raise PreflightError(f"{where}{error}") from None
 
@@ -133,7 +133,7 @@ def check_registry(tracking: Mapping[str, Any], runs: Mapping[str, Mapping[str, 
             "or remove register_model."
         )
     for run_id, run in runs.items():
-        if run["config"]["trainer"]["save_top_k"] == 0:
+        if Trainer.of(run["config"]["trainer"]).save_top_k == 0:
             raise PreflightError(
                 f"run {run_id}: tracking.mlflow.register_model={name!r} registers the best checkpoint, and "
                 "trainer.save_top_k: 0 keeps only last.ckpt. HINT: set trainer.save_top_k: 1 (or more), or remove "
@@ -235,7 +235,8 @@ def check_workflow(
     platforms.load(platform).check(raw, config, runs, in_container=in_container)
     site_config = Site.of(config["site"])
     for run_id, run in runs.items():
-        check_run(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"], platform, site_config)
+        launch, trainer = Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"])
+        check_run(run_id, launch, trainer, platform, site_config)
     if not platforms.row(platform).remote and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
