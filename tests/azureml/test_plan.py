@@ -41,7 +41,7 @@ def test_nothing_is_forwarded_that_the_workflow_did_not_set():
     assert not any(name.startswith(("NCCL_", "GLOO_")) for name in variables)
 
 
-def test_the_launchs_master_port_reaches_the_job_whatever_its_distribution():
+def test_an_mpi_job_gets_the_launchs_master_port_and_a_pytorch_job_leaves_it_to_azureml():
     launch = parts.Launch.of(config.validate({"launch": {"devices": 4, "master_port": 29600}})["launch"])
-    for distribution in ("pytorch", "mpi"):
-        assert job_variables(launch, distribution, "gpu-cluster", "v1", {})["MASTER_PORT"] == "29600"
+    assert job_variables(launch, "mpi", "gpu-cluster", "v1", {})["MASTER_PORT"] == "29600"
+    assert "MASTER_PORT" not in job_variables(launch, "pytorch", "gpu-cluster", "v1", {})

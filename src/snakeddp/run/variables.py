@@ -15,7 +15,7 @@ from typing import Any
 
 from snakeddp.config import site as sites
 from snakeddp.config import validate
-from snakeddp.config.parts import Launch, Site
+from snakeddp.config.parts import Launch, Site, Tracking
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -129,6 +129,6 @@ def accelerator(launch: Launch, env: Mapping[str, str]) -> str:
     return sites.resolved(launch, platform(env), site(env), env=env)
 
 
-def tracking(env: Mapping[str, str]) -> dict[str, Any]:
+def tracking(env: Mapping[str, str]) -> Tracking:
     """The tracking section from the environment, validated with defaults (every tracker off when unset)."""
-    return _section(env, TRACKING, "tracking")
+    return Tracking.of(_section(env, TRACKING, "tracking"))

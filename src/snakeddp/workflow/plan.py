@@ -68,6 +68,7 @@ class Plan:
     lock_file: str  # the lock the environment records hash
     lock_sha256: str
     site: parts.Site  # the site section the platform settled, built once
+    tracking: parts.Tracking  # the trackers rank 0 reports to (preflight asks for their server)
     launches: dict[str, parts.Launch] = field(default_factory=dict)  # each run's launch part, built once
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset id -> its data section
     search_groups: dict[str, list[str]] = field(default_factory=dict)  # configuration id -> its runs (seeds)
@@ -352,6 +353,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         lock_file=lock_file,
         lock_sha256=hashing.sha256_file(lock_file),
         site=parts.Site.of(validated["site"]),
+        tracking=parts.Tracking.of(validated["tracking"]),
         launches={run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()},
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
