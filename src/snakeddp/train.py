@@ -142,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     attempt = begin(run, args, layout.is_main)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
-    data = custom.build_datamodule(cfg, args.data)
+    data = custom.build_datamodule(parts.Data.of(cfg["data"]), trainer_cfg, cfg["seed"], args.data)
     model = build_model(cfg["model"], custom.task_of(data))
     trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
     checked_at = time.perf_counter()

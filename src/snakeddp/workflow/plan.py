@@ -70,6 +70,7 @@ class Plan:
     site: parts.Site  # the site section the platform settled, built once
     tracking: parts.Tracking  # the trackers rank 0 reports to (preflight asks for their server)
     launches: dict[str, parts.Launch] = field(default_factory=dict)  # each run's launch part, built once
+    data: dict[str, parts.Data] = field(default_factory=dict)  # each run's data part (its table resolved)
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset id -> its data section
     search_groups: dict[str, list[str]] = field(default_factory=dict)  # configuration id -> its runs (seeds)
 
@@ -145,11 +146,11 @@ class Plan:
 
     def manifest(self, wildcards: Any) -> str:
         """The manifest of exactly the partitions the run trains on (or its DataModule's record)."""
-        data = self.runs[wildcards.run]["config"]["data"]
-        dataset = configuration.dataset_id(data)
-        if data["source"] == "module":
+        data = self.data[wildcards.run]
+        dataset = configuration.dataset_id(self.runs[wildcards.run]["config"]["data"])
+        if data.source == "module":
             return f"results/data/{dataset}/module.json"
-        return f"results/data/{dataset}/manifest-{data['num_train_files']}.json"
+        return f"results/data/{dataset}/manifest-{data.num_train_files}.json"
 
     def run_json(self, wildcards: Any) -> str:
         """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile). Its JSON is
@@ -355,6 +356,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         site=parts.Site.of(validated["site"]),
         tracking=parts.Tracking.of(validated["tracking"]),
         launches={run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()},
+        data={run_id: parts.Data.of(run["config"]["data"]) for run_id, run in runs.items()},
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
     )
