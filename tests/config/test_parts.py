@@ -58,7 +58,7 @@ def mismatches(part: type[parts.Part], schema: Mapping[str, Any]) -> list[str]:
     names = [f.name for f in dataclasses.fields(part)]
     found = [f"{part.key}.{key}: no field" for key in keys if key not in names]
     found += [f"{part.key}.{name}: no schema key" for name in names if name not in keys]
-    for key in set(keys) & set(names):
+    for key in [key for key in keys if key in names]:  # in the schema's order, so the findings are too
         hint, origin = hints[key], typing.get_origin(hints[key])
         if "properties" in keys[key]:
             if not (isinstance(hint, type) and issubclass(hint, parts.Part) and hint.key == f"{part.key}.{key}"):
