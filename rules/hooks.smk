@@ -60,7 +60,7 @@ onstart:
             )
             to_train = PLAN.runs_to_train()
             snakeddp_preflight.check_tracking_server(
-                PLAN.config["tracking"], to_train, PLAN.row.name, os.environ
+                PLAN.tracking, to_train, PLAN.row.name, os.environ
             )
             training = {
                 wildcards["run"]

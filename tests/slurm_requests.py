@@ -11,19 +11,20 @@ from snakemake_executor_plugin_slurm.submit_string import get_submit_command
 from snakemake_executor_plugin_slurm.utils import set_gres_string
 
 from snakeddp import config
+from snakeddp.config import parts
 from snakeddp.config import site as site_config
 from snakeddp.slurm.resources import slurm_resources
 
 
 def train_resources(launch: dict, site: dict | None = None, platform: str = "slurm") -> dict:
     """The train rule's resources as snakeddp.workflow.plan.Plan.train_resources computes them on the slurm platform."""
-    resolved = config.validate({"launch": launch})["launch"]
-    site = config.validate({"site": site or {}})["site"]
+    resolved = parts.Launch.of(config.validate({"launch": launch})["launch"])
+    site = parts.Site.of(config.validate({"site": site or {}})["site"])
     accelerator = site_config.resolved(resolved, platform, site)
     resources = {
-        "nodes": resolved["nodes"],
+        "nodes": resolved.nodes,
         "mem_mb": site_config.mem_mb(resolved, accelerator, site),
-        "runtime": resolved["runtime"],
+        "runtime": resolved.runtime,
     }
     return {**resources, **slurm_resources(resolved, accelerator, site)}
 

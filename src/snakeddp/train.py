@@ -130,23 +130,31 @@ def main(args: argparse.Namespace) -> int:
     main_at = time.perf_counter()
     die_with_parent()
     run = RunFile.load(args.config)
-    cfg, launch = run.config, parts.Launch.of(run.config["launch"])
+    cfg = run.config
+    launch, trainer_cfg = parts.Launch.of(cfg["launch"]), parts.Trainer.of(cfg["trainer"])
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
     layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
     torch.set_num_threads(launch.threads_per_process)
     timeout = HangTimeout(launch.hang_timeout)
     os.environ.update(timeout.rank_env(os.environ))  # NCCL reads them when Lightning starts the process group
     # Before any model is built: TF32 (high) or bf16 (medium) inside fp32 matmuls changes what a run computes.
-    torch.set_float32_matmul_precision(parts.Trainer.of(cfg["trainer"]).matmul_precision)
+    torch.set_float32_matmul_precision(trainer_cfg.matmul_precision)
     attempt = begin(run, args, layout.is_main)
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
-    data = custom.build_datamodule(cfg, args.data)
+    data = custom.build_datamodule(parts.Data.of(cfg["data"]), trainer_cfg, cfg["seed"], args.data)
     model = build_model(cfg["model"], custom.task_of(data))
     trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
     checked_at = time.perf_counter()
     trainer, callbacks = build_trainer(
-        cfg, launcher, layout, args.run_dir, trackers.loggers, trackers.callbacks, custom.shards_itself(data)
+        trainer_cfg,
+        launch,
+        launcher,
+        layout,
+        args.run_dir,
+        trackers.loggers,
+        trackers.callbacks,
+        custom.shards_itself(data),
     )
     callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
     watch = watch_over(trainer, launcher, layout, timeout, run.run_id, args, callbacks.phases.checkpoints.is_saving)

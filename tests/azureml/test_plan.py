@@ -41,9 +41,7 @@ def test_nothing_is_forwarded_that_the_workflow_did_not_set():
     assert not any(name.startswith(("NCCL_", "GLOO_")) for name in variables)
 
 
-def test_a_launch_section_makes_the_same_variables_as_its_part():
-    section = config.validate({"launch": {"threads_per_process": 2, "devices": 4, "master_port": 29600}})["launch"]
-    for distribution in ("pytorch", "mpi"):
-        from_section = job_variables(section, distribution, "gpu-cluster", "v1", {})
-        assert from_section == job_variables(parts.Launch.of(section), distribution, "gpu-cluster", "v1", {})
-    assert from_section["MASTER_PORT"] == "29600"
+def test_an_mpi_job_gets_the_launchs_master_port_and_a_pytorch_job_leaves_it_to_azureml():
+    launch = parts.Launch.of(config.validate({"launch": {"devices": 4, "master_port": 29600}})["launch"])
+    assert job_variables(launch, "mpi", "gpu-cluster", "v1", {})["MASTER_PORT"] == "29600"
+    assert "MASTER_PORT" not in job_variables(launch, "pytorch", "gpu-cluster", "v1", {})

@@ -3,6 +3,7 @@
 import pytest
 
 from snakeddp import config
+from snakeddp.config import parts
 from snakeddp.config import schema as config_schema
 from tests.helpers import leaked
 
@@ -112,17 +113,22 @@ def test_schema_is_parsed_once_and_handed_out_as_a_private_copy():
     assert config_schema._parsed_schema.cache_info().misses == 1
 
 
+def monitor(run: dict) -> dict:
+    """trainer.monitor of a run config, read as the ranks read it (parts.Trainer)."""
+    return parts.thaw(parts.Trainer.of(run["trainer"]).monitor)
+
+
 def test_the_monitored_metric_is_config_and_at_its_default_leaves_run_ids_and_identities_as_they_were():
     default = config.run_config(config.validate({}))
     assert "monitor" not in default["trainer"], "runs finished before trainer.monitor existed stay up to date"
-    assert config.monitor(default) == {"metric": "val_loss", "mode": "min"}
+    assert monitor(default) == {"metric": "val_loss", "mode": "min"}
     spelled_out = config.validate({"trainer": {"monitor": {"metric": "val_loss", "mode": "min"}}})
     assert config.run_identity(config.run_config(spelled_out)) == config.run_identity(default)
     chosen = config.run_config(config.validate({"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}))
-    assert config.monitor(chosen) == {"metric": "val_acc", "mode": "max"}
+    assert monitor(chosen) == {"metric": "val_acc", "mode": "max"}
     assert config.run_identity(chosen) != config.run_identity(default), "it decides the best checkpoint"
     runs = config.expand_sweep(config.validate({"sweep": {"trainer.monitor.mode": ["min", "max"]}}))
-    assert [config.monitor(run["config"])["mode"] for run in runs.values()] == ["min", "max"]
+    assert [monitor(run["config"])["mode"] for run in runs.values()] == ["min", "max"]
 
 
 @pytest.mark.parametrize(

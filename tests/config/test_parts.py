@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -18,9 +19,37 @@ from snakeddp.errors import ConfigError
 from tests.helpers import TINY
 
 
+def enumerated(schema: Mapping[str, Any]) -> set[Any] | None:
+    """The values a schema key is held to (its enum or const, its anyOf branches' with null), or None: no
+    enumeration (any value of its type)."""
+    if "enum" in schema:
+        return set(schema["enum"])
+    if "const" in schema:
+        return {schema["const"]}
+    branches = schema.get("anyOf", [])
+    held = [values for values in map(enumerated, branches) if values is not None]
+    if not held:
+        return None
+    return set().union(*held) | ({None} if any(branch.get("type") == "null" for branch in branches) else set())
+
+
+def literals(hint: Any) -> set[Any] | None:
+    """The values a field's type names (its Literal's, and None where it is optional), or None: no Literal."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return set(typing.get_args(hint))
+    if origin not in (typing.Union, types.UnionType):
+        return None
+    held = [values for values in map(literals, typing.get_args(hint)) if values is not None]
+    if not held:
+        return None
+    return set().union(*held) | ({None} if type(None) in typing.get_args(hint) else set())
+
+
 def mismatches(part: type[parts.Part], schema: Mapping[str, Any]) -> list[str]:
     """Where a part and its section's schema disagree: a key without a field, a field without a key, a
-    nested object whose field is not a nested part, a free-form map or array held otherwise."""
+    nested object whose field is not a nested part, a free-form map or array held otherwise, an enumeration
+    (enum, const) that is not the field's Literal, or a Literal the schema does not hold to."""
     keys, hints = dict(schema["properties"]), typing.get_type_hints(part)
     if part.key in lightningcli.OURS:  # LightningCLI's spelling, rewritten to ours before validation
         keys = {
@@ -29,7 +58,7 @@ def mismatches(part: type[parts.Part], schema: Mapping[str, Any]) -> list[str]:
     names = [f.name for f in dataclasses.fields(part)]
     found = [f"{part.key}.{key}: no field" for key in keys if key not in names]
     found += [f"{part.key}.{name}: no schema key" for name in names if name not in keys]
-    for key in set(keys) & set(names):
+    for key in [key for key in keys if key in names]:  # in the schema's order, so the findings are too
         hint, origin = hints[key], typing.get_origin(hints[key])
         if "properties" in keys[key]:
             if not (isinstance(hint, type) and issubclass(hint, parts.Part) and hint.key == f"{part.key}.{key}"):
@@ -40,6 +69,12 @@ def mismatches(part: type[parts.Part], schema: Mapping[str, Any]) -> list[str]:
             found.append(f"{part.key}.{key}: a free-form map, and its field is no Mapping")
         elif keys[key].get("type") == "array" and origin is not tuple:
             found.append(f"{part.key}.{key}: an array, and its field is no tuple")
+        array = keys[key].get("type") == "array" and origin is tuple
+        allowed = enumerated(keys[key].get("items", {}) if array else keys[key])
+        typed = literals(typing.get_args(hint)[0] if array else hint)
+        if allowed != typed:
+            shown = [None if values is None else sorted(values, key=repr) for values in (allowed, typed)]
+            found.append(f"{part.key}.{key}: the schema allows {shown[0]}, its field's Literal {shown[1]}")
     return found
 
 
@@ -56,6 +91,28 @@ def test_the_key_check_fails_for_a_schema_key_without_a_field_and_for_a_misshape
     assert mismatches(parts.Launch, schema["launch"]) == ["launch.gpus_per_node: no field"]
     assert mismatches(parts.Trainer, schema["trainer"]) == ["trainer.monitor.every: no field"]
     assert mismatches(parts.Data, schema["data"]) == ["data.seed: an array, and its field is no tuple"]
+
+
+def test_the_key_check_fails_for_an_enumeration_that_is_not_its_fields_literal():
+    schema = copy.deepcopy(load_schema()["properties"])
+    schema["trainer"]["properties"]["precision"]["enum"].append("64-true")
+    schema["trainer"]["properties"]["preempt_signals"]["items"]["enum"].remove("SIGUSR2")
+    schema["site"]["properties"]["accelerator"]["enum"].remove(None)
+    schema["data"]["properties"]["seed"]["enum"] = [1, 2]
+    del schema["launch"]["properties"]["hang_timeout"]["anyOf"][0]  # the const auto
+    assert mismatches(parts.Trainer, schema["trainer"]) == [
+        "trainer.precision: the schema allows ['16-mixed', '32-true', '64-true', 'bf16-mixed'], its field's Literal "
+        "['16-mixed', '32-true', 'bf16-mixed']",
+        "trainer.preempt_signals: the schema allows ['SIGTERM', 'SIGUSR1'], its field's Literal "
+        "['SIGTERM', 'SIGUSR1', 'SIGUSR2']",
+    ]
+    assert mismatches(parts.Site, schema["site"]) == [
+        "site.accelerator: the schema allows ['cpu', 'gpu'], its field's Literal ['cpu', 'gpu', None]"
+    ]
+    assert mismatches(parts.Data, schema["data"]) == ["data.seed: the schema allows [1, 2], its field's Literal None"]
+    assert mismatches(parts.Launch, schema["launch"]) == [
+        "launch.hang_timeout: the schema allows None, its field's Literal ['auto', None]"
+    ]
 
 
 def test_the_sections_are_the_top_level_parts():
@@ -77,9 +134,10 @@ def test_a_run_config_gives_its_parts_with_the_keys_it_leaves_out_at_their_schem
     run = config.run_config(config.validate(TINY))
     assert "monitor" not in run["trainer"] and "version" not in run["data"]["table"], "QUIET_AT_DEFAULT"
     trainer, data = parts.Trainer.of(run["trainer"]), parts.Data.of(run["data"])
-    assert trainer.monitor == parts.Monitor(**config.monitor(run))
-    assert trainer.deterministic is config.trainer_setting(run, "deterministic")
-    assert trainer.matmul_precision == config.trainer_setting(run, "matmul_precision")
+    defaults = config.defaults()["trainer"]
+    assert trainer.monitor == parts.Monitor(**defaults["monitor"])
+    assert trainer.deterministic is defaults["deterministic"] is False
+    assert trainer.matmul_precision == defaults["matmul_precision"]
     assert data.table.version is None and data.table.table_id is None
 
 
@@ -96,11 +154,6 @@ def test_parts_are_frozen_down_to_their_free_form_maps():
     assert parts.thaw(trainer.strategy_options) == {"bucket": [1, {"deep": 2}]}
     cfg["trainer"]["strategy_options"]["bucket"].append(4)
     assert parts.thaw(trainer.strategy_options) == {"bucket": [1, {"deep": 2}]}, "a part holds its own copy"
-
-
-def test_a_part_passes_through_of_unchanged():
-    launch = parts.Launch.of(config.validate({})["launch"])
-    assert parts.Launch.of(launch) is launch
 
 
 def test_a_section_missing_a_key_is_refused_in_one_line_with_a_hint():

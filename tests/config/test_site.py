@@ -8,21 +8,26 @@ import json
 import pytest
 
 from snakeddp import config
-from snakeddp.config import site
+from snakeddp.config import parts, site
 from tests.gpu_standin import StandIn
 from tests.helpers import subprocess_env
 
-DECLARED_NOTHING = config.validate({})["site"]
+
+def declared(**given) -> parts.Site:
+    return parts.Site.of(config.validate({"site": given})["site"])
+
+
+DECLARED_NOTHING = declared()
 
 
 def launch(**overrides):
-    return config.validate({"launch": overrides})["launch"]
+    return parts.Launch.of(config.validate({"launch": overrides})["launch"])
 
 
 @pytest.mark.parametrize("platform", ["slurm", "azureml"])
 def test_auto_on_a_cluster_is_what_its_profile_declares(platform):
-    assert site.accelerator("auto", platform, {"accelerator": "gpu"}) == "gpu"
-    assert site.accelerator("auto", platform, {"accelerator": "cpu"}) == "cpu"
+    assert site.accelerator("auto", platform, declared(accelerator="gpu")) == "gpu"
+    assert site.accelerator("auto", platform, declared(accelerator="cpu")) == "cpu"
     assert site.accelerator("cpu", platform, DECLARED_NOTHING) == "cpu", "an explicit request needs no declaration"
 
 
@@ -41,10 +46,10 @@ def test_auto_on_a_cluster_that_declares_nothing_is_refused_in_one_line_naming_b
 RESOLVED = """
 import json
 from snakeddp import config
-from snakeddp.config import site
-declared = config.validate({})["site"]
+from snakeddp.config import parts, site
+declared = parts.Site.of(config.validate({})["site"])
 def launch(**given):
-    return config.validate({"launch": given})["launch"]
+    return parts.Launch.of(config.validate({"launch": given})["launch"])
 print(json.dumps([
     site.resolved(launch(devices=1), "local", declared, env={}),
     site.resolved(launch(devices=2), "local", declared, env={}),
@@ -79,7 +84,7 @@ def test_auto_on_the_local_platform_is_gpu_where_this_machine_shows_a_gpu_per_ra
 
 
 def test_memory_is_sized_per_gpu_rank_unless_the_run_says():
-    gpus = {"mem_mb_per_gpu": 24000, "cpus_per_gpu": 6}
+    gpus = declared(mem_mb_per_gpu=24000, cpus_per_gpu=6)
     assert site.mem_mb(launch(devices=4), "gpu", gpus) == 96000
     assert site.mem_mb(launch(devices=4), "cpu", gpus) == site.CPU_MEM_MB_PER_NODE
     assert site.mem_mb(launch(devices=4, mem_mb=5000), "gpu", gpus) == 5000
@@ -87,7 +92,7 @@ def test_memory_is_sized_per_gpu_rank_unless_the_run_says():
 
 
 def test_a_gpu_rank_gets_the_sites_cores_at_least():
-    gpus = {"cpus_per_gpu": 6}
+    gpus = declared(cpus_per_gpu=6)
     assert site.cpus_per_process(launch(threads_per_process=1), "gpu", gpus) == 6
     assert site.cpus_per_process(launch(threads_per_process=8), "gpu", gpus) == 8
     assert site.cpus_per_process(launch(threads_per_process=1), "cpu", gpus) == 1

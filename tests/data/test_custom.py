@@ -8,7 +8,9 @@ import textwrap
 import pytest
 
 from snakeddp import config
-from snakeddp.data.custom import build_datamodule, describe, shards_itself, task_of, write_module_record
+from snakeddp.config import parts
+from snakeddp.data.custom import build_datamodule as build_from_parts
+from snakeddp.data.custom import describe, shards_itself, task_of, write_module_record
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.data.module import PartitionDataModule
 
@@ -62,6 +64,11 @@ def manifest(tmp_path):
 
 def run_cfg(**data):
     return config.validate({"data": data, "trainer": {"batch_size": 16}})
+
+
+def build_datamodule(cfg, manifest_path):
+    """build_datamodule on a config's data and trainer parts, as snakeddp.train builds them."""
+    return build_from_parts(parts.Data.of(cfg["data"]), parts.Trainer.of(cfg["trainer"]), cfg["seed"], manifest_path)
 
 
 def test_default_is_snakeddps_partition_loader(manifest):

@@ -12,6 +12,7 @@ import pytest
 
 from snakeddp import config as configuration
 from snakeddp.cluster import Layout
+from snakeddp.config import parts
 from snakeddp.data.custom import describe
 from snakeddp.provenance import record as provenance
 from snakeddp.provenance.schema import validate_file
@@ -56,7 +57,7 @@ def write_run(root: Path, manifest: Path, point: dict, val_loss: list[float], va
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    verdict = provenance.ranking(rows, configuration.monitor(cfg))
+    verdict = provenance.ranking(rows, parts.thaw(parts.Trainer.of(cfg["trainer"]).monitor))
     best = paths.checkpoints / f"epoch{verdict['best_epoch']:03d}.ckpt"
     best.write_bytes(b"weights")
     (paths.checkpoints / "last.ckpt").write_bytes(b"last")

@@ -27,6 +27,7 @@ from snakemake.resources import Resources
 
 from snakeddp import config as configuration
 from snakeddp.compat.snakemake_executor_plugin_slurm import read_cancelled_as_failed
+from snakeddp.config import parts
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm import watch as slurm_watch
 from tests.helpers import REPO
@@ -122,6 +123,10 @@ def site(**declared) -> dict:
     return configuration.validate({"site": declared})["site"]
 
 
+def site_part(**declared) -> parts.Site:
+    return parts.Site.of(site(**declared))
+
+
 def resources(train: list[str] = (), default: list[str] = ()) -> SimpleNamespace:
     """Snakemake's resource settings (workflow.resource_settings) from a profile's set-resources:
     train: and default-resources: entries, parsed by Snakemake as it parses them."""
@@ -136,7 +141,7 @@ def refusal(
     nodes: list[str], partitions: list[str], runs: dict[str, dict], declared: dict, build: str | None = None
 ) -> str | None:
     """The one line check() stops on for ``runs`` (run id -> launch), or None; ``build``: the ranks' CUDA build."""
-    resolved = site(**declared)
+    resolved = site_part(**declared)
     plan = {rid: {"config": configuration.validate({"launch": launch})} for rid, launch in runs.items()}
     training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(nodes, partitions))
     try:
@@ -225,7 +230,7 @@ def test_bf16_on_gpus_without_native_bfloat16_is_refused_before_the_queue():
     def check(precision: str) -> None:
         config = configuration.validate({"launch": {**GPU, "devices": 1}, "trainer": {"precision": precision}})
         slurm_nodes.check(
-            {"base": {"config": config}}, lambda launch: launch.accelerator, site(**SMALL), SMALL, training, "13.0"
+            {"base": {"config": config}}, lambda launch: launch.accelerator, site_part(**SMALL), SMALL, training, "13.0"
         )
 
     with pytest.raises(slurm_nodes.SlurmNodesError) as refused:
@@ -243,7 +248,7 @@ def test_a_gpu_run_is_refused_for_the_partition_whose_gpus_come_closest():
     training = slurm_nodes.TrainingNodes(resources(train=["slurm_partition='cpu,main'"]), ["train"], answers)
     plan = {"base": {"config": configuration.validate({"launch": {**GPU, "devices": 1}})}}
     with pytest.raises(slurm_nodes.SlurmNodesError, match="GPUs of Slurm partition main are v100"):
-        slurm_nodes.check(plan, lambda launch: launch.accelerator, site(**SMALL), SMALL, training, "13.0")
+        slurm_nodes.check(plan, lambda launch: launch.accelerator, site_part(**SMALL), SMALL, training, "13.0")
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
 
 from snakeddp import config
+from snakeddp.config import parts
 from snakeddp.run import attempt as runstate
 from snakeddp.training.strategies import StrategyError, build_strategy
 from snakeddp.training.trainer import AtomicCheckpointIO
@@ -18,7 +19,7 @@ from tests.helpers import launch, prepare
 
 
 def trainer_cfg(**overrides):
-    return config.validate({"trainer": overrides})["trainer"]
+    return parts.Trainer.of(config.validate({"trainer": overrides})["trainer"])
 
 
 def build(accelerator="cpu", backend="gloo", **overrides):

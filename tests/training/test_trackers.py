@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp import config
-from snakeddp.config import flatten
+from snakeddp.config import flatten, parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.errors import TrackerError
 from snakeddp.run.runfile import RunFile
@@ -41,8 +41,8 @@ def mlflow_env(monkeypatch):
     return monkeypatch
 
 
-def tracking(**sections) -> dict:
-    return config.validate({"tracking": sections})["tracking"]
+def tracking(**sections) -> parts.Tracking:
+    return parts.Tracking.of(config.validate({"tracking": sections})["tracking"])
 
 
 def test_flatten_gives_dotted_params():
@@ -104,7 +104,7 @@ def test_an_unreachable_server_stops_rank_zero_in_one_line_without_credentials(t
     assert "s3cret" not in message and "alice" not in message
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret", "credentials reach MLflow through its own variables"
     recorded = recorded_environment(
-        jobenv.settings(config.validate({"tracking": settings})), network=is_network_variable
+        jobenv.settings(config.validate({"tracking": parts.thaw(settings)})), network=is_network_variable
     )
     assert "s3cret" not in json.dumps(recorded) and "alice" not in json.dumps(recorded)
 

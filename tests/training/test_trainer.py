@@ -11,11 +11,18 @@ from lightning.pytorch.callbacks import EarlyStopping
 
 from snakeddp import cluster
 from snakeddp import config as configuration
+from snakeddp.config import parts
 from snakeddp.run.layout import RunPaths
 from snakeddp.training.callbacks import SampleTrace
-from snakeddp.training.trainer import Callbacks, build_trainer
+from snakeddp.training.trainer import Callbacks
+from snakeddp.training.trainer import build_trainer as build_from_parts
 from snakeddp.util import gpus
 from tests.helpers import TINY, launch, merged, prepare
+
+
+def build_trainer(cfg, launcher, layout, run_dir):
+    """build_trainer on a run config's trainer and launch parts, as snakeddp.train builds them."""
+    return build_from_parts(parts.Trainer.of(cfg["trainer"]), parts.Launch.of(cfg["launch"]), launcher, layout, run_dir)
 
 
 @pytest.mark.parametrize("optional", [False, True], ids=["required-only", "with-optional"])

@@ -12,6 +12,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.cluster.slurm import SLURM_CONF_COPY
+from snakeddp.config import parts
 from snakeddp.run import variables as runenv
 from snakeddp.workflow import jobenv
 from tests.helpers import REPO, subprocess_env
@@ -20,8 +21,8 @@ from tests.helpers import REPO, subprocess_env
 def test_tracking_travels_in_the_environment_with_defaults():
     cfg = config.validate({"tracking": {"mlflow": {"enabled": True}}})
     env = jobenv.settings(cfg)
-    assert runenv.tracking(env) == cfg["tracking"]
-    assert runenv.tracking({}) == config.validate({})["tracking"], "unset means every tracker off"
+    assert runenv.tracking(env) == parts.Tracking.of(cfg["tracking"])
+    assert runenv.tracking({}) == parts.Tracking.of(config.validate({})["tracking"]), "unset means every tracker off"
     with pytest.raises(config.ConfigError, match="SNAKEDDP_TRACKING"):
         runenv.tracking({runenv.TRACKING: '{"mlflow": {"enabled": "yes"}}'})
 

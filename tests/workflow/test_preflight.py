@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snakeddp import config
-from snakeddp.config import ConfigError
+from snakeddp.config import ConfigError, parts
 from snakeddp.run import requirements
 from snakeddp.slurm import platform as slurm_platform
 from snakeddp.workflow import preflight
@@ -22,12 +22,16 @@ def test_module_file_is_found_without_importing_its_package(tmp_path):
     assert preflight.module_file("userpkg.model.deeper", [str(tmp_path)]) is None
 
 
+def tracking(**sections) -> parts.Tracking:
+    return parts.Tracking.of(config.validate({"tracking": sections})["tracking"])
+
+
 def test_an_enabled_tracker_needs_its_package_and_disabling_it_is_enough(monkeypatch):
     monkeypatch.setitem(requirements.TRACKER_PACKAGES, "wandb", "snakeddp_not_installed_tracker")
     with pytest.raises(ConfigError, match=r"tracking.wandb.enabled is true but the snakeddp_not_installed_tracker "
                        r"package is not installed.*HINT: .* set tracking.wandb.enabled: false"):  # fmt: skip
-        preflight.check_trackers({"wandb": {"enabled": True}})
-    preflight.check_trackers({"wandb": {"enabled": False}})
+        preflight.check_trackers(tracking(wandb={"enabled": True}))
+    preflight.check_trackers(tracking(wandb={"enabled": False}))
 
 
 def runs(save_top_k: int = 1) -> dict:
@@ -35,33 +39,33 @@ def runs(save_top_k: int = 1) -> dict:
 
 
 def test_register_model_needs_mlflow_on_and_a_best_checkpoint():
-    off = config.validate({"tracking": {"mlflow": {"register_model": "churn"}}})["tracking"]
+    off = tracking(mlflow={"register_model": "churn"})
     with pytest.raises(preflight.PreflightError, match=r"register_model='churn' .* tracking.mlflow.enabled is false"):
         preflight.check_registry(off, runs())
-    on = config.validate({"tracking": {"mlflow": {"enabled": True, "register_model": "churn"}}})["tracking"]
+    on = tracking(mlflow={"enabled": True, "register_model": "churn"})
     with pytest.raises(preflight.PreflightError, match=r"run base: .* trainer.save_top_k: 0 keeps only last.ckpt"):
         preflight.check_registry(on, runs(save_top_k=0))
     # As the HINTs say: MLflow on, save_top_k 1; or no register_model.
     preflight.check_registry(on, runs())
-    preflight.check_registry(config.validate({})["tracking"], runs(save_top_k=0))
+    preflight.check_registry(tracking(), runs(save_top_k=0))
 
 
 def test_the_server_is_asked_only_for_runs_to_train_and_not_for_azureml():
     closed = f"http://127.0.0.1:{free_port()}"
-    tracking = config.validate({"tracking": {"mlflow": {"enabled": True, "tracking_uri": closed}}})["tracking"]
+    mlflow = tracking(mlflow={"enabled": True, "tracking_uri": closed})
     with pytest.raises(preflight.PreflightError, match="no MLflow server answers at http://127.0.0.1"):
-        preflight.check_tracking_server(tracking, runs(), "local", {})
-    without_uri = config.validate({"tracking": {"mlflow": {"enabled": True}}})["tracking"]
+        preflight.check_tracking_server(mlflow, runs(), "local", {})
+    without_uri = tracking(mlflow={"enabled": True})
     with pytest.raises(preflight.PreflightError, match="no MLflow server answers"):
         preflight.check_tracking_server(without_uri, runs(), "slurm", {"MLFLOW_TRACKING_URI": closed})
-    preflight.check_tracking_server(tracking, {}, "local", {})  # every run finished: no server needed
-    preflight.check_tracking_server(tracking, runs(), "azureml", {})  # its jobs reach the server from Azure
+    preflight.check_tracking_server(mlflow, {}, "local", {})  # every run finished: no server needed
+    preflight.check_tracking_server(mlflow, runs(), "azureml", {})  # its jobs reach the server from Azure
     preflight.check_tracking_server(without_uri, runs(), "local", {})  # the file store results/mlruns
 
 
 @pytest.mark.parametrize("launcher", ["auto", "srun", "mpirun"])
 def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
-    launch = config.validate({"launch": {"launcher": launcher}})["launch"]
+    launch = parts.Launch.of(config.validate({"launch": {"launcher": launcher}})["launch"])
     with pytest.raises(
         preflight.PreflightError, match=r"run base: --sdm apptainer .* \(srun: not found\)\. HINT: "
     ) as info:
@@ -70,4 +74,6 @@ def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
 
 
 def test_torchrun_on_one_node_needs_no_slurm_client_in_the_image():
-    slurm_platform.check_container("base", config.validate({"launch": {"launcher": "torchrun"}})["launch"])
+    slurm_platform.check_container(
+        "base", parts.Launch.of(config.validate({"launch": {"launcher": "torchrun"}})["launch"])
+    )

@@ -12,7 +12,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.cluster import network
@@ -123,7 +122,7 @@ def distribution_for(settings: Settings, run: RunFile) -> str:
 
 
 def job_variables(
-    launch: parts.Launch | Mapping[str, Any],
+    launch: parts.Launch,
     distribution: str,
     compute: str,
     sdk: str,
@@ -137,7 +136,6 @@ def job_variables(
     settings travel in the workflow's environment (snakeddp.run.variables) and are copied into the
     job, the site so that every rank resolves ``launch.accelerator: auto`` as the submitter did.
     """
-    launch = parts.Launch.of(launch)
     threads = str(launch.threads_per_process)
     variables = {
         **network.variables({"network": names.network(env)}),

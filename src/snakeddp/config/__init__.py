@@ -243,17 +243,6 @@ def _check_only_with(cfg: Mapping[str, Any], source: str) -> None:
             )
 
 
-def monitor(run: Mapping[str, Any]) -> dict[str, str]:
-    """The metric a run ranks epochs by, ``{"metric": ..., "mode": "min"|"max"}`` (trainer.monitor,
-    which a run config leaves out at its default: QUIET_AT_DEFAULT)."""
-    return {**defaults()["trainer"]["monitor"], **(run.get("trainer", {}).get("monitor") or {})}
-
-
-def trainer_setting(run: Mapping[str, Any], key: str) -> Any:
-    """A trainer key of a run config, which leaves QUIET_AT_DEFAULT keys out at their default."""
-    return run.get("trainer", {}).get(key, defaults()["trainer"][key])
-
-
 def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a YAML config file."""
     path = Path(path)

@@ -16,7 +16,9 @@ run's identity hashes and run.yaml and provenance record; a part is only how cod
 Shapes: the schema's objects with fixed keys are nested parts (``Trainer.monitor``,
 ``Trainer.early_stopping``, ``Data.table``, ``Tracking.tensorboard``/``mlflow``/``wandb``); its
 free-form maps (``trainer.strategy_options``, ``data.module_kwargs``) are read-only Mappings, frozen
-all the way down (``thaw`` gives plain dicts and lists back); arrays are tuples.
+all the way down (``thaw`` gives plain dicts and lists back); arrays are tuples. A key the schema holds to
+an ``enum`` (or a ``const``) is a ``Literal`` of the same values (``Launcher``, ``Precision``...), which
+tests/config/test_parts.py holds equal to the schema's.
 """
 
 from __future__ import annotations
@@ -27,12 +29,28 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from snakeddp import config as configuration
 from snakeddp.errors import ConfigError
 
 P = TypeVar("P", bound="Part")
+
+# The schema's enumerations, as the fields that hold them are typed.
+Launcher = Literal["auto", "direct", "torchrun", "srun", "mpirun", "torchdistributor"]
+Accelerator = Literal["auto", "cpu", "gpu"]
+Device = Literal["cpu", "gpu"]  # what an accelerator resolves to
+Mode = Literal["min", "max"]
+Strategy = Literal["ddp", "fsdp", "deepspeed"]
+Precision = Literal["32-true", "bf16-mixed", "16-mixed"]
+MatmulPrecision = Literal["highest", "high", "medium"]
+PreemptSignal = Literal["SIGUSR1", "SIGUSR2", "SIGTERM"]
+Source = Literal["synthetic", "table", "module"]
+TableFormat = Literal["auto", "csv", "parquet", "delta", "images"]
+Unseen = Literal["error", "oov"]
+NanPolicy = Literal["error", "drop"]
+Channels = Literal[1, 3]
+Labels = Literal["teacher", "random"]
 
 
 class Part:
@@ -41,12 +59,9 @@ class Part:
     key: ClassVar[str]
 
     @classmethod
-    def of(cls: type[P], section: Mapping[str, Any] | P) -> P:
+    def of(cls: type[P], section: Mapping[str, Any]) -> P:
         """The part of a validated section. A run config leaves ``QUIET_AT_DEFAULT`` keys out at their
-        default, so those come from the schema's defaults. A part passes through unchanged, so a function
-        whose callers are still being converted can take either."""
-        if isinstance(section, cls):
-            return section
+        default, so those come from the schema's defaults."""
         if not isinstance(section, Mapping):
             raise ConfigError(
                 f"{cls.key}: expected a mapping to build parts.{cls.__name__} from, got {type(section).__name__}. "
@@ -129,13 +144,13 @@ class Launch(Part):
 
     key: ClassVar[str] = "launch"
 
-    launcher: str
+    launcher: Launcher
     """How processes start: auto, direct, torchrun, srun, mpirun or torchdistributor."""
     nodes: int
     """Nodes the run spans."""
     devices: int
     """Training processes per node (GPUs per node on GPU machines)."""
-    accelerator: str
+    accelerator: Accelerator
     """auto, cpu or gpu; auto is resolved by the platform (config.site.resolved)."""
     threads_per_process: int
     """OMP/MKL threads of each training process."""
@@ -145,7 +160,7 @@ class Launch(Part):
     """Memory per node the scheduler reserves, in MB; None sizes it by device. Outside a run's identity."""
     runtime: int
     """Wall-clock limit of a training job, in minutes. Outside a run's identity."""
-    hang_timeout: float | str | None
+    hang_timeout: float | Literal["auto"] | None
     """Seconds a rank may go without progress (snakeddp.cluster.hang): auto, a number, or None (no watch).
     Outside a run's identity."""
 
@@ -160,7 +175,7 @@ class Site(Part):
 
     key: ClassVar[str] = "site"
 
-    accelerator: str | None
+    accelerator: Device | None
     """cpu or gpu, what launch.accelerator auto means there; None: not declared."""
     gpu_type: str | None
     """The GPU type Slurm jobs ask for (--gres=gpu:TYPE:N); None asks for any GPU."""
@@ -178,7 +193,7 @@ class Monitor(Part):
 
     metric: str
     """A metric the model logs (val_loss)."""
-    mode: str
+    mode: Mode
     """min when lower is better, max when higher is."""
 
 
@@ -214,19 +229,19 @@ class Trainer(Part):
     """Best checkpoints kept (0: only last.ckpt)."""
     early_stopping: EarlyStopping
     """When a run stops early."""
-    strategy: str
+    strategy: Strategy
     """ddp, fsdp or deepspeed."""
     strategy_options: Mapping[str, Any]
     """Keyword arguments of the strategy (a free-form map, read-only)."""
-    precision: str
+    precision: Precision
     """Lightning's precision: 32-true, bf16-mixed or 16-mixed."""
-    matmul_precision: str
+    matmul_precision: MatmulPrecision
     """torch.set_float32_matmul_precision: highest, high or medium."""
     deterministic: bool
     """Whether torch uses deterministic algorithms only."""
     trace_samples: bool
     """Whether the sample ids each rank trains on are recorded (trace/)."""
-    preempt_signals: tuple[str, ...]
+    preempt_signals: tuple[PreemptSignal, ...]
     """Signals that save last.ckpt and stop every rank at the same step."""
 
 
@@ -238,8 +253,8 @@ class Table(Part):
 
     path: str | None
     """The table's file, folder or URI."""
-    format: str
-    """auto, csv, parquet or delta."""
+    format: TableFormat
+    """auto, csv, parquet, delta or images (a folder of class folders)."""
     version: int | None
     """A Delta table's version; None: the latest."""
     table_id: str | None
@@ -252,13 +267,13 @@ class Table(Part):
     """With features empty, columns left out."""
     categories: tuple[str, ...]
     """Columns encoded as categories whatever their type."""
-    unseen: str
+    unseen: Unseen
     """error or oov: what a category value outside the vocabulary does at inference."""
     label: str | None
     """The label column."""
     val_fraction: float
     """Share of rows held out for validation."""
-    nan_policy: str
+    nan_policy: NanPolicy
     """error or drop: what a row with a missing value does."""
     sha256: str | None
     """Checksum of the table's files; None lets the workflow compute it."""
@@ -272,7 +287,7 @@ class Image(Part):
 
     size: tuple[int, ...] | None
     """(height, width) images are resized and centre-cropped to; None: their own, the same for all."""
-    channels: int
+    channels: Channels
     """1 (grayscale) or 3 (RGB)."""
     max_pixels: int
     """Largest image decoded (width x height)."""
@@ -302,7 +317,7 @@ class Data(Part):
 
     name: str
     """Readable start of the dataset's directory name."""
-    source: str
+    source: Source
     """synthetic, table or module."""
     table: Table
     """The table of source table."""
@@ -326,7 +341,7 @@ class Data(Part):
     """Features per sample."""
     num_classes: int
     """1: binary labels with a logistic loss; 2 or more: that many classes."""
-    labels: str
+    labels: Labels
     """teacher (learnable) or random synthetic labels."""
     label_noise: float
     """With teacher labels, the fraction replaced by a random class."""

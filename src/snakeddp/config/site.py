@@ -18,9 +18,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.errors import ConfigError
 from snakeddp.platforms import row
 from snakeddp.util import cudabuild, gpus
@@ -33,12 +32,12 @@ class SiteError(ConfigError):
     """What the profile declares about its nodes does not settle the run's request."""
 
 
-def accelerator(requested: str, platform: str, site: Mapping[str, Any], *, run_id: str | None = None) -> str:
+def accelerator(requested: str, platform: str, site: Site, *, run_id: str | None = None) -> str:
     """``requested`` (a run's launch.accelerator) on a cluster platform: cpu or gpu (elsewhere it is
     returned as it is: ``resolved`` decides the local platform's auto)."""
     if requested != "auto" or row(platform).this_machine:
         return requested
-    declared = site.get("accelerator")
+    declared = site.accelerator
     if declared is None:
         where = f"run {run_id}: " if run_id else ""
         raise SiteError(
@@ -90,44 +89,40 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     return None
 
 
-def local_accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str] = os.environ) -> str:
+def local_accelerator(launch: Launch, env: Mapping[str, str] = os.environ) -> str:
     """auto on this machine: gpu when it shows a process (``env``) a GPU for each of the run's ranks that the
     installed torch can run on, else cpu, so a one-GPU workstation trains a 2-rank run on its CPU rather than
     failing it, and so does a machine whose driver is older than torch's build."""
-    launch = Launch.of(launch)
     if launch.accelerator != "auto":
         return launch.accelerator
     return "gpu" if why_not_gpus(launch.devices, env) is None else "cpu"
 
 
 def resolved(
-    launch: Launch | Mapping[str, Any],
+    launch: Launch,
     platform: str,
-    site: Mapping[str, Any],
+    site: Site,
     *,
     run_id: str | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> str:
     """The run's accelerator where it runs, as the workflow checks and sizes its jobs: cpu or gpu."""
-    launch = Launch.of(launch)
     if not row(platform).this_machine:
         return accelerator(launch.accelerator, platform, site, run_id=run_id)
     return local_accelerator(launch, env)
 
 
-def mem_mb(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def mem_mb(launch: Launch, resolved: str, site: Site) -> int:
     """Host memory per node: launch.mem_mb when set, else site.mem_mb_per_gpu per GPU rank (CPU: a flat
-    default). ``site`` is validated (the schema's defaults filled in), as the workflow and ranks read it."""
-    launch = Launch.of(launch)
+    default)."""
     if launch.mem_mb is not None:
         return launch.mem_mb
     if resolved == "gpu":
-        return launch.devices * int(site["mem_mb_per_gpu"])
+        return launch.devices * site.mem_mb_per_gpu
     return CPU_MEM_MB_PER_NODE
 
 
-def cpus_per_process(launch: Launch | Mapping[str, Any], resolved: str, site: Mapping[str, Any]) -> int:
+def cpus_per_process(launch: Launch, resolved: str, site: Site) -> int:
     """CPU cores each rank is given by the scheduler: its threads, and on a GPU site.cpus_per_gpu at least."""
-    launch = Launch.of(launch)
     threads = launch.threads_per_process
-    return max(threads, int(site["cpus_per_gpu"])) if resolved == "gpu" else threads
+    return max(threads, site.cpus_per_gpu) if resolved == "gpu" else threads

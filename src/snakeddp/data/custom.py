@@ -20,6 +20,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from snakeddp.config import parts
 from snakeddp.config.targets import accepted_parameters, construct, load_class
 from snakeddp.data.module import PartitionDataModule
 from snakeddp.errors import ConfigError
@@ -35,31 +36,32 @@ def write_module_record(path: str | Path, dataset: str, params: Mapping[str, Any
     return record
 
 
-def build_datamodule(cfg: Mapping[str, Any], manifest_path: str | Path) -> pl.LightningDataModule:
+def build_datamodule(
+    data: parts.Data, trainer: parts.Trainer, seed: int, manifest_path: str | Path
+) -> pl.LightningDataModule:
     """The DataModule of a run: ``data.module`` if set, else PartitionDataModule on the manifest."""
-    data, trainer = cfg["data"], cfg["trainer"]
-    if not data.get("module"):
+    if not data.module:
         return PartitionDataModule(
             manifest_path,
-            trainer["batch_size"],
-            cfg["seed"],
-            trace=trainer["trace_samples"],
-            augment=data.get("augment"),
+            trainer.batch_size,
+            seed,
+            trace=trainer.trace_samples,
+            augment=parts.thaw(data.augment),
         )
-    if trainer["trace_samples"]:
+    if trainer.trace_samples:
         raise ConfigError(
             "trainer.trace_samples records the sample ids of snakeddp's partition loader, but data.module "
-            f"is {data['module']!r}. HINT: set trace_samples: false."
+            f"is {data.module!r}. HINT: set trace_samples: false."
         )
-    cls = load_class(data["module"], "data.module", pl.LightningDataModule)
+    cls = load_class(data.module, "data.module", pl.LightningDataModule)
     offered = {
-        "manifest_path": None if data["source"] == "module" else Path(manifest_path),
-        "batch_size": trainer["batch_size"],
-        "seed": cfg["seed"],
+        "manifest_path": None if data.source == "module" else Path(manifest_path),
+        "batch_size": trainer.batch_size,
+        "seed": seed,
     }
     wanted = accepted_parameters(cls)
-    arguments = {**{k: v for k, v in offered.items() if k in wanted}, **data.get("module_kwargs", {})}
-    return construct(cls, arguments, data["module"], "data.module")
+    arguments = {**{k: v for k, v in offered.items() if k in wanted}, **parts.thaw(data.module_kwargs)}
+    return construct(cls, arguments, data.module, "data.module")
 
 
 def task_of(datamodule: pl.LightningDataModule) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.databricks import PLATFORM
 from snakeddp.errors import print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
@@ -32,12 +32,12 @@ def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
     # Imported here: databricks-sdk is an optional extra, and spec imports it only to build requests.
     from snakeddp.databricks import spec
 
-    made = []
+    made, site_config = [], Site.of(config["site"])
     for run_id, run in runs.items():
         manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
         # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
         try:
-            gpu = site.resolved(run["config"]["launch"], PLATFORM, config["site"], run_id=run_id) == "gpu"
+            gpu = site.resolved(Launch.of(run["config"]["launch"]), PLATFORM, site_config, run_id=run_id) == "gpu"
         except site.SiteError:
             gpu = False  # auto undecided: refused by the run's own check, after the section's (preflight.check_run)
         made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
@@ -149,13 +149,11 @@ def check_nodes(invocation: Invocation, training: Runs) -> None:
     found = workspace_nodes(invocation)
     if found is None or not training:
         return
-    config = invocation.config
-    launches = {
-        run_id: (Launch.of(run["config"]["launch"]), site.resolved(run["config"]["launch"], PLATFORM, config["site"]))
-        for run_id, run in training.items()
-    }
+    launches = {run_id: Launch.of(run["config"]["launch"]) for run_id, run in training.items()}
+    site_config = Site.of(invocation.config["site"])
+    resolved = {run_id: (launch, site.resolved(launch, PLATFORM, site_config)) for run_id, launch in launches.items()}
     try:
-        nodes.check_runs(found, launches)
+        nodes.check_runs(found, resolved)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
 

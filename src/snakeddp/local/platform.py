@@ -12,7 +12,7 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import site
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Trainer
 from snakeddp.environment.cuda import install_hint
 from snakeddp.errors import print_line
 from snakeddp.local import PLATFORM, gpupool
@@ -119,7 +119,7 @@ class Local(Platform):
 
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         for run_id, run in runs.items():
-            check_bf16(run_id, Launch.of(run["config"]["launch"]), run["config"]["trainer"]["precision"])
+            check_bf16(run_id, Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"]).precision)
 
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         # Whatever cores a dry run was given (Snakemake gives it 1 unless told), for the runs not trained yet.

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from snakeddp import __version__
-from snakeddp import config as configuration
 from snakeddp.cluster import torchdistributor
+from snakeddp.config import parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
@@ -297,11 +297,12 @@ def build(
     cfg, run_dir, rows = attempt.run.config, attempt.run_dir, outcome.metrics
     train_seconds = sum(float(r["train_seconds"]) for r in rows)
     samples = sum(int(r["samples"]) for r in rows)
-    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
-    monitor = configuration.monitor(cfg)
+    accelerator, backend = accelerator_and_backend(variables.accelerator(parts.Launch.of(cfg["launch"]), os.environ))
+    trainer_cfg = parts.Trainer.of(cfg["trainer"])
+    monitor = trainer_cfg.monitor
     best = file_record(outcome.best_checkpoint, run_dir)
     if best is not None:
-        best.update(metric=monitor["metric"], score=outcome.best_score)
+        best.update(metric=monitor.metric, score=outcome.best_score)
     data = {**data, "counted": counted(rows)}
     attempt_tries = tries_so_far(run_dir, layout.launcher, layout.job_id, os.environ)
     record = {
@@ -317,7 +318,7 @@ def build(
         "environment": environment_info(attempt.environment_record),
         "launch": {
             "launcher": layout.launcher,
-            "strategy": cfg["trainer"]["strategy"],
+            "strategy": trainer_cfg.strategy,
             "backend": backend,
             "accelerator": accelerator,
             "nodes": layout.num_nodes,
@@ -346,17 +347,17 @@ def build(
         },
         "training": {
             "epochs_completed": len(rows),
-            "max_epochs": cfg["trainer"]["max_epochs"],
+            "max_epochs": trainer_cfg.max_epochs,
             "stopped_early": outcome.stopped_early,
             # Bitwise repeatable: CPU (gloo) always, GPUs only in deterministic mode.
-            "deterministic": accelerator == "cpu" or bool(configuration.trainer_setting(cfg, "deterministic")),
+            "deterministic": accelerator == "cpu" or trainer_cfg.deterministic,
             "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
             "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
             "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
             "best_checkpoint": best,
             "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
             "checkpoints": checkpoint_records(run_dir),
-            **ranking(rows, monitor),
+            **ranking(rows, parts.thaw(monitor)),
         },
         "tracking": tracking,
         "user_code": user_code,

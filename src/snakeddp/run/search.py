@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config import run_id
+from snakeddp.config import parts, run_id
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import atomic_write_json, read_json
@@ -75,14 +75,15 @@ def plan(cfg: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> Plan 
             "search: trainer.max_epochs is swept, but it is the search's top budget. HINT: remove "
             "trainer.max_epochs from sweep: and set it once; search.min_epochs sets the first rung's budget."
         )
-    monitors = {(r["config"]["trainer"].get("monitor") or {}).get("metric") for r in runs.values()}
-    max_epochs = {r["config"]["trainer"]["max_epochs"] for r in runs.values()}.pop()
+    trainers = [parts.Trainer.of(r["config"]["trainer"]) for r in runs.values()]
+    monitors = {trainer.monitor.metric for trainer in trainers}
+    max_epochs = {trainer.max_epochs for trainer in trainers}.pop()
     if search["min_epochs"] > max_epochs:
         raise ConfigError(
             f"search.min_epochs={search['min_epochs']} is more than trainer.max_epochs={max_epochs}, so no rung "
             "would stop anything. HINT: lower search.min_epochs or raise trainer.max_epochs."
         )
-    default = next(iter(runs.values()))["config"]["trainer"].get("monitor") or {}
+    default = trainers[0].monitor
     if search.get("metric") is None and len(monitors) > 1:
         raise ConfigError(
             "search: the swept runs monitor different metrics, so their scores do not compare. HINT: set "
@@ -91,8 +92,8 @@ def plan(cfg: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> Plan 
     return Plan(
         eta=search["eta"],
         budgets=budgets(search["min_epochs"], search["eta"], max_epochs),
-        metric=search.get("metric") or default.get("metric", "val_loss"),
-        mode=search.get("mode") or default.get("mode", "min"),
+        metric=search.get("metric") or default.metric,
+        mode=search.get("mode") or default.mode,
     )
 
 

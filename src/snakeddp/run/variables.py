@@ -15,7 +15,7 @@ from typing import Any
 
 from snakeddp.config import site as sites
 from snakeddp.config import validate
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site, Tracking
 from snakeddp.errors import ConfigError
 from snakeddp.util import terminal
 
@@ -98,9 +98,9 @@ def _section(env: Mapping[str, str], name: str, key: str) -> dict[str, Any]:
     return validate({key: raw}, source=name)[key]
 
 
-def site(env: Mapping[str, str]) -> dict[str, Any]:
+def site(env: Mapping[str, str]) -> Site:
     """The site section from the environment (nothing declared when unset)."""
-    return _section(env, SITE, "site")
+    return Site.of(_section(env, SITE, "site"))
 
 
 def network(env: Mapping[str, str]) -> dict[str, Any]:
@@ -119,7 +119,7 @@ def platform_section(env: Mapping[str, str], key: str) -> dict[str, Any]:
     return _section(env, PLATFORM_SECTION, key)
 
 
-def accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str]) -> str:
+def accelerator(launch: Launch, env: Mapping[str, str]) -> str:
     """A run's launch.accelerator where this process runs, cpu or gpu: as its launch decided it
     (ACCELERATOR), else auto resolved as the workflow resolves it (the profile's site on a cluster,
     this machine's GPUs on the local platform)."""
@@ -129,6 +129,6 @@ def accelerator(launch: Launch | Mapping[str, Any], env: Mapping[str, str]) -> s
     return sites.resolved(launch, platform(env), site(env), env=env)
 
 
-def tracking(env: Mapping[str, str]) -> dict[str, Any]:
+def tracking(env: Mapping[str, str]) -> Tracking:
     """The tracking section from the environment, validated with defaults (every tracker off when unset)."""
-    return _section(env, TRACKING, "tracking")
+    return Tracking.of(_section(env, TRACKING, "tracking"))

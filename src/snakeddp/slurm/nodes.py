@@ -31,7 +31,7 @@ from typing import Any
 
 from snakeddp.config import ConfigError
 from snakeddp.config import site as site_config
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site, Trainer
 from snakeddp.environment.cuda import install_hint
 from snakeddp.errors import print_line
 from snakeddp.run import variables
@@ -230,16 +230,15 @@ class Need:
 
 
 def need(
-    launch: Launch | Mapping[str, Any],
+    launch: Launch,
     accelerator: str,
-    site: Mapping[str, Any],
+    site: Site,
     build: str | None = None,
     precision: str = "32-true",
 ) -> Need:
     """A run's train job per node, as snakeddp.slurm.resources asks for it: one task per rank (or
     one torchrun task with all of the node's ranks' CPUs), --mem per node, --gres=gpu per node; ``build``:
     the CUDA build of torch its ranks run, ``precision`` its trainer.precision."""
-    launch = Launch.of(launch)
     devices = launch.devices
     gpu = accelerator == "gpu"
     return Need(
@@ -247,7 +246,7 @@ def need(
         cpus=devices * site_config.cpus_per_process(launch, accelerator, site),
         mem_mb=site_config.mem_mb(launch, accelerator, site),
         gpus=devices if gpu else 0,
-        gpu_type=site.get("gpu_type") if gpu else None,
+        gpu_type=site.gpu_type if gpu else None,
         build=build if gpu else None,
         precision=precision,
     )
@@ -418,9 +417,7 @@ def _flow(mapping: Mapping[str, Any]) -> str:
     return f"{{{items}}}"
 
 
-def _smaller_sites(
-    runs: list[tuple[Launch, str]], site: Mapping[str, Any], cpus: int, memory: int, gpus: int
-) -> dict[str, int]:
+def _smaller_sites(runs: list[tuple[Launch, str]], site: Site, cpus: int, memory: int, gpus: int) -> dict[str, int]:
     """The per-GPU sizes (site.cpus_per_gpu, site.mem_mb_per_gpu) at which the ranks of every GPU run
     (launch, accelerator) fit on a node with ``cpus``, ``memory`` and ``gpus``, where the site's sizes
     are what keeps some run off it."""
@@ -431,9 +428,9 @@ def _smaller_sites(
         if accelerator != "gpu" or devices < 1:
             continue
         per_rank_cpus, per_rank_mb = cpus // devices, memory // devices
-        if site["cpus_per_gpu"] > per_rank_cpus >= launch.threads_per_process:
+        if site.cpus_per_gpu > per_rank_cpus >= launch.threads_per_process:
             smaller["cpus_per_gpu"] = min(smaller.get("cpus_per_gpu", per_rank_cpus), per_rank_cpus)
-        if launch.mem_mb is None and devices * site["mem_mb_per_gpu"] > memory:
+        if launch.mem_mb is None and devices * site.mem_mb_per_gpu > memory:
             smaller["mem_mb_per_gpu"] = min(smaller.get("mem_mb_per_gpu", per_rank_mb), per_rank_mb)
     return smaller
 
@@ -466,7 +463,7 @@ def refusal(
     wanted: Need,
     partition: Partition,
     runs: list[tuple[Launch, str]],
-    site: Mapping[str, Any],
+    site: Site,
     declared: Mapping[str, Any],
 ) -> SlurmNodesError | None:
     """Why no job of ``run_id`` asking for ``wanted`` could start in ``partition`` (None: one can),
@@ -579,8 +576,8 @@ def ranks_cannot_run(asked: str, wanted: Need, partition: Partition) -> SlurmNod
 
 def check(
     runs: Mapping[str, Mapping[str, Any]],
-    accelerator: Callable[[Mapping[str, Any]], str],
-    site: Mapping[str, Any],
+    accelerator: Callable[[Launch], str],
+    site: Site,
     declared: Mapping[str, Any],
     nodes: TrainingNodes,
     build: str | None = None,
@@ -594,7 +591,7 @@ def check(
     ]
     for group in nodes.groups.values():
         for (run_id, run), (launch, resolved) in zip(runs.items(), launches, strict=True):
-            precision = run["config"].get("trainer", {}).get("precision", "32-true")
+            precision = Trainer.of(run["config"]["trainer"]).precision
             wanted = need(launch, resolved, site, build, precision)
             errors = [refusal(run_id, launch, wanted, partition, launches, site, declared) for partition in group]
             if all(errors):

@@ -15,7 +15,7 @@ from typing import Any
 from snakeddp import cluster, platforms
 from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.config import site
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM
 from snakeddp.slurm import nodes as slurm_nodes
@@ -39,11 +39,11 @@ def check_client(which: Callable[[str], str | None] = shutil.which) -> None:
         )
 
 
-def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
+def check_container(run_id: str, launch: Launch) -> None:
     """A run under ``--sdm apptainer``: the train rule runs inside the image, which has no Slurm client,
     so a launcher that calls srun there (srun itself, mpirun for its daemons) fails in the job with
     ``srun: not found``. Refused before anything is submitted."""
-    launcher = cluster.for_platform(Launch.of(launch).launcher, PLATFORM).name
+    launcher = cluster.for_platform(launch.launcher, PLATFORM).name
     if launcher in ("srun", "mpirun"):
         raise PreflightError(
             f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
@@ -54,7 +54,7 @@ def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
 
 def check_nodes(
     runs: Runs,
-    site_config: Mapping[str, Any],
+    site_config: Site,
     declared: Mapping[str, Any],
     nodes: slurm_nodes.TrainingNodes | None,
     build: str | None = None,
@@ -99,15 +99,17 @@ class Slurm(Platform):
         self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
     ) -> dict[str, Callable[[Any], Any]]:
         # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources).
+        site_config = Site.of(invocation.config["site"])
+
         def resource(name: str) -> Callable[[Any], Any]:
-            return lambda wc: slurm_resources(launch_of(wc), accelerator_of(wc), invocation.config["site"])[name]
+            return lambda wc: slurm_resources(launch_of(wc), accelerator_of(wc), site_config)[name]
 
         return {name: resource(name) for name in RESOURCES}
 
     def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
         check_client()
         for run_id, run in runs.items() if in_container else ():
-            check_container(run_id, run["config"]["launch"])
+            check_container(run_id, Launch.of(run["config"]["launch"]))
 
     @staticmethod
     def build(invocation: Invocation) -> str | None:
@@ -117,11 +119,12 @@ class Slurm(Platform):
     def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
         declared = invocation.declared.get("site") or {}
         nodes, build = self.nodes(invocation), self.build(invocation)
-        note_instead(lambda: check_nodes(to_train, invocation.config["site"], declared, nodes, build))
+        note_instead(lambda: check_nodes(to_train, Site.of(invocation.config["site"]), declared, nodes, build))
 
     def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
         declared = invocation.declared.get("site") or {}
-        check_nodes(training, invocation.config["site"], declared, self.nodes(invocation), self.build(invocation))
+        site_config = Site.of(invocation.config["site"])
+        check_nodes(training, site_config, declared, self.nodes(invocation), self.build(invocation))
         invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
         invocation.remember("exclusions", lambda: Exclusions(invocation.train_rules, invocation.say)).start()
 

@@ -16,12 +16,9 @@ Asked by the slurm contract's ``resources`` hook while the Snakefile is read, so
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from snakeddp import platforms
 from snakeddp.config import site as site_config
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site
 from snakeddp.slurm import PLATFORM
 
 ONE_TASK_PER_PROCESS = ("srun", "mpirun")
@@ -34,13 +31,10 @@ def gres(devices: int, gpu_type: str | None) -> str:
     return f"gpu:{gpu_type}:{devices}" if gpu_type else f"gpu:{devices}"
 
 
-def slurm_resources(
-    launch: Launch | Mapping[str, Any], accelerator: str, site: Mapping[str, Any]
-) -> dict[str, int | str]:
+def slurm_resources(launch: Launch, accelerator: str, site: Site) -> dict[str, int | str]:
     """Resources of the train rule for one run's ``launch`` section, its ``accelerator`` resolved
     for the platform (snakeddp.config.site.resolved) and the profile's ``site`` (nodes and mem_mb
     are set elsewhere)."""
-    launch = Launch.of(launch)
     launcher = platforms.row(PLATFORM).default_launcher if launch.launcher == "auto" else launch.launcher
     nodes, devices = launch.nodes, launch.devices
     cpus = site_config.cpus_per_process(launch, accelerator, site)
@@ -58,5 +52,5 @@ def slurm_resources(
         "tasks_per_gpu": 0,
         # torchrun (one task) starts all of a node's processes itself.
         "cpus_per_task": cpus if one_task_per_process else cpus * devices,
-        "gres": gres(devices, site.get("gpu_type")) if gpu else "",
+        "gres": gres(devices, site.gpu_type) if gpu else "",
     }

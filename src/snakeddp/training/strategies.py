@@ -23,6 +23,7 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import DDPStrategy, Strategy
 
 from snakeddp.cluster.hang import HangTimeout
+from snakeddp.config import parts
 from snakeddp.config.targets import accepted_parameters
 from snakeddp.errors import StrategyError
 from snakeddp.run.requirements import check_strategy
@@ -59,7 +60,7 @@ def strategy_class(name: str, accelerator: str, requested: str = "cpu") -> type[
 
 
 def build_strategy(
-    trainer_cfg: Mapping[str, Any],
+    trainer_cfg: parts.Trainer,
     accelerator: str,
     backend: str,
     cluster_environment: ClusterEnvironment,
@@ -70,9 +71,9 @@ def build_strategy(
     """The configured strategy on the launcher's cluster environment and process-group backend, its process
     group's timeout (gloo's and NCCL's collectives, the rendezvous) from launch.hang_timeout; ``requested``:
     the run's launch.accelerator (auto, or what ``accelerator`` is)."""
-    name = trainer_cfg.get("strategy", "ddp")
+    name = trainer_cfg.strategy
     cls = strategy_class(name, accelerator, requested)
-    options = dict(trainer_cfg.get("strategy_options") or {})
+    options = parts.thaw(trainer_cfg.strategy_options)
     if name == "fsdp":
         options = _fsdp_options(options)
     common: dict[str, Any] = {"cluster_environment": cluster_environment, "process_group_backend": backend}

@@ -40,7 +40,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.config import flatten
+from snakeddp.config import flatten, parts
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.run.requirements import require_tracker
@@ -97,7 +97,7 @@ class Trackers:
     """The loggers of one rank (none except on rank 0), and what is logged around training."""
 
     def __init__(
-        self, tracking: Mapping[str, Any], run_id: str, run_dir: Path, is_main: bool, env: Mapping[str, str]
+        self, tracking: parts.Tracking, run_id: str, run_dir: Path, is_main: bool, env: Mapping[str, str]
     ) -> None:
         self.tracking, self.run_id, self.run_dir = tracking, run_id, run_dir
         self.directory = RunPaths(run_dir).tracking
@@ -110,12 +110,12 @@ class Trackers:
         if not is_main:
             return
         state = self.state = read_json(self.state_path) if self.state_path.is_file() else {}
-        if tracking["tensorboard"]["enabled"]:
+        if tracking.tensorboard.enabled:
             self.loggers.append(self._tensorboard())
-        if tracking["mlflow"]["enabled"]:
+        if tracking.mlflow.enabled:
             self.mlflow = self._mlflow(state.get("mlflow_run_id"), env)
             self.loggers.append(self.mlflow)
-        if tracking["wandb"]["enabled"]:
+        if tracking.wandb.enabled:
             state.setdefault("wandb_id", uuid.uuid4().hex[:12])
             self.wandb = self._wandb(state["wandb_id"])
             self.loggers.append(self.wandb)
@@ -140,8 +140,8 @@ class Trackers:
         require_tracker("mlflow")
         from lightning.pytorch.loggers import MLFlowLogger
 
-        options = self.tracking["mlflow"]
-        uri, username, password = split_credentials(mlflow_uri(options["tracking_uri"], env, self.run_dir))
+        options = self.tracking.mlflow
+        uri, username, password = split_credentials(mlflow_uri(options.tracking_uri, env, self.run_dir))
         if username:
             os.environ.setdefault("MLFLOW_TRACKING_USERNAME", username)
         if password:
@@ -153,7 +153,7 @@ class Trackers:
         self.mlflow_uri = uri
         check_reachable(uri)
         return on_epoch_axis(MLFlowLogger)(
-            experiment_name=options["experiment"],
+            experiment_name=options.experiment,
             run_name=self.run_id,
             tracking_uri=uri,
             tags={"snakeddp.run_id": self.run_id},
@@ -170,7 +170,7 @@ class Trackers:
             save_dir=str(self.directory),
             offline=True,
             id=run_id,
-            project=self.tracking["wandb"]["project"],
+            project=self.tracking.wandb.project,
             resume="allow",
         )
 
@@ -188,9 +188,9 @@ class Trackers:
         if self.mlflow is not None:
             client, run_id = self.mlflow.experiment, self.mlflow.run_id
             client.log_artifact(run_id, str(provenance_path))
-            if best_checkpoint and self.tracking["mlflow"]["log_checkpoint"]:
+            if best_checkpoint and self.tracking.mlflow.log_checkpoint:
                 client.log_artifact(run_id, best_checkpoint, artifact_path="checkpoints")
-            name = self.tracking["mlflow"]["register_model"]
+            name = self.tracking.mlflow.register_model
             if name:
                 registered = registry.register(client, run_id, self.run_dir, name)
                 self.state["registered_model"] = registered
@@ -202,14 +202,14 @@ class Trackers:
     def describe(self) -> dict[str, Any]:
         """Where this run was tracked, for provenance (URIs redacted)."""
         return {
-            "tensorboard": str(self.directory / "tensorboard") if self.tracking["tensorboard"]["enabled"] else None,
+            "tensorboard": str(self.directory / "tensorboard") if self.tracking.tensorboard.enabled else None,
             "mlflow": {
                 "tracking_uri": redact_text(self.mlflow_uri or ""),
-                "experiment": self.tracking["mlflow"]["experiment"],
+                "experiment": self.tracking.mlflow.experiment,
                 "run_id": self.mlflow.run_id,
-                "register_model": self.tracking["mlflow"]["register_model"],
+                "register_model": self.tracking.mlflow.register_model,
             }
             if self.mlflow is not None
             else None,
-            "wandb": str(self.directory / "wandb") if self.tracking["wandb"]["enabled"] else None,
+            "wandb": str(self.directory / "wandb") if self.tracking.wandb.enabled else None,
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,8 @@ def check_precision(
 
 
 def build_trainer(
-    cfg: Mapping[str, Any],
+    trainer_cfg: parts.Trainer,
+    launch: parts.Launch,
     launcher: Launcher,
     layout: Layout,
     run_dir: Path,
@@ -154,8 +155,7 @@ def build_trainer(
     ``loggers`` and ``extra_callbacks`` come from the trackers; ``shards_itself`` is False for a
     custom DataModule, which then gets Lightning's DistributedSampler.
     """
-    trainer_cfg, launch = parts.Trainer.of(cfg["trainer"]), parts.Launch.of(cfg["launch"])
-    accelerator, backend = accelerator_and_backend(variables.accelerator(cfg["launch"], os.environ))
+    accelerator, backend = accelerator_and_backend(variables.accelerator(launch, os.environ))
     device = None
     if accelerator == "gpu":
         # Before the first CUDA call: a GPU run never falls back to the CPU, nor meets "no kernel image".
@@ -193,7 +193,7 @@ def build_trainer(
         trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
     )
     strategy = build_strategy(
-        cfg["trainer"],
+        trainer_cfg,
         accelerator,
         backend,
         launcher.lightning_environment(layout),

@@ -67,7 +67,10 @@ class Plan:
     config_files: list[str]  # the config files given, for the report's crate
     lock_file: str  # the lock the environment records hash
     lock_sha256: str
+    site: parts.Site  # the site section the platform settled, built once
+    tracking: parts.Tracking  # the trackers rank 0 reports to (preflight asks for their server)
     launches: dict[str, parts.Launch] = field(default_factory=dict)  # each run's launch part, built once
+    data: dict[str, parts.Data] = field(default_factory=dict)  # each run's data part (its table resolved)
     datasets: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset id -> its data section
     search_groups: dict[str, list[str]] = field(default_factory=dict)  # configuration id -> its runs (seeds)
 
@@ -143,11 +146,11 @@ class Plan:
 
     def manifest(self, wildcards: Any) -> str:
         """The manifest of exactly the partitions the run trains on (or its DataModule's record)."""
-        data = self.runs[wildcards.run]["config"]["data"]
-        dataset = configuration.dataset_id(data)
-        if data["source"] == "module":
+        data = self.data[wildcards.run]
+        dataset = configuration.dataset_id(self.runs[wildcards.run]["config"]["data"])
+        if data.source == "module":
             return f"results/data/{dataset}/module.json"
-        return f"results/data/{dataset}/manifest-{data['num_train_files']}.json"
+        return f"results/data/{dataset}/manifest-{data.num_train_files}.json"
 
     def run_json(self, wildcards: Any) -> str:
         """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile). Its JSON is
@@ -157,7 +160,7 @@ class Plan:
 
     def accelerator(self, wildcards: Any) -> str:
         """The run's accelerator where it runs: auto resolved by the profile's site (snakeddp.config.site)."""
-        return site.resolved(self.launch(wildcards), self.row.name, self.config["site"])
+        return site.resolved(self.launch(wildcards), self.row.name, self.site)
 
     def train_threads(self, wildcards: Any) -> int:
         launch = self.launch(wildcards)
@@ -169,7 +172,7 @@ class Plan:
         return {
             "nodes": lambda wc: self.launch(wc).nodes,
             # Sized per GPU rank unless launch.mem_mb says otherwise (site.mem_mb_per_gpu).
-            "mem_mb": lambda wc: site.mem_mb(self.launch(wc), self.accelerator(wc), self.config["site"]),
+            "mem_mb": lambda wc: site.mem_mb(self.launch(wc), self.accelerator(wc), self.site),
             "runtime": lambda wc: self.launch(wc).runtime,
             **self.contract.resources(self.invocation, self.launch, self.accelerator),
         }
@@ -350,7 +353,10 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         config_files=[str(Path(path).resolve()) for path in workflow.configfiles],
         lock_file=lock_file,
         lock_sha256=hashing.sha256_file(lock_file),
+        site=parts.Site.of(validated["site"]),
+        tracking=parts.Tracking.of(validated["tracking"]),
         launches={run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()},
+        data={run_id: parts.Data.of(run["config"]["data"]) for run_id, run in runs.items()},
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
     )

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, Site, Tracking, Trainer
 from snakeddp.errors import TrackerError, print_line
 from snakeddp.platforms.contract import PreflightError
 from snakeddp.run import requirements
@@ -90,15 +90,13 @@ def check_lock(path: Path) -> None:
 
 def check_run(
     run_id: str,
-    launch: Launch | Mapping[str, Any],
-    trainer: Mapping[str, Any],
+    launch: Launch,
+    trainer: Trainer,
     platform: str,
-    site_config: Mapping[str, Any] | None = None,
+    site_config: Site,
 ) -> None:
     """The layout, launcher, accelerator, strategy and precision of one run against the profile it runs on
     and what that profile declares its nodes have (``site_config``)."""
-    site_config = site_config or {}
-    launch = Launch.of(launch)
     where = f"run {run_id}: "
     try:
         cluster.for_platform(launch.launcher, platform)
@@ -111,31 +109,31 @@ def check_run(
     except site.SiteError as error:
         raise PreflightError(str(error)) from None
     try:
-        requirements.check_strategy(trainer["strategy"], accelerator, launch.accelerator)
-        requirements.check_precision(trainer["precision"], accelerator, launch.accelerator)
+        requirements.check_strategy(trainer.strategy, accelerator, launch.accelerator)
+        requirements.check_precision(trainer.precision, accelerator, launch.accelerator)
     except (requirements.StrategyError, requirements.PrecisionError) as error:
         raise PreflightError(f"{where}{error}") from None
 
 
-def check_trackers(tracking: Mapping[str, Any]) -> None:
+def check_trackers(tracking: Tracking) -> None:
     for key in requirements.TRACKER_PACKAGES:
-        if tracking.get(key, {}).get("enabled"):
+        if getattr(tracking, key).enabled:
             requirements.require_tracker(key)
 
 
-def check_registry(tracking: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> None:
+def check_registry(tracking: Tracking, runs: Mapping[str, Mapping[str, Any]]) -> None:
     """tracking.mlflow.register_model needs MLflow on and a best checkpoint to export."""
-    name = tracking["mlflow"]["register_model"]
+    name = tracking.mlflow.register_model
     if name is None:
         return
-    if not tracking["mlflow"]["enabled"]:
+    if not tracking.mlflow.enabled:
         raise PreflightError(
             f"tracking.mlflow.register_model={name!r} registers models in MLflow, and tracking.mlflow.enabled is "
             "false, so nothing would be registered. HINT: set tracking.mlflow.enabled: true (and its tracking_uri), "
             "or remove register_model."
         )
     for run_id, run in runs.items():
-        if run["config"]["trainer"]["save_top_k"] == 0:
+        if Trainer.of(run["config"]["trainer"]).save_top_k == 0:
             raise PreflightError(
                 f"run {run_id}: tracking.mlflow.register_model={name!r} registers the best checkpoint, and "
                 "trainer.save_top_k: 0 keeps only last.ckpt. HINT: set trainer.save_top_k: 1 (or more), or remove "
@@ -163,13 +161,13 @@ def stop_unless_report_made(page: Path) -> None:
 
 
 def check_tracking_server(
-    tracking: Mapping[str, Any], to_train: Mapping[str, Any], platform: str, env: Mapping[str, str]
+    tracking: Tracking, to_train: Mapping[str, Any], platform: str, env: Mapping[str, str]
 ) -> None:
     """An MLflow server that does not answer stops the workflow before its first job, in seconds
     (``run.mlflow_server``). Only before runs that will train (``to_train``): a finished pipeline does
     not need the server. Not for a remote platform, whose jobs reach the server from there, not from here."""
-    uri = tracking["mlflow"]["tracking_uri"] or env.get("MLFLOW_TRACKING_URI")
-    if not tracking["mlflow"]["enabled"] or not uri or not to_train or platforms.row(platform).remote:
+    uri = tracking.mlflow.tracking_uri or env.get("MLFLOW_TRACKING_URI")
+    if not tracking.mlflow.enabled or not uri or not to_train or platforms.row(platform).remote:
         return
     try:
         check_reachable(uri)
@@ -232,15 +230,18 @@ def check_workflow(
     Cores are checked later (``check_cores``)."""
     check_lock(lock)
     check_run_ids(runs)
-    check_registry(config["tracking"], runs)
+    tracking = Tracking.of(config["tracking"])
+    check_registry(tracking, runs)
     # The platform's own needs first: a run's request means nothing where the platform cannot start.
     platforms.load(platform).check(raw, config, runs, in_container=in_container)
+    site_config = Site.of(config["site"])
     for run_id, run in runs.items():
-        check_run(run_id, run["config"]["launch"], run["config"]["trainer"], platform, config["site"])
+        launch, trainer = Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"])
+        check_run(run_id, launch, trainer, platform, site_config)
     if not platforms.row(platform).remote and same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
-        check_trackers(config["tracking"])
+        check_trackers(tracking)
         targets = sorted(
             {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}
             - {(f"{part}.{key}", None) for part, key in USER_CLASSES}
