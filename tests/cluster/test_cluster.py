@@ -1,6 +1,7 @@
 """Launchers: each maps its own variables to the canonical layout, or refuses clearly."""
 
 import os
+import socket
 from unittest import mock
 
 import pytest
@@ -225,6 +226,27 @@ def test_mpirun_command_exports_the_rendezvous():
     assert argv[:4] == ["mpirun", "-np", "2", "--map-by"]
     assert exports["MASTER_ADDR"] == "127.0.0.1" and exports["MASTER_PORT"] == "4321"
     assert "-x" in argv and "MASTER_PORT" in argv
+
+
+def test_mpirun_on_one_machine_with_no_rendezvous_named_meets_on_a_free_port_it_holds():
+    """Two single-node runs started at once each get a port of their own (a fixed 29500 made the second
+    fail with EADDRINUSE); the port stays taken for anyone else, and rank 0's store can still listen on it."""
+    launcher = cluster.get("mpirun")
+    ports = [int(launcher.command(plan(), {})[1]["MASTER_PORT"]) for _ in range(2)]
+    assert ports[0] != ports[1] and 29500 not in ports, ports
+    other = socket.socket()
+    with pytest.raises(OSError):
+        other.bind(("", ports[0]))
+    other.close()
+    store = socket.socket()
+    store.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    store.bind(("", ports[0]))
+    store.listen()
+    store.close()
+    # A named rendezvous is kept as named; ranks started by hand with no port meet on the default.
+    assert launcher.command(plan(), {"MASTER_PORT": "4000"})[1]["MASTER_PORT"] == "4000"
+    assert launcher.command(plan(), {"AZ_BATCHAI_MPI_MASTER_NODE": "10.0.0.5"})[1]["MASTER_PORT"] == "29500"
+    assert launcher.rendezvous({}, 1) == ("127.0.0.1", 29500)
 
 
 def test_platform_defaults():

@@ -3,7 +3,9 @@
 Ranks come from OMPI_COMM_WORLD_* (no mpi4py needed). The rendezvous address comes from, in
 order: MASTER_ADDR; AzureML's AZ_BATCH_MASTER_NODE ("addr:port", multi-node jobs) or
 AZ_BATCHAI_MPI_MASTER_NODE (single-node jobs); the first node of a Slurm allocation; localhost
-for a single node.
+for a single node. Started by snakeddp.launch on a single node that names no rendezvous, the ranks
+meet on a free port the launcher holds while they run: a fixed one made two runs on one machine
+fail with EADDRINUSE. Ranks started by hand with mpirun and no MASTER_PORT meet on 29500.
 
 Inside Slurm, mpirun (OpenMPI 4) starts its daemons with srun, but by default runs the ranks of
 its own node itself, outside any job step, where Slurm's warning signals (``--signal``,
@@ -28,6 +30,7 @@ import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -39,6 +42,11 @@ if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
 
 DEFAULT_PORT = 29500
+# What names a rendezvous for the ranks; with none of them set, the launcher picks the port.
+RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE")
+# The ports this process holds for the single-node runs it started (bound, not listening; see
+# cluster.supervisor.reserve_port): kept until the process ends, after its ranks.
+_HELD: list[socket.socket] = []
 # `mpirun --version`: "mpirun (Open MPI) 4.1.4" from OpenMPI 4, "mpirun (Open MPI) 5.0.7" from 5.
 OPENMPI_VERSION = re.compile(r"\(Open MPI\) (?P<major>\d+)\.\d+")
 
@@ -67,6 +75,14 @@ def installed_major(mpirun: str) -> int:
             "launch.launcher: srun."
         ) from None
     return openmpi_major(done.stdout + done.stderr, mpirun)
+
+
+def held_free_port() -> int:
+    """A free port for rank 0's store on this machine, held by this process while it lives."""
+    from snakeddp.cluster.supervisor import reserve_port
+
+    _HELD.append(reserve_port())
+    return _HELD[-1].getsockname()[1]
 
 
 class MpiRun(Launcher):
@@ -143,7 +159,10 @@ class MpiRun(Launcher):
             process_env = self.allocation_env(plan, env)
         else:
             addr, port = self.rendezvous(env, plan.nodes)
-            port = plan.master_port or port
+            if plan.master_port:
+                port = plan.master_port
+            elif plan.nodes == 1 and not any(env.get(name) for name in RENDEZVOUS_VARIABLES):
+                port = held_free_port()
             rank_env, process_env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port)}, {}
             if plan.devices > (os.cpu_count() or 1):
                 argv.append("--oversubscribe")
