@@ -6,6 +6,7 @@ pipeline trained on both kinds of partitioned table."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -255,24 +256,33 @@ def test_partitioned_tables_in_azure_storage_read_as_their_local_copies(azurite,
 
 @pytest.mark.e2e
 def test_the_pipeline_trains_on_a_delta_table_partitioned_by_a_feature_and_on_a_hive_folder(tmp_path):
-    by_region(tmp_path / "delta", partition_by=["x3", "site"])
-    hive = hive_folder(tmp_path / "hive", 600, 4)
+    """Both kinds in one invocation, a sweep over data.table.path (paths relative to the directory
+    snakemake runs in): each run's own dataset holds every row of its table once, with its partition
+    column's values."""
+    flow = Workflow(tmp_path / "flow")
+    flow.directory.mkdir()
+    by_region(flow.directory / "tables" / "delta", partition_by=["x3", "site"])
+    hive = hive_folder(flow.directory / "tables" / "hive", 600, 4)
     expected = {"delta": np.arange(600) // 200, "hive": hive["x3"].to_numpy()}
+    # The base config names one of them, as data.source: table needs; the sweep names both.
+    source = {"path": "tables/delta", "features": FEATURES, "label": "y"}
+    data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}
+    flow.write_config({**TINY, "data": data, "sweep": {"data.table.path": ["tables/delta", "tables/hive"]}})
+    flow.run()
+    datasets = set()
     for kind in ("delta", "hive"):
-        flow = Workflow(tmp_path / f"flow-{kind}")
-        flow.directory.mkdir()
-        source = {"path": str(tmp_path / kind), "features": FEATURES, "label": "y"}
-        flow.write_config(
-            {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": source}}
-        )
-        flow.run()
-        (dataset,) = (flow.directory / "results" / "data").iterdir()
-        parts = [read_partition(p) for p in sorted(dataset.rglob("*.safetensors"))]
+        run = flow.directory / "results" / "runs" / f"path-tables{kind}"
+        assert (run / "provenance.json").is_file(), f"{kind}: trained"
+        dataset = json.loads((run / "provenance.json").read_text())["data"]["dataset"]
+        datasets.add(dataset)
+        parts = [
+            read_partition(p) for p in sorted((flow.directory / "results" / "data" / dataset).rglob("*.safetensors"))
+        ]
         ids = np.concatenate([p.ids.numpy() for p in parts])
         assert sorted(ids.tolist()) == list(range(600)), f"{kind}: every row in one partition"
         x3 = np.concatenate([p.features.numpy()[:, 2] for p in parts])
         assert np.array_equal(x3, expected[kind][ids]), f"{kind}: the partition column's values"
-        assert list((flow.directory / "results" / "runs").glob("*/provenance.json")), f"{kind}: trained"
+    assert len(datasets) == 2, "a dataset of its own for each table"
 
 
 @pytest.mark.e2e
