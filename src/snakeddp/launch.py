@@ -56,7 +56,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--platform",
-        choices=list(platforms.BY_NAME),
+        choices=list(platforms.names()),
         default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from snakeddp.azureml import staging
+from snakeddp.azureml import jobside, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
@@ -145,10 +145,10 @@ def submission_variables(settings: Settings, spec_sha256: str) -> dict[str, str]
     workspace = settings.workspace
     variables = {
         names.JOB_SPEC_SHA256: spec_sha256,
-        names.AZUREML_EXPERIMENT: settings.experiment,
-        names.AZUREML_SUBSCRIPTION: workspace.subscription_id,
-        names.AZUREML_RESOURCE_GROUP: workspace.resource_group,
-        names.AZUREML_WORKSPACE: workspace.workspace_name,
+        jobside.EXPERIMENT: settings.experiment,
+        jobside.SUBSCRIPTION: workspace.subscription_id,
+        jobside.RESOURCE_GROUP: workspace.resource_group,
+        jobside.WORKSPACE: workspace.workspace_name,
     }
     return {name: value for name, value in variables.items() if value}
 

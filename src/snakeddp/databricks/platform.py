@@ -17,7 +17,7 @@ from typing import Any
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
 from snakeddp.config.parts import Launch
-from snakeddp.databricks import PLATFORM
+from snakeddp.databricks import PLATFORM, jobside
 from snakeddp.errors import print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.run import variables as names
@@ -82,7 +82,7 @@ def share_cluster(invocation: Invocation, client: Any, training: Runs) -> None:
     except ConfigError as error:
         raise PreflightError(str(error)) from None
     invocation.memo[SHARED] = (client, cluster_id)
-    os.environ[names.DATABRICKS_CLUSTER] = cluster_id
+    os.environ[jobside.CLUSTER] = cluster_id
     invocation.say(
         f"snakeddp.databricks: the {len(training)} runs share the all-purpose cluster {cluster_id}, terminated "
         f"when the workflow ends (or after {shared_cluster.AUTOTERMINATION_MINUTES} idle minutes)"

@@ -24,7 +24,9 @@ def check_nodes(run_id: str, launch: Launch) -> None:
     if launch.nodes != 1:
         raise PreflightError(
             f"run {run_id}: launch.nodes={launch.nodes}, but the local profile runs on this machine only. "
-            "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
+            "HINT: set launch.nodes: 1, or run with "
+            + " or ".join(f"--profile profiles/{name}" for name in platforms.multi_node())
+            + "."
         )
 
 

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import cluster, platforms
-from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
-from snakeddp.slurm import PLATFORM
+from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions, where_tried
 from snakeddp.slurm.resources import RESOURCES, slurm_resources
@@ -48,7 +47,7 @@ def check_container(run_id: str, launch: Launch | Mapping[str, Any]) -> None:
         raise PreflightError(
             f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
             f"launcher {launcher} could not start the ranks (srun: not found). HINT: train on Slurm from the "
-            "checkout's .venv (no --sdm) or with --sdm conda; the image serves the local and azureml profiles."
+            "checkout's .venv (no --sdm) or with --sdm conda."
         )
 
 

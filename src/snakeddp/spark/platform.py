@@ -14,10 +14,10 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
-from snakeddp.errors import SparkError, print_line
+from snakeddp.errors import print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.run import variables
-from snakeddp.spark import PLATFORM, master, sharing, workers
+from snakeddp.spark import PLATFORM, SparkError, master, sharing, workers
 
 #: Where the shared application's executors keep their temporary files: in the checkout, which they see.
 SCRATCH = Path(".snakemake") / "snakeddp"
