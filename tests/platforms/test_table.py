@@ -12,12 +12,13 @@ import yaml
 from snakeddp import cluster, platforms
 from snakeddp.config.schema import load_schema
 from snakeddp.config.schema import platforms as schema_platforms
-from snakeddp.platforms.contract import Platform
+from snakeddp.platforms.contract import Platform, RemotePlatform
 from tests.helpers import REPO
 
 
-def test_the_schemas_platforms_are_the_tables_rows():
-    assert schema_platforms() == platforms.names()
+def test_the_schemas_platforms_are_the_tables_rows_and_validation_takes_every_registered_one():
+    assert schema_platforms() == tuple(row.name for row in platforms.TABLE)
+    assert load_schema()["properties"]["platform"]["enum"] == list(platforms.names())
 
 
 @pytest.mark.parametrize("row", platforms.TABLE, ids=lambda row: row.name)
@@ -30,8 +31,8 @@ def test_each_rows_contract_its_launchers_section_and_profile_exist(row):
         assert row.section in load_schema()["properties"]
     profile = yaml.safe_load((REPO / "profiles" / row.name / "config.yaml").read_text())
     assert f"platform={row.name}" in profile["config"]
-    # A remote row's train job submits; the others start their ranks and have nothing to submit.
-    assert (type(contract).submit is not Platform.submit) is row.remote
+    # A remote contract's train job submits; the others start their ranks and have nothing to submit.
+    assert isinstance(contract, RemotePlatform) is contract.remote is hasattr(contract, "submit")
 
 
 def test_a_launcher_a_platform_owns_is_refused_elsewhere_and_an_only_own_platform_takes_no_other():

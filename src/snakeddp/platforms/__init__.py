@@ -1,9 +1,9 @@
 """The platforms, one row each: where a run's ranks start and what the workflow does for it there.
 
 A row says what the rest of snakeddp asks of a platform by name: its config section, what
-``launch.launcher: auto`` means there, the launchers only it can run, whether a train job submits
-the run elsewhere (``remote``) or starts its ranks itself, and whether jobs run on the machine
-Snakemake runs on (``this_machine``). What a platform does is in its own package, in two halves the
+``launch.launcher: auto`` means there, the launchers only it can run, and whether jobs run on the machine
+Snakemake runs on (``this_machine``); whether a train job submits the run elsewhere is its contract's class
+(``contract.RemotePlatform``). What a platform does is in its own package, in two halves the
 row names: its contract (``snakeddp.platforms.contract``: the workflow side, its checks before any job,
 what it exports to jobs, how a train job runs there) and its job side (``snakeddp.platforms.jobside``:
 what its jobs and ranks see, its launchers, the variables it sets and provenance records).

@@ -16,7 +16,6 @@ class Row:
     section: str | None = None  # its own config section, which its jobs get (variables.PLATFORM_SECTION)
     own_launchers: tuple[str, ...] = ()  # launchers that start ranks only on platforms naming them
     only_own_launchers: bool = False  # and this platform starts ranks with no other
-    remote: bool = False  # a train job submits the run to a service and waits for it
     this_machine: bool = False  # jobs and ranks run on the machine Snakemake runs on
     job_side: str | None = None  # its job side: a module whose JOB_SIDE is a snakeddp.platforms.jobside.JobSide
     ranks_as: str | None = None  # a remote job's driver starts the ranks as this platform does
@@ -30,7 +29,6 @@ TABLE = (
         "snakeddp.azureml.platform",
         "env",
         section="azureml",
-        remote=True,
         job_side="snakeddp.azureml.jobside",
     ),
     Row(
@@ -50,7 +48,6 @@ TABLE = (
         section="databricks",
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
-        remote=True,
         job_side="snakeddp.databricks.jobside",
         ranks_as="spark",
     ),
