@@ -9,4 +9,9 @@ from snakeddp.platforms.jobside import JobSide
 #: (snakeddp.databricks.shared_cluster), read by each train job: its run is submitted to that cluster.
 CLUSTER = "SNAKEDDP_DATABRICKS_CLUSTER"
 
-JOB_SIDE = JobSide()
+
+class DatabricksJobSide(JobSide):
+    multi_node = True  # a run's nodes are its job cluster's workers
+
+
+JOB_SIDE = DatabricksJobSide()
