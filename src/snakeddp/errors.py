@@ -119,18 +119,6 @@ class UpstreamVersionError(ConfigError, RuntimeError):
     """An installed package is not a release that snakeddp's hooks into its private parts were written for."""
 
 
-class SparkError(ConfigError, RuntimeError):
-    """The spark platform cannot start or finish a run: no master, no JDK, no pyspark, a failed Spark job."""
-
-
-class DatabricksError(ConfigError, RuntimeError):
-    """A Databricks run that cannot be staged, submitted or copied back: no credentials, a failed or cancelled run."""
-
-
-class AzureMLError(ConfigError, RuntimeError):
-    """Something to fix before (or learn after) an AzureML job; the message says what and how."""
-
-
 def print_line(line: str, stream: TextIO | None = None) -> None:
     """Write ``line`` with its newline in one write, flushed. ``print`` writes them in two, and
     Snakemake 9 writes its log records from a thread of its own (a queue listener): one of its

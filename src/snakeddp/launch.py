@@ -39,6 +39,7 @@ from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
+from snakeddp.platforms.contract import RemotePlatform
 from snakeddp.provenance import lineage
 from snakeddp.run import attempt, tries, variables
 from snakeddp.run.layout import RunPaths
@@ -56,7 +57,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--platform",
-        choices=list(platforms.BY_NAME),
+        choices=list(platforms.names()),
         default=variables.platform(os.environ),
         help="where the processes start (default: $SNAKEDDP_PLATFORM, set by the workflow, else local)",
     )
@@ -304,8 +305,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.record_to and record_from_longer(args):
         return 0
     # A remote platform's train job submits the run and follows it; any other starts the ranks here.
-    remote = platforms.row(args.platform).remote
-    code = platforms.load(args.platform).submit(args) if remote else run_attempt(args)
+    contract = platforms.load(args.platform)
+    code = contract.submit(args) if isinstance(contract, RemotePlatform) else run_attempt(args)
     if code == 0 and args.record_to:
         publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
     return code

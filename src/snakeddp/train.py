@@ -46,7 +46,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from snakeddp import cluster
+from snakeddp import cluster, platforms
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
@@ -60,7 +60,7 @@ from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, ma
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.tries import write_hang
-from snakeddp.training.callbacks import Preempted, scheduler_node
+from snakeddp.training.callbacks import Preempted
 from snakeddp.training.meeting import MeetingError, meet
 from snakeddp.training.models import best_confusion, build_model
 from snakeddp.training.safe_load import check_checkpoint
@@ -94,7 +94,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--data", required=True, type=Path, help="the dataset's manifest.json")
     parser.add_argument(
-        "--launcher", choices=sorted(cluster.BY_NAME), help="what started this process (default: detect)"
+        "--launcher", choices=sorted(cluster.by_name()), help="what started this process (default: detect)"
     )
     parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
     parser.add_argument(
@@ -221,7 +221,7 @@ def watch_over(
         return None
     if not environment.creates_processes_externally:
         return None
-    node = scheduler_node(os.environ)
+    node = platforms.scheduler_node(os.environ)
     try:
         meeting = meet(
             layout,

@@ -28,6 +28,7 @@ from snakeddp.azureml.settings import Settings
 from snakeddp.remote.attempt import collect
 from snakeddp.run.layout import RESUME_SEEDED as SEEDED
 from snakeddp.util.hashing import sha256_file
+from tests.azureml.plans import build_plan
 from tests.helpers import TINY, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
@@ -64,7 +65,7 @@ def write_job(root, distribution, nodes, devices, trainer=None):
     run_yaml, manifest = make_run(root, cfg)
     settings = Settings.from_section({"compute": "gpu-cluster", "distribution": distribution})
     args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None)
-    plan, _ = submit.build_plan(args, settings)
+    plan, _ = build_plan(args, settings)
     return plan, load_job(submit.write_spec(plan))
 
 
@@ -233,7 +234,7 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     assert 2 <= done_before < epochs
 
     args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=plan.data.local_dir / "manifest-3.json")
-    plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
+    plan, _ = build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
     job = load_job(submit.write_spec(plan))
     assert "resume" in job.inputs
     second = tmp_path / "outputs" / "job-2" / "run_dir"

@@ -30,6 +30,7 @@ from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 from snakeddp.workflow import jobenv
+from tests.azureml.plans import build_plan
 from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
@@ -72,7 +73,7 @@ def make_spec(tmp_path, sdk, distribution="pytorch", nodes=1, devices=1, launch=
     run_yaml, manifest = make_run(tmp_path, cfg)
     settings = Settings.from_section({"sdk": sdk, "distribution": distribution, "compute": "gpu-cluster", **azureml})
     args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=True)
-    plan, key = submit.build_plan(args, settings)
+    plan, key = build_plan(args, settings)
     return plan, key, submit.write_spec(plan), manifest
 
 
@@ -194,7 +195,7 @@ def resumable_run(tmp_path):
 
 def test_resumable_run_uploads_its_attempt(tmp_path):
     args, run_dir = resumable_run(tmp_path)
-    plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
+    plan, _ = build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
     job = load_job(submit.write_spec(plan))
     command = shlex.split(job.command)
     assert command[:5] == ["python", "-m", "snakeddp.azureml.entry", "--resume-from", "${{inputs.resume}}"]
@@ -206,7 +207,7 @@ def test_resumable_run_uploads_its_attempt(tmp_path):
 @V1
 def test_resumable_run_uploads_its_attempt_to_the_v1_datastore(tmp_path):
     args, run_dir = resumable_run(tmp_path)
-    plan, _ = submit.build_plan(args, Settings.from_section({"sdk": "v1", "compute": "gpu-cluster"}))
+    plan, _ = build_plan(args, Settings.from_section({"sdk": "v1", "compute": "gpu-cluster"}))
     path = f"snakeddp/resume/base/{sha256_file(run_dir / 'checkpoints/last.ckpt')[:16]}"
     assert spec_v1().uploads(plan)[1] == (plan.resume_dir, path)
     assert spec_v1().build(plan).run_config.data_references["resume"].path_on_data_store == path
@@ -219,7 +220,7 @@ def test_checkpoints_of_another_config_are_not_resumed(tmp_path):
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"weights")
     args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=manifest, environment_record=None)
-    plan, _ = submit.build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
+    plan, _ = build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
     assert plan.resume_dir is None and "resume" not in load_job(submit.write_spec(plan)).inputs
 
 

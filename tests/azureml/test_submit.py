@@ -22,6 +22,7 @@ from snakeddp.azureml.submitted import Outcome
 from snakeddp.remote.job import Submitted
 from snakeddp.run import tries
 from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
+from tests.azureml.plans import build_plan
 from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
@@ -171,7 +172,7 @@ def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(AZUREML_CONFIG, json.dumps({"compute": "gpu-cluster", "workspace": WORKSPACE}))
     args = Namespace(config=run_yaml, run_dir=run_yaml.parent, data=manifest, environment_record=None, dry_run=False)
-    _, key = submit.build_plan(args, Settings.from_environment())
+    _, key = build_plan(args, Settings.from_environment())
     kept = run_yaml.parent / "attempts" / key[:12]
     kept.mkdir(parents=True)
     # A real record (restoring checks it against the provenance schema), as this key's.

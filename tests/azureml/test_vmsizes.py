@@ -8,8 +8,7 @@ import pytest
 from azure.ai.ml._restclient.arm_ml_service.models import VirtualMachineSize
 from azure.ai.ml.entities import AmlCompute, VmSize
 
-from snakeddp.azureml import vmsizes
-from snakeddp.errors import AzureMLError
+from snakeddp.azureml import AzureMLError, vmsizes
 
 # What GET .../locations/{location}/vmSizes answers, per size (a few of Azure's), as the REST model reads it.
 LISTED = [

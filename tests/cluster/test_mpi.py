@@ -27,7 +27,8 @@ import pytest
 
 from snakeddp import cluster
 from snakeddp.cluster import LaunchError, LaunchPlan
-from snakeddp.cluster.mpi import MpiRun, installed_major, openmpi_major
+from snakeddp.cluster.mpi import installed_major, openmpi_major
+from snakeddp.slurm.launcher import SlurmAllocation
 
 MPIRUN = shutil.which("mpirun")
 # Inside an allocation, as snakemake-executor-plugin-slurm's jobstep leaves it (see test_cluster.JOBSTEP_ENV).
@@ -83,7 +84,7 @@ def test_the_installed_mpirun_is_asked_without_a_job_and_agrees_with_ompi_info()
 
 @pytest.mark.parametrize(("major", "option"), [(3, "--mca"), (4, "--mca"), (5, "--prtemca"), (6, "--prtemca")])
 def test_daemon_options_take_the_runtimes_own_option(major, option):
-    options = MpiRun.daemon_options(plan(gpus=True, cpus_per_process=4), major)
+    options = SlurmAllocation().mpirun_options(plan(gpus=True, cpus_per_process=4), major)
     assert options == [
         option,
         "ras_base_launch_orted_on_hn",
@@ -104,7 +105,7 @@ def test_inside_slurm_the_command_is_spelled_for_the_installed_openmpi():
 
 def test_the_installed_mpirun_parses_the_options_built_for_it():
     """mpirun parses every option before it answers --version: 4 refuses --prtemca, 5 takes it."""
-    options = MpiRun.daemon_options(plan(gpus=True), installed_major(MPIRUN))
+    options = SlurmAllocation().mpirun_options(plan(gpus=True), installed_major(MPIRUN))
     done = run(MPIRUN, *options, "--version")
     assert done.returncode == 0 and "(Open MPI)" in done.stdout, done.stdout + done.stderr
     if "--mca" in options:  # and OpenMPI 4 refuses PRRTE's option, so this check tells the two apart

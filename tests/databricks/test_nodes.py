@@ -9,8 +9,7 @@ from databricks.sdk import WorkspaceClient
 
 from snakeddp import config
 from snakeddp.config.parts import Launch
-from snakeddp.databricks import nodes
-from snakeddp.errors import DatabricksError
+from snakeddp.databricks import DatabricksError, nodes
 from tests.databricks.test_submit import CONFIG, TOKEN, user_env
 from tests.helpers import Workflow
 

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 from databricks.sdk import WorkspaceClient
 
-from snakeddp.databricks import shared_cluster
+from snakeddp.databricks import DatabricksError, shared_cluster
 from snakeddp.databricks.spec import DatabricksSpecError, JobPlan
-from snakeddp.errors import DatabricksError
 from tests.databricks import test_submit
 from tests.databricks.test_submit import TOKEN, user_env
 from tests.databricks_server import DatabricksStub, Runner

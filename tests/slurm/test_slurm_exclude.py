@@ -13,10 +13,10 @@ import pytest
 import snakemake_executor_plugin_slurm as plugin
 from snakemake.iocontainers import ResourceList
 
-from snakeddp.cluster.slurm import node_of_rank
 from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm.exclude import Exclusions
+from snakeddp.slurm.launcher import node_of_rank
 from tests.helpers import left_running, training_processes
 from tests.slurm.cluster import NODES
 from tests.slurm.workflow import SlurmWorkflow, config

@@ -12,19 +12,18 @@ import threading
 import time
 
 from snakeddp import cluster
-from snakeddp.cluster import torchdistributor
-from snakeddp.spark import stage
-from tests.cluster.test_torchdistributor import TASK
+from snakeddp.spark import jobside, stage
 from tests.helpers import subprocess_env
+from tests.spark.test_launcher import TASK
 
 
 def test_a_forked_rank_sees_torchruns_variables_as_a_torchdistributor_task_did():
-    env = stage.rank_environment(1, 2, "192.0.2.2", "43045", TASK[torchdistributor.RDZV_ID])
+    env = stage.rank_environment(1, 2, "192.0.2.2", "43045", TASK[jobside.RDZV_ID])
     theirs = {
         key: value for key, value in TASK.items() if not key.startswith("SNAKEDDP_") and key != "CUDA_VISIBLE_DEVICES"
     }
     assert {key: env[key] for key in theirs} == theirs
-    launcher, layout = cluster.resolve(None, {**env, torchdistributor.APP_ID: "app-1"})
+    launcher, layout = cluster.resolve(None, {**env, jobside.APP_ID: "app-1"})
     assert launcher.name == "torchdistributor"
     assert (layout.rank, layout.local_rank, layout.world_size, layout.node_rank, layout.num_nodes) == (1, 0, 2, 1, 2)
 

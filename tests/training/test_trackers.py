@@ -104,7 +104,7 @@ def test_an_unreachable_server_stops_rank_zero_in_one_line_without_credentials(t
     assert "s3cret" not in message and "alice" not in message
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cret", "credentials reach MLflow through its own variables"
     recorded = recorded_environment(
-        jobenv.settings(config.validate({"tracking": parts.thaw(settings)})), network=is_network_variable
+        jobenv.settings(config.validate({"tracking": parts.thaw(settings)})), also=is_network_variable
     )
     assert "s3cret" not in json.dumps(recorded) and "alice" not in json.dumps(recorded)
 

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from snakeddp.config.network import is_network_variable
+from snakeddp.provenance.record import cluster_variables
 from snakeddp.util.redact import (
     environment_secrets,
     is_secret_name,
@@ -72,7 +73,7 @@ def test_names_that_only_contain_a_secret_word_are_not(name):
 
 def test_recorded_environment_keeps_settings_and_drops_credentials():
     env = {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8002", "NCCL_IB_TOKEN": "t0k", "AZUREML_RUN_TOKEN": "t1k"}
-    assert recorded_environment(env, network=is_network_variable) == {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8002"}
+    assert recorded_environment(env, also=is_network_variable) == {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8002"}
 
 
 def test_recorded_environment_is_an_allow_list_not_a_deny_list():
@@ -81,7 +82,8 @@ def test_recorded_environment_is_an_allow_list_not_a_deny_list():
         "SLURM_JWT": "x", "SLURM_SPOOL_DIR": "/var/spool", "SLURM_SOMETHING_NEW": "y", "AZUREML_ARM_TOKENISH": "z",
         "HOME": "/root", "NCCL_SOCKET_IFNAME": "ib0",
     }  # fmt: skip
-    assert recorded_environment(env, network=is_network_variable) == {
+    # The platforms' names come from their job sides (snakeddp.platforms.recorded_names), as provenance asks.
+    assert cluster_variables(env) == {
         "MASTER_ADDR": "n1", "NCCL_SOCKET_IFNAME": "ib0", "SLURM_JOB_ID": "42", "SLURM_PROCID": "1",
         "SNAKEDDP_PLATFORM": "slurm",
     }  # fmt: skip
@@ -93,7 +95,7 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"
 @pytest.mark.parametrize("value", [JWT, f"token={JWT}", "Bearer abcdef0123456789", "bearer  xyz12345678"])
 def test_a_token_value_is_dropped_whatever_its_name(value):
     assert looks_like_credential(value)
-    assert recorded_environment({"NCCL_BLOB": value, "SLURM_JOB_ID": value}, network=is_network_variable) == {}
+    assert cluster_variables({"NCCL_BLOB": value, "SLURM_JOB_ID": value}) == {}
 
 
 @pytest.mark.parametrize("value", ["ib0", "0x8001", "/opt/topo.xml", "eyJ", "a.b.c", "INFO"])
@@ -137,7 +139,7 @@ def test_scrub_masks_every_free_form_map_at_any_depth_keeping_keys_flags_and_sec
 
 def test_a_config_section_exported_as_json_is_scrubbed_inside_where_it_is_recorded():
     exported = {"SNAKEDDP_PLATFORM_SECTION": json.dumps(CONFIG["spark"]), "SNAKEDDP_PLATFORM": "spark"}
-    recorded = recorded_environment(exported, network=is_network_variable)
+    recorded = recorded_environment(exported, also=is_network_variable)
     assert json.loads(recorded["SNAKEDDP_PLATFORM_SECTION"]) == MASKED["spark"]
     assert recorded["SNAKEDDP_PLATFORM"] == "spark"
     nested = scrub(

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from snakeddp import config
-from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.config import parts
 from snakeddp.run import variables as runenv
+from snakeddp.slurm import SLURM_CONF_COPY
 from snakeddp.workflow import jobenv
 from tests.helpers import REPO, subprocess_env
 

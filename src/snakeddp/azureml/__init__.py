@@ -15,5 +15,11 @@ Only ``spec_*``, ``credentials`` and ``jobs_*`` import the Azure SDKs (the ``azu
 nothing in the local or Slurm path imports this package.
 """
 
+from snakeddp.errors import ConfigError
+
 #: The platform's name: its row in snakeddp.platforms, its folder under a run directory.
 PLATFORM = "azureml"
+
+
+class AzureMLError(ConfigError, RuntimeError):
+    """Something to fix before (or learn after) an AzureML job; the message says what and how."""

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import re
 
+from snakeddp.azureml import AzureMLError
 from snakeddp.environment.builds import BUILDS, TorchBuild
-from snakeddp.errors import AzureMLError
 
 REGISTRY = "mcr.microsoft.com/azureml"
 #: Default base image per CUDA major of the build (None: the CPU build).

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from snakeddp.azureml import jobside
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.cluster import network
 from snakeddp.config import parts
@@ -141,8 +142,8 @@ def job_variables(
         **network.variables({"network": names.network(env)}),
         **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
         names.PLATFORM: "azureml",
-        names.AZUREML_SDK: sdk,
-        names.AZUREML_COMPUTE: compute,
+        jobside.SDK: sdk,
+        jobside.COMPUTE: compute,
         "OMP_NUM_THREADS": threads,
         "MKL_NUM_THREADS": threads,
     }

@@ -4,20 +4,19 @@ job submits the run as an AzureML job and follows it (snakeddp.azureml.submit)."
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from snakeddp import platforms
 from snakeddp.azureml import PLATFORM
-from snakeddp.platforms.contract import Platform, PreflightError, Runs
+from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Stateless
 
 
-class AzureML(Platform):
+class AzureML(RemotePlatform[Stateless]):
     row = platforms.row(PLATFORM)
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
-        if PLATFORM not in raw:
+    def check(self, invocation: Invocation[Stateless]) -> None:
+        config = invocation.config
+        if PLATFORM not in invocation.declared:
             raise PreflightError(
                 "the azureml profile needs an azureml: section (workspace, compute), and the config has none. "
                 "HINT: copy the commented azureml: example from config/config.yaml into your config and fill in "

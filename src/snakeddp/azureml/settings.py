@@ -16,9 +16,8 @@ from typing import Any
 
 import snakeddp
 from snakeddp import config as configuration
-from snakeddp.azureml import images
+from snakeddp.azureml import AzureMLError, images
 from snakeddp.environment.builds import torch_build
-from snakeddp.errors import AzureMLError
 from snakeddp.run.variables import PLATFORM_SECTION as SECTION
 
 WORKSPACE_KEYS = ("subscription_id", "resource_group", "workspace_name")

@@ -30,15 +30,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from snakeddp.azureml import staging
+from snakeddp.azureml import jobside, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
 from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError, add_hint
-from snakeddp.provenance import lineage
 from snakeddp.provenance.record import code_info
-from snakeddp.remote.attempt import collect, stage_resume, takeover
+from snakeddp.remote.attempt import collect
 from snakeddp.remote.folder import Folder
 from snakeddp.remote.job import RemoteJob, Submitted
 from snakeddp.run import attempt, tries
@@ -77,24 +76,19 @@ def _missing(module: str) -> bool:
         return True
 
 
-def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, str]:
-    """The job of this run and its resume key; stages code, run files and the attempt to resume: this
-    key's own, or the finished attempt of a shorter budget it continues (``takeover``). Read-only for
-    the run directory: what launch's ``prepare`` moves there moves after the connection is checked."""
+def build_plan(
+    args: argparse.Namespace, settings: Settings, folder: Folder, environment: Any, resume_dir: Path | None
+) -> JobPlan:
+    """The job of this run, in ``folder`` (snakeddp.remote.folder), on ``environment`` (its spec), resuming
+    ``resume_dir`` (the attempt snakeddp.remote.job staged: this key's own, or the finished attempt of a
+    shorter budget it continues); stages the code snapshot. Read-only for the run directory: what launch's
+    ``prepare`` moves there moves after the connection is checked."""
     run = RunFile.load(args.config)
     launch = Launch.of(run.config["launch"])
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
-    environment = staging.environment_spec(settings, names.torch_build(os.environ))
-    env_record = staging.environment_record(environment)
-    identity = attempt.Identity.of(run.config, args.data, env_record)
-    key = identity.key
-    origin = takeover(args.run_dir, identity)
-    folder = Folder.of(args.run_dir, AzureMLJob.name)
     spec_dir = folder.root
-    staging.snapshot_code(folder.code, run, env_record)
-    continued = origin if origin is not None and origin.how == lineage.CONTINUE else None
-    resume_dir = stage_resume(args.run_dir, folder.resume, key, continued)
+    staging.snapshot_code(folder.code, run, staging.environment_record(environment))
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
     code = code_info()
@@ -125,7 +119,7 @@ def build_plan(args: argparse.Namespace, settings: Settings) -> tuple[JobPlan, s
         variables=variables,
         tags={"snakeddp_run": run.run_id, "snakeddp_dataset": run.dataset_id},
     )
-    return plan, key
+    return plan
 
 
 def write_spec(plan: JobPlan) -> Path:
@@ -145,10 +139,10 @@ def submission_variables(settings: Settings, spec_sha256: str) -> dict[str, str]
     workspace = settings.workspace
     variables = {
         names.JOB_SPEC_SHA256: spec_sha256,
-        names.AZUREML_EXPERIMENT: settings.experiment,
-        names.AZUREML_SUBSCRIPTION: workspace.subscription_id,
-        names.AZUREML_RESOURCE_GROUP: workspace.resource_group,
-        names.AZUREML_WORKSPACE: workspace.workspace_name,
+        jobside.EXPERIMENT: settings.experiment,
+        jobside.SUBSCRIPTION: workspace.subscription_id,
+        jobside.RESOURCE_GROUP: workspace.resource_group,
+        jobside.WORKSPACE: workspace.workspace_name,
     }
     return {name: value for name, value in variables.items() if value}
 
@@ -199,10 +193,9 @@ class AzureMLJob(RemoteJob):
     name = "azureml"
     error = AzureMLError
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, settings: Settings | None = None) -> None:
         super().__init__(args)
-        self.settings = Settings.from_environment()
-        require_sdk(self.settings.sdk)
+        self.settings = settings or Settings.from_environment()
         if self.settings.submit and not args.dry_run:
             self.settings.require_workspace()
         self.software = staging.environment_spec(self.settings, names.torch_build(os.environ))
@@ -216,7 +209,8 @@ class AzureMLJob(RemoteJob):
         return staging.environment_record(self.software)
 
     def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
-        self.plan, _ = build_plan(self.args, self.settings)
+        require_sdk(self.settings.sdk)  # the spec is written and validated with it (the workflow checked it too)
+        self.plan = build_plan(self.args, self.settings, self.folder, self.software, resume_dir)
         self.spec = write_spec(self.plan)
         self.spec_sha256 = sha256_file(self.spec)
         return self.spec

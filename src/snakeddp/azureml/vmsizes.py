@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from snakeddp.errors import AzureMLError
+from snakeddp.azureml import AzureMLError
 
 
 def gpus_of(size: str, sizes: Iterable[Any]) -> int | None:

@@ -7,37 +7,56 @@ allocation or an MPI job, and mpirun inside Slurm, so the most specific launcher
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Mapping
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
 from snakeddp.cluster.direct import Direct
 from snakeddp.cluster.envvars import EnvVars
 from snakeddp.cluster.mpi import MpiRun
-from snakeddp.cluster.slurm import Srun
 from snakeddp.cluster.spawn import Spawn
-from snakeddp.cluster.torchdistributor import TorchDistributor
 from snakeddp.cluster.torchrun import TorchRun
-from snakeddp.platforms import homes
+from snakeddp.platforms import homes, launchers
 from snakeddp.platforms import row as platform_row
 
-LAUNCHERS: tuple[type[Launcher], ...] = (
-    TorchDistributor,  # a torchrun inside a Spark task: torchrun's variables and the distributor's
+# The launchers any platform may run. A platform's own (its job side's, snakeddp.platforms.jobside) go
+# before the generic one named by their ``detect_before``, whose variables their processes also see.
+GENERIC: tuple[type[Launcher], ...] = (
     TorchRun,  # torchrun sets its own variables even inside Slurm or MPI jobs
     Direct,  # as does snakeddp's own supervisor (torchrun's variables, its own launch id)
-    MpiRun,  # mpirun inside a Slurm allocation also sees SLURM_* variables
-    Srun,
+    MpiRun,  # mpirun inside a scheduler's allocation also sees the scheduler's variables
     EnvVars,  # AzureML's PyTorch distribution, or any launcher exporting RANK/WORLD_SIZE
     Spawn,
 )
-BY_NAME = {launcher.name: launcher for launcher in LAUNCHERS}
+
+
+@functools.cache
+def all_launchers() -> tuple[type[Launcher], ...]:
+    """Every launcher in the order ``detect`` asks them: the platforms' imported now, by their job sides."""
+    owned: list[type[Launcher]] = []
+    for target in launchers().values():
+        module, _, name = target.partition(":")
+        owned.append(getattr(importlib.import_module(module), name))
+    ordered: list[type[Launcher]] = []
+    for generic in GENERIC:
+        ordered += [launcher for launcher in owned if launcher.detect_before == generic.name]
+        ordered.append(generic)
+    return (*[launcher for launcher in owned if launcher not in ordered], *ordered)
+
+
+def by_name() -> dict[str, type[Launcher]]:
+    return {launcher.name: launcher for launcher in all_launchers()}
+
 
 __all__ = [
-    "BY_NAME",
-    "LAUNCHERS",
+    "GENERIC",
     "LaunchError",
     "LaunchPlan",
     "Launcher",
     "Layout",
+    "all_launchers",
+    "by_name",
     "detect",
     "for_platform",
     "get",
@@ -46,14 +65,14 @@ __all__ = [
 
 def get(name: str) -> Launcher:
     try:
-        return BY_NAME[name]()
+        return by_name()[name]()
     except KeyError:
-        raise LaunchError(f"unknown launcher {name!r}; choose one of {', '.join(BY_NAME)}") from None
+        raise LaunchError(f"unknown launcher {name!r}; choose one of {', '.join(by_name())}") from None
 
 
 def detect(env: Mapping[str, str]) -> Launcher:
     """The launcher that started this process, by the priority above."""
-    for launcher in LAUNCHERS:
+    for launcher in all_launchers():
         if launcher.detect(env):
             return launcher()
     raise AssertionError("Spawn always matches")
@@ -101,7 +120,7 @@ def guard_foreign_launch(env: Mapping[str, str]) -> None:
     Without this, `mpirun -np 2 python -m snakeddp.train` on a config that expects spawning
     trains two independent copies that each write the same files.
     """
-    for launcher in LAUNCHERS:
+    for launcher in all_launchers():
         if launcher is Spawn or not launcher.detect(env):
             continue
         try:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from snakeddp import platforms
 from snakeddp.errors import LaunchError
 
 if TYPE_CHECKING:  # launching needs no Lightning; only the training processes import it
@@ -120,6 +121,11 @@ def split_host_port(value: str) -> tuple[str, int | None]:
     return value, None
 
 
+def multi_node_hint() -> str:
+    """Where a launcher that starts one node's processes sends a run of more: the platforms that run more."""
+    return f"HINT: use the {' or '.join(platforms.multi_node())} profile for multi-node runs"
+
+
 def quote(argv: list[str]) -> str:
     return shlex.join(argv)
 
@@ -138,6 +144,9 @@ class Launcher:
     #: The platform puts each rank where it likes (a Spark task on any executor): the run config's
     #: nodes x devices is only the number of ranks, and Lightning is given the layout they landed in.
     places_ranks: ClassVar[bool] = False
+    #: A platform's launcher (snakeddp.platforms.jobside): asked before this generic one, whose variables
+    #: its processes also see (torchrun's under a Spark task, mpirun's inside a Slurm allocation).
+    detect_before: ClassVar[str | None] = None
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:

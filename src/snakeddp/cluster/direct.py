@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from snakeddp.cluster.base import LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.base import LaunchError, LaunchPlan, Layout, multi_node_hint
 from snakeddp.cluster.torchrun import TorchRun
 from snakeddp.cluster.warm import enabled as fork_ranks
 
@@ -44,8 +44,7 @@ class Direct(TorchRun):
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         if plan.nodes != 1:
             raise LaunchError(
-                f"direct starts processes on this machine only, but launch.nodes={plan.nodes}. "
-                "HINT: use the slurm or azureml profile for multi-node runs."
+                f"direct starts processes on this machine only, but launch.nodes={plan.nodes}. {multi_node_hint()}."
             )
         port = [] if plan.master_port is None else [f"--master-port={plan.master_port}"]
         fork = ["--fork-ranks"] if fork_ranks(env) else []

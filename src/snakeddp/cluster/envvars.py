@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from snakeddp import platforms
 from snakeddp.cluster.base import Launcher, LaunchError, Layout
 
 if TYPE_CHECKING:
@@ -26,9 +27,8 @@ class EnvVars(Launcher):
         "local_world_size": "LOCAL_WORLD_SIZE",
         "master_addr": "MASTER_ADDR",
         "master_port": "MASTER_PORT",
-        "job_id": "AZUREML_RUN_ID",
     }
-    optional = {"node_rank": 0, "local_world_size": None, "job_id": None}
+    optional = {"node_rank": 0, "local_world_size": None}
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
@@ -42,12 +42,14 @@ class EnvVars(Launcher):
     def derive(self, values: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         world, local_world = values["world_size"], values["local_world_size"]
         if local_world is None:
-            if env.get("AZUREML_NODE_COUNT", "").isdigit():
-                local_world = world // int(env["AZUREML_NODE_COUNT"])
+            if nodes := platforms.node_count(env):
+                local_world = world // nodes
             elif values["node_rank"] == 0 and values["rank"] == values["local_rank"] and world == 1:
                 local_world = 1
             else:
                 raise LaunchError(
-                    "env: cannot tell processes per node; set LOCAL_WORLD_SIZE (AzureML sets AZUREML_NODE_COUNT)"
+                    "env: cannot tell processes per node. HINT: set LOCAL_WORLD_SIZE (or the job's node count: "
+                    f"{' or '.join(platforms.node_count_variables())})."
                 )
-        return {**values, "local_world_size": local_world, "num_nodes": world // local_world}
+        job_id = platforms.job_id(env)
+        return {**values, "local_world_size": local_world, "num_nodes": world // local_world, "job_id": job_id}

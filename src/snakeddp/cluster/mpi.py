@@ -1,20 +1,12 @@
-"""OpenMPI's mpirun, on this machine, inside a Slurm allocation, or under AzureML's MPI distribution.
+"""OpenMPI's mpirun, on this machine or inside a scheduler's job (a Slurm allocation, AzureML's MPI distribution).
 
 Ranks come from OMPI_COMM_WORLD_* (no mpi4py needed). The rendezvous address comes from, in
-order: MASTER_ADDR; AzureML's AZ_BATCH_MASTER_NODE ("addr:port", multi-node jobs) or
-AZ_BATCHAI_MPI_MASTER_NODE (single-node jobs); the first node of a Slurm allocation; localhost
-for a single node. Started by snakeddp.launch on a single node that names no rendezvous, the ranks
-meet on a free port the launcher holds while they run: a fixed one made two runs on one machine
-fail with EADDRINUSE. Ranks started by hand with mpirun and no MASTER_PORT meet on 29500.
-
-Inside Slurm, mpirun (OpenMPI 4) starts its daemons with srun, but by default runs the ranks of
-its own node itself, outside any job step, where Slurm's warning signals (``--signal``,
-``scancel --signal``) never arrive. ``ras_base_launch_orted_on_hn`` puts a daemon on that node
-too, so every rank lives in a step and is signalled; mpirun itself also forwards SIGUSR1/2.
-That srun step asks for nothing but one daemon per node, so ``plm_slurm_args`` gives it what its
-ranks were allocated: their CPUs (a one-CPU step confines every rank of the node to that core
-where Slurm uses cgroups) and the node's GPUs, which a step without ``--gres`` does not get
-where the site's Slurm gives steps no GRES by default.
+order: MASTER_ADDR; what the platform this process runs on exports (snakeddp.platforms.rendezvous: rank 0's
+node of an AzureML job or a Slurm allocation); localhost for a single node: started by
+snakeddp.launch with no rendezvous named, on a free port the launcher holds while the ranks run (a
+fixed one made two runs on one machine fail with EADDRINUSE); started by hand with no MASTER_PORT, on
+29500. Inside a scheduler's job (snakeddp.platforms.allocation), its allocation says how mpirun's
+daemons start on its nodes, so that every rank lives where the scheduler's signals reach it.
 
 OpenMPI 5 moved mpirun's runtime to PRRTE. Both parameters keep their names there (``prte_info
 --param plm:slurm`` and ``ras:base`` of Debian trixie's OpenMPI 5.0.7 / PRRTE 3.0.8) but are PRRTE's,
@@ -35,15 +27,13 @@ import subprocess
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, split_host_port
-from snakeddp.cluster.slurm import first_node, job_nodelist, job_port, node_of_rank, rendezvous_exports
+from snakeddp import platforms
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, multi_node_hint
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
 
 DEFAULT_PORT = 29500
-# What names a rendezvous for the ranks; with none of them set, the launcher picks the port.
-RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "AZ_BATCH_MASTER_NODE", "AZ_BATCHAI_MPI_MASTER_NODE")
 # The ports this process holds for the single-node runs it started (bound, not listening; see
 # cluster.supervisor.reserve_port): kept until the process ends, after its ranks.
 _HELD: list[socket.socket] = []
@@ -77,6 +67,11 @@ def installed_major(mpirun: str) -> int:
     return openmpi_major(done.stdout + done.stderr, mpirun)
 
 
+def named_rendezvous(env: Mapping[str, str]) -> bool:
+    """Whether the user (MASTER_ADDR, MASTER_PORT) or the platform this process runs on names rank 0's address."""
+    return bool(env.get("MASTER_ADDR") or env.get("MASTER_PORT")) or platforms.rendezvous(env) != (None, None)
+
+
 def held_free_port() -> int:
     """A free port for rank 0's store on this machine, held by this process while it lives."""
     from snakeddp.cluster.supervisor import reserve_port
@@ -100,19 +95,14 @@ class MpiRun(Launcher):
 
     @staticmethod
     def rendezvous(env: Mapping[str, str], num_nodes: int) -> tuple[str, int | None]:
-        addr = port = None
-        if env.get("AZ_BATCH_MASTER_NODE"):
-            addr, port = split_host_port(env["AZ_BATCH_MASTER_NODE"])
-        elif env.get("AZ_BATCHAI_MPI_MASTER_NODE"):
-            addr = env["AZ_BATCHAI_MPI_MASTER_NODE"]
-        elif "SLURM_JOB_NODELIST" in env:
-            addr, port = first_node(env), job_port(env)
+        addr, port = platforms.rendezvous(env)
         addr = env.get("MASTER_ADDR") or addr
         if addr is None:
             if num_nodes > 1:
                 raise LaunchError(
                     "mpirun: a multi-node run needs the address of rank 0's node. HINT: export MASTER_ADDR "
-                    "(and MASTER_PORT) with mpirun -x, or run inside Slurm or AzureML, which provide it."
+                    f"(and MASTER_PORT) with mpirun -x, or run on the {' or '.join(platforms.multi_node())} "
+                    "platform, which provides it."
                 )
             addr = "127.0.0.1"
         if env.get("MASTER_PORT"):
@@ -139,29 +129,30 @@ class MpiRun(Launcher):
             "num_nodes": num_nodes,
             "master_addr": addr,
             "master_port": port,
-            "job_id": env.get("AZUREML_RUN_ID") or env.get("SLURM_JOB_ID") or env.get("OMPI_MCA_ess_base_jobid"),
+            "job_id": platforms.job_id(env) or env.get("OMPI_MCA_ess_base_jobid"),
         }
 
     def node_of(self, rank: int, layout: Layout, env: Mapping[str, str]) -> str | None:
-        return node_of_rank(rank, layout.local_world_size, env) if "SLURM_JOB_ID" in env else None
+        allocation = platforms.allocation(env)
+        return allocation.node_of(rank, layout.local_world_size, env) if allocation else None
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        inside_slurm = "SLURM_JOB_ID" in env
-        if plan.nodes > 1 and not inside_slurm:
+        allocation = platforms.allocation(env)
+        if plan.nodes > 1 and allocation is None:
             raise LaunchError(
-                f"mpirun: launch.nodes={plan.nodes} needs a host list; run it inside a Slurm allocation "
-                "(the slurm profile) or AzureML's MPI distribution"
+                f"mpirun: launch.nodes={plan.nodes} needs a host list; run it inside a scheduler's job. "
+                f"{multi_node_hint()}."
             )
         argv = ["mpirun", "-np", str(plan.world_size), "--map-by", f"ppr:{plan.devices}:node", "--bind-to", "none"]
-        if inside_slurm:
-            rank_env = rendezvous_exports(plan, env)
-            argv += self.daemon_options(plan, installed_major(self.executable(env)))
-            process_env = self.allocation_env(plan, env)
+        if allocation is not None:
+            rank_env = allocation.exports(plan, env)
+            argv += allocation.mpirun_options(plan, installed_major(self.executable(env)))
+            process_env = allocation.mpirun_env(plan, env)
         else:
             addr, port = self.rendezvous(env, plan.nodes)
             if plan.master_port:
                 port = plan.master_port
-            elif plan.nodes == 1 and not any(env.get(name) for name in RENDEZVOUS_VARIABLES):
+            elif plan.nodes == 1 and not named_rendezvous(env):
                 port = held_free_port()
             rank_env, process_env = {"MASTER_ADDR": addr, "MASTER_PORT": str(port)}, {}
             if plan.devices > (os.cpu_count() or 1):
@@ -184,25 +175,3 @@ class MpiRun(Launcher):
                 "or set launch.launcher: srun."
             )
         return found
-
-    @classmethod
-    def daemon_options(cls, plan: LaunchPlan, major: int) -> list[str]:
-        """Where Slurm starts the daemons: one on mpirun's node too, each step with its ranks' CPUs and
-        GPUs; spelled for OpenMPI ``major``'s runtime (ORTE's ``--mca`` to 4, PRRTE's ``--prtemca`` from 5)."""
-        option = "--prtemca" if major >= 5 else "--mca"
-        return [option, "ras_base_launch_orted_on_hn", "1", option, "plm_slurm_args", cls.daemon_step(plan)]
-
-    @staticmethod
-    def daemon_step(plan: LaunchPlan) -> str:
-        """srun options of the daemons' step (one task per node): the CPUs and GPUs of the node's ranks."""
-        options = [f"--cpus-per-task={plan.devices * plan.cpus_per_task}"]
-        if plan.gpus:
-            options.append(f"--gres=gpu:{plan.devices}")
-        return " ".join(options)
-
-    @staticmethod
-    def allocation_env(plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
-        """The allocation variables OpenMPI reads (ras_slurm), when the jobstep plugin removed them."""
-        if env.get("SLURM_NODELIST") and env.get("SLURM_TASKS_PER_NODE"):
-            return {}
-        return {"SLURM_NODELIST": job_nodelist(env), "SLURM_TASKS_PER_NODE": f"{plan.devices}(x{plan.nodes})"}

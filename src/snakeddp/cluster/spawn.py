@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, multi_node_hint
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -37,5 +37,5 @@ class Spawn(Launcher):
 
     def command(self, plan: LaunchPlan, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         if plan.nodes != 1:
-            raise LaunchError("spawn starts processes on one node only; use srun, mpirun or AzureML for more nodes")
+            raise LaunchError(f"spawn starts processes on one node only. {multi_node_hint()}.")
         return [plan.python, "-m", "snakeddp.train", *plan.entry], {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
+from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout, multi_node_hint
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -44,8 +44,8 @@ class TorchRun(Launcher):
         if plan.nodes != 1:
             raise LaunchError(
                 f"torchrun from snakeddp.launch starts processes on this machine only, but launch.nodes={plan.nodes}. "
-                "HINT: use the slurm or azureml profile for multi-node runs, or run torchrun on each node by "
-                "hand as shown in `python -m snakeddp.train --help`."
+                f"{multi_node_hint()}, or run torchrun on each node by hand as shown in "
+                "`python -m snakeddp.train --help`."
             )
         rendezvous = (
             ["--standalone"]

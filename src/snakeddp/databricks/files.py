@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from snakeddp.databricks import DatabricksError
 from snakeddp.databricks.workspace import api_error
-from snakeddp.errors import DatabricksError
 
 CHUNK = 1 << 20
 

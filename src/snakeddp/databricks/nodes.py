@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snakeddp.errors import DatabricksError
+from snakeddp.databricks import DatabricksError
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,24 @@ import argparse
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
 from snakeddp.config.parts import Launch, Site
-from snakeddp.databricks import PLATFORM
+from snakeddp.databricks import PLATFORM, jobside
 from snakeddp.errors import print_line
-from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
+from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Runs
 from snakeddp.run import variables as names
 
-NODES = "nodes"  # the memo's key: the worker nodes the runs train on, asked of the workspace once
 
-SHARED = "shared cluster"  # the memo's key: the id of the cluster this invocation created
+@dataclass
+class DatabricksState:
+    nodes: Any = None  # the worker nodes the runs train on (snakeddp.databricks.nodes), asked of the workspace
+    nodes_asked: bool = False  # once: None is an answer too (the credentials did not resolve)
+    shared: tuple[Any, str] | None = None  # the client and id of the cluster this invocation created
 
 
 def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
@@ -69,7 +73,7 @@ def check_credentials(section: Mapping[str, Any], to_train: Runs) -> Any:
         raise PreflightError(str(error)) from None
 
 
-def share_cluster(invocation: Invocation, client: Any, training: Runs) -> None:
+def share_cluster(invocation: Invocation[DatabricksState], client: Any, training: Runs) -> None:
     """The cluster the pending train jobs share, created once and handed to them (the jobs inherit
     Snakemake's environment), when the section asks for one."""
     from snakeddp.databricks import shared_cluster
@@ -81,21 +85,21 @@ def share_cluster(invocation: Invocation, client: Any, training: Runs) -> None:
         cluster_id = shared_cluster.create(client, plans(invocation.config, training), name)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
-    invocation.memo[SHARED] = (client, cluster_id)
-    os.environ[names.DATABRICKS_CLUSTER] = cluster_id
+    invocation.state.shared = (client, cluster_id)
+    os.environ[jobside.CLUSTER] = cluster_id
     invocation.say(
         f"snakeddp.databricks: the {len(training)} runs share the all-purpose cluster {cluster_id}, terminated "
         f"when the workflow ends (or after {shared_cluster.AUTOTERMINATION_MINUTES} idle minutes)"
     )
 
 
-def end_shared_cluster(invocation: Invocation) -> None:
+def end_shared_cluster(invocation: Invocation[DatabricksState]) -> None:
     """Terminate the cluster this invocation created; a failure is one line (its autotermination remains)."""
     from snakeddp.databricks import shared_cluster
 
-    client, cluster_id = invocation.memo.pop(SHARED, (None, None))
-    if cluster_id is None:
+    if invocation.state.shared is None:
         return
+    (client, cluster_id), invocation.state.shared = invocation.state.shared, None
     try:
         shared_cluster.terminate(client, cluster_id)
     except ConfigError as error:
@@ -108,7 +112,7 @@ def end_shared_cluster(invocation: Invocation) -> None:
     invocation.say(f"snakeddp.databricks: terminated the shared cluster {cluster_id}")
 
 
-def workspace_nodes(invocation: Invocation) -> Any:
+def workspace_nodes(invocation: Invocation[DatabricksState]) -> Any:
     """The worker nodes of the cluster the runs train on, asked of the workspace once per invocation; None where
     the credentials do not resolve (a dry run away from the workspace) or no node type is named."""
 
@@ -121,10 +125,12 @@ def workspace_nodes(invocation: Invocation) -> Any:
         except ConfigError:
             return None  # before_jobs checks the credentials, and says why in one line
 
-    return invocation.remember(NODES, ask)
+    if not invocation.state.nodes_asked:
+        invocation.state.nodes, invocation.state.nodes_asked = ask(), True
+    return invocation.state.nodes
 
 
-def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+def settle_site(invocation: Invocation[DatabricksState], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """The site with auto decided from the node type's GPUs where a run needs it and the profile declares
     nothing, said in one line; a job takes its invocation's decision (exported in the site section)."""
     site_section = dict(invocation.config["site"])
@@ -141,7 +147,7 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     return {**site_section, "accelerator": found.accelerator}
 
 
-def check_nodes(invocation: Invocation, training: Runs) -> None:
+def check_nodes(invocation: Invocation[DatabricksState], training: Runs) -> None:
     """Each GPU run against the GPUs of the nodes it would train on (new or existing cluster), before it is
     submitted; nothing where the workspace names no node type."""
     from snakeddp.databricks import nodes
@@ -158,22 +164,25 @@ def check_nodes(invocation: Invocation, training: Runs) -> None:
         raise PreflightError(str(error)) from None
 
 
-class Databricks(Platform):
+class Databricks(RemotePlatform[DatabricksState]):
     row = platforms.row(PLATFORM)
 
-    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+    def new_state(self) -> DatabricksState:
+        return DatabricksState()
+
+    def settle_site(self, invocation: Invocation[DatabricksState]) -> dict[str, Any]:
         return settle_site(invocation)
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
-        check_requests(config, runs)
+    def check(self, invocation: Invocation[DatabricksState]) -> None:
+        check_requests(invocation.config, invocation.runs)
 
-    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+    def before_jobs(self, invocation: Invocation[DatabricksState], to_train: Runs, training: Runs, cores: int) -> None:
         client = check_credentials(invocation.config[PLATFORM], to_train)
         if client is not None:
             check_nodes(invocation, training)
         share_cluster(invocation, client, training)
 
-    def close(self, invocation: Invocation) -> None:
+    def close(self, invocation: Invocation[DatabricksState]) -> None:
         end_shared_cluster(invocation)
 
     def submit(self, args: argparse.Namespace) -> int:

@@ -15,8 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from snakeddp.databricks import files
-from snakeddp.errors import DatabricksError
+from snakeddp.databricks import DatabricksError, files
 from snakeddp.remote import attempt
 from snakeddp.run.layout import ATTEMPT_FILES, FAILURE, FINISHED, PROVENANCE
 from snakeddp.util.fsutil import read_json

@@ -14,8 +14,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from snakeddp.databricks import spec, workspace
-from snakeddp.errors import DatabricksError
+from snakeddp.databricks import DatabricksError, spec, workspace
 
 # Idle minutes after which Databricks terminates the cluster itself: a killed snakemake (kill -9, a lost
 # machine) runs no end hook, so this bounds what it leaves running. Above the gap between two runs

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp import platforms
 from snakeddp.config import parts
+from snakeddp.databricks import PLATFORM
 from snakeddp.errors import ConfigError
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
@@ -159,7 +161,7 @@ def task_parameters(plan: JobPlan) -> list[str]:
         "--workdir",
         plan.stage,
         "--platform",
-        "spark",
+        str(platforms.row(PLATFORM).ranks_as),
         "--config",
         f"{plan.run_path}/{RUN_FILE}",
         "--run-dir",

@@ -27,10 +27,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from snakeddp import platforms
 from snakeddp.cluster import network
 from snakeddp.config.parts import Launch
-from snakeddp.databricks import results, shared_cluster, spec, staging, workspace
-from snakeddp.errors import DatabricksError, exit_code
+from snakeddp.databricks import PLATFORM, DatabricksError, jobside, results, shared_cluster, spec, staging, workspace
+from snakeddp.errors import exit_code
 from snakeddp.provenance.record import code_info
 from snakeddp.remote.job import RemoteJob, Submitted
 from snakeddp.run import attempt
@@ -48,7 +49,8 @@ def job_variables(env: os._Environ | dict[str, str]) -> dict[str, str]:
     variables = {
         **network.variables({"network": names.network(env)}),
         **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
-        names.PLATFORM: "spark",
+        # The job's driver starts the ranks as the platform its row names does (snakeddp.launch there).
+        names.PLATFORM: platforms.row(PLATFORM).ranks_as,
     }
     code = code_info()
     if code["commit"]:
@@ -68,7 +70,7 @@ class DatabricksJob(RemoteJob):
         super().__init__(args)
         self.section = names.platform_section(os.environ, "databricks")
         # The cluster the workflow created for its runs to share (databricks.share_cluster), if it did.
-        self.shared = None if self.section.get("existing_cluster_id") else os.environ.get(names.DATABRICKS_CLUSTER)
+        self.shared = None if self.section.get("existing_cluster_id") else os.environ.get(jobside.CLUSTER)
 
     @property
     def sends(self) -> bool:

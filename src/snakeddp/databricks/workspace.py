@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from snakeddp.errors import DatabricksError, add_hint
+from snakeddp.databricks import DatabricksError
+from snakeddp.errors import add_hint
 from snakeddp.util.redact import redact_text
 
 # Seconds the credential check may retry an unanswered request, and wait for each answer.

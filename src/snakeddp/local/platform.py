@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from snakeddp import platforms
@@ -24,7 +25,9 @@ def check_nodes(run_id: str, launch: Launch) -> None:
     if launch.nodes != 1:
         raise PreflightError(
             f"run {run_id}: launch.nodes={launch.nodes}, but the local profile runs on this machine only. "
-            "HINT: set launch.nodes: 1, or run with --profile profiles/slurm (or profiles/azureml)."
+            "HINT: set launch.nodes: 1, or run with "
+            + " or ".join(f"--profile profiles/{name}" for name in platforms.multi_node())
+            + "."
         )
 
 
@@ -110,41 +113,52 @@ def check_cores(runs: Runs, cores: int) -> None:
             )
 
 
-class Local(Platform):
+@dataclass
+class LocalState:
+    gpus: int = 0  # the size of the pool train jobs take GPUs from (gpupool), once resources knew it
+
+
+class Local(Platform[LocalState]):
     row = platforms.row(PLATFORM)
 
-    def check_run(self, run_id: str, launch: Launch) -> None:
+    def new_state(self) -> LocalState:
+        return LocalState()
+
+    def check_run(self, invocation: Invocation[LocalState], run_id: str, launch: Launch) -> None:
         check_nodes(run_id, launch)
         check_gpus(run_id, launch)
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
-        for run_id, run in runs.items():
+    def check(self, invocation: Invocation[LocalState]) -> None:
+        for run_id, run in invocation.runs.items():
             check_bf16(run_id, Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"]).precision)
 
-    def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
+    def note(self, invocation: Invocation[LocalState], to_train: Runs, cores: int | None) -> None:
         # Whatever cores a dry run was given (Snakemake gives it 1 unless told), for the runs not trained yet.
         if cores is not None:
             note_instead(lambda: check_cores(to_train, cores))
         note_accelerators(to_train)
 
     def resources(
-        self, invocation: Invocation, launch_of: Callable[[Any], Launch], accelerator_of: Callable[[Any], str]
+        self,
+        invocation: Invocation[LocalState],
+        launch_of: Callable[[Any], Launch],
+        accelerator_of: Callable[[Any], str],
     ) -> dict[str, Callable[[Any], int]]:
         # The pool's size: the GPUs a process here sees, unless the user's --resources gpu=N says otherwise.
         size = gpupool.slots(invocation.resources.resources, os.environ)
         if gpupool.RESOURCE not in invocation.resources.resources:
             invocation.provide(gpupool.RESOURCE, size)
-        invocation.memo[gpupool.RESOURCE] = size
+        invocation.state.gpus = size
         return {
             gpupool.RESOURCE: lambda wildcards: (
                 launch_of(wildcards).devices if accelerator_of(wildcards) == "gpu" else 0
             )
         }
 
-    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+    def before_jobs(self, invocation: Invocation[LocalState], to_train: Runs, training: Runs, cores: int) -> None:
         check_cores(invocation.runs, cores)
         note_accelerators(to_train)
-        gpupool.prepare(invocation.memo.get(gpupool.RESOURCE, 0))
+        gpupool.prepare(invocation.state.gpus)
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
         return {gpupool.POOL: str(gpupool.FOLDER.resolve())}

@@ -1,30 +1,37 @@
 """What every platform implements, and what the workflow hands it.
 
 The workflow (the Snakefile's PLAN: snakeddp.workflow.plan) asks the platform of its profile, through this
-contract and nothing else: to settle what its nodes have (``settle_site``), what a train job asks its
-scheduler for beside the portable resources (``resources``: Slurm's tasks and GRES, the local platform's
-GPUs from a pool Snakemake counts), to check what it needs before any job (``check``, ``check_run``: while
-the workflow is read, so a dry run stops too, and ``note`` in a dry run for what only a real run checks),
-to check what a real run needs when jobs are about to run (``before_jobs``: credentials, cores, nodes), to
-add to what every job inherits (``exports``) and to clean up at the end (``close``). A train job asks it
-how a run trains there: by ranks the job starts itself, given their devices (``devices_for``), or
-submitted to a remote service (``submit``, remote rows only).
-Each hook does nothing by default; a platform overrides the ones it needs. Every refusal is a
-ConfigError (one line with a HINT), which the workflow prints once before it stops.
+contract and nothing else, each hook given the one ``Invocation``: to settle what its nodes have
+(``settle_site``), what a train job asks its scheduler for beside the portable resources (``resources``:
+Slurm's tasks and GRES, the local platform's GPUs from a pool Snakemake counts), to check what it needs
+before any job (``check``, ``check_run``: while the workflow is read, so a dry run stops too, and ``note`` in
+a dry run for what only a real run checks), to check what a real run needs when jobs are about to run
+(``before_jobs``: credentials, cores, nodes) and to clean up at the end (``close``). What every job inherits
+(``exports``, ``path_first``) is a function of the config and Snakemake's environment alone. A train job asks
+it how a run trains there: by ranks the job starts itself, given their devices (``devices_for``), or
+submitted to a remote service (``RemotePlatform.submit``: a contract of that class is remote).
+
+``check`` is abstract (every platform checks its section and each run's request, if only to say it has
+none to check), as is a remote platform's ``submit``; the other hooks do nothing by default. What a platform
+learns once per invocation is its ``State``, a dataclass of typed fields made with the invocation
+(``Invocation.state``). Every refusal is a ConfigError (one line with a HINT), which the workflow prints
+once before it stops.
 """
 
 from __future__ import annotations
 
 import argparse
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeVar
 
 from snakeddp.errors import ConfigError, print_line
 from snakeddp.platforms.table import Row
 
 Runs = Mapping[str, Mapping[str, Any]]
+State = TypeVar("State")
 
 
 class PreflightError(ConfigError):
@@ -40,7 +47,7 @@ def note_instead(check: Callable[[], None]) -> None:
 
 
 @dataclass
-class Invocation:
+class Invocation(Generic[State]):
     """One invocation of the workflow, as snakeddp.workflow.plan read it."""
 
     config: dict[str, Any]  # validated; its site settled by the platform (settle_site)
@@ -50,54 +57,56 @@ class Invocation:
     resources: Any  # Snakemake's resource settings: which partition or queue each rule goes to
     train_rules: tuple[str, ...]  # the rules that train a run
     say: Callable[[str], None]  # a line on Snakemake's terminal while jobs run (its logger)
+    state: State  # what the platform learns once per invocation (its contract's State)
     provide: Callable[[str, int], None] = lambda name, amount: None  # a global resource Snakemake counts
     same_interpreter: bool = True  # jobs run Snakemake's interpreter (no --sdm conda or apptainer)
-    memo: dict[str, Any] = field(default_factory=dict)  # what a platform learns once per invocation
-
-    def remember(self, key: str, make: Callable[[], Any]) -> Any:
-        if key not in self.memo:
-            self.memo[key] = make()
-        return self.memo[key]
+    in_container: bool = False  # the rules run in --sdm apptainer's image
 
 
-class Platform:
+@dataclass
+class Stateless:
+    """The state of a platform that learns nothing once per invocation."""
+
+
+class Platform(ABC, Generic[State]):
     """The contract. ``row`` is the platform's row of the table (snakeddp.platforms.TABLE)."""
 
     row: Row
+    #: A train job submits the run to a service and follows it (RemotePlatform), rather than starting its ranks.
+    remote: ClassVar[bool] = False
 
-    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+    def new_state(self) -> State:
+        """What the platform will learn once per invocation, not known yet (a dataclass of typed fields)."""
+        return Stateless()  # type: ignore[return-value]
+
+    def settle_site(self, invocation: Invocation[State]) -> dict[str, Any]:
         """The site section every job and rank reads (what the platform's nodes have)."""
         return dict(invocation.config["site"])
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
-        """What the platform needs before any job: its client, its section, each run's request.
-        ``in_container``: the rules run in --sdm apptainer's image."""
+    @abstractmethod
+    def check(self, invocation: Invocation[State]) -> None:
+        """What the platform needs before any job: its client, its section, each run's request."""
 
-    def check_run(self, run_id: str, launch: Any) -> None:
+    def check_run(self, invocation: Invocation[State], run_id: str, launch: Any) -> None:
         """One run's launch part (snakeddp.config.parts.Launch: config is a floor above this one), as this
         platform can start it."""
 
-    def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
+    def note(self, invocation: Invocation[State], to_train: Runs, cores: int | None) -> None:
         """A dry run's notes: what a real run would stop on, and what it would decide."""
 
     def resources(
-        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+        self, invocation: Invocation[State], launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
     ) -> dict[str, Callable[[Any], Any]]:
         """What a train job (rules train and search_train) asks its scheduler for beside the portable
         resources (nodes, mem_mb, runtime): resource name -> its value for a job's wildcards (``launch_of``:
         the run's snakeddp.config.parts.Launch; ``accelerator_of``: cpu or gpu, auto resolved)."""
         return {}
 
-    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+    def before_jobs(self, invocation: Invocation[State], to_train: Runs, training: Runs, cores: int) -> None:
         """When jobs are about to run: ``to_train`` will train (or resume), ``training`` are those
         whose train jobs are pending now, ``cores`` what Snakemake may use."""
 
-    def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
-        """What a train job's ranks are given of the devices where it starts them (CUDA_VISIBLE_DEVICES), held
-        while the job lives."""
-        return {}
-
-    def close(self, invocation: Invocation) -> None:
+    def close(self, invocation: Invocation[State]) -> None:
         """The workflow ended (success or error): nothing of the platform's may outlive it."""
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
@@ -109,11 +118,23 @@ class Platform:
         """Directories the jobs' PATH starts with (the workflow's interpreter's comes first anyway)."""
         return []
 
+    def devices_for(self, devices: int, accelerator: str, env: Mapping[str, str]) -> dict[str, str]:
+        """What a train job's ranks are given of the devices where it starts them (CUDA_VISIBLE_DEVICES), held
+        while the job lives."""
+        return {}
+
     def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
         """Where a train job's ranks ran, as the platform says, asked by the job when its ranks are gone
         (snakeddp.run.tries): ``job_id``, ``nodes``, ``excluded_nodes`` (the nodes it was told to leave out)."""
         return {}
 
+
+class RemotePlatform(Platform[State]):
+    """A platform whose train job submits the run to a service, follows it, and fetches and checks what it
+    made (snakeddp.remote.job.RemoteJob owns that sequence), instead of starting the ranks itself."""
+
+    remote = True
+
+    @abstractmethod
     def submit(self, args: argparse.Namespace) -> int:
-        """A remote platform's train job: submit the run, follow it, fetch and check what it made."""
-        raise NotImplementedError(f"the {self.row.name} platform starts its ranks itself")
+        """A train job: submit the run, follow it, fetch and check what it made; the job's exit status."""

@@ -1,10 +1,9 @@
-"""The table: one row per platform (snakeddp.platforms says what a row is for)."""
+"""The table: one row per platform shipped with snakeddp (snakeddp.platforms says what a row is for, and adds
+the rows installed packages register)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from snakeddp.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -17,14 +16,21 @@ class Row:
     section: str | None = None  # its own config section, which its jobs get (variables.PLATFORM_SECTION)
     own_launchers: tuple[str, ...] = ()  # launchers that start ranks only on platforms naming them
     only_own_launchers: bool = False  # and this platform starts ranks with no other
-    remote: bool = False  # a train job submits the run to a service and waits for it
     this_machine: bool = False  # jobs and ranks run on the machine Snakemake runs on
+    job_side: str | None = None  # its job side: a module whose JOB_SIDE is a snakeddp.platforms.jobside.JobSide
+    ranks_as: str | None = None  # a remote job's driver starts the ranks as this platform does
 
 
 TABLE = (
     Row("local", "snakeddp.local.platform", "direct", this_machine=True),
-    Row("slurm", "snakeddp.slurm.platform", "srun", own_launchers=("srun",)),
-    Row("azureml", "snakeddp.azureml.platform", "env", section="azureml", remote=True),
+    Row("slurm", "snakeddp.slurm.platform", "srun", own_launchers=("srun",), job_side="snakeddp.slurm.jobside"),
+    Row(
+        "azureml",
+        "snakeddp.azureml.platform",
+        "env",
+        section="azureml",
+        job_side="snakeddp.azureml.jobside",
+    ),
     Row(
         "spark",
         "snakeddp.spark.platform",
@@ -32,6 +38,7 @@ TABLE = (
         section="spark",
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
+        job_side="snakeddp.spark.jobside",
     ),
     # A Databricks job's driver runs the ranks as the spark platform does, on the job's cluster.
     Row(
@@ -41,22 +48,7 @@ TABLE = (
         section="databricks",
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
-        remote=True,
+        job_side="snakeddp.databricks.jobside",
+        ranks_as="spark",
     ),
 )
-BY_NAME = {row.name: row for row in TABLE}
-
-
-def row(name: str) -> Row:
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown platform {name!r}. HINT: run with one of the profiles {', '.join(BY_NAME)} "
-            "(snakemake --profile NAME), which set it."
-        ) from None
-
-
-def homes(launcher: str) -> tuple[Row, ...]:
-    """The platforms that own ``launcher`` (empty: it runs on any that takes other launchers)."""
-    return tuple(row for row in TABLE if launcher in row.own_launchers)

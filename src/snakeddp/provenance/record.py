@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from snakeddp import __version__
-from snakeddp.cluster import torchdistributor
+from snakeddp import __version__, platforms
 from snakeddp.config import parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
@@ -34,7 +33,7 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
-from snakeddp.util.redact import recorded_environment, redact_text, scrub
+from snakeddp.util.redact import recorded_environment, scrub
 
 if TYPE_CHECKING:
     from snakeddp.cluster import Layout
@@ -116,27 +115,15 @@ def file_record(path: Path | str | None, run_dir: Path) -> dict[str, Any] | None
 
 
 def cluster_variables(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    return recorded_environment(env, network=is_network_variable)
+    """The variables provenance records: the launchers' and every platform's (an allow-list), and the network's."""
+    recorded = platforms.recorded_names()
+    return recorded_environment(env, also=lambda name: name in recorded or is_network_variable(name))
 
 
 def rank_start(ranks: list[dict[str, Any]]) -> str:
     """warm (every rank forked from one process per node), cold (each a process of its own) or mixed."""
     starts = {r.get("start", "cold") for r in ranks}
     return starts.pop() if len(starts) == 1 else "mixed"
-
-
-def spark_section(env: Mapping[str, str], ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The Spark application a spark run's ranks ran in, and each rank's executor with the GPU addresses
-    its task was given; None elsewhere."""
-    if torchdistributor.APP_ID not in env:
-        return None
-    stage = env.get(torchdistributor.STAGE_ID, "")
-    return {
-        "application_id": env[torchdistributor.APP_ID],
-        **({"stage_id": int(stage)} if stage.isdigit() else {}),
-        "master": redact_text(env.get(torchdistributor.MASTER, "")) or None,
-        "executors": [{"rank": r["rank"], **r["executor"]} for r in ranks if r.get("executor")],
-    }
 
 
 def checkpoint_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -362,9 +349,8 @@ def build(
         "tracking": tracking,
         "user_code": user_code,
     }
-    spark = spark_section(os.environ, outcome.ranks)
-    if spark is not None:
-        record["launch"]["spark"] = spark
+    # What the platform the ranks ran on says of the run, under its name (a Spark application's executors).
+    record["launch"].update(platforms.launch_records(os.environ, outcome.ranks))
     if not attempt.locked:  # the launcher printed it; the record keeps it with the run
         record["warnings"] = [no_lock_warning(run_dir)]
     record["timing"]["phases"] = outcome.phases()

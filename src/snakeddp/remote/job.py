@@ -133,18 +133,27 @@ class RemoteJob(ABC):
         """Raise ``error`` in one line with a HINT unless the job succeeded and its provenance.json came back."""
 
     # The sequence.
+    def identify(self) -> tuple[attempt.Identity, lineage.Origin | None]:
+        """This run's identity (its config, data and the platform's environment), and the finished attempt of
+        another budget it takes over, if any."""
+        identity = attempt.Identity.of(self.run.config, self.args.data, self.environment())
+        return identity, takeover(self.args.run_dir, identity)
+
+    def stage_attempt(self, identity: attempt.Identity, origin: lineage.Origin | None) -> Path | None:
+        """The attempt the job resumes (this key's own) or continues (``origin``), staged in the folder."""
+        continued = origin if origin is not None and origin.how == lineage.CONTINUE else None
+        return stage_resume(self.args.run_dir, self.folder.resume, identity.key, continued)
+
     def main(self) -> int:
         args, run = self.args, self.run
-        identity = attempt.Identity.of(run.config, args.data, self.environment())
-        origin = takeover(args.run_dir, identity)
+        identity, origin = self.identify()
         if not args.dry_run and (
             attempt.restorable(args.run_dir, identity.key) or (origin and origin.how != lineage.CONTINUE)
         ):
             lineage.prepare(args.run_dir, identity, run)
             self.say(f"run {run.run_id}: {lineage.restore(args.run_dir, identity.key)}")
             return 0
-        continued = origin if origin is not None and origin.how == lineage.CONTINUE else None
-        resume_dir = stage_resume(args.run_dir, self.folder.resume, identity.key, continued)
+        resume_dir = self.stage_attempt(identity, origin)
         request = self.prepare(identity, resume_dir)
         if args.dry_run or not self.sends:
             return self.unsent(request)

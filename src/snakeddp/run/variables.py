@@ -35,9 +35,6 @@ TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
 #: The platform's own config section as JSON (its row's section: azureml, spark, databricks), read by its
 #: train jobs (the AzureML and Databricks submitters, the Spark driver).
 PLATFORM_SECTION = "SNAKEDDP_PLATFORM_SECTION"
-#: The id of the all-purpose cluster the workflow created for its Databricks runs to share
-#: (snakeddp.databricks.shared_cluster), read by each train job: its run is submitted to that cluster.
-DATABRICKS_CLUSTER = "SNAKEDDP_DATABRICKS_CLUSTER"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
@@ -63,13 +60,8 @@ TRY_STARTED = "SNAKEDDP_TRY_STARTED"
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"
-#: What an AzureML job records about where it was sent.
-AZUREML_SDK = "SNAKEDDP_AZUREML_SDK"
-AZUREML_COMPUTE = "SNAKEDDP_AZUREML_COMPUTE"
-AZUREML_EXPERIMENT = "SNAKEDDP_AZUREML_EXPERIMENT"
-AZUREML_SUBSCRIPTION = "SNAKEDDP_AZUREML_SUBSCRIPTION"
-AZUREML_RESOURCE_GROUP = "SNAKEDDP_AZUREML_RESOURCE_GROUP"
-AZUREML_WORKSPACE = "SNAKEDDP_AZUREML_WORKSPACE"
+#: A platform's own variables (the cluster a Databricks run is submitted to, where an AzureML job was sent)
+#: are its job side's: snakeddp.<platform>.jobside.
 JOB_SPEC_SHA256 = "SNAKEDDP_JOB_SPEC_SHA256"
 
 

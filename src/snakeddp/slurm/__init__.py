@@ -10,3 +10,6 @@ the contract (snakeddp.platforms.contract) that ties them to the workflow.
 
 #: The platform's name: its row in snakeddp.platforms.
 PLATFORM = "slurm"
+#: A copy of SLURM_CONF under a name Slurm's jobstep plugin does not remove; the workflow sets it
+#: (snakeddp.workflow.jobenv) and profiles/slurm/bin/srun restores SLURM_CONF from it.
+SLURM_CONF_COPY = "SNAKEDDP_SLURM_CONF"

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.cluster.slurm import LaunchError, hostnames, scontrol_show
 from snakeddp.compat.snakemake_executor_plugin_slurm import leave_out_nodes
 from snakeddp.errors import RunStateError
 from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
+from snakeddp.slurm.launcher import LaunchError, hostnames, scontrol_show
 
 RESULTS = "results"
 

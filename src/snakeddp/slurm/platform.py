@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from snakeddp import cluster, platforms
-from snakeddp.cluster.slurm import SLURM_CONF_COPY
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
-from snakeddp.slurm import PLATFORM
+from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions, where_tried
 from snakeddp.slurm.resources import RESOURCES, slurm_resources
@@ -48,7 +48,7 @@ def check_container(run_id: str, launch: Launch) -> None:
         raise PreflightError(
             f"run {run_id}: --sdm apptainer runs the train rule inside the image, which has no Slurm client, so "
             f"launcher {launcher} could not start the ranks (srun: not found). HINT: train on Slurm from the "
-            "checkout's .venv (no --sdm) or with --sdm conda; the image serves the local and azureml profiles."
+            "checkout's .venv (no --sdm) or with --sdm conda."
         )
 
 
@@ -78,25 +78,35 @@ def check_nodes(
         raise PreflightError(message) from None
 
 
-class Slurm(Platform):
+@dataclass
+class SlurmState:
+    nodes: slurm_nodes.TrainingNodes | None = None  # the training partitions' nodes, once asked
+    watch: PendingWatch | None = None  # pending jobs that can never start, cancelled with a line
+    exclusions: Exclusions | None = None  # runs that hung, submitted again without the node
+
+
+class Slurm(Platform[SlurmState]):
     row = platforms.row(PLATFORM)
 
+    def new_state(self) -> SlurmState:
+        return SlurmState()
+
     @staticmethod
-    def nodes(invocation: Invocation) -> slurm_nodes.TrainingNodes | None:
+    def nodes(invocation: Invocation[SlurmState]) -> slurm_nodes.TrainingNodes | None:
         """The training partitions' nodes, asked of Slurm once by the typed invocation (None in a job)."""
         if not invocation.typed:
             return None
-        return invocation.remember(
-            "nodes", lambda: slurm_nodes.TrainingNodes(invocation.resources, invocation.train_rules)
-        )
+        if invocation.state.nodes is None:
+            invocation.state.nodes = slurm_nodes.TrainingNodes(invocation.resources, invocation.train_rules)
+        return invocation.state.nodes
 
-    def settle_site(self, invocation: Invocation) -> dict[str, Any]:
+    def settle_site(self, invocation: Invocation[SlurmState]) -> dict[str, Any]:
         # auto means what the training partition's nodes have (GPU GRES: gpu), unless the profile declares it;
         # a job takes its invocation's answer (exported in the site section).
         return slurm_nodes.settle_site(invocation.config["site"], invocation.runs, self.nodes(invocation), os.environ)
 
     def resources(
-        self, invocation: Invocation, launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
+        self, invocation: Invocation[SlurmState], launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
     ) -> dict[str, Callable[[Any], Any]]:
         # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources).
         site_config = Site.of(invocation.config["site"])
@@ -106,32 +116,35 @@ class Slurm(Platform):
 
         return {name: resource(name) for name in RESOURCES}
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+    def check(self, invocation: Invocation[SlurmState]) -> None:
         check_client()
-        for run_id, run in runs.items() if in_container else ():
+        for run_id, run in invocation.runs.items() if invocation.in_container else ():
             check_container(run_id, Launch.of(run["config"]["launch"]))
 
     @staticmethod
-    def build(invocation: Invocation) -> str | None:
+    def build(invocation: Invocation[SlurmState]) -> str | None:
         """The CUDA build of torch the ranks will run (environment.cuda, or the .venv's CUDA build)."""
         return cudabuild.ranks_build(invocation.config["environment"]["cuda"], invocation.same_interpreter)
 
-    def note(self, invocation: Invocation, to_train: Runs, cores: int | None) -> None:
+    def note(self, invocation: Invocation[SlurmState], to_train: Runs, cores: int | None) -> None:
         declared = invocation.declared.get("site") or {}
         nodes, build = self.nodes(invocation), self.build(invocation)
         note_instead(lambda: check_nodes(to_train, Site.of(invocation.config["site"]), declared, nodes, build))
 
-    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+    def before_jobs(self, invocation: Invocation[SlurmState], to_train: Runs, training: Runs, cores: int) -> None:
         declared = invocation.declared.get("site") or {}
-        site_config = Site.of(invocation.config["site"])
-        check_nodes(training, site_config, declared, self.nodes(invocation), self.build(invocation))
-        invocation.remember("watch", lambda: PendingWatch(invocation.say)).start()
-        invocation.remember("exclusions", lambda: Exclusions(invocation.train_rules, invocation.say)).start()
+        check_nodes(
+            training, Site.of(invocation.config["site"]), declared, self.nodes(invocation), self.build(invocation)
+        )
+        state = invocation.state
+        state.watch = state.watch or PendingWatch(invocation.say)
+        state.watch.start()
+        state.exclusions = state.exclusions or Exclusions(invocation.train_rules, invocation.say)
+        state.exclusions.start()
 
-    def close(self, invocation: Invocation) -> None:
-        watch = invocation.memo.get("watch")
-        if watch is not None:
-            watch.close()
+    def close(self, invocation: Invocation[SlurmState]) -> None:
+        if invocation.state.watch is not None:
+            invocation.state.watch.close()
 
     def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
         return where_tried(env)

@@ -30,11 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import SparkError
 from snakeddp.forking import helper
+from snakeddp.spark import SparkError, stage
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
-from snakeddp.spark import stage
 from snakeddp.spark.sharing import session_key
 from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_text

@@ -34,13 +34,13 @@ from typing import Any
 
 from snakeddp.cluster import network
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
-from snakeddp.cluster.torchdistributor import APP_ID, MASTER
-from snakeddp.errors import SparkError, exit_code
+from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
-from snakeddp.spark import PLATFORM, sharing
+from snakeddp.spark import PLATFORM, SparkError, sharing
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
+from snakeddp.spark.jobside import APP_ID, MASTER
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 
 SETTINGS_FILE = "rank-env.json"

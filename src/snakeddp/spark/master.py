@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import SparkError
+from snakeddp.spark import SparkError
 
 DEFAULTS_FILE = "spark-defaults.conf"
 PROPERTY = re.compile(r"(?P<key>[^\s=:]+)\s*[=:\s]\s*(?P<value>.*)")

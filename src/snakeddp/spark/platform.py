@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
-from snakeddp.errors import SparkError, print_line
+from snakeddp.errors import print_line
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.run import variables
-from snakeddp.spark import PLATFORM, master, sharing, workers
+from snakeddp.spark import PLATFORM, SparkError, master, sharing, workers
 
 #: Where the shared application's executors keep their temporary files: in the checkout, which they see.
 SCRATCH = Path(".snakemake") / "snakeddp"
@@ -43,22 +44,32 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     return {**site, "accelerator": offer.accelerator}
 
 
-class Spark(Platform):
+@dataclass
+class SparkState:
+    application: sharing.SharedApplication | None = None  # the workflow's one application, once started
+
+
+class Spark(Platform[SparkState]):
     row = platforms.row(PLATFORM)
+
+    def new_state(self) -> SparkState:
+        return SparkState()
 
     def settle_site(self, invocation: Invocation) -> dict[str, Any]:
         return settle_site(invocation)
 
-    def check(self, raw: Mapping[str, Any], config: Mapping[str, Any], runs: Runs, *, in_container: bool) -> None:
+    def check(self, invocation: Invocation[SparkState]) -> None:
         try:
-            master.check(config[PLATFORM], os.environ)
+            master.check(invocation.config[PLATFORM], os.environ)
         except master.SparkError as error:
             raise PreflightError(str(error)) from None
 
-    def before_jobs(self, invocation: Invocation, to_train: Runs, training: Runs, cores: int) -> None:
+    def before_jobs(self, invocation: Invocation[SparkState], to_train: Runs, training: Runs, cores: int) -> None:
         if not training:
             return
-        application = invocation.remember("spark.application", sharing.SharedApplication)
+        if invocation.state.application is None:
+            invocation.state.application = sharing.SharedApplication()
+        application = invocation.state.application
         if application.process is not None:
             return
         launches = [Launch.of(run["config"]["launch"]) for run in training.values()]
@@ -66,8 +77,8 @@ class Spark(Platform):
         expect = sharing.expected(launches, os.environ)
         os.environ[sharing.VARIABLE] = application.start(scratch, sharing.slots(launches), expect=expect)
 
-    def close(self, invocation: Invocation) -> None:
-        application = invocation.memo.get("spark.application")
+    def close(self, invocation: Invocation[SparkState]) -> None:
+        application = invocation.state.application
         if application is not None:
             application.close()
             os.environ.pop(sharing.VARIABLE, None)

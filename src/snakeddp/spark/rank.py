@@ -41,7 +41,7 @@ PEER_LOST = re.compile(r"Connection (reset|closed) by peer|Broken pipe|remote pr
 
 def executor_variables() -> dict[str, str]:
     """The executor JVM this task runs in (id, host, pid), read from its command line among our ancestors."""
-    from snakeddp.cluster import torchdistributor
+    from snakeddp.spark import jobside
 
     for process in psutil.Process().parents():
         try:
@@ -51,9 +51,9 @@ def executor_variables() -> dict[str, str]:
         if EXECUTOR_CLASS in argv:
             flags = dict(itertools.pairwise(argv))
             return {
-                torchdistributor.EXECUTOR_ID: flags.get("--executor-id", "?"),
-                torchdistributor.EXECUTOR_HOST: flags.get("--hostname", ""),
-                torchdistributor.EXECUTOR_PID: str(process.pid),
+                jobside.EXECUTOR_ID: flags.get("--executor-id", "?"),
+                jobside.EXECUTOR_HOST: flags.get("--hostname", ""),
+                jobside.EXECUTOR_PID: str(process.pid),
             }
     return {}
 
@@ -61,14 +61,14 @@ def executor_variables() -> dict[str, str]:
 def placement(rank: int | str, executor: dict[str, str], gpus: str) -> str | None:
     """Where a GPU rank runs, and the GPU its task was given (its CUDA_VISIBLE_DEVICES, ``gpus``): one line,
     before any check that may stop the rank, that shows each rank got its own. None for a CPU rank."""
-    from snakeddp.cluster import torchdistributor
+    from snakeddp.spark import jobside
 
-    given = torchdistributor.gpus_given({"CUDA_VISIBLE_DEVICES": gpus})
+    given = jobside.gpus_given({"CUDA_VISIBLE_DEVICES": gpus})
     if not given:
         return None
-    where = f"executor {executor.get(torchdistributor.EXECUTOR_ID, '?')}"
-    if executor.get(torchdistributor.EXECUTOR_HOST):
-        where += f" on {executor[torchdistributor.EXECUTOR_HOST]}"
+    where = f"executor {executor.get(jobside.EXECUTOR_ID, '?')}"
+    if executor.get(jobside.EXECUTOR_HOST):
+        where += f" on {executor[jobside.EXECUTOR_HOST]}"
     shown = ",".join(given)
     return f"snakeddp.spark: rank {rank} in {where} with GPU {shown} (CUDA_VISIBLE_DEVICES={shown})"
 
@@ -88,9 +88,9 @@ def main(argv: list[str]) -> int:
     settings = json.loads(Path(argv[1]).read_text())
     # Before torch is imported: OMP_NUM_THREADS and the network variables are read at import and init.
     os.environ.update(settings["env"])
-    from snakeddp.cluster import torchdistributor
+    from snakeddp.spark import jobside
 
-    if torchdistributor.EXECUTOR_ID not in os.environ:  # under torchrun; a forked rank's task said it already
+    if jobside.EXECUTOR_ID not in os.environ:  # under torchrun; a forked rank's task said it already
         executor = executor_variables()
         os.environ.update(executor)
         if said := placement(os.environ["RANK"], executor, os.environ.get("CUDA_VISIBLE_DEVICES", "")):

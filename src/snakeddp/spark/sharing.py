@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config.parts import Launch
-from snakeddp.errors import SparkError
 from snakeddp.forking.helper import Helper
 from snakeddp.run import variables
+from snakeddp.spark import SparkError
 from snakeddp.util import handoff
 
 #: The shared application's socket, set in Snakemake's environment (so in every train job's).

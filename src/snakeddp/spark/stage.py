@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster.supervisor import reserve_port
-from snakeddp.cluster.torchdistributor import RDZV_ID, STAGE_ID
 from snakeddp.cluster.warm import RANK_START, enabled
 from snakeddp.forking.child import become, close_fds, detach, die_with_parent, fork
 from snakeddp.forking.imports import IMPORTED_ENV
 from snakeddp.forking.safety import NotForkable, check_forkable, open_fds
+from snakeddp.spark.jobside import RDZV_ID, STAGE_ID
 from snakeddp.spark.rank import executor_variables, placement
 from snakeddp.spark.session import has_executors
 

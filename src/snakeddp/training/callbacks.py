@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -314,11 +313,6 @@ class SampleTrace(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._write(trainer, complete=False)
-
-
-def scheduler_node(env: Mapping[str, str]) -> str | None:
-    """The scheduler's name of the node this rank runs on (Slurm's, AzureML's), where it gives one."""
-    return env.get("SLURMD_NODENAME") or env.get("AZUREML_NODE_NAME")
 
 
 def _encode(record: dict[str, Any]) -> torch.Tensor:

@@ -16,7 +16,8 @@ from lightning.fabric.plugins.io import TorchCheckpointIO
 from lightning.pytorch.callbacks import Callback, EarlyStopping
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.cluster import Launcher, Layout, torchdistributor
+from snakeddp import platforms
+from snakeddp.cluster import Launcher, Layout
 from snakeddp.cluster.hang import HangTimeout
 from snakeddp.compat.lightning import hand_sigterm_to_preemption
 from snakeddp.config import parts
@@ -33,7 +34,6 @@ from snakeddp.training.callbacks import (
     Preemption,
     RankHosts,
     SampleTrace,
-    scheduler_node,
 )
 from snakeddp.training.checkpoints import EpochCheckpoint
 from snakeddp.training.phases import Phases
@@ -179,7 +179,7 @@ def build_trainer(
         ),
         metrics=metrics,
         preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
-        hosts=RankHosts(scheduler_node(os.environ), executor=torchdistributor.executor(os.environ)),
+        hosts=RankHosts(platforms.scheduler_node(os.environ), executor=platforms.placement(os.environ)),
         phases=Phases(checkpoint_io),
         progress=EpochProgress(run_dir.name, metrics),
         early_stopping=EarlyStopping(

@@ -58,18 +58,13 @@ TOKEN_KINDS = frozenset("PAD BOS EOS UNK CLS SEP MASK SPECIAL START END STOP".sp
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 # A Databricks secret reference names a secret without holding it, and is what a cluster must get.
 _SECRET_REFERENCE = re.compile(r"\s*\{\{\s*secrets/[^/{}\s]+/[^/{}\s]+\s*\}\}\s*")
-# What provenance needs to say where and how a run ran. A variable not named here is not recorded,
-# whatever it holds: a site's SLURM_JWT, an AzureML job's tokens, a user's exports.
+# What provenance needs to say where and how a run ran: the launchers' variables here, each platform's in its
+# job side (snakeddp.platforms.jobside.JobSide.recorded). A variable not named is not recorded, whatever it
+# holds: a site's scheduler tokens, a cloud job's credentials, a user's exports.
 RECORDED_NAMES = frozenset(
     """
-    SLURM_JOB_ID SLURM_JOB_NAME SLURM_JOB_NODELIST SLURM_NODELIST SLURM_STEP_NODELIST SLURM_NNODES
-    SLURM_JOB_NUM_NODES SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE SLURM_PROCID SLURM_LOCALID
-    SLURM_NODEID SLURM_STEP_ID SLURM_CLUSTER_NAME SLURM_JOB_PARTITION SLURM_JOB_ACCOUNT SLURM_JOB_QOS
-    SLURM_CPUS_PER_TASK SLURM_CPUS_ON_NODE SLURM_GPUS SLURM_GPUS_PER_NODE SLURM_GPUS_ON_NODE SLURM_JOB_GPUS
-    SLURM_STEP_GPUS SLURM_ARRAY_JOB_ID SLURM_ARRAY_TASK_ID SLURM_RESTART_COUNT SLURM_SUBMIT_HOST SLURMD_NODENAME
     OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK OMPI_COMM_WORLD_LOCAL_SIZE
-    OMPI_COMM_WORLD_NODE_RANK MASTER_ADDR MASTER_PORT AZ_BATCH_MASTER_NODE AZ_BATCHAI_MPI_MASTER_NODE
-    AZUREML_RUN_ID AZUREML_NODE_COUNT AZUREML_CR_NODE_RANK AZUREML_EXPERIMENT_NAME
+    OMPI_COMM_WORLD_NODE_RANK MASTER_ADDR MASTER_PORT
     TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT TORCHELASTIC_MAX_RESTARTS
     RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
     CUDA_VISIBLE_DEVICES OMP_NUM_THREADS MKL_NUM_THREADS
@@ -125,14 +120,14 @@ def looks_like_credential(value: str) -> bool:
     return _TOKEN_VALUE.search(value) is not None
 
 
-def recorded_environment(env: Mapping[str, str], network: Callable[[str], bool]) -> dict[str, str]:
-    """The variables provenance records: the allow-list above and the network variables that
-    ``network`` accepts, without secret-looking names or values, URL credentials masked."""
+def recorded_environment(env: Mapping[str, str], also: Callable[[str], bool]) -> dict[str, str]:
+    """The variables provenance records: the allow-list above and those ``also`` accepts (a platform's, the
+    network's), without secret-looking names or values, URL credentials masked."""
     secrets = environment_secrets(env)
     return {
         name: _scrub_text(value, secrets)
         for name, value in sorted(env.items())
-        if (name in RECORDED_NAMES or name.startswith(OWN_PREFIX) or network(name))
+        if (name in RECORDED_NAMES or name.startswith(OWN_PREFIX) or also(name))
         and not is_secret_name(name)
         and not looks_like_credential(value)
     }

@@ -297,6 +297,8 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         # A global resource the platform's own pools count (the local platform's GPUs).
         provide=workflow.register_resource,
         same_interpreter=not deployment & OWN_ENVIRONMENTS,
+        in_container="APPTAINER" in deployment,
+        state=contract.new_state(),
     )
     # A train job whose ranks the machine refused (torch's build against the GPU or driver, MIG, the
     # precision) is not retried: every attempt on such nodes would be refused again (MachineRefusal).
@@ -320,16 +322,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
     lock_file = validated["environment"]["lock"] or str(repo / "envs" / "requirements.lock")
     # What a job would only fail on later (profile, launcher, strategy, packages, user classes,
     # cores, files) stops here in one line, before any job runs; `snakemake -n` shows it too.
-    preflight.check_workflow(
-        config,
-        validated,
-        runs,
-        name,
-        lock=Path(lock_file),
-        same_interpreter=not deployment & OWN_ENVIRONMENTS,
-        cache=TARGETS_CACHE,
-        in_container="APPTAINER" in deployment,
-    )
+    preflight.check_workflow(invocation, name, lock=Path(lock_file), cache=TARGETS_CACHE)
     if "APPTAINER" in deployment and not validated["environment"]["image"]:
         raise preflight.PreflightError(
             "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "

@@ -24,7 +24,7 @@ from snakeddp.config import run_id as name_of
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site, Tracking, Trainer
 from snakeddp.errors import TrackerError, print_line
-from snakeddp.platforms.contract import PreflightError
+from snakeddp.platforms.contract import Invocation, PreflightError
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.run.mlflow_server import check_reachable
@@ -89,6 +89,7 @@ def check_lock(path: Path) -> None:
 
 
 def check_run(
+    invocation: Invocation[Any],
     run_id: str,
     launch: Launch,
     trainer: Trainer,
@@ -102,7 +103,7 @@ def check_run(
         cluster.for_platform(launch.launcher, platform)
     except cluster.LaunchError as error:  # its HINT names the profile (platforms' rows) or auto
         raise PreflightError(f"{where}{error}") from None
-    platforms.load(platform).check_run(run_id, launch)
+    platforms.load(platform).check_run(invocation, run_id, launch)
     # On the local platform auto means the GPUs of this machine; on a cluster what its profile declares.
     try:
         accelerator = site.resolved(launch, platform, site_config, run_id=run_id)
@@ -167,7 +168,7 @@ def check_tracking_server(
     (``run.mlflow_server``). Only before runs that will train (``to_train``): a finished pipeline does
     not need the server. Not for a remote platform, whose jobs reach the server from there, not from here."""
     uri = tracking.mlflow.tracking_uri or env.get("MLFLOW_TRACKING_URI")
-    if not tracking.mlflow.enabled or not uri or not to_train or platforms.row(platform).remote:
+    if not tracking.mlflow.enabled or not uri or not to_train or platforms.load(platform).remote:
         return
     try:
         check_reachable(uri)
@@ -212,33 +213,23 @@ def check_targets(targets: list[tuple[str, str]], python: str, cwd: Path, env: M
     atomic_write_json(cache, {**known, **stamps})
 
 
-def check_workflow(
-    raw: Mapping[str, Any],
-    config: Mapping[str, Any],
-    runs: Mapping[str, Mapping[str, Any]],
-    platform: str,
-    *,
-    lock: Path,
-    same_interpreter: bool,
-    cache: Path,
-    in_container: bool = False,
-) -> None:
-    """Every early check for one invocation; ``raw`` is the config as given, ``config`` validated.
+def check_workflow(invocation: Invocation[Any], platform: str, *, lock: Path, cache: Path) -> None:
+    """Every early check for one invocation (its config as given, validated, its runs, where its rules run).
     Packages, Lightning's release and user classes are checked only when the jobs run in this
-    interpreter (no conda env, no container) on this machine or a cluster sharing it (not AzureML,
-    whose image has its own). ``in_container``: the rules run in ``--sdm apptainer``'s image.
-    Cores are checked later (``check_cores``)."""
+    interpreter (no conda env, no container) on this machine or a cluster sharing it (not on a remote
+    platform, whose image has its own). Cores are checked later (``check_cores``)."""
+    config, runs, contract = invocation.config, invocation.runs, platforms.load(platform)
     check_lock(lock)
     check_run_ids(runs)
     tracking = Tracking.of(config["tracking"])
     check_registry(tracking, runs)
     # The platform's own needs first: a run's request means nothing where the platform cannot start.
-    platforms.load(platform).check(raw, config, runs, in_container=in_container)
+    contract.check(invocation)
     site_config = Site.of(config["site"])
     for run_id, run in runs.items():
         launch, trainer = Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"])
-        check_run(run_id, launch, trainer, platform, site_config)
-    if not platforms.row(platform).remote and same_interpreter:
+        check_run(invocation, run_id, launch, trainer, platform, site_config)
+    if not contract.remote and invocation.same_interpreter:
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
         check_trackers(tracking)

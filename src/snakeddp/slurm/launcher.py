@@ -4,7 +4,8 @@ A rule run by snakemake-executor-plugin-slurm sees an allocation whose SLURM_* v
 jobstep plugin has removed (all but SLURM_JOB_ID and a few others, SLURM_CONF included). srun
 only needs SLURM_JOB_ID to start a step inside it; everything else a launch needs (the config
 file, the node list, the address of the first node) is restored from SNAKEDDP_SLURM_CONF or
-asked from Slurm itself with ``scontrol``.
+asked from Slurm itself with ``scontrol``. ``SlurmAllocation`` is what mpirun asks of the allocation it
+runs inside. Found by snakeddp.cluster through the platform's job side (``snakeddp.slurm.jobside``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from snakeddp.cluster.base import Launcher, LaunchError, LaunchPlan, Layout
-
-#: A copy of SLURM_CONF under a name Slurm's jobstep plugin does not remove; the workflow sets it
-#: (snakeddp.workflow.jobenv) and profiles/slurm/bin/srun restores SLURM_CONF from it.
-SLURM_CONF_COPY = "SNAKEDDP_SLURM_CONF"
+from snakeddp.slurm import SLURM_CONF_COPY
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -132,6 +130,8 @@ class Srun(Launcher):
     }
     # Set by snakeddp.launch (rendezvous_exports); by hand, derived as Lightning's SLURMEnvironment does.
     optional = {"job_id": None, "master_addr": None, "master_port": None}
+    # mpirun inside an allocation also sees SLURM_* variables: mpirun is asked first.
+    detect_before = "env"
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
@@ -182,3 +182,47 @@ class Srun(Launcher):
         # Outside an allocation srun makes its own, whose nodes are only known to the tasks.
         exports = rendezvous_exports(plan, env) if env.get("SLURM_JOB_ID") else {}
         return [*argv, plan.python, "-m", "snakeddp.train", *plan.entry], exports
+
+
+class SlurmAllocation:
+    """The allocation mpirun runs inside (snakeddp.platforms.jobside.Allocation).
+
+    Inside Slurm, mpirun (OpenMPI 4) starts its daemons with srun, but by default runs the ranks of
+    its own node itself, outside any job step, where Slurm's warning signals (``--signal``,
+    ``scancel --signal``) never arrive. ``ras_base_launch_orted_on_hn`` puts a daemon on that node
+    too, so every rank lives in a step and is signalled; mpirun itself also forwards SIGUSR1/2.
+    That srun step asks for nothing but one daemon per node, so ``plm_slurm_args`` gives it what its
+    ranks were allocated: their CPUs (a one-CPU step confines every rank of the node to that core
+    where Slurm uses cgroups) and the node's GPUs, which a step without ``--gres`` does not get
+    where the site's Slurm gives steps no GRES by default. Both parameters keep their names in OpenMPI 5's
+    PRRTE, set with ``--prtemca`` there (snakeddp.cluster.mpi says why the major version picks the option).
+    """
+
+    def rendezvous(self, env: Mapping[str, str]) -> tuple[str, int]:
+        return first_node(env), job_port(env)
+
+    def exports(self, plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
+        return rendezvous_exports(plan, env)
+
+    def mpirun_options(self, plan: LaunchPlan, major: int) -> list[str]:
+        """Where Slurm starts the daemons: one on mpirun's node too, each step with its ranks' CPUs and
+        GPUs; spelled for OpenMPI ``major``'s runtime (ORTE's ``--mca`` to 4, PRRTE's ``--prtemca`` from 5)."""
+        option = "--prtemca" if major >= 5 else "--mca"
+        return [option, "ras_base_launch_orted_on_hn", "1", option, "plm_slurm_args", self.daemon_step(plan)]
+
+    @staticmethod
+    def daemon_step(plan: LaunchPlan) -> str:
+        """srun options of the daemons' step (one task per node): the CPUs and GPUs of the node's ranks."""
+        options = [f"--cpus-per-task={plan.devices * plan.cpus_per_task}"]
+        if plan.gpus:
+            options.append(f"--gres=gpu:{plan.devices}")
+        return " ".join(options)
+
+    def mpirun_env(self, plan: LaunchPlan, env: Mapping[str, str]) -> dict[str, str]:
+        """The allocation variables OpenMPI reads (ras_slurm), when the jobstep plugin removed them."""
+        if env.get("SLURM_NODELIST") and env.get("SLURM_TASKS_PER_NODE"):
+            return {}
+        return {"SLURM_NODELIST": job_nodelist(env), "SLURM_TASKS_PER_NODE": f"{plan.devices}(x{plan.nodes})"}
+
+    def node_of(self, rank: int, per_node: int, env: Mapping[str, str]) -> str | None:
+        return node_of_rank(rank, per_node, env)

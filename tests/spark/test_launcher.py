@@ -3,7 +3,8 @@
 import pytest
 
 from snakeddp import cluster
-from snakeddp.cluster import LaunchError, LaunchPlan, torchdistributor
+from snakeddp.cluster import LaunchError, LaunchPlan
+from snakeddp.spark import jobside
 
 # What one rank of `TorchDistributor(num_processes=2, local_mode=False)` sees (read from a real task):
 # torchrun's variables with one process per task, the distributor's rendezvous id, and rank.py's own.
@@ -45,9 +46,9 @@ def test_only_the_number_of_ranks_must_match_the_config_where_spark_places_them(
 
 
 def test_the_executor_of_a_rank_is_read_from_its_variables():
-    assert torchdistributor.executor(TASK) == {"id": "1", "host": "127.0.0.1", "pid": 30891, "gpus": []}
-    assert torchdistributor.executor({**TASK, "CUDA_VISIBLE_DEVICES": "3"})["gpus"] == ["3"]
-    assert torchdistributor.executor({}) is None
+    assert jobside.executor(TASK) == {"id": "1", "host": "127.0.0.1", "pid": 30891, "gpus": []}
+    assert jobside.executor({**TASK, "CUDA_VISIBLE_DEVICES": "3"})["gpus"] == ["3"]
+    assert jobside.executor({}) is None
 
 
 def test_the_command_starts_the_driver_with_the_world_size():

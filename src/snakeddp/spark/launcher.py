@@ -5,15 +5,17 @@ starts a barrier stage of ``world size`` tasks, and each task runs torchrun with
 (``--nnodes=<world size> --node_rank=<task>``), so every rank sees torchrun's variables with
 LOCAL_WORLD_SIZE 1. The distributor's rendezvous id (``PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID``) tells
 its ranks from a plain torchrun's, and ``snakeddp.spark.rank`` adds the Spark application id.
+Found by snakeddp.cluster through the platform's job side (``snakeddp.spark.jobside``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from snakeddp.cluster.base import LaunchPlan
 from snakeddp.cluster.torchrun import TorchRun
+from snakeddp.spark.jobside import APP_ID, RDZV_ID
 
 if TYPE_CHECKING:
     from lightning.fabric.plugins.environments import ClusterEnvironment
@@ -21,33 +23,6 @@ if TYPE_CHECKING:
     from snakeddp.cluster.base import Layout
 
 DRIVER = "snakeddp.spark.driver"
-RDZV_ID = "PYSPARK_TORCH_DISTRIBUTOR_RDZV_ID"  # set by TorchDistributor in every task it starts
-APP_ID = "SNAKEDDP_SPARK_APP_ID"  # the Spark application, set by snakeddp.spark.rank
-MASTER = "SNAKEDDP_SPARK_MASTER"  # the master URL it ran on, likewise
-STAGE_ID = "SNAKEDDP_SPARK_STAGE_ID"  # the barrier stage, set by snakeddp.spark.stage (not under torchrun)
-# Where the rank's task ran, found by snakeddp.spark.rank in its ancestry (the executor's JVM).
-EXECUTOR_ID = "SNAKEDDP_SPARK_EXECUTOR_ID"
-EXECUTOR_HOST = "SNAKEDDP_SPARK_EXECUTOR_HOST"
-EXECUTOR_PID = "SNAKEDDP_SPARK_EXECUTOR_PID"
-
-
-def executor(env: Mapping[str, str]) -> dict[str, Any] | None:
-    """The executor a rank runs in (provenance's ranks[].executor), or None outside Spark: with the GPU
-    addresses its task was given, which TorchDistributor sets as the rank's CUDA_VISIBLE_DEVICES ([] on CPUs)."""
-    if EXECUTOR_ID not in env:
-        return None
-    pid = env.get(EXECUTOR_PID, "")
-    return {
-        "id": env[EXECUTOR_ID],
-        "host": env.get(EXECUTOR_HOST) or None,
-        "pid": int(pid) if pid.isdigit() else None,
-        "gpus": gpus_given(env),
-    }
-
-
-def gpus_given(env: Mapping[str, str]) -> list[str]:
-    """A Spark rank's GPU addresses, as TorchDistributor set its CUDA_VISIBLE_DEVICES."""
-    return [address.strip() for address in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if address.strip()]
 
 
 class TorchDistributor(TorchRun):
@@ -58,6 +33,8 @@ class TorchDistributor(TorchRun):
     # The driver is signalled by snakeddp.launch only; it passes stops on to the ranks itself.
     own_session = True
     places_ranks = True
+    # torchrun's variables are set in every task too: this launcher is asked first.
+    detect_before = "torchrun"
 
     @staticmethod
     def detect(env: Mapping[str, str]) -> bool:
