@@ -68,12 +68,14 @@ def dataset_of(flow: Workflow) -> Path:
 
 @pytest.fixture(scope="module")
 def data_only(tmp_path_factory) -> Workflow:
-    """TINY's dataset, built once by `snakemake <its manifest>` (the data stage only): each damaged-file
-    case starts from a copy of it."""
+    """Everything of TINY's pipeline but training and the report (its dataset, run.yaml, the three stages'
+    environment records), built once by one `snakemake` with those targets: each damaged-file case starts
+    from a copy of it."""
     flow = Workflow(tmp_path_factory.mktemp("data-only"))
     flow.write_config(TINY)
-    flow.run(str(dataset_of(flow).relative_to(flow.directory) / "manifest-3.json"))
-    assert not (flow.directory / RUN).exists()
+    records = [f"results/envs/{stage}.json" for stage in ("data", "train", "report")]
+    flow.run(str(dataset_of(flow).relative_to(flow.directory) / "manifest-3.json"), f"{RUN}/run.yaml", *records)
+    assert not (flow.directory / RUN / "provenance.json").exists()
     return flow
 
 
