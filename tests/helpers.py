@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -299,6 +300,16 @@ class Workflow(WorkflowDir):
                     break
                 counts[parts[0]] = int(parts[1])
         return counts
+
+
+def copy_of(flow: Workflow, directory: Path) -> Workflow:
+    """A copy of ``flow``'s working directory (mtimes kept, links as links) driven like it: the state a
+    module fixture built once, for a test that damages or changes it. Snakemake's records in .snakemake/
+    are keyed by paths relative to the directory, so a copy of a finished pipeline is "Nothing to be done"."""
+    shutil.copytree(flow.directory, directory, symlinks=True)
+    copied = Workflow(directory, flow.profile.name)
+    copied.env = flow.env
+    return copied
 
 
 def alias_bomb(levels: int, key: str = "model") -> str:

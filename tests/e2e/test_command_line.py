@@ -26,18 +26,30 @@ def planned(checkout: Checkout, path: str) -> dict:
     return json.loads((checkout.root / path).read_text())
 
 
-@pytest.mark.parametrize(
-    ("override", "section", "expected"),
-    [
-        ("trainer={max_epochs: 3}", "trainer", {"max_epochs": 3}),
-        ("model={lr: 0.001}", "model", {"lr": 0.001}),
-        ("launch={devices: 2.0, threads_per_process: 1.0}", "launch", {"devices": 2, "threads_per_process": 1}),
-    ],
-)
-def test_nested_overrides_reach_run_yaml_with_the_schema_types(checkout, override, section, expected):
-    done = checkout.snakemake("results/runs/base/run.yaml", "--profile", "profiles/local", "--config", override)
+# Nested overrides, one per section, with what run.yaml must hold for each.
+OVERRIDES = {
+    "trainer": ("trainer={max_epochs: 3}", {"max_epochs": 3}),
+    "model": ("model={lr: 0.001}", {"lr": 0.001}),
+    "launch": ("launch={devices: 2.0, threads_per_process: 1.0}", {"devices": 2, "threads_per_process": 1}),
+}
+
+
+@pytest.fixture(scope="module")
+def overridden(tmp_path_factory) -> dict:
+    """run.yaml's config as `snakemake results/runs/base/run.yaml --config ...` wrote it, every override above
+    typed in the one command (each sets a section of its own, so none hides another)."""
+    checkout = Checkout(tmp_path_factory.mktemp("overrides"))
+    checkout.write_config(TINY)
+    typed = [override for override, _ in OVERRIDES.values()]
+    done = checkout.snakemake("results/runs/base/run.yaml", "--profile", "profiles/local", "--config", *typed)
     assert done.returncode == 0, done.stdout
-    written = yaml.safe_load((checkout.root / "results/runs/base/run.yaml").read_text())["config"][section]
+    return yaml.safe_load((checkout.root / "results/runs/base/run.yaml").read_text())["config"]
+
+
+@pytest.mark.parametrize("section", list(OVERRIDES))
+def test_nested_overrides_reach_run_yaml_with_the_schema_types(overridden, section):
+    expected = OVERRIDES[section][1]
+    written = overridden[section]
     assert {key: written[key] for key in expected} == expected
     assert all(type(written[key]) is type(value) for key, value in expected.items())
 

@@ -19,8 +19,8 @@ import pytest
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
 from snakeddp.run.attempt import hold_attempt_lock
-from tests.e2e.test_training import SIGNALLED_RECORDS, Run, slow_config
-from tests.helpers import Workflow, assert_valid_provenance, subprocess_env
+from tests.helpers import TINY, Workflow, assert_valid_provenance, copy_of, subprocess_env, tiny_with
+from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
 pytestmark = pytest.mark.e2e
 
@@ -61,6 +61,24 @@ def point_outside(file: str, entry: str):
 OUTSIDE = "which is not a file inside the dataset's directory"
 
 
+def dataset_of(flow: Workflow) -> Path:
+    """TINY's dataset directory under ``flow``'s results."""
+    return flow.directory / "results/data" / config.dataset_id(config.validate(TINY)["data"])
+
+
+@pytest.fixture(scope="module")
+def data_only(tmp_path_factory) -> Workflow:
+    """Everything of TINY's pipeline but training and the report (its dataset, run.yaml, the three stages'
+    environment records), built once by one `snakemake` with those targets: each damaged-file case starts
+    from a copy of it."""
+    flow = Workflow(tmp_path_factory.mktemp("data-only"))
+    flow.write_config(TINY)
+    records = [f"results/envs/{stage}.json" for stage in ("data", "train", "report")]
+    flow.run(str(dataset_of(flow).relative_to(flow.directory) / "manifest-3.json"), f"{RUN}/run.yaml", *records)
+    assert not (flow.directory / RUN / "provenance.json").exists()
+    return flow
+
+
 @pytest.mark.parametrize(
     ("name", "damage", "error", "hint"),
     [
@@ -72,12 +90,10 @@ OUTSIDE = "which is not a file inside the dataset's directory"
     ],
 )
 def test_a_damaged_data_file_or_manifest_deleted_as_hinted_is_rewritten_identically_and_training_completes(
-    workflow: Workflow, tiny_config, name, damage, error, hint
+    data_only: Workflow, tmp_path, name, damage, error, hint
 ):
-    workflow.write_config(tiny_config)
-    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
-    workflow.run(str(dataset.relative_to(workflow.directory) / "manifest-3.json"))
-    target = dataset / name
+    workflow = copy_of(data_only, tmp_path / "copy")
+    target = dataset_of(workflow) / name
     original = target.read_bytes()
     target.write_bytes(damage(original))
 
@@ -127,12 +143,27 @@ def kill_everything(snakemake: subprocess.Popen) -> None:
     snakemake.wait()
 
 
-def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(workflow: Workflow, tiny_config):
-    tiny_config["data"]["num_records_per_train_file"] = 3000
-    tiny_config["trainer"].update(max_epochs=6, early_stopping={"enabled": False})
-    workflow.write_config(tiny_config)
+# Epochs long enough that the run is still training when it is killed after its second.
+KILLED = tiny_with(
+    {"data": {"num_records_per_train_file": 3000}, "trainer": {"max_epochs": 4, "early_stopping": {"enabled": False}}}
+)
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Workflow:
+    """A pipeline whose every process was killed at once in the third of its four epochs, as a lost node
+    leaves it (Snakemake's lock and incomplete marks, last.ckpt of epoch 2), made once: each test that
+    unlocks and reruns it starts from a copy."""
+    flow = Workflow(tmp_path_factory.mktemp("killed"))
+    flow.write_config(KILLED)
+    kill_everything(training_in_background(flow, epochs=2))
+    assert not (flow.directory / RUN / "provenance.json").exists()
+    return flow
+
+
+def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(killed: Workflow, tmp_path):
+    workflow = copy_of(killed, tmp_path / "copy")
     metrics = workflow.directory / RUN / "metrics.csv"
-    kill_everything(training_in_background(workflow, epochs=2))
 
     locked = workflow.run(f"{RUN}/provenance.json", check=False)
     assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
@@ -140,7 +171,7 @@ def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(wor
     workflow.run(f"{RUN}/provenance.json")
     assert "resuming from" in (workflow.directory / "logs/train/base.log").read_text()
     with metrics.open() as handle:
-        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(6))
+        assert [int(row["epoch"]) for row in csv.DictReader(handle)] == list(range(4))
 
 
 def test_a_second_attempt_is_refused_until_the_one_fuser_names_is_stopped(tmp_path):
@@ -210,12 +241,12 @@ def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
-def test_verify_failures_fixed_as_hinted_verify_again(workflow: Workflow, tiny_config):
-    tiny_config["trainer"]["max_epochs"] = 2
-    workflow.write_config(tiny_config)
+def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_path):
+    workflow = copy_of(data_only, tmp_path / "copy")
+    workflow.write_config(tiny_with({"trainer": {"max_epochs": 2}}))
     workflow.run(f"{RUN}/provenance.json")
     assert snakeddp_verify(workflow).returncode == 0
-    dataset = workflow.directory / "results/data" / config.dataset_id(config.validate(tiny_config)["data"])
+    dataset = dataset_of(workflow)
 
     # A damaged partition: delete it and ask Snakemake for exactly that file.
     part = dataset / "train/part-00001.safetensors"
@@ -304,13 +335,10 @@ def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_
 
 @pytest.mark.parametrize("damage", ["truncated", "crafted"])
 def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hinted_trains_again(
-    workflow: Workflow, tiny_config, damage
+    killed: Workflow, tmp_path, damage
 ):
-    tiny_config["data"]["num_records_per_train_file"] = 3000
-    tiny_config["trainer"].update(max_epochs=4, early_stopping={"enabled": False})
-    workflow.write_config(tiny_config)
+    workflow = copy_of(killed, tmp_path / "copy")
     metrics = workflow.directory / RUN / "metrics.csv"
-    kill_everything(training_in_background(workflow, epochs=2))
     workflow.run("--unlock")
 
     last = workflow.directory / RUN / "checkpoints" / "last.ckpt"

@@ -20,16 +20,33 @@ from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 pytestmark = pytest.mark.e2e
 
 
-def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
-    run = Run(
-        tmp_path,
-        {
-            "data": {"num_train_files": 2, "num_records_per_train_file": 301, "num_val_records": 50, "num_features": 4},
-            "trainer": {"max_epochs": 3, "batch_size": 16, "trace_samples": True},
-            "launch": {"devices": 2},
-        },
-    )
-    assert run.train() == 0, run.log.read_text()[-3000:]
+# Columns of metrics.csv that measure the wall clock (everything else must match value for value).
+CLOCK = {"train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "finished_at"}
+# Two ranks, two partitions of an odd size, every sample traced.
+TRACED = {
+    "data": {"num_train_files": 2, "num_records_per_train_file": 301, "num_val_records": 50, "num_features": 4},
+    "trainer": {"max_epochs": 3, "batch_size": 16, "trace_samples": True},
+    "launch": {"devices": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def warm_and_cold(tmp_path_factory) -> dict[str, Run]:
+    """The TRACED config trained twice, once with SNAKEDDP_WARM_START=1 (the default: ranks forked from one
+    warm process) and once with 0 (cold ranks), each checked to have started its ranks that way."""
+    runs = {}
+    for switch in ("1", "0"):
+        run = Run(tmp_path_factory.mktemp(f"fork-{switch}"), TRACED)
+        run.env = {"SNAKEDDP_WARM_START": switch}
+        assert run.train() == 0, run.log.read_text()[-3000:]
+        log = run.log.read_text()
+        assert "cold" not in log and ("--fork-ranks" in log) == (switch == "1"), log[-3000:]
+        runs[switch] = run
+    return runs
+
+
+def test_each_sample_seen_by_exactly_one_rank_per_epoch(warm_and_cold):
+    run = warm_and_cold["1"]
     traces = run.traces()
     assert len(traces) == 6
     for epoch in range(3):
@@ -40,26 +57,12 @@ def test_each_sample_seen_by_exactly_one_rank_per_epoch(tmp_path):
         assert {t["partition"] for t in traces if t["epoch"] == epoch} == {epoch % 2}
 
 
-# Columns of metrics.csv that measure the wall clock (everything else must match value for value).
-CLOCK = {"train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "finished_at"}
-
-
-def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(tmp_path):
+def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(warm_and_cold):
     """The same config with SNAKEDDP_WARM_START=1 (the default) and 0: every rank sees the same
     samples of the same partitions in every epoch, and the weights and metrics are identical; only
     provenance's rank_start (and each rank's start) tells them apart."""
-    overrides = {
-        "data": {"num_train_files": 2, "num_records_per_train_file": 301, "num_val_records": 50, "num_features": 4},
-        "trainer": {"max_epochs": 2, "batch_size": 16, "trace_samples": True},
-        "launch": {"devices": 2},
-    }
     seen = {}
-    for switch in ("1", "0"):
-        run = Run(tmp_path / f"fork-{switch}", overrides)
-        run.env = {"SNAKEDDP_WARM_START": switch}
-        assert run.train() == 0, run.log.read_text()[-3000:]
-        log = run.log.read_text()
-        assert "cold" not in log and ("--fork-ranks" in log) == (switch == "1"), log[-3000:]
+    for switch, run in warm_and_cold.items():
         record = json.loads((run.dir / "provenance.json").read_text())
         rows = [{k: v for k, v in row.items() if k not in CLOCK} for row in run.metrics()]
         weights = torch.load(run.dir / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
@@ -68,7 +71,7 @@ def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(tmp_path
     (warm, warm_rows, warm_weights, warm_traces), (cold, cold_rows, cold_weights, cold_traces) = seen["1"], seen["0"]
     assert (warm["launch"]["rank_start"], cold["launch"]["rank_start"]) == ("warm", "cold")
     assert [r["start"] for r in warm["launch"]["ranks"]] == ["warm", "warm"]
-    assert warm_traces == cold_traces and len(warm_traces) == 4
+    assert warm_traces == cold_traces and len(warm_traces) == 6
     assert warm_rows == cold_rows
     assert warm_weights.keys() == cold_weights.keys()
     assert all(torch.equal(warm_weights[name], cold_weights[name]) for name in warm_weights)
