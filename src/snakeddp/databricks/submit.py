@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster import network
+from snakeddp.config.parts import Launch
 from snakeddp.databricks import results, shared_cluster, spec, staging, workspace
 from snakeddp.errors import DatabricksError, exit_code
 from snakeddp.provenance.record import code_info
@@ -79,7 +80,7 @@ class DatabricksJob(RemoteJob):
     def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
         run, args = self.run, self.args
         manifest = f"results/data/{args.data.parent.name}/{args.data.name}"
-        gpu = names.accelerator(run.config["launch"], {**os.environ, names.PLATFORM: self.name}) == "gpu"
+        gpu = names.accelerator(Launch.of(run.config["launch"]), {**os.environ, names.PLATFORM: self.name}) == "gpu"
         self.code = staging.snapshot_code(self.folder.code)
         variables = job_variables(os.environ)
         section = {**self.section, "existing_cluster_id": self.shared} if self.shared else self.section
