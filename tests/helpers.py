@@ -288,18 +288,24 @@ class Workflow(WorkflowDir):
     def planned_jobs(self, *args: str, env: dict | None = None) -> dict[str, int]:
         """Rule -> job count of a dry run (empty when there is nothing to do)."""
         done = self.run("--dry-run", "--quiet=rules", *args, env=env)  # =: no target taken as a quietness
-        counts: dict[str, int] = {}
-        in_table = False
-        for line in (done.stdout + done.stderr).splitlines():
-            parts = line.split()
-            if line.startswith("-----"):
-                in_table = True
-                continue
-            if in_table and len(parts) == 2 and parts[1].isdigit():
-                if parts[0] == "total":
-                    break
-                counts[parts[0]] = int(parts[1])
-        return counts
+        return job_counts(done.stdout + done.stderr)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Rule -> job count of the table a dry run prints (empty when there is nothing to do): a test that also
+    reads which runs' jobs are planned reads both from one `snakemake -n`."""
+    counts: dict[str, int] = {}
+    in_table = False
+    for line in output.splitlines():
+        parts = line.split()
+        if line.startswith("-----"):
+            in_table = True
+            continue
+        if in_table and len(parts) == 2 and parts[1].isdigit():
+            if parts[0] == "total":
+                break
+            counts[parts[0]] = int(parts[1])
+    return counts
 
 
 def copy_of(flow: Workflow, directory: Path) -> Workflow:

@@ -8,8 +8,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.helpers import REPO, Workflow
-from tests.plans import job_counts
+from tests.helpers import REPO, Workflow, job_counts
 
 pytestmark = pytest.mark.e2e
 
