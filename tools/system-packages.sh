@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests start for real: OpenMPI (mpirun), Slurm + munge + MariaDB (a local
-# cluster), a JDK (a local Spark cluster), Chromium (renders the report). Installs only what is missing; needs root or sudo.
+# cluster), a JDK (a local Spark cluster), Chromium (renders the report), gcc (the GPU stand-ins' NVML).
+# Installs only what is missing; needs root or sudo.
 set -euo pipefail
 packages=(openmpi-bin libopenmpi-dev)
 # The local Slurm test cluster (tests/slurm/cluster.py): daemons, client commands, accounting.
@@ -9,6 +10,8 @@ packages+=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server)
 packages+=(openjdk-17-jre-headless)
 # Headless rendering of the HTML report, with a font for its figures.
 packages+=(chromium fonts-dejavu-core)
+# The GPU stand-ins' libnvidia-ml.so.1 (tests/gpu_standin/nvml.c), compiled once by the tests.
+packages+=(gcc libc6-dev)
 
 missing=()
 for pkg in "${packages[@]}"; do
