@@ -8,7 +8,6 @@ the workflow ends; a train job submits the run as a one-time Jobs run and follow
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -134,12 +133,9 @@ def settle_site(invocation: Invocation[DatabricksState], env: Mapping[str, str] 
     """The site with auto decided from the node type's GPUs where a run needs it and the profile declares
     nothing, said in one line; a job takes its invocation's decision (exported in the site section)."""
     site_section = dict(invocation.config["site"])
-    waiting = any(run["config"]["launch"]["accelerator"] == "auto" for run in invocation.runs.values())
-    if site_section.get("accelerator") is not None or not waiting:
-        return site_section
-    if not invocation.typed:
-        decided = json.loads(env.get(names.SITE) or "{}").get("accelerator")
-        return {**site_section, "accelerator": decided} if decided else site_section
+    settled = names.settled_site(site_section, invocation.runs, env, deciding=invocation.typed)
+    if settled is not None:
+        return settled
     found = workspace_nodes(invocation)
     if found is None:
         return site_section  # auto is refused, naming the declaration, where the workspace cannot say

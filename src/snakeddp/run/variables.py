@@ -95,6 +95,21 @@ def site(env: Mapping[str, str]) -> Site:
     return Site.of(_section(env, SITE, "site"))
 
 
+def settled_site(
+    site_section: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]], env: Mapping[str, str], *, deciding: bool
+) -> dict[str, Any] | None:
+    """``site_section`` where its platform has nothing to decide: an accelerator declared, no run's
+    launch.accelerator auto, or, in a job (``deciding`` False), the decision its invocation exported (SITE), so
+    a job never asks the cluster again nor decides otherwise; None where the invocation must ask its platform."""
+    waiting = any(run["config"]["launch"]["accelerator"] == "auto" for run in runs.values())
+    if site_section.get("accelerator") is not None or not waiting:
+        return dict(site_section)
+    if not deciding:
+        decided = json.loads(env.get(SITE) or "{}").get("accelerator")
+        return {**site_section, "accelerator": decided} if decided else dict(site_section)
+    return None
+
+
 def network(env: Mapping[str, str]) -> dict[str, Any]:
     """The network section from the environment (no variables when unset)."""
     return _section(env, NETWORK, "network")

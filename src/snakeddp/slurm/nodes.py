@@ -21,7 +21,6 @@ Asked while the Snakefile is read (the slurm contract): no torch.
 from __future__ import annotations
 
 import ast
-import json
 import re
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
@@ -390,12 +389,10 @@ def settle_site(
     declared, saying so in one line (``say``). ``nodes`` is None inside a job: the site its invocation
     exported (``env``) holds the decision, so a job never asks Slurm again nor decides otherwise than the
     invocation did."""
+    settled = variables.settled_site(site, runs, env, deciding=nodes is not None)
+    if settled is not None or nodes is None:  # in a job (no nodes) the site is always settled
+        return settled or dict(site)
     waiting = [rid for rid, run in runs.items() if run["config"]["launch"]["accelerator"] == "auto"]
-    if site.get("accelerator") is not None or not waiting:
-        return dict(site)
-    if nodes is None:
-        decided = json.loads(env.get(variables.SITE) or "{}").get("accelerator")
-        return {**site, "accelerator": decided} if decided else dict(site)
     try:
         decided, why = nodes.decision()
     except SlurmNodesError as error:

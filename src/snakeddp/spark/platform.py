@@ -6,7 +6,6 @@ the runs agree on one) and stopped at the end."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,12 +27,9 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     """The site with auto decided from the cluster's workers where a run needs it and the profile declares
     nothing, said in one line; a job takes its invocation's decision (exported in the site section)."""
     site = dict(invocation.config["site"])
-    waiting = any(run["config"]["launch"]["accelerator"] == "auto" for run in invocation.runs.values())
-    if site.get("accelerator") is not None or not waiting:
-        return site
-    if not invocation.typed:
-        decided = json.loads(env.get(variables.SITE) or "{}").get("accelerator")
-        return {**site, "accelerator": decided} if decided else site
+    settled = variables.settled_site(site, invocation.runs, env, deciding=invocation.typed)
+    if settled is not None:
+        return settled
     try:
         offer = workers.offer(invocation.config[PLATFORM], env)
     except SparkError:
