@@ -3,12 +3,11 @@
 import csv
 import json
 import re
-import shutil
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, Workflow, job_counts
+from tests.helpers import REPO, Workflow, copy_of, job_counts
 
 pytestmark = pytest.mark.e2e
 
@@ -94,10 +93,8 @@ def test_removing_a_sweep_point_reruns_no_run(default_run, tmp_path):
 
 
 def test_more_partitions_generates_only_the_new_ones(default_run, tmp_path):
-    work = tmp_path / "copy"
-    shutil.copytree(default_run.directory, work, symlinks=True)
-    flow = Workflow(work)
-    flow.configfile = work / "config.yaml"
+    flow = copy_of(default_run, tmp_path / "copy")
+    work = flow.directory
     train_dir = next((work / "results/data").glob("synthetic-*/train"))
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in train_dir.glob("part-*")}
     assert len(before) == 8
@@ -136,10 +133,8 @@ def test_an_edit_with_a_whole_number_float_still_reaches_run_yaml(default_run, t
     """num_train_files: 4.0 once named the manifest manifest-4.0.json, which no rule makes: Snakemake
     then kept the existing provenance.json as if it were a source file, dropped train and run_config
     from the plan, and the learning rate edit never reached run.yaml (exit 0, only the report ran)."""
-    work = tmp_path / "copy"
-    shutil.copytree(default_run.directory, work, symlinks=True)
-    flow = Workflow(work)
-    flow.configfile = work / "config.yaml"
+    flow = copy_of(default_run, tmp_path / "copy")
+    work = flow.directory
     config = yaml.safe_load(flow.configfile.read_text())
     config["model"]["lr"] = 0.01
     config["data"]["num_train_files"] = 4.0
