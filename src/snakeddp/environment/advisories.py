@@ -20,6 +20,8 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,9 @@ _YANKED = re.compile(
 # The advisory services pip-audit asks, in order; the first that answers for every package is used.
 SERVICES = {"pypi": "PyPI's JSON API", "osv": "OSV"}
 AUDIT_TIMEOUT_S = 120
+# One release asked first, the way pip-audit asks it: a service that cannot answer it is not asked about every
+# release (pip-audit spends seconds per lock finding that out, package by package, on a network without it).
+PROBE_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,28 @@ def yanked(logs: Iterable[Path], where: str) -> list[str]:
     ]
 
 
+def _unanswered(service: str, name: str, version: str) -> str | None:
+    """Why ``service`` does not answer for one release (``name`` ``version``) as pip-audit would ask it, or None."""
+    if service == "pypi":
+        request = urllib.request.Request(f"https://pypi.org/pypi/{name}/{version}/json")
+    else:
+        query = {"package": {"name": name, "ecosystem": "PyPI"}, "version": version}
+        body = json.dumps(query).encode()
+        request = urllib.request.Request(
+            "https://api.osv.dev/v1/query", data=body, headers={"Content-Type": "application/json"}
+        )
+    try:
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310  https, above
+            answer = json.loads(response.read())
+    except (OSError, ValueError) as error:  # refused, unresolved, timed out, an HTTP error, not JSON
+        said = " ".join(str(getattr(error, "reason", None) or error).split())
+        return f"{request.full_url} did not answer ({said[:120]})"
+    # PyPI's answer lists a release's vulnerabilities (maybe none); OSV's is {} for a release it knows none of.
+    if not isinstance(answer, dict) or (service == "pypi" and "vulnerabilities" not in answer):
+        return f"{request.full_url} answered without advisories"
+    return None
+
+
 def _audit_with(service: str, requirements: Path) -> tuple[list[str], str | None]:
     """(vulnerabilities found, why the service did not answer for every package, or None)."""
     command = [
@@ -249,9 +276,13 @@ def audit(locks: Sequence[Path]) -> tuple[list[str], str]:
             files.append(Path(work) / f"pins-{index}.txt")
             # Names and versions only: hashes need not be checked to look advisories up.
             files[-1].write_text("".join(f"{name}=={version}\n" for name, version in sorted(group.items())))
+        first = next((sorted(group.items())[0] for group in groups if group), None)
         for service, label in SERVICES.items():
             found: list[str] = []
-            failed = None
+            failed = _unanswered(service, *first) if first else None
+            if failed:
+                why[label] = failed
+                continue
             for requirements in files:
                 more, failed_here = _audit_with(service, requirements)
                 found += more
