@@ -59,7 +59,11 @@ if ! resolve all envs/requirements.in envs/requirements-dev.in --constraint "$wo
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
     exit 1
 fi
-resolve core envs/requirements.in --constraint "$work/all.txt" --constraint "$work/denied.txt" --output-file "$work/core.txt"
+# Every version the core may take is pinned by that resolution, and uv's cache holds every page it read: offline,
+# the same answer without fetching them again (this machine's index sends no cache headers, so uv cannot keep a
+# page, and each resolution fetched all ~300 again: 26-33 s); online where the cache lacks one.
+core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/denied.txt" --output-file "$work/core.txt")
+resolve core --offline "${core[@]}" || resolve core "${core[@]}"
 
 # SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
 # they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
