@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -101,3 +104,52 @@ def test_where_no_advisory_service_answers_one_line_says_the_check_did_not_run(t
     assert "; OSV: " in line and line.endswith(
         "the locks were checked against envs/denied.toml and the index's yanks only."
     )
+
+
+class Service(BaseHTTPRequestHandler):
+    """A local service answering as the test sets it: (status, body) by path."""
+
+    answers: dict[str, tuple[int, bytes]] = {}
+
+    def do_GET(self) -> None:
+        self.answer()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.answer()
+
+    def answer(self) -> None:
+        status, body = self.answers.get(self.path, (404, b"Not Found"))
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_service_is_asked_about_one_release_first_and_only_an_answer_with_advisories_counts(monkeypatch):
+    """What pip-audit would be asked, asked once of a real local server: PyPI's JSON with its vulnerabilities
+    list and OSV's object (empty for a release it knows nothing of) count as answers; a 404, a page of HTML (a
+    mirror's) or PyPI's JSON without the list do not, each said with the URL asked."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    monkeypatch.setattr(advisories, "PYPI_RELEASE", base + "/pypi/{name}/{version}/json")
+    monkeypatch.setattr(advisories, "OSV_QUERY", base + "/v1/query")
+    try:
+        release = "/pypi/certifi/2026.10.19.post1/json"
+        Service.answers = {release: (200, json.dumps({"info": {}, "vulnerabilities": []}).encode()),
+                           "/v1/query": (200, b"{}")}  # fmt: skip
+        assert advisories._unanswered("pypi", "certifi", "2026.10.19.post1") is None
+        assert advisories._unanswered("osv", "certifi", "2026.10.19.post1") is None
+        assert "did not answer (Not Found)" in advisories._unanswered("pypi", "absl-py", "2.5.1")
+        Service.answers = {release: (200, json.dumps({"info": {}}).encode()), "/v1/query": (200, b"<html></html>")}
+        assert (
+            advisories._unanswered("pypi", "certifi", "2026.10.19.post1")
+            == f"{base}{release} answered without advisories"
+        )
+        said = advisories._unanswered("osv", "certifi", "2026.10.19.post1")
+        assert said.startswith(f"{base}/v1/query did not answer"), said
+    finally:
+        server.shutdown()

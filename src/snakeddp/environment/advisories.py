@@ -45,6 +45,9 @@ AUDIT_TIMEOUT_S = 120
 # One release asked first, the way pip-audit asks it: a service that cannot answer it is not asked about every
 # release (pip-audit spends seconds per lock finding that out, package by package, on a network without it).
 PROBE_TIMEOUT_S = 10
+# Where pip-audit asks each service about a release (pip_audit/_service/pypi.py and osv.py).
+PYPI_RELEASE = "https://pypi.org/pypi/{name}/{version}/json"
+OSV_QUERY = "https://api.osv.dev/v1/query"
 
 
 @dataclass(frozen=True)
@@ -198,16 +201,15 @@ def yanked(logs: Iterable[Path], where: str) -> list[str]:
 
 def _unanswered(service: str, name: str, version: str) -> str | None:
     """Why ``service`` does not answer for one release (``name`` ``version``) as pip-audit would ask it, or None."""
+    # S310: the URLs are the https constants above (a test points them at a local server).
     if service == "pypi":
-        request = urllib.request.Request(f"https://pypi.org/pypi/{name}/{version}/json")
+        request = urllib.request.Request(PYPI_RELEASE.format(name=name, version=version))  # noqa: S310
     else:
         query = {"package": {"name": name, "ecosystem": "PyPI"}, "version": version}
         body = json.dumps(query).encode()
-        request = urllib.request.Request(
-            "https://api.osv.dev/v1/query", data=body, headers={"Content-Type": "application/json"}
-        )
+        request = urllib.request.Request(OSV_QUERY, data=body, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310  https, above
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:  # noqa: S310
             answer = json.loads(response.read())
     except (OSError, ValueError) as error:  # refused, unresolved, timed out, an HTTP error, not JSON
         said = " ".join(str(getattr(error, "reason", None) or error).split())
