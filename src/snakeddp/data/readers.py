@@ -131,9 +131,10 @@ def _parquet_chunks(
             constants = constants_of(handle.schema_arrow.names)
             read = [c for c in columns if c not in constants]
             # One row group at a time: iter_batches over the whole file keeps what it read until the
-            # end (peak memory grew with the file); per row group it stays at about one group. A group of
-            # at most WHOLE_GROUP_BYTES is decoded in one call, its columns on pyarrow's threads: batch by batch,
-            # a 1,000-column table paid pyarrow's per-column cost on every batch (ingestion 3x pyarrow's read).
+            # end (peak memory grew with the file); per row group it stays at about one group. A group is
+            # decoded in one call, its columns on pyarrow's threads, unless streaming it holds less (decoded_whole):
+            # batch by batch, a 1,000-column table paid pyarrow's per-column cost on every batch (ingestion 3x
+            # pyarrow's read).
             for group in range(handle.num_row_groups):
                 if decoded_whole(handle.metadata.row_group(group)):
                     batches = handle.read_row_group(group, columns=read, use_threads=True).to_batches(rows)
