@@ -119,9 +119,9 @@ def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order
 
 
 def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infinities_unusable():
-    """The float-only path (Arrow turns the columns into rows in one call) against the column-by-column path
-    on the same chunk: float32 and float64 columns, a null, a NaN, an infinity, a float64 beyond float32's range,
-    rows reordered."""
+    """The float-only path (columns copied into a block, transposed a block of rows at a time, each row put at its
+    place) against the column-by-column path on the same chunk: float32 and float64 columns, a null, a NaN, an
+    infinity, a float64 beyond float32's range, rows reordered."""
     rng = np.random.default_rng(3)
     rows = 300
     chunk = {f"f{i}": pa.array(rng.standard_normal(rows).astype(np.float32)) for i in range(40)}
