@@ -139,7 +139,8 @@ def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infin
     assert sorted(order[~usable]) == [7, 11, 12, 13]
     float32_only = {name: values for name, values in chunk.items() if name != "d"}
     narrow = Layout([Column(name, NUMBER) for name in sorted(float32_only)], ImageSpec.of({}))
-    assert np.array_equal(narrow.encode(float32_only, rows, lambda column, row: "", 0)[0], by_column[:, 1:], equal_nan=True)
+    plain, _ = narrow.encode(float32_only, rows, lambda column, row: "", 0)
+    assert np.array_equal(plain, by_column[:, 1:], equal_nan=True)
 
 
 def test_inputs_encode_new_rows_as_training_did_and_refuse_or_map_unseen_values(tmp_path):
