@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import snakeddp
-from snakeddp.data.columns import Inputs
+from snakeddp.data.columns import NUMBER, Column, Inputs, Layout
+from snakeddp.data.images import ImageSpec
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import TableError, ingest
 from tests.data.test_table import files_of
@@ -115,6 +116,31 @@ def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order
     assert [c["column"] for c in narrowed["task"]["inputs"]] == ["f000", "f001", "f002", "f003", "f004"]
     with pytest.raises(TableError, match=r"data.table.exclude names 'nope', which the table does not have"):
         ingest(params(tmp_path / "a.parquet", exclude=["nope"]), tmp_path / "d")
+
+
+def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infinities_unusable():
+    """The float-only path (columns copied into a block, transposed a block of rows at a time, each row put at its
+    place) against the column-by-column path on the same chunk: float32 and float64 columns, a null, a NaN, an
+    infinity, a float64 beyond float32's range, rows reordered."""
+    rng = np.random.default_rng(3)
+    rows = 300
+    chunk = {f"f{i}": pa.array(rng.standard_normal(rows).astype(np.float32)) for i in range(40)}
+    chunk["d"] = pa.array(rng.standard_normal(rows) * 1e3)
+    chunk["n"] = pa.array([None if i == 7 else float(i) for i in range(rows)], type=pa.float32())
+    chunk["f3"] = pa.array(np.where(np.arange(rows) == 11, np.nan, chunk["f3"].to_numpy()).astype(np.float32))
+    chunk["f4"] = pa.array(np.where(np.arange(rows) == 12, np.inf, chunk["f4"].to_numpy()).astype(np.float32))
+    chunk["d"] = pa.array(np.where(np.arange(rows) == 13, 1e39, chunk["d"].to_numpy()))
+    layout = Layout([Column(name, NUMBER) for name in sorted(chunk)], ImageSpec.of({}))
+    order = rng.permutation(rows)
+    wide, usable = layout.encode(chunk, rows, lambda column, row: "", 0, order)
+    assert wide.dtype == np.float32
+    by_column, ok = layout._mixed(chunk, rows, lambda column, row: "", 0)
+    assert np.array_equal(wide, by_column[order], equal_nan=True) and np.array_equal(usable, ok[order])
+    assert sorted(order[~usable]) == [7, 11, 12, 13]
+    float32_only = {name: values for name, values in chunk.items() if name != "d"}
+    narrow = Layout([Column(name, NUMBER) for name in sorted(float32_only)], ImageSpec.of({}))
+    plain, _ = narrow.encode(float32_only, rows, lambda column, row: "", 0)
+    assert np.array_equal(plain, by_column[:, 1:], equal_nan=True)
 
 
 def test_inputs_encode_new_rows_as_training_did_and_refuse_or_map_unseen_values(tmp_path):

@@ -317,3 +317,25 @@ def test_parquet_partitions_written_in_place_are_the_spills_bytes(tmp_path, monk
     ingest(params(tmp_path / "pq"), tmp_path / "spilled", chunk_rows=50)
     assert files_of(tmp_path / "in-place") == files_of(tmp_path / "spilled")
     assert not [p for p in (tmp_path / "in-place").rglob(".*")], "no partial file left"
+
+
+def test_a_big_row_group_is_streamed_only_where_it_is_stored_compressed_and_either_way_gives_the_same_bytes(
+    tmp_path, monkeypatch
+):
+    """Above WHOLE_GROUP_BYTES a row group is read batch by batch only where its stored bytes are well under
+    what it decodes to (the batch reader holds them anyway): random floats are decoded whole, a column of one
+    repeated value compressed with zstd is streamed; both readings of a table write the same partitions."""
+    from snakeddp.data import readers
+
+    rng = np.random.default_rng(0)
+    pq.write_table(pa.table({"x": rng.standard_normal(20_000)}), tmp_path / "random.parquet", use_dictionary=False)
+    pq.write_table(pa.table({"x": np.zeros(20_000)}), tmp_path / "zeros.parquet", compression="zstd")
+    monkeypatch.setattr(readers, "WHOLE_GROUP_BYTES", 1)
+    assert readers.decoded_whole(pq.ParquetFile(tmp_path / "random.parquet").metadata.row_group(0))
+    assert not readers.decoded_whole(pq.ParquetFile(tmp_path / "zeros.parquet").metadata.row_group(0))
+    frame(rows=700).to_parquet(tmp_path / "t.parquet", row_group_size=300)
+    monkeypatch.setattr(readers, "decoded_whole", lambda group: True)
+    ingest(params(tmp_path / "t.parquet"), tmp_path / "whole", chunk_rows=50)
+    monkeypatch.setattr(readers, "decoded_whole", lambda group: False)
+    ingest(params(tmp_path / "t.parquet"), tmp_path / "streamed", chunk_rows=50)
+    assert files_of(tmp_path / "whole") == files_of(tmp_path / "streamed")
