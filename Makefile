@@ -21,7 +21,8 @@ lint: setup-dev
 	$(BIN)/hadolint envs/Dockerfile
 	$(BIN)/snakemake --lint --profile profiles/local
 
-# --durations: the 40 slowest tests, so every CI log says where the suite's time goes.
+# --durations: the 40 slowest tests, and (tests/conftest.py) the 25 files that spent the most CPU, so every CI
+# log says where the suite's time goes (on 2 busy cores its time is its CPU).
 # Two workers (CI has 2 cores): much of an e2e test is waiting (Slurm's scheduler and status polls,
 # process start-up, Snakemake's file checks). --dist loadfile keeps each test file on one worker,
 # in order, so a module fixture is built once and tests that build on an earlier test's state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import resource
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,17 @@ from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflo
 DURATIONS = Path(__file__).with_name("durations.json")
 # Seconds per test file so far, in the process that reports the tests (xdist's controller, or the only one).
 FILE_SECONDS: dict[str, float] = {}
+# CPU seconds per test file so far (the test process and the children it waited for: Snakemake, the jobs and
+# ranks it started; not daemons such as a cluster's), the same way. On CI's 2 busy cores the suite's time is
+# its CPU, and the table of it at the end of every run says which files spend it.
+FILE_CPU: dict[str, float] = {}
+CPU_SHOWN = 25
+_cpu_at_last_report = [0.0]
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -52,9 +64,36 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """The first test's CPU starts here, not with the interpreter's start and the collection."""
+    _cpu_at_last_report[0] = _cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Each phase's report (in the process that ran it, an xdist worker's too) carries the CPU spent since the
+    previous one: its own and its waited-for children's."""
+    outcome = yield
+    now = _cpu_seconds()
+    outcome.get_result().user_properties.append(("cpu_s", now - _cpu_at_last_report[0]))
+    _cpu_at_last_report[0] = now
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::")[0]
     FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+    cpu = sum(value for name, value in report.user_properties if name == "cpu_s")
+    FILE_CPU[path] = FILE_CPU.get(path, 0.0) + cpu
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The files that spent the most CPU, with their wall time: where the suite's time goes on CI."""
+    if hasattr(config, "workerinput") or not FILE_CPU:
+        return
+    total = sum(FILE_CPU.values())
+    terminalreporter.section(f"CPU per test file: {total:.0f} s in all, the {CPU_SHOWN} that spent most")
+    for path, cpu in sorted(FILE_CPU.items(), key=lambda item: -item[1])[:CPU_SHOWN]:
+        terminalreporter.write_line(f"{cpu:8.1f} s CPU {FILE_SECONDS[path]:8.1f} s wall  {path}")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
