@@ -138,12 +138,12 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
     saved = len((run / "metrics.csv").read_text().splitlines()) - 1
     assert (run / "checkpoints" / "last.ckpt").is_file() and 1 <= saved < 6, saved
     # As the HINTs say: the same command again, with the cluster working; the rerun's job resumes from the
-    # last.ckpt that came back, staged in the run's folder on the volume.
+    # last.ckpt that came back, staged on the volume beside the run's folder (the job's entry seeds it from there).
     stub.runner = driver(cluster_env())
     puts = len(stub.requests("PUT", "/api/2.0/fs/files"))
     done = flow.run(env=user_env(stub))
     staged = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")[puts:]]
-    assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/checkpoints/last.ckpt" in staged
+    assert f"/api/2.0/fs/files{STAGE}/resume/devices-2/checkpoints/last.ckpt" in staged
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["launch"]["launcher"] == "torchdistributor"
