@@ -28,8 +28,6 @@ FLOORS = [
 ]
 # Imports that go up a floor, each with its reason; at most three may exist.
 UPWARD = {
-    # The AzureML job's entry runs the training entry point inside the job.
-    ("azureml", "train"),
     # A spark rank's script (torchrun runs a file, not a module) hands over to the training entry point.
     ("spark", "train"),
 }

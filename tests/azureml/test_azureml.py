@@ -50,7 +50,7 @@ MODULES = [
     "snakeddp.cli",
     "snakeddp.data.generate",
     "snakeddp.report.table",
-    "snakeddp.azureml.entry",
+    "snakeddp.remote.entry",
     "snakeddp.azureml.submit",
 ]
 

@@ -1,4 +1,4 @@
-"""The job's own command, run for real the way AzureML starts it.
+"""The job's own command (snakeddp.remote.entry train), run for real the way AzureML starts it.
 
 Each test writes a real v2 job spec, takes its command and environment variables, fills in
 the ${{...}} folders as AzureML does, and starts the processes from the job's code snapshot
@@ -23,7 +23,6 @@ import pytest
 from azure.ai.ml import load_job
 
 from snakeddp.azureml import submit
-from snakeddp.azureml.entry import seed, wait_for_seed
 from snakeddp.azureml.settings import Settings
 from snakeddp.remote.attempt import collect
 from snakeddp.run.layout import RESUME_SEEDED as SEEDED
@@ -246,21 +245,3 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
     rows = [int(row.split(",")[0]) for row in (second / "metrics.csv").read_text().splitlines()[1:]]
     assert rows == list(range(epochs)), "the resumed job continued the same metrics, no epoch twice"
-
-
-def test_rank_zero_seeds_the_attempt_and_the_others_wait_for_this_job_only(tmp_path):
-    attempt = tmp_path / "resume"
-    (attempt / "checkpoints").mkdir(parents=True)
-    (attempt / "checkpoints" / "last.ckpt").write_bytes(b"weights")
-    (attempt / "metrics.csv").write_text("epoch\n0\n")
-    (attempt / "run-state.json").write_text("{}")
-    (attempt / "unrelated.txt").write_text("not part of an attempt")
-    run_dir = tmp_path / "out"
-    run_dir.mkdir()
-    (run_dir / SEEDED).write_text("an-earlier-job")
-    with pytest.raises(TimeoutError, match="rank 1 waited 0 s for rank 0"):
-        wait_for_seed(run_dir, "job-2", rank=1, timeout_s=0.1)
-    seed(attempt, run_dir, "job-2")
-    wait_for_seed(run_dir, "job-2", rank=1, timeout_s=0.1)
-    assert (run_dir / "checkpoints" / "last.ckpt").read_bytes() == b"weights"
-    assert sorted(p.name for p in run_dir.iterdir()) == [SEEDED, "checkpoints", "metrics.csv", "run-state.json"]

@@ -78,7 +78,7 @@ def make_spec(tmp_path, sdk, distribution="pytorch", nodes=1, devices=1, launch=
 
 
 def expected_command(launcher, data, run_dir, resume=None):
-    head = ["python", "-m", "snakeddp.azureml.entry", *(["--resume-from", resume] if resume else []), "--"]
+    head = ["python", "-m", "snakeddp.remote.entry", *(["--resume-from", resume] if resume else []), "train", "--"]
     return [
         *head,
         *("--config", "run.yaml", "--run-dir", run_dir, "--data", f"{data}/manifest-3.json"),
@@ -198,7 +198,7 @@ def test_resumable_run_uploads_its_attempt(tmp_path):
     plan, _ = build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
     job = load_job(submit.write_spec(plan))
     command = shlex.split(job.command)
-    assert command[:5] == ["python", "-m", "snakeddp.azureml.entry", "--resume-from", "${{inputs.resume}}"]
+    assert command[:6] == ["python", "-m", "snakeddp.remote.entry", "--resume-from", "${{inputs.resume}}", "train"]
     resume = plan.spec_dir / job.inputs["resume"].path
     assert sorted(p.name for p in resume.iterdir()) == ["checkpoints", "metrics.csv", "run-state.json"]
     assert (resume / "checkpoints/last.ckpt").stat().st_ino == (run_dir / "checkpoints/last.ckpt").stat().st_ino

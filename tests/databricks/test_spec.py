@@ -55,10 +55,10 @@ def test_a_new_cluster_gets_one_worker_per_node_and_the_entry_runs_launch_on_the
     assert task["new_cluster"]["spark_conf"]["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] == "5"
     assert "spark.task.resource.gpu.amount" not in task["new_cluster"]["spark_conf"]
     python = task["spark_python_task"]
-    assert python["python_file"] == f"{STAGE}/code/5f1e0c/databricks_entry.py"
+    assert python["python_file"] == f"{STAGE}/code/5f1e0c/snakeddp/remote/entry.py"
     argv = python["parameters"]
     assert argv[2:] == [
-        "--workdir", STAGE, "--platform", "spark", "--config", "results/runs/devices-2/run.yaml",
+        "--workdir", STAGE, "launch", "--", "--platform", "spark", "--config", "results/runs/devices-2/run.yaml",
         "--run-dir", "results/runs/devices-2", "--data", "results/data/synthetic-5bf3b09875/manifest-4.json",
         "--environment-record", "results/runs/devices-2/environment.json",
     ]  # fmt: skip

@@ -10,7 +10,8 @@ import shutil
 from databricks.sdk import WorkspaceClient
 
 from snakeddp.databricks import staging
-from snakeddp.databricks.spec import ENTRY, JobPlan, submit_request
+from snakeddp.databricks.spec import JobPlan, submit_request
+from snakeddp.remote.folder import ENTRY, Folder
 from tests.databricks_server import DatabricksStub
 
 STAGE = "/Volumes/main/ml/snakeddp"
@@ -32,7 +33,7 @@ def uploads(stub: DatabricksStub) -> list[str]:
 def test_two_code_trees_get_two_folders_and_an_unchanged_tree_is_not_uploaded_again(stub, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     w = WorkspaceClient(host=stub.url, token=TOKEN)
-    ours = staging.snapshot_code(tmp_path / "a" / "code")
+    ours = Folder(tmp_path / "a").snapshot()
     first = plan(staging.code_path(ours))
     assert first.code.startswith("code/") and len(first.code) == len("code/") + 64
     sent = staging.stage_code(w, first, ours)
@@ -46,7 +47,7 @@ def test_two_code_trees_get_two_folders_and_an_unchanged_tree_is_not_uploaded_ag
 
     # The same tree again (a fresh snapshot of the same commit): the same folder, nothing uploaded.
     before = len(uploads(stub))
-    again = staging.snapshot_code(tmp_path / "b" / "code")
+    again = Folder(tmp_path / "b").snapshot()
     assert staging.code_path(again) == first.code
     assert staging.stage_code(w, plan(first.code), again) == 0 and len(uploads(stub)) == before
 
@@ -64,7 +65,7 @@ def test_two_code_trees_get_two_folders_and_an_unchanged_tree_is_not_uploaded_ag
 def test_a_folder_whose_upload_was_interrupted_is_uploaded_again(stub, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     w = WorkspaceClient(host=stub.url, token=TOKEN)
-    code = staging.snapshot_code(tmp_path / "code")
+    code = Folder(tmp_path).snapshot()
     staged = plan(staging.code_path(code))
     folder = stub.local(f"{STAGE}/{staged.code}")
     # What an interrupted upload leaves: some of the files, no completion record.

@@ -12,6 +12,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from tests.helpers import (
     leaked,
     subprocess_env,
 )
+from tests.platforms.conformance import Conformance, Finished
 
 pytestmark = pytest.mark.e2e
 
@@ -116,34 +119,79 @@ def one_hint(done: subprocess.CompletedProcess, log: Path) -> str:
     return lines[0]
 
 
-def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
-    flow = Workflow(tmp_path / "flow", profile="databricks")
-    flow.directory.mkdir()
-    flow.write_config(CONFIG)
-    log = flow.directory / "logs" / "train" / "devices-2.log"
-    run = flow.directory / "results" / "runs" / "devices-2"
+@dataclass
+class Submitted:
+    """The module's workflow: a cancelled submission, a lost driver's, the rerun that resumed and finished
+    (each through `snakemake --profile databricks`), the same command again and one refused before any job."""
+
+    flow: Workflow
+    stub: DatabricksStub
+    cancelled: str
+    failed: str
+    saved: int
+    staged: list[str]
+    done: subprocess.CompletedProcess
+    again: subprocess.CompletedProcess
+    refused: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def submitted(tmp_path_factory) -> Iterator[Submitted]:
+    root = tmp_path_factory.mktemp("databricks")
+    stub = DatabricksStub(root / "workspace", TOKEN)
+    try:
+        flow = Workflow(root / "flow", profile="databricks")
+        flow.directory.mkdir()
+        flow.write_config(CONFIG)
+        log = flow.directory / "logs" / "train" / "devices-2.log"
+        run = flow.directory / "results" / "runs" / "devices-2"
+        stub.runner = lambda body, root: ("CANCELED", "Run cancelled by alice@example.com.")
+        cancelled = one_hint(flow.run(env=user_env(stub), check=False), log)
+        # A run whose driver is lost mid-training, once its first last.ckpt is on the volume.
+        stub.runner = driver(cluster_env(), lost_after="checkpoints/last.ckpt")
+        failed = one_hint(flow.run(env=user_env(stub), check=False), log)
+        assert not (run / "provenance.json").exists() and not (run / "finished.json").exists()
+        saved = len((run / "metrics.csv").read_text().splitlines()) - 1
+        assert (run / "checkpoints" / "last.ckpt").is_file(), failed
+        # As the HINTs say: the same command again, with the cluster working.
+        stub.runner = driver(cluster_env())
+        puts = len(stub.requests("PUT", "/api/2.0/fs/files"))
+        done = flow.run(env=user_env(stub))
+        staged = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")[puts:]]
+        again = flow.run(env=user_env(stub))
+        # A GPU run on a CPU runtime, refused before any job (nothing is sent).
+        refused = flow.run("--config", "launch={accelerator: gpu}", env=user_env(stub), check=False)
+        yield Submitted(flow, stub, cancelled, failed, saved, staged, done, again, refused)
+    finally:
+        stub.close()
+
+
+@pytest.fixture(scope="module")
+def finished(submitted: Submitted) -> Finished:
+    return Finished(submitted.flow.directory, submitted.again, submitted.refused)
+
+
+class TestDatabricksConformance(Conformance):
+    platform = "databricks"
+    ranks_as = "spark"
+    refused_says = "is not a GPU ML runtime (*-gpu-ml-*)"
+
+
+def test_a_run_is_staged_submitted_waited_for_and_copied_back(submitted: Submitted):
+    flow, stub, done = submitted.flow, submitted.stub, submitted.done
     # A cancelled run and a failed one: one line each, with the state message, and no finished record.
-    stub.runner = lambda body, root: ("CANCELED", "Run cancelled by alice@example.com.")
-    cancelled = one_hint(flow.run(env=user_env(stub), check=False), log)
     assert (
-        "was cancelled: Run cancelled by alice@example.com." in cancelled
-        and "HINT: rerun the same command" in cancelled
+        "was cancelled: Run cancelled by alice@example.com." in submitted.cancelled
+        and "HINT: rerun the same command" in submitted.cancelled
     )
-    # A run whose driver is lost mid-training, once its first last.ckpt is on the volume: what it saved comes back.
-    stub.runner = driver(cluster_env(), lost_after="checkpoints/last.ckpt")
-    failed = one_hint(flow.run(env=user_env(stub), check=False), log)
+    # The driver lost mid-training, once its first last.ckpt was on the volume: what it saved came back.
+    failed = submitted.failed
     assert "ended FAILED: The driver of the cluster was lost mid-run." in failed, failed
     assert "HINT: fix what it says" in failed and "it resumes from the last.ckpt that came back." in failed
-    assert not (run / "provenance.json").exists() and not (run / "finished.json").exists()
-    saved = len((run / "metrics.csv").read_text().splitlines()) - 1
-    assert (run / "checkpoints" / "last.ckpt").is_file() and 1 <= saved < 6, saved
-    # As the HINTs say: the same command again, with the cluster working; the rerun's job resumes from the
-    # last.ckpt that came back, staged in the run's folder on the volume.
-    stub.runner = driver(cluster_env())
-    puts = len(stub.requests("PUT", "/api/2.0/fs/files"))
-    done = flow.run(env=user_env(stub))
-    staged = [seen["path"] for seen in stub.requests("PUT", "/api/2.0/fs/files")[puts:]]
-    assert f"/api/2.0/fs/files{STAGE}/results/runs/devices-2/checkpoints/last.ckpt" in staged
+    assert 1 <= submitted.saved < 6, submitted.saved
+    # The rerun's job resumed from the last.ckpt that came back, staged on the volume beside the run's folder
+    # (the job's entry seeds it from there).
+    assert f"/api/2.0/fs/files{STAGE}/resume/devices-2/checkpoints/last.ckpt" in submitted.staged
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["launch"]["launcher"] == "torchdistributor"
@@ -176,9 +224,7 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(tmp_path, stub):
             if path.is_file():
                 assert not leaked(path.read_bytes(), secrets), path
     assert not leaked(done.stdout + done.stderr, secrets)
-    # Again: nothing to do, nothing sent.
-    again = flow.run(env=user_env(stub))
-    assert "Nothing to be done" in again.stdout + again.stderr
+    # Again (the conformance checks read that it had nothing to do) and refused: nothing more sent.
     assert len(stub.requests("POST", "/api/2.2/jobs/runs/submit")) == 3
 
 

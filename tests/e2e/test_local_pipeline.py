@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.helpers import REPO, Workflow, copy_of, job_counts
+from tests.platforms.conformance import Conformance, Finished
 
 pytestmark = pytest.mark.e2e
 
@@ -58,9 +59,18 @@ def test_default_run_trains_learnable_labels_with_ddp(default_run):
     assert [int(r["partition"]) for r in metrics] == [e % 4 for e in range(len(metrics))]
 
 
-def test_second_invocation_does_nothing(default_run):
-    done = default_run.run()
-    assert "Nothing to be done" in done.stdout + done.stderr
+@pytest.fixture(scope="module")
+def finished(default_run):
+    """What every platform must give (tests/platforms/conformance.py), read from the default run: the same
+    command typed again there, and a layout the local platform refuses before any job (a dry run)."""
+    again = default_run.run()
+    refused = default_run.run("-n", "--config", "launch={nodes: 2}", check=False)
+    return Finished(default_run.directory, again, refused)
+
+
+class TestLocalConformance(Conformance):
+    platform = "local"
+    refused_says = "launch.nodes=2, but the local profile runs on this machine only"
 
 
 def test_learning_rate_change_reruns_only_training_and_report(default_run, tmp_path):

@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -23,6 +24,7 @@ import pytest
 import yaml
 
 from snakeddp.config import dataset_id, validate
+from tests.platforms.conformance import Conformance, Finished
 from tests.slurm.cluster import NODES
 from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
 
@@ -93,10 +95,36 @@ def assert_layout(record: dict, launcher: str, nodes: int, per_node: int) -> Non
     assert launch["rank_start"] == "cold"  # srun and mpirun start every rank themselves: nothing forks them
 
 
-def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: SlurmWorkflow):
+@dataclass
+class Pipeline:
+    """The first invocation (every stage as Slurm jobs, two runs with srun ranks), its jobs, the same command
+    again with the jobs the cluster had accounted before it, and a run too large for any node, refused."""
+
+    done: subprocess.CompletedProcess
+    jobs: list[dict[str, str]]
+    again: subprocess.CompletedProcess
+    before_again: set[str]
+    refused: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def pipeline(workflow: SlurmWorkflow) -> Pipeline:
     workflow.write_config(config(launch={"devices": 2}, sweep={"launch.nodes": [1, 2]}))
     done = workflow.run()
     jobs = accounted_jobs(workflow, run_uuid(done.stdout + done.stderr))
+    before = {job["JobID"] for job in accounted_jobs(workflow)}
+    again = workflow.run()
+    refused = workflow.run("--config", "launch={devices: 8}", check=False)
+    return Pipeline(done, jobs, again, before, refused)
+
+
+@pytest.fixture(scope="module")
+def finished(workflow: SlurmWorkflow, pipeline: Pipeline) -> Finished:
+    return Finished(workflow.directory, pipeline.again, pipeline.refused)
+
+
+def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: SlurmWorkflow, pipeline: Pipeline):
+    jobs = pipeline.jobs
 
     # Partitions and validation set are one bundle, each stage's environment record (data, train,
     # report) one job, the report one job; run configs and the manifest are local rules.
@@ -126,11 +154,15 @@ def test_pipeline_runs_every_stage_as_slurm_jobs_with_srun_ranks(workflow: Slurm
         ]
     assert len((workflow.directory / "results" / "report" / "runs.csv").read_text().splitlines()) == 3
 
-    # No job at all is submitted the second time (the cluster's accounting also holds other tests' jobs).
-    before = {job["JobID"] for job in accounted_jobs(workflow)}
-    again = workflow.run()
-    assert "Nothing to be done" in again.stdout + again.stderr
-    assert {job["JobID"] for job in accounted_jobs(workflow)} == before
+    # No job at all is submitted the second time (the cluster's accounting also holds other tests' jobs);
+    # that it had nothing to do is the conformance checks'.
+    assert {job["JobID"] for job in accounted_jobs(workflow)} == pipeline.before_again
+
+
+class TestSlurmConformance(Conformance):
+    platform = "slurm"
+    refused_says = "no node of Slurm partition"
+    node_variable = "SLURMD_NODENAME"
 
 
 def steps(workflow: SlurmWorkflow, job_id: str) -> list[dict[str, str]]:

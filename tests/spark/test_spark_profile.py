@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,7 @@ import torch
 
 from scripts.spark_cluster import Cluster, executors
 from tests.helpers import SPARK_CONF_SECRETS, TINY, Workflow, subprocess_env
+from tests.platforms.conformance import Conformance, Finished
 
 pytestmark = pytest.mark.e2e
 
@@ -54,20 +56,32 @@ def hint_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "HINT:" in line]
 
 
-def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_direct_launchers_weights_no_key_kept(
-    spark_cluster, tmp_path
-):
-    """One run, to keep the suite short (a session starts in 13-38 s here): killed mid-training, resumed,
-    and then the same weights as the direct launcher's uninterrupted run of the same config; the storage
-    keys in its spark.conf reach nothing it writes or prints."""
+@dataclass
+class Resumed:
+    """One run, killed mid-training (an executor lost), rerun and preempted (SIGTERM to its train job), rerun to
+    the end, then the same command again; and the direct launcher's uninterrupted run of the same config."""
+
+    flow: Workflow
+    killed: tuple[int, str]  # Snakemake's exit status and the train log
+    preempted: tuple[int, str]
+    done_epochs: int  # before the last rerun
+    done: subprocess.CompletedProcess
+    rerun_s: float
+    again: subprocess.CompletedProcess
+    direct: Workflow
+    direct_s: float
+
+
+@pytest.fixture(scope="module")
+def resumed(spark_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Resumed:
     # Epochs of about a second, so that an executor dies mid-training after last.ckpt has been written.
     config = {**TWO_RANKS, "data": {**TINY["data"], "num_records_per_train_file": 30000}}
     config["trainer"] = {**TINY["trainer"], "max_epochs": 6}
     config["spark"] = {"conf": SPARK_CONF_SECRETS}
-    flow = flow_in(tmp_path / "spark", config)
+    root = tmp_path_factory.mktemp("spark-profile")
+    flow = flow_in(root / "spark", config)
     env = spark_env(spark_cluster)
-    run_dir = flow.directory / "results/runs/base"
-    metrics = run_dir / "metrics.csv"
+    metrics = flow.directory / "results/runs/base/metrics.csv"
     command = flow.command()
     with subprocess.Popen(
         command, cwd=flow.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -81,13 +95,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
         assert len(victims) == 2, victims
         os.kill(victims[1], signal.SIGKILL)
         snakemake.communicate(timeout=120)
-    assert snakemake.returncode != 0
-    log = (flow.directory / "logs/train/base.log").read_text()
-    lines = hint_lines(log)
-    assert len(lines) == 1, log[-4000:]
-    assert "Spark executor" in lines[0] and "was lost mid-training" in lines[0]
-    assert "resumes from its last.ckpt" in lines[0]
-    assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
+    killed = (snakemake.returncode, (flow.directory / "logs/train/base.log").read_text())
     done_epochs = len(metrics.read_text().splitlines()) - 1
 
     # What the HINT says: rerun the same command. It is preempted in its turn (SIGTERM to the train job,
@@ -104,13 +112,37 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
         assert len(train_job) == 1, train_job
         train_job[0].send_signal(signal.SIGTERM)
         snakemake.communicate(timeout=120)
-    log = (flow.directory / "logs/train/base.log").read_text()
-    assert snakemake.returncode != 0 and "snakeddp: preempted in epoch" in log and "rerun to resume" in log, log[-3000:]
+    preempted = (snakemake.returncode, (flow.directory / "logs/train/base.log").read_text())
     done_epochs = len(metrics.read_text().splitlines()) - 1
 
     started = time.perf_counter()
     done = flow.run(env=env)
     rerun_s = time.perf_counter() - started
+    again = flow.run(env=env)
+    direct = flow_in(root / "direct", config, profile="local")
+    started = time.perf_counter()
+    direct.run(env=subprocess_env())
+    return Resumed(flow, killed, preempted, done_epochs, done, rerun_s, again, direct, time.perf_counter() - started)
+
+
+def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_direct_launchers_weights_no_key_kept(
+    spark_cluster: Cluster, resumed: Resumed
+):
+    """One run, to keep the suite short (a session starts in 13-38 s here): killed mid-training, resumed,
+    and then the same weights as the direct launcher's uninterrupted run of the same config; the storage
+    keys in its spark.conf reach nothing it writes or prints."""
+    flow, done = resumed.flow, resumed.done
+    run_dir = flow.directory / "results/runs/base"
+    code, log = resumed.killed
+    assert code != 0
+    lines = hint_lines(log)
+    assert len(lines) == 1, log[-4000:]
+    assert "Spark executor" in lines[0] and "was lost mid-training" in lines[0]
+    assert "resumes from its last.ckpt" in lines[0]
+    assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
+    code, log = resumed.preempted
+    assert code != 0 and "snakeddp: preempted in epoch" in log and "rerun to resume" in log, log[-3000:]
+
     leaked = [(str(path), value) for top in ("results", "logs", ".snakemake")
               for path in (flow.directory / top).rglob("*") if path.is_file()
               for value in SPARK_CONF_SECRETS.values() if value.encode() in path.read_bytes()]  # fmt: skip
@@ -120,7 +152,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]["resumed_from"]
     assert record["training"]["epochs_completed"] == 6
     rerun = (flow.directory / "logs/train/base.log").read_text()
-    assert "resuming from" in rerun and f"training from epoch {done_epochs + 1}/6" in rerun, rerun[-3000:]
+    assert "resuming from" in rerun and f"training from epoch {resumed.done_epochs + 1}/6" in rerun, rerun[-3000:]
 
     launch = record["launch"]
     assert launch["launcher"] == "torchdistributor" and launch["world_size"] == 2
@@ -136,14 +168,13 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
     assert (flow.directory / "results/report/report.html").is_file()
     assert not (run_dir / "spark").exists(), "the driver's scratch (TMPDIR, spark.local.dir) leaves with it"
 
-    direct = flow_in(tmp_path / "direct", config, profile="local")
-    started = time.perf_counter()
-    direct.run(env=subprocess_env())
-    direct_s = time.perf_counter() - started
-    ours, theirs = weights(run_dir), weights(direct.directory / "results/runs/base")
+    ours, theirs = weights(run_dir), weights(resumed.direct.directory / "results/runs/base")
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[name], theirs[name]) for name in ours), "spark and direct trained different weights"
-    print(f"rerun with --profile spark: {rerun_s:.1f} s; the whole run with --profile local (direct): {direct_s:.1f} s")
+    print(
+        f"rerun with --profile spark: {resumed.rerun_s:.1f} s; "
+        f"the whole run with --profile local (direct): {resumed.direct_s:.1f} s"
+    )
 
 
 def test_auto_is_what_the_workers_offer_without_a_declaration(spark_cluster: Cluster, tmp_path):
@@ -159,21 +190,47 @@ def test_auto_is_what_the_workers_offer_without_a_declaration(spark_cluster: Clu
     ], done.stderr[-3000:]
 
 
-def test_failures_before_any_rank_are_one_line_with_a_hint_that_works(spark_cluster, tmp_path):
-    flow = flow_in(tmp_path / "hints", TWO_RANKS)
-    dead = tmp_path / "dead-conf"
+@dataclass
+class Refusals:
+    """Dry runs refused before any rank in one workflow, by case: what the line must say, and the invocation."""
+
+    flow: Workflow
+    cases: dict[str, tuple[str, subprocess.CompletedProcess]]
+
+
+@pytest.fixture(scope="module")
+def refusals(spark_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Refusals:
+    root = tmp_path_factory.mktemp("spark-hints")
+    flow = flow_in(root / "hints", TWO_RANKS)
+    dead = root / "dead-conf"
     dead.mkdir()
     (dead / "spark-defaults.conf").write_text("spark.master spark://127.0.0.1:9\n")
     cases = {
         "no master": ({"SPARK_CONF_DIR": str(dead)}, "no Spark master answers at spark://127.0.0.1:9"),
-        "no master named": ({"SPARK_CONF_DIR": str(tmp_path)}, "the spark profile found no Spark master"),
-        "no JDK": ({**spark_cluster.env(), "JAVA_HOME": str(tmp_path)}, "has no bin/java"),
+        "no master named": ({"SPARK_CONF_DIR": str(root)}, "the spark profile found no Spark master"),
+        "no JDK": ({**spark_cluster.env(), "JAVA_HOME": str(root)}, "has no bin/java"),
     }
-    for name, (extra, expected) in cases.items():
-        done = flow.run("-n", check=False, env=subprocess_env(**extra))
+    refused = {name: (expected, flow.run("-n", check=False, env=subprocess_env(**extra)))
+               for name, (extra, expected) in cases.items()}  # fmt: skip
+    return Refusals(flow, refused)
+
+
+@pytest.fixture(scope="module")
+def finished(resumed: Resumed, refusals: Refusals) -> Finished:
+    return Finished(resumed.flow.directory, resumed.again, refusals.cases["no master"][1])
+
+
+class TestSparkConformance(Conformance):
+    platform = "spark"
+    refused_says = "no Spark master answers at spark://127.0.0.1:9"
+
+
+def test_failures_before_any_rank_are_one_line_with_a_hint_that_works(spark_cluster: Cluster, refusals: Refusals):
+    for name, (expected, done) in refusals.cases.items():
         lines = hint_lines(done.stdout + done.stderr)
         assert done.returncode != 0 and len(lines) == 1 and expected in lines[0], (name, done.stderr[-3000:])
     # The HINTs: export the SPARK_CONF_DIR of a running cluster (or name it in spark.master), unset JAVA_HOME.
+    flow = refusals.flow
     fixed = {k: v for k, v in spark_env(spark_cluster).items() if k != "JAVA_HOME"}
     assert flow.run("-n", env=fixed).returncode == 0
     named = flow.run("-n", "--config", f"spark={{master: {spark_cluster.master_url}}}", env=subprocess_env())

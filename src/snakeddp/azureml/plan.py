@@ -1,9 +1,9 @@
 """What one run's AzureML job must do, before any SDK is involved.
 
 Both spec builders (v2 and v1) read a ``JobPlan``; tests compare the specs they write against it.
-The job's command is the same on both: every process runs ``snakeddp.azureml.entry`` with the
-launcher matching the distribution (``env`` for AzureML's PyTorch distribution, ``mpirun`` for
-its MPI one), so ``snakeddp.train`` maps AzureML's variables to its ranks.
+The job's command is the same on both: every process runs the remote jobs' entry
+(``snakeddp.remote.entry train``) with the launcher matching the distribution (``env`` for AzureML's
+PyTorch distribution, ``mpirun`` for its MPI one), so ``snakeddp.train`` maps AzureML's variables to its ranks.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from snakeddp.azureml import jobside
+from snakeddp.azureml import PLATFORM, jobside
 from snakeddp.azureml.settings import AzureMLError, Settings
-from snakeddp.cluster import network
 from snakeddp.config import parts
-from snakeddp.run import variables as names
+from snakeddp.remote import inherited
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
 
@@ -84,14 +83,16 @@ class JobPlan:
         return self.nodes * self.devices
 
     def entry_arguments(self, data_dir: str, run_dir: str, resume_dir: str | None) -> list[str]:
-        """argv of every process, given how the SDK spells the data, output and resume folders."""
-        argv = ["python", "-m", "snakeddp.azureml.entry"]
+        """argv of every process, given how the SDK spells the data, output and resume folders: each is a rank
+        AzureML started (the entry's ``train``)."""
+        argv = ["python", "-m", "snakeddp.remote.entry"]
         if self.resume_dir is not None:
             if resume_dir is None:
                 raise ValueError("this plan resumes, so the resume folder must be given")
             argv += ["--resume-from", resume_dir]
         return [
             *argv,
+            "train",
             "--",
             "--config",
             RUN_FILE,
@@ -129,19 +130,11 @@ def job_variables(
     sdk: str,
     env: Mapping[str, str] = os.environ,
 ) -> dict[str, str]:
-    """Variables every process of the job gets (nothing secret: they end up in provenance).
-
-    Of the network variables only the config's ``network.env`` reaches the job (read from
-    ``SNAKEDDP_NETWORK``), never the NCCL_*/GLOO_* the submitting shell exported: a login node's
-    NCCL_SOCKET_IFNAME=ib0 names an interface Azure's nodes need not have. The tracking and site
-    settings travel in the workflow's environment (snakeddp.run.variables) and are copied into the
-    job, the site so that every rank resolves ``launch.accelerator: auto`` as the submitter did.
-    """
+    """Variables every process of the job gets (nothing secret: they end up in provenance): what every
+    remote job inherits (snakeddp.remote.inherited), where it was sent, and its threads."""
     threads = str(launch.threads_per_process)
     variables = {
-        **network.variables({"network": names.network(env)}),
-        **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
-        names.PLATFORM: "azureml",
+        **inherited.variables(PLATFORM, env),
         jobside.SDK: sdk,
         jobside.COMPUTE: compute,
         "OMP_NUM_THREADS": threads,

@@ -1,7 +1,7 @@
 """The files an AzureML job is built from, staged under ``results/runs/<run>/azureml/``.
 
-    azureml/code/         the job's working directory: a copy of the snakeddp package, run.yaml and
-                          environment.json (the record of the AzureML environment, hashed)
+    azureml/code/         the job's working directory: the code snapshot (snakeddp.remote.folder), run.yaml
+                          and environment.json (the record of the AzureML environment, hashed)
     azureml/resume/       the previous attempt (snakeddp.remote.attempt.stage_resume)
     azureml/job.yml       the spec (v2), or job.runconfig + conda_dependencies.yml (v1)
 
@@ -10,17 +10,16 @@ Everything here is rewritten on each attempt; the run directory's own files stay
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
-import snakeddp
 from snakeddp.azureml.plan import ENVIRONMENT_FILE, EnvironmentSpec
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.environment.builds import DEFAULT, torch_build
 from snakeddp.environment.files import REQUIRE_HASHES, locked_build
 from snakeddp.environment.lock import ACCELERATED, read_lock
 from snakeddp.errors import EnvFileError
+from snakeddp.remote.folder import Folder
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.fsutil import atomic_write_json
@@ -96,11 +95,8 @@ def environment_record(spec: EnvironmentSpec) -> dict[str, Any]:
     return {"format": RECORD_FORMAT, "stage": "train", **identity, "hash": sha256_json(identity)}
 
 
-def snapshot_code(code_dir: Path, run: RunFile, record: dict[str, Any]) -> None:
-    """A fresh job working directory: the snakeddp package, run.yaml and the environment record."""
-    if code_dir.exists():
-        shutil.rmtree(code_dir)
-    package = Path(snakeddp.__file__).resolve().parent
-    shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+def snapshot_code(folder: Folder, run: RunFile, record: dict[str, Any]) -> None:
+    """A fresh job working directory: the code snapshot, run.yaml and the environment record."""
+    code_dir = folder.snapshot()
     run.write(code_dir / RUN_FILE)
     atomic_write_json(code_dir / ENVIRONMENT_FILE, record)

@@ -36,7 +36,6 @@ from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
 from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError, add_hint
-from snakeddp.provenance.record import code_info
 from snakeddp.remote.attempt import collect
 from snakeddp.remote.folder import Folder
 from snakeddp.remote.job import RemoteJob, Submitted
@@ -88,12 +87,9 @@ def build_plan(
     compute = settings.require_compute()
     distribution = distribution_for(settings, run)
     spec_dir = folder.root
-    staging.snapshot_code(folder.code, run, staging.environment_record(environment))
+    staging.snapshot_code(folder, run, staging.environment_record(environment))
     uri = settings.data["uri"]
     variables = job_variables(launch, distribution, compute, settings.sdk)
-    code = code_info()
-    if code["commit"]:
-        variables.update({names.CODE_COMMIT: code["commit"], names.CODE_DIRTY: "1" if code["dirty"] else "0"})
     plan = JobPlan(
         run_id=run.run_id,
         sdk=settings.sdk,

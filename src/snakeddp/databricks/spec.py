@@ -1,9 +1,10 @@
 """The one-time Databricks Jobs run (``jobs/runs/submit``) that trains one snakeddp run, built from
 databricks-sdk's own request classes.
 
-One task runs snakeddp's training entry on the cluster's driver (``spark_python_task``), which starts
-the run's ranks through TorchDistributor on the cluster's executors (the spark platform); the code,
-run.yaml and the data manifest are staged under ``databricks.stage`` (a Unity Catalog volume or a
+One task runs the remote jobs' entry (snakeddp.remote.entry, from the code snapshot) on the cluster's driver
+(``spark_python_task``): it seeds the run's folder from the staged attempt, then starts the run's ranks
+through TorchDistributor on the cluster's executors (the spark platform); the code, run.yaml, the data
+manifest and the attempt to resume are staged under ``databricks.stage`` (a Unity Catalog volume or a
 workspace folder) first, and the run directory is copied back from there into results/runs/<run>/.
 The SDK's ``from_dict`` and constructors validate nothing (a missing field becomes None), so
 ``check`` refuses what the Jobs API would reject only after an upload and a queue, in one line each.
@@ -23,11 +24,11 @@ from snakeddp import platforms
 from snakeddp.config import parts
 from snakeddp.databricks import PLATFORM
 from snakeddp.errors import ConfigError
+from snakeddp.remote.folder import ENTRY
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.redact import scrub
 
-ENTRY = "databricks_entry.py"
 ENVIRONMENT_FILE = "environment.json"
 # A barrier stage that cannot get every task a slot waits 15 s x 40 checks by default (about 10
 # minutes) before it fails: fail in seconds instead, with the run's own one line.
@@ -67,6 +68,8 @@ class JobPlan:
     new_cluster: Mapping[str, Any] = field(default_factory=dict)
     variables: Mapping[str, str] = field(default_factory=dict)
     """Settings outside the run's identity for its ranks (network.env, tracking, site), no secrets."""
+    resumes: bool = False
+    """The job goes on from an attempt staged in ``resume_path`` (its own, or a shorter budget's)."""
 
     @property
     def world_size(self) -> int:
@@ -81,6 +84,11 @@ class JobPlan:
     def run_dir(self) -> str:
         return f"{self.stage}/{self.run_path}"
 
+    @property
+    def resume_path(self) -> str:
+        """The attempt to resume relative to ``stage``, beside results/: the job seeds its run folder from it."""
+        return f"resume/{self.run_id}"
+
 
 def plan_for(
     run_id: str,
@@ -91,6 +99,7 @@ def plan_for(
     code: str,
     gpu: bool,
     variables: Mapping[str, str],
+    resumes: bool = False,
 ) -> JobPlan:
     """The job of one run: its layout and time limit from its config (``launch``), where and on what
     cluster from the ``databricks:`` section; ``gpu``: the run's accelerator, resolved for the platform."""
@@ -112,6 +121,7 @@ def plan_for(
         existing_cluster_id=section.get("existing_cluster_id"),
         new_cluster=dict(section.get("new_cluster") or {}),
         variables=dict(variables),
+        resumes=resumes,
     )
 
 
@@ -153,13 +163,17 @@ def spark_conf(plan: JobPlan) -> dict[str, str]:
 
 
 def task_parameters(plan: JobPlan) -> list[str]:
-    """The entry's argv: the variables it exports and the folder it runs in first, then snakeddp.launch's
-    on the spark platform, with paths relative to that folder as the workflow's are."""
+    """The entry's argv: the variables it exports, the folder it runs in and the attempt it seeds the run's
+    folder from first, then snakeddp.launch's on the spark platform (the driver is the job's one process),
+    with paths relative to that folder as the workflow's are."""
     return [
         "--variables",
         json.dumps(dict(plan.variables), sort_keys=True),
         "--workdir",
         plan.stage,
+        *(["--resume-from", plan.resume_path] if plan.resumes else []),
+        "launch",
+        "--",
         "--platform",
         str(platforms.row(PLATFORM).ranks_as),
         "--config",

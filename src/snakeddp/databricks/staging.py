@@ -1,14 +1,16 @@
 """What a run's Databricks job reads, put under ``databricks.stage``.
 
-    <stage>/code/<sha256>/           the snakeddp package and databricks_entry.py (the task's python_file),
-                                     named after their content: runs of two commits never share it,
-                                     and an unchanged tree is uploaded once
+    <stage>/code/<sha256>/           the code snapshot (snakeddp.remote.folder: the package, whose
+                                     remote/entry.py is the task's python_file), named after its content:
+                                     runs of two commits never share it, and an unchanged tree is uploaded once
     <stage>/code/<sha256>.json       written after the last of its files: a folder without it is
                                      an interrupted upload, uploaded again
     <stage>/results/data/<dataset>/  the manifest and the partitions it names (uploaded once: a dataset's
                                      directory is named after its content, so a file there never changes)
-    <stage>/results/runs/<run>/      run.yaml, environment.json and the attempt to resume; cleared first,
-                                     so nothing of an earlier submission comes back as this one's result
+    <stage>/results/runs/<run>/      run.yaml and environment.json; cleared first, so nothing of an
+                                     earlier submission comes back as this one's result
+    <stage>/resume/<run>/            the attempt to resume, when there is one (cleared first): the job's
+                                     entry seeds the run's folder from it before training
 
 results/ mirrors the workflow's own, so what the run records (relative paths) reads the same here.
 
@@ -19,22 +21,19 @@ one the workflow's runs share, or the existing one).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import snakeddp
 from snakeddp.data.partitions import load_manifest
 from snakeddp.databricks import files
-from snakeddp.databricks.spec import ENTRY, ENVIRONMENT_FILE, JobPlan
+from snakeddp.databricks.spec import ENVIRONMENT_FILE, JobPlan
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
 RECORD_FORMAT = "snakeddp-databricks-environment/1"
 CODE, CODE_FORMAT = "code", "snakeddp-databricks-code/1"
-ENTRY_SOURCE = Path(__file__).with_name("entry.py")
 
 
 def environment_record(section: Mapping[str, Any], shared_cluster: str | None = None) -> dict[str, Any]:
@@ -53,16 +52,6 @@ def environment_record(section: Mapping[str, Any], shared_cluster: str | None = 
             else {"kind": "job", "id": None, "shared": False}
         )
     return {"format": RECORD_FORMAT, "stage": "train", **identity, "cluster": cluster, "hash": sha256_json(identity)}
-
-
-def snapshot_code(code_dir: Path) -> Path:
-    """A fresh local copy of what <stage>/code/<sha256>/ gets: the package and the task's entry file."""
-    if code_dir.exists():
-        shutil.rmtree(code_dir)
-    package = Path(snakeddp.__file__).resolve().parent
-    shutil.copytree(package, code_dir / "snakeddp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copyfile(ENTRY_SOURCE, code_dir / ENTRY)
-    return code_dir
 
 
 def code_path(code_dir: Path) -> str:
@@ -105,9 +94,12 @@ def stage_data(w: Any, plan: JobPlan, manifest: Path) -> int:
 
 
 def stage_run(w: Any, plan: JobPlan, spec_dir: Path, resume_dir: Path | None) -> None:
-    """A clean remote run directory holding run.yaml, the environment record and the attempt to resume."""
+    """A clean remote run directory holding run.yaml and the environment record, and the attempt to resume
+    in a clean folder of its own, which the job's entry seeds the run directory from."""
     files.clear(w, plan.run_dir)
     files.upload(w, spec_dir / RUN_FILE, f"{plan.run_dir}/{RUN_FILE}")
     files.upload(w, spec_dir / ENVIRONMENT_FILE, f"{plan.run_dir}/{ENVIRONMENT_FILE}")
     if resume_dir is not None:
-        files.upload_tree(w, resume_dir, plan.run_dir)
+        remote = f"{plan.stage}/{plan.resume_path}"
+        files.clear(w, remote)
+        files.upload_tree(w, resume_dir, remote)

@@ -27,12 +27,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from snakeddp import platforms
-from snakeddp.cluster import network
 from snakeddp.config.parts import Launch
 from snakeddp.databricks import PLATFORM, DatabricksError, jobside, results, shared_cluster, spec, staging, workspace
 from snakeddp.errors import exit_code
-from snakeddp.provenance.record import code_info
+from snakeddp.remote import inherited
 from snakeddp.remote.job import RemoteJob, Submitted
 from snakeddp.run import attempt
 from snakeddp.run import variables as names
@@ -42,20 +40,6 @@ from snakeddp.util.redact import MASK
 
 # A new job cluster takes minutes to start before the run's own timeout starts counting.
 QUEUE_S = 3600
-
-
-def job_variables(env: os._Environ | dict[str, str]) -> dict[str, str]:
-    """What the job's driver exports before launch: the settings outside the run's identity, no secret."""
-    variables = {
-        **network.variables({"network": names.network(env)}),
-        **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
-        # The job's driver starts the ranks as the platform its row names does (snakeddp.launch there).
-        names.PLATFORM: platforms.row(PLATFORM).ranks_as,
-    }
-    code = code_info()
-    if code["commit"]:
-        variables.update({names.CODE_COMMIT: code["commit"], names.CODE_DIRTY: "1" if code["dirty"] else "0"})
-    return variables
 
 
 class DatabricksJob(RemoteJob):
@@ -83,12 +67,13 @@ class DatabricksJob(RemoteJob):
         run, args = self.run, self.args
         manifest = f"results/data/{args.data.parent.name}/{args.data.name}"
         gpu = names.accelerator(Launch.of(run.config["launch"]), {**os.environ, names.PLATFORM: self.name}) == "gpu"
-        self.code = staging.snapshot_code(self.folder.code)
-        variables = job_variables(os.environ)
+        self.code = self.folder.snapshot()
+        # What the job's driver exports before launch (a task on an existing cluster has no variables of its own).
+        variables = inherited.variables(PLATFORM)
         section = {**self.section, "existing_cluster_id": self.shared} if self.shared else self.section
         self.plan = spec.plan_for(
             run.run_id, run.config, section, manifest, code=staging.code_path(self.code), gpu=gpu,
-            variables=variables,
+            variables=variables, resumes=resume_dir is not None,
         )  # fmt: skip
         self.request = spec.submit_request(self.plan)
         written = self.folder.root / "submit.json"
@@ -169,7 +154,7 @@ class DatabricksJob(RemoteJob):
         if not RunPaths(self.args.run_dir).provenance.is_file():
             raise DatabricksError(
                 f"Databricks run {job.id} succeeded, but no provenance.json came back from {self.plan.run_dir}. "
-                "HINT: the task must run databricks_entry.py as staged; look at the run's driver log."
+                "HINT: the task must run the staged snakeddp/remote/entry.py; look at the run's driver log."
             )
 
 

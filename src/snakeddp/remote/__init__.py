@@ -1,3 +1,5 @@
-"""A run trained on another platform's machines (AzureML, Databricks): the sequence every remote train job
-follows, owned once (``job.RemoteJob``), the folder of what it stages (``folder``), and what moves between
-that folder and the run directory (``attempt``). A platform supplies only its own steps; none imports another."""
+"""A run trained on another platform's machines (AzureML, Databricks), both sides owned once: the submitter's
+sequence every remote train job follows (``job.RemoteJob``), the folder of what it stages (``folder``: the code
+snapshot among it), what moves between that folder and the run directory (``attempt``), what every job inherits
+(``inherited``), and the one command the job runs there (``entry``: seed the resumed attempt, then train). A
+platform supplies only its own steps; none imports another."""

@@ -1,9 +1,11 @@
-"""The toy platform: the smallest platform outside snakeddp, written by following docs/development.md's
+"""The toy platform: the smallest remote platform, outside snakeddp, written by following docs/development.md's
 "A new platform, step by step" (tests/platforms/test_toy.py runs the tiny pipeline on it).
 
-Its jobs and ranks run on this machine, as the local platform's do; what makes it a platform of its own
-is what a real one adds: a node its scheduler names (``TOY_NODE``), a job id (``TOY_JOB``), both recorded
-by provenance, and a refusal of what it cannot run (more than one node), in one line with a HINT.
+A train job submits its run to the toy queue (``queue``: a detached process on this machine, as a cloud's
+scheduler would be elsewhere) and follows it (``job``: snakeddp.remote.job's sequence); the queue starts
+each rank with torch's variables, the node it "places" it on (``TOY_NODE``) and the job's id (``TOY_JOB``),
+both recorded by provenance, and every rank runs snakeddp.remote.entry from the staged code snapshot. It
+refuses what it cannot run (more than one node) in one line with a HINT.
 Installed as a package would be: its row is the ``snakeddp.platforms`` entry point in
 ``snakeddp_toy-0.1.dist-info/entry_points.txt``, found on PYTHONPATH.
 """
@@ -13,13 +15,14 @@ from snakeddp.platforms import Row
 
 #: The platform's name: its row, its profile's config and the schema's platform enum (the registry's).
 PLATFORM = "toy"
-#: The node the toy scheduler "places" every rank on, and the id of the job it "runs"; set by the workflow
-#: for every job (the contract's exports), read by the ranks (the job side).
+#: The node the toy queue places every rank on, and the id of the job it runs; set by the queue for each
+#: rank, read by the ranks (the job side).
 NODE = "TOY_NODE"
 JOB = "TOY_JOB"
 
-ROW = Row(PLATFORM, "snakeddp_toy.platform", "direct", this_machine=True, job_side="snakeddp_toy.jobside")
+# The queue starts every rank itself with torch's variables (launch.launcher auto: env), on this machine.
+ROW = Row(PLATFORM, "snakeddp_toy.platform", "env", this_machine=True, job_side="snakeddp_toy.jobside")
 
 
 class ToyError(ConfigError):
-    """What the toy platform cannot run; the message says what and how to fix it."""
+    """What the toy platform cannot run, or a toy job that did not succeed; the message says what and how to fix it."""

@@ -1,18 +1,17 @@
-"""The toy platform's contract (snakeddp.platforms.contract.Platform): one node, named by the toy scheduler."""
+"""The toy platform's contract (snakeddp.platforms.contract.RemotePlatform): one node; a train job submits
+the run to the toy queue and follows it (snakeddp_toy.job)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
+import argparse
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
-from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Stateless
-from snakeddp_toy import JOB, NODE, PLATFORM
+from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Stateless
+from snakeddp_toy import PLATFORM
 
 
-class Toy(Platform[Stateless]):
+class Toy(RemotePlatform[Stateless]):
     row = platforms.row(PLATFORM)
 
     def check(self, invocation: Invocation[Stateless]) -> None:
@@ -25,8 +24,11 @@ class Toy(Platform[Stateless]):
                 "HINT: set launch.nodes: 1."
             )
 
-    def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-        return {NODE: "toy-node-0", JOB: f"toy-{os.getpid()}"}
+    def submit(self, args: argparse.Namespace) -> int:
+        from snakeddp.errors import exit_code
+        from snakeddp_toy.job import ToyJob
+
+        return exit_code("snakeddp.toy", lambda: ToyJob(args).main())
 
 
 CONTRACT = Toy()
