@@ -63,7 +63,7 @@ fi
 # the same answer without fetching them again (this machine's index sends no cache headers, so uv cannot keep a
 # page, and each resolution fetched all ~300 again: 26-33 s); online where the cache lacks one.
 core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/denied.txt" --output-file "$work/core.txt")
-resolve core --offline "${core[@]}" || resolve core "${core[@]}"
+"${compile[@]}" --offline "${core[@]}" 2>"$work/core.log" >/dev/null || resolve core "${core[@]}"
 
 # SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
 # they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
