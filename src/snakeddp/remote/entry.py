@@ -53,7 +53,7 @@ def seed(resume_from: Path, run_dir: Path, token: str) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in ATTEMPT_FILES:
         source = resume_from / name
-        files = sorted(p for p in source.rglob("*") if p.is_file()) if source.is_dir() else [source]
+        files = sorted(source.rglob("*")) if source.is_dir() else [source]
         for path in (p for p in files if p.is_file()):
             target = run_dir / path.relative_to(resume_from)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,15 +83,15 @@ def job_token(env: Mapping[str, str]) -> str:
     return platforms.job_id(env) or "job"
 
 
-def seeding_rank(runs: str, argv: Sequence[str], env: Mapping[str, str]) -> int:
-    """This process's global rank, as its launcher's variables say (``launch``: the job's one process, 0)."""
+def seeding_rank(runs: str, known: argparse.Namespace, env: Mapping[str, str]) -> int:
+    """This process's global rank, as its launcher's variables say (``launch``: the job's one process, 0);
+    ``known``: what ``_run_arguments`` read of ARGS."""
     if runs == "launch":
         return 0
     from snakeddp import cluster
     from snakeddp.config.parts import Launch
     from snakeddp.run.runfile import RunFile
 
-    known, _ = _run_arguments().parse_known_args(argv)
     devices = Launch.of(RunFile.load(known.config).config["launch"]).devices
     return cluster.resolve(known.launcher, env, devices=devices)[1].rank
 
@@ -128,12 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workdir is not None:
         os.chdir(args.workdir)
     if args.resume_from is not None:
-        run_dir, token = _run_arguments().parse_known_args(run_argv)[0].run_dir, job_token(os.environ)
-        rank = seeding_rank(args.runs, run_argv, os.environ)
+        known, token = _run_arguments().parse_known_args(run_argv)[0], job_token(os.environ)
+        rank = seeding_rank(args.runs, known, os.environ)
         if rank == 0:
-            seed(args.resume_from, run_dir, token)
+            seed(args.resume_from, known.run_dir, token)
         else:
-            wait_for_seed(run_dir, token, rank)
+            wait_for_seed(known.run_dir, token, rank)
     # `python -m snakeddp.train|launch ARGS` from here on, in this interpreter, by name: the package never
     # imports its entry points back.
     sys.argv = [RUNS[args.runs], *run_argv]
