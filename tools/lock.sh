@@ -55,13 +55,34 @@ resolve() {
         return 1
     fi
 }
-if ! resolve all envs/requirements.in envs/requirements-dev.in --constraint "$work/denied.txt" --output-file "$work/all.txt"; then
+# Offline first, from the pages uv's cache holds, kept only where the answer was already decided: every package
+# it holds at a version an exact pin allows, in the .in files or the old locks (adding a package the dev lock
+# has, a version bump, a re-lock after a merge). This machine's index sends no cache headers, so online uv
+# reads every page again: 4-13 s of CPU a resolution, three a re-lock. Where anything was left to choose (a
+# package named without a version, one new to the locks, --upgrade), the index is asked, for its newest.
+#   settled LOG OUTPUT DECIDED... -- UV_ARGS...   (OUTPUT is UV_ARGS' --output-file; its old content, uv's
+#   preferences, is put back for the online resolution)
+settled() {
+    local log=$1 output=$2 decided=()
+    shift 2
+    while [[ $1 != -- ]]; do decided+=("$1"); shift; done
+    shift
+    cp "$output" "$work/$log.kept"
+    if "${compile[@]}" --offline "$@" 2>"$work/$log.log" >/dev/null \
+        && helper snakeddp.environment.locking undecided "$output" --by "$work/$log.kept" "${decided[@]}" >/dev/null; then
+        return 0
+    fi
+    cp "$work/$log.kept" "$output"
+    resolve "$log" "$@"
+}
+[[ -f "$work/all.txt" ]] || : > "$work/all.txt"
+all=(envs/requirements.in envs/requirements-dev.in --constraint "$work/denied.txt" --output-file "$work/all.txt")
+if ! settled all "$work/all.txt" envs/requirements.in envs/requirements-dev.in -- "${all[@]}"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
     exit 1
 fi
-# Every version the core may take is pinned by that resolution, and uv's cache holds every page it read: offline,
-# the same answer without fetching them again (this machine's index sends no cache headers, so uv cannot keep a
-# page, and each resolution fetched all ~300 again: 26-33 s); online where the cache lacks one.
+# Every version the core may take is pinned by that resolution: offline, the same answer (online where the cache
+# lacks a page).
 core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/denied.txt" --output-file "$work/core.txt")
 "${compile[@]}" --offline "${core[@]}" 2>"$work/core.log" >/dev/null || resolve core "${core[@]}"
 
@@ -70,7 +91,8 @@ core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/deni
 # core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
 v1_in=envs/requirements-azureml-v1.in
 helper snakeddp.environment.locking preferences "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" > "$work/v1.txt"
-if ! resolve v1 envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt"; then
+v1=(envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt")
+if ! settled v1 "$work/v1.txt" envs/requirements.in "$v1_in" -- "${v1[@]}"; then
     echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
     exit 1
 fi
@@ -91,22 +113,29 @@ except Exception as error:  # any failure: the index does not answer here
     print(" ".join(str(getattr(error, "reason", error)).split())[:120])
 EOF
 )
+# Each build's old lock is its preferences (its runtime wheels kept, as the other locks keep theirs), and an offline
+# resolution is kept where that lock, the pin and the core decided every package (settled, above).
+build_prefs() { if [[ "${1:-}" != "--upgrade" ]]; then helper snakeddp.environment.locking preferences "envs/$2"; fi; }
 for cuda in $(helper snakeddp.environment.builds); do
     read -r label index <<<"$(helper snakeddp.environment.builds "$cuda")"
+    build_prefs "${1:-}" "requirements-torch-$cuda.lock" > "$work/build-$cuda.txt"
+    build=(--python-platform "$platform" "$work/build-$cuda.in" --constraint "$work/core-without-torch.txt"
+        --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt")
     if [[ $label == "-" ]]; then
         pin="torch==$torch"
-        env -u UV_FIND_LINKS "${compile[@]}" --python-platform "$platform" - --constraint "$work/core-without-torch.txt" \
-            --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt" <<<"$pin" 2>"$work/build-$cuda.log" >/dev/null \
+        echo "$pin" > "$work/build-$cuda.in"
+        (unset UV_FIND_LINKS; settled "build-$cuda" "$work/build-$cuda.txt" "$work/build-$cuda.in" "$work/core-without-torch.txt" -- "${build[@]}") 2>/dev/null \
             || echo "uv could not resolve $pin from PyPI for $platform ($(grep -v '^\s*$' "$work/build-$cuda.log" | tail -n 1))" > "$work/build-$cuda.missing"
     elif [[ $pytorch_answers != "yes" ]]; then
         echo "$index did not answer when tools/lock.sh ran ($pytorch_answers)" > "$work/build-$cuda.missing"
     else
         pin="torch==$torch+$label"
-        env -u UV_FIND_LINKS "${compile[@]}" --python-platform "$platform" - --index-url "$index" \
-            --extra-index-url https://pypi.org/simple --constraint "$work/core-without-torch.txt" \
-            --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt" <<<"$pin" 2>"$work/build-$cuda.log" >/dev/null \
+        echo "$pin" > "$work/build-$cuda.in"
+        (unset UV_FIND_LINKS; settled "build-$cuda" "$work/build-$cuda.txt" "$work/build-$cuda.in" "$work/core-without-torch.txt" -- \
+            "${build[@]}" --index-url "$index" --extra-index-url https://pypi.org/simple) 2>/dev/null \
             || echo "uv could not resolve $pin from $index ($(grep -v '^\s*$' "$work/build-$cuda.log" | tail -n 1))" > "$work/build-$cuda.missing"
     fi
+    if [[ -f "$work/build-$cuda.missing" ]]; then rm -f "$work/build-$cuda.txt"; fi
 done
 
 helper snakeddp.environment.locking write "$work" "$work/out" --python "$python_version" --machine "$machine"

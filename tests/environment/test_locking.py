@@ -21,6 +21,24 @@ def test_a_lock_left_with_conflict_markers_still_gives_what_both_sides_agree_on(
     assert locking.preferences([merged]) == ["attrs==26.1.0", "scikit-learn==1.8.0"], "numpy afresh, torch never"
 
 
+def test_an_offline_resolution_is_kept_only_where_the_in_files_and_old_locks_decided_every_package(tmp_path):
+    """tools/lock.sh keeps uv's offline answer when nothing was left to choose; a package new to the locks, one
+    at another version than any pin allows, or one named without a version sends it to the index."""
+    digest = " \\\n    --hash=sha256:" + "a" * 64 + "\n"
+    resolved = tmp_path / "all.txt"
+    resolved.write_text("".join(f"{pin}{digest}" for pin in ("torch==2.13.0+cpu", "six==1.16.0", "moto==5.2.5")))
+    requirements = tmp_path / "requirements.in"
+    requirements.write_text("torch==2.13.0\nmoto[s3]==5.2.5  # stages: data\nhumanize  # stages: train\n")
+    old = tmp_path / "all.kept"
+    old.write_text("six==1.16.0\n")
+    assert locking.undecided(resolved, [requirements, old]) == [], "torch's local build, moto's extra, six kept"
+    old.write_text("six==1.15.0\n")
+    assert locking.undecided(resolved, [requirements, old]) == ["six==1.16.0"], "another version than the lock's"
+    resolved.write_text(resolved.read_text() + f"humanize==4.16.0{digest}")
+    assert locking.undecided(resolved, [requirements, old]) == ["humanize==4.16.0", "six==1.16.0"], "a bare name"
+    assert locking.main(["undecided", str(resolved), "--by", str(requirements), str(old)]) == 1
+
+
 def test_uvs_output_is_read_with_its_hashes_and_index_and_written_back_the_same(tmp_path):
     compiled = tmp_path / "core.txt"
     text = (

@@ -14,6 +14,7 @@ the wheel a find-links directory gave this machine included (uv writes no hash f
 sha256 is computed here), so the core lock installs the build a machine takes and nothing else.
 
     python -m snakeddp.environment.locking preferences envs/requirements.lock ...  # name==version, for uv
+    python -m snakeddp.environment.locking undecided RESOLVED --by FILE...  # what no pin in FILEs decided
     python -m snakeddp.environment.locking write WORK OUT --python 3.11.7 --machine x86_64
 """
 
@@ -27,7 +28,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from snakeddp.environment.builds import BUILDS, TorchBuild
 from snakeddp.environment.lock import ACCELERATED, Pin, annotated_indexes, entries
@@ -68,6 +72,41 @@ def preferences(paths: Iterable[Path]) -> list[str]:
         for key, found in sorted(versions.items())
         if len(found) == 1 and key != ACCELERATED
     ]
+
+
+def _exact_pins(path: Path) -> dict[str, list[SpecifierSet]]:
+    """Canonical name -> the ``==`` specifiers of every exact pin in a requirements file (an .in file, an old
+    lock, preferences); lines that are no exact pin (options, hashes, comments, a bare name) decide nothing."""
+    pins: dict[str, list[SpecifierSet]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip().removesuffix("\\").strip()
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        specifiers = list(requirement.specifier)
+        if len(specifiers) == 1 and specifiers[0].operator == "==":
+            pins.setdefault(canonicalize_name(requirement.name), []).append(requirement.specifier)
+    return pins
+
+
+def undecided(resolved: Path, decided_by: Iterable[Path]) -> list[str]:
+    """``name==version`` of each package of a resolution that no exact pin in ``decided_by`` (the .in files, the old
+    locks) allows: empty when nothing was left to choose, so an offline resolution from uv's cache is the one
+    the index gives (a pin ``torch==2.13.0`` allows the machine's ``2.13.0+cpu``)."""
+    pins: dict[str, list[SpecifierSet]] = {}
+    for path in decided_by:
+        for name, found in _exact_pins(path).items():
+            pins.setdefault(name, []).extend(found)
+    left = []
+    for key, entry in sorted(read_compiled(resolved).items()):
+        try:
+            version = Version(entry.pin.version)
+        except InvalidVersion:
+            version = None
+        if version is None or not any(spec.contains(version, prereleases=True) for spec in pins.get(key, [])):
+            left.append(f"{entry.pin.name}=={entry.pin.version}")
+    return left
 
 
 @dataclass(frozen=True)
@@ -239,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     preferring = commands.add_parser("preferences")
     preferring.add_argument("locks", nargs="*", type=Path)
+    deciding = commands.add_parser("undecided")
+    deciding.add_argument("resolved", type=Path)
+    deciding.add_argument("--by", nargs="+", type=Path, required=True)
     writing = commands.add_parser("write")
     writing.add_argument("work", type=Path)
     writing.add_argument("out", type=Path)
@@ -248,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "preferences":
             print("\n".join(preferences(args.locks)))
+        elif args.command == "undecided":
+            left = undecided(args.resolved, args.by)
+            print("\n".join(left))
+            return 1 if left else 0
         else:
             write(args.work, args.out, args.python, args.machine)
     except (OSError, LockError) as error:
