@@ -15,6 +15,7 @@ from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import terminal as snakeddp_terminal
 from snakeddp.warm import preload as snakeddp_warm_preload
 from snakeddp.warm import process as snakeddp_warm
+from snakeddp.warm import kept as snakeddp_warm_kept
 from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import live as snakeddp_live
 from snakeddp.workflow import preflight as snakeddp_preflight
@@ -84,15 +85,21 @@ onstart:
             if not snakeddp_attempt.is_live(PLAN.run_dir(run))
         )
     # Every job starts after this: each finds the relay for its progress lines (rules/common.smk),
-    # and the warm process that forks it with torch and Lightning imported once (snakeddp.warm).
-    if PLAN.row.this_machine:
+    # and the warm process that forks it with torch and Lightning imported once (snakeddp.warm): this
+    # invocation's own, or the one `snakeddp warm` keeps where the environment names it (snakeddp.warm.kept).
+    # Jobs on other machines never get one's socket (Slurm passes Snakemake's environment on).
+    if not PLAN.row.this_machine:
+        os.environ.pop(snakeddp_warm.SOCKET, None)
+    else:
         os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
         if not workflow.touch:
             try:
                 why_cold = snakeddp_warm.why_cold(PLAN.deployment, os.environ)
             except ConfigError as error:
                 snakeddp_preflight.stop(error)
-            if why_cold is None:
+            if why_cold is not None:
+                os.environ.pop(snakeddp_warm.SOCKET, None)
+            if why_cold is None and not snakeddp_warm_kept.named(os.environ):
                 # It imports what this invocation's jobs import: a data-only run imports no torch.
                 os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start(
                     preload=snakeddp_warm_preload.for_rules(

@@ -5,15 +5,31 @@ from __future__ import annotations
 import copy
 import json
 import resource
+import shlex
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from snakeddp.run.variables import WARM_START
+from snakeddp.util import handoff
 from tests import mlflow_server as mlflow_server_module
 from tests.gpu_standin import Checks
-from tests.helpers import CONFIG_SECRET, GPU_TEST, SECRETS, SWEEP, TINY, Workflow, azureml_v1_installed, subprocess_env
+from tests.helpers import (
+    CONFIG_SECRET,
+    GPU_TEST,
+    REPO,
+    SECRETS,
+    SWEEP,
+    TINY,
+    Workflow,
+    azureml_v1_installed,
+    subprocess_env,
+)
 
 # How long each test file took in the last measured run of the whole suite (`make durations` writes it).
 DURATIONS = Path(__file__).with_name("durations.json")
@@ -120,6 +136,39 @@ def cold_unless_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         request.node.get_closest_marker(marker) for marker in ("e2e", "slurm", "gpu")
     ):
         monkeypatch.setenv(WARM_START, "0")
+
+
+class KeptWarm(NamedTuple):
+    socket: str  # what its export line names
+    log: Path  # what it said (the jobs it declined)
+
+
+@pytest.fixture(scope="module")
+def kept_warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarm]:
+    """One warm process for a test file's local invocations, kept as a user keeps one: `snakeddp warm`, its
+    export line in the environment the file's processes get (subprocess_env), Ctrl-C at the end. Each
+    invocation then forks its jobs from it instead of importing torch and Lightning in a warm process of its
+    own (about 6 s of CPU each). A file takes it with pytestmark's usefixtures("kept_warm")."""
+    log = tmp_path_factory.mktemp("kept-warm") / "snakeddp-warm.log"
+    with log.open("w") as stderr:
+        warm = subprocess.Popen(
+            [str(Path(sys.executable).parent / "snakeddp"), "warm"],
+            cwd=REPO,  # where the tests' Snakefile is
+            env=subprocess_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    line = warm.stdout.readline() if warm.stdout else ""
+    assert line.startswith(f"export {handoff.SOCKET}="), line + log.read_text()
+    socket_path = shlex.split(line.partition("=")[2])[0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(handoff.SOCKET, socket_path)
+        yield KeptWarm(socket_path, log)
+    warm.send_signal(signal.SIGINT)
+    assert warm.wait(timeout=60) == 0, log.read_text()
+    assert not Path(socket_path).parent.exists(), "snakeddp warm removes its directory"
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@
     snakeddp export RUN [--to DIR]     the best checkpoint as model.safetensors + model.json, which
                                        snakeddp.load(DIR) rebuilds without unpickling anything
                                        (default DIR: results/export/RUN)
+    snakeddp warm                      keep a warm process for many local invocations: prints
+                                       `export SNAKEDDP_WARM_SOCKET=...`; each invocation with it
+                                       forks its jobs from it (Ctrl-C stops it)
 
 RUN is a run id (results/runs/<id>), a run directory or its provenance.json; RUN@ID is an earlier
 attempt of that run (ID: its attempt id or a unique prefix, as `runs --all` shows). The results
@@ -139,6 +142,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    from snakeddp.warm.kept import keep
+
+    return keep()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _main(argv)
@@ -222,6 +231,14 @@ def _main(argv: Sequence[str] | None) -> int:
     exporting.add_argument("run", metavar="RUN")
     exporting.add_argument("--to", type=Path, metavar="DIR", help="where to write (default: results/export/RUN)")
     exporting.set_defaults(func=cmd_export)
+    warm = sub.add_parser(
+        "warm",
+        help="keep a warm process that many local invocations fork their jobs from",
+        description="Start a warm process (torch, Lightning, numpy and snakeddp imported once), print "
+        "`export SNAKEDDP_WARM_SOCKET=...` and keep it until Ctrl-C: every local invocation whose environment "
+        "has that line forks its jobs from it instead of starting its own.",
+    )
+    warm.set_defaults(func=cmd_warm)
     for sp in (runs, diff, verify, pruning, exporting):
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
     args = parser.parse_args(argv)

@@ -23,7 +23,7 @@ from snakeddp.run.runs import find_runs
 from tests.chromium import chromium, console_errors
 from tests.helpers import Workflow, subprocess_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 BORING = "lightning.pytorch.demos.boring_classes"
 LAUNCH = {"mem_mb": 1000, "runtime": 10}

@@ -15,7 +15,7 @@ import torch
 
 from tests.helpers import TINY, Workflow, merged
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 # Early stopping must not end these runs: what is compared is every epoch of the budget.
 SWEEP = merged(

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import subprocess_env
 from tests.report.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
 

@@ -23,7 +23,7 @@ from bench.benchmarks import search as bench_search
 from snakeddp.run.layout import RunPaths
 from tests.helpers import TINY, Workflow, subprocess_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 LRS = [0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001, 0.00003]
 SEARCH = {

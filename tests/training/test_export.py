@@ -22,7 +22,7 @@ from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import SRC, launch, make_run, subprocess_env, tiny_with
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 # A user's LightningModule that does not call save_hyperparameters(): export must rebuild its
 # arguments from model.kwargs and the data's task alone (TINY's data is binary: num_classes 1).
