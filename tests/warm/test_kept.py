@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from snakeddp.util import handoff
+from snakeddp.warm import kept
+from snakeddp.warm.admission import startup_env
 from tests.helpers import REPO, TINY, Workflow, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
@@ -78,3 +82,23 @@ def test_outside_a_checkout_it_refuses_in_one_line_and_in_the_checkouts_root_it_
         kept.send_signal(signal.SIGINT)
         assert kept.wait(timeout=60) == 0
     assert not socket_path.parent.exists()
+
+
+def test_a_socket_whose_process_is_gone_or_another_interpreters_is_not_named(tmp_path):
+    """What `snakeddp warm` leaves when it is killed (its directory, its socket) names no process: the
+    invocation starts its own rather than hand every job to nothing."""
+    folder = tmp_path / "snakeddp-warm-1-x"
+    folder.mkdir(mode=0o700)
+    path = str(folder / "warm")
+    env = {**subprocess_env(), handoff.SOCKET: path}
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        for pid, executable, named in (
+            (os.getpid(), sys.executable, path),
+            (int(gone.stdout), sys.executable, None),
+            (os.getpid(), "/usr/bin/true", None),
+        ):
+            serves = {"executable": executable, "startup_env": startup_env(env), "pid": pid}
+            (folder / kept.SERVES).write_text(json.dumps(serves))
+            assert kept.named(env) == named, serves

@@ -54,7 +54,20 @@ def named(env: Mapping[str, str]) -> str | None:
         return None
     if not isinstance(serves, dict) or not same_interpreter(str(serves.get("executable"))):
         return None
+    if not _running(serves.get("pid")):
+        return None  # `snakeddp warm` was killed before it could remove its directory
     return path if serves.get("startup_env") == startup_env(env) else None
+
+
+def _running(pid: object) -> bool:
+    """Whether ``pid`` is a process of this user's that still runs."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:  # gone, or another user's
+        return False
+    return True
 
 
 def job_env(env: Mapping[str, str], cwd: Path) -> dict[str, str] | None:
@@ -92,7 +105,8 @@ def keep() -> int:
     try:
         path = warm.start(env=env, preload=ALL)
         # Which invocations it can serve (named): written before the line that lets any use it.
-        serves = {"executable": sys.executable, "startup_env": startup_env(env)}
+        pid = warm.process.pid if warm.process is not None else 0
+        serves = {"executable": sys.executable, "startup_env": startup_env(env), "pid": pid}
         with open(os.path.join(os.path.dirname(path), SERVES), "w") as file:
             json.dump(serves, file)
         print(f"export {SOCKET}={shlex.quote(path)}", flush=True)
@@ -104,8 +118,8 @@ def keep() -> int:
     finally:
         warm.close()
     print(
-        f"snakeddp warm: the warm process ended by itself (status {status}); invocations that name it start their "
-        "jobs cold. HINT: start another with snakeddp warm and export the line it prints",
+        f"snakeddp warm: the warm process ended by itself (status {status}); each invocation starts its own again. "
+        "HINT: to share one again, run snakeddp warm and export the line it prints",
         file=sys.stderr,
     )
     return 1
