@@ -12,6 +12,7 @@ from pathlib import Path
 from snakeddp import config
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.run.runfile import RunFile
+from snakeddp.util import handoff
 from tests.helpers import subprocess_env
 
 
@@ -58,10 +59,11 @@ class Run:
         ]
 
     def start(self) -> subprocess.Popen:
+        """The launcher, started as typed; never handed to a warm process a test file keeps (kept_warm): its
+        tests stop or kill the launcher to see what goes with it, and a kept process's jobs are not its children."""
         handle = self.log.open("a")
-        return subprocess.Popen(
-            self.argv(), stdout=handle, stderr=subprocess.STDOUT, env=subprocess_env(**self.env), start_new_session=True
-        )
+        env = {k: v for k, v in subprocess_env(**self.env).items() if k != handoff.SOCKET or k in self.env}
+        return subprocess.Popen(self.argv(), stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def train(self) -> int:
         return self.start().wait(timeout=600)

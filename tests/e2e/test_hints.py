@@ -19,10 +19,11 @@ import pytest
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
 from snakeddp.run.attempt import hold_attempt_lock
+from snakeddp.util import handoff
 from tests.helpers import TINY, Workflow, assert_valid_provenance, copy_of, subprocess_env, tiny_with
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 RUN = "results/runs/base"
 
@@ -120,8 +121,11 @@ def training_in_background(workflow: Workflow, epochs: int) -> subprocess.Popen:
     """``snakemake`` for the run's provenance.json, in the background, returned once ``epochs``
     epochs are in its metrics.csv (the run still training)."""
     metrics = workflow.directory / RUN / "metrics.csv"
+    # Its own warm process, not the file's kept one: the tests kill or stop this Snakemake and what descends
+    # from it, its jobs included.
+    env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}
     snakemake = subprocess.Popen(
-        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=subprocess_env(),
+        workflow.command(f"{RUN}/provenance.json"), cwd=workflow.directory, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = time.monotonic() + 600
