@@ -98,18 +98,19 @@ onstart:
             except ConfigError as error:
                 snakeddp_preflight.stop(error)
             if why_cold is not None:
+                # Nor a kept one's: these jobs start cold.
                 os.environ.pop(snakeddp_warm.SOCKET, None)
-            if why_cold is None and not snakeddp_warm_kept.named(os.environ):
+                if why_cold:
+                    snakeddp_errors.print_line(
+                        f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}"
+                    )
+            elif not snakeddp_warm_kept.named(os.environ):
                 # It imports what this invocation's jobs import: a data-only run imports no torch.
                 os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start(
                     preload=snakeddp_warm_preload.for_rules(
                         rule
                         for rule, _ in snakeddp_snakemake.pending_jobs(workflow)
                     )
-                )
-            elif why_cold:
-                snakeddp_errors.print_line(
-                    f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}"
                 )
 
 
