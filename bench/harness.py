@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp.util.handoff import SOCKET as WARM_SOCKET
+
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 MB = 1e6
@@ -182,8 +184,9 @@ def evict(path: str | Path) -> None:
 
 
 def child_env(threads: int = 1, **extra: str) -> dict[str, str]:
-    """Environment for the processes benchmarks start: this checkout's package, ``threads`` each."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+    """Environment for the processes benchmarks start: this checkout's package, ``threads`` each, and no warm
+    process kept by `snakeddp warm` (each invocation measured as it runs by default, with its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_")) and k != WARM_SOCKET}
     path = os.pathsep.join(p for p in (str(SRC), str(REPO), env.get("PYTHONPATH", "")) if p)
     env.update(
         PYTHONPATH=path,

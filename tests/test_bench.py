@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench.benchmarks import BENCHMARKS, REGISTERED
-from bench.harness import alternate
+from bench.harness import WARM_SOCKET, alternate, child_env
 from tests.helpers import REPO, subprocess_env
 
 
@@ -84,6 +84,13 @@ def test_alternate_runs_cases_in_abba_order_and_drops_warmup():
     assert [s["n"] for s in samples["a"]] == [4, 5, 8]
     assert [s["n"] for s in samples["b"]] == [3, 6, 7]
     assert all(s["wall_s"] >= 0 for values in samples.values() for s in values)
+
+
+def test_benchmarks_never_fork_from_a_warm_process_the_user_keeps(monkeypatch):
+    """With `snakeddp warm`'s line exported in the shell, the processes a benchmark starts still measure an
+    invocation as it runs by default, with its own warm process."""
+    monkeypatch.setenv(WARM_SOCKET, "/tmp/snakeddp-warm-1-x/warm")
+    assert WARM_SOCKET not in child_env() and child_env(threads=2)["OMP_NUM_THREADS"] == "2"
 
 
 def scratch_dirs() -> set[Path]:
