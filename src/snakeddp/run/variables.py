@@ -10,6 +10,7 @@ them back. Each name is defined here and nowhere else.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,3 +140,8 @@ def accelerator(launch: Launch, env: Mapping[str, str]) -> str:
 def tracking(env: Mapping[str, str]) -> Tracking:
     """The tracking section from the environment, validated with defaults (every tracker off when unset)."""
     return Tracking.of(_section(env, TRACKING, "tracking"))
+
+
+def import_path(src: str, env: Mapping[str, str]) -> str:
+    """The PYTHONPATH every job gets: this checkout's ``src`` first, then ``env``'s (snakeddp warm's too)."""
+    return os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)

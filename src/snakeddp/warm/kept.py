@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from snakeddp.forking.safety import same_interpreter
+from snakeddp.run.variables import import_path
 from snakeddp.util import handoff
 from snakeddp.warm.admission import startup_env
 
@@ -75,8 +76,7 @@ def job_env(env: Mapping[str, str], cwd: Path) -> dict[str, str] | None:
     snakeddp.workflow.plan), so that the warm process's import path is theirs; None outside a checkout."""
     for directory in (cwd, *cwd.parents):
         if (directory / "Snakefile").is_file():
-            src = str(directory / "src")
-            return {**env, "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)}
+            return {**env, "PYTHONPATH": import_path(str(directory / "src"), env)}
     return None
 
 

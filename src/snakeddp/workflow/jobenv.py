@@ -59,7 +59,7 @@ def exports(
     path = os.pathsep.join([*first, *search_path])
     out = {
         **settings(config),
-        "PYTHONPATH": os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p),
+        "PYTHONPATH": variables.import_path(src, env),
         variables.PLATFORM: platform,
         variables.LOCK: str(Path(lock_file).resolve()),
         **({variables.PLATFORM_SECTION: json.dumps(config[row.section], sort_keys=True)} if row.section else {}),
