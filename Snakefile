@@ -2,6 +2,12 @@
 #   snakemake --profile local     (this machine, snakeddp's supervisor)
 #   snakemake --profile slurm     (Slurm, srun/mpirun inside each job)
 #   snakemake --profile azureml   (AzureML jobs)
+import gc
+
+# What Snakemake imported lives as long as this process: frozen out of the collector's walks, which
+# took 0.17 s of each snakemake's CPU after this line, every Slurm job's two included (snakeddp.util.shutdown).
+gc.freeze()
+
 from snakemake.logging import logger
 from snakemake.utils import min_version
 

@@ -120,11 +120,13 @@ def _environment(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    from snakeddp.util.shutdown import freeze_imports, pause_collection
+
+    pause_collection()  # matplotlib, pandas, rocrate: imported without collections, then frozen
     from snakeddp.report import job
-    from snakeddp.util.shutdown import freeze_imports
     from snakeddp.workflow import paramfile
 
-    freeze_imports()  # matplotlib, rocrate: less work at exit (snakeddp.util.shutdown)
+    freeze_imports()  # and so less work at exit (snakeddp.util.shutdown)
     job.write({**paramfile.read(args.params), **paramfile.read(args.files)})
 
 

@@ -35,6 +35,11 @@ the machine refused the ranks, its build, GPU, MIG or precision, the launcher ex
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # a rank started cold: torch and Lightning import with the collector paused
+    from snakeddp.util.shutdown import pause_collection
+
+    pause_collection()  # until freeze_imports below (snakeddp.util.shutdown)
+
 import argparse
 import logging
 import os

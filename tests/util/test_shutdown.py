@@ -1,5 +1,5 @@
-"""snakeddp.util.shutdown and the scheduler's timers (snakeddp.compat.snakemake): what a finished process
-skips at exit, and what it must not skip."""
+"""snakeddp.util.shutdown and the scheduler's timers (snakeddp.compat.snakemake): what a starting process
+skips while it imports, what a finished process skips at exit, and what neither may skip."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from snakemake.scheduling.job_scheduler import JobScheduler
 
 from snakeddp.compat.snakemake import release_scheduler_timers
-from snakeddp.util.shutdown import freeze_imports
+from snakeddp.util.shutdown import freeze_imports, pause_collection
 from tests.helpers import REPO, subprocess_env
 
 
@@ -84,6 +84,70 @@ def test_freeze_exempts_what_is_alive_and_still_collects_what_comes_after(frozen
     assert freed() is None
 
 
+def test_freezing_the_imports_resumes_a_paused_collector(frozen):
+    gc.unfreeze()
+    pause_collection()
+    try:
+        assert not gc.isenabled()
+        freeze_imports()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.enable()
+
+
+# A module that says whether the collector ran while it was imported, and one whose import fails.
+PROBES = {"probe_paused.py": "import gc\nPAUSED = not gc.isenabled()\n", "probe_broken.py": "raise ImportError('no')\n"}
+IMPORT_ONCE = """
+import gc, sys
+from snakeddp.forking.imports import import_once
+from snakeddp.forking.safety import NotForkable
+import_once(["probe_paused"], [])
+import probe_paused
+print(probe_paused.PAUSED, gc.isenabled(), gc.get_freeze_count() > 0)
+gc.unfreeze()
+try:
+    import_once(["probe_broken"], [])
+except NotForkable:
+    print(gc.isenabled())
+"""
+
+
+def test_the_warm_processes_import_with_the_collector_paused_and_resume_it_even_when_an_import_fails(tmp_path):
+    """snakeddp.forking.imports.import_once: the warm process, the supervisor's forked ranks, Spark's daemon."""
+    for name, text in PROBES.items():
+        (tmp_path / name).write_text(text)
+    env = subprocess_env(PYTHONPATH=f"{tmp_path}:{REPO / 'src'}")
+    done = subprocess.run([sys.executable, "-c", IMPORT_ONCE], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split() == ["True", "True", "True", "True"], done.stdout + done.stderr
+
+
+# Counts the collections of a cold rank (`python -m snakeddp.train`) until it has parsed its arguments.
+COLD_RANK = """
+import atexit, gc, runpy, sys
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info["generation"]))
+atexit.register(lambda: print("collections", len(collections), "frozen", gc.get_freeze_count(), "on", gc.isenabled()))
+sys.argv = ["snakeddp.train", "--help"]
+runpy.run_module("snakeddp.train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_cold_rank_imports_torch_and_lightning_without_collecting_and_then_collects_again():
+    """Without the pause, the same imports ran the collector 917 times here."""
+    done = subprocess.run(
+        [sys.executable, "-c", COLD_RANK], capture_output=True, text=True, env=subprocess_env(), check=False
+    )
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    _, collections, _, frozen, _, enabled = done.stdout.split()[-6:]
+    assert int(collections) < 20 and int(frozen) > 100_000 and enabled == "True", done.stdout[-300:]
+
+
+def test_the_workflow_freezes_what_snakemake_imported_before_its_own_work():
+    """The Snakefile's first statements: every snakemake process (each Slurm job runs two) skips walking them."""
+    text = (REPO / "Snakefile").read_text()
+    assert text.index("gc.freeze()") < text.index("include:") < text.index("PLAN = ")
+
+
 @pytest.mark.parametrize("rule_hook", ["onsuccess:", "onerror:"])
 def test_the_workflow_releases_the_timers_when_it_is_done(rule_hook):
     text = (REPO / "rules" / "hooks.smk").read_text()
@@ -142,7 +206,7 @@ seen = {}
 # Registered before torch is imported: atexit runs it after weakref.finalize's exit work.
 atexit.register(lambda: print("kept", sum(f.alive for f in seen["early"]), len(seen["early"]), seen["late"].alive))
 import torch
-from snakeddp.util.shutdown import freeze_imports
+from snakeddp.util.shutdown import freeze_imports, pause_collection
 
 def teardowns():
     return [f for f, info in weakref.finalize._registry.items() if info.func is torch.library._del_library]

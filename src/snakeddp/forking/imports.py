@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from snakeddp.forking.safety import NotForkable
-from snakeddp.util.shutdown import freeze_imports
+from snakeddp.util.shutdown import freeze_imports, pause_collection
 
 #: Read by the OpenMP and MKL runtimes when torch loads them: one thread, so that no pool exists at a fork.
 POOL_SIZES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -30,12 +30,16 @@ def import_once(modules: Sequence[str], entries: Sequence[str]) -> None:
     # refresh_from_environment); a pool started by the import would survive a fork only as a
     # half-copied lock (without a size, torch's import left a native thread here).
     os.environ.update({name: "1" for name in POOL_SIZES})
+    pause_collection()  # until freeze_imports below
     try:
         for module in modules:
             try:
                 importlib.import_module(module)
             except BaseException as error:  # what the cold processes meet too, and report in their own words
                 raise NotForkable(f"importing {module} failed ({type(error).__name__}: {error})") from None
+    except NotForkable:
+        freeze_imports()  # the collector runs again for what this process does instead
+        raise
     finally:
         for name, value in saved.items():
             if value is None:

@@ -100,8 +100,10 @@ def main(argv: list[str]) -> int:
     os.chdir(settings["cwd"])
     sys.path.insert(1, settings["cwd"])
     threading.Thread(target=watch, args=(Path(settings["stop_file"]),), daemon=True).start()
+    from snakeddp.util.shutdown import freeze_imports, pause_collection
+
+    pause_collection()  # torch and Lightning, where no daemon imported them (snakeddp.util.shutdown)
     from snakeddp.train import report_errors
-    from snakeddp.util.shutdown import freeze_imports
 
     freeze_imports()
     try:
