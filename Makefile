@@ -65,9 +65,11 @@ setup:
 
 # The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py
 # runs its tests there.
+# SETUP_PYTHON: the interpreter a new venv is made from (tools/setup.sh's PYTHON; python3 when unset). Only
+# the set-up gets it: the tests' own lock.sh runs keep python3, whose version the locks' headers name.
 setup-dev:
-	tools/setup.sh --dev
-	tools/setup.sh --azureml-v1
+	$(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON)) tools/setup.sh --dev
+	$(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON)) tools/setup.sh --azureml-v1
 
 system-packages:
 	tools/system-packages.sh
