@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -265,12 +266,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.benchmarks.wide_table", description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--limit-mb", type=int, default=LIMIT_MB, help="the workflow's cgroup memory limit, MiB")
-    parser.add_argument("--work", type=Path, default=REPO / "bench" / "out" / "work" / NAME)
+    # Outside the checkout, as `python -m bench` keeps its work: snakemake refuses to run in a subdirectory of it.
+    parser.add_argument("--work", type=Path, help="where the table and the workflow go (default: a new temporary one)")
     parser.add_argument(
         "--out", type=Path, help=f"also record the measurement there (section 14 quotes {ISSUE_SCALE.name})"
     )
     args = parser.parse_args(argv)
-    m = measure(args.work, args.rows, args.limit_mb)
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"snakeddp-bench-{NAME}-"))
+    try:
+        m = measure(work, args.rows, args.limit_mb)
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(m, indent=2))
     if args.out is not None:
         at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
