@@ -63,13 +63,15 @@ gpu-check:
 setup:
 	tools/setup.sh
 
-# The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py
-# runs its tests there.
 # SETUP_PYTHON: the interpreter a new venv is made from (tools/setup.sh's PYTHON; python3 when unset). Only
 # the set-up gets it: the tests' own lock.sh runs keep python3, whose version the locks' headers name.
+SETUP_ENV := $(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON))
+
+# The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py
+# runs its tests there.
 setup-dev:
-	$(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON)) tools/setup.sh --dev
-	$(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON)) tools/setup.sh --azureml-v1
+	$(SETUP_ENV) tools/setup.sh --dev
+	$(SETUP_ENV) tools/setup.sh --azureml-v1
 
 system-packages:
 	tools/system-packages.sh
