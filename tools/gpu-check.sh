@@ -8,7 +8,8 @@
 #      32-true and bf16-mixed, written to bench/results.md and bench/results.json
 #
 #   tools/gpu-check.sh --prepare          here (PyPI reachable): the wheels the GPU image lacks, into
-#                                         .gpu-check/wheels (about 20 MB; carry .gpu-check)
+#                                         .gpu-check/wheels (about 30 MB; carry .gpu-check)
+#   tools/gpu-check.sh --venv             the set-up alone: .gpu-check/venv over python3 (itself a venv or not)
 #   tools/gpu-check.sh OUT                on the GPU machine (make gpu-check OUT=...): set up, run the three
 #                                         steps, copy the logs and bench/results.* to OUT
 #   tools/gpu-check.sh --standin OUT      here: the same steps on a stand-in A100 (tests/gpu_standin.py), which
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 CHECK=.gpu-check
 # What the GPU image holds already (KINDS.md of the lending machines): never carried, so its own torch, CUDA
 # libraries and compiled packages stay the ones it was built with.
-IMAGE_HAS='^(torch|triton|nvidia-.*|numpy|pandas|pyarrow|matplotlib|scipy|pillow|lightning|pytorch-lightning|torchmetrics|lightning-utilities|safetensors|jinja2|markupsafe|psutil|pyyaml|fonttools|kiwisolver|contourpy|cycler|pyparsing|python-dateutil|six|packaging|fsspec|aiohttp|aiosignal|frozenlist|multidict|yarl|propcache|attrs|filelock|networkx|sympy|mpmath|typing-extensions|pytest|pluggy|iniconfig|execnet|pytest-xdist|pytest-timeout|requests|urllib3|idna|certifi|charset-normalizer|pygments|tabulate|wrapt|setuptools|pip|wheel|platformdirs|tzdata|pytz|aiohappyeyeballs|nvidia-ml-py)$'
+IMAGE_HAS='^(torch|triton|nvidia-.*|numpy|pandas|pyarrow|matplotlib|scipy|pillow|lightning|pytorch-lightning|torchmetrics|lightning-utilities|safetensors|jinja2|markupsafe|psutil|pyyaml|fonttools|kiwisolver|contourpy|cycler|pyparsing|python-dateutil|six|packaging|fsspec|aiohttp|aiosignal|frozenlist|multidict|yarl|propcache|attrs|filelock|networkx|sympy|mpmath|typing-extensions|pytest|pluggy|iniconfig|execnet|pytest-xdist|pytest-timeout|requests|urllib3|idna|certifi|charset-normalizer|pygments|tabulate|wrapt|setuptools|pip|wheel|aiohappyeyeballs|nvidia-ml-py)$'
 
 say() { echo "gpu-check: $*" >&2; }
 
@@ -43,6 +44,30 @@ if [[ "${1:-}" == "--standin" ]]; then
     exec .venv/bin/python -m tests.gpu_standin -- bash tools/gpu-check.sh "$@"
 fi
 
+# The machine's Python with its torch, and the carried wheels of what it lacks, in a venv over it.
+make_venv() {
+    python3 -m venv --system-site-packages "$CHECK/venv"
+    local venv_python=$CHECK/venv/bin/python
+    # --system-site-packages reaches the base interpreter's packages only: where python3 is itself a venv (the
+    # GPU image's is /opt/torch/.venv, torch in it) a .pth adds that venv's, after the carried wheels' place.
+    python3 -c 'import site; print("\n".join(site.getsitepackages()))' \
+        >"$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_parent_site.pth"
+    local have wheel name wheels=()
+    have=$("$venv_python" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 | tr 'A-Z_.' 'a-z--')
+    for wheel in "$CHECK"/wheels/*.whl; do
+        [[ -e "$wheel" ]] || continue
+        name=$(basename "$wheel" | cut -d- -f1 | tr 'A-Z_.' 'a-z--')
+        grep -qx "$name" <<<"$have" || wheels+=("$wheel")
+    done
+    [[ ${#wheels[@]} -eq 0 ]] || "$venv_python" -m pip install -q --no-index --no-deps --no-compile "${wheels[@]}"
+    "$venv_python" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || true
+}
+
+if [[ "${1:-}" == "--venv" ]]; then  # the set-up alone (tests/test_gpu_check.py)
+    make_venv
+    exit 0
+fi
+
 OUT=${1:-$CHECK/out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -50,17 +75,8 @@ started=$SECONDS
 if [[ -n "${SNAKEDDP_GPU_CHECK_PYTHON:-}" ]]; then
     python=$SNAKEDDP_GPU_CHECK_PYTHON
 else
-    # The machine's Python with its torch, and the carried wheels of what it lacks, in a venv over it.
-    python3 -m venv --system-site-packages "$CHECK/venv"
+    make_venv
     python=$CHECK/venv/bin/python
-    have=$("$python" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 | tr 'A-Z_.' 'a-z--')
-    wheels=()
-    for wheel in "$CHECK"/wheels/*.whl; do
-        name=$(basename "$wheel" | cut -d- -f1 | tr 'A-Z_.' 'a-z--')
-        grep -qx "$name" <<<"$have" || wheels+=("$wheel")
-    done
-    [[ ${#wheels[@]} -eq 0 ]] || "$python" -m pip install -q --no-index --no-deps --no-compile "${wheels[@]}"
-    "$python" -m pip install -q --no-index --no-deps --no-build-isolation -e . >/dev/null 2>&1 || true
 fi
 python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python")
 bin=$(dirname "$python")
@@ -77,7 +93,9 @@ flow=$(mktemp -d)
 tar --exclude=./.venv --exclude=./.venv-azureml-v1 --exclude="./$CHECK" --exclude=./results --exclude=./logs \
     --exclude=./.snakemake --exclude=./.git -cf - . | tar -xf - -C "$flow"
 status=0
-(cd "$flow" && "$bin/snakemake" --profile local) >"$OUT/workflow.log" 2>&1 || status=$?
+# The bare name as users type it, linked by the set-up's own step, in a config folder of the copy's own.
+(cd "$flow" && export XDG_CONFIG_HOME=$flow/.config && tools/profiles.sh && "$bin/snakemake" --profile local) \
+    >"$OUT/workflow.log" 2>&1 || status=$?
 tail -n 25 "$OUT/workflow.log" >&2
 cp -r "$flow/logs" "$OUT/workflow-logs" 2>/dev/null || true
 if [[ $status -ne 0 ]]; then
