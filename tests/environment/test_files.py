@@ -207,7 +207,7 @@ def _stage_venv(tmp_path: Path, stage: str) -> Path:
     document = yaml.safe_load((ENVS / f"{stage}.yaml").read_text())
     requirements = tmp_path / f"{stage}.txt"
     requirements.write_text("\n".join(document["dependencies"][-1]["pip"]) + "\n")
-    # --no-compile: the venv serves one import, which compiles what it reads; pip compiled every module (12 s of CPU).
+    # --no-compile: the venv serves one import, which compiles what it reads (pip compiling all: 12 s, both stages).
     subprocess.run(
         [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps", "-r", requirements],
         check=True,
