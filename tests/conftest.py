@@ -17,6 +17,7 @@ import pytest
 
 from snakeddp.run.variables import WARM_START
 from snakeddp.util import handoff
+from tests import lanes
 from tests import mlflow_server as mlflow_server_module
 from tests.gpu_standin import Checks
 from tests.helpers import (
@@ -63,6 +64,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
     unmeasured = max(seconds.values(), default=0.0)
     items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], unmeasured))
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run with -p no:xdist has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The Slurm files in a lane of their own where there are workers enough (tests/lanes.py)."""
+    return lanes.scheduler(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
