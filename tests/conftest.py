@@ -17,7 +17,6 @@ import pytest
 
 from snakeddp.run.variables import WARM_START
 from snakeddp.util import handoff
-from tests import lanes
 from tests import mlflow_server as mlflow_server_module
 from tests.gpu_standin import Checks
 from tests.helpers import (
@@ -69,6 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: a run with -p no:xdist has no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """The Slurm files in a lane of their own where there are workers enough (tests/lanes.py)."""
+    from tests import lanes  # imports xdist, which .venv-azureml-v1 (tests/azureml/test_sdk_v1.py) has not
+
     return lanes.scheduler(config, log)
 
 
