@@ -3,8 +3,10 @@ partition columns of folders in hive layout, as Spark, pyarrow and pandas write 
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -317,6 +319,24 @@ def test_parquet_partitions_written_in_place_are_the_spills_bytes(tmp_path, monk
     ingest(params(tmp_path / "pq"), tmp_path / "spilled", chunk_rows=50)
     assert files_of(tmp_path / "in-place") == files_of(tmp_path / "spilled")
     assert not [p for p in (tmp_path / "in-place").rglob(".*")], "no partial file left"
+
+
+def test_a_disk_that_fills_while_partitions_are_written_in_place_stops_ingestion_and_leaves_none(tmp_path):
+    """The partitions go to a real 256 KB tmpfs: each file is made at its final size (sparse), so the disk fills
+    midway through the rows, on the thread that writes them; ingestion stops with the disk's error, every file
+    it began is removed and the disk is empty again."""
+    frame(rows=20_000).to_parquet(tmp_path / "t.parquet")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", disk], check=True)
+    try:
+        with pytest.raises(OSError) as raised:
+            ingest(params(tmp_path / "t.parquet"), disk / "out", chunk_rows=500)
+        assert raised.value.errno == errno.ENOSPC, raised.value
+        assert not [p for p in disk.rglob("*") if p.is_file()], "no partition, partial or complete, is left"
+        assert shutil.disk_usage(disk).used == 0
+    finally:
+        subprocess.run(["umount", disk], check=True)
 
 
 def test_a_big_row_group_is_streamed_only_where_it_is_stored_compressed_and_either_way_gives_the_same_bytes(
