@@ -15,6 +15,7 @@ later row), or images of no set size (their shape is known at the first image).
 
 from __future__ import annotations
 
+import errno
 import os
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -191,4 +192,6 @@ def _write(writes: Sequence[tuple[int, np.ndarray, int]]) -> None:
         view = memoryview(data.reshape(-1)).cast("B")
         while view:  # pwrite may write less than asked (a signal, a file system's limit)
             written = os.pwrite(fd, view, offset)
+            if not written:  # a regular file's write of nothing: no progress would ever come
+                raise OSError(errno.EIO, "a partition file took no bytes")
             view, offset = view[written:], offset + written
