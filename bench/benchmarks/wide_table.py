@@ -61,11 +61,7 @@ def write_table(folder: Path, rows: int, seed: int = 0) -> None:
         pq.write_table(pa.table(columns), folder / f"part-{index:02d}.parquet")
 
 
-def pyarrow_read(folder: Path) -> float:
-    return _pyarrow_read(folder)[0]
-
-
-def _pyarrow_read(folder: Path) -> tuple[float, float]:
+def pyarrow_read(folder: Path) -> tuple[float, float]:
     """Seconds of wall time and of CPU (every thread's) for pyarrow to read the table's files."""
     import pyarrow.parquet as pq
 
@@ -133,7 +129,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
         write_table(table, rows)
     result: dict[str, Any] = {"rows": rows, "features": FEATURES, "files": FILES, "partitions": PARTITIONS}
     result["table_mb"] = sum(p.stat().st_size for p in table.glob("*.parquet")) / 1e6
-    result["pyarrow_read_s"], result["pyarrow_read_cpu_s"] = _pyarrow_read(table)
+    result["pyarrow_read_s"], result["pyarrow_read_cpu_s"] = pyarrow_read(table)
     shutil.rmtree(work / "run", ignore_errors=True)
     workflow = Workflow(work / "run", config(table))
     command, group = limited(workflow.command(), limit_mb, f"snakeddp-bench-{os.getpid()}")
@@ -152,7 +148,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     result["fit_s"] = record["timing"]["duration_s"]
     result["best_val_acc"] = record["training"]["best_val_acc"]
     result["features_resolved"] = len(record["config"]["data"]["table"]["features"])
-    result["pyarrow_read_again_s"] = pyarrow_read(table)
+    result["pyarrow_read_again_s"] = pyarrow_read(table)[0]
     params = {
         "name": "wide",
         "source": "table",
