@@ -30,8 +30,8 @@ lint: setup-dev
 # (tests/e2e/test_search.py) see it; a session fixture is built once per worker. (loadgroup would
 # group finer, but with pytest 9.2 xdist 3.8 silently ignores its groups: pytest-xdist#1386.)
 # WORKERS=0 runs every test in this process, one at a time. The files go out longest first
-# (tests/durations.json, tests/conftest.py), not xdist's most-tests-first: the last files either worker
-# takes are short, so both finish at about the same time.
+# (tests/durations.json, tests/conftest.py), not xdist's most-tests-first: the last files the two CPU workers
+# take are short, so they finish at about the same time.
 # --cold-unless-e2e: the tests not marked e2e, slurm or gpu start their jobs and ranks cold (SNAKEDDP_WARM_START=0),
 # the end-to-end ones warm, as users run: each path is taken, and no test runs twice (make pytest-cold reruns the
 # fast tests cold by hand).
