@@ -6,15 +6,30 @@ fails, each within launch.hang_timeout (5 s, the least the schema allows)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
 from snakeddp.errors import LaunchError
-from snakeddp.training.meeting import MeetingError, check_shapes, meet, never_joined, torch_logs_held
+from snakeddp.training.meeting import (
+    CALL_S,
+    MeetingError,
+    StoreGone,
+    check_shapes,
+    meet,
+    never_joined,
+    torch_logs_held,
+    wait_for,
+)
+from tests.helpers import subprocess_env
 
 WAIT = HangTimeout(5)
 
@@ -86,3 +101,56 @@ def test_the_nodes_a_launcher_placed_the_missing_ranks_on_are_named_and_kept():
     said = "run base: ranks 2-3 (placed on node n2) never came to the rendezvous at 10.0.0.1:29500: rank 0 on a"
     assert str(error).startswith(said)
     assert error.record["missing_nodes"] == ["n2"]
+
+
+HOST = """
+import time
+from datetime import timedelta
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=60))
+print(store.port, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def hosted() -> Iterator[tuple[subprocess.Popen, int]]:
+    """A store hosted by a process of its own (rank 0's, to the other ranks), and its port."""
+    host = subprocess.Popen([sys.executable, "-c", HOST], stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        yield host, int(host.stdout.readline())
+    finally:
+        host.send_signal(signal.SIGCONT)
+        host.kill()
+        host.wait()
+
+
+def client(port: int):
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+
+
+def test_a_store_that_answers_late_but_before_the_deadline_is_waited_for(hosted):
+    """A store held up longer than one call's bound (CALL_S: a stopped host here, a machine so busy that rank 0's
+    own store answered late on CI) is still waited for until the meeting's deadline."""
+    host, port = hosted
+    store = client(port)
+    store.set("k", "v")
+    host.send_signal(signal.SIGSTOP)
+    threading.Timer(CALL_S + 2, host.send_signal, (signal.SIGCONT,)).start()
+    started = time.perf_counter()
+    assert wait_for(store, ["k"], started + 30)
+    assert time.perf_counter() - started >= CALL_S + 1
+
+
+def test_a_store_that_never_answers_is_gone_by_the_deadline(hosted):
+    host, port = hosted
+    store = client(port)
+    host.send_signal(signal.SIGSTOP)
+    started = time.perf_counter()
+    with pytest.raises(StoreGone):
+        wait_for(store, ["k"], started + CALL_S + 2)
+    assert time.perf_counter() - started < CALL_S + 4

@@ -145,10 +145,12 @@ def torch_logs_held() -> Iterator[None]:
 
 def wait_for(store: Store, keys: list[str], deadline: float) -> bool:
     """Whether every key is set before ``deadline`` (perf_counter), looked for more rarely as time goes.
-    Not torch's ``wait``, whose timeout also prints two lines of C++ warnings on the way."""
+    Not torch's ``wait``, whose timeout also prints two lines of C++ warnings on the way. A look may take
+    until the deadline: on a machine busy enough, rank 0's own store once took more than CALL_S to answer
+    (CI: rank 0 called its own store unreachable), and a store that is gone is still named by the deadline."""
     pause = 0.005
     while True:
-        if bounded(lambda: store.check(keys), CALL_S):
+        if bounded(lambda: store.check(keys), max(CALL_S, deadline - time.perf_counter())):
             return True
         if time.perf_counter() >= deadline:
             return False
