@@ -276,6 +276,35 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
     assert said in stderr
 
 
+def test_a_ctrl_c_that_comes_before_the_job_is_forked_reaches_it(warm, tmp_path):
+    """A Ctrl-C sent while the job's request waits on the warm process (stopped here; busy on CI, where the
+    job printed before its client read the answer) is passed on once the job is forked, not raised in the
+    client (which left the job running): the job dies of it, as it starts, and its client the same way."""
+    server = psutil.Process(warm.process.pid)
+    tree = [server, *server.children(recursive=True)]
+    for process in tree:
+        process.suspend()
+    try:
+        job = subprocess.Popen(
+            [sys.executable, "-m", PROBE, "wait", str(tmp_path / "pid")], env=env(warm), cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        # Its one socket: the connection to the warm process (a client's end of one names no path).
+        while not psutil.Process(job.pid).net_connections(kind="unix"):
+            assert job.poll() is None and time.monotonic() < deadline, "the job never asked the warm process"
+            time.sleep(0.05)
+        job.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+    finally:
+        for process in tree:
+            process.resume()
+    _, stderr = job.communicate(timeout=60)
+    assert job.returncode == -signal.SIGINT, stderr
+    # The job's own, as a cold process's Ctrl-C'd as it starts; no client's (snakeddp.util.handoff's frames).
+    assert "KeyboardInterrupt" in stderr and "handoff" not in stderr, stderr
+
+
 def test_a_killed_client_takes_its_job_along(warm, tmp_path):
     """SIGKILL cannot be passed on: the warm process sees the client's connection close and kills the job."""
     job, child = waiting(warm.path, tmp_path)

@@ -60,6 +60,9 @@ def fork(child: Callable[[int], int], blocked: Collection[int]) -> int:
             code = 1
             try:
                 code = child(parent)
+            except KeyboardInterrupt:  # a Ctrl-C passed on before its own code ran: it dies of it, as one cold would
+                traceback.print_exc()
+                die_of_sigint()
             except BaseException:  # never back into the parent's code: this process is a job or a rank now
                 traceback.print_exc()
             finally:
@@ -111,15 +114,20 @@ def run(module: str) -> int:
     except KeyboardInterrupt as error:
         report(error)
         finish()
-        # Python exits by SIGINT itself on an unhandled KeyboardInterrupt: the parent sees the signal.
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        die_of_sigint()
         return 130
     except BaseException as error:
         report(error)
         code = 1
     finish()
     return code
+
+
+def die_of_sigint() -> None:
+    """Python exits by SIGINT itself on an unhandled KeyboardInterrupt: the parent sees the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def report(error: BaseException) -> None:

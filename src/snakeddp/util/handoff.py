@@ -145,11 +145,16 @@ def hand_off(module: str) -> None:
     address = os.environ.get(SOCKET)
     if served or not address:
         return
+    # Held from the request until the forwarders are in place (wait_for): the child may run, and the job be
+    # signalled, before this process reads the answer; a Ctrl-C then raised here and left the child running.
+    # A job declined or gone gets them as it runs cold.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except OSError as error:
         sock.close()
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         print(
             f"snakeddp: the workflow's warm process did not answer at {address} ({error.strerror}); "
             "this job starts cold.",
@@ -171,12 +176,14 @@ def hand_off(module: str) -> None:
         sock.close()
         for fd in fds:
             os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return  # declined (said on the workflow's terminal) or gone: the job runs here
-    wait_for(sock, fds[0])
+    wait_for(sock, fds[0], mask)
 
 
-def wait_for(sock: socket.socket, pidfd: int) -> None:
-    """Pass signals on to the child until it ends, then end the same way. Never returns."""
+def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals]) -> None:
+    """Pass signals on to the child until it ends, then end the same way. Never returns. ``mask``: this
+    process's signal mask before the forwarded signals were held; those that came meanwhile are passed on."""
 
     def forward(signum: int, frame: object) -> None:
         try:
@@ -186,6 +193,7 @@ def wait_for(sock: socket.socket, pidfd: int) -> None:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         answer, _ = receive(sock)
     except (OSError, ProtocolError):
