@@ -137,6 +137,19 @@ def gpus_only_for_gpu_tests(request: pytest.FixtureRequest, monkeypatch: pytest.
 
 
 @pytest.fixture(autouse=True)
+def signal_handlers_kept() -> Iterator[None]:
+    """Each test leaves this worker's signal handlers as it found them. Lightning's fit ignores SIGINT for good
+    once a KeyboardInterrupt reaches it (lightning/pytorch/trainer/call.py), and every process a later test of
+    the worker started inherited that: a fresh rank then differed from a forked one, and a job's Ctrl-C was
+    ignored (CI, in whichever worker ran such a test first)."""
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    yield
+    for signum, handler in kept.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
 def cold_unless_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """With --cold-unless-e2e, the processes a test not marked e2e, slurm or gpu starts begin cold: the warm
     path is the one the end-to-end tests take, so each path is run by the suite without running a test twice."""
