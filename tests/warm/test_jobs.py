@@ -301,8 +301,9 @@ def test_a_ctrl_c_that_comes_before_the_job_is_forked_reaches_it(warm, tmp_path)
             process.resume()
     _, stderr = job.communicate(timeout=60)
     assert job.returncode == -signal.SIGINT, stderr
-    # The job's own, as a cold process's Ctrl-C'd as it starts; no client's (snakeddp.util.handoff's frames).
-    assert "KeyboardInterrupt" in stderr and "handoff" not in stderr, stderr
+    # No client's traceback (snakeddp.util.handoff's frames). The job's own goes to its stderr only once the job
+    # holds it: a Ctrl-C that comes sooner is told in the warm process's log.
+    assert "handoff" not in stderr, stderr
 
 
 def test_a_killed_client_takes_its_job_along(warm, tmp_path):
