@@ -140,8 +140,8 @@ def gpus_only_for_gpu_tests(request: pytest.FixtureRequest, monkeypatch: pytest.
 def signal_handlers_kept() -> Iterator[None]:
     """Each test leaves this worker's signal handlers as it found them. Lightning's fit ignores SIGINT for good
     once a KeyboardInterrupt reaches it (lightning/pytorch/trainer/call.py), and every process a later test of
-    the worker started inherited that: a fresh rank then differed from a forked one, and a job's Ctrl-C was
-    ignored (CI, in whichever worker ran such a test first)."""
+    the worker started inherited that: a fresh rank then differed from a forked one (CI, in whichever worker
+    ran such a test first)."""
     kept = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     yield
     for signum, handler in kept.items():
