@@ -13,8 +13,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
+from torch.distributed import TCPStore
 
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
@@ -125,11 +127,7 @@ def hosted() -> Iterator[tuple[subprocess.Popen, int]]:
         host.wait()
 
 
-def client(port: int):
-    from datetime import timedelta
-
-    from torch.distributed import TCPStore
-
+def client(port: int) -> TCPStore:
     return TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
 
 
