@@ -34,6 +34,22 @@ def test_an_enabled_tracker_needs_its_package_and_disabling_it_is_enough(monkeyp
     preflight.check_trackers(tracking(wandb={"enabled": False}))
 
 
+def test_trackers_enabled_without_their_packages_are_one_error_whose_one_command_installs_them_all(monkeypatch):
+    monkeypatch.setitem(requirements.TRACKER_PACKAGES, "tensorboard", "snakeddp_not_installed_board")
+    monkeypatch.setitem(requirements.TRACKER_PACKAGES, "wandb", "snakeddp_not_installed_tracker")
+    with pytest.raises(ConfigError) as raised:
+        preflight.check_trackers(tracking(tensorboard={"enabled": True}, wandb={"enabled": True}))
+    message = str(raised.value)
+    assert message.count("HINT:") == 1 and "\n" not in message, message
+    assert "tracking.tensorboard.enabled and tracking.wandb.enabled are true" in message, message
+    assert "`tools/add.sh snakeddp_not_installed_board snakeddp_not_installed_tracker --stage train`" in message
+    # The one that is installed is not named.
+    monkeypatch.setitem(requirements.TRACKER_PACKAGES, "tensorboard", "json")
+    with pytest.raises(ConfigError, match=r"^tracking.wandb.enabled is true .*`tools/add.sh snakeddp_not_installed_"
+                       r"tracker --stage train`"):  # fmt: skip
+        preflight.check_trackers(tracking(tensorboard={"enabled": True}, wandb={"enabled": True}))
+
+
 def runs(save_top_k: int = 1) -> dict:
     return {"base": {"config": config.validate({"trainer": {"save_top_k": save_top_k}})}}
 

@@ -7,6 +7,7 @@ builds the strategy and the trackers.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 
 from snakeddp.errors import PrecisionError, StrategyError, TrackerError, add_hint
 
@@ -66,10 +67,31 @@ def check_precision(precision: str, accelerator: str, requested: str = "cpu") ->
 
 def require_tracker(key: str) -> None:
     """A TrackerError when tracker ``key`` is enabled but its package is not installed."""
-    package = TRACKER_PACKAGES[key]
-    if importlib.util.find_spec(package) is None:
+    require_trackers([key])
+
+
+def require_trackers(keys: list[str]) -> None:
+    """One TrackerError naming every tracker of ``keys`` (each enabled) whose package is not installed, with one
+    command that installs them all: three trackers switched on at once are one round of the HINT, not three."""
+    missing = [key for key in keys if importlib.util.find_spec(TRACKER_PACKAGES[key]) is None]
+    if not missing:
+        return
+    packages = [TRACKER_PACKAGES[key] for key in missing]
+    distributions = " ".join(DISTRIBUTIONS.get(package, package) for package in packages)
+    if len(missing) == 1:
+        (key,), (package,) = missing, packages
         raise TrackerError(
             f"tracking.{key}.enabled is true but the {package} package is not installed in the training "
-            f"environment. {add_hint(DISTRIBUTIONS.get(package, package), 'train')}; or set "
-            f"tracking.{key}.enabled: false."
+            f"environment. {add_hint(distributions, 'train')}; or set tracking.{key}.enabled: false."
         )
+    raise TrackerError(
+        f"{joined(f'tracking.{key}.enabled' for key in missing)} are true but the {joined(packages)} packages are "
+        f"not installed in the training environment. {add_hint(distributions, 'train')}; or set each of them to "
+        "false."
+    )
+
+
+def joined(names: Iterable[str]) -> str:
+    """``a, b and c``."""
+    names = list(names)
+    return ", ".join(names[:-1]) + f" and {names[-1]}"

@@ -117,9 +117,7 @@ def check_run(
 
 
 def check_trackers(tracking: Tracking) -> None:
-    for key in requirements.TRACKER_PACKAGES:
-        if getattr(tracking, key).enabled:
-            requirements.require_tracker(key)
+    requirements.require_trackers([key for key in requirements.TRACKER_PACKAGES if getattr(tracking, key).enabled])
 
 
 def check_registry(tracking: Tracking, runs: Mapping[str, Mapping[str, Any]]) -> None:
