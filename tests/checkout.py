@@ -15,12 +15,11 @@ from pathlib import Path
 
 import yaml
 
+from bench.venvs import linked_core_venv
 from tests.helpers import REPO, subprocess_env
 
 LINKED = ("Snakefile", "rules", "src", "envs", "profiles", "scripts", "report")
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp" / "uv-0.13.8" / "bin" / "uv"
-SITE = "lib/python3.11/site-packages"
 
 
 def copy_of_this_checkout(root: Path) -> Path:
@@ -40,34 +39,8 @@ def copy_of_this_checkout(root: Path) -> Path:
 
 def with_core_venv(root: Path) -> Path:
     """``root``/.venv with the core lock installed, as `make run`'s set-up makes it, without its minutes of
-    bytecode compiling: uv links the locked packages from its cache and this venv's bytecode is linked beside
-    them (the same files, so it is valid; Python and uv replace a .pyc rather than write into it, so the
-    shared venv is never touched)."""
-    venv = root / ".venv"
-    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
-    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
-    # As tools/setup.sh installs it: every file's hash checked (the find-links torch by its file's URL), and
-    # the lock recorded as what the venv was verified against.
-    hashed = subprocess.run(
-        ["bash", "-c", "source tools/progress.sh; source tools/uv.sh; hashed_requirements envs/requirements.lock"],
-        cwd=root,
-        env=uv,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    (venv / ".snakeddp-requirements").write_text(hashed.stdout)
-    subprocess.run([UV, "pip", "sync", "--quiet", "--require-hashes", "--python", venv / "bin/python",
-                    venv / ".snakeddp-requirements"], check=True, env=uv)  # fmt: skip
-    shutil.copy(root / "envs/requirements.lock", venv / ".snakeddp-verified")
-    ours = Path(sys.prefix) / SITE
-    for cache in ours.rglob("__pycache__"):
-        target = venv / SITE / cache.relative_to(ours)
-        if target.parent.is_dir() and not target.exists():
-            target.mkdir()
-            for pyc in cache.iterdir():
-                os.link(pyc, target / pyc.name)
-    return venv
+    bytecode compiling (bench.venvs)."""
+    return linked_core_venv(root / ".venv", root)
 
 
 def typed(checkout: Path, *command: str, **env: str) -> subprocess.CompletedProcess:

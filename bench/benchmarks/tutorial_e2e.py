@@ -38,6 +38,7 @@ from bench.harness import (
     run_checked,
     target_figure,
 )
+from bench.venvs import linked_core_venv
 from bench.workflows import Workflow
 
 NAME = "tutorial_e2e"
@@ -104,9 +105,13 @@ def _medians(rounds: list[dict[str, float]], prefix: str) -> dict[str, float]:
 
 
 def core_environment(ctx: Context) -> Path:
-    """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory: set up
-    once, afterwards tools/setup.sh finds it matching the lock and returns at once."""
+    """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory. Its packages are
+    linked first with their bytecode (bench.venvs; tools/setup.sh's own compiling of them is a minute of CPU,
+    and gives the same files), then tools/setup.sh checks it against the lock, installs snakeddp and imports
+    what the stages import, as it does for a user; afterwards it finds the venv matching and returns at once."""
     venv = ctx.out / "core-venv"
+    if not (venv / "bin" / "python").exists():
+        linked_core_venv(venv, REPO)
     subprocess.run(
         ["bash", str(REPO / "tools" / "setup.sh")],
         env={**os.environ, "VENV": str(venv)},

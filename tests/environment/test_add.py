@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.venvs import UV
 from snakeddp.environment.lock import read_lock
-from tests.checkout import UV, copy_of_this_checkout, hint_lines, typed, with_core_venv
+from tests.checkout import copy_of_this_checkout, hint_lines, typed, with_core_venv
 from tests.helpers import tiny_with
 
 pytestmark = pytest.mark.e2e

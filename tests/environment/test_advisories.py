@@ -10,9 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from bench.venvs import UV
 from snakeddp.environment import advisories
 from snakeddp.errors import LockError
-from tests.checkout import UV
 from tests.helpers import REPO, subprocess_env
 
 DENIED = advisories.load()

@@ -1,0 +1,45 @@
+"""A venv of the core lock as `make run`'s set-up installs it, in seconds instead of its minute of bytecode
+compiling: uv links the locked packages from its cache, and the bytecode of the venv running this (the dev venv,
+which holds every core package at the same version, compiled by its own set-up) is linked beside them. The same
+files, so they are valid; Python and uv replace a .pyc rather than write into it, so the running venv is never
+touched. bench's tutorial workload runs in one, and the tests' checkouts that type `tools/add.sh` and `make setup`
+(tests.checkout.with_core_venv)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp" / "uv-0.13.8" / "bin" / "uv"
+SITE = "lib/python3.11/site-packages"
+
+
+def linked_core_venv(venv: Path, checkout: Path) -> Path:
+    """``venv`` with ``checkout``'s core lock installed (every file's hash checked, the lock recorded as what the
+    venv was verified against, as tools/setup.sh records it), its bytecode linked from this interpreter's venv."""
+    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
+    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
+    # As tools/setup.sh installs it: the find-links torch by its file's URL, its hash still checked.
+    hashed = subprocess.run(
+        ["bash", "-c", "source tools/progress.sh; source tools/uv.sh; hashed_requirements envs/requirements.lock"],
+        cwd=checkout,
+        env=uv,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (venv / ".snakeddp-requirements").write_text(hashed.stdout)
+    subprocess.run([UV, "pip", "sync", "--quiet", "--require-hashes", "--python", venv / "bin/python",
+                    venv / ".snakeddp-requirements"], check=True, env=uv)  # fmt: skip
+    shutil.copy(checkout / "envs/requirements.lock", venv / ".snakeddp-verified")
+    ours = Path(sys.prefix) / SITE
+    for cache in ours.rglob("__pycache__"):
+        target = venv / SITE / cache.relative_to(ours)
+        if target.parent.is_dir() and not target.exists():
+            target.mkdir()
+            for pyc in cache.iterdir():
+                os.link(pyc, target / pyc.name)
+    return venv
