@@ -30,7 +30,7 @@ hashed_requirements() {
         dir=${dir#file://}
         for wheel in "$dir"/*.whl; do
             [[ -f $wheel ]] || continue
-            digest=$(sha256sum "$wheel" | cut -d' ' -f1)
+            digest=$(wheel_digest "$wheel")
             grep -q "sha256:$digest" "$@" || continue
             name=$(basename "$wheel")
             name=${name%%-*}
@@ -41,4 +41,17 @@ hashed_requirements() {
         /^[A-Za-z0-9]/ { name = tolower($0); sub(/==.*/, "", name); gsub(/[-.]/, "_", name); dropped = index(skip, " " name " ") > 0 }
         !dropped' "$@"
     ((${#by_url[@]} == 0)) || printf '%s\n' "${by_url[@]}"
+}
+# A find-links wheel's sha256, kept beside uv by its path, size and modification time: torch's CPU wheel is 190 MB,
+# 0.6 s of CPU to hash, and every set-up, lock and test checkout hashed it again. A kept digest only picks the
+# file's URL: uv still checks the file against the lock's hash as it installs it.
+wheel_digest() {
+    local wheel=$1 kept="$uv_home/find-links.sha256" key digest
+    key="$(stat -c '%s %.9Y' "$wheel") $wheel"
+    digest=$(awk -v key="$key" 'substr($0, 66) == key { print substr($0, 1, 64); exit }' "$kept" 2>/dev/null)
+    if [[ -z $digest ]]; then
+        digest=$(sha256sum "$wheel" | cut -d' ' -f1)
+        echo "$digest $key" >> "$kept" 2>/dev/null || true
+    fi
+    echo "$digest"
 }
