@@ -13,10 +13,10 @@ from snakeddp.util import handoff
 
 DATA = ("numpy", "snakeddp.data.generate", "blake3")
 ENVIRONMENT = ("snakeddp.environment.capture",)
-#: adlfs, gcsfs and s3fs: Lightning imports them in every trainer.fit (its cloud_io checks whether a
-#: checkpoint path is object storage), 0.4-0.8 s of each run's set-up here; tabulate: torch's dynamo
-#: imports it at every exit of a process that imported torch (its compile-time summary), 20 ms a job.
-TRAINING = ("torch", "lightning", "adlfs", "gcsfs", "s3fs", "tabulate", "snakeddp.train")
+#: tabulate: torch's dynamo imports it at every exit of a process that imported torch (its compile-time
+#: summary), 20 ms a job. (Not adlfs, gcsfs and s3fs: Lightning asks for them only of a checkpoint path in object
+#: storage, snakeddp.compat.lightning.)
+TRAINING = ("torch", "lightning", "tabulate", "snakeddp.train")
 TABLE = ("snakeddp.data.table",)
 #: matplotlib, jinja2 and the crate's modules: 0.46 s of the report job's start.
 REPORT = ("snakeddp.report.job",)
@@ -39,8 +39,8 @@ BY_RULE = {
 #: workflow's first jobs (run configs, environment records, data) run while it imports what training needs.
 ALL = (*handoff.ENTRY_POINTS, *DATA, *ENVIRONMENT, *TRAINING, *REPORT, *TABLE)
 #: Imported where installed: one that fails to import is left to the jobs, which meet the same failure
-#: as a fresh process (Lightning skips the file systems; the report's environment has no blake3).
-OPTIONAL = frozenset({"blake3", "adlfs", "gcsfs", "s3fs", "tabulate"})
+#: as a fresh process (the report's environment has no blake3).
+OPTIONAL = frozenset({"blake3", "tabulate"})
 #: What takes seconds to import: the heavy warm process imports it (snakeddp.warm.heavy), so that the
 #: jobs that do not need it (data, records, run configs) are never held up by its import.
 SLOW = frozenset({*TRAINING, *REPORT})
