@@ -156,6 +156,20 @@ def test_requirement_closure_evaluates_markers_and_extras(tmp_path):
     assert requirement_closure(["app"], present, [str(site)]) == {"app", "lib", "base", "speedup"}
 
 
+def test_a_closure_read_again_after_an_install_or_a_removal_sees_it(tmp_path):
+    """The requirements are read once per listing of the directories: a distribution installed or removed since
+    is seen by the next closure in the same process."""
+    site = tmp_path / "site-packages"
+    _dist(site, "app", "1.0", ["lib"])
+    _dist(site, "lib", "1.0", [])
+    assert requirement_closure(["app"], installed([str(site)]), [str(site)]) == {"app", "lib"}
+    for info in site.glob("lib-1.0.dist-info"):
+        subprocess.run(["rm", "-r", info], check=True)
+    _dist(site, "lib", "2.0", ["base"])
+    _dist(site, "base", "1.0", [])
+    assert requirement_closure(["app"], installed([str(site)]), [str(site)]) == {"app", "lib", "base"}
+
+
 def test_the_torch_build_brings_its_own_runtime_wheels(tmp_path):
     """A CUDA build's nvidia wheels are not in the lock, yet belong to the locked torch."""
     site = tmp_path / "site-packages"
