@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from snakeddp.util.words import listed
+
 
 @dataclass(frozen=True)
 class Store:
@@ -141,5 +143,4 @@ def store_of(scheme: str) -> Store | None:
 
 def supported() -> str:
     """The schemes snakeddp reads, for HINTs: "az://, abfs://, abfss://, s3://, gs:// or gcs://"."""
-    names = [f"{scheme}://" for store in STORES for scheme in store.schemes]
-    return ", ".join(names[:-1]) + " or " + names[-1]
+    return listed((f"{scheme}://" for store in STORES for scheme in store.schemes), "or")

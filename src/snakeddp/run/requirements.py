@@ -7,9 +7,9 @@ builds the strategy and the trackers.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable
 
 from snakeddp.errors import PrecisionError, StrategyError, TrackerError, add_hint
+from snakeddp.util.words import listed
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed")
 # The package each tracker needs, only when enabled: the module it imports, and the distribution that installs
@@ -85,13 +85,7 @@ def require_trackers(keys: list[str]) -> None:
             f"environment. {add_hint(distributions, 'train')}; or set tracking.{key}.enabled: false."
         )
     raise TrackerError(
-        f"{joined(f'tracking.{key}.enabled' for key in missing)} are true but the {joined(packages)} packages are "
+        f"{listed(f'tracking.{key}.enabled' for key in missing)} are true but the {listed(packages)} packages are "
         f"not installed in the training environment. {add_hint(distributions, 'train')}; or set each of them to "
         "false."
     )
-
-
-def joined(names: Iterable[str]) -> str:
-    """``a, b and c``."""
-    names = list(names)
-    return ", ".join(names[:-1]) + f" and {names[-1]}"
