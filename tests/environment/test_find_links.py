@@ -17,11 +17,11 @@ WHEEL = "demo-1.0-py3-none-any.whl"
 
 def hashed(tmp_path: Path, links: Path, lock: Path) -> list[str]:
     # uv.sh's uv, under a tools directory of this test's own (where the digests are kept).
-    tools = tmp_path / "tools"
-    (tools / "uv-0.13.8" / "bin").mkdir(parents=True, exist_ok=True)
-    if not (tools / "uv-0.13.8" / "bin" / "uv").exists():
-        (tools / "uv-0.13.8" / "bin" / "uv").symlink_to(UV)
-    env = {**os.environ, "SNAKEDDP_TOOLS": str(tools), "UV_FIND_LINKS": str(links)}
+    linked = tmp_path / "tools" / UV.relative_to(UV.parents[2])  # tools/uv-<version>/bin/uv
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    if not linked.exists():
+        linked.symlink_to(UV)
+    env = {**os.environ, "SNAKEDDP_TOOLS": str(tmp_path / "tools"), "UV_FIND_LINKS": str(links)}
     script = f"source tools/progress.sh; source tools/uv.sh; hashed_requirements {lock}"
     done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
@@ -38,7 +38,7 @@ def test_a_find_links_wheel_is_hashed_once_and_again_when_it_changes(tmp_path):
     by_url = f"demo @ file://{wheel} --hash=sha256:{digest}"
 
     assert hashed(tmp_path, links, lock) == ["other==2.0 \\", f"    --hash=sha256:{'0' * 64}", by_url]
-    kept = tmp_path / "tools" / "uv-0.13.8" / "find-links.sha256"
+    kept = tmp_path / "tools" / UV.parents[1].name / "find-links.sha256"
     assert kept.read_text().split()[0] == digest
     # Kept: the next call reads the kept digest, not the wheel (a kept digest made up here, which the lock also
     # lists, is the one the wheel's URL is given with).
