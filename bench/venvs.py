@@ -17,10 +17,16 @@ UV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "snakeddp"
 SITE = "lib/python3.11/site-packages"
 
 
+def uv_environment() -> dict[str, str]:
+    """This environment with pip's find-links given to uv, which does not read pip's config (a machine's own
+    wheels, this one's CPU torch, stay usable), as tools/uv.sh does."""
+    return {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
+
+
 def linked_core_venv(venv: Path, checkout: Path) -> Path:
     """``venv`` with ``checkout``'s core lock installed (every file's hash checked, the lock recorded as what the
     venv was verified against, as tools/setup.sh records it), its bytecode linked from this interpreter's venv."""
-    uv = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
+    uv = uv_environment()
     subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
     # As tools/setup.sh installs it: the find-links torch by its file's URL, its hash still checked.
     hashed = subprocess.run(

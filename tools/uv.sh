@@ -43,7 +43,7 @@ hashed_requirements() {
     ((${#by_url[@]} == 0)) || printf '%s\n' "${by_url[@]}"
 }
 # A find-links wheel's sha256, kept beside uv by its path, size and modification time: torch's CPU wheel is 190 MB,
-# 0.6 s of CPU to hash, and every set-up, lock and test checkout hashed it again. A kept digest only picks the
+# 1.2 s of CPU to hash, and every set-up, lock and test checkout hashed it again. A kept digest only picks the
 # file's URL: uv still checks the file against the lock's hash as it installs it.
 wheel_digest() {
     local wheel=$1 kept="$uv_home/find-links.sha256" key digest

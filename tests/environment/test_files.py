@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.venvs import UV
+from bench.venvs import UV, uv_environment
 from snakeddp.environment import files as envfiles
 from snakeddp.environment.builds import BUILDS
 from snakeddp.environment.lock import read_lock
@@ -211,9 +210,8 @@ def _stage_venv(tmp_path: Path, stage: str) -> Path:
     document = yaml.safe_load((ENVS / f"{stage}.yaml").read_text())
     requirements = tmp_path / f"{stage}.txt"
     requirements.write_text("\n".join(document["dependencies"][-1]["pip"]) + "\n")
-    env = {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
     install = [UV, "pip", "install", "--quiet", "--no-deps", "--python", venv / "bin" / "python", "-r", requirements]
-    subprocess.run(install, check=True, timeout=600, env=env)
+    subprocess.run(install, check=True, timeout=600, env=uv_environment())
     return venv
 
 
