@@ -23,11 +23,13 @@ def uv_environment() -> dict[str, str]:
     return {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
 
 
-def linked_core_venv(venv: Path, checkout: Path) -> Path:
+def linked_core_venv(venv: Path, checkout: Path, python: str | None = None) -> Path:
     """``venv`` with ``checkout``'s core lock installed (every file's hash checked, the lock recorded as what the
-    venv was verified against, as tools/setup.sh records it), its bytecode linked from this interpreter's venv."""
+    venv was verified against, as tools/setup.sh records it), its bytecode linked from this interpreter's venv;
+    ``python``: the interpreter it is made from (uv's choice, as tools/setup.sh's python3, when None)."""
     uv = uv_environment()
-    subprocess.run([UV, "venv", "--quiet", "--seed", venv], check=True, env=uv)
+    interpreter = ["--python", python] if python else []
+    subprocess.run([UV, "venv", "--quiet", "--seed", *interpreter, venv], check=True, env=uv)
     # As tools/setup.sh installs it: the find-links torch by its file's URL, its hash still checked.
     hashed = subprocess.run(
         ["bash", "-c", "source tools/progress.sh; source tools/uv.sh; hashed_requirements envs/requirements.lock"],

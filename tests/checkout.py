@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,10 +15,10 @@ from pathlib import Path
 import yaml
 
 from bench.venvs import linked_core_venv
+from tests import workflow_venv
 from tests.helpers import REPO, subprocess_env
 
 LINKED = ("Snakefile", "rules", "src", "envs", "profiles", "scripts", "report")
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 
 def copy_of_this_checkout(root: Path) -> Path:
@@ -78,7 +77,7 @@ class Checkout:
     ) -> subprocess.CompletedProcess:
         """`snakemake ARGS` typed in the checkout's root (or ``cwd``), output as one string; ``wrap``: what runs
         it instead (tests.gpu_standin's namespace)."""
-        command = [SNAKEMAKE, *args]
+        command = [str(workflow_venv.snakemake()), *args]
         return subprocess.run(
             wrap(command) if wrap else command,
             cwd=cwd or self.root,
@@ -102,8 +101,8 @@ def local_run_past_first_checkpoint(checkout: Path, log: Path, timeout: float = 
     run_dir = checkout / "results/runs/base"
     with open(log, "w") as run_log:
         typed = subprocess.Popen(
-            [SNAKEMAKE, "--profile", "profiles/local"], cwd=checkout, env=subprocess_env(), stdout=run_log,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            [workflow_venv.snakemake(), "--profile", "profiles/local"], cwd=checkout, env=subprocess_env(),
+            stdout=run_log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + timeout
     while not (run_dir / "checkpoints/last.ckpt").is_file():

@@ -8,7 +8,6 @@ import resource
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +17,7 @@ import pytest
 from snakeddp.run.variables import WARM_START
 from snakeddp.util import handoff
 from tests import mlflow_server as mlflow_server_module
+from tests import workflow_venv
 from tests.gpu_standin import Checks
 from tests.helpers import (
     CONFIG_SECRET,
@@ -159,6 +159,21 @@ def cold_unless_e2e(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPa
         monkeypatch.setenv(WARM_START, "0")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def workflow_venv_of_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A module marked dev_venv builds its fixtures' workflows in the dev venv; every other one in the core venv
+    (tests.workflow_venv)."""
+    with workflow_venv.dev(request.node.get_closest_marker("dev_venv") is not None):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def workflow_venv_of_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked dev_venv (or in a module or class that is) runs its workflows in the dev venv."""
+    with workflow_venv.dev(request.node.get_closest_marker("dev_venv") is not None):
+        yield
+
+
 class KeptWarm(NamedTuple):
     socket: str  # what its export line names
     log: Path  # what it said (the jobs it declined)
@@ -174,7 +189,7 @@ def kept_warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarm]:
     log = tmp_path_factory.mktemp("kept-warm") / "snakeddp-warm.log"
     with log.open("w") as stderr:
         warm = subprocess.Popen(
-            [str(Path(sys.executable).parent / "snakeddp"), "warm"],
+            [str(workflow_venv.bin_dir() / "snakeddp"), "warm"],  # the workflows' venv: it forks their jobs
             cwd=REPO,  # where the tests' Snakefile is
             env=subprocess_env(),
             stdin=subprocess.DEVNULL,

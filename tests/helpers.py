@@ -34,6 +34,7 @@ from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
 from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
+from tests import workflow_venv
 
 TINY = {
     "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
@@ -257,6 +258,10 @@ class Workflow(WorkflowDir):
 
     #: The environment every run of this directory gets unless a test gives another (subprocess_env()'s when None).
     env: dict | None = None
+
+    def command(self, *args: str) -> list[str]:
+        """The snakemake command, in the venv the test runs its workflows in (tests.workflow_venv)."""
+        return [str(workflow_venv.python()), *super().command(*args)[1:]]
 
     def run(
         self,

@@ -14,6 +14,8 @@ import yaml
 from snakeddp.data.partitions import load_manifest, read_partition
 from tests.helpers import REPO, Workflow, subprocess_env
 
+pytestmark = pytest.mark.dev_venv  # the example's trackers
+
 
 def checkout_with_table(tmp):
     """The example's files, the default config and the example's CSV, as a user has them in a checkout."""

@@ -15,7 +15,8 @@ import yaml
 from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, TINY, subprocess_env
 
-pytestmark = pytest.mark.e2e
+# Every profile: the azureml, spark and databricks ones with their SDKs.
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]
 NAMES = ("local", "slurm", "azureml", "spark", "databricks")
 
 

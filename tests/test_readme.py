@@ -92,6 +92,7 @@ def test_where_the_code_lives_is_the_tree():
 
 
 @pytest.mark.e2e
+@pytest.mark.dev_venv  # its examples turn a tracker on
 def test_the_readme_config_examples_plan_what_it_says(tmp_path):
     """`--profile local` is the set-up's link to profiles/local; here it is typed as the path."""
     checkout = Checkout(tmp_path)

@@ -25,7 +25,10 @@ from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
 from tests.azureml.plans import build_plan
 from tests.helpers import TINY, Workflow, make_run, subprocess_env
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning"),
+    pytest.mark.dev_venv,  # the azureml profile imports the AzureML SDK
+]
 WORKSPACE = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
 
 

@@ -31,6 +31,8 @@ from tests.storage_checks import (
     upload_folder,
 )
 
+pytestmark = pytest.mark.dev_venv  # deltalake, and adlfs for Azurite
+
 CONTAINER = "lake"
 
 

@@ -27,6 +27,8 @@ from tests.storage_checks import (
     parquet,
 )
 
+pytestmark = pytest.mark.dev_venv  # gcsfs
+
 BUCKET = "tables"
 CREDENTIALS_HINT = (
     "HINT: set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file, or run `gcloud auth "

@@ -22,6 +22,8 @@ from tests.storage_checks import (
     parquet,
 )
 
+pytestmark = pytest.mark.dev_venv  # s3fs, and an mlflow server
+
 BUCKET = "tables"
 
 

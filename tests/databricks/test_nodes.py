@@ -13,6 +13,8 @@ from snakeddp.databricks import DatabricksError, nodes
 from tests.databricks.test_submit import CONFIG, TOKEN, user_env
 from tests.helpers import Workflow
 
+pytestmark = pytest.mark.dev_venv  # the databricks profile imports databricks-sdk
+
 GPU_RUNTIME = "16.4.x-gpu-ml-scala2.12"
 
 

@@ -20,6 +20,8 @@ from tests.databricks.test_submit import TOKEN, user_env
 from tests.databricks_server import DatabricksStub, Runner
 from tests.helpers import TINY, Workflow
 
+pytestmark = pytest.mark.dev_venv  # the databricks profile imports databricks-sdk
+
 CPU = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
 GPU = {"spark_version": "16.4.x-gpu-ml-scala2.12", "node_type_id": "Standard_NC24ads_A100_v4"}
 

@@ -37,7 +37,7 @@ from tests.helpers import (
 )
 from tests.platforms.conformance import Conformance, Finished
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # the databricks profile imports databricks-sdk
 
 STAGE = "/Volumes/main/ml/snakeddp"
 TOKEN = "dapi-5e1c7a-stub-token-0f3b"

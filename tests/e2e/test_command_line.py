@@ -54,6 +54,7 @@ def test_nested_overrides_reach_run_yaml_with_the_schema_types(overridden, secti
     assert all(type(written[key]) is type(value) for key, value in expected.items())
 
 
+@pytest.mark.dev_venv  # a tensorboard tracker
 def test_sweep_and_tracking_overrides_plan_the_runs_they_ask_for(checkout):
     done = checkout.snakemake(
         "--profile", "profiles/local", "-n", "-p",  # -p: the profiles no longer print shell commands

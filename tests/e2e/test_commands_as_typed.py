@@ -7,19 +7,18 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import workflow_venv
 from tests.checkout import copy_of_this_checkout
 from tests.helpers import TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 # Two runs, one of which needs 2 cores: more than a dry run's 1. One epoch: no test here looks at training's
 # progress, only at what each command says of the finished runs.
 CONFIG = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "sweep": {"launch.devices": [1, 2]}}
@@ -38,7 +37,7 @@ def typed(root: Path, command: str) -> subprocess.CompletedProcess:
     argv = shlex.split(command)
     assert argv[0] == "snakemake"
     return subprocess.run(
-        [SNAKEMAKE, *argv[1:]],
+        [workflow_venv.snakemake(), *argv[1:]],
         cwd=root,
         env=subprocess_env(),
         stdout=subprocess.PIPE,

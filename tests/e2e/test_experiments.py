@@ -7,18 +7,16 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import workflow_venv
 from tests.checkout import Checkout
 from tests.helpers import REPO, TINY, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
-SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
 LRS = [0.01, 0.003]
 MY_SWEEP = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "sweep": {"model.lr": LRS, "seed": [1, 2]}}
 RUN_IDS = ["lr-0.01_seed-1", "lr-0.01_seed-2", "lr-0.003_seed-1", "lr-0.003_seed-2"]
@@ -54,7 +52,12 @@ def project(tmp_path_factory: pytest.TempPathFactory):
 
 def snakeddp(project: Checkout, *args: str) -> str:
     done = subprocess.run(
-        [SNAKEDDP, *args], cwd=project.root, env=project.env, capture_output=True, text=True, check=False
+        [workflow_venv.snakeddp(), *args],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

@@ -12,7 +12,7 @@ import pytest
 from tests.gpu_standin import StandIn
 from tests.helpers import TINY, Workflow, subprocess_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # the GPU stand-in covers the dev venv's torch
 
 # The default config's shape (a run of one rank and one of two, launch.accelerator auto), tiny.
 SWEEP = {**TINY, "launch": {**TINY["launch"], "accelerator": "auto"}, "sweep": {"launch.devices": [1, 2]}}

@@ -3,23 +3,25 @@
 import copy
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests import workflow_venv
 from tests.helpers import subprocess_env
 from tests.report.test_crate import validate, validator_cache  # noqa: F401 (the roc-validator fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
-SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
-
 
 def snakeddp(flow, *args):
     """The `snakeddp` command as a user types it, from the workflow's directory."""
     done = subprocess.run(
-        [SNAKEDDP, *args], cwd=flow.directory, env=subprocess_env(), capture_output=True, text=True, check=False
+        [workflow_venv.snakeddp(), *args],
+        cwd=flow.directory,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

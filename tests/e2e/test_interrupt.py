@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkout import SNAKEMAKE, Checkout, local_run_past_first_checkpoint
+from tests import workflow_venv
+from tests.checkout import Checkout, local_run_past_first_checkpoint
 from tests.helpers import left_running, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +57,7 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     # lines would overwrite Snakemake's (snakeddp.util.terminal).
     with open(tmp_path / "run.log", "w") as run_log:
         typed = subprocess.Popen(
-            [SNAKEMAKE, "--profile", "profiles/local"],
+            [workflow_venv.snakemake(), "--profile", "profiles/local"],
             cwd=tmp_path,
             env=subprocess_env(),
             stdout=run_log,

@@ -85,6 +85,7 @@ def test_what_the_cpu_cannot_train_as_asked_is_told_as_auto_decided_it(checkout,
     assert "launch.accelerator: gpu asks for 1 GPU (launch.devices), and this machine shows no GPU" in told, told
 
 
+@pytest.mark.dev_venv  # a GPU stand-in covers the dev venv's torch
 def test_deepspeed_without_its_package_is_refused_and_fsdp_on_gpus_goes_through(checkout, tmp_path_factory):
     gpu = "launch={accelerator: gpu}"
     standin = StandIn(tmp_path_factory.mktemp("gpus"), count=2)  # one for each rank of devices-2
@@ -167,6 +168,7 @@ def azureml_section(checkout: Checkout, **section) -> None:
     checkout.write_config({**config, "azureml": section} if section else config)
 
 
+@pytest.mark.dev_venv  # the azureml profile plans with its SDK
 def test_azureml_profile_needs_its_section_a_workspace_and_the_sdk(checkout, tmp_path):
     azureml_section(checkout)
     refused(checkout, checkout.snakemake(*AZUREML), "the azureml profile needs an azureml: section", "HINT: copy")
@@ -227,6 +229,7 @@ def test_a_model_target_is_imported_once_per_module_content(checkout):
     refused(checkout, checkout.snakemake(*LOCAL, "--config", target), "is not a subclass of lightning.pytorch")
 
 
+@pytest.mark.dev_venv  # an mlflow tracker
 def test_an_unreachable_mlflow_server_stops_the_run_before_any_job_in_seconds(checkout):
     """MLflow's client retried for 4 min 22 s and ended in a traceback; the workflow now asks first."""
     closed = f"http://carol:mlflow-pw-4e1b@127.0.0.1:{free_port()}"

@@ -11,16 +11,15 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
 
 from bench.benchmarks import search as bench_search
 from snakeddp.run.layout import RunPaths
+from tests import workflow_venv
 from tests.helpers import TINY, Workflow, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
@@ -36,7 +35,6 @@ SEARCH = {
     "search": {"method": "successive_halving", "eta": 3, "min_epochs": 1},
 }
 # The terminal's line for each epoch a process trained (training/progress.py).
-SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
 EPOCH_LINE = re.compile(r"^(\S+): epoch (\d+)/(\d+) ", re.MULTILINE)
 
 
@@ -92,7 +90,7 @@ def test_the_search_trains_a_third_of_the_grid_and_a_rerun_is_nothing_to_do(sear
     assert bench_search.best_configuration(searched.directory) == winner(searched)
     assert bench_search.fit_seconds(searched.directory) > 0
     listed = subprocess.run(
-        [SNAKEDDP, "runs", "--configfile", "config.yaml"],
+        [workflow_venv.snakeddp(), "runs", "--configfile", "config.yaml"],
         cwd=searched.directory,
         env=subprocess_env(),
         capture_output=True,

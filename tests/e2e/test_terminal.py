@@ -9,21 +9,25 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import workflow_venv
 from tests.checkout import copy_of_this_checkout
 from tests.helpers import REPO, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
-SNAKEMAKE = shlex.quote(str(Path(sys.executable).parent / "snakemake"))
 RUNS = ("devices-1", "devices-2")
 EPOCH = re.compile(r"(devices-\d): epoch (\d+)/(\d+)  partition \d+  train_loss .* ETA \S+")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 README = REPO / "README.md"
+
+
+def snakemake() -> str:
+    """`snakemake` as the shell finds it in a user's activated venv: the test's (tests.workflow_venv)."""
+    return shlex.quote(str(workflow_venv.snakemake()))
 
 
 def typed(root: Path, command: str) -> str:
@@ -57,7 +61,7 @@ def ends_with_the_report(root: Path, lines: list[str], verbose: bool = False) ->
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = copy_of_this_checkout(tmp_path_factory.mktemp("checkout"))
-    typed(root, f"{SNAKEMAKE} --profile profiles/local > run.log 2>&1")
+    typed(root, f"{snakemake()} --profile profiles/local > run.log 2>&1")
     return root
 
 
@@ -95,7 +99,7 @@ def test_the_readmes_example_output_is_what_the_default_run_prints(checkout):
 
 def more_epochs(epochs_now: int) -> str:
     """Raising max_epochs continues both finished runs: one epoch line each, then the report."""
-    return f"{SNAKEMAKE} --profile profiles/local --config 'trainer={{max_epochs: {epochs_now}}}'"
+    return f"{snakemake()} --profile profiles/local --config 'trainer={{max_epochs: {epochs_now}}}'"
 
 
 def test_a_file_appended_to_under_nohup_keeps_its_lines_and_quiet_rules_leaves_only_progress(checkout):

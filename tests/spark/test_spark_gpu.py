@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import TINY, Workflow, subprocess_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # the spark profile's driver imports pyspark
 
 GPU_RUN = {
     **TINY,

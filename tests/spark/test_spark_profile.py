@@ -20,7 +20,7 @@ from scripts.spark_cluster import Cluster, executors
 from tests.helpers import SPARK_CONF_SECRETS, TINY, Workflow, subprocess_env
 from tests.platforms.conformance import Conformance, Finished
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # the spark profile's driver imports pyspark
 
 TWO_RANKS = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 2}, "launch": {**TINY["launch"], "devices": 2}}
 

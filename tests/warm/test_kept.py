@@ -21,10 +21,10 @@ import pytest
 from snakeddp.util import handoff
 from snakeddp.warm import kept
 from snakeddp.warm.admission import startup_env
+from tests import workflow_venv
 from tests.helpers import REPO, TINY, Workflow, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
-SNAKEDDP = str(Path(sys.executable).parent / "snakeddp")
 
 
 def trained(tmp_path: Path, **env: str) -> tuple[dict, str]:
@@ -65,14 +65,16 @@ def test_jobs_start_cold_with_warm_starts_off_though_a_kept_process_is_named(tmp
 
 def test_outside_a_checkout_it_refuses_in_one_line_and_in_the_checkouts_root_it_keeps_one(tmp_path):
     env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}
-    refused = subprocess.run([SNAKEDDP, "warm"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [workflow_venv.snakeddp(), "warm"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
     (line,) = refused.stderr.splitlines()
     assert (
         line.startswith("snakeddp warm: no Snakefile in") and "HINT: run snakeddp warm in the checkout's root" in line
     )
     # As the HINT says: in the checkout's root, it prints the export line and keeps its process until Ctrl-C.
-    kept = subprocess.Popen([SNAKEDDP, "warm"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    kept = subprocess.Popen([workflow_venv.snakeddp(), "warm"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
     try:
         export = kept.stdout.readline() if kept.stdout else ""
         assert export.startswith(f"export {handoff.SOCKET}="), export
