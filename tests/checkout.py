@@ -61,6 +61,8 @@ class Checkout:
         self.root = root
         for name in LINKED:
             (root / name).symlink_to(REPO / name)
+        #: `snakemake` of the venv it runs in, the test's when it is made (tests.workflow_venv).
+        self.snakemake_command = workflow_venv.snakemake()
         (root / "config").mkdir()
         shutil.copy(REPO / "config" / "config.yaml", root / "config" / "config.yaml")
         shutil.copy(REPO / "config" / "schema.yaml", root / "config" / "schema.yaml")
@@ -77,7 +79,7 @@ class Checkout:
     ) -> subprocess.CompletedProcess:
         """`snakemake ARGS` typed in the checkout's root (or ``cwd``), output as one string; ``wrap``: what runs
         it instead (tests.gpu_standin's namespace)."""
-        command = [str(workflow_venv.snakemake()), *args]
+        command = [str(self.snakemake_command), *args]
         return subprocess.run(
             wrap(command) if wrap else command,
             cwd=cwd or self.root,

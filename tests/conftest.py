@@ -225,8 +225,9 @@ def tiny_config() -> dict:
 def sweep_workflow(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     """The whole pipeline (data, two DDP runs of world size 1 and 2, report) run once for all tests
     that only read its results, with secret-looking variables set in its environment and a
-    credential in its config."""
-    flow = Workflow(tmp_path_factory.mktemp("sweep"))
+    credential in its config. In the dev venv: tests verify its runs in this process."""
+    with workflow_venv.dev(True):
+        flow = Workflow(tmp_path_factory.mktemp("sweep"))
     flow.write_config({**SWEEP, **CONFIG_SECRET})
     # The credentials stay exported for every later invocation, as in the user's shell: a value known to be
     # secret only from the environment (spark.app.owner repeats MY_TOKEN) is masked where it is set.

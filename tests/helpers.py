@@ -259,9 +259,14 @@ class Workflow(WorkflowDir):
     #: The environment every run of this directory gets unless a test gives another (subprocess_env()'s when None).
     env: dict | None = None
 
+    def __init__(self, directory: Path, profile: str = "local", checkout: Path = REPO) -> None:
+        super().__init__(directory, profile, checkout)
+        #: The bin/ of the venv it runs in, the test's when it is made (tests.workflow_venv): a state a fixture
+        #: built runs, and is verified, in the venv it was built in, whichever test reads it.
+        self.bin = workflow_venv.bin_dir()
+
     def command(self, *args: str) -> list[str]:
-        """The snakemake command, in the venv the test runs its workflows in (tests.workflow_venv)."""
-        return [str(workflow_venv.python()), *super().command(*args)[1:]]
+        return [str(self.bin / "python"), *super().command(*args)[1:]]
 
     def run(
         self,
@@ -319,7 +324,7 @@ def copy_of(flow: Workflow, directory: Path) -> Workflow:
     are keyed by paths relative to the directory, so a copy of a finished pipeline is "Nothing to be done"."""
     shutil.copytree(flow.directory, directory, symlinks=True)
     copied = Workflow(directory, flow.profile.name)
-    copied.env = flow.env
+    copied.env, copied.bin = flow.env, flow.bin
     return copied
 
 

@@ -19,7 +19,6 @@ from snakeddp.report import figures
 from snakeddp.report.table import varying_params
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runs import find_runs
-from tests import workflow_venv
 from tests.chromium import chromium, console_errors
 from tests.helpers import Workflow, subprocess_env
 
@@ -48,7 +47,7 @@ def user_workflow(directory: Path, config: dict) -> Workflow:
 
 def verify(flow: Workflow, run: str) -> str:
     done = subprocess.run(
-        [workflow_venv.snakeddp(), "--results", str(flow.directory / "results"), "verify", run],
+        [flow.bin / "snakeddp", "--results", str(flow.directory / "results"), "verify", run],
         capture_output=True, text=True, env=subprocess_env(), check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

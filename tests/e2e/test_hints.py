@@ -20,7 +20,6 @@ from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
 from snakeddp.run.attempt import hold_attempt_lock
 from snakeddp.util import handoff
-from tests import workflow_venv
 from tests.helpers import TINY, Workflow, assert_valid_provenance, copy_of, subprocess_env, tiny_with
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
@@ -241,7 +240,7 @@ def test_an_attempt_of_another_config_is_moved_to_attempts_by_the_launcher_as_hi
 
 
 def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
-    argv = [str(workflow_venv.snakeddp()), "verify", "base", "--results", str(flow.directory / "results")]
+    argv = [str(flow.bin / "snakeddp"), "verify", "base", "--results", str(flow.directory / "results")]
     return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 

@@ -13,7 +13,8 @@ from snakeddp.provenance.verify import verify_run
 from snakeddp.run.runs import load_run
 from tests.helpers import Workflow, subprocess_env
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
+# dev_venv: its runs are verified in this process.
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv, pytest.mark.usefixtures("kept_warm")]
 
 RUN = "results/runs/base"
 

@@ -23,6 +23,8 @@ from bench import digits
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import ingest
 
+pytestmark = pytest.mark.dev_venv  # the spark profile's driver imports pyspark
+
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
