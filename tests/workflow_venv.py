@@ -13,7 +13,8 @@ puts the interpreter Snakemake runs under first on PATH).
 A test whose jobs import an optional package (a tracker, an object store's file system, deltalake, pyspark,
 the AzureML SDK) is marked ``pytest.mark.dev_venv``, as a user runs after `tools/add.sh`: its commands run
 in the dev venv. A module's mark applies to its module fixtures too; a test's, to what the test itself runs
-(tests/conftest.py: ``workflow_venv_of_module``, ``workflow_venv_of_test``).
+(tests/conftest.py: ``workflow_venv_of_module``, ``workflow_venv_of_test``). A ``Workflow`` or checkout keeps
+the venv current when it was made, so a state a fixture built is run, and verified, in the venv that built it.
 """
 
 from __future__ import annotations
