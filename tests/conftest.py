@@ -189,7 +189,7 @@ def kept_warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarm]:
     log = tmp_path_factory.mktemp("kept-warm") / "snakeddp-warm.log"
     with log.open("w") as stderr:
         warm = subprocess.Popen(
-            [str(workflow_venv.bin_dir() / "snakeddp"), "warm"],  # the workflows' venv: it forks their jobs
+            [str(workflow_venv.snakeddp()), "warm"],  # the workflows' venv: it forks their jobs
             cwd=REPO,  # where the tests' Snakefile is
             env=subprocess_env(),
             stdin=subprocess.DEVNULL,
