@@ -51,10 +51,15 @@ def wait_recorded(directory, ranks=2, timeout=60):
         time.sleep(0.05)
 
 
-def test_a_forked_rank_observes_what_a_fresh_process_observes(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_forked_rank_observes_what_a_fresh_process_observes(tmp_path, sigint):
     """argv, environment (thread settings, CUDA_VISIBLE_DEVICES, SNAKEDDP_*), working directory,
     umask, resource limits, stdio, session, parent-death signal, signal handlers and mask, thread
-    pool sizes, Lightning's rank and a numpy stream of its own: the same warm as cold."""
+    pool sizes, Lightning's rank and a numpy stream of its own: the same warm as cold. Also where the
+    launch inherits SIGINT ignored (nohup, a script's `&`): the supervisor handles it, so a cold rank's
+    exec resets it."""
+    if sigint == "ignored":  # inherited by the launch this test starts (conftest restores it afterwards)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     seen = {}
     for fork in (True, False):
         ranks, log = tmp_path / "ranks", tmp_path / "job.log"  # the same paths both times: argv and stdio agree

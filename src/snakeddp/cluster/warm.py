@@ -66,9 +66,11 @@ class Warm:
     def __init__(self, command: Sequence[str]) -> None:
         self.command = list(command)
         self.module = entry_module(command)
-        # What a fresh interpreter has for the signals the supervisor handles itself (made before it
-        # installs its own): each child gets these back.
-        self.handlers = {signum: signal.getsignal(signum) for signum in FORWARDED}
+        # What a fresh interpreter has for the signals the supervisor handles itself: each child gets these back.
+        # A cold rank is exec'd by the supervisor, which handles them, and exec resets a handled signal to its
+        # default: SIG_DFL, and Python's KeyboardInterrupt for SIGINT, whatever the supervisor inherited
+        # (SIG_IGN for SIGINT under nohup or a script's `&`).
+        self.handlers = {signum: signal.SIG_DFL for signum in FORWARDED} | {signal.SIGINT: signal.default_int_handler}
         # Inherited from whoever started the supervisor, and its own later (the reserved port): a
         # child closes them, as Popen's close_fds does. Nothing the imports open may join them.
         self.own_fds = open_fds()
