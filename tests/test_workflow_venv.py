@@ -36,10 +36,8 @@ def probe(python: Path) -> list[str]:
 def test_a_workflow_runs_in_the_core_lock_with_this_checkouts_package_and_no_dev_package(tmp_path):
     flow = Workflow(tmp_path / "flow")
     python = Path(flow.command()[0])
-    assert (
-        python.parent == workflow_venv.CORE / "bin"
-        and Path(Checkout(tmp_path).snakemake_command).parent == python.parent
-    )
+    assert python.parent == workflow_venv.CORE / "bin"
+    assert Path(Checkout(tmp_path).snakemake_command).parent == python.parent
     package, lightning, *dev_only = probe(python)
     assert Path(package) == SRC / "snakeddp" / "__init__.py"
     assert lightning == read_lock(REPO / "envs" / "requirements.lock").version("lightning")

@@ -56,10 +56,6 @@ def bin_dir() -> Path:
     return DEV_BIN if _dev else _core_bin()
 
 
-def python() -> Path:
-    return bin_dir() / "python"
-
-
 def snakemake() -> Path:
     return bin_dir() / "snakemake"
 
