@@ -16,7 +16,7 @@ import psutil
 import pytest
 import torch
 
-from scripts.spark_cluster import Cluster, executors
+from scripts.spark_cluster import Cluster, daemon_env, executors
 from tests.helpers import SPARK_CONF_SECRETS, TINY, Workflow, subprocess_env
 from tests.platforms.conformance import Conformance, Finished
 
@@ -70,6 +70,17 @@ class Resumed:
     again: subprocess.CompletedProcess
     direct: Workflow
     direct_s: float
+
+
+def test_the_clusters_daemons_run_on_the_jits_first_tier_and_the_serial_collector(spark_cluster: Cluster, monkeypatch):
+    """The master and the workers as they run (their JVMs' argv), and a collector or JIT tier a user exports
+    standing over ours."""
+    assert set(spark_cluster.pids) == {"master", "worker-1", "worker-2"}
+    for name, pid in spark_cluster.pids.items():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"-XX:TieredStopAtLevel=1" in argv and b"-XX:+UseSerialGC" in argv, (name, argv)
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-XX:+UseG1GC -Dsite=x")
+    assert daemon_env(spark_cluster)["SPARK_DAEMON_JAVA_OPTS"] == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC -Dsite=x"
 
 
 @pytest.fixture(scope="module")
