@@ -40,8 +40,16 @@ def test_a_long_step_is_never_10_seconds_without_a_line_and_keeps_its_status():
     )
 
 
+def as_typed_in_a_terminal() -> None:
+    """SIGINT's default, as a terminal's shell starts a command: under nohup or a script's `&` this run
+    inherits SIGINT ignored, and a shell cannot trap or reset a signal ignored on entry."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_no_ticker_behind():
-    running = bash("PROGRESS_EVERY=1; progress 'waiting' sleep 60", start_new_session=True)
+    running = bash(
+        "PROGRESS_EVERY=1; progress 'waiting' sleep 60", start_new_session=True, preexec_fn=as_typed_in_a_terminal
+    )
     assert running.stdout.readline().startswith("setup: still waiting")
     os.killpg(running.pid, signal.SIGINT)
     running.wait(timeout=10)
