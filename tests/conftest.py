@@ -179,35 +179,67 @@ class KeptWarm(NamedTuple):
     log: Path  # what it said (the jobs it declined)
 
 
+class KeptWarmProcesses:
+    """One `snakeddp warm` per venv the workflows run in (tests.workflow_venv), started by the first file that keeps
+    one and kept for the rest of this worker's session, as a user keeps one through a day's work; each gets
+    Ctrl-C at the end, as the user's would. A file's own start cost about what its few invocations saved."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.kept: dict[Path, tuple[subprocess.Popen, KeptWarm]] = {}
+
+    def of_this_venv(self) -> KeptWarm:
+        venv = workflow_venv.bin_dir()
+        if venv not in self.kept:
+            self.kept[venv] = self.start()
+        process, warm = self.kept[venv]
+        if process.poll() is not None:  # a later file would fall back to warm processes of its own, unseen
+            pytest.fail(f"the kept snakeddp warm of {venv} exited ({process.returncode}): {warm.log.read_text()}")
+        return warm
+
+    def start(self) -> tuple[subprocess.Popen, KeptWarm]:
+        log = self.tmp_path_factory.mktemp("kept-warm") / "snakeddp-warm.log"
+        with log.open("w") as stderr:
+            warm = subprocess.Popen(
+                [str(workflow_venv.snakeddp()), "warm"],  # the workflows' venv: it forks their jobs
+                cwd=REPO,  # where the tests' Snakefile is
+                env=subprocess_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        line = warm.stdout.readline() if warm.stdout else ""
+        if not line.startswith(f"export {handoff.SOCKET}="):
+            warm.kill()  # nothing left running by a fixture that failed
+            pytest.fail(f"snakeddp warm printed {line!r}: {log.read_text()}")
+        return warm, KeptWarm(shlex.split(line.partition("=")[2])[0], log)
+
+    def stop(self) -> None:
+        for process, warm in self.kept.values():
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=60) == 0, warm.log.read_text()
+            assert not Path(warm.socket).parent.exists(), "snakeddp warm removes its directory"
+
+
+@pytest.fixture(scope="session")
+def kept_warm_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarmProcesses]:
+    processes = KeptWarmProcesses(tmp_path_factory)
+    yield processes
+    processes.stop()
+
+
 @pytest.fixture(scope="module")
-def kept_warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarm]:
-    """One warm process for a test file's local invocations, kept as a user keeps one: `snakeddp warm`, its
-    export line in the environment the file's processes get (subprocess_env), Ctrl-C at the end. Each
-    invocation then forks its jobs from it instead of importing torch and Lightning in a warm process of its
-    own (a TINY pipeline: 4.1 s of CPU instead of 13.3 s). A file takes it with pytestmark's
-    usefixtures("kept_warm")."""
-    log = tmp_path_factory.mktemp("kept-warm") / "snakeddp-warm.log"
-    with log.open("w") as stderr:
-        warm = subprocess.Popen(
-            [str(workflow_venv.snakeddp()), "warm"],  # the workflows' venv: it forks their jobs
-            cwd=REPO,  # where the tests' Snakefile is
-            env=subprocess_env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-    line = warm.stdout.readline() if warm.stdout else ""
-    if not line.startswith(f"export {handoff.SOCKET}="):
-        warm.kill()  # nothing left running by a fixture that failed
-        pytest.fail(f"snakeddp warm printed {line!r}: {log.read_text()}")
-    socket_path = shlex.split(line.partition("=")[2])[0]
+def kept_warm(kept_warm_processes: KeptWarmProcesses, workflow_venv_of_module: None) -> Iterator[KeptWarm]:
+    """The warm process a user keeps, for a test file's local invocations: `snakeddp warm`'s export line in the
+    environment the file's processes get (subprocess_env). Each invocation then forks its jobs from it instead
+    of importing torch and Lightning in a warm process of its own (a TINY pipeline: 4.1 s of CPU instead of
+    13.3 s). A file takes it with pytestmark's usefixtures("kept_warm"); the process is the session's, one per
+    venv (KeptWarmProcesses)."""
+    warm = kept_warm_processes.of_this_venv()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(handoff.SOCKET, socket_path)
-        yield KeptWarm(socket_path, log)
-    warm.send_signal(signal.SIGINT)
-    assert warm.wait(timeout=60) == 0, log.read_text()
-    assert not Path(socket_path).parent.exists(), "snakeddp warm removes its directory"
+        patch.setenv(handoff.SOCKET, warm.socket)
+        yield warm
 
 
 @pytest.fixture

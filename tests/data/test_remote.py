@@ -13,7 +13,11 @@ from snakeddp.errors import TableError
 from tests.helpers import TINY, Workflow, subprocess_env
 from tests.storage_checks import FEATURES, check_folder_listing, check_ingest_matches_local, frame, params, parquet
 
-pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # object stores' file systems (adlfs, s3fs, gcsfs)
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.dev_venv,
+    pytest.mark.usefixtures("kept_warm"),
+]  # object stores' file systems (adlfs, s3fs, gcsfs)
 
 CONTAINER = "tables"
 

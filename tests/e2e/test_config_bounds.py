@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import TINY, Workflow, alias_bomb
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
 
 def error_lines(done) -> list[str]:

@@ -16,7 +16,7 @@ from snakeddp.util.numbers import readable
 from tests.chromium import chromium, console_errors, table_rows
 from tests.helpers import TINY, Workflow
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 # Two decades apart: the figure's lr axis is logarithmic.
 LRS = (0.003, 0.3)
 CONFIGURATIONS = {f"lr={lr}": [f"lr-{lr}_seed-{seed}" for seed in (1, 2)] for lr in LRS}
