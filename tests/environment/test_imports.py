@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 
 from snakeddp.environment.imports import config_modules, package_modules
 
@@ -24,3 +26,18 @@ def test_the_users_modules_are_read_from_either_spelling_of_the_config(tmp_path)
         "model: {class_path: examples.tabular.model.TabularNet}\ndata: {class_path: pkg.data.Tables}\n"
     )
     assert config_modules(lightning) == config_modules(ours) == ["examples.tabular.model", "pkg.data"]
+
+
+def test_the_check_imports_without_collections_and_leaves_the_imports_frozen_and_the_collector_on(tmp_path):
+    """As the stages' entry points import (snakeddp.util.shutdown): a collection during the imports walks
+    everything they made and finds nothing, and so does the one at exit (about 2 s of each set-up's check)."""
+    (tmp_path / "probe.py").write_text("import gc\nCOLLECTING = gc.isenabled()\n\n\nclass Model:\n    pass\n")
+    (tmp_path / "config.yaml").write_text("model: {target: 'probe:Model'}\n")
+    (tmp_path / "requirements.in").write_text("")
+    script = (
+        "import gc, sys; from snakeddp.environment import imports; imports.STAGE_MODULES = ()\n"
+        "code = imports.main(['--config', 'config.yaml', '--requirements', 'requirements.in'])\n"
+        "print(code, sys.modules['probe'].COLLECTING, gc.isenabled(), gc.get_freeze_count() > 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == ["setup: imports work: probe", "0 False True True"], done.stdout + done.stderr
