@@ -216,8 +216,9 @@ class KeptWarmProcesses:
         return warm, KeptWarm(shlex.split(line.partition("=")[2])[0], log)
 
     def stop(self) -> None:
-        for process, warm in self.kept.values():
+        for process, _ in self.kept.values():  # every one told first: a failed check leaves none running
             process.send_signal(signal.SIGINT)
+        for process, warm in self.kept.values():
             assert process.wait(timeout=60) == 0, warm.log.read_text()
             assert not Path(warm.socket).parent.exists(), "snakeddp warm removes its directory"
 

@@ -15,9 +15,9 @@ from tests.storage_checks import FEATURES, check_folder_listing, check_ingest_ma
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.dev_venv,
+    pytest.mark.dev_venv,  # object stores' file systems (adlfs, s3fs, gcsfs)
     pytest.mark.usefixtures("kept_warm"),
-]  # object stores' file systems (adlfs, s3fs, gcsfs)
+]
 
 CONTAINER = "tables"
 
