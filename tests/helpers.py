@@ -34,7 +34,7 @@ from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
 from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
-from tests import workflow_venv
+from tests import forked_snakemake, workflow_venv
 
 TINY = {
     "data": {"num_train_files": 3, "num_records_per_train_file": 300, "num_val_records": 200, "num_features": 8},
@@ -278,15 +278,19 @@ class Workflow(WorkflowDir):
     ) -> subprocess.CompletedProcess:
         """``wrap``: what runs the command instead of running it directly (tests.gpu_standin's namespace)."""
         command = self.command(*args)
-        done = subprocess.run(
-            wrap(command) if wrap else command,
-            cwd=self.directory,
-            env=env or self.env or subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        env = env or self.env or subprocess_env()
+        # Forked from a process that imported Snakemake once (tests.forked_snakemake), unless wrapped.
+        done = None if wrap else forked_snakemake.run(command, self.directory, env, timeout)
+        if done is None:
+            done = subprocess.run(
+                wrap(command) if wrap else command,
+                cwd=self.directory,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
         if check and done.returncode != 0:
             raise AssertionError(
                 f"snakemake {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-5000:]}\n{done.stderr[-5000:]}"

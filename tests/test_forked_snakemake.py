@@ -1,0 +1,106 @@
+"""The harness's Snakemake forked from a server that imported it once (tests/forked_snakemake.py) is the run a
+cold `python -m snakemake` makes: the same plan, the same refusal and exit status, its CPU counted, a timeout
+that kills it, and another checkout's package run cold."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests import forked_snakemake
+from tests.helpers import TINY, Workflow, job_counts, subprocess_env, tiny_with
+
+
+def both_ways(flow: Workflow, *args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """``snakemake ARGS`` forked, then cold (as tests.helpers.Workflow.run makes each)."""
+    forked = forked_snakemake.run(flow.command(*args), flow.directory, subprocess_env(), timeout=300)
+    assert forked is not None, "a run of this checkout's package in the workflows' venv is forked"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(forked_snakemake.COLD, "1")
+        assert forked_snakemake.run(flow.command(*args), flow.directory, subprocess_env(), timeout=300) is None
+        cold = flow.run(*args, check=False)
+    return forked, cold
+
+
+def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
+
+
+def test_a_forked_dry_run_plans_what_a_cold_one_plans_and_its_cpu_is_counted(tmp_path):
+    flow = Workflow(tmp_path)
+    flow.write_config(TINY)
+    before = forked_snakemake.forked_cpu_s[0]
+    forked, cold = both_ways(flow, "--dry-run", "--quiet=rules")
+    assert forked_snakemake.forked_cpu_s[0] > before, "the forked run's CPU is the test's"
+    assert (forked.returncode, cold.returncode) == (0, 0), forked.stdout + forked.stderr
+    assert job_counts(forked.stdout + forked.stderr) == job_counts(cold.stdout + cold.stderr)
+    assert job_counts(forked.stdout + forked.stderr)["train"] == 1
+
+
+def test_a_refused_config_is_refused_forked_as_cold_with_the_same_hint_and_status(tmp_path):
+    flow = Workflow(tmp_path)
+    flow.write_config(tiny_with({"trainer": {"max_epochs": 0}}))
+    forked, cold = both_ways(flow, "--dry-run")
+    assert forked.returncode == cold.returncode != 0
+    assert hint_lines(forked) == hint_lines(cold) != [], forked.stdout + forked.stderr
+
+
+def test_a_forked_run_past_its_timeout_is_killed(tmp_path):
+    flow = Workflow(tmp_path)
+    flow.write_config(TINY)
+    with pytest.raises(subprocess.TimeoutExpired):
+        forked_snakemake.run(flow.command("--dry-run"), flow.directory, subprocess_env(), timeout=0.05)
+    deadline = time.monotonic() + 10
+    while running_in(flow.directory) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not running_in(flow.directory), "the timed-out run was left running"
+
+
+def running_in(directory) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cwd"]):
+        if process.info["cwd"] == str(directory):
+            found.append(process)
+    return found
+
+
+def test_another_checkouts_package_runs_cold(tmp_path):
+    """A run whose import path puts another version's snakeddp first (tests/e2e/test_upgrade.py) is not forked
+    from this checkout's code."""
+    other = tmp_path / "other" / "src" / "snakeddp"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    flow = Workflow(tmp_path / "flow")
+    flow.directory.mkdir()
+    flow.write_config(TINY)
+    env = subprocess_env(PYTHONPATH=str(other.parent))
+    assert forked_snakemake.run(flow.command("--dry-run"), flow.directory, env, timeout=300) is None
+
+
+def test_no_process_outlives_a_forked_run_with_its_environment(tmp_path):
+    """The server is started with the interpreter's variables only: one started with a test's whole environment
+    would outlive the run looking like it (tests/slurm/cluster.py stops every process whose environment names
+    its cluster). PYTHONWARNINGS: a server of its own, started by this run."""
+    flow = Workflow(tmp_path)
+    flow.write_config(TINY)
+    marker = f"SNAKEDDP_TESTS_MARKER={uuid.uuid4()}"
+    env = subprocess_env(PYTHONWARNINGS="default", **dict([marker.split("=")]))
+    done = forked_snakemake.run(flow.command("--dry-run"), flow.directory, env, timeout=300)
+    assert done is not None and done.returncode == 0, done
+    assert started_with(marker.encode()) == []
+
+
+def started_with(variable: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and variable in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
