@@ -41,6 +41,10 @@ FILE_SECONDS: dict[str, float] = {}
 FILE_CPU: dict[str, float] = {}
 CPU_SHOWN = 25
 _cpu_at_last_report = [0.0]
+# CPU of the session's own processes (the kept warm ones) waited for at its end, when the last file's teardown
+# runs: theirs, not that file's; the table shows it on a line of its own.
+SESSION_CPU = "(the session's kept warm processes)"
+_session_cpu = [0.0]
 
 
 def _cpu_seconds() -> float:
@@ -100,7 +104,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     previous one: its own and its waited-for children's."""
     outcome = yield
     now = _cpu_seconds()
-    outcome.get_result().user_properties.append(("cpu_s", now - _cpu_at_last_report[0]))
+    report = outcome.get_result()
+    report.user_properties.append(("cpu_s", now - _cpu_at_last_report[0] - _session_cpu[0]))
+    if _session_cpu[0]:
+        report.user_properties.append(("session_cpu_s", _session_cpu[0]))
+        _session_cpu[0] = 0.0
     _cpu_at_last_report[0] = now
 
 
@@ -109,6 +117,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
     cpu = sum(value for name, value in report.user_properties if name == "cpu_s")
     FILE_CPU[path] = FILE_CPU.get(path, 0.0) + cpu
+    session = sum(value for name, value in report.user_properties if name == "session_cpu_s")
+    if session:
+        FILE_CPU[SESSION_CPU] = FILE_CPU.get(SESSION_CPU, 0.0) + session
+        FILE_SECONDS.setdefault(SESSION_CPU, 0.0)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
@@ -228,7 +240,9 @@ class KeptWarmProcesses:
 def kept_warm_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeptWarmProcesses]:
     processes = KeptWarmProcesses(tmp_path_factory)
     yield processes
+    before = _cpu_seconds()
     processes.stop()
+    _session_cpu[0] += _cpu_seconds() - before
 
 
 @pytest.fixture(scope="module")
