@@ -36,8 +36,9 @@ DURATIONS = Path(__file__).with_name("durations.json")
 # Seconds per test file so far, in the process that reports the tests (xdist's controller, or the only one).
 FILE_SECONDS: dict[str, float] = {}
 # CPU seconds per test file so far (the test process and the children it waited for: Snakemake, the jobs and
-# ranks it started; not daemons such as a cluster's), the same way. On CI's 2 busy cores the suite's time is
-# its CPU, and the table of it at the end of every run says which files spend it.
+# ranks it started, and the Snakemake runs forked for it, tests.forked_snakemake; not daemons such as a
+# cluster's), the same way. On CI's 2 busy cores the suite's time is its CPU, and the table of it at the end of
+# every run says which files spend it.
 FILE_CPU: dict[str, float] = {}
 CPU_SHOWN = 25
 _cpu_at_last_report = [0.0]

@@ -100,8 +100,8 @@ def serve(listener: socket.socket, parent: int) -> None:
 
 
 def reap(signum: int, frame: object) -> None:
-    """Wait for the keepers that ended: their CPU, and their runs', is then the server's children's (as a
-    cold run's is its test's), which the kernel drops for a child no one waits for."""
+    """Wait for the keepers that ended: their CPU, and their runs', then counts as the server's children's, as a
+    cold run's counts as its test's (a child the kernel reaps, with SIGCHLD ignored, adds none)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
