@@ -5,15 +5,14 @@ that kills it, and another checkout's package run cold."""
 from __future__ import annotations
 
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests import forked_snakemake
-from tests.helpers import TINY, Workflow, job_counts, subprocess_env, tiny_with
+from tests.checkout import hint_lines
+from tests.helpers import TINY, Workflow, job_counts, left_running, subprocess_env, tiny_with
 
 
 def both_ways(flow: Workflow, *args: str) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
@@ -25,10 +24,6 @@ def both_ways(flow: Workflow, *args: str) -> tuple[subprocess.CompletedProcess, 
         assert forked_snakemake.run(flow.command(*args), flow.directory, subprocess_env(), timeout=300) is None
         cold = flow.run(*args, check=False)
     return forked, cold
-
-
-def hint_lines(done: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
 
 
 def test_a_forked_dry_run_plans_what_a_cold_one_plans_and_its_cpu_is_counted(tmp_path):
@@ -50,23 +45,14 @@ def test_a_refused_config_is_refused_forked_as_cold_with_the_same_hint_and_statu
     assert hint_lines(forked) == hint_lines(cold) != [], forked.stdout + forked.stderr
 
 
-def test_a_forked_run_past_its_timeout_is_killed(tmp_path):
+def test_a_forked_run_past_its_timeout_is_killed_with_what_it_started(tmp_path):
+    """Five thousand epochs without early stopping would train for minutes: killed at its timeout, nothing of it is
+    left (a kill forgotten leaves the run training here)."""
     flow = Workflow(tmp_path)
-    flow.write_config(TINY)
+    flow.write_config(tiny_with({"trainer": {"max_epochs": 5000, "early_stopping": {"enabled": False}}}))
     with pytest.raises(subprocess.TimeoutExpired):
-        forked_snakemake.run(flow.command("--dry-run"), flow.directory, subprocess_env(), timeout=0.05)
-    deadline = time.monotonic() + 10
-    while running_in(flow.directory) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not running_in(flow.directory), "the timed-out run was left running"
-
-
-def running_in(directory) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cwd"]):
-        if process.info["cwd"] == str(directory):
-            found.append(process)
-    return found
+        forked_snakemake.run(flow.command(), flow.directory, subprocess_env(), timeout=3)
+    assert left_running(flow.directory, within=10) == [], "the timed-out run was left running"
 
 
 def test_another_checkouts_package_runs_cold(tmp_path):
