@@ -258,29 +258,31 @@ def _collect(sock: socket.socket, output: dict[int, bytearray], pid: int, comman
 
     deadline = time.monotonic() + timeout
     status = None
-    with selectors.DefaultSelector() as selector:
+    try:
+        with selectors.DefaultSelector() as selector:
+            for fd in output:
+                selector.register(fd, selectors.EVENT_READ)
+            selector.register(sock, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(command, timeout, bytes(output[min(output)]))
+                for key, _ in selector.select(left):
+                    if key.fileobj is sock:
+                        selector.unregister(sock)
+                        status, _ = handoff.receive(sock)
+                        continue
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        output[key.fd] += chunk
+                    else:
+                        selector.unregister(key.fd)
+    finally:  # also at the timeout: the connection's close tells the keeper, which kills the run too
+        sock.close()
         for fd in output:
-            selector.register(fd, selectors.EVENT_READ)
-        selector.register(sock, selectors.EVENT_READ)
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                sock.close()
-                raise subprocess.TimeoutExpired(command, timeout, bytes(output[min(output)]))
-            for key, _ in selector.select(left):
-                if key.fileobj is sock:
-                    selector.unregister(sock)
-                    status, _ = handoff.receive(sock)
-                    continue
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    output[key.fd] += chunk
-                else:
-                    selector.unregister(key.fd)
-                    os.close(key.fd)
-    sock.close()
+            os.close(fd)
     if status is None:
         raise RuntimeError(f"the forked snakemake server of {command[0]} ended before the run did")
     return output, status
