@@ -16,7 +16,7 @@ process's peak RSS from the kernel (its VmHWM, reported by the process itself):
   use), and ingested from their ``az://`` URLs; ``imports_azure`` adds adlfs and the Azure SDK.
 
 ``run(ctx)`` is the entry point for the benchmark harness (``ctx.work``: scratch directory,
-``ctx.sizes.tiny``: a 20 MB table for smoke tests); it returns the harness's ``Result``.
+``ctx.sizes.tiny``: a 2 MB table for smoke tests); it returns the harness's ``Result``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from bench.harness import MB, REPO, SRC, Figure, Result
 TITLE = "7. Table ingestion: peak memory"
 FEATURES = 32
 ROWS_PER_CHUNK = 100_000
+# --tiny: a 2 MB table in chunks of 2,000 rows (0.7 MB of CSV each), still written chunk by chunk; a chunk of
+# ROWS_PER_CHUNK is 35 MB of CSV, which every case (generating, ingesting, loading, uploading) read and wrote.
+TINY_MB, TINY_CHUNK_ROWS = 2, 2_000
 
 _IMPORTS = "import numpy, pandas, pyarrow, pyarrow.parquet, snakeddp.data.table"
 _INGEST = "from snakeddp.data.table import ingest; import json, sys; ingest(json.loads(sys.argv[1]), sys.argv[2])"
@@ -45,7 +48,9 @@ _WHOLE = "import pandas, sys; frame = pandas.read_csv(sys.argv[1]); print(len(fr
 _IMPORTS_AZURE = _IMPORTS + ", adlfs, azure.storage.blob"
 
 
-def write_tables(csv_path: Path, parquet_path: Path, target_mb: float, seed: int = 0) -> int:
+def write_tables(
+    csv_path: Path, parquet_path: Path, target_mb: float, seed: int = 0, chunk_rows: int = ROWS_PER_CHUNK
+) -> int:
     """A CSV of about ``target_mb`` MB and the same rows as Parquet, one chunk in memory at a time."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -59,7 +64,7 @@ def write_tables(csv_path: Path, parquet_path: Path, target_mb: float, seed: int
     try:
         with open(csv_path, "wb") as csv_file:
             while written < target_mb * MB:
-                features = rng.standard_normal((ROWS_PER_CHUNK, FEATURES)).astype(np.float32)
+                features = rng.standard_normal((chunk_rows, FEATURES)).astype(np.float32)
                 label = (features[:, 0] * features[:, 1] > 0).astype(np.int64)
                 batch = pa.table({name: features[:, j] for j, name in enumerate(names)} | {"label": label})
                 text = pa.BufferOutputStream()
@@ -67,7 +72,7 @@ def write_tables(csv_path: Path, parquet_path: Path, target_mb: float, seed: int
                 written += csv_file.write(text.getvalue().to_pybytes())
                 parquet_writer = parquet_writer or pq.ParquetWriter(parquet_path, batch.schema)
                 parquet_writer.write_table(batch)
-                rows += ROWS_PER_CHUNK
+                rows += chunk_rows
     finally:
         if parquet_writer is not None:
             parquet_writer.close()
@@ -141,12 +146,17 @@ def measure_azure(work: Path, tables: dict[str, Path], result: dict[str, Any]) -
 
 
 def measure(
-    work: Path, target_mb: float, whole: bool = True, keep: bool = False, azure: bool = False
+    work: Path,
+    target_mb: float,
+    whole: bool = True,
+    keep: bool = False,
+    azure: bool = False,
+    chunk_rows: int = ROWS_PER_CHUNK,
 ) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     csv_path, parquet_path = work / "table.csv", work / "table.parquet"
     started = time.perf_counter()
-    rows = write_tables(csv_path, parquet_path, target_mb)
+    rows = write_tables(csv_path, parquet_path, target_mb, chunk_rows=chunk_rows)
     generate_s = time.perf_counter() - started
     result: dict[str, Any] = {
         "rows": rows,
@@ -178,8 +188,11 @@ def measure(
 
 
 def run(ctx: Any) -> Any:
-    """Harness entry point (python -m bench ingest_memory): ~1 GB table, 20 MB with --tiny."""
-    m = measure(Path(ctx.work), 20 if ctx.sizes.tiny else 1000, azure=True)
+    """Harness entry point (python -m bench ingest_memory): ~1 GB table, 2 MB with --tiny."""
+    if ctx.sizes.tiny:
+        m = measure(Path(ctx.work), TINY_MB, azure=True, chunk_rows=TINY_CHUNK_ROWS)
+    else:
+        m = measure(Path(ctx.work), 1000, azure=True)
     floor = f"imports alone {m['imports_rss_mb']:.0f} MB"
     result = Result(
         "ingest_memory",
