@@ -29,6 +29,7 @@ import importlib
 import os
 import random
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,16 +59,12 @@ FORK_SAFE_THREADS = {"jemalloc_bg_thd"}
 
 
 def serve(listener: socket.socket, parent: int) -> None:
-    import snakeddp
-
-    if Path(snakeddp.__file__).resolve().parents[1] != CHECKOUT_SRC:  # another version's (tests/e2e/test_upgrade.py)
-        sys.exit(f"snakeddp here is {snakeddp.__file__}, not this checkout's: its runs start cold")
-    from snakeddp.forking.child import tie_to
+    from snakeddp.forking.helper import tie_to_parent
     from snakeddp.forking.safety import native_threads
     from snakeddp.util.shutdown import freeze_imports, pause_collection
 
     handlers = {signum: signal.getsignal(signum) for signum in RESET_SIGNALS}
-    if not tie_to(parent, signal.SIGTERM):
+    if not tie_to_parent(parent):
         return
     pause_collection()
     import snakemake.cli  # noqa: F401  what `python -m snakemake` imports first, its plugins and pandas with it
@@ -149,12 +146,17 @@ def become_run(keeper: int, conn: socket.socket, request: dict, fds: list[int], 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fd", required=True, type=int)
-    parser.add_argument("--parent", required=True, type=int)
-    args = parser.parse_args()
     sys.path[0] = os.getcwd()  # not tests/ (its modules are not Snakemake's); each run puts its own directory there
-    serve(socket.socket(fileno=args.fd), args.parent)
+    import snakeddp
+
+    if Path(snakeddp.__file__).resolve().parents[1] != CHECKOUT_SRC:  # another version's (tests/e2e/test_upgrade.py)
+        sys.exit(f"snakeddp here is {snakeddp.__file__}, not this checkout's: its runs start cold")
+    from snakeddp.forking import helper  # the --fd and --parent of every helper process of snakeddp's
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    helper.add_arguments(parser)
+    args = parser.parse_args()
+    serve(helper.listener(args), args.parent)
 
 
 # The tests' side.
@@ -165,6 +167,8 @@ STARTUP_VARIABLES = ("PYTHON", "LD_", "LANG", "LC_")
 #: process was started with, and a server started with a test's cluster variables would pass for the cluster's
 #: (tests/slurm/cluster.py stops what outlives it). One OpenMP and BLAS thread: its imports start no pool.
 SERVER_ENVIRONMENT = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+#: What a server's stop may take before SIGKILL (it holds no run by then).
+STOP_TIMEOUT_S = 30.0
 #: Set to 1, every run starts cold (to compare the two).
 COLD = "SNAKEDDP_TESTS_COLD_SNAKEMAKE"
 #: CPU of the forked runs so far (the server's children, not this process's): tests/conftest.py counts it.
@@ -196,14 +200,12 @@ class Server:
         self.ready = self.process.stdout.readline().decode().strip() == READY
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-        self.process.wait(timeout=30)
+        from snakeddp.util import subprocesses
+
+        subprocesses.stop(self.process, STOP_TIMEOUT_S)
         self.process.stdout.close()
         atexit.unregister(self.stop)
-        for name in os.listdir(self.directory):
-            os.unlink(os.path.join(self.directory, name))
-        os.rmdir(self.directory)
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 _servers: dict[tuple[Path, frozenset], Server] = {}
