@@ -28,25 +28,22 @@ machine=$(uname -m)
 "$uv" venv --quiet --python "$PYTHON" "$work/tool"
 "$uv" pip install --quiet --python "$work/tool/bin/python" "packaging>=24"
 helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
-# uv never resolves a denied release; a pin of one is refused by name below, before uv says "no solution".
-helper snakeddp.environment.advisories constraints > "$work/denied.txt"
-if ! helper snakeddp.environment.advisories requirement --file envs/requirements.in envs/requirements-dev.in envs/requirements-azureml-v1.in; then
+# One start (snakeddp.environment.locking prepare) writes what the resolutions start from, thirteen before:
+# uv never resolves a denied release ($work/denied.txt), and a pin of one is refused by name here, before uv
+# says "no solution". Without --upgrade the old locks are uv's preferences (an existing output file: $work/all.txt,
+# v1-kept.txt, each build-<cuda>.txt), so a re-lock after adding or bumping one package leaves the rest alone
+# unless the new pins need otherwise. Not torch: the lock's torch==2.13.0 as a preference is PyPI's CUDA build
+# (and its cuda-*/nvidia-* wheels); the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a
+# fresh resolution does. A lock left with a merge's conflict markers gives what both sides agree on.
+upgrade=()
+if [[ "${1:-}" == "--upgrade" ]]; then upgrade=(--upgrade); fi
+prepared=0
+helper snakeddp.environment.locking prepare envs "$work" "${upgrade[@]}" || prepared=$?
+if ((prepared == 1)); then
     echo "lock: an .in file pins a denied release (above); the locks are unchanged." >&2
-    exit 1
 fi
-
-# Without --upgrade the old locks are uv's preferences (an existing output file), so a re-lock after
-# adding or bumping one package leaves the rest alone unless the new pins need otherwise. Not torch:
-# the lock's torch==2.13.0 as a preference is PyPI's CUDA build (and its cuda-*/nvidia-* wheels);
-# the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a fresh resolution does.
-# A lock left with a merge's conflict markers gives what both sides agree on.
+((prepared == 0)) || exit "$prepared"
 : > "$work/v1.txt"
-if [[ "${1:-}" != "--upgrade" ]]; then
-    helper snakeddp.environment.locking preferences envs/requirements.lock envs/requirements-dev.lock > "$work/all.txt"
-    helper snakeddp.environment.locking preferences envs/requirements-azureml-v1.lock > "$work/v1-kept.txt"
-else
-    : > "$work/v1-kept.txt"
-fi
 # uv's warnings (a yanked release) are read afterwards; its errors are shown as they are.
 resolve() {
     local log=$1; shift
@@ -75,7 +72,6 @@ settled() {
     cp "$work/$log.kept" "$output"
     resolve "$log" "$@"
 }
-[[ -f "$work/all.txt" ]] || : > "$work/all.txt"
 all=(envs/requirements.in envs/requirements-dev.in --constraint "$work/denied.txt" --output-file "$work/all.txt")
 if ! settled all "$work/all.txt" envs/requirements.in envs/requirements-dev.in -- "${all[@]}"; then
     echo "lock: envs/requirements.in and envs/requirements-dev.in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names, or tools/lock.sh --upgrade" >&2
@@ -113,12 +109,12 @@ except Exception as error:  # any failure: the index does not answer here
     print(" ".join(str(getattr(error, "reason", error)).split())[:120])
 EOF
 )
-# Each build's old lock is its preferences (its runtime wheels kept, as the other locks keep theirs), and an offline
-# resolution is kept where that lock, the pin and the core decided every package (settled, above).
-build_prefs() { if [[ "${1:-}" != "--upgrade" ]]; then helper snakeddp.environment.locking preferences "envs/$2"; fi; }
-for cuda in $(helper snakeddp.environment.builds); do
-    read -r label index <<<"$(helper snakeddp.environment.builds "$cuda")"
-    build_prefs "${1:-}" "requirements-torch-$cuda.lock" > "$work/build-$cuda.txt"
+# Each build's old lock is its preferences (its runtime wheels kept, as the other locks keep theirs; prepare wrote
+# them), and an offline resolution is kept where that lock, the pin and the core decided every package (settled,
+# above). Read into an array first: uv and the helpers inside the loop would read a redirected stdin.
+mapfile -t builds < "$work/builds.txt"
+for line in "${builds[@]}"; do
+    read -r cuda label index <<<"$line"
     build=(--python-platform "$platform" "$work/build-$cuda.in" --constraint "$work/core-without-torch.txt"
         --constraint "$work/denied.txt" --output-file "$work/build-$cuda.txt")
     if [[ $label == "-" ]]; then

@@ -21,6 +21,41 @@ def test_a_lock_left_with_conflict_markers_still_gives_what_both_sides_agree_on(
     assert locking.preferences([merged]) == ["attrs==26.1.0", "scikit-learn==1.8.0"], "numpy afresh, torch never"
 
 
+def test_one_start_prepares_the_preferences_denials_and_builds_and_refuses_a_denied_pin_in_an_in_file(tmp_path):
+    """tools/lock.sh's inputs from one Python start: the old locks as preferences (none with --upgrade), the
+    constraints that keep denied releases out, each build's label and index; a denied pin in an .in is named."""
+    envs, work = tmp_path / "envs", tmp_path / "work"
+    envs.mkdir()
+    work.mkdir()
+    for name in locking.INS:
+        (envs / name).write_text((ENVS / name).read_text())
+    for name in (locking.CORE, locking.DEV, "requirements-torch-13.0.lock"):
+        (envs / name).write_text((ENVS / name).read_text())
+    assert locking.prepare(envs, work, upgrade=False) == []
+    assert (work / "all.txt").read_text() == "\n".join(
+        locking.preferences([ENVS / locking.CORE, ENVS / locking.DEV])
+    ) + "\n"
+    assert (work / "v1-kept.txt").read_text() == "\n", "no SDK v1 lock: no preferences"
+    assert (work / "build-13.0.txt").read_text().startswith("cuda-bindings=="), "the build's runtime wheels"
+    assert "torch==" not in (work / "build-13.0.txt").read_text()
+    assert "lightning>=2.6.6" in (work / "denied.txt").read_text().splitlines()
+    assert (work / "builds.txt").read_text().splitlines() == [
+        "13.0 - https://pypi.org/simple",
+        "13.2 cu132 https://download.pytorch.org/whl/cu132",
+        "12.6 cu126 https://download.pytorch.org/whl/cu126",
+        "cpu cpu https://download.pytorch.org/whl/cpu",
+    ]
+    assert locking.main(["prepare", str(envs), str(work), "--upgrade"]) == 0
+    assert all((work / name).read_text() == "" for name in ("all.txt", "v1-kept.txt", "build-13.0.txt"))
+    (envs / "requirements-dev.in").write_text("lightning==2.6.5\n")
+    assert locking.prepare(envs, work, upgrade=False) == [
+        f"{envs}/requirements-dev.in: lightning 2.6.5 is denied by envs/denied.toml (GHSA-qqmf-gpg7-g8gw "
+        "(CVE-2026-58659): code execution in load_from_checkpoint, fixed in 2.6.6); the first good version is 2.6.6. "
+        "HINT: tools/add.sh lightning==2.6.6"
+    ]
+    assert locking.main(["prepare", str(envs), str(work)]) == 1
+
+
 def test_an_offline_resolution_is_kept_only_where_the_in_files_and_old_locks_decided_every_package(tmp_path):
     """tools/lock.sh keeps uv's offline answer when nothing was left to choose; a package new to the locks, one
     at another version than any pin allows, or one named without a version sends it to the index."""

@@ -129,6 +129,19 @@ def check_pins(pins: Iterable[tuple[str, str]], denials: Sequence[Denial], where
     return [line for name, version in pins if (line := refusal(name, version.split("+")[0], denials, where))]
 
 
+def check_requirements(requirements: Sequence[str], files: Sequence[Path], denials: Sequence[Denial]) -> list[str]:
+    """One line for each exact pin, among ``requirements`` (tools/add.sh's) and the lines of ``files`` (.in
+    files), that ``denials`` refuse."""
+    problems = []
+    for where, text in [("add", r) for r in requirements] + [
+        (str(path), line) for path in files for _, line in entries(path.read_text())
+    ]:
+        requirement = Requirement(text.split("#")[0].strip())
+        pinned = [(requirement.name, s.version) for s in requirement.specifier if s.operator == "=="]
+        problems += check_pins(pinned, denials, where)
+    return problems
+
+
 def _floor_excludes(specifier: SpecifierSet, below: Version, inclusive: bool) -> bool:
     """Whether ``specifier`` admits nothing below ``below`` (or at it, ``inclusive``): a floor at or above it."""
     for clause in specifier:
@@ -331,13 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(constraints(denials)))
             return 0
         if args.command == "requirement":
-            problems = []
-            for where, text in [("add", r) for r in args.requirements] + [
-                (str(path), line) for path in args.file for _, line in entries(path.read_text())
-            ]:
-                requirement = Requirement(text.split("#")[0].strip())
-                pinned = [(requirement.name, s.version) for s in requirement.specifier if s.operator == "=="]
-                problems += check_pins(pinned, denials, where)
+            problems = check_requirements(args.requirements, args.file, denials)
         elif args.command == "audit":
             problems, said = audit(args.locks)
             print(said)

@@ -16,7 +16,6 @@ since 2.12. Driver minimums are NVIDIA's for each CUDA major release (minor-vers
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from snakeddp.errors import ConfigError
@@ -89,18 +88,3 @@ def torch_build(cuda: str) -> TorchBuild:
             f"environment.cuda={cuda!r} names no torch build. HINT: choose one of {choices} "
             "(docs/environments.md says which GPUs and drivers each serves)."
         ) from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """For tools/lock.sh: every ``environment.cuda`` value, or one build's ``<label> <index>`` (label ``-``: PyPI's)."""
-    args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print(" ".join(BUILDS))
-        return 0
-    build = torch_build(args[0])
-    print(build.label or "-", build.index_url)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

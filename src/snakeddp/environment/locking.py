@@ -13,6 +13,7 @@ torch is locked by version (``torch==2.13.0``): its hashes are those of every bu
 the wheel a find-links directory gave this machine included (uv writes no hash for a find-links file; its
 sha256 is computed here), so the core lock installs the build a machine takes and nothing else.
 
+    python -m snakeddp.environment.locking prepare envs WORK [--upgrade]  # what the resolutions start from
     python -m snakeddp.environment.locking preferences envs/requirements.lock ...  # name==version, for uv
     python -m snakeddp.environment.locking undecided RESOLVED --by FILE...  # what no pin in FILEs decided
     python -m snakeddp.environment.locking write WORK OUT --python 3.11.7 --machine x86_64
@@ -43,6 +44,7 @@ _HASH = re.compile(r"--hash=sha256:(?P<digest>[0-9a-f]{64})")
 _CONFLICT = ("<<<<<<<", "=======", ">>>>>>>", "|||||||")
 CORE, DEV, V1 = "requirements.lock", "requirements-dev.lock", "requirements-azureml-v1.lock"
 V1_IN = "envs/requirements-azureml-v1.in"
+INS = ("requirements.in", "requirements-dev.in", "requirements-azureml-v1.in")
 
 
 def build_lock_name(build: TorchBuild) -> str:
@@ -72,6 +74,29 @@ def preferences(paths: Iterable[Path]) -> list[str]:
         for key, found in sorted(versions.items())
         if len(found) == 1 and key != ACCELERATED
     ]
+
+
+def prepare(envs: Path, work: Path, upgrade: bool) -> list[str]:
+    """What tools/lock.sh resolves from, written into ``work`` in one Python start (thirteen starts of 0.13 s of
+    CPU each before): denied.txt, the constraints that keep denied releases out; builds.txt, each build's
+    ``<cuda> <label or -> <index>``; the old locks in ``envs`` as uv's preferences, all.txt (core and dev),
+    v1-kept.txt and build-<cuda>.txt (empty with ``upgrade``: everything afresh). Returns one line for each pin
+    of the .in files that envs/denied.toml refuses."""
+    from snakeddp.environment import advisories  # urllib.request: 50 ms each undecided or write would not use
+
+    denials = advisories.load()
+    (work / "denied.txt").write_text(_lines(advisories.constraints(denials)))
+    (work / "builds.txt").write_text(_lines(f"{cuda} {b.label or '-'} {b.index_url}" for cuda, b in BUILDS.items()))
+    kept = {"all.txt": [CORE, DEV], "v1-kept.txt": [V1]}
+    kept.update({f"build-{cuda}.txt": [build_lock_name(build)] for cuda, build in BUILDS.items()})
+    for name, locks in kept.items():
+        (work / name).write_text("" if upgrade else _lines(preferences(envs / lock for lock in locks)))
+    return advisories.check_requirements([], [envs / name for name in INS], denials)
+
+
+def _lines(lines: Iterable[str]) -> str:
+    """One a line and a newline at the end, as print wrote them for the shell (a lone newline where there are none)."""
+    return "\n".join(lines) + "\n"
 
 
 def _exact_pins(path: Path) -> dict[str, list[SpecifierSet]]:
@@ -276,6 +301,10 @@ def write(work: Path, out: Path, python: str, machine: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.locking", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    preparing = commands.add_parser("prepare")
+    preparing.add_argument("envs", type=Path)
+    preparing.add_argument("work", type=Path)
+    preparing.add_argument("--upgrade", action="store_true")
     preferring = commands.add_parser("preferences")
     preferring.add_argument("locks", nargs="*", type=Path)
     deciding = commands.add_parser("undecided")
@@ -288,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     writing.add_argument("--machine", required=True)
     args = parser.parse_args(argv)
     try:
+        if args.command == "prepare":
+            denied = prepare(args.envs, args.work, args.upgrade)
+            for line in denied:
+                print(line, file=sys.stderr)
+            return 1 if denied else 0
         if args.command == "preferences":
             print("\n".join(preferences(args.locks)))
         elif args.command == "undecided":
@@ -296,9 +330,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if left else 0
         else:
             write(args.work, args.out, args.python, args.machine)
-    except (OSError, LockError) as error:
+    except (OSError, LockError, InvalidRequirement) as error:
         print(f"lock: {error}", file=sys.stderr)
-        return 1
+        return 2 if args.command == "prepare" else 1
     return 0
 
 
