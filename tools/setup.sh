@@ -105,6 +105,60 @@ hashed_install() {
     rm -f "$log"
     return 1
 }
+# snakeddp itself, editable (its .pth puts src/ on the path). `uv pip install -e .` builds it through setuptools
+# every time (uv reinstalls a named source tree), 1.8-2.7 s of CPU, and the sync removes it (it is in no lock): so
+# the files it installed are kept in the venv beside a stamp of what they were made from, and put back while
+# that is unchanged. Made from: pyproject.toml and the files it names, the version (src/snakeddp/__init__.py),
+# src/'s top-level packages, this checkout's path (direct_url.json) and the venv (bin/snakeddp's python).
+editable_stamp="$VENV/.snakeddp-editable"
+editable_kept="$VENV/.snakeddp-editable.tar"
+editable_inputs() {
+    { cat pyproject.toml README.md LICENSE src/snakeddp/__init__.py "$VENV/pyvenv.cfg"; ls src; echo "$PWD/$VENV"; } \
+        | sha256sum | cut -d' ' -f1
+}
+# The RECORD of the installed snakeddp whose direct_url.json names this checkout as an editable source.
+editable_record() {
+    local info
+    for info in "$VENV"/lib/python3*/site-packages/snakeddp-*.dist-info; do
+        if grep -qF "{\"url\":\"file://$PWD\",\"dir_info\":{\"editable\":true}}" "$info/direct_url.json" 2>/dev/null; then
+            echo "$info/RECORD"
+            return 0
+        fi
+    done
+    return 1
+}
+# Every file that RECORD lists, as a path inside the venv (RECORD's are relative to site-packages: ../../../bin).
+editable_files() {
+    local record=$1 file
+    while IFS=, read -r file _; do realpath -m --relative-to="$VENV" "${record%/*/RECORD}/$file"; done <"$record"
+}
+editable_unchanged() { [[ -f $editable_stamp && "$(cat "$editable_stamp")" == "$(editable_inputs)" ]]; }
+# Installed whole, from the inputs as they are now.
+editable_current() {
+    local record files file
+    editable_unchanged && record=$(editable_record) || return 1
+    mapfile -t files < <(editable_files "$record")
+    for file in "${files[@]}"; do [[ -e "$VENV/$file" ]] || return 1; done
+}
+editable_install() {
+    local record files
+    editable_current && return 0
+    # Put back only where no snakeddp is installed: one that is (another checkout's, a wheel) is replaced, as uv
+    # replaces it.
+    if [[ -f $editable_kept ]] && editable_unchanged \
+        && ! compgen -G "$VENV/lib/python3*/site-packages/snakeddp-*.dist-info" >/dev/null; then
+        tar -C "$VENV" -xf "$editable_kept"
+        editable_current && return 0
+    fi
+    rm -f "$editable_stamp" "$editable_kept"
+    "$uv" pip install --quiet "${into[@]}" --no-deps -e .
+    # A uv that records the source otherwise finds nothing to keep: it builds again next time, as before.
+    record=$(editable_record) || return 0
+    mapfile -t files < <(editable_files "$record")
+    # POSIX (pax) headers keep each file's modification time to the nanosecond, as uv wrote it.
+    tar -C "$VENV" --format=posix -cf "$editable_kept" "${files[@]}"
+    editable_inputs >"$editable_stamp"
+}
 # Bytecode at install time: uv leaves compiling to the first import, and where
 # PYTHONDONTWRITEBYTECODE=1 is set (CI machines, containers; this project's VMs) the .pyc files
 # are never written, so every process compiled torch, Lightning and Snakemake from source again:
@@ -156,7 +210,7 @@ else
     fi
     rm -f "$failed"
 fi
-"$uv" pip install --quiet "${into[@]}" --no-deps -e .
+editable_install
 # snakeddp's own modules (an editable install: compiled here, in src/, where the imports find them).
 progress "compiling src/" "$VENV/bin/python" -m compileall -q src
 # Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.

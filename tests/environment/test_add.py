@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -94,14 +95,23 @@ def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_m
 def test_a_package_removed_by_hand_is_reported_in_one_line_and_put_back(checkout):
     uninstall = [UV, "pip", "uninstall", "--quiet", "--python", checkout / ".venv/bin/python", "tabulate"]
     typed(checkout, "tools/setup.sh")  # the venv as set-up leaves it
+    built = editable_metadata(checkout).stat().st_mtime_ns
     subprocess.run(uninstall, check=True)
     repaired = typed(checkout, "tools/setup.sh")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     said = [line for line in repaired.stdout.splitlines() if "changed since it was set up" in line]
     assert len(said) == 1 and "tabulate: locked 0.10.0, not installed" in said[0], repaired.stdout
     assert typed(checkout, ".venv/bin/python", "-c", "import tabulate").returncode == 0
+    # The sync took snakeddp out too (it is in no lock): its editable install is put back as it was, not built again.
+    assert editable_metadata(checkout).stat().st_mtime_ns == built
     again = typed(checkout, "tools/setup.sh")
     assert again.returncode == 0 and "changed" not in again.stdout
+
+
+def editable_metadata(checkout: Path) -> Path:
+    """The METADATA of the checkout's editable install of snakeddp (the one dist-info of it in the venv)."""
+    (metadata,) = (checkout / ".venv/lib/python3.11/site-packages").glob("snakeddp-*.dist-info/METADATA")
+    return metadata
 
 
 def fake_wheel(directory: Path, name: str, version: str, init: str) -> Path:
@@ -204,3 +214,19 @@ def test_a_torch_build_without_hashes_is_refused_in_one_line_and_the_venv_keeps_
         'setup: environment.cuda=\'11.8\' names no torch build. HINT: choose one of "13.0", "13.2", "12.6", "cpu" '
         "(docs/environments.md says which GPUs and drivers each serves)."
     ]
+
+
+def test_snakeddp_is_built_again_when_its_version_changes(checkout):
+    """The set-up puts its kept editable install back only while what it was made from is unchanged: after a new
+    version (and a sync: a package removed by hand), the venv's snakeddp is the new version, built again."""
+    init = checkout / "src/snakeddp/__init__.py"
+    old = re.search(r'__version__ = "([^"]+)"', init.read_text())[1]
+    init.write_text(init.read_text().replace(f'__version__ = "{old}"', f'__version__ = "{old}.post1"'))
+    subprocess.run(
+        [UV, "pip", "uninstall", "--quiet", "--python", checkout / ".venv/bin/python", "tabulate"], check=True
+    )
+    again = typed(checkout, "tools/setup.sh")
+    assert again.returncode == 0, again.stdout + again.stderr
+    version = [".venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('snakeddp'))"]
+    assert typed(checkout, *version).stdout.strip() == f"{old}.post1"
+    assert editable_metadata(checkout).parent.name == f"snakeddp-{old}.post1.dist-info"
