@@ -7,6 +7,7 @@ touched. bench's tutorial workload runs in one, and the tests' checkouts that ty
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -23,10 +24,11 @@ def uv_environment() -> dict[str, str]:
     return {**os.environ, "UV_FIND_LINKS": os.environ.get("PIP_FIND_LINKS", "")}
 
 
-def linked_core_venv(venv: Path, checkout: Path, python: str | None = None) -> Path:
+def linked_core_venv(venv: Path, checkout: Path, python: str | None = None, *, set_up: bool = False) -> Path:
     """``venv`` with ``checkout``'s core lock installed (every file's hash checked, the lock recorded as what the
     venv was verified against, as tools/setup.sh records it), its bytecode linked from this interpreter's venv;
-    ``python``: the interpreter it is made from (uv's choice, as tools/setup.sh's python3, when None)."""
+    ``python``: the interpreter it is made from (uv's choice, as tools/setup.sh's python3, when None). ``set_up``:
+    also as tools/setup.sh leaves it (``set_up_as_setup_sh``)."""
     uv = uv_environment()
     interpreter = ["--python", python] if python else []
     subprocess.run([UV, "venv", "--quiet", "--seed", *interpreter, venv], check=True, env=uv)
@@ -50,4 +52,47 @@ def linked_core_venv(venv: Path, checkout: Path, python: str | None = None) -> P
             target.mkdir()
             for pyc in cache.iterdir():
                 os.link(pyc, target / pyc.name)
+    if set_up:
+        set_up_as_setup_sh(venv, checkout)
     return venv
+
+
+def setup_stamp(venv: Path, checkout: Path) -> str:
+    """What tools/setup.sh writes to ``venv``/.snakeddp-locks after setting it up from the core lock: the
+    fingerprint of the lock, every torch build's lock and pyproject.toml, and the CUDA build where torch is not
+    PyPI's (its ``fingerprint`` and ``stamp_of``)."""
+    locks = [checkout / "envs/requirements.lock", *sorted((checkout / "envs").glob("requirements-torch-*.lock"))]
+    fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in [*locks, checkout / "pyproject.toml"])).hexdigest()
+    build = subprocess.run(
+        [venv / "bin/python", "-m", "snakeddp.environment.venv_build", "--lock", "envs/requirements.lock"],
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout / "src")},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    cuda, _, index = build[:3]
+    return fingerprint if index == "-" else f"{fingerprint} cuda {cuda}"
+
+
+def set_up_as_setup_sh(venv: Path, checkout: Path) -> None:
+    """A linked venv as tools/setup.sh leaves it: snakeddp installed from ``checkout`` (editable) and the stamp that
+    says which locks it was set up from, so that tools/setup.sh finds it matching them (after comparing the venv
+    with the locks) and returns at once, where it would install the same again and import what the stages import
+    (10 s of CPU). A stamp written here that no longer matches tools/setup.sh's is no harm: it sets the venv up."""
+    python = venv / "bin/python"
+    subprocess.run([UV, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", checkout],
+                   check=True, env=uv_environment())  # fmt: skip
+    # What no lock names (the seed's wheel), removed as tools/setup.sh removes it.
+    extra = subprocess.run(
+        [python, "-m", "snakeddp.environment.lock", "extra", "envs/requirements.lock", "envs/requirements-dev.lock"],
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout / "src")},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    if extra:
+        uninstall = [UV, "pip", "uninstall", "--quiet", "--python", python, *extra]
+        subprocess.run(uninstall, check=True, env=uv_environment())
+    (venv / ".snakeddp-locks").write_text(setup_stamp(venv, checkout) + "\n")

@@ -105,19 +105,27 @@ def _medians(rounds: list[dict[str, float]], prefix: str) -> dict[str, float]:
 
 
 def core_environment(ctx: Context) -> Path:
-    """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory. Its packages are
-    linked first with their bytecode (bench.venvs; tools/setup.sh's own compiling of them is a minute of CPU,
-    and gives the same files), then tools/setup.sh checks it against the lock, installs snakeddp and imports
-    what the stages import, as it does for a user; afterwards it finds the venv matching and returns at once."""
+    """The venv ``make run`` makes (tools/setup.sh, core lock), kept in the results directory. It is made as
+    tools/setup.sh leaves it, its packages linked with their bytecode (bench.venvs; tools/setup.sh's own compiling
+    of them is a minute of CPU, and gives the same files), snakeddp installed and the stamp of the locks written;
+    then tools/setup.sh compares it with the lock, as it does for a user's, and finds it matching (what the stages
+    import, its import check, the workflow imports next)."""
     venv = ctx.out / "core-venv"
-    if not (venv / "bin" / "python").exists():
-        linked_core_venv(venv, REPO)
-    subprocess.run(
+    made = not (venv / "bin" / "python").exists()
+    if made:
+        linked_core_venv(venv, REPO, set_up=True)
+    setup = subprocess.run(
         ["bash", str(REPO / "tools" / "setup.sh")],
         env={**os.environ, "VENV": str(venv)},
         check=True,
         capture_output=True,
+        text=True,
     )
+    if made and "setup: installing" in setup.stdout:
+        raise RuntimeError(
+            "tools/setup.sh set up again the venv bench.venvs made as it leaves one: bench.venvs.setup_stamp no "
+            f"longer writes the stamp it reads, or the venv differs from the lock:\n{setup.stdout[-3000:]}"
+        )
     return venv / "bin" / "python"
 
 
