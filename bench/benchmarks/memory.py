@@ -66,7 +66,7 @@ def run(ctx: Context) -> Result:
 
     def case(name: str) -> Any:
         def measure() -> dict[str, float]:
-            trace = runs.MemoryTrace()
+            trace = runs.MemoryTrace(period=0.1 if sizes.tiny else 0.02)  # --tiny: its samples' CPU a fifth
             if name == "tutorial_many":
                 run_file = runs.run_file(data_many, [], many, batch_size, devices=2)
                 runs.handwritten(run_file, manifest_many, next(run_dirs), fmt="pickle", trace=trace)
