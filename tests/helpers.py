@@ -173,10 +173,17 @@ def prepare(tmp_path: Path, overrides: dict, run_id: str = "base") -> tuple[Path
 
 
 def launch(
-    run_yaml: Path, manifest: Path, run_dir: Path, cwd: Path, timeout: float = 600, **env: str
+    run_yaml: Path,
+    manifest: Path,
+    run_dir: Path,
+    cwd: Path,
+    timeout: float = 600,
+    python: Path | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess:
-    """``python -m snakeddp.launch`` on the local platform, as the train rule runs it."""
-    argv = [sys.executable, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_yaml)]
+    """``python -m snakeddp.launch`` on the local platform, as the train rule runs it (``python``: another venv's
+    interpreter, such as the workflows' venv, whose kept warm process takes the launch; this one's by default)."""
+    argv = [str(python or sys.executable), "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_yaml)]
     argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
     return subprocess.run(
         argv, cwd=cwd, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout, check=False

@@ -36,7 +36,7 @@ from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import aligned, summary_rows
 from snakeddp.run import current, search
 from snakeddp.run.prune import prune
-from snakeddp.run.runs import default_results, earlier_attempts, find_runs, resolve_run
+from snakeddp.run.runs import best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
 
 # What the runs table's second part holds.
@@ -132,11 +132,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    run = resolve_run(args.run, args.results)
+    best = best_checkpoint(run)  # refused before torch and Lightning are imported
     from snakeddp.training.export import default_destination, export  # torch: only for this command
 
-    run = resolve_run(args.run, args.results)
     destination = args.to or default_destination(args.results, run)
-    written = export(run, destination)
+    written = export(run, destination, best)
     best = written["monitor"]
     print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
     return 0

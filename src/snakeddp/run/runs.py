@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import ProvenanceError, RunNotFound
+from snakeddp.errors import ExportError, ProvenanceError, RunNotFound
 from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, RunPaths, paths_of, run_records
 from snakeddp.util.fsutil import read_json
+from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
 
 # metrics.csv, one row per epoch: what the training loop counted and measured, around the metrics
@@ -160,6 +161,26 @@ class Run:
             f"names the file {recorded!r}, which is not inside {where}; snakeddp follows no path a record "
             "points out of its directory",
         )
+
+
+def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
+    """The best checkpoint's file and its provenance record, checked to be the file the run recorded: what
+    ``snakeddp export`` refuses before it imports torch and Lightning (a mistyped run answers at once)."""
+    record = (run.provenance.get("training") or {}).get("best_checkpoint")
+    if not record:
+        raise ExportError(
+            f"run {run.label} has no best checkpoint to export: it trained with trainer.save_top_k: 0, which keeps "
+            "only last.ckpt. HINT: set trainer.save_top_k: 1 or more and rerun snakemake (the run trains again)."
+        )
+    path = run.file(record)
+    if not path.is_file() or sha256_file(path) != record.get("sha256"):
+        what = "changed since the run recorded it" if path.is_file() else "gone"
+        raise ExportError(
+            f"run {run.label}: its best checkpoint {path} is {what}. HINT: `snakeddp verify {run.label}` checks the "
+            "run's files; export another run or attempt (`snakeddp runs --all`), or delete this run's provenance.json "
+            "and rerun snakemake to train it again."
+        )
+    return path, record
 
 
 def best_run(runs: list[Run]) -> Run | None:

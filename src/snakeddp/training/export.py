@@ -34,7 +34,7 @@ from snakeddp.config.targets import construct, load_class
 from snakeddp.data.columns import Inputs
 from snakeddp.errors import ExportError, TargetError
 from snakeddp.run.layout import paths_of
-from snakeddp.run.runs import Run
+from snakeddp.run.runs import Run, best_checkpoint
 from snakeddp.training.models import MODELS, TASK_PARAMETERS, builtin_arguments, custom_arguments
 from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.fsutil import atomic_write_json, read_json
@@ -50,25 +50,6 @@ EXPORT_DIR = "export"
 def default_destination(results: str | Path, run: Run) -> Path:
     """Where ``snakeddp export RUN`` writes without --to: ``results/export/<run label>``."""
     return Path(results) / EXPORT_DIR / run.label
-
-
-def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
-    """The best checkpoint's file and its provenance record, checked to be the file the run recorded."""
-    record = (run.provenance.get("training") or {}).get("best_checkpoint")
-    if not record:
-        raise ExportError(
-            f"run {run.label} has no best checkpoint to export: it trained with trainer.save_top_k: 0, which keeps "
-            "only last.ckpt. HINT: set trainer.save_top_k: 1 or more and rerun snakemake (the run trains again)."
-        )
-    path = run.file(record)
-    if not path.is_file() or sha256_file(path) != record.get("sha256"):
-        what = "changed since the run recorded it" if path.is_file() else "gone"
-        raise ExportError(
-            f"run {run.label}: its best checkpoint {path} is {what}. HINT: `snakeddp verify {run.label}` checks the "
-            "run's files; export another run or attempt (`snakeddp runs --all`), or delete this run's provenance.json "
-            "and rerun snakemake to train it again."
-        )
-    return path, record
 
 
 def task(run: Run, checkpoint: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -98,9 +79,10 @@ def import_path(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def export(run: Run, destination: str | Path) -> dict[str, Any]:
-    """Write ``run``'s best model to ``destination`` (model.safetensors, then model.json); return model.json."""
-    path, record = best_checkpoint(run)
+def export(run: Run, destination: str | Path, best: tuple[Path, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """Write ``run``'s best model to ``destination`` (model.safetensors, then model.json); return model.json.
+    ``best``: what ``best_checkpoint(run)`` returned, where the caller checked it already."""
+    path, record = best or best_checkpoint(run)
     checkpoint = read_checkpoint(path)
     cls, arguments = model_class_and_arguments(run, checkpoint)
     target = import_path(cls)
