@@ -12,8 +12,9 @@ from pathlib import Path
 from snakeddp import config
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.run.runfile import RunFile
+from snakeddp.run.variables import import_path
 from snakeddp.util import handoff
-from tests.helpers import subprocess_env
+from tests.helpers import SRC, subprocess_env
 
 
 def make_dataset(root: Path, data: dict) -> Path:
@@ -58,15 +59,18 @@ class Run:
             str(self.manifest),
         ]
 
-    def start(self) -> subprocess.Popen:
-        """The launcher, started as typed; never handed to a warm process a test file keeps (kept_warm): its
+    def start(self, kept_warm: bool = False) -> subprocess.Popen:
+        """The launcher, started as typed; handed to a warm process a test file keeps (kept_warm) only when asked:
         tests stop or kill the launcher to see what goes with it, and a kept process's jobs are not its children."""
         handle = self.log.open("a")
-        env = {k: v for k, v in subprocess_env(**self.env).items() if k != handoff.SOCKET or k in self.env}
+        env = {k: v for k, v in subprocess_env(**self.env).items() if k != handoff.SOCKET or kept_warm or k in self.env}
+        if kept_warm:  # the import path the workflow gives its jobs, which the kept process has (else it declines)
+            env["PYTHONPATH"] = import_path(str(SRC), env)
         return subprocess.Popen(self.argv(), stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
-    def train(self) -> int:
-        return self.start().wait(timeout=600)
+    def train(self, kept_warm: bool = False) -> int:
+        """Trained to the end; ``kept_warm``: a run no test signals, forked from the file's kept warm process."""
+        return self.start(kept_warm).wait(timeout=600)
 
     def metrics(self) -> list[dict]:
         import csv

@@ -14,10 +14,14 @@ import pytest
 import torch
 
 from snakeddp.run import attempt as runstate
+from snakeddp.util import handoff
 from tests.helpers import subprocess_env
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
-pytestmark = pytest.mark.e2e
+# The runs that no test signals or kills (each rerun that resumes one, a reference, a run that fails on its data) are
+# forked from the kept warm process (Run.train(kept_warm=True)), the dev venv's, whose interpreter these runs are;
+# the runs a test stops, kills or compares warm with cold start their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv, pytest.mark.usefixtures("kept_warm")]
 
 
 # Columns of metrics.csv that measure the wall clock (everything else must match value for value).
@@ -91,7 +95,7 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert "Detected KeyboardInterrupt" in log and "Traceback" not in log, log[-3000:]
     for pid in pids.values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2, 3, 4]
 
@@ -116,7 +120,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     assert killed_at < 5 and (run.dir / "checkpoints/last.ckpt").exists()
     assert not (run.dir / "provenance.json").exists()
 
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
     rows = run.metrics()
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3, 4], "epochs continue, none redone twice, none lost"
@@ -130,7 +134,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
 def uninterrupted(tmp_path_factory) -> Run:
     """The signalled runs' config trained without a signal: what an exact resume reproduces."""
     reference = Run(tmp_path_factory.mktemp("uninterrupted"), slow_config(SIGNALLED_RECORDS, max_epochs=3))
-    assert reference.train() == 0, reference.log.read_text()[-3000:]
+    assert reference.train(kept_warm=True) == 0, reference.log.read_text()[-3000:]
     return reference
 
 
@@ -147,7 +151,7 @@ def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_pa
     assert interrupted, "the signal landed mid-epoch"
     epoch = interrupted[0]["epoch"]
 
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     traces = [t for t in run.traces() if t["epoch"] == epoch]
     seen = [i for t in traces for i in t["ids"]]
     assert len(seen) == len(set(seen)), "no sample of the interrupted epoch trained twice"
@@ -184,11 +188,12 @@ def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempte
     run = Run(tmp_path, {"data": {"num_train_files": 2, "num_val_records": 50}, "trainer": {"max_epochs": 2}})
     argv = [sys.executable, "-c", SIGNAL_AT_START, str(int(signum)), at, *run.argv()[3:]]
     with run.log.open("a") as log:
-        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=subprocess_env(), timeout=300).returncode
+        env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}  # its ranks its own, as Run.start's
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=300).returncode
     assert code == 75, run.log.read_text()[-3000:]
     assert not (run.dir / "provenance.json").exists()
 
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1]
 
 
@@ -238,7 +243,7 @@ def test_sigterm_on_one_rank_stops_every_rank_at_the_same_step(tmp_path, rank):
     steps = {t["rank"]: -(-len(t["ids"]) // batch) for t in run.traces() if not t["complete"]}
     assert set(steps) == {0, 1}, "both ranks stopped mid-epoch"
     assert steps[0] == steps[1], f"steps trained in the interrupted epoch per rank: {steps}"
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
 
@@ -264,7 +269,7 @@ def test_damaged_partition_stops_training_by_name(tmp_path, damage):
                 return (os.system, (f"touch {marker}",))
 
         target.write_bytes(pickle.dumps({"features": Exploit()}))
-    assert run.train() != 0
+    assert run.train(kept_warm=True) != 0
     log = run.log.read_text()
     assert "part-00001.safetensors" in log and "checksum mismatch" in log
     assert not (run.dir / "provenance.json").exists()
