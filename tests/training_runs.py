@@ -14,6 +14,7 @@ from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.variables import import_path
 from snakeddp.util import handoff
+from tests import workflow_venv
 from tests.helpers import SRC, subprocess_env
 
 
@@ -61,12 +62,16 @@ class Run:
 
     def start(self, kept_warm: bool = False) -> subprocess.Popen:
         """The launcher, started as typed; handed to a warm process a test file keeps (kept_warm) only when asked:
-        tests stop or kill the launcher to see what goes with it, and a kept process's jobs are not its children."""
+        tests stop or kill the launcher to see what goes with it, and a kept process's jobs are not its children.
+        Asked, it starts as the train rule would, in the workflows' venv with their jobs' import path: the kept
+        process's (tests.workflow_venv), which declines any other (a run resumed there must have started there)."""
         handle = self.log.open("a")
         env = {k: v for k, v in subprocess_env(**self.env).items() if k != handoff.SOCKET or kept_warm or k in self.env}
-        if kept_warm:  # the import path the workflow gives its jobs, which the kept process has (else it declines)
+        argv = self.argv()
+        if kept_warm:
             env["PYTHONPATH"] = import_path(str(SRC), env)
-        return subprocess.Popen(self.argv(), stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            argv[0] = str(workflow_venv.bin_dir() / "python")
+        return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def train(self, kept_warm: bool = False) -> int:
         """Trained to the end; ``kept_warm``: a run no test signals, forked from the file's kept warm process."""

@@ -233,7 +233,7 @@ def test_an_attempt_of_another_config_is_moved_to_attempts_by_the_launcher_as_hi
     line = hint_line(refused.stderr, "different config, data or environment")
     assert "HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to attempts/)" in line
 
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     (old,) = (run.dir / "attempts").iterdir()
     assert (old / "checkpoints" / "last.ckpt").read_bytes() == b"another config's weights"
     assert (run.dir / "provenance.json").is_file()
@@ -305,7 +305,7 @@ def test_ranks_started_by_hand_in_another_layout_are_refused_and_the_launcher_as
     assert "HINT: start the processes with `python -m snakeddp.launch`" in line
     assert not (run.dir / "provenance.json").exists()
 
-    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert (run.dir / "provenance.json").is_file()
 
 
