@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 
 import lightning.pytorch as pl
 import pytest
 
 from snakeddp.config.targets import TargetError, construct, load_class, source_record
+from tests.helpers import SRC, subprocess_env
 
 USER_MODULE = """
 import lightning.pytorch as pl
@@ -101,3 +105,34 @@ def test_targets_fixed_as_hinted_load(user_module, target, hint, fixed):
     with pytest.raises(TargetError, match=f"HINT: {hint}"):
         load_class(target, "model.target", pl.LightningModule)
     assert load_class(fixed, "model.target", pl.LightningModule).__name__ == "Good"
+
+
+def test_a_base_named_by_import_path_checks_as_the_class_does(user_module):
+    base = "lightning.pytorch.core.module:LightningModule"
+    assert load_class("usermodels:Good", "model.target", base).__name__ == "Good"
+    with pytest.raises(TargetError) as by_name:
+        load_class("usermodels:NotAModule", "model.target", base)
+    with pytest.raises(TargetError) as by_class:
+        load_class("usermodels:NotAModule", "model.target", pl.LightningModule)
+    assert str(by_name.value) == str(by_class.value)
+
+
+@pytest.mark.parametrize(
+    ("pair", "cause"),
+    [
+        (("model.target", "plain:Net"), "is not a subclass of lightning.pytorch.core.module.LightningModule. HINT: "),
+        (("data.module", "plain:Net"), "is not a subclass of lightning.pytorch.core.datamodule.LightningDataModule"),
+        (("model.target", "no_such_module:Net"), "cannot import module 'no_such_module'"),
+    ],
+)
+def test_the_workflows_check_refuses_what_is_no_lightning_class_without_importing_lightning(user_module, pair, cause):
+    """`python -m snakeddp.config.targets` (the preflight's, in the training interpreter): what imports no
+    Lightning cannot be a Lightning class, and is refused as before, in a fraction of Lightning's import."""
+    (user_module / "plain.py").write_text("class Net:\n    pass\n")
+    probe = (
+        "import sys; from snakeddp.config.targets import main; print(main(sys.argv[1:]), 'lightning' in sys.modules)"
+    )
+    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(user_module), str(SRC)]))
+    done = subprocess.run([sys.executable, "-c", probe, *pair], env=env, capture_output=True, text=True, check=False)
+    assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
+    assert f"{pair[0]}={pair[1]!r}" in done.stderr and cause in done.stderr
