@@ -41,9 +41,12 @@ def linked_core_venv(venv: Path, checkout: Path, python: str | None = None, *, s
         capture_output=True,
         text=True,
     )
-    (venv / ".snakeddp-requirements").write_text(hashed.stdout)
-    subprocess.run([UV, "pip", "sync", "--quiet", "--require-hashes", "--python", venv / "bin/python",
-                    venv / ".snakeddp-requirements"], check=True, env=uv)  # fmt: skip
+    requirements = venv / ".snakeddp-requirements"
+    requirements.write_text(hashed.stdout)
+    sync = [UV, "pip", "sync", "--quiet", "--require-hashes", "--python", venv / "bin/python", requirements]
+    # Offline first, as tools/uv.sh's cached_first: online, uv asks the index about every locked package (0.5 s).
+    if subprocess.run([*sync, "--offline"], env=uv, capture_output=True).returncode != 0:
+        subprocess.run(sync, check=True, env=uv)
     shutil.copy(checkout / "envs/requirements.lock", venv / ".snakeddp-verified")
     ours = Path(sys.prefix) / SITE
     for cache in ours.rglob("__pycache__"):

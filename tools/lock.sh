@@ -151,8 +151,9 @@ PYTHONPATH=src "$auditor" -m snakeddp.environment.advisories audit envs/requirem
     || echo "lock: the locks are written, and an advisory service lists releases in them (above): move them with tools/add.sh" >&2
 
 # The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
-# resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled.
+# resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled; offline
+# first, as the resolutions just read every page it needs.
 "$uv" venv --quiet --python "$PYTHON" "$work/core"
 hashed_requirements envs/requirements.lock > "$work/core-requirements.txt"
-"$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
+cached_first "$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
 PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write

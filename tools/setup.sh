@@ -182,7 +182,7 @@ if [[ $installed == 0 ]]; then
         done
     fi
     hashed_requirements "${locks[@]}" > "$VENV/.snakeddp-requirements"
-    progress "installing and compiling the locked packages" hashed_install "$uv" pip sync --require-hashes "${into[@]}" \
+    progress "installing and compiling the locked packages" hashed_install cached_first "$uv" pip sync --require-hashes "${into[@]}" \
         "${compile[@]}" "${again[@]}" "$VENV/.snakeddp-requirements"
 fi
 # torch is locked by version; the build is environment.cuda's. PyPI's own (13.0) is the machine's
