@@ -41,7 +41,7 @@ pytest: setup-dev
 
 # tests/durations.json again, from a whole run of the suite (after adding or speeding up a slow test file).
 durations: setup-dev
-	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --write-durations -q
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --cold-unless-e2e --write-durations -q
 
 # The fast tests (not e2e, not Slurm) again with every job and rank started cold: the local profile
 # forks them from a warm process by default (snakeddp.warm), which SNAKEDDP_WARM_START=0 turns off.

@@ -66,16 +66,21 @@ def setup_stamp(venv: Path, checkout: Path) -> str:
     PyPI's (its ``fingerprint`` and ``stamp_of``)."""
     locks = [checkout / "envs/requirements.lock", *sorted((checkout / "envs").glob("requirements-torch-*.lock"))]
     fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in [*locks, checkout / "pyproject.toml"])).hexdigest()
-    build = subprocess.run(
-        [venv / "bin/python", "-m", "snakeddp.environment.venv_build", "--lock", "envs/requirements.lock"],
+    build = _snakeddp_says(venv, checkout, "snakeddp.environment.venv_build", "--lock", "envs/requirements.lock")
+    cuda, _, index = build[:3]
+    return fingerprint if index == "-" else f"{fingerprint} cuda {cuda}"
+
+
+def _snakeddp_says(venv: Path, checkout: Path, module: str, *args: str) -> list[str]:
+    """The words ``python -m MODULE ARGS`` of ``checkout``'s snakeddp prints, run by ``venv``'s interpreter."""
+    return subprocess.run(
+        [venv / "bin/python", "-m", module, *args],
         cwd=checkout,
         env={**os.environ, "PYTHONPATH": str(checkout / "src")},
         check=True,
         capture_output=True,
         text=True,
     ).stdout.split()
-    cuda, _, index = build[:3]
-    return fingerprint if index == "-" else f"{fingerprint} cuda {cuda}"
 
 
 def set_up_as_setup_sh(venv: Path, checkout: Path) -> None:
@@ -87,14 +92,9 @@ def set_up_as_setup_sh(venv: Path, checkout: Path) -> None:
     subprocess.run([UV, "pip", "install", "--quiet", "--python", python, "--no-deps", "-e", checkout],
                    check=True, env=uv_environment())  # fmt: skip
     # What no lock names (the seed's wheel), removed as tools/setup.sh removes it.
-    extra = subprocess.run(
-        [python, "-m", "snakeddp.environment.lock", "extra", "envs/requirements.lock", "envs/requirements-dev.lock"],
-        cwd=checkout,
-        env={**os.environ, "PYTHONPATH": str(checkout / "src")},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+    extra = _snakeddp_says(
+        venv, checkout, "snakeddp.environment.lock", "extra", "envs/requirements.lock", "envs/requirements-dev.lock"
+    )
     if extra:
         uninstall = [UV, "pip", "uninstall", "--quiet", "--python", python, *extra]
         subprocess.run(uninstall, check=True, env=uv_environment())
