@@ -133,11 +133,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     run = resolve_run(args.run, args.results)
-    best = best_checkpoint(run)  # refused before torch and Lightning are imported
+    checked = best_checkpoint(run)  # refused before torch and Lightning are imported
     from snakeddp.training.export import default_destination, export  # torch: only for this command
 
     destination = args.to or default_destination(args.results, run)
-    written = export(run, destination, best)
+    written = export(run, destination, checked)
     best = written["monitor"]
     print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
     return 0
