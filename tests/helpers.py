@@ -34,6 +34,7 @@ from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.provenance.schema import validate_file
 from snakeddp.run.layout import LOCK
 from snakeddp.run.runfile import RunFile
+from snakeddp.run.variables import import_path
 from tests import forked_snakemake, workflow_venv
 
 TINY = {
@@ -172,22 +173,31 @@ def prepare(tmp_path: Path, overrides: dict, run_id: str = "base") -> tuple[Path
     return run_yaml, manifest, tmp_path / "runs" / run_id
 
 
+def as_the_train_rule(env: dict[str, str]) -> tuple[str, str]:
+    """The interpreter and PYTHONPATH the train rule starts ``python -m snakeddp.launch`` with: the workflows' venv's
+    (tests.workflow_venv) and their jobs' import path, whose kept warm process forks the launch (it declines the
+    tests' own interpreter and PYTHONPATH, and the run would start cold)."""
+    return str(workflow_venv.bin_dir() / "python"), import_path(str(SRC), env)
+
+
 def launch(
     run_yaml: Path,
     manifest: Path,
     run_dir: Path,
     cwd: Path,
     timeout: float = 600,
-    python: Path | None = None,
+    kept_warm: bool = False,
     **env: str,
 ) -> subprocess.CompletedProcess:
-    """``python -m snakeddp.launch`` on the local platform, as the train rule runs it (``python``: another venv's
-    interpreter, such as the workflows' venv, whose kept warm process takes the launch; this one's by default)."""
-    argv = [str(python or sys.executable), "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_yaml)]
+    """``python -m snakeddp.launch`` on the local platform, as the train rule runs it (``kept_warm``: with its
+    interpreter and import path too, ``as_the_train_rule``; this interpreter's by default)."""
+    environment = subprocess_env(**env)
+    python = sys.executable
+    if kept_warm:
+        python, environment["PYTHONPATH"] = as_the_train_rule(environment)
+    argv = [python, "-m", "snakeddp.launch", "--platform", "local", "--config", str(run_yaml)]
     argv += ["--run-dir", str(run_dir), "--data", str(manifest)]
-    return subprocess.run(
-        argv, cwd=cwd, env=subprocess_env(**env), capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run(argv, cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 # Set (to "1") by tests/conftest.py while a test marked gpu runs: its processes may see the GPUs.

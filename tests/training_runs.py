@@ -12,10 +12,8 @@ from pathlib import Path
 from snakeddp import config
 from snakeddp.data.generate import write_dataset_manifest, write_synthetic
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.variables import import_path
 from snakeddp.util import handoff
-from tests import workflow_venv
-from tests.helpers import SRC, subprocess_env
+from tests.helpers import as_the_train_rule, subprocess_env
 
 
 def make_dataset(root: Path, data: dict) -> Path:
@@ -69,8 +67,7 @@ class Run:
         env = {k: v for k, v in subprocess_env(**self.env).items() if k != handoff.SOCKET or kept_warm or k in self.env}
         argv = self.argv()
         if kept_warm:
-            env["PYTHONPATH"] = import_path(str(SRC), env)
-            argv[0] = str(workflow_venv.bin_dir() / "python")
+            argv[0], env["PYTHONPATH"] = as_the_train_rule(env)
         return subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def train(self, kept_warm: bool = False) -> int:

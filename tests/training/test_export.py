@@ -15,13 +15,11 @@ from safetensors.torch import load_file
 
 from snakeddp.data.partitions import read_partition
 from snakeddp.run.runs import resolve_run
-from snakeddp.run.variables import import_path
 from snakeddp.training.export import DESCRIPTION, WEIGHTS
 from snakeddp.training.models import build_model
 from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
-from tests import workflow_venv
 from tests.helpers import SRC, launch, make_run, subprocess_env, tiny_with
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
@@ -113,8 +111,7 @@ def trained(tmp_path_factory) -> Path:
         run_yaml, manifest = make_run(root, tiny_with(overrides), run_id)
         # As the train rule runs it (the workflows' venv, their jobs' import path): the file's kept warm process
         # (kept_warm) takes the launch, which it would decline in this interpreter (each run would start cold).
-        python, path = workflow_venv.bin_dir() / "python", import_path(str(SRC), subprocess_env())
-        done = launch(run_yaml, manifest, root / "results" / "runs" / run_id, cwd=root, python=python, PYTHONPATH=path)
+        done = launch(run_yaml, manifest, root / "results" / "runs" / run_id, cwd=root, kept_warm=True)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root
 
