@@ -227,17 +227,44 @@ def test_slurm_signals_reach_every_rank(workflow: SlurmWorkflow, launcher: str, 
 
 
 MAX_EPOCHS = 12
+# The preempted runs' model: the default MLP, whose ranks wait at the start of their third epoch until the test has
+# signalled every run's job and opened the gate. Without the wait an mpirun run trained its twelve epochs (0.2-0.4 s
+# each on Nov 28's machine) before scancel's USR1 reached its ranks, and its job completed.
+GATED_MODEL = """
+import os
+import time
+
+from snakeddp.training.models import MLP
+
+
+class GatedMLP(MLP):
+    def __init__(self, num_features: int, num_classes: int, gate: str) -> None:
+        super().__init__(num_features, num_classes, hidden_sizes=[16])
+        self.gate = gate
+
+    def on_train_epoch_start(self) -> None:
+        deadline = time.monotonic() + 120
+        while self.current_epoch == 2 and not os.path.exists(self.gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+"""
+
+
+def preempted_config(workflow: SlurmWorkflow, **sections) -> dict:
+    """Runs of the gated model (put where snakemake runs, which every rank imports from), on batches of 4."""
+    (workflow.directory / "gated.py").write_text(GATED_MODEL)
+    trainer = {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}
+    runs = config(trainer=trainer, **sections)
+    runs["model"] = {"target": "gated:GatedMLP", "kwargs": {"gate": str(workflow.directory / "gate")}}
+    return runs
 
 
 @pytest.fixture(scope="module")
 def preempted(workflow: SlurmWorkflow):
     """Two runs (srun, mpirun; 2 nodes x 1 task) that get SIGUSR1 from Slurm in their third epoch."""
-    # The data of the first test; small batches make ~40 steps per epoch.
+    # The data of the first test; batches of 4 make ~40 steps per epoch.
     workflow.write_config(
-        config(
-            trainer={"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}},
-            launch={"nodes": 2, "devices": 1},
-            sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]},
+        preempted_config(
+            workflow, launch={"nodes": 2, "devices": 1}, sweep={"launch.launcher": ["srun", "mpirun"], "seed": [5]}
         )
     )
     runs = ("launcher-srun_seed-5", "launcher-mpirun_seed-5")
@@ -246,8 +273,10 @@ def preempted(workflow: SlurmWorkflow):
 
 
 def preempt(workflow: SlurmWorkflow, runs: tuple[str, ...], *args: str) -> tuple[int, str, dict[str, str]]:
-    """Run Snakemake, and SIGUSR1 each run's job through Slurm once two of its epochs are done:
-    Snakemake's exit status and output, and the job signalled per run."""
+    """Run Snakemake, SIGUSR1 each run's job through Slurm once two of its epochs are done, and then open the
+    gated model's gate: Snakemake's exit status and output, and the job signalled per run."""
+    gate = workflow.directory / "gate"
+    gate.unlink(missing_ok=True)
     snakemake = subprocess.Popen(
         workflow.command(*args),
         cwd=workflow.directory,
@@ -268,6 +297,7 @@ def preempt(workflow: SlurmWorkflow, runs: tuple[str, ...], *args: str) -> tuple
                     workflow.slurm("scancel", "--signal=USR1", job)
                     signalled[run] = job
             time.sleep(0.2)
+        gate.touch()
         output, _ = snakemake.communicate(timeout=900)
     finally:
         if snakemake.poll() is None:
@@ -350,14 +380,13 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     """Scheduler requests are not part of a run: after a preemption, raising launch.runtime resumes
     from last.ckpt (and reaches sbatch); on the finished run, raising launch.mem_mb reruns nothing."""
     run = "seed-7"
-    settings = {"trainer": {"max_epochs": MAX_EPOCHS, "batch_size": 4, "early_stopping": {"enabled": False}}}
-    workflow.write_config(config(**settings, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
+    workflow.write_config(preempted_config(workflow, launch={"runtime": 10, "mem_mb": 1000}, sweep={"seed": [7]}))
     target = f"results/runs/{run}/provenance.json"
     returncode, output, _ = preempt(workflow, (run,), "--retries", "0", target)
     assert returncode != 0 and "preempted in epoch" in output, output[-5000:]
     assert not (workflow.directory / target).exists()
 
-    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
+    workflow.write_config(preempted_config(workflow, launch={"runtime": 20, "mem_mb": 1000}, sweep={"seed": [7]}))
     assert "run_config" not in workflow.planned_jobs(), "a longer runtime does not rewrite run.yaml"
     workflow.run(target)
     record = provenance(workflow, run)
@@ -367,7 +396,7 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     ours = [line.split("|")[1] for line in limits.splitlines() if line.split("|")[0].endswith(f"_wildcards_{run}")]
     assert ours == ["00:10:00", "00:20:00"], "sbatch got the raised runtime"
 
-    workflow.write_config(config(**settings, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
+    workflow.write_config(preempted_config(workflow, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))
     assert workflow.planned_jobs(target) == {}, "more memory never retrains a finished run"
     # The whole workflow plans no job of the run either (what else it plans, the report and the other
     # stages' environment records, depends on what the module's earlier tests made).
