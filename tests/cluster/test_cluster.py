@@ -2,13 +2,16 @@
 
 import os
 import socket
+import subprocess
+import sys
 from unittest import mock
 
 import pytest
 
 from snakeddp import cluster, launch
 from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
-from tests.helpers import prepare
+from snakeddp.slurm.launcher import root_node
+from tests.helpers import prepare, subprocess_env
 
 TORCHRUN = {
     "TORCHELASTIC_RUN_ID": "abc",
@@ -130,6 +133,27 @@ def test_mpirun_inside_slurm_is_mpirun_and_uses_the_first_node():
     }
     _, layout = cluster.resolve(None, env)
     assert layout.launcher == "mpirun" and layout.master_addr == "gpu07" and layout.job_id == "123456"
+
+
+@pytest.mark.parametrize(
+    "nodelist", ["gpu07", "gpu[07-08]", "gpu[07,09-10]", "gpu[5]", "gpu07,cpu[01-02]", "gpu[07-08],cpu01", "a1 b2"]
+)
+def test_the_first_node_of_a_slurm_node_list_is_the_one_lightnings_slurm_environment_picks(nodelist):
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    assert root_node(nodelist) == SLURMEnvironment.resolve_root_node_address(nodelist)
+
+
+def test_the_slurm_launcher_finds_the_first_node_without_importing_lightning():
+    """A Slurm job's launcher starts no rank: Lightning's import was seconds of its start."""
+    probe = (
+        "import sys; from snakeddp.slurm import launcher; "
+        "print(launcher.root_node('gpu[07-08]'), 'lightning' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=subprocess_env(), capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["gpu07", "False"]
 
 
 def test_explicit_master_addr_wins():
