@@ -1,13 +1,15 @@
-"""A lane of its own for the test files that mostly wait, so the cores stay busy while they do.
+"""Lanes of their own for the test files that mostly wait, so the cores stay busy while they do.
 
 The Slurm files spend their time waiting on the scheduler, on cold ranks started by `srun` and on hang
 bounds: `tests/slurm/test_slurm_profile.py` took 612 s of wall time for 57 s of the test process's CPU in a
 whole run on CI's two cores. With two workers, the one that held a Slurm file left its core mostly idle (the
-cores were 70-86% busy in the run's first 20 minutes, docs/development.md). With three or more workers
-(`make test`), the last one runs only these files, one after another on one cluster (`slurm_cluster` is a
-session fixture, one per worker), and the others run everything else, longest first as tests/conftest.py
-orders them; one of them takes a waiting file only when nothing else is left. With fewer workers every worker
-takes every file, as xdist's own --dist loadfile does.
+cores were 70-86% busy in the run's first 20 minutes, docs/development.md). With three or more workers the
+last ones run only these files (one lane with three workers, two from four: `make test` starts four), each
+taking the next waiting file as it finishes one, on a cluster of its own (`slurm_cluster` is a session
+fixture, one per worker), and the others run everything else, longest first as tests/conftest.py orders
+them; one of them takes a waiting file only when nothing else is left. One lane ran the Slurm files one after
+another for 1,145 s of a 1,185 s run (Nov 28): as long as the CPU workers' share, so the lane, not the CPU,
+could set the run's end. With fewer workers every worker takes every file, as xdist's own --dist loadfile does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from xdist.workermanage import WorkerController
 WAITING = ("tests/slurm/",)
 # Below this many workers there is no lane: the waiting files would hold one of too few cores' workers.
 LANE_FROM = 3
+# At most this many lanes: the workers beyond the first two, up to it (the rest of the workers run the others).
+MOST_LANES = 2
 
 
 def waits(scope: str) -> bool:
@@ -26,20 +30,21 @@ def waits(scope: str) -> bool:
 
 
 class Lanes(LoadFileScheduling):
-    """--dist loadfile with the waiting files in the last worker's lane."""
+    """--dist loadfile with the waiting files in the last workers' lanes."""
 
-    def _lane_node(self) -> WorkerController | None:
-        """The worker whose lane is the waiting files: the one numbered last (gwN), where there are enough."""
+    def _lane_nodes(self) -> list[WorkerController]:
+        """The workers whose lanes are the waiting files: the ones numbered last (gwN), where there are enough."""
         if len(self.nodes) < LANE_FROM:
-            return None
-        return max(self.nodes, key=lambda node: int(node.gateway.id.removeprefix("gw")))
+            return []
+        numbered = sorted(self.nodes, key=lambda node: int(node.gateway.id.removeprefix("gw")))
+        return numbered[-min(MOST_LANES, len(numbered) - 2) :]
 
     def _next_scope(self, node: WorkerController) -> str | None:
         """The first file in the queue that ``node`` may take."""
-        lane = self._lane_node()
-        if lane is None:
+        lanes = self._lane_nodes()
+        if not lanes:
             return next(iter(self.workqueue), None)
-        if node is lane:
+        if node in lanes:
             return next((scope for scope in self.workqueue if waits(scope)), None)
         others = (scope for scope in self.workqueue if not waits(scope))
         return next(others, next(iter(self.workqueue), None))

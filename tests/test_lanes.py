@@ -59,11 +59,23 @@ def ran_by(tmp_path: Path, workers: int) -> dict[str, set[str]]:
     return ran
 
 
+SLURM = ("test_profile", "test_nodes")
+
+
 def test_with_three_workers_the_last_runs_the_slurm_files_and_nothing_else(tmp_path):
     ran = ran_by(tmp_path, 3)
     assert set(ran) == {Path(name).stem for name in FILES}, ran
-    assert ran["test_profile"] == ran["test_nodes"] == {"gw2"}, ran
-    others = set().union(*(workers for module, workers in ran.items() if module not in ("test_profile", "test_nodes")))
+    assert all(ran[module] == {"gw2"} for module in SLURM), ran
+    others = set().union(*(workers for module, workers in ran.items() if module not in SLURM))
+    assert others == {"gw0", "gw1"}, ran
+    assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
+
+
+def test_with_four_workers_the_last_two_share_the_slurm_files_and_run_nothing_else(tmp_path):
+    ran = ran_by(tmp_path, 4)
+    assert set(ran) == {Path(name).stem for name in FILES}, ran
+    assert set().union(*(ran[module] for module in SLURM)) == {"gw2", "gw3"}, ran
+    others = set().union(*(workers for module, workers in ran.items() if module not in SLURM))
     assert others == {"gw0", "gw1"}, ran
     assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
 
