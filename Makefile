@@ -23,10 +23,10 @@ lint: setup-dev
 
 # --durations: the 40 slowest tests, and (tests/conftest.py) the 25 files that spent the most CPU, so every CI
 # log says where the suite's time goes (on 2 busy cores its time is its CPU).
-# Four workers on CI's 2 cores: two for the CPU, and the third and fourth run only the Slurm files (tests/lanes.py),
-# which wait on the scheduler, on cold ranks and on hang bounds more than they compute, each on a cluster of its
-# own; with two workers the one holding a Slurm file left its core mostly idle, and with one lane its files one
-# after the other lasted as long as the CPU workers' share of the rest. --dist loadfile keeps each test file on one worker,
+# Three workers on CI's 2 cores: two for the CPU, and the third runs only the Slurm files (tests/lanes.py), which
+# wait on the scheduler, on cold ranks and on hang bounds more than they compute; with two workers the one holding
+# a Slurm file left its core mostly idle. WORKERS=4 gives them two lanes, each on a cluster of its own: where one
+# lane lasts as long as the CPU workers' share of the rest (a fast machine); on 2 busy cores it cost 2% more CPU. --dist loadfile keeps each test file on one worker,
 # in order, so a module fixture is built once and tests that build on an earlier test's state
 # (tests/e2e/test_search.py) see it; a session fixture is built once per worker. (loadgroup would
 # group finer, but with pytest 9.2 xdist 3.8 silently ignores its groups: pytest-xdist#1386.)
@@ -36,7 +36,7 @@ lint: setup-dev
 # --cold-unless-e2e: the tests not marked e2e, slurm or gpu start their jobs and ranks cold (SNAKEDDP_WARM_START=0),
 # the end-to-end ones warm, as users run: each path is taken, and no test runs twice (make pytest-cold reruns the
 # fast tests cold by hand).
-WORKERS ?= 4
+WORKERS ?= 3
 pytest: setup-dev
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 --cold-unless-e2e
 

@@ -4,12 +4,12 @@ The Slurm files spend their time waiting on the scheduler, on cold ranks started
 bounds: `tests/slurm/test_slurm_profile.py` took 612 s of wall time for 57 s of the test process's CPU in a
 whole run on CI's two cores. With two workers, the one that held a Slurm file left its core mostly idle (the
 cores were 70-86% busy in the run's first 20 minutes, docs/development.md). With three or more workers the
-last ones run only these files (one lane with three workers, two from four: `make test` starts four), each
+last ones run only these files (one lane with three workers, as `make test` starts; two from four), each
 taking the next waiting file as it finishes one, on a cluster of its own (`slurm_cluster` is a session
 fixture, one per worker), and the others run everything else, longest first as tests/conftest.py orders
-them; one of them takes a waiting file only when nothing else is left. One lane ran the Slurm files one after
-another for 1,145 s of a 1,185 s run (Nov 28): as long as the CPU workers' share, so the lane, not the CPU,
-could set the run's end. With fewer workers every worker takes every file, as xdist's own --dist loadfile does.
+them; one of them takes a waiting file only when nothing else is left. Two lanes are for a machine fast
+enough that one lane's files, one after another, last as long as the CPU workers' share (1,145 s of a 1,185 s
+run, Nov 28). With fewer workers every worker takes every file, as xdist's own --dist loadfile does.
 """
 
 from __future__ import annotations
