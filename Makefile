@@ -25,8 +25,9 @@ lint: setup-dev
 # log says where the suite's time goes (on 2 busy cores its time is its CPU).
 # Three workers on CI's 2 cores: two for the CPU, and the third runs only the Slurm files (tests/lanes.py), which
 # wait on the scheduler, on cold ranks and on hang bounds more than they compute; with two workers the one holding
-# a Slurm file left its core mostly idle. WORKERS=4 gives them two lanes, each on a cluster of its own: where one
-# lane lasts as long as the CPU workers' share of the rest (a fast machine); on 2 busy cores it cost 2% more CPU. --dist loadfile keeps each test file on one worker,
+# a Slurm file left its core mostly idle. WORKERS=4 gives the Slurm files two lanes, each on a cluster of its own,
+# for a machine where one lane lasts as long as the CPU workers' share of the rest; on 2 busy cores two lanes
+# ended the run no sooner and cost 2% more CPU. --dist loadfile keeps each test file on one worker,
 # in order, so a module fixture is built once and tests that build on an earlier test's state
 # (tests/e2e/test_search.py) see it; a session fixture is built once per worker. (loadgroup would
 # group finer, but with pytest 9.2 xdist 3.8 silently ignores its groups: pytest-xdist#1386.)
