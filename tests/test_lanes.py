@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, subprocess_env
 
 # In the order the run takes them, the Slurm files first (as tests/conftest.py puts the longest first).
@@ -62,19 +64,12 @@ def ran_by(tmp_path: Path, workers: int) -> dict[str, set[str]]:
 SLURM = ("test_profile", "test_nodes")
 
 
-def test_with_three_workers_the_last_runs_the_slurm_files_and_nothing_else(tmp_path):
-    ran = ran_by(tmp_path, 3)
+@pytest.mark.parametrize("count, lanes", [(3, {"gw2"}), (4, {"gw2", "gw3"})])
+def test_the_last_workers_run_the_slurm_files_and_nothing_else(tmp_path, count, lanes):
+    """Three workers (`make test`) give the Slurm files one lane, four give them two."""
+    ran = ran_by(tmp_path, count)
     assert set(ran) == {Path(name).stem for name in FILES}, ran
-    assert all(ran[module] == {"gw2"} for module in SLURM), ran
-    others = set().union(*(workers for module, workers in ran.items() if module not in SLURM))
-    assert others == {"gw0", "gw1"}, ran
-    assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
-
-
-def test_with_four_workers_the_last_two_share_the_slurm_files_and_run_nothing_else(tmp_path):
-    ran = ran_by(tmp_path, 4)
-    assert set(ran) == {Path(name).stem for name in FILES}, ran
-    assert set().union(*(ran[module] for module in SLURM)) == {"gw2", "gw3"}, ran
+    assert set().union(*(ran[module] for module in SLURM)) == lanes, ran
     others = set().union(*(workers for module, workers in ran.items() if module not in SLURM))
     assert others == {"gw0", "gw1"}, ran
     assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
