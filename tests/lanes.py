@@ -3,7 +3,7 @@
 The Slurm files spend their time waiting on the scheduler, on cold ranks started by `srun` and on hang
 bounds: `tests/slurm/test_slurm_profile.py` took 612 s of wall time for 57 s of the test process's CPU in a
 whole run on CI's two cores. With two workers, the one that held a Slurm file left its core mostly idle (the
-cores were 70-86% busy in the run's first 20 minutes, docs/development.md). With three or more workers the
+cores were 70-86% busy in the run's first 20 minutes, bench/history.md). With three or more workers the
 last ones run only these files (one lane with three workers, as `make test` starts; two from four), each
 taking the next waiting file as it finishes one, on a cluster of its own (`slurm_cluster` is a session
 fixture, one per worker), and the others run everything else, longest first as tests/conftest.py orders
