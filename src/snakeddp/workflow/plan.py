@@ -270,15 +270,7 @@ def read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[s
 
 def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[str], None]) -> Plan:
     repo = Path(workflow.basedir)
-    # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
-    # they take the type the schema asks for before the config is validated.
-    command_line = coerce.command_line(workflow.config_settings.config, configuration.load_schema())
-    _update(config, command_line)
-    # A sweep given with --configfile or --config replaces config/config.yaml's whole, where Snakemake
-    # would add the file's swept keys to it (snakeddp.config.layers).
-    layers.replace_sweep(config, [*map(layers.load_layer, workflow.config_settings.configfiles), command_line])
-    validated = configuration.validate(config, source="config")
-    runs = configuration.expand_sweep(validated, source="config")
+    validated, runs = _validated(workflow, config)
     # Tables enter dataset ids by checksum, so a changed table is a new dataset. The files' hashes are kept in
     # data.identity.CACHE, where ingestion finds those of the files unchanged since.
     data_plan.resolve_tables(runs)
@@ -300,39 +292,13 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         in_container="APPTAINER" in deployment,
         state=contract.new_state(),
     )
-    # A train job whose ranks the machine refused (torch's build against the GPU or driver, MIG, the
-    # precision) is not retried: every attempt on such nodes would be refused again (MachineRefusal).
-    snakemake_compat.no_retry_when(
-        lambda rule, wildcards: (
-            rule in invocation.train_rules and RunPaths.under("results", wildcards["run"]).refused.exists()
-        )
-    )
-    # What the platform's nodes have (on Slurm, launch.accelerator: auto asked of the training
-    # partition's nodes once) joins the site section every job and rank gets.
-    validated["site"] = contract.settle_site(invocation)
-    # Off, the export key leaves the config the report records (its params), so a pipeline finished
-    # before the key existed stays done; an unset experiment likewise.
-    if not validated["report"]["export"]:
-        del validated["report"]["export"]
-    if validated["experiment"] is None:
-        del validated["experiment"]
+    _no_retry_of_refused_runs(invocation)
+    _settle(validated, contract, invocation)
     # The lock the environment records hash (environment.lock, else this checkout's). Its content
     # is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
     # path reaches the job through the environment.
     lock_file = validated["environment"]["lock"] or str(repo / "envs" / "requirements.lock")
-    # What a job would only fail on later (profile, launcher, strategy, packages, user classes,
-    # cores, files) stops here in one line, before any job runs; `snakemake -n` shows it too.
-    preflight.check_workflow(invocation, name, lock=Path(lock_file), cache=TARGETS_CACHE)
-    if "APPTAINER" in deployment and not validated["environment"]["image"]:
-        raise preflight.PreflightError(
-            "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
-            "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
-            "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
-        )
-    # A torch build whose lock holds no hashes cannot be installed (its YAML's pip requires them): with
-    # --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env.
-    if "CONDA" in deployment:
-        envfiles.locked_build(validated["environment"]["cuda"])
+    _check_before_jobs(invocation, name, deployment, lock_file)
     plan = Plan(
         repo=repo,
         typed=typed,
@@ -353,6 +319,64 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
     )
+    _export_to_jobs(validated, repo, deployment, lock_file)
+    return plan
+
+
+def _validated(workflow: Any, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config with --configfile and --config laid over it, validated, and the runs its sweep makes."""
+    # Snakemake hands nested --config values over as strings (trainer='{max_epochs: 3}' gives '3'):
+    # they take the type the schema asks for before the config is validated.
+    command_line = coerce.command_line(workflow.config_settings.config, configuration.load_schema())
+    _update(config, command_line)
+    # A sweep given with --configfile or --config replaces config/config.yaml's whole, where Snakemake
+    # would add the file's swept keys to it (snakeddp.config.layers).
+    layers.replace_sweep(config, [*map(layers.load_layer, workflow.config_settings.configfiles), command_line])
+    validated = configuration.validate(config, source="config")
+    return validated, configuration.expand_sweep(validated, source="config")
+
+
+def _no_retry_of_refused_runs(invocation: Invocation) -> None:
+    # A train job whose ranks the machine refused (torch's build against the GPU or driver, MIG, the
+    # precision) is not retried: every attempt on such nodes would be refused again (MachineRefusal).
+    snakemake_compat.no_retry_when(
+        lambda rule, wildcards: (
+            rule in invocation.train_rules and RunPaths.under("results", wildcards["run"]).refused.exists()
+        )
+    )
+
+
+def _settle(validated: dict[str, Any], contract: Platform, invocation: Invocation) -> None:
+    """What the platform's nodes have joins the site section; keys that are off leave the config."""
+    # On Slurm, launch.accelerator: auto is asked of the training partition's nodes once; every job and rank
+    # gets the site section.
+    validated["site"] = contract.settle_site(invocation)
+    # Off, the export key leaves the config the report records (its params), so a pipeline finished
+    # before the key existed stays done; an unset experiment likewise.
+    if not validated["report"]["export"]:
+        del validated["report"]["export"]
+    if validated["experiment"] is None:
+        del validated["experiment"]
+
+
+def _check_before_jobs(invocation: Invocation, name: str, deployment: frozenset[str], lock_file: str) -> None:
+    """What a job would only fail on later stops here in one line, before any job runs (`snakemake -n` too)."""
+    validated = invocation.config
+    # The profile, launcher, strategy, packages, user classes, cores and files.
+    preflight.check_workflow(invocation, name, lock=Path(lock_file), cache=TARGETS_CACHE)
+    if "APPTAINER" in deployment and not validated["environment"]["image"]:
+        raise preflight.PreflightError(
+            "--sdm apptainer needs an image, and environment.image is null. HINT: build envs/Dockerfile "
+            "(snakemake build_image, or docker build -f envs/Dockerfile .), push it, and set "
+            "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
+        )
+    # A torch build whose lock holds no hashes cannot be installed (its YAML's pip requires them): with
+    # --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env.
+    if "CONDA" in deployment:
+        envfiles.locked_build(validated["environment"]["cuda"])
+
+
+def _export_to_jobs(validated: dict[str, Any], repo: Path, deployment: frozenset[str], lock_file: str) -> None:
     # What every job inherits (locally and through sbatch): this checkout's package, the profile's
     # platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving a
     # finished run between profiles does not retrain it), the lock's path, network tuning and trackers,
@@ -369,7 +393,6 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
             checkout=repo,
         )
     )
-    return plan
 
 
 def _update(config: dict[str, Any], overwrite: Mapping[str, Any]) -> None:
