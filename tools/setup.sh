@@ -50,6 +50,32 @@ if [[ $want_dev == 1 || -f "$dev_marker" ]]; then
     optional=()
 fi
 
+# A lock that names a release envs/denied.toml denies (edited by hand or by a merge) is refused in one line per
+# release, naming its advisory, before anything is created or installed; once the locks and the deny list pass,
+# a stamp skips the check (0.17 s of CPU) until either changes. It needs packaging: the venv's, else the first
+# Python's, else the one pip vendors in uv's own venv (a fresh machine's python3 may have neither).
+denied_checked="$VENV/.snakeddp-denied"
+deny_inputs() { cat "${locks[@]}" envs/requirements-torch-*.lock envs/denied.toml | sha256sum | cut -d' ' -f1; }
+deny_check() {
+    local python said vendored=""
+    for python in "$VENV/bin/python" "${PYTHON:-python3}" ""; do
+        [[ -n $python ]] || break
+        "$python" -c 'import packaging' 2>/dev/null && break
+    done
+    if [[ -z $python ]]; then
+        source tools/uv.sh
+        python=$uv_home/bin/python
+        vendored=$("$python" -c 'import os, pip._vendor as v; print(os.path.dirname(v.__file__))')
+    fi
+    if ! said=$(PYTHONPATH=src${vendored:+:$vendored} "$python" -m snakeddp.environment.advisories check \
+        "${locks[@]}" envs/requirements-torch-*.lock 2>&1); then
+        sed 's/^/setup: /' <<<"$said" >&2
+        exit 2
+    fi
+    [[ ! -d $VENV ]] || deny_inputs >"$denied_checked"
+}
+[[ -f $denied_checked && "$(cat "$denied_checked")" == "$(deny_inputs)" ]] || deny_check
+
 tools/profiles.sh
 
 # The stamp says which locks the venv was last set up (and import-checked) from; the venv itself is

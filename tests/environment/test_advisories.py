@@ -7,12 +7,14 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from bench.venvs import UV
 from snakeddp.environment import advisories
 from snakeddp.errors import LockError
+from tests.checkout import copy_of_this_checkout, typed, with_core_venv
 from tests.helpers import REPO, subprocess_env
 
 DENIED = advisories.load()
@@ -153,3 +155,52 @@ def test_a_service_is_asked_about_one_release_first_and_only_an_answer_with_advi
         assert said.startswith(f"{base}/v1/query did not answer"), said
     finally:
         server.shutdown()
+
+
+# lightning 2.6.5's files on PyPI, as tools/lock.sh would have hashed them (GHSA-qqmf-gpg7-g8gw denies it).
+DENIED_ENTRY = (
+    "lightning==2.6.5 \\\n"
+    "    --hash=sha256:16a30310ed69afde3748491feb5d13508908effd70390d2bfc203dc0812a4b4a \\\n"
+    "    --hash=sha256:3702fb7ef4ab51a8c3d4a140f4674514fe72973a9673dfa05e07a078e2767389\n"
+)
+REFUSED = (
+    "setup: envs/requirements.lock: lightning 2.6.5 is denied by envs/denied.toml (GHSA-qqmf-gpg7-g8gw "
+    "(CVE-2026-58659): code execution in load_from_checkpoint, fixed in 2.6.6); the first good version is 2.6.6. "
+    "HINT: tools/add.sh lightning==2.6.6"
+)
+
+
+def venv_files(venv: Path) -> dict[str, tuple[int, int]]:
+    return {str(path.relative_to(venv)): (path.lstat().st_size, path.lstat().st_mtime_ns) for path in venv.rglob("*")}
+
+
+def test_a_lock_edited_to_name_a_denied_release_stops_make_run_before_anything_is_installed(tmp_path):
+    """As a hand or a merge would leave it: the lock names lightning 2.6.5 with its real hashes. `make run` stops
+    in the set-up's one line naming the advisory, the venv exactly as it was (lightning 2.6.6); on a fresh
+    clone no venv is made, even where the machine's Python has no packaging (then pip's own is used)."""
+    root = copy_of_this_checkout(tmp_path / "snakeddp")
+    venv = with_core_venv(root)
+    lock = root / "envs" / "requirements.lock"
+    text = lock.read_text()
+    start = text.index("lightning==2.6.6 \\\n")
+    end = text.index("\n", text.index("    --hash", text.index("\n", start) + 1) + 1) + 1
+    while text[end:].startswith("    --hash"):
+        end = text.index("\n", end) + 1
+    lock.write_text(text[:start] + DENIED_ENTRY + text[end:])
+    before = venv_files(venv)
+
+    stopped = typed(root, "make", "run")
+    assert stopped.returncode != 0
+    assert [line for line in stopped.stderr.splitlines() if line.startswith("setup:")] == [REFUSED], stopped.stderr
+    assert "installing" not in stopped.stdout and "Traceback" not in stopped.stderr, stopped.stdout
+    assert venv_files(venv) == before
+    shown = typed(root, str(venv / "bin/python"), "-c", "import importlib.metadata as m; print(m.version('lightning'))")
+    assert shown.stdout.strip() == "2.6.6"
+
+    fresh = root / "fresh-venv"
+    bare = "/usr/bin/python3.11"  # Debian's, without packaging
+    assert typed(root, bare, "-c", "import packaging").returncode != 0
+    refused = typed(root, "tools/setup.sh", VENV=str(fresh), PYTHON=bare)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == REFUSED, refused.stderr
+    assert not fresh.exists()
