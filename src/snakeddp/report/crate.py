@@ -23,6 +23,7 @@ each tool's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -435,44 +436,12 @@ def build(
             "conformsTo", builder.entity(profile, "CreativeWork", name=name, version=profile.rsplit("/", 1)[-1])
         )
     tool = _train_tool(builder, runs, params)
-    configs = [
-        builder.add(
-            _redacted_copy(Path(path), root / PAYLOAD / "workflow" / "config" / name),
-            f"{PAYLOAD}/workflow/config/{name}",
-            description=f"workflow config file {path}",
-        )
-        for path, name in zip(config_files, _unique_names(config_files), strict=True)
-    ]
-    resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
-    atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False))
-    configs.append(
-        builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
-    )
-    actions, datasets, environments, outputs, provenance_files = [], {}, {}, [], []
-    per_run = [step for step in rules.STEPS if step.per == rules.PER_RUN and step.rule != "train"]
-    for run in runs:
-        files = _run_files(builder, run)
-        actions.append(("train", _run_action(builder, run, tool, params, files)))
-        made = {"run_config": {"outputs": [files["run_config"]], "inputs": configs}}
-        actions += _step_actions(builder, per_run, run.run_id, made)
-        datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
-        environments.update({record.id: record for record in files.get("environment", [])})
-        outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
-        provenance_files.append(files["provenance"])
-    for run in runs:
-        for earlier in earlier_attempts(run.run_dir):
-            builder.add(
-                earlier.paths.provenance,
-                attempt_record(earlier),
-                description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
-            )
-    for run, manifest in datasets.values():
-        actions += _data_actions(builder, run, manifest)
-    for record in environments.values():
-        actions.append(("env_capture", _tool_action(builder, "env_capture", Path(record.id).stem, [record])))
+    configs = _config_files(builder, root, config_files, resolved_config)
+    trained = _trained(builder, runs, tool, params, configs)
+    actions = trained.actions
     reports = [builder.add(Path(path), Path(path).relative_to(root).as_posix()) for path in report_files]
     once = [step for step in rules.STEPS if step.per == rules.PER_WORKFLOW]
-    actions += _step_actions(builder, once, "runs", {"report": {"outputs": reports, "inputs": provenance_files}})
+    actions += _step_actions(builder, once, "runs", {"report": {"outputs": reports, "inputs": trained.provenance}})
     image = runs[0].workdir / IMAGE_RECORD if runs else None
     if image is not None and image.is_file():
         record = builder.add(image, f"{PAYLOAD}/envs/{image.name}", description="record of the image build")
@@ -486,14 +455,13 @@ def build(
         commits.pop() if len(commits) == 1 else None,
         [step for step in rules.STEPS if step.rule in ran],
     )
-    user = next((run.provenance["launch"].get("user") for run in runs if run.provenance["launch"].get("user")), None)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     started = min((run.provenance["timing"]["started_at"] for run in runs), default=now)
     workflow_run = crate.add_action(
         workflow,
         identifier="#workflow-run",
-        object=[*configs, *(manifest for _, manifest in datasets.values())],
-        result=[*outputs, *reports],
+        object=[*configs, *(manifest for _, manifest in trained.datasets.values())],
+        result=[*trained.outputs, *reports],
         properties={
             "@type": "CreateAction",
             "name": f"snakeddp workflow run: {len(runs)} training run(s)",
@@ -503,6 +471,85 @@ def build(
             "actionStatus": {"@id": "http://schema.org/CompletedActionStatus"},
         },
     )
+    organize = _orchestration(builder, workflow, actions, workflow_run, snakemake_version, (started, now))
+    user = next((run.provenance["launch"].get("user") for run in runs if run.provenance["launch"].get("user")), None)
+    agent = _agent(builder, user)
+    if agent is not None:
+        # Whoever ran the workflow ran its steps; a training run names its own agent (its rank 0's user).
+        for entity in (workflow_run, organize, *(action for _, action in actions)):
+            entity.setdefault("agent", {"@id": agent.id})
+    crate.root_dataset["mentions"] = [{"@id": workflow_run.id}, *({"@id": action.id} for _, action in actions)]
+    return atomic_write_json(root / BASENAME, crate.metadata.generate())
+
+
+def _config_files(
+    builder: CrateBuilder, root: Path, config_files: Sequence[str | Path], resolved_config: Mapping[str, Any]
+) -> list[Any]:
+    """The workflow's config files (credentials redacted) and the config after defaults, as the crate's files."""
+    configs = [
+        builder.add(
+            _redacted_copy(Path(path), root / PAYLOAD / "workflow" / "config" / name),
+            f"{PAYLOAD}/workflow/config/{name}",
+            description=f"workflow config file {path}",
+        )
+        for path, name in zip(config_files, _unique_names(config_files), strict=True)
+    ]
+    resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
+    atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False))
+    configs.append(
+        builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
+    )
+    return configs
+
+
+@dataclass
+class _Trained:
+    """What the runs put into the crate: the actions that made their files, and the files the workflow run names."""
+
+    actions: list[tuple[str, Any]] = field(default_factory=list)
+    datasets: dict[str, tuple[Run, Any]] = field(default_factory=dict)
+    outputs: list[Any] = field(default_factory=list)
+    provenance: list[Any] = field(default_factory=list)
+
+
+def _trained(
+    builder: CrateBuilder, runs: Sequence[Run], tool: Any, params: Sequence[str], configs: list[Any]
+) -> _Trained:
+    """Each run's files and the actions that made them (its data, environment and run config), once each."""
+    trained, environments = _Trained(), {}
+    per_run = [step for step in rules.STEPS if step.per == rules.PER_RUN and step.rule != "train"]
+    for run in runs:
+        files = _run_files(builder, run)
+        trained.actions.append(("train", _run_action(builder, run, tool, params, files)))
+        made = {"run_config": {"outputs": [files["run_config"]], "inputs": configs}}
+        trained.actions += _step_actions(builder, per_run, run.run_id, made)
+        trained.datasets.setdefault(files["manifest"].id, (run, files["manifest"]))
+        environments.update({record.id: record for record in files.get("environment", [])})
+        trained.outputs += [files["metrics"], files["provenance"], *files["checkpoints"]]
+        trained.provenance.append(files["provenance"])
+    for run in runs:
+        for earlier in earlier_attempts(run.run_dir):
+            builder.add(
+                earlier.paths.provenance,
+                attempt_record(earlier),
+                description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
+            )
+    for run, manifest in trained.datasets.values():
+        trained.actions += _data_actions(builder, run, manifest)
+    for record in environments.values():
+        trained.actions.append(("env_capture", _tool_action(builder, "env_capture", Path(record.id).stem, [record])))
+    return trained
+
+
+def _orchestration(
+    builder: CrateBuilder,
+    workflow: Any,
+    actions: list[tuple[str, Any]],
+    workflow_run: Any,
+    snakemake_version: str,
+    span: tuple[str, str],
+) -> Any:
+    """Snakemake's run of the workflow (Workflow Run Crate): a control action per step it orchestrated."""
     engine = builder.entity(
         "#snakemake", "SoftwareApplication", name="Snakemake", version=snakemake_version,
         url="https://snakemake.readthedocs.io",
@@ -517,20 +564,13 @@ def build(
         )
         for rule, action in actions
     ]
-    organize = builder.entity(
+    return builder.entity(
         "#snakemake-run",
         "OrganizeAction",
         name="Snakemake run of the workflow",
         instrument={"@id": engine.id},
         object=[{"@id": c.id} for c in controls],
         result={"@id": workflow_run.id},
-        startTime=started,
-        endTime=now,
+        startTime=span[0],
+        endTime=span[1],
     )
-    agent = _agent(builder, user)
-    if agent is not None:
-        # Whoever ran the workflow ran its steps; a training run names its own agent (its rank 0's user).
-        for entity in (workflow_run, organize, *(action for _, action in actions)):
-            entity.setdefault("agent", {"@id": agent.id})
-    crate.root_dataset["mentions"] = [{"@id": workflow_run.id}, *({"@id": action.id} for _, action in actions)]
-    return atomic_write_json(root / BASENAME, crate.metadata.generate())
