@@ -28,6 +28,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
@@ -162,6 +163,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    args.results = args.results or default_results()
+    try:
+        return args.func(args)
+    except ConfigError as exc:  # the family: a run not found, a damaged record, ...
+        print(f"snakeddp {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The `snakeddp` command and its subcommands, each added by a function of its own below."""
     parser = argparse.ArgumentParser(
         prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -170,6 +182,17 @@ def _main(argv: Sequence[str] | None) -> int:
         "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    reading = [add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export)]
+    _add_warm(sub)
+    for sp in reading:
+        sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
+    return parser
+
+
+Subparsers = Any  # argparse's _SubParsersAction, a private name
+
+
+def _add_runs(sub: Subparsers) -> argparse.ArgumentParser:
     runs = sub.add_parser(
         "runs",
         help="table of finished runs",
@@ -197,6 +220,10 @@ def _main(argv: Sequence[str] | None) -> int:
         help="the --config given to snakemake, as typed there",
     )
     runs.set_defaults(func=cmd_runs)
+    return runs
+
+
+def _add_compare(sub: Subparsers) -> argparse.ArgumentParser:
     diff = sub.add_parser(
         "compare",
         help="what differs between two runs",
@@ -207,6 +234,10 @@ def _main(argv: Sequence[str] | None) -> int:
     diff.add_argument("run_b", metavar="RUN_B")
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
     diff.set_defaults(func=cmd_compare)
+    return diff
+
+
+def _add_verify(sub: Subparsers) -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify",
         help="recompute a run's checkpoint and data checksums against its provenance",
@@ -215,6 +246,10 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
     verify.set_defaults(func=cmd_verify)
+    return verify
+
+
+def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
     pruning = sub.add_parser(
         "prune",
         help="remove checkpoints of earlier attempts (records and metrics stay)",
@@ -228,10 +263,18 @@ def _main(argv: Sequence[str] | None) -> int:
     pruning.add_argument("--last", type=count, default=1, metavar="N", help="keep the N most recent attempts")
     pruning.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     pruning.set_defaults(func=cmd_prune)
+    return pruning
+
+
+def _add_export(sub: Subparsers) -> argparse.ArgumentParser:
     exporting = sub.add_parser("export", help="the best checkpoint as model.safetensors + model.json")
     exporting.add_argument("run", metavar="RUN")
     exporting.add_argument("--to", type=Path, metavar="DIR", help="where to write (default: results/export/RUN)")
     exporting.set_defaults(func=cmd_export)
+    return exporting
+
+
+def _add_warm(sub: Subparsers) -> argparse.ArgumentParser:
     warm = sub.add_parser(
         "warm",
         help="keep a warm process that many local invocations fork their jobs from",
@@ -240,15 +283,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "has that line forks its jobs from it instead of starting its own.",
     )
     warm.set_defaults(func=cmd_warm)
-    for sp in (runs, diff, verify, pruning, exporting):
-        sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
-    args = parser.parse_args(argv)
-    args.results = args.results or default_results()
-    try:
-        return args.func(args)
-    except ConfigError as exc:  # the family: a run not found, a damaged record, ...
-        print(f"snakeddp {args.command}: {exc}", file=sys.stderr)
-        return 2
+    return warm
 
 
 if __name__ == "__main__":
