@@ -5,6 +5,7 @@ top of ``src/snakeddp`` holds only the entry points and ``errors``. The same gra
 from __future__ import annotations
 
 import ast
+import re
 
 from tests.helpers import SRC
 
@@ -78,3 +79,20 @@ def test_no_room_imports_from_its_own_floor_or_above_except_the_named_few():
     upward = {(a, b) for a, b, _ in imports() if floor(b) >= floor(a)}
     assert upward == UPWARD, sorted(f"{a} -> {b} ({f})" for a, b, f in imports() if (a, b) in upward - UPWARD)
     assert len(UPWARD) <= 3
+
+
+def test_each_package_says_what_it_may_import():
+    """A package's docstring ends with what it may import: the rooms of the floors below its own (a platform's
+    package only through the registry, above the platforms' floor), so a reader learns the rule where they start."""
+    platforms = FLOORS[floor("local")]
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        room = init.parent.name
+        if room == "schemas":  # data files
+            continue
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "May import:" in doc, f"{init}: no 'May import:' line in its docstring"
+        said = " ".join(doc[doc.index("May import:") :].split())
+        allowed, _, upward = said.partition("going up a floor,")
+        below = set().union(*FLOORS[: floor(room)]) - (platforms if floor(room) > floor("local") else set())
+        assert set(re.findall(r"``(\w+)``", allowed.split("; a platform's")[0])) == below, init
+        assert set(re.findall(r"``(\w+)``", upward)) == {b for a, b in UPWARD if a == room}, init

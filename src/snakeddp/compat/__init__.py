@@ -11,6 +11,8 @@ together), so ``pip install .`` never installs a release the hooks refuse.
 
 This module imports none of those packages (it reads the installed version from the package's
 metadata), so checking costs nothing that the caller did not already pay.
+
+May import: ``errors`` (the floors below its own: tests/test_floors.py).
 """
 
 from __future__ import annotations

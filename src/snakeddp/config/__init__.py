@@ -4,6 +4,8 @@ The JSON Schema in ``schemas/config.schema.yaml`` (linked as ``config/schema.yam
 definition of every key, its type, its default and its documentation. This module applies it
 (filling defaults), turns its errors into one message a person can act on, and expands the
 ``sweep`` grid into one fully resolved config per run.
+
+May import: ``compat``, ``errors``, ``platforms``, ``util`` (the floors below its own: tests/test_floors.py).
 """
 
 from __future__ import annotations

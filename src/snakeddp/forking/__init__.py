@@ -12,4 +12,6 @@ handlers, its environment and argv), the module run as ``__main__`` and the exit
 (the workflow's warm process, the shared Spark application).
 
 Imports only the standard library and ``snakeddp.util``: a floor below ``cluster`` and ``warm``.
+
+May import: ``compat``, ``errors``, ``platforms``, ``util`` (the floors below its own: tests/test_floors.py).
 """

@@ -14,6 +14,8 @@ node") and never names a platform. Rows come from the table (``table``) and from
 ``snakeddp.platforms`` entry points (each a ``Row``), so a package adds a platform without editing
 snakeddp. A new platform is its package, a profile, a schema section and a row: docs/development.md
 says so step by step. Imports nothing of snakeddp but errors; a platform's modules load only when asked.
+
+May import: ``errors`` (the floors below its own: tests/test_floors.py).
 """
 
 from __future__ import annotations

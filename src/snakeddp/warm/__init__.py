@@ -7,4 +7,7 @@ runs first (it hands the job over and waits for it), and what the two say to eac
 ``snakeddp.util.handoff``: on the ground floor, since every step and snakeddp's supervisor import it
 before anything else. A node's training ranks are forked the same way by snakeddp's supervisor
 (snakeddp.cluster.warm).
+
+May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+``platforms``, ``run``, ``util`` (the floors below its own: tests/test_floors.py).
 """
