@@ -303,26 +303,7 @@ def build(
         "code": code_info(),
         "data": data,
         "environment": environment_info(attempt.environment_record),
-        "launch": {
-            "launcher": layout.launcher,
-            "strategy": trainer_cfg.strategy,
-            "backend": backend,
-            "accelerator": accelerator,
-            "nodes": layout.num_nodes,
-            "processes_per_node": layout.local_world_size,
-            "world_size": outcome.world_size,
-            "master_addr": layout.master_addr,
-            "master_port": layout.master_port,
-            "job_id": layout.job_id,
-            "ranks": outcome.ranks,
-            "hosts": sorted({r["host"] for r in outcome.ranks}),
-            "nodes_seen": sorted({r["node"] or r["host"] for r in outcome.ranks}),
-            "command": os.environ.get(variables.LAUNCH_COMMAND),
-            "rank_start": rank_start(outcome.ranks),
-            "job_start": os.environ.get(variables.JOB_START, "cold"),
-            "variables": cluster_variables(),
-            "user": user(),
-        },
+        "launch": _launch(layout, outcome, trainer_cfg.strategy, backend, accelerator),
         "timing": {
             "started_at": outcome.started_at,
             "finished_at": utc_now(),
@@ -332,20 +313,7 @@ def build(
             "samples_per_s": round(samples / train_seconds, 3) if train_seconds else None,
             "goodput": tries.goodput(attempt_tries),
         },
-        "training": {
-            "epochs_completed": len(rows),
-            "max_epochs": trainer_cfg.max_epochs,
-            "stopped_early": outcome.stopped_early,
-            # Bitwise repeatable: CPU (gloo) always, GPUs only in deterministic mode.
-            "deterministic": accelerator == "cpu" or trainer_cfg.deterministic,
-            "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
-            "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
-            "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
-            "best_checkpoint": best,
-            "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
-            "checkpoints": checkpoint_records(run_dir),
-            **ranking(rows, parts.thaw(monitor)),
-        },
+        "training": _training(attempt, outcome, trainer_cfg, best, deterministic=accelerator == "cpu"),
         "tracking": tracking,
         "user_code": user_code,
     }
@@ -355,3 +323,48 @@ def build(
         record["warnings"] = [no_lock_warning(run_dir)]
     record["timing"]["phases"] = outcome.phases()
     return record
+
+
+def _launch(layout: Layout, outcome: Outcome, strategy: str, backend: str, accelerator: str) -> dict[str, Any]:
+    """How the run's processes were started and where they ran, as the launcher and the ranks saw it."""
+    return {
+        "launcher": layout.launcher,
+        "strategy": strategy,
+        "backend": backend,
+        "accelerator": accelerator,
+        "nodes": layout.num_nodes,
+        "processes_per_node": layout.local_world_size,
+        "world_size": outcome.world_size,
+        "master_addr": layout.master_addr,
+        "master_port": layout.master_port,
+        "job_id": layout.job_id,
+        "ranks": outcome.ranks,
+        "hosts": sorted({r["host"] for r in outcome.ranks}),
+        "nodes_seen": sorted({r["node"] or r["host"] for r in outcome.ranks}),
+        "command": os.environ.get(variables.LAUNCH_COMMAND),
+        "rank_start": rank_start(outcome.ranks),
+        "job_start": os.environ.get(variables.JOB_START, "cold"),
+        "variables": cluster_variables(),
+        "user": user(),
+    }
+
+
+def _training(
+    attempt: Attempt, outcome: Outcome, trainer_cfg: parts.Trainer, best: dict[str, Any] | None, *, deterministic: bool
+) -> dict[str, Any]:
+    """What was trained: the epochs, where they resumed from, the checkpoints and the ranking by the monitor."""
+    run_dir, rows = attempt.run_dir, outcome.metrics
+    return {
+        "epochs_completed": len(rows),
+        "max_epochs": trainer_cfg.max_epochs,
+        "stopped_early": outcome.stopped_early,
+        # Bitwise repeatable: CPU (gloo) always, GPUs only in deterministic mode.
+        "deterministic": deterministic or trainer_cfg.deterministic,
+        "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
+        "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
+        "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
+        "best_checkpoint": best,
+        "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
+        "checkpoints": checkpoint_records(run_dir),
+        **ranking(rows, parts.thaw(trainer_cfg.monitor)),
+    }
