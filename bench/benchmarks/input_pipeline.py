@@ -71,19 +71,15 @@ class InMemoryDataModule(pl.LightningDataModule):
 class _UnverifiedPrefetcher(Prefetcher):
     """Ours without the sha256 check: a diagnostic that prices the verification, never a way to train."""
 
-    def request(self, index: int) -> None:
-        if index not in self._loaded:
-            self._loaded[index] = self._pool.submit(read_partition, self.root / self.entries[index]["file"])
+    def _load(self, entry: dict[str, Any], place: Any) -> Any:
+        partition = read_partition(self.root / entry["file"])
+        return partition if place is None else place(partition)
 
 
 class UnverifiedDataModule(PartitionDataModule):
     """PartitionDataModule with _UnverifiedPrefetcher (otherwise unchanged)."""
 
-    def setup(self, stage: str) -> None:
-        if self.prefetcher is None:
-            self.prefetcher = _UnverifiedPrefetcher(self.root, self.manifest["train"])
-            self.prefetcher.request(self.partition_for_epoch(self.trainer.current_epoch))
-        super().setup(stage)
+    prefetcher_type = _UnverifiedPrefetcher
 
 
 class TrainClock(pl.Callback):

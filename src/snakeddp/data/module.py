@@ -7,6 +7,9 @@ the next one, which a background thread loads and checksums while the current on
 Each partition is sharded across ranks by ``ShardedBatchSampler``: every sample is seen by
 exactly one rank per epoch and every rank gets the same number of batches (DDP needs that),
 without the sample duplication of torch's DistributedSampler.
+
+On a CUDA device the batches are gathered there, or streamed to it a batch ahead (``snakeddp.data.device``);
+on the CPU the DataLoader gathers them, as the step takes them.
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.accelerators import CUDAAccelerator
 from torch.utils.data import DataLoader
 
 from snakeddp.compat.lightning import batches_done
+from snakeddp.data import device as on_device
 from snakeddp.data.augment import ImageBatches
 from snakeddp.data.partitions import Partition, load_manifest, read_partition
 
@@ -103,7 +106,26 @@ def _as_batch(batch: Any) -> Any:
     return batch
 
 
-class ResumableLoader(DataLoader):
+class DeviceLoader(DataLoader):
+    """A DataLoader whose batches, given ``batches_of``, are made from the sampler's whole epoch at once
+    (``snakeddp.data.device``: gathered on the GPU or streamed to it) instead of one by one on the host."""
+
+    def __init__(
+        self,
+        dataset: torch.utils.data.Dataset,
+        sampler: ShardedBatchSampler,
+        batches_of: Callable[[list[torch.Tensor]], Iterator[Any]] | None = None,
+    ) -> None:
+        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_batch)
+        self._batches_of = batches_of
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._batches_of is None:
+            return super().__iter__()
+        return self._batches_of(list(self.batch_sampler))
+
+
+class ResumableLoader(DeviceLoader):
     """A DataLoader Lightning can checkpoint mid-epoch (it implements state_dict/load_state_dict).
 
     Its state is the epoch and how many of its batches were trained; a resumed attempt skips
@@ -115,9 +137,9 @@ class ResumableLoader(DataLoader):
         dataset: torch.utils.data.Dataset,
         sampler: ShardedBatchSampler,
         batches_done: Callable[[], int],
-        pin_memory: bool = False,
+        batches_of: Callable[[list[torch.Tensor]], Iterator[Any]] | None = None,
     ) -> None:
-        super().__init__(dataset, batch_sampler=sampler, collate_fn=_as_batch, pin_memory=pin_memory)
+        super().__init__(dataset, sampler, batches_of)
         self._batches_done = batches_done
 
     def state_dict(self) -> dict[str, int]:
@@ -129,17 +151,25 @@ class ResumableLoader(DataLoader):
 
 
 class Prefetcher:
-    """Loads and verifies partitions on a background thread: the current one and the next."""
+    """Loads and verifies partitions on a background thread: the current one and the next.
+
+    ``place``, once set, puts each partition where it trains (``snakeddp.data.device.resident``), on the same
+    thread for those requested after it was set; ``get`` places one requested before.
+    """
 
     def __init__(self, root: Path, entries: list[dict[str, Any]]) -> None:
         self.root, self.entries = root, entries
+        self.place: Callable[[Partition], Partition] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-prefetch")
         self._loaded: dict[int, Future[Partition]] = {}
 
     def request(self, index: int) -> None:
         if index not in self._loaded:
-            entry = self.entries[index]
-            self._loaded[index] = self._pool.submit(read_partition, self.root / entry["file"], entry)
+            self._loaded[index] = self._pool.submit(self._load, self.entries[index], self.place)
+
+    def _load(self, entry: dict[str, Any], place: Callable[[Partition], Partition] | None) -> Partition:
+        partition = read_partition(self.root / entry["file"], entry)
+        return partition if place is None else place(partition)
 
     def get(self, index: int) -> tuple[Partition, float]:
         """The partition and the seconds the caller waited for it."""
@@ -149,6 +179,11 @@ class Prefetcher:
             self._loaded.pop(stale)
         start = time.perf_counter()
         partition = self._loaded[index].result()
+        if self.place is not None:
+            # Requested before ``place`` was set (the first partition, as the DataModule is made): placed once here.
+            partition = self.place(partition)
+            self._loaded[index] = placed = Future()
+            placed.set_result(partition)
         return partition, time.perf_counter() - start
 
     def close(self) -> None:
@@ -158,6 +193,9 @@ class Prefetcher:
 
 class PartitionDataModule(pl.LightningDataModule):
     """Train on partition ``current_epoch mod P``; validate on the single validation file."""
+
+    #: What loads the partitions (bench 3 prices the checksum with one that skips it).
+    prefetcher_type: type[Prefetcher] = Prefetcher
 
     def __init__(
         self,
@@ -181,6 +219,10 @@ class PartitionDataModule(pl.LightningDataModule):
         self.epoch_wait_s = 0.0
         self.epoch_samples = 0
         self.trace: list[torch.Tensor] = []
+        # The first epoch's partition (a fresh run's) loads and is verified while the Trainer is built and
+        # Lightning initialises CUDA; a resumed run asks for its own in setup, and this one is dropped.
+        self.prefetcher = self.prefetcher_type(self.root, self.manifest["train"])
+        self.prefetcher.request(self.partition_for_epoch(0))
 
     @property
     def task(self) -> dict[str, Any]:
@@ -190,12 +232,18 @@ class PartitionDataModule(pl.LightningDataModule):
         return epoch % self.num_partitions
 
     def setup(self, stage: str) -> None:
+        device = self._device()
         if self.prefetcher is None:
-            self.prefetcher = Prefetcher(self.root, self.manifest["train"])
-            self.prefetcher.request(self.partition_for_epoch(self.trainer.current_epoch if self.trainer else 0))
+            self.prefetcher = self.prefetcher_type(self.root, self.manifest["train"])
+        if self.images is None and on_device.is_cuda(device):
+            # Image batches are scaled and augmented on the host: they stream to the device instead.
+            self.prefetcher.place = lambda partition: on_device.resident(partition, device)
+        self.prefetcher.request(self.partition_for_epoch(self.trainer.current_epoch if self.trainer else 0))
         if self.val is None:
             val = self.manifest["val"]
             self.val = read_partition(self.root / val["file"], val)
+            if self.prefetcher.place is not None:
+                self.val = self.prefetcher.place(self.val)
 
     def _sampler(self, partition: Partition, epoch: int, shuffle: bool) -> ShardedBatchSampler:
         return ShardedBatchSampler(
@@ -219,17 +267,27 @@ class PartitionDataModule(pl.LightningDataModule):
         self.trace = []
         dataset = _PartitionBatches(partition, self.trace if self.trace_enabled else None, self.images, epoch, True)
         sampler = self._sampler(partition, epoch, shuffle=True)
-        return ResumableLoader(dataset, sampler, lambda: batches_done(self.trainer), pin_memory=self._pin_memory())
+        batches_of = self._batches_of(dataset)
+        return ResumableLoader(dataset, sampler, lambda: batches_done(self.trainer), batches_of=batches_of)
 
     def val_dataloader(self) -> DataLoader:
         sampler = self._sampler(self.val, 0, shuffle=False)
         batches = _PartitionBatches(self.val, None, self.images)
-        return DataLoader(batches, batch_sampler=sampler, collate_fn=_as_batch, pin_memory=self._pin_memory())
+        return DeviceLoader(batches, sampler, batches_of=self._batches_of(batches))
 
-    def _pin_memory(self) -> bool:
-        """Batches in page-locked memory on GPUs only: Lightning then copies them to the device with
-        non_blocking=True, overlapping the copy with compute; on CPUs pinning is a wasted copy."""
-        return self.trainer is not None and isinstance(self.trainer.accelerator, CUDAAccelerator)
+    def _device(self) -> torch.device:
+        return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")
+
+    def _batches_of(self, dataset: _PartitionBatches) -> Callable[[list[torch.Tensor]], Iterator[Any]] | None:
+        """How a CUDA device's batches are made (snakeddp.data.device); None off CUDA, where the DataLoader
+        gathers each batch on the host as the step takes it (pinning it there would be a wasted copy)."""
+        device, partition = self._device(), dataset.partition
+        if not on_device.is_cuda(device):
+            return None
+        if on_device.on_device(partition, device):
+            on_device.hand_over(partition, device)
+            return lambda batches: on_device.gathered(partition, batches, device, dataset.trace)
+        return lambda batches: on_device.streamed(dataset.__getitems__, batches, device)
 
     def teardown(self, stage: str) -> None:
         if self.prefetcher is not None:
