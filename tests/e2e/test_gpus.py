@@ -110,7 +110,7 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
     assert line.startswith(
         "snakeddp: run base: 1 rank, and the NVIDIA driver is 570.86.15, older than the installed"
     ), line
-    assert "launch.accelerator auto trains it on the CPU" in line and "HINT: install the CUDA 12.6 build" in line
+    assert "launch.accelerator auto trains it on the CPU" in line and "HINT: set launch.accelerator: cpu (" in line
     trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
     assert trained["launch"]["accelerator"] == "cpu"
     record = json.loads((flow.directory / "results/envs/train.json").read_text())
@@ -122,7 +122,8 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
     (line,) = hints(refused)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert line.startswith("run base: launch.accelerator: gpu, and the NVIDIA driver is 570.86.15, older than"), line
-    assert "(580 or newer). HINT: install the CUDA 12.6 build" in line and line.endswith("or update the driver.")
+    assert "(580 or newer). HINT: set launch.accelerator: cpu (the CUDA 12.6 build" in line
+    assert line.endswith("or update the driver.")
     no_traceback_in_any_log(flow)
 
 

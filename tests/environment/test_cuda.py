@@ -75,9 +75,11 @@ def test_a_v100_under_the_cuda_13_build_stops_naming_both_and_the_build_that_ser
     line = one_line(checked(checks, v100))
     assert line.startswith("Tesla V100-SXM2-16GB on ") and "has compute capability 7.0" in line
     assert "CUDA 13.0 build has kernels for 7.5, 8.0, 8.6, 9.0, 10.0, 12.0 only" in line
-    assert 'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"' in line
-    assert "`tools/setup.sh --cuda 12.6`" in line
-    # What the HINT installs: the 12.6 build, which has sm_70 kernels.
+    # The 12.6 build serves it, and this checkout has not locked it (no hashes: every installer refuses it).
+    assert "HINT: set launch.accelerator: cpu (the CUDA 12.6 build would serve it, and this checkout has not" in line
+    assert "a maintainer locks it by running tools/lock.sh where https://download.pytorch.org/whl/cu126" in line
+    assert "install the CUDA 12.6 build" not in line and "tools/setup.sh" not in line
+    # What the 12.6 build does once a maintainer has locked it: it has sm_70 kernels.
     served = StandIn(
         tmp_path / "12.6", capability="7.0", model="Tesla V100-SXM2-16GB", build="12.6", driver="535.183.01"
     )
@@ -92,9 +94,9 @@ def test_a_driver_older_than_the_build_stops_naming_it_where_torch_would_see_the
     assert error.startswith("The NVIDIA driver on your system is too old (found version 12080)"), error
     line = one_line(checked(checks, old))
     assert line.startswith("the NVIDIA driver on ") and " is 570.86.15, older than torch 2.13.0's CUDA 13.0" in line
-    assert "needs (580 or newer)" in line and 'HINT: install the CUDA 12.6 build: environment.cuda: "12.6"' in line
-    assert line.endswith(", or update the driver.")
-    # What the HINT installs: the 12.6 build, which this driver runs.
+    assert "needs (580 or newer)" in line and "HINT: update the driver to 580 or newer, or declare NVIDIA's" in line
+    assert "install the CUDA 12.6 build" not in line, "the 12.6 build is not locked in this checkout"
+    # What the 12.6 build does once a maintainer has locked it: this driver runs it.
     served = StandIn(tmp_path / "12.6", driver="570.86.15", build="12.6")
     assert checked(checks, served).stdout.strip() == "NVIDIA A100-SXM4-40GB, compute capability 8.0, CUDA 12.6 build"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from snakeddp.config.parts import Launch, Site
 from snakeddp.errors import ConfigError
 from snakeddp.platforms import row
-from snakeddp.util import cudabuild, gpus
+from snakeddp.util import amdgpus, cudabuild, gpus
 
 # Host memory of a CPU run's node when launch.mem_mb is null (the default before GPUs were sized).
 CPU_MEM_MB_PER_NODE = 4000
@@ -63,6 +63,10 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     """Why this machine cannot train ``devices`` ranks on its GPUs, as a process started with ``env`` sees
     them (fewer GPUs than ranks, a CPU build of torch, a driver older than the installed torch's CUDA build, a
     compute capability the build has no kernels for); None where it can. Asks the driver, never CUDA."""
+    if cudabuild.installed_hip():  # torch's ROCm build: AMD GPUs, through the same torch.cuda API
+        if len(amdgpus.visible(env)) < devices:
+            return NoGpus(f"this machine shows the installed torch's ROCm build {amdgpus.describe(env)}")
+        return None
     seen = gpus.driver()
     shown = gpus.apply_visible(seen, env)
     if len(shown) < devices:
@@ -70,7 +74,8 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     build = cudabuild.installed_cuda()
     if build is None and cudabuild.installed_torch():
         return NoGpus("the installed torch is a CPU build", cudabuild.builds_under(seen.version))
-    if cudabuild.driver_too_old(seen.version, build):
+    models = [gpu.model for gpu in shown[:devices]]
+    if cudabuild.driver_too_old(seen.version, build) and not cudabuild.forward_compat_covers(env, models):
         needed = cudabuild.driver_needed(build)
         return NoGpus(
             f"the NVIDIA driver is {seen.version}, older than the installed torch's CUDA {build} build needs "

@@ -8,7 +8,15 @@ too old"; when the device's compute capability has no kernels in the build (a V1
 13 builds, whose kernels start at 7.5) it stops before the first kernel's "no kernel image is
 available", naming the GPU, its capability, the build and the build that serves it; and more ranks on
 the node than devices it enumerates (MIG slices: one a process) stop before Lightning's device check.
-Each HINT names the command that installs that build into .venv (``tools/setup.sh --cuda``).
+Each HINT names the command that installs that build into .venv (``tools/setup.sh --cuda``), and only a build
+whose lock in this checkout has hashes (every installer refuses the others): where the build that would
+serve is not locked here, the line says so, how a maintainer locks it, and what works meanwhile. A driver
+older than the build passes where the config declares NVIDIA's forward compatibility
+(environment.cuda_forward_compat: cuda-compat's driver library on data-centre GPUs).
+
+torch's ROCm build (``torch.version.hip``) trains on AMD GPUs through the same torch.cuda API, and
+Lightning's "nccl" backend is RCCL there: a rank of it is checked against the AMD GPUs it enumerates
+(``snakeddp.util.amdgpus``), not refused as a CPU build.
 
 Everything is asked of the driver's NVML (``snakeddp.util.gpus``) and of torch's build (its version and
 arch list), none of which initialises CUDA: the first CUDA call is Lightning's, after these pass.
@@ -20,17 +28,22 @@ import os
 import platform
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from snakeddp.environment.builds import BUILDS
 from snakeddp.errors import LaunchError, MachineRefusal
-from snakeddp.util import gpus
+from snakeddp.util import amdgpus, gpus
 from snakeddp.util.cudabuild import (
     BUILD_CAPABILITIES,
     MIN_DRIVER,
     arch_capabilities,
     builds_for,
     builds_under,
+    consumer_models,
     driver_needed,
     driver_too_old,
+    forward_compat_covers,
+    forward_compat_declared,
     runs_on,
 )
 
@@ -44,29 +57,67 @@ class Device:
     name: str
     capability: tuple[int, int]
     cuda: str
+    #: torch's ROCm release where the GPU is AMD's (``cuda`` is then empty, ``capability`` the gfx target's).
+    hip: str | None = None
 
     def __str__(self) -> str:
+        if self.hip:
+            return f"{self.name}, ROCm {self.hip} build"
         return f"{self.name}, compute capability {self.capability[0]}.{self.capability[1]}, CUDA {self.cuda} build"
 
 
+# What works whatever torch build is installed: the CPU (launch.accelerator: cpu trains there, as planned).
+ON_THE_CPU = "set launch.accelerator: cpu"
+
+
+def locked(cuda: str) -> bool | None:
+    """Whether this checkout's lock of the build has hashes, which every installer requires (snakeddp.environment.
+    files.locked_build); None where there is no checkout's envs/ to tell (an installed package, an image)."""
+    from snakeddp.environment import files  # only on the way to a refusal: the lock's parser is not a rank's import
+
+    if not (files.ENVS / files.LOCK_NAME).is_file():
+        return None
+    return files.build_lock(BUILDS[cuda], files.ENVS) is not None
+
+
 def install_hint(choices: list[str]) -> str:
-    """How to put the first of these builds into the environment the ranks run in."""
+    """How to put the first of these builds that this checkout can install into the environment the ranks run in;
+    where none of them is locked here, that, how a maintainer locks the first, and what works meanwhile."""
     if not choices:
-        return "no build of this torch release serves it; run on other GPUs"
+        return f"no build of this torch release serves it; run on other GPUs, or {ON_THE_CPU}"
+    ready = [cuda for cuda in choices if locked(cuda) is not False]
+    if ready:
+        cuda = ready[0]
+        return (
+            f'install the CUDA {cuda} build: environment.cuda: "{cuda}" in the config and `tools/setup.sh --cuda '
+            f"{cuda}` for .venv (conda envs and the image follow environment.cuda)"
+        )
     cuda = choices[0]
+    index = BUILDS[cuda].index_url
     return (
-        f'install the CUDA {cuda} build: environment.cuda: "{cuda}" in the config and `tools/setup.sh --cuda {cuda}` '
-        "for .venv (conda envs and the image follow environment.cuda)"
+        f"{ON_THE_CPU} (the CUDA {cuda} build would serve it, and this checkout has not locked it: "
+        f"envs/requirements-torch-{cuda}.lock has no hashes, which every installer requires; a maintainer locks it "
+        f"by running tools/lock.sh where {index} answers and committing envs/)"
     )
 
 
-def driver_refusal(driver: str, cuda: str, torch_version: str, where: str) -> str:
-    """The one line for a driver older than the build: what CUDA would raise, said before it is called."""
+def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, models: list[str] | None = None) -> str:
+    """The one line for a driver older than the build: what CUDA would raise, said before it is called, and what
+    would serve: a newer driver, forward compatibility on data-centre GPUs, a locked build this driver runs."""
     needed = driver_needed(cuda)
+    newer = f"{needed[0] if needed else '?'} or newer"
+    consumer = consumer_models(models or [])
+    if consumer:
+        compat = f"NVIDIA's forward compatibility does not serve {', '.join(consumer)} (data-centre GPUs only)"
+    else:
+        compat = (
+            "declare NVIDIA's forward compatibility where cuda-compat is installed on these data-centre GPUs "
+            '(--config "environment={cuda_forward_compat: true}")'
+        )
     return (
         f"the NVIDIA driver {where} is {driver}, older than torch {torch_version}'s CUDA {cuda} build needs "
-        f'({needed[0] if needed else "?"} or newer): CUDA would stop every GPU rank with "The NVIDIA driver on your '
-        f'system is too old". HINT: {install_hint(builds_under(driver))}, or update the driver.'
+        f'({newer}): CUDA would stop every GPU rank with "The NVIDIA driver on your system is too old". '
+        f"HINT: update the driver to {newer}, or {compat}, or {install_hint(builds_under(driver))}."
     )
 
 
@@ -93,6 +144,9 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
     import torch
 
     host = platform.node()
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        return check_amd_device(local_rank, hip, torch.__version__, env, ranks_on_node=ranks_on_node)
     seen = gpus.driver()
     shown = gpus.apply_visible(seen, env)
     cuda = torch.version.cuda
@@ -106,8 +160,11 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
             f"{env.get(gpus.VISIBLE, '(unset)')}; this node shows {gpus.describe(env, seen=seen)}): {reason}, and a "
             f"GPU run never trains on the CPU instead. HINT: {hint}."
         )
-    if driver_too_old(seen.version, cuda):
-        raise MachineRefusal(driver_refusal(seen.version, cuda, torch.__version__, f"on {host}"))
+    models = [gpu.model for gpu in shown]
+    if driver_too_old(seen.version, cuda) and not forward_compat_covers(env, models):
+        if forward_compat_declared(env):  # declared, and a GPU here is one cuda-compat does not serve
+            models = consumer_models(models)
+        raise MachineRefusal(driver_refusal(seen.version, cuda, torch.__version__, f"on {host}", models))
     if ranks_on_node > len(shown):
         slices = " (MIG slices: a CUDA process enumerates one)" if any(gpu.mig for gpu in shown) else ""
         raise MachineRefusal(
@@ -127,3 +184,29 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
             f'"no kernel image is available". HINT: {install_hint(builds_for(10 * major + minor))}.'
         )
     return Device(gpu.model, (major, minor), cuda)
+
+
+def check_amd_device(
+    local_rank: int,
+    hip: str,
+    torch_version: str,
+    env: Mapping[str, str],
+    *,
+    ranks_on_node: int = 1,
+    topology: Path = amdgpus.TOPOLOGY,
+) -> Device:
+    """The AMD GPU a rank of torch's ROCm build trains on (torch.cuda's device ``local_rank``); a one-line
+    LaunchError where the process enumerates none, or fewer than the node's ranks. No HIP call is made."""
+    host = platform.node()
+    shown = amdgpus.visible(env, topology)
+    if len(shown) < max(ranks_on_node, 1):
+        seen = f"{amdgpus.describe(env, topology)} on {host} (the amdgpu driver's KFD topology)"
+        raise LaunchError(
+            f"the run was planned for GPUs, {ranks_on_node} rank(s) of torch {torch_version}'s ROCm {hip} build "
+            f"share this node, and the process enumerates {seen}: a GPU run never trains on the CPU instead. HINT: "
+            "run on nodes with AMD GPUs allocated to the job (one a rank), leave ROCR_VISIBLE_DEVICES and "
+            f"HIP_VISIBLE_DEVICES unset (or list the GPUs the run may use), or {ON_THE_CPU}."
+        )
+    gpu = shown[local_rank % len(shown)]
+    target = int(gpu.gfx[3:-2]) if gpu.gfx[3:-2].isdigit() else 0
+    return Device(gpu.model, (target, 0), "", hip=hip)

@@ -18,7 +18,7 @@ from snakeddp.config import site as sites
 from snakeddp.config import validate
 from snakeddp.config.parts import Launch, Site, Tracking
 from snakeddp.errors import ConfigError
-from snakeddp.util import terminal
+from snakeddp.util import cudabuild, terminal
 
 #: local, slurm, azureml, spark or databricks: how snakeddp.launch starts the ranks (from the profile).
 PLATFORM = "SNAKEDDP_PLATFORM"
@@ -33,6 +33,9 @@ SITE = "SNAKEDDP_SITE"
 NETWORK = "SNAKEDDP_NETWORK"
 #: ``environment.cuda``: the torch build the AzureML image environment installs (snakeddp.environment.builds).
 TORCH_BUILD = "SNAKEDDP_TORCH_BUILD"
+#: ``environment.cuda_forward_compat`` ("1" or "0"), read by the GPU checks of the workflow and of every rank.
+#: Defined beside its reader, snakeddp.util.cudabuild, which the ranks' checks import without this module.
+CUDA_FORWARD_COMPAT = cudabuild.FORWARD_COMPAT
 #: The platform's own config section as JSON (its row's section: azureml, spark, databricks), read by its
 #: train jobs (the AzureML and Databricks submitters, the Spark driver).
 PLATFORM_SECTION = "SNAKEDDP_PLATFORM_SECTION"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ def check_nodes(
 @dataclass
 class SlurmState:
     nodes: slurm_nodes.TrainingNodes | None = None  # the training partitions' nodes, once asked
+    typed: tuple[str | None] | None = None  # the GPU type train jobs ask for where the partitions mix, once decided
     watch: PendingWatch | None = None  # pending jobs that can never start, cancelled with a line
     exclusions: Exclusions | None = None  # runs that hung, submitted again without the node
 
@@ -108,13 +109,41 @@ class Slurm(Platform[SlurmState]):
     def resources(
         self, invocation: Invocation[SlurmState], launch_of: Callable[[Any], Any], accelerator_of: Callable[[Any], str]
     ) -> dict[str, Callable[[Any], Any]]:
-        # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources).
+        # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources); GPUs of the one
+        # type the build runs where the partitions also hold types it does not (site.gpu_type unset).
         site_config = Site.of(invocation.config["site"])
 
         def resource(name: str) -> Callable[[Any], Any]:
-            return lambda wc: slurm_resources(launch_of(wc), accelerator_of(wc), site_config)[name]
+            def value(wc: Any) -> Any:
+                accelerator = accelerator_of(wc)
+                gpu_type = site_config.gpu_type or (self.typed(invocation) if accelerator == "gpu" else None)
+                return slurm_resources(launch_of(wc), accelerator, replace(site_config, gpu_type=gpu_type))[name]
+
+            return value
 
         return {name: resource(name) for name in RESOURCES}
+
+    def typed(self, invocation: Invocation[SlurmState]) -> str | None:
+        """The GPU type a train job asks for where the training partitions mix GPUs the ranks' build runs with
+        GPUs it does not (snakeddp.slurm.nodes.typed_request), said once; None: untyped, as declared. Decided
+        by the typed invocation (a job's resources are its submitter's)."""
+        state, nodes = invocation.state, self.nodes(invocation)
+        if state.typed is None:
+            state.typed = (None,)
+            try:
+                partitions = [p for group in nodes.groups.values() for p in group] if nodes else []
+            except slurm_nodes.SlurmNodesError:
+                partitions = []  # said by the check of the runs against the nodes, with its HINT
+            build = self.build(invocation)
+            chosen, cannot = slurm_nodes.typed_request(partitions, build)
+            if chosen:
+                state.typed = (chosen,)
+                names = ", ".join(sorted({p.name for p in partitions}))
+                invocation.say(
+                    f"snakeddp: GPU train jobs ask for {chosen} GPUs (--gres=gpu:{chosen}:N): Slurm partition {names} "
+                    f"also has {', '.join(cannot)} GPUs, which torch's CUDA {build} build has no kernels for."
+                )
+        return state.typed[0]
 
     def check(self, invocation: Invocation[SlurmState]) -> None:
         check_client()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,30 @@ def driver_too_old(driver: str | None, cuda: str | None) -> bool:
     return bool(driver and needed and _version(driver) < needed)
 
 
+#: "1" where the config declares NVIDIA's forward compatibility (environment.cuda_forward_compat): the nodes'
+#: CUDA driver library is cuda-compat's, newer than their kernel driver. Exported by the workflow to its jobs
+#: (snakeddp.run.variables), read here by the checks of the workflow and of every rank.
+FORWARD_COMPAT = "SNAKEDDP_CUDA_FORWARD_COMPAT"
+# NVIDIA's forward compatibility serves data-centre GPUs (and a few NGC-ready RTX SKUs), never these.
+CONSUMER_MODELS = re.compile(r"geforce|titan", re.IGNORECASE)
+
+
+def forward_compat_declared(env: Mapping[str, str]) -> bool:
+    """Whether the config declares NVIDIA's forward compatibility for the nodes (environment.cuda_forward_compat)."""
+    return env.get(FORWARD_COMPAT) == "1"
+
+
+def consumer_models(models: Iterable[str]) -> list[str]:
+    """The GPU models NVIDIA's forward compatibility does not serve (GeForce, TITAN)."""
+    return sorted({model for model in models if CONSUMER_MODELS.search(model)})
+
+
+def forward_compat_covers(env: Mapping[str, str], models: Iterable[str]) -> bool:
+    """Whether a driver older than the build is made up for by declared forward compatibility (cuda-compat):
+    declared, and every one of these GPUs is of a kind it serves."""
+    return forward_compat_declared(env) and not consumer_models(models)
+
+
 def has_kernels(cuda: str, capability: int) -> bool:
     """Whether the build has kernels for a device of this capability (x 10); True for a build not in the table."""
     codes = BUILD_CAPABILITIES.get(cuda)
@@ -101,22 +126,33 @@ def installed_torch() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def installed_cuda() -> str | None:
-    """The CUDA release the torch this interpreter imports was built for ("13.0"), None for a CPU build or no
-    torch: what the workflow's jobs run where they share its interpreter."""
+def _installed_build() -> Any:
     spec = importlib.util.find_spec("torch")
     if spec is None or spec.origin is None:
         return None
-    build = read_version_file(Path(spec.origin).parent / "version.py")
-    return getattr(build, "cuda", None)
+    return read_version_file(Path(spec.origin).parent / "version.py")
+
+
+def installed_cuda() -> str | None:
+    """The CUDA release the torch this interpreter imports was built for ("13.0"), None for a CPU or ROCm build
+    or no torch: what the workflow's jobs run where they share its interpreter."""
+    return getattr(_installed_build(), "cuda", None)
+
+
+def installed_hip() -> str | None:
+    """The ROCm (HIP) release the torch this interpreter imports was built for ("6.4.43484"), None for any other
+    build: torch's ROCm build drives AMD GPUs through the same torch.cuda API (and NCCL's name for RCCL)."""
+    return getattr(_installed_build(), "hip", None)
 
 
 def ranks_build(environment_cuda: str | None, same_interpreter: bool) -> str | None:
     """The CUDA build of torch a cluster's ranks will run, as the workflow can tell before submitting:
     the installed torch's where the jobs share this interpreter (the checkout's .venv) and it is a CUDA
     build, else ``environment.cuda`` (what --sdm conda and the image install, and what tools/setup.sh --cuda
-    puts into .venv); None for "cpu"."""
+    puts into .venv); None for "cpu", and for a ROCm build there (no NVIDIA model is refused for it)."""
     installed = installed_cuda() if same_interpreter else None
     if installed:
         return installed
+    if same_interpreter and installed_hip():
+        return None
     return None if environment_cuda in (None, "cpu") else environment_cuda

@@ -30,7 +30,15 @@ def settings(config: Mapping[str, Any]) -> dict[str, str]:
         variables.TRACKING: json.dumps(config.get("tracking", {}), sort_keys=True),
         variables.SITE: json.dumps(config.get("site", {}), sort_keys=True),
         **({variables.TORCH_BUILD: config["environment"]["cuda"]} if "environment" in config else {}),
+        **forward_compat(config),
     }
+
+
+def forward_compat(config: Mapping[str, Any]) -> dict[str, str]:
+    """environment.cuda_forward_compat as the GPU checks read it (snakeddp.util.cudabuild), always set: a later
+    invocation that turns it off must not inherit an earlier one's declaration in the same process."""
+    declared = bool(config.get("environment", {}).get("cuda_forward_compat", False))
+    return {variables.CUDA_FORWARD_COMPAT: "1" if declared else "0"}
 
 
 def exports(

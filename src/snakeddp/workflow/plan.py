@@ -293,6 +293,8 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         state=contract.new_state(),
     )
     _no_retry_of_refused_runs(invocation)
+    # The GPU checks below read the declaration as the jobs will, after the export (environment.cuda_forward_compat).
+    os.environ.update(jobenv.forward_compat(validated))
     _settle(validated, contract, invocation)
     # The lock the environment records hash (environment.lock, else this checkout's). Its content
     # is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its

@@ -1,0 +1,82 @@
+"""Slurm partitions that mix GPUs the ranks' build runs with GPUs it does not (A100s beside a V100 under the
+CUDA 13.0 build): a GPU train job asks for the type it runs (--gres=gpu:a100:N), so Slurm never places it on
+the V100, where every rank would stop after the queue; said once. Scontrol's answers as Slurm 22.05 prints
+them (tests/slurm/test_slurm_nodes.py's lines), through the slurm platform's resources and the plugin's sbatch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from snakeddp import config as configuration
+from snakeddp.config import parts
+from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm.platform import Slurm, SlurmState
+from tests.slurm.test_slurm_nodes import node, partition, slurm_answering
+from tests.slurm_requests import submit_command
+
+A100, V100, H100 = "gpu:a100:2(S:0-1)", "gpu:v100:2(S:0-1)", "gpu:h100:2(S:0-1)"
+
+
+def partitions(*gres: str, state: str = "IDLE") -> list[slurm_nodes.Partition]:
+    lines = [node(gres=kind, state=state).replace("NodeName=n1", f"NodeName=n{i}") for i, kind in enumerate(gres)]
+    return list(slurm_nodes.ask(slurm_answering(lines, [partition()])).values())
+
+
+@pytest.mark.parametrize(
+    ("gres", "build", "typed"),
+    [
+        ((A100, V100), "13.0", ("a100", ["v100"])),
+        ((A100, V100), "12.6", (None, [])),  # the 12.6 build runs both: untyped, as before
+        ((A100, H100, V100), "13.0", (None, ["v100"])),  # two types it runs: one --gres cannot name both
+        (("gpu:2", V100), "13.0", (None, ["v100"])),  # untyped GPUs: their model is unknown
+        ((A100, A100), "13.0", (None, [])),
+        ((A100, V100), None, (None, [])),  # the ranks' build unknown (a CPU environment.cuda)
+    ],
+)
+def test_the_type_a_job_asks_for_where_a_partition_mixes_gpus_the_build_runs_and_not(gres, build, typed):
+    assert slurm_nodes.typed_request(partitions(*gres), build) == typed
+
+
+def test_a_drained_v100_node_mixes_nothing():
+    (main,) = partitions(A100)
+    drained = partitions(V100, state="IDLE+DRAIN")
+    assert slurm_nodes.typed_request([main, *drained], "13.0") == (None, [])
+
+
+def invocation(gres: tuple[str, ...], site: dict) -> SimpleNamespace:
+    lines = [node(gres=kind).replace("NodeName=n1", f"NodeName=n{i}") for i, kind in enumerate(gres)]
+    settings = SimpleNamespace(overwrite_resources={}, default_resources=None)
+    nodes = slurm_nodes.TrainingNodes(settings, ("train",), run=slurm_answering(lines, [partition()]))
+    said: list[str] = []
+    validated = configuration.validate({"site": site})
+    return SimpleNamespace(
+        typed=True, state=SlurmState(nodes=nodes), config=validated, same_interpreter=False, say=said.append, said=said
+    )
+
+
+def gres_of(flow: SimpleNamespace, launch: dict, accelerator: str) -> tuple[str, str]:
+    """The train rule's gres as the platform computes it for a job, and the plugin's sbatch line for it."""
+    resolved = parts.Launch.of(configuration.validate({"launch": launch})["launch"])
+    resources = Slurm().resources(flow, lambda wc: resolved, lambda wc: accelerator)
+    values = {name: value(None) for name, value in resources.items()}
+    return values["gres"], submit_command({**values, "nodes": 1, "mem_mb": 1000, "runtime": 30})
+
+
+def test_a_gpu_job_on_a_mixed_partition_asks_for_the_gpus_its_build_runs_and_says_so_once():
+    flow = invocation((A100, V100), {"accelerator": "gpu"})
+    gres, command = gres_of(flow, {"devices": 2}, "gpu")
+    assert gres == "gpu:a100:2" and "--gres=gpu:a100:2" in command, command
+    assert gres_of(flow, {"devices": 1}, "gpu")[0] == "gpu:a100:1"
+    assert flow.said == [
+        "snakeddp: GPU train jobs ask for a100 GPUs (--gres=gpu:a100:N): Slurm partition main also has v100 GPUs, "
+        "which torch's CUDA 13.0 build has no kernels for."
+    ]
+    # A CPU run asks for no GPUs; a declared site.gpu_type is kept, whatever the partition holds.
+    assert gres_of(flow, {"devices": 2}, "cpu")[0] == ""
+    declared = invocation((A100, V100), {"accelerator": "gpu", "gpu_type": "v100"})
+    assert gres_of(declared, {"devices": 2}, "gpu")[0] == "gpu:v100:2" and not declared.said
+    # A partition of one kind: untyped, as before, and nothing said.
+    plain = invocation((A100, A100), {"accelerator": "gpu"})
+    assert gres_of(plain, {"devices": 2}, "gpu")[0] == "gpu:2" and not plain.said
