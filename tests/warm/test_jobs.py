@@ -4,6 +4,7 @@ owner can make it fork, and only the programs it was started to run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -26,13 +28,26 @@ from tests.helpers import all_gone, subprocess_env
 PROBE = "tests.warm.probe"
 
 
+@contextlib.contextmanager
+def sigint_as_typed() -> Iterator[None]:
+    """SIGINT's default in the processes started meanwhile, as a terminal's shell starts them. The warm process
+    gives its jobs the handlers it began with (a cold job's): under nohup, a script's `&` or a CI runner this
+    run inherits SIGINT ignored, and the jobs the Ctrl-C tests fork would ignore it too. A handled signal is
+    reset to its default by exec, an ignored one stays ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory):
     """One warm process for the file's tests, started as the Snakefile starts it (its stderr kept). Its
     probe jobs need what a train job's supervisor needs: the heavy warm process forks them, as it forks
     the supervisors (the first forks them in the tests that start their own)."""
     log = tmp_path_factory.mktemp("warm") / "stderr"
-    with open(log, "wb") as stderr:
+    with open(log, "wb") as stderr, sigint_as_typed():
         process = WarmProcess(
             entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), needs={PROBE: "snakeddp.train"}
         )
@@ -73,12 +88,14 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
     """argv, environment, working directory, umask, limits, stdin/stdout/stderr, open descriptors,
     signal handlers and torch's thread pool: the same warm and cold; only who ran it differs."""
     seen = {}
+    observe = f"umask 027; ulimit -n 512; exec {sys.executable} -m {PROBE} observe 'an arg' > out.json"
     for name, server in (("warm", warm), ("cold", None)):
-        done = subprocess.run(
-            ["bash", "-c", f"umask 027; ulimit -n 512; exec {sys.executable} -m {PROBE} observe 'an arg' > out.json"],
-            cwd=tmp_path, env=env(server, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"),
-            input="the job's stdin", capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
+        with sigint_as_typed():  # as the warm process began: its jobs get the handlers it began with
+            done = subprocess.run(
+                ["bash", "-c", observe],
+                cwd=tmp_path, env=env(server, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"),
+                input="the job's stdin", capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
         assert done.returncode == 0, done.stderr
         seen[name] = json.loads((tmp_path / "out.json").read_text())
     warm_seen, cold_seen = seen["warm"], seen["cold"]
