@@ -8,6 +8,7 @@ the lock file, never from the code under test. The SDK v1 tests (marked azureml_
 """
 
 import copy
+import hashlib
 import itertools
 import os
 import shlex
@@ -24,7 +25,7 @@ from snakeddp import config
 from snakeddp.azureml import images, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
-from snakeddp.environment.builds import torch_build
+from snakeddp.environment.builds import BUILDS, torch_build
 from snakeddp.environment.lock import read_lock
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
@@ -49,9 +50,31 @@ LOCK_PINS = [
 ]
 
 
-def locked(cuda: str) -> bool:
-    """Whether the locks hold hashes for this torch build (PyTorch's index answered where they were written)."""
-    return "torch" in read_lock(CHECKOUT / f"envs/requirements-torch-{cuda}.lock").pins
+def hashed_envs(directory: Path) -> Path:
+    """The core lock, and each torch build's lock with its hashes: the committed one where PyTorch's index answered
+    when tools/lock.sh wrote it, else one written here as tools/lock.sh writes it (that build's torch and a runtime
+    wheel it adds, each with a sha256 made up for the test: a spec names them, nothing downloads them), so the pip
+    lines, base image and environment hash of every build are checked; the returned path is the core lock's."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "requirements.lock").write_bytes((CHECKOUT / "envs/requirements.lock").read_bytes())
+    for cuda, build in BUILDS.items():
+        committed = CHECKOUT / f"envs/requirements-torch-{cuda}.lock"
+        text = committed.read_text()
+        if "torch" not in read_lock(committed).pins:
+            digest = hashlib.sha256(f"torch {build.label}".encode()).hexdigest()
+            runtime = hashlib.sha256(f"runtime {build.label}".encode()).hexdigest()
+            text = (
+                f"# torch's build from {build.index_url}, written by tests/azureml/test_spec.py.\n"
+                f"torch==2.13.0+{build.label} \\\n    --hash=sha256:{digest}\n    # from {build.index_url}\n"
+                + (f"nvidia-cuda-runtime-cu12==12.6.77 \\\n    --hash=sha256:{runtime}\n" if cuda == "12.6" else "")
+            )
+        (directory / committed.name).write_text(text)
+    return directory / "requirements.lock"
+
+
+@pytest.fixture(scope="module")
+def hashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hashed_envs(tmp_path_factory.mktemp("envs"))
 
 
 def spec_v1():
@@ -346,22 +369,13 @@ def test_auto_accelerator_without_a_declaration_is_refused_before_a_spec_is_writ
 
 
 @pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
-def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk):
-    build_lock = CHECKOUT / "envs/requirements-torch-12.6.lock"
-    if "torch" not in read_lock(build_lock).pins:
-        # PyTorch's index did not answer where the locks were written: the build has no hashes, and is refused
-        # before any spec is written, in one line.
-        with (
-            mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})),
-            pytest.raises(AzureMLError, match=r'environment.cuda "12.6": .* has no hashes .*HINT: run tools/lock.sh'),
-        ):
-            make_spec(tmp_path, sdk)
-        assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
-        return
+def test_the_image_environment_installs_the_torch_build_environment_cuda_names(tmp_path, sdk, hashed):
+    build_lock = hashed.parent / "requirements-torch-12.6.lock"
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
-        plan, _, spec, _ = make_spec(tmp_path, sdk)
+        plan, _, spec, _ = make_spec(tmp_path, sdk, environment={"requirements": str(hashed)})
     index = "--extra-index-url https://download.pytorch.org/whl/cu126"
     own = [pin.requirement() for pin in read_lock(build_lock).pins.values()]
+    assert any(line.startswith("torch==2.13.0+cu126 --hash=sha256:") for line in own)
     expected = [index, *LOCK_PINS[: -len(read_lock(CHECKOUT / "envs/requirements-torch-13.0.lock").pins)], *own]
     if sdk == "v2":
         environment = load_job(spec).environment
@@ -377,6 +391,23 @@ def test_the_image_environment_installs_the_torch_build_environment_cuda_names(t
     assert staging.environment_record(plan.environment)["hash"] != default["hash"], "another build resumes nothing"
 
 
+@pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
+def test_a_torch_build_whose_lock_has_no_hashes_is_refused_before_any_spec(tmp_path, sdk):
+    """As where PyTorch's index did not answer tools/lock.sh: the build's lock says so and holds no torch."""
+    envs = tmp_path / "envs"
+    core = hashed_envs(envs)
+    (envs / "requirements-torch-12.6.lock").write_text(
+        "# Not locked: https://download.pytorch.org/whl/cu126 did not answer when tools/lock.sh ran ([Errno -2] "
+        "Name or service not known). Every installer refuses this build until tools/lock.sh runs where it answers.\n"
+    )
+    with (
+        mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})),
+        pytest.raises(AzureMLError, match=r'environment.cuda "12.6": .* has no hashes .*HINT: run tools/lock.sh'),
+    ):
+        make_spec(tmp_path, sdk, environment={"requirements": str(core)})
+    assert not (tmp_path / "results/runs/base/azureml/job.yml").exists()
+
+
 def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
     with pytest.raises(AzureMLError, match="environment.cuda=cpu with azureml.environment.source=dockerfile.*HINT"):
         staging.environment_spec(Settings.from_section({"environment": {"source": "dockerfile"}}), "cpu")
@@ -386,20 +417,16 @@ def test_a_dockerfile_environment_cannot_take_another_torch_build(tmp_path):
 @pytest.mark.parametrize(
     ("cuda", "image"), [("13.0", DEFAULT_IMAGE), ("13.2", DEFAULT_IMAGE), ("12.6", CUDA12_IMAGE), ("cpu", CPU_IMAGE)]
 )
-def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image):
+def test_the_default_base_image_is_of_the_builds_cuda_major(tmp_path, sdk, cuda, image, hashed):
     assert images.default_image(torch_build(cuda)) == image
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": cuda})):
-        if not locked(cuda):  # no hashes for it here: refused before any spec (the test above)
-            with pytest.raises(AzureMLError, match="has no hashes"):
-                make_spec(tmp_path, sdk)
-            return
-        _, _, spec, _ = make_spec(tmp_path, sdk)
+        _, _, spec, _ = make_spec(tmp_path, sdk, environment={"requirements": str(hashed)})
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == image
 
 
 @pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
-def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged(tmp_path, sdk):
+def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged(tmp_path, sdk, hashed):
     # The old default (CUDA 12.6) with the default build (CUDA 13.0): nodes with a CUDA 12 driver would
     # start it, and torch's CUDA 13 wheel would see no GPU there.
     with pytest.raises(AzureMLError) as refused:
@@ -410,14 +437,10 @@ def test_a_base_image_of_another_cuda_major_is_refused_before_anything_is_staged
     assert "environment.cuda=13.0 installs torch's CUDA 13 build (NVIDIA driver 580 or newer)" in message
     assert f"a CUDA 13 image such as {DEFAULT_IMAGE}" in message and 'environment.cuda: "12.6"' in message
     assert not (tmp_path / "results/runs/base/azureml").exists(), "nothing staged, so nothing to upload"
-    # The same image with the build it was made for is written as configured, and validated by the SDK (where
-    # that build is locked with hashes; else refused for that, not for the image).
+    # The same image with the build it was made for is written as configured, and validated by the SDK.
     with mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})):
-        if not locked("12.6"):
-            with pytest.raises(AzureMLError, match="has no hashes"):
-                make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
-            return
-        _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment={"image": CUDA12_IMAGE})
+        agreed = {"image": CUDA12_IMAGE, "requirements": str(hashed)}
+        _, _, spec, _ = make_spec(tmp_path / "agreed", sdk, environment=agreed)
     written = load_job(spec).environment.image if sdk == "v2" else spec_v1().load(spec).environment.docker.base_image
     assert written == CUDA12_IMAGE
 
