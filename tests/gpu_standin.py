@@ -37,6 +37,10 @@ from pathlib import Path
 SITE = Path(__file__).with_name("gpu_standin")
 #: The stand-in NVML's variable: the file naming the machine's driver and GPUs (absent: no driver reached).
 NVML_DEVICES = "SNAKEDDP_STANDIN_NVML"
+#: Where snakeddp keeps a machine's GPU locks (snakeddp.local.gpulocks), one folder per stand-in machine.
+GPU_LOCKS = "SNAKEDDP_GPU_LOCKS"
+# The stand-in NVML's lines of other work on the GPUs (tests/gpu_standin/nvml.c).
+USE_LINES = ("process", "memory", "mode")
 # The CUDA version each driver branch supports (nvmlSystemGetCudaDriverVersion), NVIDIA's release notes.
 CUDA_OF_DRIVER = {580: 13000, 575: 12090, 570: 12080, 565: 12070, 560: 12060, 550: 12040, 535: 12020, 525: 12000}
 
@@ -83,6 +87,14 @@ class StandIn:
     #: This process reaches the driver (False: a container without the GPUs, on a host whose /proc lists them:
     #: NVML answers "driver not loaded", and no other libnvidia-ml, the host's own included, is found first).
     reachable: bool = True
+    #: Other work on the GPUs (a shared machine, as nvidia-smi shows it), by GPU index: each compute process's
+    #: (pid, GiB it holds); GiB in use by processes this one cannot see (another container's); the compute mode
+    #: ("EXCLUSIVE_PROCESS", "PROHIBITED"). Change them and call ``write_use`` to change the machine's answer.
+    processes: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+    hidden_use: dict[int, float] = field(default_factory=dict)
+    compute_mode: dict[int, str] = field(default_factory=dict)
+    #: Each GPU's memory, GiB.
+    memory_gb: float = 40
 
     def __post_init__(self) -> None:
         self.gpus = self.models or [(self.model, self.capability)] * self.count
@@ -108,6 +120,7 @@ class StandIn:
                 f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.driver}  Release Build  (dvs-builder@U16)\n"
                 "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
             )
+        devices += self._use_lines()
         lib = self.root / "nvml"
         lib.mkdir()
         if self.reachable:
@@ -120,6 +133,26 @@ class StandIn:
         text = re.sub(r"^__version__ = '([^'+]+)[^']*'", rf"__version__ = '\g<1>{label}'", text, flags=re.M)
         cuda = "None" if self.build == "cpu" else repr(self.build)
         self.torch_version.write_text(re.sub(r"^cuda: (.*) = .*$", rf"cuda: \g<1> = {cuda}", text, flags=re.M))
+
+    def _use_lines(self) -> list[str]:
+        """The stand-in NVML's lines for other work on the GPUs (tests/gpu_standin/nvml.c), by UUID."""
+        modes = {"EXCLUSIVE_PROCESS": 3, "PROHIBITED": 2}
+        lines = []
+        for index in range(len(self.gpus)):
+            uuid = f"GPU-{index:08d}-5a1d-4c6e-9f00-standin00000"
+            lines.append(f"memory {uuid} {int(self.memory_gb * 2**30)} {int(self.hidden_use.get(index, 0) * 2**30)}")
+            lines += [f"process {uuid} {pid} {int(gib * 2**30)}" for pid, gib in self.processes.get(index, [])]
+            if index in self.compute_mode:
+                lines.append(f"mode {uuid} {modes[self.compute_mode[index]]}")
+        return lines
+
+    def write_use(self) -> None:
+        """The machine's answer changed to the present ``processes``, ``hidden_use`` and ``compute_mode``."""
+        for name in ("devices", "listed"):
+            path = self.root / "nvml" / name
+            if path.exists():
+                kept = [line for line in path.read_text().splitlines() if line.split(" ")[0] not in USE_LINES]
+                path.write_text("\n".join(kept + self._use_lines()) + "\n")
 
     @property
     def uuids(self) -> list[str]:
@@ -140,6 +173,7 @@ class StandIn:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([str(nvml_library()), base.get("LD_LIBRARY_PATH", "")])
         env["LD_LIBRARY_PATH"] = env["LD_LIBRARY_PATH"].rstrip(os.pathsep)
         env[NVML_DEVICES] = str(self.root / "nvml" / "devices")
+        env[GPU_LOCKS] = str(self.root / "gpu-locks")  # the machine's own /dev/shm: its GPUs' locks its own
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
         return env

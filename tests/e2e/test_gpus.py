@@ -160,3 +160,40 @@ def test_two_one_gpu_runs_on_a_two_gpu_machine_train_on_different_gpus(tmp_path:
     assert held == sorted(standin.uuids), held
     for log in (flow.directory / "logs/train").glob("seed-*[0-9].log"):
         assert FIRST_CUDA_CALL in log.read_text() and ", GPUs GPU-0000000" in log.read_text(), log
+
+
+def test_beside_another_users_process_on_gpu_0_a_one_gpu_run_takes_gpu_1_saying_why(tmp_path: Path):
+    """A shared workstation: GPU 0 of two holds another user's job (78 of 80 GiB, as nvidia-smi shows it)."""
+    standin = StandIn(tmp_path / "gpus", count=2, memory_gb=80, processes={0: [(4242, 78)]})
+    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
+    flow = flow_in(tmp_path / "flow", one)
+    flow.run("--keep-going", check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    log = (flow.directory / "logs/train/base.log").read_text()
+    busy = f"snakeddp: GPU 0 (NVIDIA A100-SXM4-40GB, {standin.uuids[0]}) busy: pid 4242 holds 78 of 80 GiB; "
+    assert f"{busy}the run takes GPU 1 (NVIDIA A100-SXM4-40GB, {standin.uuids[1]})." in log.splitlines(), log[-3000:]
+    assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[1]}" in log
+    assert standin.uuids[0] not in log.split(busy, 1)[1], "the rank never sees GPU 0"
+
+
+def test_a_one_gpu_machine_whose_exclusive_gpu_another_process_holds_refuses_the_run_before_training(tmp_path):
+    standin = StandIn(tmp_path / "gpus", count=1, processes={0: [(4242, 2)]}, compute_mode={0: "EXCLUSIVE_PROCESS"})
+    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
+    flow = flow_in(tmp_path / "flow", one)
+    env = standin.env(subprocess_env(), visible=None)
+    refused = flow.run(check=False, env=env, wrap=standin.command)
+    assert refused.returncode != 0
+    log = (flow.directory / "logs/train/base.log").read_text()
+    (line,) = [line for line in log.splitlines() if "HINT:" in line]
+    assert line == (
+        "snakeddp.launch: the run's 1 rank needs 1 GPU of its own, and of the 1 this machine shows 1 is busy with "
+        f"other work: GPU 0 (NVIDIA A100-SXM4-40GB, {standin.uuids[0]}) busy: EXCLUSIVE_PROCESS mode, and pid 4242 "
+        "holds it (2 of 40 GiB). HINT: run it again when the GPU is free (nvidia-smi lists the processes on it)."
+    ), log[-3000:]
+    assert FIRST_CUDA_CALL not in log and "Traceback" not in log
+    assert line in refused.stderr.splitlines(), refused.stderr[-3000:]
+    # What the HINT says: once the other process has ended, the same command trains on the GPU.
+    standin.processes = {}
+    standin.write_use()
+    flow.run(check=False, env=env, wrap=standin.command)
+    log = (flow.directory / "logs/train/base.log").read_text()
+    assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[0]}" in log, log[-3000:]
