@@ -2,7 +2,8 @@
 
 Each says what is wrong and, ending in ``HINT:``, what to do. The entry points (``launch``,
 ``train``, ``steps``, ``snakeddp``) turn any of them into one line and a non-zero exit
-(:func:`exit_code`); anything outside the family is a bug and keeps its traceback. Each class
+(:func:`exit_code`), and so is a full disk or quota met anywhere (snakeddp.util.space; its traceback
+goes to a file); anything else is a bug and keeps its traceback. Each class
 also keeps the builtin base it had before the family existed, so ``except RuntimeError`` and
 ``except LookupError`` callers behave as they did.
 """
@@ -14,9 +15,12 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
+
+from snakeddp.util import space
 
 
 class ConfigError(ValueError):
@@ -176,6 +180,53 @@ def exit_code(
         else:
             _give_the_speaking_rank_time()
         return getattr(error, "exit_status", 1)
+    except Exception as error:
+        full = space.full_disk(error)
+        if full is None:
+            raise
+        said = full if isinstance(full, space.NoSpaceError) else space.no_space(full, _where(full), _what(full))
+        _say_full_disk(one_line(prog, said), error, failure_file)
+        return 1
+
+
+def _where(error: OSError) -> str:
+    return error.filename if error.filename is not None else os.getcwd()
+
+
+def _what(error: OSError) -> str | None:
+    return None if error.filename is not None else "a file under"
+
+
+def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -> None:
+    """A full disk's line: in the failure file (the launcher prints it once), or printed where the disk has no
+    room even for that line (the launcher passes a rank's output on until a failure file appears). Whichever
+    rank meets it says it: it is the one that knows where. The traceback goes beside the failure file, else
+    beside the job's log (stderr, where it is a file), never onto the console (profiles show failed logs)."""
+    if failure_file is None or not _written_first(failure_file, line):
+        print_line(line)
+    kept = failure_file.with_suffix(".traceback") if failure_file is not None else _beside_the_log()
+    if kept is None:
+        return
+    try:
+        kept.write_text("".join(traceback.format_exception(error)))
+    except OSError:
+        pass  # the disk is full: the line said what matters
+
+
+def _written_first(path: Path, line: str) -> bool:
+    try:
+        write_first(path, line)
+    except OSError:
+        return False
+    return True
+
+
+def _beside_the_log() -> Path | None:
+    try:
+        log = Path(os.readlink("/proc/self/fd/2"))
+    except OSError:
+        return None
+    return log.with_name(log.name + ".traceback") if log.is_file() else None
 
 
 # Ranks started by hand (no failure file) fail on the same config as rank 0, whose line is the one

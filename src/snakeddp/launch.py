@@ -193,6 +193,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     )
     failed, refused = RunPaths(args.run_dir).failure, RunPaths(args.run_dir).refused
     failed.unlink(missing_ok=True)
+    failed.with_suffix(".traceback").unlink(missing_ok=True)  # a full disk's, kept beside its line (errors.py)
     refused.unlink(missing_ok=True)
     RunPaths(args.run_dir).hung.unlink(missing_ok=True)
     resumed_from = tries.saved(args.run_dir) if resume else None

@@ -63,7 +63,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         start = time.perf_counter()
         self.saving = True
         try:
-            atomic_write(path, lambda handle: torch.save(checkpoint, handle))
+            atomic_write(path, lambda handle: torch.save(checkpoint, handle), what="the checkpoint")
         finally:
             self.saving = False
         if self.run_dir is not None and Path(path).name == LAST_CHECKPOINT:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from snakeddp.util.space import NoSpaceError, full_disk, no_space
+
 
 def _umask() -> int:
     current = os.umask(0)
@@ -25,11 +27,20 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write`` on a temporary file next to ``path``, fsync it, then rename it into place."""
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], what: str | None = None) -> Path:
+    """Call ``write`` on a temporary file next to ``path``, fsync it, then rename it into place.
+
+    A full disk or quota ends in NoSpaceError, whose line names ``what`` (say "the checkpoint") and
+    ``path``, and the space left once the temporary file is gone."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    except OSError as error:
+        said = _said(error, path, what)
+        if said is None:
+            raise
+        raise said from error
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -37,10 +48,21 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        said = _said(error, path, what)
+        if said is None:
+            raise
+        raise said from error
     return path
+
+
+def _said(error: BaseException, path: Path, what: str | None) -> NoSpaceError | None:
+    """The one line for ``error`` where it is a full disk or quota not yet said (a nested write's)."""
+    full = full_disk(error)
+    if full is None or isinstance(full, NoSpaceError):
+        return None
+    return no_space(full, path, what)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
