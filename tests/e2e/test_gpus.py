@@ -5,6 +5,7 @@ failing): what the workflow plans and refuses, and what each rank checks before 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,18 @@ def test_a_one_gpu_machine_whose_exclusive_gpu_another_process_holds_refuses_the
     flow.run(check=False, env=env, wrap=standin.command)
     log = (flow.directory / "logs/train/base.log").read_text()
     assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[0]}" in log, log[-3000:]
+
+
+def test_runs_of_two_checkouts_on_one_machine_hold_different_gpus_at_once(tmp_path: Path):
+    """Two users' (or two clones') workflows started together on a two-GPU workstation."""
+    standin = StandIn(tmp_path / "gpus", count=2)
+    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
+    flows = [flow_in(tmp_path / name, one) for name in ("alice", "bob")]
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    # Each rank waits at its first CUDA call until both are there: the runs hold their GPUs at once.
+    env = {**standin.env(subprocess_env(), visible=None), "SNAKEDDP_STANDIN_MEET": f"{meeting}:2"}
+    with ThreadPoolExecutor(2) as both:
+        list(both.map(lambda flow: flow.run(check=False, env=env, wrap=standin.command), flows))
+    held = sorted(path.read_text() for path in meeting.iterdir())
+    assert held == sorted(standin.uuids), held
