@@ -70,7 +70,7 @@ def test_too_few_free_gpus_are_refused_in_one_line_naming_the_busy_ones_and_a_fr
         "snakeddp.launch: the run's 1 rank needs 1 GPU of its own, and of the 2 this machine shows 2 are busy with "
         f"other work: GPU 0 (NVIDIA A100-SXM4-40GB, {standin.uuids[0]}) busy: pid 4242 holds 30 of 40 GiB; GPU 1 "
         f"(NVIDIA A100-SXM4-40GB, {standin.uuids[1]}) busy: EXCLUSIVE_PROCESS mode, and pid 5151 holds it (2 of 40 "
-        "GiB). HINT: run it again when the GPU is free (nvidia-smi lists the processes on it)."
+        "GiB). HINT: run it again when they are free (nvidia-smi lists the processes on them)."
     ]
     # What the HINT says: the exclusive GPU's process ended, and the run takes it.
     standin.processes = {0: [(4242, 30)]}

@@ -139,13 +139,17 @@ def hold_free(locks: Path, shown: list[gpus.Gpu], devices: int) -> list[tuple[gp
 
 
 def refusal(devices: int, shown: list[gpus.Gpu], said: str, left: int) -> str:
+    """The line that refuses a run whose ranks other programs' work leaves too few GPUs."""
     ranks = f"{devices} rank{'s' if devices > 1 else ''} need{'' if devices > 1 else 's'} {devices} GPU"
+    busy = len(shown) - left
+    free = "the GPU is free (nvidia-smi lists the processes on it)"
+    if busy > 1:
+        free = "they are free (nvidia-smi lists the processes on them)"
     fewer = f", or set launch.devices: {left} or fewer" if left else ""
     return (
         f"the run's {ranks}{'s' if devices > 1 else ''} of {'their' if devices > 1 else 'its'} own, and of the "
-        f"{len(shown)} this machine shows {len(shown) - left} {'are' if len(shown) - left > 1 else 'is'} busy with "
-        f"other work: {said}. HINT: run it again when the GPU is free (nvidia-smi lists the processes on "
-        f"it){fewer}."
+        f"{len(shown)} this machine shows {busy} {'are' if busy > 1 else 'is'} busy with other work: {said}. "
+        f"HINT: run it again when {free}{fewer}."
     )
 
 
