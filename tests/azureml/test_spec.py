@@ -8,7 +8,6 @@ the lock file, never from the code under test. The SDK v1 tests (marked azureml_
 """
 
 import copy
-import hashlib
 import itertools
 import os
 import shlex
@@ -25,13 +24,14 @@ from snakeddp import config
 from snakeddp.azureml import images, spec_v2, staging, submit
 from snakeddp.azureml.settings import CHECKOUT, AzureMLError, Settings
 from snakeddp.config.site import SiteError
-from snakeddp.environment.builds import BUILDS, torch_build
+from snakeddp.environment.builds import torch_build
 from snakeddp.environment.lock import read_lock
 from snakeddp.run import attempt as runstate
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 from snakeddp.workflow import jobenv
 from tests.azureml.plans import build_plan
+from tests.environment.hashed import hashed_envs, unhashed
 from tests.helpers import TINY, make_run
 
 # The SDKs' own deprecation chatter (ruamel, marshmallow) says nothing about our specs.
@@ -50,31 +50,10 @@ LOCK_PINS = [
 ]
 
 
-def hashed_envs(directory: Path) -> Path:
-    """The core lock, and each torch build's lock with its hashes: the committed one where PyTorch's index answered
-    when tools/lock.sh wrote it, else one written here as tools/lock.sh writes it (that build's torch and a runtime
-    wheel it adds, each with a sha256 made up for the test: a spec names them, nothing downloads them), so the pip
-    lines, base image and environment hash of every build are checked; the returned path is the core lock's."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "requirements.lock").write_bytes((CHECKOUT / "envs/requirements.lock").read_bytes())
-    for cuda, build in BUILDS.items():
-        committed = CHECKOUT / f"envs/requirements-torch-{cuda}.lock"
-        text = committed.read_text()
-        if "torch" not in read_lock(committed).pins:
-            digest = hashlib.sha256(f"torch {build.label}".encode()).hexdigest()
-            runtime = hashlib.sha256(f"runtime {build.label}".encode()).hexdigest()
-            text = (
-                f"# torch's build from {build.index_url}, written by tests/azureml/test_spec.py.\n"
-                f"torch==2.13.0+{build.label} \\\n    --hash=sha256:{digest}\n    # from {build.index_url}\n"
-                + (f"nvidia-cuda-runtime-cu12==12.6.77 \\\n    --hash=sha256:{runtime}\n" if cuda == "12.6" else "")
-            )
-        (directory / committed.name).write_text(text)
-    return directory / "requirements.lock"
-
-
 @pytest.fixture(scope="module")
 def hashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return hashed_envs(tmp_path_factory.mktemp("envs"))
+    """The core lock of an envs/ whose every torch build's lock is hashed (tests.environment.hashed)."""
+    return hashed_envs(tmp_path_factory.mktemp("envs")) / "requirements.lock"
 
 
 def spec_v1():
@@ -394,12 +373,9 @@ def test_the_image_environment_installs_the_torch_build_environment_cuda_names(t
 @pytest.mark.parametrize("sdk", ["v2", pytest.param("v1", marks=V1)])
 def test_a_torch_build_whose_lock_has_no_hashes_is_refused_before_any_spec(tmp_path, sdk):
     """As where PyTorch's index did not answer tools/lock.sh: the build's lock says so and holds no torch."""
-    envs = tmp_path / "envs"
-    core = hashed_envs(envs)
-    (envs / "requirements-torch-12.6.lock").write_text(
-        "# Not locked: https://download.pytorch.org/whl/cu126 did not answer when tools/lock.sh ran ([Errno -2] "
-        "Name or service not known). Every installer refuses this build until tools/lock.sh runs where it answers.\n"
-    )
+    envs = hashed_envs(tmp_path / "envs")
+    unhashed(envs, "12.6")
+    core = envs / "requirements.lock"
     with (
         mock.patch.dict(os.environ, workflow_environment(environment={"cuda": "12.6"})),
         pytest.raises(AzureMLError, match=r'environment.cuda "12.6": .* has no hashes .*HINT: run tools/lock.sh'),

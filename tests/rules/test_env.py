@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from snakeddp.environment.lock import read_lock
+from tests.checkout import LINKED
+from tests.environment.hashed import hashed_envs, unhashed
 from tests.helpers import REPO, TINY, Workflow, subprocess_env
+
+# lightning 2.6.5 as a YAML's pip line names it, with its files' real sha256 (GHSA-qqmf-gpg7-g8gw denies it).
+DENIED_LIGHTNING = (
+    "lightning==2.6.5 --hash=sha256:16a30310ed69afde3748491feb5d13508908effd70390d2bfc203dc0812a4b4a "
+    "--hash=sha256:3702fb7ef4ab51a8c3d4a140f4674514fe72973a9673dfa05e07a078e2767389"
+)
 
 MISSING_SOFTWARE = "Specify a conda environment or container for each rule."
 
@@ -45,18 +53,62 @@ def test_apptainer_without_an_image_is_a_clear_error(workflow):
     assert "--sdm apptainer needs an image, and environment.image is null. HINT:" in done.stdout + done.stderr
 
 
-def test_conda_envs_of_a_torch_build_without_hashes_are_refused_before_any_job(workflow):
-    """--sdm conda with environment.cuda "12.6", whose lock holds no hashes where PyTorch's index did not answer
-    when it was written: one line, not pip failing inside the first conda env."""
+def checkout_with_envs(root: Path) -> Path:
+    """A checkout of this one's workflow files (linked) whose envs/ is a copy with every torch build's lock hashed
+    (tests.environment.hashed), for a test to edit: the rules' conda envs are made from its YAMLs."""
+    root.mkdir()
+    for name in LINKED:
+        if name != "envs":
+            (root / name).symlink_to(REPO / name)
+    hashed_envs(root / "envs")
+    return root
+
+
+@pytest.mark.parametrize("hashed", [True, False], ids=["hashed", "unhashed"])
+def test_conda_envs_of_a_torch_build_are_refused_before_any_job_unless_its_lock_has_hashes(tmp_path, hashed):
+    """--sdm conda with environment.cuda "12.6": where its lock holds hashes the workflow's checks pass, and Snakemake
+    goes on to its own conda set-up (which refuses to go on on a machine without conda, made so here); where it
+    holds none (PyTorch's index did not answer tools/lock.sh, as on this machine) one line says so, not pip failing
+    inside the first conda env."""
+    checkout = checkout_with_envs(tmp_path / "checkout")
+    if not hashed:
+        unhashed(checkout / "envs", "12.6")
+    workflow = Workflow(tmp_path / "work", checkout=checkout)
+    workflow.directory.mkdir()
     workflow.write_config({**TINY, "environment": {"cuda": "12.6"}})
-    done = workflow.run("--dry-run", "--sdm", "conda", check=False)
-    if "torch" in read_lock(REPO / "envs/requirements-torch-12.6.lock").pins:  # locked where the index answered
-        assert done.returncode == 0, done.stdout + done.stderr
+    env = subprocess_env(PATH=path_without(tmp_path / "no-conda", "conda", "mamba", "micromamba"))
+    done = workflow.run("--dry-run", "--sdm", "conda", check=False, env=env)
+    output = done.stdout + done.stderr
+    lines = [line for line in output.splitlines() if "HINT:" in line]
+    if hashed:
+        assert lines == [] and "Building DAG of jobs" in output, output[-3000:]
+        assert "Error running conda info. Is conda installed and accessible?" in output, output[-3000:]
         return
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
-    assert done.returncode != 0 and len(lines) == 1, done.stdout + done.stderr
+    assert done.returncode != 0 and len(lines) == 1, output
     assert 'environment.cuda "12.6": ' in lines[0] and "has no hashes" in lines[0]
     assert "HINT: run tools/lock.sh on a machine that reaches https://download.pytorch.org/whl/cu126" in lines[0]
+
+
+def test_conda_envs_that_would_install_a_denied_release_are_refused_before_any_job(tmp_path):
+    """A lock edited by hand or by a merge to lightning 2.6.5 (its real hashes), the stage YAMLs written from it:
+    `snakemake --sdm conda` stops in one line naming the advisory and the YAML, before conda makes any env."""
+    checkout = checkout_with_envs(tmp_path / "checkout")
+    train = checkout / "envs" / "train.yaml"
+    pinned = train.read_text()
+    train.write_text(re.sub(r"- lightning==2\.6\.6 [^\n]*", "- " + DENIED_LIGHTNING, pinned))
+    assert train.read_text() != pinned, "train.yaml pins lightning 2.6.6"
+    workflow = Workflow(tmp_path / "work", checkout=checkout)
+    workflow.directory.mkdir()
+    workflow.write_config(TINY)
+    done = workflow.run("--dry-run", "--sdm", "conda", check=False)
+    output = done.stdout + done.stderr
+    lines = [line for line in output.splitlines() if "HINT:" in line]
+    assert done.returncode != 0 and lines == [
+        f"{train}: lightning 2.6.5 is denied by envs/denied.toml (GHSA-qqmf-gpg7-g8gw (CVE-2026-58659): code "
+        "execution in load_from_checkpoint, fixed in 2.6.6); the first good version is 2.6.6. HINT: tools/add.sh "
+        "lightning==2.6.6"
+    ], output
+    assert not (workflow.directory / ".snakemake" / "conda").exists()
 
 
 def path_without(directory: Path, *commands: str) -> str:

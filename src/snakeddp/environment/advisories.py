@@ -3,7 +3,7 @@ advisory names, the first release it calls fixed), the releases an index marks y
 reports them while it resolves), and, where one answers, an advisory service (pip-audit against PyPI's
 or OSV's database); where none answers, one line says that check did not run.
 
-    python -m snakeddp.environment.advisories check envs/*.lock [--pyproject pyproject.toml] [--yanked UV_LOG...]
+    python -m snakeddp.environment.advisories check envs/*.lock envs/*.yaml [--pyproject PATH] [--yanked UV_LOG...]
     python -m snakeddp.environment.advisories requirement lightning==2.6.5   # tools/add.sh, before it edits
     python -m snakeddp.environment.advisories constraints                    # what uv may never resolve
     python -m snakeddp.environment.advisories audit envs/*.lock              # pip-audit, where it answers
@@ -39,6 +39,8 @@ DENIED = Path(__file__).resolve().parents[3] / "envs" / "denied.toml"
 _YANKED = re.compile(
     r"`(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^`]+)` is yanked(?: \(reason: \"(?P<reason>.*)\"\))?"
 )
+# A pip line of a stage's conda YAML: `  - lightning==2.6.6 --hash=sha256:...`.
+_YAML_PIN = re.compile(r"^\s*-\s+(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s#]+)", re.MULTILINE)
 # The advisory services pip-audit asks, in order; the first that answers for every package is used.
 SERVICES = {"pypi": "PyPI's JSON API", "osv": "OSV"}
 AUDIT_TIMEOUT_S = 120
@@ -127,6 +129,29 @@ def refusal(name: str, version: str, denials: Sequence[Denial], where: str) -> s
 
 def check_pins(pins: Iterable[tuple[str, str]], denials: Sequence[Denial], where: str) -> list[str]:
     return [line for name, version in pins if (line := refusal(name, version.split("+")[0], denials, where))]
+
+
+def pins_of(path: Path) -> list[tuple[str, str]]:
+    """(name, version) of every exact pin of a lock, or of a stage's conda YAML (its pip lines, as
+    snakeddp.environment.files writes them: read without a YAML parser, which tools/setup.sh may not have)."""
+    if path.suffix in (".yaml", ".yml"):
+        return [(match["name"], match["version"]) for match in _YAML_PIN.finditer(path.read_text())]
+    return [(pin.name, pin.version) for pin in read_lock(path).pins.values()]
+
+
+def refuse_denied(paths: Sequence[Path], denied: Path = DENIED) -> None:
+    """A LockError, one line per denied release that ``paths`` (locks, stage YAMLs) pin, naming its advisory and
+    the files that pin it; nothing where none is denied. For the workflow, before --sdm conda makes any env."""
+    denials = load(denied)
+    pinned: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        for name, version in pins_of(path):
+            pinned.setdefault((name, version.split("+")[0]), []).append(str(path))
+    problems = [
+        line for (name, version), where in pinned.items() if (line := refusal(name, version, denials, ", ".join(where)))
+    ]
+    if problems:
+        raise LockError("\n".join(problems))
 
 
 def check_requirements(requirements: Sequence[str], files: Sequence[Path], denials: Sequence[Denial]) -> list[str]:
@@ -322,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m snakeddp.environment.advisories", description=__doc__.splitlines()[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    checking = commands.add_parser("check", help="the locks (and pyproject.toml's ranges) against the deny list")
+    checking = commands.add_parser(
+        "check", help="the locks or stage YAMLs (and pyproject.toml's ranges) against the deny list"
+    )
     checking.add_argument("locks", nargs="*", type=Path)
     checking.add_argument("--pyproject", type=Path)
     checking.add_argument("--yanked", nargs="*", type=Path, default=[], help="uv's stderr while it resolved")
@@ -352,8 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             problems = yanked(args.yanked, args.where)
             for path in args.locks:
-                pins = [(pin.name, pin.version) for pin in read_lock(path).pins.values()]
-                problems += check_pins(pins, denials, str(path))
+                problems += check_pins(pins_of(path), denials, str(path))
             if args.pyproject:
                 problems += check_ranges(args.pyproject, denials)
     except (OSError, LockError, InvalidRequirement) as error:

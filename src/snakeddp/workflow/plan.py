@@ -28,6 +28,7 @@ from snakeddp import platforms
 from snakeddp.compat import snakemake as snakemake_compat
 from snakeddp.config import coerce, layers, parts, site, sources
 from snakeddp.data import plan as data_plan
+from snakeddp.environment import advisories
 from snakeddp.environment import files as envfiles
 from snakeddp.platforms.contract import Invocation, Platform
 from snakeddp.platforms.table import Row
@@ -300,7 +301,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
     # is a parameter of env_capture (a checksum: no rerun when only its mtime or path changes); its
     # path reaches the job through the environment.
     lock_file = validated["environment"]["lock"] or str(repo / "envs" / "requirements.lock")
-    _check_before_jobs(invocation, name, deployment, lock_file)
+    _check_before_jobs(invocation, name, deployment, lock_file, repo / "envs")
     plan = Plan(
         repo=repo,
         typed=typed,
@@ -361,7 +362,9 @@ def _settle(validated: dict[str, Any], contract: Platform, invocation: Invocatio
         del validated["experiment"]
 
 
-def _check_before_jobs(invocation: Invocation, name: str, deployment: frozenset[str], lock_file: str) -> None:
+def _check_before_jobs(
+    invocation: Invocation, name: str, deployment: frozenset[str], lock_file: str, envs: Path
+) -> None:
     """What a job would only fail on later stops here in one line, before any job runs (`snakemake -n` too)."""
     validated = invocation.config
     # The profile, launcher, strategy, packages, user classes, cores and files.
@@ -373,9 +376,13 @@ def _check_before_jobs(invocation: Invocation, name: str, deployment: frozenset[
             "environment.image: docker://REGISTRY/snakeddp:TAG in your config (docs/environments.md)."
         )
     # A torch build whose lock holds no hashes cannot be installed (its YAML's pip requires them): with
-    # --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env.
+    # --sdm conda the workflow stops in one line before any job, instead of pip failing in the first env; so
+    # does a release envs/denied.toml denies in a YAML the rules' envs are made from (a lock edited by hand or by
+    # a merge, then written out), in one line naming its advisory. Both read the rules' envs/.
     if "CONDA" in deployment:
-        envfiles.locked_build(validated["environment"]["cuda"])
+        cuda = validated["environment"]["cuda"]
+        envfiles.locked_build(cuda, envs)
+        advisories.refuse_denied([envs / envfiles.stage_file(stage, cuda) for stage in envfiles.STAGE_PACKAGES])
 
 
 def _export_to_jobs(validated: dict[str, Any], repo: Path, deployment: frozenset[str], lock_file: str) -> None:
