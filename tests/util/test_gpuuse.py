@@ -4,9 +4,12 @@ GPU is busy."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from snakeddp.util import gpuuse
 from tests.gpu_standin import StandIn
@@ -75,3 +78,47 @@ def test_without_nvml_every_gpu_is_free(tmp_path: Path):
     code = "from snakeddp.util import gpuuse\nwith gpuuse.asking() as use_of: print(use_of('GPU-0') == gpuuse.FREE)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.stdout == "True\n", done.stderr
+
+
+# Holds a tenth of GPU 0's memory (2 GiB at least) until its stdin closes.
+HOLD_MEMORY = """
+import sys, torch
+total = torch.cuda.get_device_properties(0).total_memory
+held = torch.empty(max(2 << 30, total // 10), dtype=torch.uint8, device="cuda:0")
+print(held.numel(), flush=True)
+sys.stdin.read()
+"""
+
+
+def nvidia_smi_pids(uuid: str) -> list[int]:
+    rows = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return sorted(int(pid) for row in rows.splitlines() for gpu, pid in [row.split(", ")] if gpu == uuid)
+
+
+@pytest.mark.gpu
+def test_a_process_holding_gpu_memory_makes_the_gpu_busy_for_another_as_nvidia_smi_lists_it():
+    """On a real GPU: another process's CUDA memory, as the driver's NVML and nvidia-smi report it (in a container
+    NVML may name the process by a pid of the host's, which this test does not compare with the child's)."""
+    from snakeddp.util import gpus
+
+    shown = gpus.visible(os.environ)
+    assert shown, "pytest -m gpu needs CUDA GPUs; run it on a GPU machine (docs/development.md)"
+    uuid = shown[0].uuid
+    env = subprocess_env(CUDA_VISIBLE_DEVICES=uuid)
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLD_MEMORY], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        size = int(child.stdout.readline())
+        with gpuuse.asking() as use_of:
+            held = use_of(uuid)
+        assert held.busy() is not None and held.used >= size, held
+        assert sorted(pid for pid, _ in held.processes) == [pid for pid in nvidia_smi_pids(uuid) if pid != os.getpid()]
+    finally:
+        child.communicate("")
+    with gpuuse.asking() as use_of:
+        after = use_of(uuid)
+    assert after.used <= held.used - size and (len(after.processes) < len(held.processes) or not held.processes)
