@@ -60,7 +60,9 @@ def test_a_held_gpu_is_taken_for_every_other_process_until_its_holder_is_killed(
     assert said == "held"
     assert gpulocks.holders(locks, UUID) == [first.pid]
     assert gpulocks.hold(locks, UUID) is None
-    assert gpulocks.hold(locks, UUID.replace("0000-5a1d", "0001-5a1d")) is not None, "another GPU is free"
+    other = gpulocks.hold(locks, UUID.replace("0000-5a1d", "0001-5a1d"))
+    assert other is not None, "another GPU is free"
+    os.close(other)
     first.kill()  # no clean-up of its own: the kernel lets go
     first.wait()
     first.stdout.close()
@@ -85,7 +87,9 @@ def test_another_user_takes_part_in_the_same_locks(shared):
     # A GPU no one took yet: the other user makes its file, and this user takes it after them.
     theirs, said = holder(locks, UUID.replace("0000-5a1d", "0002-5a1d"), user=NOBODY)
     theirs.communicate("")
-    assert said == "held" and gpulocks.hold(locks, UUID.replace("0000-5a1d", "0002-5a1d")) is not None
+    after = gpulocks.hold(locks, UUID.replace("0000-5a1d", "0002-5a1d"))
+    assert said == "held" and after is not None
+    os.close(after)
 
 
 def test_a_folder_that_cannot_hold_locks_is_refused_in_one_line_and_its_hint_works(tmp_path):
@@ -98,4 +102,6 @@ def test_a_folder_that_cannot_hold_locks_is_refused_in_one_line_and_its_hint_wor
     # What the HINT says.
     subprocess.run(["mkdir", "-m", "1777", str(tmp_path / "shared")], check=True)
     locks = gpulocks.folder({gpulocks.FOLDER: str(tmp_path / "shared")})
-    assert gpulocks.hold(locks, UUID) is not None
+    held = gpulocks.hold(locks, UUID)
+    assert held is not None
+    os.close(held)
