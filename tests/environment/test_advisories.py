@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -170,6 +171,16 @@ REFUSED = (
 )
 
 
+def pin_denied_lightning(lock: Path) -> None:
+    """``lock``'s lightning entry (2.6.6, its hashes and index) replaced by 2.6.5's, as a hand or a merge would."""
+    text = lock.read_text()
+    start = text.index("lightning==2.6.6 \\\n")
+    end = text.index("\n", start) + 1
+    while text[end:].startswith(("    --hash", "    # from")):
+        end = text.index("\n", end) + 1
+    lock.write_text(text[:start] + DENIED_ENTRY + text[end:])
+
+
 def venv_files(venv: Path) -> dict[str, tuple[int, int]]:
     return {str(path.relative_to(venv)): (path.lstat().st_size, path.lstat().st_mtime_ns) for path in venv.rglob("*")}
 
@@ -180,13 +191,7 @@ def test_a_lock_edited_to_name_a_denied_release_stops_make_run_before_anything_i
     clone no venv is made, even where the machine's Python has no packaging (then pip's own is used)."""
     root = copy_of_this_checkout(tmp_path / "snakeddp")
     venv = with_core_venv(root)
-    lock = root / "envs" / "requirements.lock"
-    text = lock.read_text()
-    start = text.index("lightning==2.6.6 \\\n")
-    end = text.index("\n", text.index("    --hash", text.index("\n", start) + 1) + 1) + 1
-    while text[end:].startswith("    --hash"):
-        end = text.index("\n", end) + 1
-    lock.write_text(text[:start] + DENIED_ENTRY + text[end:])
+    pin_denied_lightning(root / "envs" / "requirements.lock")
     before = venv_files(venv)
 
     stopped = typed(root, "make", "run")
@@ -204,3 +209,44 @@ def test_a_lock_edited_to_name_a_denied_release_stops_make_run_before_anything_i
     assert refused.returncode == 2
     assert refused.stderr.splitlines()[-1] == REFUSED, refused.stderr
     assert not fresh.exists()
+
+
+def test_the_images_build_stops_at_its_deny_check_before_the_stage_that_installs(tmp_path):
+    """No registry answers here, so no image is built: the Dockerfile's check stage is run as its instructions
+    say (its COPYs laid out in a directory as its root, its RUN in bash there, with a Python that has packaging,
+    as the base image's conda has), on a lock naming lightning 2.6.5 and on the committed one; and the stage that
+    installs takes its locks from that stage, so a build whose check failed installs nothing."""
+    from dockerfile_parse import DockerfileParser  # a test and lint tool (requirements-dev)
+
+    stages: list[list[dict]] = []
+    for instruction in DockerfileParser(path=str(REPO / "envs" / "Dockerfile")).structure:
+        if instruction["instruction"] == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(instruction)
+    (check,) = [stage for stage in stages if stage[0]["value"].endswith(" AS denied")]
+    installs = stages[-1]
+    copies = [i["value"].split() for i in check if i["instruction"] == "COPY"]
+    (run_check,) = [i["value"] for i in check if i["instruction"] == "RUN"]
+    assert [i["value"] for i in check if i["instruction"] == "WORKDIR"] == ["/"]
+    root = tmp_path / "denied"
+    for *sources, destination in copies:
+        for source in sources:
+            for path in REPO.glob(source):
+                target = root / destination / path.name if destination.endswith("/") else root / destination
+                target.parent.mkdir(parents=True, exist_ok=True)
+                (shutil.copytree if path.is_dir() else shutil.copy)(path, target)
+    environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+    def checked() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", run_check], cwd=root, env=environ, capture_output=True, text=True)
+
+    passed = checked()
+    assert passed.returncode == 0, passed.stderr
+    pin_denied_lightning(root / "envs" / "requirements.lock")
+    stopped = checked()
+    assert stopped.returncode == 1 and stopped.stderr.splitlines() == [REFUSED.removeprefix("setup: ")]
+    locks_copied = [i for i in installs if i["instruction"] == "COPY" and "envs/requirements.lock" in i["value"]]
+    first_install = next(n for n, i in enumerate(installs) if "pip install" in i["value"])
+    assert [i["value"].split()[0] for i in locks_copied] == ["--from=denied"]
+    assert installs.index(locks_copied[0]) < first_install
