@@ -17,6 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from bench.azurite import Azurite
+from snakeddp.config import parts
 from snakeddp.data import delta, plan, table
 from snakeddp.data.partitions import read_partition
 from snakeddp.errors import ConfigError, TableError
@@ -66,10 +67,10 @@ def rows_of(out: Path) -> list:
 
 def test_the_latest_version_or_a_pinned_one_is_what_the_workflow_plans(tmp_path):
     two_commits(tmp_path / "churn")
-    latest = table.delta_snapshot(params(str(tmp_path / "churn"))["table"])
+    latest = table.delta_snapshot(parts.Table.of(params(str(tmp_path / "churn"))["table"]))
     assert latest.version == 1 and len(latest.files) == 2
     assert latest.table_id == DeltaTable(str(tmp_path / "churn")).metadata().id
-    first = table.delta_snapshot({**params(str(tmp_path / "churn"))["table"], "version": 0})
+    first = table.delta_snapshot(parts.Table.of({**params(str(tmp_path / "churn"))["table"], "version": 0}))
     assert (first.version, len(first.files), first.table_id) == (0, 1, latest.table_id)
     assert first.identity() != latest.identity()
     runs = {"r": {"config": {"data": params(str(tmp_path / "churn"))}}}
@@ -234,7 +235,7 @@ def test_a_delta_table_in_azure_storage_reads_as_the_local_one(azurite, tmp_path
     assert options["endpoint"] == azurite.endpoint and options["allow_http"] == "true"
     two_commits(f"abfs://{CONTAINER}/same", storage_options=options)
     two_commits(tmp_path / "same")
-    remote_snapshot = table.delta_snapshot(params(url)["table"])
+    remote_snapshot = table.delta_snapshot(parts.Table.of(params(url)["table"]))
     assert remote_snapshot.version == 1
     from_store = table.ingest(params(url), tmp_path / "remote", chunk_rows=64)
     local = table.ingest(params(str(tmp_path / "same")), tmp_path / "local", chunk_rows=64)

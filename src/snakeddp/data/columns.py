@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.config import parts
 from snakeddp.data import images
 from snakeddp.errors import TableError
 
@@ -39,29 +40,27 @@ TRANSPOSE_ROWS = 64
 Where = Callable[[str, int], str]
 
 
-def resolve_features(table: Mapping[str, Any], names: Sequence[str], where: str) -> list[str]:
+def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> list[str]:
     """``data.table.features`` as listed, or, left empty, every column in ``names`` but the label and
     ``exclude``, matching ``feature_pattern``: sorted by name, so a file's column order changes nothing."""
-    if table.get("features"):
-        return list(table["features"])
-    unknown = [c for c in table.get("exclude") or () if c not in names]
+    if table.features:
+        return list(table.features)
+    unknown = [c for c in table.exclude if c not in names]
     if unknown:
         raise TableError(
             f"{where}: data.table.exclude names {', '.join(map(repr, unknown))}, which the table does not have "
             f"(it has: {_shown(names)}). HINT: fix data.table.exclude."
         )
-    pattern = table.get("feature_pattern")
+    pattern = table.feature_pattern
     chosen = sorted(
         c
         for c in dict.fromkeys(names)
-        if c != table.get("label")
-        and c not in (table.get("exclude") or ())
-        and (pattern is None or fnmatch.fnmatchcase(c, pattern))
+        if c != table.label and c not in table.exclude and (pattern is None or fnmatch.fnmatchcase(c, pattern))
     )
     if not chosen:
         narrowed = f" matching {pattern!r}" if pattern else ""
         raise TableError(
-            f"{where}: no feature column{narrowed} besides the label {table.get('label')!r} (the table has: "
+            f"{where}: no feature column{narrowed} besides the label {table.label!r} (the table has: "
             f"{_shown(names)}). HINT: list data.table.features, or fix data.table.feature_pattern / exclude."
         )
     return chosen

@@ -22,8 +22,7 @@ IMAGE_CHUNK_ROWS = 256
 
 def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
     """Each feature's kind and, for a typed file, its arrow type (from the first file that holds it)."""
-    table = source.table
-    categories = set(table.get("categories") or ())
+    categories = set(source.table.categories)
     if source.fmt == IMAGES:
         return {imagefolder.IMAGE: (cols.IMAGE, None)}
     if source.fmt == "csv":
@@ -43,7 +42,6 @@ def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
 def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any], rows: int) -> cols.Layout:
     """The feature columns' layout: kinds from the files' types, then one pass over the category and
     variable-length array columns for their vocabularies and widths."""
-    table = source.table
     kinds = _kinds(source, features)
     columns = [cols.Column(name, kind) for name, (kind, _) in kinds.items()]
     spec = images.ImageSpec.of(image or {})
@@ -67,7 +65,7 @@ def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any],
             scanned.append(column)
     if scanned:
         _scan(source, scanned, rows)
-    return cols.Layout(columns, spec, refuse_images=table["nan_policy"] == "error")
+    return cols.Layout(columns, spec, refuse_images=source.table.nan_policy == "error")
 
 
 def _scan(source: Source, scanned: list[cols.Column], rows: int) -> None:
@@ -93,20 +91,20 @@ def _scan(source: Source, scanned: list[cols.Column], rows: int) -> None:
     for column in scanned:
         if column.kind == cols.CATEGORY:
             column.vocabulary = cols.vocabulary(
-                values[column.name], column.name, f"data.table.path={str(source.table['path'])!r}"
+                values[column.name], column.name, f"data.table.path={str(source.table.path)!r}"
             )
-            column.oov = source.table.get("unseen") == "oov"
+            column.oov = source.table.unseen == "oov"
             column.width = len(column.vocabulary) + int(column.oov)
             if column.width == 0:
                 raise TableError(
-                    f"data.table.path={str(source.table['path'])!r}: category column {column.name!r} has no value in "
+                    f"data.table.path={str(source.table.path)!r}: category column {column.name!r} has no value in "
                     "any row. HINT: leave it out of the features."
                 )
         else:
             column.width = widths.get(column.name, 0)
             if column.width == 0:
                 raise TableError(
-                    f"data.table.path={str(source.table['path'])!r}: array column {column.name!r} has no non-empty "
+                    f"data.table.path={str(source.table.path)!r}: array column {column.name!r} has no non-empty "
                     "row, so its width is unknown. HINT: leave it out of the features."
                 )
 

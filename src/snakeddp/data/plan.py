@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config import parts
 from snakeddp.config.sources import TABLE
 from snakeddp.errors import ConfigError
 
@@ -53,7 +54,7 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | No
             # start of the workflow; a table declared Delta needs no listing (delta-rs reads its log).
             listable = is_url(table["path"]) and table["format"] != "delta"
             listed = list_objects(str(table["path"])) if listable else None
-            snapshot = delta_snapshot(table, listed)
+            snapshot = delta_snapshot(parts.Table.of(table), listed)
             if snapshot is not None:
                 # The table and version trained on are part of the run: a new commit is a new dataset.
                 table["table_id"], table["version"] = snapshot.table_id, snapshot.version
@@ -65,7 +66,8 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | No
             if not table["features"]:
                 # Every column but the label, resolved once (from the first file's or the version's columns) and
                 # recorded sorted: the run config names its features whatever order a file has them in.
-                table["features"] = features_of(table, open_source(table, snapshot))
+                typed = parts.Table.of(table)
+                table["features"] = features_of(typed, open_source(typed, snapshot))
         except TableError as error:
             raise ConfigError(f"run {run_id}: {error}") from None
         if table["sha256"] not in (None, digest):

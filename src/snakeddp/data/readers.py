@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.config import parts
 from snakeddp.data import delta, remote
 from snakeddp.errors import TableError
 
@@ -196,7 +197,7 @@ def constants(
     path: Path | str,
     values: Mapping[str, Any],
     wanted: Sequence[str],
-    table: Mapping[str, Any],
+    table: parts.Table,
     snapshot: delta.Snapshot | None,
     present: list[str],
 ) -> dict[str, Any]:
@@ -209,6 +210,6 @@ def constants(
     later = [c for c in lacking if c not in values] if snapshot is not None else []
     unknown = [c for c in lacking if c not in values and c not in later]
     _require_columns(path, unknown, list(dict.fromkeys([*present, *values])))
-    if later and table["nan_policy"] == "error":
-        raise delta.added_later(table["path"], snapshot, later[0], path)
+    if later and table.nan_policy == "error":
+        raise delta.added_later(table.path, snapshot, later[0], path)
     return {c: values.get(c) for c in lacking}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config import parts
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, imagefolder, readers, remote
 from snakeddp.data.readers import format_of
@@ -118,11 +119,10 @@ def table_sources(path: str | Path, fmt: str = "auto") -> tuple[str, list[TableF
     return chosen, [TableFile(file, hive_values(name)) for file, name in files]
 
 
-def delta_snapshot(table: Mapping[str, Any], listed: Listing | None = None) -> delta.Snapshot | None:
+def delta_snapshot(table: parts.Table, listed: Listing | None = None) -> delta.Snapshot | None:
     """The version of a Delta table that ``table`` (the data.table section) names; None for CSV/Parquet.
     ``listed``: a URL's listing, when the caller has taken it already."""
-    path, fmt, version = table["path"], table["format"], table.get("version")
-    pinned_id = table.get("table_id")
+    path, fmt, version, pinned_id = table.path, table.format, table.version, table.table_id
     if fmt not in ("auto", "delta"):
         found = False
     elif fmt == "delta":
@@ -156,7 +156,7 @@ class Source:
     fmt: str
     files: list[TableFile]
     snapshot: delta.Snapshot | None
-    table: Mapping[str, Any]
+    table: parts.Table
     root: Path | None = None
     """A folder of images: its root (its files are the image files)."""
     footers: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -195,17 +195,17 @@ class Source:
         return functools.partial(readers.where, unit.path)
 
 
-def open_source(table: Mapping[str, Any], snapshot: delta.Snapshot | None) -> Source:
+def open_source(table: parts.Table, snapshot: delta.Snapshot | None) -> Source:
     """The table's files as ingestion reads them: a Delta version's data files with their partition values, a
     folder of images' files, or a CSV/Parquet file or folder's files with their hive values."""
     if snapshot is not None:
         # The version planned: its data files, read as a Parquet table's, with the partition values of its
         # log; the log is delta-rs's to read.
-        paths = delta.data_files(table["path"], snapshot)
+        paths = delta.data_files(table.path, snapshot)
         files = [TableFile(p, v) for p, v in zip(paths, snapshot.partition_values, strict=True)]
         return Source("parquet", files, snapshot, table)
-    fmt, files = table_sources(table["path"], table["format"])
-    return Source(fmt, files, None, table, root=Path(table["path"]) if fmt == IMAGES else None)
+    fmt, files = table_sources(table.path, table.format)
+    return Source(fmt, files, None, table, root=Path(table.path) if fmt == IMAGES else None)
 
 
 def column_names(source: Source) -> list[str]:
@@ -215,14 +215,14 @@ def column_names(source: Source) -> list[str]:
     if source.snapshot is not None:
         return list(source.snapshot.columns)
     if not source.files:
-        raise TableError(f"data.table.path={source.table['path']!r}: no data files. HINT: point it at a table.")
+        raise TableError(f"data.table.path={source.table.path!r}: no data files. HINT: point it at a table.")
     first = source.files[0]
     header = readers.csv_header(first.path) if source.fmt == "csv" else readers.parquet_schema(first.path).names
     return list(dict.fromkeys([*header, *first.values]))
 
 
-def features_of(table: Mapping[str, Any], source: Source) -> list[str]:
+def features_of(table: parts.Table, source: Source) -> list[str]:
     """``data.table.features``, or every column but the label narrowed by the pattern and exclusions."""
-    if table.get("features"):
-        return list(table["features"])
-    return cols.resolve_features(table, column_names(source), f"data.table.path={str(table['path'])!r}")
+    if table.features:
+        return list(table.features)
+    return cols.resolve_features(table, column_names(source), f"data.table.path={str(table.path)!r}")

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.config import parts
 from snakeddp.data.source import Source
 from snakeddp.errors import TableError
 
@@ -44,7 +45,7 @@ def known_counts(source: Source, params: Mapping[str, Any]) -> np.ndarray | None
     ``nan_policy: drop``, whose dropped rows move every later one) or a footer is unreadable (the read that
     follows names the file)."""
     table = source.table
-    if source.fmt != "parquet" or table["nan_policy"] != "error":
+    if source.fmt != "parquet" or table.nan_policy != "error":
         return None
     total = 0
     for file in source.files:
@@ -56,15 +57,15 @@ def known_counts(source: Source, params: Mapping[str, Any]) -> np.ndarray | None
     counts = np.zeros(partitions + 1, dtype=np.int64)
     for start in range(0, total, _BLOCK):
         rows = np.arange(start, min(total, start + _BLOCK), dtype=np.int64)
-        counts += np.bincount(assign(rows, params["seed"], table["val_fraction"], partitions), minlength=partitions + 1)
+        counts += np.bincount(assign(rows, params["seed"], table.val_fraction, partitions), minlength=partitions + 1)
     return counts
 
 
-def check_empty(table: Mapping[str, Any], empty: list[int], usable: int, partitions: int) -> None:
+def check_empty(table: parts.Table, empty: list[int], usable: int, partitions: int) -> None:
     """A TableError naming the partitions (``partitions``: validation) that no row goes to."""
     if empty:
         which = ", ".join("validation" if t == partitions else f"train partition {t}" for t in empty)
         raise TableError(
-            f"{table['path']}: {usable} usable rows leave {which} empty. "
+            f"{table.path}: {usable} usable rows leave {which} empty. "
             "HINT: lower data.num_train_files, raise data.table.val_fraction, or use a bigger table."
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.config import parts
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, imagefolder, readers, remote
 from snakeddp.data.identity import Check, fingerprint
@@ -110,7 +111,7 @@ def _read_unit(
     stats: Stats,
 ) -> None:
     table = source.table
-    features, label = [c.name for c in layout.columns], table["label"]
+    features, label = [c.name for c in layout.columns], table.label
     partitions, classes = params["num_train_files"], params["num_classes"]
     row, said, path = stats.rows_read, time.monotonic(), unit.path
     where_of = source.where(unit)
@@ -123,12 +124,12 @@ def _read_unit(
             said = time.monotonic()
         n = len(chunk[label])
         labels = cols.numbers(chunk[label], where_of, label, file_rows)
-        targets = assign(np.arange(row, row + n, dtype=np.int64), params["seed"], table["val_fraction"], partitions)
+        targets = assign(np.arange(row, row + n, dtype=np.int64), params["seed"], table.val_fraction, partitions)
         order = np.argsort(targets, kind="stable")
         values, usable = layout.encode(chunk, n, where_of, file_rows, order)
         finite = usable & np.isfinite(labels[order])
         if not finite.all():
-            if table["nan_policy"] == "error":
+            if table.nan_policy == "error":
                 at = int(np.flatnonzero(~finite)[np.argmin(order[~finite])])
                 column = layout.first_bad(values[at]) if not usable[at] else label
                 raise TableError(
@@ -156,7 +157,7 @@ def _check_classes(source: Source, classes: int) -> list[str] | None:
     names = imagefolder.classes(source.root)
     if len(names) != classes and not (classes == 1 and len(names) == 2):
         raise TableError(
-            f"data.table.path={str(source.table['path'])!r}: {len(names)} class folders ({', '.join(names[:10])}"
+            f"data.table.path={str(source.table.path)!r}: {len(names)} class folders ({', '.join(names[:10])}"
             f"{', ...' if len(names) > 10 else ''}), and data.num_classes is {classes}. HINT: set data.num_classes: "
             f"{len(names)}."
         )
@@ -170,28 +171,29 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     ``params`` are the dataset's identity parameters (``sources.identity``). Returns the summary
     also written to ingest.json; the dataset's task (its feature layout) is also in val.json's entry.
     """
-    table = params["table"]
+    # The one place the table's settings enter ingestion as a dict: every module below reads the typed part.
+    table = parts.Table.of(params["table"])
     snapshot = delta_snapshot(table)
     check = _identity_check(table, snapshot)
     try:
-        return _ingest(params, Path(out_dir), chunk_rows, snapshot, check)
+        return _ingest(params, open_source(table, snapshot), Path(out_dir), chunk_rows, check)
     finally:
         if check is not None:
             check.close()
 
 
-def _identity_check(table: Mapping[str, Any], snapshot: delta.Snapshot | None) -> Check | None:
+def _identity_check(table: parts.Table, snapshot: delta.Snapshot | None) -> Check | None:
     """Where the table is the one planned (``data.table.sha256``) is checked: a Delta version's and a table in
     object storage's identity now (their log and listing: no bytes read); a local table's while it is read."""
-    expected = table.get("sha256")
+    expected = table.sha256
     if not expected:
         return None
-    if snapshot is None and not remote.is_url(table["path"]):
-        return Check(table["path"], expected)
-    current = snapshot.identity() if snapshot is not None else fingerprint(table["path"], table["format"])
+    if snapshot is None and not remote.is_url(table.path):
+        return Check(table.path, expected)
+    current = snapshot.identity() if snapshot is not None else fingerprint(table.path, table.format)
     if current != expected:
         raise TableError(
-            f"{table['path']}: the table's checksum differs from data.table.sha256 (the table changed). "
+            f"{table.path}: the table's checksum differs from data.table.sha256 (the table changed). "
             "HINT: restore the table, or clear data.table.sha256 to ingest the new one as a new dataset."
         )
     return None
@@ -199,16 +201,15 @@ def _identity_check(table: Mapping[str, Any], snapshot: delta.Snapshot | None) -
 
 def _ingest(
     params: Mapping[str, Any],
+    source: Source,
     out: Path,
     chunk_rows: int | None,
-    snapshot: delta.Snapshot | None,
     check: Check | None,
 ) -> dict[str, Any]:
-    table = params["table"]
-    source = open_source(table, snapshot)
+    table, snapshot = source.table, source.snapshot
     features = features_of(table, source)
     if snapshot is not None:
-        delta.require_columns(table["path"], snapshot, [*features, table["label"]])
+        delta.require_columns(table.path, snapshot, [*features, table.label])
     partitions, classes = params["num_train_files"], params["num_classes"]
     class_names = _check_classes(source, classes)
     layout = layout_of(source, features, params.get("image") or {}, chunk_rows or probe_rows(features))
