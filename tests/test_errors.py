@@ -87,6 +87,51 @@ def test_exit_code_prints_one_line_once_and_lets_bugs_through(capsys, tmp_path, 
         errors.exit_code("prog", lambda: 1 // 0)
 
 
+def test_a_full_disk_met_anywhere_is_one_line_from_the_process_that_met_it(capsys, tmp_path):
+    """Any write's ENOSPC, not only atomic_write's, ends as one line: a write that names no file (a stream's) is
+    said as a file of the run's folder, with the space left there (a real 64 KiB tmpfs). The line goes to the
+    failure file, the traceback beside it; where the disk has no room even for the failure file, the line is
+    printed instead and no empty failure file is left to stand for it."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
+    try:
+        run, trace = disk / "run", disk / "run" / "trace.jsonl"
+        run.mkdir()
+
+        def append() -> int:  # a writer that removes what it began, as snakeddp's do
+            try:
+                with open(trace, "ab") as handle:
+                    handle.write(b"0" * (1 << 20))
+            except OSError:
+                trace.unlink()
+                raise
+            return 0
+
+        failure = run / "failure.txt"
+        assert errors.exit_code("snakeddp.train", append, failure_file=failure) == 1
+        assert capsys.readouterr().err == ""
+        assert failure.read_text() == (
+            f"snakeddp.train: no space left on the device writing a file in {run} (64.0 KiB free of 64.0 KiB on "
+            f"{disk}). HINT: free space there, then run the same command again: what was finished is kept, and "
+            "training resumes from its last checkpoint.\n"
+        )
+        assert "OSError: [Errno 28]" in failure.with_suffix(".traceback").read_text()
+
+        failure.unlink()
+        failure.with_suffix(".traceback").unlink()
+        with open(disk / "filler", "wb") as filler:  # every block taken
+            with pytest.raises(OSError):
+                filler.write(b"0" * (1 << 20))
+                filler.flush()
+        assert errors.exit_code("snakeddp.train", append, failure_file=failure) == 1
+        (printed,) = capsys.readouterr().err.splitlines()
+        assert printed.startswith(f"snakeddp.train: no space left on the device writing a file in {run} (0 bytes ")
+        assert not failure.exists(), "no empty failure file"
+    finally:
+        subprocess.run(["umount", disk], check=True)
+
+
 CASES = {
     "target does not import": (
         {"model": {"target": "no_such_package.models:Net"}},

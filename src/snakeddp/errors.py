@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from snakeddp.util import space
+from snakeddp.util.fsutil import atomic_write_text
 
 
 class ConfigError(ValueError):
@@ -166,15 +167,18 @@ def exit_code(
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
     process with ``speak`` (rank 0) prints, so N ranks do not repeat the same line. ``refused_file``:
     where a MachineRefusal's line goes too, which tells the launcher and the workflow not to try again.
+    A full disk or quota met anywhere (``snakeddp.util.space``) ends as one line too, said by the process
+    that met it.
     """
     try:
         return main()
     except ConfigError as error:
         line = one_line(prog, error)
         if refused_file is not None and isinstance(error, MachineRefusal):
-            write_first(refused_file, line)
+            _written_first(refused_file, line)
         if failure_file is not None:
-            write_first(failure_file, line)
+            if not _written_first(failure_file, line):
+                print_line(line)  # a full disk has no room for it: the launcher passes it on
         elif speak:
             print_line(line)
         else:
@@ -184,17 +188,17 @@ def exit_code(
         full = space.full_disk(error)
         if full is None:
             raise
-        said = full if isinstance(full, space.NoSpaceError) else space.no_space(full, _where(full), _what(full))
+        said = full if isinstance(full, space.NoSpaceError) else _said(full, failure_file)
         _say_full_disk(one_line(prog, said), error, failure_file)
         return 1
 
 
-def _where(error: OSError) -> str:
-    return error.filename if error.filename is not None else os.getcwd()
-
-
-def _what(error: OSError) -> str | None:
-    return None if error.filename is not None else "a file under"
+def _said(error: OSError, failure_file: Path | None) -> space.NoSpaceError:
+    """A full disk that no writer of ours said: its file where the error names one (an open), else the folder
+    the process writes in, the run's (beside its failure file) or the job's working directory."""
+    if error.filename is not None:
+        return space.no_space(error, error.filename)
+    return space.no_space(error, failure_file.parent if failure_file is not None else os.getcwd(), "a file in")
 
 
 def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -> None:
@@ -208,12 +212,13 @@ def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -
     if kept is None:
         return
     try:
-        kept.write_text("".join(traceback.format_exception(error)))
+        atomic_write_text(kept, "".join(traceback.format_exception(error)))
     except OSError:
         pass  # the disk is full: the line said what matters
 
 
 def _written_first(path: Path, line: str) -> bool:
+    """``write_first``, False where the disk has no room for the line."""
     try:
         write_first(path, line)
     except OSError:
@@ -249,5 +254,9 @@ def write_first(path: Path, text: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         return
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text + "\n")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text + "\n")
+    except OSError:
+        path.unlink()  # a full disk: no empty line may stand for the failure
+        raise

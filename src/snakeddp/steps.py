@@ -54,8 +54,10 @@ def _partition(args: argparse.Namespace, *, split: str) -> None:
 
 def _ingest(args: argparse.Namespace) -> None:
     from snakeddp.data.table import ingest
+    from snakeddp.util.space import said_when_full
 
-    summary = ingest(params=args.params, out_dir=args.out)
+    with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
+        summary = ingest(params=args.params, out_dir=args.out)
     print(f"ingested {summary['rows_read']} rows ({summary['rows_dropped']} dropped): {summary['records']}")
 
 

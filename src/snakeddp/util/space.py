@@ -11,6 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
@@ -80,3 +82,17 @@ def no_space(error: OSError, path: str | Path, what: str | None = None) -> NoSpa
         "again: what was finished is kept, and training resumes from its last checkpoint."
     )
     return NoSpaceError(code, line, str(path))
+
+
+@contextmanager
+def said_when_full(path: str | Path, what: str) -> Iterator[None]:
+    """A full disk or quota met inside the block, said as writing ``what`` ``path``, for writers that stream
+    into files of their own (a table's partitions); the block cleans up first, so the space left is counted
+    without its partial files."""
+    try:
+        yield
+    except Exception as error:
+        full = full_disk(error)
+        if full is None or isinstance(full, NoSpaceError):
+            raise
+        raise no_space(full, path, what) from error
