@@ -169,7 +169,13 @@ def test_dockerfile_pins_are_checked_against_the_lock(envs_copy):
 
 def test_a_dockerfile_that_does_not_install_the_lock_is_caught(envs_copy):
     dockerfile = envs_copy / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace("COPY envs/requirements.lock", "COPY envs/other.lock"))
+    # Both stages' COPY (the deny check's and the one that installs).
+    lines = dockerfile.read_text().splitlines(keepends=True)
+    copies = [n for n, line in enumerate(lines) if line.startswith("COPY") and "envs/requirements.lock" in line]
+    assert len(copies) == 2
+    for n in copies:
+        lines[n] = lines[n].replace("envs/requirements.lock", "envs/other.lock")
+    dockerfile.write_text("".join(lines))
     assert envfiles.check(envs_copy) == [
         f"{dockerfile}: never copies envs/requirements.lock into the image, so it cannot install it"
     ]
