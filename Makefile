@@ -66,8 +66,8 @@ gpu-check:
 setup:
 	tools/setup.sh
 
-# SETUP_PYTHON: the interpreter a new venv is made from (tools/setup.sh's PYTHON; python3 when unset). Only
-# the set-up gets it: the tests' own lock.sh runs keep python3, whose version the locks' headers name.
+# SETUP_PYTHON: the interpreter a new venv is made from (tools/setup.sh's PYTHON; when unset, the first of python3.11,
+# python3.12, python3.13 and python3 that is one the locks are for: tools/python.sh). Only the set-up gets it.
 SETUP_ENV := $(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON))
 
 # The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py

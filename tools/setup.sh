@@ -27,7 +27,8 @@ done
 
 source tools/progress.sh
 
-PYTHON=${PYTHON:-python3}
+# $PYTHON: one the locks are for (3.11, 3.12 or 3.13), else one line saying how to get one.
+source tools/python.sh
 core=envs/requirements.lock
 dev=envs/requirements-dev.lock
 if [[ $want_v1 == 1 ]]; then
@@ -207,7 +208,7 @@ if [[ $installed == 0 ]]; then
             again+=(--reinstall-package "$name")
         done
     fi
-    hashed_requirements "${locks[@]}" > "$VENV/.snakeddp-requirements"
+    hashed_requirements --python "$VENV/bin/python" "${locks[@]}" > "$VENV/.snakeddp-requirements"
     progress "installing and compiling the locked packages" hashed_install cached_first "$uv" pip sync --require-hashes "${into[@]}" \
         "${compile[@]}" "${again[@]}" "$VENV/.snakeddp-requirements"
 fi

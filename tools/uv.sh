@@ -21,15 +21,23 @@ fi
 # uv hashes no find-links file (0.13.8: "Hash-checking is enabled, but no hashes were provided or computed for:
 # torch==2.13.0+cpu"), so a locked package whose wheel a find-links folder holds, with a sha256 the locks
 # list (this machine's CPU torch), is installed from that file by its URL, the hash still checked.
-# `hashed_requirements LOCK...` prints the locks so, as one requirements file.
+# `hashed_requirements [--python PY] LOCK...` prints the locks so, as one requirements file; with --python, only
+# the wheels that Python installs (this machine's torch wheel is cp311's: a 3.12 takes PyPI's, by the same hashes).
 hashed_requirements() {
-    local dir wheel digest name
+    local dir wheel digest name tag="" tags
     local -A by_url=()
     local IFS_=${UV_FIND_LINKS:-}
+    if [[ ${1:-} == --python ]]; then
+        tag=$("$2" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+        shift 2
+    fi
     for dir in ${IFS_//,/ }; do
         dir=${dir#file://}
         for wheel in "$dir"/*.whl; do
             [[ -f $wheel ]] || continue
+            # name-version[-build]-PYTHON-ABI-PLATFORM.whl: PYTHON is a dotted set (py3, cp311, py2.py3).
+            tags=$(basename "$wheel" .whl | awk -F- '{ print "." $(NF - 2) "." }')
+            [[ -z $tag || $tags == *".$tag."* || $tags == *".py3."* ]] || continue
             digest=$(wheel_digest "$wheel")
             grep -q "sha256:$digest" "$@" || continue
             name=$(basename "$wheel")

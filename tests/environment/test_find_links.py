@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from bench.venvs import UV
@@ -15,14 +16,15 @@ from tests.helpers import REPO
 WHEEL = "demo-1.0-py3-none-any.whl"
 
 
-def hashed(tmp_path: Path, links: Path, lock: Path) -> list[str]:
+def hashed(tmp_path: Path, links: Path, lock: Path, python: str = "") -> list[str]:
     # uv.sh's uv, under a tools directory of this test's own (where the digests are kept).
     linked = tmp_path / "tools" / UV.relative_to(UV.parents[2])  # tools/uv-<version>/bin/uv
     linked.parent.mkdir(parents=True, exist_ok=True)
     if not linked.exists():
         linked.symlink_to(UV)
     env = {**os.environ, "SNAKEDDP_TOOLS": str(tmp_path / "tools"), "UV_FIND_LINKS": str(links)}
-    script = f"source tools/progress.sh; source tools/uv.sh; hashed_requirements {lock}"
+    option = f"--python {python} " if python else ""
+    script = f"source tools/progress.sh; source tools/uv.sh; hashed_requirements {option}{lock}"
     done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
@@ -53,3 +55,24 @@ def test_a_find_links_wheel_is_hashed_once_and_again_when_it_changes(tmp_path):
     os.utime(wheel, ns=(wheel.stat().st_atime_ns, wheel.stat().st_mtime_ns + 1_000_000))
     assert hashed(tmp_path, links, lock) == lock.read_text().splitlines()
     assert len(kept.read_text().splitlines()) == 2
+
+
+def test_a_find_links_wheel_of_another_python_is_left_to_the_index(tmp_path):
+    """This machine's torch wheel is cp311's: for a 3.12 venv the lock's entry stays (uv takes PyPI's wheel of that
+    version, by the same hashes) instead of a file URL uv refuses ("no wheels with a matching Python version tag")."""
+    links = tmp_path / "wheels"
+    links.mkdir()
+    major, minor = sys.version_info[:2]
+    mine = f"cp{major}{minor}"
+    wheel = links / f"demo-1.0-{mine}-{mine}-manylinux_2_28_x86_64.whl"
+    wheel.write_bytes(b"a build of this Python")
+    digest = hashlib.sha256(b"a build of this Python").hexdigest()
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"demo==1.0 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{'1' * 64}\n")
+    assert hashed(tmp_path, links, lock, sys.executable)[-1] == f"demo @ file://{wheel} --hash=sha256:{digest}"
+    # Interpreters that answer as other Pythons do (their version is all hashed_requirements asks of them).
+    for other in {"3.11", "3.12", "3.13"} - {f"{major}.{minor}"}:
+        python = tmp_path / f"python{other}"
+        python.write_text(f"#!/bin/sh\nexec python3 -c 'print(\"cp{other.replace('.', '')}\")'\n")
+        python.chmod(0o755)
+        assert hashed(tmp_path, links, lock, str(python)) == lock.read_text().splitlines()
