@@ -25,10 +25,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from snakeddp.errors import LaunchError, print_line
+from snakeddp.errors import LaunchError
 from snakeddp.local import gpulocks
 from snakeddp.util import gpus, gpuuse
 from snakeddp.util.fsutil import atomic_write_text
+from snakeddp.util.terminal import say
 
 #: Snakemake's resource: what a GPU run's train job takes, and the workflow's limit of it.
 RESOURCE = "gpu"
@@ -80,7 +81,7 @@ def take(devices: int, env: Mapping[str, str]) -> dict[str, str]:
     waiting = False
     while isinstance(taken := attempt(), str):
         if not waiting:
-            print_line(f"snakeddp: waiting for {devices} GPU{'s' if devices > 1 else ''} of this machine: {taken}.")
+            say(f"snakeddp: waiting for {devices} GPU{'s' if devices > 1 else ''} of this machine: {taken}.")
             waiting = True
         time.sleep(POLL_S)
     _held.extend(descriptor for _, descriptor in taken)
@@ -134,7 +135,7 @@ def hold_free(locks: Path, shown: list[gpus.Gpu], devices: int) -> list[tuple[gp
         release(taken)
         return "; ".join(filter(None, [held_elsewhere(locks, elsewhere), said]))
     if busy:
-        print_line(f"snakeddp: {said}; the run takes {', '.join(named(gpu) for gpu, _ in taken)}.")
+        say(f"snakeddp: {said}; the run takes {', '.join(named(gpu) for gpu, _ in taken)}.")
     return taken
 
 
