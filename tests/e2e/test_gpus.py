@@ -168,10 +168,13 @@ def test_beside_another_users_process_on_gpu_0_a_one_gpu_run_takes_gpu_1_saying_
     standin = StandIn(tmp_path / "gpus", count=2, memory_gb=80, processes={0: [(4242, 78)]})
     one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
     flow = flow_in(tmp_path / "flow", one)
-    flow.run("--keep-going", check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    done = flow.run("--keep-going", check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
     log = (flow.directory / "logs/train/base.log").read_text()
     busy = f"snakeddp: GPU 0 (NVIDIA A100-SXM4-40GB, {standin.uuids[0]}) busy: pid 4242 holds 78 of 80 GiB; "
-    assert f"{busy}the run takes GPU 1 (NVIDIA A100-SXM4-40GB, {standin.uuids[1]})." in log.splitlines(), log[-3000:]
+    line = f"{busy}the run takes GPU 1 (NVIDIA A100-SXM4-40GB, {standin.uuids[1]})."
+    assert line in log.splitlines(), log[-3000:]
+    # On the terminal too, before the job ends (Snakemake then shows the failed job's log, the line again).
+    assert done.stderr.index(line) < done.stderr.index("Error in rule train"), done.stderr[-3000:]
     assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[1]}" in log
     assert standin.uuids[0] not in log.split(busy, 1)[1], "the rank never sees GPU 0"
 
