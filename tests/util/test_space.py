@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from snakeddp.util.fsutil import atomic_write, atomic_write_bytes
+from snakeddp.util.fsutil import append_whole, atomic_write, atomic_write_bytes
 from snakeddp.util.space import NoSpaceError, full_disk, said_when_full
 from tests.helpers import REPO, subprocess_env
 from tests.tables import frame, params
@@ -48,6 +48,17 @@ def test_a_write_that_fills_the_disk_names_what_and_where_and_leaves_the_old_fil
     )
     assert target.read_bytes() == b"old" * 1000
     assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"], "no partial file is left"
+
+
+def test_an_append_that_fills_the_disk_cuts_the_file_back_to_its_last_whole_record(disk):
+    """The sample trace's records (trainer.trace_samples) are appended: a half record is never left at the end."""
+    trace = disk / "rank-0.jsonl"
+    append_whole(trace, b'{"epoch": 0}\n')
+    with pytest.raises(NoSpaceError, match=rf"^no space left on the device writing the sample trace {trace} \("):
+        append_whole(trace, b"x" * (1 << 20), what="the sample trace")
+    assert trace.read_bytes() == b'{"epoch": 0}\n'
+    append_whole(trace, b'{"epoch": 1}\n')
+    assert trace.read_bytes() == b'{"epoch": 0}\n{"epoch": 1}\n'
 
 
 def test_torch_saves_full_disk_is_found_under_the_zip_writers_own_error(disk):

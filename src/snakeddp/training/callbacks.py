@@ -22,7 +22,7 @@ from snakeddp.provenance.record import utc_now
 from snakeddp.run.layout import TRACE_FILE
 from snakeddp.run.runs import BOOKKEEPING, LEADING, TRAILING, metric_order
 from snakeddp.run.variables import RANK_START
-from snakeddp.util.fsutil import atomic_write_text
+from snakeddp.util.fsutil import append_whole, atomic_write_text
 
 HOST_RECORD_BYTES = 512
 
@@ -305,8 +305,8 @@ class SampleTrace(Callback):
             "complete": complete,
             "ids": ids,
         }
-        with (self.directory / TRACE_FILE.format(rank=trainer.global_rank)).open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        path = self.directory / TRACE_FILE.format(rank=trainer.global_rank)
+        append_whole(path, (json.dumps(record) + "\n").encode(), what="the sample trace")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._write(trainer, complete=True)

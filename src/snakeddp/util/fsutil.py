@@ -65,6 +65,27 @@ def _said(error: BaseException, path: Path, what: str | None) -> NoSpaceError | 
     return no_space(full, path, what)
 
 
+def append_whole(path: str | Path, data: bytes, what: str | None = None) -> None:
+    """Append ``data`` to ``path`` (created if missing) whole or not at all: a failed write (a full disk, said
+    as NoSpaceError) cuts the file back to where it ended, so no half record stays in it."""
+    path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        end = os.fstat(fd).st_size
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as error:
+            os.ftruncate(fd, end)
+            said = _said(error, path, what)
+            if said is None:
+                raise
+            raise said from error
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return atomic_write(path, lambda handle: handle.write(data))
 
