@@ -9,7 +9,11 @@ torch, each where the real one lives, up to CUDA's initialisation (which fails, 
   source's hash) first on LD_LIBRARY_PATH, which torch's NVML count and nvidia-ml-py load by that name,
   answering for the GPUs the machine's file names (``SNAKEDDP_STANDIN_NVML``); "driver not loaded" where the
   process cannot reach the GPUs (a container without them, on a host whose /proc lists them), and first on
-  GPU hosts too, so that the host's own driver never answers for the stand-in;
+  GPU hosts too, so that the host's own driver never answers for the stand-in; and what else a host's NVML
+  answers: NO_PERMISSION for the GPUs a device cgroup denies, a driver/library version mismatch, a slow nvmlInit;
+- the machine's /dev (tests/gpu_standin/standin_machine.py): the host's entries but its NVIDIA device nodes,
+  and a node per GPU the process's cgroup allows (which opens) or denies (whose open is refused), none where the
+  process reaches no GPU: a real host's /dev/nvidia0 is never seen for the stand-in's;
 - a CUDA build's ``torch/version.py`` bind-mounted over the installed CPU wheel's, and the CUDA runtime's
   side of ``torch._C`` (tests/gpu_standin/sitecustomize.py, first on PYTHONPATH), which answers from the
   stand-in driver as a CUDA build does: no device and torch's "driver too old" error under a driver older
@@ -87,6 +91,15 @@ class StandIn:
     #: This process reaches the driver (False: a container without the GPUs, on a host whose /proc lists them:
     #: NVML answers "driver not loaded", and no other libnvidia-ml, the host's own included, is found first).
     reachable: bool = True
+    #: The GPUs (bus order) this process's device cgroup denies (a Slurm step, docker --gpus device=N): NVML
+    #: counts them and answers NO_PERMISSION for their handles, their /dev nodes refuse to open, CUDA skips them.
+    denied: tuple[int, ...] = ()
+    #: The GPUs (bus order) that fell off the bus: NVML answers GPU_IS_LOST for their handles.
+    lost: tuple[int, ...] = ()
+    #: The error nvmlInit answers (0: none; 18: "Driver/library version mismatch", after a driver upgrade without
+    #: a reboot), and the seconds it takes to answer (a GPU fallen off the bus blocks it).
+    nvml_init: int = 0
+    nvml_slow_s: int = 0
     #: Other work on the GPUs (a shared machine, as nvidia-smi shows it), by GPU index: each compute process's
     #: (pid, GiB it holds); GiB in use by processes this one cannot see (another container's); the compute mode
     #: ("EXCLUSIVE_PROCESS", "PROHIBITED"). Change them and call ``write_use`` to change the machine's answer.
@@ -120,6 +133,7 @@ class StandIn:
                 f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {self.driver}  Release Build  (dvs-builder@U16)\n"
                 "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
             )
+        devices += self._host_lines()
         devices += self._use_lines()
         lib = self.root / "nvml"
         lib.mkdir()
@@ -133,6 +147,15 @@ class StandIn:
         text = re.sub(r"^__version__ = '([^'+]+)[^']*'", rf"__version__ = '\g<1>{label}'", text, flags=re.M)
         cuda = "None" if self.build == "cpu" else repr(self.build)
         self.torch_version.write_text(re.sub(r"^cuda: (.*) = .*$", rf"cuda: \g<1> = {cuda}", text, flags=re.M))
+
+    def _host_lines(self) -> list[str]:
+        """The stand-in NVML's lines for the host's answers beside its GPUs, and the machine's /dev nodes."""
+        nodes = [f"nvidia{index} {'denied' if index in self.denied else 'open'}" for index in range(len(self.gpus))]
+        self.nodes = self.root / "dev"
+        self.nodes.write_text("\n".join(nodes if self.proc and self.reachable else []) + "\n")
+        lines = [f"denied {index}" for index in self.denied] + [f"lost {index}" for index in self.lost]
+        lines += [f"init {self.nvml_init}"] if self.nvml_init else []
+        return lines + ([f"slow {self.nvml_slow_s}"] if self.nvml_slow_s else [])
 
     def _use_lines(self) -> list[str]:
         """The stand-in NVML's lines for other work on the GPUs (tests/gpu_standin/nvml.c), by UUID."""
@@ -180,10 +203,9 @@ class StandIn:
 
     def command(self, argv: list[str]) -> list[str]:
         """``argv`` run where /proc/driver and torch's version.py are the stand-in's (a mount namespace of its own)."""
-        mounts = 'mount --bind "$1" /proc/driver && mount --bind "$2" "$3" && shift 3 && exec "$@"'
         target = installed_torch_version_file()
-        return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mounts, "standin",
-                str(self.root / "driver"), str(self.torch_version), str(target), *argv]  # fmt: skip
+        return [sys.executable, "-S", str(SITE / "standin_machine.py"), str(self.root / "driver"), str(self.nodes),
+                str(self.torch_version), str(target), "--", *argv]  # fmt: skip
 
 
 class Checks:
@@ -210,8 +232,8 @@ class Checks:
         self.count += 1
         out, err = self.folder / f"check-{self.count}.out", self.folder / f"check-{self.count}.err"
         worker = self.worker(standin, env)
-        request = {"driver": str(standin.root / "driver"), "env": env, "code": code, "args": list(args),
-                   "out": str(out), "err": str(err)}  # fmt: skip
+        request = {"driver": str(standin.root / "driver"), "nodes": str(standin.nodes), "env": env, "code": code,
+                   "args": list(args), "out": str(out), "err": str(err)}  # fmt: skip
         worker.stdin.write(json.dumps(request) + "\n")
         worker.stdin.flush()
         answer = worker.stdout.readline()

@@ -216,3 +216,67 @@ def test_runs_of_two_checkouts_on_one_machine_hold_different_gpus_at_once(tmp_pa
         list(both.map(lambda flow: flow.run(check=False, env=env, wrap=standin.command), flows))
     held = sorted(path.read_text() for path in meeting.iterdir())
     assert held == sorted(standin.uuids), held
+
+
+def test_in_a_one_gpu_allocation_of_a_four_gpu_node_the_one_rank_run_is_given_the_allocated_gpu(tmp_path: Path):
+    """`snakemake --profile local` in an salloc shell given GPU 2 of a 4-GPU node: Slurm sets
+    CUDA_VISIBLE_DEVICES=0, and the step's device cgroup denies GPUs 0, 1 and 3 (NVML answers NO_PERMISSION for
+    them, their /dev nodes do not open, CUDA enumerates GPU 2 alone)."""
+    standin = StandIn(tmp_path / "node", count=4, denied=(0, 1, 3))
+    flow = flow_in(tmp_path / "flow", SWEEP)
+    meeting = tmp_path / "meeting"
+    meeting.mkdir()
+    # The rank leaves the GPUs it was given where it reaches CUDA's initialisation.
+    env = {**standin.env(subprocess_env(), visible="0"), "SNAKEDDP_STANDIN_MEET": f"{meeting}:1"}
+    planned = flow.run("-n", env=env, wrap=standin.command)
+    assert (
+        "snakeddp: run devices-2: 2 ranks, and this machine shows 1 GPU (NVIDIA A100-SXM4-40GB; 3 more of the host's "
+        "denied to this process): launch.accelerator auto trains it on the CPU"
+    ) in planned.stderr, planned.stderr
+    flow.run("results/runs/devices-1/provenance.json", check=False, env=env, wrap=standin.command)
+    log = (flow.directory / "logs/train/devices-1.log").read_text()
+    assert [path.read_text() for path in meeting.iterdir()] == [standin.uuids[2]], log[-3000:]
+    assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[2]}" in log and "HINT:" not in log, log[-3000:]
+
+
+def test_after_a_driver_upgrade_without_a_reboot_auto_plans_the_cpu_and_gpu_is_refused_in_nvmls_words(tmp_path):
+    """NVML answers "Driver/library version mismatch" (CUDA would fail alike) while /proc and /dev show the GPU."""
+    standin = StandIn(tmp_path / "gpus", count=1, nvml_init=18)
+    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
+    env = standin.env(subprocess_env(), visible=None)
+    planned = flow.run("-n", env=env, wrap=standin.command)
+    (line,) = hints(planned)
+    assert line == (
+        'snakeddp: run base: 1 rank, and this machine shows no GPU this process can use (NVML answers "Driver/'
+        "library version mismatch\"; the host's driver lists 1): launch.accelerator auto trains it on the CPU "
+        "(launch.accelerator: gpu would refuse it instead). HINT: reboot the machine (or reload the NVIDIA kernel "
+        "modules): the driver was upgraded and the kernel still runs the old one, or set launch.accelerator: cpu."
+    ), planned.stderr
+    # What the HINT says: launch.accelerator: cpu plans the same without a word; gpu is refused before any job.
+    assert not hints(flow.run("-n", "--config", "launch={accelerator: cpu}", env=env, wrap=standin.command))
+    refused = flow.run("-n", "--config", "launch={accelerator: gpu}", check=False, env=env, wrap=standin.command)
+    (line,) = hints(refused)
+    assert refused.returncode != 0 and 'NVML answers "Driver/library version mismatch"' in line, line
+    assert "HINT: reboot the machine (or reload the NVIDIA kernel modules)" in line
+    # A reboot: the same machine's NVML answers again, and auto plans the GPU.
+    rebooted = StandIn(tmp_path / "rebooted", count=1)
+    assert not hints(flow.run("-n", env=rebooted.env(subprocess_env(), visible=None), wrap=rebooted.command))
+
+
+def test_an_nvml_that_never_answers_blocks_neither_the_plan_nor_the_ranks_and_is_named(tmp_path: Path):
+    """A GPU fallen off the bus blocks nvmlInit (here for 600 s, in every process that asks): each process gives
+    NVML 5 s, says so, and the run trains on the CPU."""
+    standin = StandIn(tmp_path / "gpus", count=1, nvml_slow_s=600)
+    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
+    env = standin.env(subprocess_env(), visible=None)
+    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)  # the report aside
+    (line,) = hints(done)
+    assert line.startswith(
+        "snakeddp: run base: 1 rank, and this machine shows no GPU this process can use (NVML did not answer within "
+        "5 s; the host's driver lists 1): launch.accelerator auto trains it on the CPU"
+    ), line
+    assert "HINT: check the GPUs with nvidia-smi" in line and line.endswith("or set launch.accelerator: cpu."), line
+    trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
+    assert trained["launch"]["accelerator"] == "cpu"
+    # What the HINT says: launch.accelerator: cpu plans the same without a word.
+    assert not hints(flow.run("-n", "--config", "launch={accelerator: cpu}", env=env, wrap=standin.command))

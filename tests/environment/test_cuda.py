@@ -154,3 +154,21 @@ def test_the_builds_table_is_what_the_stand_ins_torch_reports(checks, tmp_path: 
     standin = StandIn(tmp_path, build=build, driver=driver)
     arch = run(checks, standin, "import torch; print(*torch.cuda.get_arch_list())")
     assert tuple(cuda.arch_capabilities(arch.stdout.split())) == cuda.BUILD_CAPABILITIES[build], arch.stderr[-1500:]
+
+
+def test_a_driver_library_version_mismatch_stops_the_rank_in_nvmls_words_and_a_reboot_serves_it(checks, tmp_path):
+    """After a driver upgrade without a reboot, NVML answers "Driver/library version mismatch" (and CUDA fails
+    alike), while /proc and /dev show the GPU: the rank stops quoting NVML, never in CUDA's traceback."""
+    line = one_line(checked(checks, StandIn(tmp_path / "upgraded", nvml_init=18)), refused=False)
+    assert 'this node shows no GPU this process can use (NVML answers "Driver/library version mismatch"' in line
+    assert "HINT: reboot the machine (or reload the NVIDIA kernel modules)" in line, line
+    # What the HINT does: the rebooted machine's NVML answers, and the rank is served.
+    assert checked(checks, StandIn(tmp_path / "rebooted")).returncode == 0
+
+
+def test_in_a_one_gpu_slurm_step_of_a_four_gpu_node_the_rank_checks_the_allocated_gpu(checks, tmp_path: Path):
+    """Slurm's CUDA_VISIBLE_DEVICES=0 in a step given GPU 2 (a V100 among A100s): the rank checks GPU 2."""
+    a100, v100 = ("NVIDIA A100-SXM4-40GB", "8.0"), ("Tesla V100-SXM2-16GB", "7.0")
+    step = StandIn(tmp_path, models=[a100, a100, v100, a100], denied=(0, 1, 3))
+    assert run(checks, step, TORCH, visible="0").stdout.splitlines()[0] == "True 1", "torch: the step's one GPU"
+    assert one_line(checked(checks, step, visible="0")).startswith("Tesla V100-SXM2-16GB on ")

@@ -179,8 +179,12 @@ def test_the_builds_table_is_the_real_builds_arch_list():
 
     from snakeddp.util import cudabuild
 
-    assert torch.version.cuda in cudabuild.BUILD_CAPABILITIES, f"CUDA {torch.version.cuda} build: not in the table"
     real = sorted(set(cudabuild.arch_capabilities(torch.cuda.get_arch_list())))
-    assert tuple(real) == cudabuild.BUILD_CAPABILITIES[torch.version.cuda], (torch.__version__, real)
     major, minor = torch.cuda.get_device_capability(0)
     assert cudabuild.has_kernels(torch.version.cuda, 10 * major + minor), "this GPU trained the matrix above"
+    if torch.version.cuda in cudabuild.BUILD_CAPABILITIES:
+        assert tuple(real) == cudabuild.BUILD_CAPABILITIES[torch.version.cuda], (torch.__version__, real)
+    else:
+        # A build the table does not know (an image's cu128): nothing is refused before the queue for it, and the
+        # rank's check reads this real list, which must then have kernels for this GPU.
+        assert any(cudabuild.runs_on(code, 10 * major + minor) for code in real), (torch.__version__, real)

@@ -1,8 +1,8 @@
 """One interpreter on stand-in machines that imported torch once and forks a process per check (tests only;
 tests.gpu_standin.Checks starts it, one per torch build, under that build's version.py).
 
-Each request is one JSON line on stdin: the machine's driver folder (bind-mounted over /proc/driver in the
-child's own mount namespace, as ``StandIn.command`` mounts it for a fresh process), the child's whole
+Each request is one JSON line on stdin: the machine's driver folder and /dev nodes (mounted in the child's own
+mount namespace, as ``StandIn.command`` mounts them for a fresh process: standin_machine.py), the child's whole
 environment (its CUDA_VISIBLE_DEVICES, the stand-in NVML's file of GPUs), the code and its arguments, and the
 files its stdout and stderr go to. The child runs the code as ``python -c`` would, and the answer is one JSON
 line with its exit status. Nothing here asks NVML or CUDA: every child starts with torch imported and nothing
@@ -11,36 +11,20 @@ of CUDA's or NVML's state, as a rank forked by snakeddp's supervisor does.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import sys
 import traceback
 
 import torch  # noqa: F401  (once, before any fork: what every check would otherwise pay for)
-
-CLONE_NEWNS = 0x00020000
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
-LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def enter(driver: str) -> None:
-    """This process's own mount namespace, with ``driver`` over /proc/driver (``unshare --mount`` and
-    ``mount --bind``, as root)."""
-    for done in (
-        LIBC.unshare(CLONE_NEWNS),
-        LIBC.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None),
-        LIBC.mount(driver.encode(), b"/proc/driver", None, MS_BIND, None),
-    ):
-        if done != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+from standin_machine import enter  # this folder is the script's
 
 
 def child(request: dict) -> int:
     for fd, path in ((1, request["out"]), (2, request["err"])):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
     try:
-        enter(request["driver"])
+        enter(request["driver"], request["nodes"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["-c", *request["args"]]

@@ -8,12 +8,17 @@
  *   driver 570.86.15 12080           the driver's version and the CUDA version it supports (x 1000)
  *   gpu GPU-uuid 8 0 0 NVIDIA A100   UUID, compute capability major and minor, device minor, name
  *   mig MIG-uuid NVIDIA A100 MIG ... a MIG slice of the gpu line before it (which is then in MIG mode)
+ *   denied 2                         this process's device cgroup denies GPU 2 (its handle: NO_PERMISSION)
+ *   lost 1                           GPU 1 fell off the bus (its handle: GPU_IS_LOST)
+ *   init 18                          nvmlInit answers this error (18: a driver/library version mismatch)
+ *   slow 30                          nvmlInit answers after 30 s (a GPU fallen off the bus blocks it)
  *
  * Only what the callers ask is answered; the rest of NVML is absent (dlsym fails, as on an older driver).
  * A file that cannot be read (or none named) answers nvmlInit with NVML_ERROR_DRIVER_NOT_LOADED. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SUCCESS 0
 #define ERROR_UNINITIALIZED 1
@@ -36,6 +41,34 @@ static int gpu_count, mig_count, loaded;
 static char driver[80];
 static int cuda_version;
 
+/* The host's answers beside its GPUs: a device cgroup's denials, nvmlInit's error, a slow nvmlInit. */
+#define ERROR_NO_PERMISSION 4
+#define ERROR_GPU_IS_LOST 15
+#define ERROR_LIB_RM_VERSION_MISMATCH 18
+static int denied[MAX_GPUS], init_error, init_seconds;
+
+static void host_reset(void) { memset(denied, 0, sizeof denied), init_error = init_seconds = 0; }
+
+/* A handle's error for a GPU the process may not open (NO_PERMISSION) or that is lost (GPU_IS_LOST); else 0. */
+static int host_handle_error(unsigned index) { return denied[index]; }
+
+static int host_line(const char *line) {
+    int index;
+    if (sscanf(line, "denied %d", &index) == 1 && index >= 0 && index < MAX_GPUS)
+        return denied[index] = ERROR_NO_PERMISSION;
+    if (sscanf(line, "lost %d", &index) == 1 && index >= 0 && index < MAX_GPUS)
+        return denied[index] = ERROR_GPU_IS_LOST;
+    return sscanf(line, "init %d", &init_error) == 1 || sscanf(line, "slow %d", &init_seconds) == 1;
+}
+
+static int host_init(int result) {
+    if (result == SUCCESS && init_seconds)
+        sleep((unsigned)init_seconds);
+    if (result == SUCCESS && init_error)
+        loaded = 0, result = init_error;
+    return result;
+}
+
 static int load(void) {
     const char *devices = getenv("SNAKEDDP_STANDIN_NVML");
     FILE *file = devices ? fopen(devices, "r") : NULL;
@@ -43,6 +76,7 @@ static int load(void) {
     if (!file)
         return ERROR_DRIVER_NOT_LOADED;
     gpu_count = mig_count = 0;
+    host_reset();
     while (fgets(line, sizeof line, file)) {
         line[strcspn(line, "\n")] = 0;
         if (!strncmp(line, "driver ", 7)) {
@@ -64,6 +98,8 @@ static int load(void) {
             parent->slices = 1;  /* MIG mode on */
             if (parent->count < MAX_MIGS)
                 parent->migs[parent->count++] = slice;
+        } else {
+            host_line(line);
         }
     }
     fclose(file);
@@ -82,9 +118,9 @@ static int copy(char *out, unsigned length, const char *text) {
 
 static struct device *device_of(void *handle) { return (struct device *)handle; }
 
-int nvmlInitWithFlags(unsigned flags) { (void)flags; return load(); }
-int nvmlInit_v2(void) { return load(); }
-int nvmlInit(void) { return load(); }
+int nvmlInitWithFlags(unsigned flags) { (void)flags; return host_init(load()); }
+int nvmlInit_v2(void) { return host_init(load()); }
+int nvmlInit(void) { return host_init(load()); }
 int nvmlShutdown(void) { return loaded ? SUCCESS : ERROR_UNINITIALIZED; }
 
 const char *nvmlErrorString(int result) {
@@ -96,6 +132,9 @@ const char *nvmlErrorString(int result) {
     case ERROR_NOT_FOUND: return "Not Found";
     case ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case ERROR_GPU_IS_LOST: return "GPU is lost";
+    case ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
     default: return "Unknown Error";
     }
 }
@@ -127,6 +166,8 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
         return ERROR_UNINITIALIZED;
     if (index >= (unsigned)gpu_count)
         return ERROR_INVALID_ARGUMENT;
+    if (host_handle_error(index))
+        return host_handle_error(index);
     *handle = &gpus[index];
     return SUCCESS;
 }

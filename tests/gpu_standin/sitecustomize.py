@@ -50,7 +50,8 @@ TOO_OLD = (
 
 def _driver() -> tuple[int, list[tuple[str, list[str]]]] | None:
     """What the CUDA driver asks the kernel driver (here: the stand-in NVML): the CUDA version it supports, and
-    each GPU's UUID with its MIG slices' UUIDs; None where no driver is reachable."""
+    each GPU this process may open (its device cgroup's) with its MIG slices' UUIDs; None where no driver is
+    reachable (or answers an error: a version mismatch)."""
     try:
         nvml = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
@@ -63,7 +64,8 @@ def _driver() -> tuple[int, list[tuple[str, list[str]]]] | None:
     found = []
     for index in range(count.value):
         handle, slices, uuid = ctypes.c_void_p(), ctypes.c_uint(), ctypes.create_string_buffer(96)
-        nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))
+        if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+            continue  # a GPU the process's device cgroup denies (or a lost one): CUDA enumerates the others
         nvml.nvmlDeviceGetUUID(handle, uuid, 96)
         nvml.nvmlDeviceGetMaxMigDeviceCount(handle, ctypes.byref(slices))
         migs = []

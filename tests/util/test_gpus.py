@@ -5,12 +5,15 @@ through the stand-in driver)."""
 
 from __future__ import annotations
 
+import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 from snakeddp.util import gpus
 from tests.gpu_standin import StandIn
+from tests.helpers import subprocess_env
 
 
 @pytest.fixture
@@ -91,4 +94,101 @@ def test_a_process_enumerates_one_mig_slice_of_those_it_may_see():
     assert (
         gpus.describe({}, seen=seen)
         == "1 GPU (NVIDIA A100-SXM4-40GB MIG 1g.5gb; a process enumerates one MIG slice of the 2)"
+    )
+
+
+def test_index_style_cuda_visible_devices_on_a_mig_host_shows_the_indexed_gpus_slice():
+    """Index 1 is the driver's second GPU, here in MIG mode: its slices, one of them to a process (CUDA's
+    mapping; Slurm sets indices on MIG nodes too)."""
+    whole = gpus.Gpu("0", "NVIDIA A100-SXM4-40GB", "GPU-0aaa", (8, 0))
+    slices = tuple(gpus.Gpu(f"1:{i}", "NVIDIA A100 MIG 1g.5gb", f"MIG-1{i}aa", (8, 0), mig=True) for i in (0, 1))
+    seen = gpus.Driver("580.95.05", (whole,), slices, listed=2, source="nvml")
+    assert seen.indexed() == [[whole], list(slices)]
+    assert gpus.apply_visible(seen, {"CUDA_VISIBLE_DEVICES": "1"}) == [slices[0]]
+    assert gpus.apply_visible(seen, {"CUDA_VISIBLE_DEVICES": "0"}) == [whole]
+    assert gpus.apply_visible(seen, {"CUDA_VISIBLE_DEVICES": "1,1"}) == []
+    only_mig = gpus.Driver("580.95.05", (), slices, listed=2, source="nvml")
+    assert gpus.apply_visible(only_mig, {"CUDA_VISIBLE_DEVICES": "0"}) == [slices[0]]
+    assert gpus.apply_visible(only_mig, {"CUDA_VISIBLE_DEVICES": "1"}) == []
+
+
+# What snakeddp.util.gpus answers in a process on a stand-in machine: NVML's answer, /proc's with the device
+# nodes opened, and how long it took (s).
+ANSWER = """
+import sys, time
+from snakeddp.util import gpus
+started = time.monotonic()
+seen = gpus.driver(nvml=sys.argv[1] == "nvml")
+took = time.monotonic() - started
+env = {"CUDA_VISIBLE_DEVICES": sys.argv[2]} if len(sys.argv) > 2 else {}
+print(seen.source, [gpu.uuid for gpu in gpus.apply_visible(seen, env)], round(took, 1))
+print(gpus.describe(env, seen=seen))
+"""
+
+
+def answer(checks, standin: StandIn, *args: str) -> tuple[str, list[str], float, str]:
+    done = checks.run(standin, standin.env(subprocess_env()), ANSWER, *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, described = done.stdout.splitlines()
+    source, rest = first.split(" ", 1)
+    shown, took = rest.rsplit(" ", 1)
+    return source, ast.literal_eval(shown), float(took), described
+
+
+def test_in_a_one_gpu_device_cgroup_of_a_four_gpu_node_the_allowed_gpu_is_the_one_shown(standin_checks, tmp_path):
+    """A Slurm step given GPU 2 (CUDA_VISIBLE_DEVICES=0 from Slurm): NVML counts 4 and answers NO_PERMISSION for
+    0, 1 and 3, whose /dev nodes exist and refuse to open. NVML's answer and /proc's both keep GPU 2 alone."""
+    node = StandIn(tmp_path, count=4, denied=(0, 1, 3))
+    allocated = [node.uuids[2]]
+    source, shown, _, described = answer(standin_checks, node, "nvml", "0")
+    assert (source, shown) == ("nvml", allocated)
+    assert described == "1 GPU (NVIDIA A100-SXM4-40GB; 3 more of the host's denied to this process)"
+    assert answer(standin_checks, node, "nvml")[1] == allocated, "unset: the one GPU the step may open"
+    source, shown, _, described = answer(standin_checks, node, "proc", "0")
+    assert (source, shown) == ("proc", allocated), "the nodes are opened, not only looked for"
+    every = answer(standin_checks, node, "proc", "0,1")[1]
+    assert every == allocated, "index 1 names no GPU this process may open"
+
+
+def test_a_driver_library_version_mismatch_shows_no_gpu_in_nvmls_words(standin_checks, tmp_path):
+    """After a driver upgrade without a reboot: NVML refuses, CUDA would too, though /proc and /dev show the GPU."""
+    upgraded = StandIn(tmp_path, count=2, nvml_init=18)
+    source, shown, _, described = answer(standin_checks, upgraded, "nvml")
+    assert (source, shown) == ("proc", [])
+    assert described == (
+        'no GPU this process can use (NVML answers "Driver/library version mismatch"; the host\'s driver lists 2)'
+    )
+
+
+def test_an_nvml_that_does_not_answer_is_abandoned_within_the_timeout_and_said_so(standin_checks, tmp_path):
+    """A GPU fallen off the bus blocks nvmlInit (here for 60 s): the answer comes after NVML_TIMEOUT_S."""
+    hung = StandIn(tmp_path, nvml_slow_s=60)
+    source, shown, took, described = answer(standin_checks, hung, "nvml")
+    assert (source, shown) == ("proc", []) and gpus.NVML_TIMEOUT_S <= took < gpus.NVML_TIMEOUT_S + 10, took
+    assert described == "no GPU this process can use (NVML did not answer within 5 s; the host's driver lists 1)"
+
+
+def test_a_container_without_the_gpus_never_sees_the_hosts_device_nodes(standin_checks, tmp_path):
+    """The stand-in's container on a host that has /dev/nvidia0 (here itself a stand-in machine, as a real GPU
+    host is): its /dev has no NVIDIA node, so /proc's GPU is not counted."""
+    host = StandIn(tmp_path / "host", count=1)
+    container = StandIn(tmp_path / "container", count=1, reachable=False)
+    nested = container.command([sys.executable, "-c", ANSWER, "proc"])
+    code = f"import os, subprocess; print(os.path.exists('/dev/nvidia0')); subprocess.run({nested!r}, check=True)"
+    done = standin_checks.run(host, container.env(subprocess_env()), code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_host, first, described = done.stdout.splitlines()
+    assert on_host == "True" and first.startswith("proc [] "), done.stdout
+    assert described.startswith("no GPU this process can reach (the host's driver lists 1"), described
+
+
+def test_a_lost_gpu_is_left_out_in_nvmls_words_and_the_others_kept(standin_checks, tmp_path):
+    """GPU 1 of two fell off the bus: NVML answers "GPU is lost" for its handle, and GPU 0 still serves."""
+    host = StandIn(tmp_path / "one-lost", count=2, lost=(1,))
+    source, shown, _, described = answer(standin_checks, host, "nvml")
+    assert (source, shown) == ("nvml", [host.uuids[0]])
+    assert described == '1 GPU (NVIDIA A100-SXM4-40GB; NVML answers GPU 1: "GPU is lost")'
+    alone = StandIn(tmp_path / "all-lost", count=1, lost=(0,))
+    assert answer(standin_checks, alone, "nvml")[3] == (
+        'no GPU this process can use (NVML answers GPU 0: "GPU is lost"; the host\'s driver lists 1)'
     )

@@ -125,6 +125,8 @@ def why_no_device(torch_cuda: str | None, env: Mapping[str, str], seen: gpus.Dri
     """Why a rank sees no GPU where GPUs were decided, and what to do: (reason, HINT)."""
     if torch_cuda is None:
         return "torch is a CPU build", install_hint(builds_under(seen.version))
+    if seen.failure():
+        return f"{seen.failure()}, and CUDA would fail alike", f"{gpus.remedy(seen)}, or set launch.accelerator: cpu"
     if seen.enumerable():
         return (
             f"{gpus.VISIBLE} hides the GPUs",

@@ -51,6 +51,8 @@ def check_gpus(run_id: str, launch: Launch, env: Mapping[str, str] = os.environ)
     shown, devices = len(gpus.apply_visible(seen, env)), launch.devices
     if shown:
         hint = f"set launch.devices: {shown} or fewer (sweep only what fits)"
+    elif seen.failure():
+        hint = gpus.remedy(seen)
     elif seen.enumerable():
         hint = f"leave {gpus.VISIBLE} unset"
     else:
@@ -81,15 +83,18 @@ def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
     """A line for each run that auto trains on the CPU although this machine has GPUs (fewer than its ranks:
     a 2-rank run on a one-GPU workstation; a driver or GPU the installed torch cannot run), so the choice is
     seen before the run, not in its record."""
-    if not gpus.installed():
+    seen = gpus.driver()
+    if not seen.enumerable() and not seen.failure():
         return
     for run_id, run in runs.items():
         launch = Launch.of(run["config"]["launch"])
         why = site.why_not_gpus(launch.devices, env) if launch.accelerator == "auto" else None
-        if why is None or not gpus.visible(env):
+        if why is None or not (gpus.apply_visible(seen, env) or seen.failure()):
             continue
         ranks = f"{launch.devices} rank{'s' if launch.devices > 1 else ''}"
         hint = f" HINT: {build_hint(why)}." if why.builds is not None else ""
+        # NVML failed: what to do of it, or say cpu (which trains as now, without the note).
+        hint = f" HINT: {gpus.remedy(seen)}, or set launch.accelerator: cpu." if seen.failure() else hint
         instead = "launch.accelerator: gpu would refuse it instead"
         print_line(
             f"snakeddp: run {run_id}: {ranks}, and {why.reason}: launch.accelerator auto trains it on the CPU "
