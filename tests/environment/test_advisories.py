@@ -131,6 +131,70 @@ class Service(BaseHTTPRequestHandler):
         pass
 
 
+class Osv(BaseHTTPRequestHandler):
+    """OSV's /v1/query as a local server: the answer kept for the release asked about, else {} (OSV's answer for a
+    release it knows no advisory of)."""
+
+    answers: dict[tuple[str, str], bytes] = {}
+
+    def do_POST(self) -> None:
+        query = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        body = self.answers.get((query["package"]["name"], query["version"]), b"{}")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_audit_fails_on_a_release_the_advisory_service_lists(tmp_path):
+    """`make lint`'s audit (pip-audit) against OSV's answer for lightning 2.6.5 (tests/environment/data: OSV's JSON
+    schema, as api.osv.dev answers /v1/query; neither OSV nor PyPI answers from this machine, so it is served by a
+    local server the audit reaches as a site's OSV mirror, SNAKEDDP_OSV_URL): the advisory fails it, in one line
+    naming it and its fix; without that release it passes, having asked about every release."""
+    Osv.answers = {("lightning", "2.6.5"): (Path(__file__).parent / "data" / "osv-lightning-2.6.5.json").read_bytes()}
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Osv)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # PyPI's JSON API is asked first: through a proxy nothing listens on it does not answer, and OSV is asked.
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1"}
+    mirror = {**offline, "no_proxy": "127.0.0.1", "SNAKEDDP_OSV_URL": f"http://127.0.0.1:{server.server_port}/v1/query"}
+    lock = tmp_path / "requirements.lock"
+    try:
+        lock.write_text("lightning==2.6.5\nnumpy==2.4.6\n")
+        found = run("audit", str(lock), **mirror)
+        assert found.returncode == 1, found.stderr
+        assert found.stdout.splitlines() == ["advisories: OSV answered for all 2 releases: 1 known vulnerabilities"]
+        assert found.stderr.splitlines() == [
+            # pip-audit names an advisory by its CVE first, its other ids (aliases) after it.
+            "advisories: lightning 2.6.5: CVE-2026-58659 (GHSA-qqmf-gpg7-g8gw), fixed in 2.6.6. HINT: tools/add.sh "
+            "a fixed release"
+        ]
+        lock.write_text("lightning==2.6.6\nnumpy==2.4.6\n")
+        clean = run("audit", str(lock), **mirror, SNAKEDDP_ADVISORIES_REQUIRED="1")
+        assert clean.returncode == 0, clean.stderr
+        assert clean.stdout.splitlines() == ["advisories: OSV answered for all 2 releases: 0 known vulnerabilities"]
+    finally:
+        server.shutdown()
+
+
+def test_offline_the_audit_passes_saying_so_unless_an_answer_is_required(tmp_path):
+    """Where no advisory service answers, the audit says so and passes (the deny list and yanks were checked); with
+    SNAKEDDP_ADVISORIES_REQUIRED set (a CI that reaches one) it fails, in one line whose HINT the test above takes."""
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("numpy==2.4.6\n")
+    offline = {"HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
+    required = run("audit", str(lock), **offline, SNAKEDDP_OSV_URL="http://127.0.0.1:9/v1/query",
+                   SNAKEDDP_ADVISORIES_REQUIRED="1")  # fmt: skip
+    assert required.returncode == 3
+    assert required.stdout.startswith(advisories.NOT_RUN + "no advisory service answered")
+    assert required.stderr.splitlines() == [
+        "advisories: SNAKEDDP_ADVISORIES_REQUIRED is set, and no advisory service answered (above). HINT: let this "
+        "machine reach pypi.org or api.osv.dev (HTTPS_PROXY for a proxy), or point SNAKEDDP_OSV_URL at an OSV mirror"
+    ]
+
+
 def test_a_service_is_asked_about_one_release_first_and_only_an_answer_with_advisories_counts(monkeypatch):
     """What pip-audit would be asked, asked once of a real local server: PyPI's JSON with its vulnerabilities
     list and OSV's object (empty for a release it knows nothing of) count as answers; a 404, a page of HTML (a
