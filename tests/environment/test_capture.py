@@ -34,6 +34,28 @@ def test_the_record_describes_this_interpreter(tmp_path):
     assert record["container"] is None and record["conda"] is None and record["image"] is None
 
 
+def test_the_record_and_its_sbom_name_the_locks_the_venv_was_installed_from(tmp_path):
+    """This suite's venv is tools/setup.sh --dev's: the core lock and the dev lock, each with its pylock.toml."""
+    assert (Path(sys.prefix) / ".snakeddp-dev").is_file()
+    record = capture("train", LOCK, tmp_path / "train.json", env={})
+    names = [
+        ("requirements.lock", "pylock.requirements.toml"),
+        ("requirements-dev.lock", "pylock.requirements-dev.toml"),
+    ]
+    assert record["installed_from"] == [
+        {
+            "lock": str(LOCK.with_name(lock)),
+            "sha256": sha256_file(LOCK.with_name(lock)),
+            "pylock": str(LOCK.with_name(pylock)),
+            "pylock_sha256": sha256_file(LOCK.with_name(pylock)),
+        }
+        for lock, pylock in names
+    ]
+    bom = json.loads((tmp_path / record["sbom"]["file"]).read_text())
+    properties = [(p["name"], p["value"]) for p in bom["metadata"]["properties"] if p["name"].startswith("snakeddp:")]
+    assert properties == [(f"snakeddp:installed_from:{key}", e[key]) for e in record["installed_from"] for key in e]
+
+
 def test_recapturing_an_unchanged_environment_gives_the_same_hash(tmp_path):
     first = capture("train", LOCK, tmp_path / "a.json", env={})
     second = capture("train", LOCK, tmp_path / "b.json", env={})

@@ -134,12 +134,41 @@ def sbom_path(record_path: str | Path) -> Path:
     return record_path.with_name(record_path.name.removesuffix(".json") + SBOM_SUFFIX)
 
 
-def write_sbom(record_path: str | Path, lock_path: str | Path) -> dict[str, Any]:
-    """The bill of materials of this interpreter beside the record; what the record says of it."""
+def installed_from(lock_path: str | Path, prefix: Path | None = None) -> list[dict[str, str]]:
+    """The locks this environment was installed from, each with its sha256 and its PEP 751 twin beside it
+    (pylock.<name>.toml, tools/lock.sh): the lock named, and the dev lock where tools/setup.sh --dev made the venv
+    (it leaves .snakeddp-dev there)."""
+    lock_path = Path(lock_path)
+    prefix = Path(sys.prefix) if prefix is None else prefix
+    locks = [lock_path]
+    dev = lock_path.with_name("requirements-dev.lock")
+    if (prefix / ".snakeddp-dev").is_file() and dev.is_file() and dev != lock_path:
+        locks.append(dev)
+    found = []
+    for lock in locks:
+        entry = {"lock": str(lock), "sha256": sha256_file(lock)}
+        pylock = lock.with_name(f"pylock.{lock.name.removesuffix('.lock')}.toml")
+        if pylock.is_file():
+            entry.update(pylock=str(pylock), pylock_sha256=sha256_file(pylock))
+        found.append(entry)
+    return found
+
+
+def write_sbom(record_path: str | Path, lock_path: str | Path, locks: list[dict[str, str]]) -> dict[str, Any]:
+    """The bill of materials of this interpreter beside the record, naming the locks it was installed from (its
+    metadata's properties, as CycloneDX keeps a producer's own facts); what the record says of it."""
     lock_path = Path(lock_path)
     dev = lock_path.with_name("requirements-dev.lock")
     lock = read_lock(lock_path, *([dev] if dev.is_file() and dev != lock_path else []))
     bom = sbom.cached(lock)
+    named = [
+        {"name": f"snakeddp:installed_from:{key}", "value": entry[key]}
+        for entry in locks
+        for key in ("lock", "sha256", "pylock", "pylock_sha256")
+        if key in entry
+    ]
+    metadata = bom.get("metadata", {})
+    bom = {**bom, "metadata": {**metadata, "properties": [*metadata.get("properties", []), *named]}}
     path = sbom_path(record_path)
     atomic_write_json(path, bom)
     tools = bom.get("metadata", {}).get("tools", {}).get("components", [])
@@ -164,6 +193,7 @@ def capture(
     container = container_info(image, env)
     conda = conda_info(env)
     packages = {key: pin.version for key, pin in installed().items()}
+    locks = installed_from(lock_path)
     identity = {
         "packages": packages,
         "python": platform.python_version(),
@@ -180,8 +210,9 @@ def capture(
         "format": RECORD_FORMAT,
         "stage": stage,
         **identity,
-        "sbom": write_sbom(out_path, lock_path),
+        "sbom": write_sbom(out_path, lock_path, locks),
         "lock": str(lock_path),
+        "installed_from": locks,
         "container": container,
         "conda": conda and {k: v for k, v in conda.items() if k != "packages"},
         "versions": {
