@@ -192,3 +192,16 @@ def test_a_lost_gpu_is_left_out_in_nvmls_words_and_the_others_kept(standin_check
     assert answer(standin_checks, alone, "nvml")[3] == (
         'no GPU this process can use (NVML answers GPU 0: "GPU is lost"; the host\'s driver lists 1)'
     )
+
+
+def test_slurms_index_on_a_mig_host_is_the_gpus_slice_as_nvml_and_the_stand_ins_cuda_see_it(standin_checks, tmp_path):
+    """CUDA_VISIBLE_DEVICES=0 on a GPU in MIG mode (as Slurm sets it there): its first slice, one a process."""
+    mig = StandIn(tmp_path, count=2, mig=2)
+    assert answer(standin_checks, mig, "nvml", "0")[1] == [mig.mig_uuids[0]]
+    assert answer(standin_checks, mig, "nvml", "1")[1] == [mig.mig_uuids[2]]
+    # The rank's check before CUDA (it stopped on "CUDA_VISIBLE_DEVICES hides the GPUs" there).
+    code = "from snakeddp.environment import cuda; print(cuda.check_device(0))"
+    done = standin_checks.run(mig, mig.env(subprocess_env(), visible="1"), code)
+    assert done.stdout.strip() == "NVIDIA A100-SXM4-40GB MIG 1g.5gb, compute capability 8.0, CUDA 13.0 build", (
+        done.stderr[-2000:]
+    )
