@@ -26,7 +26,8 @@ fi
 kept=$(mktemp -d)
 trap 'rm -rf "$kept"' EXIT
 # Every stage YAML, one per torch build for the stages that import torch (snakeddp.environment.files).
-derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock envs/*.yaml)
+derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock envs/*.yaml
+    envs/pylock.*.toml)
 cp "${derived[@]}" "$kept/"
 restore() { for file in "${derived[@]}"; do cp "$kept/$(basename "$file")" "$file"; done; }
 

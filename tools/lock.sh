@@ -15,13 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/progress.sh
 source tools/uv.sh
-PYTHON=${PYTHON:-python3}
+source tools/python.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # For the Python the locks are for (its markers): names, versions, every file's sha256 and the index each came from.
 compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --generate-hashes --emit-index-annotation
     --override envs/requirements-overrides.txt)
-python_version=$("$PYTHON" -c 'import platform; print(platform.python_version())')
 machine=$(uname -m)
 
 # The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache).
@@ -43,11 +42,17 @@ if ((prepared == 1)); then
     echo "lock: an .in file pins a denied release (above); the locks are unchanged." >&2
 fi
 ((prepared == 0)) || exit "$prepared"
+# The cooldown (envs/cooldown.toml): uv takes no release uploaded after its cutoff; the locks' headers say it.
+mapfile -t cooldown < <(helper snakeddp.environment.cooldown uv-args)
+((${#cooldown[@]})) || exit 2
+compile+=("${cooldown[@]}")
 : > "$work/v1.txt"
-# uv's warnings (a yanked release) are read afterwards; its errors are shown as they are.
+# uv's warnings (a yanked release) are read afterwards; its errors are shown as they are, but a pin the cooldown
+# refuses, which is said in one line (the package, when it was published, the HINT), and nothing is written.
 resolve() {
     local log=$1; shift
     if ! "${compile[@]}" "$@" 2>"$work/$log.log" >/dev/null; then
+        helper snakeddp.environment.cooldown explain "$work/$log.log" || exit 1
         grep -v '^Resolved ' "$work/$log.log" >&2
         return 1
     fi
@@ -134,13 +139,27 @@ for line in "${builds[@]}"; do
     if [[ -f "$work/build-$cuda.missing" ]]; then rm -f "$work/build-$cuda.txt"; fi
 done
 
-helper snakeddp.environment.locking write "$work" "$work/out" --python "$python_version" --machine "$machine"
+pythons=$(echo "${SUPPORTED_PYTHONS[*]}" | sed 's/ /, /g; s/, \([^,]*\)$/ and \1/')
+helper snakeddp.environment.locking write "$work" "$work/out" --python "$pythons" --machine "$machine Linux" \
+    --cooldown "$(helper snakeddp.environment.cooldown header)"
+# PEP 751's pylock.toml beside each lock, from the lock itself (every version pinned, so uv chooses nothing; the same
+# cutoff, so it names no file the resolution could not see), for the Pythons tools/python.sh takes: offline from the
+# pages just read. Each lock then keeps the hashes of the files its pylock names (uv hashed cp310's too).
+pylock() {
+    local out=$1; shift
+    (unset UV_FIND_LINKS; cached_first "$uv" pip compile --quiet --no-header --universal --no-deps \
+        --python-version "${SUPPORTED_PYTHONS[0]}" --format pylock.toml "${cooldown[@]}" "$@" --output-file "$out")
+}
+pylock "$work/out/pylock.requirements.toml" "$work/out/requirements.lock"
+pylock "$work/out/pylock.requirements-dev.toml" "$work/out/requirements.lock" "$work/out/requirements-dev.lock"
+pylock "$work/out/pylock.requirements-azureml-v1.toml" "$work/out/requirements-azureml-v1.lock"
+helper snakeddp.environment.locking agree "$work/out"
 # Nothing denied, nothing yanked, or nothing written.
 if ! helper snakeddp.environment.advisories check "$work"/out/*.lock --yanked "$work"/*.log --where lock; then
     echo "lock: the resolution holds the releases above; the locks are unchanged." >&2
     exit 1
 fi
-mv "$work"/out/*.lock envs/
+mv "$work"/out/*.lock "$work"/out/pylock.*.toml envs/
 echo "lock: $(grep -c '^[A-Za-z0-9]' envs/requirements.lock) core + $(grep -c '^[A-Za-z0-9]' envs/requirements-dev.lock) dev +" \
     "$(grep -c '^[A-Za-z0-9]' envs/requirements-azureml-v1.lock) SDK v1 packages, every file hashed;" \
     "torch builds: $(for f in envs/requirements-torch-*.lock; do b=${f#envs/requirements-torch-}; b=${b%.lock}; if grep -q '^torch==' "$f"; then echo -n "$b locked "; else echo -n "$b NOT LOCKED "; fi; done)"
@@ -154,6 +173,6 @@ PYTHONPATH=src "$auditor" -m snakeddp.environment.advisories audit envs/requirem
 # resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled; offline
 # first, as the resolutions just read every page it needs.
 "$uv" venv --quiet --python "$PYTHON" "$work/core"
-hashed_requirements envs/requirements.lock > "$work/core-requirements.txt"
+hashed_requirements --python "$work/core/bin/python" envs/requirements.lock > "$work/core-requirements.txt"
 cached_first "$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
 PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write

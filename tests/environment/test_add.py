@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import zipfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ import yaml
 from bench.venvs import UV
 from snakeddp.environment.lock import read_lock
 from tests.checkout import copy_of_this_checkout, hint_lines, typed, with_core_venv
+from tests.environment.probe_index import PROBE, probe_index
 from tests.helpers import tiny_with
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +55,21 @@ def test_a_denied_release_is_refused_before_anything_changes_naming_its_advisory
         "add: lightning 2.6.5 is denied by envs/denied.toml (GHSA-qqmf-gpg7-g8gw (CVE-2026-58659): code execution "
         "in load_from_checkpoint, fixed in 2.6.6); the first good version is 2.6.6. HINT: tools/add.sh lightning==2.6.6"
     ], refused.stdout + refused.stderr
+    assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
+
+
+def test_a_release_published_today_is_refused_naming_the_cooldown_and_nothing_changes(checkout, tmp_path):
+    """cooldown-probe 1.1 was uploaded an hour ago to an index of the test's own (PyPI behind it for the rest):
+    tools/add.sh refuses it in one line naming the cooldown, and envs/ is as it was."""
+    envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
+    with probe_index(tmp_path) as index:
+        refused = typed(checkout, "tools/add.sh", f"{PROBE}==1.1", UV_INDEX=index)
+    published = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%d")
+    lines = (refused.stdout + refused.stderr).strip().splitlines()
+    assert refused.returncode == 1 and lines[-1:] == hint_lines(refused), refused.stdout + refused.stderr
+    assert len(hint_lines(refused)) == 1 and "Resolved" not in refused.stderr and "cause:" not in refused.stderr
+    assert hint_lines(refused)[0].startswith(f"lock: {PROBE} 1.1 was published {published} ")
+    assert "inside the 7-day cooldown on new releases (envs/cooldown.toml" in hint_lines(refused)[0]
     assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
 
 

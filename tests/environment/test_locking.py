@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from snakeddp.environment import locking
 from snakeddp.environment.lock import read_lock
+from snakeddp.errors import LockError
 from tests.helpers import REPO
 
 ENVS = REPO / "envs"
@@ -122,3 +125,43 @@ def test_the_dev_lock_holds_no_package_of_the_core_lock():
     core, dev = read_lock(ENVS / "requirements.lock"), read_lock(ENVS / "requirements-dev.lock")
     assert not set(core.pins) & set(dev.pins)
     assert Path(ENVS / "denied.toml").is_file()
+
+
+def test_each_pylock_toml_names_the_packages_files_and_hashes_of_its_lock():
+    """PEP 751's twin of each lock (tools/lock.sh, uv pip compile --format pylock.toml from the lock): the same
+    packages and versions, each file's sha256 in both; torch's line in the lock also holds the machine's own
+    build's (a find-links wheel no index lists) and every locked build's."""
+    for pylock, sources in locking.PYLOCKS.values():
+        named = locking.pylock_files(ENVS / pylock)
+        locked = read_lock(*(ENVS / source for source in sources)).pins
+        assert set(named) == set(locked), pylock
+        for key, pin in locked.items():
+            version, digests = named[key]
+            assert version == pin.version, (pylock, key)
+            if key == "torch":
+                assert digests <= set(pin.hashes), pylock
+            else:
+                assert digests == set(pin.hashes), (pylock, key)
+
+
+def test_a_lock_keeps_the_hashes_its_pylock_names_and_a_version_it_does_not_name_is_refused(tmp_path):
+    digest = {name: name[0] * 64 for name in ("attrs", "b-wheel", "cp310")}
+    lock = f"# header\nattrs==25.1.0 \\\n    --hash=sha256:{digest['attrs']} \\\n    --hash=sha256:{digest['cp310']}\n"
+    lock += "    # from https://pypi.org/simple\n"
+    pylock = (
+        'lock-version = "1.0"\n[[packages]]\nname = "attrs"\nversion = "25.1.0"\n'
+        f'wheels = [{{ url = "https://x/attrs-25.1.0-py3-none-any.whl", '
+        f'hashes = {{ sha256 = "{digest["attrs"]}" }} }}]\n'
+    )
+    for pylock_name, sources in locking.PYLOCKS.values():
+        for source in sources:
+            (tmp_path / source).write_text(lock)
+        (tmp_path / pylock_name).write_text(pylock)
+    locking.agree(tmp_path)
+    assert (tmp_path / locking.CORE).read_text() == (
+        f"# header\nattrs==25.1.0 \\\n    --hash=sha256:{digest['attrs']}\n    # from https://pypi.org/simple\n"
+    )
+    (tmp_path / locking.CORE).write_text(lock.replace("25.1.0", "25.2.0"))
+    with pytest.raises(LockError) as refused:
+        locking.agree(tmp_path)
+    assert str(refused.value) == "requirements.lock: attrs==25.2.0, and its pylock.toml names 25.1.0"
