@@ -111,7 +111,7 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
     assert line.startswith(
         "snakeddp: run base: 1 rank, and the NVIDIA driver is 570.86.15, older than the installed"
     ), line
-    assert "launch.accelerator auto trains it on the CPU" in line and "HINT: set launch.accelerator: cpu (" in line
+    assert "launch.accelerator auto trains it on the CPU" in line and "HINT: update the driver to 580 or newer" in line
     trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
     assert trained["launch"]["accelerator"] == "cpu"
     record = json.loads((flow.directory / "results/envs/train.json").read_text())
@@ -123,8 +123,13 @@ def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stop
     (line,) = hints(refused)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert line.startswith("run base: launch.accelerator: gpu, and the NVIDIA driver is 570.86.15, older than"), line
-    assert "(580 or newer). HINT: set launch.accelerator: cpu (the CUDA 12.6 build" in line
-    assert line.endswith("or update the driver.")
+    assert "(580 or newer). HINT: update the driver to 580 or newer, or declare NVIDIA's forward" in line
+    assert line.endswith(
+        "or set launch.accelerator: cpu (the CUDA 12.6 build would serve it, and this checkout has not "
+        "locked it: envs/requirements-torch-12.6.lock has no hashes, which every installer requires; a "
+        "maintainer locks it by running tools/lock.sh where https://download.pytorch.org/whl/cu126 "
+        "answers and committing envs/)."
+    )
     no_traceback_in_any_log(flow)
 
 

@@ -1,7 +1,8 @@
 """Slurm partitions that mix GPUs the ranks' build runs with GPUs it does not (A100s beside a V100 under the
 CUDA 13.0 build): a GPU train job asks for the type it runs (--gres=gpu:a100:N), so Slurm never places it on
 the V100, where every rank would stop after the queue; said once. Scontrol's answers as Slurm 22.05 prints
-them (tests/slurm/test_slurm_nodes.py's lines), through the slurm platform's resources and the plugin's sbatch."""
+them (tests/slurm/test_slurm_nodes.py's lines), through the slurm platform's resources and the plugin's sbatch;
+then the real cluster (tests/slurm/cluster.py), a train job sent to partitions main (A100s) and v100 at once."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from snakeddp import config as configuration
 from snakeddp.config import parts
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.platform import Slurm, SlurmState
+from tests.slurm.cluster import NODES, OTHER_GPUS
+from tests.slurm.test_slurm_gpu import tres
 from tests.slurm.test_slurm_nodes import node, partition, slurm_answering
+from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
 from tests.slurm_requests import submit_command
 
 A100, V100, H100 = "gpu:a100:2(S:0-1)", "gpu:v100:2(S:0-1)", "gpu:h100:2(S:0-1)"
@@ -80,3 +84,25 @@ def test_a_gpu_job_on_a_mixed_partition_asks_for_the_gpus_its_build_runs_and_say
     # A partition of one kind: untyped, as before, and nothing said.
     plain = invocation((A100, A100), {"accelerator": "gpu"})
     assert gres_of(plain, {"devices": 2}, "gpu")[0] == "gpu:2" and not plain.said
+
+
+@pytest.mark.slurm
+@pytest.mark.e2e
+def test_a_job_sent_to_a100_and_v100_partitions_asks_for_a100s_and_runs_on_one(slurm_cluster, tmp_path):
+    """`-p main,v100` (the profile's slurm_partition): Slurm starts a job in whichever partition can start it first,
+    and an untyped --gres=gpu:2 fits the v100 node as well as the A100 ones; typed, only an A100 node holds it."""
+    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
+    flow.directory.mkdir()
+    flow.write_config(config(trainer={"max_epochs": 1}, launch={"accelerator": "gpu", "devices": 2, "mem_mb": None}))
+    where = ("--set-resources", "train:slurm_partition='main,v100'")
+    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
+    done = flow.run(*where, "--config", small, "--retries", "0", "results/runs/base/provenance.json", check=False)
+    said = done.stdout + done.stderr
+    assert said.count("snakeddp: GPU train jobs ask for a100 GPUs (--gres=gpu:a100:N): Slurm partition main, v100") == 1
+    fields = "JobID,State,NodeList%60,ReqTRES%200,Comment%200"
+    out = flow.slurm("sacct", "--allocations", "--parsable2", f"--format={fields}", f"--name={run_uuid(said)}")
+    (job,) = [row.split("|") for row in out.splitlines()[1:] if "rule_train_" in row]
+    asked = tres(job[3])
+    assert asked.get("gres/gpu:a100") == "2" and "gres/gpu:v100" not in asked, job
+    # Where it ran: an A100 node, never the v100 one (its ranks then stop there: this machine has no GPU).
+    assert job[2] in NODES and job[2] not in OTHER_GPUS and job[1] == "FAILED", job

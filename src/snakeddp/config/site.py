@@ -55,8 +55,10 @@ class NoGpus:
     reason: str
     #: The environment.cuda builds that would run here, where the installed build is why (else None).
     builds: list[str] | None = None
-    #: A newer driver would do too.
-    driver: bool = False
+    #: The NVIDIA driver's version, where a newer one would do too (else None).
+    driver: str | None = None
+    #: The GPUs' models, where forward compatibility could make up for the driver (it serves data-centre GPUs).
+    models: tuple[str, ...] = ()
 
 
 def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | None:
@@ -65,7 +67,7 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     compute capability the build has no kernels for); None where it can. Asks the driver, never CUDA."""
     if cudabuild.installed_hip():  # torch's ROCm build: AMD GPUs, through the same torch.cuda API
         if len(amdgpus.visible(env)) < devices:
-            return NoGpus(f"this machine shows the installed torch's ROCm build {amdgpus.describe(env)}")
+            return NoGpus(f"this machine shows {amdgpus.describe(env)} (torch is a ROCm build)")
         return None
     seen = gpus.driver()
     shown = gpus.apply_visible(seen, env)
@@ -81,7 +83,8 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
             f"the NVIDIA driver is {seen.version}, older than the installed torch's CUDA {build} build needs "
             f"({needed[0]} or newer)",
             cudabuild.builds_under(seen.version),
-            driver=True,
+            driver=seen.version,
+            models=tuple(models),
         )
     for gpu in shown[:devices]:
         code = 10 * gpu.capability[0] + gpu.capability[1] if gpu.capability else None

@@ -101,12 +101,12 @@ def install_hint(choices: list[str]) -> str:
     )
 
 
-def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, models: list[str] | None = None) -> str:
-    """The one line for a driver older than the build: what CUDA would raise, said before it is called, and what
-    would serve: a newer driver, forward compatibility on data-centre GPUs, a locked build this driver runs."""
-    needed = driver_needed(cuda)
+def driver_hint(driver: str, cuda: str, models: list[str]) -> str:
+    """What serves a driver older than the CUDA build: a newer one, NVIDIA's forward compatibility where these GPUs
+    are of a kind it serves (data-centre), or a build this checkout has locked that the driver runs."""
+    needed = driver_needed(cuda) if cuda else None
     newer = f"{needed[0] if needed else '?'} or newer"
-    consumer = consumer_models(models or [])
+    consumer = consumer_models(models)
     if consumer:
         compat = f"NVIDIA's forward compatibility does not serve {', '.join(consumer)} (data-centre GPUs only)"
     else:
@@ -114,10 +114,17 @@ def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, model
             "declare NVIDIA's forward compatibility where cuda-compat is installed on these data-centre GPUs "
             '(--config "environment={cuda_forward_compat: true}")'
         )
+    return f"update the driver to {newer}, or {compat}, or {install_hint(builds_under(driver))}"
+
+
+def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, models: list[str] | None = None) -> str:
+    """The one line for a driver older than the build: what CUDA would raise, said before it is called, and what
+    would serve (``driver_hint``)."""
+    needed = driver_needed(cuda)
     return (
         f"the NVIDIA driver {where} is {driver}, older than torch {torch_version}'s CUDA {cuda} build needs "
-        f'({newer}): CUDA would stop every GPU rank with "The NVIDIA driver on your system is too old". '
-        f"HINT: update the driver to {newer}, or {compat}, or {install_hint(builds_under(driver))}."
+        f'({needed[0] if needed else "?"} or newer): CUDA would stop every GPU rank with "The NVIDIA driver on your '
+        f'system is too old". HINT: {driver_hint(driver, cuda, models or [])}.'
     )
 
 

@@ -14,11 +14,11 @@ from typing import Any
 from snakeddp import platforms
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Trainer
-from snakeddp.environment.cuda import install_hint
+from snakeddp.environment.cuda import driver_hint, install_hint
 from snakeddp.errors import print_line
 from snakeddp.local import PLATFORM, gpupool
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
-from snakeddp.util import gpus
+from snakeddp.util import cudabuild, gpus
 
 
 def check_nodes(run_id: str, launch: Launch) -> None:
@@ -32,8 +32,10 @@ def check_nodes(run_id: str, launch: Launch) -> None:
 
 
 def build_hint(why: site.NoGpus) -> str:
-    """What would make the installed build fit: another build of torch (or a newer driver)."""
-    return install_hint(why.builds or []) + (", or update the driver" if why.driver else "")
+    """What would make the installed build fit: another build of torch, or for the driver what a rank offers."""
+    if why.driver:
+        return driver_hint(why.driver, cudabuild.installed_cuda() or "", list(why.models))
+    return install_hint(why.builds or [])
 
 
 def check_gpus(run_id: str, launch: Launch, env: Mapping[str, str] = os.environ) -> None:
