@@ -148,6 +148,10 @@ def test_in_a_one_gpu_device_cgroup_of_a_four_gpu_node_the_allowed_gpu_is_the_on
     assert (source, shown) == ("proc", allocated), "the nodes are opened, not only looked for"
     every = answer(standin_checks, node, "proc", "0,1")[1]
     assert every == allocated, "index 1 names no GPU this process may open"
+    # A step given none of them where /proc lists no GPU (WSL2's shape): NVML's count is what the host has.
+    none = StandIn(tmp_path / "none", count=2, denied=(0, 1), proc=False)
+    _, shown, _, described = answer(standin_checks, none, "nvml")
+    assert shown == [] and described.startswith("no GPU this process can reach (the host's driver lists 2, "), described
 
 
 def test_a_driver_library_version_mismatch_shows_no_gpu_in_nvmls_words(standin_checks, tmp_path):

@@ -314,10 +314,10 @@ def describe(env: Mapping[str, str], driver_dir: Path | None = None, seen: Drive
     if seen.failure():
         lists = f"; the host's driver lists {seen.listed}" if seen.listed else ""
         return f"no GPU this process can use ({seen.failure()}{lists})"
-    if not reachable and seen.listed:
+    if not reachable and (seen.listed or seen.denied):  # NVML's count where /proc lists none (WSL2)
         return (
-            f"no GPU this process can reach (the host's driver lists {seen.listed}, and no NVIDIA library or "
-            "device reaches them here: a container or job without GPU access)"
+            f"no GPU this process can reach (the host's driver lists {seen.listed or seen.denied}, and no NVIDIA "
+            "library or device reaches them here: a container or job without GPU access)"
         )
     if not reachable:
         return "no GPU (no NVIDIA driver lists one)"
