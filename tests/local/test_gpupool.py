@@ -120,3 +120,11 @@ def test_runs_the_user_asked_to_share_share_and_never_with_a_run_of_its_own(tmp_
     end(second)
     assert given(alone) == standin.uuids[0]
     end(alone)
+
+
+def test_more_ranks_than_gpus_are_refused_in_one_line(tmp_path: Path):
+    out, err = end(job(StandIn(tmp_path / "m", count=1), pool(tmp_path / "flow", 1), devices=2))
+    assert out == "" and err.splitlines() == [
+        "snakeddp.launch: the run's 2 ranks need 2 GPUs of their own, and this machine shows 1 GPU. HINT: set "
+        "launch.devices: 1 or fewer."
+    ]

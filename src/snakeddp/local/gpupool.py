@@ -147,6 +147,12 @@ def refusal(devices: int, shown: list[gpus.Gpu], said: str, left: int) -> str:
     if busy > 1:
         free = "they are free (nvidia-smi lists the processes on them)"
     fewer = f", or set launch.devices: {left} or fewer" if left else ""
+    if not busy:  # more ranks than GPUs, which the workflow refuses before any job: a run started otherwise
+        shows = f"{len(shown)} GPU{'s' if len(shown) > 1 else ''}"
+        return (
+            f"the run's {ranks}{'s' if devices > 1 else ''} of their own, and this machine shows {shows}. "
+            f"HINT: set launch.devices: {len(shown)} or fewer."
+        )
     return (
         f"the run's {ranks}{'s' if devices > 1 else ''} of {'their' if devices > 1 else 'its'} own, and of the "
         f"{len(shown)} this machine shows {busy} {'are' if busy > 1 else 'is'} busy with other work: {said}. "
