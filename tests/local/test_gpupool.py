@@ -86,6 +86,9 @@ def test_a_two_rank_run_beside_a_busy_gpu_is_told_how_many_fit(tmp_path: Path):
     assert out == "" and "the run's 2 ranks need 2 GPUs of their own, and of the 2 this machine shows 1 is busy" in err
     assert err.rstrip().endswith("HINT: run it again when the GPU is free (nvidia-smi lists the processes on it), or "
                                  "set launch.devices: 1 or fewer.")  # fmt: skip
+    fits = job(standin, pool(tmp_path / "flow", 2), devices=1)  # what the HINT says
+    assert given(fits) == standin.uuids[0]
+    end(fits)
 
 
 def test_runs_of_two_checkouts_take_different_gpus_and_a_third_waits_for_one_saying_so_once(tmp_path: Path):
@@ -123,8 +126,12 @@ def test_runs_the_user_asked_to_share_share_and_never_with_a_run_of_its_own(tmp_
 
 
 def test_more_ranks_than_gpus_are_refused_in_one_line(tmp_path: Path):
-    out, err = end(job(StandIn(tmp_path / "m", count=1), pool(tmp_path / "flow", 1), devices=2))
+    standin = StandIn(tmp_path / "m", count=1)
+    out, err = end(job(standin, pool(tmp_path / "flow", 1), devices=2))
     assert out == "" and err.splitlines() == [
         "snakeddp.launch: the run's 2 ranks need 2 GPUs of their own, and this machine shows 1 GPU. HINT: set "
         "launch.devices: 1 or fewer."
     ]
+    fits = job(standin, pool(tmp_path / "flow", 1), devices=1)  # what the HINT says
+    assert given(fits) == standin.uuids[0]
+    end(fits)
