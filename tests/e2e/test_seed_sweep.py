@@ -1,5 +1,6 @@
-"""A sweep of 2 learning rates x 2 seeds through the real pipeline: configurations.csv, the page's
-configurations table with mean ± spread, and the metric-vs-lr figure, as headless Chromium renders them."""
+"""A sweep of 4 learning rates x 2 seeds through the real pipeline: configurations.csv, the page's
+configurations table with mean ± spread, and the metric-vs-lr figure, as headless Chromium renders them; each
+configuration in one colour and marker in the table and in every figure."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from tests.chromium import chromium, console_errors, table_rows
 from tests.helpers import TINY, Workflow
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
-# Two decades apart: the figure's lr axis is logarithmic.
-LRS = (0.003, 0.3)
+# Two decades apart: the figure's lr axis is logarithmic. Listed largest first, the sweep's order, while the page
+# lists runs by id (lr-0.003 first): a colour dealt in the order runs are handed over differed between the two.
+LRS = (0.3, 0.03, 0.01, 0.003)
 CONFIGURATIONS = {f"lr={lr}": [f"lr-{lr}_seed-{seed}" for seed in (1, 2)] for lr in LRS}
 
 
@@ -95,6 +97,35 @@ def test_chromium_shows_the_configurations_table_and_the_metric_vs_lr_figure(flo
     decoded = re.search(r'id="figure-tuning"[^>]*data-decoded="(\d+)x(\d+)"', probed)
     assert decoded and int(decoded.group(1)) > 300 and int(decoded.group(2)) > 200, decoded
     height = re.search(r'id="configurations-table"[^>]*data-height="(\d+)"', probed)
-    assert height and int(height.group(1)) > 40, "a header and two rows, drawn"
+    assert height and int(height.group(1)) > 80, "a header and four rows, drawn"
     chromium(report, tmp_path / "profile-shot", "--window-size=1400,1600", f"--screenshot={tmp_path / 'page.png'}")
     assert (tmp_path / "page.png").stat().st_size > 20_000
+
+
+def test_a_configuration_has_one_colour_in_the_table_and_every_figure_and_no_legend_is_cut(flow, tmp_path):
+    """The table's swatches as Chromium renders the page, against each figure's legend and the points it drew
+    (read back from the saved figures' artists: plots/*.json)."""
+    dom = chromium(flow.directory / "results/report/report.html", tmp_path / "profile", "--dump-dom").stdout
+    swatches = dict(
+        (name, color.lower())
+        for color, name in re.findall(
+            r'<tr data-configuration="[^"]*"[^>]*><td><span class="swatch" style="background: ([^"]+)"></span>([^<]+)',
+            dom,
+        )
+    )
+    assert set(swatches) == set(CONFIGURATIONS) and len(set(swatches.values())) == len(CONFIGURATIONS), swatches
+    plots = flow.directory / "results/report/plots"
+    for figure in ("curves", "hyperparameters"):
+        drawn = json.loads((plots / f"{figure}.json").read_text())
+        (legend,) = drawn["legends"]
+        named = [(e["label"].split(" (")[0], e) for e in legend["entries"]]
+        legend_colors = {name: e["color"] for name, e in named if name in CONFIGURATIONS}
+        assert legend_colors == swatches, figure
+        markers = [e["marker"] for e in legend["entries"] if e["label"].split(" (")[0] in swatches]
+        assert len(set(markers)) == len(CONFIGURATIONS), (figure, markers)
+        x0, y0, x1, y1 = legend["box"]
+        assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, f"{figure}: the legend is cut off ({legend['box']})"
+    series = json.loads((plots / "hyperparameters.json").read_text())["series"]
+    for name in CONFIGURATIONS:
+        (point,) = [s for s in series if s["gid"] == f"mean|model.lr|{name}"]
+        assert point["color"] == swatches[name], name

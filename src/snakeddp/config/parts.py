@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar
 
-from snakeddp import config as configuration
+import snakeddp.config as configuration
 from snakeddp.errors import ConfigError
 
 P = TypeVar("P", bound="Part")

@@ -52,14 +52,37 @@ SQUASH = 2.0
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">")
 
 
-def run_styles(names: Sequence[str]) -> dict[str, dict[str, str]]:
-    """A colour and marker per configuration (configurations.group), the same in every figure (tab10,
-    tab20 past ten): a configuration's seeds share its colour."""
-    cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
+def run_styles(groups: Sequence[configurations.Configuration]) -> dict[str, dict[str, str]]:
+    """A colour and marker per configuration (configurations.group), the same in every figure and in the page's
+    configurations table (tab10, tab20 past ten): a configuration's seeds share its colour. Dealt in the order of
+    the configurations' values, not of the runs handed over: the page lists its runs by id and the figures in the
+    workflow's order, and a sweep over lr [0.1, 0.03, 0.01, 0.003] coloured them in opposite orders."""
+    cmap = colormaps["tab10" if len(groups) <= 10 else "tab20"]
+    ordered = sorted(groups, key=lambda group: (_sort_key(group.params), group.name))
     return {
-        name: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
-        for i, name in enumerate(names)
+        group.name: {"color": matplotlib.colors.to_hex(cmap(i % cmap.N)), "marker": MARKERS[i % len(MARKERS)]}
+        for i, group in enumerate(ordered)
     }
+
+
+def _sort_key(params: Mapping[str, Any]) -> tuple[tuple[int, float, str], ...]:
+    """Numbers by value before any text, each text by itself: a canonical order of a configuration's values."""
+    number = (int, float)
+    return tuple(
+        (0, float(v), "") if isinstance(v, number) and not isinstance(v, bool) else (1, 0.0, str(v))
+        for v in params.values()
+    )
+
+
+def legend_below(fig: Figure, handles: Sequence[Any], most: int) -> Any:
+    """The figure's legend under its panels, in as many columns (up to ``most``) as fit its width: a legend wider
+    than the figure is cut at both sides when saved."""
+    for ncols in range(min(len(handles), most), 0, -1):
+        legend = fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False, fontsize=9)
+        if ncols == 1 or legend.get_window_extent().width <= fig.bbox.width:
+            return legend
+        legend.remove()
+    return None
 
 
 def label(metric: str) -> str:
@@ -154,7 +177,7 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
     solid, validation dashed; a star at each run's best epoch."""
     panels = _panels(metrics)
     groups = configurations.group(runs)
-    styles = run_styles([group.name for group in groups])
+    styles = run_styles(groups)
     fig = Figure(figsize=(5.2 * len(panels), 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
@@ -209,7 +232,7 @@ def curves(runs: Sequence[Run], metrics: Sequence[str]) -> Figure:
     if any(str(line.get_gid()).startswith("offscale|") for ax in axes for line in ax.lines):
         arrow = Line2D([], [], color="0.3", marker="^", linestyle="", markersize=6, label="first epoch, off scale")
         handles.append(arrow)
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False, fontsize=9)
+    legend_below(fig, handles, 5)
     return fig
 
 
@@ -356,13 +379,29 @@ def _band(band: PolyCollection) -> dict[str, list[float]]:
     return {"x": xs, "low": [min(bounds[x]) for x in xs], "high": [max(bounds[x]) for x in xs]}
 
 
+def plotted_legends(fig: Figure) -> list[dict[str, Any]]:
+    """Each legend as the saved figure drew it: its entries' labels, colours and markers, and its box in figure
+    fractions (0 to 1 on both axes where nothing of it was cut off)."""
+    found = []
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]:
+        box = legend.get_window_extent().transformed(fig.transFigure.inverted())
+        entries = []
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+            color = handle.get_color() if isinstance(handle, Line2D) else handle.get_facecolor()
+            marker = handle.get_marker() if isinstance(handle, Line2D) else None
+            entries.append({"label": text.get_text(), "color": matplotlib.colors.to_hex(color), "marker": marker})
+        found.append({"entries": entries, "box": [round(float(v), 4) for v in (box.x0, box.y0, box.x1, box.y1)]})
+    return found
+
+
 def plotted_series(fig: Figure) -> list[dict[str, Any]]:
     """The numbers the figure draws, read back from its artists (only those with a gid)."""
     series = []
     for ax in fig.axes:
         for line in ax.lines:
             if line.get_gid():
-                series.append({"gid": line.get_gid(), "x": _finite(line.get_xdata()), "y": _finite(line.get_ydata())})
+                drawn = {"x": _finite(line.get_xdata()), "y": _finite(line.get_ydata())}
+                series.append({"gid": line.get_gid(), **drawn, "color": matplotlib.colors.to_hex(line.get_color())})
         for patch in ax.patches:
             if isinstance(patch, Rectangle) and patch.get_gid():
                 series.append(
@@ -384,4 +423,6 @@ def write(fig: Figure, path: str | Path, fmt: str, dpi: int, series_path: str | 
     with matplotlib.rc_context({"svg.hashsalt": "snakeddp"}):
         fig.savefig(buffer, format=fmt, dpi=dpi, metadata=metadata)
     atomic_write_bytes(path, buffer.getvalue())
-    atomic_write_json(series_path, {"figure": Path(path).name, "series": plotted_series(fig)})
+    atomic_write_json(
+        series_path, {"figure": Path(path).name, "series": plotted_series(fig), "legends": plotted_legends(fig)}
+    )

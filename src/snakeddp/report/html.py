@@ -133,7 +133,7 @@ def _configurations_table(runs: Sequence[Run], groups: Sequence[configurations.C
     """One row per configuration: its parameters, its seeds, and mean ± spread of the metrics the runs
     table shows (the monitored one at its best, the other validation metrics at that epoch)."""
     ranked = configurations.ranked(groups)
-    styles = figures.run_styles([group.name for group in groups])
+    styles = figures.run_styles(groups)
     keys = list(groups[0].params) if groups else []
     metrics = metric_columns(runs)
     return {

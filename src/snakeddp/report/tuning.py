@@ -19,7 +19,7 @@ from matplotlib.lines import Line2D
 
 from snakeddp.config import flatten
 from snakeddp.report import configurations
-from snakeddp.report.figures import label, run_styles
+from snakeddp.report.figures import label, legend_below, run_styles
 from snakeddp.run.runs import Run
 
 
@@ -40,7 +40,7 @@ def tuning(runs: Sequence[Run], keys: Sequence[str]) -> Figure:
     """The figure; a panel that says why it is empty where no configuration has a score to rank by."""
     groups = configurations.group(runs)
     ranked = configurations.ranked(groups)
-    styles = run_styles([group.name for group in groups])
+    styles = run_styles(groups)
     fig = Figure(figsize=(5.2 * max(1, len(keys)), 4.4), layout="constrained")
     axes = fig.subplots(1, max(1, len(keys)), squeeze=False)[0]
     if not ranked or not keys:
@@ -79,5 +79,5 @@ def tuning(runs: Sequence[Run], keys: Sequence[str]) -> Figure:
                label=f"{g.name} ({len(g.runs)} seed{'s' if len(g.runs) > 1 else ''})")
         for g in scored
     ]  # fmt: skip
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), frameon=False, fontsize=9)
+    legend_below(fig, handles, 4)
     return fig
