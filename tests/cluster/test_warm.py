@@ -58,8 +58,9 @@ def test_a_forked_rank_observes_what_a_fresh_process_observes(tmp_path, sigint):
     pool sizes, Lightning's rank and a numpy stream of its own: the same warm as cold. Also where the
     launch inherits SIGINT ignored (nohup, a script's `&`): the supervisor handles it, so a cold rank's
     exec resets it."""
-    if sigint == "ignored":  # inherited by the launch this test starts (conftest restores it afterwards)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Inherited by the launch this test starts (conftest restores it afterwards); "default" set too, not taken
+    # from the suite's own start: under nohup or a script's `&` it is ignored.
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint == "ignored" else signal.default_int_handler)
     seen = {}
     for fork in (True, False):
         ranks, log = tmp_path / "ranks", tmp_path / "job.log"  # the same paths both times: argv and stdio agree
