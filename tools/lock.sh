@@ -139,6 +139,21 @@ for line in "${builds[@]}"; do
     if [[ -f "$work/build-$cuda.missing" ]]; then rm -f "$work/build-$cuda.txt"; fi
 done
 
+# One lock serves every Python tools/python.sh takes: each other one resolves the core and dev .in files to the same
+# packages at the same versions, torch as PyPI's build (no find-links wheel is for it), or nothing is written. Offline
+# first, from the pages just read. (The SDK v1's venv is this Python's only.)
+here=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+awk '/^[A-Za-z0-9]/{skip=0} /^torch==/{skip=1} !skip' "$work/all.txt" > "$work/all-without-torch.txt"
+for version in "${SUPPORTED_PYTHONS[@]}"; do
+    [[ $version != "$here" && -f "$work/build-13.0.txt" ]] || continue
+    (unset UV_FIND_LINKS; cached_first "${compile[@]}" --quiet --python-version "$version" --python-platform "$platform" \
+        envs/requirements.in envs/requirements-dev.in --constraint "$work/all-without-torch.txt" \
+        --constraint "$work/build-13.0.txt" --constraint "$work/denied.txt" --output-file "$work/all-$version.txt") \
+        || { echo "lock: the .in files have no solution on Python $version (uv's reason above); the locks are unchanged." >&2; exit 1; }
+    helper snakeddp.environment.locking same "$work/all-$version.txt" --as "$work/all-without-torch.txt" \
+        "$work/build-13.0.txt" --python "$version" --here "$here" || exit 1
+done
+
 pythons=$(echo "${SUPPORTED_PYTHONS[*]}" | sed 's/ /, /g; s/, \([^,]*\)$/ and \1/')
 helper snakeddp.environment.locking write "$work" "$work/out" --python "$pythons" --machine "$machine Linux" \
     --cooldown "$(helper snakeddp.environment.cooldown header)"

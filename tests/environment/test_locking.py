@@ -165,3 +165,17 @@ def test_a_lock_keeps_the_hashes_its_pylock_names_and_a_version_it_does_not_name
     with pytest.raises(LockError) as refused:
         locking.agree(tmp_path)
     assert str(refused.value) == "requirements.lock: attrs==25.2.0, and its pylock.toml names 25.1.0"
+
+
+def test_another_pythons_resolution_is_compared_with_this_ones_torch_taken_from_pypis_build(tmp_path):
+    def compiled(name: str, *pins: str) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(f"{pin} \\\n    --hash=sha256:{'a' * 64}\n" for pin in pins))
+        return path
+
+    here = compiled("all.txt", "numpy==2.4.6", "pyyaml==6.0.4")
+    build = compiled("build.txt", "torch==2.13.0", "triton==3.7.1")
+    same = compiled("same.txt", "numpy==2.4.6", "pyyaml==6.0.4", "torch==2.13.0", "triton==3.7.1")
+    assert locking.differences(same, [here, build]) == []
+    other = compiled("other.txt", "audioop-lts==0.2.2", "numpy==2.4.6", "torch==2.13.0", "triton==3.7.1")
+    assert locking.differences(other, [here, build]) == ["+audioop-lts==0.2.2", "-pyyaml==6.0.4"]

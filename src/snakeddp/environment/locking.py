@@ -18,6 +18,7 @@ sha256 is computed here), so the core lock installs the build a machine takes an
     python -m snakeddp.environment.locking undecided RESOLVED --by FILE...  # what no pin in FILEs decided
     python -m snakeddp.environment.locking write WORK OUT --python 3.11.7 --machine x86_64 [--cooldown LINE]
     python -m snakeddp.environment.locking agree OUT  # each lock names the files its pylock.<name>.toml names
+    python -m snakeddp.environment.locking same RESOLVED --as FILE... --python 3.13 --here 3.11  # another Python's
 """
 
 from __future__ import annotations
@@ -311,6 +312,19 @@ def write(work: Path, out: Path, python: str, machine: str, cooldown: str = "") 
     return written
 
 
+def differences(resolved: Path, expected: Iterable[Path]) -> list[str]:
+    """``+name==version`` for what ``resolved`` (another Python's resolution) holds and ``expected`` (this Python's,
+    torch's build last: its torch replaces the machine's) does not, ``-name==version`` the other way round."""
+    want: dict[str, str] = {}
+    for path in expected:
+        want.update({key: entry.pin.version for key, entry in read_compiled(path).items()})
+    got = {key: entry.pin.version for key, entry in read_compiled(resolved).items()}
+    return [
+        *(f"+{key}=={version}" for key, version in sorted(got.items()) if want.get(key) != version),
+        *(f"-{key}=={version}" for key, version in sorted(want.items()) if got.get(key) != version),
+    ]
+
+
 def pylock_files(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
     """A pylock.toml's packages: canonical name -> (version, the sha256 of every file it names)."""
     named = {}
@@ -380,6 +394,11 @@ def main(argv: list[str] | None = None) -> int:
     deciding = commands.add_parser("undecided")
     deciding.add_argument("resolved", type=Path)
     deciding.add_argument("--by", nargs="+", type=Path, required=True)
+    comparing = commands.add_parser("same")
+    comparing.add_argument("resolved", type=Path)
+    comparing.add_argument("--as", dest="expected", nargs="+", type=Path, required=True)
+    comparing.add_argument("--python", required=True)
+    comparing.add_argument("--here", required=True)
     agreeing = commands.add_parser("agree")
     agreeing.add_argument("out", type=Path)
     writing = commands.add_parser("write")
@@ -401,6 +420,17 @@ def main(argv: list[str] | None = None) -> int:
             left = undecided(args.resolved, args.by)
             print("\n".join(left))
             return 1 if left else 0
+        elif args.command == "same":
+            differ = differences(args.resolved, args.expected)
+            if differ:
+                print(
+                    f"lock: on Python {args.python} the .in files resolve to other packages than on {args.here} "
+                    f"({', '.join(differ[:6])}{' ...' if len(differ) > 6 else ''}), and one lock serves every Python "
+                    "tools/python.sh takes. HINT: pin the package that differs in the .in file, or take that Python "
+                    "out of SUPPORTED_PYTHONS in tools/python.sh",
+                    file=sys.stderr,
+                )
+                return 1
         elif args.command == "agree":
             agree(args.out)
         else:
