@@ -96,3 +96,13 @@ def test_each_package_says_what_it_may_import():
         below = set().union(*FLOORS[: floor(room)]) - (platforms if floor(room) > floor("local") else set())
         assert set(re.findall(r"``(\w+)``", allowed.split("; a platform's")[0])) == below, init
         assert set(re.findall(r"``(\w+)``", upward)) == {b for a, b in UPWARD if a == room}, init
+
+
+def test_no_function_is_over_80_lines():
+    """A function a reader can hold at once (issue 73): cut a longer one into the steps a reader would name."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long

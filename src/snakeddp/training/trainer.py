@@ -163,35 +163,8 @@ def build_trainer(
         if layout.local_rank == 0:
             print(f"snakeddp: {layout.local_world_size} rank(s) on {device}", file=sys.stderr, flush=True)
     check_precision(trainer_cfg.precision, accelerator, device, launch.accelerator)
-    paths = RunPaths(run_dir)
     checkpoint_io = AtomicCheckpointIO(run_dir)
-    monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
-    metrics = EpochMetrics(paths.metrics)
-    callbacks = Callbacks(
-        monitor=MonitoredMetric(monitor.metric),
-        checkpoint=EpochCheckpoint(
-            dirpath=paths.checkpoints,
-            filename=checkpoint_name(monitor.metric),
-            auto_insert_metric_name=False,
-            monitor=monitor.metric,
-            mode=monitor.mode,
-            save_top_k=trainer_cfg.save_top_k,
-        ),
-        metrics=metrics,
-        preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
-        hosts=RankHosts(platforms.scheduler_node(os.environ), executor=platforms.placement(os.environ)),
-        phases=Phases(checkpoint_io),
-        progress=EpochProgress(run_dir.name, metrics),
-        early_stopping=EarlyStopping(
-            monitor=monitor.metric,
-            mode=monitor.mode,
-            patience=stop_cfg.patience,
-            min_delta=stop_cfg.min_delta,
-        )
-        if stop_cfg.enabled
-        else None,
-        trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
-    )
+    callbacks = _callbacks(trainer_cfg, run_dir, checkpoint_io)
     strategy = build_strategy(
         trainer_cfg,
         accelerator,
@@ -224,3 +197,36 @@ def build_trainer(
     if "SIGTERM" in trainer_cfg.preempt_signals:
         hand_sigterm_to_preemption(trainer)
     return trainer, callbacks
+
+
+def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicCheckpointIO) -> Callbacks:
+    """The run's own callbacks: checkpoints each epoch, its metrics and progress lines, preemption, hosts,
+    phases, and early stopping and the sample trace where the config turns them on."""
+    paths = RunPaths(run_dir)
+    monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
+    metrics = EpochMetrics(paths.metrics)
+    return Callbacks(
+        monitor=MonitoredMetric(monitor.metric),
+        checkpoint=EpochCheckpoint(
+            dirpath=paths.checkpoints,
+            filename=checkpoint_name(monitor.metric),
+            auto_insert_metric_name=False,
+            monitor=monitor.metric,
+            mode=monitor.mode,
+            save_top_k=trainer_cfg.save_top_k,
+        ),
+        metrics=metrics,
+        preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
+        hosts=RankHosts(platforms.scheduler_node(os.environ), executor=platforms.placement(os.environ)),
+        phases=Phases(checkpoint_io),
+        progress=EpochProgress(run_dir.name, metrics),
+        early_stopping=EarlyStopping(
+            monitor=monitor.metric,
+            mode=monitor.mode,
+            patience=stop_cfg.patience,
+            min_delta=stop_cfg.min_delta,
+        )
+        if stop_cfg.enabled
+        else None,
+        trace=SampleTrace(paths.trace) if trainer_cfg.trace_samples else None,
+    )
