@@ -6,6 +6,7 @@ train rule does, and read what the terminal and the run's log would show.
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from snakeddp.data import partitions
 from snakeddp.run import requirements, runs
 from snakeddp.training import strategies
 from tests.helpers import REPO, launch, prepare, subprocess_env
+from tests.tables import frame, params
 
 USER_MODULE = """
 import lightning.pytorch as pl
@@ -130,6 +132,47 @@ def test_a_full_disk_met_anywhere_is_one_line_from_the_process_that_met_it(capsy
         assert not failure.exists(), "no empty failure file"
     finally:
         subprocess.run(["umount", disk], check=True)
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 256 KiB filesystem of its own."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
+def test_said_when_full_lets_other_errors_through_unchanged(tmp_path):
+    with pytest.raises(OSError) as raised, errors.said_when_full(tmp_path, "the data in"):
+        raise OSError(errno.EACCES, "Permission denied")
+    assert not isinstance(raised.value, errors.NoSpaceError) and raised.value.errno == errno.EACCES
+
+
+def test_ingesting_a_table_onto_a_full_disk_ends_the_step_in_one_line_and_leaves_nothing(tmp_path, disk):
+    """The ingest step, as the data rule runs it: the table's partitions are written in place until the disk is
+    full; the step removes them and says so in one line, without a traceback; the traceback is kept beside the
+    job's log (its stderr)."""
+    frame(rows=20_000).to_parquet(tmp_path / "t.parquet")
+    out = disk / "ingest"
+    log = tmp_path / "ingest.log"
+    step = [sys.executable, "-m", "snakeddp.steps", "ingest", "--params", json.dumps(params(tmp_path / "t.parquet"))]
+    with open(log, "w") as stderr:
+        done = subprocess.run([*step, "--out", str(out)], cwd=REPO, env=subprocess_env(), stderr=stderr, check=False)
+    assert done.returncode == 1
+    said = log.read_text()
+    (line,) = [line for line in said.splitlines() if "no space" in line]
+    assert "Traceback" not in said and "ingest: 20,000 rows read" in said, said
+    assert line == (
+        f"snakeddp.steps: no space left on the device writing the table's partitions in {out} (256.0 KiB free of "
+        f"256.0 KiB on {disk}). HINT: free space there, then run the same command again: what was finished is kept, "
+        "and training resumes from its last checkpoint."
+    ), line
+    assert "OSError: [Errno 28] No space left on device" in (tmp_path / "ingest.log.traceback").read_text()
+    assert not [p for p in disk.rglob("*") if p.is_file()], "no partition, partial or complete, is left"
 
 
 CASES = {

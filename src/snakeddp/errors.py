@@ -2,26 +2,26 @@
 
 Each says what is wrong and, ending in ``HINT:``, what to do. The entry points (``launch``,
 ``train``, ``steps``, ``snakeddp``) turn any of them into one line and a non-zero exit
-(:func:`exit_code`), and so is a full disk or quota met anywhere (snakeddp.util.space; its traceback
-goes to a file); anything else is a bug and keeps its traceback. Each class
+(:func:`exit_code`), and so is a full disk or quota met anywhere (NoSpaceError; its traceback goes to
+a file); anything else is a bug and keeps its traceback. Each class
 also keeps the builtin base it had before the family existed, so ``except RuntimeError`` and
 ``except LookupError`` callers behave as they did.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
-
-from snakeddp.util import space
-from snakeddp.util.fsutil import atomic_write_text
 
 
 class ConfigError(ValueError):
@@ -124,6 +124,95 @@ class UpstreamVersionError(ConfigError, RuntimeError):
     """An installed package is not a release that snakeddp's hooks into its private parts were written for."""
 
 
+# A full disk or a spent quota, said in one line: what was being written, where, and the space left there.
+# A write that meets ENOSPC or EDQUOT is seldom the error that reaches the caller: torch.save's zip writer,
+# for one, raises its own RuntimeError ("unexpected pos") as it closes after the failed write, with the
+# OSError only as its context. ``full_disk`` finds the OSError in that chain; NoSpaceError keeps its errno,
+# so code that catches OSError behaves as before. Writers say it (snakeddp.util.fsutil); exit_code says
+# the rest, as well as it can.
+FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded"}
+
+
+class NoSpaceError(OSError):
+    """A write stopped by a full filesystem or a quota; ``str()`` is the whole line, with its HINT."""
+
+    def __init__(self, code: int, line: str, path: str) -> None:
+        super().__init__(code, line, path)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def full_disk(error: BaseException | None) -> OSError | None:
+    """The ENOSPC or EDQUOT OSError that ``error`` is, or was raised from or while handling."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in FULL:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _mount_point(path: Path) -> Path:
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def space_left(path: str | Path) -> str:
+    """Say "12.0 KiB free of 4.0 MiB on /scratch" for the filesystem that holds ``path`` (or its nearest parent)."""
+    place = Path(os.path.abspath(path))
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    try:
+        usage = shutil.disk_usage(place)
+    except OSError:
+        return f"the free space on {place} unknown"
+    return f"{_size(usage.free)} free of {_size(usage.total)} on {_mount_point(place)}"
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` as the user typed it: relative to the working directory (the checkout) where it is under it."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return str(path) if relative.startswith("..") else relative
+
+
+def no_space(error: OSError, path: str | Path, what: str | None = None) -> NoSpaceError:
+    """The one line for ``error`` (a full disk or quota, as ``full_disk`` found it) met writing ``path``."""
+    code = error.errno if error.errno in FULL else errno.ENOSPC
+    writing = f"{what} {_shown(path)}" if what else _shown(path)
+    remedy = "free space there" if code == errno.ENOSPC else "free space within your quota there or have it raised"
+    line = (
+        f"{FULL[code]} writing {writing} ({space_left(path)}). HINT: {remedy}, then run the same command "
+        "again: what was finished is kept, and training resumes from its last checkpoint."
+    )
+    return NoSpaceError(code, line, str(path))
+
+
+@contextmanager
+def said_when_full(path: str | Path, what: str) -> Iterator[None]:
+    """A full disk or quota met inside the block, said as writing ``what`` ``path``, for writers that stream
+    into files of their own (a table's partitions); the block cleans up first, so the space left is counted
+    without its partial files."""
+    try:
+        yield
+    except Exception as error:
+        full = full_disk(error)
+        if full is None or isinstance(full, NoSpaceError):
+            raise
+        raise no_space(full, path, what) from error
+
+
 def print_line(line: str, stream: TextIO | None = None) -> None:
     """Write ``line`` with its newline in one write, flushed. ``print`` writes them in two, and
     Snakemake 9 writes its log records from a thread of its own (a queue listener): one of its
@@ -147,7 +236,7 @@ def add_hint(packages: str, stage: str) -> str:
     )
 
 
-def one_line(prog: str, error: ConfigError) -> str:
+def one_line(prog: str, error: Exception) -> str:
     """What the user sees: the program and the message (a config with several problems lists one per line)."""
     return f"{prog}: {error}"
 
@@ -167,7 +256,7 @@ def exit_code(
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
     process with ``speak`` (rank 0) prints, so N ranks do not repeat the same line. ``refused_file``:
     where a MachineRefusal's line goes too, which tells the launcher and the workflow not to try again.
-    A full disk or quota met anywhere (``snakeddp.util.space``) ends as one line too, said by the process
+    A full disk or quota met anywhere (``NoSpaceError``) ends as one line too, said by the process
     that met it.
     """
     try:
@@ -185,20 +274,20 @@ def exit_code(
             _give_the_speaking_rank_time()
         return getattr(error, "exit_status", 1)
     except Exception as error:
-        full = space.full_disk(error)
+        full = full_disk(error)
         if full is None:
             raise
-        said = full if isinstance(full, space.NoSpaceError) else _said(full, failure_file)
+        said = full if isinstance(full, NoSpaceError) else _said(full, failure_file)
         _say_full_disk(one_line(prog, said), error, failure_file)
         return 1
 
 
-def _said(error: OSError, failure_file: Path | None) -> space.NoSpaceError:
+def _said(error: OSError, failure_file: Path | None) -> NoSpaceError:
     """A full disk that no writer of ours said: its file where the error names one (an open), else the folder
     the process writes in, the run's (beside its failure file) or the job's working directory."""
     if error.filename is not None:
-        return space.no_space(error, error.filename)
-    return space.no_space(error, failure_file.parent if failure_file is not None else os.getcwd(), "a file in")
+        return no_space(error, error.filename)
+    return no_space(error, failure_file.parent if failure_file is not None else os.getcwd(), "a file in")
 
 
 def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -> None:
@@ -211,10 +300,12 @@ def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -
     kept = failure_file.with_suffix(".traceback") if failure_file is not None else _beside_the_log()
     if kept is None:
         return
+    staged = kept.with_name(f".{kept.name}.{os.getpid()}")
     try:
-        atomic_write_text(kept, "".join(traceback.format_exception(error)))
+        staged.write_text("".join(traceback.format_exception(error)))
+        staged.replace(kept)
     except OSError:
-        pass  # the disk is full: the line said what matters
+        staged.unlink(missing_ok=True)  # the disk is full: the line said what matters
 
 
 def _written_first(path: Path, line: str) -> bool:

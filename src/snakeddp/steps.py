@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from snakeddp.errors import exit_code
+from snakeddp.errors import exit_code, said_when_full
 from snakeddp.run import rules
 
 
@@ -54,7 +54,6 @@ def _partition(args: argparse.Namespace, *, split: str) -> None:
 
 def _ingest(args: argparse.Namespace) -> None:
     from snakeddp.data.table import ingest
-    from snakeddp.util.space import said_when_full
 
     with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
         summary = ingest(params=args.params, out_dir=args.out)

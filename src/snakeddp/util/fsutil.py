@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from snakeddp.util.space import NoSpaceError, full_disk, no_space
+from snakeddp.errors import NoSpaceError, full_disk, no_space
 
 
 def _umask() -> int:
