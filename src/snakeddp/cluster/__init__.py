@@ -10,6 +10,13 @@ May import: ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``for
 
 from __future__ import annotations
 
+from snakeddp.util.handoff import hand_off_before_package
+
+# `python -m snakeddp.cluster.supervisor` (each local run's supervisor) imports this package first: its job
+# goes to the workflow's warm process here, before the imports below (0.2 s of CPU in every run, jsonschema
+# and the platforms' registry among them), not from the supervisor's first line after them.
+hand_off_before_package("snakeddp.cluster.supervisor")
+
 import functools
 import importlib
 from collections.abc import Mapping

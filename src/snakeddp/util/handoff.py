@@ -119,6 +119,8 @@ FORWARDED = (
 
 #: True in a forked job: running the step's module again as __main__ must not hand it off again.
 served = False
+#: The modules this process asked the warm process to run: one declined runs cold, and is not asked for twice.
+_asked: set[str] = set()
 
 
 def request(module: str) -> dict:
@@ -143,8 +145,9 @@ def request(module: str) -> dict:
 def hand_off(module: str) -> None:
     """Run this job in a child of the warm process and exit as it exits; return to run it cold."""
     address = os.environ.get(SOCKET)
-    if served or not address:
+    if served or not address or module in _asked:
         return
+    _asked.add(module)
     # Held from the request until the forwarders are in place (wait_for): the child may run, and the job be
     # signalled, before this process reads the answer; a Ctrl-C then raised here and left the child running.
     # A job declined or gone gets them as it runs cold.
@@ -179,6 +182,14 @@ def hand_off(module: str) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return  # declined (said on the workflow's terminal) or gone: the job runs here
     wait_for(sock, fds[0], mask)
+
+
+def hand_off_before_package(module: str) -> None:
+    """``hand_off(module)`` from the ``__init__`` of ``module``'s package, where this process is ``python -m
+    module``: that command imports the package (and all it imports) before the module's first line."""
+    argv = sys.orig_argv
+    if "-m" in argv and argv[argv.index("-m") + 1 :][:1] == [module]:
+        hand_off(module)
 
 
 def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals]) -> None:
