@@ -58,7 +58,7 @@ bench: setup-dev
 	$(BIN)/python -m bench
 
 # First thing on a lent GPU machine, with the machine's own torch (tools/gpu-check.sh: the default workflow,
-# pytest -m gpu, bench gpu; under 8 minutes). Here first: tools/gpu-check.sh --prepare, and carry .gpu-check.
+# pytest -m gpu, bench gpu; 300 s or less on one GPU). Here first: tools/gpu-check.sh --prepare, and carry .gpu-check.
 OUT ?= .gpu-check/out
 gpu-check:
 	tools/gpu-check.sh $(OUT)
