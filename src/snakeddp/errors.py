@@ -136,8 +136,8 @@ FULL = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quo
 class NoSpaceError(OSError):
     """A write stopped by a full filesystem or a quota; ``str()`` is the whole line, with its HINT."""
 
-    def __init__(self, code: int, line: str, path: str) -> None:
-        super().__init__(code, line, path)
+    def __init__(self, code: int, line: str, path: str | None = None) -> None:
+        super().__init__(code, line, path)  # args are (code, line): a pickled one is rebuilt without the path
         self.line = line
 
     def __str__(self) -> str:

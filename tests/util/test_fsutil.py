@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import shutil
 import subprocess
 
@@ -73,6 +74,8 @@ def test_a_write_that_fills_the_disk_names_what_and_where_and_leaves_the_old_fil
         f"{disk}). {HINT}, and training resumes from its last checkpoint."
     )
     assert target.read_bytes() == b"old" * 1000
+    kept = pickle.loads(pickle.dumps(raised.value))  # as a process pool or a warm job hands it on
+    assert (type(kept), kept.errno, str(kept)) == (NoSpaceError, errno.ENOSPC, str(raised.value))
     assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"], "no partial file is left"
 
 
