@@ -275,6 +275,29 @@ def test_a_lock_edited_to_name_a_denied_release_stops_make_run_before_anything_i
     assert not fresh.exists()
 
 
+def test_a_release_denied_after_it_was_installed_stops_the_next_set_up(tmp_path):
+    """The check's stamp is made from the deny list too: set up once (the check passed, the stamp written), then an
+    advisory added for the installed lightning 2.6.6: the next set-up refuses it in one line, the venv as it was."""
+    root = copy_of_this_checkout(tmp_path / "snakeddp")
+    venv = with_core_venv(root)
+    first = typed(root, "tools/setup.sh")
+    assert first.returncode == 0 and (venv / ".snakeddp-denied").is_file(), first.stderr
+    denied = root / "envs" / "denied.toml"
+    denied.write_text(
+        denied.read_text() + '\n[[release]]\npackage = "lightning"\nversions = ["==2.6.6"]\n'
+        'advisory = "GHSA-test-0000-0000"\nsummary = "added after the venv was set up"\nfixed = "2.6.7"\n'
+    )
+    before = venv_files(venv)
+    refused = typed(root, "tools/setup.sh")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "setup: envs/requirements.lock: lightning 2.6.6 is denied by envs/denied.toml (GHSA-test-0000-0000: added "
+        "after the venv was set up, fixed in 2.6.7); the first good version is 2.6.7. HINT: tools/add.sh "
+        "lightning==2.6.7"
+    ]
+    assert venv_files(venv) == before
+
+
 def test_the_images_build_stops_at_its_deny_check_before_the_stage_that_installs(tmp_path):
     """No registry answers here, so no image is built: the Dockerfile's check stage is run as its instructions
     say (its COPYs laid out in a directory as its root, its RUN in bash there, with a Python that has packaging,
