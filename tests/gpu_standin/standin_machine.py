@@ -42,12 +42,16 @@ def _cover_dev(nodes: str) -> None:
         target = os.path.join(staging, entry.name)
         if entry.is_symlink():
             os.symlink(os.readlink(entry.path), target)
-        elif entry.is_dir(follow_symlinks=False):
+            continue
+        directory = entry.is_dir(follow_symlinks=False)
+        if directory:
             os.mkdir(target)
-            _mount(entry.path, target, None, MS_BIND | MS_REC)
         else:
             open(target, "w").close()
-            _mount(entry.path, target, None, MS_BIND)
+        try:
+            _mount(entry.path, target, None, MS_BIND | (MS_REC if directory else 0))
+        except OSError:  # an entry this host will not bind (none seen yet): left out rather than the machine lost
+            (os.rmdir if directory else os.unlink)(target)
     with open(nodes) as lines:
         for name, kind in (line.split() for line in lines if line.strip()):
             target = os.path.join(staging, name)
