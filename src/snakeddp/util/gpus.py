@@ -207,12 +207,21 @@ def _nvml() -> _Answer | str | None:
     """NVML's answer (see _ask_nvml), or 'NVML did not answer within N s', asked once per process (the answer
     does not change). The query runs on a daemon thread, left behind where it blocks (inside nvmlInit on a
     GPU fallen off the bus), so that neither the Snakefile's read nor a rank waits on it for ever."""
-    answer: list[_Answer | str | None] = []
-    asking = threading.Thread(target=lambda: answer.append(_ask_nvml()), name="snakeddp-nvml", daemon=True)
+    answer: list[_Answer | str | BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            answer.append(_ask_nvml())
+        except Exception as error:  # raised in the caller, as it would have been without the thread
+            answer.append(error)
+
+    asking = threading.Thread(target=ask, name="snakeddp-nvml", daemon=True)
     asking.start()
     asking.join(NVML_TIMEOUT_S)
     if not answer:
         return f"NVML did not answer within {NVML_TIMEOUT_S:g} s"
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
     return answer[0]
 
 
