@@ -12,7 +12,9 @@ import pytest
 
 from snakeddp import config as configuration
 from snakeddp.config import parts
+from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm.exclude import Exclusions
 from snakeddp.slurm.platform import Slurm, SlurmState
 from tests.slurm.cluster import NODES, OTHER_GPUS
 from tests.slurm.test_slurm_gpu import tres
@@ -40,13 +42,13 @@ def partitions(*gres: str, state: str = "IDLE") -> list[slurm_nodes.Partition]:
     ],
 )
 def test_the_type_a_job_asks_for_where_a_partition_mixes_gpus_the_build_runs_and_not(gres, build, typed):
-    assert slurm_nodes.typed_request(partitions(*gres), build) == typed
+    assert mixed_gpus.typed_request(partitions(*gres), build) == typed
 
 
 def test_a_drained_v100_node_mixes_nothing():
     (main,) = partitions(A100)
     drained = partitions(V100, state="IDLE+DRAIN")
-    assert slurm_nodes.typed_request([main, *drained], "13.0") == (None, [])
+    assert mixed_gpus.typed_request([main, *drained], "13.0") == (None, [])
 
 
 def invocation(gres: tuple[str, ...], site: dict) -> SimpleNamespace:
@@ -86,6 +88,30 @@ def test_a_gpu_job_on_a_mixed_partition_asks_for_the_gpus_its_build_runs_and_say
     assert gres_of(plain, {"devices": 2}, "gpu")[0] == "gpu:2" and not plain.said
 
 
+def test_where_the_build_runs_two_types_of_a_partition_untyped_gpu_jobs_leave_out_the_other_nodes(tmp_path):
+    """A100s and H100s beside a V100 (n2) under the 13.0 build: one --gres cannot name a100 and h100 both, so the
+    job stays untyped and its sbatch leaves n2 out, beside the nodes where the run hung before (none here)."""
+    flow = invocation((A100, H100, V100), {"accelerator": "gpu"})
+    gres, _ = gres_of(flow, {"devices": 2}, "gpu")
+    assert gres == "gpu:2"
+
+    def also(job: SimpleNamespace) -> set[str]:  # as the platform gives it when the jobs start
+        return mixed_gpus.left_out(Slurm().mixed(flow), job)
+
+    exclusions = Exclusions(("train",), flow.say, results=tmp_path, also=also)
+    job = SimpleNamespace(rule=SimpleNamespace(name="train"), wildcards_dict={"run": "base"}, resources={"gres": gres})
+    assert exclusions.nodes_of(job) == {"n2"}
+    assert flow.said == [
+        "snakeddp: GPU train jobs leave out n2 (sbatch --exclude): Slurm partition main also has v100 GPUs, which "
+        "torch's CUDA 13.0 build has no kernels for, and one --gres cannot name every type it runs (site.gpu_type "
+        "names one)."
+    ]
+    # A CPU job, a typed one and another rule's job leave nothing out.
+    for other in ({"gres": ""}, {"gres": "gpu:a100:2"}):
+        assert exclusions.nodes_of(SimpleNamespace(**{**vars(job), "resources": other})) == set()
+    assert exclusions.nodes_of(SimpleNamespace(**{**vars(job), "rule": SimpleNamespace(name="report")})) == set()
+
+
 @pytest.mark.slurm
 @pytest.mark.e2e
 def test_a_job_sent_to_a100_and_v100_partitions_asks_for_a100s_and_runs_on_one(slurm_cluster, tmp_path):
@@ -106,3 +132,24 @@ def test_a_job_sent_to_a100_and_v100_partitions_asks_for_a100s_and_runs_on_one(s
     assert asked.get("gres/gpu:a100") == "2" and "gres/gpu:v100" not in asked, job
     # Where it ran: an A100 node, never the v100 one (its ranks then stop there: this machine has no GPU).
     assert job[2] in NODES and job[2] not in OTHER_GPUS and job[1] == "FAILED", job
+
+
+@pytest.mark.slurm
+@pytest.mark.e2e
+def test_a_job_sent_to_a100_mig_and_v100_partitions_leaves_the_v100_node_out(slurm_cluster, tmp_path):
+    """`-p main,mig,v100`: the build runs the A100s and the MIG slices (two types, which one --gres cannot name),
+    so the job asks for any GPU and leaves the v100 node out; it runs on an A100 or MIG node."""
+    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
+    flow.directory.mkdir()
+    flow.write_config(config(trainer={"max_epochs": 1}, launch={"accelerator": "gpu", "devices": 1, "mem_mb": None}))
+    where = ("--set-resources", "train:slurm_partition='main,mig,v100'")
+    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
+    done = flow.run(*where, "--config", small, "--retries", "0", "results/runs/base/provenance.json", check=False)
+    said = done.stdout + done.stderr
+    (v100,) = [name for name, (partition, _, _) in OTHER_GPUS.items() if partition == "v100"]
+    line = f"snakeddp: GPU train jobs leave out {v100} (sbatch --exclude): Slurm partition main, mig, v100 also has"
+    assert said.count(line) == 1, said[-3000:]
+    fields = "JobID,State,NodeList%60,ReqTRES%200,Comment%200"
+    out = flow.slurm("sacct", "--allocations", "--parsable2", f"--format={fields}", f"--name={run_uuid(said)}")
+    (job,) = [row.split("|") for row in out.splitlines()[1:] if "rule_train_" in row]
+    assert tres(job[3]).get("gres/gpu") == "1" and job[2] != v100 and job[1] == "FAILED", job

@@ -25,10 +25,17 @@ RESULTS = "results"
 
 
 class Exclusions:
-    """The nodes each run's hung tries named, read when its train job is submitted."""
+    """The nodes each run's hung tries named, read when its train job is submitted, and those ``also`` names for
+    the job (nodes whose GPUs its ranks could not run: snakeddp.slurm.mixed)."""
 
-    def __init__(self, train_rules: tuple[str, ...], say: Callable[[str], None], results: Path = Path(RESULTS)):
-        self.train_rules, self.say, self.results = train_rules, say, results
+    def __init__(
+        self,
+        train_rules: tuple[str, ...],
+        say: Callable[[str], None],
+        results: Path = Path(RESULTS),
+        also: Callable[[Any], set[str]] = lambda job: set(),
+    ):
+        self.train_rules, self.say, self.results, self.also = train_rules, say, results, also
         self.said: dict[str, tuple[str, ...]] = {}
 
     def start(self) -> bool:
@@ -41,15 +48,16 @@ class Exclusions:
         run = (getattr(job, "wildcards_dict", None) or {}).get("run")
         if rule not in self.train_rules or not run:
             return set()
+        also = self.also(job)
         try:
             nodes = tries.hang_nodes(tries.read(RunPaths.under(self.results, run).folder))
         except RunStateError as error:  # the job itself says so, and stops, in its one line
-            self.say(f"run {run}: its tries could not be read, so no node is left out: {error}")
-            return set()
+            self.say(f"run {run}: its tries could not be read, so the nodes where it hung are not left out: {error}")
+            return also
         if nodes and self.said.get(run) != tuple(nodes):
             self.said[run] = tuple(nodes)
             self.say(f"run {run}: submitting it without {', '.join(nodes)} (sbatch --exclude), where it hung before")
-        return set(nodes)
+        return set(nodes) | also
 
 
 def where_tried(env: Mapping[str, str]) -> dict[str, Any]:

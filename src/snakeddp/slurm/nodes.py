@@ -228,19 +228,6 @@ class Need:
         return f"{gpus}{count(self.cpus, 'CPU')} and {self.mem_mb} MB"
 
 
-def typed_request(partitions: Iterable[Partition], build: str | None) -> tuple[str | None, list[str]]:
-    """The GPU type a job of torch's CUDA ``build`` asks for (``--gres=gpu:TYPE:N``) where the nodes that are up
-    in ``partitions`` also hold GPUs of types the build has no kernels for, which an untyped ``--gres=gpu:N``
-    could be given (a V100 beside A100s under the 13.0 build): the one type it runs (None where it runs several,
-    or untyped GPUs, or every type there), and the types it cannot run."""
-    kinds = {kind for partition in partitions for node in partition.up for kind in node.gpus}
-    cannot = sorted(kind for kind in kinds if kind and not runnable(kind, build))
-    can = [kind for kind in kinds if kind is None or runnable(kind, build)]
-    if not build or not cannot or len(can) != 1 or can[0] is None:
-        return None, cannot
-    return can[0], cannot
-
-
 def need(
     launch: Launch,
     accelerator: str,

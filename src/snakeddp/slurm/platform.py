@@ -18,8 +18,10 @@ from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site
 from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
+from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions, where_tried
+from snakeddp.slurm.mixed import MixedGpus
 from snakeddp.slurm.resources import RESOURCES, slurm_resources
 from snakeddp.slurm.watch import PendingWatch
 from snakeddp.util import cudabuild
@@ -81,7 +83,7 @@ def check_nodes(
 @dataclass
 class SlurmState:
     nodes: slurm_nodes.TrainingNodes | None = None  # the training partitions' nodes, once asked
-    typed: tuple[str | None] | None = None  # the GPU type train jobs ask for where the partitions mix, once decided
+    mixed: MixedGpus | None = None  # what GPU train jobs do about GPUs the build cannot run, once decided
     watch: PendingWatch | None = None  # pending jobs that can never start, cancelled with a line
     exclusions: Exclusions | None = None  # runs that hung, submitted again without the node
 
@@ -116,34 +118,26 @@ class Slurm(Platform[SlurmState]):
         def resource(name: str) -> Callable[[Any], Any]:
             def value(wc: Any) -> Any:
                 accelerator = accelerator_of(wc)
-                gpu_type = site_config.gpu_type or (self.typed(invocation) if accelerator == "gpu" else None)
+                gpu_type = site_config.gpu_type or (self.mixed(invocation).gpu_type if accelerator == "gpu" else None)
                 return slurm_resources(launch_of(wc), accelerator, replace(site_config, gpu_type=gpu_type))[name]
 
             return value
 
         return {name: resource(name) for name in RESOURCES}
 
-    def typed(self, invocation: Invocation[SlurmState]) -> str | None:
-        """The GPU type a train job asks for where the training partitions mix GPUs the ranks' build runs with
-        GPUs it does not (snakeddp.slurm.nodes.typed_request), said once; None: untyped, as declared. Decided
-        by the typed invocation (a job's resources are its submitter's)."""
+    def mixed(self, invocation: Invocation[SlurmState]) -> MixedGpus:
+        """What GPU train jobs do about GPUs in the training partitions that the ranks' build cannot run
+        (snakeddp.slurm.mixed), decided once by the typed invocation (a job's resources are its submitter's)."""
         state, nodes = invocation.state, self.nodes(invocation)
-        if state.typed is None:
-            state.typed = (None,)
+        if state.mixed is None and Site.of(invocation.config["site"]).gpu_type:
+            state.mixed = MixedGpus()  # the declared type is what the jobs ask for
+        if state.mixed is None:
             try:
                 partitions = [p for group in nodes.groups.values() for p in group] if nodes else []
             except slurm_nodes.SlurmNodesError:
                 partitions = []  # said by the check of the runs against the nodes, with its HINT
-            build = self.build(invocation)
-            chosen, cannot = slurm_nodes.typed_request(partitions, build)
-            if chosen:
-                state.typed = (chosen,)
-                names = ", ".join(sorted({p.name for p in partitions}))
-                invocation.say(
-                    f"snakeddp: GPU train jobs ask for {chosen} GPUs (--gres=gpu:{chosen}:N): Slurm partition {names} "
-                    f"also has {', '.join(cannot)} GPUs, which torch's CUDA {build} build has no kernels for."
-                )
-        return state.typed[0]
+            state.mixed = mixed_gpus.decide(partitions, self.build(invocation), invocation.say)
+        return state.mixed
 
     def check(self, invocation: Invocation[SlurmState]) -> None:
         check_client()
@@ -168,7 +162,11 @@ class Slurm(Platform[SlurmState]):
         state = invocation.state
         state.watch = state.watch or PendingWatch(invocation.say)
         state.watch.start()
-        state.exclusions = state.exclusions or Exclusions(invocation.train_rules, invocation.say)
+
+        def also(job: Any) -> set[str]:  # untyped GPU train jobs leave out nodes whose GPUs the build cannot run
+            return mixed_gpus.left_out(self.mixed(invocation), job)
+
+        state.exclusions = state.exclusions or Exclusions(invocation.train_rules, invocation.say, also=also)
         state.exclusions.start()
 
     def close(self, invocation: Invocation[SlurmState]) -> None:

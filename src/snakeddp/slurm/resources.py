@@ -8,7 +8,8 @@ reads SLURM_NTASKS_PER_NODE), one per node gives `tasks`. 0 and "" leave a resou
 that the jobstep plugin never wraps the rule in its own one-task `srun` step: training would
 share that step with Snakemake, and a preemption signal to the step would stop Snakemake too.
 
-GPUs are asked for as `gres` per node (`gpu:[TYPE:]N`, TYPE from the profile's site.gpu_type),
+GPUs are asked for as `gres` per node (`gpu:[TYPE:]N`, TYPE from the profile's site.gpu_type, else the
+one type the ranks' build runs where the partitions also hold types it cannot: snakeddp.slurm.mixed),
 never as the plugin's `gpu`/`gpu_model` (a job total, `--gpus`, which does not say per node).
 Site options (partition, account, constraint, qos) are the profile's resources, not these.
 Asked by the slurm contract's ``resources`` hook while the Snakefile is read, so it stays free of heavy imports.
