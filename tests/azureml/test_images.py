@@ -4,6 +4,8 @@ import pytest
 
 from snakeddp.azureml import images
 from snakeddp.azureml.settings import AzureMLError, Settings
+from snakeddp.environment.builds import BUILDS
+from snakeddp.environment.files import ENVS, build_lock
 
 # Names as their publishers write them: AzureML's list (Azure/AzureML-Containers' README), NVIDIA's
 # CUDA and framework images, PyTorch's, an AzureML curated environment's image, a pinned digest.
@@ -55,6 +57,29 @@ def test_the_hint_names_a_build_that_fits_the_image_only_where_there_is_one():
     with pytest.raises(AzureMLError) as refused:
         settings.base_image("12.6")
     assert "525.60.13" in str(refused.value) and "to keep this image" not in str(refused.value)
+
+
+def test_the_hint_offers_a_build_that_fits_the_image_only_where_this_checkout_can_install_it():
+    """A CUDA 12 image under the 13.0 build: the 12.6 build would fit it, and its lock has no hashes here (every
+    installer, AzureML's image environment included, refuses it), so the line says how a maintainer locks it;
+    the 13.0 build, which is locked, is offered to keep a CUDA 13 image."""
+    cuda12 = Settings.from_section(
+        {"environment": {"image": "mcr.microsoft.com/azureml/openmpi5.0-cuda12.6-ubuntu24.04"}}
+    )
+    with pytest.raises(AzureMLError) as refused:
+        cuda12.base_image("13.0")
+    line = str(refused.value)
+    if build_lock(BUILDS["12.6"], ENVS) is None:
+        assert 'set environment.cuda: "12.6"' not in line and "once a maintainer locks it: tools/lock.sh where" in line
+    else:
+        assert 'or set environment.cuda: "12.6" to keep this image' in line
+    cuda13 = Settings.from_section(
+        {"environment": {"image": "mcr.microsoft.com/azureml/openmpi5.0-cuda13.1-ubuntu24.04"}}
+    )
+    with pytest.raises(AzureMLError) as refused:
+        cuda13.base_image("12.6")
+    locked = " or ".join(f'"{cuda}"' for cuda in ("13.0", "13.2") if build_lock(BUILDS[cuda], ENVS) is not None)
+    assert f"or set environment.cuda: {locked} to keep this image" in str(refused.value)
 
 
 def test_other_sources_bring_their_own_software():

@@ -58,8 +58,17 @@ def check(image: str, build: TorchBuild) -> None:
     major = int(named.split(".")[0])
     if major == build.cuda_major:
         return
-    fitting = [f'"{other.cuda}"' for other in BUILDS.values() if other.cuda_major == major]
-    keep = f", or set environment.cuda: {' or '.join(fitting)} to keep this image" if fitting else ""
+    fitting = [other for other in BUILDS.values() if other.cuda_major == major]
+    # Only a build whose lock has hashes installs (AzureML's image environment refuses the others before any spec).
+    from snakeddp.environment.cuda import locked as hashed  # on the way to a refusal only
+
+    locked = [f'"{other.cuda}"' for other in fitting if hashed(other.cuda) is not False]
+    keep = f", or set environment.cuda: {' or '.join(locked)} to keep this image" if locked else ""
+    if fitting and not locked:
+        keep = (
+            f' (environment.cuda "{fitting[0].cuda}" would keep this image once a maintainer locks it: tools/lock.sh '
+            f"where {fitting[0].index_url} answers)"
+        )
     raise AzureMLError(
         f"azureml.environment.image={image} is a CUDA {named} image, but environment.cuda={build.cuda} installs "
         f"torch's CUDA {build.cuda_major} build (NVIDIA driver {build.driver} or newer). HINT: set "
