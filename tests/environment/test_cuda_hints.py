@@ -6,6 +6,7 @@ compatibility, lets the same rank pass; torch's ROCm build is checked against th
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,12 @@ from tests.helpers import subprocess_env
 CHECK = "from snakeddp.environment import cuda; print(cuda.check_device(0))"
 
 
+def standin_env(standin: StandIn) -> dict[str, str]:
+    return {**standin.env(subprocess_env()), "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
 def checked(checks: Checks, standin: StandIn, **extra: str) -> subprocess.CompletedProcess:
-    env = {**standin.env(subprocess_env()), "PYTORCH_NVML_BASED_CUDA_CHECK": "1", **extra}
-    return checks.run(standin, env, CHECK)
+    return checks.run(standin, {**standin_env(standin), **extra}, CHECK)
 
 
 def refusal(done: subprocess.CompletedProcess) -> str:
@@ -63,6 +67,42 @@ def test_under_a_570_driver_every_hint_names_what_this_checkout_does_and_forward
     assert done.stdout.strip() == "NVIDIA A100-SXM4-40GB, compute capability 8.0, CUDA 13.0 build"
     # Turned off again (false is exported too, so nothing stays declared): refused as before.
     assert refusal(checked(checks, a100, **jobenv.forward_compat({"environment": {}}))) == line
+
+
+# A CUDA driver library that answers cuDriverGetVersion as the one this process loads would: the 570 driver's own
+# (12080) or cuda-compat-13-0's (13000), first on LD_LIBRARY_PATH as NVIDIA's guide puts cuda-compat's folder.
+LIBCUDA = """
+#include <stdlib.h>
+int cuDriverGetVersion(int *version) { *version = atoi(getenv("STANDIN_CUDA_DRIVER")); return 0; }
+"""
+
+
+def libcuda(folder: Path) -> Path:
+    folder.mkdir()
+    (folder / "libcuda.c").write_text(LIBCUDA)
+    built = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1")]
+    subprocess.run([*built, str(folder / "libcuda.c")], check=True, capture_output=True, timeout=120)
+    return folder
+
+
+def rank(standin: StandIn, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """The check in a process of its own: the dynamic loader reads LD_LIBRARY_PATH when a process starts."""
+    argv = standin.command([sys.executable, "-c", CHECK])
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_declared_forward_compat_is_checked_against_the_cuda_driver_library_the_rank_loads(tmp_path: Path):
+    a100 = StandIn(tmp_path / "a100", driver="570.86.15")
+    env = {**standin_env(a100), **jobenv.forward_compat({"environment": {"cuda_forward_compat": True}})}
+    first = f"{libcuda(tmp_path / 'compat')}:{env['LD_LIBRARY_PATH']}"
+    # cuda-compat not first on LD_LIBRARY_PATH: the library loaded is the 570 driver's own, and CUDA would refuse.
+    line = refusal(rank(a100, {**env, "LD_LIBRARY_PATH": first, "STANDIN_CUDA_DRIVER": "12080"}))
+    assert line.startswith("environment.cuda_forward_compat is declared, and the CUDA driver library this process")
+    assert "(libcuda.so.1) is CUDA 12.8's, the NVIDIA driver 570.86.15's own" in line, line
+    assert "HINT: put cuda-compat's folder first on the jobs' LD_LIBRARY_PATH" in line
+    # Done: cuda-compat-13-0's library first, and the rank passes its checks.
+    done = rank(a100, {**env, "LD_LIBRARY_PATH": first, "STANDIN_CUDA_DRIVER": "13000"})
+    assert done.returncode == 0 and done.stdout.strip().endswith("CUDA 13.0 build"), done.stderr[-2000:]
 
 
 def test_forward_compat_is_not_offered_nor_taken_for_geforce_gpus(checks, tmp_path: Path):

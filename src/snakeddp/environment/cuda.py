@@ -44,6 +44,7 @@ from snakeddp.util.cudabuild import (
     driver_too_old,
     forward_compat_covers,
     forward_compat_declared,
+    loaded_cuda_driver,
     runs_on,
 )
 
@@ -146,6 +147,30 @@ def why_no_device(torch_cuda: str | None, env: Mapping[str, str], seen: gpus.Dri
     )
 
 
+def check_driver(
+    driver: str | None, cuda: str, models: list[str], torch_version: str, host: str, env: Mapping[str, str]
+) -> None:
+    """A driver older than the build, refused in one line (a MachineRefusal) unless declared forward compatibility
+    serves these GPUs and the CUDA driver library this process loads is cuda-compat's, new enough for the build."""
+    if not driver or not driver_too_old(driver, cuda):
+        return
+    if not forward_compat_covers(env, models):
+        if forward_compat_declared(env):  # declared, and a GPU here is one cuda-compat does not serve
+            models = consumer_models(models)
+        raise MachineRefusal(driver_refusal(driver, cuda, torch_version, f"on {host}", models))
+    loaded = loaded_cuda_driver()
+    if loaded is not None and loaded // 1000 < int(cuda.split(".")[0]):
+        raise MachineRefusal(
+            f"environment.cuda_forward_compat is declared, and the CUDA driver library this process on {host} loads "
+            f"(libcuda.so.1) is CUDA {loaded // 1000}.{loaded % 1000 // 10}'s, the NVIDIA driver {driver}'s own, older "
+            f"than torch {torch_version}'s CUDA {cuda} build needs: cuda-compat is not first on LD_LIBRARY_PATH, and "
+            f'CUDA would stop every GPU rank with "The NVIDIA driver on your system is too old". HINT: put '
+            f"cuda-compat's folder first on the jobs' LD_LIBRARY_PATH (NVIDIA's cuda-compat-{cuda.replace('.', '-')} "
+            f"package installs /usr/local/cuda-{cuda}/compat), or update the driver to "
+            f"{driver_needed(cuda)[0] if driver_needed(cuda) else '?'} or newer."
+        )
+
+
 def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_on_node: int = 1) -> Device:
     """The GPU this rank will train on, checked against torch's build and the driver; a one-line LaunchError
     otherwise (a MachineRefusal, not retried, for what any node like this one would refuse again: the build,
@@ -169,11 +194,7 @@ def check_device(local_rank: int, env: Mapping[str, str] = os.environ, *, ranks_
             f"{env.get(gpus.VISIBLE, '(unset)')}; this node shows {gpus.describe(env, seen=seen)}): {reason}, and a "
             f"GPU run never trains on the CPU instead. HINT: {hint}."
         )
-    models = [gpu.model for gpu in shown]
-    if driver_too_old(seen.version, cuda) and not forward_compat_covers(env, models):
-        if forward_compat_declared(env):  # declared, and a GPU here is one cuda-compat does not serve
-            models = consumer_models(models)
-        raise MachineRefusal(driver_refusal(seen.version, cuda, torch.__version__, f"on {host}", models))
+    check_driver(seen.version, cuda, [gpu.model for gpu in shown], torch.__version__, host, env)
     if ranks_on_node > len(shown):
         slices = " (MIG slices: a CUDA process enumerates one)" if any(gpu.mig for gpu in shown) else ""
         raise MachineRefusal(

@@ -10,6 +10,7 @@ on X.Y to X.9, PYTORCH_RELEASES_CODE_CC for x86_64) and NVIDIA's minimum drivers
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import re
 from collections.abc import Iterable, Mapping
@@ -86,6 +87,20 @@ def forward_compat_declared(env: Mapping[str, str]) -> bool:
 def consumer_models(models: Iterable[str]) -> list[str]:
     """The GPU models NVIDIA's forward compatibility does not serve (GeForce, TITAN)."""
     return sorted({model for model in models if CONSUMER_MODELS.search(model)})
+
+
+def loaded_cuda_driver() -> int | None:
+    """The CUDA version (13000 for 13.0) of the driver library this process loads, libcuda.so.1 as the dynamic
+    loader finds it (LD_LIBRARY_PATH first: cuda-compat's, where it is put there), asked with cuDriverGetVersion,
+    which initialises nothing; None where there is none (no NVIDIA driver here) or it does not answer."""
+    try:
+        library = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int(0)
+        if library.cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return version.value
 
 
 def forward_compat_covers(env: Mapping[str, str], models: Iterable[str]) -> bool:
