@@ -23,8 +23,9 @@ MOUNTS = (
 )
 
 
-def amd_host(root: Path, gpus: int) -> list[str]:
-    """The command prefix that runs a process on a host with ``gpus`` MI300s and torch's ROCm build."""
+def amd_host(root: Path, gpus: int, hip: str | None = HIP) -> list[str]:
+    """The command prefix that runs a process on a host with ``gpus`` MI300s and torch's ROCm build (``hip``; None:
+    the installed wheel's build as it is)."""
     nodes = root / "nodes"
     (nodes / "0").mkdir(parents=True)
     (nodes / "0" / "properties").write_text("cpu_cores_count 64\nsimd_count 0\ngfx_target_version 0\n")
@@ -33,7 +34,7 @@ def amd_host(root: Path, gpus: int) -> list[str]:
         (nodes / str(index) / "properties").write_text(GPU_NODE.format(id=4000 + index))
     installed = installed_torch_version_file()
     version = root / "version.py"
-    version.write_text(re.sub(r"^hip: (.*) = .*$", rf"hip: \g<1> = {HIP!r}", installed.read_text(), flags=re.M))
+    version.write_text(re.sub(r"^hip: (.*) = .*$", rf"hip: \g<1> = {hip!r}", installed.read_text(), flags=re.M))
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", MOUNTS, "amd-host",
             str(nodes), str(version), str(installed)]  # fmt: skip
 
@@ -76,3 +77,20 @@ def test_a_rank_of_torchs_rocm_build_names_its_amd_gpu_and_without_one_says_why_
     assert f"ROCm {HIP} build share this node" in last, last
     assert "enumerates 0 AMD GPUs of 2 installed (HIP_VISIBLE_DEVICES='' hides the others)" in last, last
     assert last.count("HINT:") == 1 and "install the CUDA" not in last
+
+
+def test_torch_without_rocm_on_an_amd_host_names_the_amd_gpus_and_offers_no_cuda_build(tmp_path: Path):
+    """The venv's CPU (or CUDA) torch where the GPUs are AMD's: auto trains on the CPU naming them, and a rank told
+    gpu stops in one line that says why, never with a HINT to install a CUDA build (which could not drive them)."""
+    host = amd_host(tmp_path, gpus=1, hip=None)
+    planned = on(host, AUTO)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    build, decided, why = planned.stdout.splitlines()
+    assert build == "None None" and decided == "cpu cpu"
+    assert why.endswith("and 1 AMD GPU (AMD Instinct MI300 series (gfx942)), which need torch's ROCm build"), why
+    refused = on(host, RANK)
+    last = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode != 0 and last.count("HINT:") == 1, refused.stderr[-2000:]
+    assert "this node's GPUs are AMD's (1 AMD GPU (AMD Instinct MI300 series (gfx942))), which torch's CPU" in last
+    assert "HINT: set launch.accelerator: cpu (AMD GPUs train with torch's ROCm build" in last
+    assert "install the CUDA" not in last

@@ -72,7 +72,8 @@ def why_not_gpus(devices: int, env: Mapping[str, str] = os.environ) -> NoGpus | 
     seen = gpus.driver()
     shown = gpus.apply_visible(seen, env)
     if len(shown) < devices:
-        return NoGpus(f"this machine shows {gpus.describe(env, seen=seen)}")
+        amd = f" and {amdgpus.describe(env)}, which need torch's ROCm build" if amdgpus.visible(env) else ""
+        return NoGpus(f"this machine shows {gpus.describe(env, seen=seen)}{amd}")
     build = cudabuild.installed_cuda()
     if build is None and cudabuild.installed_torch():
         return NoGpus("the installed torch is a CPU build", cudabuild.builds_under(seen.version))

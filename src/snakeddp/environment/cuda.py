@@ -131,6 +131,14 @@ def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, model
 
 def why_no_device(torch_cuda: str | None, env: Mapping[str, str], seen: gpus.Driver) -> tuple[str, str]:
     """Why a rank sees no GPU where GPUs were decided, and what to do: (reason, HINT)."""
+    amd = amdgpus.visible(env) if not gpus.apply_visible(seen, env) else []
+    if amd:
+        return (
+            f"this node's GPUs are AMD's ({amdgpus.describe(env)}), which torch's "
+            f"{f'CUDA {torch_cuda}' if torch_cuda else 'CPU'} build cannot drive",
+            f"{ON_THE_CPU} (AMD GPUs train with torch's ROCm build, which snakeddp runs and this checkout does not "
+            "lock: docs/environments.md)",
+        )
     if torch_cuda is None:
         return "torch is a CPU build", install_hint(builds_under(seen.version))
     if seen.failure():
