@@ -145,3 +145,17 @@ def test_a_rank_that_stopped_answering_is_named_even_when_a_waiting_rank_sampled
     # advance came a tick before rank 1's.
     stall = judge([at(0, still=62, step=312), at(1, still=61, silent=61, step=311)], NOW, HangTimeout("auto"))
     assert stall is not None and stall.culprit.rank == 1
+
+
+def test_a_rank_that_stopped_answering_gets_the_limit_of_where_the_others_wait_not_of_its_stale_phase():
+    """Stopped a few steps into an epoch, rank 1's last post (2 s before) said the previous epoch's validation,
+    a long phase; the others wait for it in backward: auto's step limit, not its longest (the default setting
+    took 3 minutes to name a stopped rank, past issue 53's two)."""
+    stopped = at(1, still=61, silent=61, step=311, phase="on_validation_epoch_end")
+    stall = judge([at(0, still=60, step=312), stopped], NOW, HangTimeout("auto"))
+    assert stall is not None and stall.culprit == stopped and stall.limit_s == AUTO_MIN_S
+    # Still answering, the same phase is what it says it is in: a long one.
+    answering = at(1, still=61, silent=1, step=311, phase="on_validation_epoch_end")
+    assert judge([at(0, still=60, step=312), answering], NOW, HangTimeout("auto")) is None
+    # The others wait in a long phase (a checkpoint's barrier): the long limit stands.
+    assert judge([at(0, still=60, step=312, phase=SAVING), stopped], NOW, HangTimeout("auto")) is None

@@ -249,16 +249,26 @@ def judge(positions: Sequence[Position], now: float, timeout: HangTimeout) -> St
         waiting_ranks,
         key=lambda p: (now - p.posted_at >= SILENT_S, round(now - p.advanced_at), now - p.posted_at, -p.rank),
     )
-    limit = timeout.limit(culprit)
+    others = tuple(p for p in positions if p is not culprit)
+    limit = _limit(culprit, others, now, timeout)
     if now - culprit.advanced_at < limit:
         return None
-    others = tuple(p for p in positions if p is not culprit)
     together = (
         len(waiting_ranks) == len(positions) > 1
         and len({(p.step, p.phase) for p in positions}) == 1
         and all(now - p.posted_at < SILENT_S for p in positions)
     )
     return Stall(culprit, others, now, limit, together)
+
+
+def _limit(culprit: Position, others: Sequence[Position], now: float, timeout: HangTimeout) -> float:
+    """The culprit's limit where it still reports; where it stopped answering (a stopped or dead process), its last
+    post's phase is stale (it posts every POST_S s: a rank that stopped a few steps into an epoch last said
+    "validation" or "checkpoint", auto's longest), so the limit is that of where the others wait for it."""
+    waiting = [p for p in others if p.phase != FINISHED]
+    if now - culprit.posted_at < SILENT_S or not waiting:
+        return timeout.limit(culprit)
+    return max(timeout.limit(p) for p in waiting)
 
 
 def median_step(intervals: Sequence[float]) -> float | None:
