@@ -290,9 +290,8 @@ def test_steps_subcommands_require_their_own_arguments(tmp_path):
 
 def test_steps_report_a_snakeddp_error_as_one_line(tmp_path):
     missing = tmp_path / "no-such-table.csv"
-    params = json.dumps({"source": "table", "num_train_files": 1, "num_classes": 2,
-                         "table": {"path": str(missing), "format": "csv", "features": ["x"]}})  # fmt: skip
-    step = [sys.executable, "-m", "snakeddp.steps", "ingest", "--params", params, "--out", str(tmp_path / "ingest")]
+    given = json.dumps(params(missing, partitions=1, classes=2, format="csv", features=["x"]))
+    step = [sys.executable, "-m", "snakeddp.steps", "ingest", "--params", given, "--out", str(tmp_path / "ingest")]
     result = subprocess.run(step, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, check=False)
     assert result.returncode == 1, result.stderr
     assert (

@@ -48,6 +48,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+# Before Lightning: torchmetrics without transformers and matplotlib, which its import would pull in (issue 72).
+import snakeddp.training.lean_torchmetrics  # noqa: F401
+
+# isort: split
 import lightning.pytorch as pl
 import torch
 

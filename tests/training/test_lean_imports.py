@@ -84,3 +84,5 @@ def test_a_plain_runs_processes_import_no_tracker(tmp_path):
     imported = {match[1].partition(".")[0] for match in re.finditer(r"^import time:.*\|\s+([\w.]+)\s*$", text, re.M)}
     assert {"torch", "lightning", "snakeddp"} <= imported, "the probe sees the rank's imports"
     assert imported.isdisjoint(TRACKERS), sorted(imported & set(TRACKERS))
+    # snakeddp.train imports torchmetrics lean before Lightning does (training.lean_torchmetrics).
+    assert imported.isdisjoint(LEFT_OUT), sorted(imported & set(LEFT_OUT))

@@ -15,8 +15,9 @@ DATA = ("numpy", "snakeddp.data.generate", "blake3")
 ENVIRONMENT = ("snakeddp.environment.capture",)
 #: tabulate: torch's dynamo imports it at every exit of a process that imported torch (its compile-time
 #: summary), 20 ms a job. (Not adlfs, gcsfs and s3fs: Lightning asks for them only of a checkpoint path in object
-#: storage, snakeddp.compat.lightning.)
-TRAINING = ("torch", "lightning", "tabulate", "snakeddp.train")
+#: storage, snakeddp.compat.lightning.) snakeddp.training.lean_torchmetrics before Lightning: torchmetrics imported
+#: without transformers and matplotlib (issue 72).
+TRAINING = ("torch", "snakeddp.training.lean_torchmetrics", "lightning", "tabulate", "snakeddp.train")
 TABLE = ("snakeddp.data.table",)
 #: matplotlib, jinja2 and the crate's modules: 0.46 s of the report job's start.
 REPORT = ("snakeddp.report.job",)
