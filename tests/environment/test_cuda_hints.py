@@ -108,7 +108,7 @@ def test_declared_forward_compat_is_checked_against_the_cuda_driver_library_the_
 def test_forward_compat_is_not_offered_nor_taken_for_geforce_gpus(checks, tmp_path: Path):
     geforce = StandIn(tmp_path / "rtx", driver="570.86.15", model="NVIDIA GeForce RTX 4090", capability="8.9")
     offered = refusal(checked(checks, geforce))
-    assert "NVIDIA's forward compatibility does not serve NVIDIA GeForce RTX 4090 (data-centre GPUs only)" in offered
+    assert "(NVIDIA's forward compatibility does not serve NVIDIA GeForce RTX 4090: data-centre GPUs only)" in offered
     assert "cuda_forward_compat: true" not in offered
     declared = refusal(checked(checks, geforce, **jobenv.forward_compat({"environment": {"cuda_forward_compat": 1}})))
     assert "does not serve NVIDIA GeForce RTX 4090" in declared

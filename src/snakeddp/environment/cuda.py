@@ -109,13 +109,13 @@ def driver_hint(driver: str, cuda: str, models: list[str]) -> str:
     newer = f"{needed[0] if needed else '?'} or newer"
     consumer = consumer_models(models)
     if consumer:
-        compat = f"NVIDIA's forward compatibility does not serve {', '.join(consumer)} (data-centre GPUs only)"
+        compat = f" (NVIDIA's forward compatibility does not serve {', '.join(consumer)}: data-centre GPUs only)"
     else:
         compat = (
-            "declare NVIDIA's forward compatibility where cuda-compat is installed on these data-centre GPUs "
+            ", or declare NVIDIA's forward compatibility where cuda-compat is installed on these data-centre GPUs "
             '(--config "environment={cuda_forward_compat: true}")'
         )
-    return f"update the driver to {newer}, or {compat}, or {install_hint(builds_under(driver))}"
+    return f"update the driver to {newer}{compat}, or {install_hint(builds_under(driver))}"
 
 
 def driver_refusal(driver: str, cuda: str, torch_version: str, where: str, models: list[str] | None = None) -> str:
