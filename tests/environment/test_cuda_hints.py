@@ -5,6 +5,7 @@ compatibility, lets the same rank pass; torch's ROCm build is checked against th
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ import pytest
 
 from snakeddp.environment import cuda
 from snakeddp.environment.builds import BUILDS
-from snakeddp.environment.files import ENVS, build_lock
+from snakeddp.environment.files import ENVS, build_lock, locked_build
+from snakeddp.errors import EnvFileError
 from snakeddp.util import amdgpus
 from snakeddp.workflow import jobenv
 from tests.gpu_standin import Checks, StandIn
@@ -47,6 +49,12 @@ def test_the_hints_offer_a_build_only_where_this_checkouts_lock_of_it_has_hashes
         else:  # what every installer would refuse is never offered as a command
             assert "install the CUDA" not in hint and "tools/setup.sh" not in hint, hint
             assert hint.startswith("set launch.accelerator: cpu (") and "tools/lock.sh where https://" in hint
+    # An installer's refusal of an unlocked build offers the builds that are locked, and only those.
+    for cuda_build in (name for name, hashed in locked.items() if not hashed):
+        with pytest.raises(EnvFileError) as refused:
+            locked_build(cuda_build, ENVS)
+        offered = re.findall(r'"([\d.a-z]+)"', str(refused.value).split("HINT:")[1])
+        assert offered and all(locked[name] for name in offered), str(refused.value)
     # The first locked build of several is the one offered.
     first = next(cuda_build for cuda_build in ("12.6", "13.0") if locked[cuda_build])
     assert cuda.install_hint(["12.6", "13.0"]).startswith(f"install the CUDA {first} build")

@@ -113,11 +113,13 @@ def locked_build(cuda: str, envs: Path = ENVS) -> Lock:
         text = path.read_text() if path.is_file() else ""
         said = [line[2:].strip() for line in text.splitlines() if line.startswith("# Not locked:")]
         why = said[0].removeprefix("Not locked: ").split(". Every installer")[0] if said else "the file is missing"
+        ready = [f'"{name}"' for name, other in BUILDS.items() if name != build.cuda and build_lock(other, envs)]
+        choose = f"choose a build this checkout has locked (environment.cuda: {' or '.join(ready)})" if ready else ""
         raise EnvFileError(
             f'environment.cuda "{build.cuda}": {path} has no hashes for torch\'s build from {build.index_url} '
             f"({why}), "
             "and nothing installs without them. HINT: run tools/lock.sh on a machine that reaches "
-            f"{build.index_url} and commit the locks, or choose a locked build (environment.cuda)."
+            f"{build.index_url} and commit the locks{', or ' + choose if choose else ''}."
         )
     return own
 
