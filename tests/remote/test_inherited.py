@@ -11,6 +11,7 @@ WORKFLOW = {
     names.NETWORK: json.dumps({"env": {"NCCL_DEBUG": "INFO"}}),
     names.TRACKING: '{"mlflow": {"enabled": true}}',
     names.SITE: '{"accelerator": "gpu"}',
+    names.CUDA_FORWARD_COMPAT: "1",
     # The submitting shell's own network variables (a login node's interface), and the submitter's commit.
     "NCCL_SOCKET_IFNAME": "ib0",
     names.CODE_COMMIT: "0123abc",
@@ -18,12 +19,13 @@ WORKFLOW = {
 }
 
 
-def test_a_job_gets_the_configs_network_tracking_and_site_and_the_submitters_commit_and_nothing_of_its_shell():
+def test_a_job_gets_the_configs_network_tracking_site_and_forward_compat_and_the_submitters_commit_only():
     got = inherited.variables("azureml", WORKFLOW)
     assert got == {
         "NCCL_DEBUG": "INFO",
         names.TRACKING: WORKFLOW[names.TRACKING],
         names.SITE: WORKFLOW[names.SITE],
+        names.CUDA_FORWARD_COMPAT: "1",
         names.PLATFORM: "azureml",
         names.CODE_COMMIT: "0123abc",
         names.CODE_DIRTY: "1",

@@ -20,13 +20,14 @@ def variables(platform: str, env: Mapping[str, str] = os.environ) -> dict[str, s
     ``SNAKEDDP_NETWORK``), never the NCCL_*/GLOO_* the submitting shell exported: a login node's
     NCCL_SOCKET_IFNAME=ib0 names an interface the job's nodes need not have. The tracking and site
     sections travel in the workflow's environment and are copied in, the site so that every rank resolves
-    ``launch.accelerator: auto`` as the submitter did. The ranks run as the platform the row names
+    ``launch.accelerator: auto`` as the submitter did, and environment.cuda_forward_compat, which the ranks' GPU
+    checks read. The ranks run as the platform the row names
     (``ranks_as``: a Databricks job's driver starts them as the spark platform does), and the code ships
     without .git, so the submitter's commit goes with it.
     """
     inherited = {
         **network.variables({"network": names.network(env)}),
-        **{name: env[name] for name in (names.TRACKING, names.SITE) if name in env},
+        **{name: env[name] for name in (names.TRACKING, names.SITE, names.CUDA_FORWARD_COMPAT) if name in env},
         names.PLATFORM: platforms.row(platform).ranks_as or platform,
     }
     code = code_info(env)
