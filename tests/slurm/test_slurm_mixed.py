@@ -45,6 +45,11 @@ def test_the_type_a_job_asks_for_where_a_partition_mixes_gpus_the_build_runs_and
     assert mixed_gpus.typed_request(partitions(*gres), build) == typed
 
 
+def test_a_partition_of_gpus_the_build_cannot_run_is_left_to_the_check_that_refuses_it():
+    said: list[str] = []
+    assert mixed_gpus.decide(partitions(V100, V100), "13.0", said.append) == mixed_gpus.MixedGpus() and not said
+
+
 def test_a_drained_v100_node_mixes_nothing():
     (main,) = partitions(A100)
     drained = partitions(V100, state="IDLE+DRAIN")

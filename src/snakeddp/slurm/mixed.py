@@ -50,7 +50,8 @@ def decide(partitions: list[Partition], build: str | None, say: Callable[[str], 
     """What GPU train jobs of torch's CUDA ``build`` do on ``partitions`` (the training rules'), said in one line
     where it is anything but asking for any GPU."""
     chosen, cannot = typed_request(partitions, build)
-    if not cannot:
+    kinds = {kind for partition in partitions for node in partition.up for kind in node.gpus}
+    if not cannot or kinds <= set(cannot):  # none there that it runs: the check refuses the runs, with a HINT
         return MixedGpus()
     names = ", ".join(sorted({p.name for p in partitions}))
     why = f"Slurm partition {names} also has {', '.join(cannot)} GPUs, which torch's CUDA {build} build has no"
