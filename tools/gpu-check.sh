@@ -6,10 +6,10 @@
 #      devices-1 trains on it, devices-2 on the CPU; on two or more, devices-2 is a 2-rank NCCL run, and a
 #      second invocation trains two devices-1 runs at once, each on a GPU of its own)
 #   2. pytest -m gpu (tests/gpu: precision x strategy, preemption and resume, determinism, the driver's files),
-#      beside step 1: both only check, neither is timed
+#      on one GPU beside the rest of step 1 once devices-1 has trained (neither is timed)
 #   3. python -m bench gpu, alone: bench 15's ratios against hand-written DDP at both partition sizes, 32-true
 #      and bf16-mixed, one round (steps 1-2 warmed the caches), written to bench/results.md and .json
-# Each step has a time limit (STEP_S), and the bench the rest of TOTAL_S.
+# Each step has a time limit (STEP_S), and the bench the rest of TOTAL_S (at least BENCH_S).
 #
 #   tools/gpu-check.sh --prepare [--python X.Y]   here (PyPI reachable): the wheels the GPU image lacks, or has
 #                                         at another version than the lock's (Lightning, torchmetrics), into
@@ -118,16 +118,17 @@ print("python", platform.python_version(), "torch", torch.__version__, "CUDA bui
 print("driver", gpus.driver_version(), "|", gpus.describe({}), "| arch list", " ".join(torch.cuda.get_arch_list()))
 PY
 
-# Time limits: steps 1 and 2 run side by side within STEP_S; the bench gets what is left of TOTAL_S (at least 60 s).
-STEP_S=${GPU_CHECK_STEP_S:-110}
+# Time limits: the workflow and pytest STEP_S each; the bench gets what is left of TOTAL_S (at least BENCH_S).
+STEP_S=${GPU_CHECK_STEP_S:-100}
 TOTAL_S=${GPU_CHECK_TOTAL_S:-290}
+BENCH_S=${GPU_CHECK_BENCH_S:-150}
 gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
-
-say "2/3 pytest -m gpu, beside step 1 (limit ${STEP_S} s)"
 workers=$(( $(nproc) < 12 ? $(nproc) : 12 ))
-timeout -k 5 "$STEP_S" "$python" -m pytest -p no:cacheprovider -m gpu tests/gpu -q -n "$workers" --durations=10 \
-    >"$OUT/pytest-gpu.log" 2>&1 &
-pytest_pid=$!
+pytest_gpu() {
+    say "2/3 pytest -m gpu on $workers workers (limit ${STEP_S} s)"
+    timeout -k 5 "$STEP_S" "$python" -m pytest -p no:cacheprovider -m gpu tests/gpu -q -n "$workers" --durations=10 \
+        >"$OUT/pytest-gpu.log" 2>&1
+}
 
 say "1/3 the default workflow: snakemake --profile local, in a copy of the checkout (limit ${STEP_S} s)"
 flow=$(mktemp -d)
@@ -136,12 +137,26 @@ tar --exclude=./.venv --exclude=./.venv-azureml-v1 --exclude="./$CHECK" --exclud
 status=0
 # The bare name as users type it, linked by the set-up's own step, in a config folder of the copy's own.
 (cd "$flow" && export XDG_CONFIG_HOME=$flow/.config && tools/profiles.sh \
-    && timeout -k 5 "$STEP_S" "$bin/snakemake" --profile local) >"$OUT/workflow.log" 2>&1 || status=$?
+    && exec timeout -k 5 "$STEP_S" "$bin/snakemake" --profile local) >"$OUT/workflow.log" 2>&1 &
+workflow_pid=$!
+# On one GPU, pytest starts once devices-1 has trained there (devices-2 trains on the CPU meanwhile): the
+# workflow's GPU pool would find the tests' processes on the GPU and refuse it as busy.
+pytest_pid=
+if [[ "$gpus" -le 1 ]]; then
+    while kill -0 "$workflow_pid" 2>/dev/null && [[ ! -e "$flow/results/runs/devices-1/provenance.json" ]]; do
+        sleep 1
+    done
+    if kill -0 "$workflow_pid" 2>/dev/null; then
+        pytest_gpu &
+        pytest_pid=$!
+    fi
+fi
+wait "$workflow_pid" || status=$?
 tail -n 25 "$OUT/workflow.log" >&2
 cp -r "$flow/logs" "$OUT/workflow-logs" 2>/dev/null || true
 if [[ $status -ne 0 ]]; then
-    kill "$pytest_pid" 2>/dev/null || true
-    wait "$pytest_pid" 2>/dev/null || true
+    [[ -z "$pytest_pid" ]] || kill "$pytest_pid" 2>/dev/null || true
+    wait 2>/dev/null || true
     say "step 1 stopped (exit $status) after $((SECONDS - started)) s: $OUT/workflow.log, $OUT/workflow-logs"
     exit "$status"
 fi
@@ -166,14 +181,19 @@ if [[ "$gpus" -ge 2 ]]; then
     tail -n 10 "$OUT/workflow-two.log" >&2
     runs | tee "$OUT/runs.txt" >&2
 fi
+say "step 1 done after $((SECONDS - started)) s"
 
-wait "$pytest_pid" || status=$?
+if [[ -z "$pytest_pid" ]]; then
+    pytest_gpu || status=$?
+else
+    wait "$pytest_pid" || status=$?
+fi
 tail -n 15 "$OUT/pytest-gpu.log" >&2
-say "steps 1-2 done after $((SECONDS - started)) s"
+say "step 2 done after $((SECONDS - started)) s"
 
 left=$((TOTAL_S - (SECONDS - started)))
-left=$((left < 60 ? 60 : left))
-say "3/3 python -m bench gpu, one round at both partition sizes (limit ${left} s)"
+left=$((left < BENCH_S ? BENCH_S : left))
+say "3/3 python -m bench gpu, alone: one round at both partition sizes (limit ${left} s)"
 timeout -k 5 "$left" "$python" -m bench gpu --reps 1 --warmup 0 >"$OUT/bench-gpu.log" 2>&1 || status=$?
 tail -n 15 "$OUT/bench-gpu.log" >&2
 cp bench/results.md bench/results.json "$OUT/" 2>/dev/null || true
