@@ -4,6 +4,7 @@ which there is itself a venv (/opt/torch/.venv) holding torch."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -127,3 +128,17 @@ def test_wheels_prepared_for_another_python_stop_the_check_first_in_one_line(tmp
     (checkout / ".gpu-check" / "wheels" / "PYTHON").write_text(f"{here}\n")
     subprocess.run(["bash", "tools/gpu-check.sh", "--venv"], cwd=checkout, env=env, check=True, timeout=300)
     assert (checkout / ".gpu-check" / "venv" / "bin" / "python").exists()
+
+
+def test_its_pytest_step_runs_every_file_with_gpu_tests() -> None:
+    """A gpu-marked test outside the files the check names would never run on a lent GPU (the only place it can)."""
+    marked = {
+        path.relative_to(REPO).as_posix()
+        for path in (REPO / "tests").rglob("test_*.py")
+        if re.search(r"pytest\.mark\.gpu\b", path.read_text())
+    }
+    script = (REPO / "tools" / "gpu-check.sh").read_text()
+    named = {name for name in script.split() if name.startswith("tests/")}
+    assert marked, "no gpu-marked test found"
+    left_out = {name for name in marked if not any(name == n or name.startswith(n + "/") for n in named)}
+    assert not left_out, left_out
