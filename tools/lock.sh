@@ -140,15 +140,16 @@ for line in "${builds[@]}"; do
 done
 
 # One lock serves every Python tools/python.sh takes: each other one resolves the core and dev .in files to the same
-# packages at the same versions, torch as PyPI's build (no find-links wheel is for it), or nothing is written. Offline
-# first, from the pages just read. (The SDK v1's venv is this Python's only.)
+# packages at the same versions, torch as PyPI's build (this machine's find-links torch is cp311's; a find-links
+# wheel for every Python, a test's, is taken as here), or nothing is written. Offline first, from the pages just read.
+# (The SDK v1's venv is this Python's only.)
 here=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 awk '/^[A-Za-z0-9]/{skip=0} /^torch==/{skip=1} !skip' "$work/all.txt" > "$work/all-without-torch.txt"
 for version in "${SUPPORTED_PYTHONS[@]}"; do
     [[ $version != "$here" && -f "$work/build-13.0.txt" ]] || continue
-    (unset UV_FIND_LINKS; cached_first "${compile[@]}" --quiet --python-version "$version" --python-platform "$platform" \
+    cached_first "${compile[@]}" --quiet --python-version "$version" --python-platform "$platform" \
         envs/requirements.in envs/requirements-dev.in --constraint "$work/all-without-torch.txt" \
-        --constraint "$work/build-13.0.txt" --constraint "$work/denied.txt" --output-file "$work/all-$version.txt") \
+        --constraint "$work/build-13.0.txt" --constraint "$work/denied.txt" --output-file "$work/all-$version.txt" \
         || { echo "lock: the .in files have no solution on Python $version (uv's reason above); the locks are unchanged." >&2; exit 1; }
     helper snakeddp.environment.locking same "$work/all-$version.txt" --as "$work/all-without-torch.txt" \
         "$work/build-13.0.txt" --python "$version" --here "$here" || exit 1
@@ -160,9 +161,14 @@ helper snakeddp.environment.locking write "$work" "$work/out" --python "$pythons
 # PEP 751's pylock.toml beside each lock, from the lock itself (every version pinned, so uv chooses nothing; the same
 # cutoff, so it names no file the resolution could not see), for the Pythons tools/python.sh takes: offline from the
 # pages just read. Each lock then keeps the hashes of the files its pylock names (uv hashed cp310's too).
+# Find-links only where the locks took a package from one (a wheel a user added): this machine's CPU torch would
+# otherwise be a second torch there, by a path no other machine has.
 pylock() {
-    local out=$1; shift
-    (unset UV_FIND_LINKS; cached_first "$uv" pip compile --quiet --no-header --universal --no-deps \
+    local out=$1 links
+    shift
+    links=$(sed -n 's|^    # from \(file://.*\)|\1|p' "$@" | sort -u | paste -sd, -)
+    (unset UV_FIND_LINKS; [[ -z $links ]] || export UV_FIND_LINKS=$links
+        cached_first "$uv" pip compile --quiet --no-header --universal --no-deps \
         --python-version "${SUPPORTED_PYTHONS[0]}" --format pylock.toml "${cooldown[@]}" "$@" --output-file "$out")
 }
 pylock "$work/out/pylock.requirements.toml" "$work/out/requirements.lock"

@@ -355,7 +355,7 @@ def _kept_hashes(text: str, source: str, named: Mapping[str, tuple[str, frozense
             key, pending = None, []
         if entry:
             key = canonicalize_name(entry["name"])
-            version = entry["version"].split("+")[0]
+            version = entry["version"]
             if key not in named or named[key][0] != version:
                 found = named.get(key, ("no version",))[0]
                 raise LockError(f"{source}: {entry['name']}=={version}, and its pylock.toml names {found}")
