@@ -300,3 +300,15 @@ def standin_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checks]
     checks = Checks(tmp_path_factory.mktemp("standin-checks"))
     yield checks
     checks.close()
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 256 KiB filesystem of its own (tmpfs, as root), where a write meets a full disk."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", mount], check=True)

@@ -134,18 +134,6 @@ def test_a_full_disk_met_anywhere_is_one_line_from_the_process_that_met_it(capsy
         subprocess.run(["umount", disk], check=True)
 
 
-@pytest.fixture
-def disk(tmp_path):
-    """A 256 KiB filesystem of its own."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", mount], check=True)
-
-
 def test_said_when_full_lets_other_errors_through_unchanged(tmp_path):
     with pytest.raises(OSError) as raised, errors.said_when_full(tmp_path, "the data in"):
         raise OSError(errno.EACCES, "Permission denied")

@@ -9,7 +9,6 @@ import errno
 import os
 import pickle
 import shutil
-import subprocess
 
 import pytest
 import torch
@@ -46,18 +45,6 @@ def test_copy_file_onto_a_hard_link_leaves_the_linked_file_alone(tmp_path):
     copy_file(other, target)
     assert users.read_text() == "mine\n" and target.read_text() == "theirs\n"
     assert not os.path.samefile(users, target)
-
-
-@pytest.fixture
-def disk(tmp_path):
-    """A 256 KiB filesystem of its own."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", mount], check=True)
 
 
 def test_a_write_that_fills_the_disk_names_what_and_where_and_leaves_the_old_file_whole(disk):
