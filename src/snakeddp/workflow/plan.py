@@ -322,7 +322,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
     )
-    _export_to_jobs(validated, repo, deployment, lock_file)
+    _export_for_jobs(validated, repo, deployment, lock_file)
     return plan
 
 
@@ -385,7 +385,7 @@ def _check_before_jobs(
         advisories.refuse_denied([envs / envfiles.stage_file(stage, cuda) for stage in envfiles.STAGE_PACKAGES])
 
 
-def _export_to_jobs(validated: dict[str, Any], repo: Path, deployment: frozenset[str], lock_file: str) -> None:
+def _export_for_jobs(validated: dict[str, Any], repo: Path, deployment: frozenset[str], lock_file: str) -> None:
     # What every job inherits (locally and through sbatch): this checkout's package, the profile's
     # platform (how snakeddp.launch starts processes; deliberately not a rule parameter, so moving a
     # finished run between profiles does not retrain it), the lock's path, network tuning and trackers,
