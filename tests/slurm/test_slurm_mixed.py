@@ -117,18 +117,25 @@ def test_where_the_build_runs_two_types_of_a_partition_untyped_gpu_jobs_leave_ou
     assert exclusions.nodes_of(SimpleNamespace(**{**vars(job), "rule": SimpleNamespace(name="report")})) == set()
 
 
+def train_in_partitions(slurm_cluster, tmp_path, partitions: str, devices: int) -> tuple[SlurmWorkflow, str]:
+    """One GPU run's train job sent to ``partitions`` (the profile's slurm_partition), not retried: the workflow
+    and what it said."""
+    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
+    flow.directory.mkdir()
+    launch = {"accelerator": "gpu", "devices": devices, "mem_mb": None}
+    flow.write_config(config(trainer={"max_epochs": 1}, launch=launch))
+    where = ("--set-resources", f"train:slurm_partition='{partitions}'")
+    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
+    done = flow.run(*where, "--config", small, "--retries", "0", "results/runs/base/provenance.json", check=False)
+    return flow, done.stdout + done.stderr
+
+
 @pytest.mark.slurm
 @pytest.mark.e2e
 def test_a_job_sent_to_a100_and_v100_partitions_asks_for_a100s_and_runs_on_one(slurm_cluster, tmp_path):
     """`-p main,v100` (the profile's slurm_partition): Slurm starts a job in whichever partition can start it first,
     and an untyped --gres=gpu:2 fits the v100 node as well as the A100 ones; typed, only an A100 node holds it."""
-    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
-    flow.directory.mkdir()
-    flow.write_config(config(trainer={"max_epochs": 1}, launch={"accelerator": "gpu", "devices": 2, "mem_mb": None}))
-    where = ("--set-resources", "train:slurm_partition='main,v100'")
-    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
-    done = flow.run(*where, "--config", small, "--retries", "0", "results/runs/base/provenance.json", check=False)
-    said = done.stdout + done.stderr
+    flow, said = train_in_partitions(slurm_cluster, tmp_path, "main,v100", devices=2)
     assert said.count("snakeddp: GPU train jobs ask for a100 GPUs (--gres=gpu:a100:N): Slurm partition main, v100") == 1
     fields = "JobID,State,NodeList%60,ReqTRES%200,Comment%200"
     out = flow.slurm("sacct", "--allocations", "--parsable2", f"--format={fields}", f"--name={run_uuid(said)}")
@@ -144,13 +151,7 @@ def test_a_job_sent_to_a100_and_v100_partitions_asks_for_a100s_and_runs_on_one(s
 def test_a_job_sent_to_a100_mig_and_v100_partitions_leaves_the_v100_node_out(slurm_cluster, tmp_path):
     """`-p main,mig,v100`: the build runs the A100s and the MIG slices (two types, which one --gres cannot name),
     so the job asks for any GPU and leaves the v100 node out; it runs on an A100 or MIG node."""
-    flow = SlurmWorkflow(tmp_path / "flow", slurm_cluster)
-    flow.directory.mkdir()
-    flow.write_config(config(trainer={"max_epochs": 1}, launch={"accelerator": "gpu", "devices": 1, "mem_mb": None}))
-    where = ("--set-resources", "train:slurm_partition='main,mig,v100'")
-    small = "site={cpus_per_gpu: 1, mem_mb_per_gpu: 500}"
-    done = flow.run(*where, "--config", small, "--retries", "0", "results/runs/base/provenance.json", check=False)
-    said = done.stdout + done.stderr
+    flow, said = train_in_partitions(slurm_cluster, tmp_path, "main,mig,v100", devices=1)
     (v100,) = [name for name, (partition, _, _) in OTHER_GPUS.items() if partition == "v100"]
     line = f"snakeddp: GPU train jobs leave out {v100} (sbatch --exclude): Slurm partition main, mig, v100 also has"
     assert said.count(line) == 1, said[-3000:]
