@@ -99,6 +99,19 @@ def test_a_v100_under_the_cuda_13_build_is_refused_before_any_job_in_one_line_na
     assert "Traceback" not in done.stderr and not (flow.directory / "logs").exists(), "nothing ran"
 
 
+def one_rank_auto(standin: StandIn, tmp_path: Path) -> tuple[Workflow, dict[str, str]]:
+    """A one-rank run with launch.accelerator: auto, and the environment it runs in on ``standin``."""
+    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
+    return flow, standin.env(subprocess_env(), visible=None)
+
+
+def trained_with_its_line(flow: Workflow, env: dict[str, str], standin: StandIn) -> tuple[str, dict]:
+    """The run trained on ``standin`` (the report aside): the one HINT line it said, and its provenance."""
+    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)
+    (line,) = hints(done)
+    return line, json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
+
+
 def no_traceback_in_any_log(flow: Workflow) -> None:
     for log in (flow.directory / "logs").rglob("*.log"):
         assert "Traceback" not in log.read_text(), (log, log.read_text()[-3000:])
@@ -107,15 +120,12 @@ def no_traceback_in_any_log(flow: Workflow) -> None:
 def test_under_a_driver_older_than_the_build_a_cpu_run_trains_and_a_gpu_run_stops_in_one_line(tmp_path: Path):
     """torch 2.13's CUDA 13.0 build under driver 570: NVML counts the GPU, CUDA's first call would raise."""
     standin = StandIn(tmp_path / "gpus", count=1, driver="570.86.15")
-    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
-    env = standin.env(subprocess_env(), visible=None)
-    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)  # the report aside
-    (line,) = hints(done)
+    flow, env = one_rank_auto(standin, tmp_path)
+    line, trained = trained_with_its_line(flow, env, standin)
     assert line.startswith(
         "snakeddp: run base: 1 rank, and the NVIDIA driver is 570.86.15, older than the installed"
     ), line
     assert "launch.accelerator auto trains it on the CPU" in line and "HINT: update the driver to 580 or newer" in line
-    trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
     assert trained["launch"]["accelerator"] == "cpu"
     record = json.loads((flow.directory / "results/envs/train.json").read_text())
     assert record["versions"]["nvidia_driver"] == "570.86.15" and record["versions"]["gpus"] == [
@@ -250,8 +260,7 @@ def test_in_a_one_gpu_allocation_of_a_four_gpu_node_the_one_rank_run_is_given_th
 def test_after_a_driver_upgrade_without_a_reboot_auto_plans_the_cpu_and_gpu_is_refused_in_nvmls_words(tmp_path):
     """NVML answers "Driver/library version mismatch" (CUDA would fail alike) while /proc and /dev show the GPU."""
     standin = StandIn(tmp_path / "gpus", count=1, nvml_init=18)
-    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
-    env = standin.env(subprocess_env(), visible=None)
+    flow, env = one_rank_auto(standin, tmp_path)
     planned = flow.run("-n", env=env, wrap=standin.command)
     (line,) = hints(planned)
     assert line == (
@@ -275,16 +284,13 @@ def test_an_nvml_that_never_answers_blocks_neither_the_plan_nor_the_ranks_and_is
     """A GPU fallen off the bus blocks nvmlInit (here for 600 s, in every process that asks): each process gives
     NVML 5 s, says so, and the run trains on the CPU."""
     standin = StandIn(tmp_path / "gpus", count=1, nvml_slow_s=600)
-    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
-    env = standin.env(subprocess_env(), visible=None)
-    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)  # the report aside
-    (line,) = hints(done)
+    flow, env = one_rank_auto(standin, tmp_path)
+    line, trained = trained_with_its_line(flow, env, standin)
     assert line.startswith(
         "snakeddp: run base: 1 rank, and this machine shows no GPU this process can use (NVML did not answer within "
         "5 s; the host's driver lists 1): launch.accelerator auto trains it on the CPU"
     ), line
     assert "HINT: check the GPUs with nvidia-smi" in line and line.endswith("or set launch.accelerator: cpu."), line
-    trained = json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
     assert trained["launch"]["accelerator"] == "cpu"
     # What the HINT says: launch.accelerator: cpu plans the same without a word.
     assert not hints(flow.run("-n", "--config", "launch={accelerator: cpu}", env=env, wrap=standin.command))
