@@ -200,13 +200,13 @@ def no_space(error: OSError, path: str | Path, what: str | None = None) -> NoSpa
 
 
 @contextmanager
-def said_when_full(path: str | Path, what: str) -> Iterator[None]:
-    """A full disk or quota met inside the block, said as writing ``what`` ``path``, for writers that stream
-    into files of their own (a table's partitions); the block cleans up first, so the space left is counted
-    without its partial files."""
+def said_when_full(path: str | Path, what: str | None = None) -> Iterator[None]:
+    """A full disk or quota met inside the block, said as writing ``what`` ``path`` (snakeddp.util.fsutil's
+    writes, and writers that stream into files of their own: a table's partitions); the block cleans up first,
+    so the space left is counted without its partial files. One already said passes through as it is."""
     try:
         yield
-    except Exception as error:
+    except BaseException as error:
         full = full_disk(error)
         if full is None or isinstance(full, NoSpaceError):
             raise

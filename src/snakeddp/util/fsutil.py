@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from snakeddp.errors import NoSpaceError, full_disk, no_space
+from snakeddp.errors import said_when_full
 
 
 def _umask() -> int:
@@ -33,36 +33,21 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None], what: str
     A full disk or quota ends in NoSpaceError, whose line names ``what`` (say "the checkpoint") and
     ``path``, and the space left once the temporary file is gone."""
     path = Path(path)
-    try:
+    with said_when_full(path, what):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    except OSError as error:
-        said = _said(error, path, what)
-        if said is None:
+    with said_when_full(path, what):
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, _FILE_MODE)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
             raise
-        raise said from error
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as error:
-        Path(tmp).unlink(missing_ok=True)
-        said = _said(error, path, what)
-        if said is None:
-            raise
-        raise said from error
     return path
-
-
-def _said(error: BaseException, path: Path, what: str | None) -> NoSpaceError | None:
-    """The one line for ``error`` where it is a full disk or quota not yet said (a nested write's)."""
-    full = full_disk(error)
-    if full is None or isinstance(full, NoSpaceError):
-        return None
-    return no_space(full, path, what)
 
 
 def append_whole(path: str | Path, data: bytes, what: str | None = None) -> None:
@@ -73,15 +58,13 @@ def append_whole(path: str | Path, data: bytes, what: str | None = None) -> None
     try:
         end = os.fstat(fd).st_size
         view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as error:
-            os.ftruncate(fd, end)
-            said = _said(error, path, what)
-            if said is None:
+        with said_when_full(path, what):
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                os.ftruncate(fd, end)
                 raise
-            raise said from error
     finally:
         os.close(fd)
 
