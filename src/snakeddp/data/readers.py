@@ -62,14 +62,16 @@ def chunks(
     constants_of: Constants,
     text: Sequence[str] = (),
     footer: Any = None,
+    groups: Sequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The file's ``columns`` in chunks of at most ``rows`` rows; ``text``: category columns, read as text;
-    ``footer``: a Parquet file's metadata, when it was read already (``footer``)."""
+    ``footer``: a Parquet file's metadata, when it was read already (``footer``); ``groups``: a Parquet file's
+    row groups to read, in that order (all, in the file's order, by default)."""
     if not remote.is_url(path) and Path(path).stat().st_size == 0:
         raise TableError(f"{path}: the file is empty (0 bytes). HINT: remove it from the table or fill it.")
     if fmt == "csv":
         return _csv_chunks(path, columns, rows, constants_of, text)
-    return _parquet_chunks(path, columns, rows, constants_of, footer)
+    return _parquet_chunks(path, columns, rows, constants_of, footer, groups)
 
 
 def _with_constants(chunk: dict[str, Any], constants: Mapping[str, Any], rows: int) -> dict[str, Any]:
@@ -114,7 +116,12 @@ def _csv_chunks(
 
 
 def _parquet_chunks(
-    path: Path | str, columns: Sequence[str], rows: int, constants_of: Constants, footer: Any = None
+    path: Path | str,
+    columns: Sequence[str],
+    rows: int,
+    constants_of: Constants,
+    footer: Any = None,
+    groups: Sequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Chunks of pyarrow arrays (numbers are made numpy by the columns' encoders, other kinds read them as typed)."""
     import pyarrow.parquet as pq
@@ -136,7 +143,7 @@ def _parquet_chunks(
             # decoded in one call, its columns on pyarrow's threads, unless streaming it holds less (decoded_whole):
             # batch by batch, a 1,000-column table paid pyarrow's per-column cost on every batch (ingestion 3x
             # pyarrow's read).
-            for group in range(handle.num_row_groups):
+            for group in range(handle.num_row_groups) if groups is None else groups:
                 if decoded_whole(handle.metadata.row_group(group)):
                     batches = handle.read_row_group(group, columns=read, use_threads=True).to_batches(rows)
                 else:

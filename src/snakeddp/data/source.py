@@ -170,15 +170,21 @@ class Source:
         return self.footers[key]
 
     def chunks(
-        self, source: TableFile, wanted: Sequence[str], rows: int, text: Sequence[str] = ()
+        self,
+        source: TableFile,
+        wanted: Sequence[str],
+        rows: int,
+        text: Sequence[str] = (),
+        groups: Sequence[int] | None = None,
     ) -> Iterator[dict[str, Any]]:
+        """A unit's rows in chunks; ``groups``: a Parquet file's row groups to read, in that order (a window's)."""
         if self.fmt == IMAGES:
             return imagefolder.chunks(self.root, [f.path for f in self.files], rows)
         constants_of = functools.partial(
             readers.constants, source.path, source.values, wanted, self.table, self.snapshot
         )
         footer = self.footers.get(str(source.path)) if self.fmt == "parquet" else None
-        return readers.chunks(self.fmt, source.path, wanted, rows, constants_of, text, footer)
+        return readers.chunks(self.fmt, source.path, wanted, rows, constants_of, text, footer, groups)
 
     @property
     def units(self) -> list[TableFile]:

@@ -4,11 +4,19 @@ A row is dealt to validation or one of the P train partitions by a seeded hash o
 the split does not depend on chunk sizes, file boundaries or the machine. Where a table's row count is known
 before it is read (a Parquet table's or a Delta version's files' footers hold it), so is every partition's
 size (``known_counts``), and the partitions can be written in place as the rows arrive (snakeddp.data.inplace).
+
+The global split (``assign``) deals every row over all P partitions, so partition 0 is complete only once the
+last row is read. A Parquet table of at least one window's rows (``WINDOW_ROWS``) is split by windows instead
+(``windows``, ``deal``): its row groups, in a seeded order, are cut into windows of at least ``WINDOW_ROWS``
+rows, and each window's rows are dealt by the same seeded hash over the few partitions it feeds (``Window.span``),
+consecutive windows feeding consecutive partitions. Partition 0 is then complete after the first window(s), and
+each later one as its last window is read; validation takes the same hashed fraction of every window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +28,11 @@ from snakeddp.errors import TableError
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 # Row numbers hashed at a time while counting: memory stays small whatever the table's size.
 _BLOCK = 1 << 20
+# The fewest rows of a window (MosaicML Streaming's default shuffle block): a table with fewer keeps the global
+# split. Shuffling reaches across this many rows at least, in row groups drawn from the whole table.
+WINDOW_ROWS = 1 << 18
+# Added to the seed for the row groups' order, so that order is not the rows' own hash of the same numbers.
+_ORDER_SALT = 0x5EED_0F_0DE5
 
 
 def _row_keys(rows: np.ndarray, seed: int) -> np.ndarray:
@@ -34,9 +47,121 @@ def _row_keys(rows: np.ndarray, seed: int) -> np.ndarray:
 
 def assign(rows: np.ndarray, seed: int, val_fraction: float, partitions: int) -> np.ndarray:
     """Target of each row: 0..partitions-1 for train partitions, ``partitions`` for validation."""
-    u = _row_keys(rows, seed)
-    train = np.minimum(((u - val_fraction) / (1.0 - val_fraction) * partitions).astype(np.int64), partitions - 1)
-    return np.where(u < val_fraction, partitions, train)
+    return _dealt(_row_keys(rows, seed), val_fraction, 0, partitions, partitions)
+
+
+def _dealt(u: np.ndarray, val_fraction: float, first: int, span: int, partitions: int) -> np.ndarray:
+    """Targets from the rows' hash values: validation (``partitions``) below ``val_fraction``, else one of the
+    ``span`` train partitions from ``first``, in equal slices of the rest of [0, 1)."""
+    train = np.minimum(((u - val_fraction) / (1.0 - val_fraction) * span).astype(np.int64), span - 1)
+    return np.where(u < val_fraction, partitions, first + train)
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One Parquet row group of a table: the file (its index in the table's name order), the group's index in
+    that file, its first row's number in the table (counting across files in name order) and its rows."""
+
+    file: int
+    group: int
+    first_row: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """Row groups read one after the other, whose rows are dealt together (``deal``)."""
+
+    index: int
+    groups: tuple[RowGroup, ...]
+    """In the order they are read and their rows stored: the seeded order (``windows``)."""
+    span: range
+    """The train partitions this window's train rows go to (validation takes its share of every window)."""
+    completes: tuple[int, ...]
+    """The train partitions complete once this window is read (this is the last window that feeds them)."""
+
+    @property
+    def rows(self) -> int:
+        return sum(g.rows for g in self.groups)
+
+    def row_numbers(self) -> np.ndarray:
+        """The table row numbers of this window's rows, in the order they are read."""
+        if not self.groups:
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(g.first_row, g.first_row + g.rows, dtype=np.int64) for g in self.groups])
+
+
+def row_groups(rows_per_group: Sequence[Sequence[int]]) -> list[RowGroup]:
+    """The table's row groups from each file's groups' row counts (files in name order)."""
+    found, first = [], 0
+    for file, groups in enumerate(rows_per_group):
+        for group, rows in enumerate(groups):
+            found.append(RowGroup(file, group, first, int(rows)))
+            first += int(rows)
+    return found
+
+
+def windows(groups: Sequence[RowGroup], seed: int, partitions: int, min_rows: int | None = None) -> list[Window] | None:
+    """The table's windows: its row groups in a seeded order (a hash of the seed and each group's index, so
+    the same on every machine and for any reader), cut into windows of at least ``min_rows`` rows
+    (``WINDOW_ROWS``; what is left at the end joins the last window). None for a table of fewer rows than one
+    window: it keeps the global split (``assign``).
+
+    With W windows and P train partitions, window w feeds partitions ``w*P//W`` up to ``(w+1)*P//W`` (at least
+    one): where W >= P, consecutive windows fill one partition; where W < P, a window is dealt over several.
+    """
+    min_rows = WINDOW_ROWS if min_rows is None else min_rows
+    if sum(g.rows for g in groups) < max(min_rows, 1):
+        return None
+    keys = _row_keys(np.arange(len(groups), dtype=np.int64), seed + _ORDER_SALT)
+    cut: list[list[RowGroup]] = [[]]
+    for index in np.argsort(keys, kind="stable"):
+        if sum(g.rows for g in cut[-1]) >= min_rows:
+            cut.append([])
+        cut[-1].append(groups[int(index)])
+    if len(cut) > 1 and sum(g.rows for g in cut[-1]) < min_rows:
+        cut[-2].extend(cut.pop())
+    count = len(cut)
+    spans = [
+        range(w * partitions // count, max(w * partitions // count + 1, (w + 1) * partitions // count))
+        for w in range(count)
+    ]
+    last = {p: w for w, span in enumerate(spans) for p in span}
+    return [Window(w, tuple(cut[w]), spans[w], tuple(p for p in spans[w] if last[p] == w)) for w in range(count)]
+
+
+def deal(window: Window, rows: np.ndarray, seed: int, val_fraction: float, partitions: int) -> np.ndarray:
+    """Target of each of ``rows`` (table row numbers of ``window``'s rows): a train partition of the window's
+    span, or ``partitions`` for validation, by the seeded hash of the row number that ``assign`` uses."""
+    return _dealt(_row_keys(rows, seed), val_fraction, window.span.start, len(window.span), partitions)
+
+
+def window_counts(found: Sequence[Window], seed: int, val_fraction: float, partitions: int) -> np.ndarray:
+    """Rows per target (train partitions, then validation) of a windowed split, known before reading."""
+    counts = np.zeros(partitions + 1, dtype=np.int64)
+    for window in found:
+        for group in window.groups:
+            for start in range(group.first_row, group.first_row + group.rows, _BLOCK):
+                rows = np.arange(start, min(group.first_row + group.rows, start + _BLOCK), dtype=np.int64)
+                counts += np.bincount(deal(window, rows, seed, val_fraction, partitions), minlength=partitions + 1)
+    return counts
+
+
+def windows_of(source: Source, seed: int, partitions: int, min_rows: int | None = None) -> list[Window] | None:
+    """A table's windows (``windows``) from its files' footers, no row read; None where it keeps the global
+    split: not Parquet (a CSV's rows are counted only by reading it), ``nan_policy: drop`` (a dropped row
+    would move the partitions' sizes, which a window's partitions must know to be published as written), a
+    footer that cannot be read (the read that follows names the file), or fewer rows than one window."""
+    if source.fmt != "parquet" or source.table.nan_policy != "error":
+        return None
+    try:
+        sizes = [
+            [footer.row_group(g).num_rows for g in range(footer.num_row_groups)]
+            for footer in (source.footer(file) for file in source.files)
+        ]
+    except TableError:
+        return None
+    return windows(row_groups(sizes), seed, partitions, min_rows)
 
 
 def known_counts(source: Source, params: Mapping[str, Any]) -> np.ndarray | None:
