@@ -14,6 +14,9 @@
     snakeddp warm                      keep a warm process for many local invocations: prints
                                        `export SNAKEDDP_WARM_SOCKET=...`; each invocation with it
                                        forks its jobs from it (Ctrl-C stops it)
+    snakeddp nodes [--clear NODE]      the ledger of nodes (results/nodes.json): each node's hangs, slow
+                                       spells and failures, and whether Slurm leaves it out; --clear
+                                       forgets a node's events
 
 RUN is a run id (results/runs/<id>), a run directory or its provenance.json; RUN@ID is an earlier
 attempt of that run (ID: its attempt id or a unique prefix, as `runs --all` shows). The results
@@ -34,8 +37,8 @@ from snakeddp import __version__
 from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.compare import compare, format_comparison
-from snakeddp.report.table import aligned, summary_rows
-from snakeddp.run import current, search
+from snakeddp.report.table import Rows, aligned, summary_rows
+from snakeddp.run import current, ledger, search
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
@@ -144,6 +147,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nodes(args: argparse.Namespace) -> int:
+    if args.clear:
+        gone = ledger.clear(args.results, args.clear)
+        forgot = ", ".join(map(ledger.summary, gone))
+        print(f"{args.clear}: forgot {len(gone)} event(s) ({forgot}); Slurm may run jobs there again")
+        return 0
+    header, rows = ledger.rows(args.results, args.events, args.days)
+    if not rows:
+        print(f"no events of any node in {ledger.path(args.results)} (a hang, slow spell or failure puts one there)")
+        return 0
+    print(aligned(Rows(header, rows), str))
+    return 0
+
+
 def cmd_warm(args: argparse.Namespace) -> int:
     from snakeddp.warm.kept import keep
 
@@ -182,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    reading = [add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export)]
+    reading = [add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export, _add_nodes)]
     _add_warm(sub)
     for sp in reading:
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
@@ -272,6 +289,22 @@ def _add_export(sub: Subparsers) -> argparse.ArgumentParser:
     exporting.add_argument("--to", type=Path, metavar="DIR", help="where to write (default: results/export/RUN)")
     exporting.set_defaults(func=cmd_export)
     return exporting
+
+
+def _add_nodes(sub: Subparsers) -> argparse.ArgumentParser:
+    nodes = sub.add_parser(
+        "nodes",
+        help="the ledger of nodes: each node's hangs, slow spells and failures",
+        description="The checkout's ledger of nodes (results/nodes.json): per node its hangs, slow spells and "
+        "failures, how many fell in the last DAYS days, its last event, and whether the slurm profile leaves it "
+        "out of train jobs (EVENTS or more in DAYS: the profile's site.exclude_after_events and "
+        "site.exclude_within_days). --clear NODE forgets that node's events.",
+    )
+    nodes.add_argument("--clear", metavar="NODE", help="forget NODE's events, so Slurm may run jobs there again")
+    nodes.add_argument("--events", type=count, default=ledger.EXCLUDE_AFTER_EVENTS, help="as site.exclude_after_events")
+    nodes.add_argument("--days", type=float, default=ledger.EXCLUDE_WITHIN_DAYS, help="as site.exclude_within_days")
+    nodes.set_defaults(func=cmd_nodes)
+    return nodes
 
 
 def _add_warm(sub: Subparsers) -> argparse.ArgumentParser:

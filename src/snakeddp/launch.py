@@ -41,7 +41,7 @@ from snakeddp.config.parts import Launch
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.platforms.contract import RemotePlatform
 from snakeddp.provenance import lineage
-from snakeddp.run import attempt, tries, variables
+from snakeddp.run import attempt, ledger, tries, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util import handoff
@@ -246,7 +246,7 @@ def record_try(
     hung), what it kept (last.json), and where the platform ran it."""
     hang = tries.take_hang(args.run_dir)
     where = dict(platforms.load(args.platform).where_tried(os.environ))
-    tries.append(
+    entry = tries.append(
         args.run_dir,
         tries.entry(
             started=began,
@@ -261,6 +261,7 @@ def record_try(
             placement=where,
         ),
     )
+    ledger.record_try(args.run_dir, entry)  # a hung try's nodes, remembered after the run (results/nodes.json)
 
 
 def relay_stderr(stream: IO[bytes], failed: Path) -> None:

@@ -183,6 +183,10 @@ class Site(Part):
     """Host memory reserved per GPU rank when launch.mem_mb is None, in MB."""
     cpus_per_gpu: int
     """CPU cores reserved per GPU rank (at least launch.threads_per_process)."""
+    exclude_after_events: int | None
+    """Slurm leaves out a node with this many events in results/nodes.json; None: none."""
+    exclude_within_days: float
+    """How far back those events count, in days."""
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,10 @@ class Slurm(Platform[SlurmState]):
         def also(job: Any) -> set[str]:  # untyped GPU train jobs leave out nodes whose GPUs the build cannot run
             return mixed_gpus.left_out(self.mixed(invocation), job)
 
-        state.exclusions = state.exclusions or Exclusions(invocation.train_rules, invocation.say, also=also)
+        ledger = Site.of(invocation.config["site"])  # and the nodes results/nodes.json holds too many events of
+        state.exclusions = state.exclusions or Exclusions(
+            invocation.train_rules, invocation.say, also=also, site=ledger
+        )
         state.exclusions.start()
 
     def close(self, invocation: Invocation[SlurmState]) -> None:

@@ -1,0 +1,191 @@
+"""The checkout's ledger of nodes, ``results/nodes.json``: each node's hangs, slow spells and failures with
+their dates (schemas/nodes.schema.json), so a node that misbehaved is remembered after the run.
+
+Written where an event is known: ``snakeddp.launch`` records a hung try's nodes when the try ends
+(``record_try``: the node of the rank the others waited for, of a rank that could not reach the rendezvous,
+and where ranks that never came were placed); anything else that knows a node misbehaved calls ``record``
+(a slow spell: the ranks' watch). Read by the slurm profile, which leaves a node with
+``site.exclude_after_events`` events in ``site.exclude_within_days`` days out of later train jobs
+(snakeddp.slurm.exclude), and by ``snakeddp nodes``, which lists it and clears a node.
+
+A node is named as its scheduler names it (Slurm's SLURMD_NODENAME, what ``sbatch --exclude`` takes), else
+by its host name: several Slurm nodes may share one host. Every change reads, changes and replaces the file
+(atomically) under an ``flock`` on ``.nodes.json.lock`` beside it, so two runs ending at once both keep
+their event. A file that breaks the schema is refused in one line with a HINT and never rewritten. The
+ledger stays in the checkout: the report's crate and the remote platforms' uploads name the files they
+take, and it is none of them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from snakeddp.errors import RunStateError
+from snakeddp.util.fsutil import atomic_write_json, read_json
+
+FILE = "nodes.json"
+LOCK = ".nodes.json.lock"
+SCHEMA_FILE = "nodes.schema.json"
+FORMAT = "snakeddp-nodes/1"
+KINDS = ("hang", "slow", "failure")
+# The schema's defaults of site.exclude_after_events and site.exclude_within_days (NVIDIA's FACT
+# attribution avoids a node seen twice in 14 days); `snakeddp nodes` counts over the same window.
+EXCLUDE_AFTER_EVENTS = 2
+EXCLUDE_WITHIN_DAYS = 14.0
+DAY_S = 86400.0
+
+
+class LedgerError(RunStateError):
+    """results/nodes.json is not a ledger snakeddp wrote, or names no such node; the message says what to do."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+
+
+def path(results: Path) -> Path:
+    return Path(results) / FILE
+
+
+def utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+
+
+def seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def read(results: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every node's events, oldest first; {} where nothing was recorded yet."""
+    target = path(results)
+    if not target.is_file():
+        return {}
+    try:
+        record = read_json(target)
+    except (OSError, ValueError) as error:
+        problem: str | None = f"not JSON: {str(error)[:120]}"
+    else:
+        found = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(record))
+        problem = f"{'.'.join(map(str, found.absolute_path)) or 'top level'}: {found.message[:160]}" if found else None
+        if problem is None:
+            return {node: list(events) for node, events in record["nodes"].items()}
+    raise LedgerError(
+        f"{target} is not a ledger of nodes snakeddp wrote ({problem}). HINT: move it aside (mv {target} "
+        f"{target}.bad) and run again: a new ledger starts empty, so the nodes it named are scheduled again."
+    )
+
+
+@contextmanager
+def _changing(results: Path) -> Iterator[dict[str, list[dict[str, Any]]]]:
+    """The ledger to change in place, written back when the block ends; one writer at a time."""
+    Path(results).mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(Path(results) / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)  # let go by the kernel however the holder ends
+        nodes = read(results)
+        yield nodes
+        atomic_write_json(path(results), {"format": FORMAT, "nodes": {n: e for n, e in sorted(nodes.items()) if e}})
+    finally:
+        os.close(descriptor)
+
+
+def record(
+    results_dir: Path, host: str, kind: str, run: str, when: float | None = None, note: str | None = None
+) -> dict[str, Any]:
+    """Add one event to the ledger of ``results_dir`` (the workflow's results/): ``host`` the node (the
+    scheduler's name for it where there is one: snakeddp.platforms.scheduler_node, else the host name),
+    ``kind`` one of KINDS, ``run`` the run id, ``when`` seconds since the epoch (default: now). The event."""
+    if kind not in KINDS or not host or not run:
+        raise LedgerError(f"snakeddp.run.ledger: an event {kind!r} of node {host!r} in run {run!r}; this is a bug")
+    event = {"kind": kind, "run": run, "at": utc(time.time() if when is None else when)}
+    if note:
+        event["note"] = note
+    with _changing(results_dir) as nodes:
+        nodes.setdefault(host, []).append(event)
+        nodes[host].sort(key=lambda e: seconds(e["at"]))
+    return event
+
+
+def hung_nodes(hang: Mapping[str, Any]) -> list[str]:
+    """The nodes a hung try's record blames: the culprit's (its scheduler node, else its host) and where ranks
+    that never came were placed. Every rank stuck in the same collective blames none."""
+    culprit = hang.get("culprit") or {}
+    named = [culprit.get("node") or culprit.get("host"), *hang.get("missing_nodes", [])]
+    return sorted({node for node in named if node})
+
+
+def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
+    """The ledger's events of one try of the run in ``run_dir`` (results/runs/<run>; its tries.json entry),
+    said in one line each; the nodes recorded. A ledger that cannot be read is said, and the try stays
+    recorded in tries.json."""
+    hang = entry.get("hang")
+    if entry.get("outcome") != "hung" or not hang:
+        return []
+    results, run = Path(run_dir).parent.parent, Path(run_dir).name
+    culprit = hang.get("culprit") or {}
+    note = f"{hang['kind']}: rank {culprit.get('rank')} at step {culprit.get('step')}, {culprit.get('phase')}"
+    nodes = hung_nodes(hang)
+    try:
+        for node in nodes:
+            record(results, node, "hang", run, seconds(entry["ended_at"]), note)
+            within = len(to_leave_out(results, 1, EXCLUDE_WITHIN_DAYS).get(node, []))
+            days = f"{EXCLUDE_WITHIN_DAYS:g} days"
+            print(f"snakeddp: node {node}'s hang recorded in {path(results)} ({within} events in {days})", flush=True)
+    except LedgerError as error:
+        print(f"snakeddp: the hang of node {', '.join(nodes)} is not recorded: {error}", flush=True)
+    return nodes
+
+
+def recent(events: list[dict[str, Any]], days: float, now: float) -> list[dict[str, Any]]:
+    return [event for event in events if now - seconds(event["at"]) <= days * DAY_S]
+
+
+def to_leave_out(results: Path, events: int, days: float, now: float | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The nodes with at least ``events`` events in the last ``days`` days, with those events."""
+    now = time.time() if now is None else now
+    within = {node: recent(happened, days, now) for node, happened in read(results).items()}
+    return {node: happened for node, happened in within.items() if len(happened) >= events}
+
+
+def clear(results: Path, node: str) -> list[dict[str, Any]]:
+    """Forget ``node``'s events; the events forgotten."""
+    with _changing(results) as nodes:
+        if node not in nodes:
+            known = ", ".join(sorted(nodes)) or "none"
+            raise LedgerError(
+                f"{path(results)} holds no events of node {node} (nodes it holds: {known}). HINT: run "
+                "`snakeddp nodes` to list them, and clear one by the name it shows."
+            )
+        return nodes.pop(node)
+
+
+def summary(event: Mapping[str, Any]) -> str:
+    """``hang 2026-11-28 (base)``: an event in a few words."""
+    return f"{event['kind']} {event['at'][:10]} ({event['run']})"
+
+
+def rows(results: Path, events: int, days: float, now: float | None = None) -> tuple[list[str], list[list[str]]]:
+    """The ledger as a table: per node its counts by kind, those in the window, its last event, and whether
+    the slurm profile leaves it out at these settings."""
+    now = time.time() if now is None else now
+    header = ["node", *(f"{kind}s" if kind != "slow" else "slow spells" for kind in KINDS)]
+    header += [f"last {days:g} days", "last event", "left out on slurm"]
+    table = []
+    for node, happened in sorted(read(results).items()):
+        counts = [str(sum(e["kind"] == kind for e in happened)) for kind in KINDS]
+        within = len(recent(happened, days, now))
+        table.append([node, *counts, str(within), summary(happened[-1]), "yes" if within >= events else "no"])
+    return header, table
