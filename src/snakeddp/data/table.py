@@ -36,7 +36,8 @@ from snakeddp.data.layout import chunk_rows as rows_per_chunk
 from snakeddp.data.layout import layout_of, probe_rows
 from snakeddp.data.source import IMAGES, Source, TableFile, delta_snapshot, features_of, open_source
 from snakeddp.data.spill import Spill
-from snakeddp.data.split import assign, check_empty, known_counts
+from snakeddp.data.split import Window, assign, check_empty, deal, known_counts, window_counts, windows_of
+from snakeddp.data.windowed import Published
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write_json, link_or_copy, stat_stamp
 from snakeddp.util.terminal import say
@@ -55,6 +56,10 @@ class Stats:
     files: list[dict[str, Any]] = field(default_factory=list)
     rows_read: int = 0
     rows_dropped: int = 0
+    seen: int = 0
+    """Rows handed on so far (the progress lines)."""
+    said: float = field(default_factory=time.monotonic)
+    """When the last progress line was said."""
 
 
 def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
@@ -74,6 +79,21 @@ def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path
         )
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """Rows read one after the other: a whole file, or (a windowed split's) one of its row groups."""
+
+    unit: TableFile
+    first_row: int
+    """The table row number of its first row (rows count across files in name order)."""
+    file_row: int = 0
+    """Its first row's index in its file (messages name a file's row)."""
+    groups: tuple[int, ...] | None = None
+    """A Parquet file's row groups to read; None: the whole unit."""
+    window: Window | None = None
+    """The window whose span its rows are dealt over; None: the global split."""
+
+
 def _read_rows(
     source: Source,
     layout: cols.Layout,
@@ -91,7 +111,16 @@ def _read_rows(
     for number, unit in enumerate(units, 1):
         say(f"ingest: reading {unit.path} (file {number} of {len(units)})")
         with check.reading(source.paths_of(unit)) if check else contextlib.nullcontext():
-            _read_unit(source, unit, layout, params, sink, chunk_rows, stats)
+            rows = _read_unit(source, Stretch(unit, stats.rows_read), layout, params, sink, chunk_rows, stats)
+        if rows == 0:
+            raise TableError(f"{unit.path}: the file has no rows. HINT: remove it from the table or fill it.")
+        stats.files.append({"file": str(unit.path), "rows": rows})
+        stats.rows_read += rows
+    _checked(check)
+
+
+def _checked(check: Check | None) -> None:
+    """The table read is the one planned (a TableError otherwise), said in one line."""
     if check is not None:
         check.finish()
         planned = len(check.entries) - check.hashed_again
@@ -101,30 +130,75 @@ def _read_rows(
         )
 
 
-def _read_unit(
+def _read_windows(
     source: Source,
-    unit: TableFile,
+    found: list[Window],
     layout: cols.Layout,
     params: Mapping[str, Any],
-    sink: Spill | InPlace,
+    sink: Published,
     chunk_rows: int,
     stats: Stats,
+    check: Check | None,
 ) -> None:
-    table = source.table
+    """A windowed split's rows, window by window, each window's row groups in its (seeded) order; a train
+    partition is published as the last window that feeds it is read. ``check``: as ``_read_rows``, over the
+    whole read (a file's row groups are read in several windows)."""
+    files = source.files
+    sizes = [source.footer(file).num_rows for file in files]
+    for file, size in zip(files, sizes, strict=True):
+        if size == 0:
+            raise TableError(f"{file.path}: the file has no rows. HINT: remove it from the table or fill it.")
+    file_first = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    with check.reading([file.path for file in files]) if check else contextlib.nullcontext():
+        for window in found:
+            say(
+                f"ingest: window {window.index + 1} of {len(found)} ({window.rows:,} rows in {len(window.groups)} row "
+                f"groups, train partitions {window.span.start}-{window.span.stop - 1})"
+            )
+            sink.begin(window)
+            for group in window.groups:
+                where = Stretch(
+                    files[group.file], group.first_row, group.first_row - file_first[group.file], (group.group,), window
+                )
+                _read_unit(source, where, layout, params, sink, chunk_rows, stats)
+            sink.end(window)
+    stats.files = [{"file": str(file.path), "rows": size} for file, size in zip(files, sizes, strict=True)]
+    stats.rows_read = sum(sizes)
+    _checked(check)
+
+
+def _read_unit(
+    source: Source,
+    stretch: Stretch,
+    layout: cols.Layout,
+    params: Mapping[str, Any],
+    sink: Spill | InPlace | Published,
+    chunk_rows: int,
+    stats: Stats,
+) -> int:
+    """A stretch's rows, each chunk dealt and handed to ``sink``; the number of rows read."""
+    table, unit, window = source.table, stretch.unit, stretch.window
     features, label = [c.name for c in layout.columns], table.label
     partitions, classes = params["num_train_files"], params["num_classes"]
-    row, said, path = stats.rows_read, time.monotonic(), unit.path
+    row, file_rows, path = stretch.first_row, stretch.file_row, unit.path
     where_of = source.where(unit)
-    file_rows = 0
     for chunk in source.chunks(
-        unit, [*features, label], chunk_rows, [c.name for c in layout.columns if c.kind == cols.CATEGORY]
+        unit,
+        [*features, label],
+        chunk_rows,
+        [c.name for c in layout.columns if c.kind == cols.CATEGORY],
+        stretch.groups,
     ):
-        if time.monotonic() - said >= PROGRESS_EVERY_S:
-            say(f"ingest: {row:,} rows read")
-            said = time.monotonic()
+        if time.monotonic() - stats.said >= PROGRESS_EVERY_S:
+            say(f"ingest: {stats.seen:,} rows read")
+            stats.said = time.monotonic()
         n = len(chunk[label])
         labels = cols.numbers(chunk[label], where_of, label, file_rows)
-        targets = assign(np.arange(row, row + n, dtype=np.int64), params["seed"], table.val_fraction, partitions)
+        numbers = np.arange(row, row + n, dtype=np.int64)
+        if window is None:
+            targets = assign(numbers, params["seed"], table.val_fraction, partitions)
+        else:
+            targets = deal(window, numbers, params["seed"], table.val_fraction, partitions)
         order = np.argsort(targets, kind="stable")
         values, usable = layout.encode(chunk, n, where_of, file_rows, order)
         finite = usable & np.isfinite(labels[order])
@@ -143,11 +217,8 @@ def _read_unit(
         if layout.image is not None:
             layout.add_image_stats(kept[targets[keep] < partitions])
         sink.add(row + keep, labels[keep], kept, targets[keep])
-        row, file_rows = row + n, file_rows + n
-    if file_rows == 0:
-        raise TableError(f"{path}: the file has no rows. HINT: remove it from the table or fill it.")
-    stats.files.append({"file": str(path), "rows": file_rows})
-    stats.rows_read = row
+        row, file_rows, stats.seen = row + n, file_rows + n, stats.seen + n
+    return row - stretch.first_row
 
 
 def _check_classes(source: Source, classes: int) -> list[str] | None:
@@ -216,13 +287,16 @@ def _ingest(
     rows = chunk_rows or rows_per_chunk(source, layout)
     (out / "train").mkdir(parents=True, exist_ok=True)
     names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
+    metadata = [_metadata(t, partitions) for t in range(partitions + 1)]
+    paths = [out / f"{name}.safetensors" for name in names]
     # Images are written through the spill: their shape may be known only once the first one is decoded.
-    counts = known_counts(source, params) if layout.image is None else None
+    found = windows_of(source, params["seed"], partitions) if layout.image is None else None
+    counts = known_counts(source, params) if layout.image is None and found is None else None
     stats = Stats()
-    if counts is not None:
+    if found is not None:
+        entries = _windowed(source, found, layout, params, paths, metadata, rows, stats, check)
+    elif counts is not None:
         check_empty(table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
-        metadata = [_metadata(t, partitions) for t in range(partitions + 1)]
-        paths = [out / f"{name}.safetensors" for name in names]
         placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1)
         try:
             _read_rows(source, layout, params, placed, rows, stats, check)
@@ -251,6 +325,35 @@ def _ingest(
         summary["delta"] = {"table_id": snapshot.table_id, "version": snapshot.version}
     atomic_write_json(out / "ingest.json", summary)
     return summary
+
+
+def _windowed(
+    source: Source,
+    found: list[Window],
+    layout: cols.Layout,
+    params: Mapping[str, Any],
+    paths: list[Path],
+    metadata: list[dict[str, str]],
+    rows: int,
+    stats: Stats,
+    check: Check | None,
+) -> list[dict[str, Any]]:
+    """A windowed split's partitions, each published as it is complete (snakeddp.data.windowed); their entries."""
+    partitions = params["num_train_files"]
+    counts = window_counts(found, params["seed"], source.table.val_fraction, partitions)
+    check_empty(source.table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
+    sink = Published(paths, counts, metadata, layout.feature_spec(), binary=params["num_classes"] == 1)
+    try:
+        _read_windows(source, found, layout, params, sink, rows, stats, check)
+        entries = sink.finish()
+    except BaseException:
+        sink.abandon()
+        raise
+    say(
+        f"ingest: {stats.rows_read:,} rows read in {len(found)} windows into {partitions} train partitions "
+        "and validation"
+    )
+    return entries
 
 
 def _metadata(target: int, partitions: int) -> dict[str, str]:

@@ -1,0 +1,76 @@
+"""Where a windowed split's rows are written (snakeddp.data.split.windows): each train partition in place, opened
+when the first window that feeds it is read and published as soon as the last one is: its file complete, synced
+and at its final name, its checksum taken, its entry (``<name>.json``) written beside it. Validation takes a share
+of every window, so it is complete, and published by the ingestion, at the end.
+
+A partition's entry is written only once its file is in place, so an entry that exists names a complete file:
+a reader that waits for ``train/part-00000.json`` may read that partition while later windows are still read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snakeddp.data.inplace import InPlace
+from snakeddp.data.split import Window
+from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.terminal import say
+
+
+class Published:
+    """The partition files of one windowed ingestion (``targets``: the train partitions, then validation)."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        counts: Sequence[int],
+        metadata: Sequence[Mapping[str, str]],
+        feature: tuple[str, tuple[int, ...]],
+        binary: bool,
+    ) -> None:
+        self.paths, self.counts, self.metadata = list(paths), [int(n) for n in counts], list(metadata)
+        self.feature, self.binary = feature, binary
+        self.validation = len(self.paths) - 1
+        self.open: dict[int, InPlace] = {}
+        self.entries: dict[int, dict[str, Any]] = {}
+        self._open(self.validation)
+
+    def _open(self, target: int) -> None:
+        path, n, meta = self.paths[target], self.counts[target], self.metadata[target]
+        self.open[target] = InPlace([path], [n], [meta], self.feature, self.binary)
+
+    def begin(self, window: Window) -> None:
+        """Open the partitions that ``window`` is the first to feed."""
+        for target in window.span:
+            if target not in self.open and target not in self.entries:
+                self._open(target)
+
+    def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
+        """One chunk's rows, grouped by target (``targets`` sorted, each target's rows in row order)."""
+        found, starts = np.unique(targets, return_index=True)
+        stops = [*starts[1:], len(targets)]
+        for target, start, stop in zip(found.tolist(), starts.tolist(), stops, strict=True):
+            zero = np.zeros(stop - start, dtype=np.int64)
+            self.open[target].add(ids[start:stop], labels[start:stop], features[start:stop], zero)
+
+    def end(self, window: Window) -> None:
+        """Publish the train partitions ``window`` completes: in place, hashed, and their entries written."""
+        for target in window.completes:
+            entry = self.open.pop(target).finish()[0]
+            atomic_write_json(self.paths[target].with_suffix(".json"), entry)
+            self.entries[target] = entry
+            say(f"ingest: train partition {target} published ({entry['records']:,} rows)")
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Validation complete too; every target's entry (its file in place), train partitions first."""
+        self.entries[self.validation] = self.open.pop(self.validation).finish()[0]
+        return [self.entries[target] for target in range(len(self.paths))]
+
+    def abandon(self) -> None:
+        """Remove what is not in place yet (an ingestion that stopped); published partitions stay complete."""
+        while self.open:
+            self.open.popitem()[1].abandon()
