@@ -1,0 +1,175 @@
+"""A hang's evidence taken from real processes (snakeddp.training.evidence, snakeddp.training.gather): a Python
+process stopped by SIGSTOP gives its stack through its trap and is left stopped; the flight recorder's dump of a
+real gloo process group; the folder a judge writes from every rank's post to a real TCPStore."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from torch.distributed import TCPStore
+
+from snakeddp.training.evidence import Trap, flight_record, gpu_state, own_stack, take_stack
+from snakeddp.training.gather import GPU, STACKS, Gathering, Verdict, folder
+from tests.training.test_meeting import free_port
+
+# A rank stand-in: sets its trap, says so, then stops itself deep in a function of a recognisable name.
+STOPS_ITSELF = """
+import os, signal, sys
+from snakeddp.training.evidence import Trap
+
+def waits_in_a_collective_that_never_ends():
+    Trap()
+    print("trapped", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    sys.stdin.read()
+
+waits_in_a_collective_that_never_ends()
+"""
+
+
+@pytest.fixture
+def stopped():
+    """A Python process stopped by SIGSTOP inside waits_in_a_collective_that_never_ends."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPS_ITSELF], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline() == "trapped\n"
+    process = psutil.Process(child.pid)
+    deadline = time.monotonic() + 30
+    while process.status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "it never stopped"
+        time.sleep(0.02)
+    yield child
+    child.kill()
+    child.wait()
+
+
+def test_a_stopped_process_gives_its_stack_through_its_trap_and_is_left_stopped(stopped):
+    stack, how = take_stack(stopped.pid)
+    assert stack is not None, how
+    assert "waits_in_a_collective_that_never_ends" in stack and "Current thread" in stack, stack
+    assert how == "taken by signal (stopped: continued for the dump, and stopped again)"
+    deadline = time.monotonic() + 5
+    while psutil.Process(stopped.pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "not stopped again"
+        time.sleep(0.02)
+    again, _ = take_stack(stopped.pid)  # a second signal: only what it wrote then
+    assert again is not None and again.count("Current thread") == 1
+
+
+def test_a_process_without_a_trap_or_gone_is_said_not_taken_and_why():
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        stack, why = take_stack(plain.pid)
+        assert stack is None and "no stack trap" in why
+        assert plain.poll() is None, "a process without a trap is not sent the signal"
+    finally:
+        plain.kill()
+        plain.wait()
+    assert take_stack(plain.pid) == (None, "its process is gone")
+
+
+def test_a_rank_takes_its_own_stack_and_its_trap_leaves_no_file():
+    trap = Trap()
+    try:
+        assert "test_a_rank_takes_its_own_stack_and_its_trap_leaves_no_file" in own_stack()
+        assert os.readlink(f"/proc/self/fd/{trap.file.fileno()}").endswith("(deleted)")
+    finally:
+        trap.close()
+
+
+FLIGHT = """
+import os, pickle, sys
+import torch, torch.distributed as dist
+from snakeddp.training.evidence import flight_record
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+record = flight_record()
+sys.stdout.buffer.write(record if record is not None else b"none")
+"""
+
+
+@pytest.mark.parametrize("size", ["0", "64"])
+def test_the_flight_recorder_is_dumped_where_its_buffer_is_set(size):
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": size}
+    done = subprocess.run([sys.executable, "-c", FLIGHT, str(free_port())], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if size == "0":
+        assert done.stdout == b"none"
+        return
+    record = pickle.loads(done.stdout)
+    assert [entry["profiling_name"] for entry in record["entries"]] == ["gloo:all_reduce"]
+
+
+def test_on_the_cpu_the_gpu_state_says_none_and_why():
+    assert gpu_state("cpu", 1) == {"rank": 1, "device": "cpu", "state": None, "why": "it trains on the CPU"}
+    assert flight_record() is None or "TORCH_FR_BUFFER_SIZE" in os.environ
+
+
+def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_taken_by_signal(
+    stopped,
+    tmp_path,
+):
+    """Rank 0 judges; rank 1 (the stopped process, silent) is on its host, so rank 0 takes its stack; rank 2
+    answers from another host and posts its own; rank 3 never posts. The folder replaces an older one whole."""
+    store = TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
+    here = os.uname().nodename
+    ranks = [
+        {"host": here, "pid": os.getpid()},
+        {"host": here, "pid": stopped.pid},
+        {"host": "elsewhere", "pid": 7},
+        {"host": "elsewhere", "pid": 8},
+    ]
+    old = folder(tmp_path)
+    old.mkdir()
+    (old / "flight-recorder-rank9").write_text("an older hang's")
+    store.set("snakeddp/evidence/device/1", "cpu")
+    verdict = Verdict(judge=0, culprit=1, silent=True)
+    remote = Gathering(lambda op: op(), store, 2, ranks, "base", tmp_path)
+    remote.give(Verdict.read(verdict.text().encode()))
+    judge = Gathering(lambda op: op(), store, 0, ranks, "base", tmp_path)
+    assert judge.reader(verdict) == 0 and remote.reader(verdict) == 0
+    judge.give(verdict)
+    started = time.monotonic()
+    stacks = judge.write(verdict)
+    assert time.monotonic() - started < 15, "rank 3 is waited for at most GATHER_S"
+    assert stacks == tmp_path / "hang" / STACKS and sorted(p.name for p in old.iterdir()) == [GPU, STACKS]
+    text = stacks.read_text()
+    sections = text.split("\n== ")[1:]
+    assert [s.split(" on ")[0] for s in sections] == ["rank 0", "rank 1", "rank 2", "rank 3"], text
+    assert "test_the_judge_writes_every_ranks_stack" in sections[0] and "by its own watch" in sections[0]
+    assert "the one the others waited for: taken by signal (stopped" in sections[1]
+    assert "waits_in_a_collective_that_never_ends" in sections[1]
+    assert sections[2].startswith("rank 2 on elsewhere (pid 7): by its own watch")
+    assert "rank 3 on elsewhere (pid 8): not taken: it did not post its stack within" in sections[3]
+    assert json.loads((old / GPU).read_text()) == gpu_state("cpu", 1)
+    assert not list(tmp_path.glob(".hang*")), "no partial or old folder left"
+    judge.done()
+    remote.wait_done()  # returns at once: the line was said
+
+
+def test_a_silent_culprit_alone_on_its_host_is_said_not_taken(tmp_path):
+    store = TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
+    ranks = [{"host": "a", "pid": os.getpid()}, {"host": "b", "pid": 5}]
+    verdict = Verdict(judge=0, culprit=1, silent=True)
+    judge = Gathering(lambda op: op(), store, 0, ranks, "base", tmp_path)
+    judge.give(verdict)
+    text = judge.write(verdict).read_text()
+    assert (
+        "rank 1 on b (pid 5), the one the others waited for: not taken: its process stopped answering on host b" in text
+    )
+    gpu = json.loads((folder(tmp_path) / GPU).read_text())
+    assert gpu["state"] is None and "no rank of the run runs on rank 1's host" in gpu["why"]
+
+
+def test_a_verdict_that_is_not_one_is_none():
+    assert Verdict.read(b"0") is None and Verdict.read(b"{") is None
+    assert Verdict.read(Verdict(1, 0, False).text().encode()) == Verdict(1, 0, False)
