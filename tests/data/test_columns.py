@@ -213,3 +213,34 @@ def test_mixed_columns_and_a_thousand_column_table_train_with_no_feature_list(wo
     with torch.no_grad():
         predicted = (snakeddp.load(exported)(features)[:, 0] > 0).long()
     assert features.shape == (40, 9) and (predicted.numpy() == np.array(rows["y"])).mean() > 0.75
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 700])
+def test_a_wide_float_tables_partitions_are_its_rows_in_split_order_byte_for_byte(tmp_path, chunk_rows):
+    """Ingestion's transpose (threaded for a chunk of a row group of 3,000 rows x 400 columns, on the calling thread
+    for chunks of 700 rows) writes each partition as the safetensors encoding of its rows, in row order, that
+    the split deals it: the bytes every earlier ingestion wrote."""
+    from snakeddp.data import columns, table
+    from snakeddp.data.partitions import serialize
+    from snakeddp.data.split import assign
+
+    rng = np.random.default_rng(9)
+    names = [f"c{j}" for j in range(400)]
+    parts = []
+    for index in range(3):
+        values = rng.standard_normal((3000, len(names)), dtype=np.float32)
+        parts.append(pa.table({**{n: values[:, j] for j, n in enumerate(names)}, "y": (values[:, 0] > 0).astype(int)}))
+        pq.write_table(parts[-1], tmp_path / f"part-{index}.parquet")
+    assert 3000 * len(names) >= columns.THREADED_VALUES, "a whole row group's chunk takes the threaded transpose"
+    whole = pa.concat_tables(parts)
+    features = np.stack([whole[n].to_numpy() for n in names], axis=1)
+    labels = whole["y"].to_numpy().astype(np.float32)
+    p = params(tmp_path, names)
+    ingest(p, tmp_path / "out", chunk_rows=chunk_rows)
+    targets = assign(np.arange(len(labels), dtype=np.int64), p["seed"], 0.2, 2)
+    for target, name in [(0, "train/part-00000"), (1, "train/part-00001"), (2, "val")]:
+        rows = np.flatnonzero(targets == target)
+        expected = {"features": features[rows], "labels": labels[rows, None], "ids": rows.astype(np.int64)}
+        split = "val" if target == 2 else "train"
+        metadata = {"generator": table.GENERATOR, "split": split, "index": str(0 if split == "val" else target)}
+        assert (tmp_path / "out" / f"{name}.safetensors").read_bytes() == serialize(expected, metadata), name

@@ -21,7 +21,10 @@ recorded in its manifest, the run's provenance and an export, where ``Inputs.enc
 from __future__ import annotations
 
 import fnmatch
+import itertools
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +37,8 @@ from snakeddp.errors import TableError
 NUMBER, ARRAY, CATEGORY, IMAGE = "number", "array", "category", "image"
 # A one-hot of more slots than this is a column to encode another way (hashed, grouped, an embedding id).
 MAX_CATEGORIES = 1024
-# Rows of a wide float chunk transposed at a time: a block of them stays in cache (measured: 64 rows).
-TRANSPOSE_ROWS = 64
+# Threads a wide float chunk's transpose is split over (numpy releases the GIL while it copies).
+TRANSPOSE_THREADS = max(1, min(4, os.cpu_count() or 1))
 # Where a value sits, for messages: (column, row index within the file) -> "file: column 'x', row 5".
 Where = Callable[[str, int], str]
 
@@ -130,6 +133,7 @@ class Layout:
     refuse_images: bool = True
     """nan_policy error: an image that cannot be decoded stops ingestion (drop: it is a missing value)."""
     image_stats: list[np.ndarray] = field(default_factory=lambda: [np.zeros(0), np.zeros(0), np.zeros(1)])
+    _scratch: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def image(self) -> Column | None:
@@ -186,24 +190,29 @@ class Layout:
     def _floats_only(
         self, chunk: Mapping[str, Any], rows: int, order: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """A wide table of float columns: each column copied into a column-major block, which is then transposed
-        into rows a block of rows at a time, each row put at its place in ``order`` as it is written (column by
-        column into rows touched a cache line per value: twice as slow on 1,000 columns; reordering the rows
-        after the transpose, or gathering each column in order first, cost another pass over them)."""
-        by_column = np.empty((self.width, rows), dtype=np.float32)
+        """A wide table of float columns: each column copied into a column-major block (reused from chunk to
+        chunk), then laid out as rows, each at its place in ``order``, by one compiled transpose per thread.
+        At 100,000 rows x 1,000 columns this took 0.31-0.56 s where a fresh block and a Python loop scattering
+        64 rows at a time took 0.70-0.74 s (half of it the kernel zeroing fresh pages for the block)."""
+        by_column = self._block(rows)
         for j, column in enumerate(self.columns):
             by_column[j] = _floats(chunk[column.name])
         out = np.empty((rows, self.width), dtype=np.float32)
         places = np.arange(rows) if order is None else np.empty(rows, dtype=np.intp)
         if order is not None:
             places[order] = np.arange(rows)
-        for start in range(0, rows, TRANSPOSE_ROWS):
-            out[places[start : start + TRANSPOSE_ROWS]] = by_column[:, start : start + TRANSPOSE_ROWS].T
+        _transpose(by_column, places, out)
         # A finite sum has no NaN or infinity in it: one pass, and the per-row check only when it is not.
         if np.isfinite(by_column.sum()):
             return out, np.ones(rows, dtype=bool)
         usable = np.isfinite(by_column).all(axis=0)
         return out, usable if order is None else usable[order]
+
+    def _block(self, rows: int) -> np.ndarray:
+        """A [width, rows] float32 block for ``_floats_only``, the same memory for every chunk of a table."""
+        if self._scratch is None or self._scratch.shape[1] < rows:
+            self._scratch = np.empty((self.width, rows), dtype=np.float32)
+        return self._scratch if self._scratch.shape[1] == rows else self._scratch[:, :rows]
 
     def first_bad(self, features: np.ndarray) -> str:
         """The first column of a row whose features are not all usable (for a message)."""
@@ -279,6 +288,32 @@ class Layout:
             "image": {"mean": [round(float(m), 8) for m in mean], "std": [round(float(s), 8) for s in std]},
             **found,
         }
+
+
+# Each process's transpose threads (a forked child makes its own: a parent's threads are not in it).
+_TRANSPOSERS: dict[int, ThreadPoolExecutor] = {}
+# Values below which a transpose stays on the calling thread: handing it over costs more than it saves.
+THREADED_VALUES = 1 << 20
+
+
+def _transpose(by_column: np.ndarray, places: np.ndarray, out: np.ndarray) -> None:
+    """``out[places] = by_column.T``, its rows split over ``TRANSPOSE_THREADS`` threads."""
+    rows = by_column.shape[1]
+    if TRANSPOSE_THREADS < 2 or by_column.size < THREADED_VALUES:
+        out[places] = by_column.T
+        return
+    pool = _TRANSPOSERS.get(os.getpid())
+    if pool is None:
+        pool = _TRANSPOSERS[os.getpid()] = ThreadPoolExecutor(
+            TRANSPOSE_THREADS, thread_name_prefix="snakeddp-transpose"
+        )
+    bounds = np.linspace(0, rows, TRANSPOSE_THREADS + 1).astype(int)
+
+    def part(start: int, stop: int) -> None:
+        out[places[start:stop]] = by_column[:, start:stop].T
+
+    for future in [pool.submit(part, int(a), int(b)) for a, b in itertools.pairwise(bounds)]:
+        future.result()
 
 
 def _image_values(values: Any) -> list[Any]:
