@@ -11,6 +11,8 @@
     snakeddp export RUN [--to DIR]     the best checkpoint as model.safetensors + model.json, which
                                        snakeddp.load(DIR) rebuilds without unpickling anything
                                        (default DIR: results/export/RUN)
+    snakeddp status [--json]           every run of the checkout now: queued, starting, training, hung,
+                                       done (its status.json, and what Slurm and the platforms answer)
     snakeddp warm                      keep a warm process for many local invocations: prints
                                        `export SNAKEDDP_WARM_SOCKET=...`; each invocation with it
                                        forks its jobs from it (Ctrl-C stops it)
@@ -26,6 +28,7 @@ directory is the checkout's results/, found from any directory inside it (--resu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -33,12 +36,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from snakeddp import __version__
+from snakeddp import __version__, platforms
 from snakeddp.errors import ConfigError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
-from snakeddp.run import current, ledger, search
+from snakeddp.run import current, ledger, search, status
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
@@ -161,6 +164,32 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def platform_answers(checkout: Path) -> list[dict]:
+    """What each platform that can tell answers about the checkout's runs' jobs (its package's
+    ``status.queued``), and a line on stderr for one that did not answer."""
+    answers = []
+    for row in platforms.rows():
+        name = f"{row.module.rsplit('.', 1)[0]}.status"
+        if importlib.util.find_spec(name) is None:
+            continue
+        found, problem = importlib.import_module(name).queued(checkout)
+        if problem:
+            print(f"snakeddp status: {row.name}: {problem}; its queued runs are not shown", file=sys.stderr)
+        answers += found
+    return answers
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    rows = status.of_checkout(Path(args.results), platform_answers(Path(args.results).resolve().parent))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif rows:
+        print(status.table(rows))
+    else:
+        print(f"no runs under {args.results}/runs yet, and none queued")
+    return 0
+
+
 def cmd_warm(args: argparse.Namespace) -> int:
     from snakeddp.warm.kept import keep
 
@@ -199,7 +228,9 @@ def _parser() -> argparse.ArgumentParser:
         "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    reading = [add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export, _add_nodes)]
+    reading = [
+        add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export, _add_nodes, _add_status)
+    ]
     _add_warm(sub)
     for sp in reading:
         sp.add_argument("--results", default=argparse.SUPPRESS, help="the workflow's results directory")
@@ -305,6 +336,19 @@ def _add_nodes(sub: Subparsers) -> argparse.ArgumentParser:
     nodes.add_argument("--days", type=float, default=ledger.EXCLUDE_WITHIN_DAYS, help="as site.exclude_within_days")
     nodes.set_defaults(func=cmd_nodes)
     return nodes
+
+
+def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
+    live = sub.add_parser(
+        "status",
+        help="where every run of the checkout is now",
+        description="One row per run: its state (queued, starting, training, hung, done, failed, stopped), epoch, "
+        "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s), "
+        "and the runs Slurm holds in its queue for this checkout.",
+    )
+    live.add_argument("--json", action="store_true", help="print the rows as JSON")
+    live.set_defaults(func=cmd_status)
+    return live
 
 
 def _add_warm(sub: Subparsers) -> argparse.ArgumentParser:

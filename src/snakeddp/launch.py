@@ -41,7 +41,7 @@ from snakeddp.config.parts import Launch
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.platforms.contract import RemotePlatform
 from snakeddp.provenance import lineage
-from snakeddp.run import attempt, ledger, tries, variables
+from snakeddp.run import account, attempt, ledger, status, tries, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util import handoff
@@ -199,6 +199,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     resumed_from = tries.saved(args.run_dir) if resume else None
     began = time.time()
     env[variables.TRY_STARTED] = f"{began:.3f}"
+    account.starting(args.run_dir, platforms.load(args.platform).where_tried(os.environ))
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]
@@ -246,12 +247,14 @@ def record_try(
     hung), what it kept (last.json), and where the platform ran it."""
     hang = tries.take_hang(args.run_dir)
     where = dict(platforms.load(args.platform).where_tried(os.environ))
+    where.pop(account.QUEUE_WAIT, None)  # asked when the try started (account.starting)
+    ended, outcome = time.time(), outcome_of(code, received, hang)
     entry = tries.append(
         args.run_dir,
         tries.entry(
             started=began,
-            ended=time.time(),
-            outcome=outcome_of(code, received, hang),
+            ended=ended,
+            outcome=outcome,
             exit_code=code,
             launcher=launcher,
             job_id=where.pop("job_id", None),
@@ -259,9 +262,17 @@ def record_try(
             saved_now=tries.saved(args.run_dir),
             hang=hang,
             placement=where,
+            account=account.of_try_here(args.run_dir, ended - began, outcome, launch_gpus(args)),
         ),
     )
+    status.ended(args.run_dir, outcome)
     ledger.record_try(args.run_dir, entry)  # a hung try's nodes, remembered after the run (results/nodes.json)
+
+
+def launch_gpus(args: argparse.Namespace) -> int:
+    """The GPUs a try's ranks hold, one each where they run on GPUs (its GPU-hours), as build decided."""
+    launch = Launch.of(RunFile.load(args.config).config["launch"])
+    return launch.nodes * launch.devices if variables.accelerator(launch, os.environ) == "gpu" else 0
 
 
 def relay_stderr(stream: IO[bytes], failed: Path) -> None:

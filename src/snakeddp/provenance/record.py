@@ -27,7 +27,7 @@ from snakeddp.config import parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.environment.capture import accelerator_and_backend, accelerator_stack
 from snakeddp.environment.lock import installed
-from snakeddp.run import tries, variables
+from snakeddp.run import account, tries, variables
 from snakeddp.run.attempt import attempt_id, inherited_epochs, no_lock_warning
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runs import logged_metrics
@@ -182,17 +182,20 @@ def epochs_from(run_dir: Path, key: str, epochs: int) -> list[dict[str, Any]]:
     return inherited + own
 
 
-def tries_so_far(run_dir: Path, launcher: str, job_id: str | None, env: Mapping[str, str]) -> list[dict[str, Any]]:
+def tries_so_far(
+    run_dir: Path, launcher: str, job_id: str | None, env: Mapping[str, str], gpus: int = 0
+) -> list[dict[str, Any]]:
     """The attempt's tries as tries.json holds them, and this one, which completes now (its launcher adds it to
     tries.json once its ranks are gone): from when snakeddp.launch started it (TRY_STARTED; a rank started
-    by hand, from this process's start)."""
+    by hand, from this process's start), with its account so far (rank 0's last post: run.account)."""
     earlier = tries.read(run_dir)
     started = float(env.get(variables.TRY_STARTED) or psutil.Process().create_time())
+    ended = time.time()
     # The last checkpoint an earlier try saved is the one this try resumed from.
     resumed = next((t["kept_step"] for t in reversed(earlier) if t["kept_step"] is not None), None)
     current = tries.entry(
         started=started,
-        ended=time.time(),
+        ended=ended,
         outcome="completed",
         exit_code=0,
         launcher=launcher,
@@ -200,6 +203,7 @@ def tries_so_far(run_dir: Path, launcher: str, job_id: str | None, env: Mapping[
         resumed_from={"step": resumed} if resumed is not None else None,
         saved_now=tries.saved(run_dir),
         hang=None,
+        account=account.of_try_here(run_dir, ended - started, "completed", gpus),
     )
     return [*earlier, {**current, "number": len(earlier) + 1}]
 
@@ -295,7 +299,8 @@ def build(
     if best is not None:
         best.update(metric=monitor.metric, score=outcome.best_score)
     data = {**data, "counted": counted(rows)}
-    attempt_tries = tries_so_far(run_dir, layout.launcher, layout.job_id, os.environ)
+    gpus = outcome.world_size if accelerator == "gpu" else 0
+    attempt_tries = tries_so_far(run_dir, layout.launcher, layout.job_id, os.environ, gpus)
     record = {
         "run_id": attempt.run.run_id,
         "sweep_point": attempt.run.point,

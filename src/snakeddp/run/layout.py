@@ -15,7 +15,9 @@
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
         refused.txt                     the same line, where the machine refused the ranks (not retried)
         hung.json                       what the rank that found the try hung said (run.tries folds it in)
+        hang/                           the last hang's evidence: stacks.txt, gpu.json (training.gather)
         tries.json                      every start of the attempt's ranks and how it ended (run.tries)
+        status.json                     where the run is now: state, step, ETA (run.status; rank 0 and the launcher)
         .attempt.lock                   held (shared) by every training process of a live attempt
         .snakeddp-resume-seeded         in an AzureML job's run directory: rank 0 copied the resumed attempt
         <platform>/                     what its platform keeps of the run, named after it: a remote
@@ -61,6 +63,8 @@ TRACKING_STATE = "state.json"
 FAILURE = "failure.txt"
 REFUSED = "refused.txt"
 HUNG = "hung.json"
+HANG_EVIDENCE = "hang"
+STATUS = "status.json"
 TRIES = "tries.json"
 LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
@@ -177,6 +181,16 @@ class RunPaths(AttemptPaths):
     def hung(self) -> Path:
         """What the rank that found the try hung said, until the launcher folds it into tries.json."""
         return self.folder / HUNG
+
+    @property
+    def hang_evidence(self) -> Path:
+        """The last hang's evidence, written whole by the rank that found it (snakeddp.training.gather)."""
+        return self.folder / HANG_EVIDENCE
+
+    @property
+    def status(self) -> Path:
+        """Where the run is now, rewritten with every post (run.status)."""
+        return self.folder / STATUS
 
     @property
     def lock(self) -> Path:

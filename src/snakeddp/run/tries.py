@@ -23,6 +23,7 @@ from typing import Any
 import jsonschema
 
 from snakeddp.errors import RunStateError
+from snakeddp.run.account import total as accounts_total
 from snakeddp.run.layout import AttemptPaths, RunPaths
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
@@ -144,9 +145,10 @@ def entry(
     saved_now: Mapping[str, Any] | None,
     hang: Mapping[str, Any] | None,
     placement: Mapping[str, Any] | None = None,
+    account: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One try, from what the launcher saw (times, exit) and the run directory holds (``resumed_from``: last.json
-    when it started, ``saved_now`` when it ended, ``hang``: hung.json)."""
+    when it started, ``saved_now`` when it ended, ``hang``: hung.json; ``account``: run.account.of_try)."""
     fresh = saved_now if saved_now is not None and saved_now["saved_at"] >= started else None
     kept = fresh["step"] if fresh else None
     reached = hang["reached_step"] if hang else None
@@ -168,6 +170,7 @@ def entry(
         "reached_step": max(reached, kept) if reached is not None and kept is not None else (reached or kept),
         "hang": dict(hang) if hang else None,
         **({"placement": dict(placement)} if placement else {}),
+        **({"account": dict(account)} if account else {}),
     }
 
 
@@ -197,6 +200,7 @@ def goodput(tries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         "useful_s": round(max(total - wasted, 0.0), 3),
         "ratio": round(max(total - wasted, 0.0) / total, 4) if total > 0 else None,
         "lost": lost,
+        **({"account": summed} if (summed := accounts_total(tries)) else {}),
     }
 
 

@@ -20,6 +20,7 @@ from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Ru
 from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
 from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm import status as slurm_status
 from snakeddp.slurm.exclude import Exclusions, where_tried
 from snakeddp.slurm.mixed import MixedGpus
 from snakeddp.slurm.resources import RESOURCES, slurm_resources
@@ -177,7 +178,7 @@ class Slurm(Platform[SlurmState]):
             invocation.state.watch.close()
 
     def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
-        return where_tried(env)
+        return {**where_tried(env), **slurm_status.waited(env)}  # the job's queue wait: a try's account
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
         # With a config outside /etc/slurm, the jobstep plugin drops SLURM_CONF before it calls srun:

@@ -36,6 +36,7 @@ from snakeddp.training.callbacks import (
     SampleTrace,
 )
 from snakeddp.training.checkpoints import EpochCheckpoint
+from snakeddp.training.livestatus import LiveStatus
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
 from snakeddp.training.strategies import build_strategy
@@ -91,6 +92,8 @@ class Callbacks:
     """Where the process's wall time went (provenance's timing.phases)."""
     progress: EpochProgress
     """Prints each epoch's row; after ``metrics``, whose row it prints."""
+    live: LiveStatus
+    """status.json with every post and the try's account (rank 0; training.livestatus)."""
     early_stopping: EarlyStopping | None = None
     """Only with trainer.early_stopping.enabled."""
     trace: SampleTrace | None = None
@@ -205,6 +208,7 @@ def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicC
     paths = RunPaths(run_dir)
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
     metrics = EpochMetrics(paths.metrics)
+    phases = Phases(checkpoint_io)
     return Callbacks(
         monitor=MonitoredMetric(monitor.metric),
         checkpoint=EpochCheckpoint(
@@ -218,8 +222,9 @@ def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicC
         metrics=metrics,
         preemption=Preemption(list(trainer_cfg.preempt_signals), paths.last_checkpoint),
         hosts=RankHosts(platforms.scheduler_node(os.environ), executor=platforms.placement(os.environ)),
-        phases=Phases(checkpoint_io),
+        phases=phases,
         progress=EpochProgress(run_dir.name, metrics),
+        live=LiveStatus(run_dir, phases),
         early_stopping=EarlyStopping(
             monitor=monitor.metric,
             mode=monitor.mode,

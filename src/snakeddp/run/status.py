@@ -1,0 +1,132 @@
+"""Where a run is now: ``results/runs/<run>/status.json`` (schemas/run-status.schema.json).
+
+One writer at a time, never a collective: the launcher says ``starting`` before it starts the ranks,
+rank 0 rewrites it with every post of its watch (every POST_S seconds: ``training``, its epoch and step,
+samples/s, the % complete and the ETA, and the try's account so far, which the launcher folds into
+tries.json), and the launcher says how the try ended when its ranks are gone. Every write is whole
+(atomic_write_json): a reader never sees half of one. ``snakeddp status`` reads them all (run.livetable).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp.run.layout import RunPaths
+from snakeddp.util.fsutil import atomic_write_json, read_json
+
+FORMAT = "snakeddp-status/1"
+STATES = ("queued", "starting", "training", "hung", "done", "failed", "stopped")
+# How a try's outcome (run.tries.OUTCOMES) reads as a state.
+ENDED = {"completed": "done", "hung": "hung", "failed": "failed", "preempted": "stopped", "interrupted": "stopped"}
+
+
+def write(run_dir: Path, state: str, **fields: Any) -> None:
+    """status.json, whole: ``state`` and what the writer knows (the others stay as the last writer left them,
+    so the launcher's end keeps rank 0's step and ETA)."""
+    if state not in STATES:
+        raise ValueError(f"snakeddp.run.status: unknown state {state!r}; this is a bug")
+    earlier = read(run_dir) or {}
+    now = time.time()
+    record = {
+        **{k: v for k, v in earlier.items() if k not in ("format", "state", "updated", "host", "pid")},
+        **fields,
+        "format": FORMAT,
+        "run_id": run_dir.name,
+        "state": state,
+        "updated": round(now, 3),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    atomic_write_json(RunPaths(run_dir).status, record)
+
+
+def read(run_dir: Path) -> dict[str, Any] | None:
+    """status.json, when it is one snakeddp wrote (a damaged or foreign file reads as none: it is rewritten
+    within seconds, and nothing else depends on it)."""
+    try:
+        record = read_json(RunPaths(run_dir).status)
+    except (OSError, ValueError):
+        return None
+    good = isinstance(record, dict) and record.get("format") == FORMAT and record.get("state") in STATES
+    return record if good else None
+
+
+def progress(step: int, total_steps: int | None, steps_per_s: float | None) -> dict[str, Any]:
+    """The % complete and the ETA in seconds, from the step, the fit's total (Lightning's
+    estimated_stepping_batches) and the recent pace; None where either is not known yet."""
+    if not total_steps or total_steps <= 0:
+        return {"percent": None, "eta_s": None}
+    left = max(total_steps - step, 0)
+    return {
+        "percent": round(min(100.0 * step / total_steps, 100.0), 1),
+        "eta_s": round(left / steps_per_s, 1) if steps_per_s else (0.0 if left == 0 else None),
+    }
+
+
+def ended(run_dir: Path, outcome: str) -> None:
+    """The launcher's last word on a try: its outcome as a state (done: the ETA is 0), rank 0's step and
+    account kept as it left them."""
+    state = ENDED.get(outcome, "failed")
+    extra: dict[str, Any] = {"eta_s": 0.0, "percent": 100.0} if state == "done" else {"eta_s": None}
+    write(run_dir, state, writer="launcher", **extra)
+
+
+TERMINAL = ("done", "failed", "hung", "stopped")
+COLUMNS = ("run", "state", "epoch", "step", "samples/s", "%", "ETA", "updated", "detail")
+
+
+def of_checkout(results: Path, answers: list[dict[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
+    """One row per run of the checkout: every run directory's status.json, with what the platforms answer of
+    the runs' jobs (``answers``: ``run``, ``state``, ``detail``), which wins where the job waits in a queue or
+    the run's own status is of a try that has ended (a retry queued since)."""
+    now = time.time() if now is None else now
+    runs = results / "runs"
+    rows = {}
+    for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
+        said = read(folder) if folder.is_dir() else None
+        if said is not None:
+            rows[folder.name] = _row(folder.name, said, now)
+    for answer in answers:
+        mine = rows.get(answer["run"])
+        if mine is None or answer["state"] == "queued" or mine["state"] in TERMINAL:
+            rows[answer["run"]] = {**dict.fromkeys(COLUMNS), "run": answer["run"], "state": answer["state"],
+                                   "detail": answer.get("detail")}  # fmt: skip
+    return [rows[run] for run in sorted(rows)]
+
+
+def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
+    epoch, step = said.get("epoch"), said.get("step")
+    return {
+        "run": run,
+        "state": said["state"],
+        "epoch": f"{epoch}/{said.get('max_epochs')}" if epoch is not None else None,
+        "step": f"{step}/{said['total_steps']}" if step is not None and said.get("total_steps") else step,
+        "samples/s": said.get("samples_per_s"),
+        "%": said.get("percent"),
+        "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None else None,
+        "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
+        "detail": f"{said.get('writer', '')} on {said.get('host')}",
+    }
+
+
+def duration(seconds: float) -> str:
+    """Seconds as people read a wait: 42s, 3m05s, 2h10m."""
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as aligned text columns, empty cells as '-'."""
+    cells = [list(COLUMNS), *([("-" if row[c] is None else str(row[c])) for c in COLUMNS] for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in cells)  # fmt: skip

@@ -1,0 +1,71 @@
+"""What Slurm answers about a train job's state: its queue wait (a try's account, snakeddp.run.account) and this
+checkout's train jobs still in its queue (``snakeddp status``).
+
+The queue wait is the job's StartTime minus its SubmitTime as ``scontrol show job`` gives them inside the job
+(the same two times sacct's Submit and Start report, and there without accounting). The queue is squeue's
+answer for the user's jobs whose working directory is this checkout and whose comment is the executor
+plugin's for the train rule (``rule_train_wildcards_<run>``, the job ids Snakemake submitted).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from snakeddp.slurm.launcher import LaunchError, scontrol_show
+
+QUERY_TIMEOUT_S = 10
+# squeue's fields: id, state, working directory, the plugin's comment, reason (last: it may hold anything).
+FORMAT = "%i|%T|%Z|%k|%r"
+TRAIN_JOB = re.compile(r"rule_train_wildcards_(.+)")
+# Slurm's job states as snakeddp's (run.status.STATES): a job not yet running waits in the queue.
+WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD")
+
+
+def waited(env: Mapping[str, str]) -> dict[str, Any]:
+    """``{"queue_wait_s": seconds}`` of the job this process runs in, or nothing where Slurm cannot tell."""
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        return {}
+    try:
+        job = scontrol_show("job", job_id, env)
+        submitted, started = (datetime.fromisoformat(job[key]) for key in ("SubmitTime", "StartTime"))
+    except (LaunchError, KeyError, ValueError):  # Slurm did not answer, or a time it writes as Unknown
+        return {}
+    return {"queue_wait_s": round(max((started - submitted).total_seconds(), 0.0), 3)}
+
+
+def queued(checkout: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """This checkout's train jobs in Slurm's queue, one per run (``run``, ``state``, ``job_id``, ``detail``), and
+    why there are none to show where squeue did not answer (None where it did, or there is no squeue)."""
+    argv = ["squeue", "--noheader", f"--user={os.getuid()}", f"--format={FORMAT}"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return [], None  # not a Slurm machine
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return [], f"squeue did not answer ({error})"
+    if done.returncode != 0:
+        return [], f"squeue failed: {done.stderr.strip()[:200]}"
+    here, found = checkout.resolve(), []
+    for line in done.stdout.splitlines():
+        fields = line.split("|", 4)
+        if len(fields) != 5:
+            continue
+        job_id, state, workdir, comment, reason = fields
+        run = TRAIN_JOB.fullmatch(comment)
+        if run is None or Path(workdir).resolve() != here:
+            continue
+        waiting = state in WAITING
+        found.append({
+            "run": run.group(1),
+            "state": "queued" if waiting else "starting",
+            "job_id": job_id,
+            "detail": f"slurm job {job_id} {state.lower()}{f' ({reason})' if waiting and reason != 'None' else ''}",
+        })  # fmt: skip
+    return found, None

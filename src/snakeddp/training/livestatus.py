@@ -1,0 +1,164 @@
+"""Rank 0 keeps the run's status.json current and accounts for its try's seconds as it goes.
+
+Every POST_S seconds (the watch's post, snakeddp.cluster.hang), at a step's end, rank 0 rewrites status.json
+(snakeddp.run.status): training, the epoch and step, samples/s over the last minute, the % complete and the
+ETA, and its account so far (snakeddp.run.account's measured buckets), which the launcher folds into the try
+when the ranks are gone. Nothing is exchanged with the other ranks: rank 0 alone writes, and a run of one
+process posts the same way.
+
+The buckets come from Lightning's hooks, in the order ``Trainer.fit`` calls them: the ranks' process group
+and device are set up before ``setup``, a resumed checkpoint is loaded between ``setup`` and
+``on_load_checkpoint``, a step runs from ``on_train_batch_start`` to ``on_train_batch_end``, and the wait
+before a step (less any checkpoint written meanwhile) is data loading.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+from snakeddp.cluster.hang import POST_S
+from snakeddp.run import status, variables
+from snakeddp.training.callbacks import batch_size
+from snakeddp.training.phases import Phases
+from snakeddp.util import gpus
+from snakeddp.util.gpuload import Utilisation
+
+# The pace the ETA assumes: steps over about the last minute.
+PACE_S = 60.0
+
+
+class LiveStatus(Callback):
+    """status.json from rank 0, with every post; ``account`` is its try's measured seconds so far."""
+
+    def __init__(self, run_dir: Path, phases: Phases) -> None:
+        self.run_dir, self.phases = run_dir, phases
+        self.setup_at = self.restored_at = self.train_start_at = None
+        self.productive = self.productive_at_save = self.data_loading = 0.0
+        self._batch_start: float | None = None
+        self._waiting_since: tuple[float, float] | None = None  # (when, checkpoint seconds then)
+        self._posted_at = 0.0
+        self._pace: collections.deque[tuple[float, int]] = collections.deque()
+        self.total_steps: int | None = None
+        self._batch = 0  # samples in this rank's last batch
+        self.load: Utilisation | None = None
+
+    # Lightning's hooks, in the order fit calls them.
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.setup_at = time.perf_counter()
+        if trainer.is_global_zero and trainer.strategy.root_device.type == "cuda":
+            self.load = Utilisation([gpu.uuid for gpu in gpus.visible(os.environ)], POST_S)
+            self.load.start()
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
+        self.restored_at = time.perf_counter()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.train_start_at = time.perf_counter()
+        self.total_steps = _total_steps(trainer)  # computed once: Lightning counts the dataloaders for it
+        self._post(trainer, force=True)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._waiting_since = (time.perf_counter(), self.phases.checkpoints.seconds)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, i: int) -> None:
+        now = time.perf_counter()
+        if self._waiting_since is not None:
+            since, saving = self._waiting_since
+            self.data_loading += max(now - since - (self.phases.checkpoints.seconds - saving), 0.0)
+        self._batch_start = now
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
+    ) -> None:
+        now = time.perf_counter()
+        if self._batch_start is not None:
+            self.productive += now - self._batch_start
+        self._batch = batch_size(batch)
+        self._waiting_since = (now, self.phases.checkpoints.seconds)
+        self._post(trainer)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._waiting_since = None  # validation is not the wait for the next batch
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.train_start_at is not None:
+            self._waiting_since = (time.perf_counter(), self.phases.checkpoints.seconds)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
+        self.productive_at_save = self.productive  # what the next try need not train again
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._post(trainer, force=True)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._post(trainer, force=True)
+        if self.load is not None:
+            self.load.stop()
+
+    # What rank 0 writes.
+
+    def account(self) -> dict[str, Any]:
+        """The try's seconds rank 0 measured so far (run.account.MEASURED), and the GPUs' load."""
+        marks, started = self.phases.marks, self.phases.started
+        now = time.perf_counter()
+        try_started = float(os.environ.get(variables.TRY_STARTED) or 0.0)
+        # From the launcher's start of the try to this process's start (torchrun's, srun's own start-up).
+        launching = max(time.time() - (now - started) - try_started, 0.0) if try_started else 0.0
+        built = marks.get("trainer_built", started)
+        setup = self.setup_at or now
+        restore = (self.restored_at - setup) if self.restored_at else 0.0
+        return {
+            "productive_s": round(self.productive, 3),
+            "productive_at_save_s": round(self.productive_at_save, 3),
+            # The ranks' meeting (store, rendezvous), then fit's process group and device, up to ``setup``.
+            "accelerator_init_s": round(max(setup - built, 0.0), 3),
+            "program_startup_s": round(
+                launching + (built - started) + max((self.train_start_at or setup) - setup - restore, 0.0), 3
+            ),
+            "data_loading_s": round(self.data_loading, 3),
+            "checkpoint_save_s": round(self.phases.checkpoints.seconds, 3),
+            "checkpoint_restore_s": round(max(restore, 0.0), 3),
+            "gpu_util_mean": self.load.mean() if self.load else None,
+            "gpu_util_samples": self.load.samples if self.load else 0,
+        }
+
+    def _post(self, trainer: pl.Trainer, force: bool = False) -> None:
+        now = time.time()
+        if not trainer.is_global_zero or (not force and now - self._posted_at < POST_S):
+            return
+        self._posted_at = now
+        step = trainer.global_step
+        self._pace.append((now, step))
+        while len(self._pace) > 2 and now - self._pace[0][0] > PACE_S:
+            self._pace.popleft()
+        first_step, elapsed = self._pace[0][1], now - self._pace[0][0]
+        steps_per_s = (step - first_step) / elapsed if elapsed > 0 and step > first_step else None
+        per_step = trainer.accumulate_grad_batches * trainer.world_size * self._batch
+        status.write(
+            self.run_dir,
+            "training",
+            writer="rank 0",
+            epoch=min(trainer.current_epoch + 1, trainer.max_epochs or trainer.current_epoch + 1),  # 1-based
+            max_epochs=trainer.max_epochs,
+            step=step,
+            total_steps=self.total_steps,
+            samples_per_s=round(steps_per_s * per_step, 2) if steps_per_s and per_step else None,
+            **status.progress(step, self.total_steps, steps_per_s),
+            account=self.account(),
+        )
+
+
+def _total_steps(trainer: pl.Trainer) -> int | None:
+    try:
+        total = trainer.estimated_stepping_batches
+    except (AttributeError, RuntimeError, TypeError, ValueError):
+        return None
+    return int(total) if total not in (None, float("inf")) else None

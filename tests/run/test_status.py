@@ -1,0 +1,60 @@
+"""status.json (snakeddp.run.status): written whole by one writer at a time, read into `snakeddp status`'s rows."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from snakeddp.run import status
+from snakeddp.run.layout import RunPaths
+
+
+def test_each_write_keeps_what_the_last_writer_knew_and_says_who_wrote(tmp_path):
+    run = tmp_path / "runs" / "lr-0.1"
+    run.mkdir(parents=True)
+    status.write(run, "starting", writer="launcher", queue_wait_s=12.0)
+    status.write(run, "training", writer="rank 0", step=40, total_steps=100, **status.progress(40, 100, 4.0))
+    status.ended(run, "hung")
+    said = status.read(run)
+    assert said["state"] == "hung" and said["writer"] == "launcher" and said["eta_s"] is None
+    assert (said["step"], said["percent"], said["queue_wait_s"]) == (40, 40.0, 12.0)
+    assert not list(run.glob("*.partial")) and not list(run.glob(".*"))  # written whole, nothing left beside
+    schema = json.loads(resources.files("snakeddp.schemas").joinpath("run-status.schema.json").read_text())
+    jsonschema.validate(said, schema)
+
+
+def test_progress_needs_a_total_and_a_pace_for_its_eta():
+    assert status.progress(25, 100, 5.0) == {"percent": 25.0, "eta_s": 15.0}
+    assert status.progress(25, None, 5.0) == {"percent": None, "eta_s": None}
+    assert status.progress(25, 100, None) == {"percent": 25.0, "eta_s": None}
+
+
+def test_a_damaged_status_reads_as_none_and_an_unknown_state_is_a_bug(tmp_path):
+    RunPaths(tmp_path).status.write_text("{half")
+    assert status.read(tmp_path) is None
+    RunPaths(tmp_path).status.write_text(json.dumps({"format": status.FORMAT, "state": "dancing"}))
+    assert status.read(tmp_path) is None
+    with pytest.raises(ValueError, match="unknown state"):
+        status.write(tmp_path, "dancing")
+
+
+def test_a_queued_retry_a_platform_answers_for_wins_over_a_finished_try(tmp_path):
+    results = tmp_path / "results"
+    for run, state in (("a", "training"), ("b", "failed"), ("c", "training")):
+        (results / "runs" / run).mkdir(parents=True)
+        status.write(results / "runs" / run, state, step=3, total_steps=9, eta_s=65.0, epoch=1, max_epochs=3)
+    answers = [
+        {"run": "b", "state": "queued", "detail": "slurm job 12 pending (Priority)"},
+        {"run": "c", "state": "starting", "detail": "slurm job 13 running"},
+        {"run": "d", "state": "queued", "detail": "slurm job 14 pending (Resources)"},
+    ]
+    rows = status.of_checkout(results, answers)
+    assert [(row["run"], row["state"]) for row in rows] == [
+        ("a", "training"), ("b", "queued"), ("c", "training"), ("d", "queued")
+    ]  # fmt: skip
+    assert rows[0]["ETA"] == "1m05s" and rows[0]["step"] == "3/9" and rows[0]["epoch"] == "1/3"
+    text = status.table(rows).splitlines()
+    assert text[0].split() == list(status.COLUMNS) and "slurm job 14 pending (Resources)" in text[-1]
