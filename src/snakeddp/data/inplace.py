@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.data import pagecache
 from snakeddp.data.partitions import encode_header
 from snakeddp.errors import TableError
 from snakeddp.util.hashing import partition_file_checksum
@@ -47,6 +48,8 @@ class _File:
     ends: dict[str, int]
     specs: dict[str, tuple[np.dtype, tuple[int, ...]]]
     size: int
+    cached: bool
+    """Kept in the page cache once complete (the partition training reads first; pagecache)."""
 
 
 class InPlace:
@@ -95,7 +98,7 @@ class InPlace:
         fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)  # less the umask
         os.write(fd, header)
         os.ftruncate(fd, position)
-        return _File(path, partial, fd, order, dict(starts), ends, specs, position)
+        return _File(path, partial, fd, order, dict(starts), ends, specs, position, pagecache.read_next(metadata))
 
     def add(self, ids: np.ndarray, labels: np.ndarray, features: np.ndarray, targets: np.ndarray) -> None:
         """One chunk's rows, grouped by target (``targets`` sorted, each target's rows in row order), each
@@ -155,8 +158,8 @@ class InPlace:
                 os.close(file.fd)
                 file.fd = -1
                 os.replace(file.partial, file.path)
-                # Hashed on the thread while the next file is synced.
-                hashes.append(self._pool.submit(partition_file_checksum, file.path))
+                # Hashed on the thread while the next file is synced, from the page cache, which then lets it go.
+                hashes.append(self._pool.submit(_hashed, file.path, file.cached))
             entries = [
                 {
                     "file": file.path.name,
@@ -184,6 +187,14 @@ class InPlace:
                 os.close(file.fd)
                 file.fd = -1
             file.partial.unlink(missing_ok=True)
+
+
+def _hashed(path: Path, cached: bool) -> dict[str, str]:
+    """A complete, synced file's checksum; its pages then leave the page cache unless it is to stay there."""
+    checksum = partition_file_checksum(path)
+    if not cached:
+        pagecache.drop(path)
+    return checksum
 
 
 def _write(writes: Sequence[tuple[int, np.ndarray, int]]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from snakeddp.data import pagecache
 from snakeddp.data.partitions import encode_header
 from snakeddp.util.fsutil import atomic_write
 from snakeddp.util.hashing import partition_file_checksum
@@ -86,9 +87,12 @@ class Spill:
                     cursor[name] += len(data)
 
         atomic_write(path, write)
+        checksum = partition_file_checksum(path)  # synced, and read from the page cache, which then lets it go
+        if not pagecache.read_next(metadata):
+            pagecache.drop(path)
         return {
             "file": path.name,
-            **partition_file_checksum(path),
+            **checksum,
             "bytes": position,
             "records": n,
             "tensors": {name: {"dtype": str(np.dtype(d)), "shape": list(s)} for name, (d, s) in specs.items()},

@@ -1,0 +1,77 @@
+"""Written partitions leave the page cache once synced and hashed, but for the one training reads first: an
+ingestion's files looked up with mincore(2), which says which of a file's mapped pages are in memory."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from snakeddp.data import pagecache
+from snakeddp.data.table import ingest
+from tests.tables import params
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+
+
+def resident(path: Path) -> float:
+    """The share of a file's pages in the page cache (mapping it reads none of them)."""
+    size = path.stat().st_size
+    pages = (size + PAGE - 1) // PAGE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = LIBC.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        try:
+            vector = (ctypes.c_ubyte * pages)()
+            if LIBC.mincore(address, size, vector) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            return sum(v & 1 for v in vector) / pages
+        finally:
+            LIBC.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def table(folder: Path, rows: int = 20_000) -> Path:
+    """A table of 3 float features and a 0/1 label (a few MB of partitions: many pages each)."""
+    rng = np.random.default_rng(4)
+    data = pd.DataFrame({name: rng.standard_normal(rows).astype(np.float32) for name in ("a", "b", "c")})
+    data["y"] = (data["a"] > 0).astype(int)
+    folder.mkdir()
+    data.to_parquet(folder / "t.parquet")
+    data.to_csv(folder / "t.csv", index=False)
+    return folder
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"], ids=["written in place", "written through the spill"])
+def test_an_ingestions_partitions_leave_the_page_cache_but_the_first_one_training_reads(tmp_path, fmt):
+    source = table(tmp_path / "table") / f"t.{fmt}"
+    ingest(params(source, partitions=3), tmp_path / "out")
+    out = tmp_path / "out"
+    kept = resident(out / "train" / "part-00000.safetensors")
+    dropped = {
+        name: resident(out / name)
+        for name in ("train/part-00001.safetensors", "train/part-00002.safetensors", "val.safetensors")
+    }
+    assert kept > 0.9, "partition 0, which epoch 1 trains on, stays in the page cache"
+    assert dropped == dict.fromkeys(dropped, 0.0), "the others are on disk only"
+    pagecache.drop(out / "train" / "part-00000.safetensors")
+    assert resident(out / "train" / "part-00000.safetensors") == 0.0, "the check itself sees a dropped file"
+
+
+def test_only_epoch_ones_partition_is_the_one_read_next():
+    assert pagecache.read_next({"split": "train", "index": "0"})
+    assert not pagecache.read_next({"split": "train", "index": "1"})
+    assert not pagecache.read_next({"split": "val", "index": "0"})
