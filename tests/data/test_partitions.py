@@ -115,7 +115,15 @@ def test_written_files_are_readable_by_others(tmp_path, params):
     assert done.returncode == 0, done.stderr
     modes = {str(path.relative_to(tmp_path)): oct(path.stat().st_mode & 0o777) for path in tmp_path.rglob("*.*")}
     assert modes == dict.fromkeys(
-        ["train/part-00000.safetensors", "train/part-00000.json", "val.safetensors", "val.json", "manifest-1.json"],
+        [
+            "train/part-00000.safetensors",
+            "train/part-00000.json",
+            "val.safetensors",
+            "val.json",
+            "manifest-1.json",
+            "train/.part-00000.safetensors.handed",
+            ".val.safetensors.handed",
+        ],
         oct(0o644),
     )
 
@@ -268,6 +276,7 @@ def counted_hashes(monkeypatch):
 def test_a_process_hashes_an_unchanged_partition_once(dataset, counted_hashes):
     root, manifest = dataset
     entry = manifest["train"][0]
+    partitions.handed_path(root / entry["file"]).unlink()  # not handed over by its writer (another machine's)
     for _ in range(3):
         partitions.read_partition(root / entry["file"], entry)
     assert len(counted_hashes) == 1
@@ -293,9 +302,46 @@ def test_a_file_written_just_before_its_check_is_hashed_again(dataset, counted_h
     monkeypatch.setattr(partitions.VerifiedFiles, "SETTLED_NS", 10**12)  # nothing counts as settled
     root, manifest = dataset
     entry = manifest["train"][0]
+    partitions.handed_path(root / entry["file"]).unlink()
     partitions.read_partition(root / entry["file"], entry)
     partitions.read_partition(root / entry["file"], entry)
     assert len(counted_hashes) == 2
+
+
+def test_a_partition_handed_over_by_its_writer_is_not_hashed_again_unless_it_changed(dataset, counted_hashes):
+    """The data stage hashed it as it wrote it: training trusts that entry while the file keeps the stamp it was
+    handed over with; one changed since (same size, mtime set back: only the ctime tells) is hashed and refused."""
+    root, manifest = dataset
+    first, second = (root / e["file"] for e in manifest["train"])
+    partitions.read_partition(first, manifest["train"][0])
+    assert counted_hashes == [], "handed over: not hashed"
+    before = second.stat()
+    data = bytearray(second.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    second.write_bytes(bytes(data))
+    os.utime(second, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(DataIntegrityError, match="checksum mismatch"):
+        partitions.read_partition(second, manifest["train"][1])
+    assert len(counted_hashes) == 1
+    record = json.loads(partitions.handed_path(first).read_text())
+    record["stamp"][0] += 1  # handed over on another machine (another device)
+    partitions.handed_path(first).write_text(json.dumps(record))
+    partitions.VERIFIED.clear()
+    partitions.read_partition(first, manifest["train"][0])
+    assert len(counted_hashes) == 2, "a stamp of another machine is not this file's: hashed"
+
+
+def test_a_file_written_while_it_is_handed_over_is_not_handed_over(tmp_path, params, monkeypatch):
+    """hand_over lets the clock pass the file's ctime by a tick, then stamps again: a write meanwhile (in the
+    tick of the first stamp, where the ctime might not move) leaves the file to be hashed by its reader."""
+    path = tmp_path / "p.safetensors"
+    entry = write_synthetic(params, "train", 0, path, tmp_path / "p.json")
+    partitions.handed_path(path).unlink()
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "time_ns", lambda: path.stat().st_ctime_ns)  # still in the ctime's tick
+    monkeypatch.setattr(time, "sleep", lambda s: path.write_bytes(b"x" * path.stat().st_size) or real_sleep(s))
+    partitions.hand_over(path, entry)
+    assert not partitions.handed_path(path).exists()
 
 
 @pytest.mark.parametrize("extra", [0, 1, 4095])

@@ -8,7 +8,7 @@ from typing import Any
 
 from snakeddp.config import sources
 from snakeddp.data import synthetic
-from snakeddp.data.partitions import write_manifest, write_partition, write_sidecar
+from snakeddp.data.partitions import hand_over, write_manifest, write_partition, write_sidecar
 from snakeddp.util.fsutil import read_json
 
 
@@ -19,6 +19,7 @@ def write_synthetic(
     tensors = synthetic.generate(params, split, index)
     metadata = {"generator": "snakeddp.synthetic/1", "split": split, "index": str(index)}
     entry = write_partition(path, tensors, metadata)
+    hand_over(path, entry)  # hashed as it was written: training on this machine need not hash it again
     write_sidecar(entry_path, entry)
     return entry
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # reading partitions needs torch (training); writing them (th
     import torch
 
 MANIFEST_FORMAT = "snakeddp-manifest/1"
+# The longest a clock tick of a file system's times lasts where they have nanoseconds (a kernel's jiffy, at most
+# 10 ms): what ``hand_over`` waits after a file's ctime before it takes the stamp it hands the file over with.
+HANDED_TICK_NS = 20_000_000
 TENSOR_NAMES = ("features", "labels", "ids")
 
 
@@ -158,6 +161,44 @@ def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
         )
 
 
+def handed_path(path: str | Path) -> Path:
+    """Where the stamp of a file handed over by its writer is kept (``hand_over``): beside it, hidden."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.handed")
+
+
+def hand_over(path: str | Path, entry: Mapping[str, Any]) -> None:
+    """Record that ``path`` is the file ``entry`` describes, as the code that wrote it hashed it (while writing
+    it, or from the bytes it had just written): its stat stamp now, with the entry's checksum. A reader on this
+    machine that finds the file with the same stamp trusts the entry without hashing it again
+    (``VerifiedFiles``); any write, link, rename or ``utime`` since moves its ctime or inode, and another
+    machine sees another device, so the file is hashed there as before."""
+    stamp = _stamp_of(path)
+    # File system times are coarse: a write in the tick of the stamp would leave it as it was. So the clock is let
+    # pass the file's ctime by a tick (2 s where the file system keeps whole seconds) and the stamp taken again:
+    # any write after that shows as a newer ctime, and one before it as a changed stamp (not handed over then).
+    tick = 2_000_000_000 if stamp[4] % 1_000_000_000 == 0 else HANDED_TICK_NS
+    wait = stamp[4] + tick - time.time_ns()
+    if wait > 0:
+        time.sleep(wait / 1e9)
+    if _stamp_of(path) == stamp:
+        atomic_write_json(handed_path(path), {"stamp": stamp, "checksum": list(entry_checksum(entry))})
+
+
+def _stamp_of(path: str | Path) -> list[int]:
+    st = Path(path).stat()
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _handed(path: Path) -> tuple[Any, ...] | None:
+    """The stamp its writer handed ``path`` over with (``hand_over``), as ``VerifiedFiles`` keeps stamps."""
+    try:
+        record = read_json(handed_path(path))
+        return (*record["stamp"], tuple(record["checksum"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class VerifiedFiles:
     """Files this process has checksummed, each with the stat stamp it had when checked.
 
@@ -166,7 +207,8 @@ class VerifiedFiles:
     since its check has a new ctime (no user call can set ctime back) or inode, so it is hashed
     again before it is used. File system times are coarse (a clock tick): a stamp is kept only for
     a file unchanged for ``SETTLED_NS`` before its check, so a write in the check's tick still
-    shows as a newer ctime.
+    shows as a newer ctime. A file its writer handed over (``hand_over``: the data stage, which hashed
+    it as it wrote it) is trusted with the stamp it was handed over with: its bytes are not hashed twice.
     """
 
     SETTLED_NS = 1_000_000_000
@@ -186,6 +228,9 @@ class VerifiedFiles:
         except OSError:
             stamp = None
         if stamp is not None and self._stamps.get(path) == stamp:
+            return
+        if stamp is not None and _handed(path) == stamp:
+            self._stamps[path] = stamp
             return
         verify_file(path, entry)
         if stamp is not None and time.time_ns() - stamp[4] > self.SETTLED_NS:

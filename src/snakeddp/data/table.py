@@ -405,7 +405,7 @@ def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entr
     first, so a damaged ingest directory is never passed on. Training verifies every file against the
     manifest before its first use either way (snakeddp.data.partitions).
     """
-    from snakeddp.data.partitions import verify_file
+    from snakeddp.data.partitions import hand_over, verify_file
 
     name = "val" if split == "val" else f"train/part-{index:05d}"
     source = Path(ingest_dir) / f"{name}.safetensors"
@@ -421,6 +421,8 @@ def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entr
     link_or_copy(source, target)
     # Snakemake compares output times with its inputs'; the link keeps the ingest time otherwise.
     os.utime(target)
+    # Hashed as ingestion wrote it, or checked just now: training on this machine need not hash it again.
+    hand_over(target, entry)
     entry["file"] = target.name
     atomic_write_json(entry_path, entry)
     return entry
