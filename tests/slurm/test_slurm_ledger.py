@@ -1,0 +1,133 @@
+"""A node the ledger holds enough events of (results/nodes.json, snakeddp.run.ledger) is left out of later
+invocations' train jobs on Slurm (snakeddp.slurm.exclude): the plugin's own sbatch, and `snakemake --profile
+profiles/slurm` on the real test cluster after a rank on the second node hung."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import snakemake_executor_plugin_slurm as plugin
+
+from snakeddp.config.parts import Site
+from snakeddp.run import ledger, tries
+from snakeddp.run.layout import RunPaths
+from snakeddp.slurm.exclude import Exclusions
+from tests.helpers import left_running, subprocess_env, training_processes
+from tests.slurm.cluster import NODES
+from tests.slurm.test_slurm_exclude import PARAMS, job
+from tests.slurm.workflow import SlurmWorkflow, config
+
+DAY = 86400.0
+
+
+def site(**settings) -> Site:
+    defaults = {"accelerator": None, "gpu_type": None, "mem_mb_per_gpu": 1, "cpus_per_gpu": 1}
+    return Site.of({**defaults, "exclude_after_events": 2, "exclude_within_days": 14, **settings})
+
+
+def excluded(command: str) -> list[str]:
+    return sorted(command.split("--exclude=", 1)[1].split()[0].split(",")) if "--exclude=" in command else []
+
+
+def test_a_node_with_two_events_in_14_days_is_left_out_of_every_train_job_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(plugin, "get_submit_command", plugin.get_submit_command)  # put back after the test
+    results, now = tmp_path / "results", time.time()
+    ledger.record(results, "node7", "hang", "base", now - 3 * DAY)
+    ledger.record(results, "node7", "slow", "other", now)
+    ledger.record(results, "node8", "hang", "base", now - 20 * DAY)  # out of the window
+    ledger.record(results, "node8", "hang", "base", now)
+    said: list[str] = []
+    assert Exclusions(("train", "search_train"), said.append, results=results, site=site()).start()
+    assert excluded(plugin.get_submit_command(job("train", "never-hung"), PARAMS)) == ["node7"]
+    assert excluded(plugin.get_submit_command(job("search_train", "b"), PARAMS, failed_nodes={"node3"})) == [
+        "node3",
+        "node7",
+    ]
+    assert excluded(plugin.get_submit_command(job("report", None), PARAMS)) == []
+    (line,) = said
+    assert line.startswith(
+        f"leaving node7 out of every train job (sbatch --exclude): {ledger.path(results)} holds 2 or more events of "
+        "each in the last 14 days (node7: hang "
+    )
+    assert line.endswith("(other)); `snakeddp nodes --clear node7` to use it again")
+    wider = Exclusions(("train",), [].append, results=results, site=site(exclude_within_days=30))
+    assert wider.start() and excluded(plugin.get_submit_command(job("train", "a"), PARAMS)) == ["node7", "node8"]
+    never = Exclusions(("train",), said.append, results=results, site=site(exclude_after_events=None))
+    assert never.start() and excluded(plugin.get_submit_command(job("train", "a"), PARAMS)) == [] and len(said) == 1
+
+
+def test_what_the_line_says_to_type_schedules_the_node_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(plugin, "get_submit_command", plugin.get_submit_command)
+    results = tmp_path / "results"
+    for run in ("a", "b"):
+        ledger.record(results, "node7", "hang", run)
+    said: list[str] = []
+    Exclusions(("train",), said.append, results=results, site=site()).start()
+    typed = said[0].split("`")[1].split()
+    assert typed == ["snakeddp", "nodes", "--clear", "node7"]
+    command = [str(Path(sys.executable).parent / typed[0]), *typed[1:]]
+    done = subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert Exclusions(("train",), said.append, results=results, site=site()).start() and len(said) == 1
+    assert excluded(plugin.get_submit_command(job("train", "a"), PARAMS)) == []
+
+
+def test_a_damaged_ledger_stops_the_invocation_in_one_line_before_anything_is_submitted(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    ledger.path(results).write_text("not json")
+    with pytest.raises(ledger.LedgerError, match=r"HINT: move it aside \(mv "):
+        Exclusions(("train",), print, results=results, site=site()).start()
+
+
+@pytest.mark.slurm
+@pytest.mark.e2e
+def test_a_node_that_hung_twice_is_left_out_of_the_next_invocations_runs(slurm_cluster, tmp_path):
+    """One event of the second node is already in the ledger (a slow spell, as the ranks' watch records one); a
+    run put on that node hangs there (rank 1 stopped), and its launcher records the second. The next invocation
+    trains another run: it says in one line that the node is left out, and its job runs on the first node."""
+    flow = SlurmWorkflow(tmp_path, slurm_cluster)
+    first, second = NODES
+    ledger.record(tmp_path / "results", second, "slow", "earlier", time.time() - DAY)
+    flow.write_config(
+        config(
+            data={"num_train_files": 3, "num_records_per_train_file": 6001, "num_val_records": 500, "num_features": 16},
+            trainer={"max_epochs": 4, "batch_size": 16, "early_stopping": {"enabled": False}},
+            launch={"devices": 2, "hang_timeout": 30},  # 30 s: as tests/slurm/test_slurm_exclude.py says why
+        )
+    )
+    run_dir = tmp_path / "results" / "runs" / "base"
+    on_second = f"train:slurm_extra='--signal=USR1@90 --nodelist={second}'"
+    typed = flow.command("--set-resources", on_second, "--retries", "0", "results/runs/base/provenance.json")
+    snakemake = subprocess.Popen(
+        typed, cwd=tmp_path, env=flow.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not RunPaths(run_dir).last_checkpoint.is_file():
+            assert snakemake.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
+            time.sleep(0.2)
+        ranks = {int(p.environ()["SLURM_PROCID"]): p for p in training_processes(run_dir)}
+        ranks[1].suspend()  # SIGSTOP
+        output, _ = snakemake.communicate(timeout=600)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+            snakemake.communicate()
+    assert snakemake.returncode != 0 and tries.read(run_dir)[0]["outcome"] == "hung", output[-5000:]
+    assert [e["kind"] for e in ledger.read(tmp_path / "results")[second]] == ["slow", "hang"]
+
+    another = ("sweep={seed: [7]}", "trainer={max_epochs: 1}", "launch={devices: 1}")
+    nxt = flow.run("results/runs/seed-7/provenance.json", "--config", *another)
+    said = nxt.stdout + nxt.stderr
+    assert f"leaving {second} out of every train job (sbatch --exclude): results/nodes.json holds 2 or more" in said
+    assert said.count(f"leaving {second} out of every train job") == 1
+    (tried,) = tries.read(tmp_path / "results" / "runs" / "seed-7")
+    assert tried["outcome"] == "completed" and tried["placement"] == {"nodes": [first], "excluded_nodes": [second]}
+    assert json.loads((tmp_path / "results" / "runs" / "seed-7" / "provenance.json").read_text())
+    assert not left_running(tmp_path, within=10)
