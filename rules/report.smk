@@ -38,7 +38,7 @@ rule export:
 # metrics, epochs, duration, throughput), the configurations table (runs that differ only in seed:
 # mean and spread), every configuration's per-epoch curves, the monitored metric against each
 # numeric swept key, the throughput and scaling efficiency vs world size (when the runs differ in
-# world size), the self-contained page, and the Workflow Run RO-Crate (workflow, config, data manifests, each run's
+# world size), where each run's wall time went (its account), the self-contained page, and the Workflow Run RO-Crate (workflow, config, data manifests, each run's
 # inputs and outputs). Its parts take well under a second; separate jobs each paid for starting
 # Python and importing pandas or matplotlib, which was most of the report's time.
 rule report:
@@ -67,6 +67,12 @@ rule report:
             category="Figures",
         ),
         curves_series="results/report/plots/curves.json",
+        account=report(
+            f"results/report/plots/account.{FIGURE_FORMAT}",
+            caption="../captions/account.rst",
+            category="Figures",
+        ),
+        account_series="results/report/plots/account.json",
         scaling=(
             report(
                 f"results/report/plots/scaling.{FIGURE_FORMAT}",

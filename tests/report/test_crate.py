@@ -316,3 +316,12 @@ def test_roc_validator_fetches_nothing(sweep_workflow, tmp_path):
     result = validate(sweep_workflow.directory / "results/report", empty, tmp_path / "report.json")
     assert not result["passed"]
     assert any("Unable to retrieve the JSON-LD context" in str(issue["message"]) for issue in result["issues"])
+
+
+def test_each_run_action_keeps_where_its_wall_time_went(crate, provenance):
+    for run, record in provenance.items():
+        kept = record["timing"]["goodput"]["account"]
+        said = {e["name"]: e["value"] for e in crate.get(f"#run-{run}")["result"] if e.type == "PropertyValue"}
+        assert {name: said[name] for name in kept["buckets"]} == kept["buckets"]
+        # A local run on the CPU: its platform cannot tell a queue wait, and no GPU was held.
+        assert (said["queue_wait_s"], said["gpu_hours"]) == ("not known", 0.0) and "gpu_util_mean" not in said

@@ -198,3 +198,18 @@ def test_step_time_is_every_ranks_batch_as_counted_in_training_at_the_measured_r
         batch = first["samples"] / first["batches"]
         assert batch < run.provenance["config"]["trainer"]["batch_size"]
         assert p["step_ms"] == pytest.approx(1e3 * batch * p["world_size"] / p["throughput"])
+
+
+def test_account_figure_stacks_each_runs_buckets_as_its_provenance_holds_them(sweep_workflow):
+    results = sweep_workflow.directory / "results"
+    drawn = json.loads((results / "report/plots/account.json").read_text())
+    bars = {s["gid"]: s["height"] for s in drawn["series"] if s["gid"].startswith("account|")}
+    for run in RUNS:
+        record = json.loads((results / "runs" / run / "provenance.json").read_text())
+        buckets = record["timing"]["goodput"]["account"]["buckets"]
+        assert {name: bars[f"account|{run}|{name}"] for name in buckets} == pytest.approx(buckets)
+        assert sum(buckets.values()) == pytest.approx(record["timing"]["goodput"]["seconds"], abs=0.01)
+    (legend,) = drawn["legends"]
+    labels = [entry["label"] for entry in legend["entries"]]
+    assert labels[0] == "productive" and labels[-2:] == ["disruption lost", "other"] and len(labels) == 8
+    assert all(0 <= value <= 1 for value in legend["box"])  # nothing of it cut off

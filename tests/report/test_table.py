@@ -1,6 +1,11 @@
-"""The runs table: which parameters count as varying, and the flattened config keys."""
+"""The runs table: which parameters count as varying, the flattened config keys, and every try's account."""
 
 from __future__ import annotations
+
+import csv
+import json
+
+import pytest
 
 from snakeddp.config import flatten
 from snakeddp.report.table import Rows, aligned, varying_params
@@ -46,3 +51,21 @@ def test_terminal_table_right_aligns_every_column_under_its_label():
         "devices-12  12,346      7",
     ]
     assert Rows(["a", "b"], [[1, None]]).records() == [{"a": 1, "b": None}]
+
+
+@pytest.mark.e2e
+def test_runs_csv_accounts_for_every_try_of_every_run(sweep_workflow):
+    results = sweep_workflow.directory / "results"
+    with (results / "report/runs.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows
+    for row in rows:
+        record = json.loads((results / "runs" / row["run_id"] / "provenance.json").read_text())
+        tried = json.loads(row["tries_account"])
+        assert [t["number"] for t in tried] == [t["number"] for t in record["attempt"]["tries"]]
+        for one in tried:
+            assert sum(one["buckets"].values()) == pytest.approx(one["seconds"], abs=0.01)
+            assert (one["queue_wait_s"], one["gpu_hours"], one["measured"]) == ("not known", 0.0, True)
+        summed = record["timing"]["goodput"]["account"]["buckets"]
+        assert {name: float(row[f"account_{name}"]) for name in summed} == pytest.approx(summed)
+        assert (row["queue_wait_s"], float(row["gpu_hours"]), row["gpu_util_mean"]) == ("not known", 0.0, "")

@@ -37,7 +37,7 @@ from snakeddp.config import flatten
 from snakeddp.environment.image import RECORD as IMAGE_RECORD
 from snakeddp.errors import ProvenanceError
 from snakeddp.report.files import workflow_files
-from snakeddp.run import layout, rules
+from snakeddp.run import account, layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy, read_json
 from snakeddp.util.paths import inside
@@ -259,6 +259,7 @@ def _run_action(
         for name, value in launched["variables"].items()
     ]
     results = [files[k] for k in ("checkpoints", "metrics", "provenance") if k in files]
+    results.append(_account_values(builder, run))
     action = builder.crate.add_action(
         tool,
         identifier=f"#run-{run.run_id}",
@@ -335,6 +336,29 @@ def _step_actions(
 ) -> list[tuple[str, ContextEntity]]:
     """An action of each step for ``subject``: with what ``made`` says it read and wrote, else its description."""
     return [(step.rule, _tool_action(builder, step.rule, subject, **made.get(step.rule, {}))) for step in steps]
+
+
+def _account_values(builder: CrateBuilder, run: Run) -> list[ContextEntity]:
+    """Where the run's wall time went, all its tries together (provenance timing.goodput.account, run.account):
+    a PropertyValue per Goodput bucket in seconds, the queue wait ("not known" where the platform cannot tell),
+    GPU-hours and the GPUs' mean utilisation; none for a run recorded before accounts were kept."""
+    kept = (run.provenance["timing"].get("goodput") or {}).get("account")
+    if not kept:
+        return []
+    measured = {**kept["buckets"], "queue_wait_s": account.shown(kept["queue_wait_s"]), "gpu_hours": kept["gpu_hours"]}
+    if kept["gpu_util_mean"] is not None:
+        measured["gpu_util_mean"] = kept["gpu_util_mean"]
+    units = {"gpu_hours": "GPU-hours", "gpu_util_mean": "percent"}
+    return [
+        builder.entity(
+            f"#{run.run_id}-account-{name}",
+            "PropertyValue",
+            name=name,
+            value=value,
+            unitText=units.get(name, "seconds"),
+        )
+        for name, value in measured.items()
+    ]
 
 
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:

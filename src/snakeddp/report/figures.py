@@ -1,11 +1,12 @@
-"""Figures of the measured metrics: every configuration's curves per epoch, and throughput scaling vs world size.
+"""Figures of the measured metrics: every configuration's curves per epoch, throughput scaling vs world size, and
+where each run's wall time went (its account).
 
 Every data series is drawn with a ``gid`` naming what it is (``curve|<configuration>|<metric>``,
 ``band|<configuration>|<metric>``, ``best|<run>``, ``offscale|<configuration>|<metric>``,
 ``throughput|<run>``, ``ideal|<run>``, ``range|<run>``, ``value|<run>`` (a label),
-``efficiency|<series>``; the hyperparameter figure's in ``report.tuning``). ``plotted_series`` reads the
-numbers back from the drawn artists, so the JSON written beside each figure is what the figure
-shows, and a test can hold it against metrics.csv.
+``efficiency|<series>``, ``account|<run>|<bucket>``; the hyperparameter figure's in ``report.tuning``).
+``plotted_series`` reads the numbers back from the drawn artists, so the JSON written beside each figure is
+what the figure shows, and a test can hold it against metrics.csv.
 """
 
 from __future__ import annotations
@@ -361,6 +362,56 @@ def scaling(runs: Sequence[Run], params: Sequence[str]) -> Figure:
     eff.set_title("Scaling efficiency")
     eff.grid(alpha=0.3)
     eff.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+# Goodput's buckets (run.account) in the account figure: productive green, each kind of overhead its own hue,
+# what was lost to a disruption red, other grey; the same on every platform.
+BUCKET_COLOURS = {
+    "productive_s": "#2ca02c",
+    "accelerator_init_s": "#9467bd",
+    "program_startup_s": "#1f77b4",
+    "data_loading_s": "#17becf",
+    "checkpoint_save_s": "#ff7f0e",
+    "checkpoint_restore_s": "#bcbd22",
+    "disruption_lost_s": "#d62728",
+    "other_s": "#7f7f7f",
+}
+
+
+def _account_of(run: Run) -> dict[str, Any]:
+    return (run.provenance["timing"].get("goodput") or {}).get("account") or {}
+
+
+def account(runs: Sequence[Run]) -> Figure:
+    """Where each run's wall time went, all its tries together: one stacked bar per run, a segment per bucket
+    (``account|<run>|<bucket>``, its height the seconds), the run's GPU-hours and queue wait under its name
+    ("not known" where the platform cannot tell). A run recorded before accounts were kept has no bar."""
+    fig = Figure(figsize=(max(5.0, 1.1 * len(runs) + 2.5), 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    names = []
+    for x, run in enumerate(runs):
+        kept = _account_of(run)
+        wait = kept.get("queue_wait_s")
+        names.append(
+            f"{run.label}\n{kept['gpu_hours']:.3g} GPU-h, queue {'not known' if wait is None else f'{wait:.0f} s'}"
+            if kept
+            else f"{run.label}\n(not recorded)"
+        )
+        bottom = 0.0
+        for bucket, colour in BUCKET_COLOURS.items():
+            seconds = (kept.get("buckets") or {}).get(bucket)
+            if seconds is None:
+                continue
+            (bar,) = ax.bar(x, seconds, bottom=bottom, color=colour, width=0.6)
+            bar.set_gid(f"account|{run.label}|{bucket}")
+            bottom += seconds
+    ax.set_xticks(range(len(runs)), names, fontsize=8)
+    ax.set_ylabel("seconds, all tries")
+    ax.set_title("Where each run's wall time went (Goodput's buckets)", fontsize=10)
+    handles = [Patch(color=colour, label=bucket.removesuffix("_s").replace("_", " ")) for bucket, colour in
+               BUCKET_COLOURS.items()]  # fmt: skip
+    legend_below(fig, handles, 4)
     return fig
 
 

@@ -238,11 +238,13 @@ def render(
     history: Sequence[tuple[Run, str]] = (),
     tuning_figure: str | Path | None = None,
     search: Mapping[str, Any] | None = None,
+    account_figure: str | Path | None = None,
 ) -> str:
     """The whole page for ``runs``; ``links`` maps labels to files next to the report; ``history``
     pairs each earlier finished attempt with the link to its provenance; ``tuning_figure``: the
     monitored metric against each numeric swept key (report.tuning), where the sweep has one;
-    ``search``: the search's view (snakeddp.report.search), when a search chose the runs."""
+    ``search``: the search's view (snakeddp.report.search), when a search chose the runs; ``account_figure``:
+    where each run's wall time went (figures.account)."""
     params = varying_params([run.provenance for run in runs])
     groups = configurations.group(runs)
     plotted, absent = figures.plotted_metrics(runs, settings["metrics"])
@@ -266,6 +268,7 @@ def render(
         if tuning_figure
         else None,
         time_table=_time_table(runs),
+        account=data_uri(account_figure) if account_figure else None,
         throughput_means=THROUGHPUT_MEANS,
         metrics=plotted,
         absent_metrics=absent,

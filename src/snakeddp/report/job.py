@@ -50,6 +50,7 @@ def write(params: Mapping[str, Any]) -> None:
             "plot them all."
         )
     figures.write(figures.curves(runs, plotted), out["curves"], fmt, dpi, out["curves_series"])
+    figures.write(figures.account(runs), out["account"], fmt, dpi, out["account_series"])
     if out["scaling"]:
         scaling = figures.scaling(runs, varying_params([run.provenance for run in runs]))
         figures.write(scaling, out["scaling"], fmt, dpi, out["scaling_series"])
@@ -66,13 +67,15 @@ def write(params: Mapping[str, Any]) -> None:
         settings=settings,
         curves=out["curves"],
         scaling=out["scaling"] or None,
+        account=out["account"],
         out=out["html"],
         exports=inputs["exports"],
         tuning=out["tuning"] or None,
         search=searched,
     )
     # Last: the crate lists the files above with their checksums.
-    listed = ("html", "table", "configurations", "curves", "curves_series", *OPTIONAL_OUTPUTS)
+    listed = ("html", "table", "configurations", "curves", "curves_series", "account", "account_series",
+              *OPTIONAL_OUTPUTS)  # fmt: skip
     write_crate(
         runs=runs,
         settings=settings,

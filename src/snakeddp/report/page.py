@@ -27,9 +27,11 @@ def write_report(
     exports: Sequence[str | Path] = (),
     tuning: str | Path | None = None,
     search: Mapping[str, Any] | None = None,
+    account: str | Path | None = None,
 ) -> Path:
     """Write the self-contained report page for ``runs``; ``exports``: each run's exported model.json
-    (results/export/<run>/model.json), linked from the page; ``tuning``: the metric-vs-hyperparameter figure."""
+    (results/export/<run>/model.json), linked from the page; ``tuning``: the metric-vs-hyperparameter figure;
+    ``account``: where each run's wall time went (figures.account)."""
     runs = sorted(runs, key=lambda run: run.run_id)
     links = {
         "runs.csv (the runs table)": "runs.csv",
@@ -41,7 +43,7 @@ def write_report(
     links.update(export_links(exports, Path(out).resolve().parent))
     if search:
         links["search.csv (every configuration of the search)"] = "search.csv"
-    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history, tuning, search))
+    return atomic_write_text(out, html.render(runs, settings, curves, scaling, links, history, tuning, search, account))
 
 
 def export_links(exports: Sequence[str | Path], here: Path) -> dict[str, str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config import flatten
+from snakeddp.run import account
 from snakeddp.run.runs import Run, metric_order
 from snakeddp.run.tries import LOSSES
 from snakeddp.util.fsutil import atomic_write_text
@@ -73,6 +74,33 @@ def _lost_steps(run: Run) -> int | None:
     """Steps trained again, all endings together (None where a try's reach is unknown: a crash)."""
     steps = [loss["steps"] for loss in (_goodput(run).get("lost") or {}).values()]
     return None if not _goodput(run) or None in steps else sum(steps)
+
+
+def _account(run: Run) -> dict[str, Any]:
+    """timing.goodput.account: the tries' seconds by Goodput's buckets, queue wait and GPU-hours (none in older
+    records)."""
+    return _goodput(run).get("account") or {}
+
+
+def _bucket(name: str) -> Callable[[Run], float | None]:
+    return lambda run: (_account(run).get("buckets") or {}).get(name)
+
+
+def _queue_wait(run: Run) -> float | str | None:
+    """The tries' queue wait, "not known" where the platform cannot tell one (never a guess)."""
+    return account.shown(_account(run)["queue_wait_s"]) if _account(run) else None
+
+
+def _tries_accounts(run: Run) -> list[dict[str, Any]] | None:
+    """Every try's account, with its number, outcome and seconds (provenance attempt.tries)."""
+    tried = (run.provenance.get("attempt") or {}).get("tries") or []
+    kept = [
+        {"number": t["number"], "outcome": t["outcome"], "seconds": t["seconds"], **t["account"],
+         "queue_wait_s": account.shown(t["account"]["queue_wait_s"])}
+        for t in tried
+        if t.get("account")
+    ]  # fmt: skip
+    return kept or None
 
 
 def _goodput_shown(run: Run) -> str:
@@ -159,6 +187,16 @@ COLUMNS = (
     Column("goodput", "goodput", lambda run: _goodput(run).get("ratio"), _goodput_shown),
     *(Column(f"lost_{kind}_s", f"lost to {kind} s", _lost(kind, "seconds")) for kind in LOSSES),
     Column("lost_steps", "steps trained again", _lost_steps),
+    # Every second of the tries by Goodput's buckets (run.account), their queue wait, GPU-hours and GPU load;
+    # tries_account holds each try's own.
+    *(
+        Column(f"account_{name}", name.removesuffix("_s").replace("_", " ") + " s", _bucket(name))
+        for name in account.BUCKETS
+    ),
+    Column("queue_wait_s", "queue wait s", _queue_wait),
+    Column("gpu_hours", "GPU-hours", lambda run: _account(run).get("gpu_hours")),
+    Column("gpu_util_mean", "GPU utilisation %", lambda run: _account(run).get("gpu_util_mean")),
+    Column("tries_account", "tries' accounts", _tries_accounts),
     Column("code_commit", "commit", lambda run: run.provenance["code"]["commit"]),
     Column("dataset", "dataset", lambda run: run.provenance["data"]["dataset"]),
     # What the DataModule yielded, counted in training (provenance data.counted; none in older records).
