@@ -78,3 +78,43 @@ def test_a_module_dataset_writes_no_partitions(workflow, tiny_config):
     )
     jobs = workflow.planned_jobs()
     assert jobs.get("data_module") == 1 and "data_partition" not in jobs and "data_table" not in jobs
+
+
+@pytest.mark.e2e
+def test_a_table_split_by_windows_gives_the_same_partitions_and_weights_twice(tmp_path, tiny_config):
+    """`snakemake --profile local` on a Parquet table of more rows than one window (2^18), in two working
+    directories: the partitions and manifest are byte-identical, and so are the trained weights."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    from tests.helpers import Workflow
+
+    rows = 300_000
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(rows, dtype=np.float32), rng.standard_normal(rows, dtype=np.float32)
+    config = table_config(tiny_config)
+    config["data"]["table"]["path"] = "data/t.parquet"
+    config["trainer"] = {"max_epochs": 2, "batch_size": 4096}
+    seen = []
+    for name in ("first", "second"):
+        flow = Workflow(tmp_path / name)
+        (flow.directory / "data").mkdir(parents=True)
+        table = pa.table({"a": a, "b": b, "y": (a > 0).astype(np.int64)})
+        pq.write_table(table, flow.directory / "data" / "t.parquet", row_group_size=50_000)
+        flow.write_config(config)
+        flow.run()
+        (log,) = flow.directory.glob("logs/data/*/ingest.log")
+        assert "ingest: window 1 of 1 (300,000 rows in 6 row groups" in log.read_text()
+        (data,) = flow.directory.glob("results/data/tbl-*")
+        files = {
+            p.relative_to(data).as_posix(): p.read_bytes()
+            for p in sorted(data.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")
+        }
+        (checkpoint,) = flow.directory.glob("results/runs/*/checkpoints/last.ckpt")
+        seen.append((files, torch.load(checkpoint, weights_only=True)["state_dict"]))
+    (first, first_weights), (second, second_weights) = seen
+    assert "manifest-3.json" in first and first == second
+    assert first_weights.keys() == second_weights.keys()
+    assert all(torch.equal(first_weights[k], second_weights[k]) for k in first_weights)
