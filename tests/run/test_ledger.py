@@ -17,8 +17,7 @@ import pytest
 
 from snakeddp import launch
 from snakeddp.run import ledger, tries
-from snakeddp.run.layout import RunPaths
-from tests.helpers import subprocess_env
+from tests.helpers import TINY, make_run, subprocess_env
 
 DAY = 86400.0
 
@@ -98,12 +97,17 @@ def test_a_hung_trys_nodes_are_the_culprits_scheduler_node_else_its_host_and_whe
     assert ledger.hung_nodes(hang("stuck_together")) == []
 
 
+def launcher_args(root: Path) -> argparse.Namespace:
+    """What snakeddp.launch parsed for a local run under ``root/results`` as the workflow writes it."""
+    run_yaml, manifest = make_run(root, TINY)
+    return argparse.Namespace(run_dir=run_yaml.parent, platform="local", config=run_yaml, data=manifest)
+
+
 def test_the_launcher_records_a_hung_try_in_the_checkout_ledger_and_nothing_for_other_tries(tmp_path, capsys):
     """snakeddp.launch's record_try, as it runs when a try's ranks are gone: hung.json folded into tries.json, and
     its node into results/nodes.json beside the runs."""
-    run_dir = RunPaths.under(tmp_path / "results", "base").folder
-    run_dir.mkdir(parents=True)
-    args = argparse.Namespace(run_dir=run_dir, platform="local")
+    args = launcher_args(tmp_path)
+    run_dir = args.run_dir
     tries.write_hang(run_dir, hang(node=None))
     launch.record_try(args, "direct", time.time() - 70, 69, [], None)
     assert "snakeddp: node h1's hang recorded in" in capsys.readouterr().out
@@ -114,11 +118,11 @@ def test_the_launcher_records_a_hung_try_in_the_checkout_ledger_and_nothing_for_
 
 
 def test_a_damaged_ledger_is_said_by_the_launcher_and_the_try_stays_recorded(tmp_path, capsys):
-    run_dir = RunPaths.under(tmp_path / "results", "base").folder
-    run_dir.mkdir(parents=True)
+    args = launcher_args(tmp_path)
+    run_dir = args.run_dir
     ledger.path(tmp_path / "results").write_text("[]")
     tries.write_hang(run_dir, hang())
-    launch.record_try(argparse.Namespace(run_dir=run_dir, platform="local"), "direct", time.time() - 9, 69, [], None)
+    launch.record_try(args, "direct", time.time() - 9, 69, [], None)
     said = capsys.readouterr().out
     assert "snakeddp: the hang of node n2 is not recorded: " in said and "HINT: move it aside" in said
     assert [t["outcome"] for t in tries.read(run_dir)] == ["hung"]
