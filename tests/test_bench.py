@@ -123,3 +123,34 @@ def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
         check_reported(results, benchmarks, [name])
     finally:
         shutil.rmtree(results, ignore_errors=True)
+
+
+def test_a_scope_holds_a_command_to_its_memory_limit_and_reads_its_cpu_and_peak(tmp_path):
+    """bench.scope, as bench 14 uses it: a command that writes 96 MB (page cache, charged to the scope) in a
+    48 MiB scope, then spins the CPU for 0.4 s, finishes; the scope says the peak stayed at the limit, that it
+    was met, and the CPU seconds of the span; its groups are gone afterwards."""
+    import time
+
+    from bench.scope import Scope
+
+    script = (
+        "import time, os\n"
+        f"with open({str(tmp_path / 'big')!r}, 'wb') as f:\n"
+        "    for _ in range(96): f.write(os.urandom(1 << 20))\n"
+        "end = time.process_time() + 0.4\n"
+        "while time.process_time() < end: pass\n"
+    )
+    with Scope(f"snakeddp-test-{tmp_path.name}", 48) as scope:
+        if scope.kind is None:  # no writable cgroup here: the command runs as it is, and nothing is read
+            assert scope.wrap(["true"]) == ["true"] and scope.memory() == {}
+            return
+        start = time.perf_counter()
+        subprocess.run(scope.wrap([sys.executable, "-c", script]), check=True)
+        stop = time.perf_counter()
+        memory = scope.memory()
+        groups = list(scope.groups)
+    assert (tmp_path / "big").stat().st_size == 96 << 20
+    assert 5 < memory["peak_mb"] <= (48 << 20) / 1e6 and memory["failcnt"] > 0, memory
+    assert 0.35 <= scope.cpu_between(start, stop) <= stop - start + 0.1
+    assert scope.cpu_between(start, start) == 0.0
+    assert not any(group.exists() for group in groups)
