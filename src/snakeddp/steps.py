@@ -53,10 +53,10 @@ def _partition(args: argparse.Namespace, *, split: str) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> None:
-    from snakeddp.data.table import ingest
+    from snakeddp.data.where import ingester
 
     with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
-        summary = ingest(params=args.params, out_dir=args.out)
+        summary = ingester()(args.params, args.out)  # on the profile's cluster where it can (data.where)
     print(f"ingested {summary['rows_read']} rows ({summary['rows_dropped']} dropped): {summary['records']}")
 
 

@@ -1,0 +1,95 @@
+"""The ingest step on the spark platform: a table of two pieces or more (snakeddp.data.spread) is read by Spark
+tasks on the cluster's executors, one task per piece, each writing its piece file into the ingestion's folder,
+which the executors see as they see the checkout (the shared application keeps its scratch there too); this
+process then assembles the partitions, byte for byte those of a local ingestion. Any other table is ingested
+here, as on the local platform.
+
+The application is the step's own and asks for the cores the cluster's workers have free, at most one per piece:
+the workflow's shared application may hold the others for training, which waits for these partitions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from snakeddp.data import spread
+from snakeddp.data import table as tables
+from snakeddp.errors import TableError
+from snakeddp.spark import SparkError, settings, workers
+from snakeddp.spark import master as masters
+from snakeddp.spark import session as sessions
+from snakeddp.util.terminal import say
+
+# How a task's Python traceback ends, inside the JVM's exception: the error's type and message.
+TASK_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<type>[\w.]+): (?P<message>.*)")
+
+
+def ingest(params: Mapping[str, Any], out_dir: str | Path, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """table.ingest's outputs, read by the executors where the table is spread, else here."""
+    read = functools.partial(on_executors, spark=settings.from_environment(env), env=env)
+    summary = spread.ingest(params, out_dir, read, "by Spark tasks")
+    return summary if summary is not None else tables.ingest(params, out_dir)
+
+
+def free_cores(spark: settings.Settings, master: str, env: Mapping[str, str]) -> int | None:
+    """The cores a standalone master's alive workers have free; None where the master does not say."""
+    port = workers.ui_port(spark, env)
+    for host, _ in masters.standalone_addresses(master):
+        try:
+            state = workers.master_state(host, port)
+        except (OSError, ValueError):
+            continue
+        return sum(int(w.get("coresfree", 0)) for w in state.get("workers", []) if w.get("state") == "ALIVE")
+    return None
+
+
+def on_executors(
+    work: spread.Work, pieces: list[spread.Window], spark: settings.Settings, env: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """Each piece read by a Spark task of an application of this step's own; their results."""
+    master, named_by = masters.resolve(spark.master, env)
+    free = free_cores(spark, master, env)
+    if free == 0:
+        raise SparkError(
+            f"no free core on the Spark cluster at {master} to ingest the table (the workers' cores are all held). "
+            "HINT: rerun once the cluster's other applications have ended, or add a worker."
+        )
+    slots = min(len(pieces), free or len(pieces))
+    scratch = Path(work.folder) / "spark"
+    sessions.prepare_scratch(scratch)
+    shape = sessions.Shape("ingest", slots, 1, False)
+    given = sessions.spark_settings(shape, spark, master, scratch, masters.cluster_defaults(env))
+    started = time.monotonic()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's (as driver.py)
+    try:
+        context = sessions.start_context(given)
+    except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
+        raise SparkError(sessions.session_failure(master, named_by, error)) from None
+    try:
+        say(
+            f"ingest: Spark application {context.applicationId} on {master} ({named_by}), {len(pieces)} tasks on "
+            f"up to {slots} cores; started in {time.monotonic() - started:.1f} s"
+        )
+        read = functools.partial(spread.read_piece, work)
+        try:
+            return context.parallelize(pieces, len(pieces)).map(read).collect()
+        except Exception as error:  # Py4JJavaError: a task failed (Spark retried it first)
+            found = TASK_ERROR.search(str(error))
+            if found and found["type"] == "snakeddp.errors.TableError":
+                raise TableError(found["message"].strip()) from None
+            said = f"{found['type']}: {found['message'].strip()}" if found else sessions.spark_said(error)
+            raise SparkError(
+                f"the Spark tasks that ingest the table failed on {master}: {said}. "
+                "HINT: check the executors' logs (the worker's work/ folder), then rerun."
+            ) from None
+    finally:
+        context.stop()
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,118 @@
+"""Ingestion on the spark platform's executors (snakeddp.spark.ingest, snakeddp.data.spread) on the real 2-worker
+standalone cluster: a Delta table written by delta-rs and a Parquet folder of several row groups per file give
+the partitions, entries (BLAKE3) and validation set of a local ingestion of the same table, byte for byte; a bad
+value read on an executor stops the step in the local ingestion's one line."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import write_deltalake
+
+from snakeddp.data import spread
+from snakeddp.data.table import ingest
+from snakeddp.errors import TableError
+from snakeddp.spark import ingest as spark_ingest
+from tests import tables
+from tests.helpers import TINY, Workflow, subprocess_env
+
+pytestmark = pytest.mark.dev_venv  # the step's application imports pyspark
+
+# Two windows of the windowed split (data.split.WINDOW_ROWS rows at least each): two pieces, two tasks.
+ROWS = 600_000
+
+
+def parquet_folder(folder: Path, rows: pa.Table) -> Path:
+    """Three files of row groups of 50,000 rows: pieces end inside a file."""
+    folder.mkdir(parents=True)
+    for number, part in enumerate(np.array_split(np.arange(rows.num_rows), 3)):
+        pq.write_table(rows.take(part), folder / f"part-{number}.parquet", row_group_size=50_000)
+    return folder
+
+
+def delta_table(folder: Path, rows: pa.Table) -> Path:
+    """Two commits of delta-rs (one data file each)."""
+    half = rows.num_rows // 2
+    write_deltalake(str(folder), rows.slice(0, half))
+    write_deltalake(str(folder), rows.slice(half), mode="append")
+    return folder
+
+
+def the_rows(seed: int = 0) -> pa.Table:
+    return pa.Table.from_pandas(tables.frame(ROWS, seed), preserve_index=False)
+
+
+def cluster_env(cluster) -> dict[str, str]:
+    # The spark platform's section as the workflow exports it to its jobs; the master from spark-defaults.conf.
+    return {**subprocess_env(), **cluster.env(), "SNAKEDDP_PLATFORM": "spark", "SNAKEDDP_PLATFORM_SECTION": "{}"}
+
+
+def same_files(left: Path, right: Path) -> list[str]:
+    """The names of the partition files and entries, after checking each is the same bytes in both folders."""
+    names = sorted(p.relative_to(left).as_posix() for p in left.rglob("*") if p.suffix in (".safetensors", ".json"))
+    names = [n for n in names if n not in ("ingest.json", "written.json")]  # this machine's stamps, the step's log
+    assert names and all(filecmp.cmp(left / n, right / n, shallow=False) for n in names), names
+    return names
+
+
+@pytest.mark.parametrize("kind", ["delta", "parquet"])
+def test_the_executors_ingest_the_partitions_a_local_ingestion_writes(spark_cluster, tmp_path, monkeypatch, kind):
+    write = delta_table if kind == "delta" else parquet_folder
+    table = write(tmp_path / "table", the_rows())
+    params = tables.params(table, partitions=3)
+    ingest(params, tmp_path / "local")
+    monkeypatch.chdir(tmp_path)
+    summary = spark_ingest.ingest(params, tmp_path / "spark", cluster_env(spark_cluster))
+
+    names = same_files(tmp_path / "local", tmp_path / "spark")
+    assert len(names) == 2 * (3 + 1)
+    assert summary["pieces"] == 2  # the windowed split's windows (data.split.windows_of), one task each
+    assert json.loads((tmp_path / "spark" / "val.json").read_text())["blake3"]
+    # Read by the executors' Python workers, in two processes (one per worker), none of them this one.
+    readers = {tuple(r) for r in summary["readers"]}
+    assert len(readers) == 2 and all(pid != os.getpid() for _, pid in readers), readers
+    assert not (tmp_path / "spark" / spread.PIECES).exists()
+
+
+def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_cluster, tmp_path, monkeypatch):
+    rows = the_rows().to_pandas()
+    rows.loc[400_123, "b"] = np.nan  # in the third file (rows 400,000 on), its 124th row
+    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
+    params = tables.params(table, partitions=3)
+    with pytest.raises(TableError) as local:
+        ingest(params, tmp_path / "local")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TableError) as spread_error:
+        spark_ingest.ingest(params, tmp_path / "spark", cluster_env(spark_cluster))
+    assert str(spread_error.value) == str(local.value)
+    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
+    assert not list((tmp_path / "spark").rglob("*.safetensors"))
+
+
+@pytest.mark.e2e
+def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_path):
+    """The command the user types: the data jobs of `snakemake --profile spark` (up to the manifests), whose ingest
+    step reads the windows on the executors; the partitions and manifest are those of `--profile local`."""
+    table = parquet_folder(tmp_path / "table", the_rows())
+    section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
+    config = {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}}
+    flows = {}
+    for profile in ("spark", "local"):
+        (tmp_path / profile).mkdir()
+        flows[profile] = Workflow(tmp_path / profile, profile=profile)
+        flows[profile].write_config(config)
+        flows[profile].run("--until", "data_manifest", env=subprocess_env(**spark_cluster.env()))
+    [log] = (tmp_path / "spark" / "logs" / "data").glob("*/ingest.log")
+    assert "600,000 rows in 2 pieces, read by Spark tasks" in log.read_text()
+    assert "Spark application app-" in log.read_text()
+    [local_log] = (tmp_path / "local" / "logs" / "data").glob("*/ingest.log")
+    assert "Spark" not in local_log.read_text()
+    names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "spark" / "results" / "data")
+    assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
