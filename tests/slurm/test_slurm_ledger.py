@@ -77,6 +77,28 @@ def test_what_the_line_says_to_type_schedules_the_node_again(tmp_path, monkeypat
     assert excluded(plugin.get_submit_command(job("train", "a"), PARAMS)) == []
 
 
+def test_a_node_that_reaches_its_events_while_the_invocation_goes_on_is_left_out_of_the_runs_submitted_after(
+    tmp_path, monkeypatch
+):
+    """Two runs of a sweep hang on node9 (their launchers record it): the third run's job goes without it."""
+    monkeypatch.setattr(plugin, "get_submit_command", plugin.get_submit_command)
+    results, said = tmp_path / "results", []
+    assert Exclusions(("train",), said.append, results=results, site=site()).start() and said == []
+    assert excluded(plugin.get_submit_command(job("train", "a"), PARAMS)) == []
+    ledger.record(results, "node9", "hang", "a")
+    assert excluded(plugin.get_submit_command(job("train", "b"), PARAMS)) == [] and said == []
+    ledger.record(results, "node9", "hang", "b")
+    assert excluded(plugin.get_submit_command(job("train", "c"), PARAMS)) == ["node9"]
+    assert excluded(plugin.get_submit_command(job("train", "d"), PARAMS)) == ["node9"]
+    (line,) = said
+    assert line.startswith("leaving node9 out of every train job (sbatch --exclude): ")
+    ledger.path(results).write_text("{")  # damaged meanwhile: said once, and node9 stays left out
+    assert excluded(plugin.get_submit_command(job("train", "e"), PARAMS)) == ["node9"]
+    assert excluded(plugin.get_submit_command(job("train", "f"), PARAMS)) == ["node9"]
+    assert len(said) == 2 and said[1].startswith("the ledger of nodes changed and cannot be read, so the nodes it")
+    assert "HINT: move it aside" in said[1]
+
+
 def test_a_damaged_ledger_stops_the_invocation_in_one_line_before_anything_is_submitted(tmp_path):
     results = tmp_path / "results"
     results.mkdir()

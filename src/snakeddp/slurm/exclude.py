@@ -10,8 +10,8 @@ out (``where_tried``: scontrol's ExcNodeList), so the run's history lists them.
 
 A node is also remembered past its run: the checkout's ledger (results/nodes.json, snakeddp.run.ledger) holds
 every hang (and slow spell, failure) of each node, and a node with ``site.exclude_after_events`` of them in
-``site.exclude_within_days`` days is left out of every train job of later invocations, said once in one line
-when the first job is submitted.
+``site.exclude_within_days`` days is left out of every train job submitted after (a later invocation's, or a
+later run's of the same invocation: the ledger is read again when it changed), said once in one line.
 """
 
 from __future__ import annotations
@@ -43,15 +43,16 @@ class Exclusions:
         also: Callable[[Any], set[str]] = lambda job: set(),
         site: Site | None = None,
     ):
-        self.train_rules, self.say, self.results, self.also, self.site = train_rules, say, results, also, site
+        self.train_rules, self.say, self.results, self.also = train_rules, say, results, also
         self.said: dict[str, tuple[str, ...]] = {}
-        self.remembered: set[str] | None = None
+        self.remembered = Remembered(site, say, results) if site is not None else None
 
     def start(self) -> bool:
         """From now on every submission of this process leaves them out; False where the plugin is not the
-        release that was read (then nothing is left out). The ledger is read once, here."""
-        if self.remembered is None:
-            self.remembered = remembered(self.site, self.say, self.results) if self.site else set()
+        release that was read (then nothing is left out). A ledger snakeddp cannot read stops the invocation
+        here, before anything is submitted (its LedgerError: one line with a HINT)."""
+        if self.remembered is not None:
+            self.remembered.now()
         return leave_out_nodes(self.nodes_of)
 
     def nodes_of(self, job: Any) -> set[str]:
@@ -59,7 +60,7 @@ class Exclusions:
         run = (getattr(job, "wildcards_dict", None) or {}).get("run")
         if rule not in self.train_rules or not run:
             return set()
-        also = self.also(job) | (self.remembered or set())
+        also = self.also(job) | (self.remembered.now() if self.remembered is not None else set())
         try:
             nodes = tries.hang_nodes(tries.read(RunPaths.under(self.results, run).folder))
         except RunStateError as error:  # the job itself says so, and stops, in its one line
@@ -71,22 +72,52 @@ class Exclusions:
         return set(nodes) | also
 
 
-def remembered(site: Site, say: Callable[[str], None], results: Path = Path(RESULTS)) -> set[str]:
+class Remembered:
     """The nodes the ledger holds ``site.exclude_after_events`` events of within ``site.exclude_within_days``,
-    said in one line; a ledger snakeddp cannot read stops the invocation before anything is submitted (its
-    LedgerError, one line with a HINT)."""
-    if site.exclude_after_events is None:
-        return set()
-    found = ledger.to_leave_out(results, site.exclude_after_events, site.exclude_within_days)
-    if found:
-        told = "; ".join(f"{node}: {', '.join(map(ledger.summary, events))}" for node, events in found.items())
-        clear = " ".join(f"`snakeddp nodes --clear {node}`" for node in found)
-        say(
-            f"leaving {', '.join(found)} out of every train job (sbatch --exclude): {ledger.path(results)} holds "
-            f"{site.exclude_after_events} or more events of each in the last {site.exclude_within_days:g} days "
-            f"({told}); {clear} to use it again"
-        )
-    return set(found)
+    read again whenever the file changed: a node that reaches them while the invocation goes on (two runs of a
+    sweep hung there) is left out of the runs submitted after. Each node is said once, when first left out."""
+
+    def __init__(self, site: Site, say: Callable[[str], None], results: Path = Path(RESULTS)):
+        self.site, self.say, self.results = site, say, results
+        self.stamp: tuple[int, int, int] | None = None  # the file as last read (None: there was none)
+        self.read = False
+        self.nodes: set[str] = set()
+        self.said: set[str] = set()
+
+    def now(self) -> set[str]:
+        if self.site.exclude_after_events is None:
+            return set()
+        try:
+            found = ledger.path(self.results).stat()
+            stamp: tuple[int, int, int] | None = (found.st_ino, found.st_mtime_ns, found.st_size)  # replaced whole
+        except FileNotFoundError:
+            stamp = None
+        if self.read and stamp == self.stamp:
+            return self.nodes
+        first, self.read, self.stamp = not self.read, True, stamp
+        try:
+            left_out = ledger.to_leave_out(self.results, self.site.exclude_after_events, self.site.exclude_within_days)
+        except ledger.LedgerError as error:
+            if first:
+                raise
+            self.say(f"the ledger of nodes changed and cannot be read, so the nodes it named stay left out: {error}")
+            return self.nodes
+        fresh = {node: events for node, events in left_out.items() if node not in self.said}
+        if fresh:
+            self.say(leaving_out(fresh, self.site, self.results))
+        self.nodes, self.said = set(left_out), self.said | set(fresh)
+        return self.nodes
+
+
+def leaving_out(nodes: dict[str, list[dict[str, Any]]], site: Site, results: Path) -> str:
+    """The line that says which nodes the ledger leaves out, with their events, and how to use one again."""
+    told = "; ".join(f"{node}: {', '.join(map(ledger.summary, events))}" for node, events in nodes.items())
+    clear = " ".join(f"`snakeddp nodes --clear {node}`" for node in nodes)
+    return (
+        f"leaving {', '.join(nodes)} out of every train job (sbatch --exclude): {ledger.path(results)} holds "
+        f"{site.exclude_after_events} or more events of each in the last {site.exclude_within_days:g} days "
+        f"({told}); {clear} to use it again"
+    )
 
 
 def where_tried(env: Mapping[str, str]) -> dict[str, Any]:
