@@ -11,8 +11,9 @@
     snakeddp export RUN [--to DIR]     the best checkpoint as model.safetensors + model.json, which
                                        snakeddp.load(DIR) rebuilds without unpickling anything
                                        (default DIR: results/export/RUN)
-    snakeddp status [--json]           every run of the checkout now: queued, starting, training, hung,
-                                       done (its status.json, and what Slurm and the platforms answer)
+    snakeddp status [--json] [--configfile FILE] [--config KEY=VALUE]
+                                       every run of the checkout now: queued, starting, training, hung,
+                                       done, not started (its status.json, and what Slurm answers)
     snakeddp warm                      keep a warm process for many local invocations: prints
                                        `export SNAKEDDP_WARM_SOCKET=...`; each invocation with it
                                        forks its jobs from it (Ctrl-C stops it)
@@ -180,7 +181,9 @@ def platform_answers(checkout: Path) -> list[dict]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    rows = status.of_checkout(Path(args.results), platform_answers(Path(args.results).resolve().parent))
+    checkout = Path(args.results).resolve().parent
+    planned = current.from_command_line(checkout, args.configfile, args.config) or []
+    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
@@ -347,6 +350,14 @@ def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
         "and the runs Slurm holds in its queue for this checkout.",
     )
     live.add_argument("--json", action="store_true", help="print the rows as JSON")
+    live.add_argument(
+        "--configfile", nargs="+", action="extend", default=[], metavar="FILE", help="the config file(s) given to "
+        "snakemake: its runs nothing has started yet are listed as not started"
+    )  # fmt: skip
+    live.add_argument(
+        "--config", nargs="+", action="extend", default=[], metavar="KEY=VALUE", help="the --config given to "
+        "snakemake, as typed there"
+    )  # fmt: skip
     live.set_defaults(func=cmd_status)
     return live
 

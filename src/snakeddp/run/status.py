@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +77,18 @@ def ended(run_dir: Path, outcome: str) -> None:
 
 
 TERMINAL = ("done", "failed", "hung", "stopped")
+# A row's state for a run the config plans that has no status.json and no job a platform knows of.
+NOT_STARTED = "not started"
 COLUMNS = ("run", "state", "epoch", "step", "samples/s", "%", "ETA", "updated", "detail")
 
 
-def of_checkout(results: Path, answers: list[dict[str, Any]], now: float | None = None) -> list[dict[str, Any]]:
+def of_checkout(
+    results: Path, answers: list[dict[str, Any]], planned: Sequence[str] = (), now: float | None = None
+) -> list[dict[str, Any]]:
     """One row per run of the checkout: every run directory's status.json, with what the platforms answer of
     the runs' jobs (``answers``: ``run``, ``state``, ``detail``), which wins where the job waits in a queue or
-    the run's own status is of a try that has ended (a retry queued since)."""
+    the run's own status is of a try that has ended (a retry queued since); a run the config plans (``planned``)
+    and nothing has started is "not started"."""
     now = time.time() if now is None else now
     runs = results / "runs"
     rows = {}
@@ -96,6 +101,10 @@ def of_checkout(results: Path, answers: list[dict[str, Any]], now: float | None 
         if mine is None or answer["state"] == "queued" or mine["state"] in TERMINAL:
             rows[answer["run"]] = {**dict.fromkeys(COLUMNS), "run": answer["run"], "state": answer["state"],
                                    "detail": answer.get("detail")}  # fmt: skip
+    for run in planned:
+        if run not in rows:
+            rows[run] = {**dict.fromkeys(COLUMNS), "run": run, "state": NOT_STARTED,
+                         "detail": "planned by the config; no job has started it"}  # fmt: skip
     return [rows[run] for run in sorted(rows)]
 
 

@@ -20,6 +20,8 @@ from typing import Any
 from snakeddp.slurm.launcher import LaunchError, scontrol_show
 
 QUERY_TIMEOUT_S = 10
+# Where snakemake-executor-plugin-slurm keeps its jobs' logs, made when it submits the first (its default logdir).
+SUBMITTED = Path(".snakemake/slurm_logs")
 # squeue's fields: id, state, working directory, the plugin's comment, reason (last: it may hold anything).
 FORMAT = "%i|%T|%Z|%k|%r"
 TRAIN_JOB = re.compile(r"rule_train_wildcards_(.+)")
@@ -42,16 +44,20 @@ def waited(env: Mapping[str, str]) -> dict[str, Any]:
 
 def queued(checkout: Path) -> tuple[list[dict[str, Any]], str | None]:
     """This checkout's train jobs in Slurm's queue, one per run (``run``, ``state``, ``job_id``, ``detail``), and
-    why there are none to show where squeue did not answer (None where it did, or there is no squeue)."""
+    why there are none to show where squeue did not answer (None where it did). Slurm is asked only where
+    Snakemake submitted jobs to it from this checkout (the executor plugin's SUBMITTED folder is there)."""
+    if not (checkout / SUBMITTED).is_dir():
+        return [], None
     argv = ["squeue", "--noheader", f"--user={os.getuid()}", f"--format={FORMAT}"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
     except FileNotFoundError:
-        return [], None  # not a Slurm machine
+        return [], "squeue is not on PATH"
     except (OSError, subprocess.TimeoutExpired) as error:
         return [], f"squeue did not answer ({error})"
     if done.returncode != 0:
-        return [], f"squeue failed: {done.stderr.strip()[:200]}"
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        return [], f"squeue failed: {said[-1][:200]}"
     here, found = checkout.resolve(), []
     for line in done.stdout.splitlines():
         fields = line.split("|", 4)
