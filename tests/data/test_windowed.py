@@ -6,6 +6,7 @@ the chunk size) held by it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from snakeddp.data import split, windowed
+from snakeddp.data.identity import fingerprint
 from snakeddp.data.partitions import read_partition, verify_file
 from snakeddp.data.split import assign
 from snakeddp.data.table import TableError, ingest
@@ -142,3 +144,36 @@ def test_a_table_of_at_least_one_real_window_is_split_by_windows_and_a_smaller_o
     ingest(params(small, partitions=PARTS), tmp_path / "global")
     ids = loaded(tmp_path / "global", "train/part-00000").ids.numpy()
     assert np.array_equal(ids, np.flatnonzero(assign(np.arange(200_000), 5, 0.2, PARTS) == 0))
+
+
+def test_one_value_changed_in_one_file_changes_the_identity_and_a_pinned_one_refuses_it_leaving_nothing(
+    tmp_path, small_windows
+):
+    """One value of one file, the file's size and mtime kept: the table's identity changes, and an ingestion
+    pinned to the old one stops once the file is read, removing the partitions it had published."""
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    data = frame(rows=6000)
+    write = lambda d, name: pq.write_table(  # noqa: E731
+        pa.Table.from_pandas(d, preserve_index=False), folder / name, row_group_size=250, compression="none",
+        use_dictionary=False, write_statistics=False,
+    )  # fmt: skip
+    write(data.iloc[:3000], "part-0.parquet")
+    write(data.iloc[3000:], "part-1.parquet")
+    planned = fingerprint(folder)
+    checked = params(folder, partitions=PARTS, sha256=planned)
+    ingest(checked, tmp_path / "checked")
+    ingest(params(folder, partitions=PARTS), tmp_path / "unchecked")
+    assert files_of(tmp_path / "checked") == files_of(tmp_path / "unchecked")
+    before = (folder / "part-1.parquet").stat()
+    changed = data.iloc[3000:].copy()
+    changed.iloc[1234, changed.columns.get_loc("b")] += 1.0
+    write(changed, "part-1.parquet")
+    os.utime(folder / "part-1.parquet", ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = (folder / "part-1.parquet").stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert fingerprint(folder) != planned
+    with pytest.raises(TableError, match=r"the table's checksum differs from data.table.sha256.*HINT: restore"):
+        ingest(checked, tmp_path / "out")
+    assert not list((tmp_path / "out").rglob("*.safetensors")), "no partition of a refused table is left"
+    assert not list((tmp_path / "out").rglob("part-*.json")) and not list((tmp_path / "out").rglob(".*"))

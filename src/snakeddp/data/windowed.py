@@ -5,6 +5,7 @@ of every window, so it is complete, and published by the ingestion, at the end.
 
 A partition's entry is written only once its file is in place, so an entry that exists names a complete file:
 a reader that waits for ``train/part-00000.json`` may read that partition while later windows are still read.
+An ingestion that stops (a bad value, a table that is not the one planned) removes its entries, then its files.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ class Published:
         return [self.entries[target] for target in range(len(self.paths))]
 
     def abandon(self) -> None:
-        """Remove what is not in place yet (an ingestion that stopped); published partitions stay complete."""
+        """Remove what the ingestion began (it stopped): what is not in place yet, and the partitions it published,
+        whose table may be the one refused (its identity is known once every file is read)."""
         while self.open:
             self.open.popitem()[1].abandon()
+        for target in self.entries:
+            self.paths[target].with_suffix(".json").unlink(missing_ok=True)
+            self.paths[target].unlink(missing_ok=True)
