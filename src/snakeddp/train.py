@@ -56,6 +56,7 @@ import lightning.pytorch as pl
 import torch
 
 from snakeddp import cluster, platforms
+from snakeddp.cluster import pace
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
@@ -166,7 +167,8 @@ def main(args: argparse.Namespace) -> int:
         custom.shards_itself(data),
     )
     callbacks.phases.marks.update(main=main_at, checked=checked_at, trainer_built=time.perf_counter())
-    watch = watch_over(trainer, launcher, layout, timeout, run.run_id, args, callbacks.phases.checkpoints.is_saving)
+    saving = callbacks.phases.checkpoints.is_saving
+    watch = watch_over(trainer, launcher, layout, timeout, run.run_id, args, saving, pace.Straggler.of(launch))
     callbacks.phases.marks.update(met=time.perf_counter())
     trackers.log_config(cfg)
 
@@ -202,6 +204,7 @@ def main(args: argparse.Namespace) -> int:
         confusion = best_confusion(model, record["training"]["best_epoch"])
         if confusion is not None:
             record["training"]["confusion"] = confusion
+        pace.into_ranks(record["launch"]["ranks"], watch.scores() if watch is not None else {})
         path = provenance.write(args.run_dir, record)
         # The attempt is finished (keep_record) once the trackers have what it promised them: a rerun
         # after a failed upload or registration resumes it and sends them again, instead of restoring it.
@@ -222,6 +225,7 @@ def watch_over(
     run_id: str,
     args: argparse.Namespace,
     saving: Callable[[], bool],
+    straggler: pace.Straggler,
 ) -> Watch | None:
     """Meet the other ranks, then watch the run's progress (snakeddp.training.meeting, .watch); None for one
     process, without launch.hang_timeout, or where Lightning starts the processes itself (inside fit)."""
@@ -244,7 +248,7 @@ def watch_over(
     except MeetingError as error:
         write_hang(args.run_dir, error.record)
         raise
-    watch = Watch(meeting, layout, timeout, trainer, run_id, args.run_dir, args.failure_file, node, saving)
+    watch = Watch(meeting, layout, timeout, trainer, run_id, args.run_dir, args.failure_file, node, saving, straggler)
     watch.start()
     return watch
 

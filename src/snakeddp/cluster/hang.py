@@ -133,6 +133,12 @@ class Position:
     """Wall time of its last progress (a step, a validation batch, a new phase)."""
     posted_at: float
     """Wall time of this post."""
+    device: str = "cpu"
+    """What it trains on (cpu, cuda:0): the pace's line names it (snakeddp.cluster.pace)."""
+    own_steps: int = 0
+    """Training steps it timed so far (snakeddp.training.owntime)."""
+    own_s: float = 0.0
+    """Their own seconds: the steps' time less what it waited for the others' gradients."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -143,14 +149,14 @@ class Position:
         raw = json.loads(text)
         if not isinstance(raw, dict) or set(raw) != set(cls.__dataclass_fields__):
             raise ValueError(f"not a rank's position: {str(raw)[:200]}")
-        for name in ("rank", "pid", "step", "epoch"):
+        for name in ("rank", "pid", "step", "epoch", "own_steps"):
             if not isinstance(raw[name], int):
                 raise ValueError(f"{name} is not an integer")
-        for name in ("advanced_at", "posted_at"):
+        for name in ("advanced_at", "posted_at", "own_s"):
             if not isinstance(raw[name], int | float):
                 raise ValueError(f"{name} is not a number")
-        if not isinstance(raw["host"], str) or not isinstance(raw["phase"], str):
-            raise ValueError("host and phase are text")
+        if not all(isinstance(raw[name], str) for name in ("host", "phase", "device")):
+            raise ValueError("host, phase and device are text")
         if raw["node"] is not None and not isinstance(raw["node"], str):
             raise ValueError("node is text")
         if raw["step_s"] is not None and not isinstance(raw["step_s"], int | float):

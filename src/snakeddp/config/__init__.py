@@ -60,12 +60,15 @@ QUIET_AT_DEFAULT = (
     "model.width",
     "model.depth",
     "launch.hang_timeout",
+    "launch.straggler",
+    "launch.straggler_ratio",
+    "launch.straggler_window",
 )
 # Run keys that say how attempts of a run relate, not what one computes: out of its identity.
 RELATION_KEYS = ("trainer.budget_continues",)
 # Run keys that bound how long its processes may wait on each other: every rank reads them from
 # run.yaml, and raising one must resume an attempt stopped by it, not start another.
-WATCH_KEYS = ("launch.hang_timeout",)
+WATCH_KEYS = ("launch.hang_timeout", "launch.straggler", "launch.straggler_ratio", "launch.straggler_window")
 # Keys of the built-in models (model.name): with model.target the user's class is built from
 # model.kwargs instead, so one set away from its default would be silently ignored.
 BUILT_IN_MODEL_KEYS = (

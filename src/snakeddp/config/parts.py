@@ -163,6 +163,14 @@ class Launch(Part):
     hang_timeout: float | Literal["auto"] | None
     """Seconds a rank may go without progress (snakeddp.cluster.hang): auto, a number, or None (no watch).
     Outside a run's identity."""
+    straggler: Literal["name", "stop"] | None
+    """What a slow rank gets (snakeddp.cluster.pace): named, the run stopped, or None (not scored). Outside a run's
+    identity, as are the next two."""
+    straggler_ratio: float
+    """Below this share of the fastest rank's pace a rank is slow."""
+    straggler_window: float
+    """Seconds a rank must stay slow before it is named."""
+
 
     @property
     def world_size(self) -> int:

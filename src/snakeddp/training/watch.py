@@ -30,6 +30,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from snakeddp.cluster import pace
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import (
     FINISHED,
@@ -50,6 +51,8 @@ from snakeddp.errors import HangError, one_line, print_line, write_first
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.tries import write_hang
 from snakeddp.training.meeting import CALL_S, PROG, Meeting, StoreGone, bounded, progress_key
+from snakeddp.training.owntime import OwnTime
+from snakeddp.util.terminal import say
 
 HUNG_KEY = "snakeddp/hung"
 # /proc/PID/stat's state, for the rank the others wait for when it runs on this host.
@@ -70,6 +73,14 @@ def process_state(position: Position) -> str | None:
     except OSError:
         return "its process is gone"
     return PROCESS_STATES.get(stat.rsplit(")", 1)[-1].split()[0])
+
+
+def _device(trainer: pl.Trainer) -> str:
+    """What this rank trains on (cpu, cuda:1), as its strategy says."""
+    try:
+        return str(trainer.strategy.root_device)
+    except (AttributeError, RuntimeError, IndexError):  # a strategy that has no device before fit
+        return "cpu"
 
 
 def readable(values: list[bytes]) -> list[Position]:
@@ -97,6 +108,7 @@ class Watch:
         failure_file: Path | None,
         node: str | None,
         saving: Callable[[], bool] = lambda: False,
+        straggler: pace.Straggler | None = None,
     ) -> None:
         self.meeting, self.layout, self.timeout, self.trainer = meeting, layout, timeout, trainer
         self.run_id, self.run_dir, self.failure_file, self.node, self.saving = (
@@ -113,6 +125,14 @@ class Watch:
         self._step_s: collections.deque[float] = collections.deque(maxlen=64)
         self._store_gone = False
         self._judged_at = 0.0
+        # Each rank times its own steps; rank 0 scores everyone's (snakeddp.cluster.pace).
+        self.own_time = OwnTime()
+        trainer.callbacks.insert(0, self.own_time)  # first: the hooks after its step's end are not its own time
+        self.device = _device(trainer)
+        self.straggler = straggler
+        on = straggler is not None and straggler.on and layout.rank == 0
+        self.paces = pace.Paces(straggler) if on and straggler is not None else None
+        self._paced_at = 0.0
 
     def start(self) -> None:
         # The meeting waited long; a read of a live store takes milliseconds.
@@ -162,6 +182,9 @@ class Watch:
                 self._post(now)
             except StoreGone:
                 pass  # judged below, once this rank has been still long enough
+        if self.paces is not None and now - self._paced_at >= POST_S and not self._store_gone:
+            self._paced_at = now
+            self._pace(now)
         # Still for as long as any hang takes: read everyone's posts, as often as they post (every waiting
         # rank reads them all, so not more often).
         if now - self._advanced_at >= self.timeout.shortest_s and now - self._judged_at >= POST_S:
@@ -178,6 +201,7 @@ class Watch:
         step, _, epoch, hook = self._sample or (0, 0, 0, None)
         if phase is None:
             phase = SAVING if self.saving() else hook or "between steps"
+        own_steps, own_s = self.own_time.totals
         return Position(
             rank=self.layout.rank,
             host=self.host,
@@ -189,6 +213,9 @@ class Watch:
             step_s=median_step(self._step_s),
             advanced_at=self._advanced_at,
             posted_at=now,
+            device=self.device,
+            own_steps=own_steps,
+            own_s=round(own_s, 6),
         )
 
     def _post(self, now: float, phase: str | None = None) -> None:
@@ -207,6 +234,39 @@ class Watch:
         stall = judge(readable(values), now, self.timeout)
         if stall is not None:
             self._announce(stall)
+
+    def _pace(self, now: float) -> None:
+        """Rank 0: score every rank's own pace from their posts (snakeddp.cluster.pace); name a rank that has been
+        slow for the window, once a spell, and the run goes on; with launch.straggler: stop, end it as a hang."""
+        try:
+            values = self._call(lambda: self.store.multi_get(self.keys))
+        except StoreGone:
+            return  # a hang's, judged once this rank has been still long enough
+        if self.paces is None or self.straggler is None:
+            return
+        positions = {p.rank: p for p in readable(values)}
+        for slow in self.paces.update(positions.values(), now):
+            if self.straggler.action == pace.STOP:
+                self._stop_for(slow, positions)  # ends this process
+            say(f"{PROG}: {pace.line(slow, self.run_id)}")
+
+    def _stop_for(self, slow: pace.Slow, positions: dict[int, Position]) -> None:
+        """End the run as a hang ends it, with hung.json naming the slow rank (kind slow)."""
+        me = str(self.layout.rank)
+        try:
+            said = self._call(lambda: self.store.compare_set(HUNG_KEY, "", me)).decode()
+        except StoreGone:
+            said = me
+        if said != me:
+            self._exit()  # another rank found the run hung and says so
+        culprit = positions[slow.rank.rank]
+        text = pace.stop_line(slow, self.run_id, self._checkpoint())
+        reached = max(p.step for p in positions.values())
+        self._say(text, pace.record(slow, self._line(text), culprit.step, culprit.epoch, culprit.phase, reached))
+
+    def scores(self) -> dict[int, dict[str, Any]]:
+        """Each rank's pace scores (rank 0's watch; empty elsewhere, or with launch.straggler: null)."""
+        return self.paces.scores() if self.paces is not None else {}
 
     def _announce(self, stall: Stall) -> None:
         me = str(self.layout.rank)
