@@ -18,7 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.azurite import Azurite
 from snakeddp.config import parts
-from snakeddp.data import delta, plan, table
+from snakeddp.data import delta, plan, split, table
 from snakeddp.data.partitions import read_partition
 from snakeddp.errors import ConfigError, TableError
 from snakeddp.util.hashing import sha256_json
@@ -80,7 +80,16 @@ def test_the_latest_version_or_a_pinned_one_is_what_the_workflow_plans(tmp_path)
     assert plan.input_files(runs["r"]["config"]["data"]) == []
 
 
-def test_a_version_ingests_its_own_rows_as_the_same_files_read_as_parquet_would(tmp_path):
+@pytest.fixture(params=["global", "windows"])
+def split_by(request, monkeypatch) -> str:
+    """Each test of a Delta version's rows under both splits: windows of 100 rows make its 300-row data files
+    (one row group each) windows of their own."""
+    if request.param == "windows":
+        monkeypatch.setattr(split, "WINDOW_ROWS", 100)
+    return request.param
+
+
+def test_a_version_ingests_its_own_rows_as_the_same_files_read_as_parquet_would(tmp_path, split_by):
     two_commits(tmp_path / "churn")
     at_zero = {**params(str(tmp_path / "churn")), "table": {**params("")["table"], "path": str(tmp_path / "churn")}}
     at_zero["table"]["version"] = 0
@@ -95,6 +104,11 @@ def test_a_version_ingests_its_own_rows_as_the_same_files_read_as_parquet_would(
         shutil.copy(tmp_path / "churn" / name, plain / f"part-{i:03d}.parquet")  # named in commit order
     as_parquet = table.ingest(params(str(plain)), tmp_path / "parquet", chunk_rows=64)
     assert as_parquet["rows_read"] == 600
+    assert (
+        everything["split"]
+        == as_parquet["split"]
+        == ("global" if split_by == "global" else {"windows": 2, "window_rows": 100})
+    )
     assert partitions(tmp_path / "v1") == partitions(tmp_path / "parquet")
 
 
@@ -139,7 +153,7 @@ def test_a_missing_deltalake_names_the_command_that_installs_it_to_stay(monkeypa
         delta.open_snapshot(tmp_path, None)
 
 
-def test_a_table_partitioned_by_a_feature_ingests_as_the_same_commits_unpartitioned(tmp_path):
+def test_a_table_partitioned_by_a_feature_ingests_as_the_same_commits_unpartitioned(tmp_path, split_by):
     by_region(tmp_path / "partitioned", partition_by=["x3", "site"])
     by_region(tmp_path / "flat")
     snapshot = delta.open_snapshot(tmp_path / "partitioned", None)
@@ -152,6 +166,7 @@ def test_a_table_partitioned_by_a_feature_ingests_as_the_same_commits_unpartitio
     summary = table.ingest(params(str(tmp_path / "partitioned")), tmp_path / "out", chunk_rows=64)
     table.ingest(params(str(tmp_path / "flat")), tmp_path / "flat-out", chunk_rows=64)
     assert summary["rows_read"] == 600 and sum(summary["records"].values()) == 600
+    assert summary["split"] == ("global" if split_by == "global" else {"windows": 3, "window_rows": 100})
     assert partitions(tmp_path / "out") == partitions(tmp_path / "flat-out")
     found = rows_of(tmp_path / "out")
     assert [i for i, _, _ in found] == list(range(600))

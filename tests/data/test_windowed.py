@@ -51,6 +51,7 @@ def test_every_row_lands_once_with_its_values_and_its_partition_is_one_its_windo
     data = frame(rows=6000)
     summary = ingest(params(folder, partitions=PARTS), tmp_path / "out")
     assert summary["rows_read"] == 6000 and summary["records"]["train"] + summary["records"]["val"] == 6000
+    assert summary["split"] == {"windows": 6, "window_rows": 1000}
     ids = []
     for name in [*(f"train/part-{t:05d}" for t in range(PARTS)), "val"]:
         part = loaded(tmp_path / "out", name)

@@ -29,7 +29,7 @@ import numpy as np
 
 from snakeddp.config import parts
 from snakeddp.data import columns as cols
-from snakeddp.data import delta, imagefolder, readers, remote
+from snakeddp.data import delta, imagefolder, readers, remote, split
 from snakeddp.data.identity import Check, fingerprint
 from snakeddp.data.inplace import InPlace
 from snakeddp.data.layout import chunk_rows as rows_per_chunk
@@ -318,6 +318,8 @@ def _ingest(
         "files": stats.files,
         "rows_read": stats.rows_read,
         "rows_dropped": stats.rows_dropped,
+        # Which split dealt the rows (snakeddp.data.split): the windowed one's windows, else the global one.
+        "split": {"windows": len(found), "window_rows": split.WINDOW_ROWS} if found else "global",
         "records": {"train": sum(e["records"] for e in entries[:-1]), "val": entries[-1]["records"]},
         "task": task,
     }
