@@ -8,7 +8,10 @@ sizes, file boundaries or the machine. Each feature column is encoded as its typ
 and columns: numbers, arrays, one-hot categories, images decoded once). Where every partition's size is known
 before reading (a Parquet or Delta table's footers count its rows), rows are written straight into their
 partition files (snakeddp.data.inplace); otherwise they go through one spill file (snakeddp.data.spill).
-Memory stays at about one chunk of rows (for Parquet, one row group), whatever the table's size.
+A Parquet or Delta table of at least one window's rows is read window by window instead (its row groups in a
+seeded order: snakeddp.data.split.windows), each train partition published as soon as its last window is read
+(snakeddp.data.windowed). Memory stays at about one chunk of rows (for Parquet, one row group), whatever the
+table's size.
 
 A sample's id is its row number in the table (0-based, counting across files in name order), so
 every trained sample traces back to its source row.
