@@ -5,15 +5,21 @@ rerun resumes and trains every epoch once.
 
 The runs here set launch.hang_timeout: 10 (the schema allows 5 and up), so the suite waits seconds; the
 stopped rank's run is also shown with the default (auto: a training step gets 60 s), where issue 53's bound,
-two minutes, is checked as is.
+two minutes, is checked as is. Either way the hang's evidence holds both ranks' Python stacks, the stopped one's
+where it stopped itself, and the 10 s run also keeps the flight recorder's dump (network.env turns it on).
+Whether the rerun resumed is read from the run's own records: metrics.csv has every epoch once, the epoch
+before the stop finished before it and the other after, and rank 0's resume record in provenance names the
+checkpoint the hung try left.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import pickle
 import socket
 import time
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -61,14 +67,44 @@ def epochs(run_dir: Path) -> list[int]:
     return [int(line.split(",")[0]) for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
 
 
+def finished_at(run_dir: Path) -> list[float]:
+    """When each epoch's row was written, from metrics.csv (UTC, ISO)."""
+    with open(run_dir / "metrics.csv") as handle:
+        return [datetime.fromisoformat(row["finished_at"]).timestamp() for row in csv.DictReader(handle)]
+
+
+def stacks_of(text: str) -> dict[int, str]:
+    """stacks.txt's sections by rank (each starts ``== rank N on``)."""
+    return {int(part.split(" ", 2)[1]): part for part in text.split("\n== ")[1:]}
+
+
+def the_evidence_holds_both_stacks(run_dir: Path, line: str, stopped: psutil.Process) -> None:
+    evidence = run_dir / "hang"
+    assert f"Every rank's Python stack: {evidence / 'stacks.txt'}." in line or "hang/stacks.txt." in line, line
+    stacks = stacks_of((evidence / "stacks.txt").read_text())
+    assert sorted(stacks) == [0, 1], stacks
+    host = socket.gethostname()
+    culprit = f"rank 1 on {host} (pid {stopped.pid}), the one the others waited for: taken by signal (stopped: "
+    assert stacks[1].startswith(culprit), stacks[1][:300]
+    # Its main thread's frames, which ran the handler before running on: where it stopped itself.
+    main = stacks[1].split("Current thread", 1)[1].split("\n\n", 1)[0]
+    assert "in on_train_batch_start" in main and "stops_once.py" in main, stacks[1]
+    assert stacks[0].startswith(f"rank 0 on {host} (pid "), stacks[0][:300]
+    assert "by its own watch" in stacks[0] and "in backward" in stacks[0], stacks[0]  # waiting in DDP's all-reduce
+    gpu = json.loads((evidence / "gpu.json").read_text())
+    assert gpu == {"rank": 1, "device": "cpu", "state": None, "why": "it trains on the CPU"}
+
+
 @pytest.mark.parametrize("hang_timeout", [HANG_TIMEOUT, "default"])
 def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_rerun_resumes(tmp_path, hang_timeout):
     checkout = Checkout(tmp_path)
     # The default: the key left out, as a user's config leaves it.
     launch = {key: value for key, value in SLOW["launch"].items() if key != "hang_timeout"}
+    config = {**SLOW, "launch": launch}
     if hang_timeout != "default":
         launch["hang_timeout"] = hang_timeout
-    checkout.write_config({**SLOW, "launch": launch})
+        config["network"] = {"env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"}}  # torch 2.13 records gloo's too
+    checkout.write_config(config)
     (tmp_path / "stops_once.py").write_text(STOPS_ONCE)
     (tmp_path / STOP_ONCE).touch()
     run_dir = tmp_path / "results/runs/base"
@@ -81,7 +117,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
         assert typed.poll() is None and time.monotonic() < deadline, "rank 1 never stopped itself"
         time.sleep(0.05)
     assert not (tmp_path / STOP_ONCE).exists()
-    at = time.monotonic()
+    at, stopped_at = time.monotonic(), time.time()
     typed.wait(timeout=BOUND_S + 60)
     took = time.monotonic() - at
     output = (tmp_path / "run.log").read_text()
@@ -96,12 +132,23 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
         assert crash not in output, output[-3000:]
     assert not left_running(tmp_path, within=10), "a process of the hung run is still there"
     assert not psutil.pid_exists(stopped.pid) or stopped.status() == psutil.STATUS_ZOMBIE
+    the_evidence_holds_both_stacks(run_dir, line, stopped)
+    flights = sorted(path.name for path in (run_dir / "hang").glob("flight-recorder-rank*"))
+    if hang_timeout == "default":
+        assert flights == [], "no flight recorder where it is not enabled"
+    else:  # the waiting rank's; the stopped one runs no Python to dump its own
+        assert flights == ["flight-recorder-rank0"]
+        recorded = pickle.loads((run_dir / "hang/flight-recorder-rank0").read_bytes())
+        assert {entry["profiling_name"] for entry in recorded["entries"]} >= {"gloo:all_reduce"}, recorded
 
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert "resuming from" in (tmp_path / "logs/train/base.log").read_text()
+    # Resumed, by the run's own records: every epoch once, the first finished before the stop and the last after.
     assert epochs(run_dir) == list(range(SLOW["trainer"]["max_epochs"])), "every epoch once"
+    first, last = finished_at(run_dir)
+    assert first < stopped_at < last
     record = json.loads((run_dir / "provenance.json").read_text())
+    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]
     hung, completed = record["attempt"]["tries"]
     assert (hung["outcome"], completed["outcome"]) == ("hung", "completed")
     assert hung["hang"]["culprit"]["pid"] == stopped.pid and hung["hang"]["line"] == line
@@ -114,6 +161,9 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     assert row["tries"] == "2" and float(row["lost_hung_s"]) == goodput["lost"]["hung"]["seconds"]
     page = (tmp_path / "results/report/report.html").read_text()
     assert f"rank 1 on {socket.gethostname()} (pid {stopped.pid}) stopped advancing at step" in page
+    crate = json.loads((tmp_path / "results/report/ro-crate-metadata.json").read_text())
+    listed = {entity["@id"] for entity in crate["@graph"]}
+    assert {f"files/runs/base/hang/{name}" for name in ("stacks.txt", "gpu.json", *flights)} <= listed, listed
 
 
 def test_ranks_that_cannot_reach_the_rendezvous_are_named_and_the_hint_trains(tmp_path):

@@ -281,10 +281,18 @@ def median_step(intervals: Sequence[float]) -> float | None:
     return statistics.median(intervals) if intervals else None
 
 
-def lines_of(stall: Stall, run_id: str, checkpoint: str, process_state: Callable[[Position], str | None]) -> str:
-    """The one line a hung run ends with: what happened, then what the user does."""
+def lines_of(
+    stall: Stall,
+    run_id: str,
+    checkpoint: str,
+    process_state: Callable[[Position], str | None],
+    evidence: str | None = None,
+) -> str:
+    """The one line a hung run ends with: what happened, where its evidence is (``evidence``: the ranks' stacks
+    file, snakeddp.training.gather), then what the user does."""
+    kept = f" Every rank's Python stack: {evidence}." if evidence else ""
     return (
-        f"run {run_id} hung: {stall.what(process_state(stall.culprit))}. HINT: the ranks were stopped and the "
+        f"run {run_id} hung: {stall.what(process_state(stall.culprit))}.{kept} HINT: the ranks were stopped and the "
         f"last checkpoint is kept ({checkpoint}): rerun to resume from it; a step that needs longer than "
         f"{stall.limit_s:g} s needs a larger launch.hang_timeout."
     )

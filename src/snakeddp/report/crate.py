@@ -258,8 +258,9 @@ def _run_action(
         builder.entity(f"#{run.run_id}-env-{name}", "PropertyValue", name=name, value=value)
         for name, value in launched["variables"].items()
     ]
-    results = [files[k] for k in ("checkpoints", "metrics", "provenance") if k in files]
+    results = [files[k] for k in ("checkpoints", "metrics", "provenance", "hang") if k in files]
     results.append(_account_values(builder, run))
+    results.append(_pace_values(builder, run))
     action = builder.crate.add_action(
         tool,
         identifier=f"#run-{run.run_id}",
@@ -361,6 +362,29 @@ def _account_values(builder: CrateBuilder, run: Run) -> list[ContextEntity]:
     ]
 
 
+def _pace_values(builder: CrateBuilder, run: Run) -> list[ContextEntity]:
+    """Each rank's pace over its try (provenance launch.ranks[].pace, snakeddp.cluster.pace): a PropertyValue of its
+    own seconds per step relative to the fastest rank's, with the spells it was named slow; none where nothing
+    scored it."""
+    values = []
+    for rank in run.provenance["launch"]["ranks"]:
+        pace = rank.get("pace") or {}
+        if pace.get("relative") is None:
+            continue
+        spells = "; ".join(f"slow from {s['since']} to {s['until'] or 'its end'}" for s in pace["slow_spells"])
+        values.append(
+            builder.entity(
+                f"#{run.run_id}-rank-{rank['rank']}-pace",
+                "PropertyValue",
+                name=f"rank {rank['rank']} pace",
+                value=pace["relative"],
+                description=f"on {rank['host']}: the fastest rank's own seconds per training step over this rank's, "
+                f"over the try (1 is the fastest){f'; {spells}' if spells else ''}",
+            )
+        )
+    return values
+
+
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     """Place one run's inputs and outputs in the crate and describe them."""
     p = run.provenance
@@ -425,7 +449,29 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     log = layout.train_log(run.workdir, run.run_id)
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
+    files["hang"] = _hang_evidence(builder, paths, f"{base}/{layout.HANG_EVIDENCE}")
     return files
+
+
+# What each file of a hang's evidence holds (snakeddp.training.gather writes them).
+EVIDENCE = {
+    "stacks.txt": "every rank's Python stack when the run was found hung (faulthandler)",
+    "gpu.json": "the GPU state of the rank the others waited for, as NVML reported it (none on the CPU)",
+}
+
+
+def _hang_evidence(builder: CrateBuilder, paths: layout.RunPaths, base: str) -> list[Any]:
+    """The last hang's evidence, where a try of the run hung."""
+    found = sorted(paths.hang_evidence.iterdir()) if paths.hang_evidence.is_dir() else []
+    return [
+        builder.add(
+            path,
+            f"{base}/{path.name}",
+            description=EVIDENCE.get(path.name, "a rank's flight recorder dump of its collectives (torch's pickle)"),
+        )
+        for path in found
+        if path.is_file()
+    ]
 
 
 def attempt_record(run: Run) -> str:

@@ -26,6 +26,7 @@ together under results/runs/<run>/hang/ (the hang's line names stacks.txt).
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import signal
@@ -104,6 +105,18 @@ def _dumped(trap: Path, before: int, seconds: float) -> str | None:
     return None
 
 
+def _signal_main_thread(pid: int, signum: int) -> None:
+    """``signum`` to ``pid``'s main thread (its id is the pid's), not to whichever thread the kernel picks: a
+    continued process's threads all run at once, and a thread-directed signal is handled before that thread runs
+    another instruction of its own, so its frames are dumped where it stopped (glibc's tgkill; else os.kill)."""
+    tgkill = getattr(ctypes.CDLL(None, use_errno=True), "tgkill", None)
+    if tgkill is None:
+        os.kill(pid, signum)
+    elif tgkill(pid, pid, signum) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))  # ESRCH is ProcessLookupError, EPERM PermissionError
+
+
 def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
     """Another process's stack, by its trap: the text and how it was taken, or None and why not."""
     state = _state(pid)
@@ -116,7 +129,7 @@ def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
         return None, "its process has no stack trap (it stopped before its watch started)"
     try:
         before = trap.stat().st_size
-        os.kill(pid, STACK_SIGNAL)
+        _signal_main_thread(pid, STACK_SIGNAL)
         if state == "T":
             os.kill(pid, signal.SIGCONT)  # a stopped process runs its handler only once continued
         try:

@@ -1,6 +1,7 @@
 """How a hung run's evidence reaches one folder: every rank that reads the verdict posts what it took
 (snakeddp.training.evidence) to the run's store, and the rank that found the run hung writes it all under
-results/runs/<run>/hang/ before it says the line; the others wait for that (at most GATHER_S), then exit.
+results/runs/<run>/hang/ (run.layout's hang_evidence) before it says the line; the others wait for that (at
+most GATHER_S), then exit.
 
 The store carries it, not the file system: a rank on another node may not share the run directory's disk.
 """
@@ -18,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster.hang import POST_S, TICK_S
+from snakeddp.run.layout import RunPaths
 from snakeddp.training.evidence import TAKE_S, Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.meeting import StoreGone
 
-FOLDER = "hang"
 STACKS = "stacks.txt"
 GPU = "gpu.json"
 FLIGHT = "flight-recorder-rank{rank}"
@@ -59,7 +60,7 @@ class Verdict:
 
 
 def folder(run_dir: Path) -> Path:
-    return run_dir / FOLDER
+    return RunPaths(run_dir).hang_evidence
 
 
 class Gathering:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 
@@ -50,6 +50,8 @@ from snakeddp.compat.lightning import fit_position
 from snakeddp.errors import HangError, one_line, print_line, write_first
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.tries import write_hang
+from snakeddp.training.evidence import device_of
+from snakeddp.training.gather import Gathering, Verdict
 from snakeddp.training.meeting import CALL_S, PROG, Meeting, StoreGone, bounded, progress_key
 from snakeddp.training.owntime import OwnTime
 from snakeddp.util.terminal import say
@@ -125,6 +127,7 @@ class Watch:
         self._step_s: collections.deque[float] = collections.deque(maxlen=64)
         self._store_gone = False
         self._judged_at = 0.0
+        self.gathering = Gathering(self._call, self.store, layout.rank, meeting.ranks, run_id, run_dir)
         # Each rank times its own steps; rank 0 scores everyone's (snakeddp.cluster.pace).
         self.own_time = OwnTime()
         trainer.callbacks.insert(0, self.own_time)  # first: the hooks after its step's end are not its own time
@@ -137,6 +140,7 @@ class Watch:
     def start(self) -> None:
         # The meeting waited long; a read of a live store takes milliseconds.
         self.store.set_timeout(timedelta(seconds=CALL_S))
+        self.gathering.start(device_of(self.trainer))
         self._thread.start()
 
     def stop(self, finished: bool) -> None:
@@ -145,6 +149,7 @@ class Watch:
             return
         self._stopped.set()
         self._thread.join(timeout=2 * CALL_S)  # a daemon: one stuck on a gone store is left behind
+        self.gathering.close()
         if finished:
             try:
                 self._post(time.time(), FINISHED)
@@ -226,7 +231,7 @@ class Watch:
     def _judge(self, now: float) -> None:
         try:
             if self._call(lambda: self.store.check([HUNG_KEY])):
-                self._exit()  # another rank said it
+                self._heard(self._call(lambda: self.store.get(HUNG_KEY)))  # another rank said it
             values = self._call(lambda: self.store.multi_get(self.keys))
         except StoreGone:
             self._no_store(now)
@@ -269,15 +274,38 @@ class Watch:
         return self.paces.scores() if self.paces is not None else {}
 
     def _announce(self, stall: Stall) -> None:
-        me = str(self.layout.rank)
+        state = process_state(stall.culprit)  # before its stack is taken: a stopped process runs for that
+        verdict = Verdict(self.layout.rank, stall.culprit.rank, stall.silent)
+        mine = verdict.text()
         try:
-            said = self._call(lambda: self.store.compare_set(HUNG_KEY, "", me)).decode()
+            said = self._call(lambda: self.store.compare_set(HUNG_KEY, "", mine))
         except StoreGone:
-            said = me
-        if said != me:
-            self._exit()
-        line = lines_of(stall, self.run_id, self._checkpoint(), process_state)
+            said = mine.encode()
+        if said != mine.encode():
+            self._heard(said)
+        evidence = self._evidence(verdict)
+        line = lines_of(stall, self.run_id, self._checkpoint(), lambda _: state, evidence)
         self._say(line, record(stall, self._line(line)))
+
+    def _evidence(self, verdict: Verdict) -> str | None:
+        """This rank's part of the hang's evidence, then everyone's written under the run directory: the stacks
+        file the line names (None where the store or the disk failed: the line is said without it)."""
+        try:
+            self.gathering.give(verdict)
+            return str(self.gathering.write(verdict))
+        except (StoreGone, OSError):
+            return None
+
+    def _heard(self, value: bytes) -> NoReturn:
+        """Another rank found the run hung: give it this rank's evidence, wait until it has said so, and exit."""
+        verdict = Verdict.read(value)
+        if verdict is not None:
+            try:
+                self.gathering.give(verdict)
+                self.gathering.wait_done()
+            except StoreGone:
+                pass  # its host is gone: nobody is left to write it
+        self._exit()
 
     def _no_store(self, now: float) -> None:
         """The store does not answer: its host stopped. Said once this rank has been still for its limit."""
@@ -321,10 +349,15 @@ class Watch:
             write_first(self.failure_file, line)
         elif speak:
             print_line(line)
+        if not self._store_gone:
+            try:
+                self.gathering.done()
+            except StoreGone:
+                pass
         self._exit()
 
     @staticmethod
-    def _exit() -> None:
+    def _exit() -> NoReturn:
         """The process ends here, whatever its main thread waits in: a collective nobody will finish."""
         sys.stdout.flush()
         sys.stderr.flush()
