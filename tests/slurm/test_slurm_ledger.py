@@ -13,13 +13,16 @@ from pathlib import Path
 import pytest
 import snakemake_executor_plugin_slurm as plugin
 
+import snakeddp.config as configuration
 from snakeddp.config.parts import Site
 from snakeddp.run import ledger, tries
 from snakeddp.run.layout import RunPaths
+from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions
 from tests.helpers import left_running, subprocess_env, training_processes
 from tests.slurm.cluster import NODES
 from tests.slurm.test_slurm_exclude import PARAMS, job
+from tests.slurm.test_slurm_nodes import node, partition, resources, slurm_answering
 from tests.slurm.workflow import SlurmWorkflow, config
 
 DAY = 86400.0
@@ -97,6 +100,38 @@ def test_a_node_that_reaches_its_events_while_the_invocation_goes_on_is_left_out
     assert excluded(plugin.get_submit_command(job("train", "f"), PARAMS)) == ["node9"]
     assert len(said) == 2 and said[1].startswith("the ledger of nodes changed and cannot be read, so the nodes it")
     assert "HINT: move it aside" in said[1]
+
+
+def test_a_run_the_left_out_nodes_leave_too_few_nodes_is_refused_in_one_line_and_clearing_one_lets_it_through(
+    tmp_path,
+):
+    """Partition main has n1 and n2 up; n2 has two hangs. A one-node run goes to n1; a two-node run could not be
+    submitted (sbatch refuses an --exclude that leaves too few), so the invocation stops before anything is."""
+    results = tmp_path / "results"
+    for run in ("a", "b"):
+        ledger.record(results, "n2", "hang", run)
+    up = slurm_answering([node(), node().replace("NodeName=n1", "NodeName=n2")], [partition()])
+    main = slurm_nodes.TrainingNodes(resources(), ["train"], up)
+
+    def runs(nodes: int) -> dict:
+        return {"base": {"config": {"launch": configuration.validate({"launch": {"nodes": nodes}})["launch"]}}}
+
+    said: list[str] = []
+    assert Exclusions(("train",), said.append, results=results, site=site()).start(runs(1), main)
+    with pytest.raises(ledger.LedgerError) as raised:
+        Exclusions(("train",), said.append, results=results, site=site()).start(runs(2), main)
+    message = str(raised.value)
+    assert message.startswith(
+        f"run base asks for 2 node(s), and Slurm partition main keeps 1 up once n2 are left out for their events in "
+        f"{ledger.path(results)}, so sbatch would refuse its job. HINT: once a node is repaired, `snakeddp nodes "
+        "--clear n2`"
+    )
+    three = runs(3)  # more than the partition has at all: the check of the runs against the nodes says so
+    assert Exclusions(("train",), said.append, results=results, site=site()).start(three, main)
+    typed = message.split("`")[1].split()
+    command = [str(Path(sys.executable).parent / typed[0]), *typed[1:], "--results", str(results)]
+    assert subprocess.run(command, env=subprocess_env(), capture_output=True, check=False).returncode == 0
+    assert Exclusions(("train",), said.append, results=results, site=site()).start(runs(2), main)
 
 
 def test_a_damaged_ledger_stops_the_invocation_in_one_line_before_anything_is_submitted(tmp_path):

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.compat.snakemake_executor_plugin_slurm import leave_out_nodes
-from snakeddp.config.parts import Site
+from snakeddp.config.parts import Launch, Site
 from snakeddp.errors import RunStateError
 from snakeddp.run import ledger, tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm.launcher import LaunchError, hostnames, scontrol_show
+from snakeddp.slurm.nodes import SlurmNodesError, TrainingNodes
 
 RESULTS = "results"
 
@@ -47,12 +48,13 @@ class Exclusions:
         self.said: dict[str, tuple[str, ...]] = {}
         self.remembered = Remembered(site, say, results) if site is not None else None
 
-    def start(self) -> bool:
+    def start(self, training: Mapping[str, Any] | None = None, nodes: TrainingNodes | None = None) -> bool:
         """From now on every submission of this process leaves them out; False where the plugin is not the
-        release that was read (then nothing is left out). A ledger snakeddp cannot read stops the invocation
-        here, before anything is submitted (its LedgerError: one line with a HINT)."""
+        release that was read (then nothing is left out). A ledger snakeddp cannot read, or one that leaves a
+        run to train (``training``: its run by id) fewer nodes that are up than it asks, stops the invocation
+        here, before anything is submitted (a LedgerError: one line with a HINT)."""
         if self.remembered is not None:
-            self.remembered.now()
+            check_room(training or {}, nodes, self.remembered.now(), self.results)
         return leave_out_nodes(self.nodes_of)
 
     def nodes_of(self, job: Any) -> set[str]:
@@ -107,6 +109,33 @@ class Remembered:
             self.say(leaving_out(fresh, self.site, self.results))
         self.nodes, self.said = set(left_out), self.said | set(fresh)
         return self.nodes
+
+
+def check_room(
+    training: Mapping[str, Any], nodes: TrainingNodes | None, left_out: set[str], results: Path = Path(RESULTS)
+) -> None:
+    """A run whose partitions keep fewer nodes that are up than its launch.nodes once the ledger's nodes are
+    left out would never be submitted (sbatch refuses an --exclude that leaves too few): refused in one line."""
+    if not left_out or nodes is None or not training:
+        return
+    try:
+        groups = nodes.groups
+    except SlurmNodesError:  # said by the check of the runs against the nodes, with its HINT
+        return
+    for group in groups.values():
+        kept = max(sum(node.name not in left_out for node in partition.up) for partition in group)
+        up = max(len(partition.up) for partition in group)
+        gone = sorted({node.name for partition in group for node in partition.up} & left_out)
+        for run_id, run in training.items():
+            asked = Launch.of(run["config"]["launch"]).nodes
+            if kept < asked <= up:  # too few without the ledger is the check of the runs against the nodes
+                names = ",".join(partition.name for partition in group)
+                raise ledger.LedgerError(
+                    f"run {run_id} asks for {asked} node(s), and Slurm partition {names} keeps {kept} up once "
+                    f"{', '.join(gone)} are left out for their events in {ledger.path(results)}, so sbatch "
+                    f"would refuse its job. HINT: once a node is repaired, `snakeddp nodes --clear {gone[0]}` (or "
+                    "raise site.exclude_after_events in the profile's config: entries)."
+                )
 
 
 def leaving_out(nodes: dict[str, list[dict[str, Any]]], site: Site, results: Path) -> str:
