@@ -1,0 +1,77 @@
+"""`snakeddp status` typed during a Slurm run on the real test cluster: a run whose job Slurm holds in its queue
+is shown queued with its job and Slurm's reason, the one that trains with its ETA; afterwards every try of each
+run has its queue wait as Slurm tells it (StartTime minus SubmitTime), never "not known" (issue 75, items 4-5)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from snakeddp.run import status
+from tests.slurm.cluster import NODES
+from tests.slurm.workflow import SlurmWorkflow, config
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+
+def typed_status(flow: SlurmWorkflow) -> list[dict]:
+    """`snakeddp status --json` typed in the workflow's root, in the user's Slurm environment."""
+    done = subprocess.run(
+        [str(flow.bin / "snakeddp"), "status", "--json"],
+        cwd=flow.directory, env=flow.env(), capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_eta(slurm_cluster, tmp_path):
+    flow = SlurmWorkflow(tmp_path, slurm_cluster)
+    flow.write_config(
+        config(
+            data={"num_train_files": 3, "num_records_per_train_file": 4001, "num_val_records": 300, "num_features": 16},
+            trainer={"max_epochs": 3, "batch_size": 16, "early_stopping": {"enabled": False}},
+            launch={"devices": 2},
+            sweep={"seed": [1, 2]},
+        )
+    )
+    # Both runs' jobs on the first node, whose two CPUs hold one: the second waits in Slurm's queue (Resources).
+    typed = flow.command("--set-resources", f"train:slurm_extra='--nodelist={NODES[0]}'")
+    snakemake = subprocess.Popen(
+        typed, cwd=tmp_path, env=flow.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen: dict[str, dict] = {}
+    queued_runs = set()
+    try:
+        deadline = time.monotonic() + 600
+        while not ({"queued", "training"} <= {row["state"] for row in seen.values()}):
+            assert snakemake.poll() is None and time.monotonic() < deadline, f"never both queued and training: {seen}"
+            rows = typed_status(flow)
+            for row in rows:
+                if row["state"] == "queued" or (row["state"] == "training" and row["ETA"] is not None):
+                    seen.setdefault(row["state"], row)
+                queued_runs |= {row["run"]} if row["state"] == "queued" else set()
+            time.sleep(1)
+        output, _ = snakemake.communicate(timeout=900)
+    finally:
+        if snakemake.poll() is None:
+            snakemake.kill()
+            snakemake.communicate()
+    assert snakemake.returncode == 0, output[-5000:]
+    queued, training = seen["queued"], seen["training"]
+    assert queued["run"] in ("seed-1", "seed-2") and queued["detail"].startswith("slurm job "), queued
+    assert "pending" in queued["detail"], queued
+    assert training["ETA"] and 0 < training["%"] < 100 and training["step"], training
+    after = typed_status(flow)
+    assert [(row["run"], row["state"]) for row in after] == [("seed-1", "done"), ("seed-2", "done")], after
+    waits = {}
+    for run in ("seed-1", "seed-2"):
+        tried = json.loads((tmp_path / "results/runs" / run / "tries.json").read_text())["tries"]
+        assert all(isinstance(one["account"]["queue_wait_s"], float) for one in tried), tried
+        waits[run] = tried[-1]["account"]["queue_wait_s"]
+        assert tried[-1]["job_id"] and status.read(tmp_path / "results/runs" / run)["state"] == "done"
+    # The run that waited for the other's training to end waited longest, and was shown queued meanwhile.
+    waited = max(waits, key=waits.get)
+    assert waits[waited] > 5 and waited in queued_runs, (waits, queued_runs)
