@@ -44,7 +44,7 @@ NVML_DEVICES = "SNAKEDDP_STANDIN_NVML"
 #: Where snakeddp keeps a machine's GPU locks (snakeddp.local.gpulocks), one folder per stand-in machine.
 GPU_LOCKS = "SNAKEDDP_GPU_LOCKS"
 # The stand-in NVML's lines of other work on the GPUs (tests/gpu_standin/nvml.c).
-USE_LINES = ("process", "memory", "mode")
+USE_LINES = ("process", "memory", "mode", "utilization")
 # The CUDA version each driver branch supports (nvmlSystemGetCudaDriverVersion), NVIDIA's release notes.
 CUDA_OF_DRIVER = {580: 13000, 575: 12090, 570: 12080, 565: 12070, 560: 12060, 550: 12040, 535: 12020, 525: 12000}
 
@@ -108,6 +108,8 @@ class StandIn:
     compute_mode: dict[int, str] = field(default_factory=dict)
     #: Each GPU's memory, GiB.
     memory_gb: float = 40
+    #: Each GPU's utilisation (%) as NVML samples it, by GPU index (0 where not given).
+    utilisation: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.gpus = self.models or [(self.model, self.capability)] * self.count
@@ -167,6 +169,8 @@ class StandIn:
             lines += [f"process {uuid} {pid} {int(gib * 2**30)}" for pid, gib in self.processes.get(index, [])]
             if index in self.compute_mode:
                 lines.append(f"mode {uuid} {modes[self.compute_mode[index]]}")
+            if index in self.utilisation:
+                lines.append(f"utilization {uuid} {self.utilisation[index]} 0")
         return lines
 
     def write_use(self) -> None:

@@ -224,6 +224,7 @@ int nvmlDeviceGetDeviceHandleFromMigDeviceHandle(void *handle, void **parent) {
  *   process GPU-uuid 4242 83751862272   a compute process on the GPU and the bytes it holds
  *   memory GPU-uuid 85899345920 1073741824   the GPU's total bytes and those in use besides its processes'
  *   mode GPU-uuid 3                      its compute mode (2: PROHIBITED, 3: EXCLUSIVE_PROCESS; else 0)
+ *   utilization GPU-uuid 73 40           the share (%) of the last sample period a kernel ran, and the memory's
  *
  * A GPU without a memory line has 40 GiB, in use only by its processes. MIG slices run no process here. */
 #define MAX_PROCESSES 16
@@ -303,5 +304,16 @@ int nvmlDeviceGetComputeMode(void *handle, int *mode) {
         return ERROR_NOT_SUPPORTED;
     use_lines("mode", device_of(handle)->uuid, found, 1);
     *mode = (int)found[0][0];
+    return SUCCESS;
+}
+
+struct utilization { unsigned gpu, memory; };
+
+int nvmlDeviceGetUtilizationRates(void *handle, struct utilization *rates) {
+    unsigned long long found[1][2] = {{0, 0}};
+    if (device_of(handle)->mig)
+        return ERROR_NOT_SUPPORTED;  /* as the real one answers for a MIG slice */
+    use_lines("utilization", device_of(handle)->uuid, found, 1);
+    rates->gpu = (unsigned)found[0][0], rates->memory = (unsigned)found[0][1];
     return SUCCESS;
 }
