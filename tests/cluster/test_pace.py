@@ -110,6 +110,16 @@ def test_ranks_at_the_same_pace_a_rank_without_steps_and_a_lone_rank_name_nobody
         assert lone.update([p.__class__(**{**p.__dict__, "posted_at": still.now}) for p in posts], still.now) == []
 
 
+def test_a_rank_that_stopped_posting_scores_nothing_and_is_left_to_the_hang_watch():
+    paces, ranks = pace.Paces(STRAGGLER), Ranks({0: 0.004, 1: 0.004})
+    run(paces, ranks, 20)
+    ranks.own_step_s[1] = 0.02
+    last = ranks.post()[1]  # its last post, slow
+    for _ in range(60):
+        fresh = ranks.post()[0]
+        assert paces.update([fresh, last], ranks.now) == []
+
+
 def test_the_stop_record_is_a_hang_record_and_names_the_slow_rank_s_node():
     paces, ranks = pace.Paces(pace.Straggler(pace.STOP, 0.7, 10.0)), Ranks({0: 0.004, 1: 0.012})
     ((_, slow),) = run(paces, ranks, 40)[:1]

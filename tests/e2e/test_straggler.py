@@ -128,6 +128,10 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     assert slow["lowest_relative"] < 0.7 <= fast["lowest_relative"] and fast["relative"] == 1.0 > slow["relative"]
     ((spell,),) = [slow["slow_spells"]]
     assert spell["until"] is not None and spell["seconds"] >= 60 and fast["slow_spells"] == []
+    graph = json.loads((tmp_path / "results/report/ro-crate-metadata.json").read_text())["@graph"]
+    kept = {entity["@id"]: entity for entity in graph}
+    assert kept["#base-rank-1-pace"]["value"] == slow["relative"] and kept["#base-rank-0-pace"]["value"] == 1.0
+    assert f"slow from {spell['since']} to {spell['until']}" in kept["#base-rank-1-pace"]["description"]
     page = (tmp_path / "results/report/report.html").read_text()
     assert (
         f"{slow['relative']:.2f}x the fastest (lowest {slow['lowest_relative']:.2f}); slow from {spell['since']}"

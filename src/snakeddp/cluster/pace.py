@@ -168,7 +168,8 @@ class Paces:
             pace.first = pace.first or post[1:]
         while len(pace.posts) > 2 and pace.posts[1][0] <= now - SMOOTH_S:
             pace.posts.popleft()
-        seconds = pace.own_step_s()
+        # A rank that has not posted for SMOOTH_S scores nothing: a stopped one is the hang watch's to name.
+        seconds = pace.own_step_s() if pace.posts[-1][0] > now - SMOOTH_S else None
         if seconds is None:
             return None
         pace.smoothed.append((now, seconds))

@@ -259,11 +259,11 @@ class Watch:
         """End the run as a hang ends it, with hung.json naming the slow rank (kind slow)."""
         me = str(self.layout.rank)
         try:
-            said = self._call(lambda: self.store.compare_set(HUNG_KEY, "", me)).decode()
+            said = self._call(lambda: self.store.compare_set(HUNG_KEY, "", me))
         except StoreGone:
-            said = me
-        if said != me:
-            self._exit()  # another rank found the run hung and says so
+            said = me.encode()
+        if said != me.encode():
+            self._heard(said)  # another rank found the run hung first: its line, with this rank's evidence
         culprit = positions[slow.rank.rank]
         text = pace.stop_line(slow, self.run_id, self._checkpoint())
         reached = max(p.step for p in positions.values())
