@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 # Not every platform has posix_fadvise (macOS): there the kernel's own reclaim is left to do it.
 _ADVISE = getattr(os, "posix_fadvise", None)
@@ -29,5 +30,22 @@ def drop(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         _ADVISE(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def drop_read(path: str | Path, group: Any) -> None:
+    """Drop a local Parquet file's pages of one row group (its metadata) once the group is decoded: a table read
+    once need not stay in the cache (the issue's 6 GB table went through a 3 GB cgroup by reclaim)."""
+    if _ADVISE is None or group.num_columns == 0:
+        return
+    starts, stops = [], []
+    for column in (group.column(i) for i in range(group.num_columns)):
+        first = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+        starts.append(first)
+        stops.append(first + column.total_compressed_size)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _ADVISE(fd, min(starts), max(stops) - min(starts), os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.config import parts
-from snakeddp.data import delta, remote
+from snakeddp.data import delta, pagecache, remote
 from snakeddp.errors import TableError
 
 FORMATS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -152,6 +152,8 @@ def _parquet_chunks(
                     # By position: batch.column(name) looks the name up among all columns, 1,000 x 1,000 times.
                     chunk = dict(zip(batch.schema.names, batch.columns, strict=True))
                     yield _with_constants(chunk, constants, batch.num_rows)
+                if not remote.is_url(path):  # read once: its pages need not stay (snakeddp.data.pagecache)
+                    pagecache.drop_read(path, handle.metadata.row_group(group))
 
 
 def decoded_whole(group: Any) -> bool:
