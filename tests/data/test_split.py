@@ -94,3 +94,18 @@ def test_a_parquet_tables_windows_come_from_its_footers_and_small_or_csv_tables_
     assert [len(w.groups) for w in found] == [2, 2, 2, 2]
     assert {(g.file, g.group) for w in found for g in w.groups} == {(0, g) for g in range(6)} | {(1, 0), (1, 1)}
     assert windows_of(open_source(table, None), 1, 2, min_rows=4001) is None
+
+
+def test_every_train_partition_gets_its_share_of_the_rows_whatever_the_number_of_windows():
+    """Windows lie side by side along the partitions by their rows: five windows over four partitions give each
+    a quarter of the train rows (one window each would have left partition 0 twice the others)."""
+    from snakeddp.data.split import deal, window_counts, windows
+
+    for files, parts in (([[1000] * 50], 4), ([[1000] * 30, [2500] * 4], 3), ([[1000] * 12], 9), ([[10_000] * 7], 2)):
+        found = windows(_groups(files), seed=2, partitions=parts, min_rows=10_000)
+        counts = window_counts(found, 2, 0.1, parts)
+        train = counts[:parts]
+        assert abs(train - train.mean()).max() < 0.1 * train.mean(), (files, parts, counts)
+        for w in found:
+            targets = deal(w, w.row_numbers(), 2, 0.1, parts)
+            assert set(targets[targets < parts].tolist()) <= set(w.span)

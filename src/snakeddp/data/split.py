@@ -79,6 +79,10 @@ class Window:
     """The train partitions this window's train rows go to (validation takes its share of every window)."""
     completes: tuple[int, ...]
     """The train partitions complete once this window is read (this is the last window that feeds them)."""
+    before: int
+    """Rows of the windows read before it."""
+    total: int
+    """Rows of the whole table."""
 
     @property
     def rows(self) -> int:
@@ -107,11 +111,14 @@ def windows(groups: Sequence[RowGroup], seed: int, partitions: int, min_rows: in
     (``WINDOW_ROWS``; what is left at the end joins the last window). None for a table of fewer rows than one
     window: it keeps the global split (``assign``).
 
-    With W windows and P train partitions, window w feeds partitions ``w*P//W`` up to ``(w+1)*P//W`` (at least
-    one): where W >= P, consecutive windows fill one partition; where W < P, a window is dealt over several.
+    The windows, in order, lie side by side along the P train partitions, each as long as its rows: window w
+    covers ``[before * P / N, (before + rows) * P / N)`` (``before``: the rows of the windows before it; N: the
+    table's), so every partition gets its share of the rows (W >= P: consecutive windows fill one partition;
+    W < P: a window is dealt over several), and a partition at a window's edge is shared with the next.
     """
     min_rows = WINDOW_ROWS if min_rows is None else min_rows
-    if sum(g.rows for g in groups) < max(min_rows, 1):
+    total = sum(g.rows for g in groups)
+    if total < max(min_rows, 1):
         return None
     keys = _row_keys(np.arange(len(groups), dtype=np.int64), seed + _ORDER_SALT)
     cut: list[list[RowGroup]] = [[]]
@@ -121,19 +128,27 @@ def windows(groups: Sequence[RowGroup], seed: int, partitions: int, min_rows: in
         cut[-1].append(groups[int(index)])
     if len(cut) > 1 and sum(g.rows for g in cut[-1]) < min_rows:
         cut[-2].extend(cut.pop())
-    count = len(cut)
+    starts = np.cumsum([0, *(sum(g.rows for g in window) for window in cut)]).tolist()
+    # Integer bounds (no rounding differs between machines): the partitions the window's interval touches.
     spans = [
-        range(w * partitions // count, max(w * partitions // count + 1, (w + 1) * partitions // count))
-        for w in range(count)
+        range(starts[w] * partitions // total, max(1, -(-starts[w + 1] * partitions // total))) for w in range(len(cut))
     ]
     last = {p: w for w, span in enumerate(spans) for p in span}
-    return [Window(w, tuple(cut[w]), spans[w], tuple(p for p in spans[w] if last[p] == w)) for w in range(count)]
+    return [
+        Window(w, tuple(cut[w]), spans[w], tuple(p for p in spans[w] if last[p] == w), starts[w], total)
+        for w in range(len(cut))
+    ]
 
 
 def deal(window: Window, rows: np.ndarray, seed: int, val_fraction: float, partitions: int) -> np.ndarray:
-    """Target of each of ``rows`` (table row numbers of ``window``'s rows): a train partition of the window's
-    span, or ``partitions`` for validation, by the seeded hash of the row number that ``assign`` uses."""
-    return _dealt(_row_keys(rows, seed), val_fraction, window.span.start, len(window.span), partitions)
+    """Target of each of ``rows`` (table row numbers of ``window``'s rows): ``partitions`` for validation, by the
+    seeded hash of the row number that ``assign`` uses (the same rows as the global split's), else the train
+    partition at the row's place in the window's interval (``windows``), that hash placing it there."""
+    u = _row_keys(rows, seed)
+    train = (u - val_fraction) / (1.0 - val_fraction)
+    place = (window.before + train * window.rows) * partitions / window.total
+    target = np.clip(np.floor(place).astype(np.int64), window.span.start, window.span.stop - 1)
+    return np.where(u < val_fraction, partitions, target)
 
 
 def window_counts(found: Sequence[Window], seed: int, val_fraction: float, partitions: int) -> np.ndarray:
