@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import runs
+from bench import runs, spread_ingest
 from bench.datasets import data_config, ensure_dataset
 from bench.harness import REPO, Context, Result, alternate, busy_note, child_env, median, paired_ratio, target_figure
 from bench.workflows import Workflow
@@ -230,6 +230,12 @@ def run(ctx: Context) -> Result:
     )
     if note := busy_note():
         result.notes.append(note)
+    # Ingestion on the executors (issue 74, item 4), on a cluster of its own: bench.spread_ingest.
+    rows, features = spread_ingest.sizes(sizes.tiny)
+    figures, notes_on, raw = spread_ingest.measure(ctx.scratch("spread_ingest"), rows, features, sizes.reps_or(1))
+    result.figures += figures
+    result.notes += notes_on
+    result.raw.update(raw)
     return result
 
 

@@ -5,16 +5,12 @@ value read on an executor stops the step in the local ingestion's one line."""
 
 from __future__ import annotations
 
-import filecmp
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from deltalake import write_deltalake
 
 from snakeddp.data import spread
 from snakeddp.data.table import ingest
@@ -22,44 +18,14 @@ from snakeddp.errors import TableError
 from snakeddp.spark import ingest as spark_ingest
 from tests import tables
 from tests.helpers import TINY, Workflow, subprocess_env
+from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
 
 pytestmark = pytest.mark.dev_venv  # the step's application imports pyspark
-
-# Two windows of the windowed split (data.split.WINDOW_ROWS rows at least each): two pieces, two tasks.
-ROWS = 600_000
-
-
-def parquet_folder(folder: Path, rows: pa.Table) -> Path:
-    """Three files of row groups of 50,000 rows: pieces end inside a file."""
-    folder.mkdir(parents=True)
-    for number, part in enumerate(np.array_split(np.arange(rows.num_rows), 3)):
-        pq.write_table(rows.take(part), folder / f"part-{number}.parquet", row_group_size=50_000)
-    return folder
-
-
-def delta_table(folder: Path, rows: pa.Table) -> Path:
-    """Two commits of delta-rs (one data file each)."""
-    half = rows.num_rows // 2
-    write_deltalake(str(folder), rows.slice(0, half))
-    write_deltalake(str(folder), rows.slice(half), mode="append")
-    return folder
-
-
-def the_rows(seed: int = 0) -> pa.Table:
-    return pa.Table.from_pandas(tables.frame(ROWS, seed), preserve_index=False)
 
 
 def cluster_env(cluster) -> dict[str, str]:
     # The spark platform's section as the workflow exports it to its jobs; the master from spark-defaults.conf.
     return {**subprocess_env(), **cluster.env(), "SNAKEDDP_PLATFORM": "spark", "SNAKEDDP_PLATFORM_SECTION": "{}"}
-
-
-def same_files(left: Path, right: Path) -> list[str]:
-    """The names of the partition files and entries, after checking each is the same bytes in both folders."""
-    names = sorted(p.relative_to(left).as_posix() for p in left.rglob("*") if p.suffix in (".safetensors", ".json"))
-    names = [n for n in names if n not in ("ingest.json", "written.json")]  # this machine's stamps, the step's log
-    assert names and all(filecmp.cmp(left / n, right / n, shallow=False) for n in names), names
-    return names
 
 
 @pytest.mark.parametrize("kind", ["delta", "parquet"])

@@ -23,6 +23,7 @@ import itertools
 import os
 import shutil
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -67,6 +68,7 @@ class Work:
 
 def read_piece(work: Work, piece: Window) -> dict[str, Any]:
     """A worker's part: the piece's row groups read in its order, checked, encoded and written to its file."""
+    began = time.time()  # the wall clock: pieces read on other machines are compared by it (the summary's span)
     os.chdir(work.directory)
     params, source = work.params, work.source
     counts = piece_counts(params, piece)
@@ -78,7 +80,8 @@ def read_piece(work: Work, piece: Window) -> dict[str, Any]:
     except BaseException:
         sink.abandon()
         raise
-    return {"index": piece.index, "rows": piece.rows, "reader": [socket.gethostname(), os.getpid()]}
+    reader = [socket.gethostname(), os.getpid()]
+    return {"index": piece.index, "rows": piece.rows, "reader": reader, "began": began, "ended": time.time()}
 
 
 def _read_groups(work: Work, piece: Window, unit: TableFile, groups: list[RowGroup], sink: PieceFile) -> None:
@@ -267,18 +270,26 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, workers: Workers, sai
     say(f"ingest: {sum(p.rows for p in pieces):,} rows in {len(pieces)} pieces, read {said}")
     try:
         reading = check.reading([f.path for f in source.files]) if check else contextlib.nullcontext()
+        begun = time.monotonic()
         with reading:
             results = sorted(workers(shipped, pieces), key=lambda r: r["index"])
+        read_s = time.monotonic() - begun
         if check is not None:
             check.finish()
         if [r["index"] for r in results] != [p.index for p in pieces]:
             raise TableError(f"{out}: the workers returned {len(results)} of {len(pieces)} pieces. HINT: rerun.")
         entries = assemble(work, pieces, out)
+        seconds = {
+            "read_s": round(read_s, 3),
+            # From the first piece begun to the last one read: the reading itself, without a cluster's start.
+            "pieces_s": round(max(r["ended"] for r in results) - min(r["began"] for r in results), 3),
+            "assemble_s": round(time.monotonic() - begun - read_s, 3),
+        }
     finally:
         if check is not None:
             check.close()
         shutil.rmtree(work.folder, ignore_errors=True)
-    return _record(work, pieces, out, entries, [r["reader"] for r in results])
+    return _record(work, pieces, out, entries, [r["reader"] for r in results], seconds)
 
 
 def assemble(work: Work, pieces: Sequence[Window], out: Path) -> list[dict[str, Any]]:
@@ -348,7 +359,12 @@ def _name(target: int, partitions: int) -> str:
 
 
 def _record(
-    work: Work, pieces: Sequence[Window], out: Path, entries: list[dict[str, Any]], readers: list[Any]
+    work: Work,
+    pieces: Sequence[Window],
+    out: Path,
+    entries: list[dict[str, Any]],
+    readers: list[Any],
+    seconds: Mapping[str, float],
 ) -> dict[str, Any]:
     """written.json and ingest.json, as table.ingest writes them."""
     params, source = work.params, work.source
@@ -367,6 +383,8 @@ def _record(
         "task": task,
         "pieces": len(pieces),
         "readers": readers,  # each piece's (host, process)
+        # The workers' read (a Spark application's start included) and the assembly, checksums included.
+        **seconds,
     }
     if source.snapshot is not None:
         summary["delta"] = {"table_id": source.snapshot.table_id, "version": source.snapshot.version}

@@ -1,9 +1,10 @@
 """Where a table is ingested: on the cluster the profile names, where its platform has a way to spread the
-read (INGESTERS: its executors read the windows, snakeddp.data.spread), else by the ingest step's own process.
+read (INGESTERS: Spark's executors, a Slurm array job, each reading windows: snakeddp.data.spread), else by
+the ingest step's own process.
 
-The data jobs of every profile run where Snakemake runs, and read the platform from the workflow's exported
-variables (snakeddp.run.variables.PLATFORM), so the choice changes no rule's command: which way ran never
-changes a dataset, whose partitions are the same bytes either way.
+The ingest step reads the platform from the workflow's exported variables (snakeddp.run.variables.PLATFORM), so
+the choice changes no rule's command: which way ran never changes a dataset, whose partitions are the same
+bytes either way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from snakeddp.run import variables
 #: Platform -> its ingestion ("module:function", given the dataset's parameters, the output folder and the
 #: environment; it ingests here what it does not spread). A name, not an import: the data stage imports no
 #: platform it does not run on.
-INGESTERS = {"spark": "snakeddp.spark.ingest:ingest"}
+INGESTERS = {"spark": "snakeddp.spark.ingest:ingest", "slurm": "snakeddp.slurm.ingest:ingest"}
 
 Ingest = Callable[[Mapping[str, Any], "str | Path"], dict[str, Any]]
 

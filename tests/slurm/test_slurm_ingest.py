@@ -1,0 +1,59 @@
+"""Ingestion by a Slurm array job (snakeddp.slurm.ingest, snakeddp.data.spread) on the real Slurm test cluster:
+a Delta table written by delta-rs and a Parquet folder give the partitions, entries (BLAKE3) and validation set
+of a local ingestion of the same table, byte for byte, each window read by an array task of its own; a bad
+value read on a node stops the step in the local ingestion's one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from snakeddp.data.table import ingest
+from snakeddp.errors import TableError
+from snakeddp.slurm import ingest as slurm_ingest
+from tests import tables
+from tests.helpers import subprocess_env
+from tests.slurm.cluster import Cluster
+from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
+
+pytestmark = [pytest.mark.slurm]
+
+
+def slurm_env(cluster: Cluster) -> dict[str, str]:
+    return {**subprocess_env(**cluster.env()), "SNAKEDDP_PLATFORM": "slurm"}
+
+
+@pytest.mark.parametrize("kind", ["delta", "parquet"])
+def test_an_array_job_ingests_the_partitions_a_local_ingestion_writes(slurm_cluster, tmp_path, monkeypatch, kind):
+    write = delta_table if kind == "delta" else parquet_folder
+    table = write(tmp_path / "table", the_rows())
+    params = tables.params(table, partitions=3)
+    ingest(params, tmp_path / "local")
+    monkeypatch.chdir(tmp_path)  # the array's tasks run here (--chdir), as a data job's in the workflow's directory
+    summary = slurm_ingest.ingest(params, tmp_path / "slurm", slurm_env(slurm_cluster))
+
+    assert len(same_files(tmp_path / "local", tmp_path / "slurm")) == 2 * (3 + 1)
+    assert summary["pieces"] == 2 and json.loads((tmp_path / "slurm" / "val.json").read_text())["blake3"]
+    # Each window read by an array task: two processes, none of them this one.
+    readers = {tuple(r) for r in summary["readers"]}
+    assert len(readers) == 2 and all(pid != os.getpid() for _, pid in readers), readers
+    assert not (tmp_path / "slurm" / ".pieces").exists()
+
+
+def test_a_bad_value_read_by_an_array_task_is_the_local_ingestions_one_line(slurm_cluster, tmp_path, monkeypatch):
+    rows = the_rows().to_pandas()
+    rows.loc[400_123, "b"] = np.nan  # in the third file (rows 400,000 on), its 124th row
+    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
+    params = tables.params(table, partitions=3)
+    with pytest.raises(TableError) as local:
+        ingest(params, tmp_path / "local")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TableError) as spread_error:
+        slurm_ingest.ingest(params, tmp_path / "slurm", slurm_env(slurm_cluster))
+    assert str(spread_error.value) == str(local.value)
+    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
+    assert not list((tmp_path / "slurm").rglob("*.safetensors"))

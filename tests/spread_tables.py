@@ -1,0 +1,46 @@
+"""Tables for the tests of ingestion on a cluster's workers (snakeddp.data.spread: tests/spark/test_spread_ingest.py,
+tests/slurm/test_slurm_ingest.py): a Parquet folder and a Delta table of two windows, and the check that two
+ingestions wrote the same bytes."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
+
+from tests import tables
+
+# Two windows of the windowed split (data.split.WINDOW_ROWS rows at least each): two pieces, two tasks.
+ROWS = 600_000
+
+
+def parquet_folder(folder: Path, rows: pa.Table) -> Path:
+    """Three files of row groups of 50,000 rows: a window (in its seeded order) takes groups of several files."""
+    folder.mkdir(parents=True)
+    for number, part in enumerate(np.array_split(np.arange(rows.num_rows), 3)):
+        pq.write_table(rows.take(part), folder / f"part-{number}.parquet", row_group_size=50_000)
+    return folder
+
+
+def delta_table(folder: Path, rows: pa.Table) -> Path:
+    """Two commits of delta-rs (one data file each)."""
+    half = rows.num_rows // 2
+    write_deltalake(str(folder), rows.slice(0, half))
+    write_deltalake(str(folder), rows.slice(half), mode="append")
+    return folder
+
+
+def the_rows(seed: int = 0) -> pa.Table:
+    return pa.Table.from_pandas(tables.frame(ROWS, seed), preserve_index=False)
+
+
+def same_files(left: Path, right: Path) -> list[str]:
+    """The names of the partition files and entries, after checking each is the same bytes in both folders."""
+    names = sorted(p.relative_to(left).as_posix() for p in left.rglob("*") if p.suffix in (".safetensors", ".json"))
+    names = [n for n in names if n not in ("ingest.json", "written.json")]  # this machine's stamps, the step's log
+    assert names and all(filecmp.cmp(left / n, right / n, shallow=False) for n in names), names
+    return names
