@@ -217,10 +217,10 @@ def test_mixed_columns_and_a_thousand_column_table_train_with_no_feature_list(wo
 
 @pytest.mark.parametrize("chunk_rows", [None, 700])
 def test_a_wide_float_tables_partitions_are_its_rows_in_split_order_byte_for_byte(tmp_path, chunk_rows):
-    """Ingestion's transpose (threaded for a chunk of a row group of 3,000 rows x 400 columns, on the calling thread
-    for chunks of 700 rows) writes each partition as the safetensors encoding of its rows, in row order, that
-    the split deals it: the bytes every earlier ingestion wrote."""
-    from snakeddp.data import columns, table
+    """Ingestion's transpose (chunks of a whole row group of 3,000 rows x 400 columns, or of 700 rows: the block it
+    reuses then cut shorter for the last) writes each partition as the safetensors encoding of its rows, in row
+    order, that the split deals it: the bytes every earlier ingestion wrote."""
+    from snakeddp.data import table
     from snakeddp.data.partitions import serialize
     from snakeddp.data.split import assign
 
@@ -231,7 +231,6 @@ def test_a_wide_float_tables_partitions_are_its_rows_in_split_order_byte_for_byt
         values = rng.standard_normal((3000, len(names)), dtype=np.float32)
         parts.append(pa.table({**{n: values[:, j] for j, n in enumerate(names)}, "y": (values[:, 0] > 0).astype(int)}))
         pq.write_table(parts[-1], tmp_path / f"part-{index}.parquet")
-    assert 3000 * len(names) >= columns.THREADED_VALUES, "a whole row group's chunk takes the threaded transpose"
     whole = pa.concat_tables(parts)
     features = np.stack([whole[n].to_numpy() for n in names], axis=1)
     labels = whole["y"].to_numpy().astype(np.float32)
