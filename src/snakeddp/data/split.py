@@ -8,9 +8,10 @@ size (``known_counts``), and the partitions can be written in place as the rows 
 The global split (``assign``) deals every row over all P partitions, so partition 0 is complete only once the
 last row is read. A Parquet table of at least one window's rows (``WINDOW_ROWS``) is split by windows instead
 (``windows``, ``deal``): its row groups, in a seeded order, are cut into windows of at least ``WINDOW_ROWS``
-rows, and each window's rows are dealt by the same seeded hash over the few partitions it feeds (``Window.span``),
-consecutive windows feeding consecutive partitions. Partition 0 is then complete after the first window(s), and
-each later one as its last window is read; validation takes the same hashed fraction of every window.
+rows, which lie side by side along the partitions, each as long as its rows, and each window's rows are dealt
+by the same seeded hash over the partitions it lies on (``Window.span``). Partition 0 is then complete after the
+first window(s), and each later one as its last window is read; validation takes the same rows as the global
+split's, from every window.
 """
 
 from __future__ import annotations
@@ -47,14 +48,9 @@ def _row_keys(rows: np.ndarray, seed: int) -> np.ndarray:
 
 def assign(rows: np.ndarray, seed: int, val_fraction: float, partitions: int) -> np.ndarray:
     """Target of each row: 0..partitions-1 for train partitions, ``partitions`` for validation."""
-    return _dealt(_row_keys(rows, seed), val_fraction, 0, partitions, partitions)
-
-
-def _dealt(u: np.ndarray, val_fraction: float, first: int, span: int, partitions: int) -> np.ndarray:
-    """Targets from the rows' hash values: validation (``partitions``) below ``val_fraction``, else one of the
-    ``span`` train partitions from ``first``, in equal slices of the rest of [0, 1)."""
-    train = np.minimum(((u - val_fraction) / (1.0 - val_fraction) * span).astype(np.int64), span - 1)
-    return np.where(u < val_fraction, partitions, first + train)
+    u = _row_keys(rows, seed)
+    train = np.minimum(((u - val_fraction) / (1.0 - val_fraction) * partitions).astype(np.int64), partitions - 1)
+    return np.where(u < val_fraction, partitions, train)
 
 
 @dataclass(frozen=True)
