@@ -344,6 +344,20 @@ def test_a_file_written_while_it_is_handed_over_is_not_handed_over(tmp_path, par
     assert not partitions.handed_path(path).exists()
 
 
+def test_a_file_whose_times_are_whole_seconds_is_left_to_its_reader_to_hash(tmp_path, params, monkeypatch):
+    """A file system that keeps whole seconds (its ctime's nanoseconds 0) would need a second's wait per file."""
+    path = tmp_path / "p.safetensors"
+    entry = write_synthetic(params, "train", 0, path, tmp_path / "p.json")
+    partitions.handed_path(path).unlink()
+    real = partitions._stamp_of
+    monkeypatch.setattr(partitions, "_stamp_of", lambda p: [*real(p)[:4], 1_700_000_000 * 10**9])
+    partitions.hand_over(path, entry)
+    assert not partitions.handed_path(path).exists()
+    monkeypatch.setattr(partitions, "_stamp_of", real)
+    partitions.hand_over(path, entry)
+    assert partitions.handed_path(path).exists()
+
+
 @pytest.mark.parametrize("extra", [0, 1, 4095])
 @pytest.mark.parametrize("windows", [0, 1, 2])
 def test_a_files_blake3_is_the_blake3_of_its_bytes_across_window_edges(tmp_path, windows, extra):

@@ -174,11 +174,12 @@ def hand_over(path: str | Path, entry: Mapping[str, Any]) -> None:
     (``VerifiedFiles``); any write, link, rename or ``utime`` since moves its ctime or inode, and another
     machine sees another device, so the file is hashed there as before."""
     stamp = _stamp_of(path)
+    if stamp[4] % 1_000_000_000 == 0:
+        return  # a file system of whole seconds: a tick would cost a second here; its reader hashes it instead
     # File system times are coarse: a write in the tick of the stamp would leave it as it was. So the clock is let
-    # pass the file's ctime by a tick (2 s where the file system keeps whole seconds) and the stamp taken again:
-    # any write after that shows as a newer ctime, and one before it as a changed stamp (not handed over then).
-    tick = 2_000_000_000 if stamp[4] % 1_000_000_000 == 0 else HANDED_TICK_NS
-    wait = stamp[4] + tick - time.time_ns()
+    # pass the file's ctime by a tick and the stamp taken again: any write after that shows as a newer ctime, and
+    # one before it as a changed stamp (not handed over then).
+    wait = stamp[4] + HANDED_TICK_NS - time.time_ns()
     if wait > 0:
         time.sleep(wait / 1e9)
     if _stamp_of(path) == stamp:
