@@ -16,8 +16,9 @@ from snakeddp.data.table import ingest
 from snakeddp.errors import TableError
 from snakeddp.slurm import ingest as slurm_ingest
 from tests import tables
-from tests.helpers import subprocess_env
+from tests.helpers import Workflow, subprocess_env
 from tests.slurm.cluster import Cluster
+from tests.slurm.workflow import SlurmWorkflow, config
 from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
 
 pytestmark = [pytest.mark.slurm]
@@ -57,3 +58,21 @@ def test_a_bad_value_read_by_an_array_task_is_the_local_ingestions_one_line(slur
     assert str(spread_error.value) == str(local.value)
     assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
     assert not list((tmp_path / "slurm").rglob("*.safetensors"))
+
+
+@pytest.mark.e2e
+def test_snakemake_profile_slurm_ingests_by_an_array_job(slurm_cluster, tmp_path):
+    """The command the user types: `snakemake --profile slurm` up to the manifests, whose ingest job (itself a
+    Slurm job) submits the array; the partitions and manifest are those of `--profile local`."""
+    table = parquet_folder(tmp_path / "table", the_rows())
+    section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
+    data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
+    for profile, flow in (("slurm", SlurmWorkflow), ("local", None)):
+        (tmp_path / profile).mkdir()
+        workflow = flow(tmp_path / profile, slurm_cluster) if flow else Workflow(tmp_path / profile, profile=profile)
+        workflow.write_config(config(data=data))
+        workflow.run("--until", "data_manifest", env=subprocess_env(**slurm_cluster.env()))
+    [log] = (tmp_path / "slurm" / "logs" / "data").glob("*/ingest.log")
+    assert "600,000 rows in 2 pieces, read by a Slurm array job" in log.read_text(), log.read_text()
+    names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "slurm" / "results" / "data")
+    assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
