@@ -184,7 +184,8 @@ def test_a_node_that_hung_twice_is_left_out_of_the_next_invocations_runs(slurm_c
     said = nxt.stdout + nxt.stderr
     assert f"leaving {second} out of every train job (sbatch --exclude): results/nodes.json holds 2 or more" in said
     assert said.count(f"leaving {second} out of every train job") == 1
-    (tried,) = tries.read(tmp_path / "results" / "runs" / "seed-7")
-    assert tried["outcome"] == "completed" and tried["placement"] == {"nodes": [first], "excluded_nodes": [second]}
+    tried = tries.read(tmp_path / "results" / "runs" / "seed-7")  # a retry, where the machine's load made one
+    assert tried[-1]["outcome"] == "completed", tried
+    assert all(t["placement"] == {"nodes": [first], "excluded_nodes": [second]} for t in tried), tried
     assert json.loads((tmp_path / "results" / "runs" / "seed-7" / "provenance.json").read_text())
     assert not left_running(tmp_path, within=10)
