@@ -171,9 +171,10 @@ def platform_answers(checkout: Path) -> list[dict]:
     answers = []
     for row in platforms.rows():
         name = f"{row.module.rsplit('.', 1)[0]}.status"
-        if importlib.util.find_spec(name) is None:
+        queued = getattr(importlib.import_module(name), "queued", None) if importlib.util.find_spec(name) else None
+        if queued is None:  # a platform whose jobs' states the runs' own status.json says (snakeddp.remote.status)
             continue
-        found, problem = importlib.import_module(name).queued(checkout)
+        found, problem = queued(checkout)
         if problem:
             print(f"snakeddp status: {row.name}: {problem}; its queued runs are not shown", file=sys.stderr)
         answers += found

@@ -29,6 +29,7 @@ from typing import Any
 
 from snakeddp.config.parts import Launch
 from snakeddp.databricks import PLATFORM, DatabricksError, jobside, results, shared_cluster, spec, staging, workspace
+from snakeddp.databricks import status as databricks_status
 from snakeddp.errors import exit_code
 from snakeddp.remote import inherited
 from snakeddp.remote.job import RemoteJob, Submitted
@@ -120,7 +121,8 @@ class DatabricksJob(RemoteJob):
     def wait(self, session: Any, job: Submitted) -> Any:
         timeout = timedelta(seconds=self.plan.timeout_s + QUEUE_S)
         try:
-            return session.jobs.wait_get_run_job_terminated_or_skipped(job.handle, timeout=timeout)
+            follow = databricks_status.follow(self.args.run_dir, job.what)  # each poll's state: status.json
+            return session.jobs.wait_get_run_job_terminated_or_skipped(job.handle, timeout=timeout, callback=follow)
         except Exception as error:  # the SDK's OperationFailed (INTERNAL_ERROR), a timeout, a lost connection
             raise workspace.api_error(f"waiting for Databricks run {job.id}", error) from None
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from snakeddp.errors import ConfigError
 from snakeddp.provenance import lineage
+from snakeddp.remote import status as remote_status
 from snakeddp.remote.attempt import stage_resume, takeover
 from snakeddp.remote.folder import Folder
 from snakeddp.run import attempt
@@ -171,6 +172,7 @@ class RemoteJob(ABC):
         """Submit, wait (a signal cancels), fetch, judge; 0 only when the job succeeded and its record came back."""
         job = self.submit(session)
         self.folder.record(fresh=True, **job.record)
+        remote_status.submitted(self.args.run_dir, job.what)
         self.say(f"run {self.run.run_id} submitted as {job.what}" + (f"\n  {job.url}" if job.url else ""))
         try:
             with signals_interrupt():
@@ -178,10 +180,16 @@ class RemoteJob(ABC):
         except KeyboardInterrupt:
             self.cancel(session, job)
             self.folder.record(status="CancelRequested")
+            remote_status.ended(self.args.run_dir, "interrupted")
             self.say(f"interrupted; asked {job.owner} to cancel {job.kind} {job.id}", err=True)
             return INTERRUPTED_EXIT_CODE
         collected, kept = self.fetch(session, job, ended)
         self.folder.record(**kept, collected=collected)
-        self.judge(job, ended)
+        try:
+            self.judge(job, ended)
+        except Exception:  # the verdict over what the job's own status.json said, if it came back
+            remote_status.ended(self.args.run_dir, "failed")
+            raise
+        remote_status.ended(self.args.run_dir, "completed")
         self.say(f"run {self.run.run_id} completed; results in {self.args.run_dir}")
         return 0

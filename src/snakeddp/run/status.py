@@ -20,7 +20,8 @@ from snakeddp.run.layout import RunPaths
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
 FORMAT = "snakeddp-status/1"
-STATES = ("queued", "starting", "training", "hung", "done", "failed", "stopped")
+# running: a remote platform runs the job (its rank 0 posts on the platform's side: snakeddp.remote.status).
+STATES = ("queued", "starting", "training", "running", "hung", "done", "failed", "stopped")
 # How a try's outcome (run.tries.OUTCOMES) reads as a state.
 ENDED = {"completed": "done", "hung": "hung", "failed": "failed", "preempted": "stopped", "interrupted": "stopped"}
 
@@ -33,7 +34,7 @@ def write(run_dir: Path, state: str, **fields: Any) -> None:
     earlier = read(run_dir) or {}
     now = time.time()
     record = {
-        **{k: v for k, v in earlier.items() if k not in ("format", "state", "updated", "host", "pid")},
+        **{k: v for k, v in earlier.items() if k not in ("format", "state", "updated", "host", "pid", "detail")},
         **fields,
         "format": FORMAT,
         "run_id": run_dir.name,
@@ -119,7 +120,7 @@ def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         "%": said.get("percent"),
         "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None else None,
         "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
-        "detail": f"{said.get('writer', '')} on {said.get('host')}",
+        "detail": said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}",
     }
 
 
