@@ -13,9 +13,9 @@ PACKAGE = SRC / "snakeddp"
 # Lowest first. A room may import from rooms on lower floors (and its own); same-floor rooms not at all.
 FLOORS = [
     {"errors"},
-    {"util", "compat", "platforms"},  # platforms: the table of platforms and the contract each implements
+    {"util", "compat", "platforms"},  # platforms: the registry, the table of platforms and their job sides
     {"config", "forking"},  # forking: what the warm process and the supervisor's forked ranks share
-    {"data", "environment"},
+    {"data", "environment", "contract"},  # contract: what each platform implements, its hooks taking config's parts
     {"run"},
     {"cluster"},
     {"warm"},

@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 import snakeddp
+from snakeddp import platforms
 from tests.helpers import REPO, SRC
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -55,5 +56,8 @@ def test_the_wheel_carries_the_version_the_license_and_py_typed(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    # Each platform's settings schema, which the config's schema takes in (snakeddp.config.schema).
+    schemas = {row.settings.partition(":")[0].replace(".", "/") + ".yaml" for row in platforms.TABLE if row.settings}
+    assert len(schemas) == 3 and schemas <= set(names)
     assert "snakeddp/py.typed" in names and any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert f"\nVersion: {snakeddp.__version__}\n" in metadata and "\nLicense-Expression: MIT\n" in metadata

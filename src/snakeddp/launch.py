@@ -38,8 +38,8 @@ from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
+from snakeddp.contract import RemotePlatform
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
-from snakeddp.platforms.contract import RemotePlatform
 from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
 from snakeddp.run.layout import RunPaths

@@ -15,4 +15,4 @@ def build_plan(args: Namespace, settings: Settings) -> tuple[JobPlan, str]:
     job = submit.AzureMLJob(Namespace(**{"dry_run": True, **vars(args)}), settings)
     identity, origin = job.identify()
     resume_dir = job.stage_attempt(identity, origin)
-    return submit.build_plan(job.args, settings, job.folder, job.software, resume_dir), identity.key
+    return submit.build_plan(job, resume_dir), identity.key

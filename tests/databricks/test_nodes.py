@@ -10,6 +10,7 @@ from databricks.sdk import WorkspaceClient
 from snakeddp import config
 from snakeddp.config.parts import Launch
 from snakeddp.databricks import DatabricksError, nodes
+from snakeddp.databricks.settings import Settings
 from tests.databricks.test_submit import CONFIG, TOKEN, user_env
 from tests.helpers import Workflow
 
@@ -23,8 +24,8 @@ def client(stub) -> WorkspaceClient:
     return WorkspaceClient(host=stub.url, token=TOKEN)
 
 
-def section(**given) -> dict:
-    return config.validate({"databricks": {"stage": "/Volumes/main/ml/snakeddp", **given}})["databricks"]
+def section(**given) -> Settings:
+    return Settings.of(config.validate({"databricks": {"stage": "/Volumes/main/ml/snakeddp", **given}})["databricks"])
 
 
 @pytest.mark.parametrize(

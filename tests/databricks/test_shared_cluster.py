@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from databricks.sdk import WorkspaceClient
 
+from snakeddp.config import validate
 from snakeddp.databricks import DatabricksError, shared_cluster
+from snakeddp.databricks.settings import Settings
 from snakeddp.databricks.spec import DatabricksSpecError, JobPlan
 from tests.databricks import test_submit
 from tests.databricks.test_submit import TOKEN, user_env
@@ -98,7 +100,8 @@ def test_a_cluster_that_did_not_start_is_one_line_and_never_started_again(stub, 
     ],
 )
 def test_which_invocations_share_a_cluster(section, training, shared):
-    assert shared_cluster.wanted({"submit": True, **section}, training) is shared
+    settings = Settings.of(validate({"databricks": {"submit": True, **section}})["databricks"])
+    assert shared_cluster.wanted(settings, training) is shared
 
 
 def test_a_gpu_run_refuses_a_shared_cluster_of_a_cpu_runtime_and_takes_a_gpu_one(stub, client):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,7 +14,10 @@ from databricks.sdk import WorkspaceClient
 from databricks.sdk.service import jobs
 
 from snakeddp import config
+from snakeddp.config.parts import Launch
+from snakeddp.contract import PreflightError
 from snakeddp.databricks.platform import check_requests as check_databricks
+from snakeddp.databricks.settings import Settings
 from snakeddp.databricks.spec import (
     DatabricksSpecError,
     JobPlan,
@@ -23,7 +27,7 @@ from snakeddp.databricks.spec import (
     submit_request,
     write_request,
 )
-from snakeddp.platforms.contract import PreflightError
+from tests.platforms.invocations import invocation
 
 STAGE = "/Volumes/main/ml/snakeddp"
 GPU_CLUSTER = {"spark_version": "16.4.x-gpu-ml-scala2.12", "node_type_id": "Standard_NC24ads_A100_v4"}
@@ -98,12 +102,12 @@ def test_preflight_checks_each_runs_cluster_with_the_accelerator_the_job_will_re
     for launch, site in (({"accelerator": "gpu"}, {}), ({"accelerator": "auto"}, {"accelerator": "gpu"})):
         cfg = config.validate({"launch": launch, "site": site, "databricks": section})
         with pytest.raises(PreflightError, match=r"^run base trains on GPUs .*not a GPU ML runtime.*HINT:"):
-            check_databricks(cfg, {"base": {"config": cfg}})
+            check_databricks(invocation(cfg, {"base": {"config": cfg}}, "databricks"), {"base": {"config": cfg}})
     cpu = config.validate({"launch": {"accelerator": "auto"}, "site": {"accelerator": "cpu"}, "databricks": section})
-    check_databricks(cpu, {"base": {"config": cpu}})
+    check_databricks(invocation(cpu, {"base": {"config": cpu}}, "databricks"), {"base": {"config": cpu}})
     fixed = {**section, "new_cluster": {**section["new_cluster"], "spark_version": "16.4.x-gpu-ml-scala2.12"}}
     gpu = config.validate({"launch": {"accelerator": "gpu"}, "databricks": fixed})
-    check_databricks(gpu, {"base": {"config": gpu}})
+    check_databricks(invocation(gpu, {"base": {"config": gpu}}, "databricks"), {"base": {"config": gpu}})
 
 
 @pytest.mark.parametrize(
@@ -194,8 +198,9 @@ def test_a_runs_config_and_the_section_make_the_plan_and_the_written_request_rea
                                                                   "node_type_id": "Standard_NC24ads_A100_v4"}},
         }
     )  # fmt: skip
+    launch, settings = Launch.of(cfg["launch"]), Settings.of(cfg["databricks"])
     made = plan_for(
-        "base", cfg, cfg["databricks"], "data/d-0123456789/manifest-4.json", code="code/0a", gpu=True, variables={}
+        "base", launch, settings, "data/d-0123456789/manifest-4.json", code="code/0a", gpu=True, variables={}
     )
     assert (made.world_size, made.timeout_s, made.stage, made.gpu) == (8, 2700, STAGE, True)
     written = tmp_path / "submit.json"
@@ -205,4 +210,4 @@ def test_a_runs_config_and_the_section_make_the_plan_and_the_written_request_rea
     check({"tasks": [jobs.SubmitTask.from_dict(task)], "timeout_seconds": body["timeout_seconds"]})
     assert task["new_cluster"]["num_workers"] == 2 and body["run_name"] == "snakeddp base"
     with pytest.raises(DatabricksSpecError, match=r"databricks.stage is not set.*HINT: set it to a Unity Catalog"):
-        plan_for("base", cfg, {**cfg["databricks"], "stage": None}, "m.json", code="code/0a", gpu=False, variables={})
+        plan_for("base", launch, replace(settings, stage=None), "m.json", code="code/0a", gpu=False, variables={})

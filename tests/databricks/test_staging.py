@@ -9,7 +9,9 @@ import shutil
 
 from databricks.sdk import WorkspaceClient
 
+from snakeddp.config import validate
 from snakeddp.databricks import staging
+from snakeddp.databricks.settings import Settings
 from snakeddp.databricks.spec import JobPlan, submit_request
 from snakeddp.remote.folder import ENTRY, Folder
 from tests.databricks_server import DatabricksStub
@@ -76,14 +78,18 @@ def test_a_folder_whose_upload_was_interrupted_is_uploaded_again(stub, tmp_path,
     assert stub.local(f"{STAGE}/{staged.code}.json").is_file()
 
 
+def settings(**given) -> Settings:
+    return Settings.of(validate({"databricks": given})["databricks"])
+
+
 def test_the_environment_record_names_the_cluster_outside_its_hash():
     """A run resumes on any cluster of the runtime it started on: its own job cluster, or the one a later
     invocation's runs share; an existing cluster is the software itself, so it is in the hash."""
-    section = {"new_cluster": CLUSTER}
+    section = settings(new_cluster=CLUSTER)
     own, shared = staging.environment_record(section), staging.environment_record(section, "0101-shared")
     assert own["cluster"] == {"kind": "job", "id": None, "shared": False}
     assert shared["cluster"] == {"kind": "shared", "id": "0101-shared", "shared": True}
     assert own["hash"] == shared["hash"]
-    existing = staging.environment_record({"existing_cluster_id": "0101-mine", "new_cluster": CLUSTER})
+    existing = staging.environment_record(settings(existing_cluster_id="0101-mine", new_cluster=CLUSTER))
     assert existing["cluster"] == {"kind": "existing", "id": "0101-mine", "shared": True}
     assert existing["hash"] != own["hash"]

@@ -1,4 +1,4 @@
-"""snakeddp.platforms.contract: what a platform must answer is abstract, its state typed, remote its class."""
+"""snakeddp.contract: what a platform must answer is abstract, its state typed, remote its class."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from snakeddp import platforms
-from snakeddp.platforms.contract import Invocation, Platform, RemotePlatform, Stateless
+from snakeddp.contract import Invocation, Platform, RemotePlatform, Stateless
 
 
 class Checks(Platform[Stateless]):

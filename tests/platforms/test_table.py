@@ -12,7 +12,7 @@ import yaml
 from snakeddp import cluster, platforms
 from snakeddp.config.schema import load_schema
 from snakeddp.config.schema import platforms as schema_platforms
-from snakeddp.platforms.contract import Platform, RemotePlatform
+from snakeddp.contract import Platform, RemotePlatform
 from tests.helpers import REPO
 
 

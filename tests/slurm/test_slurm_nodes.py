@@ -127,6 +127,11 @@ def site_part(**declared) -> parts.Site:
     return parts.Site.of(site(**declared))
 
 
+def planned(config: dict) -> tuple[parts.Launch, parts.Trainer]:
+    """A run as the slurm platform's check takes it: its launch and trainer parts, as the plan builds them."""
+    return parts.Launch.of(config["launch"]), parts.Trainer.of(config["trainer"])
+
+
 def resources(train: list[str] = (), default: list[str] = ()) -> SimpleNamespace:
     """Snakemake's resource settings (workflow.resource_settings) from a profile's set-resources:
     train: and default-resources: entries, parsed by Snakemake as it parses them."""
@@ -142,7 +147,7 @@ def refusal(
 ) -> str | None:
     """The one line check() stops on for ``runs`` (run id -> launch), or None; ``build``: the ranks' CUDA build."""
     resolved = site_part(**declared)
-    plan = {rid: {"config": configuration.validate({"launch": launch})} for rid, launch in runs.items()}
+    plan = {rid: planned(configuration.validate({"launch": launch})) for rid, launch in runs.items()}
     training = slurm_nodes.TrainingNodes(resources(), ["train"], slurm_answering(nodes, partitions))
     try:
         slurm_nodes.check(plan, lambda launch: launch.accelerator, resolved, declared, training, build)
@@ -231,7 +236,7 @@ def test_bf16_on_gpus_without_native_bfloat16_is_refused_before_the_queue():
     def check(precision: str) -> None:
         config = configuration.validate({"launch": {**GPU, "devices": 1}, "trainer": {"precision": precision}})
         slurm_nodes.check(
-            {"base": {"config": config}}, lambda launch: launch.accelerator, site_part(**SMALL), SMALL, training, "13.0"
+            {"base": planned(config)}, lambda launch: launch.accelerator, site_part(**SMALL), SMALL, training, "13.0"
         )
 
     with pytest.raises(slurm_nodes.SlurmNodesError) as refused:
@@ -247,7 +252,7 @@ def test_a_gpu_run_is_refused_for_the_partition_whose_gpus_come_closest():
     nodes = [node(gres="gpu:v100:2"), node(gres="(null)", partitions="cpu").replace("NodeName=n1", "NodeName=n2")]
     answers = slurm_answering(nodes, [partition(), partition("cpu", default="NO")])
     training = slurm_nodes.TrainingNodes(resources(train=["slurm_partition='cpu,main'"]), ["train"], answers)
-    plan = {"base": {"config": configuration.validate({"launch": {**GPU, "devices": 1}})}}
+    plan = {"base": planned(configuration.validate({"launch": {**GPU, "devices": 1}}))}
     with pytest.raises(slurm_nodes.SlurmNodesError, match="GPUs of Slurm partition main are v100"):
         slurm_nodes.check(plan, lambda launch: launch.accelerator, site_part(**SMALL), SMALL, training, "13.0")
 

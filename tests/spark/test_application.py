@@ -8,12 +8,13 @@ import sys
 import pytest
 
 from snakeddp.spark import application, sharing
+from snakeddp.spark.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
 
 def hello(threads: int) -> dict:
-    return sharing.hello({"master": "local[2]", "conf": {}}, 2, threads, False)
+    return sharing.hello(Settings.of({"master": "local[2]", "conf": {}}), 2, threads, False)
 
 
 def test_an_expected_session_no_run_used_gives_way_to_the_first_runs_and_then_declines_others(

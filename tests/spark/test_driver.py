@@ -9,6 +9,7 @@ from snakeddp.config.parts import Launch
 from snakeddp.run import variables
 from snakeddp.run.runfile import RunFile
 from snakeddp.spark import driver, session, sharing
+from snakeddp.spark.settings import Settings, from_environment
 from tests.helpers import prepare
 
 
@@ -25,7 +26,8 @@ def shape_of(args: argparse.Namespace) -> session.Shape:
 
 def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_with_the_run(tmp_path):
     args = args_for(tmp_path)
-    section = {"master": None, "conf": {"spark.executor.memory": "2g", "spark.ui.enabled": True}}
+    conf = {"spark.executor.memory": "2g", "spark.ui.enabled": True}
+    section = Settings.of({"master": None, "conf": conf})
     settings = session.spark_settings(shape_of(args), section, "spark://127.0.0.1:7077", tmp_path / "spark")
     assert settings["spark.cores.max"] == "2" and settings["spark.task.cpus"] == "1"
     assert settings["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] == "3"
@@ -40,10 +42,9 @@ def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_wit
     theirs = {"spark.executor.extraJavaOptions": "-XX:+UseG1GC -Dsite=x"}
     executor = session.spark_settings(shape_of(args), section, "spark://h:7077", tmp_path, theirs)
     assert executor["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC -Dsite=x"
-    section["conf"]["spark.executor.extraJavaOptions"] = "-Dmine=1"
-    mine = session.spark_settings(shape_of(args), section, "spark://h:7077", tmp_path, theirs)
+    given = Settings.of({"master": None, "conf": {**conf, "spark.executor.extraJavaOptions": "-Dmine=1"}})
+    mine = session.spark_settings(shape_of(args), given, "spark://h:7077", tmp_path, theirs)
     assert mine["spark.executor.extraJavaOptions"] == "-Dmine=1"
-    del section["conf"]["spark.executor.extraJavaOptions"]
     # A workflow's shared application asks for every run's slots (3 runs of 2 ranks, 2 cores each), and its
     # session starts once the largest run's are there.
     shared = session.Shape("workflow w", slots=6, threads=2, gpu=False, first=2)
@@ -94,7 +95,7 @@ def gpu_args(tmp_path: Path, threads: int = 1) -> argparse.Namespace:
 
 
 def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the_user_says(tmp_path):
-    args, none = gpu_args(tmp_path, threads=2), {"master": None, "conf": {}}
+    args, none = gpu_args(tmp_path, threads=2), Settings.of({"master": None, "conf": {}})
     settings = session.spark_settings(shape_of(args), none, "spark://h:7077", tmp_path)
     assert settings["spark.task.resource.gpu.amount"] == "1"
     assert settings["spark.executor.resource.gpu.amount"] == "1" and settings["spark.executor.cores"] == "2"
@@ -105,7 +106,7 @@ def test_a_gpu_run_asks_each_executor_for_one_gpu_and_the_ranks_cores_unless_the
     assert not {key for key in cpu if "gpu" in key or key == "spark.executor.cores"}
     # The executors' shape is the user's once they set part of it, in spark.conf or spark-defaults.conf
     # (which Spark reads itself, and ours would override).
-    theirs = {"master": None, "conf": {"spark.executor.resource.gpu.amount": 4}}
+    theirs = Settings.of({"master": None, "conf": {"spark.executor.resource.gpu.amount": 4}})
     mine = session.spark_settings(shape_of(args), theirs, "spark://h:7077", tmp_path)
     assert mine["spark.executor.resource.gpu.amount"] == "4" and "spark.executor.cores" not in mine
     site = {"spark.executor.cores": "8", "spark.task.resource.gpu.amount": "1"}
@@ -155,7 +156,7 @@ def driver_hello(tmp_path: Path, env: dict[str, str], run: str, overrides: dict)
     _, command, child_env = launch.build(launch.parse_args(argv), env)
     assert command[1:3] == ["-m", "snakeddp.spark.driver"]
     args, _ = driver.parse_args(command[3:])
-    section = variables.platform_section(child_env, "spark")
+    section = from_environment(child_env)
     hello = sharing.hello(section, args.num_processes, args.threads, args.gpu)
     return hello, Launch.of(RunFile.load(run_yaml).config["launch"])
 

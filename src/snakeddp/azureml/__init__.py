@@ -16,7 +16,7 @@ resumed attempt, then trains), from the code snapshot snakeddp.remote.folder wri
 Only ``spec_*``, ``credentials`` and ``jobs_*`` import the Azure SDKs (the ``azureml`` extra);
 nothing in the local or Slurm path imports this package.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``remote``, ``report``, ``run``, ``training``, ``util``, ``warm`` (the floors
 below its own: tests/test_floors.py).
 """

@@ -18,7 +18,6 @@ from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.config import parts
 from snakeddp.remote import inherited
 from snakeddp.run.layout import RUN_FILE
-from snakeddp.run.runfile import RunFile
 
 # launch.launcher on the azureml platform -> the distribution that starts such processes.
 LAUNCHER_FOR_DISTRIBUTION = {"pytorch": "env", "mpi": "mpirun"}
@@ -107,9 +106,9 @@ class JobPlan:
         ]
 
 
-def distribution_for(settings: Settings, run: RunFile) -> str:
+def distribution_for(settings: Settings, launch: parts.Launch) -> str:
     """The configured distribution, checked against ``launch.launcher`` (auto follows the distribution)."""
-    configured = parts.Launch.of(run.config["launch"]).launcher
+    configured = launch.launcher
     if configured in ("auto", LAUNCHER_FOR_DISTRIBUTION[settings.distribution]):
         return settings.distribution
     if configured == "mpirun":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from snakeddp import platforms
 from snakeddp.azureml import PLATFORM
-from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Stateless
+from snakeddp.contract import Invocation, PreflightError, RemotePlatform, Stateless
 
 
 class AzureML(RemotePlatform[Stateless]):
@@ -27,7 +27,7 @@ class AzureML(RemotePlatform[Stateless]):
         from snakeddp.azureml.submit import require_sdk
 
         try:
-            settings = Settings.from_section(config[PLATFORM], Path.cwd())
+            settings = invocation.settings_as(Settings).resolved(Path.cwd())
             require_sdk(settings.sdk)
             settings.require_compute()
             # The image's CUDA and torch's build must agree (environment.cuda): checked before any job.

@@ -41,7 +41,7 @@ def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec
     files are read and the base image checked against the build now, so either fails early."""
     env = settings.environment
     build = torch_build(cuda)
-    if env["source"] == "image":
+    if env.source == "image":
         image = settings.base_image(cuda)
         requirements = settings.checkout_path("requirements")
         lock = read_lock(requirements)
@@ -54,8 +54,8 @@ def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec
         pins = tuple(pin.requirement() for key, pin in lock.pins.items() if key != ACCELERATED)
         added = tuple(pin.requirement() for pin in own.pins.values())
         options = (*build.pip_options(), REQUIRE_HASHES)
-        return EnvironmentSpec(source="image", image=image, python=env["python"], pins=(*options, *pins, *added))
-    if env["source"] == "dockerfile":
+        return EnvironmentSpec(source="image", image=image, python=env.python, pins=(*options, *pins, *added))
+    if env.source == "dockerfile":
         if settings.sdk == "v1":
             raise AzureMLError(
                 "azureml.environment.source=dockerfile needs azureml.sdk: v2 (azureml-core cannot build a "
@@ -69,12 +69,12 @@ def environment_spec(settings: Settings, cuda: str = DEFAULT) -> EnvironmentSpec
                 "push it and register it (source: registered)."
             )
         return EnvironmentSpec(source="dockerfile", dockerfile=settings.checkout_path("dockerfile"))
-    if not env["registered"]:
+    if not env.registered:
         raise AzureMLError(
             "azureml.environment.source=registered but azureml.environment.registered is not set. "
             "HINT: name the environment, e.g. registered: azureml:my-env:3."
         )
-    return EnvironmentSpec(source="registered", registered=env["registered"])
+    return EnvironmentSpec(source="registered", registered=env.registered)
 
 
 def _tree_sha256(directory: Path) -> str:

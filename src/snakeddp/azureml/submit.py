@@ -34,15 +34,12 @@ from snakeddp.azureml import jobside, staging
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
-from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError, add_hint
 from snakeddp.remote.attempt import collect
-from snakeddp.remote.folder import Folder
 from snakeddp.remote.job import RemoteJob, Submitted
 from snakeddp.run import attempt, tries
 from snakeddp.run import variables as names
 from snakeddp.run.layout import RunPaths
-from snakeddp.run.runfile import RunFile
 from snakeddp.util.hashing import sha256_file
 
 # What each SDK flavour imports, and the packages that install it (pyproject.toml's extras azureml, azureml-v1;
@@ -75,20 +72,19 @@ def _missing(module: str) -> bool:
         return True
 
 
-def build_plan(
-    args: argparse.Namespace, settings: Settings, folder: Folder, environment: Any, resume_dir: Path | None
-) -> JobPlan:
-    """The job of this run, in ``folder`` (snakeddp.remote.folder), on ``environment`` (its spec), resuming
+def build_plan(job: AzureMLJob, resume_dir: Path | None) -> JobPlan:
+    """The job of ``job``'s run, in its folder (snakeddp.remote.folder), on its environment spec, resuming
     ``resume_dir`` (the attempt snakeddp.remote.job staged: this key's own, or the finished attempt of a
     shorter budget it continues); stages the code snapshot. Read-only for the run directory: what launch's
     ``prepare`` moves there moves after the connection is checked."""
-    run = RunFile.load(args.config)
-    launch = Launch.of(run.config["launch"])
+    args, settings, folder, environment, run, launch = (
+        job.args, job.settings, job.folder, job.software, job.run, job.launch
+    )  # fmt: skip
     compute = settings.require_compute()
-    distribution = distribution_for(settings, run)
+    distribution = distribution_for(settings, launch)
     spec_dir = folder.root
     staging.snapshot_code(folder, run, staging.environment_record(environment))
-    uri = settings.data["uri"]
+    uri = settings.data.uri
     variables = job_variables(launch, distribution, compute, settings.sdk)
     plan = JobPlan(
         run_id=run.run_id,
@@ -104,12 +100,12 @@ def build_plan(
         spec_dir=spec_dir,
         data=DataInput(
             manifest_name=args.data.name,
-            mode=settings.data["mode"],
+            mode=settings.data.mode,
             local_dir=None if uri else args.data.parent.resolve(),
             uri=uri,
         ),
         environment=environment,
-        datastore=settings.data["datastore"],
+        datastore=settings.data.datastore,
         shm_size=settings.shm_size,
         resume_dir=resume_dir,
         variables=variables,
@@ -206,7 +202,7 @@ class AzureMLJob(RemoteJob):
 
     def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
         require_sdk(self.settings.sdk)  # the spec is written and validated with it (the workflow checked it too)
-        self.plan = build_plan(self.args, self.settings, self.folder, self.software, resume_dir)
+        self.plan = build_plan(self, resume_dir)
         self.spec = write_spec(self.plan)
         self.spec_sha256 = sha256_file(self.spec)
         return self.spec

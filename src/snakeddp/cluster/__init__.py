@@ -4,7 +4,7 @@ Detection order matters (Lightning's connector does the same): torchrun can run 
 allocation or an MPI job, and mpirun inside Slurm, so the most specific launcher is asked first;
 ``Spawn`` (Lightning starts the processes itself) is the fallback that always matches.
 
-May import: ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``, ``platforms``,
+May import: ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``, ``platforms``,
 ``run``, ``util`` (the floors below its own: tests/test_floors.py).
 """
 

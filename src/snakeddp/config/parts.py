@@ -28,16 +28,20 @@ import functools
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar
 
 import snakeddp.config as configuration
 from snakeddp.errors import ConfigError
+from snakeddp.util import yamltext
 
 P = TypeVar("P", bound="Part")
 
 # The schema's enumerations, as the fields that hold them are typed.
-Launcher = Literal["auto", "direct", "torchrun", "srun", "mpirun", "torchdistributor"]
+# A launcher: the schema's auto, direct, torchrun or mpirun, or one a platform owns (its row's own_launchers: srun,
+# torchdistributor), which the schema's enum takes in from the registry; so no closed Literal here.
+Launcher = str
 Accelerator = Literal["auto", "cpu", "gpu"]
 Device = Literal["cpu", "gpu"]  # what an accelerator resolves to
 Mode = Literal["min", "max"]
@@ -145,7 +149,7 @@ class Launch(Part):
     key: ClassVar[str] = "launch"
 
     launcher: Launcher
-    """How processes start: auto, direct, torchrun, srun, mpirun or torchdistributor."""
+    """How processes start: auto, direct, torchrun, mpirun, or a launcher a platform owns (srun, torchdistributor)."""
     nodes: int
     """Nodes the run spans."""
     devices: int
@@ -170,7 +174,6 @@ class Launch(Part):
     """Below this share of the fastest rank's pace a rank is slow."""
     straggler_window: float
     """Seconds a rank must stay slow before it is named."""
-
 
     @property
     def world_size(self) -> int:
@@ -408,6 +411,20 @@ class Tracking(Part):
     tensorboard: TensorBoard
     mlflow: MLflow
     wandb: WandB
+
+
+class Settings(Part):
+    """A platform's own section (its row's ``section``, the part's ``key``): a part its package defines, with
+    the JSON Schema of the section's keys in ``schema_file`` beside it. The config's schema takes every
+    registered platform's in (snakeddp.config.schema), so a platform brings its settings with it, a plugin's
+    too, and config/schema.yaml never lists them."""
+
+    schema_file: ClassVar[Path]
+
+    @classmethod
+    def schema(cls) -> dict[str, Any]:
+        """The section's JSON Schema (its keys, types, defaults and descriptions)."""
+        return yamltext.safe_load(cls.schema_file.read_text())
 
 
 # Each top-level part of ``of``, by its section.

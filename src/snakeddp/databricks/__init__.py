@@ -1,7 +1,7 @@
 """Databricks Jobs: a run's training submitted as a one-time run (``runs/submit``) through databricks-sdk,
 its spec built from the SDK's own request classes (``spec``) and checked offline, as the AzureML specs are.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``remote``, ``report``, ``run``, ``training``, ``util``, ``warm`` (the floors
 below its own: tests/test_floors.py).
 """

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snakeddp.databricks import DatabricksError
+from snakeddp.databricks.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,12 @@ def gpus_by_node_type(client: Any) -> dict[str, int]:
     return {node.node_type_id: node.num_gpus or 0 for node in listed}
 
 
-def of_section(client: Any, section: Mapping[str, Any]) -> Nodes | None:
-    """The worker nodes of the cluster ``section`` (the config's databricks:) trains on; None where it names no
+def of_section(client: Any, settings: Settings) -> Nodes | None:
+    """The worker nodes of the cluster the config's databricks: section trains on; None where it names no
     node type (a cluster policy chooses it)."""
     from snakeddp.databricks.workspace import api_error
 
-    existing = section.get("existing_cluster_id")
+    existing = settings.existing_cluster_id
     if existing:
         try:
             node_type = client.clusters.get(existing).node_type_id
@@ -58,7 +59,7 @@ def of_section(client: Any, section: Mapping[str, Any]) -> Nodes | None:
             raise api_error(f"looking up databricks.existing_cluster_id {existing}", error) from None
         named_by = f"the existing cluster {existing}"
     else:
-        node_type = (section.get("new_cluster") or {}).get("node_type_id")
+        node_type = settings.new_cluster.node_type_id
         named_by = "databricks.new_cluster.node_type_id"
     if not node_type:
         return None

@@ -16,10 +16,10 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import ConfigError, site
-from snakeddp.config.parts import Launch, Site
+from snakeddp.contract import Invocation, PreflightError, RemotePlatform, Runs
 from snakeddp.databricks import PLATFORM, jobside
+from snakeddp.databricks.settings import Settings
 from snakeddp.errors import print_line
-from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Runs
 from snakeddp.run import variables as names
 
 
@@ -30,44 +30,45 @@ class DatabricksState:
     shared: tuple[Any, str] | None = None  # the client and id of the cluster this invocation created
 
 
-def plans(config: Mapping[str, Any], runs: Runs) -> list[Any]:
+def plans(invocation: Invocation[DatabricksState], runs: Runs) -> list[Any]:
     """Each run's job plan as its train job will make it, before anything is staged."""
     # Imported here: databricks-sdk is an optional extra, and spec imports it only to build requests.
     from snakeddp.databricks import spec
 
-    made, site_config = [], Site.of(config["site"])
-    for run_id, run in runs.items():
+    made, settings = [], invocation.settings_as(Settings)
+    for run_id in runs:
         manifest, code = "results/data/manifest.json", "code/unstaged"  # the paths are checked when staged
+        launch = invocation.launches[run_id]
         # The accelerator as the job will resolve it (auto: the profile's site), so a GPU run's cluster is checked.
         try:
-            gpu = site.resolved(Launch.of(run["config"]["launch"]), PLATFORM, site_config, run_id=run_id) == "gpu"
+            gpu = site.resolved(launch, PLATFORM, invocation.site, run_id=run_id) == "gpu"
         except site.SiteError:
             gpu = False  # auto undecided: refused by the run's own check, after the section's (preflight.check_run)
-        made.append(spec.plan_for(run_id, run["config"], config[PLATFORM], manifest, code=code, gpu=gpu, variables={}))
+        made.append(spec.plan_for(run_id, launch, settings, manifest, code=code, gpu=gpu, variables={}))
     return made
 
 
-def check_requests(config: Mapping[str, Any], runs: Runs) -> None:
+def check_requests(invocation: Invocation[DatabricksState], runs: Runs) -> None:
     """databricks-sdk installed, and each run's request one the Jobs API takes."""
     from snakeddp.databricks import spec, workspace
 
     try:
         workspace.require_sdk()
-        for plan in plans(config, runs):
+        for plan in plans(invocation, runs):
             spec.submit_request(plan)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
 
 
-def check_credentials(section: Mapping[str, Any], to_train: Runs) -> Any:
+def check_credentials(settings: Settings, to_train: Runs) -> Any:
     """databricks-sdk's credential chain resolves, before the first job, when a run will be submitted;
     the checked client, or None when nothing will be."""
-    if not to_train or not section["submit"]:
+    if not to_train or not settings.submit:
         return None
     from snakeddp.databricks import workspace
 
     try:
-        return workspace.connect(section["profile"])
+        return workspace.connect(settings.profile)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
 
@@ -77,11 +78,11 @@ def share_cluster(invocation: Invocation[DatabricksState], client: Any, training
     Snakemake's environment), when the section asks for one."""
     from snakeddp.databricks import shared_cluster
 
-    if client is None or not shared_cluster.wanted(invocation.config[PLATFORM], len(training)):
+    if client is None or not shared_cluster.wanted(invocation.settings_as(Settings), len(training)):
         return
     name = f"snakeddp: {len(training)} runs of {Path.cwd().name}"
     try:
-        cluster_id = shared_cluster.create(client, plans(invocation.config, training), name)
+        cluster_id = shared_cluster.create(client, plans(invocation, training), name)
     except ConfigError as error:
         raise PreflightError(str(error)) from None
     invocation.state.shared = (client, cluster_id)
@@ -118,9 +119,9 @@ def workspace_nodes(invocation: Invocation[DatabricksState]) -> Any:
     def ask() -> Any:
         from snakeddp.databricks import nodes, workspace
 
-        section = invocation.config[PLATFORM]
+        settings = invocation.settings_as(Settings)
         try:
-            return nodes.of_section(workspace.connect(section["profile"]), section)
+            return nodes.of_section(workspace.connect(settings.profile), settings)
         except ConfigError:
             return None  # before_jobs checks the credentials, and says why in one line
 
@@ -151,9 +152,10 @@ def check_nodes(invocation: Invocation[DatabricksState], training: Runs) -> None
     found = workspace_nodes(invocation)
     if found is None or not training:
         return
-    launches = {run_id: Launch.of(run["config"]["launch"]) for run_id, run in training.items()}
-    site_config = Site.of(invocation.config["site"])
-    resolved = {run_id: (launch, site.resolved(launch, PLATFORM, site_config)) for run_id, launch in launches.items()}
+    launches = {run_id: invocation.launches[run_id] for run_id in training}
+    resolved = {
+        run_id: (launch, site.resolved(launch, PLATFORM, invocation.site)) for run_id, launch in launches.items()
+    }
     try:
         nodes.check_runs(found, resolved)
     except ConfigError as error:
@@ -170,10 +172,10 @@ class Databricks(RemotePlatform[DatabricksState]):
         return settle_site(invocation)
 
     def check(self, invocation: Invocation[DatabricksState]) -> None:
-        check_requests(invocation.config, invocation.runs)
+        check_requests(invocation, invocation.runs)
 
     def before_jobs(self, invocation: Invocation[DatabricksState], to_train: Runs, training: Runs, cores: int) -> None:
-        client = check_credentials(invocation.config[PLATFORM], to_train)
+        client = check_credentials(invocation.settings_as(Settings), to_train)
         if client is not None:
             check_nodes(invocation, training)
         share_cluster(invocation, client, training)

@@ -9,12 +9,13 @@ configuration and driver logs for 30 days, where a failed run's page still point
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from snakeddp.databricks import DatabricksError, spec, workspace
+from snakeddp.databricks.settings import Settings
 
 # Idle minutes after which Databricks terminates the cluster itself: a killed snakemake (kill -9, a lost
 # machine) runs no end hook, so this bounds what it leaves running. Above the gap between two runs
@@ -26,12 +27,12 @@ START_S = 1800
 STARTING = ("PENDING", "RESTARTING", "RESIZING")
 
 
-def wanted(section: Mapping[str, Any], training: int) -> bool:
+def wanted(settings: Settings, training: int) -> bool:
     """Whether the invocation creates one cluster for its ``training`` runs: only for new_cluster (an
     existing cluster is one already), only when runs are submitted, and for auto when more than one trains."""
-    if not section["submit"] or section.get("existing_cluster_id") or not training:
+    if not settings.submit or settings.existing_cluster_id or not training:
         return False
-    share = section["share_cluster"]
+    share = settings.share_cluster
     return training > 1 if share == "auto" else bool(share)
 
 

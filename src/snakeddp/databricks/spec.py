@@ -23,6 +23,7 @@ from typing import Any
 from snakeddp import platforms
 from snakeddp.config import parts
 from snakeddp.databricks import PLATFORM
+from snakeddp.databricks.settings import Settings
 from snakeddp.errors import ConfigError
 from snakeddp.remote.folder import ENTRY
 from snakeddp.run.layout import RUN_FILE
@@ -92,8 +93,8 @@ class JobPlan:
 
 def plan_for(
     run_id: str,
-    run_config: Mapping[str, Any],
-    section: Mapping[str, Any],
+    launch: parts.Launch,
+    settings: Settings,
     manifest: str,
     *,
     code: str,
@@ -101,10 +102,9 @@ def plan_for(
     variables: Mapping[str, str],
     resumes: bool = False,
 ) -> JobPlan:
-    """The job of one run: its layout and time limit from its config (``launch``), where and on what
-    cluster from the ``databricks:`` section; ``gpu``: the run's accelerator, resolved for the platform."""
-    launch = parts.Launch.of(run_config["launch"])
-    if not section.get("stage"):
+    """The job of one run: its layout and time limit from its ``launch``, where and on what cluster from the
+    ``databricks:`` section's ``settings``; ``gpu``: the run's accelerator, resolved for the platform."""
+    if not settings.stage:
         raise DatabricksSpecError(
             "databricks.stage is not set, so the run's code and files have nowhere to go. HINT: set it to a Unity "
             "Catalog volume path you can write (/Volumes/CATALOG/SCHEMA/VOLUME/snakeddp) or a /Workspace folder."
@@ -114,12 +114,12 @@ def plan_for(
         nodes=launch.nodes,
         devices=launch.devices,
         gpu=gpu,
-        stage=str(section["stage"]).rstrip("/"),
+        stage=settings.stage.rstrip("/"),
         manifest=manifest,
         code=code,
         timeout_s=int(launch.runtime) * 60,
-        existing_cluster_id=section.get("existing_cluster_id"),
-        new_cluster=dict(section.get("new_cluster") or {}),
+        existing_cluster_id=settings.existing_cluster_id,
+        new_cluster=parts.thaw(settings.new_cluster),
         variables=dict(variables),
         resumes=resumes,
     )

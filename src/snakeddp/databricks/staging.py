@@ -21,12 +21,12 @@ one the workflow's runs share, or the existing one).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from snakeddp.data.partitions import load_manifest
 from snakeddp.databricks import files
+from snakeddp.databricks.settings import Settings
 from snakeddp.databricks.spec import ENVIRONMENT_FILE, JobPlan
 from snakeddp.run.layout import RUN_FILE
 from snakeddp.util.fsutil import atomic_write_json
@@ -36,15 +36,15 @@ RECORD_FORMAT = "snakeddp-databricks-environment/1"
 CODE, CODE_FORMAT = "code", "snakeddp-databricks-code/1"
 
 
-def environment_record(section: Mapping[str, Any], shared_cluster: str | None = None) -> dict[str, Any]:
+def environment_record(settings: Settings, shared_cluster: str | None = None) -> dict[str, Any]:
     """The cluster's software, hashed: the environment part of the run's attempt key; and the cluster the
     run goes to (``shared_cluster``: the one the workflow created for its runs), outside the hash: a run
     resumes on another cluster of the same runtime, as it does on the next job cluster."""
-    if section.get("existing_cluster_id"):
-        identity = {"platform": "databricks", "existing_cluster_id": section["existing_cluster_id"]}
-        cluster = {"kind": "existing", "id": section["existing_cluster_id"], "shared": True}
+    if settings.existing_cluster_id:
+        identity = {"platform": "databricks", "existing_cluster_id": settings.existing_cluster_id}
+        cluster = {"kind": "existing", "id": settings.existing_cluster_id, "shared": True}
     else:
-        identity = {"platform": "databricks", "spark_version": (section.get("new_cluster") or {}).get("spark_version")}
+        identity = {"platform": "databricks", "spark_version": settings.new_cluster.spark_version}
         # A job cluster's id exists once the run starts: submission.json records it from runs/get.
         cluster = (
             {"kind": "shared", "id": shared_cluster, "shared": True}

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config.parts import Launch
 from snakeddp.databricks import PLATFORM, DatabricksError, jobside, results, shared_cluster, spec, staging, workspace
 from snakeddp.databricks import status as databricks_status
+from snakeddp.databricks.settings import from_environment
 from snakeddp.errors import exit_code
 from snakeddp.remote import inherited
 from snakeddp.remote.job import RemoteJob, Submitted
@@ -53,27 +54,27 @@ class DatabricksJob(RemoteJob):
 
     def __init__(self, args: argparse.Namespace) -> None:
         super().__init__(args)
-        self.section = names.platform_section(os.environ, "databricks")
+        self.settings = from_environment(os.environ)
         # The cluster the workflow created for its runs to share (databricks.share_cluster), if it did.
-        self.shared = None if self.section.get("existing_cluster_id") else os.environ.get(jobside.CLUSTER)
+        self.shared = None if self.settings.existing_cluster_id else os.environ.get(jobside.CLUSTER)
 
     @property
     def sends(self) -> bool:
-        return bool(self.section["submit"])
+        return self.settings.submit
 
     def environment(self) -> dict[str, Any]:
-        return staging.environment_record(self.section, self.shared)
+        return staging.environment_record(self.settings, self.shared)
 
     def prepare(self, identity: attempt.Identity, resume_dir: Path | None) -> Path:
         run, args = self.run, self.args
         manifest = f"results/data/{args.data.parent.name}/{args.data.name}"
-        gpu = names.accelerator(Launch.of(run.config["launch"]), {**os.environ, names.PLATFORM: self.name}) == "gpu"
+        gpu = names.accelerator(self.launch, {**os.environ, names.PLATFORM: self.name}) == "gpu"
         self.code = self.folder.snapshot()
         # What the job's driver exports before launch (a task on an existing cluster has no variables of its own).
         variables = inherited.variables(PLATFORM)
-        section = {**self.section, "existing_cluster_id": self.shared} if self.shared else self.section
+        settings = replace(self.settings, existing_cluster_id=self.shared) if self.shared else self.settings
         self.plan = spec.plan_for(
-            run.run_id, run.config, section, manifest, code=staging.code_path(self.code), gpu=gpu,
+            run.run_id, self.launch, settings, manifest, code=staging.code_path(self.code), gpu=gpu,
             variables=variables, resumes=resume_dir is not None,
         )  # fmt: skip
         self.request = spec.submit_request(self.plan)
@@ -99,7 +100,7 @@ class DatabricksJob(RemoteJob):
         )
 
     def connect(self) -> Any:
-        return workspace.connect(self.section["profile"])
+        return workspace.connect(self.settings.profile)
 
     def stage(self, session: Any) -> None:
         staging.stage_code(session, self.plan, self.code)

@@ -13,11 +13,11 @@ from typing import Any
 
 from snakeddp import platforms
 from snakeddp.config import site
-from snakeddp.config.parts import Launch, Trainer
+from snakeddp.config.parts import Launch
+from snakeddp.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.environment.cuda import driver_hint, install_hint
 from snakeddp.errors import print_line
 from snakeddp.local import PLATFORM, gpupool
-from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.util import cudabuild, gpus
 
 
@@ -81,15 +81,14 @@ def check_bf16(run_id: str, launch: Launch, precision: str, env: Mapping[str, st
     )
 
 
-def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
+def note_accelerators(launches: Mapping[str, Launch], env: Mapping[str, str] = os.environ) -> None:
     """A line for each run that auto trains on the CPU although this machine has GPUs (fewer than its ranks:
     a 2-rank run on a one-GPU workstation; a driver or GPU the installed torch cannot run), so the choice is
     seen before the run, not in its record."""
     seen = gpus.driver()
     if not seen.enumerable() and not seen.failure():
         return
-    for run_id, run in runs.items():
-        launch = Launch.of(run["config"]["launch"])
+    for run_id, launch in launches.items():
         why = site.why_not_gpus(launch.devices, env) if launch.accelerator == "auto" else None
         if why is None or not (gpus.apply_visible(seen, env) or seen.failure()):
             continue
@@ -104,12 +103,11 @@ def note_accelerators(runs: Runs, env: Mapping[str, str] = os.environ) -> None:
         )
 
 
-def check_cores(runs: Runs, cores: int) -> None:
+def check_cores(launches: Mapping[str, Launch], cores: int) -> None:
     """Each run's processes against the cores Snakemake may use. Checked when jobs are about to run,
     not while the workflow is read: Snakemake reads it with 1 core for a dry run or --list-rules and
     with none for --report, --summary or --unlock, and none of those runs a job."""
-    for run_id, run in runs.items():
-        launch = Launch.of(run["config"]["launch"])
+    for run_id, launch in launches.items():
         threads = launch.devices * launch.threads_per_process
         if threads > cores:
             raise PreflightError(
@@ -118,6 +116,11 @@ def check_cores(runs: Runs, cores: int) -> None:
                 f"processes would share cores and its timings would mean nothing. HINT: run with --cores {threads} "
                 "(or more), or lower launch.devices or launch.threads_per_process."
             )
+
+
+def launches_of(invocation: Invocation[LocalState], runs: Runs) -> dict[str, Launch]:
+    """The launch parts of ``runs``, as the plan built them."""
+    return {run_id: invocation.launches[run_id] for run_id in runs}
 
 
 @dataclass
@@ -136,14 +139,14 @@ class Local(Platform[LocalState]):
         check_gpus(run_id, launch)
 
     def check(self, invocation: Invocation[LocalState]) -> None:
-        for run_id, run in invocation.runs.items():
-            check_bf16(run_id, Launch.of(run["config"]["launch"]), Trainer.of(run["config"]["trainer"]).precision)
+        for run_id, launch in invocation.launches.items():
+            check_bf16(run_id, launch, invocation.trainers[run_id].precision)
 
     def note(self, invocation: Invocation[LocalState], to_train: Runs, cores: int | None) -> None:
         # Whatever cores a dry run was given (Snakemake gives it 1 unless told), for the runs not trained yet.
         if cores is not None:
-            note_instead(lambda: check_cores(to_train, cores))
-        note_accelerators(to_train)
+            note_instead(lambda: check_cores(launches_of(invocation, to_train), cores))
+        note_accelerators(launches_of(invocation, to_train))
 
     def resources(
         self,
@@ -163,8 +166,8 @@ class Local(Platform[LocalState]):
         }
 
     def before_jobs(self, invocation: Invocation[LocalState], to_train: Runs, training: Runs, cores: int) -> None:
-        check_cores(invocation.runs, cores)
-        note_accelerators(to_train)
+        check_cores(invocation.launches, cores)
+        note_accelerators(launches_of(invocation, to_train))
         gpupool.prepare(invocation.state.gpus)
 
     def exports(self, config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ A row says what the rest of snakeddp asks of a platform by name: its config sect
 ``launch.launcher: auto`` means there, the launchers only it can run, and whether jobs run on the machine
 Snakemake runs on (``this_machine``); whether a train job submits the run elsewhere is its contract's class
 (``contract.RemotePlatform``). What a platform does is in its own package, in two halves the
-row names: its contract (``snakeddp.platforms.contract``: the workflow side, its checks before any job,
+row names: its contract (``snakeddp.contract``, a floor above: the workflow side, its checks before any job,
 what it exports to jobs, how a train job runs there) and its job side (``snakeddp.platforms.jobside``:
 what its jobs and ranks see, its launchers, the variables it sets and provenance records).
 
@@ -24,14 +24,11 @@ import functools
 import importlib
 from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from snakeddp.errors import ConfigError
 from snakeddp.platforms.jobside import Allocation, JobSide
 from snakeddp.platforms.table import TABLE, Row
-
-if TYPE_CHECKING:
-    from snakeddp.platforms.contract import Platform
 
 __all__ = [
     "TABLE",
@@ -102,8 +99,9 @@ def homes(launcher: str) -> tuple[Row, ...]:
     return tuple(row for row in rows() if launcher in row.own_launchers)
 
 
-def load(name: str) -> Platform:
-    """The platform's contract, imported now: a platform's modules load only where it runs."""
+def load(name: str) -> Any:
+    """The platform's contract (a snakeddp.contract.Platform, a floor above this one), imported now: a
+    platform's modules load only where it runs."""
     return importlib.import_module(row(name).module).CONTRACT
 
 

@@ -11,9 +11,12 @@ class Row:
     """One platform as the rest of snakeddp sees it."""
 
     name: str  # the profile's name and the config's platform
-    module: str  # its contract: a module whose CONTRACT implements snakeddp.platforms.contract.Platform
+    module: str  # its contract: a module whose CONTRACT implements snakeddp.contract.Platform
     default_launcher: str  # what launch.launcher: auto starts the ranks with
     section: str | None = None  # its own config section, which its jobs get (variables.PLATFORM_SECTION)
+    # The part its section is read through, "module:Class" (a snakeddp.config.parts.Settings whose schema the
+    # config's takes in): with a section, the platform brings its settings, and config/schema.yaml names none.
+    settings: str | None = None
     own_launchers: tuple[str, ...] = ()  # launchers that start ranks only on platforms naming them
     only_own_launchers: bool = False  # and this platform starts ranks with no other
     this_machine: bool = False  # jobs and ranks run on the machine Snakemake runs on
@@ -29,6 +32,7 @@ TABLE = (
         "snakeddp.azureml.platform",
         "env",
         section="azureml",
+        settings="snakeddp.azureml.settings:Settings",
         job_side="snakeddp.azureml.jobside",
     ),
     Row(
@@ -36,6 +40,7 @@ TABLE = (
         "snakeddp.spark.platform",
         "torchdistributor",
         section="spark",
+        settings="snakeddp.spark.settings:Settings",
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
         job_side="snakeddp.spark.jobside",
@@ -46,6 +51,7 @@ TABLE = (
         "snakeddp.databricks.platform",
         "torchdistributor",
         section="databricks",
+        settings="snakeddp.databricks.settings:Settings",
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
         job_side="snakeddp.databricks.jobside",

@@ -4,7 +4,7 @@ snapshot among it), what moves between that folder and the run directory (``atte
 (``inherited``), and the one command the job runs there (``entry``: seed the resumed attempt, then train). A
 platform supplies only its own steps; none imports another.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``report``, ``run``, ``training``, ``util``, ``warm`` (the floors below its
 own: tests/test_floors.py).
 """

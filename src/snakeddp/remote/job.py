@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snakeddp.config.parts import Launch
 from snakeddp.errors import ConfigError
 from snakeddp.provenance import lineage
 from snakeddp.remote import status as remote_status
@@ -81,6 +82,7 @@ class RemoteJob(ABC):
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.run = RunFile.load(args.config)
+        self.launch = Launch.of(self.run.config["launch"])  # built once: the platform's steps read the part
         self.folder = Folder.of(args.run_dir, self.name)
 
     def say(self, text: str, err: bool = False) -> None:

@@ -5,9 +5,9 @@ srun or mpirun (docs/slurm.md), submitted by snakemake-executor-plugin-slurm.
 have (scontrol), which settles launch.accelerator auto and refuses a run no node holds; ``watch``: a
 submitted job Slurm keeps pending for a reason no wait can clear is cancelled, with a line; ``exclude``: a
 run that hung on a node is submitted again without it (sbatch --exclude); ``platform``:
-the contract (snakeddp.platforms.contract) that ties them to the workflow.
+the contract (snakeddp.contract) that ties them to the workflow.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``remote``, ``report``, ``run``, ``training``, ``util``, ``warm`` (the floors
 below its own: tests/test_floors.py).
 """

@@ -572,23 +572,21 @@ def ranks_cannot_run(asked: str, wanted: Need, partition: Partition) -> SlurmNod
 
 
 def check(
-    runs: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[str, tuple[Launch, Trainer]],
     accelerator: Callable[[Launch], str],
     site: Site,
     declared: Mapping[str, Any],
     nodes: TrainingNodes,
     build: str | None = None,
 ) -> None:
-    """Every run to train (``runs``, as RUNS holds them) against the nodes of each training rule's
+    """Every run to train (``runs``: its launch and trainer parts, by run id) against the nodes of each training rule's
     partitions: the first whose job could start in none of them is refused (SlurmNodesError, one
     line). ``accelerator`` resolves a run's launch where it runs; ``declared`` is the site as given;
     ``build`` the CUDA build of torch the ranks run (None: unknown, no model is refused)."""
-    launches = [
-        (launch, accelerator(launch)) for launch in (Launch.of(run["config"]["launch"]) for run in runs.values())
-    ]
+    launches = [(launch, accelerator(launch)) for launch, _ in runs.values()]
     for group in nodes.groups.values():
-        for (run_id, run), (launch, resolved) in zip(runs.items(), launches, strict=True):
-            precision = Trainer.of(run["config"]["trainer"]).precision
+        for (run_id, (_, trainer)), (launch, resolved) in zip(runs.items(), launches, strict=True):
+            precision = trainer.precision
             wanted = need(launch, resolved, site, build, precision)
             errors = [refusal(run_id, launch, wanted, partition, launches, site, declared) for partition in group]
             if all(errors):

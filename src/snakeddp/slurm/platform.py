@@ -15,8 +15,8 @@ from typing import Any
 
 from snakeddp import cluster, platforms
 from snakeddp.config import site
-from snakeddp.config.parts import Launch, Site
-from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs, note_instead
+from snakeddp.config.parts import Launch, Site, Trainer
+from snakeddp.contract import Invocation, Platform, PreflightError, Runs, note_instead
 from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
 from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
@@ -55,16 +55,22 @@ def check_container(run_id: str, launch: Launch) -> None:
         )
 
 
+def parts_of(invocation: Invocation, runs: Runs) -> dict[str, tuple[Launch, Trainer]]:
+    """The launch and trainer parts of ``runs``, as the plan built them."""
+    return {run_id: (invocation.launches[run_id], invocation.trainers[run_id]) for run_id in runs}
+
+
 def check_nodes(
-    runs: Runs,
+    runs: Mapping[str, tuple[Launch, Trainer]],
     site_config: Site,
     declared: Mapping[str, Any],
     nodes: slurm_nodes.TrainingNodes | None,
     build: str | None = None,
 ) -> None:
-    """Each run to train (``runs``) against the nodes of its partition (``nodes``; None inside a job): a
-    job no node can hold, or whose ranks could not run on its GPUs (``build``: torch's CUDA build there),
-    would pend for ever or fail after the queue. ``declared``: the site as given, which the HINT's --config keeps."""
+    """Each run to train (``runs``: its launch and trainer parts) against the nodes of its partition (``nodes``;
+    None inside a job): a job no node can hold, or whose ranks could not run on its GPUs (``build``: torch's
+    CUDA build there), would pend for ever or fail after the queue. ``declared``: the site as given, which the
+    HINT's --config keeps."""
     if nodes is None or not runs:
         return
     try:
@@ -114,7 +120,7 @@ class Slurm(Platform[SlurmState]):
     ) -> dict[str, Callable[[Any], Any]]:
         # One Slurm task per training process, CPUs and GPUs per rank (snakeddp.slurm.resources); GPUs of the one
         # type the build runs where the partitions also hold types it does not (site.gpu_type unset).
-        site_config = Site.of(invocation.config["site"])
+        site_config = invocation.site
 
         def resource(name: str) -> Callable[[Any], Any]:
             def value(wc: Any) -> Any:
@@ -130,7 +136,7 @@ class Slurm(Platform[SlurmState]):
         """What GPU train jobs do about GPUs in the training partitions that the ranks' build cannot run
         (snakeddp.slurm.mixed), decided once by the typed invocation (a job's resources are its submitter's)."""
         state, nodes = invocation.state, self.nodes(invocation)
-        if state.mixed is None and Site.of(invocation.config["site"]).gpu_type:
+        if state.mixed is None and invocation.site.gpu_type:
             state.mixed = MixedGpus()  # the declared type is what the jobs ask for
         if state.mixed is None:
             try:
@@ -142,8 +148,8 @@ class Slurm(Platform[SlurmState]):
 
     def check(self, invocation: Invocation[SlurmState]) -> None:
         check_client()
-        for run_id, run in invocation.runs.items() if invocation.in_container else ():
-            check_container(run_id, Launch.of(run["config"]["launch"]))
+        for run_id, launch in invocation.launches.items() if invocation.in_container else ():
+            check_container(run_id, launch)
 
     @staticmethod
     def build(invocation: Invocation[SlurmState]) -> str | None:
@@ -153,12 +159,12 @@ class Slurm(Platform[SlurmState]):
     def note(self, invocation: Invocation[SlurmState], to_train: Runs, cores: int | None) -> None:
         declared = invocation.declared.get("site") or {}
         nodes, build = self.nodes(invocation), self.build(invocation)
-        note_instead(lambda: check_nodes(to_train, Site.of(invocation.config["site"]), declared, nodes, build))
+        note_instead(lambda: check_nodes(parts_of(invocation, to_train), invocation.site, declared, nodes, build))
 
     def before_jobs(self, invocation: Invocation[SlurmState], to_train: Runs, training: Runs, cores: int) -> None:
         declared = invocation.declared.get("site") or {}
         check_nodes(
-            training, Site.of(invocation.config["site"]), declared, self.nodes(invocation), self.build(invocation)
+            parts_of(invocation, training), invocation.site, declared, self.nodes(invocation), self.build(invocation)
         )
         state = invocation.state
         state.watch = state.watch or PendingWatch(invocation.say)
@@ -167,7 +173,7 @@ class Slurm(Platform[SlurmState]):
         def also(job: Any) -> set[str]:  # untyped GPU train jobs leave out nodes whose GPUs the build cannot run
             return mixed_gpus.left_out(self.mixed(invocation), job)
 
-        ledger = Site.of(invocation.config["site"])  # and the nodes results/nodes.json holds too many events of
+        ledger = invocation.site  # and the nodes results/nodes.json holds too many events of
         state.exclusions = state.exclusions or Exclusions(
             invocation.train_rules, invocation.say, also=also, site=ledger
         )

@@ -8,7 +8,7 @@ a run's driver (``snakeddp.launch`` starts it through the torchdistributor launc
 ranks, each forked in its task from a Python worker that the executor's ``daemon`` forked with torch
 imported; a run's own application runs them with TorchDistributor's torchrun; ``rank`` is the rank.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``remote``, ``report``, ``run``, ``training``, ``util``, ``warm``; and, going
 up a floor, ``train`` (the floors below its own: tests/test_floors.py).
 """

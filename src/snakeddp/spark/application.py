@@ -34,6 +34,7 @@ from snakeddp.forking import helper
 from snakeddp.spark import SparkError, stage
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
+from snakeddp.spark.settings import Settings
 from snakeddp.spark.sharing import session_key
 from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_text
@@ -102,7 +103,7 @@ class Application:
             log(f"the executors' Python was not started ahead: {str(error).splitlines()[0] if str(error) else error!r}")
 
     def start(self, hello: dict[str, Any]) -> None:
-        section = hello["section"]
+        section = Settings.of(hello["section"])
         master, source = masters.check(section, os.environ)
         sessions.prepare_scratch(self.scratch)
         shape = sessions.Shape(

@@ -37,10 +37,11 @@ from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, variables
 from snakeddp.run.layout import RunPaths
-from snakeddp.spark import PLATFORM, SparkError, sharing
+from snakeddp.spark import PLATFORM, SparkError, settings, sharing
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
 from snakeddp.spark.jobside import APP_ID, MASTER
+from snakeddp.spark.settings import Settings
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 
 SETTINGS_FILE = "rank-env.json"
@@ -84,7 +85,7 @@ def rank_environment(env: Mapping[str, str], app_id: str, master: str, scratch: 
 
 
 def run(args: argparse.Namespace, entry: list[str], env: Mapping[str, str]) -> int:
-    section = variables.platform_section(env, PLATFORM)
+    section = settings.from_environment(env)
     master, source = masters.check(section, env)
     paths = RunPaths(args.run_dir)
     scratch = paths.platform(PLATFORM).resolve()
@@ -118,7 +119,7 @@ ALONE = RuntimeError("the run starts an application of its own")
 
 
 def shared(
-    args: argparse.Namespace, entry: list[str], env: Mapping[str, str], section: Mapping[str, Any], scratch: Path
+    args: argparse.Namespace, entry: list[str], env: Mapping[str, str], section: Settings, scratch: Path
 ) -> BaseException | None:
     """The run's ranks in the workflow's shared application (snakeddp.spark.sharing), if it has one and takes
     the run: what the Spark job ended with; ALONE where the run starts an application of its own."""
@@ -157,7 +158,7 @@ def alone(
     args: argparse.Namespace,
     entry: list[str],
     env: Mapping[str, str],
-    section: Mapping[str, Any],
+    section: Settings,
     where: tuple[str, str],
     scratch: Path,
 ) -> BaseException | None:

@@ -16,9 +16,12 @@ import shutil
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from snakeddp.spark import SparkError
+
+if TYPE_CHECKING:  # the part needs the config's packages; this module needs only the standard library
+    from snakeddp.spark.settings import Settings
 
 DEFAULTS_FILE = "spark-defaults.conf"
 PROPERTY = re.compile(r"(?P<key>[^\s=:]+)\s*[=:\s]\s*(?P<value>.*)")
@@ -125,10 +128,10 @@ def require_pyspark() -> None:
         )
 
 
-def check(section: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str]:
+def check(settings: Settings, env: Mapping[str, str]) -> tuple[str, str]:
     """Everything the driver needs before it starts: pyspark, a JDK, a master that answers."""
     require_pyspark()
     java(env)
-    master, source = resolve(section.get("master"), env)
+    master, source = resolve(settings.master, env)
     check_reachable(master, source)
     return master, source

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import platforms
-from snakeddp.config.parts import Launch
+from snakeddp.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.errors import print_line
-from snakeddp.platforms.contract import Invocation, Platform, PreflightError, Runs
 from snakeddp.run import variables
 from snakeddp.spark import PLATFORM, SparkError, master, sharing, workers
+from snakeddp.spark.settings import Settings
 
 #: Where the shared application's executors keep their temporary files: in the checkout, which they see.
 SCRATCH = Path(".snakemake") / "snakeddp"
@@ -31,7 +31,7 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     if settled is not None:
         return settled
     try:
-        offer = workers.offer(invocation.config[PLATFORM], env)
+        offer = workers.offer(invocation.settings_as(Settings), env)
     except SparkError:
         return site  # no master named: the checks say so, with their HINT
     if offer is None:
@@ -56,7 +56,7 @@ class Spark(Platform[SparkState]):
 
     def check(self, invocation: Invocation[SparkState]) -> None:
         try:
-            master.check(invocation.config[PLATFORM], os.environ)
+            master.check(invocation.settings_as(Settings), os.environ)
         except master.SparkError as error:
             raise PreflightError(str(error)) from None
 
@@ -68,7 +68,7 @@ class Spark(Platform[SparkState]):
         application = invocation.state.application
         if application.process is not None:
             return
-        launches = [Launch.of(run["config"]["launch"]) for run in training.values()]
+        launches = [invocation.launches[run_id] for run_id in training]
         scratch = (SCRATCH / f"spark-{os.getpid()}").resolve()
         expect = sharing.expected(launches, os.environ)
         os.environ[sharing.VARIABLE] = application.start(scratch, sharing.slots(launches), expect=expect)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snakeddp.spark.settings import Settings
 from snakeddp.util.fsutil import atomic_write_text
 
 # pyspark 4.3 warns that it does not fully support pandas 3 (the core's); TorchDistributor uses pandas
@@ -85,7 +86,7 @@ EXECUTOR_CORES = "spark.executor.cores"
 
 def spark_settings(
     shape: Shape,
-    section: Mapping[str, Any],
+    spark: Settings,
     master: str,
     scratch: Path,
     cluster_defaults: Mapping[str, str] | None = None,
@@ -116,9 +117,7 @@ def spark_settings(
         if shape.first and shape.first < shape.slots:
             # A shared application asks for every run's slots, and starts once the largest run fits.
             settings["spark.scheduler.minRegisteredResourcesRatio"] = f"{shape.first / shape.slots:.4f}"
-    theirs = {
-        key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in section["conf"].items()
-    }
+    theirs = {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in spark.conf.items()}
     if shape.gpu:
         settings.update(gpu_settings(shape, master, {**cluster_defaults, **theirs}))
     return {**settings, **theirs}

@@ -29,10 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config.parts import Launch
+from snakeddp.config.parts import Launch, thaw
 from snakeddp.forking.helper import Helper
 from snakeddp.run import variables
 from snakeddp.spark import SparkError
+from snakeddp.spark.settings import Settings, from_environment
 from snakeddp.util import handoff
 
 #: The shared application's socket, set in Snakemake's environment (so in every train job's).
@@ -136,10 +137,10 @@ class Client:
         self.sock.close()
 
 
-def hello(section: Mapping[str, Any], num_processes: int, threads: int, gpu: bool) -> dict[str, Any]:
+def hello(section: Settings, num_processes: int, threads: int, gpu: bool) -> dict[str, Any]:
     """What a run needs of the shared application: the same session (Spark settings, cores per task,
     GPUs); its ranks' number only decides when it may start."""
-    return {"section": dict(section), "num_processes": num_processes, "threads": threads, "gpu": gpu}
+    return {"section": thaw(section), "num_processes": num_processes, "threads": threads, "gpu": gpu}
 
 
 def session_key(hello: Mapping[str, Any]) -> str:
@@ -152,7 +153,7 @@ def expected(launches: Sequence[Launch], env: Mapping[str, str]) -> dict[str, An
     ranks), read as their jobs read it: the platform's section from ``env``, and each run's cores per rank
     and accelerator as snakeddp.launch gives them to snakeddp.spark.driver. None where they differ: the
     first run to ask decides, as it does without this."""
-    section = variables.platform_section(env, "spark")
+    section = from_environment(env)
     hellos = [
         hello(
             section,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snakeddp.spark import master as masters
+from snakeddp.spark.settings import Settings
 from snakeddp.util import gpus
 
 UI_PORT = "spark.master.ui.port"
@@ -38,9 +39,9 @@ class Offer:
     why: str
 
 
-def ui_port(section: Mapping[str, Any], env: Mapping[str, str]) -> int:
+def ui_port(settings: Settings, env: Mapping[str, str]) -> int:
     """The standalone master's web UI port, where the master itself takes it from."""
-    given = section.get("conf", {}).get(UI_PORT) or masters.cluster_defaults(env).get(UI_PORT)
+    given = settings.conf.get(UI_PORT) or masters.cluster_defaults(env).get(UI_PORT)
     given = given or env.get(UI_PORT_VARIABLE)
     return int(given) if given else DEFAULT_UI_PORT
 
@@ -61,9 +62,9 @@ def offer_of(state: Mapping[str, Any], where: str) -> Offer:
     return Offer("cpu", f"{where}: {len(alive)} worker{'s' if len(alive) != 1 else ''} alive, none offering GPUs")
 
 
-def offer(section: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> Offer | None:
+def offer(settings: Settings, env: Mapping[str, str] = os.environ) -> Offer | None:
     """What the workers of the cluster the runs would train on offer; None where the master cannot say."""
-    master, _ = masters.resolve(section.get("master"), env)
+    master, _ = masters.resolve(settings.master, env)
     if master == "local" or master.startswith("local["):
         shown = gpus.visible(env)
         kind = "gpu" if shown else "cpu"
@@ -71,7 +72,7 @@ def offer(section: Mapping[str, Any], env: Mapping[str, str] = os.environ) -> Of
     addresses = masters.standalone_addresses(master)
     if not addresses:
         return None
-    port = ui_port(section, env)
+    port = ui_port(settings, env)
     for host, _ in addresses:
         try:
             return offer_of(master_state(host, port), f"the master at {host}:{port} says")

@@ -3,6 +3,6 @@
 Imported by the training processes only (``snakeddp.train``); everything here may import torch and
 Lightning.
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``provenance``, ``run``, ``util``, ``warm`` (the floors below its own: tests/test_floors.py).
 """

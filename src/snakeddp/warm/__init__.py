@@ -8,6 +8,6 @@ runs first (it hands the job over and waits for it), and what the two say to eac
 before anything else. A node's training ranks are forked the same way by snakeddp's supervisor
 (snakeddp.cluster.warm).
 
-May import: ``cluster``, ``compat``, ``config``, ``data``, ``environment``, ``errors``, ``forking``,
+May import: ``cluster``, ``compat``, ``config``, ``contract``, ``data``, ``environment``, ``errors``, ``forking``,
 ``platforms``, ``run``, ``util`` (the floors below its own: tests/test_floors.py).
 """

@@ -27,10 +27,11 @@ from snakeddp import config as configuration
 from snakeddp import platforms
 from snakeddp.compat import snakemake as snakemake_compat
 from snakeddp.config import coerce, layers, parts, site, sources
+from snakeddp.config import schema as config_schema
+from snakeddp.contract import Invocation, Platform
 from snakeddp.data import plan as data_plan
 from snakeddp.environment import advisories
 from snakeddp.environment import files as envfiles
-from snakeddp.platforms.contract import Invocation, Platform
 from snakeddp.platforms.table import Row
 from snakeddp.report import configurations as report_configurations
 from snakeddp.report.files import workflow_files
@@ -169,7 +170,7 @@ class Plan:
 
     def train_resources(self) -> dict[str, Callable[[Any], Any]]:
         """The scheduler's resources of a job that trains a run (rules train and search_train): the portable
-        ones, and what the platform's contract adds (snakeddp.platforms.contract: ``resources``)."""
+        ones, and what the platform's contract adds (snakeddp.contract: ``resources``)."""
         return {
             "nodes": lambda wc: self.launch(wc).nodes,
             # Sized per GPU rank unless launch.mem_mb says otherwise (site.mem_mb_per_gpu).
@@ -279,6 +280,7 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
     name = validated["platform"]
     row, contract = platforms.row(name), platforms.load(name)
     deployment = frozenset(method.name for method in workflow.deployment_settings.deployment_method)
+    launches = {run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()}
     invocation = Invocation(
         config=validated,
         declared=config,
@@ -292,6 +294,11 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         same_interpreter=not deployment & OWN_ENVIRONMENTS,
         in_container="APPTAINER" in deployment,
         state=contract.new_state(),
+        # The parts the platform reads (the site once it settled it: _settle), built once here.
+        site=parts.Site.of(validated["site"]),
+        launches=launches,
+        trainers={run_id: parts.Trainer.of(run["config"]["trainer"]) for run_id, run in runs.items()},
+        settings=config_schema.settings_part(row).of(validated[row.section]) if row.section else None,
     )
     _no_retry_of_refused_runs(invocation)
     # The GPU checks below read the declaration as the jobs will, after the export (environment.cuda_forward_compat).
@@ -315,9 +322,9 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         config_files=[str(Path(path).resolve()) for path in workflow.configfiles],
         lock_file=lock_file,
         lock_sha256=hashing.sha256_file(lock_file),
-        site=parts.Site.of(validated["site"]),
+        site=invocation.site,
         tracking=parts.Tracking.of(validated["tracking"]),
-        launches={run_id: parts.Launch.of(run["config"]["launch"]) for run_id, run in runs.items()},
+        launches=launches,
         data={run_id: parts.Data.of(run["config"]["data"]) for run_id, run in runs.items()},
         datasets={configuration.dataset_id(run["config"]["data"]): run["config"]["data"] for run in runs.values()},
         search_groups=searching.configurations(runs) if search else {},
@@ -354,6 +361,7 @@ def _settle(validated: dict[str, Any], contract: Platform, invocation: Invocatio
     # On Slurm, launch.accelerator: auto is asked of the training partition's nodes once; every job and rank
     # gets the site section.
     validated["site"] = contract.settle_site(invocation)
+    invocation.site = parts.Site.of(validated["site"])
     # Off, the export key leaves the config the report records (its params), so a pipeline finished
     # before the key existed stays done; an unset experiment likewise.
     if not validated["report"]["export"]:

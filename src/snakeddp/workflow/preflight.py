@@ -5,7 +5,7 @@ accelerator cannot run, a missing package, command, file or cloud setting, more 
 cores) stops the workflow with one line and a HINT, and shows in ``snakemake -n`` too.
 Nothing here imports torch: a user's ``model.target`` / ``data.module`` is imported by the
 training interpreter in a subprocess, and only when its module file changed (``targets``). What a
-platform needs is its own contract's to check (``snakeddp.platforms.contract``), asked from here.
+platform needs is its own contract's to check (``snakeddp.contract``), asked from here.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site, Tracking, Trainer
+from snakeddp.contract import Invocation, PreflightError
 from snakeddp.errors import TrackerError, print_line
-from snakeddp.platforms.contract import Invocation, PreflightError
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.run.mlflow_server import check_reachable

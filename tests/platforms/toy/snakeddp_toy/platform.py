@@ -1,4 +1,4 @@
-"""The toy platform's contract (snakeddp.platforms.contract.RemotePlatform): one node; a train job submits
+"""The toy platform's contract (snakeddp.contract.RemotePlatform): one node; a train job submits
 the run to the toy queue and follows it (snakeddp_toy.job)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 
 from snakeddp import platforms
 from snakeddp.config.parts import Launch
-from snakeddp.platforms.contract import Invocation, PreflightError, RemotePlatform, Stateless
+from snakeddp.contract import Invocation, PreflightError, RemotePlatform, Stateless
 from snakeddp_toy import PLATFORM
 
 
