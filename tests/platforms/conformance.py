@@ -31,14 +31,17 @@ class Finished:
     refused: CompletedProcess
 
 
-def pipeline(checkout: Checkout, profile: Path, env: dict[str, str], refused_config: str) -> Finished:
-    """The tiny pipeline typed in ``checkout`` with ``profile``, typed again, and typed with a --config
-    override the platform refuses."""
+def pipeline(
+    checkout: Checkout, profile: Path, env: dict[str, str], refused_config: str, config: tuple[str, ...] = ()
+) -> Finished:
+    """The tiny pipeline typed in ``checkout`` with ``profile`` (and ``config``: --config values every time),
+    typed again, and typed with a --config override the platform refuses."""
     checkout.write_config(TINY)
-    first = checkout.snakemake("--profile", str(profile), env=env)
+    given = ("--config", *config) if config else ()
+    first = checkout.snakemake("--profile", str(profile), *given, env=env)
     assert first.returncode == 0, first.stdout[-5000:]
-    again = checkout.snakemake("--profile", str(profile), env=env)
-    refused = checkout.snakemake("--profile", str(profile), "--config", refused_config, env=env)
+    again = checkout.snakemake("--profile", str(profile), *given, env=env)
+    refused = checkout.snakemake("--profile", str(profile), "--config", *config, refused_config, env=env)
     return Finished(checkout.root, again, refused)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from snakeddp.util import yamltext
 from snakeddp.util.fsutil import read_json
 from tests.checkout import Checkout
 from tests.helpers import REPO, subprocess_env
@@ -20,6 +21,8 @@ from tests.platforms.conformance import Conformance, Finished, pipeline
 pytestmark = pytest.mark.e2e
 
 TOY = Path(__file__).parent / "toy"
+#: The name the toy's own setting, toy.node, gives its queue's one node.
+NODE = "toy-node-7"
 
 
 def toy_profile(checkout: Checkout) -> Path:
@@ -42,7 +45,8 @@ def toy_env() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
     checkout = Checkout(tmp_path_factory.mktemp("toy"))
-    return pipeline(checkout, toy_profile(checkout), toy_env(), "launch={nodes: 2}")
+    # The toy's own setting (its section, toy:, which config/schema.yaml does not hold), typed with --config.
+    return pipeline(checkout, toy_profile(checkout), toy_env(), "launch={nodes: 2}", config=(f"toy={{node: {NODE}}}",))
 
 
 class TestToy(Conformance):
@@ -64,3 +68,17 @@ def test_the_run_was_a_queued_job_whose_ranks_ran_the_staged_snapshot(finished: 
     assert record["code"]["source"] == "submitter", "the snapshot has no .git: the commit is the submitter's"
     variables = record["launch"]["variables"]
     assert variables["TOY_JOB"] == kept["job"]
+
+
+def test_the_toys_own_setting_typed_with_config_reaches_its_job_the_schema_file_unchanged(finished: Finished) -> None:
+    """A plugin brings its section (snakeddp_toy.settings: its part and schema): `--config toy={node: NAME}`
+    validates, the train job reads it from what the workflow hands it, and its queue places the ranks on that
+    node, which provenance records; the checkout's config/schema.yaml, snakeddp's, names no toy section."""
+    run_dir = finished.directory / "results" / "runs" / "base"
+    assert read_json(run_dir / "toy" / "request.json")["node"] == NODE
+    record = json.loads((run_dir / "provenance.json").read_text())
+    assert record["launch"]["variables"]["TOY_NODE"] == NODE
+    assert {rank["node"] for rank in record["launch"]["ranks"]} == {NODE}
+    schema_file = finished.directory / "config" / "schema.yaml"
+    assert schema_file.read_bytes() == (REPO / "config" / "schema.yaml").read_bytes()
+    assert "toy" not in yamltext.safe_load(schema_file.read_text())["properties"]

@@ -3,7 +3,8 @@
 
 A train job submits its run to the toy queue (``queue``: a detached process on this machine, as a cloud's
 scheduler would be elsewhere) and follows it (``job``: snakeddp.remote.job's sequence); the queue starts
-each rank with torch's variables, the node it "places" it on (``TOY_NODE``) and the job's id (``TOY_JOB``),
+each rank with torch's variables, the node it "places" it on (``TOY_NODE``: the toy's own setting,
+``toy.node``, ``settings``) and the job's id (``TOY_JOB``),
 both recorded by provenance, and every rank runs snakeddp.remote.entry from the staged code snapshot. It
 refuses what it cannot run (more than one node) in one line with a HINT.
 Installed as a package would be: its row is the ``snakeddp.platforms`` entry point in
@@ -21,7 +22,16 @@ NODE = "TOY_NODE"
 JOB = "TOY_JOB"
 
 # The queue starts every rank itself with torch's variables (launch.launcher auto: env), on this machine.
-ROW = Row(PLATFORM, "snakeddp_toy.platform", "env", this_machine=True, job_side="snakeddp_toy.jobside")
+# Its own section, toy: (its node's name), read through its settings part.
+ROW = Row(
+    PLATFORM,
+    "snakeddp_toy.platform",
+    "env",
+    section="toy",
+    settings="snakeddp_toy.settings:Settings",
+    this_machine=True,
+    job_side="snakeddp_toy.jobside",
+)
 
 
 class ToyError(ConfigError):

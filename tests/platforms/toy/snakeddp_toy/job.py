@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from snakeddp.config.parts import Launch
 from snakeddp.remote import inherited
 from snakeddp.remote.attempt import collect
 from snakeddp.remote.job import RemoteJob, Submitted
@@ -25,6 +24,7 @@ from snakeddp.run.layout import RUN_FILE, RunPaths
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_json
 from snakeddp_toy import PLATFORM, ToyError
+from snakeddp_toy.settings import from_environment
 
 ENVIRONMENT_FILE = "environment.json"
 POLL_S = 0.1
@@ -57,7 +57,8 @@ class ToyJob(RemoteJob):
         request = {
             "command": [*entry, *train],
             "cwd": str(code),
-            "ranks": Launch.of(self.run.config["launch"]).devices,
+            "ranks": self.launch.devices,
+            "node": from_environment(os.environ).node,  # the toy's own setting, as the workflow handed it
             "variables": inherited.variables(PLATFORM),
             "job": str(self.job_dir),
         }

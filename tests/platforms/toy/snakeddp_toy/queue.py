@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     job_dir, ranks, job_id = Path(request["job"]), int(request["ranks"]), f"toy-{os.getpid()}"
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     machine = {name: value for name, value in os.environ.items() if not name.startswith("SNAKEDDP_")}
-    placed = {NODE: "toy-node-0", JOB: job_id, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    placed = {NODE: request["node"], JOB: job_id, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     started = []
     for rank in range(ranks):
         torch_variables = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(ranks)}
