@@ -99,3 +99,8 @@ def test_a_parquet_tables_row_groups_leave_the_page_cache_once_read(tmp_path):
     stop = max(first + c.total_compressed_size for first, c in zip(starts, columns, strict=True))
     assert (stop - min(starts)) > 0.9 * source.stat().st_size, "the row groups are most of the file"
     assert resident(source, min(starts), stop) == 0.0
+
+
+def test_advice_on_a_file_that_is_gone_is_no_error_of_the_run(tmp_path):
+    assert pagecache.drop(tmp_path / "gone.safetensors") is None
+    assert not (tmp_path / "gone.safetensors").exists()

@@ -25,13 +25,7 @@ def read_next(metadata: Mapping[str, str]) -> bool:
 
 def drop(path: str | Path) -> None:
     """Drop a synced file's pages from the page cache (the file stays whole on disk)."""
-    if _ADVISE is None:
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        _ADVISE(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    _advise(path, 0, 0)
 
 
 def drop_read(path: str | Path, group: Any) -> None:
@@ -44,8 +38,21 @@ def drop_read(path: str | Path, group: Any) -> None:
         first = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
         starts.append(first)
         stops.append(first + column.total_compressed_size)
-    fd = os.open(path, os.O_RDONLY)
+    _advise(path, min(starts), max(stops) - min(starts))
+
+
+def _advise(path: str | Path, offset: int, length: int) -> None:
+    """POSIX_FADV_DONTNEED over a range of a file (0, 0: all of it). Advice only: a file that cannot be opened
+    for it (gone, or a file system that refuses) is left to the kernel, never an error of the run."""
+    if _ADVISE is None:
+        return
     try:
-        _ADVISE(fd, min(starts), max(stops) - min(starts), os.POSIX_FADV_DONTNEED)
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        _ADVISE(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass  # a file system without the call (EINVAL, ENOSYS): nothing dropped, nothing lost
     finally:
         os.close(fd)
