@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -82,3 +84,35 @@ def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_pat
     assert "Spark" not in local_log.read_text()
     names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "spark" / "results" / "data")
     assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
+
+
+# Another application holding both workers' cores while it lives (as the workflow's shared application may
+# for its training runs, which wait for the data): it says so once its executors are registered.
+HOLD = """
+import sys, time
+from pyspark import SparkConf, SparkContext
+settings = {"spark.master": sys.argv[1], "spark.cores.max": "2", "spark.ui.enabled": "false",
+            "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"}
+context = SparkContext(conf=SparkConf().setAll(list(settings.items())))
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_cluster_whose_cores_are_all_held_leaves_the_table_to_the_step(spark_cluster, tmp_path, monkeypatch, capfd):
+    table = parquet_folder(tmp_path / "table", the_rows())
+    params = tables.params(table, partitions=3)
+    ingest(params, tmp_path / "local")
+    command = [sys.executable, "-c", HOLD, spark_cluster.master_url]
+    holder = subprocess.Popen(command, env=cluster_env(spark_cluster), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        monkeypatch.chdir(tmp_path)
+        summary = spark_ingest.ingest(params, tmp_path / "spark", cluster_env(spark_cluster))
+    finally:
+        holder.terminate()
+        holder.wait(timeout=60)
+    assert "no free core on the Spark cluster" in capfd.readouterr().err
+    assert "pieces" not in summary  # read by the step itself, as on the local platform
+    assert len(same_files(tmp_path / "local", tmp_path / "spark")) == 2 * (3 + 1)

@@ -32,10 +32,19 @@ from snakeddp.util.terminal import say
 TASK_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<type>[\w.]+): (?P<message>.*)")
 
 
+class NoCores(Exception):
+    """The cluster has no core for the step's application: the workflow's own application may hold them all for
+    the training that waits for these partitions, so the table is read here instead."""
+
+
 def ingest(params: Mapping[str, Any], out_dir: str | Path, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """table.ingest's outputs, read by the executors where the table is spread, else here."""
     read = functools.partial(on_executors, spark=settings.from_environment(env), env=env)
-    summary = spread.ingest(params, out_dir, read, "by Spark tasks")
+    try:
+        summary = spread.ingest(params, out_dir, read, "by Spark tasks")
+    except NoCores as why:
+        say(f"ingest: {why}; the table is read here")
+        summary = None
     return summary if summary is not None else tables.ingest(params, out_dir)
 
 
@@ -58,10 +67,7 @@ def on_executors(
     master, named_by = masters.resolve(spark.master, env)
     free = free_cores(spark, master, env)
     if free == 0:
-        raise SparkError(
-            f"no free core on the Spark cluster at {master} to ingest the table (the workers' cores are all held). "
-            "HINT: rerun once the cluster's other applications have ended, or add a worker."
-        )
+        raise NoCores(f"no free core on the Spark cluster at {master} (its applications hold them all)")
     slots = min(len(pieces), free or len(pieces))
     scratch = Path(work.folder) / "spark"
     sessions.prepare_scratch(scratch)
@@ -74,6 +80,10 @@ def on_executors(
     except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
         raise SparkError(sessions.session_failure(master, named_by, error)) from None
     try:
+        # The session waited for its cores (spark.scheduler.maxRegisteredResourcesWaitingTime): another application
+        # may have taken the free ones first, and its tasks would wait for them as long as it holds them.
+        if len(context._jsc.sc().statusTracker().getExecutorInfos()) <= 1:  # the driver's own entry
+            raise NoCores(f"no executor of the Spark cluster at {master} came to application {context.applicationId}")
         say(
             f"ingest: Spark application {context.applicationId} on {master} ({named_by}), {len(pieces)} tasks on "
             f"up to {slots} cores; started in {time.monotonic() - started:.1f} s"
