@@ -17,6 +17,7 @@ from torch.distributed import TCPStore
 
 from snakeddp.training.evidence import Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.gather import GPU, STACKS, Gathering, Verdict, folder
+from tests.gpu_standin import StandIn
 from tests.training.test_meeting import free_port
 
 # A rank stand-in: sets its trap, says so, then stops itself deep in a function of a recognisable name.
@@ -176,3 +177,21 @@ def test_a_silent_culprit_alone_on_its_host_is_said_not_taken(tmp_path):
 def test_a_verdict_that_is_not_one_is_none():
     assert Verdict.read(b"0") is None and Verdict.read(b"{") is None
     assert Verdict.read(Verdict(1, 0, False).text().encode()) == Verdict(1, 0, False)
+
+
+def test_the_culprits_gpu_state_is_what_nvml_answers_on_a_stand_in_gpu_host(tmp_path):
+    """The stand-in driver's NVML (tests/gpu_standin): a GPU busy at 97 % with the rank's process on it holding
+    12 GiB; what this NVML does not answer (temperature, power) is null, not guessed."""
+    machine = StandIn(tmp_path / "machine", count=2, processes={1: [(4242, 12.0)]}, utilisation={1: 97})
+    uuid = machine.uuids[1]
+    asked = f"import json; from snakeddp.training.evidence import gpu_state; print(json.dumps(gpu_state({uuid!r}, 1)))"
+    done = subprocess.run([sys.executable, "-c", asked], env=machine.env(dict(os.environ)), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(done.stdout)
+    assert record["why"] is None and record["device"] == uuid, record
+    state = record["state"]
+    assert (state["uuid"], state["name"], state["utilization_gpu_percent"]) == (uuid, "NVIDIA A100-SXM4-40GB", 97)
+    assert state["memory_total_mib"] == 40 * 1024 and state["memory_used_mib"] == 12 * 1024
+    assert state["processes"] == [{"pid": 4242, "used_mib": 12 * 1024}]
+    assert state["temperature_c"] is None and state["power_w"] is None

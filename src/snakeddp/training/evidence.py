@@ -120,8 +120,10 @@ def _signal_main_thread(pid: int, signum: int) -> None:
 def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
     """Another process's stack, by its trap: the text and how it was taken, or None and why not."""
     state = _state(pid)
-    if state is None or state in "ZX":
+    if state is None:
         return None, "its process is gone"
+    if state in "ZX":
+        return None, "its process has exited"
     if state == "t":
         return None, "a debugger holds its process (it runs no signal handler until the debugger lets it go)"
     trap = _trap_of(pid)
@@ -137,8 +139,10 @@ def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
         finally:
             if state == "T":
                 os.kill(pid, signal.SIGSTOP)  # as it was found
-    except (ProcessLookupError, FileNotFoundError):
-        return None, "its process is gone"
+    except ProcessLookupError:
+        return None, "its process is gone (the signal found none)"
+    except FileNotFoundError:
+        return None, "its process is gone (its stack trap with it)"
     except PermissionError:
         return None, "its process is not this user's"
     if text is None:
