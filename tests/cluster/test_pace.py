@@ -64,6 +64,9 @@ def test_a_rank_at_half_the_pace_is_named_once_after_the_window_with_its_scores(
     text = pace.line(slow, "base")
     assert "rank 2 on node n2 (host host-2) (cpu, pid 102) has run at 0.50x the pace of the fastest rank" in text
     assert "HINT: " in text and "launch.straggler: stop" in text and "\n" not in text
+    assert "goes on; its node's slow spell is recorded in results/nodes.json. HINT" in pace.line(
+        slow, "base", "results/nodes.json"
+    )
     scores = paces.scores()
     assert scores[2]["lowest_relative"] == pytest.approx(0.5) and scores[0]["lowest_relative"] == 1.0
     assert len(scores[2]["slow_spells"]) == 1 and scores[2]["slow_spells"][0]["until"] is None

@@ -111,7 +111,8 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     assert line.startswith("snakeddp.train: run base is slowed by one rank: ") and where in line, line
     relative = float(line.split(where)[1].split("x")[0])
     assert 0.2 < relative < 0.7, line
-    assert "the run goes on. HINT: " in line and "(rank 0 on " in line, line
+    assert "the run goes on; its node's slow spell is recorded in results/nodes.json. HINT: " in line, line
+    assert "(rank 0 on " in line, line
     assert typed.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
     output = (tmp_path / "run.log").read_text()
     assert output.count("is slowed by one rank") == 1, "one line, once"
@@ -128,6 +129,9 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     assert slow["lowest_relative"] < 0.7 <= fast["lowest_relative"] and fast["relative"] == 1.0 > slow["relative"]
     ((spell,),) = [slow["slow_spells"]]
     assert spell["until"] is not None and spell["seconds"] >= 60 and fast["slow_spells"] == []
+    # The checkout's ledger of nodes keeps the spell (snakeddp.run.ledger), once.
+    events = json.loads((tmp_path / "results/nodes.json").read_text())["nodes"][socket.gethostname()]
+    assert [(e["kind"], e["run"], e["at"]) for e in events] == [("slow", "base", spell["since"])]
     graph = json.loads((tmp_path / "results/report/ro-crate-metadata.json").read_text())["@graph"]
     kept = {entity["@id"]: entity for entity in graph}
     assert kept["#base-rank-1-pace"]["value"] == slow["relative"] and kept["#base-rank-0-pace"]["value"] == 1.0

@@ -246,12 +246,13 @@ def look_at(slow: Slow) -> str:
     return "look at that host (another program on its cores, its memory swapping, its link)"
 
 
-def line(slow: Slow, run_id: str) -> str:
-    """The one line that names a slow rank while the run goes on."""
+def line(slow: Slow, run_id: str, recorded: str | None = None) -> str:
+    """The one line that names a slow rank while the run goes on (``recorded``: the ledger of nodes that keeps it)."""
+    kept = f"; its node's slow spell is recorded in {recorded}" if recorded else ""
     return (
         f"run {run_id} is slowed by one rank: {facts(slow)}; every other rank waits for it at each step, and the "
-        f"run goes on. HINT: {look_at(slow)}, or set launch.straggler: stop to end such a run at once (the last "
-        f"checkpoint is kept, and Slurm's retry leaves its node out)."
+        f"run goes on{kept}. HINT: {look_at(slow)}, or set launch.straggler: stop to end such a run at once (the "
+        f"last checkpoint is kept, and Slurm's retry leaves its node out)."
     )
 
 

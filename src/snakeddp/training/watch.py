@@ -48,7 +48,8 @@ from snakeddp.cluster.hang import (
 from snakeddp.cluster.lifecycle import HUNG_EXIT_CODE
 from snakeddp.compat.lightning import fit_position
 from snakeddp.errors import HangError, one_line, print_line, write_first
-from snakeddp.run.layout import RunPaths
+from snakeddp.run import ledger
+from snakeddp.run.layout import RUNS, RunPaths
 from snakeddp.run.tries import write_hang
 from snakeddp.training.evidence import device_of
 from snakeddp.training.gather import Gathering, Verdict
@@ -252,8 +253,21 @@ class Watch:
         positions = {p.rank: p for p in readable(values)}
         for slow in self.paces.update(positions.values(), now):
             if self.straggler.action == pace.STOP:
-                self._stop_for(slow, positions)  # ends this process
-            say(f"{PROG}: {pace.line(slow, self.run_id)}")
+                self._stop_for(slow, positions)  # ends this process (its try's hang is the ledger's event)
+            say(f"{PROG}: {pace.line(slow, self.run_id, self._remember(slow))}")
+
+    def _remember(self, slow: pace.Slow) -> str | None:
+        """The slow rank's node's slow spell in the checkout's ledger of nodes (snakeddp.run.ledger), where this is a
+        workflow's run directory (results/runs/<run>); the ledger's path, or None where it was not kept."""
+        if self.run_dir.parent.name != RUNS:
+            return None
+        results = self.run_dir.parent.parent
+        note = f"rank {slow.rank.rank} at {slow.relative:.2f}x the fastest rank's pace for {slow.slow_s:.0f} s"
+        try:
+            ledger.record(results, slow.rank.node or slow.rank.host, "slow", self.run_id, slow.since, note)
+        except (ledger.LedgerError, OSError):  # a ledger that cannot be read: the line is said all the same
+            return None
+        return str(ledger.path(results))
 
     def _stop_for(self, slow: pace.Slow, positions: dict[int, Position]) -> None:
         """End the run as a hang ends it, with hung.json naming the slow rank (kind slow)."""
