@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from importlib import resources
 
 import jsonschema
@@ -58,3 +59,14 @@ def test_a_queued_retry_a_platform_answers_for_wins_over_a_finished_try(tmp_path
     assert rows[0]["ETA"] == "1m05s" and rows[0]["step"] == "3/9" and rows[0]["epoch"] == "1/3"
     text = status.table(rows).splitlines()
     assert text[0].split() == list(status.COLUMNS) and "slurm job 14 pending (Resources)" in text[-1]
+
+
+def test_rank_0s_posts_are_written_off_its_thread_the_latest_last_and_flush_writes_what_is_pending(tmp_path):
+    poster = status.Poster(tmp_path)
+    for step in range(500):
+        poster.post("training", writer="rank 0", step=step)
+    poster.flush()  # what the provenance record reads back is the last post, written now
+    assert status.read(tmp_path)["step"] == 499
+    time.sleep(0.3)  # the thread's write of an earlier post, if one was under way, did not replace it
+    assert status.read(tmp_path)["step"] == 499
+    assert [path.name for path in tmp_path.iterdir()] == ["status.json"]

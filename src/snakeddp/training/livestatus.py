@@ -48,6 +48,7 @@ class LiveStatus(Callback):
         self.total_steps: int | None = None
         self._batch = 0  # samples in this rank's last batch
         self.load: Utilisation | None = None
+        self.poster = status.Poster(run_dir)
 
     # Lightning's hooks, in the order fit calls them.
 
@@ -100,6 +101,7 @@ class LiveStatus(Callback):
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._post(trainer, force=True)
+        self.poster.flush()  # written before the provenance record reads the account back
         if self.load is not None:
             self.load.stop()
 
@@ -142,8 +144,7 @@ class LiveStatus(Callback):
         first_step, elapsed = self._pace[0][1], now - self._pace[0][0]
         steps_per_s = (step - first_step) / elapsed if elapsed > 0 and step > first_step else None
         per_step = trainer.accumulate_grad_batches * trainer.world_size * self._batch
-        status.write(
-            self.run_dir,
+        self.poster.post(
             "training",
             writer="rank 0",
             epoch=min(trainer.current_epoch + 1, trainer.max_epochs or trainer.current_epoch + 1),  # 1-based
