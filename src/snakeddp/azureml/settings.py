@@ -21,7 +21,6 @@ import snakeddp
 from snakeddp import config as configuration
 from snakeddp.azureml import AzureMLError
 from snakeddp.config import parts
-from snakeddp.run.variables import PLATFORM_SECTION as SECTION
 
 WORKSPACE_KEYS = ("subscription_id", "resource_group", "workspace_name")
 # The checkout that holds the Snakefile and envs/: relative requirement and Dockerfile paths start here.
@@ -113,7 +112,10 @@ class Settings(parts.Settings):
     @classmethod
     def from_section(cls, section: Mapping[str, Any], cwd: Path | None = None) -> Settings:
         """Validate a raw ``azureml:`` section (defaults filled) and read its workspace config file."""
-        return cls.of(configuration.validate({"azureml": dict(section)}, source=SECTION)["azureml"]).resolved(cwd)
+        from snakeddp.run.variables import PLATFORM_SECTION  # not at import: the config's schema imports this module
+
+        validated = configuration.validate({"azureml": dict(section)}, source=PLATFORM_SECTION)["azureml"]
+        return cls.of(validated).resolved(cwd)
 
     def resolved(self, cwd: Path | None = None) -> Settings:
         """The settings with the workspace's ids from its config file (relative to ``cwd``), the section's over them."""
@@ -121,6 +123,8 @@ class Settings(parts.Settings):
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> Settings:
+        from snakeddp.run.variables import PLATFORM_SECTION as SECTION
+
         raw = env.get(SECTION)
         if raw is None:
             raise AzureMLError(
