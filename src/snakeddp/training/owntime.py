@@ -4,9 +4,9 @@ DDP all-reduces the gradients during backward (a bucket as soon as its gradients
 them before backward returns: a fast rank waits there for a slow one, the slow one hardly waits. A rank's own
 time is its step, on_train_batch_start to on_train_batch_end, less that wait: from its last gradient's
 accumulation (a hook on each parameter that reads the clock) to on_after_backward. It runs first among the
-callbacks, so the preemption agreement's all-reduce after a step (training.callbacks.Preemption) is outside too,
-and so is the loading of the next batch (a rank's own, but it overlaps the others' steps). Per step: clock
-reads; the watch thread reads ``totals``. No collective.
+callbacks, so the preemption agreement's all-reduce after a step (training.callbacks.Preemption) is outside too.
+So is the fetch of the next batch, between two steps, beside Lightning's own collectives there: a rank slow to
+read its data is not scored by this. Per step: clock reads; the watch thread reads ``totals``. No collective.
 """
 
 from __future__ import annotations
