@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from snakeddp import platforms
 from snakeddp.contract import Invocation, Platform, RemotePlatform, Stateless
+from snakeddp.errors import ConfigError
 
 
 class Checks(Platform[Stateless]):
@@ -50,3 +52,21 @@ def test_each_platforms_state_is_a_fresh_dataclass_per_invocation(name):
     assert dataclasses.is_dataclass(first) and first is not second and first == second
     # A fresh state knows nothing yet: every field has its default.
     assert all(field.default is not dataclasses.MISSING for field in dataclasses.fields(first))
+
+
+def test_an_invocation_hands_its_platform_the_settings_part_its_row_names_and_refuses_another():
+    """A platform reads its section as its package's part (its row's settings); asked as another part, the
+    invocation says which it holds, in one line with a HINT naming the row's field."""
+    from snakeddp import config
+    from snakeddp.databricks.settings import Settings as DatabricksSettings
+    from snakeddp.spark.settings import Settings as SparkSettings
+    from tests.platforms.invocations import invocation
+
+    validated = config.validate({"platform": "spark", "spark": {"master": "local[2]"}})
+    handed = invocation(validated, config.expand_sweep(validated, source="test"))
+    assert handed.settings_as(SparkSettings).master == "local[2]"
+    said = "the invocation's platform settings are snakeddp.spark.settings.Settings, not snakeddp.databricks."
+    with pytest.raises(ConfigError, match=f"^{re.escape(said)}settings.Settings. HINT: name snakeddp.databricks"):
+        handed.settings_as(DatabricksSettings)
+    local = config.validate({})
+    assert invocation(local, config.expand_sweep(local, source="test")).settings is None

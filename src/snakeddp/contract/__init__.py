@@ -85,11 +85,16 @@ class Invocation(Generic[State]):
     def settings_as(self, kind: type[S]) -> S:
         """The platform's own settings, as its package's part ``kind``."""
         if not isinstance(self.settings, kind):
+            held = "none" if self.settings is None else _named(type(self.settings))
             raise ConfigError(
-                f"the invocation's platform settings are {type(self.settings).__name__}, not {kind.__name__}. "
-                f"HINT: name {kind.__module__}:{kind.__name__} as its row's settings (snakeddp.platforms.table)."
+                f"the invocation's platform settings are {held}, not {_named(kind)}. HINT: name "
+                f"{kind.__module__}:{kind.__qualname__} as the platform's row's settings (snakeddp.platforms.table)."
             )
         return self.settings
+
+
+def _named(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 @dataclass
