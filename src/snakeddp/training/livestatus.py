@@ -46,7 +46,7 @@ class LiveStatus(Callback):
         self._posted_at = 0.0
         self._pace: collections.deque[tuple[float, int]] = collections.deque()
         self.total_steps: int | None = None
-        self._batch = 0  # samples in this rank's last batch
+        self._batch: Any = None  # this rank's last batch, counted only when posted
         self.load: Utilisation | None = None
         self.poster = status.Poster(run_dir)
 
@@ -82,7 +82,7 @@ class LiveStatus(Callback):
         now = time.perf_counter()
         if self._batch_start is not None:
             self.productive += now - self._batch_start
-        self._batch = batch_size(batch)
+        self._batch = batch
         self._waiting_since = (now, self.phases.checkpoints.seconds)
         self._post(trainer)
 
@@ -102,6 +102,7 @@ class LiveStatus(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._post(trainer, force=True)
         self.poster.flush()  # written before the provenance record reads the account back
+        self._batch = None  # its tensors not held past the fit
         if self.load is not None:
             self.load.stop()
 
@@ -143,7 +144,7 @@ class LiveStatus(Callback):
             self._pace.popleft()
         first_step, elapsed = self._pace[0][1], now - self._pace[0][0]
         steps_per_s = (step - first_step) / elapsed if elapsed > 0 and step > first_step else None
-        per_step = trainer.accumulate_grad_batches * trainer.world_size * self._batch
+        per_step = trainer.accumulate_grad_batches * trainer.world_size * batch_size(self._batch)
         self.poster.post(
             "training",
             writer="rank 0",
