@@ -42,7 +42,7 @@ def test_page_is_self_contained(report):
 
 def test_embedded_figures_are_the_plot_files(report):
     text = report.read_text()
-    for name in ("curves", "scaling"):
+    for name in ("curves", "scaling", "account"):
         data = re.search(rf'id="figure-{name}" alt="[^"]*" src="data:image/png;base64,([^"]+)"', text).group(1)
         assert base64.b64decode(data) == (report.parent / f"plots/{name}.png").read_bytes()
 
@@ -53,7 +53,7 @@ def test_chromium_renders_every_run_and_figure(report, tmp_path):
     for run in RUNS:
         assert f'<tr id="row-{run}" data-run="{run}"' in dom.stdout
         assert f'<details id="run-{run}"' in dom.stdout
-    assert 'id="figure-curves"' in dom.stdout and 'id="figure-scaling"' in dom.stdout
+    assert all(f'id="figure-{name}"' in dom.stdout for name in ("curves", "scaling", "account"))
     shot = tmp_path / "report.png"
     chromium(report, tmp_path / "profile-shot", "--window-size=1400,3000", f"--screenshot={shot}")
     pixels = image.imread(shot)
@@ -72,7 +72,7 @@ def test_chromium_decodes_the_figures(report, tmp_path):
     text = report.read_text().replace("default-src 'none';", "default-src 'none'; script-src 'unsafe-inline';")
     probe.write_text(text.replace("</body>", script + "</body>"))
     dom = chromium(probe, tmp_path / "profile", "--dump-dom", "--virtual-time-budget=5000").stdout
-    for name in ("curves", "scaling"):
+    for name in ("curves", "scaling", "account"):
         height, width = image.imread(report.parent / f"plots/{name}.png").shape[:2]
         assert re.search(rf'id="figure-{name}"[^>]*data-decoded="{width}x{height}"', dom), name
 
