@@ -167,3 +167,8 @@ def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(t
     assert completed["outcome"] == "completed" and completed["resumed_from_step"] == stopped["kept_step"] > 0
     epochs = [int(row.split(",")[0]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(STOP_EPOCHS)), "every epoch once"
+    page = (tmp_path / "results/report/report.html").read_text()
+    said = (
+        f"rank 1 on {socket.gethostname()} (pid {rank_1.pid}) slow, at {stopped['hang']['relative']:.2f}x the fastest"
+    )
+    assert said in page and "stopped (launch.straggler: stop) at step" in page
