@@ -173,6 +173,7 @@ def main(args: argparse.Namespace) -> int:
     trackers.log_config(cfg)
 
     started, clock = provenance.utc_now(), time.perf_counter()
+    callbacks.live.fit_called(data)  # the try's account: the DataModule's setup is data loading
     try:
         trainer.fit(model, datamodule=data, ckpt_path=attempt.resume_from, weights_only=True)
         if watch is not None:

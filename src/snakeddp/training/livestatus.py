@@ -7,9 +7,10 @@ when the ranks are gone. Nothing is exchanged with the other ranks: rank 0 alone
 process posts the same way.
 
 The buckets come from Lightning's hooks, in the order ``Trainer.fit`` calls them: the ranks' process group
-and device are set up before ``setup``, a resumed checkpoint is loaded between ``setup`` and
-``on_load_checkpoint``, a step runs from ``on_train_batch_start`` to ``on_train_batch_end``, and the wait
-before a step (less any checkpoint written meanwhile) is data loading.
+and device are set up before ``setup`` (less the DataModule's own setup, timed apart: ``fit_called``), a
+resumed checkpoint is loaded between ``setup`` and ``on_load_checkpoint``, a step runs from
+``on_train_batch_start`` to ``on_train_batch_end``, and the wait before a step (less any checkpoint written
+meanwhile) is data loading.
 """
 
 from __future__ import annotations
@@ -49,6 +50,24 @@ class LiveStatus(Callback):
         self._batch: Any = None  # this rank's last batch, counted only when posted
         self.load: Utilisation | None = None
         self.poster = status.Poster(run_dir)
+        self.fit_called_at: float | None = None
+        self.data_setup_s = 0.0
+
+    def fit_called(self, datamodule: Any) -> None:
+        """``trainer.fit`` is called now, on ``datamodule``: its ``setup``, which Lightning runs between setting
+        up the process group and the callbacks' ``setup`` (snakeddp's reads the validation set), is timed as
+        data loading, not accelerator init."""
+        self.fit_called_at = time.perf_counter()
+        own = datamodule.setup
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return own(*args, **kwargs)
+            finally:
+                self.data_setup_s += time.perf_counter() - began
+
+        datamodule.setup = timed
 
     # Lightning's hooks, in the order fit calls them.
 
@@ -116,17 +135,21 @@ class LiveStatus(Callback):
         # From the launcher's start of the try to this process's start (torchrun's, srun's own start-up).
         launching = max(time.time() - (now - started) - try_started, 0.0) if try_started else 0.0
         built = marks.get("trainer_built", started)
+        met = marks.get("met", built)
+        fit = self.fit_called_at or met
         setup = self.setup_at or now
         restore = (self.restored_at - setup) if self.restored_at else 0.0
+        # The ranks' meeting (store, rendezvous), then fit's process group and device up to ``setup``, less the
+        # DataModule's own setup in between.
+        accelerator = (met - built) + max(setup - fit - self.data_setup_s, 0.0)
+        # Imports, checks, the Trainer, what ran between the meeting and fit (the trackers' config), fit's set-up.
+        startup = (built - started) + (fit - met) + max((self.train_start_at or setup) - setup - restore, 0.0)
         return {
             "productive_s": round(self.productive, 3),
             "productive_at_save_s": round(self.productive_at_save, 3),
-            # The ranks' meeting (store, rendezvous), then fit's process group and device, up to ``setup``.
-            "accelerator_init_s": round(max(setup - built, 0.0), 3),
-            "program_startup_s": round(
-                launching + (built - started) + max((self.train_start_at or setup) - setup - restore, 0.0), 3
-            ),
-            "data_loading_s": round(self.data_loading, 3),
+            "accelerator_init_s": round(max(accelerator, 0.0), 3),
+            "program_startup_s": round(launching + max(startup, 0.0), 3),
+            "data_loading_s": round(self.data_loading + self.data_setup_s, 3),
             "checkpoint_save_s": round(self.phases.checkpoints.seconds, 3),
             "checkpoint_restore_s": round(max(restore, 0.0), 3),
             "gpu_util_mean": self.load.mean() if self.load else None,
