@@ -12,6 +12,7 @@ from snakeddp.cluster import pace
 from snakeddp.cluster.hang import POST_S, Position
 from snakeddp.config import validate
 from snakeddp.config.parts import Launch
+from snakeddp.errors import ConfigError
 from snakeddp.run import tries
 
 START = 1_000_000.0
@@ -146,6 +147,17 @@ def test_the_settings_default_to_naming_at_0_7_for_60_s_and_refuse_what_cannot_b
     for refused in ({"straggler": "kill"}, {"straggler_ratio": 1.5}, {"straggler_ratio": 0}, {"straggler_window": 2}):
         with pytest.raises(Exception, match="straggler"):
             validate({"launch": refused})
+
+
+def test_a_straggler_setting_without_the_watch_is_refused_and_its_hint_validates():
+    for key, value in (("straggler", "stop"), ("straggler_ratio", 0.5), ("straggler_window", 30)):
+        with pytest.raises(ConfigError, match=f"launch.{key} only applies with launch.hang_timeout: auto.*HINT: "):
+            validate({"launch": {"hang_timeout": None, key: value}})
+        # The HINT: set launch.hang_timeout: auto as well.
+        assert Launch.of(validate({"launch": {"hang_timeout": "auto", key: value}})["launch"]).hang_timeout == "auto"
+    assert not pace.Straggler.of(
+        Launch.of(validate({"launch": {"hang_timeout": None, "straggler": None}})["launch"])
+    ).on
 
 
 def test_a_post_keeps_its_own_time_and_one_without_it_is_not_a_position():
