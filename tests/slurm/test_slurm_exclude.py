@@ -3,9 +3,12 @@ and `snakemake --profile profiles/slurm` on the real test cluster with a rank on
 
 from __future__ import annotations
 
+import csv
 import json
+import socket
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,8 +66,10 @@ def test_the_plugins_sbatch_leaves_out_the_nodes_a_runs_tries_hung_on_beside_tho
 def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_node_out(slurm_cluster, tmp_path):
     """The run's first try is put on the second node (a profile's slurm_extra may depend on Snakemake's
     ``attempt``); its rank 1 is stopped mid-epoch. The try ends within the bound with the line naming that
-    rank and node, Snakemake's retry is submitted with --exclude of it, runs on the first node, resumes and
-    trains every epoch once; the run's tries list the node left out."""
+    rank and node and the file that holds both ranks' stacks, Snakemake's retry is submitted with --exclude of
+    it and runs on the first node; the run's tries list the node left out. That the retry resumed is read from
+    the run's own records: metrics.csv has every epoch once, those before the stop finished before it and the
+    rest after, and rank 0's resume record in provenance names last.ckpt."""
     flow = SlurmWorkflow(tmp_path, slurm_cluster)
     flow.write_config(
         config(
@@ -95,7 +100,8 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
         tried = RunPaths(run_dir).tries.read_text() if RunPaths(run_dir).tries.is_file() else "no try ended"
         assert placed == {second}, f"the first try was to run on {second}: {tried}"
         ranks[1].suspend()  # SIGSTOP
-        stopped_at = time.monotonic()
+        stopped_at, stopped_wall = time.monotonic(), time.time()
+        saved_epochs = len(metrics_of(run_dir))
         while not RunPaths(run_dir).tries.is_file():
             assert snakemake.poll() is None and time.monotonic() - stopped_at < 120, "the hung try never ended"
             time.sleep(0.2)
@@ -117,9 +123,28 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
     assert completed["outcome"] == "completed" and completed["resumed_from_step"] == hung["kept_step"] > 0
     recorded = tries.read(run_dir)
     assert recorded[1]["placement"] == {"nodes": [first], "excluded_nodes": [second]}
-    metrics = (run_dir / "metrics.csv").read_text().splitlines()[1:]
-    assert [int(line.split(",")[0]) for line in metrics] == [0, 1, 2, 3], "every epoch once"
+    stacks = (RunPaths(run_dir).hang_evidence / "stacks.txt").read_text()
+    assert f"Every rank's Python stack: {RunPaths(run_dir).hang_evidence / 'stacks.txt'}." in lines[0] or (
+        "hang/stacks.txt." in lines[0]
+    ), lines[0]
+    assert f"\n== rank 1 on {socket.gethostname()} (pid {ranks[1].pid}), the one the others waited for: taken" in stacks
+    for rank in (0, 1):
+        section = stacks.split(f"\n== rank {rank} on ", 1)[1].split("\n== rank", 1)[0]
+        assert "not taken" not in section.split("\n", 1)[0] and 'File "' in section, section[:500]
+    rows = metrics_of(run_dir)
+    assert [int(row["epoch"]) for row in rows] == [0, 1, 2, 3], "every epoch once"
+    done = [datetime.fromisoformat(row["finished_at"]).timestamp() for row in rows]
+    assert 0 < saved_epochs < 4 and all(at < stopped_wall for at in done[:saved_epochs]), (done, stopped_wall)
+    assert all(at > stopped_wall for at in done[saved_epochs:]), (done, stopped_wall)
+    resumed = json.loads(RunPaths(run_dir).provenance.read_text())["training"]["resumed_from"]
+    assert resumed["path"] == "checkpoints/last.ckpt", resumed
     assert not left_running(tmp_path, within=10)
+
+
+def metrics_of(run_dir: Path) -> list[dict[str, str]]:
+    """The run's metrics.csv, one row per epoch it finished."""
+    with open(RunPaths(run_dir).metrics) as handle:
+        return list(csv.DictReader(handle))
 
 
 @pytest.mark.slurm

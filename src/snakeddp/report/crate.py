@@ -449,7 +449,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     log = layout.train_log(run.workdir, run.run_id)
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
-    files["hang"] = _hang_evidence(builder, paths, f"{base}/{layout.HANG_EVIDENCE}")
+    files["hang"] = _hang_evidence(builder, run, paths, f"{base}/{layout.HANG_EVIDENCE}")
     return files
 
 
@@ -460,9 +460,10 @@ EVIDENCE = {
 }
 
 
-def _hang_evidence(builder: CrateBuilder, paths: layout.RunPaths, base: str) -> list[Any]:
-    """The last hang's evidence, where a try of the run hung."""
-    found = sorted(paths.hang_evidence.iterdir()) if paths.hang_evidence.is_dir() else []
+def _hang_evidence(builder: CrateBuilder, run: Run, paths: layout.RunPaths, base: str) -> list[Any]:
+    """The last hang's evidence, where a try of the run's attempt hung (an earlier attempt's stays behind)."""
+    hung = any(t["outcome"] == "hung" for t in run.provenance.get("attempt", {}).get("tries") or [])
+    found = sorted(paths.hang_evidence.iterdir()) if hung and paths.hang_evidence.is_dir() else []
     return [
         builder.add(
             path,

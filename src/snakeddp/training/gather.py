@@ -188,8 +188,12 @@ def _replace(target: Path, files: dict[str, bytes]) -> Path:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    for name, data in files.items():
-        (partial / name).write_bytes(data)
+    try:
+        for name, data in files.items():
+            (partial / name).write_bytes(data)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)  # a full disk leaves no half of it
+        raise
     old = target.with_name(f".{target.name}.{os.getpid()}.old")
     if target.exists():
         target.rename(old)
