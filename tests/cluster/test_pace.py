@@ -114,6 +114,18 @@ def test_ranks_at_the_same_pace_a_rank_without_steps_and_a_lone_rank_name_nobody
         assert lone.update([p.__class__(**{**p.__dict__, "posted_at": still.now}) for p in posts], still.now) == []
 
 
+def test_a_rank_is_named_with_the_device_of_its_latest_post_not_the_meeting_s():
+    paces, ranks = pace.Paces(STRAGGLER), Ranks({0: 0.004, 1: 0.008})
+    meeting = [p.__class__(**{**p.__dict__, "device": "cpu", "own_steps": 0, "own_s": 0.0}) for p in ranks.post()]
+    paces.update(meeting, ranks.now)
+    named = []
+    for _ in range(40):
+        posts = [p.__class__(**{**p.__dict__, "device": f"cuda:{p.rank}"}) for p in ranks.post()]
+        named += paces.update(posts, ranks.now)
+    assert [slow.rank.device for slow in named] == ["cuda:1"]
+    assert "(cuda:1, pid 101)" in pace.line(named[0], "base") and "that GPU (nvidia-smi" in pace.line(named[0], "base")
+
+
 def test_a_rank_that_stopped_posting_scores_nothing_and_is_left_to_the_hang_watch():
     paces, ranks = pace.Paces(STRAGGLER), Ranks({0: 0.004, 1: 0.004})
     run(paces, ranks, 20)

@@ -157,11 +157,9 @@ class Paces:
 
     def _take(self, position: Any, now: float) -> float | None:
         """Add a post to its rank's; its own seconds per step over SMOOTH_S, where it took steps."""
-        pace = self.ranks.get(position.rank)
-        if pace is None:
-            pace = self.ranks[position.rank] = RankPace(
-                position.rank, position.host, position.node, position.device, position.pid
-            )
+        pace = self.ranks.setdefault(position.rank, RankPace(position.rank, "", None, "", 0))
+        # From its latest post: the meeting's first one, before its watch's, does not know its device.
+        pace.host, pace.node, pace.device, pace.pid = position.host, position.node, position.device, position.pid
         post = (position.posted_at, position.own_steps, position.own_s)
         if not pace.posts or post[0] > pace.posts[-1][0]:
             pace.posts.append(post)
