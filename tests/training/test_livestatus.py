@@ -1,0 +1,95 @@
+"""Rank 0's account of a try (snakeddp.training.livestatus) against what a fit is made to spend: a DataModule
+whose setup and batches sleep known times, a step that sleeps, a checkpoint each epoch, and a resumed fit; run
+in this process on the CPU by Lightning itself (one rank, no meeting)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, Dataset
+
+from snakeddp.run import status
+from snakeddp.training.livestatus import LiveStatus
+from snakeddp.training.phases import Phases
+from snakeddp.training.trainer import AtomicCheckpointIO
+
+SETUP_S, FETCH_S, STEP_S, BATCHES, EPOCHS = 0.4, 0.05, 0.03, 10, 2
+
+
+class SlowToFetch(Dataset):
+    def __len__(self) -> int:
+        return BATCHES * 4
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if index % 4 == 0:  # once a batch of 4
+            time.sleep(FETCH_S)
+        return torch.ones(3), torch.zeros(1)
+
+
+class SlowData(pl.LightningDataModule):
+    def setup(self, stage: str) -> None:
+        time.sleep(SETUP_S)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(SlowToFetch(), batch_size=4)
+
+
+class SlowStep(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(STEP_S)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fitted(run_dir: Path, epochs: int, resume: Path | None = None) -> LiveStatus:
+    checkpoints = AtomicCheckpointIO(run_dir)
+    phases = Phases(checkpoints)
+    live = LiveStatus(run_dir, phases)
+    trainer = pl.Trainer(
+        max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, plugins=[checkpoints], default_root_dir=run_dir,
+        callbacks=[phases, live, ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True)],
+    )  # fmt: skip
+    phases.marks.update(trainer_built=time.perf_counter(), met=time.perf_counter())
+    data = SlowData()
+    live.fit_called(data)
+    trainer.fit(SlowStep(), datamodule=data, ckpt_path=resume, weights_only=False)
+    return live
+
+
+def test_each_bucket_holds_what_the_fit_was_made_to_spend_there(tmp_path):
+    live = fitted(tmp_path, EPOCHS)
+    said = status.read(tmp_path)
+    account = said["account"]
+    steps = EPOCHS * BATCHES
+    assert account["productive_s"] >= steps * STEP_S and account["productive_s"] < steps * (STEP_S + FETCH_S)
+    # The DataModule's setup and every batch's fetch, and not the steps.
+    assert account["data_loading_s"] >= SETUP_S + steps * FETCH_S * 0.9
+    assert account["data_loading_s"] < SETUP_S + steps * (FETCH_S + STEP_S)
+    # One rank, no meeting: the accelerator's set-up is Lightning's own, without the DataModule's sleep.
+    assert account["accelerator_init_s"] < SETUP_S
+    assert account["checkpoint_save_s"] > 0 and account["checkpoint_restore_s"] == 0
+    assert account["productive_at_save_s"] == account["productive_s"]  # saved at the last epoch's end
+    assert (said["state"], said["step"], said["total_steps"], said["percent"]) == ("training", steps, steps, 100.0)
+    assert said["epoch"] == EPOCHS and said["eta_s"] == 0.0 and said["samples_per_s"] > 0
+    assert live.load is None  # on the CPU: no GPU sampled
+
+
+def test_a_resumed_fit_accounts_for_the_restore_and_its_own_steps_only(tmp_path):
+    fitted(tmp_path, 1)
+    resumed = fitted(tmp_path, EPOCHS, resume=tmp_path / "checkpoints" / "last.ckpt")
+    account = status.read(tmp_path)["account"]
+    assert account["checkpoint_restore_s"] > 0 and resumed.restored_at is not None
+    assert BATCHES * STEP_S <= account["productive_s"] < 2 * BATCHES * STEP_S  # the second epoch alone
+    assert status.read(tmp_path)["step"] == EPOCHS * BATCHES
