@@ -124,6 +124,10 @@ def test_a_rank_is_named_with_the_device_of_its_latest_post_not_the_meeting_s():
         named += paces.update(posts, ranks.now)
     assert [slow.rank.device for slow in named] == ["cuda:1"]
     assert "(cuda:1, pid 101)" in pace.line(named[0], "base") and "that GPU (nvidia-smi" in pace.line(named[0], "base")
+    named[0].rank.device = "cuda:1 GPU-8a6f0e2c-1111-2222-3333-444455556666"  # as the watch says a GPU it knows
+    assert "nvidia-smi -q -d PERFORMANCE,TEMPERATURE -i GPU-8a6f0e2c-1111-2222-3333-444455556666 on host-1" in (
+        pace.line(named[0], "base")
+    )
 
 
 def test_a_rank_that_stopped_posting_scores_nothing_and_is_left_to_the_hang_watch():

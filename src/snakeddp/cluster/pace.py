@@ -236,9 +236,11 @@ def facts(slow: Slow) -> str:
 
 def look_at(slow: Slow) -> str:
     """Where a slow rank's cause is usually found."""
-    if slow.rank.device.startswith("cuda"):
+    device = slow.rank.device
+    if device.startswith("cuda"):
+        which = f" -i {device.split()[-1]}" if " GPU-" in device else ""  # the watch adds the UUID it knows
         return (
-            f"look at that GPU (nvidia-smi -q -d PERFORMANCE,TEMPERATURE on {slow.rank.host} says whether it "
+            f"look at that GPU (nvidia-smi -q -d PERFORMANCE,TEMPERATURE{which} on {slow.rank.host} says whether it "
             "throttles) and its host (its load, its memory, its link)"
         )
     return "look at that host (another program on its cores, its memory swapping, its link)"

@@ -79,11 +79,14 @@ def process_state(position: Position) -> str | None:
 
 
 def _device(trainer: pl.Trainer) -> str:
-    """What this rank trains on (cpu, cuda:1), as its strategy says."""
+    """What this rank trains on, as its strategy says (cpu, cuda:1), with a GPU's NVML UUID where the driver tells
+    it (cuda:1 GPU-8a6f...: cuda:1 is an index into CUDA_VISIBLE_DEVICES, the UUID what nvidia-smi -i takes)."""
     try:
-        return str(trainer.strategy.root_device)
+        device = str(trainer.strategy.root_device)
     except (AttributeError, RuntimeError, IndexError):  # a strategy that has no device before fit
         return "cpu"
+    uuid = device_of(trainer) if device.startswith("cuda") else ""
+    return f"{device} {uuid}" if uuid.startswith("GPU-") else device
 
 
 def readable(values: list[bytes]) -> list[Position]:
