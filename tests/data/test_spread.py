@@ -1,7 +1,8 @@
 """snakeddp.data.spread without a cluster (its workers in this process): the partitions assembled from pieces
 are a local ingestion's bytes, whatever the windows and partitions (fewer windows than partitions and more),
-for a multiclass table with a category column as well as a binary one; tables a local ingestion does not
-split by windows are left to it (None)."""
+for a multiclass table with a category column as well as a binary one; a partition is published as soon as
+the pieces that feed it are read, and removed where the ingestion stops later; tables a local ingestion does
+not split by windows are left to it (None)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from snakeddp.data import spread
 from snakeddp.data.table import ingest
+from snakeddp.errors import TableError
 from tests import tables
 from tests.spread_tables import parquet_folder, same_files, the_rows
 
@@ -55,3 +57,37 @@ def test_tables_a_local_ingestion_reads_whole_are_left_to_it(tmp_path):
     dropping = tables.params(big, nan_policy="drop")
     assert spread.ingest(dropping, tmp_path / "b", spread.in_this_process, "here") is None
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_partition_is_published_once_the_pieces_that_feed_it_are_read(tmp_path):
+    table = parquet_folder(tmp_path / "table", the_rows())
+    params = tables.params(table, partitions=2)  # two windows, side by side: the first feeds partition 0 alone
+    published = []
+
+    def one_by_one(work, pieces, done):
+        for piece in pieces:
+            done(spread.read_piece(work, piece))
+            published.append(sorted(p.name for p in (tmp_path / "spread").rglob("*.json")))
+
+    spread.ingest(params, tmp_path / "spread", one_by_one, "here")
+    assert published == [["part-00000.json"], ["part-00000.json", "part-00001.json", "val.json"]]
+
+
+def test_an_ingestion_that_stops_removes_what_it_published(tmp_path):
+    rows, path = the_rows().to_pandas(), tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path, row_group_size=50_000)
+    params = tables.params(path, partitions=2)
+    _, pieces = spread.prepare(params, tmp_path / "spread")
+    rows.loc[pieces[-1].groups[0].first_row, "a"] = np.nan  # in the last window read: after partition 0's
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), path, row_group_size=50_000)
+    published = []
+
+    def one_by_one(work, pieces, done):
+        for piece in pieces:
+            done(spread.read_piece(work, piece))
+            published.append(sorted(p.name for p in (tmp_path / "spread").rglob("*.json")))
+
+    with pytest.raises(TableError, match="column 'a', row .*: missing or non-finite value"):
+        spread.ingest(params, tmp_path / "spread", one_by_one, "here")
+    assert published == [["part-00000.json"]]
+    assert not list((tmp_path / "spread").rglob("*.safetensors")) and not list((tmp_path / "spread").rglob("*.json"))

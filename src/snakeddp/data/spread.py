@@ -23,6 +23,7 @@ import itertools
 import os
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -219,15 +220,17 @@ def _binary(params: Mapping[str, Any]) -> bool:
     return params["num_classes"] == 1
 
 
-#: How pieces are read: the workers of a platform, given the work and the pieces; each piece's read_piece result.
-Workers = Callable[[Work, list[Window]], list[dict[str, Any]]]
+#: How pieces are read: the workers of a platform, given the work, the pieces and what to hand each piece's
+#: read_piece result to as soon as it is read (it publishes the partitions that piece completes).
+Workers = Callable[[Work, list[Window], Callable[[dict[str, Any]], None]], None]
 
 
-def in_this_process(work: Work, pieces: list[Window]) -> list[dict[str, Any]]:
+def in_this_process(work: Work, pieces: list[Window], done: Callable[[dict[str, Any]], None]) -> None:
     """Every piece read here, one after the other (the assembly's tests, without a cluster)."""
     here = os.getcwd()
     try:
-        return [read_piece(work, piece) for piece in pieces]
+        for piece in pieces:
+            done(read_piece(work, piece))
     finally:
         os.chdir(here)
 
@@ -254,15 +257,17 @@ def prepare(params: Mapping[str, Any], out: Path) -> tuple[Work, list[Window]] |
 
 
 def ingest(params: Mapping[str, Any], out_dir: str | Path, workers: Workers, said: str) -> dict[str, Any] | None:
-    """table.ingest's outputs, the table read in pieces by ``workers`` (``said``: by whom, for the log); None
-    where the table is not spread (the caller then ingests it itself)."""
+    """table.ingest's outputs, the table read in pieces by ``workers`` (``said``: by whom, for the log), each
+    partition published as soon as the pieces that feed it are read; None where the table is not spread (the
+    caller then ingests it itself)."""
     out = Path(out_dir)
     prepared = prepare(params, out)
     if prepared is None:
         return None
     work, pieces = prepared
     source, partitions = work.source, params["num_train_files"]
-    counts = sum((piece_counts(params, p) for p in pieces), np.zeros(partitions + 1, dtype=np.int64))
+    assembly = Assembly(work, pieces, out)
+    counts = assembly.totals
     check_empty(source.table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
     Path(work.folder).mkdir(parents=True, exist_ok=True)
     shipped = replace(work, source=replace(source, footers={}))  # a worker reads the footers of its own files
@@ -272,72 +277,113 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, workers: Workers, sai
         reading = check.reading([f.path for f in source.files]) if check else contextlib.nullcontext()
         begun = time.monotonic()
         with reading:
-            results = sorted(workers(shipped, pieces), key=lambda r: r["index"])
-        read_s = time.monotonic() - begun
+            workers(shipped, pieces, assembly.piece_read)
         if check is not None:
             check.finish()
-        if [r["index"] for r in results] != [p.index for p in pieces]:
-            raise TableError(f"{out}: the workers returned {len(results)} of {len(pieces)} pieces. HINT: rerun.")
-        entries = assemble(work, pieces, out)
-        seconds = {
-            "read_s": round(read_s, 3),
-            # From the first piece begun to the last one read: the reading itself, without a cluster's start.
-            "pieces_s": round(max(r["ended"] for r in results) - min(r["began"] for r in results), 3),
-            "assemble_s": round(time.monotonic() - begun - read_s, 3),
-        }
+        entries = assembly.finish()
+    except BaseException:
+        assembly.abandon()
+        raise
     finally:
         if check is not None:
             check.close()
         shutil.rmtree(work.folder, ignore_errors=True)
+    results = assembly.results
+    seconds = {
+        "read_s": round(assembly.read_at - begun, 3),
+        # From the first piece begun to the last one read: the reading itself, without a cluster's start.
+        "pieces_s": round(max(r["ended"] for r in results) - min(r["began"] for r in results), 3),
+        "assemble_s": round(assembly.assembling_s, 3),
+    }
     return _record(work, pieces, out, entries, [r["reader"] for r in results], seconds)
 
 
-def assemble(work: Work, pieces: Sequence[Window], out: Path) -> list[dict[str, Any]]:
-    """Each partition (then validation) written from the pieces' regions in piece order, and hashed."""
-    params, partitions = work.params, work.params["num_train_files"]
-    feature, binary = work.layout.feature_spec(), _binary(params)
-    counts = [piece_counts(params, p) for p in pieces]
-    placed = [regions(c, feature, binary) for c in counts]
-    handles = [os.open(piece_path(work.folder, p.index), os.O_RDONLY) for p in pieces]
-    (out / "train").mkdir(parents=True, exist_ok=True)
-    entries = []
-    try:
-        for target in range(partitions + 1):
-            n = sum(int(c[target]) for c in counts)
-            specs = _specs(n, feature, binary)
-            header, order = encode_header(specs, tables._metadata(target, partitions))
-            path = out / f"{_name(target, partitions)}.safetensors"
-            partial = path.with_name(f".{path.name}.partial")
-            fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)
-            try:
-                os.write(fd, header)
-                at = len(header)
-                for name in order:
-                    for handle, regions_of in zip(handles, placed, strict=True):
-                        start, size = regions_of[target][name]
-                        _copy(handle, fd, start, at, size)
-                        at += size
-                os.fsync(fd)
-            except BaseException:
-                partial.unlink(missing_ok=True)  # a full disk: no partial file left beside the complete ones
-                raise
-            finally:
-                os.close(fd)
-            os.replace(partial, path)
-            entries.append({
-                "file": path.name,
-                **partition_file_checksum(path),
-                "bytes": at,
-                "records": n,
-                "tensors": {k: {"dtype": str(d), "shape": list(s)} for k, (d, s) in specs.items()},
-            })  # fmt: skip
-            # Published as data.windowed publishes: the entry once its file is complete and in place.
-            task = {"task": tables._task(params, work.layout)} if target == partitions else {}
-            atomic_write_json(out / f"{_name(target, partitions)}.json", {**entries[-1], **task})
-    finally:
-        for handle in handles:
-            os.close(handle)
-    return entries
+class Assembly:
+    """The partitions of one spread ingestion, each written from the pieces' regions in window order, hashed and
+    published (its entry written last, as data.windowed publishes) once every piece that feeds it is read."""
+
+    def __init__(self, work: Work, pieces: Sequence[Window], out: Path) -> None:
+        self.work, self.pieces, self.out = work, list(pieces), out
+        self.partitions = work.params["num_train_files"]
+        self.feature, self.binary = work.layout.feature_spec(), _binary(work.params)
+        self.counts = [piece_counts(work.params, p) for p in self.pieces]
+        self.totals = sum(self.counts, np.zeros(self.partitions + 1, dtype=np.int64))
+        self.placed = [regions(c, self.feature, self.binary) for c in self.counts]
+        self.read: dict[int, dict[str, Any]] = {}
+        self.entries: dict[int, dict[str, Any]] = {}
+        self.read_at, self.assembling_s = time.monotonic(), 0.0
+        self.lock = threading.Lock()  # workers may hand their pieces over from several threads
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return [self.read[p.index] for p in self.pieces]
+
+    def piece_read(self, result: dict[str, Any]) -> None:
+        """A worker's piece is in its file: each partition now complete is published."""
+        with self.lock:
+            self.read[int(result["index"])] = result
+            self.read_at = time.monotonic()
+            begun = time.monotonic()
+            for target in range(self.partitions + 1):
+                feeding = [p.index for p, c in zip(self.pieces, self.counts, strict=True) if c[target]]
+                if target not in self.entries and all(i in self.read for i in feeding):
+                    self.entries[target] = self._publish(target)
+            self.assembling_s += time.monotonic() - begun
+
+    def finish(self) -> list[dict[str, Any]]:
+        missing = [p.index for p in self.pieces if p.index not in self.read]
+        if missing or len(self.entries) != self.partitions + 1:
+            raise TableError(
+                f"{self.out}: the workers read {len(self.read)} of the table's {len(self.pieces)} pieces (not "
+                f"{', '.join(map(str, missing))}). HINT: rerun."
+            )
+        return [self.entries[t] for t in range(self.partitions + 1)]
+
+    def abandon(self) -> None:
+        """Remove what was published: an ingestion that stops leaves no partition (data.windowed does the same)."""
+        with self.lock:
+            for target in self.entries:
+                for suffix in (".json", ".safetensors"):
+                    (self.out / f"{_name(target, self.partitions)}{suffix}").unlink(missing_ok=True)
+            self.entries.clear()
+
+    def _publish(self, target: int) -> dict[str, Any]:
+        """One partition (or validation) written, synced, in place and hashed; its entry written beside it."""
+        n = int(self.totals[target])
+        specs = _specs(n, self.feature, self.binary)
+        header, order = encode_header(specs, tables._metadata(target, self.partitions))
+        path = self.out / f"{_name(target, self.partitions)}.safetensors"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)
+        try:
+            os.write(fd, header)
+            at = len(header)
+            for name in order:
+                for piece, placed in zip(self.pieces, self.placed, strict=True):
+                    start, size = placed[target][name]
+                    if size:  # a piece that feeds other partitions only may not be read yet
+                        with open(piece_path(self.work.folder, piece.index), "rb") as handle:
+                            _copy(handle.fileno(), fd, start, at, size)
+                    at += size
+            os.fsync(fd)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # a full disk: no partial file left beside the complete ones
+            raise
+        finally:
+            os.close(fd)
+        os.replace(partial, path)
+        entry = {
+            "file": path.name,
+            **partition_file_checksum(path),
+            "bytes": at,
+            "records": n,
+            "tensors": {k: {"dtype": str(d), "shape": list(s)} for k, (d, s) in specs.items()},
+        }
+        task = {"task": tables._task(self.work.params, self.work.layout)} if target == self.partitions else {}
+        atomic_write_json(self.out / f"{_name(target, self.partitions)}.json", {**entry, **task})
+        say(f"ingest: {'validation' if task else f'train partition {target}'} published ({n:,} rows)")
+        return entry
 
 
 def _copy(source: int, target: int, start: int, at: int, size: int) -> None:

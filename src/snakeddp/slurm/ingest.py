@@ -19,7 +19,8 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ WORK = "work.json"
 # Minutes and MB each array task asks for: a window is 2^18 rows and more, read a row group at a time.
 TASK_MINUTES = 30
 TASK_MEM_MB = 4000
+# Seconds between two looks at the folder for pieces read.
+POLL_S = 0.5
 
 
 class SlurmIngestError(ConfigError):
@@ -59,40 +62,67 @@ def sbatch_command(folder: Path, pieces: int, env: Mapping[str, str]) -> list[st
     return command
 
 
-def as_array_job(work: spread.Work, pieces: list[spread.Window], env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Each piece read by a task of one array job; their results."""
+def as_array_job(
+    work: spread.Work, pieces: list[spread.Window], done: Callable[[dict[str, Any]], None], env: Mapping[str, str]
+) -> None:
+    """Each piece read by a task of one array job, handed to ``done`` as soon as its task has written it (the
+    folder is looked at every POLL_S while sbatch waits), so the first partitions are published while later
+    windows are read. A task's error stops the array (scancel)."""
     folder = Path(work.folder)
     atomic_write_json(folder / WORK, {"params": work.params, "out": str(folder.parent), "pieces": len(pieces)})
-    command = sbatch_command(folder, len(pieces), env)
     try:
-        done = subprocess.run(command, env=dict(env), capture_output=True, text=True, check=False)
+        process = subprocess.Popen(
+            sbatch_command(folder, len(pieces), env), env=dict(env), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
     except OSError as error:
         raise SlurmIngestError(
             f"could not submit the array job that ingests the table ({error}). HINT: run from a node where sbatch "
             "works, or with --profile local."
         ) from None
-    say(f"ingest: Slurm array job {done.stdout.strip() or '(not submitted)'}, {len(pieces)} tasks")
-    return results(folder, pieces, done)
+    job = process.stdout.readline().strip()  # --parsable: the job's id, as soon as it is submitted
+    say(f"ingest: Slurm array job {job or '(not submitted)'}, {len(pieces)} tasks")
+    handed: set[int] = set()
+    try:
+        while True:
+            ended = process.poll() is not None
+            for piece in (p for p in pieces if p.index not in handed):
+                found = result_of(folder, piece.index)
+                if found is not None:
+                    handed.add(piece.index)
+                    done(found)
+            if ended:
+                break
+            time.sleep(POLL_S)
+        if len(handed) < len(pieces):
+            missing = min(p.index for p in pieces if p.index not in handed)
+            raise unfinished(folder, missing, job, process.returncode, process.stderr.read())
+    except BaseException:
+        if process.poll() is None and job:
+            subprocess.run(["scancel", job], env=dict(env), capture_output=True, check=False)
+        process.kill()
+        process.wait()
+        raise
 
 
-def results(folder: Path, pieces: Sequence[spread.Window], done: subprocess.CompletedProcess) -> list[dict[str, Any]]:
-    """Each task's result; the first task's error (a TableError as it was raised), else why the job failed."""
-    found = []
-    for piece in pieces:
-        error = folder / f"piece-{piece.index:05d}.error"
-        if error.is_file():
-            raise TableError(error.read_text().strip())
-        try:
-            found.append(json.loads((folder / f"piece-{piece.index:05d}.json").read_text()))
-        except (OSError, ValueError):
-            log = folder / f"piece-{piece.index}.log"
-            said = (log.read_text().strip().splitlines() or [""])[-1] if log.is_file() else ""
-            raise SlurmIngestError(
-                f"the Slurm array job that ingests the table did not finish piece {piece.index} (sbatch exited "
-                f"{done.returncode}: {(done.stderr.strip() or said or 'no output')[-300:]}). HINT: see "
-                f"`sacct -j {done.stdout.strip() or '<job>'}`, then rerun."
-            ) from None
-    return found
+def result_of(folder: Path, index: int) -> dict[str, Any] | None:
+    """A task's result once it has written it; its TableError (the line it raised) where it stopped on one."""
+    error = folder / f"piece-{index:05d}.error"
+    if error.is_file():
+        raise TableError(error.read_text().strip())
+    try:
+        return json.loads((folder / f"piece-{index:05d}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def unfinished(folder: Path, index: int, job: str, code: int | None, stderr: str) -> SlurmIngestError:
+    log = folder / f"piece-{index}.log"
+    said = (log.read_text().strip().splitlines() or [""])[-1] if log.is_file() else ""
+    return SlurmIngestError(
+        f"the Slurm array job that ingests the table did not finish piece {index} (sbatch exited {code}: "
+        f"{(stderr.strip() or said or 'no output')[-300:]}). HINT: see `sacct -j {job or '<job>'}`, then rerun."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,8 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,18 @@ from snakeddp.util.terminal import say
 
 # How a task's Python traceback ends, inside the JVM's exception: the error's type and message.
 TASK_ERROR = re.compile(r"Traceback \(most recent call last\):\n(?:[ \t].*\n)+(?P<type>[\w.]+): (?P<message>.*)")
+
+
+def task_failure(error: BaseException, master: str) -> Exception:
+    """A failed task's error as one line: a TableError as the task raised it, else what the task's Python said."""
+    found = TASK_ERROR.search(str(error))
+    if found and found["type"] == "snakeddp.errors.TableError":
+        return TableError(found["message"].strip())
+    said = f"{found['type']}: {found['message'].strip()}" if found else sessions.spark_said(error)
+    return SparkError(
+        f"the Spark tasks that ingest the table failed on {master}: {said}. "
+        "HINT: check the executors' logs (the worker's work/ folder), then rerun."
+    )
 
 
 class NoCores(Exception):
@@ -61,9 +74,15 @@ def free_cores(spark: settings.Settings, master: str, env: Mapping[str, str]) ->
 
 
 def on_executors(
-    work: spread.Work, pieces: list[spread.Window], spark: settings.Settings, env: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    """Each piece read by a Spark task of an application of this step's own; their results."""
+    work: spread.Work,
+    pieces: list[spread.Window],
+    done: Callable[[dict[str, Any]], None],
+    spark: settings.Settings,
+    env: Mapping[str, str],
+) -> None:
+    """Each piece read by a Spark task of an application of this step's own, each handed to ``done`` as soon as
+    it is read: a job per piece, submitted at once in window order (Spark runs them side by side on the cores
+    it has), so the first partitions are published while later windows are read."""
     master, named_by = masters.resolve(spark.master, env)
     free = free_cores(spark, master, env)
     if free == 0:
@@ -89,17 +108,19 @@ def on_executors(
             f"up to {slots} cores; started in {time.monotonic() - started:.1f} s"
         )
         read = functools.partial(spread.read_piece, work)
-        try:
-            return context.parallelize(pieces, len(pieces)).map(read).collect()
-        except Exception as error:  # Py4JJavaError: a task failed (Spark retried it first)
-            found = TASK_ERROR.search(str(error))
-            if found and found["type"] == "snakeddp.errors.TableError":
-                raise TableError(found["message"].strip()) from None
-            said = f"{found['type']}: {found['message'].strip()}" if found else sessions.spark_said(error)
-            raise SparkError(
-                f"the Spark tasks that ingest the table failed on {master}: {said}. "
-                "HINT: check the executors' logs (the worker's work/ folder), then rerun."
-            ) from None
+        rdds = [context.parallelize([piece], 1).map(read) for piece in pieces]  # made here, collected on threads
+        with ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="snakeddp-ingest-job") as jobs:
+            running = [jobs.submit(rdd.collect) for rdd in rdds]
+            try:
+                for job in as_completed(running):
+                    try:
+                        [result] = job.result()
+                    except Exception as error:  # Py4JJavaError: a task failed (Spark retried it first)
+                        raise task_failure(error, master) from None
+                    done(result)
+            except BaseException:
+                context.cancelAllJobs()  # the other jobs' threads then end with their jobs
+                raise
     finally:
         context.stop()
         shutil.rmtree(scratch, ignore_errors=True)
