@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import left_running, training_processes
+from tests.helpers import assert_valid_provenance, left_running, training_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -123,6 +123,7 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     run_dir = tmp_path / "results/runs/base"
     epochs = [int(row.split(",")[0]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(CONFIG["trainer"]["max_epochs"]))
+    assert_valid_provenance(tmp_path / "results")  # the scores as provenance.schema.json defines them
     ranks = json.loads((run_dir / "provenance.json").read_text())["launch"]["ranks"]
     slow, fast = ranks[1]["pace"], ranks[0]["pace"]
     assert ranks[1]["pid"] == rank_1.pid
@@ -159,6 +160,7 @@ def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(t
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     run_dir = tmp_path / "results/runs/base"
+    assert_valid_provenance(tmp_path / "results")
     record = json.loads((run_dir / "provenance.json").read_text())
     stopped, completed = record["attempt"]["tries"]
     assert stopped["outcome"] == "hung" and stopped["hang"]["kind"] == "slow"
