@@ -55,7 +55,8 @@ def training_row(checkout: Path, deadline: float) -> tuple[list[str], list[list[
         )
         if any(s and s["state"] == "training" and s.get("eta_s") is not None for s in saids):
             table = snakeddp_status(checkout)
-            rows = [row for row in table[1:] if row[1] == "training" and row[6] != "-"]
+            # Mid-way: its last post at the fit's end says training at 100% until the launcher says done.
+            rows = [row for row in table[1:] if row[1] == "training" and row[6] != "-" and row[5] != "100.0"]
             if rows:
                 return rows[0], table
         time.sleep(0.3)
