@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from importlib import resources
 
@@ -70,3 +72,18 @@ def test_rank_0s_posts_are_written_off_its_thread_the_latest_last_and_flush_writ
     time.sleep(0.3)  # the thread's write of an earlier post, if one was under way, did not replace it
     assert status.read(tmp_path)["step"] == 499
     assert [path.name for path in tmp_path.iterdir()] == ["status.json"]
+
+
+def test_a_run_whose_writer_was_killed_says_its_process_is_gone(tmp_path):
+    run = tmp_path / "runs" / "base"
+    run.mkdir(parents=True)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    status.write(run, "training", writer="rank 0", step=5)
+    said = json.loads(RunPaths(run).status.read_text())
+    RunPaths(run).status.write_text(json.dumps({**said, "pid": killed.pid}))
+    (row,) = status.of_checkout(tmp_path, [])
+    assert row["detail"] == f"rank 0 on {said['host']}", "alive: nothing added"
+    killed.kill()
+    killed.wait()
+    (row,) = status.of_checkout(tmp_path, [])
+    assert row["state"] == "training" and row["detail"].endswith(f"; its process (pid {killed.pid}) is gone")

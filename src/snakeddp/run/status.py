@@ -176,8 +176,22 @@ def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         "%": said.get("percent"),
         "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None else None,
         "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
-        "detail": said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}",
+        "detail": (said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}") + _gone(said),
     }
+
+
+def _gone(said: Mapping[str, Any]) -> str:
+    """Where a run says it starts or trains but its writer, on this host, is no longer there (killed before it
+    could say how it ended): said, since nothing else will."""
+    if said["state"] not in ("starting", "training") or said.get("host") != socket.gethostname():
+        return ""
+    try:
+        os.kill(int(said["pid"]), 0)
+    except ProcessLookupError:
+        return f"; its process (pid {said['pid']}) is gone"
+    except (PermissionError, ValueError, TypeError):
+        pass
+    return ""
 
 
 def duration(seconds: float) -> str:
