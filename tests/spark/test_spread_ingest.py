@@ -1,7 +1,8 @@
 """Ingestion on the spark platform's executors (snakeddp.spark.ingest, snakeddp.data.spread) on the real 2-worker
-standalone cluster: a Delta table written by delta-rs and a Parquet folder of several row groups per file give
-the partitions, entries (BLAKE3) and validation set of a local ingestion of the same table, byte for byte; a bad
-value read on an executor stops the step in the local ingestion's one line."""
+standalone cluster: Delta tables written by delta-rs and by Spark, and a Parquet folder of several row groups
+per file give the partitions, entries (BLAKE3) and validation set of a local ingestion of the same table, byte
+for byte; a bad value read on an executor stops the step in the local ingestion's one line; a cluster whose
+cores are all held leaves the table to the step; `snakemake --profile spark` gives `--profile local`'s."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from deltalake import convert_to_deltalake
 
 from snakeddp.data import spread
 from snakeddp.data.table import ingest
@@ -30,9 +33,33 @@ def cluster_env(cluster) -> dict[str, str]:
     return {**subprocess_env(), **cluster.env(), "SNAKEDDP_PLATFORM": "spark", "SNAKEDDP_PLATFORM_SECTION": "{}"}
 
 
-@pytest.mark.parametrize("kind", ["delta", "parquet"])
+# Spark's own Parquet writer (local[1], in a process of its own: this one starts the step's application), in
+# row groups of at most 1 MB (a window takes several); the data files then committed as a Delta table by
+# delta-rs, as tests/spark/test_image_tables.py does (no Maven repository here for delta-spark's jars).
+WRITE = """
+import sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.hadoop.parquet.block.size", str(1 << 20)).getOrCreate())
+spark.read.parquet(sys.argv[1]).write.parquet(sys.argv[2])
+spark.stop()
+"""
+
+
+def spark_delta(folder: Path, rows: pa.Table) -> Path:
+    """The rows written by Spark and committed as a Delta table."""
+    source = parquet_folder(folder.with_name("pyarrow"), rows)
+    subprocess.run([sys.executable, "-c", WRITE, str(source), str(folder)], env=subprocess_env(), check=True)
+    convert_to_deltalake(str(folder))
+    return folder
+
+
+WRITERS = {"delta": delta_table, "spark-delta": spark_delta, "parquet": parquet_folder}
+
+
+@pytest.mark.parametrize("kind", list(WRITERS))
 def test_the_executors_ingest_the_partitions_a_local_ingestion_writes(spark_cluster, tmp_path, monkeypatch, kind):
-    write = delta_table if kind == "delta" else parquet_folder
+    write = WRITERS[kind]
     table = write(tmp_path / "table", the_rows())
     params = tables.params(table, partitions=3)
     ingest(params, tmp_path / "local")

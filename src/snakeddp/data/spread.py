@@ -1,15 +1,18 @@
 """A table ingested in pieces by several workers at once (Spark tasks on a cluster's executors:
-snakeddp.spark.ingest), then assembled into the partition files a local ingestion writes, byte for byte.
+snakeddp.spark.ingest; a Slurm array job's tasks: snakeddp.slurm.ingest), then assembled into the partition
+files a local ingestion writes, byte for byte.
 
 A piece is one window of the windowed split (snakeddp.data.split.windows: row groups in a seeded order, at
 least 2^18 rows), whose rows are dealt over its partitions by their row numbers alone, so every target's count
 in it is known before it is read. A worker reads its window's row groups in the window's order, checks and
 encodes every row as a local ingestion does (the same one-line messages, naming file, column and row) and
-writes each target's rows into that target's region of one piece file. The assembler then writes each
-partition as its header followed, tensor by tensor, by the pieces' regions in window order: a partition's rows
-in the order a local ingestion reads them, so the same bytes (tests/spark/test_spread_ingest.py compares
-them). Each file is hashed (BLAKE3, the manifest's) as the local path hashes it, and the table's identity is
-checked by the assembler while the workers read, as a local ingestion checks it (identity.Check).
+writes each target's rows into that target's region of one piece file. As soon as the pieces that feed a
+partition are read, the assembler writes it as its header followed, tensor by tensor, by their regions in
+window order: a partition's rows in the order a local ingestion reads them, so the same bytes
+(tests/spark/test_spread_ingest.py compares them). It is synced, hashed (BLAKE3, the manifest's) and
+published with its entry written last, as data.windowed publishes; an ingestion that stops removes what it
+published. The table's identity is checked while the workers read, as a local ingestion checks it
+(identity.Check).
 
 Only a table of two windows or more is spread (a smaller one keeps the global split, and is not worth a
 cluster's tasks); ``ingest`` returns None for any other, which the step then ingests itself.
