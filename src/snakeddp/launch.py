@@ -38,7 +38,7 @@ from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
-from snakeddp.contract import RemotePlatform
+from snakeddp.platforms.contract import RemotePlatform
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
@@ -199,7 +199,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     resumed_from = tries.saved(args.run_dir) if resume else None
     began = time.time()
     env[variables.TRY_STARTED] = f"{began:.3f}"
-    account.starting(args.run_dir, platforms.load(args.platform).where_tried(os.environ))
+    account.starting(args.run_dir, platforms.load(args.platform).where_tried(env))  # the ranks' env: their GPUs
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]

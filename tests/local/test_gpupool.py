@@ -4,12 +4,14 @@ line, GPUs other runs hold waited for, never shared, whichever workflow (checkou
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from snakeddp.local import gpupool
+from snakeddp.local.platform import CONTRACT
 from tests.gpu_standin import StandIn
 from tests.helpers import subprocess_env
 
@@ -135,3 +137,33 @@ def test_more_ranks_than_gpus_are_refused_in_one_line(tmp_path: Path):
     fits = job(standin, pool(tmp_path / "flow", 1), devices=1)  # what the HINT says
     assert given(fits) == standin.uuids[0]
     end(fits)
+
+
+# A train job's take as the launcher makes it, then what the local platform tells of the wait (a try's account).
+TAKE_AND_TELL = """
+import json, os, sys
+from snakeddp.local import gpupool
+from snakeddp.local.platform import CONTRACT
+taken = gpupool.take(1, os.environ)
+print(json.dumps(CONTRACT.where_tried({**os.environ, **taken})), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_wait_for_a_gpu_is_the_local_platforms_queue_wait(tmp_path: Path):
+    standin = StandIn(tmp_path / "m", count=1)
+
+    def telling(folder: Path) -> subprocess.Popen:
+        env = {**standin.env(subprocess_env(), visible=None), gpupool.POOL: str(pool(folder, 1))}
+        return subprocess.Popen([sys.executable, "-c", TAKE_AND_TELL], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    first = telling(tmp_path / "one")
+    assert json.loads(given(first))["queue_wait_s"] < gpupool.POLL_S  # the GPU was free
+    second = telling(tmp_path / "two")
+    time.sleep(2.5 * gpupool.POLL_S)
+    end(first)
+    waited = json.loads(given(second))["queue_wait_s"]
+    end(second)
+    assert 2.5 * gpupool.POLL_S <= waited < 10, waited
+    assert CONTRACT.where_tried({}) == {}, "a CPU run (no pool): not known"

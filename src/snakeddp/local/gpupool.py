@@ -38,6 +38,8 @@ POOL = "SNAKEDDP_GPU_POOL"
 FOLDER = Path(".snakemake/snakeddp/gpu-slots")
 #: How often a job that waits for GPUs tries again.
 POLL_S = 1.0
+#: Seconds a job waited for its GPUs, set beside CUDA_VISIBLE_DEVICES in the job's environment.
+WAITED = "SNAKEDDP_GPU_WAIT_S"
 
 # Held by the job's process until it ends: closing a descriptor would free its GPU.
 _held: list[int] = []
@@ -78,14 +80,23 @@ def take(devices: int, env: Mapping[str, str]) -> dict[str, str]:
         attempt = functools.partial(hold_all, locks, chosen, shared=True)
     else:
         attempt = functools.partial(hold_free, locks, shown, devices)
-    waiting = False
+    waiting, began = False, time.monotonic()
     while isinstance(taken := attempt(), str):
         if not waiting:
             say(f"snakeddp: waiting for {devices} GPU{'s' if devices > 1 else ''} of this machine: {taken}.")
             waiting = True
         time.sleep(POLL_S)
     _held.extend(descriptor for _, descriptor in taken)
-    return {gpus.VISIBLE: ",".join(gpu.uuid for gpu, _ in taken)}
+    return {gpus.VISIBLE: ",".join(gpu.uuid for gpu, _ in taken), WAITED: f"{time.monotonic() - began:.3f}"}
+
+
+def waited(env: Mapping[str, str]) -> dict[str, float]:
+    """How long the job waited for its GPUs (the local platform's queue: a try's account), where it took them
+    from the pool; nothing where it did not (a CPU run, a run started by hand)."""
+    try:
+        return {"queue_wait_s": float(env[WAITED])}
+    except (KeyError, ValueError):
+        return {}
 
 
 def held_elsewhere(locks: Path, held: list[gpus.Gpu]) -> str:

@@ -178,5 +178,8 @@ class Local(Platform[LocalState]):
         # build, anything that did would raise) or takes memory on a GPU another run trains on.
         return gpupool.take(devices, env) if accelerator == "gpu" else {gpus.VISIBLE: ""}
 
+    def where_tried(self, env: Mapping[str, str]) -> dict[str, Any]:
+        return gpupool.waited(env)  # the platform's queue: the machine's GPUs a GPU run waited for
+
 
 CONTRACT = Local()
