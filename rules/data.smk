@@ -26,6 +26,29 @@ rule data_table:
         "python -m snakeddp.steps ingest --params {params.data:q} --out {output.ingest:q} > {log:q} 2>&1"
 
 
+# A windowed table's stream manifest, from its footers and schema (no row read, no checksum): its runs take it
+# instead of the manifest, so they start beside data_table, on each partition as it is published (snakeddp.data.stream).
+rule data_stream:
+    input:
+        table=PLAN.table_files,
+    output:
+        stream="results/data/{dataset}/stream-{parts}.json",
+    log:
+        "logs/data/{dataset}/stream-{parts}.log",
+    # Beside ingestion, ahead of the jobs no training waits for: the runs start on it.
+    priority: 1
+    localrule: True
+    conda:
+        "../envs/data.yaml"
+    params:
+        data=PLAN.dataset_params_json,
+    message:
+        "data {wildcards.dataset}: the stream manifest of {wildcards.parts} partitions"
+    shell:
+        "python -m snakeddp.steps stream --params {params.data:q} --dataset {wildcards.dataset:q}"
+        " --out {output.stream:q} > {log:q} 2>&1"
+
+
 # One train partition: features, labels and sample ids, plus its checksum entry.
 rule data_partition:
     input:

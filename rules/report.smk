@@ -47,6 +47,8 @@ rule report:
             rules.train.output.provenance, run=PLAN.report_runs(checkpoints)
         ),
         workflow=PLAN.workflow_files,
+        # The manifests of runs that started beside their ingestion (snakeddp.data.stream): read, and not yet made.
+        manifests=lambda wc: PLAN.streamed_manifests(checkpoints),
         exports=lambda wc: (
             expand(rules.export.output.description, run=PLAN.report_runs(checkpoints))
             if PLAN.export

@@ -4,6 +4,7 @@
     python -m snakeddp.steps val       --params JSON --out val.safetensors --entry val.json
     python -m snakeddp.steps ingest    --params JSON --out results/data/<dataset>/ingest
     python -m snakeddp.steps manifest  --params JSON --dataset ID --val val.json --out manifest-4.json --entries E...
+    python -m snakeddp.steps stream    --params JSON --dataset ID --out stream-4.json
     python -m snakeddp.steps module    --params JSON --dataset ID --out module.json
     python -m snakeddp.steps run-config --run-id ID --run FILE --out run.yaml
     python -m snakeddp.steps rung-config --run-id ID --run FILE --epochs 3 --out results/search/ID/epochs-3.yaml
@@ -64,6 +65,13 @@ def _manifest(args: argparse.Namespace) -> None:
     from snakeddp.data.generate import write_dataset_manifest
 
     write_dataset_manifest(args.out, args.dataset, args.params, args.entries, args.val)
+
+
+def _stream(args: argparse.Namespace) -> None:
+    from snakeddp.data.stream import write_stream_manifest
+
+    stream = write_stream_manifest(args.out, args.dataset, args.params)
+    print(f"stream of {stream['partitions']} partitions: {stream['records']}")
 
 
 def _module(args: argparse.Namespace) -> None:
@@ -171,6 +179,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     manifest.add_argument("--dataset", required=True, help="dataset id")
     manifest.add_argument("--val", required=True, type=Path, help="the validation set's entry")
     manifest.add_argument("--entries", nargs="*", type=Path, default=[], help="train partition entries, in order")
+    stream = step("stream", _stream)
+    dataset_params(stream)
+    stream.add_argument("--dataset", required=True, help="dataset id")
     module = step("module", _module)
     dataset_params(module)
     module.add_argument("--dataset", required=True, help="dataset id")

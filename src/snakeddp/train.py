@@ -47,6 +47,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 # Before Lightning: torchmetrics without transformers and matplotlib, which its import would pull in (issue 72).
 import snakeddp.training.lean_torchmetrics  # noqa: F401
@@ -63,6 +64,7 @@ from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.config import parts
 from snakeddp.config.targets import user_code
 from snakeddp.data import custom
+from snakeddp.data.module import PartitionDataModule
 from snakeddp.errors import LaunchError, exit_code
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
@@ -198,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
             attempt,
             layout,
             callbacks.outcome(trainer, started, time.perf_counter() - clock),
-            data=custom.describe(data, attempt.manifest, attempt.manifest_sha256),
+            data=described(data, attempt),
             user_code=user_code(cfg, model, data),
             tracking=trackers.describe(),
         )
@@ -216,6 +218,14 @@ def main(args: argparse.Namespace) -> int:
         if registered:
             print(f"snakeddp: registered its best model as {registered['name']} version {registered['version']}")
     return 0
+
+
+def described(data: pl.LightningDataModule, attempt: provenance.Attempt) -> dict[str, Any]:
+    """Provenance's data: a run that started beside its ingestion (snakeddp.data.stream) records the dataset's
+    manifest, taken once every partition is published, not the stream manifest it started on."""
+    completed = data.completed() if isinstance(data, PartitionDataModule) else None
+    manifest, manifest_sha256 = completed or (attempt.manifest, attempt.manifest_sha256)
+    return custom.describe(data, manifest, manifest_sha256)
 
 
 def watch_over(

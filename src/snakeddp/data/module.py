@@ -15,7 +15,7 @@ on the CPU the DataLoader gathers them, as the step takes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ from snakeddp.compat.lightning import batches_done
 from snakeddp.data import device as on_device
 from snakeddp.data.augment import ImageBatches
 from snakeddp.data.partitions import Partition, load_manifest, read_partition
+from snakeddp.data.stream import Stream, is_stream
+from snakeddp.util.fsutil import read_json
 
 
 class ShardedBatchSampler:
@@ -102,6 +104,21 @@ class _PartitionBatches(torch.utils.data.Dataset):
         return features, self.partition.labels[indices]
 
 
+class _Deferred:
+    """A partition read on first use (``load``), whose length is known before (a streamed dataset's validation)."""
+
+    def __init__(self, load: Callable[[], Partition], records: int) -> None:
+        self._load, self._records, self._partition = load, int(records), None
+
+    def __len__(self) -> int:
+        return self._records
+
+    def __getattr__(self, name: str) -> Any:  # ids, features, labels, name: the partition's, once read
+        if self._partition is None:
+            self._partition = self._load()
+        return getattr(self._partition, name)
+
+
 def _as_batch(batch: Any) -> Any:
     return batch
 
@@ -157,7 +174,7 @@ class Prefetcher:
     thread for those requested after it was set; ``get`` places one requested before.
     """
 
-    def __init__(self, root: Path, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, root: Path, entries: Sequence[dict[str, Any]]) -> None:
         self.root, self.entries = root, entries
         self.place: Callable[[Partition], Partition] | None = None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-prefetch")
@@ -165,7 +182,11 @@ class Prefetcher:
 
     def request(self, index: int) -> None:
         if index not in self._loaded:
-            self._loaded[index] = self._pool.submit(self._load, self.entries[index], self.place)
+            self._loaded[index] = self._pool.submit(self._entry_then_load, index, self.place)
+
+    def _entry_then_load(self, index: int, place: Callable[[Partition], Partition] | None) -> Partition:
+        # On this thread: a streamed dataset's entry is waited for until ingestion publishes it.
+        return self._load(self.entries[index], place)
 
     def _load(self, entry: dict[str, Any], place: Callable[[Partition], Partition] | None) -> Partition:
         partition = read_partition(self.root / entry["file"], entry)
@@ -207,12 +228,18 @@ class PartitionDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         self.manifest_path = Path(manifest_path)
-        self.manifest = load_manifest(self.manifest_path)
+        # A windowed table's runs start beside its ingestion, on a stream manifest (snakeddp.data.stream).
+        streamed = read_json(self.manifest_path) if self.manifest_path.name.startswith("stream-") else None
+        self.manifest = streamed if streamed is not None and is_stream(streamed) else load_manifest(self.manifest_path)
         # A dataset of images (uint8 partitions) is scaled, standardised and augmented as batches leave it.
         self.images = ImageBatches(self.task, augment or {}, seed) if self.task.get("input_shape") else None
         self.root = self.manifest_path.parent
         self.batch_size, self.seed, self.trace_enabled = batch_size, seed, trace
-        self.num_partitions = len(self.manifest["train"])
+        self.stream = Stream(self.root, self.manifest) if streamed is self.manifest else None
+        self.train_entries: Sequence[dict[str, Any]] = (
+            self.stream if self.stream is not None else self.manifest["train"]
+        )
+        self.num_partitions = len(self.train_entries)
         self.prefetcher: Prefetcher | None = None
         self.val: Partition | None = None
         self.epoch_partition: int | None = None
@@ -221,7 +248,7 @@ class PartitionDataModule(pl.LightningDataModule):
         self.trace: list[torch.Tensor] = []
         # The first epoch's partition (a fresh run's) loads and is verified while the Trainer is built and
         # Lightning initialises CUDA; a resumed run asks for its own in setup, and this one is dropped.
-        self.prefetcher = self.prefetcher_type(self.root, self.manifest["train"])
+        self.prefetcher = self.prefetcher_type(self.root, self.train_entries)
         self.prefetcher.request(self.partition_for_epoch(0))
 
     @property
@@ -234,16 +261,29 @@ class PartitionDataModule(pl.LightningDataModule):
     def setup(self, stage: str) -> None:
         device = self._device()
         if self.prefetcher is None:
-            self.prefetcher = self.prefetcher_type(self.root, self.manifest["train"])
+            self.prefetcher = self.prefetcher_type(self.root, self.train_entries)
         if self.images is None and on_device.is_cuda(device):
             # Image batches are scaled and augmented on the host: they stream to the device instead.
             self.prefetcher.place = lambda partition: on_device.resident(partition, device)
         self.prefetcher.request(self.partition_for_epoch(self.trainer.current_epoch if self.trainer else 0))
-        if self.val is None:
-            val = self.manifest["val"]
-            self.val = read_partition(self.root / val["file"], val)
-            if self.prefetcher.place is not None:
-                self.val = self.prefetcher.place(self.val)
+        if self.val is None and self.stream is None:
+            self._load_val()
+
+    def _load_val(self) -> Partition:
+        """Validation, from the manifest; a streamed dataset's once ingestion has written it, last."""
+        val = self.manifest["val"] if self.stream is None else self.stream.val()
+        self.val = read_partition(self.root / val["file"], val)
+        if self.prefetcher is not None and self.prefetcher.place is not None:
+            self.val = self.prefetcher.place(self.val)
+        return self.val
+
+    def completed(self) -> tuple[Path, str] | None:
+        """A streamed run's data identity, once every partition is published: the dataset's manifest (its path and
+        sha256) and, from now on, ``self.manifest``; None for a run that trained on the manifest."""
+        if self.stream is None:
+            return None
+        path, sha256, self.manifest = self.stream.completed()
+        return path, sha256
 
     def _sampler(self, partition: Partition, epoch: int, shuffle: bool) -> ShardedBatchSampler:
         return ShardedBatchSampler(
@@ -271,9 +311,23 @@ class PartitionDataModule(pl.LightningDataModule):
         return ResumableLoader(dataset, sampler, lambda: batches_done(self.trainer), batches_of=batches_of)
 
     def val_dataloader(self) -> DataLoader:
+        if self.val is None and self.stream is not None:
+            # Lightning asks for it as fit starts, and ingestion writes validation last: its rows are read when it
+            # is first iterated, after epoch 0's training (no sanity check), its size is the stream manifest's.
+            batches = _PartitionBatches(_Deferred(self._load_val, self.manifest["records"]["val"]), None, self.images)
+            sampler = self._sampler(batches.partition, 0, shuffle=False)
+            if not on_device.is_cuda(self._device()):
+                return DeviceLoader(batches, sampler)
+            return DeviceLoader(batches, sampler, batches_of=lambda order: self._deferred_batches(batches, order))
+        if self.val is None:
+            self._load_val()
         sampler = self._sampler(self.val, 0, shuffle=False)
         batches = _PartitionBatches(self.val, None, self.images)
         return DeviceLoader(batches, sampler, batches_of=self._batches_of(batches))
+
+    def _deferred_batches(self, batches: _PartitionBatches, order: list[torch.Tensor]) -> Iterator[Any]:
+        batches.partition = self.val if self.val is not None else self._load_val()
+        return self._batches_of(batches)(order)
 
     def _device(self) -> torch.device:
         return self.trainer.strategy.root_device if self.trainer is not None else torch.device("cpu")

@@ -280,9 +280,22 @@ def write_manifest(
     task: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Write the manifest from the entries each partition's writer recorded."""
+    manifest = manifest_of(dataset, params, train, val, task)
+    atomic_write_json(path, manifest)
+    return manifest
+
+
+def manifest_of(
+    dataset: str,
+    params: Mapping[str, Any],
+    train: list[Mapping[str, Any]],
+    val: Mapping[str, Any],
+    task: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The manifest of the given entries (a streamed run's data identity is the one data_manifest writes)."""
     if not train:
         raise ValueError("a dataset needs at least one train partition")
-    manifest = {
+    return {
         "format": MANIFEST_FORMAT,
         "dataset": dataset,
         "params": dict(params),
@@ -291,8 +304,6 @@ def write_manifest(
         "val": {**val, "file": str(val["file"])},
         "records": {"train": sum(e["records"] for e in train), "val": val["records"]},
     }
-    atomic_write_json(path, manifest)
-    return manifest
 
 
 def load_manifest(path: str | Path) -> dict[str, Any]:

@@ -62,6 +62,9 @@ STEPS = (
          (SYNTHETIC, TABLE)),
     Step("data_manifest", f"{STEPS_CLI} manifest", "writes a dataset's manifest: the checksum of every partition "
          "and of the validation split", PER_DATASET, (SYNTHETIC, TABLE)),
+    # Of a windowed table only (snakeddp.data.stream), so no source's: a run's crate names its dataset's manifest.
+    Step("data_stream", f"{STEPS_CLI} stream", "writes a windowed table's stream manifest (its task and rows per "
+         "partition, from the footers), on which its runs start beside ingestion", PER_DATASET),
     Step("data_module", f"{STEPS_CLI} module", "records the user's DataModule (data.module) and its arguments, "
          "which read the data themselves", PER_DATASET, (MODULE,)),
     Step("env_capture", f"{STEPS_CLI} environment", "records a stage's environment: Python, packages, accelerator "

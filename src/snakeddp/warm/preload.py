@@ -28,6 +28,7 @@ BY_RULE = {
     "data_partition": (*DATA, *TABLE),
     "data_val": (*DATA, *TABLE),
     "data_manifest": DATA,
+    "data_stream": (*DATA, *TABLE),
     "data_module": TRAINING,  # the user's DataModule: Lightning's
     "env_capture": ENVIRONMENT,
     "train": TRAINING,

@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from snakeddp import config as configuration
@@ -30,6 +31,7 @@ from snakeddp.config import coerce, layers, parts, site, sources
 from snakeddp.config import schema as config_schema
 from snakeddp.contract import Invocation, Platform
 from snakeddp.data import plan as data_plan
+from snakeddp.data import stream as data_stream
 from snakeddp.environment import advisories
 from snakeddp.environment import files as envfiles
 from snakeddp.platforms.table import Row
@@ -152,7 +154,18 @@ class Plan:
         dataset = configuration.dataset_id(self.runs[wildcards.run]["config"]["data"])
         if data.source == "module":
             return f"results/data/{dataset}/module.json"
+        if data.source == "table":  # a windowed table's runs start beside its ingestion (snakeddp.data.stream)
+            params = sources.identity(self.datasets[dataset])
+            return data_stream.train_input(dataset, params, data.num_train_files, self.row.name)
         return f"results/data/{dataset}/manifest-{data.num_train_files}.json"
+
+    def streamed_manifests(self, checkpoints: Any) -> list[str]:
+        """The manifests that the report reads and no train job waited for (their runs started on a stream's)."""
+        found = (
+            data_stream.manifest_of_stream(self.manifest(SimpleNamespace(run=run)))
+            for run in self.report_runs(checkpoints)
+        )
+        return sorted({path for path in found if path})
 
     def run_json(self, wildcards: Any) -> str:
         """The run as run.yaml holds it; scheduler requests alone never rewrite it (runfile). Its JSON is

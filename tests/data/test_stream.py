@@ -1,0 +1,100 @@
+"""A run beside its ingestion (snakeddp.data.stream): the stream manifest from the footers, each partition's entry
+waited for while a real ingestion publishes it, the dataset's manifest identity once every entry is in, and the
+one line where ingestion stops or never begins."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+from snakeddp.data import stream
+from snakeddp.data.generate import write_dataset_manifest
+from snakeddp.data.partitions import read_partition
+from snakeddp.data.table import TableError, ingest
+from snakeddp.errors import DataIntegrityError
+from tests.data.test_windowed import folder_of, small_windows  # noqa: F401 (a fixture)
+from tests.tables import params
+
+PARTS = 3
+
+
+@pytest.fixture
+def dataset(tmp_path, small_windows):  # noqa: F811
+    """A table of six windows (1,000 rows each), its stream manifest, and the dataset's folder."""
+    found = params(folder_of(tmp_path), partitions=PARTS)
+    root = tmp_path / "results" / "data" / "t-1"
+    manifest = stream.write_stream_manifest(root / f"stream-{PARTS}.json", "t-1", found)
+    return found, manifest, root
+
+
+def test_a_run_gets_each_partition_as_ingestion_publishes_it_and_the_manifest_it_makes(dataset):
+    found, manifest, root = dataset
+    assert stream.streams(found) and manifest["records"]["train"] == sum(manifest["counts"][:-1])
+    entries = stream.Stream(root, manifest)
+    seen = {}
+    reader = threading.Thread(target=lambda: seen.update(first=entries[0], val=entries.val()))
+    reader.start()  # waits for the ingest folder, then for each entry in it
+    summary = ingest(found, root / "ingest")
+    reader.join(timeout=60)
+    assert summary["records"] == manifest["records"]  # the footers' counts were ingestion's
+    assert seen["first"]["file"] == "ingest/train/part-00000.safetensors"
+    first = read_partition(root / seen["first"]["file"], seen["first"])
+    assert len(first) == manifest["counts"][0]
+    # The identity a run records: the sha256 of the manifest data_manifest writes from the same entries.
+    path, sha256, content = entries.completed()
+    train = [root / f"ingest/train/part-{i:05d}.json" for i in range(PARTS)]
+    written = write_dataset_manifest(root / f"manifest-{PARTS}.json", "t-1", found, train, root / "ingest/val.json")
+    assert path == root / f"manifest-{PARTS}.json" and content == written
+    assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert written["task"] == manifest["task"]
+
+
+def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(dataset, tmp_path):
+    found, manifest, root = dataset
+    # One value of the last file is NaN: ingestion stops after publishing the first window's partitions.
+    folder = tmp_path / "pq"
+    frame = __import__("pandas").read_parquet(folder / "part-1.parquet")
+    frame.loc[frame.index[-1], "a"] = np.nan
+    frame.to_parquet(folder / "part-1.parquet", row_group_size=250)
+    with pytest.raises(TableError):
+        ingest(found, root / "ingest")
+    entries = stream.Stream(root, manifest)
+    (root / "ingest").mkdir(exist_ok=True)
+    failed = []
+    waiting = threading.Thread(target=lambda: failed.append(_error(lambda: entries[PARTS - 1])))
+    waiting.start()
+    shutil.rmtree(root / "ingest")  # as Snakemake removes a failed job's output
+    waiting.join(timeout=30)
+    (message,) = failed
+    assert "its ingestion stopped before it was published" in message and message.count("\n") == 0
+    assert "HINT: logs/data/t-1/ingest.log says why" in message
+
+
+def test_a_run_whose_ingestion_never_begins_says_what_to_ask_for(dataset, monkeypatch):
+    _, manifest, root = dataset
+    monkeypatch.setattr(stream, "STALL_S", 0.5)
+    message = _error(lambda: stream.Stream(root, manifest)[0])
+    assert "no ingestion of the table began" in message
+    assert f"HINT: ask for {root / f'manifest-{PARTS}.json'} with the run" in message
+
+
+def test_a_table_of_fewer_rows_than_a_window_trains_after_its_manifest(tmp_path):
+    found = params(folder_of(tmp_path), partitions=PARTS)  # 6,000 rows, windows of 2^18
+    assert not stream.streams(found)
+    assert stream.train_input("t-1", found, PARTS, "local") == f"results/data/t-1/manifest-{PARTS}.json"
+
+
+def test_only_the_local_platform_streams(dataset):
+    found, _, _ = dataset
+    assert stream.train_input("t-1", found, PARTS, "local") == f"results/data/t-1/stream-{PARTS}.json"
+    assert stream.train_input("t-1", found, PARTS, "azureml") == f"results/data/t-1/manifest-{PARTS}.json"
+
+
+def _error(call) -> str:
+    with pytest.raises(DataIntegrityError) as caught:
+        call()
+    return str(caught.value)
