@@ -143,3 +143,13 @@ def test_a_cluster_whose_cores_are_all_held_leaves_the_table_to_the_step(spark_c
     assert "no free core on the Spark cluster" in capfd.readouterr().err
     assert "pieces" not in summary  # read by the step itself, as on the local platform
     assert len(same_files(tmp_path / "local", tmp_path / "spark")) == 2 * (3 + 1)
+
+
+def test_a_local_master_leaves_the_table_to_the_step(tmp_path, monkeypatch, capfd):
+    """local[N] runs its tasks in the driver's process, on this machine: the step reads the table itself."""
+    table = parquet_folder(tmp_path / "table", the_rows())
+    monkeypatch.chdir(tmp_path)
+    env = {**subprocess_env(), "SNAKEDDP_PLATFORM": "spark", "SNAKEDDP_PLATFORM_SECTION": '{"master": "local[2]"}'}
+    summary = spark_ingest.ingest(tables.params(table, partitions=3), tmp_path / "spark", env)
+    assert "local[2] runs Spark's tasks in the driver" in capfd.readouterr().err
+    assert "pieces" not in summary and summary["rows_read"] == 600_000

@@ -84,6 +84,8 @@ def on_executors(
     it is read: a job per piece, submitted at once in window order (Spark runs them side by side on the cores
     it has), so the first partitions are published while later windows are read."""
     master, named_by = masters.resolve(spark.master, env)
+    if not sessions.has_executors(master):
+        raise NoCores(f"{master} runs Spark's tasks in the driver, on this machine, as this step would")
     free = free_cores(spark, master, env)
     if free == 0:
         raise NoCores(f"no free core on the Spark cluster at {master} (its applications hold them all)")
