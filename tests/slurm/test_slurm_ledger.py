@@ -14,7 +14,7 @@ import pytest
 import snakemake_executor_plugin_slurm as plugin
 
 import snakeddp.config as configuration
-from snakeddp.config.parts import Site
+from snakeddp.config.parts import Launch, Site
 from snakeddp.run import ledger, tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm import nodes as slurm_nodes
@@ -114,7 +114,7 @@ def test_a_run_the_left_out_nodes_leave_too_few_nodes_is_refused_in_one_line_and
     main = slurm_nodes.TrainingNodes(resources(), ["train"], up)
 
     def runs(nodes: int) -> dict:
-        return {"base": {"config": {"launch": configuration.validate({"launch": {"nodes": nodes}})["launch"]}}}
+        return {"base": Launch.of(configuration.validate({"launch": {"nodes": nodes}})["launch"])}
 
     said: list[str] = []
     assert Exclusions(("train",), said.append, results=results, site=site()).start(runs(1), main)

@@ -48,13 +48,13 @@ class Exclusions:
         self.said: dict[str, tuple[str, ...]] = {}
         self.remembered = Remembered(site, say, results) if site is not None else None
 
-    def start(self, training: Mapping[str, Any] | None = None, nodes: TrainingNodes | None = None) -> bool:
+    def start(self, launches: Mapping[str, Launch] | None = None, nodes: TrainingNodes | None = None) -> bool:
         """From now on every submission of this process leaves them out; False where the plugin is not the
         release that was read (then nothing is left out). A ledger snakeddp cannot read, or one that leaves a
-        run to train (``training``: its run by id) fewer nodes that are up than it asks, stops the invocation
-        here, before anything is submitted (a LedgerError: one line with a HINT)."""
+        run to train (``launches``: its launch part by run id) fewer nodes that are up than it asks, stops the
+        invocation here, before anything is submitted (a LedgerError: one line with a HINT)."""
         if self.remembered is not None:
-            check_room(training or {}, nodes, self.remembered.now(), self.results)
+            check_room(launches or {}, nodes, self.remembered.now(), self.results)
         return leave_out_nodes(self.nodes_of)
 
     def nodes_of(self, job: Any) -> set[str]:
@@ -112,11 +112,11 @@ class Remembered:
 
 
 def check_room(
-    training: Mapping[str, Any], nodes: TrainingNodes | None, left_out: set[str], results: Path = Path(RESULTS)
+    launches: Mapping[str, Launch], nodes: TrainingNodes | None, left_out: set[str], results: Path = Path(RESULTS)
 ) -> None:
     """A run whose partitions keep fewer nodes that are up than its launch.nodes once the ledger's nodes are
     left out would never be submitted (sbatch refuses an --exclude that leaves too few): refused in one line."""
-    if not left_out or nodes is None or not training:
+    if not left_out or nodes is None or not launches:
         return
     try:
         groups = nodes.groups
@@ -126,8 +126,8 @@ def check_room(
         kept = max(sum(node.name not in left_out for node in partition.up) for partition in group)
         up = max(len(partition.up) for partition in group)
         gone = sorted({node.name for partition in group for node in partition.up} & left_out)
-        for run_id, run in training.items():
-            asked = Launch.of(run["config"]["launch"]).nodes
+        for run_id, launch in launches.items():
+            asked = launch.nodes
             if kept < asked <= up:  # too few without the ledger is the check of the runs against the nodes
                 names = ",".join(partition.name for partition in group)
                 raise ledger.LedgerError(

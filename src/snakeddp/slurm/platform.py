@@ -177,7 +177,7 @@ class Slurm(Platform[SlurmState]):
         state.exclusions = state.exclusions or Exclusions(
             invocation.train_rules, invocation.say, also=also, site=ledger
         )
-        state.exclusions.start(training, self.nodes(invocation))
+        state.exclusions.start({run: invocation.launches[run] for run in training}, self.nodes(invocation))
 
     def close(self, invocation: Invocation[SlurmState]) -> None:
         if invocation.state.watch is not None:
