@@ -155,7 +155,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     if args.clear:
         gone = ledger.clear(args.results, args.clear)
         forgot = ", ".join(map(ledger.summary, gone))
-        print(f"{args.clear}: forgot {len(gone)} event(s) ({forgot}); Slurm may run jobs there again")
+        print(f"{args.clear}: forgot {len(gone)} event(s) ({forgot}); jobs may be placed there again")
         return 0
     header, rows = ledger.rows(args.results, args.events, args.days)
     if not rows:
@@ -331,11 +331,11 @@ def _add_nodes(sub: Subparsers) -> argparse.ArgumentParser:
         "nodes",
         help="the ledger of nodes: each node's hangs, slow spells and failures",
         description="The checkout's ledger of nodes (results/nodes.json): per node its hangs, slow spells and "
-        "failures, how many fell in the last DAYS days, its last event, and whether the slurm profile leaves it "
-        "out of train jobs (EVENTS or more in DAYS: the profile's site.exclude_after_events and "
+        "failures, how many fell in the last DAYS days, its last event, and whether a profile that places jobs on "
+        "nodes leaves it out of train jobs (EVENTS or more in DAYS: the profile's site.exclude_after_events and "
         "site.exclude_within_days). --clear NODE forgets that node's events.",
     )
-    nodes.add_argument("--clear", metavar="NODE", help="forget NODE's events, so Slurm may run jobs there again")
+    nodes.add_argument("--clear", metavar="NODE", help="forget NODE's events, so jobs may be placed there again")
     nodes.add_argument("--events", type=count, default=ledger.EXCLUDE_AFTER_EVENTS, help="as site.exclude_after_events")
     nodes.add_argument("--days", type=float, default=ledger.EXCLUDE_WITHIN_DAYS, help="as site.exclude_within_days")
     nodes.set_defaults(func=cmd_nodes)
@@ -348,7 +348,7 @@ def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
         help="where every run of the checkout is now",
         description="One row per run: its state (queued, starting, training, hung, done, failed, stopped), epoch, "
         "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s), "
-        "and the runs Slurm holds in its queue for this checkout.",
+        "and the runs their platform holds queued for this checkout.",
     )
     live.add_argument("--json", action="store_true", help="print the rows as JSON")
     live.add_argument(

@@ -179,10 +179,10 @@ def summary(event: Mapping[str, Any]) -> str:
 
 def rows(results: Path, events: int, days: float, now: float | None = None) -> tuple[list[str], list[list[str]]]:
     """The ledger as a table: per node its counts by kind, those in the window, its last event, and whether
-    the slurm profile leaves it out at these settings."""
+    a profile that places jobs on nodes (Slurm's) leaves it out at these settings."""
     now = time.time() if now is None else now
     header = ["node", *(f"{kind}s" if kind != "slow" else "slow spells" for kind in KINDS)]
-    header += [f"last {days:g} days", "last event", "left out on slurm"]
+    header += [f"last {days:g} days", "last event", "left out"]
     table = []
     for node, happened in sorted(read(results).items()):
         counts = [str(sum(e["kind"] == kind for e in happened)) for kind in KINDS]
