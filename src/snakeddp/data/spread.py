@@ -37,7 +37,7 @@ import numpy as np
 
 from snakeddp.config import parts
 from snakeddp.data import columns as cols
-from snakeddp.data import delta
+from snakeddp.data import delta, pagecache
 from snakeddp.data import table as tables
 from snakeddp.data.inplace import _write
 from snakeddp.data.layout import chunk_rows, layout_of, probe_rows
@@ -354,7 +354,8 @@ class Assembly:
         """One partition (or validation) written, synced, in place and hashed; its entry written beside it."""
         n = int(self.totals[target])
         specs = _specs(n, self.feature, self.binary)
-        header, order = encode_header(specs, tables._metadata(target, self.partitions))
+        metadata = tables._metadata(target, self.partitions)
+        header, order = encode_header(specs, metadata)
         path = self.out / f"{_name(target, self.partitions)}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.partial")
@@ -376,9 +377,12 @@ class Assembly:
         finally:
             os.close(fd)
         os.replace(partial, path)
+        checksum = partition_file_checksum(path)
+        if not pagecache.read_next(metadata):  # as data.inplace: only what training reads first stays cached
+            pagecache.drop(path)
         entry = {
             "file": path.name,
-            **partition_file_checksum(path),
+            **checksum,
             "bytes": at,
             "records": n,
             "tensors": {k: {"dtype": str(d), "shape": list(s)} for k, (d, s) in specs.items()},
