@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +67,36 @@ def test_a_stopped_process_gives_its_stack_through_its_trap_and_is_left_stopped(
         time.sleep(0.02)
     again, _ = take_stack(stopped.pid)  # a second signal: only what it wrote then
     assert again is not None and again.count("Current thread") == 1
+
+
+# A process that ends right after its dump: its trap's handler then the signal's default action (it terminates).
+ENDS_AFTER_ITS_DUMP = """
+import faulthandler, os, signal, sys
+from snakeddp.training.evidence import STACK_SIGNAL, Trap
+
+def ends_after_its_dump():
+    trap = Trap()
+    faulthandler.unregister(STACK_SIGNAL)
+    faulthandler.register(STACK_SIGNAL, file=trap.file, all_threads=True, chain=True)
+    print("trapped", flush=True)
+    sys.stdin.read()
+
+ends_after_its_dump()
+"""
+
+
+def test_the_stack_of_a_process_that_ends_right_after_its_dump_is_kept():
+    child = subprocess.Popen(
+        [sys.executable, "-c", ENDS_AFTER_ITS_DUMP], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline() == "trapped\n"
+        stack, how = take_stack(child.pid)
+        assert child.wait(timeout=10) == -(signal.SIGRTMIN + 3), "it ended by the signal"
+        assert stack is not None and "ends_after_its_dump" in stack, how
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_process_without_a_trap_or_gone_is_said_not_taken_and_why():

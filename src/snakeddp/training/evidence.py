@@ -26,6 +26,7 @@ together under results/runs/<run>/hang/ (the hang's line names stacks.txt).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import faulthandler
 import os
@@ -92,17 +93,21 @@ def _trap_of(pid: int) -> Path | None:
 
 
 def _dumped(trap: Path, before: int, seconds: float) -> str | None:
-    """What a signalled process wrote into its trap after ``before`` bytes, once it stopped growing."""
-    deadline, last = time.monotonic() + seconds, -1
+    """What a signalled process wrote into its trap after ``before`` bytes, once it stopped growing (or the
+    process ended: what it wrote before is all there is)."""
+    deadline, text = time.monotonic() + seconds, ""
     while time.monotonic() < deadline:
-        size = trap.stat().st_size
-        if size > before and size == last:
+        try:
             with open(trap, "rb") as handle:
                 handle.seek(before)
-                return handle.read().decode(errors="replace")
-        last = size
+                read = handle.read().decode(errors="replace")
+        except OSError:
+            return text or None
+        if read and read == text:
+            return text
+        text = read
         time.sleep(0.02)
-    return None
+    return text or None
 
 
 def _signal_main_thread(pid: int, signum: int) -> None:
@@ -134,17 +139,17 @@ def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
         _signal_main_thread(pid, STACK_SIGNAL)
         if state == "T":
             os.kill(pid, signal.SIGCONT)  # a stopped process runs its handler only once continued
-        try:
-            text = _dumped(trap, before, seconds)
-        finally:
-            if state == "T":
-                os.kill(pid, signal.SIGSTOP)  # as it was found
+        text = _dumped(trap, before, seconds)
     except ProcessLookupError:
         return None, "its process is gone (the signal found none)"
     except FileNotFoundError:
         return None, "its process is gone (its stack trap with it)"
     except PermissionError:
         return None, "its process is not this user's"
+    finally:
+        if state == "T":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)  # as it was found, where it is still there
     if text is None:
         waits = " (it waits in the kernel: a device or a file system)" if state == "D" else ""
         return None, f"its process did not dump its stack within {seconds:g} s of the signal{waits}"
