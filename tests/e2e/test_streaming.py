@@ -105,5 +105,9 @@ def test_training_starts_on_partition_0_while_ingestion_writes_the_rest(tmp_path
             capture_output=True, text=True, env=subprocess_env(), check=False, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-    # Done: nothing left to run, the stream manifest included.
+    # Done: nothing left to run, the stream manifest included; a training parameter edited reruns the run only.
     assert streamed.planned_jobs() == {}
+    tiny_config["trainer"]["max_epochs"] = 3
+    streamed.write_config(tiny_config)
+    jobs = streamed.planned_jobs()
+    assert jobs.get("train") == 1 and not [rule for rule in jobs if rule.startswith("data_")], jobs
