@@ -93,17 +93,19 @@ def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_
 
 @pytest.mark.e2e
 def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_path):
-    """The command the user types: the data jobs of `snakemake --profile spark` (up to the manifests), whose ingest
-    step reads the windows on the executors; the partitions and manifest are those of `--profile local`."""
+    """The command the user types: `snakemake --profile spark` trains a run on a table whose ingest step reads the
+    windows on the executors, beside the workflow's own application (started before the jobs, for the training);
+    the partitions and manifest are those of `--profile local`'s data jobs."""
     table = parquet_folder(tmp_path / "table", the_rows())
     section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
-    config = {**TINY, "data": {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}}
-    flows = {}
-    for profile in ("spark", "local"):
+    data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
+    config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "data": data}
+    for profile, until in (("spark", ()), ("local", ("--until", "data_manifest"))):
         (tmp_path / profile).mkdir()
-        flows[profile] = Workflow(tmp_path / profile, profile=profile)
-        flows[profile].write_config(config)
-        flows[profile].run("--until", "data_manifest", env=subprocess_env(**spark_cluster.env()))
+        flow = Workflow(tmp_path / profile, profile=profile)
+        flow.write_config(config)
+        flow.run(*until, env=subprocess_env(**spark_cluster.env()))
+    assert list((tmp_path / "spark" / "results" / "runs").glob("*/provenance.json"))
     [log] = (tmp_path / "spark" / "logs" / "data").glob("*/ingest.log")
     assert "600,000 rows in 2 pieces, read by Spark tasks" in log.read_text()
     assert "Spark application app-" in log.read_text()
