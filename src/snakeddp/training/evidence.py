@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 # SIGUSR1 and SIGUSR2 mean preemption here (launch.preempt_signals): a real-time signal, which nothing else sends.
 STACK_SIGNAL = signal.SIGRTMIN + 3
@@ -92,17 +92,13 @@ def _trap_of(pid: int) -> Path | None:
     return None
 
 
-def _dumped(trap: Path, before: int, seconds: float) -> str | None:
-    """What a signalled process wrote into its trap after ``before`` bytes, once it stopped growing (or the
-    process ended: what it wrote before is all there is)."""
+def _dumped(trap: BinaryIO, before: int, seconds: float) -> str | None:
+    """What a signalled process wrote into its trap after ``before`` bytes, once it stopped growing. ``trap`` is
+    this process's own opening of the file: it outlives the process, should that end right after its dump."""
     deadline, text = time.monotonic() + seconds, ""
     while time.monotonic() < deadline:
-        try:
-            with open(trap, "rb") as handle:
-                handle.seek(before)
-                read = handle.read().decode(errors="replace")
-        except OSError:
-            return text or None
+        trap.seek(before)
+        read = trap.read().decode(errors="replace")
         if read and read == text:
             return text
         text = read
@@ -135,11 +131,12 @@ def take_stack(pid: int, seconds: float = TAKE_S) -> tuple[str | None, str]:
     if trap is None:
         return None, "its process has no stack trap (it stopped before its watch started)"
     try:
-        before = trap.stat().st_size
-        _signal_main_thread(pid, STACK_SIGNAL)
-        if state == "T":
-            os.kill(pid, signal.SIGCONT)  # a stopped process runs its handler only once continued
-        text = _dumped(trap, before, seconds)
+        with open(trap, "rb") as opened:
+            before = opened.seek(0, os.SEEK_END)
+            _signal_main_thread(pid, STACK_SIGNAL)
+            if state == "T":
+                os.kill(pid, signal.SIGCONT)  # a stopped process runs its handler only once continued
+            text = _dumped(opened, before, seconds)
     except ProcessLookupError:
         return None, "its process is gone (the signal found none)"
     except FileNotFoundError:
