@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -80,6 +81,31 @@ def test_a_run_whose_ingestion_never_begins_says_what_to_ask_for(dataset, monkey
     message = _error(lambda: stream.Stream(root, manifest)[0])
     assert "no ingestion of the table began" in message
     assert f"HINT: ask for {root / f'manifest-{PARTS}.json'} with the run" in message
+
+
+def test_a_run_that_ends_stops_waiting_for_a_partition_but_still_takes_the_manifest(dataset):
+    found, manifest, root = dataset
+    entries = stream.Stream(root, manifest)
+    ended = []
+
+    def prefetch():
+        try:
+            entries[1]
+        except stream.Closed:
+            ended.append("closed")
+
+    waiting = threading.Thread(target=prefetch)
+    waiting.start()  # a prefetch of a partition the run will not train, its ingestion not begun
+    time.sleep(0.3)
+    entries.close()
+    waiting.join(timeout=5)
+    assert not waiting.is_alive() and ended == ["closed"]
+    ingest(found, root / "ingest")
+    path, sha256, _ = entries.completed()  # rank 0's record, after the DataModule's teardown closed the stream
+    written = write_dataset_manifest(
+        path, "t-1", found, [root / f"ingest/train/part-{i:05d}.json" for i in range(PARTS)], root / "ingest/val.json"
+    )
+    assert written and sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_table_of_fewer_rows_than_a_window_trains_after_its_manifest(tmp_path):

@@ -208,6 +208,8 @@ class Prefetcher:
         return partition, time.perf_counter() - start
 
     def close(self) -> None:
+        if isinstance(self.entries, Stream):
+            self.entries.close()  # a partition still awaited from ingestion is not waited for any longer
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._loaded.clear()
 

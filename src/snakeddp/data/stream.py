@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -99,6 +100,10 @@ def is_stream(manifest: Mapping[str, Any]) -> bool:
     return manifest.get("format") == STREAM_FORMAT
 
 
+class Closed(Exception):
+    """A wait that ``Stream.close`` ended: its run is over, so it is never shown."""
+
+
 class Stream:
     """The entries of a stream manifest's partitions, each waited for until its file is complete.
 
@@ -110,6 +115,11 @@ class Stream:
         self.root, self.manifest = root, manifest
         self.ingest = root / "ingest"
         self.found: dict[str, dict[str, Any]] = {}  # by name (train/part-00000, val): the entry as its writer wrote it
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """End any wait (the run is over: a prefetch of a partition it will not train must not hold its exit)."""
+        self._closed.set()
 
     def __len__(self) -> int:
         return int(self.manifest["partitions"])
@@ -122,12 +132,12 @@ class Stream:
     def val(self) -> dict[str, Any]:
         return self._entry("val", "")
 
-    def _entry(self, name: str, folder: str) -> dict[str, Any]:
-        entry, where = self._wait(name)
+    def _entry(self, name: str, folder: str, closable: bool = True) -> dict[str, Any]:
+        entry, where = self._wait(name, closable)
         self.found[name] = entry
         return {**entry, "file": f"{where}{folder}{entry['file']}"}
 
-    def _wait(self, name: str) -> tuple[dict[str, Any], str]:
+    def _wait(self, name: str, closable: bool) -> tuple[dict[str, Any], str]:
         """The entry and the folder (relative to the dataset's) its file lies under: placed, else published."""
         seen, last, since = False, None, time.monotonic()
         while True:
@@ -146,7 +156,10 @@ class Stream:
                 if not seen:
                     self._not_ingested(name)
                 self._stopped(name, f"nothing was ingested for {STALL_S:.0f} s")
-            time.sleep(POLL_S)
+            if not closable:
+                time.sleep(POLL_S)
+            elif self._closed.wait(POLL_S):
+                raise Closed(name)
 
     def _stopped(self, name: str, why: str) -> None:
         log = f"logs/data/{self.manifest['dataset']}/ingest.log"
@@ -169,8 +182,8 @@ class Stream:
         from snakeddp.data.partitions import manifest_of
 
         for index in range(len(self)):
-            self[index]
-        self.val()
+            self._entry(f"train/part-{index:05d}", "train/", closable=False)
+        self._entry("val", "", closable=False)
         train = [self.found[f"train/part-{i:05d}"] for i in range(len(self))]
         val = dict(self.found["val"])
         params = {**self.manifest["params"], "num_train_files": len(train)}
