@@ -6,6 +6,8 @@ not split by windows are left to it (None)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -36,6 +38,8 @@ def test_assembled_pieces_are_a_local_ingestions_bytes(tmp_path, partitions):
     ingest(params, tmp_path / "local")
     summary = spread.ingest(params, tmp_path / "spread", spread.in_this_process, "here")
     assert summary["pieces"] == 2 and summary["rows_read"] == 600_000
+    local = json.loads((tmp_path / "local" / "ingest.json").read_text())
+    assert summary["split"] == local["split"] == {"windows": 2, "window_rows": 1 << 18}
     assert len(same_files(tmp_path / "local", tmp_path / "spread")) == 2 * (partitions + 1)
 
 

@@ -43,7 +43,7 @@ from snakeddp.data.inplace import _write
 from snakeddp.data.layout import chunk_rows, layout_of, probe_rows
 from snakeddp.data.partitions import encode_header
 from snakeddp.data.source import Source, TableFile, delta_snapshot, features_of, open_source
-from snakeddp.data.split import RowGroup, Window, check_empty, deal, known_counts, windows_of
+from snakeddp.data.split import WINDOW_ROWS, RowGroup, Window, check_empty, deal, known_counts, windows_of
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write_json, stat_stamp
 from snakeddp.util.hashing import partition_file_checksum
@@ -434,6 +434,8 @@ def _record(
         "rows_dropped": 0,
         "records": {"train": sum(e["records"] for e in entries[:-1]), "val": entries[-1]["records"]},
         "task": task,
+        # As table.ingest says it: the windows dealt the rows (a spread table is always split by windows).
+        "split": {"windows": len(pieces), "window_rows": WINDOW_ROWS},
         "pieces": len(pieces),
         "readers": readers,  # each piece's (host, process)
         # The workers' read (a Spark application's start included) and the assembly, checksums included.
