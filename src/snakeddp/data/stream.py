@@ -34,7 +34,7 @@ STREAM_FORMAT = "snakeddp.stream/1"
 #: (AzureML, Databricks), or are not tested beside a running ingestion yet (Slurm, Spark).
 PLATFORMS = ("local",)
 #: Seconds a run waits for a partition while nothing in the ingest folder changes (nor has it appeared).
-STALL_S = float(os.environ.get("SNAKEDDP_STREAM_STALL_S", "300"))
+STALL_S = 300.0
 POLL_S = 0.1
 
 
