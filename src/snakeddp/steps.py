@@ -54,10 +54,19 @@ def _partition(args: argparse.Namespace, *, split: str) -> None:
 
 
 def _ingest(args: argparse.Namespace) -> None:
-    from snakeddp.data.where import ingester
+    # On the cluster the profile names where its platform spreads the read (its row's ingest: Spark's
+    # executors, a Slurm array job), else here. The platform comes from the workflow's exported variables, so
+    # the choice changes no rule's command, and either way gives the same partitions, byte for byte.
+    from snakeddp import platforms
+    from snakeddp.data.table import ingest
+    from snakeddp.run import variables
 
+    spread = platforms.ingester(variables.platform(os.environ))
     with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
-        summary = ingester()(args.params, args.out)  # on the profile's cluster where it can (data.where)
+        if spread is None:
+            summary = ingest(args.params, args.out)
+        else:
+            summary = spread(args.params, args.out, os.environ)
     print(f"ingested {summary['rows_read']} rows ({summary['rows_dropped']} dropped): {summary['records']}")
 
 

@@ -112,6 +112,15 @@ def job_side(name: str) -> JobSide:
     return JobSide() if module is None else importlib.import_module(module).JOB_SIDE
 
 
+def ingester(name: str) -> Any:
+    """The platform's ingestion of a table on its cluster (its row's ``ingest``), imported now; None where
+    the ingest step reads the table itself."""
+    if row(name).ingest is None:
+        return None
+    module, _, function = row(name).ingest.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
 def _job_sides() -> list[JobSide]:
     return [job_side(row.name) for row in rows()]
 

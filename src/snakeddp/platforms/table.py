@@ -22,11 +22,21 @@ class Row:
     this_machine: bool = False  # jobs and ranks run on the machine Snakemake runs on
     job_side: str | None = None  # its job side: a module whose JOB_SIDE is a snakeddp.platforms.jobside.JobSide
     ranks_as: str | None = None  # a remote job's driver starts the ranks as this platform does
+    # Its way to ingest a windowed table on its cluster (snakeddp.data.spread), "module:function" given the
+    # dataset's parameters, the output folder and the environment; it ingests itself what it does not spread.
+    ingest: str | None = None
 
 
 TABLE = (
     Row("local", "snakeddp.local.platform", "direct", this_machine=True),
-    Row("slurm", "snakeddp.slurm.platform", "srun", own_launchers=("srun",), job_side="snakeddp.slurm.jobside"),
+    Row(
+        "slurm",
+        "snakeddp.slurm.platform",
+        "srun",
+        own_launchers=("srun",),
+        job_side="snakeddp.slurm.jobside",
+        ingest="snakeddp.slurm.ingest:ingest",
+    ),
     Row(
         "azureml",
         "snakeddp.azureml.platform",
@@ -44,6 +54,7 @@ TABLE = (
         own_launchers=("torchdistributor",),
         only_own_launchers=True,
         job_side="snakeddp.spark.jobside",
+        ingest="snakeddp.spark.ingest:ingest",
     ),
     # A Databricks job's driver runs the ranks as the spark platform does, on the job's cluster.
     Row(
