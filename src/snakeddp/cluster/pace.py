@@ -252,7 +252,7 @@ def line(slow: Slow, run_id: str, recorded: str | None = None) -> str:
     return (
         f"run {run_id} is slowed by one rank: {facts(slow)}; every other rank waits for it at each step, and the "
         f"run goes on{kept}. HINT: {look_at(slow)}, or set launch.straggler: stop to end such a run at once (the "
-        f"last checkpoint is kept, and Slurm's retry leaves its node out)."
+        f"last checkpoint is kept, and a retry on a scheduler that places jobs leaves its node out)."
     )
 
 
@@ -260,8 +260,8 @@ def stop_line(slow: Slow, run_id: str, checkpoint: str) -> str:
     """The one line a run stopped for a slow rank (launch.straggler: stop) ends with."""
     return (
         f"run {run_id} stopped for a slow rank (launch.straggler: stop): {facts(slow)}. HINT: the ranks were "
-        f"stopped and the last checkpoint is kept ({checkpoint}): rerun to resume from it (on Slurm without that "
-        f"node); set launch.straggler: name to only name such a rank and go on."
+        f"stopped and the last checkpoint is kept ({checkpoint}): rerun to resume from it (where the "
+        f"scheduler places jobs, without that node); set launch.straggler: name to only name such a rank and go on."
     )
 
 
