@@ -284,6 +284,7 @@ def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.A
         key=key,
         resume_from=resume_from,
         locked=locked,
+        resumed_record=provenance.file_record(resume_from, args.run_dir) if is_main and resume_from else None,
     )
 
 

@@ -1,5 +1,6 @@
 """Training processes for real: rank sharding, kill -9 and preemption resumes, corrupted data."""
 
+import hashlib
 import json
 import os
 import pickle
@@ -119,6 +120,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     killed_at = len(run.metrics())
     assert killed_at < 5 and (run.dir / "checkpoints/last.ckpt").exists()
     assert not (run.dir / "provenance.json").exists()
+    read = hashlib.sha256((run.dir / "checkpoints/last.ckpt").read_bytes()).hexdigest()
 
     assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
@@ -127,6 +129,7 @@ def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     assert [int(r["partition"]) for r in rows] == [0, 1, 2, 0, 1], "epoch k trains partition k mod P after resume"
     record = json.loads((run.dir / "provenance.json").read_text())
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert record["training"]["resumed_from"]["sha256"] == read, "the checkpoint as it was read, not as it is now"
     assert record["training"]["partitions_per_epoch"] == [0, 1, 2, 0, 1]
 
 

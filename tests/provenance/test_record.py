@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from snakeddp import config as configuration
@@ -52,6 +54,7 @@ def _attempt(tmp_path, locked: bool = True) -> provenance.Attempt:
         key="0123456789ab" + "0" * 52,
         resume_from=paths.last_checkpoint,
         locked=locked,
+        resumed_record=provenance.file_record(paths.last_checkpoint, paths.folder),
     )
 
 
@@ -92,6 +95,7 @@ LAYOUT = Layout(
 def test_record_from_the_attempt_and_the_outcome(tmp_path):
     attempt, calls = _attempt(tmp_path), []
     data = describe(object(), attempt.manifest, attempt.manifest_sha256)
+    (attempt.run_dir / "checkpoints" / "last.ckpt").write_bytes(b"the fit's own last checkpoint")
     record = provenance.build(attempt, LAYOUT, _outcome(attempt, calls), data=data, user_code=[], tracking=None)
 
     assert record["run_id"] == "base" and record["status"] == "completed"
@@ -109,7 +113,11 @@ def test_record_from_the_attempt_and_the_outcome(tmp_path):
     assert training["best_checkpoint"]["path"] == "checkpoints/epoch001-val_loss0.6000.ckpt"
     assert training["best_checkpoint"]["score"] == 0.6 and training["best_checkpoint"]["metric"] == "val_loss"
     assert training["monitor"] == {"metric": "val_loss", "mode": "min"} and training["best_score"] == 0.6
-    assert training["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert training["resumed_from"] == {
+        "path": "checkpoints/last.ckpt",
+        "sha256": hashlib.sha256(b"last.ckpt").hexdigest(),
+        "bytes": len(b"last.ckpt"),
+    }, "as it was read: the fit overwrote it since"
     assert [c["path"] for c in training["checkpoints"]] == [
         "checkpoints/epoch001-val_loss0.6000.ckpt",
         "checkpoints/last.ckpt",

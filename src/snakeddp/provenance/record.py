@@ -251,6 +251,8 @@ class Attempt:
     resume_from: Path | None
     locked: bool
     """Whether the run directory's lock is held (False where its file system has no flock)."""
+    resumed_record: dict[str, Any] | None = None
+    """``resume_from`` as it was read (``file_record``): last.ckpt is overwritten before provenance is written."""
 
 
 @dataclass(frozen=True)
@@ -370,7 +372,7 @@ def _training(
         # Bitwise repeatable: CPU (gloo) always, GPUs only in deterministic mode.
         "deterministic": deterministic or trainer_cfg.deterministic,
         "epochs_from": epochs_from(run_dir, attempt.key, len(rows)),
-        "resumed_from": file_record(attempt.resume_from, run_dir) if attempt.resume_from else None,
+        "resumed_from": attempt.resumed_record,
         "partitions_per_epoch": [int(r["partition"]) for r in rows if r["partition"] not in (None, "")],
         "best_checkpoint": best,
         "last_checkpoint": file_record(outcome.last_checkpoint, run_dir),
