@@ -117,6 +117,16 @@ def test_the_launcher_records_a_hung_try_in_the_checkout_ledger_and_nothing_for_
     assert event["at"] == tries.read(run_dir)[0]["ended_at"]
 
 
+def test_a_try_stopped_for_a_slow_rank_is_its_nodes_slow_spell_not_a_hang(tmp_path, capsys):
+    """launch.straggler: stop ends the try as a hang does (hung.json of kind slow): its node was slow, not stuck."""
+    args = launcher_args(tmp_path)
+    tries.write_hang(args.run_dir, hang("slow", node="n4", relative=0.52))
+    launch.record_try(args, "direct", time.time() - 70, 69, [], None)
+    assert "snakeddp: node n4's slow spell recorded in" in capsys.readouterr().out
+    (event,) = ledger.read(tmp_path / "results")["n4"]
+    assert event["kind"] == "slow" and event["run"] == "base"
+
+
 def test_a_damaged_ledger_is_said_by_the_launcher_and_the_try_stays_recorded(tmp_path, capsys):
     args = launcher_args(tmp_path)
     run_dir = args.run_dir

@@ -138,14 +138,16 @@ def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
     culprit = hang.get("culprit") or {}
     note = f"{hang['kind']}: rank {culprit.get('rank')} at step {culprit.get('step')}, {culprit.get('phase')}"
     nodes = hung_nodes(hang)
+    # A try ended for a slow rank (launch.straggler: stop) ends as a hang does; its node was slow, not stuck.
+    kind, said = ("slow", "slow spell") if hang["kind"] == "slow" else ("hang", "hang")
     try:
         for node in nodes:
-            record(results, node, "hang", run, seconds(entry["ended_at"]), note)
+            record(results, node, kind, run, seconds(entry["ended_at"]), note)
             within = len(to_leave_out(results, 1, EXCLUDE_WITHIN_DAYS).get(node, []))
             days = f"{EXCLUDE_WITHIN_DAYS:g} days"
-            print(f"snakeddp: node {node}'s hang recorded in {path(results)} ({within} events in {days})", flush=True)
+            print(f"snakeddp: node {node}'s {said} recorded in {path(results)} ({within} events in {days})", flush=True)
     except LedgerError as error:
-        print(f"snakeddp: the hang of node {', '.join(nodes)} is not recorded: {error}", flush=True)
+        print(f"snakeddp: the {said} of node {', '.join(nodes)} is not recorded: {error}", flush=True)
     return nodes
 
 
