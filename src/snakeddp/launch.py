@@ -38,7 +38,7 @@ from snakeddp.cluster.hang import HangTimeout
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
-from snakeddp.platforms.contract import RemotePlatform
+from snakeddp.contract import RemotePlatform
 from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
