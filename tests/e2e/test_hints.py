@@ -318,15 +318,22 @@ class Net(MLP):
 """
 
 
-def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_rank(workflow: Workflow, tiny_config):
-    tiny_config["model"] = {"target": "mynet:Net"}
-    tiny_config["trainer"]["max_epochs"] = 1
-    tiny_config["launch"]["devices"] = 2
-    workflow.write_config(tiny_config)
+def written(directory: Path) -> dict[Path, int]:
+    """Every file under ``directory`` and its mtime."""
+    return {path: path.stat().st_mtime_ns for path in directory.rglob("*")}
+
+
+def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_rank(data_only: Workflow, tmp_path):
+    # TINY's dataset and environment records made: only the run's config and its training are left to run.
+    workflow = copy_of(data_only, tmp_path / "copy")
+    workflow.write_config(
+        tiny_with({"model": {"target": "mynet:Net"}, "trainer": {"max_epochs": 1}, "launch": {"devices": 2}})
+    )
+    before = written(workflow.directory / "results")
     failed = workflow.run(f"{RUN}/provenance.json", check=False)
     assert failed.returncode != 0
-    # Checked before any job runs (workflow.preflight imports it with the training interpreter).
-    assert not (workflow.directory / "results").exists()
+    # Checked before any job runs (workflow.preflight imports it with the training interpreter): run.yaml too as it was.
+    assert written(workflow.directory / "results") == before
     line = hint_line(failed.stdout + failed.stderr, "cannot import module 'mynet'")
     assert "put the module in the directory snakemake runs from" in line
 
@@ -367,8 +374,9 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
 
 
 def test_a_second_invocation_with_nolock_touches_nothing_of_a_training_run_and_its_hint_trains_the_new_config(
-    workflow: Workflow, tiny_config
+    data_only: Workflow, tiny_config, tmp_path
 ):
+    workflow = copy_of(data_only, tmp_path / "copy")  # its environment records made
     tiny_config["data"]["num_records_per_train_file"] = 3000
     tiny_config["trainer"].update(max_epochs=3, early_stopping={"enabled": False})
     workflow.write_config(tiny_config)
