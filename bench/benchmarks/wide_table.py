@@ -148,6 +148,16 @@ def phases(passed: dict[str, float], seconds: float, scope: Scope, start: float)
     return spans
 
 
+def fit_alone(workflow: Workflow) -> float:
+    """trainer.fit's seconds on the same partitions, once they are all written: the run trained again with another
+    training seed (``--config seed=43``: a new run on the same dataset, no data job; ``--forcerun train`` restores
+    the finished attempt instead of training). Beside ingestion, the run's own fit also waits for the partitions
+    and shares the cores with ingestion, so it is not the baseline's."""
+    run_checked(workflow.command("--config", "seed=43"), cwd=workflow.directory, env=child_env())
+    (record,) = [json.loads(p.read_text()) for p in workflow.directory.glob("results/runs/*/provenance.json")]
+    return record["timing"]["duration_s"]
+
+
 def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     table = work / "table"
     if not table.is_dir():
@@ -169,6 +179,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     result["phases"] = phases(result["marks_s"], result["workflow_s"], scope, start)
     (record,) = [json.loads(p.read_text()) for p in (work / "run").glob("results/runs/*/provenance.json")]
     result["fit_s"] = record["timing"]["duration_s"]
+    result["fit_alone_s"] = fit_alone(workflow)
     result["best_val_acc"] = record["training"]["best_val_acc"]
     result["features_resolved"] = len(record["config"]["data"]["table"]["features"])
     result["pyarrow_read_again_s"] = pyarrow_read(table)[0]
@@ -195,7 +206,8 @@ def run(ctx: Context) -> Result:
     # The tiny run is limited too, to a size it never nears: the scope's figures are read there as well.
     m = measure(Path(ctx.work), rows, limit_mb=LIMIT_MB)
     read = min(m["pyarrow_read_s"], m["pyarrow_read_again_s"])
-    floor = read + m["fit_s"]
+    fit = m.get("fit_alone_s", m["fit_s"])
+    floor = read + fit
     result = Result(NAME, TITLE, raw=m, sizes={"rows": rows, "features": FEATURES, "files": FILES})
     result.figures = [
         target_figure(
@@ -243,7 +255,8 @@ def run(ctx: Context) -> Result:
     result.notes = [
         f"The table: {m['table_mb']:,.0f} MB of Parquet in {FILES} files; features left out of the config, resolved "
         f"to {m['features_resolved']} when the workflow planned. pyarrow read it in {read:.1f} s (the faster of two "
-        f"reads, before and after the workflow), trainer.fit took {m['fit_s']:.1f} s (best val_acc "
+        f"reads, before and after the workflow), trainer.fit took {fit:.1f} s trained again once every partition was "
+        f"written, with another seed ({m['fit_s']:.1f} s beside ingestion, waiting for its partitions; best val_acc "
         f"{m['best_val_acc']:.3f}), the whole workflow {m['workflow_s']:.1f} s ({m['workflow_cpu_s']:.1f} s of CPU); "
         f"ingestion alone {m['ingest_s']:.1f} s ({m['ingest_cpu_s']:.1f} s of CPU). {memory_note(m)}",
         f"Phase by phase (wall, CPU): {phase_note(m)}.",
@@ -287,7 +300,8 @@ def issue_scale(path: Path = ISSUE_SCALE) -> str | None:
         return None
     m = read_json(path)
     read = min(m["pyarrow_read_s"], m["pyarrow_read_again_s"])
-    ratio = m["workflow_s"] / (read + m["fit_s"])
+    fit = m.get("fit_alone_s", m["fit_s"])
+    ratio = m["workflow_s"] / (read + fit)
     first = m.get("marks_s", {}).get("the first step")
     first_note = (
         f"the first step {first:.1f} s after the start (target {FIRST_STEP_S:g}: "
@@ -301,7 +315,9 @@ def issue_scale(path: Path = ISSUE_SCALE) -> str | None:
         f"{m['cpus']} CPUs) with python -m bench.benchmarks.wide_table --rows {m['rows']} --limit-mb "
         f"{m['limit_mb']} --out {path.relative_to(REPO)}: {m['rows']:,} rows ({m['table_mb']:,.0f} MB of Parquet): "
         f"the pass took {m['workflow_s']:.1f} s{cpu} against pyarrow's read {read:.1f} s + trainer.fit "
-        f"{m['fit_s']:.1f} s, {ratio:.2f}x (target {PASS_RATIO:g}: {'met' if ratio <= PASS_RATIO else 'missed'}); "
+        f"{fit:.1f} s (the run trained again once every partition was written, with another seed; beside "
+        f"ingestion its fit took {m['fit_s']:.1f} s), {ratio:.2f}x (target {PASS_RATIO:g}: "
+        f"{'met' if ratio <= PASS_RATIO else 'missed'}); "
         f"{first_note}ingestion alone {m['ingest_s']:.1f} s ({m['ingest_cpu_s']:.1f} s of CPU, "
         f"{m['ingest_s'] / read:.1f}x the read), peak RSS {m['ingest_rss_mb']:,.0f} MB. {memory_note(m)} "
         f"Phase by phase: {phase_note(m)}."
