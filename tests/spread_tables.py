@@ -5,13 +5,17 @@ ingestions wrote the same bytes."""
 from __future__ import annotations
 
 import filecmp
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import write_deltalake
 
+from snakeddp.data.table import ingest
+from snakeddp.errors import TableError
 from tests import tables
 
 # Two windows of the windowed split (data.split.WINDOW_ROWS rows at least each): two pieces, two tasks.
@@ -44,3 +48,20 @@ def same_files(left: Path, right: Path) -> list[str]:
     names = [n for n in names if n not in ("ingest.json", "written.json")]  # this machine's stamps, the step's log
     assert names and all(filecmp.cmp(left / n, right / n, shallow=False) for n in names), names
     return names
+
+
+def bad_value_said_as_locally(tmp_path: Path, spread: Callable[[dict, Path], object]) -> None:
+    """A NaN in the third file (rows 400,000 on, its 124th row), read by a cluster's worker: ``spread`` (the
+    ingestion on the cluster, given the parameters and its output folder) stops with the local ingestion's one
+    line, and publishes no partition."""
+    rows = the_rows().to_pandas()
+    rows.loc[400_123, "b"] = np.nan
+    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
+    params = tables.params(table, partitions=3)
+    with pytest.raises(TableError) as local:
+        ingest(params, tmp_path / "local")
+    with pytest.raises(TableError) as spread_error:
+        spread(params, tmp_path / "spread")
+    assert str(spread_error.value) == str(local.value)
+    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
+    assert not list((tmp_path / "spread").rglob("*.safetensors"))

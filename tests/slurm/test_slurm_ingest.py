@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from snakeddp.data.table import ingest
-from snakeddp.errors import TableError
 from snakeddp.slurm import ingest as slurm_ingest
 from tests import tables
 from tests.helpers import Workflow, subprocess_env
 from tests.slurm.cluster import Cluster
 from tests.slurm.workflow import SlurmWorkflow, config
-from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
+from tests.spread_tables import bad_value_said_as_locally, delta_table, parquet_folder, same_files, the_rows
 
 pytestmark = [pytest.mark.slurm]
 
@@ -46,18 +43,8 @@ def test_an_array_job_ingests_the_partitions_a_local_ingestion_writes(slurm_clus
 
 
 def test_a_bad_value_read_by_an_array_task_is_the_local_ingestions_one_line(slurm_cluster, tmp_path, monkeypatch):
-    rows = the_rows().to_pandas()
-    rows.loc[400_123, "b"] = np.nan  # in the third file (rows 400,000 on), its 124th row
-    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
-    params = tables.params(table, partitions=3)
-    with pytest.raises(TableError) as local:
-        ingest(params, tmp_path / "local")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(TableError) as spread_error:
-        slurm_ingest.ingest(params, tmp_path / "slurm", slurm_env(slurm_cluster))
-    assert str(spread_error.value) == str(local.value)
-    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
-    assert not list((tmp_path / "slurm").rglob("*.safetensors"))
+    bad_value_said_as_locally(tmp_path, lambda params, out: slurm_ingest.ingest(params, out, slurm_env(slurm_cluster)))
 
 
 @pytest.mark.e2e

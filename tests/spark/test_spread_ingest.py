@@ -12,18 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from deltalake import convert_to_deltalake
 
 from snakeddp.data import spread
 from snakeddp.data.table import ingest
-from snakeddp.errors import TableError
 from snakeddp.spark import ingest as spark_ingest
 from tests import tables
 from tests.helpers import TINY, Workflow, subprocess_env
-from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
+from tests.spread_tables import bad_value_said_as_locally, delta_table, parquet_folder, same_files, the_rows
 
 pytestmark = pytest.mark.dev_venv  # the step's application imports pyspark
 
@@ -77,18 +75,10 @@ def test_the_executors_ingest_the_partitions_a_local_ingestion_writes(spark_clus
 
 
 def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_cluster, tmp_path, monkeypatch):
-    rows = the_rows().to_pandas()
-    rows.loc[400_123, "b"] = np.nan  # in the third file (rows 400,000 on), its 124th row
-    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
-    params = tables.params(table, partitions=3)
-    with pytest.raises(TableError) as local:
-        ingest(params, tmp_path / "local")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(TableError) as spread_error:
-        spark_ingest.ingest(params, tmp_path / "spark", cluster_env(spark_cluster))
-    assert str(spread_error.value) == str(local.value)
-    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
-    assert not list((tmp_path / "spark").rglob("*.safetensors"))
+    bad_value_said_as_locally(
+        tmp_path, lambda params, out: spark_ingest.ingest(params, out, cluster_env(spark_cluster))
+    )
 
 
 @pytest.mark.e2e
