@@ -4,16 +4,23 @@ ingestion's files looked up with mincore(2), which says which of a file's mapped
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import mmap
 import os
 from pathlib import Path
 
+import lightning.pytorch as pl
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from snakeddp.data import pagecache
+from snakeddp.data.generate import write_dataset_manifest
+from snakeddp.data.module import PartitionDataModule, Prefetcher
+from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import ingest
+from snakeddp.util.fsutil import read_json
 from tests.tables import params
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -104,3 +111,87 @@ def test_a_parquet_tables_row_groups_leave_the_page_cache_once_read(tmp_path):
 def test_advice_on_a_file_that_is_gone_is_no_error_of_the_run(tmp_path):
     assert pagecache.drop(tmp_path / "gone.safetensors") is None
     assert not (tmp_path / "gone.safetensors").exists()
+
+
+class _Linear(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 1)
+
+    def training_step(self, batch, _):
+        features, labels = batch
+        return torch.nn.functional.mse_loss(self.layer(features).squeeze(1), labels.float())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class _Residency(pl.Callback):
+    """Each epoch's first step: the share of each train partition's pages in the cache, the next epoch's partition
+    loaded first (it stays because it was prefetched, not because this test waited for it)."""
+
+    def __init__(self, out: Path) -> None:
+        self.out, self.seen = out, {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if batch_idx == 0:
+            data = trainer.datamodule
+            data.prefetcher._loaded[data.partition_for_epoch(trainer.current_epoch + 1)].result()
+            self.seen[trainer.current_epoch] = [
+                resident(self.out / "train" / f"part-{i:05d}.safetensors") for i in range(3)
+            ]
+
+
+def test_a_trained_partitions_pages_leave_the_page_cache_once_its_epoch_is_done(tmp_path):
+    """Training read every partition through the page cache of its memory cgroup and kept it there (bench 14: a
+    failcnt of 25,516 at the limit); now the partition an epoch trained on is dropped, the next one stays."""
+    source = table(tmp_path / "table") / "t.parquet"
+    out = tmp_path / "out"
+    ingest(params(source, partitions=3), out)
+    train = [out / "train" / f"part-{i:05d}.json" for i in range(3)]
+    write_dataset_manifest(out / "manifest-3.json", "t-0", params(source), train, out / "val.json")
+    data = PartitionDataModule(out / "manifest-3.json", batch_size=256, seed=1)
+    residency = _Residency(out)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=3,
+        reload_dataloaders_every_n_epochs=1,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[residency],
+    )
+    trainer.fit(_Linear(), datamodule=data)
+    trained, _, _ = residency.seen[1]
+    assert trained == 0.0, "epoch 0's partition is gone from the cache once epoch 1 trains"
+    assert min(residency.seen[1][1:]) > 0.9, "epoch 1's partition and epoch 2's, prefetched, stay"
+    assert residency.seen[0][0] > 0.9, "partition 0 stays until epoch 0 is done (ingestion kept it for it)"
+    dropped, trains, again = residency.seen[1][0], residency.seen[2][2], residency.seen[2][0]
+    assert (residency.seen[2][1], trains) == (0.0, 1.0) and dropped == 0.0 and again > 0.9, (
+        "epoch 3 trains partition 0 again: its pages, dropped after epoch 0, are read ahead as it is prefetched"
+    )
+
+
+def test_a_partition_moved_off_the_host_lets_go_of_its_files_pages_at_once(tmp_path):
+    """A partition placed where it trains (a copy: on a CUDA device, data.device.resident) no longer reads its
+    file: its pages leave the cache while it trains; one kept on the host as it was read keeps them."""
+    source = table(tmp_path / "table") / "t.parquet"
+    out = tmp_path / "out"
+    ingest(params(source, partitions=3), out)
+    entries = [read_json(out / "train" / f"part-{i:05d}.json") for i in range(3)]
+    for entry in entries:
+        entry["file"] = f"train/{entry['file']}"
+    prefetcher = Prefetcher(out, entries)
+    prefetcher.place = lambda p: dataclasses.replace(p, features=p.features.clone(), labels=p.labels.clone())
+    moved, _ = prefetcher.get(1)
+    prefetcher.place = lambda p: p
+    kept, _ = prefetcher.get(2)
+    assert resident(out / "train" / "part-00001.safetensors") == 0.0
+    assert resident(out / "train" / "part-00002.safetensors") > 0.9
+    assert torch.equal(moved.ids, read_partition(out / "train" / "part-00001.safetensors").ids)
+    prefetcher.close()
+    assert len(kept) > 0

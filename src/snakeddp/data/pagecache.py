@@ -5,12 +5,18 @@ charges a file's cached pages to the group that wrote them) the partitions fille
 reclaimed them page by page while ingestion and training waited (the issue's scale, 4 GB of partitions in a
 3 GB limit: a failcnt of 68,991). A page that is written back and clean is dropped at once
 (``POSIX_FADV_DONTNEED``); the first train partition, which training reads first, is kept.
+
+Training lets go of the same pages once an epoch is done (``Readers``): the partition it trained on is dropped
+when the last object read from its file is gone, and the next epoch's, prefetched, stays.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,48 @@ def drop(path: str | Path) -> None:
     _advise(path, 0, 0)
 
 
+def read_ahead(path: str | Path) -> None:
+    """Ask for a file's pages to be read into the cache in the background (``POSIX_FADV_WILLNEED``): a partition
+    trained again, whose checksum was taken once already, was dropped after its last epoch."""
+    _advise(path, 0, 0, "POSIX_FADV_WILLNEED")
+
+
+class Readers:
+    """Drops a file's pages once the last object read from it (a partition) is gone and ``wanted`` does not say it
+    is read again next. The object's end says its epoch is over (Lightning holds an epoch's loader until the next
+    one's is made); the drop waits for ``let_go``, since a weakref's callback runs before the object's tensors, and
+    so the file's mapping, are gone, and the kernel does not drop a mapped page."""
+
+    def __init__(self, wanted: Callable[[Path], bool]) -> None:
+        self._wanted = wanted
+        self._alive: Counter[Path] = Counter()
+        self._released: set[Path] = set()
+        self._lock = threading.Lock()  # objects are read on the prefetch thread and end on either thread
+
+    def read(self, path: str | Path, holder: object) -> None:
+        path = Path(path)
+        with self._lock:
+            self._alive[path] += 1
+            self._released.discard(path)
+        weakref.finalize(holder, self._gone, path).atexit = False
+
+    def _gone(self, path: Path) -> None:
+        with self._lock:
+            self._alive[path] -= 1
+            if self._alive[path] == 0:
+                del self._alive[path]
+                self._released.add(path)
+
+    def let_go(self) -> list[Path]:
+        """Drop the files whose objects are all gone, but those ``wanted``; the files dropped."""
+        with self._lock:
+            released, self._released = self._released, set()
+        dropped = [path for path in sorted(released) if not self._wanted(path)]
+        for path in dropped:
+            drop(path)
+        return dropped
+
+
 def drop_read(path: str | Path, group: Any) -> None:
     """Drop a local Parquet file's pages of one row group (its metadata) once the group is decoded: a table read
     once need not stay in the cache (the issue's 6 GB table went through a 3 GB cgroup by reclaim)."""
@@ -41,9 +89,10 @@ def drop_read(path: str | Path, group: Any) -> None:
     _advise(path, min(starts), max(stops) - min(starts))
 
 
-def _advise(path: str | Path, offset: int, length: int) -> None:
-    """POSIX_FADV_DONTNEED over a range of a file (0, 0: all of it). Advice only: a file that cannot be opened
-    for it (gone, or a file system that refuses) is left to the kernel, never an error of the run."""
+def _advise(path: str | Path, offset: int, length: int, advice: str = "POSIX_FADV_DONTNEED") -> None:
+    """Advice (POSIX_FADV_DONTNEED unless named) over a range of a file (0, 0: all of it). Advice only: a file
+    that cannot be opened for it (gone, or a file system that refuses) is left to the kernel, never an error of
+    the run."""
     if _ADVISE is None:
         return
     try:
@@ -51,7 +100,7 @@ def _advise(path: str | Path, offset: int, length: int) -> None:
     except OSError:
         return
     try:
-        _ADVISE(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        _ADVISE(fd, offset, length, getattr(os, advice))
     except OSError:
         pass  # a file system without the call (EINVAL, ENOSYS): nothing dropped, nothing lost
     finally:
