@@ -46,8 +46,96 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+# What a rank resolves its place in the run with: none of it imports torch, so that a rank that cannot
+# resolve it is refused before torch's seconds of imports.
+from snakeddp import cluster
+from snakeddp.cluster.base import Layout
+from snakeddp.cluster.lifecycle import die_with_parent
+from snakeddp.config import parts
+from snakeddp.errors import LaunchError, exit_code
+from snakeddp.run.layout import RunPaths
+from snakeddp.run.runfile import RunFile
+
+PROG = "snakeddp.train"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {PROG}", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--config", required=True, type=Path, help="run.yaml written by the workflow (or a config file without a sweep)"
+    )
+    parser.add_argument(
+        "--run-dir", required=True, type=Path, help="where checkpoints, metrics.csv and provenance.json go"
+    )
+    parser.add_argument("--data", required=True, type=Path, help="the dataset's manifest.json")
+    parser.add_argument(
+        "--launcher", choices=sorted(cluster.by_name()), help="what started this process (default: detect)"
+    )
+    parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
+    parser.add_argument(
+        "--failure-file",
+        type=Path,
+        help="where a rank stopping on a snakeddp error writes its one line instead of printing it "
+        "(set by snakeddp.launch, which prints it once)",
+    )
+    return parser.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the run: its launcher and layout, checked against the run config."""
+
+    run: RunFile
+    launch: parts.Launch
+    launcher: cluster.Launcher
+    layout: Layout
+
+
+def resolve(args: argparse.Namespace) -> Ranks:
+    """The run config and this process's checked layout; a LaunchError where the launcher's variables are
+    missing or its processes are not the layout the run config asks for."""
+    run = RunFile.load(args.config)
+    launch = parts.Launch.of(run.config["launch"])
+    launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
+    layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
+    return Ranks(run, launch, launcher, layout)
+
+
+def reported(args: argparse.Namespace, work: Callable[[], int]) -> int:
+    """``work``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
+    refused = RunPaths(args.run_dir).refused if args.failure_file else None
+    return exit_code(PROG, work, speak=_rank(os.environ) == 0, failure_file=args.failure_file, refused_file=refused)
+
+
+def _rank(env: Mapping[str, str]) -> int:
+    try:
+        return cluster.detect(env).layout(env).rank
+    except LaunchError:
+        return 0
+
+
+def entered(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Ranks]:
+    """The arguments and this process's place in the run; a process that cannot resolve it says so in
+    one line (its rank 0) and exits here."""
+    args = parse_args(argv)
+    die_with_parent()  # from here on: a launcher killed while its ranks import leaves none behind
+    resolved: list[Ranks] = []
+    status = reported(args, lambda: resolved.append(resolve(args)) or 0)
+    if not resolved:
+        raise SystemExit(status)
+    return args, resolved[0]
+
+
+if __name__ == "__main__":
+    # Before torch and Lightning: a rank of a misconfigured srun or mpirun is refused at once, not after
+    # seconds of imports (more where N ranks import at once on the same cores).
+    ARGS, RANKS = entered(None)
 
 # Before Lightning: torchmetrics without transformers and matplotlib, which its import would pull in (issue 72).
 import snakeddp.training.lean_torchmetrics  # noqa: F401
@@ -56,21 +144,16 @@ import snakeddp.training.lean_torchmetrics  # noqa: F401
 import lightning.pytorch as pl
 import torch
 
-from snakeddp import cluster, platforms
+from snakeddp import platforms
 from snakeddp.cluster import pace
-from snakeddp.cluster.base import Layout
 from snakeddp.cluster.hang import HangTimeout
-from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE, die_with_parent
-from snakeddp.config import parts
+from snakeddp.cluster.lifecycle import PREEMPTED_EXIT_CODE
 from snakeddp.config.targets import user_code
 from snakeddp.data import custom
 from snakeddp.data.module import PartitionDataModule
-from snakeddp.errors import LaunchError, exit_code
 from snakeddp.provenance import record as provenance
 from snakeddp.run import variables as run_variables
 from snakeddp.run.attempt import attempt_key, hold_attempt_lock, keep_record, mark, resume_checkpoint
-from snakeddp.run.layout import RunPaths
-from snakeddp.run.runfile import RunFile
 from snakeddp.run.tries import write_hang
 from snakeddp.training.callbacks import Preempted
 from snakeddp.training.meeting import MeetingError, meet
@@ -94,58 +177,17 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 )
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m snakeddp.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--config", required=True, type=Path, help="run.yaml written by the workflow (or a config file without a sweep)"
-    )
-    parser.add_argument(
-        "--run-dir", required=True, type=Path, help="where checkpoints, metrics.csv and provenance.json go"
-    )
-    parser.add_argument("--data", required=True, type=Path, help="the dataset's manifest.json")
-    parser.add_argument(
-        "--launcher", choices=sorted(cluster.by_name()), help="what started this process (default: detect)"
-    )
-    parser.add_argument("--environment-record", type=Path, help="results/envs/<stage>.json of the environment in use")
-    parser.add_argument(
-        "--failure-file",
-        type=Path,
-        help="where a rank stopping on a snakeddp error writes its one line instead of printing it "
-        "(set by snakeddp.launch, which prints it once)",
-    )
-    return parser.parse_args(argv)
-
-
 def report_errors(argv: Sequence[str] | None = None) -> int:
-    """``main``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
-    args = parse_args(argv)
-    refused = RunPaths(args.run_dir).refused if args.failure_file else None
-    return exit_code(
-        "snakeddp.train",
-        lambda: main(args),
-        speak=_rank(os.environ) == 0,
-        failure_file=args.failure_file,
-        refused_file=refused,
-    )
+    """``main`` on ``argv`` (Spark's rank), with a snakeddp error ending as one line as ``reported`` says."""
+    args, ranks = entered(argv)
+    return reported(args, lambda: main(args, ranks))
 
 
-def _rank(env: Mapping[str, str]) -> int:
-    try:
-        return cluster.detect(env).layout(env).rank
-    except LaunchError:
-        return 0
-
-
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, ranks: Ranks) -> int:
     main_at = time.perf_counter()
-    die_with_parent()
-    run = RunFile.load(args.config)
+    run, launch, launcher, layout = ranks.run, ranks.launch, ranks.launcher, ranks.layout
     cfg = run.config
-    launch, trainer_cfg = parts.Launch.of(cfg["launch"]), parts.Trainer.of(cfg["trainer"])
-    launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
-    layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
+    trainer_cfg = parts.Trainer.of(cfg["trainer"])
     torch.set_num_threads(launch.threads_per_process)
     timeout = HangTimeout(launch.hang_timeout)
     os.environ.update(timeout.rank_env(os.environ))  # NCCL reads them when Lightning starts the process group
@@ -290,4 +332,4 @@ def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.A
 
 if __name__ == "__main__":
     freeze_imports()  # torch and Lightning: 1.2 s less at every rank's exit (snakeddp.util.shutdown)
-    raise SystemExit(report_errors())
+    raise SystemExit(reported(ARGS, lambda: main(ARGS, RANKS)))

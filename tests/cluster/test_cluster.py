@@ -11,6 +11,7 @@ import pytest
 from snakeddp import cluster, launch
 from snakeddp.cluster import LaunchError, LaunchPlan, guard_foreign_launch, supervisor
 from snakeddp.slurm.launcher import root_node
+from tests.cluster.refusal import IMPORTED, torch_unimportable
 from tests.helpers import prepare, subprocess_env
 
 TORCHRUN = {
@@ -196,6 +197,44 @@ def test_layout_must_match_the_run_config():
     layout.check_matches(nodes=2, devices=2)
     with pytest.raises(LaunchError, match="asks for launch.nodes=1 x launch.devices=4"):
         layout.check_matches(nodes=1, devices=4)
+
+
+TORCHRUN_RANK_0 = {**TORCHRUN, "RANK": "0", "LOCAL_RANK": "0", "GROUP_RANK": "0"}
+MPIRUN_RANK_0 = {**AZUREML_MPI_SINGLE, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "refusal"),
+    [
+        ({}, ["--launcher", "mpirun"], "meant to be started by mpirun, but its variables are missing"),
+        (TORCHRUN_RANK_0, [], "asks for launch.nodes=1 x launch.devices=1"),
+        (MPIRUN_RANK_0, ["--launcher", "spawn"], "started by mpirun as rank 0 of 2, but training was asked to spawn"),
+    ],
+)
+def test_a_rank_that_cannot_resolve_its_layout_is_refused_before_it_imports_torch(tmp_path, env, args, refusal):
+    """`python -m snakeddp.train` as a misconfigured launcher starts it: its one line, at once, where torch
+    and Lightning took seconds to import first; torch is unimportable here, so a rank that imported it fails."""
+    (tmp_path / "config.yaml").write_text("{}\n")  # a plain config file: the run "base", one process
+    train = ["-m", "snakeddp.train", "--config", "config.yaml", "--run-dir", "run", "--data", "manifest.json"]
+    environment = subprocess_env(**env)
+    environment["PYTHONPATH"] = f"{torch_unimportable(tmp_path)}:{environment['PYTHONPATH']}"
+    done = subprocess.run(
+        [sys.executable, *train, *args], cwd=tmp_path, env=environment, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1 and done.stdout == "", done.stdout + done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("snakeddp.train: ") and refusal in line and "HINT: " in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_rank_whose_layout_resolves_goes_on_to_import_torch(tmp_path):
+    """The other side of the test above: its unimportable torch stops a rank that gets past the check."""
+    (tmp_path / "config.yaml").write_text("{}\n")
+    train = ["-m", "snakeddp.train", "--config", "config.yaml", "--run-dir", "run", "--data", "manifest.json"]
+    environment = subprocess_env()
+    environment["PYTHONPATH"] = f"{torch_unimportable(tmp_path)}:{environment['PYTHONPATH']}"
+    done = subprocess.run([sys.executable, *train], cwd=tmp_path, env=environment, capture_output=True, text=True)
+    assert done.returncode == 1 and f"ImportError: {IMPORTED}" in done.stderr, done.stdout + done.stderr
 
 
 def plan(**kw):

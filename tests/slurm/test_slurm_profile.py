@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from snakeddp.config import dataset_id, validate
+from tests.cluster.refusal import torch_unimportable
 from tests.platforms.conformance import Conformance, Finished
 from tests.slurm.cluster import NODES
 from tests.slurm.workflow import SlurmWorkflow, config, run_uuid
@@ -362,12 +363,15 @@ def metrics(workflow: SlurmWorkflow, run: str) -> list[dict[str, str]]:
 def test_ranks_that_cannot_be_resolved_refuse_to_train(
     workflow: SlurmWorkflow, tmp_path: Path, launcher_args: list[str], expected: str
 ):
-    """Two srun tasks of a one-process run must fail, never train two independent copies."""
+    """Two srun tasks of a one-process run must fail, never train two independent copies; and before they
+    import torch (here made unimportable: a rank that got that far would fail with its ImportError instead)."""
     run_yaml = tmp_path / "config.yaml"  # a plain config file is a run called "base"
     run_yaml.write_text(yaml.safe_dump(config()))
     train = [sys.executable, "-m", "snakeddp.train", "--config", str(run_yaml), "--run-dir", str(tmp_path / "run")]
     argv = ["srun", "--ntasks=2", *train, "--data", str(tmp_path / "manifest.json"), *launcher_args]
-    done = subprocess.run(argv, env=workflow.env(), capture_output=True, text=True, timeout=300, check=False)
+    env = workflow.env()
+    env["PYTHONPATH"] = f"{torch_unimportable(tmp_path)}:{env['PYTHONPATH']}"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode != 0
     # One line, printed once: rank 0 speaks for both tasks (the other fails silently, non-zero).
     assert (done.stdout + done.stderr).count(expected) == 1, done.stdout + done.stderr

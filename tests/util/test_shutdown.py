@@ -121,23 +121,32 @@ def test_the_warm_processes_import_with_the_collector_paused_and_resume_it_even_
     assert done.stdout.split() == ["True", "True", "True", "True"], done.stdout + done.stderr
 
 
-# Counts the collections of a cold rank (`python -m snakeddp.train`) until it has parsed its arguments.
+# Counts the collections of a cold rank (`python -m snakeddp.train`) until it has read its manifest: its layout
+# resolved (before the imports), torch and Lightning imported, then a manifest that is not one refused.
 COLD_RANK = """
 import atexit, gc, runpy, sys
 collections = []
 gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info["generation"]))
 atexit.register(lambda: print("collections", len(collections), "frozen", gc.get_freeze_count(), "on", gc.isenabled()))
-sys.argv = ["snakeddp.train", "--help"]
+sys.argv = ["snakeddp.train", *sys.argv[1:]]
 runpy.run_module("snakeddp.train", run_name="__main__", alter_sys=True)
 """
 
 
-def test_a_cold_rank_imports_torch_and_lightning_without_collecting_and_then_collects_again():
+def test_a_cold_rank_imports_torch_and_lightning_without_collecting_and_then_collects_again(tmp_path):
     """Without the pause, the same imports ran the collector 917 times here."""
+    (tmp_path / "config.yaml").write_text("{}\n")  # a plain config file: the run "base", one process
+    (tmp_path / "manifest.json").write_text("{}\n")
+    args = ["--config", tmp_path / "config.yaml", "--run-dir", tmp_path / "run", "--data", tmp_path / "manifest.json"]
     done = subprocess.run(
-        [sys.executable, "-c", COLD_RANK], capture_output=True, text=True, env=subprocess_env(), check=False
+        [sys.executable, "-c", COLD_RANK, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        check=False,
     )
-    assert done.returncode == 0 and "usage:" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    refused = "not a snakeddp-manifest/1 manifest"
+    assert done.returncode == 1 and refused in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
     _, collections, _, frozen, _, enabled = done.stdout.split()[-6:]
     assert int(collections) < 20 and int(frozen) > 100_000 and enabled == "True", done.stdout[-300:]
 
