@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import socket
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,9 +19,9 @@ from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm.exclude import Exclusions
 from snakeddp.slurm.launcher import node_of_rank
-from tests.helpers import left_running, training_processes
+from tests.helpers import left_running
 from tests.slurm.cluster import NODES
-from tests.slurm.workflow import SlurmWorkflow, config
+from tests.slurm.workflow import SlurmWorkflow, config, ranks_once_saved
 
 PARAMS = {"run_uuid": "r", "slurm_logfile": "log", "comment_str": "c", "account": "", "partition": "", "workdir": ""}
 
@@ -84,18 +83,11 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
     # A Python expression, as Snakemake evaluates resources (the profile's YAML adds a level of quotes).
     put = f"'--signal=USR1@90 --nodelist={second}' if attempt == 1 else '--signal=USR1@90'"
     run_dir = tmp_path / "results" / "runs" / "base"
-    typed = flow.command(
+    snakemake = flow.popen(
         "--set-resources", f"train:slurm_extra={put}", "--retries", "1", "results/runs/base/provenance.json"
     )
-    snakemake = subprocess.Popen(
-        typed, cwd=tmp_path, env=flow.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
     try:
-        deadline = time.monotonic() + 600
-        while not RunPaths(run_dir).last_checkpoint.is_file():
-            assert snakemake.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
-            time.sleep(0.2)
-        ranks = {int(p.environ()["SLURM_PROCID"]): p for p in training_processes(run_dir)}
+        ranks = ranks_once_saved(snakemake, run_dir)
         placed = {p.environ()["SLURMD_NODENAME"] for p in ranks.values()}
         tried = RunPaths(run_dir).tries.read_text() if RunPaths(run_dir).tries.is_file() else "no try ended"
         assert placed == {second}, f"the first try was to run on {second}: {tried}"

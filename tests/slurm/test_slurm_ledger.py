@@ -16,14 +16,13 @@ import snakemake_executor_plugin_slurm as plugin
 import snakeddp.config as configuration
 from snakeddp.config.parts import Launch, Site
 from snakeddp.run import ledger, tries
-from snakeddp.run.layout import RunPaths
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions
-from tests.helpers import left_running, subprocess_env, training_processes
+from tests.helpers import left_running, subprocess_env
 from tests.slurm.cluster import NODES
 from tests.slurm.test_slurm_exclude import PARAMS, job
 from tests.slurm.test_slurm_nodes import node, partition, resources, slurm_answering
-from tests.slurm.workflow import SlurmWorkflow, config
+from tests.slurm.workflow import SlurmWorkflow, config, ranks_once_saved
 
 DAY = 86400.0
 
@@ -160,16 +159,9 @@ def test_a_node_that_hung_twice_is_left_out_of_the_next_invocations_runs(slurm_c
     )
     run_dir = tmp_path / "results" / "runs" / "base"
     on_second = f"train:slurm_extra='--signal=USR1@90 --nodelist={second}'"
-    typed = flow.command("--set-resources", on_second, "--retries", "0", "results/runs/base/provenance.json")
-    snakemake = subprocess.Popen(
-        typed, cwd=tmp_path, env=flow.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    snakemake = flow.popen("--set-resources", on_second, "--retries", "0", "results/runs/base/provenance.json")
     try:
-        deadline = time.monotonic() + 600
-        while not RunPaths(run_dir).last_checkpoint.is_file():
-            assert snakemake.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
-            time.sleep(0.2)
-        ranks = {int(p.environ()["SLURM_PROCID"]): p for p in training_processes(run_dir)}
+        ranks = ranks_once_saved(snakemake, run_dir)
         ranks[1].suspend()  # SIGSTOP
         output, _ = snakemake.communicate(timeout=600)
     finally:

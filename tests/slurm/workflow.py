@@ -6,9 +6,13 @@ from __future__ import annotations
 import copy
 import re
 import subprocess
+import time
 from pathlib import Path
 
-from tests.helpers import TINY, Workflow, subprocess_env
+import psutil
+
+from snakeddp.run.layout import RunPaths
+from tests.helpers import TINY, Workflow, subprocess_env, training_processes
 from tests.slurm.cluster import Cluster
 
 # Slurm status polling, shortened for tests: the plugin's first check comes after
@@ -42,6 +46,13 @@ class SlurmWorkflow(Workflow):
     def run(self, *args: str, check: bool = True, timeout: float = 900, env: dict | None = None):
         return super().run(*args, check=check, timeout=timeout, env=env or self.env())
 
+    def popen(self, *args: str) -> subprocess.Popen:
+        """The workflow typed with ``args``, running in the background, its output piped."""
+        return subprocess.Popen(
+            self.command(*args), cwd=self.directory, env=self.env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
     def slurm(self, *argv: str) -> str:
         return subprocess.run(argv, env=self.env(), capture_output=True, text=True, check=True, timeout=60).stdout
 
@@ -61,3 +72,12 @@ def config(**sections) -> dict:
         else:
             cfg[key] = value
     return cfg
+
+
+def ranks_once_saved(snakemake: subprocess.Popen, run_dir: Path, within_s: float = 600) -> dict[int, psutil.Process]:
+    """The run's training ranks by SLURM_PROCID, once it has saved an epoch (the workflow still running)."""
+    deadline = time.monotonic() + within_s
+    while not RunPaths(run_dir).last_checkpoint.is_file():
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
+        time.sleep(0.2)
+    return {int(p.environ()["SLURM_PROCID"]): p for p in training_processes(run_dir)}
