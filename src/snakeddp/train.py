@@ -56,7 +56,7 @@ from snakeddp import cluster
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.lifecycle import die_with_parent
 from snakeddp.config import parts
-from snakeddp.errors import LaunchError, exit_code
+from snakeddp.errors import DataIntegrityError, LaunchError, exit_code
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 
@@ -99,11 +99,18 @@ class Ranks:
 
 def resolve(args: argparse.Namespace) -> Ranks:
     """The run config and this process's checked layout; a LaunchError where the launcher's variables are
-    missing or its processes are not the layout the run config asks for."""
+    missing or its processes are not the layout the run config asks for, a DataIntegrityError where --data
+    names no file."""
     run = RunFile.load(args.config)
     launch = parts.Launch.of(run.config["launch"])
     launcher, layout = cluster.resolve(args.launcher, os.environ, devices=launch.devices)
     layout.check_matches(launch.nodes, launch.devices, ranks_only=launcher.places_ranks)
+    if not args.data.is_file():
+        raise DataIntegrityError(
+            f"{args.data}: no such dataset manifest. HINT: pass --data the manifest the workflow wrote "
+            "(results/data/<dataset>/manifest-<P>.json: `snakemake --profile local` makes it), or let the "
+            "workflow start the run."
+        )
     return Ranks(run, launch, launcher, layout)
 
 

@@ -209,6 +209,7 @@ MPIRUN_RANK_0 = {**AZUREML_MPI_SINGLE, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_W
         ({}, ["--launcher", "mpirun"], "meant to be started by mpirun, but its variables are missing"),
         (TORCHRUN_RANK_0, [], "asks for launch.nodes=1 x launch.devices=1"),
         (MPIRUN_RANK_0, ["--launcher", "spawn"], "started by mpirun as rank 0 of 2, but training was asked to spawn"),
+        ({}, [], "manifest.json: no such dataset manifest"),
     ],
 )
 def test_a_rank_that_cannot_resolve_its_layout_is_refused_before_it_imports_torch(tmp_path, env, args, refusal):
@@ -230,6 +231,7 @@ def test_a_rank_that_cannot_resolve_its_layout_is_refused_before_it_imports_torc
 def test_a_rank_whose_layout_resolves_goes_on_to_import_torch(tmp_path):
     """The other side of the test above: its unimportable torch stops a rank that gets past the check."""
     (tmp_path / "config.yaml").write_text("{}\n")
+    (tmp_path / "manifest.json").write_text("{}\n")  # read after the imports
     train = ["-m", "snakeddp.train", "--config", "config.yaml", "--run-dir", "run", "--data", "manifest.json"]
     environment = subprocess_env()
     environment["PYTHONPATH"] = f"{torch_unimportable(tmp_path)}:{environment['PYTHONPATH']}"
