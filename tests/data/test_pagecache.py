@@ -195,3 +195,24 @@ def test_a_partition_moved_off_the_host_lets_go_of_its_files_pages_at_once(tmp_p
     assert torch.equal(moved.ids, read_partition(out / "train" / "part-00001.safetensors").ids)
     prefetcher.close()
     assert len(kept) > 0
+
+
+def test_a_file_is_dropped_once_every_partition_read_from_it_is_gone_and_it_is_not_read_next(tmp_path):
+    source = table(tmp_path / "table") / "t.parquet"
+    ingest(params(source, partitions=3), tmp_path / "out")
+    path = tmp_path / "out" / "train" / "part-00000.safetensors"
+    wanted = {path}
+    readers = pagecache.Readers(lambda p: p in wanted)
+    first, second = read_partition(path), read_partition(path)
+    readers.read(path, first)
+    readers.read(path, second)
+    del first
+    assert readers.let_go() == [] and resident(path) > 0.9, "a partition of the file is still held"
+    del second
+    assert readers.let_go() == [] and resident(path) > 0.9, "the file is read next: it stays"
+    wanted.clear()
+    assert readers.let_go() == [], "let go of once: a file kept for the next epoch is released by its next reader"
+    third = read_partition(path)
+    readers.read(path, third)
+    del third
+    assert readers.let_go() == [path] and resident(path) == 0.0
