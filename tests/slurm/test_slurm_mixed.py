@@ -63,7 +63,13 @@ def invocation(gres: tuple[str, ...], site: dict) -> SimpleNamespace:
     said: list[str] = []
     validated = configuration.validate({"site": site})
     return SimpleNamespace(
-        typed=True, state=SlurmState(nodes=nodes), config=validated, same_interpreter=False, say=said.append, said=said
+        typed=True,
+        state=SlurmState(nodes=nodes),
+        config=validated,
+        site=parts.Site.of(validated["site"]),
+        same_interpreter=False,
+        say=said.append,
+        said=said,
     )
 
 

@@ -41,7 +41,7 @@ def test_build_trainer_hands_its_callbacks_over_typed_and_in_order(tmp_path, opt
     assert isinstance(callbacks.early_stopping, EarlyStopping) is optional
     assert isinstance(callbacks.trace, SampleTrace) is optional
     present = callbacks.all()
-    expected = ["monitor", "checkpoint", "metrics", "preemption", "hosts", "phases", "progress"]
+    expected = ["monitor", "checkpoint", "metrics", "preemption", "hosts", "phases", "progress", "live"]
     expected += ["early_stopping", "trace"] if optional else []
     assert present == [getattr(callbacks, name) for name in expected]
     # MonitoredMetric stops a run whose model does not log the metric before any callback reads it;
