@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -404,8 +405,12 @@ def test_raised_runtime_resumes_a_preempted_run_and_memory_never_retrains(workfl
     record = provenance(workflow, run)
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
     assert [int(row["epoch"]) for row in metrics(workflow, run)] == list(range(MAX_EPOCHS)), "no epoch trained twice"
-    limits = workflow.slurm("sacct", "--allocations", "--parsable2", "--noheader", "--format=Comment%200,Timelimit")
-    ours = [line.split("|")[1] for line in limits.splitlines() if line.split("|")[0].endswith(f"_wildcards_{run}")]
+    limits = workflow.slurm(
+        "sacct", "--allocations", "--parsable2", "--noheader", "--format=Comment%200,Timelimit,WorkDir%500"
+    )
+    here = os.path.realpath(workflow.directory)  # the cluster is shared: another file's run may be called seed-7
+    rows = [line.split("|") for line in limits.splitlines()]
+    ours = [row[1] for row in rows if row[0].endswith(f"_wildcards_{run}") and os.path.realpath(row[2]) == here]
     assert ours == ["00:10:00", "00:20:00"], "sbatch got the raised runtime"
 
     workflow.write_config(preempted_config(workflow, launch={"runtime": 20, "mem_mb": 1500}, sweep={"seed": [7]}))

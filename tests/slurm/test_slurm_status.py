@@ -50,7 +50,8 @@ def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_et
             assert snakemake.poll() is None and time.monotonic() < deadline, f"never both queued and training: {seen}"
             rows = typed_status(flow)
             for row in rows:
-                if row["state"] == "queued" or (row["state"] == "training" and row["ETA"] is not None):
+                mid = row["state"] == "training" and row["ETA"] is not None and 0 < (row["%"] or 0) < 100
+                if row["state"] == "queued" or mid:  # a run's last post, at its fit's end, says 100%
                     seen.setdefault(row["state"], row)
                 queued_runs |= {row["run"]} if row["state"] == "queued" else set()
             time.sleep(1)
