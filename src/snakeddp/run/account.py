@@ -3,7 +3,7 @@ Measurement (accelerator init, program start-up, data loading, checkpoint save a
 to a disruption, other) beside the productive training steps, with its queue wait, GPU-hours and GPUs'
 mean utilisation (tries.json's ``account``, schemas/run-tries.schema.json).
 
-Rank 0 measures the buckets as it goes (training.progress.LiveStatus) and posts them in status.json with
+Rank 0 measures the buckets as it goes (training.livestatus.LiveStatus) and posts them in status.json with
 every post; the launcher folds its last post into the try when the ranks are gone, and what rank 0 did not
 see (the launcher's own start, the ranks' exit, the seconds after its last post) is ``other``. A try rank 0
 never posted for is all ``other``. A figure the platform cannot tell (a local job's wait in Snakemake's
