@@ -9,17 +9,15 @@ plugin's for the train rule (``rule_train_wildcards_<run>``, the job ids Snakema
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from snakeddp.slurm.launcher import LaunchError, scontrol_show
+from snakeddp.slurm.watch import user_queue
 
-QUERY_TIMEOUT_S = 10
 # Where snakemake-executor-plugin-slurm keeps its jobs' logs, made when it submits the first (its default logdir).
 SUBMITTED = Path(".snakemake/slurm_logs")
 # squeue's fields: id, state, working directory, the plugin's comment, reason (last: it may hold anything).
@@ -48,18 +46,11 @@ def queued(checkout: Path) -> tuple[list[dict[str, Any]], str | None]:
     Snakemake submitted jobs to it from this checkout (the executor plugin's SUBMITTED folder is there)."""
     if not (checkout / SUBMITTED).is_dir():
         return [], None
-    argv = ["squeue", "--noheader", f"--user={os.getuid()}", f"--format={FORMAT}"]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
-    except FileNotFoundError:
-        return [], "squeue is not on PATH"
-    except (OSError, subprocess.TimeoutExpired) as error:
-        return [], f"squeue did not answer ({error})"
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-        return [], f"squeue failed: {said[-1][:200]}"
+    lines = user_queue(FORMAT)
+    if isinstance(lines, str):
+        return [], lines
     here, found = checkout.resolve(), []
-    for line in done.stdout.splitlines():
+    for line in lines:
         fields = line.split("|", 4)
         if len(fields) != 5:
             continue

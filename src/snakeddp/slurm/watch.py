@@ -101,6 +101,24 @@ class Pending:
         return slurm_nodes.Need(self.nodes, self.cpus, self.mem_mb, count, kind)
 
 
+def user_queue(fields: str, *states: str) -> list[str] | str:
+    """squeue's lines (``fields``: its --format) for this user's jobs, of ``states`` where given; or why there
+    are none (a line): squeue is not on PATH, did not answer within QUERY_TIMEOUT_S, or failed."""
+    argv = ["squeue", "--noheader", f"--user={os.getuid()}", f"--format={fields}"]
+    if states:
+        argv.append(f"--states={','.join(states)}")
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return "squeue is not on PATH"
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"squeue did not answer ({error})"
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        return f"squeue failed: {said[-1][:200]}"
+    return done.stdout.splitlines()
+
+
 def minutes(limit: str) -> int | None:
     """A Slurm time (``30``, ``30:00``, ``1:30:00``, ``1-00:00:00``) in whole minutes; None when
     unlimited or not a time."""
@@ -191,16 +209,10 @@ class PendingWatch:
         self._thread: threading.Thread | None = None
 
     def _queue(self, *states: str) -> list[Pending] | None:
-        argv = ["squeue", "--noheader", f"--user={os.getuid()}", f"--format={FORMAT}"]
-        if states:
-            argv.append(f"--states={','.join(states)}")
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired):
+        lines = user_queue(FORMAT, *states)
+        if isinstance(lines, str):  # squeue did not answer: the next look asks again
             return None
-        if done.returncode != 0:
-            return None
-        jobs = (Pending.from_line(line) for line in done.stdout.splitlines())
+        jobs = (Pending.from_line(line) for line in lines)
         return [job for job in jobs if job and os.path.realpath(job.workdir) == self._workdir]
 
     def start(self) -> None:
