@@ -126,7 +126,7 @@ class InPlace:
                 self._unflushed += data.nbytes
         while len(self._writing) >= WRITES_AHEAD or (self._writing and self._writing[0].done()):
             self._writing.popleft().result()  # a write's error (a full disk) stops the reading here
-        self._writing.append(self._writer.submit(_write, writes))
+        self._writing.append(self._writer.submit(write_blocks, writes))
         if self._unflushed >= FLUSH_BYTES and (self._flushing is None or self._flushing.done()):
             self._flushing, self._unflushed = self._pool.submit(self._flush), 0
 
@@ -197,7 +197,7 @@ def _hashed(path: Path, cached: bool) -> dict[str, str]:
     return checksum
 
 
-def _write(writes: Sequence[tuple[int, np.ndarray, int]]) -> None:
+def write_blocks(writes: Sequence[tuple[int, np.ndarray, int]]) -> None:
     """One chunk's rows, each block at its offset in its file."""
     for fd, data, offset in writes:
         view = memoryview(data.reshape(-1)).cast("B")

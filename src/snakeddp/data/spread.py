@@ -39,7 +39,7 @@ from snakeddp.config import parts
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, pagecache
 from snakeddp.data import table as tables
-from snakeddp.data.inplace import _write
+from snakeddp.data.inplace import write_blocks
 from snakeddp.data.layout import chunk_rows, layout_of, probe_rows
 from snakeddp.data.partitions import encode_header
 from snakeddp.data.source import Source, TableFile, delta_snapshot, features_of, open_source
@@ -120,7 +120,7 @@ def _read_groups(work: Work, piece: Window, unit: TableFile, groups: list[RowGro
                 f"{where_of(column, int(file_rows[order[bad]]))}: missing or non-finite value. "
                 "HINT: clean the table, or set data.table.nan_policy: drop to skip such rows."
             )
-        tables._check_labels(labels[order], file_rows[order], classes, unit.path, label)
+        tables.check_labels(labels[order], file_rows[order], classes, unit.path, label)
         sink.add(rows[order], labels[order], values, targets[order])
         at += n
 
@@ -187,7 +187,7 @@ class PieceFile:
                     )
                 writes.append((self.fd, data, cursor[name]))
                 cursor[name] += data.nbytes
-        _write(writes)
+        write_blocks(writes)
 
     def finish(self) -> None:
         ends = [{name: start + n for name, (start, n) in r.items()} for r in self.regions]
@@ -274,7 +274,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, workers: Workers, sai
     check_empty(source.table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
     Path(work.folder).mkdir(parents=True, exist_ok=True)
     shipped = replace(work, source=replace(source, footers={}))  # a worker reads the footers of its own files
-    check = tables._identity_check(source.table, source.snapshot)
+    check = tables.identity_check(source.table, source.snapshot)
     say(f"ingest: {sum(p.rows for p in pieces):,} rows in {len(pieces)} pieces, read {said}")
     try:
         reading = check.reading([f.path for f in source.files]) if check else contextlib.nullcontext()
@@ -354,7 +354,7 @@ class Assembly:
         """One partition (or validation) written, synced, in place and hashed; its entry written beside it."""
         n = int(self.totals[target])
         specs = _specs(n, self.feature, self.binary)
-        metadata = tables._metadata(target, self.partitions)
+        metadata = tables.partition_metadata(target, self.partitions)
         header, order = encode_header(specs, metadata)
         path = self.out / f"{_name(target, self.partitions)}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -387,7 +387,7 @@ class Assembly:
             "records": n,
             "tensors": {k: {"dtype": str(d), "shape": list(s)} for k, (d, s) in specs.items()},
         }
-        task = {"task": tables._task(self.work.params, self.work.layout)} if target == self.partitions else {}
+        task = {"task": tables.task_of(self.work.params, self.work.layout)} if target == self.partitions else {}
         atomic_write_json(self.out / f"{_name(target, self.partitions)}.json", {**entry, **task})
         say(f"ingest: {'validation' if task else f'train partition {target}'} published ({n:,} rows)")
         return entry
@@ -423,7 +423,7 @@ def _record(
     params, source = work.params, work.source
     partitions = params["num_train_files"]
     names = [_name(t, partitions) for t in range(partitions + 1)]
-    task = tables._task(params, work.layout)
+    task = tables.task_of(params, work.layout)
     atomic_write_json(out / tables.WRITTEN, {name: stat_stamp(out / f"{name}.safetensors") for name in names})
     rows = sum(p.rows for p in pieces)
     summary = {

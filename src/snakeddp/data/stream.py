@@ -71,7 +71,7 @@ def write_stream_manifest(path: str | Path, dataset: str, params: Mapping[str, A
     from snakeddp.data.layout import layout_of, probe_rows
     from snakeddp.data.source import delta_snapshot, features_of, open_source
     from snakeddp.data.split import window_counts, windows_of
-    from snakeddp.data.table import _task as task_of
+    from snakeddp.data.table import task_of
 
     table = parts.Table.of(params["table"])
     source = open_source(table, delta_snapshot(table))

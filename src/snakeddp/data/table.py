@@ -65,7 +65,7 @@ class Stats:
     """When the last progress line was said."""
 
 
-def _check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
+def check_labels(labels: np.ndarray, rows: np.ndarray, classes: int, path: Path | str, column: str) -> None:
     """Labels must be 0/1 (binary) or class indices; ``rows`` are their row indices in the file (in any order:
     the first bad one in the file is named)."""
     if classes == 1:
@@ -215,7 +215,7 @@ def _read_unit(
                 )
             stats.rows_dropped += int((~finite).sum())
         keep = order[finite]  # row indices, grouped by target and in row order within each
-        _check_labels(labels[keep], file_rows + keep, classes, path, label)
+        check_labels(labels[keep], file_rows + keep, classes, path, label)
         kept = values if keep.size == n else values[finite]
         if layout.image is not None:
             layout.add_image_stats(kept[targets[keep] < partitions])
@@ -248,7 +248,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
     # The one place the table's settings enter ingestion as a dict: every module below reads the typed part.
     table = parts.Table.of(params["table"])
     snapshot = delta_snapshot(table)
-    check = _identity_check(table, snapshot)
+    check = identity_check(table, snapshot)
     try:
         return _ingest(params, open_source(table, snapshot), Path(out_dir), chunk_rows, check)
     finally:
@@ -256,7 +256,7 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, chunk_rows: int | Non
             check.close()
 
 
-def _identity_check(table: parts.Table, snapshot: delta.Snapshot | None) -> Check | None:
+def identity_check(table: parts.Table, snapshot: delta.Snapshot | None) -> Check | None:
     """Where the table is the one planned (``data.table.sha256``) is checked: a Delta version's and a table in
     object storage's identity now (their log and listing: no bytes read); a local table's while it is read."""
     expected = table.sha256
@@ -290,7 +290,7 @@ def _ingest(
     rows = chunk_rows or rows_per_chunk(source, layout)
     (out / "train").mkdir(parents=True, exist_ok=True)
     names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
-    metadata = [_metadata(t, partitions) for t in range(partitions + 1)]
+    metadata = [partition_metadata(t, partitions) for t in range(partitions + 1)]
     paths = [out / f"{name}.safetensors" for name in names]
     # Images are written through the spill: their shape may be known only once the first one is decoded.
     found = windows_of(source, params["seed"], partitions) if layout.image is None else None
@@ -310,7 +310,7 @@ def _ingest(
         entries = placed.finish()
     else:
         entries = _through_spill(source, layout, params, out, rows, stats, names, check)
-    task = {**_task(params, layout), **({"classes": class_names} if class_names else {})}
+    task = {**task_of(params, layout), **({"classes": class_names} if class_names else {})}
     for name, entry in zip(names, entries, strict=True):
         atomic_write_json(out / f"{name}.json", {**entry, "task": task} if name == "val" else entry)
     # This machine's stat stamps of the files hashed (place): apart from the entries, which two ingestions share.
@@ -361,7 +361,8 @@ def _windowed(
     return entries
 
 
-def _metadata(target: int, partitions: int) -> dict[str, str]:
+def partition_metadata(target: int, partitions: int) -> dict[str, str]:
+    """The safetensors metadata of train partition ``target`` (or, at ``partitions``, the validation set)."""
     split = "val" if target == partitions else "train"
     return {"generator": GENERATOR, "split": split, "index": str(0 if split == "val" else target)}
 
@@ -386,7 +387,7 @@ def _through_spill(
         check_empty(source.table, empty, stats.rows_read - stats.rows_dropped, partitions)
         say(f"ingest: {stats.rows_read:,} rows read; writing {partitions} train partitions and validation")
         return [
-            spill.write_partition(target, out / f"{name}.safetensors", _metadata(target, partitions), rows)
+            spill.write_partition(target, out / f"{name}.safetensors", partition_metadata(target, partitions), rows)
             for target, name in enumerate(names)
         ]
     finally:
@@ -394,7 +395,7 @@ def _through_spill(
         spill.path.unlink(missing_ok=True)
 
 
-def _task(params: Mapping[str, Any], layout: cols.Layout) -> dict[str, Any]:
+def task_of(params: Mapping[str, Any], layout: cols.Layout) -> dict[str, Any]:
     """The dataset's task: its labels, and its features as ingestion laid them out."""
     classes = params["num_classes"]
     return {"num_classes": classes, "kind": "binary" if classes == 1 else "multiclass", **layout.task_fields()}
