@@ -56,7 +56,8 @@ TABLE = (
         job_side="snakeddp.spark.jobside",
         ingest="snakeddp.spark.ingest:ingest",
     ),
-    # A Databricks job's driver runs the ranks as the spark platform does, on the job's cluster.
+    # A Databricks job's driver runs the ranks as the spark platform does, on the job's cluster, and so a table's
+    # ingestion (snakeddp.databricks.ingest: a job whose task runs the ingest step there).
     Row(
         "databricks",
         "snakeddp.databricks.platform",
@@ -67,5 +68,6 @@ TABLE = (
         only_own_launchers=True,
         job_side="snakeddp.databricks.jobside",
         ranks_as="spark",
+        ingest="snakeddp.databricks.ingest:ingest",
     ),
 )

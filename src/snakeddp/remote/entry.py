@@ -1,16 +1,18 @@
 """The one command a remote job runs, on every platform: seed the run directory from the attempt the submitter
 staged, then run the run's training as the job's processes run it.
 
-    python -m snakeddp.remote.entry [--variables JSON] [--workdir DIR] [--resume-from DIR] train|launch ARGS
+    python -m snakeddp.remote.entry [--variables JSON] [--workdir DIR] [--resume-from DIR] train|launch|steps ARGS
     python CODE/snakeddp/remote/entry.py ...        (a task that runs a file: Databricks' spark_python_task)
 
 ``train``: the platform starts every rank itself (AzureML's PyTorch and MPI distributions, the toy queue of
 the tests), each running this with ``python -m snakeddp.train`` ARGS; global rank 0 seeds, the others wait
 until this job's seeding is done. ``launch``: the platform starts one process (a Databricks job's driver),
 which seeds, then starts the ranks with ``python -m snakeddp.launch`` ARGS, as its row's ``ranks_as`` platform
-does. ``--variables`` are exported first, for a platform whose request carries no environment; ``--workdir``
-is where ARGS' relative paths are read from; ``--resume-from`` is the attempt to resume (checkpoints/,
-metrics.csv, run-state.json; snakeddp.remote.attempt.stage_resume), copied into ARGS' ``--run-dir``.
+does. ``steps``: the job's one process runs a step of the workflow (``python -m snakeddp.steps`` ARGS: a
+Databricks job that ingests a table on its cluster). ``--variables`` are exported first, for a platform whose
+request carries no environment; ``--workdir`` is where ARGS' relative paths are read from; ``--resume-from``
+is the attempt to resume (checkpoints/, metrics.csv, run-state.json; snakeddp.remote.attempt.stage_resume),
+copied into ARGS' ``--run-dir``.
 
 It runs from the code snapshot the submitter staged (snakeddp.remote.folder: this package, without .git),
 whose folder goes first on the path of this process and of every interpreter it starts; only the standard
@@ -37,7 +39,7 @@ if __package__ in (None, ""):  # run as a file: the snapshot's folder on the pat
 WAIT_S = 1800.0
 POLL_S = 2.0
 #: What each process of a job runs, by how the platform starts them.
-RUNS = {"train": "snakeddp.train", "launch": "snakeddp.launch"}
+RUNS = {"train": "snakeddp.train", "launch": "snakeddp.launch", "steps": "snakeddp.steps"}
 
 
 def seed(resume_from: Path, run_dir: Path, token: str) -> None:
@@ -114,7 +116,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
     parser.add_argument("--variables", type=json.loads, default={}, help="a JSON object of variables to export")
     parser.add_argument("--workdir", type=Path, help="the folder ARGS' relative paths are read from")
     parser.add_argument("--resume-from", type=Path, help="the staged attempt to resume (read-only)")
-    parser.add_argument("runs", choices=sorted(RUNS), help="train: each rank runs this; launch: one process does")
+    parser.add_argument("runs", choices=sorted(RUNS), help="train: each rank runs this; launch, steps: one does")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the arguments of snakeddp.train or snakeddp.launch")
     args = parser.parse_args(argv)
     return args, args.args[1:] if args.args[:1] == ["--"] else args.args

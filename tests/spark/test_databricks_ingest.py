@@ -1,0 +1,106 @@
+"""Ingestion on the databricks platform's cluster (snakeddp.databricks.ingest) with the task's command run on the
+real 2-worker standalone Spark cluster, as a Databricks cluster's driver runs it: the ingest step submits a
+one-time Jobs run through databricks-sdk's own client to the local workspace stub (tests/databricks_server.py,
+which judges the request by the SDK's own definitions and keeps the volume's files in a folder, as a cluster's
+mount shows them), the stub hands the task to that driver, whose Spark tasks read the Delta table's windows on
+the executors, and the step copies the output back: the partitions, entries and validation set are a local
+ingestion's, byte for byte, here and on the volume where the train jobs' staging finds them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from snakeddp.data.partitions import verify_file
+from snakeddp.data.table import WRITTEN
+from snakeddp.data.table import ingest as local_ingest
+from snakeddp.databricks import ingest as databricks_ingest
+from snakeddp.run import variables
+from tests import tables
+from tests.databricks_server import JOBS, DatabricksStub
+from tests.helpers import subprocess_env
+from tests.spread_tables import delta_table, same_files, the_rows
+
+pytestmark = pytest.mark.dev_venv  # pyspark and databricks-sdk
+
+STAGE = "/Volumes/main/ml/snakeddp"
+TOKEN = "dapi-ingest-7d2e-stub-token"
+CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
+OUT = "results/data/t-0123456789"
+
+
+def driver_env(cluster) -> dict[str, str]:
+    """The cluster's driver: its Spark master (spark-defaults.conf), no workspace credentials, nothing of the
+    workflow's exported variables but what the task's --variables bring."""
+    env = subprocess_env(**cluster.env())
+    return {k: v for k, v in env.items() if not k.startswith(("DATABRICKS_", "SNAKEDDP_"))}
+
+
+def driver(env: dict[str, str], ran: dict[str, Any]):
+    """What the cluster's driver does with the submitted task: its python_file with its parameters, the volume's
+    paths through the mount (the stub's folder)."""
+
+    def run(body: dict[str, Any], root: Path) -> tuple[str, str]:
+        task = body["tasks"][0]["spark_python_task"]
+
+        def mount(value: str) -> str:
+            return str(root / value.lstrip("/")) if value.startswith("/Volumes/") else value
+
+        argv = [sys.executable, mount(task["python_file"]), *map(mount, task["parameters"])]
+        with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as started:
+            ran["pid"] = started.pid
+            ran["log"] = started.communicate(timeout=600)[0]
+        lines = ran["log"].strip().splitlines()
+        return ("SUCCESS", "") if started.returncode == 0 else ("FAILED", lines[-1] if lines else "exit 1")
+
+    return run
+
+
+def test_the_tasks_command_on_a_spark_cluster_gives_a_local_ingestions_partitions(
+    spark_cluster, tmp_path, monkeypatch, capfd
+):
+    table = delta_table(tmp_path / "table", the_rows())
+    params = tables.params(table, partitions=3)
+    local_ingest(params, tmp_path / "local")
+    flow, ran = tmp_path / "flow", {}
+    flow.mkdir()
+    monkeypatch.chdir(flow)
+    monkeypatch.setenv("HOME", str(flow))  # no ~/.databrickscfg of this machine's
+    monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+    stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=driver(driver_env(spark_cluster), ran))
+    try:
+        monkeypatch.setenv("DATABRICKS_HOST", stub.url)
+        env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
+        summary = databricks_ingest.ingest(params, Path(OUT), env)
+    finally:
+        stub.close()
+
+    assert len(same_files(tmp_path / "local", flow / OUT)) == 2 * (3 + 1), ran.get("log")
+    # On the volume too, below the stage as the step's output is below the workflow's directory.
+    assert len(same_files(tmp_path / "local", stub.local(f"{STAGE}/{OUT}"))) == 2 * (3 + 1)
+    assert summary["pieces"] == 2 and summary["delta"]["version"] == 1
+    # Read by the executors' Python workers, one per worker: neither the driver nor this process.
+    readers = {tuple(r) for r in summary["readers"]}
+    assert len(readers) == 2 and not {pid for _, pid in readers} & {os.getpid(), ran["pid"]}, readers
+    assert "2 tasks on up to 2 cores" in ran["log"]  # the driver's line: the windows went to Spark tasks
+
+    [sent] = stub.requests("POST", f"{JOBS}/submit")
+    task = json.loads(sent["body"])["tasks"][0]
+    assert task["new_cluster"]["num_workers"] == 2  # one per window
+    python = task["spark_python_task"]
+    said = capfd.readouterr().err
+    command = next(line for line in said.splitlines() if "read on the Databricks cluster by: " in line)
+    assert shlex.split(command.split(" by: ", 1)[1]) == ["python", python["python_file"], *python["parameters"]]
+    assert json.loads(python["parameters"][python["parameters"].index("--params") + 1]) == params
+
+    # The cluster's stat stamps stayed there: here every file is hashed by what reads it, against its entry.
+    assert not (flow / OUT / WRITTEN).exists()
+    for name in ("train/part-00000", "train/part-00001", "train/part-00002", "val"):
+        verify_file(flow / OUT / f"{name}.safetensors", json.loads((flow / OUT / f"{name}.json").read_text()))
