@@ -1,6 +1,6 @@
 """A node the ledger holds enough events of (results/nodes.json, snakeddp.run.ledger) is left out of later
 invocations' train jobs on Slurm (snakeddp.slurm.exclude): the plugin's own sbatch, and `snakemake --profile
-profiles/slurm` on the real test cluster after a rank on the second node hung."""
+profiles/slurm` on the real test cluster after the second node hung under two runs."""
 
 from __future__ import annotations
 
@@ -144,34 +144,45 @@ def test_a_damaged_ledger_stops_the_invocation_in_one_line_before_anything_is_su
 @pytest.mark.slurm
 @pytest.mark.e2e
 def test_a_node_that_hung_twice_is_left_out_of_the_next_invocations_runs(slurm_cluster, tmp_path):
-    """One event of the second node is already in the ledger (a slow spell, as the ranks' watch records one); a
-    run put on that node hangs there (rank 1 stopped), and its launcher records the second. The next invocation
-    trains another run: it says in one line that the node is left out, and its job runs on the first node."""
+    """Two runs of a sweep train side by side over both nodes (2 nodes x 1 task each); in each, the rank on the
+    second node is stopped, each run hangs there and its launcher records the hang in the ledger: two events. The
+    next invocation trains another run: it says in one line that the node is left out, and its job runs on the
+    first node."""
     flow = SlurmWorkflow(tmp_path, slurm_cluster)
     first, second = NODES
-    ledger.record(tmp_path / "results", second, "slow", "earlier", time.time() - DAY)
     flow.write_config(
         config(
             data={"num_train_files": 3, "num_records_per_train_file": 6001, "num_val_records": 500, "num_features": 16},
-            trainer={"max_epochs": 4, "batch_size": 16, "early_stopping": {"enabled": False}},
-            launch={"devices": 2, "hang_timeout": 30},  # 30 s: as tests/slurm/test_slurm_exclude.py says why
+            # More epochs than either run reaches: each hangs after its first.
+            trainer={"max_epochs": 8, "batch_size": 16, "early_stopping": {"enabled": False}},
+            launch={"nodes": 2, "devices": 1, "hang_timeout": 30},  # 30 s: test_slurm_exclude.py says why
+            sweep={"seed": [1, 2]},
         )
     )
-    run_dir = tmp_path / "results" / "runs" / "base"
-    on_second = f"train:slurm_extra='--signal=USR1@90 --nodelist={second}'"
-    snakemake = flow.popen("--set-resources", on_second, "--retries", "0", "results/runs/base/provenance.json")
+    runs = ("seed-1", "seed-2")
+    snakemake = flow.popen("--retries", "0", *(f"results/runs/{run}/provenance.json" for run in runs))
+    stopped = {}
     try:
-        ranks = ranks_once_saved(snakemake, run_dir)
-        ranks[1].suspend()  # SIGSTOP
+        for run in runs:  # both trainings are submitted at once and share the nodes' cores
+            ranks = ranks_once_saved(snakemake, tmp_path / "results" / "runs" / run)
+            (on_second,) = [p for p in ranks.values() if p.environ()["SLURMD_NODENAME"] == second]
+            on_second.suspend()  # SIGSTOP
+            stopped[run] = on_second.pid
         output, _ = snakemake.communicate(timeout=600)
     finally:
         if snakemake.poll() is None:
             snakemake.kill()
             snakemake.communicate()
-    assert snakemake.returncode != 0 and tries.read(run_dir)[0]["outcome"] == "hung", output[-5000:]
-    assert [e["kind"] for e in ledger.read(tmp_path / "results")[second]] == ["slow", "hang"]
+    assert snakemake.returncode != 0, output[-5000:]
+    for run in runs:
+        (tried,) = tries.read(tmp_path / "results" / "runs" / run)
+        assert tried["outcome"] == "hung" and tried["hang"]["culprit"]["node"] == second, tried
+        assert tried["hang"]["culprit"]["pid"] == stopped[run], tried
+    events = ledger.read(tmp_path / "results")[second]
+    assert sorted((e["kind"], e["run"]) for e in events) == [("hang", "seed-1"), ("hang", "seed-2")], events
+    assert first not in ledger.read(tmp_path / "results")
 
-    another = ("sweep={seed: [7]}", "trainer={max_epochs: 1}", "launch={devices: 1}")
+    another = ("sweep={seed: [7]}", "trainer={max_epochs: 1}", "launch={nodes: 1, devices: 1}")
     nxt = flow.run("results/runs/seed-7/provenance.json", "--config", *another)
     said = nxt.stdout + nxt.stderr
     assert f"leaving {second} out of every train job (sbatch --exclude): results/nodes.json holds 2 or more" in said
