@@ -29,6 +29,7 @@ from snakeddp import config as configuration
 from snakeddp.compat.snakemake_executor_plugin_slurm import read_cancelled_as_failed
 from snakeddp.config import parts
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm import polling
 from snakeddp.slurm import watch as slurm_watch
 from tests.helpers import REPO
 from tests.slurm.cluster import CPU_NODE, CPU_PARTITION
@@ -369,11 +370,61 @@ def test_a_node_reason_ends_a_job_only_when_no_node_that_could_hold_it_is_up(rea
     assert hint.startswith("run again when `sinfo -p main` shows such nodes idle or mixed"), hint
 
 
+@pytest.mark.parametrize("variable", [polling.WATCH_VARIABLE, polling.STATUS_VARIABLE])
+def test_how_often_slurm_is_asked_is_what_its_variable_says_and_what_is_no_interval_is_refused(variable):
+    assert polling.seconds(variable, 10.0, {}) == 10.0 and polling.seconds(variable, None, {}) is None
+    assert polling.seconds(variable, 10.0, {variable: " 2.5"}) == 2.5
+    for given in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(slurm_nodes.SlurmNodesError) as refused:
+            polling.seconds(variable, 10.0, {variable: given})
+        line = str(refused.value)
+        assert "\n" not in line and line.count("HINT:") == 1, line
+        assert line.startswith(f"{variable}={given!r} is not a number of seconds above 0"), line
+        # What the HINT says, both ways.
+        example = re.search(r"e\.g\. (\w+)=(\S+),", line)
+        assert polling.seconds(variable, None, {example.group(1): example.group(2)}) == 10.0
+        assert "or unset it" in line and polling.seconds(variable, None, {}) is None
+
+
+def test_the_watch_looks_as_often_as_its_variable_says(monkeypatch):
+    assert slurm_watch.PendingWatch(print)._poll_s == slurm_watch.POLL_S == 10.0
+    monkeypatch.setenv(polling.WATCH_VARIABLE, "2")
+    assert slurm_watch.PendingWatch(print)._poll_s == 2.0
+
+
+def test_the_plugins_status_checks_wait_no_longer_than_the_cap(monkeypatch):
+    """The plugin's own check (2.8.0) with no active job sets its next wait to init-seconds (40 here); with the
+    cap set, the wait after it is the cap's, and without, the plugin's."""
+    import snakemake_executor_plugin_slurm as plugin
+
+    monkeypatch.setattr(plugin.Executor, "check_active_jobs", plugin.Executor.check_active_jobs)  # put back after
+
+    def check_with(environ: dict[str, str]) -> float:
+        polling.cap_status_checks(environ)
+        executor = plugin.Executor.__new__(plugin.Executor)
+        executor.next_seconds_between_status_checks = None
+        executor.workflow = SimpleNamespace(executor_settings=SimpleNamespace(init_seconds_before_status_checks=40))
+        executor.logger = logging.getLogger("test")
+
+        async def drain() -> list:
+            return [job async for job in executor.check_active_jobs([])]
+
+        assert asyncio.run(drain()) == []
+        return executor.next_seconds_between_status_checks
+
+    assert check_with({}) == 40
+    assert check_with({polling.STATUS_VARIABLE: "3"}) == 3.0
+    assert check_with({polling.STATUS_VARIABLE: "60"}) == 40, "a cap only ever shortens the plugin's wait"
+
+
 # The real cluster from here on.
 
 TARGET = "results/runs/{run}/provenance.json"
 # A partition over the cpu node that lets a job run 5 minutes (made by the test that needs it).
 SHORT = "short"
+# How often the watch looks at the queue in the workflows below: the test cluster's scheduler passes take a
+# second, so the 10 s a real site is looked at would be waiting only.
+WATCH_S = 2.0
 
 
 def partition_profile(directory: Path, name: str) -> Path:
@@ -427,7 +478,7 @@ def snakemake(flow: SlurmWorkflow, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         flow.command(*args),
         cwd=flow.directory,
-        env=flow.env(),
+        env={**flow.env(), polling.WATCH_VARIABLE: str(WATCH_S)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -461,7 +512,7 @@ def test_a_job_whose_only_node_is_drained_is_cancelled_in_one_line(flow: SlurmWo
     try:
         job, _, _ = wait_for(lambda: train_job(flow, "seed-1"))
         # Two looks of the watcher at a job that waits for the node to be free: it is left alone.
-        time.sleep(2.5 * slurm_watch.POLL_S)
+        time.sleep(2.5 * WATCH_S)
         assert train_job(flow, "seed-1")[1:] in {("PENDING", "Resources"), ("PENDING", "Priority")}
         flow.slurm("scontrol", "update", f"NodeName={CPU_NODE}", "State=DRAIN", "Reason=snakeddp-test")
         flow.slurm("scancel", cpu_node_busy)

@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 
 from snakeddp.run.layout import RunPaths
+from snakeddp.slurm.polling import STATUS_VARIABLE
 from tests.helpers import TINY, Workflow, subprocess_env, training_processes
 from tests.slurm.cluster import Cluster
 
@@ -27,6 +28,9 @@ FAST_POLLING = (
     # Keep every job's Slurm log so tests can read it (the plugin deletes successful ones).
     "--slurm-keep-successful-logs",
 )
+# And no longer than 3 s apart: the plugin's wait grows by 10 s a check while no job ends (snakeddp.slurm.polling),
+# so a job that ended 40 s after the last one was seen at 68 s.
+FAST_STATUS = {STATUS_VARIABLE: "3"}
 
 
 class SlurmWorkflow(Workflow):
@@ -38,7 +42,7 @@ class SlurmWorkflow(Workflow):
 
     def env(self) -> dict[str, str]:
         # UTC: sacct prints times in local time, the run's metrics in UTC.
-        return subprocess_env(TZ="UTC", **self.cluster.env())
+        return subprocess_env(TZ="UTC", **FAST_STATUS, **self.cluster.env())
 
     def command(self, *args: str) -> list[str]:
         return super().command(*FAST_POLLING, *args)

@@ -115,6 +115,14 @@ WRITTEN_FOR: dict[str, Hook] = {
         "get_submit_command with failed_nodes), snakemake_executor_plugin_slurm/submit_string.py (--exclude)",
         optional=True,
     ),
+    # Read in 2.8.0 only: optional, so on another release the plugin's status checks keep its own waits.
+    "status_checks": Hook(
+        "snakemake-executor-plugin-slurm",
+        "==2.8.0",
+        "snakemake_executor_plugin_slurm/__init__.py (Executor.check_active_jobs: next_seconds_between_status_checks "
+        "10 s longer after a check in which no job ended, up to max_sleep_time)",
+        optional=True,
+    ),
     "job_yaml": Hook("azure-ai-ml", ">=1.35.0,<=1.35.2", "azure/ai/ml/entities/_builders/command.py (Command._to_job)"),
     "output_data": Hook(
         "azureml-core", ">=1.60.0,<=1.61.0.post4", "azureml/data/output_dataset_config.py (_to_output_data)"

@@ -3,7 +3,8 @@ srun or mpirun (docs/slurm.md), submitted by snakemake-executor-plugin-slurm.
 
 ``resources``: a run's layout as the plugin's resources; ``nodes``: what the training partition's nodes
 have (scontrol), which settles launch.accelerator auto and refuses a run no node holds; ``watch``: a
-submitted job Slurm keeps pending for a reason no wait can clear is cancelled, with a line; ``exclude``: a
+submitted job Slurm keeps pending for a reason no wait can clear is cancelled, with a line; ``polling``: how
+often the watch and the executor plugin ask Slurm, where the environment says; ``exclude``: a
 run that hung on a node is submitted again without it (sbatch --exclude); ``platform``:
 the contract (snakeddp.contract) that ties them to the workflow.
 

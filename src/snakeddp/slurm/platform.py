@@ -17,7 +17,7 @@ from snakeddp import cluster, platforms
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site, Trainer
 from snakeddp.contract import Invocation, Platform, PreflightError, Runs, note_instead
-from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY
+from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY, polling
 from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm import status as slurm_status
@@ -166,6 +166,7 @@ class Slurm(Platform[SlurmState]):
         check_nodes(
             parts_of(invocation, training), invocation.site, declared, self.nodes(invocation), self.build(invocation)
         )
+        polling.cap_status_checks()
         state = invocation.state
         state.watch = state.watch or PendingWatch(invocation.say)
         state.watch.start()

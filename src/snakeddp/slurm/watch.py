@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snakeddp.slurm import nodes as slurm_nodes
+from snakeddp.slurm import polling
 
 # Seconds between two looks at the queue: a job's reason is set by the scheduler's passes (about
-# every minute on a busy cluster), and the plugin itself checks its jobs every 20 s to 3 min.
+# every minute on a busy cluster), and the plugin itself checks its jobs every 20 s to 3 min. A site (or a
+# test, whose scheduler passes take a second) sets another in polling.WATCH_VARIABLE.
 POLL_S = 10.0
 # How long closing waits for a look at the queue that is under way.
 CLOSE_TIMEOUT_S = 15.0
@@ -195,10 +197,10 @@ class PendingWatch:
     """The thread that cancels this workflow's jobs that can never start; ``say`` writes its lines
     (Snakemake's logger: one writer for its stream)."""
 
-    def __init__(self, say: Callable[[str], None], workdir: Path | None = None, poll_s: float = POLL_S) -> None:
+    def __init__(self, say: Callable[[str], None], workdir: Path | None = None, poll_s: float | None = None) -> None:
         self._say = say
         self._workdir = os.path.realpath(workdir or Path.cwd())
-        self._poll_s = poll_s
+        self._poll_s = poll_s or polling.seconds(polling.WATCH_VARIABLE, POLL_S)
         self._stop = threading.Event()
         # Held while a job is cancelled and its line written, so nothing happens once close() returns.
         self._lock = threading.Lock()
