@@ -25,7 +25,7 @@ from snakeddp.databricks import ingest as databricks_ingest
 from snakeddp.run import variables
 from tests import tables
 from tests.databricks_server import JOBS, DatabricksStub
-from tests.helpers import subprocess_env
+from tests.helpers import TINY, Workflow, subprocess_env
 from tests.spread_tables import delta_table, same_files, the_rows
 
 pytestmark = pytest.mark.dev_venv  # pyspark and databricks-sdk
@@ -104,3 +104,49 @@ def test_the_tasks_command_on_a_spark_cluster_gives_a_local_ingestions_partition
     assert not (flow / OUT / WRITTEN).exists()
     for name in ("train/part-00000", "train/part-00001", "train/part-00002", "val"):
         verify_file(flow / OUT / f"{name}.safetensors", json.loads((flow / OUT / f"{name}.json").read_text()))
+
+
+def workflow_driver(cluster, ran: dict[str, Any]):
+    """The cluster's driver for every task of a workflow: the ingestion's on the Spark cluster, a run's training
+    on a local[2] master (as tests/databricks/test_submit.py's driver)."""
+    ingests = driver(driver_env(cluster), ran)
+    trains = driver({**driver_env(cluster), "MASTER": "local[2]"}, {})
+
+    def run(body: dict[str, Any], root: Path) -> tuple[str, str]:
+        return (ingests if body["tasks"][0]["task_key"] == "ingest" else trains)(body, root)
+
+    return run
+
+
+@pytest.mark.e2e
+def test_snakemake_profile_databricks_ingests_on_the_cluster_and_trains_on_what_it_wrote(spark_cluster, tmp_path):
+    """The command the user types: `snakemake --profile databricks` ingests the Delta table by a Jobs run on the
+    cluster, then trains the run there: the partitions and manifest are `--profile local`'s data jobs'."""
+    table = delta_table(tmp_path / "table", the_rows())
+    section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
+    data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
+    config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "data": data}
+    ran: dict[str, Any] = {}
+    stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=workflow_driver(spark_cluster, ran))
+    try:
+        for profile, until, more in (
+            ("databricks", (), {"databricks": {"stage": STAGE, "new_cluster": CLUSTER}}),
+            ("local", ("--until", "data_manifest"), {}),
+        ):
+            flow = Workflow(tmp_path / profile, profile=profile)
+            flow.directory.mkdir()
+            flow.write_config({**config, **more})
+            env = subprocess_env(DATABRICKS_HOST=stub.url, DATABRICKS_TOKEN=TOKEN, HOME=str(flow.directory))
+            flow.run(*until, env=env)
+    finally:
+        stub.close()
+    assert [json.loads(s["body"])["tasks"][0]["task_key"] for s in stub.requests("POST", f"{JOBS}/submit")] == [
+        "ingest",
+        "train",
+    ]
+    assert list((tmp_path / "databricks" / "results" / "runs").glob("*/provenance.json"))
+    [log] = (tmp_path / "databricks" / "logs" / "data").glob("*/ingest.log")
+    assert f"ingest: 2 windows read on the Databricks cluster by: python {STAGE}/code/" in log.read_text()
+    assert "2 tasks on up to 2 cores" in ran["log"]  # the ingestion's driver: the windows went to Spark tasks
+    names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "databricks" / "results" / "data")
+    assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
