@@ -99,29 +99,37 @@ def step(dataset: dict[str, Any], out: Path, **env: str) -> dict[str, float]:
 
 def measure(work: Path, rows: int, features: int, reps: int) -> tuple[list[Figure], list[str], dict[str, Any]]:
     """The figures, notes and raw samples of the three cases on a fresh two-worker cluster."""
-    table = work / "table"
-    write_table(table, rows, features)
     cluster = work / "cluster"
     begun = time.perf_counter()
     subprocess.run([sys.executable, str(CLUSTER), "start", "--dir", str(cluster)], env=child_env(), check=True,
                    capture_output=True)  # fmt: skip
     started_s = time.perf_counter() - begun
     try:
-        spark = {"SNAKEDDP_PLATFORM": "spark", "SPARK_CONF_DIR": str(cluster / "conf")}
-        one = json.dumps({"conf": {"spark.cores.max": 1}})
-        dataset = params(table, features)
-        samples = alternate(
-            {
-                "one": lambda: step(dataset, work / "out", **spark, SNAKEDDP_PLATFORM_SECTION=one),
-                "two": lambda: step(dataset, work / "out", **spark, SNAKEDDP_PLATFORM_SECTION="{}"),
-                "local": lambda: step(dataset, work / "out", SNAKEDDP_PLATFORM="local"),
-            },
-            reps=reps,
-            warmup=0,
-        )
+        return measure_on(work, rows, features, reps, cluster / "conf", started_s)
     finally:
         subprocess.run([sys.executable, str(CLUSTER), "stop", "--dir", str(cluster)], env=child_env(), check=False,
                        capture_output=True)  # fmt: skip
+
+
+def measure_on(
+    work: Path, rows: int, features: int, reps: int, conf: Path, started_s: float
+) -> tuple[list[Figure], list[str], dict[str, Any]]:
+    """The three cases on the running two-worker cluster whose SPARK_CONF_DIR is ``conf`` (bench 12's own, its
+    applications ended, or measure's), started in ``started_s``."""
+    table = work / "table"
+    write_table(table, rows, features)
+    spark = {"SNAKEDDP_PLATFORM": "spark", "SPARK_CONF_DIR": str(conf)}
+    one = json.dumps({"conf": {"spark.cores.max": 1}})
+    dataset = params(table, features)
+    samples = alternate(
+        {
+            "one": lambda: step(dataset, work / "out", **spark, SNAKEDDP_PLATFORM_SECTION=one),
+            "two": lambda: step(dataset, work / "out", **spark, SNAKEDDP_PLATFORM_SECTION="{}"),
+            "local": lambda: step(dataset, work / "out", SNAKEDDP_PLATFORM="local"),
+        },
+        reps=reps,
+        warmup=0,
+    )
     one_s, two_s = median([s["wall_s"] for s in samples["one"]]), median([s["wall_s"] for s in samples["two"]])
     pieces_ratio = paired_ratio(samples["two"], samples["one"], "pieces_s")
     figures = [
