@@ -79,8 +79,8 @@ def stacks_of(text: str) -> dict[int, str]:
 
 
 def the_evidence_holds_both_stacks(run_dir: Path, line: str, stopped: psutil.Process) -> None:
-    evidence = run_dir / "hang"
-    assert f"Every rank's Python stack: {evidence / 'stacks.txt'}." in line or "hang/stacks.txt." in line, line
+    evidence = run_dir / "hang" / "try-1"  # the attempt's first try (tries.json's number)
+    assert f"Every rank's Python stack: {evidence / 'stacks.txt'}." in line or "hang/try-1/stacks.txt." in line, line
     stacks = stacks_of((evidence / "stacks.txt").read_text())
     assert sorted(stacks) == [0, 1], stacks
     host = socket.gethostname()
@@ -133,12 +133,12 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     assert not left_running(tmp_path, within=10), "a process of the hung run is still there"
     assert not psutil.pid_exists(stopped.pid) or stopped.status() == psutil.STATUS_ZOMBIE
     the_evidence_holds_both_stacks(run_dir, line, stopped)
-    flights = sorted(path.name for path in (run_dir / "hang").glob("flight-recorder-rank*"))
+    flights = sorted(path.name for path in (run_dir / "hang" / "try-1").glob("flight-recorder-rank*"))
     if hang_timeout == "default":
         assert flights == [], "no flight recorder where it is not enabled"
     else:  # the waiting rank's; the stopped one runs no Python to dump its own
         assert flights == ["flight-recorder-rank0"]
-        recorded = pickle.loads((run_dir / "hang/flight-recorder-rank0").read_bytes())
+        recorded = pickle.loads((run_dir / "hang/try-1/flight-recorder-rank0").read_bytes())
         assert {entry["profiling_name"] for entry in recorded["entries"]} >= {"gloo:all_reduce"}, recorded
 
     rerun = checkout.snakemake("--profile", "profiles/local")
@@ -163,7 +163,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     assert f"rank 1 on {socket.gethostname()} (pid {stopped.pid}) stopped advancing at step" in page
     crate = json.loads((tmp_path / "results/report/ro-crate-metadata.json").read_text())
     listed = {entity["@id"] for entity in crate["@graph"]}
-    assert {f"files/runs/base/hang/{name}" for name in ("stacks.txt", "gpu.json", *flights)} <= listed, listed
+    assert {f"files/runs/base/hang/try-1/{name}" for name in ("stacks.txt", "gpu.json", *flights)} <= listed, listed
 
 
 def test_ranks_that_cannot_reach_the_rendezvous_are_named_and_the_hint_trains(tmp_path):

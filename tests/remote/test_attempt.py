@@ -1,6 +1,10 @@
 """snakeddp.remote.attempt: a remote job's run directory coming back into results/runs/<run>/."""
 
-from snakeddp.remote.attempt import collect
+import json
+
+from snakeddp.remote.attempt import collect, stage_resume
+from snakeddp.remote.entry import seed
+from snakeddp.training.gather import folder
 
 
 def write(path, text):
@@ -36,3 +40,23 @@ def test_a_job_that_wrote_nothing_leaves_the_run_directory_alone(tmp_path):
     assert not collect(job, run_dir)
     assert (run_dir / "checkpoints" / "last.ckpt").read_text() == "from an earlier attempt"
     assert not (run_dir / "metrics.csv").exists()
+
+
+def test_a_hangs_evidence_goes_to_the_job_with_the_attempt_it_resumes_and_comes_back_beside_the_jobs_own(tmp_path):
+    """The attempt staged for a job holds its hung tries' evidence (hang/try-<n>/); the job's ranks, seeded with it,
+    write their hang's next to it (training.gather.folder: a number no folder holds), and all of it comes back."""
+    run_dir, resume, job = tmp_path / "run", tmp_path / "resume", tmp_path / "download" / "run_dir"
+    write(run_dir / "checkpoints" / "last.ckpt", "saved before the hang")
+    write(run_dir / "run-state.json", json.dumps({"resume_key": "k"}))
+    write(run_dir / "hang" / "try-1" / "stacks.txt", "the first hang's stacks")
+    assert stage_resume(run_dir, resume, "k") == resume
+    seed(resume, job, "job-2")
+    assert (job / "hang" / "try-1" / "stacks.txt").read_text() == "the first hang's stacks"
+    here = folder(job)
+    assert here == job / "hang" / "try-2"
+    write(here / "stacks.txt", "the job's own hang")
+    assert collect(job, run_dir)
+    assert {p.parent.name: p.read_text() for p in (run_dir / "hang").glob("*/stacks.txt")} == {
+        "try-1": "the first hang's stacks",
+        "try-2": "the job's own hang",
+    }

@@ -115,9 +115,9 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
     assert completed["outcome"] == "completed" and completed["resumed_from_step"] == hung["kept_step"] > 0
     recorded = tries.read(run_dir)
     assert recorded[1]["placement"] == {"nodes": [first], "excluded_nodes": [second]}
-    stacks = (RunPaths(run_dir).hang_evidence / "stacks.txt").read_text()
-    assert f"Every rank's Python stack: {RunPaths(run_dir).hang_evidence / 'stacks.txt'}." in lines[0] or (
-        "hang/stacks.txt." in lines[0]
+    stacks = (RunPaths(run_dir).hang_of(1) / "stacks.txt").read_text()  # the first try's
+    assert f"Every rank's Python stack: {RunPaths(run_dir).hang_of(1) / 'stacks.txt'}." in lines[0] or (
+        "hang/try-1/stacks.txt." in lines[0]
     ), lines[0]
     assert f"\n== rank 1 on {socket.gethostname()} (pid {ranks[1].pid}), the one the others waited for: taken" in stacks
     for rank in (0, 1):

@@ -11,11 +11,15 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from torch.distributed import TCPStore
 
+from snakeddp.run import attempt as runstate
+from snakeddp.run import tries
+from snakeddp.run.layout import RunPaths
 from snakeddp.training.evidence import Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.gather import GPU, STACKS, Gathering, Verdict, folder
 from tests.gpu_standin import StandIn
@@ -154,7 +158,8 @@ def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_take
     tmp_path,
 ):
     """Rank 0 judges; rank 1 (the stopped process, silent) is on its host, so rank 0 takes its stack; rank 2
-    answers from another host and posts its own; rank 3 never posts. The folder replaces an older one whole."""
+    answers from another host and posts its own; rank 3 never posts. A folder an earlier hang left where no tries
+    are recorded (AzureML's ranks start without a launcher) stays: this one is the next try's."""
     store = TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
     here = os.uname().nodename
     ranks = [
@@ -163,9 +168,10 @@ def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_take
         {"host": "elsewhere", "pid": 7},
         {"host": "elsewhere", "pid": 8},
     ]
-    old = folder(tmp_path)
-    old.mkdir()
-    (old / "flight-recorder-rank9").write_text("an older hang's")
+    earlier = folder(tmp_path)
+    assert earlier == tmp_path / "hang" / "try-1"
+    earlier.mkdir(parents=True)
+    (earlier / "flight-recorder-rank9").write_text("an older hang's")
     store.set("snakeddp/evidence/device/1", "cpu")
     verdict = Verdict(judge=0, culprit=1, silent=True)
     remote = Gathering(lambda op: op(), store, 2, ranks, "base", tmp_path)
@@ -176,7 +182,11 @@ def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_take
     started = time.monotonic()
     stacks = judge.write(verdict)
     assert time.monotonic() - started < 15, "rank 3 is waited for at most GATHER_S"
-    assert stacks == tmp_path / "hang" / STACKS and sorted(p.name for p in old.iterdir()) == [GPU, STACKS]
+    assert stacks == tmp_path / "hang" / "try-2" / STACKS and sorted(p.name for p in stacks.parent.iterdir()) == [
+        GPU,
+        STACKS,
+    ]
+    assert (earlier / "flight-recorder-rank9").read_text() == "an older hang's"
     text = stacks.read_text()
     sections = text.split("\n== ")[1:]
     assert [s.split(" on ")[0] for s in sections] == ["rank 0", "rank 1", "rank 2", "rank 3"], text
@@ -185,8 +195,8 @@ def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_take
     assert "waits_in_a_collective_that_never_ends" in sections[1]
     assert sections[2].startswith("rank 2 on elsewhere (pid 7): by its own watch")
     assert "rank 3 on elsewhere (pid 8): not taken: it did not post its stack within" in sections[3]
-    assert json.loads((old / GPU).read_text()) == gpu_state("cpu", 1)
-    assert not list(tmp_path.glob(".hang*")), "no partial or old folder left"
+    assert json.loads((stacks.parent / GPU).read_text()) == gpu_state("cpu", 1)
+    assert not list((tmp_path / "hang").glob(".*")), "no partial folder left"
     judge.done()
     remote.wait_done()  # returns at once: the line was said
 
@@ -201,8 +211,60 @@ def test_a_silent_culprit_alone_on_its_host_is_said_not_taken(tmp_path):
     assert (
         "rank 1 on b (pid 5), the one the others waited for: not taken: its process stopped answering on host b" in text
     )
-    gpu = json.loads((folder(tmp_path) / GPU).read_text())
+    gpu = json.loads((tmp_path / "hang" / "try-1" / GPU).read_text())
     assert gpu["state"] is None and "no rank of the run runs on rank 1's host" in gpu["why"]
+
+
+def hang_of(stacks: Path) -> dict:
+    """The try a launcher records for the hang whose line names ``stacks``."""
+    culprit = {"rank": 1, "host": "h", "node": None, "pid": 9, "step": 5, "epoch": 0, "phase": "backward"}
+    line = f"snakeddp.train: run base hung: ... Every rank's Python stack: {stacks}. HINT: rerun"
+    record = {"kind": "stopped", "culprit": culprit, "stalled_s": 61.0, "limit_s": 60.0, "reached_step": 6}
+    record["line"] = line
+    return tries.entry(started=1.0, ended=70.0, outcome="hung", exit_code=1, launcher="srun", job_id=None,
+                       resumed_from=None, saved_now=None, hang=record)  # fmt: skip
+
+
+def a_hang(run_dir: Path, ranks: list[dict], silent: bool) -> Path:
+    """One try's hang, judged by rank 0 over a store of its own, and recorded as its launcher records it."""
+    store = TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
+    store.set("snakeddp/evidence/device/1", "cpu")
+    judge, verdict = Gathering(lambda op: op(), store, 0, ranks, "base", run_dir), Verdict(0, 1, silent)
+    judge.give(verdict)
+    stacks = judge.write(verdict)
+    tries.append(run_dir, hang_of(stacks))
+    return stacks
+
+
+def test_each_hung_try_keeps_its_own_evidence_and_it_moves_with_its_attempt(stopped, tmp_path):
+    """Two tries of one attempt hang (the second a retry, say on another node): each keeps its folder, named
+    after its number in tries.json, with its own stacks. The attempt is set aside when the run's key changes:
+    its evidence goes with it, the new attempt's first hang has a folder of its own, and both come back."""
+    run_dir, here = tmp_path / "runs" / "base", os.uname().nodename
+    first_key, second_key = "a" * 64, "b" * 64
+    assert runstate.prepare(run_dir, first_key) is None
+    first = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": here, "pid": stopped.pid}], silent=True)
+    second = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": "b", "pid": 5}], silent=True)
+    assert (first, second) == (RunPaths(run_dir).hang_of(1) / STACKS, RunPaths(run_dir).hang_of(2) / STACKS)
+    recorded = tries.read(run_dir)
+    assert [t["number"] for t in recorded] == [1, 2] and f"stack: {first}." in recorded[0]["hang"]["line"]
+    assert f"stack: {second}." in recorded[1]["hang"]["line"]
+    texts = {1: first.read_text(), 2: second.read_text()}
+    assert "waits_in_a_collective_that_never_ends" in texts[1] and "taken by signal (stopped" in texts[1]
+    assert "rank 1 on b (pid 5), the one the others waited for: not taken" in texts[2]
+
+    assert runstate.prepare(run_dir, second_key) is None  # another config: the first attempt is kept
+    kept = RunPaths(run_dir).attempt(runstate.attempt_id(first_key))
+    assert not RunPaths(run_dir).hang_evidence.exists()
+    assert {n: (kept.hang_of(n) / STACKS).read_text() for n in (1, 2)} == texts
+    assert [t["number"] for t in tries.read(kept.folder)] == [1, 2]
+    third = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": "c", "pid": 6}], silent=True)
+    assert third == RunPaths(run_dir).hang_of(1) / STACKS and "rank 1 on c (pid 6)" in third.read_text()
+
+    assert runstate.prepare(run_dir, first_key) is None  # back to the first config: its attempt returns
+    assert {n: (RunPaths(run_dir).hang_of(n) / STACKS).read_text() for n in (1, 2)} == texts
+    later = RunPaths(run_dir).attempt(runstate.attempt_id(second_key))
+    assert "rank 1 on c (pid 6)" in (later.hang_of(1) / STACKS).read_text()
 
 
 def test_a_verdict_that_is_not_one_is_none():

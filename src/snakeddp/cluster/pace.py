@@ -24,6 +24,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 NAME, STOP = "name", "stop"
+# Own time is read from the host's clock (snakeddp.training.owntime). On a CUDA device the host waits for a kernel
+# only where it synchronises (the all-reduce's wait, a .item()), so a slow kernel shows there, not where it ran:
+# the record says so rather than pass a host's view for the GPU's.
+HOST_CLOCK = "host"
 # A post covers 2 s: too few steps on a busy machine, or with a rank stopped and continued in turns. The scores
 # are taken over this many seconds of posts, and a spell ends only after this long back at pace.
 SMOOTH_S = 10.0
@@ -195,7 +199,8 @@ class Paces:
 
     def scores(self) -> dict[int, dict[str, Any]]:
         """Each rank's scores for provenance (launch.ranks[].pace): own seconds per step over the try, relative to
-        the fastest rank's; the last and lowest windowed scores; the named slow spells."""
+        the fastest rank's; the last and lowest windowed scores; the named slow spells; the clock they were read
+        from (HOST_CLOCK)."""
         overall = {rank: pace.overall_s() for rank, pace in self.ranks.items()}
         known = [s for s in overall.values() if s]
         fastest = min(known) if known else None
@@ -207,6 +212,7 @@ class Paces:
                 "last_individual": _rounded(pace.individual),
                 "lowest_relative": _rounded(pace.lowest),
                 "slow_spells": [spell.as_record() for spell in pace.spells],
+                "clock": HOST_CLOCK,
             }
             for rank, pace in sorted(self.ranks.items())
         }

@@ -379,10 +379,17 @@ def _pace_values(builder: CrateBuilder, run: Run) -> list[ContextEntity]:
                 name=f"rank {rank['rank']} pace",
                 value=pace["relative"],
                 description=f"on {rank['host']}: the fastest rank's own seconds per training step over this rank's, "
-                f"over the try (1 is the fastest){f'; {spells}' if spells else ''}",
+                f"over the try (1 is the fastest){f'; {spells}' if spells else ''}{_clock_said(rank, pace)}",
             )
         )
     return values
+
+
+def _clock_said(rank: Mapping[str, Any], pace: Mapping[str, Any]) -> str:
+    """On a GPU, that the pace is its host's view (pace.clock: its own time is read from the host's clock)."""
+    if pace.get("clock") != "host" or not str(rank.get("device", "")).startswith("cuda"):
+        return ""
+    return "; read from the host's clock, which sees a slow GPU kernel only where the host waits for it"
 
 
 def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
@@ -449,7 +456,7 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     log = layout.train_log(run.workdir, run.run_id)
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
-    files["hang"] = _hang_evidence(builder, run, paths, f"{base}/{layout.HANG_EVIDENCE}")
+    files["hang"] = _hang_evidence(builder, run, f"{base}/{layout.HANG_EVIDENCE}")
     return files
 
 
@@ -460,19 +467,21 @@ EVIDENCE = {
 }
 
 
-def _hang_evidence(builder: CrateBuilder, run: Run, paths: layout.RunPaths, base: str) -> list[Any]:
-    """The last hang's evidence, where a try of the run's attempt hung (an earlier attempt's stays behind)."""
+def _hang_evidence(builder: CrateBuilder, run: Run, base: str) -> list[Any]:
+    """The evidence of each hung try of the run's attempt (hang/try-<n>/; a run written before that keeps one
+    folder, hang/), where a try hung; ``run`` may be an earlier attempt, whose evidence moved with it."""
     hung = any(t["outcome"] == "hung" for t in run.provenance.get("attempt", {}).get("tries") or [])
-    found = sorted(paths.hang_evidence.iterdir()) if hung and paths.hang_evidence.is_dir() else []
-    return [
-        builder.add(
-            path,
-            f"{base}/{path.name}",
-            description=EVIDENCE.get(path.name, "a rank's flight recorder dump of its collectives (torch's pickle)"),
-        )
-        for path in found
-        if path.is_file()
-    ]
+    folder = run.paths.hang_evidence
+    found = sorted(folder.rglob("*")) if hung and folder.is_dir() else []
+    added = []
+    for path in found:
+        within = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in within.parts):  # a folder being written
+            continue
+        about = EVIDENCE.get(path.name, "a rank's flight recorder dump of its collectives (torch's pickle)")
+        tried = f"; try {within.parts[0].removeprefix('try-')}" if len(within.parts) > 1 else ""
+        added.append(builder.add(path, f"{base}/{within.as_posix()}", description=f"{about}{tried}"))
+    return added
 
 
 def attempt_record(run: Run) -> str:
@@ -600,11 +609,13 @@ def _trained(
         trained.provenance.append(files["provenance"])
     for run in runs:
         for earlier in earlier_attempts(run.run_dir):
+            record = attempt_record(earlier)
             builder.add(
                 earlier.paths.provenance,
-                attempt_record(earlier),
+                record,
                 description=f"provenance of {earlier.label}, an earlier finished attempt of run {run.run_id}",
             )
+            _hang_evidence(builder, earlier, f"{record.rsplit('/', 1)[0]}/{layout.HANG_EVIDENCE}")
     for run, manifest in trained.datasets.values():
         trained.actions += _data_actions(builder, run, manifest)
     for record in environments.values():

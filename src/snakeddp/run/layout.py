@@ -15,7 +15,8 @@
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
         refused.txt                     the same line, where the machine refused the ranks (not retried)
         hung.json                       what the rank that found the try hung said (run.tries folds it in)
-        hang/                           the last hang's evidence: stacks.txt, gpu.json (training.gather)
+        hang/try-<n>/                   the evidence of the attempt's try <n> that hung: stacks.txt, gpu.json
+                                        (training.gather)
         tries.json                      every start of the attempt's ranks and how it ended (run.tries)
         status.json                     where the run is now: state, step, ETA (run.status; rank 0 and the launcher)
         .attempt.lock                   held (shared) by every training process of a live attempt
@@ -64,6 +65,7 @@ FAILURE = "failure.txt"
 REFUSED = "refused.txt"
 HUNG = "hung.json"
 HANG_EVIDENCE = "hang"
+HANG_TRY = "try-{number}"  # one folder per hung try: a later hang's evidence never replaces an earlier one's
 STATUS = "status.json"
 TRIES = "tries.json"
 LOCK = ".attempt.lock"
@@ -72,8 +74,10 @@ SEEDING = ".seeding-{pid}"
 ATTEMPTS = "attempts"
 TRAIN_LOG = "logs/train/{run}.log"
 
-# What an attempt leaves in the run directory; moved together into attempts/<id>/.
-ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED, TRIES)
+# What an attempt leaves in the run directory; moved together into attempts/<id>/, staged into a remote job
+# and brought back from it (remote.entry, remote.attempt, databricks.results). A hang's evidence goes with the
+# tries that name it.
+ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED, TRIES, HANG_EVIDENCE)
 # In attempts/<id>/ the finished record is provenance.json again, so a kept attempt reads like a run.
 STORED_AS = {FINISHED: PROVENANCE}
 
@@ -116,6 +120,16 @@ class AttemptPaths:
     def tries(self) -> Path:
         """Every start of the attempt's ranks and how it ended (run.tries)."""
         return self.folder / TRIES
+
+    @property
+    def hang_evidence(self) -> Path:
+        """The evidence of the attempt's hung tries, a folder each (hang_of), written whole by the rank that
+        found the hang (snakeddp.training.gather)."""
+        return self.folder / HANG_EVIDENCE
+
+    def hang_of(self, number: int) -> Path:
+        """The evidence of the attempt's try ``number`` (tries.json's ``number``), where it hung."""
+        return self.hang_evidence / HANG_TRY.format(number=number)
 
     def checkpoint_files(self) -> list[Path]:
         """Every checkpoint in checkpoints/ (top-k and last), sorted by name."""
@@ -181,11 +195,6 @@ class RunPaths(AttemptPaths):
     def hung(self) -> Path:
         """What the rank that found the try hung said, until the launcher folds it into tries.json."""
         return self.folder / HUNG
-
-    @property
-    def hang_evidence(self) -> Path:
-        """The last hang's evidence, written whole by the rank that found it (snakeddp.training.gather)."""
-        return self.folder / HANG_EVIDENCE
 
     @property
     def status(self) -> Path:

@@ -1,7 +1,7 @@
 """How a hung run's evidence reaches one folder: every rank that reads the verdict posts what it took
 (snakeddp.training.evidence) to the run's store, and the rank that found the run hung writes it all under
-results/runs/<run>/hang/ (run.layout's hang_evidence) before it says the line; the others wait for that (at
-most GATHER_S), then exit.
+results/runs/<run>/hang/try-<n>/ (run.layout's hang_of: a folder per hung try) before it says the line; the
+others wait for that (at most GATHER_S), then exit.
 
 The store carries it, not the file system: a rank on another node may not share the run directory's disk.
 """
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.cluster.hang import POST_S, TICK_S
+from snakeddp.errors import RunStateError
+from snakeddp.run import tries
 from snakeddp.run.layout import RunPaths
 from snakeddp.training.evidence import TAKE_S, Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.meeting import StoreGone
@@ -60,7 +62,17 @@ class Verdict:
 
 
 def folder(run_dir: Path) -> Path:
-    return RunPaths(run_dir).hang_evidence
+    """Where this try's evidence goes: hang/try-<n>/, n the number tries.json will give the try (its launcher
+    appends it once the ranks are gone). Where no launcher keeps tries in this directory (AzureML's ranks start
+    without one) or they cannot be read, the next number no folder holds: an earlier hang's is never replaced."""
+    paths = RunPaths(run_dir)
+    try:
+        number = len(tries.read(run_dir)) + 1
+    except RunStateError:  # the launcher says so when it appends; the evidence is kept all the same
+        number = 1
+    while paths.hang_of(number).exists():
+        number += 1
+    return paths.hang_of(number)
 
 
 class Gathering:
@@ -184,7 +196,7 @@ def _post(value: bytes | None) -> dict[str, Any]:
 
 
 def _replace(target: Path, files: dict[str, bytes]) -> Path:
-    """The folder holding ``files`` and nothing else, in place of the last one, never seen half-written."""
+    """The folder holding ``files`` and nothing else, never seen half-written (in place of one left there)."""
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
