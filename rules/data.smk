@@ -1,29 +1,40 @@
 # Dataset stage: one job per partition (parallel, only missing ones), then the manifest.
-# Table datasets are first split in one streaming pass; their partition jobs only place the files.
+# A table is ingested in one job that writes its final files (train/, val.*); its manifest reads them.
 # Every step is `python -m snakeddp.steps ...` (see its docstring for why shell, not script).
 # No `group:` here: profiles/slurm groups the data jobs. Snakemake builds groups even when it
 # runs locally and checks a whole group for every job it schedules, so a group in the rules made
 # planning 1,000 partitions quadratic on every profile (bench/results.md, 6. Workflow overhead).
 
 
-# A table (CSV/Parquet) split into train partitions and validation, streamed in one pass.
+# A table (CSV/Parquet) split into its train partitions and validation, streamed in one pass, each file written
+# at its final path with its entry. train/ is a directory output: Snakemake removes it before the job starts and
+# when the job fails, and an interrupted job's outputs are marked incomplete (rerun, not trusted); the manifest
+# is made only from a finished job's. Only table datasets match here, and only the others data_partition and
+# data_val: val.json would otherwise be ambiguous, and a partition inside train/ a ChildIOException.
 rule data_table:
     input:
-        table=PLAN.table_files,
+        # The table's content is in the dataset id (its checksum): a file touched, not changed, reruns nothing.
+        table=ancient(PLAN.table_files),
     output:
-        ingest=temp(directory("results/data/{dataset}/ingest")),
+        train=directory("results/data/{dataset}/train"),
+        part="results/data/{dataset}/val.safetensors",
+        entry="results/data/{dataset}/val.json",
+        summary="results/data/{dataset}/ingest.json",
     log:
         "logs/data/{dataset}/ingest.log",
-    # First when cores are few: every partition and run of the dataset waits for it, the records beside it do not.
+    wildcard_constraints:
+        dataset=PLAN.dataset_pattern(table=True),
+    # First when cores are few: every run of the dataset waits for it, the records beside it do not.
     priority: 1
     conda:
         "../envs/data.yaml"
     params:
         data=PLAN.dataset_params_json,
+        folder=lambda wildcards, output: output.summary.rpartition("/")[0],
     message:
         "data {wildcards.dataset}: ingest the table"
     shell:
-        "python -m snakeddp.steps ingest --params {params.data:q} --out {output.ingest:q} > {log:q} 2>&1"
+        "python -m snakeddp.steps ingest --params {params.data:q} --out {params.folder:q} > {log:q} 2>&1"
 
 
 # A windowed table's stream manifest, from its footers and schema (no row read, no checksum): its runs take it
@@ -49,20 +60,22 @@ rule data_stream:
         " --out {output.stream:q} > {log:q} 2>&1"
 
 
-# One train partition: features, labels and sample ids, plus its checksum entry.
+# One train partition of a generated dataset: features, labels and sample ids, plus its checksum entry.
+# Its command and its parameters are Snakemake's rerun key: --ingest stays in the text (empty), and the
+# parameter stays derived (a function of the input), which Snakemake leaves out of the key.
 rule data_partition:
-    input:
-        ingest=PLAN.ingested,
     output:
         part="results/data/{dataset}/train/part-{index}.safetensors",
         entry="results/data/{dataset}/train/part-{index}.json",
     log:
         "logs/data/{dataset}/part-{index}.log",
+    wildcard_constraints:
+        dataset=PLAN.dataset_pattern(table=False),
     conda:
         "../envs/data.yaml"
     params:
         data=PLAN.dataset_params_json,
-        ingest=lambda wildcards, input: input.ingest or "",
+        ingest=lambda wildcards, input: "",
     message:
         "data {wildcards.dataset}: partition {wildcards.index}"
     shell:
@@ -70,20 +83,20 @@ rule data_partition:
         " --ingest={params.ingest:q} --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
-# The validation set, drawn from its own seeded stream.
+# A generated dataset's validation set, drawn from its own seeded stream (a table's: data_table).
 rule data_val:
-    input:
-        ingest=PLAN.ingested,
     output:
         part="results/data/{dataset}/val.safetensors",
         entry="results/data/{dataset}/val.json",
     log:
         "logs/data/{dataset}/val.log",
+    wildcard_constraints:
+        dataset=PLAN.dataset_pattern(table=False),
     conda:
         "../envs/data.yaml"
     params:
         data=PLAN.dataset_params_json,
-        ingest=lambda wildcards, input: input.ingest or "",
+        ingest=lambda wildcards, input: "",
     message:
         "data {wildcards.dataset}: validation set"
     shell:
@@ -91,7 +104,8 @@ rule data_val:
         " --out {output.part:q} --entry {output.entry:q} > {log:q} 2>&1"
 
 
-# The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts.
+# The manifest of the first {parts} partitions: per-file sha256, shapes, dtypes, record counts. A table's
+# partitions are its ingestion's train/ folder, whose entries the step reads (snakeddp.steps manifest).
 rule data_manifest:
     input:
         entries=PLAN.partition_entries,

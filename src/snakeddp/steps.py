@@ -2,8 +2,9 @@
 
     python -m snakeddp.steps partition --params JSON --index 3 --out part-00003.safetensors --entry part-00003.json
     python -m snakeddp.steps val       --params JSON --out val.safetensors --entry val.json
-    python -m snakeddp.steps ingest    --params JSON --out results/data/<dataset>/ingest
+    python -m snakeddp.steps ingest    --params JSON --out results/data/<dataset>
     python -m snakeddp.steps manifest  --params JSON --dataset ID --val val.json --out manifest-4.json --entries E...
+                                       (or --entries results/data/<dataset>/train: a table's P partitions)
     python -m snakeddp.steps stream    --params JSON --dataset ID --out stream-4.json
     python -m snakeddp.steps module    --params JSON --dataset ID --out module.json
     python -m snakeddp.steps run-config --run-id ID --run FILE --out run.yaml
@@ -43,14 +44,9 @@ from snakeddp.run import rules
 
 
 def _partition(args: argparse.Namespace, *, split: str) -> None:
-    if args.params.get("source") == "table":
-        from snakeddp.data.table import place
+    from snakeddp.data.generate import write_synthetic
 
-        place(args.ingest, split, args.index, args.out, args.entry)
-    else:
-        from snakeddp.data.generate import write_synthetic
-
-        write_synthetic(args.params, split, args.index, args.out, args.entry)
+    write_synthetic(args.params, split, args.index, args.out, args.entry)
 
 
 def _ingest(args: argparse.Namespace) -> None:
@@ -58,7 +54,7 @@ def _ingest(args: argparse.Namespace) -> None:
     # executors, a Slurm array job), else here. The platform comes from the workflow's exported variables, so
     # the choice changes no rule's command, and either way gives the same partitions, byte for byte.
     from snakeddp import platforms
-    from snakeddp.data.table import ingest
+    from snakeddp.data.table import hand_over_written, ingest
     from snakeddp.run import variables
 
     spread = platforms.ingester(variables.platform(os.environ))
@@ -67,13 +63,18 @@ def _ingest(args: argparse.Namespace) -> None:
             summary = ingest(args.params, args.out)
         else:
             summary = spread(args.params, args.out, os.environ)
+    # The files are at their final paths (the dataset's folder): training on this machine need not hash them again.
+    hand_over_written(args.out)
     print(f"ingested {summary['rows_read']} rows ({summary['rows_dropped']} dropped): {summary['records']}")
 
 
 def _manifest(args: argparse.Namespace) -> None:
     from snakeddp.data.generate import write_dataset_manifest
 
-    write_dataset_manifest(args.out, args.dataset, args.params, args.entries, args.val)
+    entries = args.entries
+    if len(entries) == 1 and entries[0].is_dir():  # a table's ingestion folder: its partitions' entries
+        entries = [entries[0] / f"part-{index:05d}.json" for index in range(args.params["num_train_files"])]
+    write_dataset_manifest(args.out, args.dataset, args.params, entries, args.val)
 
 
 def _stream(args: argparse.Namespace) -> None:
@@ -177,7 +178,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         sub = step(name, functools.partial(_partition, split=split))
         dataset_params(sub)
         sub.add_argument("--entry", required=True, type=Path, help="where the checksum entry goes")
-        sub.add_argument("--ingest", default="", help="a table dataset's ingestion directory (empty for synthetic)")
+        # Empty: a table's files are its ingestion's (step ingest). Kept in the rules' command, their rerun key.
+        sub.add_argument("--ingest", default="", help="unused (empty)")
         if split == "train":
             sub.add_argument("--index", required=True, type=int, help="partition index")
         else:
@@ -187,7 +189,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     dataset_params(manifest)
     manifest.add_argument("--dataset", required=True, help="dataset id")
     manifest.add_argument("--val", required=True, type=Path, help="the validation set's entry")
-    manifest.add_argument("--entries", nargs="*", type=Path, default=[], help="train partition entries, in order")
+    manifest.add_argument(
+        "--entries", nargs="*", type=Path, default=[], help="train partition entries in order, or a table's train/"
+    )
     stream = step("stream", _stream)
     dataset_params(stream)
     stream.add_argument("--dataset", required=True, help="dataset id")

@@ -38,17 +38,17 @@ def test_a_run_gets_each_partition_as_ingestion_publishes_it_and_the_manifest_it
     entries = stream.Stream(root, manifest)
     seen = {}
     reader = threading.Thread(target=lambda: seen.update(first=entries[0], val=entries.val()))
-    reader.start()  # waits for the ingest folder, then for each entry in it
-    summary = ingest(found, root / "ingest")
+    reader.start()  # waits for the dataset's train/, then for each entry in it
+    summary = ingest(found, root)
     reader.join(timeout=60)
     assert summary["records"] == manifest["records"]  # the footers' counts were ingestion's
-    assert seen["first"]["file"] == "ingest/train/part-00000.safetensors"
+    assert seen["first"]["file"] == "train/part-00000.safetensors"
     first = read_partition(root / seen["first"]["file"], seen["first"])
     assert len(first) == manifest["counts"][0]
     # The identity a run records: the sha256 of the manifest data_manifest writes from the same entries.
     path, sha256, content = entries.completed()
-    train = [root / f"ingest/train/part-{i:05d}.json" for i in range(PARTS)]
-    written = write_dataset_manifest(root / f"manifest-{PARTS}.json", "t-1", found, train, root / "ingest/val.json")
+    train = [root / f"train/part-{i:05d}.json" for i in range(PARTS)]
+    written = write_dataset_manifest(root / f"manifest-{PARTS}.json", "t-1", found, train, root / "val.json")
     assert path == root / f"manifest-{PARTS}.json" and content == written
     assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
     assert written["task"] == manifest["task"]
@@ -62,13 +62,14 @@ def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(datase
     frame.loc[frame.index[-1], "a"] = np.nan
     frame.to_parquet(folder / "part-1.parquet", row_group_size=250)
     with pytest.raises(TableError):
-        ingest(found, root / "ingest")
+        ingest(found, root)
+    assert not list((root / "train").glob("part-*")), "ingestion removes what it published"
     entries = stream.Stream(root, manifest)
-    (root / "ingest").mkdir(exist_ok=True)
     failed = []
     waiting = threading.Thread(target=lambda: failed.append(_error(lambda: entries[PARTS - 1])))
     waiting.start()
-    shutil.rmtree(root / "ingest")  # as Snakemake removes a failed job's output
+    time.sleep(0.3)  # the wait has seen train/
+    shutil.rmtree(root / "train")  # as Snakemake removes a failed job's directory output
     waiting.join(timeout=30)
     (message,) = failed
     assert "its ingestion stopped before it was published" in message and message.count("\n") == 0
@@ -100,10 +101,10 @@ def test_a_run_that_ends_stops_waiting_for_a_partition_but_still_takes_the_manif
     entries.close()
     waiting.join(timeout=5)
     assert not waiting.is_alive() and ended == ["closed"]
-    ingest(found, root / "ingest")
+    ingest(found, root)
     path, sha256, _ = entries.completed()  # rank 0's record, after the DataModule's teardown closed the stream
     written = write_dataset_manifest(
-        path, "t-1", found, [root / f"ingest/train/part-{i:05d}.json" for i in range(PARTS)], root / "ingest/val.json"
+        path, "t-1", found, [root / f"train/part-{i:05d}.json" for i in range(PARTS)], root / "val.json"
     )
     assert written and sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 

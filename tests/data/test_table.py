@@ -19,7 +19,7 @@ import pytest
 from snakeddp.data import partitions, table
 from snakeddp.data.identity import fingerprint
 from snakeddp.data.partitions import DataIntegrityError, read_partition, serialize
-from snakeddp.data.table import TableError, ingest, place
+from snakeddp.data.table import TableError, ingest
 from tests.tables import FEATURES, frame, params
 
 PARTS = ["val", *(f"train/part-{i:05d}" for i in range(3))]
@@ -202,25 +202,30 @@ def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
         ingest(params(path, sha256=pinned), tmp_path / "out")
 
 
-def test_place_links_a_partition_as_ingested_unread_and_checks_and_refuses_a_damaged_one(tmp_path, monkeypatch):
+def test_the_files_ingestion_hashed_are_handed_over_unread_and_one_written_since_is_hashed_by_its_reader(
+    tmp_path, monkeypatch
+):
     frame().to_csv(tmp_path / "t.csv", index=False)
-    ingest(params(tmp_path / "t.csv"), tmp_path / "ingest")
-    checked = []
-    real = partitions.verify_file
-    monkeypatch.setattr(partitions, "verify_file", lambda path, entry: checked.append(path.name) or real(path, entry))
-    entry = place(tmp_path / "ingest", "train", 1, tmp_path / "train" / "part-00001.safetensors", tmp_path / "e.json")
-    assert checked == [], "the file ingestion hashed, unchanged since (its stat stamp): not read again"
-    assert entry["file"] == "part-00001.safetensors" and "written" not in json.dumps(entry)
-    final = tmp_path / "train" / "part-00001.safetensors"
-    assert final.read_bytes() == (tmp_path / "ingest" / "train" / "part-00001.safetensors").read_bytes()
-    assert json.loads((tmp_path / "e.json").read_text()) == entry
-    same = (tmp_path / "ingest" / "train" / "part-00002.safetensors").read_bytes()
-    (tmp_path / "ingest" / "train" / "part-00002.safetensors").write_bytes(same)
-    place(tmp_path / "ingest", "train", 2, tmp_path / "train" / "part-00002.safetensors", tmp_path / "e2.json")
-    assert checked == ["part-00002.safetensors"], "written again since: checked (the same bytes pass)"
-    (tmp_path / "ingest" / "val.safetensors").write_bytes(b"garbage")
-    with pytest.raises(DataIntegrityError, match="val.safetensors"):
-        place(tmp_path / "ingest", "val", 0, tmp_path / "val.safetensors", tmp_path / "v.json")
+    folder = tmp_path / "results" / "data" / "t-1"  # the step writes into the dataset's folder: the final paths
+    ingest(params(tmp_path / "t.csv"), folder)
+    again = folder / "train" / "part-00002.safetensors"
+    again.write_bytes(again.read_bytes())  # the same bytes, written after ingestion hashed them
+    table.hand_over_written(folder)
+    assert not (folder / table.WRITTEN).exists()
+    handed = {name for name in PARTS if partitions.handed_path(folder / f"{name}.safetensors").is_file()}
+    assert handed == set(PARTS) - {"train/part-00002"}
+    hashed = []
+    real = partitions.file_checksum
+    monkeypatch.setattr(
+        partitions, "file_checksum", lambda path, algorithm: hashed.append(path.name) or real(path, algorithm)
+    )
+    verified = partitions.VerifiedFiles()
+    for name in PARTS:
+        verified.verify(folder / f"{name}.safetensors", json.loads((folder / f"{name}.json").read_text()))
+    assert hashed == ["part-00002.safetensors"]
+    again.write_bytes(b"garbage")
+    with pytest.raises(DataIntegrityError, match="part-00002.safetensors"):
+        partitions.VerifiedFiles().verify(again, json.loads((folder / "train" / "part-00002.json").read_text()))
 
 
 def hive_frame(rows: int = 400) -> pd.DataFrame:

@@ -39,8 +39,7 @@ PROFILES = {
 # after it ran.
 RAN = {
     "synthetic": {"data_partition", "data_val", "data_manifest", "env_capture", "run_config", "train", "report"},
-    "table": {"data_table", "data_partition", "data_val", "data_manifest", "env_capture", "build_image",
-              "run_config", "train", "report"},
+    "table": {"data_table", "data_manifest", "env_capture", "build_image", "run_config", "train", "report"},
     "module": {"data_module", "env_capture", "run_config", "train", "report"},
 }  # fmt: skip
 # The JSON-LD contexts the crate names, kept as test data (sources and licences in their README).

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from snakeddp import config
 from snakeddp.data.identity import fingerprint
+from snakeddp.util import handoff
+from tests.helpers import subprocess_env
 
 
-def write_table(path, seed=0, rows=400):
+def write_table(path, seed=0, rows=400, pad=0):
+    """``pad``: characters of a column no feature names, in every row."""
     rng = np.random.default_rng(seed)
     frame = pd.DataFrame({"a": rng.standard_normal(rows), "b": rng.standard_normal(rows)})
     frame["y"] = (frame["a"] > 0).astype(int)
+    if pad:
+        frame["pad"] = "x" * pad
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)
 
@@ -35,16 +47,84 @@ def dataset_dirs(workflow, *args):
 
 
 @pytest.mark.e2e
-def test_a_table_is_ingested_once_then_placed_partition_by_partition(workflow, tiny_config):
+def test_a_table_is_ingested_into_its_final_files_in_one_job(workflow, tiny_config):
     write_table(workflow.directory / "data" / "t.csv")
     workflow.write_config(table_config(tiny_config, partitions=3))
     jobs = workflow.planned_jobs()
     assert {k: jobs.get(k) for k in ("data_table", "data_partition", "data_val", "data_manifest")} == {
         "data_table": 1,
-        "data_partition": 3,
-        "data_val": 1,
+        "data_partition": None,
+        "data_val": None,
         "data_manifest": 1,
     }
+
+
+def dataset_files(folder) -> dict[str, bytes]:
+    """A dataset folder's files by name, hidden ones (hand-over stamps, Snakemake's timestamp) left out."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+@pytest.mark.e2e
+def test_a_table_s_files_are_its_ingestion_s_and_a_damaged_one_is_made_again_as_hinted(workflow, tiny_config):
+    """One data_table job writes the final files (no placing job, no ingest folder left); a touched table reruns
+    nothing; a partition damaged after it was written stops training with a HINT which, done literally, ingests
+    the table again, byte-identical, and the run completes."""
+    table = workflow.directory / "data" / "t.csv"
+    # Over the 1 MB up to which Snakemake keeps an input's checksum (a touched small file is not "updated").
+    write_table(table, pad=3_000)
+    assert table.stat().st_size > 1_000_000
+    workflow.write_config(table_config(tiny_config, partitions=3))
+    (dataset,) = dataset_dirs(workflow)
+    folder = workflow.directory / "results" / "data" / dataset
+    manifest = f"results/data/{dataset}/manifest-3.json"
+    done = workflow.run(manifest)
+    assert "data_partition" not in done.stdout + done.stderr and "data_val" not in done.stdout + done.stderr
+    files = dataset_files(folder)
+    parts = [f"train/part-{i:05d}.{kind}" for i in range(3) for kind in ("json", "safetensors")]
+    assert sorted(files) == sorted(["ingest.json", "manifest-3.json", "val.json", "val.safetensors", *parts])
+    # Handed over as ingestion hashed them: training on this machine does not hash them again.
+    assert all((folder / name).with_name(f".{Path(name).name}.handed").is_file() for name in parts[1::2])
+
+    os.utime(table)  # newer than every output now: it is its content that names the dataset
+    assert workflow.planned_jobs(manifest) == {}
+
+    damaged = folder / "train" / "part-00001.safetensors"
+    damaged.write_bytes(files["train/part-00001.safetensors"][:-1] + b"\x00")
+    failed = workflow.run("results/runs/base/provenance.json", check=False)
+    assert failed.returncode != 0
+    log = (workflow.directory / "logs" / "train" / "base.log").read_text()
+    (line,) = [text for text in log.splitlines() if "part-00001.safetensors" in text and "HINT:" in text]
+    summary = f"results/data/{dataset}/ingest.json"
+    hint = f"HINT: delete {summary} and rerun snakemake with it as a target beside all (snakemake all {summary})"
+    assert hint in line
+
+    (workflow.directory / summary).unlink()
+    workflow.run("all", summary)
+    assert dataset_files(folder) == files
+    assert (workflow.directory / "results" / "runs" / "base" / "provenance.json").is_file()
+
+
+@pytest.mark.e2e
+def test_a_failed_ingestion_leaves_no_file_of_the_dataset(workflow, tiny_config):
+    """A bad value in the table's last row stops data_table after it wrote its files' beginnings: Snakemake
+    removes its outputs, so no partition, entry or manifest is left to be taken as complete, and the next
+    invocation ingests again."""
+    table = workflow.directory / "data" / "t.csv"
+    write_table(table)
+    with table.open("a") as handle:
+        handle.write("0.5,0.5,7\n")  # label 7, where data.num_classes is 2
+    workflow.write_config(table_config(tiny_config))
+    (dataset,) = dataset_dirs(workflow)
+    failed = workflow.run(f"results/data/{dataset}/manifest-3.json", check=False)
+    assert failed.returncode != 0
+    assert "label 7 is not" in (workflow.directory / "logs" / "data" / dataset / "ingest.log").read_text()
+    folder = workflow.directory / "results" / "data" / dataset
+    assert not folder.exists() or not any(folder.iterdir()), sorted(folder.rglob("*"))
+    assert workflow.planned_jobs(f"results/data/{dataset}/manifest-3.json").get("data_table") == 1
 
 
 @pytest.mark.e2e
@@ -83,7 +163,8 @@ def test_a_module_dataset_writes_no_partitions(workflow, tiny_config):
 @pytest.mark.e2e
 def test_a_table_split_by_windows_gives_the_same_partitions_and_weights_twice(tmp_path, tiny_config):
     """`snakemake --profile local` on a Parquet table of more rows than one window (2^18), in two working
-    directories: the partitions and manifest are byte-identical, and so are the trained weights."""
+    directories, the second's first invocation killed (every process at once) while data_table writes: the
+    partitions and manifest are byte-identical, and so are the trained weights."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import torch
@@ -101,11 +182,14 @@ def test_a_table_split_by_windows_gives_the_same_partitions_and_weights_twice(tm
         flow = Workflow(tmp_path / name)
         (flow.directory / "data").mkdir(parents=True)
         table = pa.table({"a": a, "b": b, "y": (a > 0).astype(np.int64)})
-        pq.write_table(table, flow.directory / "data" / "t.parquet", row_group_size=50_000)
+        pq.write_table(table, flow.directory / "data" / "t.parquet", row_group_size=2_000)
         flow.write_config(config)
+        if name == "second":
+            killed_while_ingesting(flow)
+            flow.run("--unlock")
         flow.run()
         (log,) = flow.directory.glob("logs/data/*/ingest.log")
-        assert "ingest: window 1 of 1 (300,000 rows in 6 row groups" in log.read_text()
+        assert "ingest: window 1 of 1 (300,000 rows in 150 row groups" in log.read_text()
         (data,) = flow.directory.glob("results/data/tbl-*")
         files = {
             p.relative_to(data).as_posix(): p.read_bytes()
@@ -118,3 +202,27 @@ def test_a_table_split_by_windows_gives_the_same_partitions_and_weights_twice(tm
     assert "manifest-3.json" in first and first == second
     assert first_weights.keys() == second_weights.keys()
     assert all(torch.equal(first_weights[k], second_weights[k]) for k in first_weights)
+
+
+def killed_while_ingesting(flow) -> None:
+    """``snakemake`` in ``flow`` until its data_table job has begun writing the dataset's train/, then every process
+    of it stopped and killed at once, as a lost node leaves it: its partial outputs are no complete dataset, and
+    the next invocation ingests again (the profile's rerun-incomplete)."""
+    # Its own warm process, not a kept one: what descends from this Snakemake is everything that runs the job.
+    env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}
+    snakemake = subprocess.Popen(
+        flow.command(), cwd=flow.directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while not list(flow.directory.glob("results/data/*/train/.part-*.partial")):
+        assert snakemake.poll() is None and time.monotonic() < deadline, "snakemake ended before it ingested"
+        time.sleep(0.01)
+    processes = [psutil.Process(snakemake.pid), *psutil.Process(snakemake.pid).children(recursive=True)]
+    for action in (psutil.Process.suspend, psutil.Process.kill):
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                action(process)
+    snakemake.wait()
+    (folder,) = flow.directory.glob("results/data/*")
+    assert not (folder / "ingest.json").exists() and not list(folder.glob("manifest-*.json"))
+    assert flow.planned_jobs().get("data_table") == 1

@@ -5,10 +5,11 @@ entry written last (snakeddp.data.windowed). Such a dataset's runs take a stream
 instead of the manifest: what the footers and the schema say before any row is read (the task, the rows of
 every partition, where the entries will be), no checksum. Its rule is quick, so a run starts beside ingestion.
 
-The DataModule waits for each partition's entry (``Stream``), first at its final path (placed), then in the
-ingest folder (published); an entry that exists names a complete file. Once a run has read every partition's
-entry and validation's, the manifest they make (``manifest-P.json``, byte for byte the one data_manifest
-writes) is its data's identity (``Stream.completed``): provenance, the report and ``snakeddp verify`` use it.
+The DataModule waits for each partition's entry (``Stream``) at its final path, where ingestion publishes it
+(rule data_table writes the dataset's files itself); an entry that exists names a complete file. Once a run has
+read every partition's entry and validation's, the manifest they make (``manifest-P.json``, byte for byte the one
+data_manifest writes) is its data's identity (``Stream.completed``): provenance, the report and ``snakeddp verify``
+use it.
 
 Every other dataset (fewer rows than a window, CSV, ``nan_policy: drop``, images, a table in object storage)
 keeps training after the manifest.
@@ -33,7 +34,7 @@ STREAM_FORMAT = "snakeddp.stream/1"
 #: Where a run trains on the file system its ingestion writes: the others' train jobs read what was staged for them
 #: (AzureML, Databricks), or are not tested beside a running ingestion yet (Slurm, Spark).
 PLATFORMS = ("local",)
-#: Seconds a run waits for a partition while nothing in the ingest folder changes (nor has it appeared).
+#: Seconds a run waits for a partition while nothing in the dataset's train/ changes (nor has it appeared).
 STALL_S = 300.0
 POLL_S = 0.1
 
@@ -107,13 +108,12 @@ class Closed(Exception):
 class Stream:
     """The entries of a stream manifest's partitions, each waited for until its file is complete.
 
-    ``stream[k]`` is train partition k's entry with ``file`` relative to the dataset's folder, wherever it is
-    (placed, or still in the ingest folder); ``val()`` validation's. Thread-safe: the prefetcher asks on its own
-    thread."""
+    ``stream[k]`` is train partition k's entry with ``file`` relative to the dataset's folder; ``val()``
+    validation's. Thread-safe: the prefetcher asks on its own thread."""
 
     def __init__(self, root: Path, manifest: Mapping[str, Any]) -> None:
         self.root, self.manifest = root, manifest
-        self.ingest = root / "ingest"
+        self.train = root / "train"  # the ingestion's directory output: there while it runs or once it ran
         self.found: dict[str, dict[str, Any]] = {}  # by name (train/part-00000, val): the entry as its writer wrote it
         self._closed = threading.Event()
 
@@ -133,21 +133,21 @@ class Stream:
         return self._entry("val", "")
 
     def _entry(self, name: str, folder: str, closable: bool = True) -> dict[str, Any]:
-        entry, where = self._wait(name, closable)
+        entry = self._wait(name, closable)
         self.found[name] = entry
-        return {**entry, "file": f"{where}{folder}{entry['file']}"}
+        return {**entry, "file": f"{folder}{entry['file']}"}
 
-    def _wait(self, name: str, closable: bool) -> tuple[dict[str, Any], str]:
-        """The entry and the folder (relative to the dataset's) its file lies under: placed, else published."""
+    def _wait(self, name: str, closable: bool) -> dict[str, Any]:
+        """The entry, once ingestion has published it."""
         seen, last, since = False, None, time.monotonic()
         while True:
-            for where, base in (("", self.root), ("ingest/", self.ingest)):
-                try:
-                    return read_json(base / f"{name}.json"), where
-                except (OSError, ValueError):
-                    pass  # not there (yet), or its ingest folder removed as it was read: asked again
-            state = _progress(self.ingest)
+            try:
+                return read_json(self.root / f"{name}.json")
+            except (OSError, ValueError):
+                pass  # not there (yet), or removed as it was read (a failed ingestion's): asked again
+            state = _progress(self.train)
             seen = seen or state is not None
+            # Snakemake removes a failed job's directory output: the train/ folder seen, then gone.
             if seen and state is None and not (self.root / f"{name}.json").exists():
                 self._stopped(name, "its ingestion stopped before it was published")
             if state != last:
@@ -193,13 +193,13 @@ class Stream:
         return self.root / self.manifest["manifest"], hashlib.sha256(text.encode()).hexdigest(), manifest
 
 
-def _progress(ingest: Path) -> tuple[int, ...] | None:
-    """What changes while an ingestion writes (its files' sizes and times); None where its folder is not."""
+def _progress(train: Path) -> tuple[int, ...] | None:
+    """What changes while an ingestion writes (its files' sizes and times); None where its train/ is not."""
     try:
-        with os.scandir(ingest / "train") as found:
+        with os.scandir(train) as found:
             entries = list(found)
     except FileNotFoundError:
-        return None if not ingest.is_dir() else ()
+        return None
     sizes = []
     for entry in entries:
         try:

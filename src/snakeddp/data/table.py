@@ -20,8 +20,6 @@ every trained sample traces back to its source row.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,11 +40,11 @@ from snakeddp.data.spill import Spill
 from snakeddp.data.split import Window, assign, check_empty, deal, known_counts, window_counts, windows_of
 from snakeddp.data.windowed import Published
 from snakeddp.errors import TableError
-from snakeddp.util.fsutil import atomic_write_json, link_or_copy, stat_stamp
+from snakeddp.util.fsutil import atomic_write_json, read_json, stat_stamp
 from snakeddp.util.terminal import say
 
 GENERATOR = "snakeddp.table/1"
-# In an ingestion's folder: each partition's stat stamp once it was complete and hashed (``place``).
+# In an ingestion's folder: each partition's stat stamp once it was complete and hashed (``hand_over_written``).
 WRITTEN = "written.json"
 # Seconds between progress lines while a big table is read.
 PROGRESS_EVERY_S = 10
@@ -379,7 +377,8 @@ def _through_spill(
 ) -> list[dict[str, Any]]:
     """The rows through one spill file, then each partition written from its segments."""
     partitions = params["num_train_files"]
-    spill = Spill(out / ".spill", partitions + 1, binary=params["num_classes"] == 1)
+    # Inside train/ (the rule's directory output), so an ingestion killed here leaves it where Snakemake removes it.
+    spill = Spill(out / "train" / ".spill", partitions + 1, binary=params["num_classes"] == 1)
     try:
         _read_rows(source, layout, params, spill, rows, stats, check)
         spill.finish()
@@ -401,34 +400,22 @@ def task_of(params: Mapping[str, Any], layout: cols.Layout) -> dict[str, Any]:
     return {"num_classes": classes, "kind": "binary" if classes == 1 else "multiclass", **layout.task_fields()}
 
 
-def place(ingest_dir: str | Path, split: str, index: int, part: str | Path, entry_path: str | Path) -> dict[str, Any]:
-    """Put one ingested partition (or the validation set) at its final path, with its entry.
+def hand_over_written(folder: str | Path) -> None:
+    """Hand each file an ingestion wrote in ``folder`` (the dataset's) over to training on this machine
+    (partitions.hand_over) where it is still the file hashed: its stat stamp the one recorded once it was complete
+    and hashed (``WRITTEN``, which then goes). A file changed since is hashed by its reader, as any other."""
+    from snakeddp.data.partitions import hand_over
 
-    A hard link when the filesystem allows (no copy), else a copy. Ingestion hashed what it wrote, and
-    recorded the file's stat stamp once it was in place (``WRITTEN``): a file whose stamp is still that one
-    is the file hashed (any write, rename, link or ``utime`` since would have moved its ctime), so it is not
-    read again; any other (changed, or on a node that sees another device) is checked against its entry
-    first, so a damaged ingest directory is never passed on. Training verifies every file against the
-    manifest before its first use either way (snakeddp.data.partitions).
-    """
-    from snakeddp.data.partitions import hand_over, verify_file
-
-    name = "val" if split == "val" else f"train/part-{index:05d}"
-    source = Path(ingest_dir) / f"{name}.safetensors"
-    entry = json.loads((Path(ingest_dir) / f"{name}.json").read_text())
+    folder = Path(folder)
     try:
-        written = json.loads((Path(ingest_dir) / WRITTEN).read_text()).get(name)
+        written = read_json(folder / WRITTEN)
     except (OSError, ValueError):
-        written = None
-    if written is None or not source.is_file() or stat_stamp(source) != written:
-        verify_file(source, entry)
-    target = Path(part)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    link_or_copy(source, target)
-    # Snakemake compares output times with its inputs'; the link keeps the ingest time otherwise.
-    os.utime(target)
-    # Hashed as ingestion wrote it, or checked just now: training on this machine need not hash it again.
-    hand_over(target, entry)
-    entry["file"] = target.name
-    atomic_write_json(entry_path, entry)
-    return entry
+        return
+    for name, stamp in written.items():
+        path = folder / f"{name}.safetensors"
+        try:
+            if stat_stamp(path) == stamp:
+                hand_over(path, read_json(folder / f"{name}.json"))
+        except (OSError, ValueError):
+            continue  # not there, or its entry unreadable: its reader hashes it
+    (folder / WRITTEN).unlink()

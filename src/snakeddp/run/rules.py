@@ -54,12 +54,12 @@ class Step:
 
 
 STEPS = (
-    Step("data_table", f"{STEPS_CLI} ingest", "splits a table (CSV/Parquet) into the train partitions' rows and "
-         "the validation rows, in one streaming pass", PER_DATASET, (TABLE,)),
+    Step("data_table", f"{STEPS_CLI} ingest", "splits a table (CSV/Parquet) into the train partitions and the "
+         "validation split (safetensors) and their checksum entries, in one streaming pass", PER_DATASET, (TABLE,)),
     Step("data_partition", f"{STEPS_CLI} partition", "writes one train partition (safetensors) and its checksum "
-         "entry", PER_DATASET, (SYNTHETIC, TABLE)),
+         "entry", PER_DATASET, (SYNTHETIC,)),
     Step("data_val", f"{STEPS_CLI} val", "writes the validation split and its checksum entry", PER_DATASET,
-         (SYNTHETIC, TABLE)),
+         (SYNTHETIC,)),
     Step("data_manifest", f"{STEPS_CLI} manifest", "writes a dataset's manifest: the checksum of every partition "
          "and of the validation split", PER_DATASET, (SYNTHETIC, TABLE)),
     # Of a windowed table only (snakeddp.data.stream), so no source's: a run's crate names its dataset's manifest.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -131,13 +132,18 @@ class Plan:
     def table_files(self, wildcards: Any) -> list[str]:
         return data_plan.input_files(self.datasets[wildcards.dataset])
 
-    def ingested(self, wildcards: Any) -> str | list[str]:
-        """A table dataset's partitions come from its one ingestion pass; synthetic ones need nothing."""
-        if self.datasets[wildcards.dataset]["source"] != "table":
-            return []
-        return f"results/data/{wildcards.dataset}/ingest"
+    def dataset_pattern(self, *, table: bool) -> str:
+        """A wildcard constraint: the planned datasets' ids of a table (``table``: data_table writes every file
+        of theirs) or of any other source (data_partition and data_val write theirs); none matches ``(?!)``."""
+        ids = [dataset for dataset, data in self.datasets.items() if (data["source"] == "table") == table]
+        return "|".join(map(re.escape, sorted(ids))) or "(?!)"
 
-    def partition_entries(self, wildcards: Any) -> list[str]:
+    def partition_entries(self, wildcards: Any) -> str | list[str]:
+        """The manifest's train partitions: a table's ingestion folder (its P partitions, the only count its
+        dataset has), else each partition's entry."""
+        data = self.datasets[wildcards.dataset]
+        if data["source"] == "table" and int(wildcards.parts) == data["num_train_files"]:
+            return f"results/data/{wildcards.dataset}/train"
         return [f"results/data/{wildcards.dataset}/train/part-{i:05d}.json" for i in range(int(wildcards.parts))]
 
     def stage_conda_env(self, wildcards: Any) -> str:
