@@ -107,6 +107,17 @@ def test_a_table_s_files_are_its_ingestion_s_and_a_damaged_one_is_made_again_as_
     assert dataset_files(folder) == files
     assert (workflow.directory / "results" / "runs" / "base" / "provenance.json").is_file()
 
+    # snakeddp verify's HINT for a table's data file, done literally: its ingest.json deleted and asked for.
+    (folder / "val.safetensors").write_bytes(files["val.safetensors"][:-1] + b"\x00")
+    verify = [str(workflow.bin / "snakeddp"), "verify", "base", "--results", str(workflow.directory / "results")]
+    failed = subprocess.run(verify, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
+    assert "(a table's data file: delete its dataset's ingest.json and run `snakemake <that path>`" in failed.stdout
+    (workflow.directory / summary).unlink()
+    workflow.run(summary)
+    assert dataset_files(folder) == files
+    assert subprocess.run(verify, env=subprocess_env(), capture_output=True, text=True, timeout=300).returncode == 0
+
 
 @pytest.mark.e2e
 def test_a_failed_ingestion_leaves_no_file_of_the_dataset(workflow, tiny_config):

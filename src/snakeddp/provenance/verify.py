@@ -199,7 +199,8 @@ def format_checks(run: Run, checks: list[Check]) -> str:
         lines.append(
             f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run "
             f"{run.run_id} recorded. HINT: restore them from a copy; or delete a mismatched data file or "
-            "manifest and run `snakemake <its path>` to regenerate it, and move the run directory of a "
+            "manifest and run `snakemake <its path>` to regenerate it (a table's data file: delete its dataset's "
+            "ingest.json and run `snakemake <that path>`, which ingests it again), and move the run directory of a "
             "mismatched checkpoint away and rerun snakemake to retrain it; restore a changed user module from version "
             "control (a changed one is new code: rerun snakemake to retrain); rewrite a provenance.json that fails "
             "its schema with `snakemake --forcerun <its path>`; reinstall an environment that differs from its bill "
