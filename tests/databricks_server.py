@@ -6,7 +6,8 @@ keeps files under a local folder (the Files API: ``/api/2.0/fs/files``, ``/api/2
 answers who the token is (SCIM's ``Me``, snakeddp's credential check) and MLflow's experiment lookup as a
 workspace without the experiment does, and hands a submitted run (``/api/2.2/jobs/runs/submit``) to
 the test's ``runner``, which does what the job cluster would do and returns its result state and
-message; ``runs/get`` answers with it and the cluster the run ran on (``cluster_instance``).
+message (and, optionally, the task's output); ``runs/get`` answers with it, the cluster the run ran on
+(``cluster_instance``) and its one task's run, whose output ``runs/get-output`` answers with (``logs``).
 The workspace's node types (``/api/2.1/clusters/list-node-types``) are ``NODE_TYPES``, each with its
 ``num_gpus`` as the API documents it (``node_types`` may be replaced), an existing cluster
 (``existing``) answers ``get`` with its node type.
@@ -42,6 +43,8 @@ from databricks.sdk.service import compute, jobs
 FILES, DIRECTORIES = "/api/2.0/fs/files", "/api/2.0/fs/directories"
 JOBS = "/api/2.2/jobs/runs"
 CLUSTERS = "/api/2.1/clusters"
+# A submitted run's task run id: the run's own, this far apart.
+TASK_RUNS = 100_000
 # Node types as GET /api/2.1/clusters/list-node-types answers them (ListNodeTypesResponse: node_type_id,
 # memory_mb, num_cores, num_gpus, description, instance_type_id, category), AWS's and Azure's names, GPU
 # families whose names no pattern foresaw among them (p6-b200, gr6).
@@ -55,7 +58,7 @@ NODE_TYPES = [
     )
 ]  # fmt: skip
 # A runner gets the submitted body and the folder that holds the volume's files.
-Runner = Callable[[dict[str, Any], Path], tuple[str, str]]
+Runner = Callable[[dict[str, Any], Path], tuple[str, ...]]
 
 
 def first(problems: Any) -> str | None:
@@ -118,6 +121,7 @@ class DatabricksStub:
         # there (or a tampered listing) would show, passed on by the SDK as given.
         self.listed: dict[str, list[dict[str, Any]]] = {}
         self.runs: dict[int, dict[str, Any]] = {}
+        self.outputs: dict[int, str] = {}  # each task run's stdout and stderr, once it ended
         self.clusters: dict[str, dict[str, Any]] = {}
         self.starts_after = 2  # gets of a PENDING cluster before it is RUNNING
         self.node_types = list(NODE_TYPES)
@@ -179,6 +183,8 @@ class DatabricksStub:
         if path == f"{JOBS}/get" and method == "GET":
             run = self.runs.get(int(parse_qs(parts.query)["run_id"][0]))
             return self.answer(request, 200, run) if run else self.missing(request, "run")
+        if path == f"{JOBS}/get-output" and method == "GET":
+            return self.output(request, int(parse_qs(parts.query)["run_id"][0]))
         if path == f"{JOBS}/cancel" and method == "POST":
             run = self.runs[json.loads(body)["run_id"]]
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
@@ -284,6 +290,16 @@ class DatabricksStub:
             return self.answer(request, 200, {})
         return self.missing(request, f"{CLUSTERS}/{verb}")
 
+    def output(self, request: BaseHTTPRequestHandler, run_id: int) -> None:
+        """A task run's output (``logs``: a spark_python_task's stdout and stderr); a run of tasks has none of its
+        own, as the API answers for one."""
+        if run_id in self.runs:
+            return self.invalid(request, "Retrieving the output of runs with multiple tasks is not supported.")
+        if run_id not in self.outputs:
+            return self.missing(request, "run")
+        parent = self.runs[run_id - TASK_RUNS]
+        return self.answer(request, 200, {"logs": self.outputs[run_id], "metadata": parent})
+
     def idle(self, cluster_id: str) -> None:
         """The cluster terminated by its autotermination, as after its idle minutes."""
         self.clusters[cluster_id].update(state="TERMINATED", state_message="Inactive cluster terminated",
@@ -293,16 +309,20 @@ class DatabricksStub:
         run_id = 1000 + len(self.runs)
         existing = body["tasks"][0].get("existing_cluster_id")
         cluster_id = existing or f"job-cluster-{run_id}"
+        # A submitted run's one task is a run of its own, whose id runs/get-output takes (TASK_RUNS apart).
+        task = {"run_id": run_id + TASK_RUNS, "task_key": body["tasks"][0]["task_key"]}
         self.runs[run_id] = {"run_id": run_id, "run_page_url": f"{self.url}/#job/runs/{run_id}",
                              "state": {"life_cycle_state": "RUNNING", "state_message": "In run"},
-                             "cluster_instance": {"cluster_id": cluster_id}}  # fmt: skip
+                             "cluster_instance": {"cluster_id": cluster_id}, "tasks": [task]}  # fmt: skip
         if existing in self.clusters:
             self.runs[run_id]["cluster_state_at_submit"] = self.clusters[existing]["state"]
         threading.Thread(target=self.execute, args=(run_id, body), daemon=True).start()
         self.answer(request, 200, {"run_id": run_id})
 
     def execute(self, run_id: int, body: dict[str, Any]) -> None:
-        result, message = self.runner(body, self.root) if self.runner else ("SUCCESS", "")
+        # A runner may give the task's output too (stdout and stderr), which runs/get-output answers with.
+        result, message, *output = self.runner(body, self.root) if self.runner else ("SUCCESS", "")
+        self.outputs[run_id + TASK_RUNS] = output[0] if output else ""
         run = self.runs[run_id]
         if run["state"].get("result_state") != "CANCELED":
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": result, "state_message": message}

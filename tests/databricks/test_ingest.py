@@ -103,10 +103,26 @@ def test_a_table_the_cluster_cannot_read_or_a_run_not_to_send_is_read_here(
     assert len(same_files(tmp_path / "local", tmp_path / OUT)) == 2 * (3 + 1)
 
 
-def test_a_run_that_fails_is_one_line_naming_it_and_leaves_no_partition(tmp_path, monkeypatch, capfd, stub):
-    """Submitted by the SDK's client to the stub, whose cluster fails the task as a driver would say it."""
+# What a workspace says of a Python task that exited with an error; the task's own words are in its output.
+WORKLOAD_FAILED = "Workload failed, see run output for details"
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        (
+            "ingest: 600,000 rows in 2 pieces\nsnakeddp.steps: the table's bad value. HINT: clean it.\n",
+            "the table's bad value. HINT: clean it.",
+        ),
+        ("Traceback (most recent call last):\nMemoryError\n", None),
+    ],
+    ids=["its-line", "no-line"],
+)
+def test_a_run_that_fails_is_one_line_and_leaves_no_partition(tmp_path, monkeypatch, capfd, stub, output, line):
+    """Submitted by the SDK's client to the stub, whose cluster fails the task: the ingest step's own line where its
+    output (runs/get-output) ends with one, else the run's state message, its page and a HINT."""
     table = parquet_folder(tmp_path / "table", the_rows())
-    stub.runner = lambda body, root: ("FAILED", "snakeddp.steps: the driver ran out of memory")
+    stub.runner = lambda body, root: ("FAILED", WORKLOAD_FAILED, output)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("DATABRICKS_HOST", stub.url)
@@ -114,11 +130,16 @@ def test_a_run_that_fails_is_one_line_naming_it_and_leaves_no_partition(tmp_path
     env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
     with pytest.raises(DatabricksError) as failed:
         databricks_ingest.ingest(tables.params(table), Path(OUT), env)
-    said = str(failed.value)
-    assert said.startswith("Databricks run 1000 that ingests the table ended FAILED: snakeddp.steps: the driver ran")
-    assert f"(its page: {stub.url}/#job/runs/1000)" in said and said.count("HINT:") == 1 and "\n" not in said
+    said, err = str(failed.value), capfd.readouterr().err
+    page = f"(its page: {stub.url}/#job/runs/1000)"
+    if line is not None:
+        assert said == line
+        assert f"ingest: Databricks run 1000 ended FAILED {page}; the ingest step there said:" in err
+    else:
+        assert said.startswith(f"Databricks run 1000 that ingests the table ended FAILED: {WORKLOAD_FAILED} {page}")
+        assert said.count("HINT:") == 1 and "\n" not in said
     [sent] = stub.requests("POST", f"{JOBS}/submit")
     python_file = json.loads(sent["body"])["tasks"][0]["spark_python_task"]["python_file"]
     assert stub.local(python_file).is_file()  # the code was staged where the task runs it from
-    assert "ingest: 2 windows read on the Databricks cluster by: python /Volumes/" in capfd.readouterr().err
+    assert "ingest: 2 windows read on the Databricks cluster by: python /Volumes/" in err
     assert not list((tmp_path / "results").rglob("*.safetensors"))

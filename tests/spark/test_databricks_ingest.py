@@ -16,17 +16,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from snakeddp.data.partitions import verify_file
 from snakeddp.data.table import WRITTEN
 from snakeddp.data.table import ingest as local_ingest
+from snakeddp.databricks import DatabricksError
 from snakeddp.databricks import ingest as databricks_ingest
+from snakeddp.errors import TableError
 from snakeddp.run import variables
 from tests import tables
 from tests.databricks_server import JOBS, DatabricksStub
 from tests.helpers import TINY, Workflow, subprocess_env
-from tests.spread_tables import delta_table, same_files, the_rows
+from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
 
 pytestmark = pytest.mark.dev_venv  # pyspark and databricks-sdk
 
@@ -34,6 +38,7 @@ STAGE = "/Volumes/main/ml/snakeddp"
 TOKEN = "dapi-ingest-7d2e-stub-token"
 CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
 OUT = "results/data/t-0123456789"
+WORKLOAD_FAILED = "Workload failed, see run output for details"
 
 
 def driver_env(cluster) -> dict[str, str]:
@@ -57,8 +62,8 @@ def driver(env: dict[str, str], ran: dict[str, Any]):
         with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as started:
             ran["pid"] = started.pid
             ran["log"] = started.communicate(timeout=600)[0]
-        lines = ran["log"].strip().splitlines()
-        return ("SUCCESS", "") if started.returncode == 0 else ("FAILED", lines[-1] if lines else "exit 1")
+        # As a workspace says it of a Python task that exited with an error; its output holds the task's own words.
+        return ("SUCCESS", "") if started.returncode == 0 else ("FAILED", WORKLOAD_FAILED, ran["log"])
 
     return run
 
@@ -106,6 +111,34 @@ def test_the_tasks_command_on_a_spark_cluster_gives_a_local_ingestions_partition
         verify_file(flow / OUT / f"{name}.safetensors", json.loads((flow / OUT / f"{name}.json").read_text()))
 
 
+def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_cluster, tmp_path, monkeypatch):
+    """A NaN in the third file, read by a Spark task on the cluster: the step stops with the line a local ingestion
+    stops with (the task's, from its output), and nothing is copied back."""
+    rows = the_rows().to_pandas()
+    rows.loc[400_123, "b"] = np.nan
+    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
+    params = tables.params(table, partitions=3)
+    with pytest.raises(TableError) as local:
+        local_ingest(params, tmp_path / "local")
+    (tmp_path / "flow").mkdir()
+    monkeypatch.chdir(tmp_path / "flow")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+    ran: dict[str, Any] = {}
+    stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=driver(driver_env(spark_cluster), ran))
+    try:
+        monkeypatch.setenv("DATABRICKS_HOST", stub.url)
+        env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
+        with pytest.raises(DatabricksError) as failed:
+            databricks_ingest.ingest(params, Path(OUT), env)
+    finally:
+        stub.close()
+    assert str(failed.value) == str(local.value), ran.get("log")
+    assert "part-2.parquet: column 'b', row 124: missing or non-finite value. HINT:" in str(local.value)
+    assert "2 tasks on up to 2 cores" in ran["log"]  # read on the executors
+    assert not list(tmp_path.rglob("*.safetensors"))  # on the volume neither: the ingestion removed what it published
+
+
 def workflow_driver(cluster, ran: dict[str, Any]):
     """The cluster's driver for every task of a workflow: the ingestion's on the Spark cluster, a run's training
     on a local[2] master (as tests/databricks/test_submit.py's driver)."""
@@ -121,7 +154,8 @@ def workflow_driver(cluster, ran: dict[str, Any]):
 @pytest.mark.e2e
 def test_snakemake_profile_databricks_ingests_on_the_cluster_and_trains_on_what_it_wrote(spark_cluster, tmp_path):
     """The command the user types: `snakemake --profile databricks` ingests the Delta table by a Jobs run on the
-    cluster, then trains the run there: the partitions and manifest are `--profile local`'s data jobs'."""
+    cluster, then trains the run there: the partitions and manifest are `--profile local`'s data jobs', and the
+    train job's staging finds the partitions on the volume where the ingestion wrote them (it uploads none)."""
     table = delta_table(tmp_path / "table", the_rows())
     section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
     data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
@@ -150,3 +184,6 @@ def test_snakemake_profile_databricks_ingests_on_the_cluster_and_trains_on_what_
     assert "2 tasks on up to 2 cores" in ran["log"]  # the ingestion's driver: the windows went to Spark tasks
     names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "databricks" / "results" / "data")
     assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
+    # The train job's staging found the partitions on the volume, where the ingestion wrote them: it sent the manifest.
+    uploaded = [seen["path"] for seen in stub.requests("PUT", f"/api/2.0/fs/files{STAGE}/results/data/")]
+    assert uploaded and all("/manifest-" in path for path in uploaded), uploaded

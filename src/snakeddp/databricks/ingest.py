@@ -48,8 +48,10 @@ TIMEOUT_S = 4 * 3600
 QUEUE_S = 3600
 # A job cluster's workers at most: a window per core; a bigger table's windows take turns on them.
 MAX_WORKERS = 8
-# The entry's command that runs a workflow step (snakeddp.remote.entry.RUNS).
+# The entry's command that runs a workflow step (snakeddp.remote.entry.RUNS), and how the step's error line begins
+# (snakeddp.steps' exit_code).
 STEPS = "steps"
+STEP_SAYS = "snakeddp.steps: "
 
 
 def ingest(params: Mapping[str, Any], out_dir: str | Path, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -166,7 +168,7 @@ def on_cluster(
     if shared:
         shared_cluster.ready(w, shared, say)
     ended = run_to_end(w, request)
-    judge(ended)
+    judge(w, ended)
     return fetch(w, f"{plan.stage}/{target}", out, params)
 
 
@@ -190,19 +192,38 @@ def run_to_end(w: Any, request: Mapping[str, Any]) -> Any:
         raise workspace.api_error(f"waiting for Databricks run {run_id}", error) from None
 
 
-def judge(ended: Any) -> None:
-    """One line for a run that did not succeed."""
+def judge(w: Any, ended: Any) -> None:
+    """One line for a run that did not succeed: the ingest step's own where the task said one (a bad value: the
+    local ingestion's line, naming its file, column and row), else Databricks' message."""
     state = ended.state
     result = state.result_state.value if state and state.result_state else "without a result"
     if result == "SUCCESS":
         return
-    said = (state.state_message if state else "") or "no message"
     page = f" (its page: {ended.run_page_url})" if ended.run_page_url else ""
+    line = step_line(w, ended)
+    if line is not None:
+        say(f"ingest: Databricks run {ended.run_id} ended {result}{page}; the ingest step there said:")
+        raise DatabricksError(line)
+    said = (state.state_message if state else "") or "no message"
     raise DatabricksError(
         f"Databricks run {ended.run_id} that ingests the table ended {result}: {said}{page}. HINT: the page has the "
-        "driver's log, whose last line is the ingest step's (a bad value names its file, column and row); fix "
-        "what it says, then rerun."
+        "driver's log; fix what it says, then rerun."
     )
+
+
+def step_line(w: Any, ended: Any) -> str | None:
+    """The ingest step's one line, the last of its task's output (runs/get-output's ``logs``: a
+    spark_python_task's stdout and stderr), without its program's name; None where it said none."""
+    task = ended.tasks[0] if ended.tasks else None
+    if task is None or task.run_id is None:
+        return None
+    try:
+        logs = w.jobs.get_run_output(task.run_id).logs or ""
+    except Exception:  # the output only words the failure better: the run's own state says it otherwise
+        return None
+    lines = [line for line in logs.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last.removeprefix(STEP_SAYS) if last.startswith(STEP_SAYS) and " HINT: " in last else None
 
 
 def outputs(params: Mapping[str, Any]) -> list[str]:
