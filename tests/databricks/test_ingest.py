@@ -143,3 +143,29 @@ def test_a_run_that_fails_is_one_line_and_leaves_no_partition(tmp_path, monkeypa
     assert stub.local(python_file).is_file()  # the code was staged where the task runs it from
     assert "ingest: 2 windows read on the Databricks cluster by: python /Volumes/" in err
     assert not list((tmp_path / "results").rglob("*.safetensors"))
+
+
+def test_an_output_outside_the_workflows_directory_is_refused_and_from_there_it_has_its_place(tmp_path, monkeypatch):
+    flow = tmp_path / "flow"
+    (flow / "results").mkdir(parents=True)
+    monkeypatch.chdir(flow / "results")
+    with pytest.raises(DatabricksError, match=r"is outside the workflow's directory .* HINT: run the step from"):
+        databricks_ingest.remote_out(flow / "results" / ".." / ".." / "elsewhere")
+    monkeypatch.chdir(flow)  # as the HINT says: from the workflow's directory
+    assert databricks_ingest.remote_out(flow / OUT) == OUT
+    assert databricks_ingest.remote_out(Path(OUT)) == OUT
+
+
+def test_a_run_that_succeeded_without_writing_the_partitions_is_refused_and_nothing_is_copied(
+    tmp_path, monkeypatch, stub
+):
+    table = parquet_folder(tmp_path / "table", the_rows())
+    stub.runner = lambda body, root: ("SUCCESS", "")  # a task that wrote nothing
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("DATABRICKS_HOST", stub.url)
+    monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+    env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
+    with pytest.raises(DatabricksError, match=rf"succeeded, but {STAGE}/{OUT}/train/part-00000.safetensors is not"):
+        databricks_ingest.ingest(tables.params(table), Path(OUT), env)
+    assert not (tmp_path / OUT).exists()
