@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from bench.azurite import Azurite
+from bench.venvs import linked_core_venv
 from snakeddp.environment.lock import read_lock
-from tests.checkout import copy_of_this_checkout, hint_lines, typed, with_core_venv
+from tests.checkout import copy_of_this_checkout, hint_lines, typed
 from tests.gcs_server import GCSServer
 from tests.helpers import REPO, TINY
 from tests.s3_server import S3Server
@@ -36,7 +37,9 @@ DRY_RUN = ("snakemake", "--profile", "profiles/local", "-n")
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory) -> Path:
     root = copy_of_this_checkout(tmp_path_factory.mktemp("optional") / "snakeddp")
-    with_core_venv(root)
+    # As `make run`'s set-up leaves it (its stamp included), so the set-up typed below finds it matching the lock
+    # and returns at once, where it installed snakeddp again and imported what the stages import.
+    linked_core_venv(root / ".venv", root, set_up=True)
     done = typed(root, "make", "setup")
     assert done.returncode == 0, done.stdout + done.stderr
     return root
