@@ -228,6 +228,28 @@ def test_the_files_ingestion_hashed_are_handed_over_unread_and_one_written_since
         partitions.VerifiedFiles().verify(again, json.loads((folder / "train" / "part-00002.json").read_text()))
 
 
+def test_a_damaged_file_of_a_table_names_its_ingestion_s_summary_to_ask_for_and_a_generated_one_itself(tmp_path):
+    """A table's files are remade by its one ingestion job (its ingest.json asked for), also where an earlier version
+    placed them and left no ingest.json; a generated dataset's file by its own job."""
+    frame().to_csv(tmp_path / "t.csv", index=False)
+    folder = tmp_path / "t-1"
+    ingest(params(tmp_path / "t.csv"), folder)
+    entry = json.loads((folder / "train" / "part-00001.json").read_text())
+    (folder / "train" / "part-00001.safetensors").write_bytes(b"garbage")
+    for _ in range(2):
+        with pytest.raises(DataIntegrityError) as raised:
+            partitions.verify_file(folder / "train" / "part-00001.safetensors", entry)
+        assert f"HINT: delete {folder / 'ingest.json'} and rerun snakemake with it as a target" in str(raised.value)
+        (folder / "ingest.json").unlink(missing_ok=True)  # a dataset placed by an earlier version has none
+    generated = tmp_path / "s-1" / "val.safetensors"
+    tensors = {"features": np.zeros((3, 2), np.float32), "labels": np.zeros(3, np.int64), "ids": np.arange(3)}
+    entry = partitions.write_partition(generated, tensors, {})
+    partitions.write_sidecar(generated.with_suffix(".json"), entry)
+    generated.write_bytes(b"garbage")
+    with pytest.raises(DataIntegrityError, match=f"HINT: delete the file and rerun snakemake .* {generated}\\)"):
+        partitions.verify_file(generated, entry)
+
+
 def hive_frame(rows: int = 400) -> pd.DataFrame:
     """``frame`` with feature c a partition column's values (0..3), and a and b exact in float32 (so a CSV's
     text and Parquet's binary give the same bits)."""
