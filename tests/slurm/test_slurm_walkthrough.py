@@ -4,10 +4,11 @@ The page's `snakemake` lines run in the root of a checkout of this workflow with
 config (config/config.yaml: launch.accelerator auto, a sweep of devices 1 and 2) and the bare
 profile name that tools/setup.sh makes work; the cluster (tests/slurm/cluster.py) is the one
 `tests/slurm/cluster.sh start` makes, its environment what `cluster.sh env` prints. The only thing
-added to what the page types is faster status polling. Nothing declares what the nodes have:
-Slurm says it. The first line is refused before anything is submitted (no node of the GPU
-partition has a rank's default 4 CPUs and 16000 MB); the second, what that refusal's HINT says with
-rounder numbers, submits GPU jobs that Slurm takes and whose ranks stop on the page's line.
+added to what the page types is faster status polling (FAST_POLLING's options, FAST_STATUS's variable).
+Nothing declares what the nodes have: Slurm says it. The first line is refused before anything is
+submitted (no node of the GPU partition has a rank's default 4 CPUs and 16000 MB); the second, what that
+refusal's HINT says with rounder numbers, submits GPU jobs that Slurm takes and whose ranks stop on the
+page's line.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from snakeddp.util import gpus
 from tests.checkout import LINKED
 from tests.helpers import REPO, subprocess_env
 from tests.slurm.cluster import NODES, PARTITION, Cluster
-from tests.slurm.workflow import FAST_POLLING, run_uuid
+from tests.slurm.workflow import FAST_POLLING, FAST_STATUS, run_uuid
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
@@ -50,7 +51,7 @@ class Typed:
         profiles = root.parent / "config-home" / "snakemake"
         profiles.mkdir(parents=True)
         (profiles / "slurm").symlink_to(root / "profiles" / "slurm")
-        self.env = subprocess_env(XDG_CONFIG_HOME=str(profiles.parent), **cluster.env())
+        self.env = subprocess_env(XDG_CONFIG_HOME=str(profiles.parent), **FAST_STATUS, **cluster.env())
         self.gpu_logs: dict[str, str] = {}
 
     def type(self, line: str, *extra: str) -> subprocess.CompletedProcess:
