@@ -41,7 +41,8 @@ rule data_table:
 # instead of the manifest, so they start beside data_table, on each partition as it is published (snakeddp.data.stream).
 rule data_stream:
     input:
-        table=PLAN.table_files,
+        # As data_table's: a touched table would otherwise rewrite it, and retrain every run that trained on it.
+        table=ancient(PLAN.table_files),
     output:
         stream="results/data/{dataset}/stream-{parts}.json",
     log:
