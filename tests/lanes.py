@@ -7,7 +7,9 @@ cores were 70-86% busy in the run's first 20 minutes, bench/history.md). With th
 last ones run only these files (one lane with three workers, as `make test` starts; two from four), each
 taking the next waiting file as it finishes one, on a cluster of its own (`slurm_cluster` is a session
 fixture, one per worker), and the others run everything else, longest first as tests/conftest.py orders
-them; one of them takes a waiting file only when nothing else is left. Two lanes are for a machine fast
+them; one of them takes a waiting file only when nothing else is left, and a lane takes the others' files once
+no waiting file is left (the Slurm lane ended minutes before the CPU workers after its status checks were capped,
+tests/slurm/workflow.py's FAST_STATUS). Two lanes are for a machine fast
 enough that one lane's files, one after another, last as long as the CPU workers' share (1,145 s of a 1,185 s
 run, Nov 28). With fewer workers every worker takes every file, as xdist's own --dist loadfile does.
 """
@@ -45,7 +47,8 @@ class Lanes(LoadFileScheduling):
         if not lanes:
             return next(iter(self.workqueue), None)
         if node in lanes:
-            return next((scope for scope in self.workqueue if waits(scope)), None)
+            # Once no waiting file is left, a lane takes the others too: the CPU workers' share is then the longer.
+            return next((scope for scope in self.workqueue if waits(scope)), next(iter(self.workqueue), None))
         others = (scope for scope in self.workqueue if not waits(scope))
         return next(others, next(iter(self.workqueue), None))
 

@@ -19,6 +19,8 @@ FILES = {
     "tests/test_bench.py": 2,
     "tests/data/test_table.py": 4,
     "tests/test_cli.py": 1,
+    # Enough of the others that some are left when the lanes' Slurm files are done.
+    **{f"tests/other/test_short{n}.py": 3 for n in range(8)},
 }
 CONFTEST = f"""
 import sys
@@ -39,8 +41,8 @@ def test_{n}():
 """
 
 
-def ran_by(tmp_path: Path, workers: int) -> dict[str, set[str]]:
-    """Which workers ran each file, in a run with ``workers`` workers."""
+def ran_by(tmp_path: Path, workers: int) -> tuple[dict[str, set[str]], list[tuple[str, str]]]:
+    """Which workers ran each file, in a run with ``workers`` workers, and each test's (worker, file) in order."""
     for name, tests in FILES.items():
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,27 +57,36 @@ def ran_by(tmp_path: Path, workers: int) -> dict[str, set[str]]:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{sum(FILES.values())} passed" in done.stdout, done.stdout[-3000:]
     ran: dict[str, set[str]] = {}
+    order: list[tuple[str, str]] = []
     for line in (tmp_path / "ran.txt").read_text().splitlines():
         worker, module = line.split()
         ran.setdefault(module.rpartition(".")[2], set()).add(worker)
-    return ran
+        order.append((worker, module.rpartition(".")[2]))
+    return ran, order
 
 
 SLURM = ("test_profile", "test_nodes")
 
 
 @pytest.mark.parametrize("count, lanes", [(3, {"gw2"}), (4, {"gw2", "gw3"})])
-def test_the_last_workers_run_the_slurm_files_and_nothing_else(tmp_path, count, lanes):
-    """Three workers (`make test`) give the Slurm files one lane, four give them two."""
-    ran = ran_by(tmp_path, count)
+def test_the_last_workers_run_the_slurm_files_first_then_help_with_the_others(tmp_path, count, lanes):
+    """Three workers (`make test`) give the Slurm files one lane, four give them two; a lane whose Slurm files are
+    done takes the others' files, and no other worker ever takes a Slurm file."""
+    ran, order = ran_by(tmp_path, count)
     assert set(ran) == {Path(name).stem for name in FILES}, ran
     assert set().union(*(ran[module] for module in SLURM)) == lanes, ran
     others = set().union(*(workers for module, workers in ran.items() if module not in SLURM))
-    assert others == {"gw0", "gw1"}, ran
+    assert {"gw0", "gw1"} <= others, ran
     assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
+    for lane in lanes:
+        modules = [module for worker, module in order if worker == lane]
+        slurm_done = max(i for i, module in enumerate(modules) if module in SLURM)
+        assert all(module in SLURM for module in modules[: slurm_done + 1]), modules
+    helped = [module for worker, module in order if worker in lanes and module not in SLURM]
+    assert helped, f"no lane took another file once its Slurm files were done: {order}"
 
 
 def test_with_two_workers_there_is_no_lane(tmp_path):
-    ran = ran_by(tmp_path, 2)
+    ran, _ = ran_by(tmp_path, 2)
     assert set().union(*ran.values()) == {"gw0", "gw1"}, ran
     assert all(len(workers) == 1 for workers in ran.values()), "a file runs on one worker"
