@@ -51,16 +51,22 @@ def same_files(left: Path, right: Path) -> list[str]:
     return names
 
 
-def bad_value_said_as_locally(tmp_path: Path, spread: Callable[[dict, Path], object]) -> None:
-    """A NaN in the third file (rows 400,000 on, its 124th row), read by a cluster's worker: ``spread`` (the
-    ingestion on the cluster, given the parameters and its output folder) stops with the local ingestion's one
-    line, and publishes no partition."""
+def bad_value_table(tmp_path: Path) -> tuple[dict, pytest.ExceptionInfo[TableError]]:
+    """The ingestion parameters of a table with a NaN in its third file (rows 400,000 on, its 124th row), and the
+    one line a local ingestion of it stops with."""
     rows = the_rows().to_pandas()
     rows.loc[400_123, "b"] = np.nan
     table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
     params = tables.params(table, partitions=3)
     with pytest.raises(TableError) as local:
         ingest(params, tmp_path / "local")
+    return params, local
+
+
+def bad_value_said_as_locally(tmp_path: Path, spread: Callable[[dict, Path], object]) -> None:
+    """bad_value_table read by a cluster's worker: ``spread`` (the ingestion on the cluster, given the parameters
+    and its output folder) stops with the local ingestion's one line, and publishes no partition."""
+    params, local = bad_value_table(tmp_path)
     with pytest.raises(TableError) as spread_error:
         spread(params, tmp_path / "spread")
     assert str(spread_error.value) == str(local.value)

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pytest
 
 from snakeddp.data.partitions import verify_file
@@ -25,12 +23,11 @@ from snakeddp.data.table import WRITTEN
 from snakeddp.data.table import ingest as local_ingest
 from snakeddp.databricks import DatabricksError
 from snakeddp.databricks import ingest as databricks_ingest
-from snakeddp.errors import TableError
 from snakeddp.run import variables
 from tests import tables
 from tests.databricks_server import JOBS, DatabricksStub
 from tests.helpers import TINY, Workflow, subprocess_env
-from tests.spread_tables import delta_table, parquet_folder, same_files, the_rows
+from tests.spread_tables import bad_value_table, delta_table, same_files, the_rows
 
 pytestmark = pytest.mark.dev_venv  # pyspark and databricks-sdk
 
@@ -114,12 +111,7 @@ def test_the_tasks_command_on_a_spark_cluster_gives_a_local_ingestions_partition
 def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_cluster, tmp_path, monkeypatch):
     """A NaN in the third file, read by a Spark task on the cluster: the step stops with the line a local ingestion
     stops with (the task's, from its output), and nothing is copied back."""
-    rows = the_rows().to_pandas()
-    rows.loc[400_123, "b"] = np.nan
-    table = parquet_folder(tmp_path / "table", pa.Table.from_pandas(rows, preserve_index=False))
-    params = tables.params(table, partitions=3)
-    with pytest.raises(TableError) as local:
-        local_ingest(params, tmp_path / "local")
+    params, local = bad_value_table(tmp_path)
     (tmp_path / "flow").mkdir()
     monkeypatch.chdir(tmp_path / "flow")
     monkeypatch.setenv("HOME", str(tmp_path))
