@@ -80,6 +80,11 @@ class V1Session:
         error = details.get("error", {}).get("error", {}).get("message")
         return Outcome(status=details.get("status", run.get_status()), error=error)
 
+    def status(self, job: SubmittedJob) -> str:
+        """AzureML's status of the run now ("Queued", "Running", ...)."""
+        run, _ = self.runs[job.name]
+        return run.get_status()
+
     def download(self, job: SubmittedJob, destination: Path) -> Path | None:
         """The run directory output (written to the datastore) into ``destination``; its path."""
         _, datastore = self.runs[job.name]

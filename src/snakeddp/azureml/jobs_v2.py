@@ -12,6 +12,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from snakeddp.azureml import spec_v2, vmsizes
 from snakeddp.azureml.plan import OUTPUT_NAME, JobPlan
 from snakeddp.azureml.settings import AzureMLError, Workspace
+from snakeddp.azureml.status import name_of
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
 
 
@@ -79,7 +80,11 @@ class V2Session:
             if isinstance(exc.__cause__, KeyboardInterrupt):
                 raise KeyboardInterrupt from exc
             error = exc.message
-        return Outcome(status=self.client.jobs.get(job.name).status, error=error)
+        return Outcome(status=self.status(job), error=error)
+
+    def status(self, job: SubmittedJob) -> str:
+        """AzureML's status of the job now, by its name ("Running"; the SDK's enum member formats otherwise)."""
+        return name_of(self.client.jobs.get(job.name).status)
 
     def download(self, job: SubmittedJob, destination: Path) -> Path | None:
         """Logs and the run directory output into ``destination``; the run directory's path."""

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.azureml import jobside, staging
+from snakeddp.azureml import status as azureml_status
 from snakeddp.azureml.plan import DataInput, JobPlan, distribution_for, job_variables
 from snakeddp.azureml.settings import AzureMLError, Settings
 from snakeddp.azureml.submitted import Outcome, SubmittedJob
@@ -230,7 +231,9 @@ class AzureMLJob(RemoteJob):
         return Submitted("AzureML", "job", job.name, job.url, job, fields)
 
     def wait(self, session: Any, job: Submitted) -> Outcome:
-        return session.wait(job.handle)
+        # The SDKs' streams take no callback: AzureML's status is asked beside it, into status.json.
+        with azureml_status.polled(self.args.run_dir, job.what, lambda: session.status(job.handle)):
+            return session.wait(job.handle)
 
     def cancel(self, session: Any, job: Submitted) -> None:
         session.cancel(job.handle)
