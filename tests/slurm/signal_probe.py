@@ -58,6 +58,9 @@ def rank() -> None:
     while not signalled and time.monotonic() < deadline:
         time.sleep(0.05)
     if signalled:
+        # As a rank's Preemption does: a second copy of the signal (its step's and mpirun's daemon's) is ignored,
+        # where its default action during the exit killed the rank and mpirun aborted the others unsignalled.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         (out / f"signalled-{number}.json").write_text(json.dumps(record))
 
 

@@ -12,6 +12,7 @@ schedule: max over one rank's values is those values.
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from types import SimpleNamespace
@@ -98,6 +99,26 @@ def test_a_signal_stops_training_at_the_next_agreement(preemption, clock):
     # The next agreement is step 65 of the epoch: the 45th of these steps, not the first.
     with pytest.raises(Preempted, match="after step 45$"):
         steps(preemption, clock, 1000, 1 / 64)
+
+
+def test_a_rank_stopping_for_a_preemption_survives_the_signal_again(tmp_path):
+    """A second SIGUSR1 (under Slurm a rank gets one from its step and one from mpirun's daemon) reaching a rank
+    whose Preemption has torn down, while it saves and exits: ignored once a preemption was asked, its default
+    action (death) again where none was."""
+    for asked in (True, False):
+        callback = Preemption(["SIGUSR1"], tmp_path / "last.ckpt")
+        before = signal.getsignal(signal.SIGUSR1)
+        try:
+            callback.setup(None, None, "fit")
+            if asked:
+                os.kill(os.getpid(), signal.SIGUSR1)
+                assert callback.requested
+            callback.teardown(None, None, "fit")
+            assert signal.getsignal(signal.SIGUSR1) == (signal.SIG_IGN if asked else before)
+            if asked:
+                os.kill(os.getpid(), signal.SIGUSR1)  # this process lives on
+        finally:
+            signal.signal(signal.SIGUSR1, before)
 
 
 # A real Trainer, Lightning's own demo model (a workload this project did not write): a signal agreed

@@ -246,8 +246,11 @@ class Preemption(Callback):
         self._checked_at = time.perf_counter()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # A rank stopping for a preemption ignores the signal from then on: under Slurm a rank gets it more than
+        # once (from its step and from mpirun's daemon, which forwards it), and the default action of a second
+        # SIGUSR1 while the rank saves or exits killed it, and mpirun then aborted the other ranks.
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            signal.signal(signum, signal.SIG_IGN if self.requested else previous)
         self._previous.clear()
 
     def on_train_batch_end(
