@@ -58,20 +58,14 @@ def pillow_loop(files: list[Path]) -> float:
 
 
 def dataset(work: Path, folder: Path) -> Path:
-    """The ingested partitions placed as the data rules place them, with their manifest."""
+    """The partitions ingested at their final paths, as the data rules ingest them, with their manifest."""
     from snakeddp.data.generate import write_dataset_manifest
-    from snakeddp.data.table import ingest, place
+    from snakeddp.data.table import ingest
 
-    out, data = work / "ingest", work / "dataset"
-    shutil.rmtree(out, ignore_errors=True)
+    data = work / "dataset"
     shutil.rmtree(data, ignore_errors=True)
-    ingest(params(folder), out)
-    entries = []
-    for index in range(PARTITIONS):
-        part = data / "train" / f"part-{index:05d}"
-        place(out, "train", index, part.with_suffix(".safetensors"), part.with_suffix(".json"))
-        entries.append(part.with_suffix(".json"))
-    place(out, "val", 0, data / "val.safetensors", data / "val.json")
+    ingest(params(folder), data)
+    entries = [data / "train" / f"part-{index:05d}.json" for index in range(PARTITIONS)]
     manifest = data / f"manifest-{PARTITIONS}.json"
     write_dataset_manifest(manifest, "digits", params(folder), entries, data / "val.json")
     return manifest
