@@ -386,3 +386,14 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def typed_status(checkout: Path) -> dict:
+    """`snakeddp status --json` typed in ``checkout``, its one run's row."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "snakeddp"), "status", "--json"],
+        cwd=checkout, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
+    (row,) = json.loads(done.stdout)
+    return row

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 import threading
 import time
 from argparse import Namespace
@@ -29,7 +27,7 @@ from snakeddp.remote import status as remote_status
 from snakeddp.remote.job import Submitted
 from snakeddp.run import status
 from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
-from tests.helpers import TINY, make_run, subprocess_env
+from tests.helpers import TINY, make_run, typed_status
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::PendingDeprecationWarning"),
@@ -80,17 +78,6 @@ def followed(tmp_path: Path, monkeypatch, jobs: Jobs) -> tuple[Path, submit.Azur
     job = Submitted("AzureML", "job", NAME, handle=SubmittedJob(NAME, None))
     remote_status.submitted(run_yaml.parent, job.what)
     return run_yaml.parent, submit.AzureMLJob(args), session, job
-
-
-def typed_status(checkout: Path) -> dict:
-    """`snakeddp status --json` typed in the checkout, the run's row."""
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "snakeddp"), "status", "--json"],
-        cwd=checkout, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
-    (row,) = json.loads(done.stdout)
-    return row
 
 
 def shown(run_dir: Path, detail: str, timeout: float = 30.0) -> bool:

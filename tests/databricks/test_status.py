@@ -4,34 +4,19 @@ run's status.json, and `snakeddp status` typed meanwhile shows the run queued fo
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 from databricks.sdk import WorkspaceClient
 
 from snakeddp.databricks import status as databricks_status
 from snakeddp.remote import status as remote_status
 from snakeddp.run import status
-from tests.helpers import subprocess_env
+from tests.helpers import typed_status
 
 TOKEN = "dapi-5a7e-status-stub-token"
 WHAT = "Databricks run 1001"
-
-
-def typed_status(checkout: Path) -> dict:
-    """`snakeddp status --json` typed in the checkout, the run's row."""
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "snakeddp"), "status", "--json"],
-        cwd=checkout, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
-    (row,) = json.loads(done.stdout)
-    return row
 
 
 def test_the_runs_row_follows_what_databricks_answers_from_submission_to_its_end(stub, tmp_path):
