@@ -143,9 +143,18 @@ class DeviceLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:
         if self._starting is not None:
             self._starting()
-        if self._batches_of is None:
-            return super().__iter__()
-        return self._batches_of(list(self.batch_sampler))
+        batches = super().__iter__() if self._batches_of is None else self._batches_of(list(self.batch_sampler))
+        return batches if self._starting is None else _started(batches, self._starting)
+
+
+def _started(batches: Iterator[Any], starting: Callable[[], Any]) -> Iterator[Any]:
+    """``batches``, with ``starting`` called again once the first is out: Lightning lets go of the epoch before's
+    loader only once it holds this one's iterator, after ``__iter__``, so a file let go of then is dropped now, not
+    an epoch later (tests/data/test_pagecache.py saw both orders)."""
+    for number, batch in enumerate(batches):
+        yield batch
+        if number == 0:
+            starting()
 
 
 class ResumableLoader(DeviceLoader):
