@@ -164,21 +164,20 @@ def _ingested(dataset: Path) -> bool:
 
 def verify_file(path: Path, entry: Mapping[str, Any]) -> None:
     """Raise DataIntegrityError unless ``path`` has exactly the size and checksum of ``entry``."""
-    hint = _remake_hint(path)
     if not path.is_file():
-        raise DataIntegrityError(f"{path}: data file is missing. {hint}")
+        raise DataIntegrityError(f"{path}: data file is missing. {_remake_hint(path)}")
     size = path.stat().st_size
     if size != entry["bytes"]:
         raise DataIntegrityError(
             f"{path}: size {size} bytes does not match the manifest's {entry['bytes']} "
-            f"(truncated or replaced); checksum mismatch. {hint}"
+            f"(truncated or replaced); checksum mismatch. {_remake_hint(path)}"
         )
     algorithm, expected = entry_checksum(entry)
     actual = file_checksum(path, algorithm)
     if actual != expected:
         raise DataIntegrityError(
             f"{path}: {algorithm} checksum mismatch: manifest has {expected}, file has {actual}. "
-            f"The file changed after the manifest was written. {hint}"
+            f"The file changed after the manifest was written. {_remake_hint(path)}"
         )
 
 
