@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,35 @@ def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infin
     narrow = Layout([Column(name, NUMBER) for name in sorted(float32_only)], ImageSpec.of({}))
     plain, _ = narrow.encode(float32_only, rows, lambda column, row: "", 0)
     assert np.array_equal(plain, by_column[:, 1:], equal_nan=True)
+
+
+def test_a_wide_chunk_s_block_of_rows_is_reused_only_once_nothing_holds_it():
+    """The blocks a float-only layout lays chunks out in: one still held (a slice kept, a memoryview, as the writing
+    thread of a sink holds a chunk) is never written over; one let go is laid out in again, with the new rows."""
+    rng = np.random.default_rng(5)
+    rows, names = 64, [f"f{i}" for i in range(30)]
+    layout = Layout([Column(name, NUMBER) for name in names], ImageSpec.of({}))
+
+    def encoded(seed: int) -> tuple[np.ndarray, np.ndarray]:
+        values = np.random.default_rng(seed).standard_normal((rows, len(names))).astype(np.float32)
+        chunk = {name: pa.array(values[:, j]) for j, name in enumerate(names)}
+        return layout.encode(chunk, rows, lambda column, row: "", 0, rng.permutation(rows))[0], values
+
+    def owner(array: np.ndarray) -> np.ndarray:
+        return array if array.base is None else array.base
+
+    first, _ = encoded(1)
+    kept, kept_values = first[3:9], first[3:9].copy()
+    second, _ = encoded(2)
+    view = memoryview(second)
+    held = [encoded(seed)[0] for seed in (3, 4, 5)]  # the pool's four blocks all held: a fifth, kept by none
+    blocks = [weakref.ref(owner(array)) for array in (first, second, *held)]
+    assert len({id(block()) for block in blocks}) == 5
+    del first, second, view, held
+    again, values = encoded(6)
+    assert any(owner(again) is block() for block in blocks[1:4]), "a block let go is laid out in again"
+    assert owner(again) is not blocks[0]() and np.array_equal(kept, kept_values), "one a slice holds is not"
+    assert np.array_equal(np.sort(again, axis=0), np.sort(values, axis=0))
 
 
 def test_inputs_encode_new_rows_as_training_did_and_refuse_or_map_unseen_values(tmp_path):

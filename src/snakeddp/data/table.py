@@ -38,7 +38,7 @@ from snakeddp.data.layout import layout_of, probe_rows
 from snakeddp.data.source import IMAGES, Source, TableFile, delta_snapshot, features_of, open_source
 from snakeddp.data.spill import Spill
 from snakeddp.data.split import Window, assign, check_empty, deal, known_counts, window_counts, windows_of
-from snakeddp.data.windowed import Published
+from snakeddp.data.windowed import Published, ids_of
 from snakeddp.errors import TableError
 from snakeddp.util.fsutil import atomic_write_json, read_json, stat_stamp
 from snakeddp.util.terminal import say
@@ -298,7 +298,8 @@ def _ingest(
         entries = _windowed(source, found, layout, params, paths, metadata, rows, stats, check)
     elif counts is not None:
         check_empty(table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
-        placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1)
+        ids = global_ids(counts, params["seed"], table.val_fraction, partitions)
+        placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1, ids=ids)
         try:
             _read_rows(source, layout, params, placed, rows, stats, check)
         except BaseException:
@@ -345,7 +346,8 @@ def _windowed(
     partitions = params["num_train_files"]
     counts = window_counts(found, params["seed"], source.table.val_fraction, partitions)
     check_empty(source.table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
-    sink = Published(paths, counts, metadata, layout.feature_spec(), binary=params["num_classes"] == 1)
+    ids = ids_of(found, params["seed"], source.table.val_fraction, partitions)
+    sink = Published(paths, counts, metadata, layout.feature_spec(), binary=params["num_classes"] == 1, ids=ids)
     try:
         _read_windows(source, found, layout, params, sink, rows, stats, check)
         entries = sink.finish()
@@ -357,6 +359,14 @@ def _windowed(
         "and validation"
     )
     return entries
+
+
+def global_ids(counts: np.ndarray, seed: int, val_fraction: float, partitions: int) -> list[np.ndarray]:
+    """Each target's ids under the global split, known before reading as its row count is: the row numbers ``assign``
+    deals to it, in order. A table split globally in place has fewer rows than one window (2^18: 2 MB of ids)."""
+    rows = np.arange(int(counts.sum()), dtype=np.int64)
+    dealt = rows[np.argsort(assign(rows, seed, val_fraction, partitions), kind="stable")]
+    return np.split(dealt, np.cumsum(counts)[:-1])
 
 
 def partition_metadata(target: int, partitions: int) -> dict[str, str]:

@@ -6,18 +6,21 @@ of every window, so it is complete, and published by the ingestion, at the end.
 A partition's entry is written only once its file is in place, so an entry that exists names a complete file:
 a reader that waits for ``train/part-00000.json`` may read that partition while later windows are still read.
 An ingestion that stops (a bad value, a table that is not the one planned) removes its entries, then its files.
+
+A partition's ids (the row numbers of its rows, in the order they are read) are known from the windows that feed
+it before they are read (``ids_of``), so each file is hashed as it is written (snakeddp.data.inplace).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from snakeddp.data.inplace import InPlace
-from snakeddp.data.split import Window
+from snakeddp.data.split import Window, deal
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
 
@@ -32,9 +35,11 @@ class Published:
         metadata: Sequence[Mapping[str, str]],
         feature: tuple[str, tuple[int, ...]],
         binary: bool,
+        ids: Callable[[int], np.ndarray] | None = None,
     ) -> None:
+        """``ids``: a target's ids (``ids_of``), where they are known before its rows are read."""
         self.paths, self.counts, self.metadata = list(paths), [int(n) for n in counts], list(metadata)
-        self.feature, self.binary = feature, binary
+        self.feature, self.binary, self.ids = feature, binary, ids
         self.validation = len(self.paths) - 1
         self.open: dict[int, InPlace] = {}
         self.entries: dict[int, dict[str, Any]] = {}
@@ -42,7 +47,8 @@ class Published:
 
     def _open(self, target: int) -> None:
         path, n, meta = self.paths[target], self.counts[target], self.metadata[target]
-        self.open[target] = InPlace([path], [n], [meta], self.feature, self.binary)
+        known = None if self.ids is None else [self.ids(target)]
+        self.open[target] = InPlace([path], [n], [meta], self.feature, self.binary, known)
 
     def begin(self, window: Window) -> None:
         """Open the partitions that ``window`` is the first to feed."""
@@ -79,3 +85,19 @@ class Published:
         for target in self.entries:
             self.paths[target].with_suffix(".json").unlink(missing_ok=True)
             self.paths[target].unlink(missing_ok=True)
+
+
+def ids_of(found: Sequence[Window], seed: int, val_fraction: float, partitions: int) -> Callable[[int], np.ndarray]:
+    """A target's ids under this windowed split: the row numbers dealt to it (``deal``) from each window that feeds
+    it (every window feeds validation), in the order they are read. Validation's, taken when the ingestion begins,
+    hash every row number once; a train partition's, those of the windows it lies on."""
+
+    def ids(target: int) -> np.ndarray:
+        pieces = [np.zeros(0, dtype=np.int64)]
+        for window in found:
+            if target == partitions or target in window.span:
+                rows = window.row_numbers()
+                pieces.append(rows[deal(window, rows, seed, val_fraction, partitions) == target])
+        return np.concatenate(pieces)
+
+    return ids

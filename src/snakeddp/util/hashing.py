@@ -79,6 +79,19 @@ def partition_checksum(*pieces: bytes | memoryview) -> dict[str, str]:
     return {PARTITION_HASH: blake3_bytes(*pieces)}
 
 
+def partition_hasher() -> Any:
+    """A running checksum of a new partition's bytes (``update`` them in file order, then ``partition_hashed``):
+    for a file hashed as it is written, not read back."""
+    import blake3
+
+    return blake3.blake3()
+
+
+def partition_hashed(digest: Any) -> dict[str, str]:
+    """The checksum field of a new partition entry from its running checksum (``partition_hasher``)."""
+    return {PARTITION_HASH: digest.hexdigest()}
+
+
 def partition_file_checksum(path: str | Path) -> dict[str, str]:
     return {PARTITION_HASH: file_checksum(path, PARTITION_HASH)}
 
