@@ -2,7 +2,8 @@
 standalone cluster: Delta tables written by delta-rs and by Spark, and a Parquet folder of several row groups
 per file give the partitions, entries (BLAKE3) and validation set of a local ingestion of the same table, byte
 for byte; a bad value read on an executor stops the step in the local ingestion's one line; a cluster whose
-cores are all held leaves the table to the step; `snakemake --profile spark` gives `--profile local`'s."""
+cores are all held leaves the table to the step; `snakemake --profile spark` gives `--profile local`'s, also
+where its first ingestion was killed outright, which leaves nothing beside the rule's outputs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pytest
 from deltalake import convert_to_deltalake
@@ -94,6 +97,8 @@ def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_pat
         (tmp_path / profile).mkdir()
         flow = Workflow(tmp_path / profile, profile=profile)
         flow.write_config(config)
+        if profile == "spark":  # the run below is then its rerun
+            killed_while_ingesting(flow, subprocess_env(**spark_cluster.env()))
         flow.run(*until, env=subprocess_env(**spark_cluster.env()))
     assert list((tmp_path / "spark" / "results" / "runs").glob("*/provenance.json"))
     [log] = (tmp_path / "spark" / "logs" / "data").glob("*/ingest.log")
@@ -103,6 +108,41 @@ def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_pat
     assert "Spark" not in local_log.read_text()
     names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "spark" / "results" / "data")
     assert sum(name.endswith(".safetensors") for name in names) == 4 and any("manifest-" in n for n in names)
+
+
+def killed_while_ingesting(flow: Workflow, env: dict[str, str]) -> None:
+    """`snakemake --profile spark` whose ingest step is killed outright (SIGKILL: nothing of it cleans up, as for a
+    step killed by the OOM killer) once its pieces' folder is made, while its Spark application starts: Snakemake
+    removes the failed job's outputs, and nothing of the ingestion is left in the dataset's folder (its pieces,
+    and the application's scratch among them, were in train/)."""
+    output = flow.directory / "killed.out"
+    with output.open("w") as said:
+        typed = subprocess.Popen(
+            flow.command("--until", "data_table"), cwd=flow.directory, env=env, stdout=said, stderr=subprocess.STDOUT
+        )
+    try:
+        ingest_step(flow.directory, typed, output).kill()
+        assert typed.wait(timeout=300) != 0
+    finally:
+        typed.kill()
+    text = output.read_text()
+    assert "Removing output files of failed job data_table" in text, text[-3000:]
+    # No job wrote anything else: Snakemake removes the folders it emptied, and results/ with them.
+    assert not list((flow.directory / "results").rglob("*")), text[-3000:]
+
+
+def ingest_step(directory: Path, typed: subprocess.Popen, output: Path) -> psutil.Process:
+    """The workflow's ingest step once it has said how its table is read (its pieces' folder made first)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and typed.poll() is None:
+        logs = list((directory / "logs" / "data").glob("*/ingest.log"))
+        if logs and "read by Spark tasks" in logs[0].read_text():
+            for process in psutil.process_iter(["cmdline", "cwd"]):
+                command = process.info["cmdline"] or []
+                if process.info["cwd"] == str(directory) and {"snakeddp.steps", "ingest"} <= set(command):
+                    return process
+        time.sleep(0.05)
+    raise AssertionError(f"no ingest step reading on the executors: {output.read_text()[-3000:]}")
 
 
 # Another application holding both workers' cores while it lives (as the workflow's shared application may

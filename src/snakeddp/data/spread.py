@@ -11,8 +11,10 @@ partition are read, the assembler writes it as its header followed, tensor by te
 window order: a partition's rows in the order a local ingestion reads them, so the same bytes
 (tests/spark/test_spread_ingest.py compares them). It is synced, hashed (BLAKE3, the manifest's) and
 published with its entry written last, as data.windowed publishes; an ingestion that stops removes what it
-published. The table's identity is checked while the workers read, as a local ingestion checks it
-(identity.Check).
+published. The pieces lie in train/.pieces (``pieces_folder``), inside the data_table rule's directory output:
+Snakemake removes a failed job's outputs, and a killed one's before its rerun, so a killed ingestion leaves
+nothing outside them; a finished one removes them. The table's identity is checked while the workers read, as
+a local ingestion checks it (identity.Check).
 
 Only a table of two windows or more is spread (a smaller one keeps the global split, and is not worth a
 cluster's tasks); ``ingest`` returns None for any other, which the step then ingests itself.
@@ -49,7 +51,7 @@ from snakeddp.util.fsutil import atomic_write_json, stat_stamp
 from snakeddp.util.hashing import partition_file_checksum
 from snakeddp.util.terminal import say
 
-# Where the workers write their pieces, inside the ingestion's folder (removed once assembled).
+# The folder of the workers' pieces, in the ingestion's train/ (``pieces_folder``; removed once assembled).
 PIECES = ".pieces"
 # Bytes copied at a time where the file system cannot copy a range itself.
 COPY_BYTES = 16 << 20
@@ -64,10 +66,23 @@ class Work:
     layout: cols.Layout
     rows: int
     """Rows per chunk."""
-    folder: str
-    """Where the piece files go (absolute: a worker's working directory is its own)."""
+    out: str
+    """The ingestion's output folder (absolute: a worker's working directory is its own)."""
     directory: str
     """The step's working directory, where a relative table path is read from."""
+
+    @property
+    def folder(self) -> str:
+        """Where the piece files go."""
+        return str(pieces_folder(self.out))
+
+
+def pieces_folder(out: str | Path) -> Path:
+    """The pieces' folder of the ingestion into ``out``: inside train/, the data_table rule's directory output,
+    which Snakemake removes where the job fails, and before its rerun where it was killed; so nothing of an
+    ingestion is ever left outside the rule's outputs (the manifest and training name train/'s partitions one by
+    one: a hidden folder there is none of them)."""
+    return Path(out) / "train" / PIECES
 
 
 def read_piece(work: Work, piece: Window) -> dict[str, Any]:
@@ -255,8 +270,7 @@ def prepare(params: Mapping[str, Any], out: Path) -> tuple[Work, list[Window]] |
     layout = layout_of(source, features, params.get("image") or {}, probe_rows(features))
     if layout.image is not None:
         return None
-    folder = (out / PIECES).resolve()
-    return Work(dict(params), source, layout, chunk_rows(source, layout), str(folder), os.getcwd()), pieces
+    return Work(dict(params), source, layout, chunk_rows(source, layout), str(out.resolve()), os.getcwd()), pieces
 
 
 def ingest(params: Mapping[str, Any], out_dir: str | Path, workers: Workers, said: str) -> dict[str, Any] | None:
@@ -358,7 +372,8 @@ class Assembly:
         header, order = encode_header(specs, metadata)
         path = self.out / f"{_name(target, self.partitions)}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
+        # In train/, validation's too (then moved beside it): where Snakemake removes a killed ingestion's.
+        partial = pieces_folder(self.out).parent / f".{path.name}.partial"
         fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)
         try:
             os.write(fd, header)

@@ -69,7 +69,7 @@ def as_array_job(
     folder is looked at every POLL_S while sbatch waits), so the first partitions are published while later
     windows are read. A task's error stops the array (scancel)."""
     folder = Path(work.folder)
-    atomic_write_json(folder / WORK, {"params": work.params, "out": str(folder.parent), "pieces": len(pieces)})
+    atomic_write_json(folder / WORK, {"params": work.params, "out": work.out, "pieces": len(pieces)})
     try:
         process = subprocess.Popen(
             sbatch_command(folder, len(pieces), env), env=dict(env), stdout=subprocess.PIPE,
