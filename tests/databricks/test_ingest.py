@@ -1,11 +1,13 @@
 """snakeddp.databricks.ingest: the one-time Jobs run that ingests a table on the Databricks cluster, its request
 built from databricks-sdk's own classes and judged by the SDK's own definitions of jobs.submit; what the step reads
-itself; and a run that fails, submitted by the SDK's client to the local workspace stub (tests/databricks_server.py).
+itself; a run that fails, submitted by the SDK's client to the local workspace stub (tests/databricks_server.py),
+and a copy back that stops.
 The task's command run on a real Spark cluster, against a local ingestion: tests/spark/test_databricks_ingest.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -169,3 +171,34 @@ def test_a_run_that_succeeded_without_writing_the_partitions_is_refused_and_noth
     with pytest.raises(DatabricksError, match=rf"succeeded, but {STAGE}/{OUT}/train/part-00000.safetensors is not"):
         databricks_ingest.ingest(tables.params(table), Path(OUT), env)
     assert not (tmp_path / OUT).exists()
+
+
+def test_a_copy_back_cut_short_leaves_nothing_beside_the_rules_outputs(tmp_path, monkeypatch, stub):
+    """The run succeeded, and the connection drops while validation's partition comes back: the step stops in one
+    line, and its partial file is not left beside data_table's outputs (Snakemake removes train/ and those)."""
+    table = parquet_folder(tmp_path / "table", the_rows())
+    params = tables.params(table)
+    stub.runner = lambda body, root: (local_ingest(params, stub.local(f"{STAGE}/{OUT}")), ("SUCCESS", ""))[1]
+    served = stub.files
+
+    def cut_short(request, method, remote, body):
+        if method != "GET" or not remote.endswith("/val.safetensors"):
+            return served(request, method, remote, body)
+        data = stub.local(remote).read_bytes()
+        request.send_response(200)
+        request.send_header("Content-Type", "application/octet-stream")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data[: len(data) // 2])  # then the connection closes
+
+    stub.files = cut_short
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("DATABRICKS_HOST", stub.url)
+    monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
+    env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
+    with pytest.raises(DatabricksError, match=rf"copying {STAGE}/{OUT}/val.safetensors back") as failed:
+        databricks_ingest.ingest(params, Path(OUT), env)
+    assert "\n" not in str(failed.value) and str(failed.value).count("HINT:") == 1
+    assert sorted(os.listdir(tmp_path / OUT)) == ["train"]  # the train partitions came back before it
+    assert not [name for name in os.listdir(tmp_path / OUT / "train") if name.endswith(".partial")]

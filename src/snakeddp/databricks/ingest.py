@@ -244,12 +244,17 @@ def fetch(w: Any, folder: str, out: Path, params: Mapping[str, Any]) -> dict[str
                 f"the Databricks run succeeded, but {remote} is not there. HINT: look at the run's driver log, then "
                 "rerun: the table is ingested again."
             )
-        partial = target.with_name(f".{target.name}.partial")
-        if files.download(w, remote, partial) != listed:
+        # In train/ (the data_table rule's directory output), validation's and the summary's too, then moved to its
+        # name: a copy that stops (a dropped connection, the job killed) leaves nothing beside the rule's outputs.
+        partial = out / "train" / f".{target.name}.partial"
+        try:
+            if files.download(w, remote, partial) != listed:
+                raise DatabricksError(
+                    f"{remote} came back with another size than its listing says ({listed} bytes). HINT: rerun: the "
+                    "table is ingested again."
+                )
+            os.replace(partial, target)
+        except BaseException:
             partial.unlink(missing_ok=True)
-            raise DatabricksError(
-                f"{remote} came back with another size than its listing says ({listed} bytes). HINT: rerun: the "
-                "table is ingested again."
-            )
-        os.replace(partial, target)
+            raise
     return read_json(out / "ingest.json")
