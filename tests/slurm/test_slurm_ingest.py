@@ -1,12 +1,17 @@
 """Ingestion by a Slurm array job (snakeddp.slurm.ingest, snakeddp.data.spread) on the real Slurm test cluster:
 a Delta table written by delta-rs and a Parquet folder give the partitions, entries (BLAKE3) and validation set
 of a local ingestion of the same table, byte for byte, each window read by an array task of its own; a bad
-value read on a node stops the step in the local ingestion's one line."""
+value read on a node stops the step in the local ingestion's one line; a step stopped by SIGTERM cancels its
+array job and leaves nothing of it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -45,6 +50,41 @@ def test_an_array_job_ingests_the_partitions_a_local_ingestion_writes(slurm_clus
 def test_a_bad_value_read_by_an_array_task_is_the_local_ingestions_one_line(slurm_cluster, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     bad_value_said_as_locally(tmp_path, lambda params, out: slurm_ingest.ingest(params, out, slurm_env(slurm_cluster)))
+
+
+# The ingest step as data_table runs it on the slurm platform, in a process of its own (the test stops it).
+STEP = """
+import json, sys
+from snakeddp.slurm import ingest
+ingest.ingest(json.loads(sys.argv[1]), sys.argv[2])
+"""
+
+
+def test_a_step_stopped_by_sigterm_cancels_its_array_job_and_leaves_nothing(slurm_cluster, tmp_path):
+    """SIGTERM, as Slurm sends the step's own job when it is cancelled or at its time limit, once the array job is
+    submitted: the step cancels it (it read on before, into the folder Snakemake removes or into the rerun's)
+    and removes the pieces' folder."""
+    table = parquet_folder(tmp_path / "table", the_rows())
+    out = tmp_path / "results" / "data" / "t"
+    command = [sys.executable, "-c", STEP, json.dumps(tables.params(table, partitions=3)), str(out)]
+    env = slurm_env(slurm_cluster)
+    step = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    said = [step.stderr.readline()]
+    while said[-1] and "ingest: Slurm array job" not in said[-1]:
+        said.append(step.stderr.readline())
+    job = said[-1].split("Slurm array job ")[-1].split(",")[0]
+    assert job.isdigit(), said
+    step.send_signal(signal.SIGTERM)
+    assert step.wait(timeout=60) == 128 + signal.SIGTERM, step.stderr.read()
+    deadline, states = time.monotonic() + 60, []
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "--format=State"], env=env, capture_output=True)
+        states = listed.stdout.decode().split()
+        if states and not {"PENDING", "RUNNING", "REQUEUED"} & set(states):
+            break
+        time.sleep(0.5)
+    assert "CANCELLED" in states and "COMPLETED" not in states, states
+    assert os.listdir(out) == ["train"] and not os.listdir(out / "train")
 
 
 @pytest.mark.e2e

@@ -8,19 +8,23 @@ for byte those of a local ingestion. Any other table is ingested by the step its
 Each task is handed the dataset's parameters (``work.json`` in that folder) and finds its window as the step
 did (spread.prepare: the same table version, windows and feature layout from the same parameters; a table of
 categories is scanned for its vocabularies by each task again). It writes its result, or its one-line error,
-beside its piece; a TableError read on a node stops the step in the same line as a local ingestion's.
+beside its piece; a TableError read on a node stops the step in the same line as a local ingestion's. A SIGTERM
+to the step (its job cancelled, or at its time limit) cancels the array job and removes the pieces first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +49,29 @@ class SlurmIngestError(ConfigError):
 def ingest(params: Mapping[str, Any], out_dir: str | Path, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """table.ingest's outputs, read by an array job where the table is spread, else here."""
     read = functools.partial(as_array_job, env=env)
-    summary = spread.ingest(params, out_dir, read, "by a Slurm array job")
+    with stopped_by_sigterm():
+        summary = spread.ingest(params, out_dir, read, "by a Slurm array job")
     return summary if summary is not None else tables.ingest(params, out_dir)
+
+
+@contextlib.contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM (the step's job cancelled, or at its time limit) raised here as SystemExit, so the array job is
+    cancelled and the pieces removed on the way out: by default the step died at once, and its array read on
+    into the folder Snakemake removes with train/, or into the rerun's. Later copies are ignored meanwhile."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def sbatch_command(folder: Path, pieces: int, env: Mapping[str, str]) -> list[str]:
@@ -98,7 +123,7 @@ def as_array_job(
             missing = min(p.index for p in pieces if p.index not in handed)
             raise unfinished(folder, missing, job, process.returncode, process.stderr.read())
     except BaseException:
-        if process.poll() is None and job:
+        if job:  # also where sbatch has gone: a SIGTERM to the step's job reaches it too, not the array
             subprocess.run(["scancel", job], env=dict(env), capture_output=True, check=False)
         process.kill()
         process.wait()
