@@ -7,6 +7,7 @@ import ctypes
 import dataclasses
 import mmap
 import os
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -216,3 +217,21 @@ def test_a_file_is_dropped_once_every_partition_read_from_it_is_gone_and_it_is_n
     readers.read(path, third)
     del third
     assert readers.let_go() == [path] and resident(path) == 0.0
+
+
+def test_a_file_read_ahead_comes_into_the_page_cache_whole(tmp_path):
+    """A partition training does not hash (handed over by ingestion) is read ahead as it is prefetched: all of
+    it, where one advice over the whole file read only the device's read-ahead window (8 MB of a 147 MB
+    partition here), and the step's gathers faulted the rest in page by page."""
+    path = tmp_path / "part.safetensors"
+    with open(path, "wb") as handle:
+        handle.write(np.random.default_rng(0).bytes(32 << 20))
+        handle.flush()
+        os.fsync(handle.fileno())
+    pagecache.drop(path)
+    assert resident(path) == 0.0
+    pagecache.read_ahead(path)
+    deadline = time.monotonic() + 20
+    while resident(path) < 1.0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the advice only starts the reads
+    assert resident(path) == 1.0

@@ -226,7 +226,9 @@ class Prefetcher:
         partition = read_partition(path, entry)
         self._readers.read(path, partition)
         if place is None:
-            pagecache.read_ahead(path)  # trained again: dropped after its last epoch, its checksum not read again
+            # Not hashed here (handed over by ingestion, or trained again), so maybe not in the cache: read ahead, not
+            # faulted in by the step's gathers.
+            pagecache.read_ahead(path)
             return partition
         return _placed(partition, place)
 

@@ -22,6 +22,8 @@ from typing import Any
 
 # Not every platform has posix_fadvise (macOS): there the kernel's own reclaim is left to do it.
 _ADVISE = getattr(os, "posix_fadvise", None)
+# What one read-ahead advice asks for: Linux caps each call at the device's read-ahead window, 128 KiB by default.
+READ_AHEAD_BYTES = 128 << 10
 
 
 def read_next(metadata: Mapping[str, str]) -> bool:
@@ -35,9 +37,25 @@ def drop(path: str | Path) -> None:
 
 
 def read_ahead(path: str | Path) -> None:
-    """Ask for a file's pages to be read into the cache in the background (``POSIX_FADV_WILLNEED``): a partition
-    trained again, whose checksum was taken once already, was dropped after its last epoch."""
-    _advise(path, 0, 0, "POSIX_FADV_WILLNEED")
+    """Ask for a whole file's pages to be read into the cache in the background (``POSIX_FADV_WILLNEED``): a
+    partition whose checksum training does not take (ingestion handed it over, or it was checked an epoch before)
+    is not in the cache, and its tensors map the file, so the step's gathers would fault its pages in one by one
+    (bench 14: 0.21-0.28 s an epoch for a 147 MB partition, 0.05 s from the cache)."""
+    if _ADVISE is None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        # Linux reads at most the device's read-ahead window per call (8 MB of a 147 MB file here), so the file
+        # is asked for in pieces no larger than the smallest window (128 KiB, the kernel's default).
+        for offset in range(0, os.fstat(fd).st_size, READ_AHEAD_BYTES):
+            _ADVISE(fd, offset, READ_AHEAD_BYTES, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass  # a file system without the call: the step reads the pages as it faults them
+    finally:
+        os.close(fd)
 
 
 class Readers:
