@@ -22,6 +22,7 @@ and peak RSS) to say where the rest went.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
@@ -148,6 +149,21 @@ def phases(passed: dict[str, float], seconds: float, scope: Scope, start: float)
     return spans
 
 
+def fit_waits(record: dict[str, Any], run: Path) -> dict[str, float]:
+    """Where the run's fit beside ingestion waited (its record's phases and metrics.csv, before ``fit_alone``
+    replaces them): validation's seconds (at epoch 0's end it waits for validation, which ingestion writes last),
+    the seconds each epoch waited for its partition, and epoch 0's and the later epochs' seconds."""
+    (metrics,) = run.glob("results/runs/*/metrics.csv")
+    with open(metrics, newline="") as handle:
+        epochs = list(csv.DictReader(handle))
+    return {
+        "validation_s": record["timing"]["phases"].get("validation_s"),
+        "data_wait_s": round(sum(float(e["data_wait_s"]) for e in epochs), 3),
+        "epoch_0_s": float(epochs[0]["epoch_seconds"]),
+        "later_epochs_s": round(sum(float(e["epoch_seconds"]) for e in epochs[1:]), 3),
+    }
+
+
 def fit_alone(workflow: Workflow) -> float:
     """trainer.fit's seconds on the same partitions, once they are all written: the run trained again with another
     training seed (``--config seed=43``: a new run on the same dataset, no data job; ``--forcerun train`` restores
@@ -179,6 +195,7 @@ def measure(work: Path, rows: int, limit_mb: int | None) -> dict[str, Any]:
     result["phases"] = phases(result["marks_s"], result["workflow_s"], scope, start)
     (record,) = [json.loads(p.read_text()) for p in (work / "run").glob("results/runs/*/provenance.json")]
     result["fit_s"] = record["timing"]["duration_s"]
+    result["fit_waits"] = fit_waits(record, work / "run")
     result["fit_alone_s"] = fit_alone(workflow)
     result["best_val_acc"] = record["training"]["best_val_acc"]
     result["features_resolved"] = len(record["config"]["data"]["table"]["features"])
@@ -259,7 +276,7 @@ def run(ctx: Context) -> Result:
         f"written, with another seed ({m['fit_s']:.1f} s beside ingestion, waiting for its partitions; best val_acc "
         f"{m['best_val_acc']:.3f}), the whole workflow {m['workflow_s']:.1f} s ({m['workflow_cpu_s']:.1f} s of CPU); "
         f"ingestion alone {m['ingest_s']:.1f} s ({m['ingest_cpu_s']:.1f} s of CPU). {memory_note(m)}",
-        f"Phase by phase (wall, CPU): {phase_note(m)}.",
+        f"Phase by phase (wall, CPU): {phase_note(m)}.{wait_note(m)}",
         f"The issue's scale is 1,000,000 rows (5.7 GB, a 3 GB cgroup); this is {rows / 1e6:.3f} of it: python -m "
         "bench.benchmarks.wide_table --rows 1000000 --limit-mb 3072 --out bench/wide_table_issue_scale.json runs "
         "the issue's.",
@@ -294,6 +311,17 @@ def phase_note(m: dict[str, Any]) -> str:
     )
 
 
+def wait_note(m: dict[str, Any]) -> str:
+    if "fit_waits" not in m:  # a record made before the waits were read
+        return ""
+    w = m["fit_waits"]
+    return (
+        f" Beside ingestion, fit's epoch 0 took {w['epoch_0_s']:.1f} s (validation {w['validation_s']:.1f} s in all: "
+        f"at epoch 0's end it waits for validation, written last), the later epochs {w['later_epochs_s']:.1f} s, and "
+        f"the epochs waited {w['data_wait_s']:.1f} s for their partitions."
+    )
+
+
 def issue_scale(path: Path = ISSUE_SCALE) -> str | None:
     """A note of the last measurement at the issue's scale (``--out``), or None where there is none."""
     if not path.is_file():
@@ -320,7 +348,7 @@ def issue_scale(path: Path = ISSUE_SCALE) -> str | None:
         f"{'met' if ratio <= PASS_RATIO else 'missed'}); "
         f"{first_note}ingestion alone {m['ingest_s']:.1f} s ({m['ingest_cpu_s']:.1f} s of CPU, "
         f"{m['ingest_s'] / read:.1f}x the read), peak RSS {m['ingest_rss_mb']:,.0f} MB. {memory_note(m)} "
-        f"Phase by phase: {phase_note(m)}."
+        f"Phase by phase: {phase_note(m)}.{wait_note(m)}"
     )
 
 
