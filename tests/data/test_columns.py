@@ -165,12 +165,13 @@ def test_a_wide_chunk_s_block_of_rows_is_reused_only_once_nothing_holds_it():
     kept, kept_values = first[3:9], first[3:9].copy()
     second, _ = encoded(2)
     view = memoryview(second)
-    held = [encoded(seed)[0] for seed in (3, 4, 5)]  # the pool's four blocks all held: a fifth, kept by none
+    most = type(layout._rows).MOST
+    held = [encoded(seed)[0] for seed in range(3, most + 2)]  # the blocks kept all held: one more, kept by none
     blocks = [weakref.ref(owner(array)) for array in (first, second, *held)]
-    assert len({id(block()) for block in blocks}) == 5
+    assert len({id(block()) for block in blocks}) == most + 1
     del first, second, view, held
-    again, values = encoded(6)
-    assert any(owner(again) is block() for block in blocks[1:4]), "a block let go is laid out in again"
+    again, values = encoded(most + 2)
+    assert any(owner(again) is block() for block in blocks[1:most]), "a block let go is laid out in again"
     assert owner(again) is not blocks[0]() and np.array_equal(kept, kept_values), "one a slice holds is not"
     assert np.array_equal(np.sort(again, axis=0), np.sort(values, axis=0))
 

@@ -311,8 +311,9 @@ class _Blocks:
     a block is free only when its reference count, which each view of it (a slice, a memoryview) raises, is the
     pool's own: the same as a block that nothing else ever held, counted the same way."""
 
-    MOST = 4
-    """Blocks kept: the chunk laid out, the one before it (its caller's until then) and two queued writes."""
+    MOST = 3
+    """Blocks kept: the chunk laid out and the two before it, which the caller (until it hands on the next one) and
+    the writes a sink has queued (snakeddp.data.inplace.WRITES_AHEAD) may hold; each kept block is peak memory."""
 
     def __init__(self) -> None:
         self.blocks: list[np.ndarray] = []
