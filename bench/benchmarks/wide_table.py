@@ -14,7 +14,7 @@ note says so) whose peak, failcnt and CPU seconds are read. Against it, measured
 reading the 8 files (``pyarrow.parquet.read_table``, all columns, its threads) and the seconds ``trainer.fit``
 took (the run's provenance, ``timing.duration_s``). Issue 74's targets: the whole pass at most 1.25x their sum,
 and the first training step at most 5 s after the workflow started. Each phase's wall and CPU seconds are the
-spans between the marks the workflow's files show (train partition 0 published, ingestion's end, the first
+spans between the marks the workflow's files show (ingestion's end, the first
 step, the manifest, training's end). Ingestion alone is timed again in a fresh process (its wall time, CPU
 and peak RSS) to say where the rest went.
 """
@@ -98,8 +98,9 @@ def config(folder: Path) -> dict[str, Any]:
 
 # When each mark of the workflow was passed, from the files it wrote (each file's last write), in the order they
 # are expected; the first step's from the run's record (timing.phases). The phases are the spans between them.
+# No mark for train partition 0's publication: ingestion writes every entry again as it ends (data.table), so their
+# mtimes tell its end (a first step at 11.73 s read as partition 0 published at 21.36 s).
 MARKS = (
-    ("train partition 0 published", "results/data/*/train/part-00000.json"),
     ("ingestion ended", "logs/data/*/ingest.log"),
     ("the first step", None),
     ("the manifest written", "results/data/*/manifest-*.json"),
