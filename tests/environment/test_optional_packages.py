@@ -178,6 +178,9 @@ def test_a_delta_table_stops_with_a_hint_whose_command_lasts_and_then_its_versio
 
 
 def test_pyspark_stops_with_a_hint_whose_command_lasts_and_then_the_spark_profile_plans(checkout):
+    """Last in the file: once pyspark is in the locks, every later tools/add.sh builds pyspark's sdist again in the
+    re-lock's throwaway venv (uv: "Identified uncached distribution: pyspark==4.3.0"), 20-25 s of CPU each: with this
+    test second, the file took 325 s of CPU instead of 204-234 s (tools/add.sh adlfs 41.4 s instead of 21.6 s)."""
     write_config(checkout, {**TINY, "launch": {**TINY["launch"], "devices": 2}})
     dry_run = ("snakemake", "--profile", "profiles/spark", "-n")
     refused = typed(checkout, *dry_run, MASTER="local[2]")
