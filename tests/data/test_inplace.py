@@ -5,6 +5,9 @@ the file otherwise (a multiclass task's labels come before its features). The ch
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ from snakeddp.data.inplace import InPlace
 from snakeddp.data.table import TableError, ingest
 from snakeddp.util.hashing import blake3_file
 from tests.data.test_windowed import folder_of
+from tests.helpers import subprocess_env
 from tests.tables import frame, params
 
 
@@ -74,3 +78,40 @@ def test_rows_other_than_the_ids_a_file_was_opened_with_stop_it_in_one_line_and_
     assert line.startswith("part.safetensors: other rows than the table's files said it holds")
     assert line.endswith("HINT: rerun once the table is no longer being written.")
     assert list(tmp_path.iterdir()) == []
+
+
+# A local ingestion killed outright (SIGKILL: no finally runs) once train partition 0 is in place, while validation,
+# which takes rows from every window, is still being written.
+KILLED = """
+import json, os, signal, sys
+from snakeddp.data import split, windowed
+from snakeddp.data.table import ingest
+
+if sys.argv[3] == "windows":
+    split.WINDOW_ROWS = 1000
+    said = windowed.say
+    def killed_once_published(line):
+        said(line)
+        if "partition 0 published" in line:
+            os.kill(os.getpid(), signal.SIGKILL)
+    windowed.say = killed_once_published
+else:
+    synced = os.fsync
+    def killed_syncing(fd):  # the global split publishes every file at its end: killed as it syncs the first
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.fsync = killed_syncing
+ingest(json.loads(sys.argv[1]), sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("split_by", ["global", "windows"])
+def test_a_killed_ingestion_leaves_its_partial_files_only_in_train(tmp_path, split_by):
+    """data_table's outputs are train/ (a directory), val.*, and ingest.json: a file begun beside them, as
+    validation's partial file was, outlived the job, which Snakemake removes (train/ with all it holds)."""
+    folder = folder_of(tmp_path, rows=3000)
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", KILLED, json.dumps(params(folder, partitions=3)), str(out), split_by]
+    killed = subprocess.run(command, env=subprocess_env(), capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert sorted(os.listdir(out)) == ["train"]
+    assert ".val.safetensors.partial" in os.listdir(out / "train")

@@ -77,10 +77,13 @@ class InPlace:
         feature: tuple[str, tuple[int, ...]],
         binary: bool,
         ids: Sequence[np.ndarray] | None = None,
+        scratch: Path | None = None,
     ) -> None:
         """``ids``: each file's ids where they are known before reading (each file is then hashed as it is
-        written); the rows handed to ``add`` must have them, in that order."""
+        written); the rows handed to ``add`` must have them, in that order. ``scratch``: the folder each file is
+        written in until it is complete (default: its own), on the file system of its final place."""
         self.binary = binary
+        self.scratch = scratch
         self.files: list[_File] = []
         # Syncs and hashes beside the reading: the disk writes back while the next rows are decoded.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snakeddp-inplace")
@@ -119,7 +122,7 @@ class InPlace:
             position += specs[name][0].itemsize * int(np.prod(specs[name][1], dtype=np.int64))
         ends = {name: starts[name] + specs[name][0].itemsize * int(np.prod(specs[name][1])) for name in order}
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.partial")
+        partial = (self.scratch or path.parent) / f".{path.name}.partial"
         fd = os.open(partial, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o666)  # less the umask
         os.write(fd, header)
         os.ftruncate(fd, position)

@@ -299,7 +299,10 @@ def _ingest(
     elif counts is not None:
         check_empty(table, [t for t in range(partitions + 1) if counts[t] == 0], int(counts.sum()), partitions)
         ids = global_ids(counts, params["seed"], table.val_fraction, partitions)
-        placed = InPlace(paths, counts, metadata, layout.feature_spec(), binary=classes == 1, ids=ids)
+        # Validation's partial file in train/ too: a directory output, which Snakemake removes with a killed job's.
+        placed = InPlace(
+            paths, counts, metadata, layout.feature_spec(), binary=classes == 1, ids=ids, scratch=out / "train"
+        )
         try:
             _read_rows(source, layout, params, placed, rows, stats, check)
         except BaseException:

@@ -49,7 +49,9 @@ class Published:
     def _open(self, target: int) -> None:
         path, n, meta = self.paths[target], self.counts[target], self.metadata[target]
         known = None if self.ids is None else [self.ids(target)]
-        self.open[target] = InPlace([path], [n], [meta], self.feature, self.binary, known)
+        # Every partial file in train/ (target 0's folder), validation's too: Snakemake removes it with a killed job's.
+        scratch = self.paths[0].parent
+        self.open[target] = InPlace([path], [n], [meta], self.feature, self.binary, known, scratch)
 
     def begin(self, window: Window) -> None:
         """Open the partitions that ``window`` is the first to feed."""
