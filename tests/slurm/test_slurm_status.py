@@ -32,7 +32,9 @@ def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_et
     flow.write_config(
         config(
             data={"num_train_files": 3, "num_records_per_train_file": 4001, "num_val_records": 300, "num_features": 16},
-            trainer={"max_epochs": 3, "batch_size": 16, "early_stopping": {"enabled": False}},
+            # Epochs enough for a status typed every second or two to find a run mid-training under CI's load
+            # (3 were missed: the run trained from one status to the next).
+            trainer={"max_epochs": 8, "batch_size": 16, "early_stopping": {"enabled": False}},
             launch={"devices": 2},
             sweep={"seed": [1, 2]},
         )
