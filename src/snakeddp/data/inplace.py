@@ -262,19 +262,11 @@ def _write_held(file: _File) -> None:
 
 
 def _checksum(file: _File) -> dict[str, str]:
-    """A complete, synced file's checksum entry; its pages then leave the page cache unless it is to stay there."""
-    if file.digest is None:
-        return _hashed(file.path, file.cached)
+    """A complete, synced file's checksum entry (taken as it was written, else read back from the page cache); its
+    pages then leave the page cache unless it is to stay there."""
+    checksum = partition_file_checksum(file.path) if file.digest is None else partition_hashed(file.digest)
     if not file.cached:
         pagecache.drop(file.path)
-    return partition_hashed(file.digest)
-
-
-def _hashed(path: Path, cached: bool) -> dict[str, str]:
-    """A complete, synced file's checksum; its pages then leave the page cache unless it is to stay there."""
-    checksum = partition_file_checksum(path)
-    if not cached:
-        pagecache.drop(path)
     return checksum
 
 
