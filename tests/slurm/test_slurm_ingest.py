@@ -26,6 +26,13 @@ from tests.spread_tables import bad_value_said_as_locally, delta_table, parquet_
 pytestmark = [pytest.mark.slurm]
 
 
+def sacct_lines(job: str, env: dict[str, str]) -> list[str]:
+    """Each of the job's steps: state, exit code, reason (what a failed assertion shows)."""
+    listed = subprocess.run(["sacct", "-n", "-P", "-j", job, "--format=JobID,State,ExitCode,Reason"], env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    return listed.stdout.splitlines()
+
+
 def slurm_env(cluster: Cluster) -> dict[str, str]:
     return {**subprocess_env(**cluster.env()), "SNAKEDDP_PLATFORM": "slurm"}
 
@@ -83,8 +90,25 @@ def test_a_step_stopped_by_sigterm_cancels_its_array_job_and_leaves_nothing(slur
         if states and not {"PENDING", "RUNNING", "REQUEUED"} & set(states):
             break
         time.sleep(0.5)
-    assert "CANCELLED" in states and "COMPLETED" not in states, states
+    assert "CANCELLED" in states and "COMPLETED" not in states, (states, sacct_lines(job, env))
     assert os.listdir(out) == ["train"] and not os.listdir(out / "train")
+
+
+def test_scancel_that_fails_is_asked_again_and_then_said_and_an_ended_job_once(slurm_cluster, tmp_path, capfd):
+    """The cancel on the way out: a scancel that does not reach the controller (here its port is closed) is asked
+    again, then said in one line with the command to type; a job that has ended is asked of once, in silence."""
+    unreachable = tmp_path / "slurm.conf"
+    port = slurm_cluster.ports["slurmctld"]
+    unreachable.write_text(slurm_cluster.conf.read_text().replace(f"SlurmctldPort={port}", f"SlurmctldPort={port + 7}"))
+    env = {**slurm_env(slurm_cluster), "SLURM_CONF": str(unreachable)}
+    slurm_ingest.cancel("12345", env, tries=2)
+    said = capfd.readouterr().err.splitlines()
+    assert [line for line in said if "scancel 12345 failed 2 times" in line and line.endswith(": scancel 12345")], said
+    ended = subprocess.run(["sbatch", "--parsable", "--wait", "--wrap=true"], env=slurm_env(slurm_cluster),
+                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    started = time.monotonic()
+    slurm_ingest.cancel(ended, slurm_env(slurm_cluster), tries=2)
+    assert time.monotonic() - started < 1.0 and not capfd.readouterr().err
 
 
 @pytest.mark.e2e

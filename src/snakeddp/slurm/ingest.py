@@ -40,6 +40,10 @@ TASK_MINUTES = 30
 TASK_MEM_MB = 4000
 # Seconds between two looks at the folder for pieces read.
 POLL_S = 0.5
+# scancel's tries before the step gives up on its array job (a second apart).
+CANCEL_TRIES = 5
+# What scancel says of a job there is nothing left to cancel of (ended, or long forgotten): not asked again.
+ENDED = ("already completing or completed", "Invalid job id")
 
 
 class SlurmIngestError(ConfigError):
@@ -124,10 +128,23 @@ def as_array_job(
             raise unfinished(folder, missing, job, process.returncode, process.stderr.read())
     except BaseException:
         if job:  # also where sbatch has gone: a SIGTERM to the step's job reaches it too, not the array
-            subprocess.run(["scancel", job], env=dict(env), capture_output=True, check=False)
+            cancel(job, env)
         process.kill()
         process.wait()
         raise
+
+
+def cancel(job: str, env: Mapping[str, str], tries: int = CANCEL_TRIES) -> None:
+    """scancel, asked again while it fails: one that did not reach a busy controller (its RPC timed out) left the
+    array reading on, into the pieces' folder removed on the way out (its tasks then FAILED, not CANCELLED)."""
+    for attempt in range(tries):
+        done = subprocess.run(["scancel", job], env=dict(env), capture_output=True, text=True, check=False)
+        if done.returncode == 0 or any(word in done.stderr for word in ENDED):
+            return
+        if attempt < tries - 1:
+            time.sleep(1.0)
+    why = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+    say(f"ingest: scancel {job} failed {tries} times ({why[0]}); its tasks may still run: scancel {job}")
 
 
 def result_of(folder: Path, index: int) -> dict[str, Any] | None:
