@@ -8,6 +8,7 @@ import resource
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -41,6 +42,11 @@ FILE_SECONDS: dict[str, float] = {}
 # every run says which files spend it.
 FILE_CPU: dict[str, float] = {}
 CPU_SHOWN = 25
+# Per xdist worker: when its last test ended (seconds after the controller's start) and its files, in order. The
+# run ends with its last worker: the summary says which, and with which files, so a slow tail is found in CI's log.
+WORKER_ENDS: dict[str, float] = {}
+WORKER_FILES: dict[str, list[str]] = {}
+_STARTED = time.monotonic()
 _cpu_at_last_report = [0.0]
 # CPU of the session's own processes (the kept warm ones) waited for at its end, when the last file's teardown
 # runs: theirs, not that file's; the table shows it on a line of its own.
@@ -115,6 +121,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     path = report.nodeid.split("::")[0]
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is not None:
+        WORKER_ENDS[worker.id] = time.monotonic() - _STARTED
+        files = WORKER_FILES.setdefault(worker.id, [])
+        if not files or files[-1] != path:
+            files.append(path)
     FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
     cpu = sum(value for name, value in report.user_properties if name == "cpu_s")
     FILE_CPU[path] = FILE_CPU.get(path, 0.0) + cpu
@@ -132,6 +144,12 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.section(f"CPU per test file: {total:.0f} s in all, the {CPU_SHOWN} that spent most")
     for path, cpu in sorted(FILE_CPU.items(), key=lambda item: -item[1])[:CPU_SHOWN]:
         terminalreporter.write_line(f"{cpu:8.1f} s CPU {FILE_SECONDS[path]:8.1f} s wall  {path}")
+    for worker, ended in sorted(WORKER_ENDS.items(), key=lambda item: item[1]):
+        files = WORKER_FILES[worker]
+        terminalreporter.write_line(
+            f"worker {worker}: its last test ended {ended:.0f} s after the start; {len(files)} files, the last "
+            + ", ".join(path.removeprefix("tests/") for path in files[-3:])
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
