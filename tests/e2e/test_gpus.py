@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp.environment.cuda import locked as cuda_locked
+from snakeddp.util import gpus
 from tests.gpu_standin import StandIn
 from tests.helpers import TINY, Workflow, subprocess_env
 
@@ -282,13 +283,23 @@ def test_after_a_driver_upgrade_without_a_reboot_auto_plans_the_cpu_and_gpu_is_r
 
 def test_an_nvml_that_never_answers_blocks_neither_the_plan_nor_the_ranks_and_is_named(tmp_path: Path):
     """A GPU fallen off the bus blocks nvmlInit (here for 600 s, in every process that asks): each process gives
-    NVML 5 s, says so, and the run trains on the CPU."""
+    NVML the seconds SNAKEDDP_NVML_TIMEOUT_S says (1 here: five processes ask, the Snakefile's reads, the
+    environment step, the launcher and the rank, and 5 s each, the default tests/util/test_gpus.py waits out,
+    was 25 s of this test), says so, and the run trains on the CPU."""
     standin = StandIn(tmp_path / "gpus", count=1, nvml_slow_s=600)
     flow, env = one_rank_auto(standin, tmp_path)
+    refused = flow.run("-n", check=False, env={**env, gpus.NVML_TIMEOUT_VARIABLE: "0"}, wrap=standin.command)
+    (line,) = hints(refused)
+    assert refused.returncode != 0 and line == (
+        "SNAKEDDP_NVML_TIMEOUT_S='0' is not a number of seconds above 0 (how long each process waits for NVML's "
+        "answer). HINT: set it to one, e.g. SNAKEDDP_NVML_TIMEOUT_S=5, or unset it"
+    ), refused.stderr[-3000:]
+    # What the HINT says: a number of seconds.
+    env[gpus.NVML_TIMEOUT_VARIABLE] = "1"
     line, trained = trained_with_its_line(flow, env, standin)
     assert line.startswith(
         "snakeddp: run base: 1 rank, and this machine shows no GPU this process can use (NVML did not answer within "
-        "5 s; the host's driver lists 1): launch.accelerator auto trains it on the CPU"
+        "1 s; the host's driver lists 1): launch.accelerator auto trains it on the CPU"
     ), line
     assert "HINT: check the GPUs with nvidia-smi" in line and line.endswith("or set launch.accelerator: cpu."), line
     assert trained["launch"]["accelerator"] == "cpu"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from snakeddp.errors import ConfigError
 from snakeddp.util import gpus
 from tests.gpu_standin import StandIn
 from tests.helpers import subprocess_env
@@ -116,6 +117,7 @@ def test_index_style_cuda_visible_devices_on_a_mig_host_shows_the_indexed_gpus_s
 # nodes opened, and how long it took (s).
 ANSWER = """
 import sys, time
+from snakeddp.errors import ConfigError
 from snakeddp.util import gpus
 started = time.monotonic()
 seen = gpus.driver(nvml=sys.argv[1] == "nvml")
@@ -209,3 +211,16 @@ def test_slurms_index_on_a_mig_host_is_the_gpus_slice_as_nvml_and_the_stand_ins_
     assert done.stdout.strip() == "NVIDIA A100-SXM4-40GB MIG 1g.5gb, compute capability 8.0, CUDA 13.0 build", (
         done.stderr[-2000:]
     )
+
+
+def test_the_nvml_wait_is_the_variables_seconds_and_no_number_above_0_is_one_line_with_a_hint():
+    assert gpus.nvml_timeout_s({}) == gpus.NVML_TIMEOUT_S == 5.0
+    assert gpus.nvml_timeout_s({gpus.NVML_TIMEOUT_VARIABLE: " 0.5 "}) == 0.5
+    for given in ("abc", "0", "-1", "nan", "inf"):
+        with pytest.raises(ConfigError) as refused:
+            gpus.nvml_timeout_s({gpus.NVML_TIMEOUT_VARIABLE: given})
+        said = str(refused.value)
+        assert "\n" not in said and said.startswith(f"SNAKEDDP_NVML_TIMEOUT_S={given!r} is not a number"), said
+        # What the HINT says: the number it gives, or unset.
+        assert "HINT: set it to one, e.g. SNAKEDDP_NVML_TIMEOUT_S=5, or unset it" in said
+        assert gpus.nvml_timeout_s({gpus.NVML_TIMEOUT_VARIABLE: "5"}) == gpus.nvml_timeout_s({}) == 5.0

@@ -11,7 +11,7 @@ on a GPU host still shows the host's /proc, and reaches none of them, and a cgro
 it denies. Neither costs a CUDA context.
 
 Where NVML is there and fails (a driver/library version mismatch after a driver upgrade without a reboot, a
-lost GPU), or does not answer within ``NVML_TIMEOUT_S`` (a GPU fallen off the bus blocks nvmlInit), CUDA would
+lost GPU), or does not answer within ``nvml_timeout_s()`` (a GPU fallen off the bus blocks nvmlInit), CUDA would
 fail or block alike: no GPU is usable, and ``Driver.problem`` quotes NVML's own words for the line that
 refuses or falls back to the CPU. The query runs on a thread of its own, abandoned when it does not answer.
 
@@ -34,11 +34,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from snakeddp.errors import ConfigError
+
 DRIVER = Path("/proc/driver/nvidia")
 DEVICES = Path("/dev")
 VISIBLE = "CUDA_VISIBLE_DEVICES"
-#: How long NVML's answer is waited for: it takes well under a second on a healthy host.
+#: How long NVML's answer is waited for: it takes well under a second on a healthy host. ``NVML_TIMEOUT_VARIABLE``
+#: sets another in every process of a workflow (more where nvmlInit is slow but answers: many GPUs without
+#: persistence mode; less where waiting on a GPU known to be lost costs each process, as the tests' does).
 NVML_TIMEOUT_S = 5.0
+NVML_TIMEOUT_VARIABLE = "SNAKEDDP_NVML_TIMEOUT_S"
 # nvmlReturn_t's values (nvml.h): a process its cgroup denies a GPU; no NVML or no driver (read /proc instead).
 NVML_NO_PERMISSION = 4
 NVML_ABSENT = (9, 12)  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
@@ -202,6 +207,24 @@ def _ask_nvml() -> _Answer | str | None:
         pynvml.nvmlShutdown()
 
 
+def nvml_timeout_s(env: Mapping[str, str] = os.environ) -> float:
+    """The seconds this process waits for NVML's answer: ``NVML_TIMEOUT_VARIABLE``'s where it is set, else
+    NVML_TIMEOUT_S; one line with a HINT where it is no number of seconds above 0."""
+    given = env.get(NVML_TIMEOUT_VARIABLE, "").strip()
+    if not given:
+        return NVML_TIMEOUT_S
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigError(
+            f"{NVML_TIMEOUT_VARIABLE}={given!r} is not a number of seconds above 0 (how long each process waits for "
+            f"NVML's answer). HINT: set it to one, e.g. {NVML_TIMEOUT_VARIABLE}={NVML_TIMEOUT_S:g}, or unset it"
+        )
+    return seconds
+
+
 @functools.cache
 def _nvml() -> _Answer | str | None:
     """NVML's answer (see _ask_nvml), or 'NVML did not answer within N s', asked once per process (the answer
@@ -216,10 +239,11 @@ def _nvml() -> _Answer | str | None:
             answer.append(error)
 
     asking = threading.Thread(target=ask, name="snakeddp-nvml", daemon=True)
+    timeout = nvml_timeout_s()
     asking.start()
-    asking.join(NVML_TIMEOUT_S)
+    asking.join(timeout)
     if not answer:
-        return f"NVML did not answer within {NVML_TIMEOUT_S:g} s"
+        return f"NVML did not answer within {timeout:g} s"
     if isinstance(answer[0], BaseException):
         raise answer[0]
     return answer[0]

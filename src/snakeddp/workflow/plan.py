@@ -41,7 +41,7 @@ from snakeddp.report.files import workflow_files
 from snakeddp.run import search as searching
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import keep_scheduler_requests
-from snakeddp.util import hashing, redact
+from snakeddp.util import gpus, hashing, redact
 from snakeddp.workflow import jobenv, preflight
 from snakeddp.workflow.paramfile import param_file
 
@@ -320,6 +320,8 @@ def _read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[
         settings=config_schema.settings_part(row).of(validated[row.section]) if row.section else None,
     )
     _no_retry_of_refused_runs(invocation)
+    # Every process's wait for NVML's answer (util.gpus): a bad one is refused here, in one line, before any waits.
+    gpus.nvml_timeout_s()
     # The GPU checks below read the declaration as the jobs will, after the export (environment.cuda_forward_compat).
     os.environ.update(jobenv.forward_compat(validated))
     _settle(validated, contract, invocation)
