@@ -33,6 +33,18 @@ def sacct_lines(job: str, env: dict[str, str]) -> list[str]:
     return listed.stdout.splitlines()
 
 
+def job_states(job: str, env: dict[str, str], within_s: float = 60) -> list[str]:
+    """The job's states (an array's, one a task) once none is pending or running, or at ``within_s``."""
+    deadline, states = time.monotonic() + within_s, []
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "--format=State"], env=env, capture_output=True)
+        states = listed.stdout.decode().split()
+        if states and not {"PENDING", "RUNNING", "REQUEUED"} & set(states):
+            break
+        time.sleep(0.5)
+    return states
+
+
 def slurm_env(cluster: Cluster) -> dict[str, str]:
     return {**subprocess_env(**cluster.env()), "SNAKEDDP_PLATFORM": "slurm"}
 
@@ -83,31 +95,36 @@ def test_a_step_stopped_by_sigterm_cancels_its_array_job_and_leaves_nothing(slur
     assert job.isdigit(), said
     step.send_signal(signal.SIGTERM)
     assert step.wait(timeout=60) == 128 + signal.SIGTERM, step.stderr.read()
-    deadline, states = time.monotonic() + 60, []
-    while time.monotonic() < deadline:
-        listed = subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "--format=State"], env=env, capture_output=True)
-        states = listed.stdout.decode().split()
-        if states and not {"PENDING", "RUNNING", "REQUEUED"} & set(states):
-            break
-        time.sleep(0.5)
-    assert "CANCELLED" in states and "COMPLETED" not in states, (states, sacct_lines(job, env))
+    job_states(job, env)
+    # The job, or its batch step where scancel met a task still being launched (the job then FAILED, 0:53: Slurm's
+    # SIG_FAILURE), is CANCELLED; no task COMPLETED.
+    states = [line.split("|")[1].split()[0] for line in sacct_lines(job, env)]
+    assert "CANCELLED" in states and "COMPLETED" not in states, sacct_lines(job, env)
     assert os.listdir(out) == ["train"] and not os.listdir(out / "train")
 
 
-def test_scancel_that_fails_is_asked_again_and_then_said_and_an_ended_job_once(slurm_cluster, tmp_path, capfd):
+def test_scancel_that_fails_is_asked_again_then_its_hint_cancels_and_an_ended_job_is_asked_once(
+    slurm_cluster, tmp_path, capfd
+):
     """The cancel on the way out: a scancel that does not reach the controller (here its port is closed) is asked
-    again, then said in one line with the command to type; a job that has ended is asked of once, in silence."""
+    again, then said in one line whose HINT, typed, cancels the job; a job that has ended is asked once, in silence."""
+    env = slurm_env(slurm_cluster)
+    submit = ["sbatch", "--parsable", "--output=/dev/null", "--wrap=sleep 300"]
+    running = subprocess.run(submit, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
     unreachable = tmp_path / "slurm.conf"
     port = slurm_cluster.ports["slurmctld"]
     unreachable.write_text(slurm_cluster.conf.read_text().replace(f"SlurmctldPort={port}", f"SlurmctldPort={port + 7}"))
-    env = {**slurm_env(slurm_cluster), "SLURM_CONF": str(unreachable)}
-    slurm_ingest.cancel("12345", env, tries=2)
-    said = capfd.readouterr().err.splitlines()
-    assert [line for line in said if "scancel 12345 failed 2 times" in line and line.endswith(": scancel 12345")], said
-    ended = subprocess.run(["sbatch", "--parsable", "--wait", "--wrap=true"], env=slurm_env(slurm_cluster),
-                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    slurm_ingest.cancel(running, {**env, "SLURM_CONF": str(unreachable)}, tries=2)
+    (line,) = [line for line in capfd.readouterr().err.splitlines() if "HINT:" in line]
+    assert f"scancel {running} failed 2 times" in line, line
+    typed = subprocess.run(["bash", "-c", line.split("`")[1]], cwd=tmp_path, env=env, capture_output=True, check=False)
+    assert typed.returncode == 0, typed
+    assert "CANCELLED" in job_states(running, env), sacct_lines(running, env)
+    done = subprocess.run(
+        [*submit[:-1], "--wait", "--wrap=true"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
     started = time.monotonic()
-    slurm_ingest.cancel(ended, slurm_env(slurm_cluster), tries=2)
+    slurm_ingest.cancel(done.stdout.strip(), env, tries=2)
     assert time.monotonic() - started < 1.0 and not capfd.readouterr().err
 
 

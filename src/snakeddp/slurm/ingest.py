@@ -44,6 +44,8 @@ POLL_S = 0.5
 CANCEL_TRIES = 5
 # What scancel says of a job there is nothing left to cancel of (ended, or long forgotten): not asked again.
 ENDED = ("already completing or completed", "Invalid job id")
+# Seconds the step waits, once scancel is taken, for the array's tasks to be gone before it removes their folder.
+CANCEL_WAIT_S = 20
 
 
 class SlurmIngestError(ConfigError):
@@ -135,16 +137,31 @@ def as_array_job(
 
 
 def cancel(job: str, env: Mapping[str, str], tries: int = CANCEL_TRIES) -> None:
-    """scancel, asked again while it fails: one that did not reach a busy controller (its RPC timed out) left the
-    array reading on, into the pieces' folder removed on the way out (its tasks then FAILED, not CANCELLED)."""
+    """scancel, asked again while it fails, then waited for until no task of the array is left (at most
+    CANCEL_WAIT_S): the pieces' folder is removed on the way out, and a task still being launched then could not
+    open its log there and ended FAILED (Slurm's SIG_FAILURE, 53), a stray slurmstepd left behind."""
     for attempt in range(tries):
         done = subprocess.run(["scancel", job], env=dict(env), capture_output=True, text=True, check=False)
         if done.returncode == 0 or any(word in done.stderr for word in ENDED):
+            _left(job, env)
             return
         if attempt < tries - 1:
             time.sleep(1.0)
     why = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-    say(f"ingest: scancel {job} failed {tries} times ({why[0]}); its tasks may still run: scancel {job}")
+    say(
+        f"ingest: scancel {job} failed {tries} times ({why[0]}), so the array's tasks may still be reading. HINT: "
+        f"type `scancel {job}` once the controller answers."
+    )
+
+
+def _left(job: str, env: Mapping[str, str]) -> None:
+    """Wait while squeue lists a task of ``job`` (cancelled tasks stay listed while they complete)."""
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], env=dict(env), capture_output=True, text=True)
+        if listed.returncode != 0 or not listed.stdout.strip():
+            return
+        time.sleep(0.2)
 
 
 def result_of(folder: Path, index: int) -> dict[str, Any] | None:
