@@ -18,6 +18,23 @@ fi
 if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then
     export UV_FIND_LINKS=$PIP_FIND_LINKS
 fi
+# tools/pypi.toml (PyPI's files cached as PyPI's own headers say, which a proxy may strip) where the user's uv reads
+# no configuration of its own (a mirror in their uv.toml stays theirs): user, system, or a project's above this one.
+uv_configured() {
+    local dir system=${XDG_CONFIG_DIRS:-}
+    [[ -n ${UV_CONFIG_FILE:-}${UV_NO_CONFIG:-} ]] && return 0
+    for dir in "${XDG_CONFIG_HOME:-$HOME/.config}" ${system//:/ } /etc/xdg /etc; do
+        [[ -f $dir/uv/uv.toml ]] && return 0
+    done
+    dir=$PWD
+    while [[ -n $dir ]]; do
+        [[ -f $dir/uv.toml ]] || grep -qs '^\[tool\.uv' "$dir/pyproject.toml" && return 0
+        dir=${dir%/*}
+    done
+    return 1
+}
+pypi_config=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pypi.toml
+if [[ -f $pypi_config ]] && ! uv_configured; then export UV_CONFIG_FILE=$pypi_config; fi
 # uv hashes no find-links file (0.13.8: "Hash-checking is enabled, but no hashes were provided or computed for:
 # torch==2.13.0+cpu"), so a locked package whose wheel a find-links folder holds, with a sha256 the locks
 # list (this machine's CPU torch), is installed from that file by its URL, the hash still checked.

@@ -126,6 +126,27 @@ def test_a_package_removed_by_hand_is_reported_in_one_line_and_put_back(checkout
     assert again.returncode == 0 and "changed" not in again.stdout
 
 
+def test_an_sdist_read_online_again_is_taken_from_uvs_cache_where_the_user_has_no_uv_config(checkout, tmp_path):
+    """Through a proxy that strips PyPI's cache headers (this machine's), uv downloaded each file an online resolution
+    read again, and an sdist downloaded again is a new cache entry, without the wheel built from the last one: each
+    re-lock built pyspark again once it was locked. tools/uv.sh gives uv tools/pypi.toml (PyPI's own headers) where
+    the user's uv reads no configuration of its own, and leaves one of theirs alone."""
+    said = 'source tools/progress.sh; source tools/uv.sh; echo "${UV_CONFIG_FILE:-none}"'
+    assert typed(checkout, "bash", "-c", said).stdout.strip() == str(checkout / "tools/pypi.toml")
+    own = tmp_path / "config" / "uv" / "uv.toml"
+    own.parent.mkdir(parents=True)
+    own.write_text('index-strategy = "first-index"\n')
+    assert typed(checkout, "bash", "-c", said, XDG_CONFIG_HOME=str(own.parent.parent)).stdout.strip() == "none"
+    # connection-pool 0.0.3: an sdist only (3.8 KB), resolved online twice into a cache of the test's own.
+    (tmp_path / "pool.in").write_text("connection-pool==0.0.3\n")
+    uv = 'source tools/progress.sh; source tools/uv.sh; "$uv"'
+    resolve = f"{uv} pip compile --quiet --python .venv/bin/python {tmp_path}/pool.in"
+    for _ in range(2):
+        done = typed(checkout, "bash", "-c", resolve, UV_CACHE_DIR=str(tmp_path / "cache"))
+        assert done.returncode == 0 and "connection-pool==0.0.3" in done.stdout, done.stdout + done.stderr
+    assert len(list((tmp_path / "cache").glob("sdists-*/pypi/connection-pool/0.0.3/*/"))) == 1
+
+
 def editable_metadata(checkout: Path) -> Path:
     """The METADATA of the checkout's editable install of snakeddp (the one dist-info of it in the venv)."""
     (metadata,) = (checkout / ".venv/lib/python3.11/site-packages").glob("snakeddp-*.dist-info/METADATA")
