@@ -164,13 +164,14 @@ def measured(run_dir: Path, wall: float) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def warm_jobs() -> Iterator[dict[str, str]]:
+def warm_jobs(preload: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
     """The environment of a local workflow's jobs: a warm process started as the Snakefile's onstart
     starts it (snakeddp.warm), waited for until it has imported everything it preloads, forks every
-    `python -m snakeddp.launch` started with this environment."""
+    `python -m snakeddp.launch` started with this environment. ``preload``: what the invocation's jobs
+    import (snakeddp.warm.preload.for_rules, as the Snakefile gives it), by default what every step imports."""
     process = WarmProcess()
     env = child_env()
-    env[SOCKET] = process.start(env)
+    env[SOCKET] = process.start(env, preload=preload)
     try:
         if not process.imported(timeout=300):
             raise RuntimeError("the warm process did not finish its imports in 300 s")

@@ -42,6 +42,7 @@ from bench.workflows import Workflow
 from snakeddp import config as configuration
 from snakeddp.config import sources
 from snakeddp.data import synthetic
+from snakeddp.warm import preload
 
 NAME = "datagen"
 TITLE = "2. Data generation"
@@ -146,7 +147,9 @@ def run(ctx: Context) -> Result:
         return {"s": seconds, "bytes": sum(sizes_to_write)}
 
     file_bytes = sum(a.nbytes for a in synthetic.generate(params, "train", 0).values())
-    with runs.warm_jobs() as warm_env:
+    # The warm process of a data-only invocation, as the Snakefile starts it: what the data rules import, no torch
+    # or Lightning (the default, every step's imports, held this benchmark 10 s for their import at load 7).
+    with runs.warm_jobs(preload.for_rules(["data_partition", "data_val", "data_manifest"])) as warm_env:
         samples = alternate(
             {
                 "snakemake": snakemake_stage,
