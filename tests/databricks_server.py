@@ -124,6 +124,11 @@ class DatabricksStub:
         self.outputs: dict[int, str] = {}  # each task run's stdout and stderr, once it ended
         self.clusters: dict[str, dict[str, Any]] = {}
         self.starts_after = 2  # gets of a PENDING cluster before it is RUNNING
+        # Seconds runs/get holds its answer while the run runs, answering once it ends (0: at once). The SDK's
+        # waiter sleeps 1, 2, ... up to 10 s between its gets, so a run is seen to end up to 10 s after it did:
+        # a test that only waits for its runs' ends sets some (a workspace's answer to a get is the same either way).
+        self.gets_held_s = 0.0
+        self.ended: dict[int, threading.Event] = {}
         self.node_types = list(NODE_TYPES)
         stub = self
 
@@ -181,7 +186,10 @@ class DatabricksStub:
                 return self.invalid(request, said)
             return self.submit(request, json.loads(body))
         if path == f"{JOBS}/get" and method == "GET":
-            run = self.runs.get(int(parse_qs(parts.query)["run_id"][0]))
+            run_id = int(parse_qs(parts.query)["run_id"][0])
+            if self.gets_held_s and run_id in self.ended:
+                self.ended[run_id].wait(self.gets_held_s)
+            run = self.runs.get(run_id)
             return self.answer(request, 200, run) if run else self.missing(request, "run")
         if path == f"{JOBS}/get-output" and method == "GET":
             return self.output(request, int(parse_qs(parts.query)["run_id"][0]))
@@ -189,6 +197,8 @@ class DatabricksStub:
             run = self.runs[json.loads(body)["run_id"]]
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": "CANCELED",
                             "state_message": "Run cancelled by the user."}  # fmt: skip
+            if run["run_id"] in self.ended:  # a run a test set down itself has none
+                self.ended[run["run_id"]].set()
             return self.answer(request, 200, {})
         if path.startswith(CLUSTERS + "/"):
             return self.cluster(request, method, path.removeprefix(CLUSTERS + "/"), parts.query, body)
@@ -316,6 +326,7 @@ class DatabricksStub:
                              "cluster_instance": {"cluster_id": cluster_id}, "tasks": [task]}  # fmt: skip
         if existing in self.clusters:
             self.runs[run_id]["cluster_state_at_submit"] = self.clusters[existing]["state"]
+        self.ended[run_id] = threading.Event()
         threading.Thread(target=self.execute, args=(run_id, body), daemon=True).start()
         self.answer(request, 200, {"run_id": run_id})
 
@@ -327,3 +338,4 @@ class DatabricksStub:
         if run["state"].get("result_state") != "CANCELED":
             run["state"] = {"life_cycle_state": "TERMINATED", "result_state": result, "state_message": message}
         run["end_time"] = int(time.time() * 1000)
+        self.ended[run_id].set()

@@ -36,6 +36,8 @@ TOKEN = "dapi-ingest-7d2e-stub-token"
 CLUSTER = {"spark_version": "16.4.x-cpu-ml-scala2.12", "node_type_id": "Standard_D4ds_v5"}
 OUT = "results/data/t-0123456789"
 WORKLOAD_FAILED = "Workload failed, see run output for details"
+# runs/get answers once the run ends (within this): the SDK's waiter would see each run end up to 10 s late.
+GETS_HELD_S = 15.0
 
 
 def driver_env(cluster) -> dict[str, str]:
@@ -77,6 +79,7 @@ def test_the_tasks_command_on_a_spark_cluster_gives_a_local_ingestions_partition
     monkeypatch.setenv("HOME", str(flow))  # no ~/.databrickscfg of this machine's
     monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
     stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=driver(driver_env(spark_cluster), ran))
+    stub.gets_held_s = GETS_HELD_S
     try:
         monkeypatch.setenv("DATABRICKS_HOST", stub.url)
         env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
@@ -118,6 +121,7 @@ def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_
     monkeypatch.setenv("DATABRICKS_TOKEN", TOKEN)
     ran: dict[str, Any] = {}
     stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=driver(driver_env(spark_cluster), ran))
+    stub.gets_held_s = GETS_HELD_S
     try:
         monkeypatch.setenv("DATABRICKS_HOST", stub.url)
         env = {variables.PLATFORM_SECTION: json.dumps({"stage": STAGE, "new_cluster": CLUSTER})}
@@ -156,6 +160,7 @@ def test_snakemake_profile_databricks_ingests_on_the_cluster_and_trains_on_what_
     config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1, "batch_size": 4096}, "data": data}
     ran: dict[str, Any] = {}
     stub = DatabricksStub(tmp_path / "workspace", TOKEN, runner=workflow_driver(spark_cluster, ran))
+    stub.gets_held_s = GETS_HELD_S
     try:
         for profile, until, more in (
             ("databricks", (), {"databricks": {"stage": STAGE, "new_cluster": CLUSTER}}),
