@@ -82,6 +82,36 @@ def table_config(url: str) -> dict:
     return {**TINY, "data": {"source": "table", "num_train_files": 2, "num_classes": 1, "table": table}}
 
 
+def test_a_delta_table_stops_with_a_hint_whose_command_lasts_and_then_its_version_is_planned(checkout):
+    from deltalake import write_deltalake
+
+    from tests.storage_checks import frame
+
+    write_deltalake(str(checkout / "lake" / "churn"), frame(300, 1))
+    write_config(checkout, table_config("lake/churn"))
+    refused = typed(checkout, *DRY_RUN)
+    assert "a Delta table needs the deltalake package" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh deltalake --stage data"
+    kept(checkout, "deltalake", "data")
+    planned = typed(checkout, *DRY_RUN)
+    assert planned.returncode == 0 and "data_table" in planned.stdout, planned.stdout + planned.stderr
+
+
+def test_pyspark_stops_with_a_hint_whose_command_lasts_and_then_the_spark_profile_plans(checkout):
+    """Second, after deltalake: each set-up imports every package added before it, so the cheapest to import come
+    first and the trackers last. Every later tools/add.sh then re-locks with pyspark (an sdist only) in the core lock,
+    and its throwaway venv takes the wheel uv built before (tools/pypi.toml); it was built again each time, 18 s of
+    CPU, so this order took 325 s of CPU against 204-234 s with pyspark last (ed4dd83). Now 136 s against 147 s."""
+    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "devices": 2}})
+    dry_run = ("snakemake", "--profile", "profiles/spark", "-n")
+    refused = typed(checkout, *dry_run, MASTER="local[2]")
+    assert "the spark platform's driver needs pyspark" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh pyspark --stage train"
+    kept(checkout, "pyspark", "train")
+    planned = typed(checkout, *dry_run, MASTER="local[2]")
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
+
+
 def test_a_table_in_each_store_stops_with_a_hint_whose_command_lasts_and_then_the_table_is_ingested(
     checkout, tmp_path_factory
 ):
@@ -120,6 +150,21 @@ def test_a_table_in_each_store_stops_with_a_hint_whose_command_lasts_and_then_th
         gcs.stop()
 
 
+def test_the_azureml_sdk_stops_with_a_hint_whose_command_lasts_and_then_the_profile_plans(checkout):
+    ids = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
+    (checkout / "config.json").write_text(json.dumps(ids))
+    azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "config.json"}}
+    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu"}, "azureml": azureml})
+    dry_run = ("snakemake", "--profile", "profiles/azureml", "-n")
+    refused = typed(checkout, *dry_run)
+    assert "azureml.sdk=v2 needs azure.ai.ml" in refused.stdout + refused.stderr
+    assert follow(checkout, refused) == "tools/add.sh azure-ai-ml azure-identity --stage train"
+    for package in ("azure-ai-ml", "azure-identity"):
+        kept(checkout, package, "train")
+    planned = typed(checkout, *dry_run)
+    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
+
+
 def test_each_tracker_stops_with_a_hint_whose_command_lasts_and_then_a_tiny_run_logs_to_all_three(checkout):
     tracking = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
     write_config(checkout, {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1}, "tracking": tracking})
@@ -145,47 +190,3 @@ def test_each_tracker_stops_with_a_hint_whose_command_lasts_and_then_a_tiny_run_
     )
     logged = typed(checkout, ".venv/bin/python", "-c", read, MLFLOW_ALLOW_FILE_STORE="true")
     assert "val_loss" in logged.stdout, logged.stdout + logged.stderr
-
-
-def test_the_azureml_sdk_stops_with_a_hint_whose_command_lasts_and_then_the_profile_plans(checkout):
-    ids = {"subscription_id": "00000000-0000-0000-0000-000000000000", "resource_group": "rg", "workspace_name": "ws"}
-    (checkout / "config.json").write_text(json.dumps(ids))
-    azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "config.json"}}
-    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu"}, "azureml": azureml})
-    dry_run = ("snakemake", "--profile", "profiles/azureml", "-n")
-    refused = typed(checkout, *dry_run)
-    assert "azureml.sdk=v2 needs azure.ai.ml" in refused.stdout + refused.stderr
-    assert follow(checkout, refused) == "tools/add.sh azure-ai-ml azure-identity --stage train"
-    for package in ("azure-ai-ml", "azure-identity"):
-        kept(checkout, package, "train")
-    planned = typed(checkout, *dry_run)
-    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
-
-
-def test_a_delta_table_stops_with_a_hint_whose_command_lasts_and_then_its_version_is_planned(checkout):
-    from deltalake import write_deltalake
-
-    from tests.storage_checks import frame
-
-    write_deltalake(str(checkout / "lake" / "churn"), frame(300, 1))
-    write_config(checkout, table_config("lake/churn"))
-    refused = typed(checkout, *DRY_RUN)
-    assert "a Delta table needs the deltalake package" in refused.stdout + refused.stderr
-    assert follow(checkout, refused) == "tools/add.sh deltalake --stage data"
-    kept(checkout, "deltalake", "data")
-    planned = typed(checkout, *DRY_RUN)
-    assert planned.returncode == 0 and "data_table" in planned.stdout, planned.stdout + planned.stderr
-
-
-def test_pyspark_stops_with_a_hint_whose_command_lasts_and_then_the_spark_profile_plans(checkout):
-    """Last in the file: once pyspark is in the locks, every later tools/add.sh builds pyspark's sdist again in the
-    re-lock's throwaway venv (uv: "Identified uncached distribution: pyspark==4.3.0"), 20-25 s of CPU each: with this
-    test second, the file took 325 s of CPU instead of 204-234 s (tools/add.sh adlfs 41.4 s instead of 21.6 s)."""
-    write_config(checkout, {**TINY, "launch": {**TINY["launch"], "devices": 2}})
-    dry_run = ("snakemake", "--profile", "profiles/spark", "-n")
-    refused = typed(checkout, *dry_run, MASTER="local[2]")
-    assert "the spark platform's driver needs pyspark" in refused.stdout + refused.stderr
-    assert follow(checkout, refused) == "tools/add.sh pyspark --stage train"
-    kept(checkout, "pyspark", "train")
-    planned = typed(checkout, *dry_run, MASTER="local[2]")
-    assert planned.returncode == 0 and "This was a dry-run" in planned.stdout, planned.stdout + planned.stderr
