@@ -97,7 +97,7 @@ def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_pat
     section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
     data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
     # The run trains one epoch on what the ingestion wrote, in batches of 4,096 rows: TINY's 32 made it 5,620 steps
-    # and 1,875 of validation (the train task's loop 9.9 s, its validation 2.9 s, on this machine's 2 cores).
+    # and 1,875 of validation (test_databricks_ingest's run of the same table: a loop of 9.9 s, a validation of 2.9 s).
     config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1, "batch_size": 4096}, "data": data}
     for profile, until in (("spark", ()), ("local", ("--until", "data_manifest"))):
         (tmp_path / profile).mkdir()
