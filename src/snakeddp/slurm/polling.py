@@ -9,11 +9,11 @@ once, like the test cluster, can be asked every few seconds.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 
 from snakeddp.slurm.nodes import SlurmNodesError
+from snakeddp.util import settings
 
 WATCH_VARIABLE = "SNAKEDDP_SLURM_WATCH_S"
 STATUS_VARIABLE = "SNAKEDDP_SLURM_STATUS_S"
@@ -21,19 +21,8 @@ STATUS_VARIABLE = "SNAKEDDP_SLURM_STATUS_S"
 
 def seconds(variable: str, default: float | None, environ: Mapping[str, str] = os.environ) -> float | None:
     """``variable``'s seconds where it is set, else ``default``; one line with a HINT where it is no number above 0."""
-    given = environ.get(variable, "").strip()
-    if not given:
-        return default
-    try:
-        found = float(given)
-    except ValueError:
-        found = math.nan
-    if not (math.isfinite(found) and found > 0):
-        raise SlurmNodesError(
-            f"{variable}={given!r} is not a number of seconds above 0 (how often Snakemake asks Slurm about this "
-            f"workflow's jobs). HINT: set it to one, e.g. {variable}=10, or unset it"
-        )
-    return found
+    sets = "how often Snakemake asks Slurm about this workflow's jobs"
+    return settings.seconds(environ, variable, default, sets=sets, example=10, error=SlurmNodesError)
 
 
 def cap_status_checks(environ: Mapping[str, str] = os.environ) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snakeddp.errors import ConfigError
+from snakeddp.util import settings
 
 DRIVER = Path("/proc/driver/nvidia")
 DEVICES = Path("/dev")
@@ -210,19 +211,11 @@ def _ask_nvml() -> _Answer | str | None:
 def nvml_timeout_s(env: Mapping[str, str] = os.environ) -> float:
     """The seconds this process waits for NVML's answer: ``NVML_TIMEOUT_VARIABLE``'s where it is set, else
     NVML_TIMEOUT_S; one line with a HINT where it is no number of seconds above 0."""
-    given = env.get(NVML_TIMEOUT_VARIABLE, "").strip()
-    if not given:
-        return NVML_TIMEOUT_S
-    try:
-        seconds = float(given)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise ConfigError(
-            f"{NVML_TIMEOUT_VARIABLE}={given!r} is not a number of seconds above 0 (how long each process waits for "
-            f"NVML's answer). HINT: set it to one, e.g. {NVML_TIMEOUT_VARIABLE}={NVML_TIMEOUT_S:g}, or unset it"
-        )
-    return seconds
+    sets = "how long each process waits for NVML's answer"
+    found = settings.seconds(
+        env, NVML_TIMEOUT_VARIABLE, NVML_TIMEOUT_S, sets=sets, example=NVML_TIMEOUT_S, error=ConfigError
+    )
+    return NVML_TIMEOUT_S if found is None else found
 
 
 @functools.cache
