@@ -98,8 +98,9 @@ def test_a_step_stopped_by_sigterm_cancels_its_array_job_and_leaves_nothing(slur
     job_states(job, env)
     # The job, or its batch step where scancel met a task still being launched (the job then FAILED, 0:53: Slurm's
     # SIG_FAILURE), is CANCELLED; no task COMPLETED.
-    states = [line.split("|")[1].split()[0] for line in sacct_lines(job, env)]
-    assert "CANCELLED" in states and "COMPLETED" not in states, sacct_lines(job, env)
+    lines = sacct_lines(job, env)
+    states = [line.split("|")[1].split()[0] for line in lines]
+    assert "CANCELLED" in states and "COMPLETED" not in states, lines
     assert os.listdir(out) == ["train"] and not os.listdir(out / "train")
 
 

@@ -117,7 +117,6 @@ def test_index_style_cuda_visible_devices_on_a_mig_host_shows_the_indexed_gpus_s
 # nodes opened, and how long it took (s).
 ANSWER = """
 import sys, time
-from snakeddp.errors import ConfigError
 from snakeddp.util import gpus
 started = time.monotonic()
 seen = gpus.driver(nvml=sys.argv[1] == "nvml")
