@@ -360,6 +360,19 @@ def test_which_reasons_end_a_pending_job(reason, ends):
     assert (slurm_watch.verdict(pending(reason), lambda: answer) is not None) is ends
 
 
+@pytest.mark.parametrize("reason", ["PartitionTimeLimit", "PartitionConfig"])
+def test_a_time_limit_above_maxtime_is_named_whichever_partition_reason_slurm_gives(reason):
+    """Slurm 22.05 said PartitionConfig for a 30-minute job on a 5-minute partition on CI's machine."""
+    short = slurm_nodes.ask(slurm_answering([node()], [partition(max_time="00:05:00")]))
+    why, hint = slurm_watch.verdict(pending(reason), lambda: short)
+    assert why == "its time limit (30:00) is above what partition main allows (its MaxTime, 5 minutes)", why
+    assert hint.startswith("lower launch.runtime (minutes) to at most 5, or train on another partition"), hint
+    long = slurm_nodes.ask(slurm_answering([node()], [partition(max_time="01:00:00")]))
+    why, _ = slurm_watch.verdict(pending(reason), lambda: long)
+    expected = {"PartitionConfig": "it asks for more than partition main lets one job have"}
+    assert why == expected.get(reason, "its time limit (30:00) is above what partition main allows"), why
+
+
 @pytest.mark.parametrize("reason", ["ReqNodeNotAvail, UnavailableNodes:n1", "Nodes required for job are DOWN, DRAINED"])
 def test_a_node_reason_ends_a_job_only_when_no_node_that_could_hold_it_is_up(reason):
     up = slurm_nodes.ask(slurm_answering([node(state="ALLOCATED")], [partition()]))

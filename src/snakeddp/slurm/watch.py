@@ -137,27 +137,38 @@ def minutes(limit: str) -> int | None:
     return int(days or 0) * 24 * 60 + hours * 60 + mins
 
 
+def time_above(job: Pending, where: str, partitions: Callable[[], Mapping[str, slurm_nodes.Partition]]) -> int | None:
+    """Partition ``where``'s MaxTime in minutes when ``job``'s time limit is above it; else (or when Slurm does
+    not say) None."""
+    try:
+        known = partitions().get(where)
+    except slurm_nodes.SlurmNodesError:
+        return None
+    most = minutes(known.max_time) if known and known.max_time else None
+    asked = minutes(job.time_limit)
+    return most if most is not None and asked is not None and asked > most else None
+
+
 def verdict(job: Pending, partitions: Callable[[], Mapping[str, slurm_nodes.Partition]]) -> tuple[str, str] | None:
     """Why ``job`` can never start and what to change (the HINT), or None when its reason may clear
     by waiting. ``partitions`` asks Slurm for its nodes, only for a reason that turns on them."""
     code = re.split(r"[,:( ]", job.reason.strip("()"), maxsplit=1)[0]
     where = job.partition.split(",")[0]
+    if code in ("PartitionTimeLimit", "PartitionConfig"):
+        # Slurm 22.05 gives a time limit above MaxTime either reason (PartitionConfig on CI's machine, where
+        # another pass of the scheduler met the job first): the partition's MaxTime tells which it is.
+        over = time_above(job, where, partitions)
+        if over is not None or code == "PartitionTimeLimit":
+            most = f" (its MaxTime, {over} minutes)" if over is not None else ""
+            at_most = f" to at most {over}" if over is not None else ""
+            return (
+                f"its time limit ({job.time_limit}) is above what partition {where} allows{most}",
+                f"lower launch.runtime (minutes){at_most}, or train on another partition (set-resources: train: "
+                "slurm_partition)",
+            )
     if code in FIXED:
         why, hint = FIXED[code]
         return why.format(partition=where), hint.format(partition=where)
-    if code == "PartitionTimeLimit":
-        try:
-            known = partitions().get(where)
-        except slurm_nodes.SlurmNodesError:
-            known = None  # the line then names no MaxTime
-        most = minutes(known.max_time) if known and known.max_time else None
-        limit = f" (its MaxTime, {most} minutes)" if most is not None else ""
-        at_most = f" to at most {most}" if most is not None else ""
-        return (
-            f"its time limit ({job.time_limit}) is above what partition {where} allows{limit}",
-            f"lower launch.runtime (minutes){at_most}, or train on another partition (set-resources: train: "
-            "slurm_partition)",
-        )
     if PER_JOB_LIMIT.match(code):
         return (
             f"it asks for more (or less) than its QOS or account lets any one job have ({code})",
