@@ -69,11 +69,13 @@ def _ingest(args: argparse.Namespace) -> None:
 
 
 def _manifest(args: argparse.Namespace) -> None:
+    from snakeddp.data import names as data_names
     from snakeddp.data.generate import write_dataset_manifest
 
     entries = args.entries
     if len(entries) == 1 and entries[0].is_dir():  # a table's ingestion folder: its partitions' entries
-        entries = [entries[0] / f"part-{index:05d}.json" for index in range(args.params["num_train_files"])]
+        folder = entries[0].parent
+        entries = [folder / f"{data_names.train_partition(i)}.json" for i in range(args.params["num_train_files"])]
     write_dataset_manifest(args.out, args.dataset, args.params, entries, args.val)
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from snakeddp.config import parts
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, pagecache
+from snakeddp.data import names as data_names
 from snakeddp.data import table as tables
 from snakeddp.data.inplace import write_blocks
 from snakeddp.data.layout import chunk_rows, layout_of, probe_rows
@@ -82,7 +83,7 @@ def pieces_folder(out: str | Path) -> Path:
     which Snakemake removes where the job fails, and before its rerun where it was killed; so nothing of an
     ingestion is ever left outside the rule's outputs (the manifest and training name train/'s partitions one by
     one: a hidden folder there is none of them)."""
-    return Path(out) / "train" / PIECES
+    return Path(out) / data_names.TRAIN / PIECES
 
 
 def read_piece(work: Work, piece: Window) -> dict[str, Any]:
@@ -423,7 +424,7 @@ def _copy(source: int, target: int, start: int, at: int, size: int) -> None:
 
 
 def _name(target: int, partitions: int) -> str:
-    return "val" if target == partitions else f"train/part-{target:05d}"
+    return data_names.VALIDATION if target == partitions else data_names.train_partition(target)
 
 
 def _record(

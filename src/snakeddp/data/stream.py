@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from snakeddp.data import names as data_names
 from snakeddp.errors import DataIntegrityError
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
@@ -113,7 +114,7 @@ class Stream:
 
     def __init__(self, root: Path, manifest: Mapping[str, Any]) -> None:
         self.root, self.manifest = root, manifest
-        self.train = root / "train"  # the ingestion's directory output: there while it runs or once it ran
+        self.train = root / data_names.TRAIN  # the ingestion's directory output: there while it runs or once it ran
         self.found: dict[str, dict[str, Any]] = {}  # by name (train/part-00000, val): the entry as its writer wrote it
         self._closed = threading.Event()
 
@@ -127,10 +128,10 @@ class Stream:
     def __getitem__(self, index: int) -> dict[str, Any]:
         if not 0 <= index < len(self):
             raise IndexError(index)
-        return self._entry(f"train/part-{index:05d}", "train/")
+        return self._entry(data_names.train_partition(index), f"{data_names.TRAIN}/")
 
     def val(self) -> dict[str, Any]:
-        return self._entry("val", "")
+        return self._entry(data_names.VALIDATION, "")
 
     def _entry(self, name: str, folder: str, closable: bool = True) -> dict[str, Any]:
         entry = self._wait(name, closable)
@@ -182,10 +183,10 @@ class Stream:
         from snakeddp.data.partitions import manifest_of
 
         for index in range(len(self)):
-            self._entry(f"train/part-{index:05d}", "train/", closable=False)
-        self._entry("val", "", closable=False)
-        train = [self.found[f"train/part-{i:05d}"] for i in range(len(self))]
-        val = dict(self.found["val"])
+            self._entry(data_names.train_partition(index), f"{data_names.TRAIN}/", closable=False)
+        self._entry(data_names.VALIDATION, "", closable=False)
+        train = [self.found[data_names.train_partition(i)] for i in range(len(self))]
+        val = dict(self.found[data_names.VALIDATION])
         params = {**self.manifest["params"], "num_train_files": len(train)}
         task = val.pop("task", None) or self.manifest["task"]
         manifest = manifest_of(self.manifest["dataset"], params, train, val, task)

@@ -31,6 +31,7 @@ import numpy as np
 from snakeddp.config import parts
 from snakeddp.data import columns as cols
 from snakeddp.data import delta, imagefolder, readers, remote, split
+from snakeddp.data import names as data_names
 from snakeddp.data.identity import Check, fingerprint
 from snakeddp.data.inplace import InPlace
 from snakeddp.data.layout import chunk_rows as rows_per_chunk
@@ -286,10 +287,10 @@ def _ingest(
     class_names = _check_classes(source, classes)
     layout = layout_of(source, features, params.get("image") or {}, chunk_rows or probe_rows(features))
     rows = chunk_rows or rows_per_chunk(source, layout)
-    (out / "train").mkdir(parents=True, exist_ok=True)
-    names = [f"train/part-{t:05d}" for t in range(partitions)] + ["val"]
+    (out / data_names.TRAIN).mkdir(parents=True, exist_ok=True)
     metadata = [partition_metadata(t, partitions) for t in range(partitions + 1)]
-    paths = [out / f"{name}.safetensors" for name in names]
+    targets = data_names.targets(partitions)
+    paths = [out / f"{name}.safetensors" for name in targets]
     # Images are written through the spill: their shape may be known only once the first one is decoded.
     found = windows_of(source, params["seed"], partitions) if layout.image is None else None
     counts = known_counts(source, params) if layout.image is None and found is None else None
@@ -301,7 +302,7 @@ def _ingest(
         ids = global_ids(counts, params["seed"], table.val_fraction, partitions)
         # Validation's partial file in train/ too: a directory output, which Snakemake removes with a killed job's.
         placed = InPlace(
-            paths, counts, metadata, layout.feature_spec(), binary=classes == 1, ids=ids, scratch=out / "train"
+            paths, counts, metadata, layout.feature_spec(), binary=classes == 1, ids=ids, scratch=out / data_names.TRAIN
         )
         try:
             _read_rows(source, layout, params, placed, rows, stats, check)
@@ -311,12 +312,12 @@ def _ingest(
         say(f"ingest: {stats.rows_read:,} rows read into {partitions} train partitions and validation")
         entries = placed.finish()
     else:
-        entries = _through_spill(source, layout, params, out, rows, stats, names, check)
+        entries = _through_spill(source, layout, params, out, rows, stats, targets, check)
     task = {**task_of(params, layout), **({"classes": class_names} if class_names else {})}
-    for name, entry in zip(names, entries, strict=True):
+    for name, entry in zip(targets, entries, strict=True):
         atomic_write_json(out / f"{name}.json", {**entry, "task": task} if name == "val" else entry)
     # This machine's stat stamps of the files hashed (place): apart from the entries, which two ingestions share.
-    atomic_write_json(out / WRITTEN, {name: stat_stamp(out / f"{name}.safetensors") for name in names})
+    atomic_write_json(out / WRITTEN, {name: stat_stamp(out / f"{name}.safetensors") for name in targets})
     summary = {
         "generator": GENERATOR,
         "format": source.fmt,
@@ -391,7 +392,7 @@ def _through_spill(
     """The rows through one spill file, then each partition written from its segments."""
     partitions = params["num_train_files"]
     # Inside train/ (the rule's directory output), so an ingestion killed here leaves it where Snakemake removes it.
-    spill = Spill(out / "train" / ".spill", partitions + 1, binary=params["num_classes"] == 1)
+    spill = Spill(out / data_names.TRAIN / ".spill", partitions + 1, binary=params["num_classes"] == 1)
     try:
         _read_rows(source, layout, params, spill, rows, stats, check)
         spill.finish()

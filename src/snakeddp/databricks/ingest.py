@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config import parts
+from snakeddp.data import names as data_names
 from snakeddp.data import remote, spread
 from snakeddp.data import table as tables
 from snakeddp.databricks import PLATFORM, DatabricksError, files, jobside, shared_cluster, spec, staging, workspace
@@ -229,8 +230,8 @@ def step_line(w: Any, ended: Any) -> str | None:
 def outputs(params: Mapping[str, Any]) -> list[str]:
     """What an ingestion writes, relative to its output: every partition and its entry, validation's, its summary
     last (the names a run that succeeded has all written again, so none of an earlier run's can come back)."""
-    names = [f"train/part-{t:05d}" for t in range(params["num_train_files"])] + ["val"]
-    return [f"{name}{suffix}" for name in names for suffix in (".safetensors", ".json")] + ["ingest.json"]
+    targets = data_names.targets(params["num_train_files"])
+    return [f"{name}{suffix}" for name in targets for suffix in (".safetensors", ".json")] + ["ingest.json"]
 
 
 def fetch(w: Any, folder: str, out: Path, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,7 +247,7 @@ def fetch(w: Any, folder: str, out: Path, params: Mapping[str, Any]) -> dict[str
             )
         # In train/ (the data_table rule's directory output), validation's and the summary's too, then moved to its
         # name: a copy that stops (a dropped connection, the job killed) leaves nothing beside the rule's outputs.
-        partial = out / "train" / f".{target.name}.partial"
+        partial = out / data_names.TRAIN / f".{target.name}.partial"
         try:
             if files.download(w, remote, partial) != listed:
                 raise DatabricksError(

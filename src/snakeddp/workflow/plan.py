@@ -31,6 +31,7 @@ from snakeddp.compat import snakemake as snakemake_compat
 from snakeddp.config import coerce, layers, parts, site, sources
 from snakeddp.config import schema as config_schema
 from snakeddp.contract import Invocation, Platform
+from snakeddp.data import names as data_names
 from snakeddp.data import plan as data_plan
 from snakeddp.data import stream as data_stream
 from snakeddp.environment import advisories
@@ -143,8 +144,9 @@ class Plan:
         dataset has), else each partition's entry."""
         data = self.datasets[wildcards.dataset]
         if data["source"] == "table" and int(wildcards.parts) == data["num_train_files"]:
-            return f"results/data/{wildcards.dataset}/train"
-        return [f"results/data/{wildcards.dataset}/train/part-{i:05d}.json" for i in range(int(wildcards.parts))]
+            return f"results/data/{wildcards.dataset}/{data_names.TRAIN}"
+        dataset = f"results/data/{wildcards.dataset}"
+        return [f"{dataset}/{data_names.train_partition(i)}.json" for i in range(int(wildcards.parts))]
 
     def stage_conda_env(self, wildcards: Any) -> str:
         """The conda env of the stage whose environment rule env_capture records."""

@@ -1,0 +1,20 @@
+"""A dataset's files, named relative to its folder (``results/data/<dataset>/``): the train partitions in
+``train/``, then validation. Ingestion writes them there, the workflow asks for them there, and a run's stream
+waits for them there, so the names are spelled once."""
+
+from __future__ import annotations
+
+#: The train partitions' folder: a table's ingestion writes it whole (one directory output), every other
+#: dataset one partition at a time.
+TRAIN = "train"
+VALIDATION = "val"
+
+
+def train_partition(index: int) -> str:
+    """Train partition ``index``'s name, without its suffix (``.safetensors``, ``.json`` for its entry)."""
+    return f"{TRAIN}/part-{index:05d}"
+
+
+def targets(partitions: int) -> list[str]:
+    """Every file's name an ingestion writes, without suffix: the train partitions in order, then validation."""
+    return [train_partition(index) for index in range(partitions)] + [VALIDATION]
