@@ -155,8 +155,8 @@ def verdict(job: Pending, partitions: Callable[[], Mapping[str, slurm_nodes.Part
     code = re.split(r"[,:( ]", job.reason.strip("()"), maxsplit=1)[0]
     where = job.partition.split(",")[0]
     if code in ("PartitionTimeLimit", "PartitionConfig"):
-        # Slurm 22.05 gives a time limit above MaxTime either reason (PartitionConfig on CI's machine, where
-        # another pass of the scheduler met the job first): the partition's MaxTime tells which it is.
+        # Slurm 22.05 gave a job whose time limit is above MaxTime either reason (PartitionConfig on CI's machine,
+        # PartitionTimeLimit here, for the same job): the partition's MaxTime tells which it is.
         over = time_above(job, where, partitions)
         if over is not None or code == "PartitionTimeLimit":
             most = f" (its MaxTime, {over} minutes)" if over is not None else ""
