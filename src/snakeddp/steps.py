@@ -74,8 +74,8 @@ def _manifest(args: argparse.Namespace) -> None:
 
     entries = args.entries
     if len(entries) == 1 and entries[0].is_dir():  # a table's ingestion folder: its partitions' entries
-        folder = entries[0].parent
-        entries = [folder / f"{data_names.train_partition(i)}.json" for i in range(args.params["num_train_files"])]
+        folder = entries[0]
+        entries = [folder / f"{data_names.partition_file(i)}.json" for i in range(args.params["num_train_files"])]
     write_dataset_manifest(args.out, args.dataset, args.params, entries, args.val)
 
 

@@ -10,9 +10,15 @@ TRAIN = "train"
 VALIDATION = "val"
 
 
+def partition_file(index: int) -> str:
+    """Train partition ``index``'s file name inside ``TRAIN``, without its suffix (``.safetensors``, ``.json`` for
+    its entry)."""
+    return f"part-{index:05d}"
+
+
 def train_partition(index: int) -> str:
-    """Train partition ``index``'s name, without its suffix (``.safetensors``, ``.json`` for its entry)."""
-    return f"{TRAIN}/part-{index:05d}"
+    """Train partition ``index``'s name relative to the dataset, without its suffix."""
+    return f"{TRAIN}/{partition_file(index)}"
 
 
 def targets(partitions: int) -> list[str]:
