@@ -157,8 +157,13 @@ def cancel(job: str, env: Mapping[str, str], tries: int = CANCEL_TRIES) -> None:
 def _left(job: str, env: Mapping[str, str]) -> None:
     """Wait while squeue lists a task of ``job`` (cancelled tasks stay listed while they complete)."""
     deadline = time.monotonic() + CANCEL_WAIT_S
-    while time.monotonic() < deadline:
-        listed = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], env=dict(env), capture_output=True, text=True)
+    while (left := deadline - time.monotonic()) > 0:
+        try:  # within the wait's bound: squeue itself waits for a controller that does not answer
+            listed = subprocess.run(
+                ["squeue", "-h", "-j", job, "-o", "%i"], env=dict(env), capture_output=True, text=True, timeout=left
+            )
+        except subprocess.TimeoutExpired:
+            return
         if listed.returncode != 0 or not listed.stdout.strip():
             return
         time.sleep(0.2)
