@@ -218,7 +218,11 @@ class Prefetcher:
         entry = self.entries[index]
         self._files[index] = self.root / entry["file"]
         partition = self._load(entry, place)
-        self.let_go()  # a partition placed off the host (its copy made) reads its file no more
+        if place is not None:
+            # The host's copy of a partition placed off the host ended on this thread, so it let go of its file.
+            # Not otherwise: a partition that ends on the training thread has its release said (``Readers._gone``)
+            # before its mapping is gone, and a drop from this thread in between left every page in the cache.
+            self.let_go()
         return partition
 
     def _load(self, entry: dict[str, Any], place: Callable[[Partition], Partition] | None) -> Partition:
