@@ -7,6 +7,7 @@ import ctypes
 import dataclasses
 import mmap
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -208,6 +209,34 @@ def test_a_partition_moved_off_the_host_lets_go_of_its_files_pages_at_once(tmp_p
     assert torch.equal(moved.ids, read_partition(out / "train" / "part-00001.safetensors").ids)
     prefetcher.close()
     assert len(kept) > 0
+
+
+def test_a_partition_that_ended_on_another_thread_is_dropped_by_the_next_let_go_or_at_once_on_its_own(tmp_path):
+    """Its release is said before it unmaps its file (a weakref's callback): a drop from another thread could fall in
+    between, so that thread's first let_go leaves it to the next, while the thread it ended on drops it at once."""
+    source = table(tmp_path / "table") / "t.parquet"
+    ingest(params(source, partitions=3), tmp_path / "out")
+    first, second = (tmp_path / "out" / "train" / f"part-{i:05d}.safetensors" for i in range(2))
+    readers = pagecache.Readers(lambda p: False)
+    held = [read_partition(first)]
+    readers.read(first, held[0])
+    elsewhere = threading.Thread(target=held.clear)
+    elsewhere.start()
+    elsewhere.join()
+    assert readers.let_go() == [] and resident(first) > 0.9, "ended on another thread: left to the next let_go"
+    assert readers.let_go() == [first] and resident(first) == 0.0
+    dropped: list[list[Path]] = []
+
+    def end_and_let_go() -> None:
+        partition = read_partition(second)
+        readers.read(second, partition)
+        del partition
+        dropped.append(readers.let_go())
+
+    own = threading.Thread(target=end_and_let_go)
+    own.start()
+    own.join()
+    assert dropped == [[second]] and resident(second) == 0.0, "ended on the thread letting go: dropped at once"
 
 
 def test_a_file_is_dropped_once_every_partition_read_from_it_is_gone_and_it_is_not_read_next(tmp_path):

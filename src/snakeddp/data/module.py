@@ -219,9 +219,8 @@ class Prefetcher:
         self._files[index] = self.root / entry["file"]
         partition = self._load(entry, place)
         if place is not None:
-            # The host's copy of a partition placed off the host ended on this thread, so it let go of its file.
-            # Not otherwise: a partition that ends on the training thread has its release said (``Readers._gone``)
-            # before its mapping is gone, and a drop from this thread in between left every page in the cache.
+            # The host's copy of a partition placed off the host ended here: its file is let go of at once. A
+            # partition trained on the host ends on the training thread, which lets go of it (``starting``).
             self.let_go()
         return partition
 

@@ -51,21 +51,24 @@ class Readers:
     """Drops a file's pages once the last object read from it (a partition) is gone and ``wanted`` does not say it
     is read again next. The object's end says its epoch is over (Lightning holds an epoch's loader until the next
     one's is made); the drop waits for ``let_go``, since a weakref's callback runs before the object's tensors, and
-    so the file's mapping, are gone, and the kernel does not drop a mapped page. ``let_go`` is asked on the thread
-    the objects end on: from another one it could fall between the callback and the unmapping (the file then stayed
-    in the cache, in 1 of about 15 runs of tests/data/test_pagecache.py on 2 busy cores)."""
+    so the file's mapping, are gone, and the kernel does not drop a mapped page. An object that ended on another
+    thread than the one letting go may still be unmapping its file: its file is dropped by the next ``let_go``, or
+    at once on its own thread (a drop that fell between the callback and the unmapping left every page in the
+    cache, in 1 of about 15 runs of tests/data/test_pagecache.py on 2 busy cores)."""
 
     def __init__(self, wanted: Callable[[Path], bool]) -> None:
         self._wanted = wanted
         self._alive: Counter[Path] = Counter()
-        self._released: set[Path] = set()
+        self._released: dict[Path, int] = {}  # by file: the thread its last object ended on
+        self._seen: set[Path] = set()  # released on another thread and seen by a let_go: taken by the next
         self._lock = threading.Lock()  # objects are read on the prefetch thread and end on either thread
 
     def read(self, path: str | Path, holder: object) -> None:
         path = Path(path)
         with self._lock:
             self._alive[path] += 1
-            self._released.discard(path)
+            self._released.pop(path, None)
+            self._seen.discard(path)
         weakref.finalize(holder, self._gone, path).atexit = False
 
     def _gone(self, path: Path) -> None:
@@ -73,13 +76,17 @@ class Readers:
             self._alive[path] -= 1
             if self._alive[path] == 0:
                 del self._alive[path]
-                self._released.add(path)
+                self._released[path] = threading.get_ident()
 
     def let_go(self) -> list[Path]:
         """Drop the files whose objects are all gone, but those ``wanted``; the files dropped."""
+        here = threading.get_ident()
         with self._lock:
-            released, self._released = self._released, set()
-        dropped = [path for path in sorted(released) if not self._wanted(path)]
+            taken = sorted(path for path, thread in self._released.items() if thread == here or path in self._seen)
+            for path in taken:
+                del self._released[path]
+            self._seen = set(self._released)
+        dropped = [path for path in taken if not self._wanted(path)]
         for path in dropped:
             drop(path)
         return dropped
