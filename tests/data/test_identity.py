@@ -51,6 +51,31 @@ def test_the_plan_hashes_again_only_the_files_whose_stamp_changed(tmp_path, hash
     assert changed == fingerprint(folder), "the same identity as hashing every file"
 
 
+def test_a_large_hash_at_the_plan_is_said_before_and_after_and_only_for_the_files_it_hashes(
+    tmp_path, hashed, monkeypatch, capsys
+):
+    """Snakemake prints nothing while the Snakefile is read: a table new to the workflow says why the start waits."""
+    folder, cache = tmp_path / "t", tmp_path / "cache.json"
+    folder.mkdir()
+    for i in range(3):
+        frame(rows=50, seed=i).to_csv(folder / f"part-{i}.csv", index=False)
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    monkeypatch.setattr(identity, "SAY_HASHING_BYTES", size)
+    cached_fingerprint(folder, "auto", cache)
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2, said
+    assert said[0].startswith(f"snakeddp: hashing 3 of 3 files of {folder} (") and str(cache) in said[0]
+    assert said[1].startswith(f"snakeddp: hashed {folder} in ") and said[1].endswith(" s")
+    cached_fingerprint(folder, "auto", cache)
+    assert capsys.readouterr().err == "", "nothing hashed, nothing said"
+    frame(rows=50, seed=9).to_csv(folder / "part-1.csv", index=False)
+    cached_fingerprint(folder, "auto", cache)
+    assert hashed[-1:] == ["part-1.csv"] and capsys.readouterr().err == "", "one file, under the size said"
+    (folder / "part-0.csv").write_text((folder / "part-0.csv").read_text() * 4)
+    cached_fingerprint(folder, "auto", cache)
+    assert capsys.readouterr().err.startswith(f"snakeddp: hashing 1 of 3 files of {folder} (")
+
+
 def test_a_file_rewritten_with_its_old_size_and_mtime_is_hashed_again(tmp_path, hashed):
     """What rsync -t or cp -p leave: the size and mtime of the old file over new bytes. The ctime still moved."""
     path, cache = tmp_path / "t.csv", tmp_path / "cache.json"
