@@ -212,10 +212,9 @@ def nvml_timeout_s(env: Mapping[str, str] = os.environ) -> float:
     """The seconds this process waits for NVML's answer: ``NVML_TIMEOUT_VARIABLE``'s where it is set, else
     NVML_TIMEOUT_S; one line with a HINT where it is no number of seconds above 0."""
     sets = "how long each process waits for NVML's answer"
-    found = settings.seconds(
+    return settings.seconds(
         env, NVML_TIMEOUT_VARIABLE, NVML_TIMEOUT_S, sets=sets, example=NVML_TIMEOUT_S, error=ConfigError
     )
-    return NVML_TIMEOUT_S if found is None else found
 
 
 @functools.cache

@@ -4,8 +4,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import overload
 
 
+@overload
+def seconds(
+    environ: Mapping[str, str],
+    variable: str,
+    default: float,
+    *,
+    sets: str,
+    example: float,
+    error: type[Exception],
+) -> float: ...
+@overload
+def seconds(
+    environ: Mapping[str, str],
+    variable: str,
+    default: None,
+    *,
+    sets: str,
+    example: float,
+    error: type[Exception],
+) -> float | None: ...
 def seconds(
     environ: Mapping[str, str],
     variable: str,
