@@ -137,3 +137,33 @@ def test_ingestion_reads_no_file_twice_that_the_plan_hashed_and_nothing_changed_
     with pytest.raises(TableError, match="the table's checksum differs"):
         check.finish()
     assert hashed == ["part-1.parquet"] and check.hashed_again == 1, "a file changed since the plan: hashed as read"
+
+
+def test_a_table_planned_on_another_host_of_a_shared_file_system_is_not_hashed_again(tmp_path, hashed):
+    """A Slurm job plans again on its node, where an NFS or Lustre mount's device number (the kernel's, given in
+    mount order) may differ from the login node's, while the server's inode, size and times are the file's: the
+    plan and ingestion there take the hashes the first plan kept. Any other change to the stamp still rehashes."""
+    folder, cache = tmp_path / "t", tmp_path / "cache.json"
+    folder.mkdir()
+    for i in range(2):
+        frame(rows=60, seed=i).to_parquet(folder / f"part-{i}.parquet")
+    planned = cached_fingerprint(folder, "auto", cache)
+    kept = json.loads(cache.read_text())
+    for entry in kept["files"].values():
+        entry["stamp"][0] += 1  # the device number another host gave the same mount
+    cache.write_text(json.dumps(kept))
+    hashed.clear()
+    assert cached_fingerprint(folder, "auto", cache) == planned and hashed == []
+    check = Check(folder, planned, cache)
+    for i in range(2):
+        with check.reading([folder / f"part-{i}.parquet"]):
+            pass
+    check.finish()
+    assert hashed == [] and check.hashed_again == 0
+    for place in (1, 2, 3, 4):  # inode, size, mtime, ctime: each one moved is a file to hash again
+        moved = json.loads(cache.read_text())
+        entry = moved["files"][str((folder / "part-0.parquet").resolve())]
+        entry["stamp"][place] += 1
+        cache.write_text(json.dumps(moved))
+        hashed.clear()
+        assert cached_fingerprint(folder, "auto", cache) == planned and hashed == ["part-0.parquet"], place

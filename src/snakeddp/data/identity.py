@@ -10,11 +10,17 @@ Spark's writers), so a value changed in place can leave size, mtime and footer a
 
 The content is hashed once: when the workflow plans (``cached_fingerprint``, on several threads: hashlib releases
 the GIL), each file's hash kept in the workflow's ``CACHE`` with its stat stamp (device, inode, size, mtime and
-ctime, which every write moves and no call sets back) and reused while the stamp is unchanged, so a table is not
-hashed again on every start. Ingestion checks that it reads the table planned (``Check``): a file whose stamp is
-the one the plan hashed is that file; any other (changed since, or seen from another node, where the device
-differs) is hashed on a thread while its rows are decoded. Either way its stamp must be the same before and
-after it is read, so the rows ingested are those of the bytes identified.
+ctime, which every write moves and no call sets back) and reused while the stamp is unchanged but for the device
+(``same_file``), so a table is not hashed again on every start. Ingestion checks that it reads the table planned
+(``Check``): a file whose stamp is the one the plan hashed is that file; any other (changed since) is hashed on a
+thread while its rows are decoded. Either way its stamp must be the same before and after it is read, so the rows
+ingested are those of the bytes identified.
+
+The device is left out of the comparison: it is the number this host's kernel gave the mount, and a shared file
+system's (NFS, Lustre: an anonymous device, numbered in mount order) may differ from host to host while the server's
+inode, size and times are the file's everywhere. Each Slurm job plans again on its node, so a device in the
+comparison would hash the whole table again before every job on such a cluster, and each job's entries would
+make the next one's stale.
 """
 
 from __future__ import annotations
@@ -89,7 +95,7 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, liste
     cache = _read_cache(cache_path)
     keys = [str(p.resolve()) for p in files]
     before = [stamp(p) for p in files]
-    todo = [i for i, key in enumerate(keys) if cache.get(key, {}).get("stamp") != before[i]]
+    todo = [i for i, key in enumerate(keys) if not same_file(cache.get(key, {}).get("stamp"), before[i])]
     started = time.time_ns()
     size = sum(before[i][2] for i in todo)
     said = size >= SAY_HASHING_BYTES
@@ -118,6 +124,11 @@ def cached_fingerprint(path: str | Path, fmt: str, cache_file: str | Path, liste
             for p, s, key in zip(files, before, keys, strict=True)
         ]
     )
+
+
+def same_file(recorded: Any, now: list[int]) -> bool:
+    """Whether a recorded stamp (device, inode, size, mtime, ctime) is ``now``'s but for the device."""
+    return isinstance(recorded, list) and len(recorded) == len(now) and recorded[1:] == now[1:]
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
@@ -169,7 +180,7 @@ class Check:
     def _known(self, path: Path, now: list[int]) -> str | None:
         """The plan's hash of ``path``, where the file's stamp is still the one it had when the plan hashed it."""
         entry = self.known.get(str(path.resolve()))
-        if isinstance(entry, dict) and entry.get("stamp") == now and isinstance(entry.get("sha256"), str):
+        if isinstance(entry, dict) and same_file(entry.get("stamp"), now) and isinstance(entry.get("sha256"), str):
             return entry["sha256"]
         return None
 
