@@ -178,7 +178,7 @@ class Check:
             self.entries.append([path.relative_to(base).as_posix(), was[2], digest])
 
     def _known(self, path: Path, now: list[int]) -> str | None:
-        """The plan's hash of ``path``, where the file's stamp is still the one it had when the plan hashed it."""
+        """The plan's hash of ``path``, where the file's stamp is still the one the plan hashed (``same_file``)."""
         entry = self.known.get(str(path.resolve()))
         if isinstance(entry, dict) and same_file(entry.get("stamp"), now) and isinstance(entry.get("sha256"), str):
             return entry["sha256"]
