@@ -2,8 +2,9 @@
 
 Running one benchmark replaces its entry and keeps the others, so ``python -m bench NAME``
 refreshes part of the report; each section says when and where it was measured. Both files are
-committed: results.md is written from results.json alone, so a partial run on a fresh checkout
-keeps the sections it did not rerun.
+committed: results.md is written from results.json and the hand notes beside it (notes.md: what was measured
+outside ``python -m bench``, by section), so a partial run on a fresh checkout keeps the sections it did not rerun,
+and a rerun keeps the hand notes of the sections it did.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, read_json
 
+NOTES = "notes.md"
 HEADER = (
     "# snakeddp benchmarks\n\n"
     "Written by `python -m bench` (`make bench`); raw samples in `bench/results.json`. Every ratio\n"
@@ -39,9 +41,14 @@ def merge(path: Path, results: Iterable[dict[str, Any]], order: list[str]) -> di
     data = load(path)
     for result in results:
         data["benchmarks"][result["name"]] = result
-    data["benchmarks"] = {n: data["benchmarks"][n] for n in order if n in data["benchmarks"]}
+    data = in_order(data, order)
     atomic_write_json(path, json.loads(json.dumps(data, default=float)))
     return data
+
+
+def in_order(data: dict[str, Any], order: list[str]) -> dict[str, Any]:
+    """``data`` with its benchmarks in ``order`` (results.json keeps them by name, results.md by number)."""
+    return {**data, "benchmarks": {n: data["benchmarks"][n] for n in order if n in data["benchmarks"]}}
 
 
 def _number(value: float | None) -> str:
@@ -65,7 +72,21 @@ def _met(met: bool | None) -> str:
     return "—" if met is None else ("yes" if met else "**no**")
 
 
-def markdown(data: dict[str, Any]) -> str:
+def hand_notes(path: Path) -> dict[str, list[str]]:
+    """notes.md's bullets by benchmark name (its ``## name`` headings); none where there is no such file."""
+    if not path.is_file():
+        return {}
+    notes: dict[str, list[str]] = {}
+    section: list[str] | None = None
+    for line in path.read_text().splitlines():
+        if line.startswith("## "):
+            section = notes.setdefault(line[3:].strip(), [])
+        elif line.startswith("- ") and section is not None:
+            section.append(line[2:])
+    return notes
+
+
+def markdown(data: dict[str, Any], notes: dict[str, list[str]] | None = None) -> str:
     lines = [HEADER, "| figure | ours | baseline | ratio | limit | target | met? |", "|---|---|---|---|---|---|---|"]
     for bench in data["benchmarks"].values():
         lines.append(f"| **{bench['title']}** | | | | | | |")
@@ -86,9 +107,10 @@ def markdown(data: dict[str, Any]) -> str:
             f"sizes: {', '.join(f'{k}={v}' for k, v in bench['sizes'].items())}.",
             "",
         ]
-        lines += [f"- {note}" for note in bench["notes"]]
+        lines += [f"- {note}" for note in [*bench["notes"], *(notes or {}).get(bench["name"], [])]]
     return "\n".join(lines) + "\n"
 
 
 def write_markdown(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(path, markdown(data))
+    """results.md at ``path``, from ``data`` and the hand notes beside it."""
+    atomic_write_text(path, markdown(data, hand_notes(path.parent / NOTES)))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import report
 from bench.benchmarks import BENCHMARKS, REGISTERED
 from bench.harness import WARM_SOCKET, alternate, child_env
 from tests.helpers import REPO, subprocess_env
@@ -102,6 +103,7 @@ IN_PROCESS = ("partition_read", "input_pipeline")
 
 def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path):
     before = scratch_dirs()
+    (tmp_path / report.NOTES).write_text("# notes\n\n## partition_read\n\n- Measured by hand on another day.\n")
     benchmarks = run_bench(tmp_path, *IN_PROCESS)
     check_reported(tmp_path, benchmarks, list(IN_PROCESS))
     first = benchmarks["input_pipeline"]["started_at"]
@@ -109,7 +111,19 @@ def test_in_process_benchmarks_report_every_figure_and_keep_the_others(tmp_path)
     assert benchmarks["input_pipeline"]["started_at"] == first
     table = (tmp_path / "results.md").read_text()
     assert table.index("## 1. Partition read") < table.index("## 3. Input pipeline")
+    section = table[table.index("## 1. Partition read") : table.index("## 3. Input pipeline")]
+    own = benchmarks["partition_read"]["notes"][-1]
+    assert section.index(f"- {own}") < section.index("- Measured by hand on another day."), "kept by the rerun"
     assert scratch_dirs() <= before, "the scratch data is deleted"
+
+
+def test_the_committed_results_md_is_results_json_and_the_hand_notes_rendered():
+    """results.md is written by the bench, never by hand: a finding measured outside it goes to notes.md."""
+    folder = REPO / "bench"
+    notes = report.hand_notes(folder / report.NOTES)
+    assert notes and set(notes) <= set(REGISTERED), sorted(notes)
+    data = report.in_order(report.load(folder / "results.json"), list(REGISTERED))
+    assert (folder / "results.md").read_text() == report.markdown(data, notes)
 
 
 @pytest.mark.e2e
