@@ -119,15 +119,20 @@ def test_recorded_phases_are_shown(report):
     for index, run in enumerate(runs):
         run.provenance["timing"]["phases"] = {
             "startup_s": 3.25 + index, "train_loop_s": 1.5, "validation_s": 0.5, "checkpoint_s": 0.25,
-            "teardown_s": 0.75, "total_s": 6.25 + index,
+            "epoch_ends_s": 0.5, "teardown_s": 0.75, "total_s": 6.75 + index,
         }  # fmt: skip
         schema.validate(run.provenance)
     text = render(runs, report)
     card = re.search(r'id="card-time"><div class="label">(.*?)</div><div class="value">\s*(\S+ \S+)', text)
-    assert card.groups() == ("training processes' wall time", "13.5 s")
+    assert card.groups() == ("training processes' wall time", "14.5 s")
+    assert re.search(r"checkpoints 0.5 s, epoch\s+ends 1.0 s, teardown 1.5 s", text)
     labels, rows = table_rows(text, "time-table")
-    assert labels[3:] == ["start-up", "training loop", "validation", "checkpoints", "teardown", "total"]
-    assert [row[3] for row in rows] == ["3.25", "4.25"] and [row[-1] for row in rows] == ["6.25", "7.25"]
+    assert labels[3:] == ["start-up", "training loop", "validation", "checkpoints", "epoch ends", "teardown", "total"]
+    assert [row[3] for row in rows] == ["3.25", "4.25"] and [row[-1] for row in rows] == ["6.75", "7.75"]
+    # A record made before epoch_ends_s: its runs' epoch ends are not summed with the others'.
+    del runs[0].provenance["timing"]["phases"]["epoch_ends_s"]
+    schema.validate(runs[0].provenance)
+    assert re.search(r"checkpoints 0.5 s, teardown 1.5 s", render(runs, report))
     del runs[0].provenance["timing"]["phases"]["total_s"]
     with pytest.raises(schema.ProvenanceError, match="total_s"):
         schema.validate(runs[0].provenance)

@@ -112,8 +112,11 @@ def _summary(runs: Sequence[Run], groups: Sequence[configurations.Configuration]
         "time": {
             "fit_s": sum(r["timing"]["duration_s"] for r in records),
             "loop_s": sum(r["timing"]["train_seconds"] for r in records),
-            # Totals of the phases only when every run recorded them: a partial sum would mislead.
-            "phases": {key: sum(p[key] for p in phases) for key in PHASES} if all(phases) else None,
+            # Totals of the phases only when every run recorded them (epoch_ends_s: only newer records): a partial
+            # sum would mislead.
+            "phases": {key: sum(p[key] for p in phases) for key in PHASES if all(key in p for p in phases)}
+            if all(phases)
+            else None,
         },
     }
 

@@ -38,6 +38,7 @@ PHASES = {
     "train_loop_s": "training loop",
     "validation_s": "validation",
     "checkpoint_s": "checkpoints",
+    "epoch_ends_s": "epoch ends",
     "teardown_s": "teardown",
     "total_s": "total",
 }

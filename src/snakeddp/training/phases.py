@@ -31,11 +31,21 @@ def process_started() -> float:
     return time.perf_counter() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
+# The phases each moment is charged to, in the order a run goes through them (provenance's timing.phases).
+CHARGED = ("startup_s", "train_loop_s", "validation_s", "checkpoint_s", "epoch_ends_s", "teardown_s")
+
+
 class Phases(Callback):
-    """Times the first training step, the epochs, validation and the end of the last epoch of this attempt.
+    """Charges each moment of this attempt's process to one phase, so that the phases add up to ``total_s``.
+
+    Start-up runs to the first training step. Then the training loop, validation, and the epochs' ends (the
+    hooks that follow snakeddp's own at an epoch's end: the model's, the checkpoint callback's and early
+    stopping's; then the next epoch's data loaders). Teardown runs from training's end (or the exception that
+    stopped it) to the record. A checkpoint write is taken out of the phase it fell in and charged to
+    checkpoints: ``checkpoints`` is the writer, which sums its writes in ``seconds``.
 
     ``marks`` holds the points ``snakeddp.train`` sets itself (``main``, ``checked``, ``trainer_built``,
-    ``met``: the ranks' meeting done); ``checkpoints`` is the checkpoint writer, which sums its writes in ``seconds``.
+    ``met``: the ranks' meeting done), which split start-up.
     """
 
     def __init__(self, checkpoints: Any) -> None:
@@ -43,53 +53,59 @@ class Phases(Callback):
         self.started = process_started()
         self.marks: dict[str, float] = {}
         self.first_step: float | None = None
-        self.last_epoch_end: float | None = None
-        self.epochs_s = self.validation_s = 0.0
-        self._epoch_start = self._validation_start = 0.0
+        self.spent = dict.fromkeys(CHARGED, 0.0)
+        self._phase, self._since, self._written = "startup_s", self.started, checkpoints.seconds
+
+    def _enter(self, phase: str) -> None:
+        now, written = time.perf_counter(), self.checkpoints.seconds
+        self.spent[self._phase] += now - self._since - (written - self._written)
+        self.spent["checkpoint_s"] += written - self._written
+        self._phase, self._since, self._written = phase, now, written
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self.first_step is None:
-            self.first_step = time.perf_counter()
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_train_epoch_start(trainer, pl_module)  # the only start hook of an epoch resumed mid-way
+            self._enter("train_loop_s")
+            self.first_step = self._since
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._epoch_start = time.perf_counter()
+        if self._phase == "epoch_ends_s":  # the first epoch's start is start-up's: until its first step
+            self._enter("train_loop_s")
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._validation_start = time.perf_counter()
+        if not trainer.sanity_checking:
+            self._enter("validation_s")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.validation_s += time.perf_counter() - self._validation_start
+            self._enter("train_loop_s")
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.last_epoch_end = time.perf_counter()
-        self.epochs_s += self.last_epoch_end - (self._epoch_start or self.last_epoch_end)
+        self._enter("epoch_ends_s")
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._enter("teardown_s")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._enter("teardown_s")
 
     def record(self) -> dict[str, float]:
-        """``timing.phases`` of this attempt, up to now."""
-        now = time.perf_counter()
-        checkpoint_s = self.checkpoints.seconds
-        first_step = self.first_step or now
+        """``timing.phases`` of this attempt, up to now (the phase under way included)."""
+        now, written = time.perf_counter(), self.checkpoints.seconds
+        spent = {**self.spent, "checkpoint_s": self.spent["checkpoint_s"] + written - self._written}
+        spent[self._phase] += now - self._since - (written - self._written)
         since = {name: at - self.started for name, at in self.marks.items()}
+        met = since.get("met", 0.0)
         return {
             name: round(max(seconds, 0.0), 3)
             for name, seconds in {
-                "startup_s": first_step - self.started,
-                # Checkpoints are written inside the epoch, after validation (ModelCheckpoint runs last).
-                "train_loop_s": self.epochs_s - self.validation_s - checkpoint_s,
-                "validation_s": self.validation_s,
-                "checkpoint_s": checkpoint_s,
-                "teardown_s": now - (self.last_epoch_end or now),
+                **spent,
                 "total_s": now - self.started,
                 "imports_s": since.get("main", 0.0),
                 "checks_s": since.get("checked", 0.0) - since.get("main", 0.0),
                 "trainer_build_s": since.get("trainer_built", 0.0) - since.get("checked", 0.0),
-                "meeting_s": since.get("met", 0.0) - since.get("trainer_built", 0.0),
-                "fit_setup_s": first_step - self.marks.get("met", first_step),
+                "meeting_s": met - since.get("trainer_built", 0.0),
+                "fit_setup_s": spent["startup_s"] - met if "met" in since else 0.0,
             }.items()
         }
