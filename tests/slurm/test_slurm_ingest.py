@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -127,6 +128,31 @@ def test_scancel_that_fails_is_asked_again_then_its_hint_cancels_and_an_ended_jo
     started = time.monotonic()
     slurm_ingest.cancel(done.stdout.strip(), env, tries=2)
     assert time.monotonic() - started < 1.0 and not capfd.readouterr().err
+
+
+def test_scancel_that_a_silent_controller_holds_is_given_up_on_within_its_bound(
+    slurm_cluster, tmp_path, capfd, monkeypatch
+):
+    """A controller that takes the connection and never answers (a hung slurmctld): each scancel is abandoned
+    after SCANCEL_S, not after Slurm's MessageTimeout (here 60 s), and the line's HINT, typed, cancels the job."""
+    env = slurm_env(slurm_cluster)
+    submit = ["sbatch", "--parsable", "--output=/dev/null", "--wrap=sleep 300"]
+    running = subprocess.run(submit, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.strip()
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never accepts: the kernel queues the connection
+        port = slurm_cluster.ports["slurmctld"]
+        silent_port = silent.getsockname()[1]
+        hung = tmp_path / "slurm.conf"
+        conf = slurm_cluster.conf.read_text().replace(f"SlurmctldPort={port}", f"SlurmctldPort={silent_port}")
+        hung.write_text(f"{conf}\nMessageTimeout=60\n")
+        monkeypatch.setattr(slurm_ingest, "SCANCEL_S", 2.0)
+        started = time.monotonic()
+        slurm_ingest.cancel(running, {**env, "SLURM_CONF": str(hung)}, tries=2)
+        assert time.monotonic() - started < 15, "two tries of 2 s, a second apart"
+    (line,) = [line for line in capfd.readouterr().err.splitlines() if "HINT:" in line]
+    assert f"scancel {running} failed 2 times (no answer within 2 s)" in line, line
+    typed = subprocess.run(["bash", "-c", line.split("`")[1]], cwd=tmp_path, env=env, capture_output=True, check=False)
+    assert typed.returncode == 0, typed
+    assert "CANCELLED" in job_states(running, env), sacct_lines(running, env)
 
 
 @pytest.mark.e2e

@@ -42,6 +42,8 @@ TASK_MEM_MB = 4000
 POLL_S = 0.5
 # scancel's tries before the step gives up on its array job (a second apart).
 CANCEL_TRIES = 5
+# Seconds one scancel may wait on the controller: three of Slurm's default MessageTimeout (10 s).
+SCANCEL_S = 30.0
 # What scancel says of a job there is nothing left to cancel of (ended, or long forgotten): not asked again.
 ENDED = ("already completing or completed", "Invalid job id")
 # Seconds the step waits, once scancel is taken, for the array's tasks to be gone before it removes their folder.
@@ -140,16 +142,24 @@ def cancel(job: str, env: Mapping[str, str], tries: int = CANCEL_TRIES) -> None:
     """scancel, asked again while it fails, then waited for until no task of the array is left (at most
     CANCEL_WAIT_S): the pieces' folder is removed on the way out, and a task still being launched then could not
     open its log there and ended FAILED (Slurm's SIG_FAILURE, 53), a stray slurmstepd left behind."""
+    why = ""
     for attempt in range(tries):
-        done = subprocess.run(["scancel", job], env=dict(env), capture_output=True, text=True, check=False)
-        if done.returncode == 0 or any(word in done.stderr for word in ENDED):
-            _left(job, env)
-            return
+        try:  # bounded: scancel waits on a controller that does not answer (Slurm's MessageTimeout, per retry)
+            done = subprocess.run(
+                ["scancel", job], env=dict(env), capture_output=True, text=True, check=False, timeout=SCANCEL_S
+            )
+        except subprocess.TimeoutExpired:
+            why = f"no answer within {SCANCEL_S:.0f} s"
+        else:
+            if done.returncode == 0 or any(word in done.stderr for word in ENDED):
+                _left(job, env)
+                return
+            said = (done.stderr or done.stdout).strip().splitlines()
+            why = said[-1] if said else f"exit status {done.returncode}"
         if attempt < tries - 1:
             time.sleep(1.0)
-    why = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
     say(
-        f"ingest: scancel {job} failed {tries} times ({why[0]}), so the array's tasks may still be reading. HINT: "
+        f"ingest: scancel {job} failed {tries} times ({why}), so the array's tasks may still be reading. HINT: "
         f"type `scancel {job}` once the controller answers."
     )
 
