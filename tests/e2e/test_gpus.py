@@ -5,6 +5,7 @@ failing): what the workflow plans and refuses, and what each rank checks before 
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,8 +18,13 @@ from tests.helpers import TINY, Workflow, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]  # the GPU stand-in covers the dev venv's torch
 
-# The default config's shape (a run of one rank and one of two, launch.accelerator auto), tiny.
-SWEEP = {**TINY, "launch": {**TINY["launch"], "accelerator": "auto"}, "sweep": {"launch.devices": [1, 2]}}
+# TINY with one train partition and one epoch: these runs stop at the stand-in's first CUDA call, or train on the
+# CPU only for their record of where they trained, and each partition is a job.
+SMALL = {**TINY, "data": {**TINY["data"], "num_train_files": 1}, "trainer": {**TINY["trainer"], "max_epochs": 1}}
+# The default config's shape (a run of one rank and one of two, launch.accelerator auto), small.
+SWEEP = {**SMALL, "launch": {**SMALL["launch"], "accelerator": "auto"}, "sweep": {"launch.devices": [1, 2]}}
+# One run on one GPU.
+ONE_GPU = {**SMALL, "launch": {**SMALL["launch"], "accelerator": "gpu", "devices": 1}}
 FIRST_CUDA_CALL = "stand-in GPU: this is the first CUDA call"
 
 
@@ -33,18 +39,29 @@ def hints(done) -> list[str]:
     return [line for line in (done.stdout + done.stderr).splitlines() if "HINT:" in line]
 
 
+def planned_before_any_job(line: str, done) -> bool:
+    """``line`` is in ``done``'s output before its first job: the plan's, as a dry run would say it."""
+    first = re.search(r"^Job \d+: ", done.stderr, re.M)
+    return first is not None and line in done.stderr[: first.start()]
+
+
+def trained(*runs: str) -> list[str]:
+    """The targets that train ``runs``, the report aside: runs that stop at the stand-in's first CUDA call never
+    make it, and its stage's environment record would cost a process each time."""
+    return [f"results/runs/{run}/provenance.json" for run in runs]
+
+
 def test_one_gpu_trains_the_one_rank_run_on_it_and_the_two_rank_run_on_the_cpu(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=1)
     flow = flow_in(tmp_path / "flow", SWEEP)
     env = standin.env(subprocess_env(), visible=None)
-    planned = flow.run("-n", env=env, wrap=standin.command)
-    note = [line for line in planned.stderr.splitlines() if "trains it on the CPU" in line]
+    done = flow.run("--keep-going", *trained("devices-1", "devices-2"), check=False, env=env, wrap=standin.command)
+    note = [line for line in done.stderr.splitlines() if "trains it on the CPU" in line]
     assert note == [
         "snakeddp: run devices-2: 2 ranks, and this machine shows 1 GPU (NVIDIA A100-SXM4-40GB): launch.accelerator "
         "auto trains it on the CPU (launch.accelerator: gpu would refuse it instead)."
-    ], planned.stderr
-    assert not hints(planned)
-    done = flow.run("--keep-going", check=False, env=env, wrap=standin.command)
+    ], done.stderr
+    assert planned_before_any_job(note[0], done) and not hints(done), done.stderr[-3000:]
     assert done.returncode != 0, "the one-rank run reaches the stand-in's first CUDA call"
     on_cpu = json.loads((flow.directory / "results/runs/devices-2/provenance.json").read_text())
     assert on_cpu["launch"]["accelerator"] == "cpu" and on_cpu["launch"]["backend"] == "gloo"
@@ -73,23 +90,21 @@ def test_a_run_asking_for_more_gpus_than_there_are_is_refused_before_any_job_and
 
 def test_gpus_hidden_by_cuda_visible_devices_are_none_to_plan_with(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=2)
-    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
-    flow = flow_in(tmp_path / "flow", one)
+    flow = flow_in(tmp_path / "flow", ONE_GPU)
     refused = flow.run("-n", check=False, env=standin.env(subprocess_env(), visible=""), wrap=standin.command)
     (line,) = hints(refused)
     assert "this machine shows no GPU visible (2 installed, CUDA_VISIBLE_DEVICES='' hides them)" in line, line
     assert "HINT: leave CUDA_VISIBLE_DEVICES unset" in line
     # What the HINT says; and auto with the GPUs hidden plans the CPU, as it would train it.
     assert not hints(flow.run("-n", env=standin.env(subprocess_env(), visible=None), wrap=standin.command))
-    flow.write_config({**one, "launch": {**one["launch"], "accelerator": "auto"}})
+    flow.write_config({**ONE_GPU, "launch": {**ONE_GPU["launch"], "accelerator": "auto"}})
     hidden = flow.run("-n", env=standin.env(subprocess_env(), visible=""), wrap=standin.command)
     assert not hints(hidden) and "trains it on the CPU" not in hidden.stderr
 
 
 def test_a_v100_under_the_cuda_13_build_is_refused_before_any_job_in_one_line_naming_both(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=1, capability="7.0", model="Tesla V100-SXM2-16GB")
-    config = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
-    flow = flow_in(tmp_path / "flow", config)
+    flow = flow_in(tmp_path / "flow", ONE_GPU)
     done = flow.run(check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
     assert done.returncode != 0
     (line,) = hints(done)
@@ -102,13 +117,13 @@ def test_a_v100_under_the_cuda_13_build_is_refused_before_any_job_in_one_line_na
 
 def one_rank_auto(standin: StandIn, tmp_path: Path) -> tuple[Workflow, dict[str, str]]:
     """A one-rank run with launch.accelerator: auto, and the environment it runs in on ``standin``."""
-    flow = flow_in(tmp_path / "flow", {**TINY, "launch": {**TINY["launch"], "accelerator": "auto", "devices": 1}})
+    flow = flow_in(tmp_path / "flow", {**SMALL, "launch": {**SMALL["launch"], "accelerator": "auto", "devices": 1}})
     return flow, standin.env(subprocess_env(), visible=None)
 
 
 def trained_with_its_line(flow: Workflow, env: dict[str, str], standin: StandIn) -> tuple[str, dict]:
     """The run trained on ``standin`` (the report aside): the one HINT line it said, and its provenance."""
-    done = flow.run("results/runs/base/provenance.json", env=env, wrap=standin.command)
+    done = flow.run(*trained("base"), env=env, wrap=standin.command)
     (line,) = hints(done)
     return line, json.loads((flow.directory / "results/runs/base/provenance.json").read_text())
 
@@ -160,8 +175,7 @@ def test_a_container_without_the_gpus_on_a_gpu_host_trains_the_default_config_on
     standin = StandIn(tmp_path / "gpus", count=2, reachable=False)
     flow = flow_in(tmp_path / "flow", SWEEP)
     runs = ("devices-1", "devices-2")
-    trained = [f"results/runs/{run}/provenance.json" for run in runs]  # the report aside
-    flow.run(*trained, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    flow.run(*trained(*runs), env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
     for run in runs:
         record = json.loads((flow.directory / f"results/runs/{run}/provenance.json").read_text())
         assert record["launch"]["accelerator"] == "cpu", run
@@ -169,13 +183,12 @@ def test_a_container_without_the_gpus_on_a_gpu_host_trains_the_default_config_on
 
 def test_two_one_gpu_runs_on_a_two_gpu_machine_train_on_different_gpus(tmp_path: Path):
     standin = StandIn(tmp_path / "gpus", count=2)
-    two = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}, "sweep": {"seed": [1, 2]}}
-    flow = flow_in(tmp_path / "flow", two)
+    flow = flow_in(tmp_path / "flow", {**ONE_GPU, "sweep": {"seed": [1, 2]}})
     meeting = tmp_path / "meeting"
     meeting.mkdir()
     # Each rank waits at its first CUDA call until both are there: the runs hold their GPUs at once.
     env = {**standin.env(subprocess_env(), visible=None), "SNAKEDDP_STANDIN_MEET": f"{meeting}:2"}
-    flow.run("--cores", "2", "--keep-going", check=False, env=env, wrap=standin.command)
+    flow.run("--cores", "2", "--keep-going", *trained("seed-1", "seed-2"), check=False, env=env, wrap=standin.command)
     held = sorted(path.read_text() for path in meeting.iterdir())
     assert held == sorted(standin.uuids), held
     for log in (flow.directory / "logs/train").glob("seed-*[0-9].log"):
@@ -185,9 +198,9 @@ def test_two_one_gpu_runs_on_a_two_gpu_machine_train_on_different_gpus(tmp_path:
 def test_beside_another_users_process_on_gpu_0_a_one_gpu_run_takes_gpu_1_saying_why(tmp_path: Path):
     """A shared workstation: GPU 0 of two holds another user's job (78 of 80 GiB, as nvidia-smi shows it)."""
     standin = StandIn(tmp_path / "gpus", count=2, memory_gb=80, processes={0: [(4242, 78)]})
-    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
-    flow = flow_in(tmp_path / "flow", one)
-    done = flow.run("--keep-going", check=False, env=standin.env(subprocess_env(), visible=None), wrap=standin.command)
+    flow = flow_in(tmp_path / "flow", ONE_GPU)
+    env = standin.env(subprocess_env(), visible=None)
+    done = flow.run("--keep-going", *trained("base"), check=False, env=env, wrap=standin.command)
     log = (flow.directory / "logs/train/base.log").read_text()
     busy = f"snakeddp: GPU 0 (NVIDIA A100-SXM4-40GB, {standin.uuids[0]}) busy: pid 4242 holds 78 of 80 GiB; "
     line = f"{busy}the run takes GPU 1 (NVIDIA A100-SXM4-40GB, {standin.uuids[1]})."
@@ -200,10 +213,9 @@ def test_beside_another_users_process_on_gpu_0_a_one_gpu_run_takes_gpu_1_saying_
 
 def test_a_one_gpu_machine_whose_exclusive_gpu_another_process_holds_refuses_the_run_before_training(tmp_path):
     standin = StandIn(tmp_path / "gpus", count=1, processes={0: [(4242, 2)]}, compute_mode={0: "EXCLUSIVE_PROCESS"})
-    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
-    flow = flow_in(tmp_path / "flow", one)
+    flow = flow_in(tmp_path / "flow", ONE_GPU)
     env = standin.env(subprocess_env(), visible=None)
-    refused = flow.run(check=False, env=env, wrap=standin.command)
+    refused = flow.run(*trained("base"), check=False, env=env, wrap=standin.command)
     assert refused.returncode != 0
     log = (flow.directory / "logs/train/base.log").read_text()
     (line,) = [line for line in log.splitlines() if "HINT:" in line]
@@ -217,7 +229,7 @@ def test_a_one_gpu_machine_whose_exclusive_gpu_another_process_holds_refuses_the
     # What the HINT says: once the other process has ended, the same command trains on the GPU.
     standin.processes = {}
     standin.write_use()
-    flow.run(check=False, env=env, wrap=standin.command)
+    flow.run(*trained("base"), check=False, env=env, wrap=standin.command)
     log = (flow.directory / "logs/train/base.log").read_text()
     assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[0]}" in log, log[-3000:]
 
@@ -225,14 +237,13 @@ def test_a_one_gpu_machine_whose_exclusive_gpu_another_process_holds_refuses_the
 def test_runs_of_two_checkouts_on_one_machine_hold_different_gpus_at_once(tmp_path: Path):
     """Two users' (or two clones') workflows started together on a two-GPU workstation."""
     standin = StandIn(tmp_path / "gpus", count=2)
-    one = {**TINY, "launch": {**TINY["launch"], "accelerator": "gpu", "devices": 1}}
-    flows = [flow_in(tmp_path / name, one) for name in ("alice", "bob")]
+    flows = [flow_in(tmp_path / name, ONE_GPU) for name in ("alice", "bob")]
     meeting = tmp_path / "meeting"
     meeting.mkdir()
     # Each rank waits at its first CUDA call until both are there: the runs hold their GPUs at once.
     env = {**standin.env(subprocess_env(), visible=None), "SNAKEDDP_STANDIN_MEET": f"{meeting}:2"}
     with ThreadPoolExecutor(2) as both:
-        list(both.map(lambda flow: flow.run(check=False, env=env, wrap=standin.command), flows))
+        list(both.map(lambda flow: flow.run(*trained("base"), check=False, env=env, wrap=standin.command), flows))
     held = sorted(path.read_text() for path in meeting.iterdir())
     assert held == sorted(standin.uuids), held
 
@@ -247,12 +258,13 @@ def test_in_a_one_gpu_allocation_of_a_four_gpu_node_the_one_rank_run_is_given_th
     meeting.mkdir()
     # The rank leaves the GPUs it was given where it reaches CUDA's initialisation.
     env = {**standin.env(subprocess_env(), visible="0"), "SNAKEDDP_STANDIN_MEET": f"{meeting}:1"}
-    planned = flow.run("-n", env=env, wrap=standin.command)
-    assert (
+    done = flow.run(*trained("devices-1"), check=False, env=env, wrap=standin.command)
+    # The plan says so of the other run.
+    note = (
         "snakeddp: run devices-2: 2 ranks, and this machine shows 1 GPU (NVIDIA A100-SXM4-40GB; 3 more of the host's "
         "denied to this process): launch.accelerator auto trains it on the CPU"
-    ) in planned.stderr, planned.stderr
-    flow.run("results/runs/devices-1/provenance.json", check=False, env=env, wrap=standin.command)
+    )
+    assert planned_before_any_job(note, done), done.stderr[-3000:]
     log = (flow.directory / "logs/train/devices-1.log").read_text()
     assert [path.read_text() for path in meeting.iterdir()] == [standin.uuids[2]], log[-3000:]
     assert FIRST_CUDA_CALL in log and f", GPUs {standin.uuids[2]}" in log and "HINT:" not in log, log[-3000:]

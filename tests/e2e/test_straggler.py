@@ -1,7 +1,8 @@
 """A slow rank is named while it is slow, typed as `snakemake --profile profiles/local`: in a 2-process run, the
-test stops and continues rank 1 in turns (SIGSTOP, SIGCONT: about half its speed), and within 90 s the run's log
-names it in one line while the run goes on; provenance.json and the report keep both ranks' scores. With
-launch.straggler: stop the run ends as a hang does instead, and the rerun resumes.
+test stops and continues rank 1 in turns (SIGSTOP, SIGCONT: about half its speed), and within the window and 30 s
+(issue 75's 90 s at the default 60 s window) the run's log names it in one line while the run goes on;
+provenance.json and the report keep both ranks' scores. With launch.straggler: stop the run ends as a hang does
+instead, and the rerun resumes.
 
 Each step sleeps STEP_S in the model, so a step's time is steady on a loaded machine and the slowing is the test's.
 """
@@ -23,7 +24,13 @@ from tests.helpers import assert_valid_provenance, left_running, training_proces
 
 pytestmark = pytest.mark.e2e
 
-BOUND_S = 90  # issue 75: named within 90 s of the slowing
+# Issue 75: a slow rank is named within 90 s of its slowing under the default 60 s launch.straggler_window, the
+# window and 30 s. These runs set the least window the config takes, so the same naming comes 50 s sooner, and
+# hold it to the same 30 s past the window (tests/cluster/test_pace.py holds the default at 60 s, and the naming
+# to at most 12 s past the window).
+DEFAULT_WINDOW_S, BOUND_S = 60, 90
+WINDOW_S = 10
+NAMED_WITHIN_S = WINDOW_S + BOUND_S - DEFAULT_WINDOW_S
 STEP_S = 0.02
 SLEEPY = f"""
 import time
@@ -36,15 +43,17 @@ class Sleepy(MLP):
         time.sleep({STEP_S})
         return super().training_step(batch, batch_idx)
 """
-# 100 steps a rank an epoch, about 3 s; at half speed the 60 s window takes about 12 epochs.
+# 100 steps a rank an epoch, about 3 s; at half speed (5 s an epoch) the rank is named 15-20 s into its slowing,
+# 3-4 epochs, at most 8 by NAMED_WITHIN_S. Then the run goes on at full speed past the 20 s its spell takes to end
+# (its 10 s score back at the ratio, then 10 s more: pace.SMOOTH_S), with epochs to spare.
 CONFIG = {
     "data": {"num_train_files": 2, "num_records_per_train_file": 4000, "num_val_records": 200, "num_features": 8},
     "model": {"target": "sleepy:Sleepy", "kwargs": {"hidden_sizes": [16]}},
-    "trainer": {"max_epochs": 30, "batch_size": 20, "early_stopping": {"enabled": False}},
-    "launch": {"mem_mb": 1000, "runtime": 10, "devices": 2, "accelerator": "cpu"},
+    "trainer": {"max_epochs": 16, "batch_size": 20, "early_stopping": {"enabled": False}},
+    "launch": {"mem_mb": 1000, "runtime": 10, "devices": 2, "accelerator": "cpu", "straggler_window": WINDOW_S},
 }
 
-STOP_EPOCHS = 10  # the 10 s window takes 3-4 epochs at half speed
+STOP_EPOCHS = 10  # stopped 3-4 epochs in at half speed, and by the 9th at NAMED_WITHIN_S
 
 
 class Slowing:
@@ -102,11 +111,11 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     _, typed, rank_1 = start(tmp_path, {})
     slowing = Slowing(rank_1.pid)
     try:
-        line = wait_for_line(typed, tmp_path / "run.log", "is slowed by one rank", BOUND_S)
+        line = wait_for_line(typed, tmp_path / "run.log", "is slowed by one rank", NAMED_WITHIN_S)
         named_after = time.monotonic() - slowing.started
     finally:
         slowing.stop()
-    assert named_after < BOUND_S
+    assert WINDOW_S <= named_after < NAMED_WITHIN_S, named_after
     where = f"rank 1 on {socket.gethostname()} (cpu, pid {rank_1.pid}) has run at "
     assert line.startswith("snakeddp.train: run base is slowed by one rank: ") and where in line, line
     relative = float(line.split(where)[1].split("x")[0])
@@ -129,7 +138,7 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     assert ranks[1]["pid"] == rank_1.pid
     assert slow["lowest_relative"] < 0.7 <= fast["lowest_relative"] and fast["relative"] == 1.0 > slow["relative"]
     ((spell,),) = [slow["slow_spells"]]
-    assert spell["until"] is not None and spell["seconds"] >= 60 and fast["slow_spells"] == []
+    assert spell["until"] is not None and spell["seconds"] >= WINDOW_S and fast["slow_spells"] == []
     # The checkout's ledger of nodes keeps the spell (snakeddp.run.ledger), once.
     events = json.loads((tmp_path / "results/nodes.json").read_text())["nodes"][socket.gethostname()]
     assert [(e["kind"], e["run"], e["at"]) for e in events] == [("slow", "base", spell["since"])]
@@ -145,7 +154,7 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
 
 
 def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(tmp_path):
-    checkout, typed, rank_1 = start(tmp_path, {"straggler": "stop", "straggler_window": 10}, epochs=STOP_EPOCHS)
+    checkout, typed, rank_1 = start(tmp_path, {"straggler": "stop"}, epochs=STOP_EPOCHS)
     slowing = Slowing(rank_1.pid)
     try:
         assert typed.wait(timeout=120) == 1, (tmp_path / "run.log").read_text()[-3000:]
