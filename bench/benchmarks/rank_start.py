@@ -39,9 +39,10 @@ def started_at(pid: int) -> float:
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
-def started_processes(root: psutil.Process, seen: dict[int, float], stop: threading.Event) -> None:
+def started_processes(root: psutil.Process, seen: dict[int, float], stop: threading.Event, period: float) -> None:
     """Every descendant's start time (epoch seconds), by pid, until ``stop``: a rank's pid is only in
-    provenance.json, written when the process may be gone."""
+    provenance.json, written when the process may be gone. The time is the kernel's, whatever ``period``: a
+    process need only be seen once while it lives."""
     while not stop.is_set():
         try:
             for child in root.children(recursive=True):
@@ -52,10 +53,10 @@ def started_processes(root: psutil.Process, seen: dict[int, float], stop: thread
                         continue
         except psutil.Error:
             return
-        stop.wait(0.02)
+        stop.wait(period)
 
 
-def launch(run_dir: Path, run: Any, manifest: Path, fork: bool) -> dict[str, float]:
+def launch(run_dir: Path, run: Any, manifest: Path, fork: bool, period: float) -> dict[str, float]:
     """One launch; seconds from it to every rank's first step, and to its exit."""
     run_dir.mkdir(parents=True)
     run.write(run_dir / "run.yaml")
@@ -68,7 +69,7 @@ def launch(run_dir: Path, run: Any, manifest: Path, fork: bool) -> dict[str, flo
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=child_env(SNAKEDDP_WARM_START="1" if fork else "0")
         )
-        watcher = threading.Thread(target=started_processes, args=(psutil.Process(process.pid), seen, stop))
+        watcher = threading.Thread(target=started_processes, args=(psutil.Process(process.pid), seen, stop, period))
         watcher.start()
         code = process.wait()
         stop.set()
@@ -95,10 +96,13 @@ def run(ctx: Context) -> Result:
     manifest = ensure_dataset(ctx.scratch("data"), data)
     one_epoch = run_file(data, [], 1, 16, ranks)
     counter = iter(range(10_000))
+    # How often the launch's processes are listed (each listing walks every process on the machine, 1.5 ms here):
+    # --tiny, a fifth as often (0.5-1 s of CPU less); a forked rank still lives over a second.
+    period = 0.1 if sizes.tiny else 0.02
 
     def case(fork: bool):
         # Each run alone under its parent: beside another of the same key, a launch restores it and trains nothing.
-        return lambda: launch(ctx.work / "runs" / f"{next(counter)}" / "run", one_epoch, manifest, fork)
+        return lambda: launch(ctx.work / "runs" / f"{next(counter)}" / "run", one_epoch, manifest, fork, period)
 
     samples = alternate(
         {"forked": case(True), "spawned": case(False)}, reps=sizes.reps_or(3), warmup=sizes.warmup_or(1)
