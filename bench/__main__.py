@@ -103,6 +103,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = sizes_from(args)
     names = args.names or list(BENCHMARKS)
+    try:  # before any benchmark runs: results.md is written with the notes after each one
+        report.hand_notes(args.results / report.NOTES)
+    except ValueError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 2
     out = args.results / "out"
     out.mkdir(parents=True, exist_ok=True)
     # Outside the checkout (results/ defaults to bench/ in it): snakemake refuses to run in a

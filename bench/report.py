@@ -73,16 +73,24 @@ def _met(met: bool | None) -> str:
 
 
 def hand_notes(path: Path) -> dict[str, list[str]]:
-    """notes.md's bullets by benchmark name (its ``## name`` headings); none where there is no such file."""
+    """notes.md's bullets by benchmark name (its ``## name`` headings); none where there is no such file.
+
+    A note is one line: any other text under a heading (a bullet wrapped onto a second line) is refused, where it
+    would otherwise be left out of results.md without a word."""
     if not path.is_file():
         return {}
     notes: dict[str, list[str]] = {}
     section: list[str] | None = None
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         if line.startswith("## "):
             section = notes.setdefault(line[3:].strip(), [])
         elif line.startswith("- ") and section is not None:
             section.append(line[2:])
+        elif line.strip() and section is not None:
+            raise ValueError(
+                f"{path}:{number}: a note is one line that starts with '- ', not {line[:40]!r}. HINT: join it to "
+                "the bullet above it."
+            )
     return notes
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
+from bench.__main__ import main as bench_main
 from bench.benchmarks import BENCHMARKS, REGISTERED
 from bench.harness import WARM_SOCKET, alternate, child_env
 from tests.helpers import REPO, subprocess_env
@@ -124,6 +125,18 @@ def test_the_committed_results_md_is_results_json_and_the_hand_notes_rendered():
     assert notes and set(notes) <= set(REGISTERED), sorted(notes)
     data = report.in_order(report.load(folder / "results.json"), list(REGISTERED))
     assert (folder / "results.md").read_text() == report.markdown(data, notes)
+
+
+def test_a_note_wrapped_onto_a_second_line_is_refused_and_joined_as_hinted_it_is_read(tmp_path, capsys):
+    notes = tmp_path / report.NOTES
+    notes.write_text("# notes\n\nFree text above the first heading.\n\n## sweep\n\n- A note that goes\n  on here.\n")
+    with pytest.raises(ValueError, match=r"notes.md:8: a note is one line .*HINT: join it to the bullet above it"):
+        report.hand_notes(notes)
+    # `python -m bench` says so in one line before it runs anything.
+    assert bench_main(["partition_read", "--tiny", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("HINT:") == 1 and not (tmp_path / "results.json").exists()
+    notes.write_text(notes.read_text().replace("goes\n  on", "goes on"))
+    assert report.hand_notes(notes) == {"sweep": ["A note that goes on here."]}
 
 
 @pytest.mark.e2e
