@@ -4,13 +4,20 @@ Snakemake once, per venv and pytest worker, instead of started cold each time.
 Two thirds of a dry run's CPU is Snakemake's own imports (1.2 of 1.7 s here: its scheduler imports every
 executor plugin, and the Slurm plugin imports pandas), and the harness starts Snakemake some 300 times a
 run. What a user types (`snakemake --profile ...` in a checkout, tests.checkout) still starts cold, and so
-do a run the test wraps (tests.gpu_standin) and one whose import path puts another version's snakeddp first
-(tests/e2e/test_upgrade.py). Each venv and set of interpreter settings (PYTHON*, LD_*) has a server of its
-own. A forked run is the one a cold start makes, by the product's own forking layer (snakeddp.forking: a
-session of its own, a fresh interpreter's signal handlers, the environment and argv exactly, ``-m
-snakemake`` as ``__main__``, atexit and the exit status) and the warm process's placing of a job
-(snakeddp.warm.jobs: stdio, working directory, ``sys.path[0]``, umask); only the string hash seed is the
-server's, the same in every run.
+do a run the test wraps in a command of its own (any but tests.gpu_standin's) and one whose import path puts
+another version's snakeddp first (tests/e2e/test_upgrade.py). Each venv and set of interpreter settings
+(PYTHON*, LD_*) has a server of its own. A forked run is the one a cold start makes, by the product's own
+forking layer (snakeddp.forking: a session of its own, a fresh interpreter's signal handlers, the environment
+and argv exactly, ``-m snakemake`` as ``__main__``, atexit and the exit status) and the warm process's placing
+of a job (snakeddp.warm.jobs: stdio, working directory, ``sys.path[0]``, umask); only the string hash seed is
+the server's, the same in every run.
+
+A run wrapped in a stand-in GPU machine's command (tests.gpu_standin.MachineCommand) is forked too, and
+reproduces the wrap: placed, it enters the machine's mount namespace by the code the wrapping command runs
+before its exec (standin_machine.enter_mounts, from the same arguments: ``mounts``), so it sees the machine's
+/proc/driver, /dev and torch version.py as the cold run does. Its server has the stand-in's interpreter
+settings (its sitecustomize first on PYTHONPATH, its NVML on LD_LIBRARY_PATH), as the cold run's interpreter
+does, and imported nothing the mounts cover (torch: each run imports it under the machine's version.py).
 
 Run as a script by the venv's interpreter (``python tests/forked_snakemake.py --fd N --parent PID``), it is
 the server: it imports what ``python -m snakemake`` imports, then for each request forks a keeper that forks
@@ -25,7 +32,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import importlib
+import importlib.util
 import os
 import random
 import selectors
@@ -35,6 +42,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +56,8 @@ LATER_IMPORTS = (
 )  # fmt: skip
 #: This checkout's package: the one whose forking layer the server uses.
 CHECKOUT_SRC = Path(__file__).resolve().parents[1] / "src"
+#: What a stand-in GPU machine's command runs to enter its mount namespace (tests.gpu_standin), a forked run too.
+STANDIN_MACHINE = Path(__file__).with_name("gpu_standin") / "standin_machine.py"
 #: The server's first line once it takes runs.
 READY = "ready"
 #: The one native thread Snakemake's imports start (pyarrow's jemalloc, through pandas): jemalloc's own fork
@@ -133,16 +143,32 @@ def keep(conn: socket.socket, handlers: dict) -> int:
 
 
 def become_run(keeper: int, conn: socket.socket, request: dict, fds: list[int], handlers: dict) -> int:
-    """The forked run: a session of its own, the request's stdio, directory and umask, then ``python -m
-    snakemake ARGS`` with the request's environment."""
+    """The forked run: a session of its own, the request's stdio, directory and umask, the stand-in machine its
+    ``mounts`` name (if any), then ``python -m snakemake ARGS`` with the request's environment."""
     from snakeddp.forking import child
     from snakeddp.warm import jobs
 
     child.detach(keeper, handlers, blocked=())
     conn.close()
     jobs.place(request, fds)
+    if request["mounts"] is not None:
+        enter_standin(request["mounts"])
     random.seed()  # seeded from the OS at import, as numpy is (child.become seeds that one again)
     return child.become(request["argv"], request["env"])
+
+
+def enter_standin(mounts: list[str]) -> None:
+    """The stand-in machine's mount namespace, entered as its wrapping command enters it before its exec."""
+    spec = importlib.util.spec_from_file_location("standin_machine", STANDIN_MACHINE)
+    machine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(machine)  # kept out of sys.modules: a cold run never imports it
+    covered = {mounts[3], os.path.realpath(mounts[3])}
+    imported = [name for name, module in sys.modules.items() if getattr(module, "__file__", None) in covered]
+    if imported:  # the host's copy would stay what the run sees
+        raise RuntimeError(f"the server imported {imported}, which the stand-in machine covers")
+    cached = tempfile.tempdir
+    machine.enter_mounts(mounts)
+    tempfile.tempdir = cached  # what its staging found from the server's environment: the run finds its own
 
 
 def main() -> None:
@@ -173,6 +199,8 @@ STOP_TIMEOUT_S = 30.0
 COLD = "SNAKEDDP_TESTS_COLD_SNAKEMAKE"
 #: CPU of the forked runs so far (the server's children, not this process's): tests/conftest.py counts it.
 forked_cpu_s = [0.0]
+#: Held to start a server and to count a run's CPU: a test may run several at once from threads.
+_lock = threading.Lock()
 
 
 class Server:
@@ -215,16 +243,20 @@ def startup(env: dict[str, str]) -> frozenset:
     return frozenset((k, v) for k, v in env.items() if k.startswith(STARTUP_VARIABLES))
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess | None:
+def run(
+    command: list[str], cwd: Path, env: dict[str, str], timeout: float, mounts: list[str] | None = None
+) -> subprocess.CompletedProcess | None:
     """``command`` (``PYTHON -m snakemake ARGS``) forked from its venv's server, as ``subprocess.run`` with
-    ``capture_output=True, text=True`` runs it; None where it should start cold."""
+    ``capture_output=True, text=True`` runs it; None where it should start cold. ``mounts``: a stand-in GPU
+    machine's (tests.gpu_standin.MachineCommand), which the run enters as the command wrapped in it would."""
     python = Path(command[0])
     if command[1:3] != ["-m", "snakemake"] or os.environ.get(COLD) == "1":
         return None
     key = (python, startup(env))
-    if key not in _servers:
-        _servers[key] = Server(*key)
-    server = _servers[key]
+    with _lock:
+        if key not in _servers:
+            _servers[key] = Server(*key)
+        server = _servers[key]
     if not server.ready:
         return None
     if server.process.poll() is not None:
@@ -239,6 +271,7 @@ def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> s
     umask = os.umask(0)
     os.umask(umask)
     request = {"argv": command, "env": env, "stdio": [True, True, True], "umask": umask, "rlimits": {}}
+    request["mounts"] = None if mounts is None else list(mounts)
     try:
         sock.connect(server.address)
         handoff.send(sock, request, [stdin, out_w, err_w, directory])
@@ -250,7 +283,8 @@ def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> s
         raise RuntimeError(f"the forked snakemake server of {python} did not answer")
     output, status = _collect(sock, {out_r: bytearray(), err_r: bytearray()}, answer["pid"], command, timeout)
     stdout, stderr = (_text(output[fd]) for fd in (out_r, err_r))
-    forked_cpu_s[0] += status["cpu_s"]
+    with _lock:
+        forked_cpu_s[0] += status["cpu_s"]
     return subprocess.CompletedProcess(command, os.waitstatus_to_exitcode(status["status"]), stdout, stderr)
 
 

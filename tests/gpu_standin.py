@@ -19,6 +19,9 @@ torch, each where the real one lives, up to CUDA's initialisation (which fails, 
   stand-in driver as a CUDA build does: no device and torch's "driver too old" error under a driver older
   than the build, one device where MIG slices are visible.
 
+A Snakemake run the tests wrap in ``StandIn.command`` is forked from the harness's warm server instead
+(tests/forked_snakemake.py), entering the same mounts (``MachineCommand.mounts``) before Snakemake's main.
+
 ``Checks`` runs many short checks on such machines cheaply: one interpreter per torch build imports torch
 once, and forks a process per check into the machine's own mount namespace, as snakeddp's supervisor forks
 a node's ranks from a process that imported torch.
@@ -39,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SITE = Path(__file__).with_name("gpu_standin")
+#: What enters a stand-in machine's mount namespace (``StandIn.command``).
+MACHINE = SITE / "standin_machine.py"
 #: The stand-in NVML's variable: the file naming the machine's driver and GPUs (absent: no driver reached).
 NVML_DEVICES = "SNAKEDDP_STANDIN_NVML"
 #: Where snakeddp keeps a machine's GPU locks (snakeddp.local.gpulocks), one folder per stand-in machine.
@@ -71,6 +76,19 @@ def nvml_library() -> Path:
 def installed_torch_version_file() -> Path:
     """The version.py of the torch these tests run (the CPU wheel's), which the stand-in covers."""
     return Path(importlib.util.find_spec("torch").origin).parent / "version.py"
+
+
+@dataclass(frozen=True)
+class MachineCommand:
+    """``StandIn.command``: called with an argv, the command that runs it on the machine (standin_machine.py
+    enters the mount namespace, then execs it: a cold start). ``mounts`` (DRIVER DEV VERSION_PY TARGET, the
+    script's arguments) is the same namespace for a process that enters it itself after a fork
+    (tests.forked_snakemake, with standin_machine.enter_mounts)."""
+
+    mounts: tuple[str, str, str, str]
+
+    def __call__(self, argv: list[str]) -> list[str]:
+        return [sys.executable, "-S", str(MACHINE), *self.mounts, "--", *argv]
 
 
 @dataclass
@@ -205,11 +223,12 @@ class StandIn:
             env["CUDA_VISIBLE_DEVICES"] = visible
         return env
 
-    def command(self, argv: list[str]) -> list[str]:
-        """``argv`` run where /proc/driver and torch's version.py are the stand-in's (a mount namespace of its own)."""
+    @property
+    def command(self) -> MachineCommand:
+        """``command(argv)``: ``argv`` run where /proc/driver, /dev and torch's version.py are the stand-in's (a
+        mount namespace of its own)."""
         target = installed_torch_version_file()
-        return [sys.executable, "-S", str(SITE / "standin_machine.py"), str(self.root / "driver"), str(self.nodes),
-                str(self.torch_version), str(target), "--", *argv]  # fmt: skip
+        return MachineCommand((str(self.root / "driver"), str(self.nodes), str(self.torch_version), str(target)))
 
 
 class Checks:

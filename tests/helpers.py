@@ -293,11 +293,16 @@ class Workflow(WorkflowDir):
         env: dict | None = None,
         wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> subprocess.CompletedProcess:
-        """``wrap``: what runs the command instead of running it directly (tests.gpu_standin's namespace)."""
+        """``wrap``: what runs the command instead of running it directly (tests.gpu_standin's namespace, which a
+        forked run enters itself: its ``mounts``)."""
         command = self.command(*args)
         env = env or self.env or subprocess_env()
-        # Forked from a process that imported Snakemake once (tests.forked_snakemake), unless wrapped.
-        done = None if wrap else forked_snakemake.run(command, self.directory, env, timeout)
+        # Forked from a process that imported Snakemake once (tests.forked_snakemake); of the wraps, only one that
+        # names the mounts it enters (a stand-in machine's) can be reproduced there, any other starts cold.
+        mounts = getattr(wrap, "mounts", None)
+        done = None
+        if wrap is None or mounts is not None:
+            done = forked_snakemake.run(command, self.directory, env, timeout, mounts)
         if done is None:
             done = subprocess.run(
                 wrap(command) if wrap else command,

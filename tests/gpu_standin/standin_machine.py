@@ -8,7 +8,8 @@ device nodes, which it replaces with the machine's own (``StandIn``'s ``dev`` fi
 /dev/nvidia0 is never seen where the stand-in models a host without it.
 
 ``python standin_machine.py DRIVER DEV VERSION_PY TARGET -- COMMAND...`` enters it and runs COMMAND
-(``StandIn.command``); tests/gpu_standin/forks.py enters it in each forked check with ``enter``.
+(``StandIn.command``); tests/gpu_standin/forks.py enters it in each forked check with ``enter``, and a Snakemake run
+forked from the harness's server (tests/forked_snakemake.py) with ``enter_mounts``, from the same four arguments.
 """
 
 from __future__ import annotations
@@ -76,8 +77,15 @@ def enter(driver: str, nodes: str, torch_version: tuple[str, str] | None = None)
         _mount(torch_version[0], torch_version[1], None, MS_BIND)
 
 
-if __name__ == "__main__":
-    driver, nodes, version, target, separator, *command = sys.argv[1:]
-    assert separator == "--", sys.argv
+def enter_mounts(mounts: list[str]) -> None:
+    """``enter`` from the script's DRIVER DEV VERSION_PY TARGET: what it enters before its exec, and a forked run
+    before its main."""
+    driver, nodes, version, target = mounts
     enter(driver, nodes, (version, target))
+
+
+if __name__ == "__main__":
+    mounts, separator, command = sys.argv[1:5], sys.argv[5], sys.argv[6:]
+    assert separator == "--", sys.argv
+    enter_mounts(mounts)
     os.execvp(command[0], command)
