@@ -12,6 +12,7 @@ import pytest
 
 from tests import forked_snakemake
 from tests.checkout import hint_lines
+from tests.gpu_standin import StandIn
 from tests.helpers import TINY, Workflow, job_counts, left_running, subprocess_env, tiny_with
 
 
@@ -90,3 +91,24 @@ def started_with(variable: bytes) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_a_run_in_a_stand_in_gpu_machine_is_forked_into_its_namespace_and_plans_as_a_cold_one(tmp_path):
+    """A wrapped run (tests.gpu_standin) forked enters the stand-in's mounts before Snakemake's main: the plan
+    sees its GPU as the cold wrapped command does (here one GPU, so the two-rank run is planned on the CPU)."""
+    standin = StandIn(tmp_path / "gpus", count=1)
+    flow = Workflow(tmp_path / "flow")
+    flow.directory.mkdir()
+    flow.write_config(
+        {**TINY, "launch": {**TINY["launch"], "accelerator": "auto"}, "sweep": {"launch.devices": [1, 2]}}
+    )
+    env = standin.env(subprocess_env(), visible=None)
+    before = forked_snakemake.forked_cpu_s[0]
+    forked = flow.run("-n", env=env, wrap=standin.command)
+    assert forked_snakemake.forked_cpu_s[0] > before, "forked, not started cold"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(forked_snakemake.COLD, "1")
+        cold = flow.run("-n", env=env, wrap=standin.command)
+    said = [[line for line in done.stderr.splitlines() if line.startswith("snakeddp:")] for done in (forked, cold)]
+    assert said[0] == said[1], said
+    assert any("this machine shows 1 GPU (NVIDIA A100-SXM4-40GB)" in line for line in said[0]), said[0]
