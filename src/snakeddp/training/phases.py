@@ -52,22 +52,27 @@ class Phases(Callback):
         self.checkpoints = checkpoints
         self.started = process_started()
         self.marks: dict[str, float] = {}
-        self.first_step: float | None = None
         self.spent = dict.fromkeys(CHARGED, 0.0)
         self._phase, self._since, self._written = "startup_s", self.started, checkpoints.seconds
 
+    def _charged(self, now: float, written: float) -> dict[str, float]:
+        """``spent`` with the phase under way charged up to ``now``, its checkpoint writes (the writer's total
+        ``written`` then) taken out of it."""
+        writes = written - self._written
+        spent = {**self.spent, "checkpoint_s": self.spent["checkpoint_s"] + writes}
+        spent[self._phase] += now - self._since - writes
+        return spent
+
     def _enter(self, phase: str) -> None:
         now, written = time.perf_counter(), self.checkpoints.seconds
-        self.spent[self._phase] += now - self._since - (written - self._written)
-        self.spent["checkpoint_s"] += written - self._written
+        self.spent = self._charged(now, written)
         self._phase, self._since, self._written = phase, now, written
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self.first_step is None:
+        if self._phase == "startup_s":  # the first step
             self._enter("train_loop_s")
-            self.first_step = self._since
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._phase == "epoch_ends_s":  # the first epoch's start is start-up's: until its first step
@@ -92,9 +97,8 @@ class Phases(Callback):
 
     def record(self) -> dict[str, float]:
         """``timing.phases`` of this attempt, up to now (the phase under way included)."""
-        now, written = time.perf_counter(), self.checkpoints.seconds
-        spent = {**self.spent, "checkpoint_s": self.spent["checkpoint_s"] + written - self._written}
-        spent[self._phase] += now - self._since - (written - self._written)
+        now = time.perf_counter()
+        spent = self._charged(now, self.checkpoints.seconds)
         since = {name: at - self.started for name, at in self.marks.items()}
         met = since.get("met", 0.0)
         return {
