@@ -122,7 +122,7 @@ class _Linear(pl.LightningModule):
 
     def training_step(self, batch, _):
         features, labels = batch
-        return torch.nn.functional.mse_loss(self.layer(features).squeeze(1), labels.float())
+        return torch.nn.functional.mse_loss(self.layer(features).squeeze(1), labels.float().view(-1))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
