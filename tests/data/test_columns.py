@@ -181,6 +181,8 @@ def test_a_wide_chunk_s_block_of_rows_is_reused_only_once_nothing_holds_it():
     assert np.array_equal(np.sort(again, axis=0), np.sort(values, axis=0))
 
 
+# Unseen values are looked up without pandas' deprecated Categorical of values outside its categories (pandas 4 raises).
+@pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 def test_inputs_encode_new_rows_as_training_did_and_refuse_or_map_unseen_values(tmp_path):
     pq.write_table(mixed(), tmp_path / "t.parquet")
     task = ingest(params(tmp_path / "t.parquet", ["x", "emb", "city"]), tmp_path / "out")["task"]

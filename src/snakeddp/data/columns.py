@@ -455,7 +455,9 @@ def codes(values: Any, column: Column) -> np.ndarray:
     import pandas as pd
 
     text = texts(values)
-    found = pd.Categorical(text, categories=list(column.vocabulary)).codes.astype(np.int64)
+    # An index's lookup, not a Categorical of values outside its categories, which pandas 3 deprecates (pandas 4
+    # raises): -1 for a null and for an unseen value alike, told apart below.
+    found = pd.Index(list(column.vocabulary), dtype=object).get_indexer(text).astype(np.int64)
     unseen = (found < 0) & np.array([t is not None for t in text], dtype=bool)
     found[unseen] = -2
     return found
