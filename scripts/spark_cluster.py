@@ -33,11 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from snakeddp.spark.session import jvm_start
+from snakeddp.spark.workers import master_state as ask_master
 
 HOST = "127.0.0.1"
 DEFAULT_DIR = Path(os.environ.get("SNAKEDDP_SPARK_DIR", Path(tempfile.gettempdir()) / "snakeddp-spark"))
@@ -187,8 +187,7 @@ def spawn(cluster: Cluster, name: str, argv: list[str], extra_env: dict[str, str
 
 
 def master_state(cluster: Cluster) -> dict:
-    with urllib.request.urlopen(f"http://{HOST}:{cluster.ui_port}/json/", timeout=2) as answer:
-        return json.load(answer)
+    return ask_master(HOST, cluster.ui_port)
 
 
 def start(
@@ -240,7 +239,9 @@ def wait_for_workers(cluster: Cluster, count: int) -> None:
                 raise ClusterError(f"the Spark {name} exited while starting; see {log}")
         try:
             alive = sum(w["state"] == "ALIVE" for w in master_state(cluster)["workers"])
-        except OSError:
+        except (OSError, ValueError):
+            # Not up yet, or up and not yet the leader: a master about to be ALIVE answered /json/ with its HTML
+            # page (CI, a fresh clone: the cluster's start failed on the parse).
             alive = 0
         if alive >= count:
             return
