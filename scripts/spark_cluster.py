@@ -240,8 +240,8 @@ def wait_for_workers(cluster: Cluster, count: int) -> None:
         try:
             alive = sum(w["state"] == "ALIVE" for w in master_state(cluster)["workers"])
         except (OSError, ValueError):
-            # Not up yet, or up and not yet the leader: a master about to be ALIVE answered /json/ with its HTML
-            # page (CI, a fresh clone: the cluster's start failed on the parse).
+            # Not up yet, or not answering with its state yet: in a fresh clone's run a master that was registering
+            # its first worker, in the second it logged being elected leader, answered /json/ with its HTML page.
             alive = 0
         if alive >= count:
             return
