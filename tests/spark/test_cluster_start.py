@@ -1,7 +1,7 @@
 """`scripts/spark_cluster.py start` waits out a master that is up but not yet answering its state.
 
-A fresh clone's CI run lost a whole test file when the master, bound to its UI port and registering a worker a
-moment before it was elected leader, answered `/json/` with its HTML page: the wait parsed it and raised. Here a
+A fresh clone's run lost a whole test file when the master, registering its first worker in the second it logged
+being elected leader, answered `/json/` with its HTML page: the wait parsed it and raised. Here a
 local HTTP server answers as that master did (its HTML page, twice), then with the state the master gives once
 both workers are ALIVE; the wait must return then, not fail on the page."""
 
