@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snakeddp.spark.session import jvm_start
-from snakeddp.spark.workers import master_state as ask_master
+from snakeddp.spark.workers import master_state
 
 HOST = "127.0.0.1"
 DEFAULT_DIR = Path(os.environ.get("SNAKEDDP_SPARK_DIR", Path(tempfile.gettempdir()) / "snakeddp-spark"))
@@ -186,10 +186,6 @@ def spawn(cluster: Cluster, name: str, argv: list[str], extra_env: dict[str, str
     return process.pid
 
 
-def master_state(cluster: Cluster) -> dict:
-    return ask_master(HOST, cluster.ui_port)
-
-
 def start(
     directory: Path = DEFAULT_DIR,
     workers: int = 2,
@@ -238,7 +234,7 @@ def wait_for_workers(cluster: Cluster, count: int) -> None:
                 log = cluster.directory / "logs" / f"{name}.log"
                 raise ClusterError(f"the Spark {name} exited while starting; see {log}")
         try:
-            alive = sum(w["state"] == "ALIVE" for w in master_state(cluster)["workers"])
+            alive = sum(w["state"] == "ALIVE" for w in master_state(HOST, cluster.ui_port)["workers"])
         except (OSError, ValueError):
             # Not up yet, or not answering with its state yet: in a fresh clone's run a master that was registering
             # its first worker, in the second it logged being elected leader, answered /json/ with its HTML page.
