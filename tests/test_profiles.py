@@ -106,6 +106,23 @@ def test_a_users_own_profile_is_kept(checkout, user_env):
     assert plan.returncode == 0 and "Using profiles profiles/slurm and" in plan.stderr, plan.stdout + plan.stderr
 
 
+def test_links_left_by_a_removed_checkout_are_replaced(checkout, user_env, tmp_path):
+    # The set-up of a checkout that was since removed (or moved) left its links behind, reaching nothing.
+    gone = tmp_path / "removed" / "snakeddp"
+    links = Path(user_env["XDG_CONFIG_HOME"]) / "snakemake"
+    links.mkdir(parents=True)
+    for name in NAMES:
+        (links / name).symlink_to(gone / "profiles" / name)
+    setup = typed("tools/setup.sh", checkout, user_env)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert not hints(setup), setup.stdout
+    for name in NAMES:
+        assert (links / name).resolve() == checkout / "profiles" / name
+        assert f"which pointed to {gone}/profiles/{name}, gone" in setup.stdout
+    plan = typed("snakemake --profile local --dry-run", checkout, user_env)
+    assert plan.returncode == 0 and "Using profiles local and" in plan.stderr, plan.stdout + plan.stderr
+
+
 def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):
     plan = typed("snakemake --cores 2 --dry-run", checkout, user_env)
     output = plan.stdout + plan.stderr
