@@ -123,6 +123,23 @@ def test_links_left_by_a_removed_checkout_are_replaced(checkout, user_env, tmp_p
     assert plan.returncode == 0 and "Using profiles local and" in plan.stderr, plan.stdout + plan.stderr
 
 
+def test_another_checkouts_links_are_kept_and_the_hint_switches_them(checkout, user_env, tmp_path):
+    other = copy_of_this_checkout(tmp_path / "other")
+    assert typed("tools/setup.sh", other, user_env).returncode == 0
+    setup = typed("tools/setup.sh", checkout, user_env)
+    notes = hints(setup)
+    assert setup.returncode == 0 and len(notes) == len(NAMES), setup.stdout + setup.stderr
+    local = next(line for line in notes if "--profile local " in line)
+    assert f"means {other}/profiles/local, another checkout's (kept)" in local
+    # The hint's command, as printed, makes the bare name mean this checkout.
+    command = local.split("or run ", 1)[1].removesuffix(" to make the bare name mean it.")
+    assert subprocess.run(shlex.split(command), check=False).returncode == 0
+    link = Path(user_env["XDG_CONFIG_HOME"]) / "snakemake" / "local"
+    assert link.resolve() == checkout / "profiles" / "local"
+    plan = typed("snakemake --profile local --dry-run", checkout, user_env)
+    assert plan.returncode == 0 and "Using profiles local and" in plan.stderr, plan.stdout + plan.stderr
+
+
 def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):
     plan = typed("snakemake --cores 2 --dry-run", checkout, user_env)
     output = plan.stdout + plan.stderr

@@ -22,6 +22,9 @@ for config in profiles/*/config.yaml; do
         gone=$(readlink "$link")
         rm "$link" && ln -s "$ours" "$link"
         echo "setup: --profile $name now means $ours (linked from $link, which pointed to $gone, gone)"
+    elif [[ -L "$link" && -f "$(readlink -f "$link")/../../Snakefile" ]]; then
+        # Another checkout's (a second clone, a worktree): bare names keep meaning that one until the user says.
+        echo "setup: --profile $name means $(readlink -f "$link"), another checkout's (kept), not $ours. HINT: type --profile profiles/$name for this checkout's, or run ln -sfn $(printf %q "$ours") $(printf %q "$link") to make the bare name mean it."
     elif [[ -e "$link" || -L "$link" ]]; then
         echo "setup: --profile $name finds $link (yours, kept), not $ours. HINT: type --profile profiles/$name for this checkout's (or move yours away and rerun tools/setup.sh)."
     else
