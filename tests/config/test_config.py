@@ -138,6 +138,16 @@ def test_the_monitored_metric_is_config_and_at_its_default_leaves_run_ids_and_id
         ({"data": {"module_kwargs": {"root": "/data"}}}, "data.module_kwargs", "data.module"),
         ({"data": {"table": {"path": "t.csv"}}}, "data.table", "data.source: table"),
         ({"sweep": {"model.kwargs.width": [8, 16]}}, "model.kwargs", "model.target"),
+        (
+            {"data": {"source": "table", "table": {"path": "t.csv", "label": "y"}, "label_noise": 0.2}},
+            "data.label_noise",
+            "data.source: synthetic",
+        ),
+        (
+            {"data": {"source": "module", "module": "a.b:C"}, "sweep": {"data.num_features": [8, 16]}},
+            "data.num_features",
+            "data.source: synthetic",
+        ),
     ],
 )
 def test_a_key_that_only_applies_with_another_is_refused_naming_both(raw, key, needs):

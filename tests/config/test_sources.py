@@ -39,7 +39,9 @@ def test_table_identity_is_the_table_its_checksum_and_the_partition_count():
     changed["table"]["sha256"] = "0" * 64
     assert config.dataset_id(changed) != config.dataset_id(data), "a changed table is a new dataset"
     assert config.dataset_id(table_cfg(num_train_files=5)) != config.dataset_id(data), "rows are dealt across P"
-    assert config.dataset_id(table_cfg(num_features=99)) == config.dataset_id(data), "synthetic keys do not apply"
+    assert config.dataset_id({**data, "num_features": 99}) == config.dataset_id(data), "synthetic keys do not apply"
+    with pytest.raises(config.ConfigError, match=r"data.num_features only applies with data.source: synthetic.*HINT"):
+        table_cfg(num_features=99)
 
 
 def test_task_of_a_table_comes_from_its_columns():

@@ -93,6 +93,9 @@ ONLY_WITH = (
     # Images come from tables (a folder of class folders is one); synthetic data has none.
     ("data.image", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
     ("data.augment", "data.source: table", lambda cfg: cfg["data"].get("source") == "table"),
+    # The generator's keys: a table or a DataModule has its own samples (and changing one would only retrain).
+    *((f"data.{key}", "data.source: synthetic", lambda cfg: cfg["data"].get("source", "synthetic") == "synthetic")
+      for key in sources.SYNTHETIC_ONLY),
     # The ranks' paces are scored by the hang watch (snakeddp.cluster.pace), which null turns off.
     *((f"launch.{key}", "launch.hang_timeout: auto", lambda cfg: cfg["launch"].get("hang_timeout") is not None)
       for key in ("straggler", "straggler_ratio", "straggler_window")),

@@ -36,6 +36,8 @@ SOURCE_KEYS = {
     MODULE: ("name", "source", "module", "module_kwargs"),
 }
 
+# The generator's own keys: they shape no other source's samples.
+SYNTHETIC_ONLY = tuple(key for key in SOURCE_KEYS[SYNTHETIC] if key not in {*SOURCE_KEYS[TABLE], *SOURCE_KEYS[MODULE]})
 
 # Keys of a table dataset left out of its identity at their default (a Delta table's, unset for CSV and Parquet
 # tables; those of columns that are not plain numbers, and data.image): so a table's dataset id is the same from a
