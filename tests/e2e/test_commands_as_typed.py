@@ -130,6 +130,11 @@ def test_an_edit_is_named_by_its_key_in_the_reason_and_the_list_of_changes(clone
     assert reasons == ["Reason: Params have changed since last execution: model.lr: 0.003 → 0.01"] * 2, output
     # The edit's reasons stay short lines; Snakemake's own list of the report's outputs (`all`) may be long.
     assert max(len(line) for line in output.splitlines() if not line.startswith("Reason: Input files updated")) < 400
+    # A key only the report records (a scheduler request: no run.yaml changes) is named in the report's reason too.
+    output = ok(typed(clone, "snakemake -n --config 'launch={runtime: 100}'"))
+    reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
+    runtime = CONFIG["launch"]["runtime"]
+    assert reasons == [f"Reason: Params have changed since last execution: launch.runtime: {runtime} → 100"], output
     listed = changed_files(ok(typed(clone, "snakemake --list-changes params --config 'model={lr: 0.01}'")))
     # The run configs, and the report's outputs (its RO-Crate records the config).
     assert sorted(path for path in listed if not path.startswith("results/report/")) == [

@@ -9,7 +9,6 @@ Snakemake ``script:``, it is forked from the workflow's warm process like every 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ def write(params: Mapping[str, Any]) -> None:
         settings=settings,
         repo=Path(inputs["workflow"][0]).parent,  # the Snakefile comes first
         config_files=params["configfiles"],
-        resolved_config=json.loads(params["config"]),
+        resolved_config=params["config"],
         report_files=[out[name] for name in listed if out[name]],
         out=out["crate"],
     )

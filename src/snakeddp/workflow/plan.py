@@ -241,14 +241,13 @@ class Plan:
         return self.search_runs(self.search.top, checkpoints) if self.search else list(self.runs)
 
     @property
-    def crate_config(self) -> str:
-        """The config the crate records, canonical (sorted keys, no platform: each run's provenance says
-        where it ran), so the same config on another profile does not rerun the report. Credentials in it
-        (a tracking URI's user:password@) are masked: a rule's params are stored in .snakemake/metadata and
-        printed when they change."""
-        return json.dumps(
-            redact.scrub({key: value for key, value in self.config.items() if key != "platform"}), sort_keys=True
-        )
+    def crate_config(self) -> dict[str, Any]:
+        """The config the crate records, without platform (each run's provenance says where it ran), so the
+        same config on another profile does not rerun the report. Credentials in it (a tracking URI's
+        user:password@) are masked: a rule's params are stored in .snakemake/metadata and printed when they
+        change. It stays a mapping inside the report's parameter, so a rerun's reason names the key that
+        changed (workflow.reasons), not the whole config."""
+        return redact.scrub({key: value for key, value in self.config.items() if key != "platform"})
 
     @property
     def tuned(self) -> list[str]:
