@@ -11,10 +11,13 @@ import sys
 import pytest
 import yaml
 
+from snakeddp import config
 from snakeddp.data.partitions import load_manifest, read_partition
 from tests.helpers import REPO, Workflow, subprocess_env
 
 pytestmark = pytest.mark.dev_venv  # the example's trackers
+# The example's one run: its experiment's name in front of its sweep point.
+RUN = "tabular--devices-2"
 
 
 def checkout_with_table(tmp):
@@ -43,7 +46,7 @@ def example(tmp_path_factory):
 @pytest.mark.e2e
 def test_example_trains_its_own_model_on_its_csv_through_the_pipeline(example):
     workflow, _ = example
-    run_dir = workflow.directory / "results" / "runs" / "devices-2"
+    run_dir = workflow.directory / "results" / "runs" / RUN
     record = json.loads((run_dir / "provenance.json").read_text())
     assert [u["target"] for u in record["user_code"]] == ["examples.tabular.model:TabularNet"]
     assert record["data"]["dataset"].startswith("churn-") and record["data"]["partitions"] == 4
@@ -78,10 +81,21 @@ def test_the_run_leaves_the_users_config_files_as_they_were_and_crates_both(exam
     assert {(crated / name).read_text() for name in ("1-config.yaml", "2-config.yaml")} == originals
 
 
+def test_the_examples_runs_are_not_the_default_configs():
+    """Run after the default pipeline in the same checkout, the example trains beside its runs, not over them
+    (it once trained into results/runs/devices-2, and the default's next run trained that one again)."""
+    default = config.load(REPO / "config" / "config.yaml")
+    example = config.validate(
+        {**default, **yaml.safe_load((REPO / "examples" / "tabular" / "config.yaml").read_text())}
+    )
+    assert list(config.expand_sweep(example)) == [RUN]
+    assert RUN not in config.expand_sweep(default)
+
+
 @pytest.mark.e2e
 def test_example_beats_a_constant_predictor_on_validation(example):
     workflow, _ = example
-    record = json.loads((workflow.directory / "results" / "runs" / "devices-2" / "provenance.json").read_text())
+    record = json.loads((workflow.directory / "results" / "runs" / RUN / "provenance.json").read_text())
     manifest_path = workflow.directory / record["data"]["manifest"]
     val = load_manifest(manifest_path)["val"]
     labels = read_partition(manifest_path.parent / val["file"], val).labels.numpy()
@@ -121,7 +135,7 @@ def test_the_example_trains_its_model_written_as_lightningcli_writes_it_and_that
     workflow.configfile = tmp_path / "lightning.yaml"
     workflow.configfile.write_text(yaml.safe_dump({**settings, "model": lightning}, sort_keys=False))
     workflow.run(env=subprocess_env(MLFLOW_TRACKING_URI=""))
-    record = json.loads((tmp_path / "results" / "runs" / "devices-1" / "provenance.json").read_text())
+    record = json.loads((tmp_path / "results" / "runs" / "tabular--devices-1" / "provenance.json").read_text())
     assert [u["target"] for u in record["user_code"]] == [ours["target"]]
     assert (
         record["config"]["model"]["target"] == ours["target"] and record["config"]["model"]["kwargs"] == ours["kwargs"]
