@@ -284,5 +284,7 @@ def test_steps_report_a_snakeddp_error_as_one_line(tmp_path):
     assert result.returncode == 1, result.stderr
     assert (
         result.stderr
-        == f"snakeddp.steps: data.table.path={str(missing)!r}: no such file or folder (relative to {REPO}).\n"
+        == f"snakeddp.steps: data.table.path={str(missing)!r}: no such file or folder (relative to {REPO}). "
+        "HINT: set data.table.path to the file or folder (a relative path is read from the directory snakemake "
+        "runs in, the checkout's root), or make the table first.\n"
     )

@@ -13,8 +13,13 @@ def test_unknown_formats_and_missing_paths_are_explained(tmp_path):
     with pytest.raises(TableError, match="cannot tell the table format.*HINT: set data.table.format"):
         table_files(tmp_path / "t.txt")
     assert table_files(tmp_path / "t.txt", "csv") == ("csv", [tmp_path / "t.txt"])
-    with pytest.raises(TableError, match="no such file or folder"):
+    with pytest.raises(TableError, match="no such file or folder.*HINT: set data.table.path to the file or folder"):
         table_files(tmp_path / "nope.csv")
+    # A slip of the name: the HINT names the table beside it, and that path is one.
+    with pytest.raises(TableError, match="HINT: did you mean") as caught:
+        table_files(tmp_path / "t.tx")
+    named = str(caught.value).split("did you mean ")[1].split("?")[0].strip("'")
+    assert table_files(named, "csv") == ("csv", [tmp_path / "t.txt"])
 
 
 def test_folder_values_are_unescaped_and_a_default_partition_is_null():

@@ -10,6 +10,7 @@ a version's data files, with the partition values of its log), a folder of image
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,7 +77,9 @@ def _listed(path: str | Path, fmt: str) -> tuple[str, list[tuple[Any, str]]]:
             raise TableError(f"{root}: cannot tell the table format from the name. HINT: set data.table.format.")
         return found, [(root, root.name)]
     if not root.is_dir():
-        raise TableError(f"data.table.path={str(root)!r}: no such file or folder (relative to {Path.cwd()}).")
+        raise TableError(
+            f"data.table.path={str(root)!r}: no such file or folder (relative to {Path.cwd()}). {_missing_hint(root)}"
+        )
     if fmt == IMAGES or (fmt == "auto" and imagefolder.is_image_folder(root)):
         return IMAGES, [(p, p.relative_to(root).as_posix()) for p in imagefolder.image_files(root)]
     candidates = sorted(
@@ -85,6 +88,21 @@ def _listed(path: str | Path, fmt: str) -> tuple[str, list[tuple[Any, str]]]:
     )
     chosen = _one_format(str(root), [p.name for p in candidates], fmt)
     return chosen, [(p, p.relative_to(root).as_posix()) for p in candidates if format_of(p) == chosen]
+
+
+def _missing_hint(root: Path) -> str:
+    """What to do about a table path that names nothing: the nearest name beside it, if one is close."""
+    try:
+        beside = [p.name for p in root.parent.iterdir()] if root.parent.is_dir() else []
+    except OSError:
+        beside = []
+    close = difflib.get_close_matches(root.name, beside, n=1)
+    if close:
+        return f"HINT: did you mean {str(root.parent / close[0])!r}? Set data.table.path to it."
+    return (
+        "HINT: set data.table.path to the file or folder (a relative path is read from the directory snakemake "
+        "runs in, the checkout's root), or make the table first."
+    )
 
 
 def table_files(path: str | Path, fmt: str = "auto") -> tuple[str, list[Path] | list[str]]:
