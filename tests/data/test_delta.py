@@ -173,6 +173,23 @@ def test_a_table_partitioned_by_a_feature_ingests_as_the_same_commits_unpartitio
     assert all(features[2] == i // 200 for i, features, _ in found), "x3 from the log: region 0, 1, 2 by commit"
 
 
+def test_a_text_partition_column_is_a_category_as_it_is_inside_the_files(tmp_path):
+    """A string column the table is partitioned by lives only in the log, typed by the schema: one-hot as
+    the same column stored in the data files is, with no data.table.categories needed."""
+    for name, partition_by in (("partitioned", ["site"]), ("flat", None)):
+        for region, site in enumerate(["north", "south", "north"]):
+            rows = frame(200, region).assign(site=site)
+            write_deltalake(str(tmp_path / name), rows, mode="append", partition_by=partition_by)
+    with_site = {**params(""), "table": {**params("")["table"], "features": [*FEATURES, "site"]}}
+    summaries = {}
+    for name in ("partitioned", "flat"):
+        given = {**with_site, "table": {**with_site["table"], "path": str(tmp_path / name)}}
+        summaries[name] = table.ingest(given, tmp_path / f"{name}-out", chunk_rows=64)
+    assert summaries["partitioned"]["task"] == summaries["flat"]["task"]
+    assert summaries["partitioned"]["task"]["num_features"] == len(FEATURES) + 2, "site: one slot per value"
+    assert partitions(tmp_path / "partitioned-out") == partitions(tmp_path / "flat-out")
+
+
 def test_a_null_partition_value_is_missing_and_nan_policy_decides(tmp_path):
     rows = frame(300, 1)
     rows["x3"] = pd.array([0, 1, None] * 100, dtype="Int64")

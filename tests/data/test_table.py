@@ -315,8 +315,14 @@ def test_a_null_folder_value_is_missing_and_a_text_one_is_not_a_number(tmp_path)
     assert (kept["rows_read"], kept["rows_dropped"], sum(kept["records"].values())) == (400, 100, 300)
     (tmp_path / "hive" / "c=eu").mkdir()
     shutil.copy(tmp_path / "hive" / "c=0" / "part-0.parquet", tmp_path / "hive" / "c=eu" / "part-0.parquet")
-    with pytest.raises(TableError, match=r"c=eu/part-0\.parquet: column 'c', row 1: 'eu' is not a number.*HINT"):
+    with pytest.raises(
+        TableError, match=r"c=eu/part-0\.parquet: column 'c', row 1: 'eu' is not a number.*HINT"
+    ) as text:
         ingest(params(tmp_path / "hive", nan_policy="drop"), tmp_path / "out")
+    # The HINT's setting, as it prints it: the folders' values are one category each.
+    assert str(text.value).endswith("when data.table.categories lists it: categories: [c].")
+    done = ingest(params(tmp_path / "hive", nan_policy="drop", categories=["c"]), tmp_path / "categories")
+    assert (done["rows_read"], done["rows_dropped"], sum(done["records"].values())) == (500, 100, 400)
 
 
 def test_a_column_in_the_file_is_read_from_the_file_and_a_missing_one_names_the_folders_too(tmp_path):

@@ -397,8 +397,8 @@ def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarra
     if bad.size:
         raise TableError(
             f"{where(column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number. "
-            "HINT: features and labels must be numeric; a text column of a CSV is a category when "
-            "data.table.categories lists it."
+            "HINT: features and labels must be numeric; a text feature (a CSV's column, a hive folder's "
+            f"{column}=... name) is a category when data.table.categories lists it: categories: [{column}]."
         )
     return converted
 

@@ -36,7 +36,20 @@ def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
         if len(found) == len(features):
             break
     # Not in any file: a partition column (text in a hive folder's name, typed in a Delta log), or added later.
-    return {c: found.get(c) or (cols.CATEGORY if c in categories else cols.NUMBER, None) for c in features}
+    return {c: found.get(c) or (_partition_kind(source, c, categories), None) for c in features}
+
+
+def _partition_kind(source: Source, name: str, categories: set[str]) -> str:
+    """The kind of a column held in no data file. A Delta log types its partition values as the table's schema
+    declares them: a string column is a category, as it is inside a file. A hive folder's names are text
+    whatever was written, so there only data.table.categories makes one."""
+    if name in categories:
+        return cols.CATEGORY
+    if source.snapshot is not None:
+        typed = next((f.values[name] for f in source.files if f.values.get(name) is not None), None)
+        if isinstance(typed, str):
+            return cols.CATEGORY
+    return cols.NUMBER
 
 
 def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any], rows: int) -> cols.Layout:
