@@ -27,6 +27,25 @@ from snakeddp.util.terminal import say
 OPTIONAL_OUTPUTS = ("scaling", "scaling_series", "tuning", "tuning_series", "search_table")
 
 
+#: The figures' names (their image in any format, and their series): one an earlier report wrote and this one does
+#: not (another figure_format, a sweep without a scaling axis) would be shown beside this report's as its own.
+FIGURES = ("curves", "account", "scaling", "hyperparameters")
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf", ".json")
+
+
+def drop_stale(out: Mapping[str, str]) -> None:
+    """Remove what an earlier report job made and this one does not: figures beside the curves, and a search
+    table. Only those names, so a file of the user's own in results/report/ stays."""
+    made = {Path(path).resolve() for path in out.values() if path}
+    folder = Path(out["curves"]).parent
+    stale = [folder / f"{name}{suffix}" for name in FIGURES for suffix in FIGURE_SUFFIXES]
+    stale.append(Path(out["table"]).with_name("search.csv"))
+    for path in stale:
+        if path.is_file() and path.resolve() not in made:
+            path.unlink()
+            say(f"report: removed {path}, which an earlier report made and this one does not")
+
+
 def write(params: Mapping[str, Any]) -> None:
     """The runs table, the configurations table, the figures, the page and the crate, from ``params``
     (the rule's two parameter files together: inputs, outputs, settings, config, configfiles)."""
@@ -34,6 +53,7 @@ def write(params: Mapping[str, Any]) -> None:
     out: Mapping[str, str] = params["outputs"]  # every output of the rule, "" where it makes none
     settings = params["settings"]
     say(f"report: {out['html']} from {len(inputs['provenance'])} runs")
+    drop_stale(out)
     # Every provenance file and metrics.csv is read once, here; each part below gets the runs.
     runs = runs_from_provenance(inputs["provenance"])
     for run in runs:  # written by the train jobs, read back from a folder others may write
