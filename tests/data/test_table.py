@@ -193,6 +193,17 @@ def test_too_small_a_table_for_the_partitions_is_refused(tmp_path):
     assert ingest(params(tmp_path / "t.csv", partitions=8), tmp_path / "out")["rows_read"] == 400
 
 
+def test_a_table_without_rows_is_named_so_not_sent_to_fewer_partitions(tmp_path):
+    frame(rows=0).to_parquet(tmp_path / "t.parquet")
+    for count in (3, 1):  # fewer partitions, as the too-small table's HINT says, change nothing here
+        with pytest.raises(TableError) as caught:
+            ingest(params(tmp_path / "t.parquet", partitions=count), tmp_path / "out")
+        (line,) = str(caught.value).splitlines()
+        assert "the table has no usable rows" in line and "HINT: point data.table.path at a table with rows" in line
+    frame(rows=30).to_parquet(tmp_path / "t.parquet")
+    assert ingest(params(tmp_path / "t.parquet", partitions=1), tmp_path / "out")["rows_read"] == 30
+
+
 def test_a_pinned_checksum_refuses_a_changed_table(tmp_path):
     path = tmp_path / "t.csv"
     frame().to_csv(path, index=False)

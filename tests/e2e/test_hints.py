@@ -104,7 +104,8 @@ def test_a_damaged_data_file_or_manifest_deleted_as_hinted_is_rewritten_identica
     line = hint_line(log, name)
     assert error in line and log.count(error) == 1, log[-3000:]
     relative = target.relative_to(workflow.directory)
-    assert f"HINT: {hint} and rerun snakemake with its path as a target beside all (snakemake all {relative})" in line
+    assert f"HINT: {hint} and rerun snakemake with its path as a target beside all, and with your --configfile" in line
+    assert f"(snakemake all {relative})" in line
 
     target.unlink()
     workflow.run("all", str(relative))

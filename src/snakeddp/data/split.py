@@ -199,6 +199,12 @@ def known_counts(source: Source, params: Mapping[str, Any]) -> np.ndarray | None
 
 def check_empty(table: parts.Table, empty: list[int], usable: int, partitions: int) -> None:
     """A TableError naming the partitions (``partitions``: validation) that no row goes to."""
+    if empty and not usable:
+        raise TableError(
+            f"{table.path}: the table has no usable rows (none at all, or every one dropped by "
+            "data.table.nan_policy: drop). HINT: point data.table.path at a table with rows (a Delta table: "
+            "data.table.version at a version that has some)."
+        )
     if empty:
         which = ", ".join("validation" if t == partitions else f"train partition {t}" for t in empty)
         raise TableError(
