@@ -70,6 +70,17 @@ def test_a_dry_run_plans_every_run_and_notes_what_a_real_run_would_need(clone):
     assert "HINT:" not in ok(typed(clone, "snakemake -n --cores 2"))
 
 
+def test_a_typed_key_the_sweep_sets_is_refused_and_sweeping_it_as_hinted_plans_it(clone):
+    refused = typed(clone, "snakemake -n --config 'launch={devices: 3}'")
+    lines = [line for line in refused.stdout.splitlines() if "HINT:" in line]
+    assert refused.returncode != 0 and len(lines) == 1, refused.stdout
+    assert "--config sets launch.devices=3, and the sweep sets launch.devices in every run" in lines[0]
+    hinted = lines[0].split("e.g. --config ", 1)[1].split(" (it replaces", 1)[0]
+    assert hinted == "'sweep={launch.devices: [3]}'"
+    output = ok(typed(clone, f"snakemake -n --cores 3 --config {hinted}"))
+    assert "run devices-3: write run.yaml" in output and "devices-1" not in output
+
+
 def test_a_summary_lists_the_outputs_of_every_run(clone):
     output = ok(typed(clone, "snakemake -n --summary"))
     assert "results/runs/devices-2/provenance.json" in output and "results/runs/devices-1/provenance.json" in output

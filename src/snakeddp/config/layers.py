@@ -66,7 +66,7 @@ def _scalar(text: str) -> Any:
     if text in ("True", "False"):
         return text == "True"
     try:
-        return yaml.load(text, Loader=yaml.BaseLoader)  # noqa: S506 - BaseLoader builds strings, lists and dicts
+        return yaml.load(text, Loader=yaml.BaseLoader)  # BaseLoader builds strings, lists and dicts
     except yaml.YAMLError:
         return text
 
@@ -88,7 +88,7 @@ def command_line_config(entries: Sequence[str]) -> dict[str, Any]:
 def load_layer(path: str | Path) -> dict[str, Any]:
     """A config file (config/config.yaml, a --configfile): YAML or JSON with keys at the top level."""
     try:
-        layer = yamltext.safe_load(Path(path).read_text())
+        layer = yamltext.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as error:
         raise ConfigError(f"{path}: {error.strerror}. HINT: give the path of an existing config file.") from None
     except yaml.YAMLError as error:
@@ -98,3 +98,31 @@ def load_layer(path: str | Path) -> dict[str, Any]:
     if not isinstance(layer, dict):
         raise ConfigError(f"{path}: not a mapping of keys. HINT: give a config file like config/config.yaml.")
     return layer
+
+
+def check_not_swept(command_line: Mapping[str, Any], sweep: Mapping[str, Any]) -> None:
+    """A ConfigError when ``--config`` sets a key the sweep sets in every run: typed, it would be silently
+    replaced (the default config sweeps launch.devices, so --config 'launch={devices: 4}' trained on 1 and 2)."""
+    typed = _leaves({key: value for key, value in command_line.items() if key != SWEEP})
+    for key, value in typed.items():
+        swept = next((k for k in sweep if key == k or key.startswith(f"{k}.")), None)
+        if swept is not None:
+            raise ConfigError(
+                f"--config sets {key}={value!r}, and the sweep sets {swept} in every run ({swept}: "
+                f"{sweep[swept]}), so it would be silently ignored. HINT: sweep it instead, e.g. "
+                f"--config 'sweep={{{swept}: [{_flow(value) if key == swept else '...'}]}}' (it replaces the "
+                "config file's whole sweep)."
+            )
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping) and value:
+        found: dict[str, Any] = {}
+        for key, item in value.items():
+            found.update(_leaves(item, f"{prefix}{key}."))
+        return found
+    return {prefix[:-1]: value}
+
+
+def _flow(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()

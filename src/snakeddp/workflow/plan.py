@@ -365,6 +365,7 @@ def _validated(workflow: Any, config: dict[str, Any]) -> tuple[dict[str, Any], d
     # would add the file's swept keys to it (snakeddp.config.layers).
     layers.replace_sweep(config, [*map(layers.load_layer, workflow.config_settings.configfiles), command_line])
     validated = configuration.validate(config, source="config")
+    layers.check_not_swept(command_line, validated["sweep"])
     return validated, configuration.expand_sweep(validated, source="config")
 
 
