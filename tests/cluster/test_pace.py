@@ -167,10 +167,13 @@ def test_the_settings_default_to_naming_at_0_7_for_60_s_and_refuse_what_cannot_b
 
 def test_a_straggler_setting_without_the_watch_is_refused_and_its_hint_validates():
     for key, value in (("straggler", "stop"), ("straggler_ratio", 0.5), ("straggler_window", 30)):
-        with pytest.raises(ConfigError, match=f"launch.{key} only applies with launch.hang_timeout: auto.*HINT: "):
+        with pytest.raises(
+            ConfigError, match=f"launch.{key} only applies with launch.hang_timeout \\(auto or seconds\\).*HINT: "
+        ):
             validate({"launch": {"hang_timeout": None, key: value}})
-        # The HINT: set launch.hang_timeout: auto as well.
+        # The HINT: set launch.hang_timeout as well, to auto or a number of seconds.
         assert Launch.of(validate({"launch": {"hang_timeout": "auto", key: value}})["launch"]).hang_timeout == "auto"
+        assert Launch.of(validate({"launch": {"hang_timeout": 90, key: value}})["launch"]).hang_timeout == 90
     assert not pace.Straggler.of(
         Launch.of(validate({"launch": {"hang_timeout": None, "straggler": None}})["launch"])
     ).on

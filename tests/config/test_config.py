@@ -220,3 +220,16 @@ def test_a_wrong_type_under_a_secret_name_is_named_without_its_value():
         config.validate({"databricks": {"new_cluster": {"spark_conf": {"spark.ssl.keyStorePassword": 918273}}}})
     assert "spark.ssl.keyStorePassword: *** is not of type 'string'" in str(refused.value)
     assert "918273" not in str(refused.value)
+
+
+def test_a_value_an_alternative_or_a_pattern_refuses_says_what_the_key_accepts():
+    with pytest.raises(config.ConfigError) as caught:
+        config.validate({"launch": {"hang_timeout": 3}, "model": {"target": "mynet.model.TinyNet"}})
+    lines = str(caught.value).splitlines()
+    assert '  launch.hang_timeout: 3 is none of what it accepts: "auto", a number from 5 to 86400, null' in lines
+    (target,) = [line for line in lines if line.startswith("  model.target:")]
+    assert target.endswith(
+        '(model.target: Your own LightningModule, "package.module:ClassName", trained instead of model.name)'
+    )
+    # What the line says it accepts is accepted.
+    assert config.validate({"launch": {"hang_timeout": 5}, "model": {"target": "mynet.model:TinyNet"}})

@@ -80,8 +80,14 @@ def test_fsdp_options_without_state_dict_type_as_hinted_build():
 
 def test_deepspeed_without_the_package_is_a_clear_error():
     assert importlib.util.find_spec("deepspeed") is None, "deepspeed is in no lock file of this project"
-    with pytest.raises(StrategyError, match="needs the deepspeed package, which is not installed"):
+    with pytest.raises(StrategyError, match="needs the deepspeed package, which is not installed") as on_cpu:
         build(strategy="deepspeed")
+    # The strategy the line offers instead builds where the run is: ddp on the CPU, fsdp on GPUs.
+    assert str(on_cpu.value).endswith("or use trainer.strategy: ddp, which needs nothing extra here.")
+    build(strategy="ddp")
+    with pytest.raises(StrategyError, match="or use trainer.strategy: fsdp, which needs nothing extra"):
+        build("gpu", "nccl", strategy="deepspeed")
+    build("gpu", "nccl", strategy="fsdp")
 
 
 @pytest.mark.e2e

@@ -97,7 +97,8 @@ ONLY_WITH = (
     *((f"data.{key}", "data.source: synthetic", lambda cfg: cfg["data"].get("source", "synthetic") == "synthetic")
       for key in sources.SYNTHETIC_ONLY),
     # The ranks' paces are scored by the hang watch (snakeddp.cluster.pace), which null turns off.
-    *((f"launch.{key}", "launch.hang_timeout: auto", lambda cfg: cfg["launch"].get("hang_timeout") is not None)
+    *((f"launch.{key}", "launch.hang_timeout (auto or seconds)",
+       lambda cfg: cfg["launch"].get("hang_timeout") is not None)
       for key in ("straggler", "straggler_ratio", "straggler_window")),
 )  # fmt: skip
 
@@ -147,7 +148,40 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
             "such as model.lr, launch.devices or data.num_features"
         )
+    if error.validator in ("anyOf", "oneOf") and not any(is_secret_name(str(p)) for p in error.absolute_path):
+        # jsonschema says only "is not valid under any of the given schemas": name what each one accepts.
+        accepted = ", ".join(_accepted(sub) for sub in error.validator_value)
+        return f"{key}: {_shown(error.instance)} is none of what it accepts: {accepted}"
+    if error.validator == "pattern" and error.schema.get("description"):
+        # A regular expression says little to a reader: the key's own description says what it wants.
+        wanted = " ".join(str(error.schema["description"]).split()).split(". ")[0].rstrip(".")
+        return f"{key}: {_shortened(error)} ({key}: {wanted})"
     return f"{key}: {_shortened(error)}"
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit // 2]}... ({len(shown)} characters)"
+
+
+def _accepted(schema: Mapping[str, Any]) -> str:
+    """What one alternative of an anyOf accepts, in words: ``"auto"``, ``a number from 5 to 86400``, ``null``."""
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " or ".join(json.dumps(value) for value in schema["enum"])
+    kinds = schema.get("type", "a value")
+    kinds = " or ".join(kinds) if isinstance(kinds, list) else kinds
+    named = {"number": "a number", "integer": "an integer", "string": "text", "array": "a list", "object": "a mapping"}
+    text = named.get(kinds, kinds)
+    low, high = schema.get("minimum", schema.get("exclusiveMinimum")), schema.get("maximum")
+    if low is not None and high is not None:
+        text += f" from {low} to {high}"
+    elif low is not None:
+        text += f" of at least {low}" if "minimum" in schema else f" above {low}"
+    elif high is not None:
+        text += f" of at most {high}"
+    return text
 
 
 def _shortened(error: jsonschema.ValidationError, limit: int = 120) -> str:
@@ -258,7 +292,7 @@ def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a YAML config file."""
     path = Path(path)
     try:
-        raw = yamltext.safe_load(path.read_text()) or {}
+        raw = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except yaml.YAMLError as exc:

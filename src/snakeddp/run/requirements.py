@@ -44,9 +44,11 @@ def check_strategy(name: str, accelerator: str, requested: str = "cpu") -> None:
             f"HINT: use trainer.strategy: ddp on CPU, or {instead}."
         )
     if name == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        # The strategy that shards without a package of its own runs on GPUs only (above).
+        other = "fsdp, which needs nothing extra" if accelerator == "gpu" else "ddp, which needs nothing extra here"
         raise StrategyError(
             "trainer.strategy=deepspeed needs the deepspeed package, which is not installed in this "
-            f"environment. {add_hint('deepspeed', 'train')}; or use trainer.strategy: fsdp, which needs nothing extra."
+            f"environment. {add_hint('deepspeed', 'train')}; or use trainer.strategy: {other}."
         )
     if name not in STRATEGIES:
         raise StrategyError(f"trainer.strategy={name!r} is not one of {', '.join(STRATEGIES)}")
