@@ -81,7 +81,7 @@ def hand_notes(path: Path) -> dict[str, list[str]]:
         return {}
     notes: dict[str, list[str]] = {}
     section: list[str] | None = None
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.startswith("## "):
             section = notes.setdefault(line[3:].strip(), [])
         elif line.startswith("- ") and section is not None:

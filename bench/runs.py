@@ -84,7 +84,7 @@ def _is_worker(process: psutil.Process) -> bool:
 
 def _hwm(pid: int) -> int | None:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     except OSError:
@@ -122,7 +122,7 @@ def start(
 ) -> float:
     """Run ``argv`` to completion (raising on failure); return its wall time. ``trace`` records memory."""
     begin = time.perf_counter()
-    with log.open("w") as output:
+    with log.open("w", encoding="utf-8") as output:
         process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env or child_env())
         stop = threading.Event()
         watcher = None
@@ -134,7 +134,7 @@ def start(
         if watcher is not None:
             watcher.join()
     if code != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({code}); log {log}:\n{log.read_text()[-4000:]}")
+        raise RuntimeError(f"{' '.join(argv)} failed ({code}); log {log}:\n{log.read_text(encoding='utf-8')[-4000:]}")
     return time.perf_counter() - begin
 
 

@@ -81,14 +81,14 @@ class Cluster:
             "secret": self.secret,
             "gpus": self.gpus,
         }
-        (self.directory / STATE_FILE).write_text(json.dumps(state))
+        (self.directory / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: Path) -> Cluster | None:
         path = directory / STATE_FILE
         if not path.is_file():
             return None
-        return cls(directory=directory, **json.loads(path.read_text()))
+        return cls(directory=directory, **json.loads(path.read_text(encoding="utf-8")))
 
 
 def spark_home() -> Path:
@@ -147,7 +147,7 @@ def write_conf(cluster: Cluster) -> None:
         # (mode 600): a client without it is refused by the master.
         lines += ["spark.authenticate true", f"spark.authenticate.secret {cluster.secret}"]
     conf = cluster.conf_dir / "spark-defaults.conf"
-    conf.write_text("\n".join(lines) + "\n")
+    conf.write_text("\n".join(lines) + "\n", encoding="utf-8")
     conf.chmod(0o600)
 
 
@@ -157,7 +157,8 @@ def gpu_options(cluster: Cluster, name: str, addresses: list[str]) -> dict[str, 
     script = cluster.directory / f"gpus-{name}.sh"
     found = json.dumps({"name": "gpu", "addresses": addresses})
     script.write_text(
-        f"#!/bin/sh\n# Stand-in GPUs of the Spark {name}: Spark's ResourceInformation JSON.\necho '{found}'\n"
+        f"#!/bin/sh\n# Stand-in GPUs of the Spark {name}: Spark's ResourceInformation JSON.\necho '{found}'\n",
+        encoding="utf-8",
     )
     script.chmod(0o700)
     options = (
@@ -253,7 +254,7 @@ def pid_alive(pid: int) -> bool:
         return False
     # A zombie is dead, though kill(0) still finds it until its parent waits.
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
 
@@ -266,7 +267,7 @@ def executors(cluster: Cluster) -> list[int]:
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            groups = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2])
+            groups = int((proc / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[2])
         except (OSError, IndexError, ValueError):
             continue
         if EXECUTOR_CLASS.encode() in cmdline and groups in cluster.pids.values():
@@ -304,7 +305,7 @@ def group_alive(pgid: int) -> bool:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+                fields = (proc / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
             except OSError:
                 continue
             if int(fields[2]) == pgid and fields[0] != "Z":

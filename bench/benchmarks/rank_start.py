@@ -34,8 +34,8 @@ RANKS = 8
 def started_at(pid: int) -> float:
     """A process's start in epoch seconds, from its clock ticks since boot against the uptime (psutil's
     create_time is up to 1 s early: it adds a boot time in whole seconds; snakeddp.training.phases)."""
-    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    ticks = int(Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text(encoding="utf-8").split()[0])
     return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 

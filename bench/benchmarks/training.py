@@ -47,7 +47,7 @@ def step_profile(stats_file: Path, text_file: Path) -> tuple[float, dict[str, fl
     pstats.Stats(str(stats_file), stream=buffer).sort_stats("cumulative").print_stats(
         "lightning|snakeddp|torch/(optim|autograd|distributed|nn)", 50
     )
-    text_file.write_text(buffer.getvalue())
+    text_file.write_text(buffer.getvalue(), encoding="utf-8")
     found: dict[tuple[str, str], float] = {}
     steps = 0
     for (filename, _, function), (_, calls, _, cumulative, callers) in stats.stats.items():

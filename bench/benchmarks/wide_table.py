@@ -168,7 +168,7 @@ def fit_waits(record: dict[str, Any], run: Path) -> dict[str, float]:
     replaces them): validation's seconds (at epoch 0's end it waits for validation, which ingestion writes last),
     the seconds each epoch waited for its partition, and epoch 0's and the later epochs' seconds."""
     (metrics,) = run.glob("results/runs/*/metrics.csv")
-    with open(metrics, newline="") as handle:
+    with open(metrics, encoding="utf-8", newline="") as handle:
         epochs = list(csv.DictReader(handle))
     return {
         "validation_s": record["timing"]["phases"].get("validation_s"),

@@ -302,7 +302,7 @@ def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -
         return
     staged = kept.with_name(f".{kept.name}.{os.getpid()}")
     try:
-        staged.write_text("".join(traceback.format_exception(error)))
+        staged.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
         staged.replace(kept)
     except OSError:
         staged.unlink(missing_ok=True)  # the disk is full: the line said what matters

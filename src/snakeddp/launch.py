@@ -218,7 +218,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         record_try(args, launcher.name, began, code, received, resumed_from)
     preempted = any(signum in PREEMPT_SIGNALS for signum in received)
     if code != 0 and failed.exists():
-        print(failed.read_text().strip(), file=sys.stderr, flush=True)
+        print(failed.read_text(encoding="utf-8").strip(), file=sys.stderr, flush=True)
         return REFUSED_EXIT_CODE if refused.exists() else 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code

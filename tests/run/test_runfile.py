@@ -1,9 +1,12 @@
 """run.yaml: what it holds when only scheduler requests change."""
 
 import json
+import subprocess
+import sys
 
 from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile, keep_scheduler_requests
+from tests.helpers import subprocess_env
 
 
 def a_run(**launch):
@@ -33,3 +36,21 @@ def test_a_new_or_unreadable_run_yaml_takes_the_config(tmp_path):
     assert keep_scheduler_requests(a_run(), tmp_path / "absent.yaml") == a_run()
     (tmp_path / "bad.yaml").write_text("[not: a run")
     assert keep_scheduler_requests(a_run(), tmp_path / "bad.yaml") == a_run()
+
+
+def test_column_names_in_any_script_are_written_as_they_read_and_read_back_whatever_the_locale(tmp_path):
+    features = ["température", "重量"]
+    table = {"path": "t.csv", "features": features, "label": "ÿ"}
+    cfg = configuration.validate({"data": {"source": "table", "table": table}})
+    run = {"point": {}, "config": configuration.run_config(cfg)}
+    path = written(tmp_path, run)
+    text = path.read_bytes().decode("utf-8")
+    assert "- température\n" in text and "- 重量\n" in text and "\\x" not in text and "\\u" not in text
+    # A rank on a host whose locale is not UTF-8 (C, neither coerced nor in UTF-8 mode: ASCII) reads the same run.
+    reader = (
+        "import sys; from snakeddp.run.runfile import RunFile; "
+        f"print(RunFile.load(sys.argv[1]).config['data']['table']['features'] == {features!a})"
+    )
+    env = {**subprocess_env(), "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-c", reader, str(path)], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "True", done.stderr

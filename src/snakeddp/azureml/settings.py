@@ -196,7 +196,7 @@ def _workspace(given: Workspace, cwd: Path) -> Workspace:
         path = Path(given.config_file)
         path = path if path.is_absolute() else cwd / path
         try:
-            loaded = json.loads(path.read_text())
+            loaded = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise AzureMLError(
                 f"azureml.workspace.config_file: cannot read {path} ({exc.strerror}). HINT: download it from "

@@ -424,7 +424,7 @@ class Settings(Part):
     @classmethod
     def schema(cls) -> dict[str, Any]:
         """The section's JSON Schema (its keys, types, defaults and descriptions)."""
-        return yamltext.safe_load(cls.schema_file.read_text())
+        return yamltext.safe_load(cls.schema_file.read_text(encoding="utf-8"))
 
 
 # Each top-level part of ``of``, by its section.

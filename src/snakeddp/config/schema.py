@@ -21,7 +21,7 @@ PLATFORM_SECTIONS_AFTER = "site"
 
 @functools.cache
 def _parsed_schema(name: str) -> dict[str, Any]:
-    text = resources.files("snakeddp.schemas").joinpath(name).read_text()
+    text = resources.files("snakeddp.schemas").joinpath(name).read_text(encoding="utf-8")
     return yamltext.safe_load(text) if name.endswith(".yaml") else json.loads(text)
 
 

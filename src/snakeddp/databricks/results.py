@@ -57,7 +57,11 @@ def fetch(w: Any, remote_dir: str, download: Path) -> Path:
 def failure_line(download: Path) -> str | None:
     """The first failing rank's own line, as the job's launch left it."""
     path = download / FAILURE
-    return path.read_text().strip().splitlines()[0] if path.is_file() and path.read_text().strip() else None
+    return (
+        path.read_text(encoding="utf-8").strip().splitlines()[0]
+        if path.is_file() and path.read_text(encoding="utf-8").strip()
+        else None
+    )
 
 
 def check_checkpoints(download: Path) -> None:

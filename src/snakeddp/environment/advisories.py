@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -87,7 +86,7 @@ class Denial:
 def load(path: Path = DENIED) -> list[Denial]:
     """The deny list; a LockError naming the entry that is not one."""
     try:
-        document = tomllib.loads(Path(path).read_text())
+        document = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise LockError(f"{path}: cannot read the deny list ({error}). HINT: fix the file's TOML.") from None
     denials = []
@@ -142,7 +141,7 @@ def pins_of(path: Path) -> list[tuple[str, str]]:
     """(name, version) of every exact pin of a lock, or of a stage's conda YAML (its pip lines, as
     snakeddp.environment.files writes them: read without a YAML parser, which tools/setup.sh may not have)."""
     if path.suffix in (".yaml", ".yml"):
-        return [(match["name"], match["version"]) for match in _YAML_PIN.finditer(path.read_text())]
+        return [(match["name"], match["version"]) for match in _YAML_PIN.finditer(path.read_text(encoding="utf-8"))]
     return [(pin.name, pin.version) for pin in read_lock(path).pins.values()]
 
 
@@ -166,7 +165,7 @@ def check_requirements(requirements: Sequence[str], files: Sequence[Path], denia
     files), that ``denials`` refuse."""
     problems = []
     for where, text in [("add", r) for r in requirements] + [
-        (str(path), line) for path in files for _, line in entries(path.read_text())
+        (str(path), line) for path in files for _, line in entries(path.read_text(encoding="utf-8"))
     ]:
         requirement = Requirement(text.split("#")[0].strip())
         pinned = [(requirement.name, s.version) for s in requirement.specifier if s.operator == "=="]
@@ -189,7 +188,7 @@ def _floor_excludes(specifier: SpecifierSet, below: Version, inclusive: bool) ->
 
 def check_ranges(pyproject: Path, denials: Sequence[Denial]) -> list[str]:
     """What in pyproject.toml's dependencies and extras admits a denied release."""
-    project = tomllib.loads(pyproject.read_text())["project"]
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     lines = [
         *project.get("dependencies", []),
         *(r for group in project.get("optional-dependencies", {}).values() for r in group),
@@ -235,7 +234,7 @@ def yanked(logs: Iterable[Path], where: str) -> list[str]:
     """One line per yanked release uv reported in ``logs`` (its stderr while resolving)."""
     seen: dict[tuple[str, str], str | None] = {}
     for log in logs:
-        for match in _YANKED.finditer(log.read_text() if log.is_file() else ""):
+        for match in _YANKED.finditer(log.read_text(encoding="utf-8") if log.is_file() else ""):
             seen.setdefault((match["name"], match["version"]), match["reason"])
     return [
         f"{where}: {name} {version} is yanked on its index (PEP 592{f': {reason}' if reason else ''}). HINT: pin "
@@ -323,7 +322,9 @@ def audit(locks: Sequence[Path]) -> tuple[list[str], str]:
         for index, group in enumerate(groups):
             files.append(Path(work) / f"pins-{index}.txt")
             # Names and versions only: hashes need not be checked to look advisories up.
-            files[-1].write_text("".join(f"{name}=={version}\n" for name, version in sorted(group.items())))
+            files[-1].write_text(
+                "".join(f"{name}=={version}\n" for name, version in sorted(group.items())), encoding="utf-8"
+            )
         first = next((sorted(group.items())[0] for group in groups if group), None)
         for service, label in SERVICES.items():
             found: list[str] = []

@@ -123,7 +123,7 @@ def conda_info(env: Mapping[str, str]) -> dict[str, Any] | None:
         return None
     packages = {}
     for meta in sorted((Path(prefix) / "conda-meta").glob("*.json")):
-        record = json.loads(meta.read_text())
+        record = json.loads(meta.read_text(encoding="utf-8"))
         packages[record["name"]] = f"{record['version']}={record.get('build', '')}"
     return {"prefix": prefix, "env": Path(prefix).name, "packages": packages}
 

@@ -76,7 +76,7 @@ def _days(value: object, where: str) -> int:
 def load(path: Path = COOLDOWN) -> Cooldown:
     """envs/cooldown.toml; a package entry without a reason is refused, so every exception says why."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise LockError(f"{path}: {error}. HINT: restore it with git checkout {path}") from None
     packages = {}
@@ -95,7 +95,7 @@ def explain(logs: Iterable[Path], cooldown: Cooldown, where: str) -> list[str]:
     """One line for each pin uv refused because its release is younger than the cutoff."""
     lines = []
     for log in logs:
-        text = " ".join(log.read_text().split()) if log.is_file() else ""
+        text = " ".join(log.read_text(encoding="utf-8").split()) if log.is_file() else ""
         for found in _FILTERED.finditer(text):
             name, version = found["name"], found["version"]
             wait = cooldown.packages.get(name.lower(), cooldown.default)

@@ -110,7 +110,7 @@ def locked_build(cuda: str, envs: Path = ENVS) -> Lock:
     own = build_lock(build, envs)
     if own is None:
         path = envs / f"requirements-torch-{build.cuda}.lock"
-        text = path.read_text() if path.is_file() else ""
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
         said = [line[2:].strip() for line in text.splitlines() if line.startswith("# Not locked:")]
         why = said[0].removeprefix("Not locked: ").split(". Every installer")[0] if said else "the file is missing"
         ready = [f'"{name}"' for name, other in BUILDS.items() if name != build.cuda and build_lock(other, envs)]
@@ -209,7 +209,7 @@ def write(envs: Path = ENVS) -> list[Path]:
     for stage in STAGE_PACKAGES:
         for build in stage_builds(stage):
             path = envs / stage_file(stage, build.cuda)
-            path.write_text(render_stage(stage, lock, envs, build))
+            path.write_text(render_stage(stage, lock, envs, build), encoding="utf-8")
             written.append(path)
     return written
 
@@ -251,7 +251,7 @@ def check_stage(
     """What in one stage's YAML for one torch build disagrees with the locks (empty when it agrees)."""
     if not path.is_file():
         return [f"{path}: missing (the {stage} stage's conda env). {HINT}"]
-    python, pins, options, problems = _yaml_pins(yamltext.safe_load(path.read_text()), path)
+    python, pins, options, problems = _yaml_pins(yamltext.safe_load(path.read_text(encoding="utf-8")), path)
     if python != lock.python:
         problems.append(f"{path}: python={python}, but the lock is for Python {lock.python}")
     if options != [*build.pip_options(), REQUIRE_HASHES]:

@@ -36,7 +36,7 @@ def config_modules(path: Path) -> list[str]:
     LightningCLI's class_path names them too)."""
     if not path.is_file():
         return []
-    config = yamltext.safe_load(path.read_text()) or {}
+    config = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
     model, data = config.get("model") or {}, config.get("data") or {}
     targets = [model.get("target") or model.get(CLASS_PATH), data.get("module") or data.get(CLASS_PATH)]
     paths = [import_path(target) for target in targets if isinstance(target, str)]

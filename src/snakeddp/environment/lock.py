@@ -108,7 +108,7 @@ def read_lock(*paths: str | Path) -> Lock:
     comment) is an error."""
     lock = Lock()
     for path in paths:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
         for line in text.splitlines():
             found = _PYTHON.match(line.strip())
             if found and lock.python is None:

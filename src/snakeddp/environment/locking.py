@@ -71,7 +71,7 @@ def preferences(paths: Iterable[Path]) -> list[str]:
     for path in paths:
         if not path.is_file():
             continue
-        for raw in path.read_text().splitlines():
+        for raw in path.read_text(encoding="utf-8").splitlines():
             if raw.startswith(_CONFLICT):
                 continue
             pin = _LINE_PIN.match(raw)
@@ -95,12 +95,16 @@ def prepare(envs: Path, work: Path, upgrade: bool) -> list[str]:
     from snakeddp.environment import advisories  # urllib.request: 50 ms each undecided or write would not use
 
     denials = advisories.load()
-    (work / "denied.txt").write_text(_lines(advisories.constraints(denials)))
-    (work / "builds.txt").write_text(_lines(f"{cuda} {b.label or '-'} {b.index_url}" for cuda, b in BUILDS.items()))
+    (work / "denied.txt").write_text(_lines(advisories.constraints(denials)), encoding="utf-8")
+    (work / "builds.txt").write_text(
+        _lines(f"{cuda} {b.label or '-'} {b.index_url}" for cuda, b in BUILDS.items()), encoding="utf-8"
+    )
     kept = {"all.txt": [CORE, DEV], "v1-kept.txt": [V1]}
     kept.update({f"build-{cuda}.txt": [build_lock_name(build)] for cuda, build in BUILDS.items()})
     for name, locks in kept.items():
-        (work / name).write_text("" if upgrade else _lines(preferences(envs / lock for lock in locks)))
+        (work / name).write_text(
+            "" if upgrade else _lines(preferences(envs / lock for lock in locks)), encoding="utf-8"
+        )
     return advisories.check_requirements([], [envs / name for name in INS], denials)
 
 
@@ -113,7 +117,7 @@ def _exact_pins(path: Path) -> dict[str, list[SpecifierSet]]:
     """Canonical name -> the ``==`` specifiers of every exact pin in a requirements file (an .in file, an old
     lock, preferences); lines that are no exact pin (options, hashes, comments, a bare name) decide nothing."""
     pins: dict[str, list[SpecifierSet]] = {}
-    for raw in path.read_text().splitlines():
+    for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split("#", 1)[0].strip().removesuffix("\\").strip()
         try:
             requirement = Requirement(line)
@@ -163,7 +167,7 @@ class Entry:
 
 def read_compiled(path: Path) -> dict[str, Entry]:
     """uv's output (``--generate-hashes --emit-index-annotation``) by canonical name."""
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     indexes = annotated_indexes(text)
     result = {}
     for number, line in entries(text):
@@ -268,7 +272,7 @@ def write(work: Path, out: Path, python: str, machine: str, cooldown: str = "") 
         if compiled.is_file():
             builds[cuda] = hashed(read_compiled(compiled), f"torch build {cuda}")
         else:
-            missing[cuda] = why.read_text().strip() if why.is_file() else "not resolved"
+            missing[cuda] = why.read_text(encoding="utf-8").strip() if why.is_file() else "not resolved"
     torch = _torch(core, builds)
     note = _torch_note(core, builds, missing)
     core = {**core, ACCELERATED: torch}
@@ -307,7 +311,7 @@ def write(work: Path, out: Path, python: str, machine: str, cooldown: str = "") 
         added = [e for k, e in locked.items() if k == ACCELERATED or k not in core]
         files[build_lock_name(build)] = render(added, header)
     for name, text in files.items():
-        (out / name).write_text(text)
+        (out / name).write_text(text, encoding="utf-8")
         written.append(out / name)
     return written
 
@@ -328,7 +332,7 @@ def differences(resolved: Path, expected: Iterable[Path]) -> list[str]:
 def pylock_files(path: Path) -> dict[str, tuple[str, frozenset[str]]]:
     """A pylock.toml's packages: canonical name -> (version, the sha256 of every file it names)."""
     named = {}
-    for package in tomllib.loads(path.read_text()).get("packages", []):
+    for package in tomllib.loads(path.read_text(encoding="utf-8")).get("packages", []):
         files = [*package.get("wheels", []), *([package["sdist"]] if "sdist" in package else [])]
         digests = frozenset(file["hashes"]["sha256"] for file in files)
         named[canonicalize_name(package["name"])] = (str(package["version"]), digests)
@@ -379,7 +383,7 @@ def agree(out: Path) -> None:
         locked = {k for source in sources for k in read_compiled(out / source)}
         if set(named) != locked:
             raise LockError(f"{pylock} and {', '.join(sources)} name other packages: {sorted(set(named) ^ locked)}")
-        (out / lock).write_text(_kept_hashes((out / lock).read_text(), lock, named))
+        (out / lock).write_text(_kept_hashes((out / lock).read_text(encoding="utf-8"), lock, named), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

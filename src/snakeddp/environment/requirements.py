@@ -61,7 +61,7 @@ def stage_additions(path: Path) -> dict[str, tuple[str, ...]]:
     additions: dict[str, list[str]] = {stage: [] for stage in STAGES}
     if not path.is_file():
         return {stage: () for stage in STAGES}
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         match = _LINE.match(line.strip())
         tag = _TAG.search(match["comment"] or "") if match else None
         if tag:
@@ -82,7 +82,7 @@ def add(path: Path, text: str, stages: list[str] | None) -> str:
     for stage in stages or ():
         if stage not in STAGES:
             raise EnvFileError(f"--stage {stage!r} is not a stage. HINT: use one of {', '.join(STAGES)}.")
-    lines = path.read_text().splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     index = _entries(lines).get(canonicalize_name(requirement.name))
     comment = f"  # stages: {', '.join(stages or [DEFAULT_STAGE])}"
     if index is not None:
@@ -100,7 +100,7 @@ def add(path: Path, text: str, stages: list[str] | None) -> str:
 
 def remove(path: Path, name: str) -> str:
     """Delete the line of package ``name``; returns it."""
-    lines = path.read_text().splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     index = _entries(lines).get(canonicalize_name(name))
     if index is None:
         raise EnvFileError(f"{name} is not in {path}. HINT: tools/add.sh --remove takes a name that file lists.")
@@ -112,7 +112,7 @@ def remove(path: Path, name: str) -> str:
 def pin(path: Path, lock_path: Path) -> list[str]:
     """Give every unpinned line the version the lock resolved for it; returns the lines changed."""
     lock = read_lock(lock_path)
-    lines = path.read_text().splitlines()
+    lines = path.read_text(encoding="utf-8").splitlines()
     changed = []
     for index in _entries(lines).values():
         match = _LINE.match(lines[index].strip())

@@ -106,7 +106,7 @@ def cached(lock: Lock, prefix: Path | None = None, python: str = sys.executable)
     key = environment_key(lock)
     kept = prefix / CACHE_NAME
     try:
-        document = json.loads(kept.read_text())
+        document = json.loads(kept.read_text(encoding="utf-8"))
         if document.get("key") == key:
             return document["bom"]
     except (OSError, ValueError, AttributeError):

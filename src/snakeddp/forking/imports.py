@@ -87,7 +87,7 @@ def physical_cores() -> int:
     siblings = set()
     for cpu in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/thread_siblings_list"):
         try:
-            with open(cpu) as listing:
+            with open(cpu, encoding="utf-8") as listing:
                 siblings.add(listing.read().strip())
         except OSError:
             continue

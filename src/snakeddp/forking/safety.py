@@ -27,7 +27,7 @@ def native_threads() -> list[str]:
         if task == me:
             continue
         try:
-            with open(f"/proc/self/task/{task}/comm") as comm:
+            with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
                 names.append(comm.read().strip() or task)
         except OSError:
             continue  # it ended while we looked
@@ -68,7 +68,7 @@ def check_forkable(own_fds: set[int], imported: str) -> None:
     if torch is not None and torch.cuda.is_initialized():
         raise NotForkable("CUDA was initialised in the warm process (a CUDA context does not survive fork)")
     # The driver itself, which any library may load and initialise without torch knowing.
-    with open("/proc/self/maps") as maps:
+    with open("/proc/self/maps", encoding="utf-8") as maps:
         if any("libcuda.so" in line for line in maps):
             raise NotForkable("the CUDA driver (libcuda) is loaded in the warm process")
     stray = open_fds() - own_fds

@@ -88,7 +88,7 @@ def holders(path: Path, uuid: str) -> list[int]:
     """The pids that hold ``uuid``'s lock, as the kernel lists them (/proc/locks, what lslocks reads)."""
     try:
         found = os.stat(path / f"{uuid}.lock")
-        table = Path("/proc/locks").read_text()
+        table = Path("/proc/locks").read_text(encoding="utf-8")
     except OSError:
         return []
     device = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"

@@ -68,7 +68,7 @@ def take(devices: int, env: Mapping[str, str]) -> dict[str, str]:
     (none where the workflow made no pool, as for a run started by hand)."""
     try:
         folder = Path(env[POOL])
-        size = int((folder / "size").read_text())
+        size = int((folder / "size").read_text(encoding="utf-8"))
     except (KeyError, OSError, ValueError):
         return {}
     shown = gpus.visible(env)

@@ -25,7 +25,7 @@ SCHEMA_FILE = "provenance.schema.json"
 
 @cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 @cache
@@ -61,7 +61,7 @@ def validate_file(path: str | Path) -> dict[str, Any]:
     """Read and validate one provenance.json; returns the record."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ProvenanceError(f"{path}: cannot read provenance: {exc}") from None
     validate(record, source=str(path))

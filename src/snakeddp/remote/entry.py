@@ -69,7 +69,7 @@ def wait_for_seed(run_dir: Path, token: str, rank: int, timeout_s: float = WAIT_
 
     marker = RunPaths(run_dir).resume_seeded
     deadline = time.monotonic() + timeout_s
-    while not (marker.is_file() and marker.read_text() == token):
+    while not (marker.is_file() and marker.read_text(encoding="utf-8") == token):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"rank {rank} waited {timeout_s:.0f} s for rank 0 to copy the resumed attempt into {run_dir}. "

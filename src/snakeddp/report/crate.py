@@ -83,7 +83,7 @@ def _redacted_copy(source: Path, target: Path) -> Path:
     """The crate's copy of a config file, with every value under a secret-looking key masked (a storage
     key in spark.conf) and credentials in URLs (a tracking URI's user:password@): the crate is shared,
     the config file may not be."""
-    atomic_write_text(target, redact_yaml(source.read_text()))
+    atomic_write_text(target, redact_yaml(source.read_text(encoding="utf-8")))
     return target
 
 
@@ -575,7 +575,7 @@ def _config_files(
         for path, name in zip(config_files, _unique_names(config_files), strict=True)
     ]
     resolved = root / PAYLOAD / "workflow" / "config.resolved.yaml"
-    atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False))
+    atomic_write_text(resolved, yaml.safe_dump(dict(resolved_config), sort_keys=False, allow_unicode=True))
     configs.append(
         builder.add(resolved, resolved.relative_to(root).as_posix(), description="config after defaults (validated)")
     )

@@ -206,7 +206,7 @@ def _run_view(run: Run) -> dict[str, Any]:
         "throughput": BY_NAME["samples_per_s"].read(run),
         "best_path": (training["best_checkpoint"] or {}).get("path"),
         "checkpoints": training["checkpoints"] or [c for c in (training["last_checkpoint"],) if c],
-        "config_yaml": yaml.safe_dump(run.provenance["config"], sort_keys=False),
+        "config_yaml": yaml.safe_dump(run.provenance["config"], sort_keys=False, allow_unicode=True),
         "variables": "\n".join(f"{k}={v}" for k, v in launched["variables"].items()) or "(none recorded)",
     }
 

@@ -140,7 +140,7 @@ def attempt_id(key: str) -> str:
 @cache
 def _state_validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(
-        json.loads(resources.files("snakeddp.schemas").joinpath(STATE_SCHEMA).read_text())
+        json.loads(resources.files("snakeddp.schemas").joinpath(STATE_SCHEMA).read_text(encoding="utf-8"))
     )
 
 

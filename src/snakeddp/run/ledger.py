@@ -53,7 +53,7 @@ class LedgerError(RunStateError):
 
 @cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 def path(results: Path) -> Path:

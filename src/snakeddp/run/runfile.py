@@ -33,14 +33,14 @@ class RunFile:
         return {"format": RUN_FORMAT, "run_id": self.run_id, "sweep_point": self.point, "config": self.config}
 
     def write(self, path: str | Path) -> None:
-        atomic_write_text(path, yaml.safe_dump(self.as_dict(), sort_keys=False))
+        atomic_write_text(path, yaml.safe_dump(self.as_dict(), sort_keys=False, allow_unicode=True))
 
     @classmethod
     def load(cls, path: str | Path) -> RunFile:
         """Read a run.yaml, or a plain config file without a sweep (run id ``base``)."""
         path = Path(path)
         try:
-            raw = yamltext.safe_load(path.read_text()) or {}
+            raw = yamltext.safe_load(path.read_text(encoding="utf-8")) or {}
         except FileNotFoundError:
             raise configuration.ConfigError(f"{path}: no such run file") from None
         except yaml.YAMLError as exc:
@@ -66,7 +66,7 @@ def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[st
     rule's resources read the config, not this file).
     """
     try:
-        written = yamltext.safe_load(Path(path).read_text())
+        written = yamltext.safe_load(Path(path).read_text(encoding="utf-8"))
         old_point, old_config = written.get("sweep_point") or {}, written["config"]
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
         return dict(run)

@@ -53,7 +53,7 @@ def _replace_whole(path: Path, record: Mapping[str, Any]) -> None:
     to a crash is rewritten at the next post (atomic_write's fsync took 10 ms of 10.4 per write here)."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     try:
-        partial.write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        partial.write_text(json.dumps(record, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)

@@ -37,7 +37,7 @@ BEFORE_THE_FIRST_STEP = ("never_joined", "unreachable")
 
 @cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text())
+    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 def _problem(instance: Any, definition: str | None = None) -> str | None:

@@ -183,16 +183,16 @@ def result_of(folder: Path, index: int) -> dict[str, Any] | None:
     """A task's result once it has written it; its TableError (the line it raised) where it stopped on one."""
     error = folder / f"piece-{index:05d}.error"
     if error.is_file():
-        raise TableError(error.read_text().strip())
+        raise TableError(error.read_text(encoding="utf-8").strip())
     try:
-        return json.loads((folder / f"piece-{index:05d}.json").read_text())
+        return json.loads((folder / f"piece-{index:05d}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
 
 def unfinished(folder: Path, index: int, job: str, code: int | None, stderr: str) -> SlurmIngestError:
     log = folder / f"piece-{index}.log"
-    said = (log.read_text().strip().splitlines() or [""])[-1] if log.is_file() else ""
+    said = (log.read_text(encoding="utf-8").strip().splitlines() or [""])[-1] if log.is_file() else ""
     return SlurmIngestError(
         f"the Slurm array job that ingests the table did not finish piece {index} (sbatch exited {code}: "
         f"{(stderr.strip() or said or 'no output')[-300:]}). HINT: see `sacct -j {job or '<job>'}`, then rerun."
@@ -202,7 +202,7 @@ def unfinished(folder: Path, index: int, job: str, code: int | None, stderr: str
 def main(argv: Sequence[str] | None = None) -> int:
     """One array task: its piece read and written, its result (or one-line error) beside it."""
     folder = Path((argv or sys.argv[1:])[0])
-    handed = json.loads((folder / WORK).read_text())
+    handed = json.loads((folder / WORK).read_text(encoding="utf-8"))
     index = int(os.environ["SLURM_ARRAY_TASK_ID"])
     try:
         prepared = spread.prepare(handed["params"], Path(handed["out"]))
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         result = spread.read_piece(prepared[0], prepared[1][index])
     except TableError as error:
-        (folder / f"piece-{index:05d}.error").write_text(f"{error}\n")
+        (folder / f"piece-{index:05d}.error").write_text(f"{error}\n", encoding="utf-8")
         print(f"snakeddp.slurm.ingest: {error}", file=sys.stderr)
         return 1
     atomic_write_json(folder / f"piece-{index:05d}.json", result)

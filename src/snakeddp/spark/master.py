@@ -42,7 +42,7 @@ def defaults_file(env: Mapping[str, str]) -> Path | None:
 
 def read_defaults(path: Path) -> dict[str, str]:
     """spark-defaults.conf's settings: Java properties, ``key value`` (or ``=``, ``:``), '#' comments."""
-    pairs = (PROPERTY.match(line.strip()) for line in path.read_text().splitlines())
+    pairs = (PROPERTY.match(line.strip()) for line in path.read_text(encoding="utf-8").splitlines())
     return {m["key"]: m["value"].strip() for m in pairs if m and not m["key"].startswith(("#", "!"))}
 
 

@@ -78,14 +78,14 @@ def watch(stop_file: Path) -> None:
     preemption callback then stops every rank at one step and saves last.ckpt."""
     while not stop_file.exists():
         time.sleep(STOP_POLL_S)
-    name = stop_file.read_text().strip()
+    name = stop_file.read_text(encoding="utf-8").strip()
     os.kill(os.getpid(), getattr(signal, name, signal.SIGTERM))
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] != ["--settings"] or argv[2:3] != ["--"]:
         raise SystemExit("usage: rank.py --settings FILE -- ARGS (started by snakeddp.spark.driver)")
-    settings = json.loads(Path(argv[1]).read_text())
+    settings = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
     # Before torch is imported: OMP_NUM_THREADS and the network variables are read at import and init.
     os.environ.update(settings["env"])
     from snakeddp.spark import jobside

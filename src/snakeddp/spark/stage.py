@@ -340,7 +340,7 @@ def start_rank(command: list[str], env: dict[str, str], settings: Path, lines: L
 def fork_rank(command: list[str], env: dict[str, str], settings: Path, pipe: tuple[int, int]) -> int | None:
     """The rank forked from this worker (None where SNAKEDDP_WARM_START=0 asks for fresh ranks, or the
     worker did not import what the rank needs)."""
-    chosen = json.loads(settings.read_text())["env"]
+    chosen = json.loads(settings.read_text(encoding="utf-8"))["env"]
     if not enabled(chosen) or "snakeddp.train" not in sys.modules:
         return None
     check_forkable(open_fds(), RANK)
@@ -358,6 +358,7 @@ def become_rank(command: list[str], env: dict[str, str], pipe: tuple[int, int], 
     for fd in (null, read, write):
         os.close(fd)
     close_fds()  # the worker's sockets to the executor: a rank never holds them
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    # The locale's encoding, as the streams they replace had: a pipe to the executor's log.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: PLW1514
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: PLW1514
     return become(command, {**IMPORTED_ENV, **env, RANK_START: "warm"})

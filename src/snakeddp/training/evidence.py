@@ -72,7 +72,7 @@ def own_stack() -> str:
 def _state(pid: int) -> str | None:
     """/proc/PID/stat's state letter; None where the process is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[-1].split()[0]
     except (OSError, IndexError):
         return None
 

@@ -24,8 +24,8 @@ def process_started() -> float:
     the benchmark VM, all of it counted as imports).
     """
     try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text(encoding="utf-8").split()[0])
     except (OSError, ValueError, IndexError):  # not Linux
         return time.perf_counter() - (time.time() - psutil.Process().create_time())
     return time.perf_counter() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))

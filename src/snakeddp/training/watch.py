@@ -72,7 +72,7 @@ def process_state(position: Position) -> str | None:
     if position.host != socket.gethostname():
         return None
     try:
-        stat = Path(f"/proc/{position.pid}/stat").read_text()
+        stat = Path(f"/proc/{position.pid}/stat").read_text(encoding="utf-8")
     except OSError:
         return "its process is gone"
     return PROCESS_STATES.get(stat.rsplit(")", 1)[-1].split()[0])

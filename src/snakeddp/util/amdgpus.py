@@ -49,7 +49,7 @@ def gfx_name(target_version: int) -> str:
 
 def _properties(path: Path) -> dict[str, str]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError:
         return {}
     return dict(line.split(None, 1) for line in text.splitlines() if len(line.split(None, 1)) == 2)

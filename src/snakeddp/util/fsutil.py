@@ -112,4 +112,4 @@ def stat_stamp(path: str | Path) -> list[int]:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    return json.loads(Path(path).read_text(encoding="utf-8"))

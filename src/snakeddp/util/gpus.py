@@ -113,7 +113,7 @@ def _field(text: str, name: str) -> str:
 
 def _proc_version(driver: Path) -> str | None:
     try:
-        first = (driver / "version").read_text().splitlines()[0]
+        first = (driver / "version").read_text(encoding="utf-8").splitlines()[0]
     except (OSError, IndexError):
         return None
     found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", first)
@@ -125,7 +125,7 @@ def listed(driver: Path | None = None) -> list[tuple[Gpu, str]]:
     found = []
     for folder in sorted(((driver or DRIVER) / "gpus").glob("*")):
         try:
-            text = (folder / "information").read_text()
+            text = (folder / "information").read_text(encoding="utf-8")
         except OSError:
             continue
         gpu = Gpu(folder.name, _field(text, "Model") or "NVIDIA GPU", _field(text, "GPU UUID"))

@@ -142,7 +142,7 @@ class Front(Server):
         """Everything is imported, here and in the heavy one (or it is gone): marked for whoever
         waits for it (snakeddp.warm.process.WarmProcess.imported)."""
         if not self.stopping and not self.imports.pending and (self.heavy is None or self.heavy.imported):
-            open(os.path.join(self.home, IMPORTED), "w").close()
+            open(os.path.join(self.home, IMPORTED), "w", encoding="utf-8").close()
 
     def stop_taking(self) -> None:
         self.selector.unregister(self.listener)

@@ -47,7 +47,7 @@ def named(env: Mapping[str, str]) -> str | None:
     directory = os.path.dirname(path)
     try:
         socket_stat, folder = os.stat(path), os.stat(directory)
-        with open(os.path.join(directory, SERVES)) as file:
+        with open(os.path.join(directory, SERVES), encoding="utf-8") as file:
             serves = json.load(file)
     except (OSError, ValueError):
         return None
@@ -107,7 +107,7 @@ def keep() -> int:
         # Which invocations it can serve (named): written before the line that lets any use it.
         pid = warm.process.pid if warm.process is not None else 0
         serves = {"executable": sys.executable, "startup_env": startup_env(env), "pid": pid}
-        with open(os.path.join(os.path.dirname(path), SERVES), "w") as file:
+        with open(os.path.join(os.path.dirname(path), SERVES), "w", encoding="utf-8") as file:
             json.dump(serves, file)
         print(f"export {SOCKET}={shlex.quote(path)}", flush=True)
         while warm.process is not None and warm.process.poll() is None:

@@ -102,7 +102,7 @@ def find(argv: Sequence[str], environ: Mapping[str, str], cwd: Path, basedir: Pa
     for name, file in files:
         if file is None:
             continue
-        content = yaml.safe_load(file.read_text()) or {}
+        content = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
         if isinstance(content, Mapping) and content.get("config"):
             found = ProfileConfig(name, _entries(content["config"]))
     return found
