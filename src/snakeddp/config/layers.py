@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from snakeddp.config import flatten
 from snakeddp.config.coerce import SWEEP, command_line
 from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
@@ -103,7 +104,7 @@ def load_layer(path: str | Path) -> dict[str, Any]:
 def check_not_swept(command_line: Mapping[str, Any], sweep: Mapping[str, Any]) -> None:
     """A ConfigError when ``--config`` sets a key the sweep sets in every run: typed, it would be silently
     replaced (the default config sweeps launch.devices, so --config 'launch={devices: 4}' trained on 1 and 2)."""
-    typed = _leaves({key: value for key, value in command_line.items() if key != SWEEP})
+    typed = flatten({key: value for key, value in command_line.items() if key != SWEEP})
     for key, value in typed.items():
         swept = next((k for k in sweep if key == k or key.startswith(f"{k}.")), None)
         if swept is not None:
@@ -113,15 +114,6 @@ def check_not_swept(command_line: Mapping[str, Any], sweep: Mapping[str, Any]) -
                 f"--config 'sweep={{{swept}: [{_flow(value) if key == swept else '...'}]}}' (it replaces the "
                 "config file's whole sweep)."
             )
-
-
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
-        found: dict[str, Any] = {}
-        for key, item in value.items():
-            found.update(_leaves(item, f"{prefix}{key}."))
-        return found
-    return {prefix[:-1]: value}
 
 
 def _flow(value: Any) -> str:
