@@ -1,6 +1,7 @@
 """Config validation, defaults, sweep expansion and the identities derived from config."""
 
 import pytest
+import yaml
 
 from snakeddp import config
 from snakeddp.config import parts
@@ -233,3 +234,15 @@ def test_a_value_an_alternative_or_a_pattern_refuses_says_what_the_key_accepts()
     )
     # What the line says it accepts is accepted.
     assert config.validate({"launch": {"hang_timeout": 5}, "model": {"target": "mynet.model:TinyNet"}})
+
+
+def test_one_value_given_as_a_sweep_is_refused_with_the_list_that_works():
+    with pytest.raises(config.ConfigError) as caught:
+        config.validate({"sweep": {"model.lr": "0.1"}})  # --config 'sweep={model.lr: 0.1}' hands over text
+    (line,) = [line for line in str(caught.value).splitlines() if line.startswith("  sweep.")]
+    assert line == (
+        "  sweep.model.lr: 0.1 is one value, and a sweep takes a list of them. HINT: write it as a list, "
+        "e.g. sweep: {model.lr: [0.1]} (--config 'sweep={model.lr: [0.1]}')"
+    )
+    runs = config.expand_sweep(config.validate({"sweep": yaml.safe_load("{model.lr: [0.1]}")}))
+    assert [run["config"]["model"]["lr"] for run in runs.values()] == [0.1]
