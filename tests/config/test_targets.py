@@ -10,7 +10,7 @@ import textwrap
 import lightning.pytorch as pl
 import pytest
 
-from snakeddp.config.targets import TargetError, construct, load_class, source_record
+from snakeddp.config.targets import TargetError, check_keywords, construct, load_class, source_record
 from tests.helpers import SRC, subprocess_env
 
 USER_MODULE = """
@@ -28,6 +28,11 @@ class Picky(pl.LightningModule):
         super().__init__()
         if width < 1:
             raise ValueError("width must be positive")
+
+
+class Open(pl.LightningModule):
+    def __init__(self, width: int = 4, **options):
+        super().__init__()
 
 
 class NotAModule:
@@ -120,9 +125,15 @@ def test_a_base_named_by_import_path_checks_as_the_class_does(user_module):
 @pytest.mark.parametrize(
     ("pair", "cause"),
     [
-        (("model.target", "plain:Net"), "is not a subclass of lightning.pytorch.core.module.LightningModule. HINT: "),
-        (("data.module", "plain:Net"), "is not a subclass of lightning.pytorch.core.datamodule.LightningDataModule"),
-        (("model.target", "no_such_module:Net"), "cannot import module 'no_such_module'"),
+        (
+            ("model.target", "plain:Net", ""),
+            "is not a subclass of lightning.pytorch.core.module.LightningModule. HINT: ",
+        ),
+        (
+            ("data.module", "plain:Net", ""),
+            "is not a subclass of lightning.pytorch.core.datamodule.LightningDataModule",
+        ),
+        (("model.target", "no_such_module:Net", "width"), "cannot import module 'no_such_module'"),
     ],
 )
 def test_the_workflows_check_refuses_what_is_no_lightning_class_without_importing_lightning(user_module, pair, cause):
@@ -136,3 +147,18 @@ def test_the_workflows_check_refuses_what_is_no_lightning_class_without_importin
     done = subprocess.run([sys.executable, "-c", probe, *pair], env=env, capture_output=True, text=True, check=False)
     assert done.stdout.split() == ["1", "False"], done.stdout + done.stderr
     assert f"{pair[0]}={pair[1]!r}" in done.stderr and cause in done.stderr
+
+
+def test_a_constructor_argument_the_class_does_not_take_is_named_with_the_closest_it_does(user_module):
+    good = load_class("usermodels:Good", "model.target", pl.LightningModule)
+    check_keywords(good, ["width"], "usermodels:Good", "model.target")
+    with pytest.raises(TargetError) as caught:
+        check_keywords(good, ["width", "widht"], "usermodels:Good", "model.target")
+    assert str(caught.value) == (
+        "model.kwargs.widht: model.target='usermodels:Good' takes no 'widht' (its constructor takes width). "
+        "HINT: did you mean 'width'?"
+    )
+    # A constructor that takes **options may take any name.
+    check_keywords(
+        load_class("usermodels:Open", "model.target", pl.LightningModule), ["depth"], "usermodels:Open", "model.target"
+    )

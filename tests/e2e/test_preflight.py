@@ -225,6 +225,18 @@ def test_a_model_target_is_imported_once_per_module_content(checkout):
     planned(checkout.snakemake(*LOCAL, "--config", target))
     assert list(json.loads(cache.read_text())) == ["model.target=mymodel:Net"]
 
+    # A constructor argument the class does not take is refused before any job, naming the one it does take.
+    (checkout.root / "mymodel.py").write_text(MODEL + "\n    def __init__(self, width: int = 4):\n        super().__init__()\n")
+    misspelt = "model={target: 'mymodel:Net', kwargs: {widht: 8}}"
+    refused(
+        checkout,
+        checkout.snakemake(*LOCAL, "--config", misspelt),
+        "model.kwargs.widht: model.target='mymodel:Net' takes no 'widht'",
+        "HINT: did you mean 'width'?",
+    )
+    planned(checkout.snakemake(*LOCAL, "--config", misspelt.replace("widht", "width")))
+    assert "model.target=mymodel:Net(width)" in json.loads(cache.read_text())
+
     (checkout.root / "mymodel.py").write_text("class Net:\n    pass\n")
     refused(checkout, checkout.snakemake(*LOCAL, "--config", target), "is not a subclass of lightning.pytorch")
 

@@ -9,10 +9,11 @@ and the cause, with the original exception chained for the full traceback.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,28 @@ def accepted_parameters(cls: type) -> set[str]:
     return {name for name, p in signature.parameters.items() if p.kind in kinds and name != "self"}
 
 
+#: Where each class's constructor arguments are set.
+KWARGS_KEYS = {"model.target": "model.kwargs", "data.module": "data.module_kwargs"}
+
+
+def check_keywords(cls: type, names: Iterable[str], target: str, key: str) -> None:
+    """A TargetError naming the first of ``names`` (the config's constructor arguments) that ``cls`` does not
+    take: the workflow checks them before any job, where the train job's constructor would refuse them after
+    the data stage and the queue. A constructor with ``**kwargs`` may take any name: not checked."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    accepted = accepted_parameters(cls)
+    unknown = [name for name in names if name not in accepted]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(accepted), n=1)
+        fix = f"did you mean {close[0]!r}?" if close else f"remove it, or give {cls.__name__} that parameter."
+        raise TargetError(
+            f"{KWARGS_KEYS[key]}.{unknown[0]}: {key}={target!r} takes no {unknown[0]!r} (its constructor takes "
+            f"{', '.join(sorted(accepted)) or 'nothing'}). HINT: {fix}"
+        )
+
+
 def construct(cls: type, kwargs: Mapping[str, Any], target: str, key: str) -> Any:
     """``cls(**kwargs)``, with any failure reported as a TargetError naming the target."""
     try:
@@ -111,18 +134,20 @@ def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list
 
 
 def main(argv: list[str]) -> int:
-    """``python -m snakeddp.config.targets KEY TARGET [KEY TARGET ...]``: import each configured
-    class as training will and check its kind. The workflow runs this with the training
-    interpreter before any job (snakeddp.workflow.preflight); a failure is one line on stderr. Lightning is
-    imported by the classes that need it, not first: a module that does not import, or a class that is not
-    Lightning's, is refused in a fraction of a second instead of after Lightning's import (4-5 s of CPU)."""
+    """``python -m snakeddp.config.targets KEY TARGET NAMES [KEY TARGET NAMES ...]``: import each configured
+    class as training will and check its kind, and that its constructor takes NAMES (its config arguments,
+    comma-separated). The workflow runs this with the training interpreter before any job
+    (snakeddp.workflow.preflight); a failure is one line on stderr. Lightning is imported by the classes that
+    need it, not first: a module that does not import, or a class that is not Lightning's, is refused in a
+    fraction of a second instead of after Lightning's import (4-5 s of CPU)."""
     bases = {
         "model.target": "lightning.pytorch.core.module:LightningModule",
         "data.module": "lightning.pytorch.core.datamodule:LightningDataModule",
     }
     try:
-        for key, target in zip(argv[::2], argv[1::2], strict=True):
-            load_class(target, key, bases[key])
+        for key, target, names in zip(argv[::3], argv[1::3], argv[2::3], strict=True):
+            cls = load_class(target, key, bases[key])
+            check_keywords(cls, filter(None, names.split(",")), target, key)
     except TargetError as error:
         print(" ".join(str(error).split()), file=sys.stderr)
         return 1

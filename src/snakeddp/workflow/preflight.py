@@ -31,8 +31,9 @@ from snakeddp.run.mlflow_server import check_reachable
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
-# The keys that name a user's class (model.target, data.module), imported only by the training interpreter.
-USER_CLASSES = (("model", "target"), ("data", "module"))
+# The keys that name a user's class (model.target, data.module), imported only by the training interpreter, and
+# the keys of their constructor arguments.
+USER_CLASSES = (("model", "target", "kwargs"), ("data", "module", "module_kwargs"))
 
 
 __all__ = ["PreflightError"]
@@ -188,20 +189,37 @@ def module_file(module: str, search: list[str]) -> Path | None:
     return origin if origin and origin.is_file() else None
 
 
-def check_targets(targets: list[tuple[str, str]], python: str, cwd: Path, env: Mapping[str, str], cache: Path) -> None:
-    """Import each configured class (``("model.target", "pkg.mod:Class")``) in the training interpreter
-    and check its kind. A check that passed is remembered by the module file's sha256: importing
-    torch costs seconds, and a dry run should not pay them every time."""
+def user_classes(runs: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Each user class the runs name (model.target, data.module), with the names of the constructor arguments
+    any run gives it (model.kwargs, data.module_kwargs), comma-separated."""
+    names: dict[tuple[str, str], set[str]] = {}
+    for run in runs.values():
+        for part, key, arguments in USER_CLASSES:
+            target = run["config"][part].get(key)
+            if target:
+                names.setdefault((f"{part}.{key}", target), set()).update(run["config"][part].get(arguments) or {})
+    return [(key, target, ",".join(sorted(given))) for (key, target), given in sorted(names.items())]
+
+
+def check_targets(
+    targets: list[tuple[str, str, str]], python: str, cwd: Path, env: Mapping[str, str], cache: Path
+) -> None:
+    """Import each configured class (``("model.target", "pkg.mod:Class", "width,depth")``: its config arguments'
+    names) in the training interpreter and check its kind and that it takes them. A check that passed is
+    remembered by the module file's sha256: importing torch costs seconds, and a dry run should not pay them
+    every time."""
     search = [str(cwd), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep)), *sys.path[1:]]
     known = read_json(cache) if cache.is_file() else {}
     stamps, todo = {}, []
-    for key, target in targets:
+    for key, target, names in targets:
         found = module_file(target.partition(":")[0], search)
         stamp = f"{python} {sha256_file(found)}" if found else None
-        if stamp is None or known.get(f"{key}={target}") != stamp:
-            todo += [key, target]
+        # The arguments' names join the key: a config that sets another one is checked again.
+        checked = f"{key}={target}" + (f"({names})" if names else "")
+        if stamp is None or known.get(checked) != stamp:
+            todo += [key, target, names]
         if stamp:
-            stamps[f"{key}={target}"] = stamp
+            stamps[checked] = stamp
     if not todo:
         return
     argv = [python, "-m", "snakeddp.config.targets", *todo]
@@ -231,9 +249,6 @@ def check_workflow(invocation: Invocation[Any], platform: str, *, lock: Path, ca
         # A Lightning release the training's hooks were not read for would stop every run's ranks.
         compat.check_package("lightning")
         check_trackers(tracking)
-        targets = sorted(
-            {(f"{part}.{key}", run["config"][part][key]) for run in runs.values() for part, key in USER_CLASSES}
-            - {(f"{part}.{key}", None) for part, key in USER_CLASSES}
-        )
+        targets = user_classes(runs)
         if targets:
             check_targets(targets, sys.executable, Path.cwd(), os.environ, cache)
