@@ -156,11 +156,21 @@ def merged(base: dict, overrides: dict) -> dict:
 
 def tiny_with(overrides: dict) -> dict:
     """TINY with ``overrides`` merged in; a user's model (model.target) replaces TINY's built-in one
-    whole, as its built-in keys (hidden_sizes) would be refused beside model.target."""
+    whole, as its built-in keys (hidden_sizes) would be refused beside model.target, and a table or
+    DataModule source leaves TINY's generator keys out, refused beside them likewise."""
     out = merged(TINY, overrides)
     if (overrides.get("model") or {}).get("target"):
         out["model"] = copy.deepcopy(overrides["model"])
-    return out
+    return without_generator_keys(out, overrides)
+
+
+def without_generator_keys(cfg: dict, overrides: dict) -> dict:
+    """``cfg`` (TINY with ``overrides``) without TINY's generator keys where the data is a table's or a
+    DataModule's: refused beside them (config.sources.SYNTHETIC_ONLY), unless the overrides set them."""
+    if cfg["data"].get("source", "synthetic") != "synthetic":
+        for key in set(sources.SYNTHETIC_ONLY) - set(overrides.get("data", {})):
+            cfg["data"].pop(key, None)
+    return cfg
 
 
 def prepare(tmp_path: Path, overrides: dict, run_id: str = "base") -> tuple[Path, Path | None, Path]:

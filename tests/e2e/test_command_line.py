@@ -69,7 +69,7 @@ def test_sweep_and_tracking_overrides_plan_the_runs_they_ask_for(checkout):
         "lr-0.01": ({"model.lr": 0.01}, 0.01),
     }
     (report,) = re.findall(r"snakeddp\.steps report --params (\S+) ", done.stdout)
-    resolved = json.loads(planned(checkout, report)["config"])
+    resolved = planned(checkout, report)["config"]
     assert resolved["tracking"]["tensorboard"] == {"enabled": True}
     assert resolved["sweep"] == {"model.lr": [0.001, 0.01]}
 

@@ -130,6 +130,12 @@ def test_after_a_run_the_report_summary_and_cleanup_work_without_a_profile(clone
     output = ok(typed(clone, "snakemake -n"))
     assert "Nothing to be done" in output and "HINT" not in output
     assert changed_files(ok(typed(clone, "snakemake --list-changes params"))) == []
+    # A key only the report records (a scheduler request: no run.yaml changes) is named in the report's reason too.
+    output = ok(typed(clone, "snakemake -n --config 'launch={runtime: 100}'"))
+    reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
+    runtime = CONFIG["launch"]["runtime"]
+    assert reasons == [f"Reason: Params have changed since last execution: launch.runtime: {runtime} → 100"], output
+    # Last: without its metadata Snakemake no longer compares the report's parameters.
     ok(typed(clone, "snakemake --cleanup-metadata results/report/runs.csv"))
 
 
@@ -141,11 +147,6 @@ def test_an_edit_is_named_by_its_key_in_the_reason_and_the_list_of_changes(clone
     assert reasons == ["Reason: Params have changed since last execution: model.lr: 0.003 → 0.01"] * 2, output
     # The edit's reasons stay short lines; Snakemake's own list of the report's outputs (`all`) may be long.
     assert max(len(line) for line in output.splitlines() if not line.startswith("Reason: Input files updated")) < 400
-    # A key only the report records (a scheduler request: no run.yaml changes) is named in the report's reason too.
-    output = ok(typed(clone, "snakemake -n --config 'launch={runtime: 100}'"))
-    reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
-    runtime = CONFIG["launch"]["runtime"]
-    assert reasons == [f"Reason: Params have changed since last execution: launch.runtime: {runtime} → 100"], output
     listed = changed_files(ok(typed(clone, "snakemake --list-changes params --config 'model={lr: 0.01}'")))
     # The run configs, and the report's outputs (its RO-Crate records the config).
     assert sorted(path for path in listed if not path.startswith("results/report/")) == [

@@ -226,7 +226,8 @@ def test_a_model_target_is_imported_once_per_module_content(checkout):
     assert list(json.loads(cache.read_text())) == ["model.target=mymodel:Net"]
 
     # A constructor argument the class does not take is refused before any job, naming the one it does take.
-    (checkout.root / "mymodel.py").write_text(MODEL + "\n    def __init__(self, width: int = 4):\n        super().__init__()\n")
+    with_width = "\n    def __init__(self, width: int = 4):\n        super().__init__()\n"
+    (checkout.root / "mymodel.py").write_text(MODEL + with_width)
     misspelt = "model={target: 'mymodel:Net', kwargs: {widht: 8}}"
     refused(
         checkout,

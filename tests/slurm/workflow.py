@@ -13,7 +13,7 @@ import psutil
 
 from snakeddp.run.layout import RunPaths
 from snakeddp.slurm.polling import STATUS_VARIABLE
-from tests.helpers import TINY, Workflow, subprocess_env, training_processes
+from tests.helpers import TINY, Workflow, subprocess_env, training_processes, without_generator_keys
 from tests.slurm.cluster import Cluster
 
 # Slurm status polling, shortened for tests: the plugin's first check comes after
@@ -75,7 +75,7 @@ def config(**sections) -> dict:
             cfg.setdefault(key, {}).update(value)
         else:
             cfg[key] = value
-    return cfg
+    return without_generator_keys(cfg, sections)
 
 
 def ranks_once_saved(snakemake: subprocess.Popen, run_dir: Path, within_s: float = 600) -> dict[int, psutil.Process]:

@@ -73,8 +73,8 @@ class MonitoredMetric(Callback):
         # Epoch 1 is Lightning's epoch 0, as the progress lines and runs.csv count them.
         raise MonitorError(
             f"trainer.monitor.metric={self.metric!r}: {type(pl_module).__name__} did not log it by the end of epoch "
-            f"{trainer.current_epoch + 1} (it logged: {shown}); checkpoint selection and early stopping rank epochs by it. "
-            f"HINT: {other}log it in validation_step, e.g. self.log({self.metric!r}, loss)."
+            f"{trainer.current_epoch + 1} (it logged: {shown}); checkpoint selection and early stopping rank epochs "
+            f"by it. HINT: {other}log it in validation_step, e.g. self.log({self.metric!r}, loss)."
         )
 
 
