@@ -135,6 +135,10 @@ def test_after_a_run_the_report_summary_and_cleanup_work_without_a_profile(clone
     reasons = [line for line in output.splitlines() if line.startswith("Reason: Params have changed")]
     runtime = CONFIG["launch"]["runtime"]
     assert reasons == [f"Reason: Params have changed since last execution: launch.runtime: {runtime} → 100"], output
+    # A dry run after an edit that retrains notes what the real run would stop on, as for a new run.
+    output = ok(typed(clone, "snakemake -n --cores 2 --config 'launch={threads_per_process: 2}'"))
+    notes = [line for line in output.splitlines() if "HINT:" in line]
+    assert len(notes) == 1 and notes[0].startswith("Dry run; a real run would stop here: run devices-2: needs 4 cores")
     # Last: without its metadata Snakemake no longer compares the report's parameters.
     ok(typed(clone, "snakemake --cleanup-metadata results/report/runs.csv"))
 

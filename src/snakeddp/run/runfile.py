@@ -80,3 +80,15 @@ def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[st
         if key in old_config.get("launch", {}):
             config["launch"][key] = old_config["launch"][key]
     return {**run, "config": config}
+
+
+def rewrites(run: Mapping[str, Any], path: str | Path) -> bool:
+    """Whether ``run`` (sweep point and config, as planned) writes ``path`` anew: there is none, it is not a
+    run file, or it holds another config. Snakemake then reruns the run's train job (which restores an attempt
+    finished with that config, or trains)."""
+    try:
+        written = RunFile.load(path)
+    except (configuration.ConfigError, OSError):
+        return True
+    kept = keep_scheduler_requests(run, path)
+    return (written.point, written.config) != (kept["point"], kept["config"])

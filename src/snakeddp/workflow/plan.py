@@ -41,7 +41,7 @@ from snakeddp.report import configurations as report_configurations
 from snakeddp.report.files import workflow_files
 from snakeddp.run import search as searching
 from snakeddp.run.layout import RunPaths
-from snakeddp.run.runfile import keep_scheduler_requests
+from snakeddp.run.runfile import keep_scheduler_requests, rewrites
 from snakeddp.util import gpus, hashing, redact
 from snakeddp.workflow import jobenv, preflight
 from snakeddp.workflow.paramfile import param_file
@@ -276,8 +276,14 @@ class Plan:
         return param_file(json.dumps(named, sort_keys=True))
 
     def runs_to_train(self) -> dict[str, dict[str, Any]]:
-        """The planned runs without a provenance.json yet: those this invocation trains."""
-        return {run: self.runs[run] for run in self.runs if not Path(PROVENANCE.format(run=run)).exists()}
+        """The planned runs this invocation trains: those without a provenance.json yet, and those whose config
+        changed since (their run.yaml is written anew, and their train job runs: a dry run's notes and the
+        checks before the first job cover them too)."""
+        return {
+            run: planned
+            for run, planned in self.runs.items()
+            if not Path(PROVENANCE.format(run=run)).exists() or rewrites(planned, RUN_FILE.format(run=run))
+        }
 
 
 def read(workflow: Any, config: dict[str, Any], *, typed: bool, say: Callable[[str], None]) -> Plan:
