@@ -434,12 +434,28 @@ def idle_nodes(cluster: Cluster) -> set[str]:
     return {line.split()[0] for line in out.splitlines() if line.split()[1:] == ["idle"]}
 
 
+def ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it, up to init."""
+    found = set()
+    while pid > 0 and pid not in found:
+        found.add(pid)
+        try:
+            # The parent is the field after the command's closing parenthesis and the state.
+            pid = int(Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return found
+
+
 def cluster_processes(cluster: Cluster) -> list[int]:
     """Every process that runs with this cluster's SLURM_CONF: daemons, job steps, their tasks."""
     marker = f"SLURM_CONF={cluster.conf}".encode()
+    # Not this process, nor what started it: the shell that exported the cluster's environment
+    # (`eval "$(cluster.sh env)"`), cluster.sh itself, a timeout or sudo around it.
+    spared = ancestors(os.getpid())
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in spared:
             continue
         try:
             environ = (entry / "environ").read_bytes()
@@ -525,7 +541,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "start":
             cluster = start(directory)
             print(status(cluster))
-            print('\nUse it from a shell: eval "$(tests/slurm/cluster.sh env)"')
+            chosen = (
+                ""
+                if args.dir == Path(DEFAULT_DIR) and "SNAKEDDP_SLURM_DIR" not in os.environ
+                else f" --dir {shlex.quote(str(directory))}"
+            )
+            print(f'\nUse it from a shell: eval "$(tests/slurm/cluster.sh env{chosen})"')
             return 0
         cluster = Cluster.load(directory)
         if cluster is None:
