@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp.environment import cuda
-from snakeddp.util import cudabuild
+from snakeddp.util import cudabuild, gpus
 from tests.gpu_standin import Checks, StandIn
 from tests.helpers import subprocess_env
 
@@ -145,6 +145,15 @@ def test_a_cpu_build_of_torch_is_named_as_such(checks, tmp_path: Path):
     line = one_line(checked(checks, StandIn(tmp_path, build="cpu")))
     assert "(NVIDIA driver: 580.95.05; torch 2.13.0+cpu, a CPU build" in line
     assert "torch is a CPU build" in line and "HINT: install the CUDA 13.0 build" in line
+
+
+def test_a_cpu_build_on_a_node_without_nvidia_gpus_is_told_to_train_on_the_cpu_first():
+    """A CUDA build would find nothing to drive there either (`tools/setup.sh --cuda` changed nothing a user saw)."""
+    reason, hint = cuda.why_no_device(None, {}, gpus.Driver(version=None))
+    assert reason == "torch is a CPU build, and this node has no NVIDIA GPU"
+    assert hint.startswith("set launch.accelerator: cpu to train here; for GPUs, run on GPU nodes and install the CUDA")
+    # A node whose driver lists GPUs keeps the build's remedy first.
+    assert cuda.why_no_device(None, {}, gpus.Driver(version="580.95.05", listed=1))[0] == "torch is a CPU build"
 
 
 @pytest.mark.parametrize("build", ["13.0", "12.6"])

@@ -139,6 +139,12 @@ def why_no_device(torch_cuda: str | None, env: Mapping[str, str], seen: gpus.Dri
             f"{ON_THE_CPU} (AMD GPUs train with torch's ROCm build, which snakeddp runs and this checkout does not "
             "lock: docs/environments.md)",
         )
+    if torch_cuda is None and not (seen.version or seen.listed or seen.enumerable()):
+        # Nothing here for a CUDA build to drive either: the first remedy is the one that trains on this node.
+        return (
+            "torch is a CPU build, and this node has no NVIDIA GPU",
+            f"{ON_THE_CPU} to train here; for GPUs, run on GPU nodes and {install_hint(builds_under(None))}",
+        )
     if torch_cuda is None:
         return "torch is a CPU build", install_hint(builds_under(seen.version))
     if seen.failure():
