@@ -53,6 +53,13 @@ resolve() {
     local log=$1; shift
     if ! "${compile[@]}" "$@" 2>"$work/$log.log" >/dev/null; then
         helper snakeddp.environment.cooldown explain "$work/$log.log" || exit 1
+        # A name the index does not know (a typo): said as such, not as a conflict of pins.
+        local unknown
+        unknown=$(grep -o 'Because [^ ]* was not found in the package registry' "$work/$log.log" | head -1 | cut -d' ' -f2)
+        if [[ -n $unknown ]]; then
+            echo "lock: the package index has no package named $unknown (uv: \"$unknown was not found in the package registry\"); the locks are unchanged. HINT: check the name (its page is https://pypi.org/project/$unknown/ if it exists), then run tools/add.sh with it again" >&2
+            exit 1
+        fi
         grep -v '^Resolved ' "$work/$log.log" >&2
         return 1
     fi

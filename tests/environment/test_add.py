@@ -75,6 +75,18 @@ def test_a_release_published_today_is_refused_naming_the_cooldown_and_nothing_ch
     assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
 
 
+def test_a_name_the_index_does_not_know_is_said_so_in_one_line_and_nothing_changes(checkout):
+    """A typo was told "change the pin uv names, or tools/lock.sh --upgrade", which fails alike."""
+    envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
+    refused = typed(checkout, "tools/add.sh", "humanizzze-no-such-package")
+    assert refused.returncode == 1 and hint_lines(refused) == [
+        'lock: the package index has no package named humanizzze-no-such-package (uv: "humanizzze-no-such-package '
+        'was not found in the package registry"); the locks are unchanged. HINT: check the name (its page is '
+        "https://pypi.org/project/humanizzze-no-such-package/ if it exists), then run tools/add.sh with it again"
+    ], refused.stdout + refused.stderr
+    assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
+
+
 def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_model_in_training(checkout):
     # With the HINT of the denied release above followed: lightning==2.6.6 pinned as it is locked.
     added = typed(checkout, "tools/add.sh", "humanize", "lightning==2.6.6")
