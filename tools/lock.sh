@@ -55,7 +55,8 @@ resolve() {
         helper snakeddp.environment.cooldown explain "$work/$log.log" || exit 1
         # A name the index does not know (a typo): said as such, not as a conflict of pins.
         local unknown
-        unknown=$(grep -o 'Because [^ ]* was not found in the package registry' "$work/$log.log" | head -1 | cut -d' ' -f2)
+        # uv wraps its words to the terminal's width: read them as one line.
+        unknown=$(tr -s '[:space:]' ' ' <"$work/$log.log" | grep -o 'Because [^ ]* was not found in the package registry' | head -1 | cut -d' ' -f2)
         if [[ -n $unknown ]]; then
             echo "lock: the package index has no package named $unknown (uv: \"$unknown was not found in the package registry\"); the locks are unchanged. HINT: check the name (its page is https://pypi.org/project/$unknown/ if it exists), then run tools/add.sh with it again" >&2
             exit 1

@@ -78,7 +78,8 @@ def test_a_release_published_today_is_refused_naming_the_cooldown_and_nothing_ch
 def test_a_name_the_index_does_not_know_is_said_so_in_one_line_and_nothing_changes(checkout):
     """A typo was told "change the pin uv names, or tools/lock.sh --upgrade", which fails alike."""
     envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
-    refused = typed(checkout, "tools/add.sh", "humanizzze-no-such-package")
+    # A narrow terminal: uv wraps its reason across lines, as it did in CI.
+    refused = typed(checkout, "tools/add.sh", "humanizzze-no-such-package", COLUMNS="60")
     assert refused.returncode == 1 and hint_lines(refused) == [
         'lock: the package index has no package named humanizzze-no-such-package (uv: "humanizzze-no-such-package '
         'was not found in the package registry"); the locks are unchanged. HINT: check the name (its page is '
