@@ -244,5 +244,9 @@ def test_one_value_given_as_a_sweep_is_refused_with_the_list_that_works():
         "  sweep.model.lr: 0.1 is one value, and a sweep takes a list of them. HINT: write it as a list, "
         "e.g. sweep: {model.lr: [0.1]} (--config 'sweep={model.lr: [0.1]}')"
     )
+    # A secret-looking key's value is not shown, in this line as in every other.
+    with pytest.raises(config.ConfigError) as hidden:
+        config.validate({"sweep": {"model.kwargs.api_token": "abc123"}})
+    assert "abc123" not in str(hidden.value)
     runs = config.expand_sweep(config.validate({"sweep": yaml.safe_load("{model.lr: [0.1]}")}))
     assert [run["config"]["model"]["lr"] for run in runs.values()] == [0.1]

@@ -148,13 +148,14 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             f"{key}: '{error.instance}' is not a sweepable key. HINT: sweep keys are dotted paths "
             "such as model.lr, launch.devices or data.num_features"
         )
-    if key.startswith("sweep.") and error.validator == "type" and error.validator_value == "array":
+    secret = any(is_secret_name(str(part)) for part in error.absolute_path)  # its value is not shown
+    if key.startswith("sweep.") and error.validator == "type" and error.validator_value == "array" and not secret:
         swept = key.removeprefix("sweep.")
         return (
             f"{key}: {error.instance} is one value, and a sweep takes a list of them. HINT: write it as a list, "
             f"e.g. sweep: {{{swept}: [{error.instance}]}} (--config 'sweep={{{swept}: [{error.instance}]}}')"
         )
-    if error.validator in ("anyOf", "oneOf") and not any(is_secret_name(str(p)) for p in error.absolute_path):
+    if error.validator in ("anyOf", "oneOf") and not secret:
         # jsonschema says only "is not valid under any of the given schemas": name what each one accepts.
         accepted = ", ".join(_accepted(sub) for sub in error.validator_value)
         return f"{key}: {_shown(error.instance)} is none of what it accepts: {accepted}"
