@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from snakeddp import config as configuration
-from snakeddp.run.runfile import RunFile, keep_scheduler_requests
+from snakeddp.run.runfile import RunFile, keep_scheduler_requests, rewrites
 from tests.helpers import subprocess_env
 
 
@@ -54,3 +54,14 @@ def test_column_names_in_any_script_are_written_as_they_read_and_read_back_whate
     env = {**subprocess_env(), "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
     done = subprocess.run([sys.executable, "-c", reader, str(path)], env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "True", done.stderr
+
+
+def test_a_run_file_is_rewritten_when_absent_unreadable_or_another_config_and_not_for_scheduler_requests(tmp_path):
+    path = written(tmp_path, a_run())
+    assert not rewrites(a_run(), path)
+    assert not rewrites(a_run(runtime=120, mem_mb=8000), path), "scheduler requests keep run.yaml"
+    assert rewrites(a_run(devices=2), path)
+    assert rewrites(a_run(), tmp_path / "absent.yaml")
+    for text in ("format: snakeddp-run/1\nconfig: {}\n", "- a list\n", "[not: a run"):
+        path.write_text(text)
+        assert rewrites(a_run(), path), text

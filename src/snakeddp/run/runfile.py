@@ -88,7 +88,7 @@ def rewrites(run: Mapping[str, Any], path: str | Path) -> bool:
     finished with that config, or trains)."""
     try:
         written = RunFile.load(path)
-    except (configuration.ConfigError, OSError):
+    except (configuration.ConfigError, OSError, KeyError, TypeError, AttributeError):  # absent, or not a run's
         return True
     kept = keep_scheduler_requests(run, path)
     return (written.point, written.config) != (kept["point"], kept["config"])
