@@ -70,6 +70,12 @@ def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[st
         old_point, old_config = written.get("sweep_point") or {}, written["config"]
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
         return dict(run)
+    return _with_requests_of(run, old_point, old_config)
+
+
+def _with_requests_of(run: Mapping[str, Any], old_point: Mapping[str, Any], old_config: Mapping[str, Any]) -> dict:
+    """``run`` with the scheduler requests of the run (``old_point``, ``old_config``) it differs from in nothing
+    else; else ``run`` as it is."""
     same = old_point == run["point"] and configuration.run_identity(old_config) == configuration.run_identity(
         run["config"]
     )
@@ -90,5 +96,6 @@ def rewrites(run: Mapping[str, Any], path: str | Path) -> bool:
         written = RunFile.load(path)
     except (configuration.ConfigError, OSError, KeyError, TypeError, AttributeError):  # absent, or not a run's
         return True
-    kept = keep_scheduler_requests(run, path)
+    # The file read once: the scheduler requests it keeps are compared from the same reading.
+    kept = _with_requests_of(run, written.point, written.config)
     return (written.point, written.config) != (kept["point"], kept["config"])
