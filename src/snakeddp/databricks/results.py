@@ -57,11 +57,8 @@ def fetch(w: Any, remote_dir: str, download: Path) -> Path:
 def failure_line(download: Path) -> str | None:
     """The first failing rank's own line, as the job's launch left it."""
     path = download / FAILURE
-    return (
-        path.read_text(encoding="utf-8").strip().splitlines()[0]
-        if path.is_file() and path.read_text(encoding="utf-8").strip()
-        else None
-    )
+    said = path.read_text(encoding="utf-8").strip() if path.is_file() else ""
+    return said.splitlines()[0] if said else None
 
 
 def check_checkpoints(download: Path) -> None:
