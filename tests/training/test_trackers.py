@@ -53,6 +53,23 @@ def test_flatten_gives_dotted_params():
     }, "an empty section is no parameter"
 
 
+def test_a_trackers_params_leave_out_the_keys_that_mean_nothing_in_the_run():
+    """A table run's config holds the generator's keys at their defaults, a synthetic run's the table's, and both the
+    straggler keys with the hang watch off: as params they read as settings of the run (data.num_features: 16 beside
+    a 3-column table)."""
+    table = {"path": "t.parquet", "label": "y", "features": ["a", "b", "c"]}
+    cfg = config.validate({"data": {"source": "table", "table": table}, "launch": {"hang_timeout": None}})
+    assert cfg["data"]["num_features"] and "straggler" in cfg["launch"], "the defaults are filled in"
+    params = flatten(config.applying(config.run_config(cfg)))
+    assert not [key for key in params if key.removeprefix("data.") in config.sources.SYNTHETIC_ONLY], params
+    assert not [key for key in params if key.startswith("launch.straggler")], params
+    assert params["data.table.features"] == ["a", "b", "c"] and params["launch.hang_timeout"] is None
+    # A synthetic run keeps the generator's keys, and drops the table's defaults (data.table.val_fraction).
+    synthetic = flatten(config.applying(config.run_config(config.validate({}))))
+    assert all(f"data.{key}" in synthetic for key in config.sources.SYNTHETIC_ONLY), synthetic
+    assert not [key for key in synthetic if key.startswith("data.table.")], synthetic
+
+
 def test_only_rank_zero_builds_trackers(tmp_path):
     trackers = Trackers(tracking(**ALL_ON), "base", tmp_path / "runs" / "base", is_main=False, env={})
     assert trackers.loggers == [] and trackers.callbacks == []
@@ -146,7 +163,7 @@ def test_mlflow_run_holds_params_once_epoch_metrics_on_one_axis_and_provenance(t
 
     # The run config's dotted keys, each once: none of Lightning's copies of the model's (lr, hidden_sizes).
     run_config = RunFile.load(tmp / "run.yaml").config
-    assert set(run.data.params) == set(flatten(run_config))
+    assert set(run.data.params) == set(flatten(config.applying(run_config)))
     assert run.data.params["model.lr"] == "0.01" and run.data.params["trainer.max_epochs"] == "3"
     assert run.data.params["launch.devices"] == "2" and run.data.params["trainer.strategy"] == "ddp"
 

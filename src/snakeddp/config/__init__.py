@@ -327,6 +327,18 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+def applying(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` without the keys that ONLY_WITH says mean nothing in it (a table run's generator keys, the straggler
+    keys with the hang watch off): what a tracker shows as the run's params, where they would read as settings."""
+    kept = copy.deepcopy(dict(cfg))
+    sections = {section: kept.setdefault(section, {}) for section in ("model", "data", "launch")}
+    for key, _needs, present in ONLY_WITH:
+        if not present(kept):
+            section, _, leaf = key.partition(".")
+            sections[section].pop(leaf, None)
+    return {section: value for section, value in kept.items() if section in cfg}
+
+
 def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a resolved config that defines what a run computes (QUIET_AT_DEFAULT keys
     left out at their default)."""

@@ -40,7 +40,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
-from snakeddp.config import flatten, parts
+from snakeddp.config import applying, flatten, parts
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.run.requirements import require_tracker
@@ -175,9 +175,11 @@ class Trackers:
         )
 
     def log_config(self, config: Mapping[str, Any]) -> None:
-        """The run config as params: one dotted key per value, secrets masked. Lists as their JSON
-        text: Lightning's loggers flatten a list again, and drop an empty one (data.table.features: [])."""
-        params = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in scrub(flatten(config)).items()}
+        """The run config as params: one dotted key per value, secrets masked, none that means nothing in this run
+        (a table run's generator keys). Lists as their JSON text: Lightning's loggers flatten a list again, and
+        drop an empty one (data.table.features: [])."""
+        flat = scrub(flatten(applying(config)))
+        params = {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in flat.items()}
         for logger in self.loggers:
             logger.log_params(params)
 
