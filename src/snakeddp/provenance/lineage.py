@@ -132,7 +132,7 @@ def find(run_dir: Path, identity: Identity) -> Origin | None:
         if budget is None or identity.key_at(theirs) != record["origin_sha256"]:
             continue
         done = training["epochs_completed"]
-        if record["status"] == "early_stopped" and done <= budget:
+        if record["status"] in ("early_stopped", "diverged") and done <= budget:
             found[STOPPED_EARLY].append((0 if own else 1, Origin(source, record, STOPPED_EARLY)))
         elif record["status"] == "completed" and done == theirs < budget:
             found[CONTINUE].append((-theirs if own else budget - theirs, Origin(source, record, CONTINUE)))

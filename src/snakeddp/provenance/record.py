@@ -271,6 +271,8 @@ class Outcome:
     ranks: list[dict[str, Any]]
     phases: Callable[[], dict[str, float]]
     """timing.phases, read last: teardown_s and total_s include building the record."""
+    diverged: bool = False
+    """The monitored metric went NaN or infinite, and training stopped there (``MonitoredMetric``)."""
 
 
 def utc_now() -> str:
@@ -306,7 +308,7 @@ def build(
     record = {
         "run_id": attempt.run.run_id,
         "sweep_point": attempt.run.point,
-        "status": "early_stopped" if outcome.stopped_early else "completed",
+        "status": "diverged" if outcome.diverged else "early_stopped" if outcome.stopped_early else "completed",
         "config": cfg,
         "config_sha256": sha256_json(cfg),
         "origin_sha256": attempt.key,

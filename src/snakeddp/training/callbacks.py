@@ -23,6 +23,7 @@ from snakeddp.run.layout import TRACE_FILE
 from snakeddp.run.runs import BOOKKEEPING, LEADING, TRAILING, metric_order
 from snakeddp.run.variables import RANK_START
 from snakeddp.util.fsutil import append_whole, atomic_write_text
+from snakeddp.util.terminal import say
 
 HOST_RECORD_BYTES = 512
 
@@ -53,16 +54,24 @@ class MonitoredMetric(Callback):
     rank alike, since every rank logs the same names.
     """
 
-    def __init__(self, metric: str) -> None:
+    def __init__(self, metric: str, run_id: str = "") -> None:
         self.metric = metric
+        self.run_id = run_id
         self.seen = False
+        self.diverged_at: int | None = None
+        """The epoch (Lightning's, from 0) whose monitored value was NaN or infinite on some rank, where it stopped."""
+        self.shown = ""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.seen or trainer.sanity_checking:
+        if trainer.sanity_checking:
+            return
+        if self.seen:
+            self._stop_if_diverged(trainer)
             return
         logged = sorted(trainer.callback_metrics)
         if self.metric in logged:
             self.seen = True
+            self._stop_if_diverged(trainer)
             return
         shown = ", ".join(logged) if logged else "nothing (no self.log call reached Lightning)"
         other = (
@@ -76,6 +85,28 @@ class MonitoredMetric(Callback):
             f"{trainer.current_epoch + 1} (it logged: {shown}); checkpoint selection and early stopping rank epochs "
             f"by it. HINT: {other}log it in validation_step, e.g. self.log({self.metric!r}, loss)."
         )
+
+    def _stop_if_diverged(self, trainer: pl.Trainer) -> None:
+        """A NaN or infinite monitored value on any rank stops every rank after this epoch, with one line: each
+        epoch after it would train on weights that are lost (Lightning's early stopping stops it only where it is
+        on, and then says nothing), and its checkpoint ranks nowhere. Every rank asks (one all-reduce an epoch)."""
+        value = trainer.callback_metrics.get(self.metric)
+        finite = value is None or bool(torch.isfinite(torch.as_tensor(value)).all())
+        if not trainer.strategy.reduce_boolean_decision(not finite, all=False) or self.diverged_at is not None:
+            return
+        self.diverged_at = trainer.current_epoch
+        self.shown = "not finite (on another rank)" if value is None or finite else f"{float(value)}"
+        trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """The line, after the epoch's own (the progress callback comes after this one)."""
+        if self.diverged_at is not None and trainer.is_global_zero:
+            say(
+                f"{self.run_id}: {self.metric} is {self.shown} at epoch {self.diverged_at + 1}: the model diverged, "
+                "and training stopped there (the run's record says diverged, and ranks no checkpoint). HINT: lower "
+                "the learning rate (model.lr, or your model's own in model.kwargs) and rerun, which trains the run "
+                "again from epoch 1; or look in the loss for a log of 0 or a division by zero."
+            )
 
 
 class EpochMetrics(Callback):

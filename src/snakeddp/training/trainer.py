@@ -106,16 +106,19 @@ class Callbacks:
     def outcome(self, trainer: pl.Trainer, started_at: str, seconds: float) -> Outcome:
         """What the fit produced, for the provenance record (rank 0, after fit)."""
         stopper, score = self.early_stopping, self.checkpoint.best_model_score
+        ranked = score is not None and bool(torch.isfinite(score))
         return Outcome(
             started_at=started_at,
             seconds=seconds,
             world_size=trainer.world_size,
             # The file, not the callback's memory: an attempt that resumes at max_epochs trains no epoch.
             metrics=self.metrics.read(),
-            best_checkpoint=self.checkpoint.best_model_path,
-            best_score=None if score is None else float(score),
+            # All epochs NaN: Lightning ranks the first as inf, which is no score (and no JSON).
+            best_checkpoint=self.checkpoint.best_model_path if ranked else "",
+            best_score=float(score) if ranked else None,
             last_checkpoint=self.checkpoint.last_model_path,
-            stopped_early=stopper is not None and stopper.stopped_epoch > 0,
+            stopped_early=(stopper is not None and stopper.stopped_epoch > 0) or self.monitor.diverged_at is not None,
+            diverged=self.monitor.diverged_at is not None,
             ranks=self.hosts.ranks,
             phases=self.phases.record,
         )
@@ -210,7 +213,7 @@ def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicC
     metrics = EpochMetrics(paths.metrics)
     phases = Phases(checkpoint_io)
     return Callbacks(
-        monitor=MonitoredMetric(monitor.metric),
+        monitor=MonitoredMetric(monitor.metric, run_dir.name),
         checkpoint=EpochCheckpoint(
             dirpath=paths.checkpoints,
             filename=checkpoint_name(monitor.metric),
