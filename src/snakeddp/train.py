@@ -165,7 +165,7 @@ from snakeddp.run.tries import write_hang
 from snakeddp.training.callbacks import Preempted
 from snakeddp.training.meeting import MeetingError, meet
 from snakeddp.training.models import best_confusion, build_model
-from snakeddp.training.safe_load import check_checkpoint
+from snakeddp.training.safe_load import check_checkpoint, check_fits
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import build_trainer
 from snakeddp.training.watch import Watch
@@ -190,6 +190,16 @@ def report_errors(argv: Sequence[str] | None = None) -> int:
     return reported(args, lambda: main(args, ranks))
 
 
+def model_for(
+    model_cfg: Mapping[str, Any], data: pl.LightningDataModule, resume_from: Path | None
+) -> pl.LightningModule:
+    """The run's model, sized for its data; the weights it resumes checked against it first."""
+    model = build_model(model_cfg, custom.task_of(data))
+    if resume_from is not None:
+        check_fits(resume_from, model)
+    return model
+
+
 def main(args: argparse.Namespace, ranks: Ranks) -> int:
     main_at = time.perf_counter()
     run, launch, launcher, layout = ranks.run, ranks.launch, ranks.launcher, ranks.layout
@@ -204,7 +214,7 @@ def main(args: argparse.Namespace, ranks: Ranks) -> int:
 
     pl.seed_everything(cfg["seed"], workers=True, verbose=False)
     data = custom.build_datamodule(parts.Data.of(cfg["data"]), trainer_cfg, cfg["seed"], args.data)
-    model = build_model(cfg["model"], custom.task_of(data))
+    model = model_for(cfg["model"], data, attempt.resume_from)
     trackers = Trackers(run_variables.tracking(os.environ), run.run_id, args.run_dir, layout.is_main, os.environ)
     checked_at = time.perf_counter()
     trainer, callbacks = build_trainer(
@@ -263,7 +273,8 @@ def main(args: argparse.Namespace, ranks: Ranks) -> int:
         registered = trackers.finish(path, callbacks.checkpoint.best_model_path)
         keep_record(args.run_dir)
         epochs = record["training"]["epochs_completed"]
-        print(f"snakeddp: run {run.run_id} {record['status']} after {epochs} epochs; wrote {path}", flush=True)
+        counted = f"{epochs} epoch{'' if epochs == 1 else 's'}"
+        print(f"snakeddp: run {run.run_id} {record['status']} after {counted}; wrote {path}", flush=True)
         if registered:
             print(f"snakeddp: registered its best model as {registered['name']} version {registered['version']}")
     return 0

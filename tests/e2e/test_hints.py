@@ -344,6 +344,65 @@ def test_a_model_module_put_where_snakemake_runs_as_hinted_is_imported_by_every_
     assert record["user_code"][0]["target"] == "mynet:Net"
 
 
+def test_a_run_whose_loss_goes_nan_is_recorded_as_diverged_in_one_line_and_the_hinted_lower_rate_trains(
+    data_only: Workflow, tmp_path
+):
+    """Two ranks, one all-reduce an epoch: every rank stops after the first NaN epoch, and the run is recorded (its
+    rerun would otherwise resume and fail again on an infinite best score) and reported."""
+    workflow = copy_of(data_only, tmp_path / "copy")
+    workflow.write_config(tiny_with({"model": {"lr": 1e30}, "launch": {"devices": 2}}))
+    done = workflow.run()
+    terminal = done.stdout + done.stderr
+    line = hint_line(terminal, "the model diverged")
+    assert terminal.count("the model diverged") == 1 and "Traceback" not in terminal, terminal[-3000:]
+    assert line.startswith("base: val_loss is nan at epoch 1: ") and "HINT: lower the learning rate (model.lr" in line
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["status"] == "diverged" and record["training"]["epochs_completed"] == 1
+    assert record["training"]["best_score"] is None and record["training"]["best_checkpoint"] is None
+    with (workflow.directory / "results/report/runs.csv").open() as handle:
+        assert [row["status"] for row in csv.DictReader(handle)] == ["diverged"]
+    again = workflow.run()
+    assert "Nothing to be done" in again.stdout + again.stderr, "a diverged run is finished: nothing reruns it"
+
+    # As hinted: a lower learning rate trains the run again from epoch 1; the diverged attempt is kept.
+    workflow.write_config(tiny_with({"model": {"lr": 0.003}, "launch": {"devices": 2}}))
+    workflow.run()
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["status"] == "completed" and record["training"]["epochs_completed"] == 3
+    assert record["training"]["best_score"] > 0 and record["training"]["best_checkpoint"]
+    assert list((workflow.directory / RUN / "attempts").iterdir()), "the diverged attempt is kept"
+
+
+def test_a_last_checkpoint_whose_weights_no_longer_fit_the_model_is_one_line_and_its_hint_trains_again(
+    killed: Workflow, tmp_path
+):
+    """Weights of another shape than the model's code builds now, where the attempt key did not change (a module
+    the model imports by name at run time): one line naming the weight, not each rank's size-mismatch traceback
+    on every rerun; the checkpoints moved away as hinted, the run trains from its first epoch."""
+    import torch
+
+    workflow = copy_of(killed, tmp_path / "copy")
+    workflow.run("--unlock")
+    last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
+    checkpoint = torch.load(last, weights_only=True)
+    name = next(iter(checkpoint["state_dict"]))
+    checkpoint["state_dict"][name] = torch.zeros(3, *checkpoint["state_dict"][name].shape[1:])
+    torch.save(checkpoint, last)
+    failed = workflow.run(f"{RUN}/provenance.json", check=False)
+    assert failed.returncode != 0
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    line = hint_line(log, "do not fit")
+    assert log.count("do not fit") == 1 and "Traceback" not in log, log[-3000:]
+    assert f"({name} is [3, " in line, line
+    command = re.search(r"HINT: .*\((mv [^)]+)\) and rerun", line).group(1)
+
+    subprocess.run(shlex.split(command), check=True, cwd=workflow.directory)
+    workflow.run(f"{RUN}/provenance.json")
+    assert "training from epoch 1/" in (workflow.directory / "logs/train/base.log").read_text()
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["training"]["epochs_completed"] == record["training"]["max_epochs"]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "crafted"])
 def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hinted_trains_again(
     killed: Workflow, tmp_path, damage

@@ -4,10 +4,13 @@ import errno
 import fcntl
 import json
 import os
+import sys
 
 import pytest
 
 from snakeddp.run import attempt as runstate
+from snakeddp.run import usercode
+from snakeddp.util.hashing import sha256_file
 from tests.helpers import SRC, assert_valid_provenance, launch, prepare
 
 
@@ -94,6 +97,44 @@ def test_attempt_key_follows_the_users_model_code(tmp_path, monkeypatch):
     key = runstate.attempt_key(config, manifest, None)
     module.write_text("class Net:\n    width = 2\n")
     assert runstate.attempt_key(config, manifest, None) != key, "edited model code never resumes old checkpoints"
+
+
+def test_attempt_key_follows_the_users_modules_the_model_imports_and_not_installed_ones(tmp_path, monkeypatch):
+    """Layers built in another file of the user's package (a namespace package, relative and absolute imports,
+    a parent package's __init__): an edit there changes the weights' shapes, so it is another attempt. An
+    installed package's module (lightning's) is the environment record's, and nothing is imported to find them."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("{}")
+    package = tmp_path / "keypkg"
+    (package / "nets").mkdir(parents=True)
+    (package / "nets" / "__init__.py").write_text("")
+    (package / "nets" / "model.py").write_text(
+        "import lightning.pytorch as pl\nfrom .parts import body\nfrom keypkg import widths\nclass Net: pass\n"
+    )
+    (package / "nets" / "parts.py").write_text("def body(): return 32\n")
+    (package / "widths.py").write_text("WIDTH = 32\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = {"data": {}, "model": {"target": "keypkg.nets.model:Net"}}
+    key = runstate.attempt_key(config, manifest, None)
+    assert "keypkg" not in sys.modules, "found, not imported"
+    for edited in ("nets/parts.py", "widths.py", "nets/__init__.py"):
+        before = (package / edited).read_text()
+        (package / edited).write_text(before + "# edited\n")
+        assert runstate.attempt_key(config, manifest, None) != key, edited
+        (package / edited).write_text(before)
+        assert runstate.attempt_key(config, manifest, None) == key, edited
+    files = usercode.user_files("keypkg.nets.model")
+    assert set(files) == {"keypkg.nets.model", "keypkg.nets.parts", "keypkg.nets", "keypkg.widths"}, files
+
+
+def test_a_module_that_imports_none_of_the_users_keeps_the_key_it_had(tmp_path, monkeypatch):
+    """Its file's sha256, as before imports were followed: an interrupted run of such a model resumes after the
+    upgrade."""
+    module = tmp_path / "alone_for_key.py"
+    module.write_text("import torch\nclass Net: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = {"data": {}, "model": {"target": "alone_for_key:Net"}}
+    assert runstate.user_modules_sha256(config) == {"model.target": sha256_file(module)}
 
 
 def identity(**trainer):

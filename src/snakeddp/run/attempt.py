@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import fcntl
-import importlib.util
 import json
 import os
 import shutil
@@ -36,6 +35,7 @@ import jsonschema
 
 from snakeddp.config import budget_continues, run_identity
 from snakeddp.errors import RunStateError
+from snakeddp.run import usercode
 from snakeddp.run.layout import (
     ATTEMPT_FILES,
     ATTEMPTS,
@@ -118,18 +118,19 @@ def attempt_key(
 
 
 def user_modules_sha256(run_config: Mapping[str, Any]) -> dict[str, str | None]:
-    """sha256 of the module files of ``model.target`` and ``data.module`` (found, not imported)."""
+    """sha256 of the module files of ``model.target`` and ``data.module``, with the user's own modules each imports
+    (found, not imported: ``run.usercode``)."""
     targets = {"model.target": run_config["model"].get("target"), "data.module": run_config["data"].get("module")}
     return {key: _module_sha256(target) for key, target in targets.items() if target}
 
 
 def _module_sha256(target: str) -> str | None:
-    try:
-        spec = importlib.util.find_spec(target.partition(":")[0])
-    except (ImportError, ValueError):
-        return None  # training reports the import error with its hint
-    origin = spec.origin if spec else None
-    return sha256_file(origin) if origin and Path(origin).is_file() else None
+    """The module file's sha256 where it imports no module of the user's (the key as before they were followed);
+    else the sha256 of every such file's, by module name. None: not found (training reports the import error)."""
+    files = usercode.user_files(target.partition(":")[0])
+    if len(files) <= 1:
+        return next((sha256_file(path) for path in files.values()), None)
+    return sha256_json({name: sha256_file(path) for name, path in files.items()})
 
 
 def attempt_id(key: str) -> str:

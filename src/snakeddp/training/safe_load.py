@@ -39,3 +39,35 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         f"{path}: this checkpoint {why}; snakeddp does not load it. HINT: delete it (rm {path}) and rerun "
         "snakemake: the run trains again from its first epoch."
     )
+
+
+def check_fits(path: Path, model: torch.nn.Module) -> None:
+    """Raise CheckpointError, naming the first weight that differs, when ``path``'s weights do not fit ``model`` as
+    its code builds it now: a change the attempt key cannot see (a module the model imports by name at run time, an
+    installed package edited in place) would otherwise fail every rank's resume with torch's size-mismatch
+    traceback, on every rerun. Names missing or extra count only where the model loads strictly, as Lightning does."""
+    saved = read_checkpoint(path).get("state_dict")
+    if not isinstance(saved, dict):
+        return  # a strategy's own layout (sharded): its loader says what does not fit
+    own = model.state_dict()
+    what = next(
+        (
+            f"{name} is {list(saved[name].shape)} there and {list(tensor.shape)} here"
+            for name, tensor in own.items()
+            if name in saved and hasattr(saved[name], "shape") and tuple(saved[name].shape) != tuple(tensor.shape)
+        ),
+        None,
+    )
+    if what is None and getattr(model, "strict_loading", True):
+        missing, extra = [n for n in own if n not in saved], [n for n in saved if n not in own]
+        if missing or extra:
+            what = f"{missing[0]} is not there" if missing else f"{extra[0]} is not here"
+    if what is None:
+        return
+    folder = path.parent
+    raise CheckpointError(
+        f"{path}: its weights do not fit {type(model).__name__} as its code builds it now ({what}): the model's "
+        "code changed since it was saved, where the attempt key does not look (a module imported by name at run "
+        f"time, an installed package). HINT: put that code back as it was, or move the checkpoints away (mv "
+        f"{folder} {folder}.unfit) and rerun: the run trains from its first epoch."
+    )
