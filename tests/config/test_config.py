@@ -223,6 +223,18 @@ def test_a_wrong_type_under_a_secret_name_is_named_without_its_value():
     assert "918273" not in str(refused.value)
 
 
+def test_a_refused_value_holding_a_urls_credentials_is_quoted_without_them():
+    """A value is quoted as given (any key: report.title, a table's path), with user:password@ and a SAS
+    signature masked."""
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate(
+            {"report": {"title": ["http://carol:Carol5ecretPw@host/x"]}, "data": {"seed": "az://c/t?sig=S4S"}}
+        )
+    said = str(refused.value)
+    assert "Carol5ecretPw" not in said and "S4S" not in said, said
+    assert "http://***@host/x" in said and "report.title" in said and "data.seed" in said, said
+
+
 def test_a_value_an_alternative_or_a_pattern_refuses_says_what_the_key_accepts():
     with pytest.raises(config.ConfigError) as caught:
         config.validate({"launch": {"hang_timeout": 3}, "model": {"target": "mynet.model.TinyNet"}})

@@ -112,6 +112,11 @@ def test_other_schemes_are_refused_with_what_is_supported():
         match=r"hdfs:// is not a storage snakeddp reads. HINT: use az://, abfs://, abfss://, s3://, gs:// or gcs://",
     ):
         source.table_files("hdfs://namenode/t.parquet")
+    # A URL's credentials are masked where the line quotes it.
+    with pytest.raises(TableError) as refused:
+        source.table_files("hdfs://user:PwInHdfs99@namenode/t.parquet?sig=SASSIG123")
+    assert "PwInHdfs99" not in str(refused.value) and "SASSIG123" not in str(refused.value)
+    assert "'hdfs://***@namenode/t.parquet?sig=***'" in str(refused.value), str(refused.value)
 
 
 def test_the_pipeline_trains_on_a_table_in_storage_and_reingests_when_it_changes(azurite, tmp_path):

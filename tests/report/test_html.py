@@ -114,6 +114,14 @@ def render(runs, report: Path) -> str:
     return html.render(runs, {"title": "t", "metrics": ["val_loss"]}, plots / "curves.png", plots / "scaling.png")
 
 
+def test_a_title_holding_a_urls_credentials_is_shown_without_them(report):
+    runs = find_runs(report.parents[1])
+    plots = report.parent / "plots"
+    settings = {"title": "runs of http://carol:Carol5ecretPw@host/x", "metrics": ["val_loss"]}
+    page = html.render(runs, settings, plots / "curves.png", plots / "scaling.png")
+    assert "Carol5ecretPw" not in page and "runs of http://***@host/x" in page
+
+
 def test_recorded_phases_are_shown(report):
     runs = find_runs(report.parents[1])
     for index, run in enumerate(runs):

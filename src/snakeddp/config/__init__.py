@@ -31,7 +31,7 @@ from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
 from snakeddp.util import yamltext
 from snakeddp.util.hashing import sha256_json
-from snakeddp.util.redact import MASK, is_secret_name, secret_keys
+from snakeddp.util.redact import MASK, is_secret_name, redact_text, secret_keys
 
 # Keys that define what a run computes. platform and report settings say where it runs and how
 # it is shown, so changing them never retrains anything.
@@ -219,7 +219,8 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
         key=lambda e: (list(map(str, e.absolute_path)), e.message),
     )
     if errors:
-        details = "\n  ".join(_describe(e, schema) for e in errors)
+        # A value is quoted as given: a URL's user:password@ or a SAS signature masked (report.title, a path).
+        details = redact_text("\n  ".join(_describe(e, schema) for e in errors))
         raise ConfigError(
             f"{source} is not valid:\n  {details}\n"
             "HINT: every key is documented in config/schema.yaml; fix the keys above and rerun."

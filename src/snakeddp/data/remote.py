@@ -39,6 +39,11 @@ from snakeddp.util.redact import redact_text
 LIST_TIMEOUT_S = 30.0
 
 
+def _named(url: str) -> str:
+    """The key and its URL as an error quotes them: user:password@ and a SAS signature masked."""
+    return f"data.table.path={redact_text(url)!r}"
+
+
 def is_url(path: Any) -> bool:
     return isinstance(path, str) and "://" in path
 
@@ -48,7 +53,7 @@ def _store(url: str) -> Store:
     store = store_of(scheme)
     if store is None:
         raise TableError(
-            f"data.table.path={url!r}: {scheme}:// is not a storage snakeddp reads. HINT: use {supported()} "
+            f"{_named(url)}: {scheme}:// is not a storage snakeddp reads. HINT: use {supported()} "
             "(Azure Blob Storage, ADLS Gen2, Amazon S3, Google Cloud Storage), or copy the table to a local path."
         )
     return store
@@ -62,7 +67,7 @@ def _filesystem(url: str) -> tuple[Any, str]:
         imported = importlib.import_module(module or store.package)
     except ImportError:
         raise TableError(
-            f"data.table.path={url!r} needs the {store.package} package, which is not installed here. "
+            f"{_named(url)} needs the {store.package} package, which is not installed here. "
             f"{add_hint(store.package, 'data')}, then rerun."
         ) from None
     from fsspec.core import url_to_fs
@@ -80,20 +85,16 @@ def _refused(url: str, store: Store, error: BaseException) -> TableError:
     """One line for what listing or reading an object raised; no credential in it."""
     if isinstance(error, FileNotFoundError):
         return TableError(
-            f"data.table.path={url!r}: no such {store.holder}, object or folder. HINT: check the URL "
+            f"{_named(url)}: no such {store.holder}, object or folder. HINT: check the URL "
             f"({store.shape}) and that the account in your credentials holds it."
         )
     first = redact_text(" ".join(str(error).split()))[:300]
-    return TableError(
-        f"data.table.path={url!r}: the storage refused ({type(error).__name__}: {first}). {store.credentials_hint}"
-    )
+    return TableError(f"{_named(url)}: the storage refused ({type(error).__name__}: {first}). {store.credentials_hint}")
 
 
 def _unreachable(url: str, store: Store, error: BaseException) -> TableError:
     why = redact_text(" ".join(str(error).split()))[:300] or f"no answer within {LIST_TIMEOUT_S:.0f} s"
-    return TableError(
-        f"data.table.path={url!r}: cannot reach the storage ({type(error).__name__}: {why}). {store.endpoint_hint}"
-    )
+    return TableError(f"{_named(url)}: cannot reach the storage ({type(error).__name__}: {why}). {store.endpoint_hint}")
 
 
 def _guarded(url: str, call: Callable[[], Any]) -> Any:

@@ -41,6 +41,7 @@ from snakeddp.run import account, layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy, read_json
 from snakeddp.util.paths import inside
+from snakeddp.util.redact import redact_text
 from snakeddp.util.yamltext import redact_yaml
 
 BASENAME = "ro-crate-metadata.json"
@@ -509,7 +510,7 @@ def build(
 ) -> Path:
     """Write ``root/ro-crate-metadata.json`` and place the crate's files under ``root/files``."""
     root, repo = Path(root), Path(repo)
-    builder = CrateBuilder(root, settings["title"])
+    builder = CrateBuilder(root, redact_text(settings["title"]))
     crate = builder.crate
     for profile, name in PROFILES.items():
         crate.root_dataset.append_to(

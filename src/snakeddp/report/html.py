@@ -40,6 +40,7 @@ from snakeddp.report.table import (
 from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.numbers import readable
+from snakeddp.util.redact import redact_text
 
 
 def short(sha: str | None, n: int = 12) -> str:
@@ -256,7 +257,7 @@ def render(
         points = sorted(scaling_points(runs, params), key=lambda p: (p["series"], p["world_size"]))
         scaling = {"figure": data_uri(scaling_figure), "points": points, "why_flat": why_flat(points)}
     return TEMPLATES.get_template("report.html.j2").render(
-        title=settings["title"],
+        title=redact_text(settings["title"]),
         version=__version__,
         generated=datetime.now(UTC).isoformat(timespec="seconds"),
         runs=[_run_view(run) for run in runs],

@@ -30,6 +30,7 @@ from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
 from snakeddp.run.mlflow_server import check_reachable
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
+from snakeddp.util.redact import redact_text
 
 # The keys that name a user's class (model.target, data.module), imported only by the training interpreter, and
 # the keys of their constructor arguments.
@@ -42,7 +43,7 @@ __all__ = ["PreflightError"]
 def stop(error: Exception | str) -> NoReturn:
     """Print ``error`` once and end Snakemake with status 1. A WorkflowError raised while the
     Snakefile is read would be printed with its file, line and a traceback line around it."""
-    print_line(str(error))
+    print_line(redact_text(str(error)))  # a URL's credentials, quoted from the config
     raise SystemExit(1)
 
 
