@@ -112,7 +112,7 @@ def test_a_damaged_finished_record_stops_with_one_line_and_its_hint_gets_the_run
     (line,) = [line for line in log.splitlines() if "HINT:" in line]
     assert "does not match the provenance schema" in line, line
     assert f"(mv results/runs/{run}/finished.json results/runs/{run}/finished.json.bad)" in line
-    assert f"rerun its train job (snakemake --forcerun {target})" in line
+    assert f"rerun its train job (snakemake --profile local --forcerun {target}, with your --configfile" in line
     shutil.move(finished, f"{finished}.bad")  # what the HINT says
     flow.run("--forcerun", target, *TRAINED)
     record, rows, _, log = outcome(flow, run)

@@ -104,8 +104,8 @@ def test_a_damaged_data_file_or_manifest_deleted_as_hinted_is_rewritten_identica
     line = hint_line(log, name)
     assert error in line and log.count(error) == 1, log[-3000:]
     relative = target.relative_to(workflow.directory)
-    assert f"HINT: {hint} and rerun snakemake with its path as a target beside all, and with your --configfile" in line
-    assert f"(snakemake all {relative})" in line
+    assert f"HINT: {hint} and rerun snakemake with its path as a target beside all, with your --configfile" in line
+    assert f"(snakemake --profile local all {relative})" in line, "the profile: cores are not given without one"
 
     target.unlink()
     workflow.run("all", str(relative))
@@ -280,7 +280,7 @@ def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_p
     edited = json.loads(record.read_text())
     del edited["training"]
     record.write_text(json.dumps(edited))
-    with pytest.raises(ProvenanceError, match=f"HINT: .* snakemake --forcerun {record}"):
+    with pytest.raises(ProvenanceError, match=f"HINT: .* snakemake --profile local --forcerun {record}, with your --configfile"):
         validate_file(record)
     assert "rewrite a provenance.json that fails its schema with `snakemake --forcerun <its path>`" in hint_line(
         snakeddp_verify(workflow).stdout, "checks failed"

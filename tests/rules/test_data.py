@@ -99,8 +99,8 @@ def test_a_table_s_files_are_its_ingestion_s_and_a_damaged_one_is_made_again_as_
     log = (workflow.directory / "logs" / "train" / "base.log").read_text()
     (line,) = [text for text in log.splitlines() if "part-00001.safetensors" in text and "HINT:" in text]
     summary = f"results/data/{dataset}/ingest.json"
-    hint = f"HINT: delete {summary} and rerun snakemake with it as a target beside all, and with your --configfile"
-    assert hint in line and f"(snakemake all {summary})" in line
+    hint = f"HINT: delete {summary} and rerun snakemake with it as a target beside all, with your --configfile"
+    assert hint in line and f"(snakemake --profile local all {summary})" in line
 
     (workflow.directory / summary).unlink()
     workflow.run("all", summary)

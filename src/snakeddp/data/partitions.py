@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snakeddp.errors import DataIntegrityError
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write, atomic_write_json, read_json
 from snakeddp.util.hashing import FILE_HASHES, entry_checksum, file_checksum, partition_checksum
 from snakeddp.util.paths import inside
@@ -138,10 +139,8 @@ def as_target(path: Path) -> Path:
 def rerun_for(path: str | Path, named: str = "its path") -> str:
     """How to have Snakemake make ``path`` again: the same command, whose config flags name the dataset,
     with ``path`` as a target beside ``all``."""
-    return (
-        f"rerun snakemake with {named} as a target beside all, and with your --configfile and --config if you gave "
-        f"any (snakemake all {as_target(path)})"
-    )
+    command = rerun.snakemake("all", str(as_target(path)))
+    return f"rerun snakemake with {named} as a target beside all, {rerun.SAME_CONFIG} ({command})"
 
 
 def _remake_hint(path: Path) -> str:

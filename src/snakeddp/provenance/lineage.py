@@ -33,6 +33,7 @@ from snakeddp.run.attempt import Identity, attempt_id
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import read_metrics
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.paths import inside
@@ -264,7 +265,7 @@ def restore(run_dir: Path, key: str) -> str:
         raise RunStateError(
             f"{paths.finished}, the record of finished attempt {attempt_id(key)}, does not match the provenance "
             f"schema: {found[0][:160]}{more}. HINT: move it aside (mv {paths.finished} {paths.finished}.bad) and "
-            f"rerun its train job (snakemake --forcerun {paths.provenance}): the attempt resumes from its last.ckpt, "
+            f"rerun its train job ({rerun.forcing(paths.provenance)}): the attempt resumes from its last.ckpt, "
             "trains nothing and writes its record again."
         )
     came_from = (record.get("attempt") or {}).get("restored_from")

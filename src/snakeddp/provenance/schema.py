@@ -19,6 +19,7 @@ from referencing import Registry, Resource
 from snakeddp.errors import ProvenanceError
 from snakeddp.run.layout import PROVENANCE
 from snakeddp.run.tries import schema as tries_schema
+from snakeddp.util import rerun
 
 SCHEMA_FILE = "provenance.schema.json"
 
@@ -53,7 +54,7 @@ def validate(record: Any, source: str = PROVENANCE) -> None:
         raise ProvenanceError(
             f"{source} does not match {SCHEMA_FILE}:\n  {details}\n"
             "HINT: it was written by a different snakeddp version, or edited by hand; rerun the run's train "
-            f"job: snakemake --forcerun {source}"
+            f"job: {rerun.forcing(source)}"
         )
 
 

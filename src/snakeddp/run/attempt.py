@@ -50,6 +50,7 @@ from snakeddp.run.layout import (
     AttemptPaths,
     RunPaths,
 )
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
@@ -162,7 +163,7 @@ def _state(run_dir: Path) -> dict[str, Any] | None:
         problem = f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:120]}"
     raise RunStateError(
         f"{path} is not a run state snakeddp wrote ({problem}). HINT: move it aside (mv {path} {path}.bad) and "
-        f"rerun its train job (snakemake --forcerun {RunPaths(run_dir).provenance}): the attempt beside it is then "
+        f"rerun its train job ({rerun.forcing(RunPaths(run_dir).provenance)}): the attempt beside it is then "
         f"kept under {ATTEMPTS}/unknown/ and the run starts afresh."
     )
 

@@ -18,10 +18,10 @@ from snakeddp.config import site as sites
 from snakeddp.config import validate
 from snakeddp.config.parts import Launch, Site, Tracking
 from snakeddp.errors import ConfigError
-from snakeddp.util import cudabuild, terminal
+from snakeddp.util import cudabuild, rerun, terminal
 
 #: local, slurm, azureml, spark or databricks: how snakeddp.launch starts the ranks (from the profile).
-PLATFORM = "SNAKEDDP_PLATFORM"
+PLATFORM = rerun.PLATFORM_VARIABLE
 #: Absolute path of the lock file whose content the environment records hash.
 LOCK = "SNAKEDDP_LOCK"
 #: The config's ``tracking`` section as JSON, read by rank 0.
