@@ -167,10 +167,20 @@ def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
         plan = typed(f"snakemake --profile slurm -n {given}", checkout, user_env)
         assert plan.returncode == 1 and len(hints(plan)) == 1, plan.stdout + plan.stderr
         assert "the slurm profile does not say what its nodes have (site.accelerator)" in hints(plan)[0]
+    # A secret typed in --config: Snakemake's banner repeated the command line (its Command:), in the terminal
+    # and its log, under every profile but local and spark.
+    secret = "'tracking={mlflow: {tracking_uri: \"http://u:TypedSecret42@h\"}}'"
     declared = typed(
-        "snakemake --profile slurm -n --config 'model={lr: 0.01}' 'site={accelerator: cpu}'", checkout, user_env
+        f"snakemake --profile slurm -n --config 'model={{lr: 0.01}}' 'site={{accelerator: cpu}}' {secret}",
+        checkout,
+        user_env,
     )
     assert declared.returncode == 0, declared.stdout + declared.stderr
+    assert "TypedSecret42" not in declared.stdout + declared.stderr
+    for profile in ("databricks", "azureml"):
+        planned = typed(f"snakemake --profile {profile} -n --configfile mine.yaml --config {secret}", checkout, user_env)
+        assert "TypedSecret42" not in planned.stdout + planned.stderr, planned.stdout + planned.stderr
+    assert not [log for log in (checkout / ".snakemake" / "log").iterdir() if "TypedSecret42" in log.read_text()]
 
     for command, theirs, profile in (
         ("snakemake --profile slurm -n --config platform=local", "local", "slurm"),
