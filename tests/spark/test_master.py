@@ -31,8 +31,10 @@ def test_a_master_that_does_not_answer_is_refused_and_one_that_does_passes():
         listening.listen()
         port = listening.getsockname()[1]
         master.check_reachable(f"spark://127.0.0.1:{port}", "test")
-    with pytest.raises(SparkError, match=f"no Spark master answers at spark://127.0.0.1:{port}.*HINT: start"):
+    with pytest.raises(SparkError, match=f"no Spark master answers at spark://127.0.0.1:{port}.*HINT: start") as said:
         master.check_reachable(f"spark://127.0.0.1:{port}", "test")
+    # The venv's python, as docs/spark.md types it: a bare python has neither pyspark nor snakeddp.
+    assert "on this machine: .venv/bin/python scripts/spark_cluster.py start," in str(said.value)
     master.check_reachable("local-cluster[2,1,1024]", "test")  # Spark starts its own
 
 

@@ -241,7 +241,11 @@ def failure_line(args: argparse.Namespace, error: BaseException | None) -> str:
     lost = EXECUTOR_LOST.search(text)
     if lost:
         executor = lost["id"] or lost["id2"]
-        return f"Spark executor {executor} was lost mid-training, and the job ended. HINT: {resume}."
+        # Its worker may be gone with it: the rerun needs the run's task slots again, or it is refused for too few.
+        return (
+            f"Spark executor {executor} was lost mid-training, and the job ended. HINT: once the cluster has its "
+            f"workers again (the master's web UI lists them; a lost worker is started again), {resume}."
+        )
     stage = FAILED_STAGE.search(text)
     if stage:
         reason = stage["reason"]

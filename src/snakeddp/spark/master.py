@@ -27,7 +27,8 @@ DEFAULTS_FILE = "spark-defaults.conf"
 PROPERTY = re.compile(r"(?P<key>[^\s=:]+)\s*[=:\s]\s*(?P<value>.*)")
 # A master that does not accept a connection in this long is down or unreachable from here.
 CONNECT_TIMEOUT_S = 3.0
-TRY_LOCALLY = "python scripts/spark_cluster.py start"
+# As typed from the checkout root: the venv has pyspark and snakeddp (a bare python has neither).
+TRY_LOCALLY = ".venv/bin/python scripts/spark_cluster.py start"
 ADD_PYSPARK = "run `tools/add.sh pyspark --stage train`"
 
 
