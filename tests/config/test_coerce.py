@@ -33,6 +33,17 @@ def test_command_line_strings_take_the_schema_type(schema):
     }
 
 
+def test_a_top_level_name_snakemake_reads_as_a_number_is_its_text(schema):
+    """`--config experiment=2026` (or =nan): Snakemake's own parser makes the value a number."""
+    from snakemake.cli import parse_config
+
+    typed = parse_config(["experiment=2026", "platform=local"])
+    assert validate(coerce.command_line(typed, schema))["experiment"] == "2026"
+    typed = parse_config(["experiment=nan"])
+    assert validate(coerce.command_line(typed, schema))["experiment"] == "nan"
+    assert coerce.command_line({"seed": 3, "model": {"lr": 1}}, schema) == {"seed": 3, "model": {"lr": 1}}
+
+
 def test_a_string_that_is_not_the_type_is_left_for_the_schema_to_name(schema):
     given = coerce.command_line({"trainer": {"max_epochs": "3.5"}, "model": {"lr": "fast"}}, schema)
     with pytest.raises(ConfigError) as error:

@@ -96,6 +96,9 @@ def _coerce(value: Any, schema: Mapping[str, Any], text: bool) -> Any:
         return [_coerce(item, schema.get("items", {}), text) for item in value]
     if isinstance(value, str) and text:
         return _parse_text(value, types)
+    if text and type(value) in (int, float) and "string" in types and not types & {"integer", "number"}:
+        # Snakemake reads a top-level `--config experiment=2026` (or =nan) as a number: the key wants its text.
+        return str(value)
     if isinstance(value, float) and value.is_integer() and "integer" in types and "number" not in types:
         return int(value)
     return value
