@@ -75,3 +75,13 @@ def _values(value):
     elif isinstance(value, list):
         for item in value:
             yield from _values(item)
+
+
+def test_a_partition_count_past_what_a_plan_can_name_is_refused_before_anything_walks_it():
+    """100,000,000 partitions: a dry run that named them ran the machine out of memory."""
+    from snakeddp import config
+
+    with pytest.raises(
+        config.ConfigError, match=r"data.num_train_files: 100000000 is greater than the maximum of 10000"
+    ):
+        config.validate({"data": {"num_train_files": 100_000_000}})
