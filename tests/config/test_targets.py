@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -44,6 +45,9 @@ class NotAModule:
 def user_module(tmp_path, monkeypatch):
     (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
     (tmp_path / "broken.py").write_text("import does_not_exist_anywhere\n")
+    (tmp_path / "needs_sklearn.py").write_text("from sklearn.datasets import load_digits\n")
+    (tmp_path / "badsyntax.py").write_text("x = 1\ndef f(:\n")
+    (tmp_path / "raises.py").write_text("import math\nWIDTH = 1 / 0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
@@ -57,10 +61,7 @@ def test_loads_the_named_class(user_module):
     ("target", "cause"),
     [
         ("no_such_package.models:Net", "cannot import module 'no_such_package.models' (ModuleNotFoundError"),
-        (
-            "broken:Net",
-            "cannot import module 'broken' (ModuleNotFoundError: No module named 'does_not_exist_anywhere')",
-        ),
+        ("broken:Net", "module 'broken' imports 'does_not_exist_anywhere', which is not installed"),
         ("usermodels:Missing", "has no attribute 'Missing'"),
         ("usermodels:NotAModule", "is not a subclass of lightning.pytorch.core.module.LightningModule"),
         ("usermodels.Good", "is not an import path"),
@@ -76,6 +77,7 @@ def test_import_failures_name_the_target_and_the_cause(user_module, target, caus
 @pytest.mark.parametrize(
     ("kwargs", "cause"),
     [({"width": 0}, "ValueError: width must be positive"), ({"depth": 2}, "TypeError: ")],
+    ids=["raised-in-its-code", "an-argument-it-does-not-take"],
 )
 def test_construction_failures_name_the_target_the_arguments_and_the_cause(user_module, kwargs, cause):
     cls = load_class("usermodels:Picky", "model.target", pl.LightningModule)
@@ -85,8 +87,28 @@ def test_construction_failures_name_the_target_the_arguments_and_the_cause(user_
     assert "model.target='usermodels:Picky'" in text and cause in text
     assert ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) in text
     assert error.value.__cause__ is not None, "the original exception stays chained for the traceback"
-    assert "HINT: check the keyword arguments in the config" in text
+    if "depth" in kwargs:
+        assert "HINT: check the keyword arguments in the config" in text
+    else:  # the line of the user's code that raised, not a keyword the config could fix
+        assert re.search(r"HINT: the constructor's code failed at \S*usermodels.py:\d+: fix it there", text), text
     assert construct(cls, {"width": 3}, "usermodels:Picky", "model.target").__class__ is cls
+
+
+def test_an_import_failure_says_which_of_its_causes_it_is_and_the_fix_for_that_one(user_module, monkeypatch):
+    """Not found (put it where snakemake runs), a dependency not installed (the command that installs it, under
+    its name on PyPI), its own code failing (where): one HINT each, not the first for all three."""
+    monkeypatch.chdir(user_module)
+    said = {}
+    for target in ("no_such_package.models:Net", "needs_sklearn:Net", "badsyntax:Net", "raises:Net"):
+        with pytest.raises(TargetError) as error:
+            load_class(target, "model.target", pl.LightningModule)
+        said[target] = str(error.value)
+    assert "put the module in the directory snakemake runs from" in said["no_such_package.models:Net"]
+    assert "imports 'sklearn', which is not installed" in said["needs_sklearn:Net"]
+    assert "HINT: run `tools/add.sh scikit-learn --stage train`" in said["needs_sklearn:Net"]
+    assert "HINT: the module's own code failed at badsyntax.py:2: fix it there" in said["badsyntax:Net"]
+    assert "ZeroDivisionError" in said["raises:Net"] and "failed at raises.py:2:" in said["raises:Net"]
+    assert all(text.count("HINT:") == 1 for text in said.values()), said
 
 
 def test_source_record_hashes_the_module_file(user_module):
@@ -102,7 +124,7 @@ def test_source_record_hashes_the_module_file(user_module):
     ("target", "hint", "fixed"),
     [
         ("usermodels.Good", "write it as 'package.module:ClassName'", "usermodels:Good"),
-        ("usermodels:Goood", "check the class name after the colon", "usermodels:Good"),
+        ("usermodels:Goood", "did you mean 'Good'\\?", "usermodels:Good"),
         ("usermodels:NotAModule", "point model.target at a LightningModule class", "usermodels:Good"),
     ],
 )

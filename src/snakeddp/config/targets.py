@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from snakeddp.errors import TargetError
+from snakeddp.errors import TargetError, add_hint
 from snakeddp.util.hashing import sha256_file
+from snakeddp.util.userfiles import where_raised
 
 IMPORTABLE_HINT = (
     "HINT: the class must be importable in the training environment: install its package there, or put "
@@ -45,16 +46,16 @@ def load_class(target: str, key: str, base: type | str) -> type:
     try:
         found: Any = importlib.import_module(module_name)
     except Exception as exc:
-        raise TargetError(
-            f"{key}={target!r}: cannot import module '{module_name}' ({type(exc).__name__}: {exc}). {IMPORTABLE_HINT}"
-        ) from exc
+        raise TargetError(import_failure(key, target, module_name, exc)) from exc
     for part in qualname.split("."):
         try:
             found = getattr(found, part)
         except AttributeError:
+            close = difflib.get_close_matches(part, [name for name in dir(found) if not name.startswith("_")], n=1)
+            fix = f"did you mean '{close[0]}'?" if close else "check the class name after the colon."
             raise TargetError(
                 f"{key}={target!r}: module '{module_name}' ({getattr(found, '__file__', '?')}) has no attribute "
-                f"'{qualname}'. HINT: check the class name after the colon."
+                f"'{qualname}'. HINT: {fix}"
             ) from None
     if isinstance(base, str):
         base_module, _, base_name = base.partition(":")
@@ -68,6 +69,33 @@ def load_class(target: str, key: str, base: type | str) -> type:
             f"{key}={target!r}: {found!r} is not a subclass of {shown}. HINT: point {key} at a {name} class."
         )
     return found
+
+
+# Import names whose package is called otherwise on the index, for tools/add.sh.
+PACKAGE_OF = {
+    "sklearn": "scikit-learn", "skimage": "scikit-image", "cv2": "opencv-python-headless", "PIL": "pillow",
+    "yaml": "pyyaml", "bs4": "beautifulsoup4", "dateutil": "python-dateutil", "google.protobuf": "protobuf",
+}  # fmt: skip
+
+
+def import_failure(key: str, target: str, module_name: str, error: Exception) -> str:
+    """Why ``module_name`` did not import, and what to do: the module is not found (IMPORTABLE_HINT); a module it
+    imports is not installed (the command that installs it to stay); or its code failed (where)."""
+    said = f"{key}={target!r}: cannot import module '{module_name}' ({type(error).__name__}: {error})"
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    if missing is not None and not (module_name == missing or module_name.startswith(f"{missing}.")):
+        top = missing.partition(".")[0]
+        package = PACKAGE_OF.get(missing, PACKAGE_OF.get(top, top))
+        return (
+            f"{key}={target!r}: module '{module_name}' imports '{missing}', which is not installed in the training "
+            f"environment. {add_hint(package, 'train')} (the package that provides '{top}': its name on PyPI may "
+            "differ)."
+        )
+    if missing is None:
+        place = where_raised(error)
+        if place is not None:
+            return f"{said}. HINT: the module's own code failed at {place}: fix it there, then rerun."
+    return f"{said}. {IMPORTABLE_HINT}"
 
 
 def accepted_parameters(cls: type) -> set[str]:
@@ -105,9 +133,14 @@ def construct(cls: type, kwargs: Mapping[str, Any], target: str, key: str) -> An
         return cls(**kwargs)
     except Exception as exc:
         shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        place = where_raised(exc)
+        fix = (
+            "check the keyword arguments in the config against the class's constructor."
+            if place is None  # the call itself: an argument the constructor does not take, or a missing one
+            else f"the constructor's code failed at {place}: fix it there, then rerun."
+        )
         raise TargetError(
-            f"{key}={target!r}: {cls.__name__}({shown}) failed: {type(exc).__name__}: {exc}. "
-            "HINT: check the keyword arguments in the config against the class's constructor."
+            f"{key}={target!r}: {cls.__name__}({shown}) failed: {type(exc).__name__}: {exc}. HINT: {fix}"
         ) from exc
 
 

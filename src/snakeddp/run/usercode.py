@@ -13,29 +13,15 @@ from __future__ import annotations
 import ast
 import importlib.machinery
 import sys
-import sysconfig
-from functools import cache
 from pathlib import Path
+
+from snakeddp.util.userfiles import is_users
 
 # Enough for any model's own package; a walk past it (a module on sys.path that imports a tree of its own) stops.
 MOST_FILES = 500
 
 
-@cache
-def _installed_roots() -> tuple[Path, ...]:
-    """Where the standard library and installed packages live, and snakeddp's own source."""
-    paths = sysconfig.get_paths()
-    roots = {Path(paths[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths}
-    roots.add(Path(__file__).resolve().parents[1])
-    return tuple(sorted(roots))
-
-
-def _is_users(path: Path) -> bool:
-    resolved = path.resolve()
-    return not any(resolved.is_relative_to(root) for root in _installed_roots())
-
-
-def _top_is_users(top: str) -> bool:
+def _topis_users(top: str) -> bool:
     """Whether top-level module ``top`` is the user's: its file, or a namespace package's every folder."""
     if top in sys.builtin_module_names:
         return False
@@ -46,9 +32,9 @@ def _top_is_users(top: str) -> bool:
     if spec is None:
         return False
     if spec.origin and Path(spec.origin).is_file():
-        return _is_users(Path(spec.origin))
+        return is_users(Path(spec.origin))
     folders = [Path(location) for location in spec.submodule_search_locations or ()]
-    return bool(folders) and all(_is_users(folder) for folder in folders)
+    return bool(folders) and all(is_users(folder) for folder in folders)
 
 
 def locate(name: str) -> Path | None:
@@ -111,10 +97,10 @@ def user_files(module: str) -> dict[str, Path]:
         if name in seen:
             continue
         seen.add(name)
-        if name != module and not _top_is_users(name.partition(".")[0]):
+        if name != module and not _topis_users(name.partition(".")[0]):
             continue
         path = locate(name)
-        if path is None or (name != module and not _is_users(path)):
+        if path is None or (name != module and not is_users(path)):
             continue
         found[name] = path
         # Importing a.b.c runs a/__init__.py and a/b/__init__.py first.
