@@ -280,7 +280,9 @@ def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_p
     edited = json.loads(record.read_text())
     del edited["training"]
     record.write_text(json.dumps(edited))
-    with pytest.raises(ProvenanceError, match=f"HINT: .* snakemake --profile local --forcerun {record}, with your --configfile"):
+    with pytest.raises(
+        ProvenanceError, match=f"HINT: .* snakemake --profile local --forcerun {record}, with your --configfile"
+    ):
         validate_file(record)
     assert "rewrite a provenance.json that fails its schema with `snakemake --forcerun <its path>`" in hint_line(
         snakeddp_verify(workflow).stdout, "checks failed"
@@ -401,6 +403,30 @@ def test_a_last_checkpoint_whose_weights_no_longer_fit_the_model_is_one_line_and
     assert "training from epoch 1/" in (workflow.directory / "logs/train/base.log").read_text()
     (record,) = assert_valid_provenance(workflow.directory / "results")
     assert record["training"]["epochs_completed"] == record["training"]["max_epochs"]
+
+
+def test_a_finished_attempt_whose_checkpoint_was_damaged_is_not_continued_and_the_run_trains_from_epoch_1(
+    data_only: Workflow, tmp_path
+):
+    """A higher budget continues the finished attempt from its last.ckpt: one whose bytes are not those its record
+    hashed would fail every resume, and deleting the run's copy (the HINT of that failure) copied it in again."""
+    workflow = copy_of(data_only, tmp_path / "copy")
+    workflow.write_config(tiny_with({"trainer": {"max_epochs": 2}}))
+    workflow.run(f"{RUN}/provenance.json")
+    last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
+    with last.open("r+b") as handle:  # in place, as a disk's fault or a careless tool would
+        handle.truncate(1000)
+
+    workflow.write_config(tiny_with({"trainer": {"max_epochs": 3}}))
+    done = workflow.run(f"{RUN}/provenance.json")
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    assert "is not taken over: its checkpoints/last.ckpt differs from the sha256 its record holds" in log, log[-3000:]
+    assert "this checkpoint is damaged" not in log + done.stdout + done.stderr
+    (record,) = assert_valid_provenance(workflow.directory / "results")
+    assert record["training"]["epochs_completed"] == 3 and record["training"]["epochs_from"][0]["first_epoch"] == 1
+    assert [
+        path.stat().st_size for path in (workflow.directory / RUN / "attempts").glob("*/checkpoints/last.ckpt")
+    ] == [1000], "the damaged attempt is kept as it was"
 
 
 @pytest.mark.parametrize("damage", ["truncated", "crafted"])

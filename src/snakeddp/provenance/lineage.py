@@ -35,8 +35,9 @@ from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import read_metrics
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, read_json
-from snakeddp.util.hashing import sha256_json
+from snakeddp.util.hashing import sha256_file, sha256_json
 from snakeddp.util.paths import inside
+from snakeddp.util.terminal import say
 
 CONTINUE, STOPPED_EARLY, SAME_KEY = "continue", "stopped_early", "same_key"
 # A search rung's record taken from the first epochs of a finished attempt of a longer budget.
@@ -221,6 +222,14 @@ def prepare(run_dir: Path, identity: Identity, run: RunFile) -> Start:
     origin = find(run_dir, identity)
     if origin is None:
         return Start(None, None)
+    damaged = altered_checkpoint(origin)
+    if damaged is not None:
+        say(
+            f"{run_dir.name}: attempt {origin.attempt_id} of run {origin.run_id} is not taken over: its {damaged} "
+            "differs from the sha256 its record holds (damaged, or changed by hand), so the run trains from its "
+            f"first epoch. That attempt is kept as it is ({origin.source.folder})."
+        )
+        return Start(None, None)
     if origin.how == CONTINUE:
         seeded = attempt.seed(run_dir, origin.source, identity.key, epochs_from=origin.epochs)
     else:
@@ -229,6 +238,17 @@ def prepare(run_dir: Path, identity: Identity, run: RunFile) -> Start:
         return Start(None, None)
     last = RunPaths(run_dir).last_checkpoint
     return Start(last if origin.how == CONTINUE and last.is_file() else None, origin)
+
+
+def altered_checkpoint(origin: Origin) -> str | None:
+    """The first checkpoint of ``origin`` (as its record lists them, ``checkpoints/last.ckpt``) whose bytes differ
+    from the sha256 recorded when it finished: taking it over would resume or restore from bytes nobody trained
+    (a truncated file fails every resume: deleting the run's copy, as that failure's HINT says, copied it again)."""
+    for entry in origin.record.get("training", {}).get("checkpoints") or []:
+        path = inside(origin.source.folder, entry.get("path"))
+        if path is not None and path.is_file() and sha256_file(path) != entry.get("sha256"):
+            return entry["path"]
+    return None
 
 
 def _adopted(origin: Origin, identity: Identity, run: RunFile) -> dict[str, Any]:
