@@ -13,7 +13,7 @@ import pytest
 from snakeddp.errors import RunStateError
 from snakeddp.provenance import lineage
 from snakeddp.provenance.schema import validate
-from snakeddp.run import attempt
+from snakeddp.run import attempt, status
 from snakeddp.run.runfile import RunFile
 
 pytestmark = pytest.mark.e2e  # the records and checkpoints come from the shared sweep
@@ -114,7 +114,9 @@ def test_the_same_key_kept_by_another_run_is_restored_as_a_copy(tmp_path, made):
     renamed = runs / "base"
     start = lineage.prepare(renamed, identity, RunFile("base", identity.run_config))
     assert start.origin.how == lineage.SAME_KEY and attempt.finished(renamed)
+    status.write(renamed, "failed", writer="launcher")  # what a failed try of this run left
     line = lineage.restore(renamed, identity.key)
+    assert status.read(renamed)["state"] == "done", "`snakeddp status` says the run is done"
     assert line == (
         f"attempt {identity.key[:12]} already finished with this config, data and environment in run lr-0.003 "
         "(3 epochs): restored a copy, nothing trained"

@@ -28,7 +28,7 @@ from typing import Any
 
 from snakeddp.errors import RunStateError
 from snakeddp.provenance.schema import problems
-from snakeddp.run import attempt
+from snakeddp.run import attempt, status
 from snakeddp.run.attempt import Identity, attempt_id
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
@@ -296,6 +296,7 @@ def restore(run_dir: Path, key: str) -> str:
         **({"restored_from": came_from} if came_from else {}),
     }
     atomic_write_json(paths.provenance, record)
+    status.ended(run_dir, "completed")  # `snakeddp status` said what the try before it left (failed, stopped)
     epochs = record["training"]["epochs_completed"]
     if came_from and came_from["why"] == STOPPED_EARLY:
         return (
