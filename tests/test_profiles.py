@@ -178,7 +178,8 @@ def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
     assert declared.returncode == 0, declared.stdout + declared.stderr
     assert "TypedSecret42" not in declared.stdout + declared.stderr
     for profile in ("databricks", "azureml"):
-        planned = typed(f"snakemake --profile {profile} -n --configfile mine.yaml --config {secret}", checkout, user_env)
+        command = f"snakemake --profile {profile} -n --configfile mine.yaml --config {secret}"
+        planned = typed(command, checkout, user_env)
         assert "TypedSecret42" not in planned.stdout + planned.stderr, planned.stdout + planned.stderr
     assert not [log for log in (checkout / ".snakemake" / "log").iterdir() if "TypedSecret42" in log.read_text()]
 

@@ -16,6 +16,7 @@ from snakeddp.cluster.hang import (
     Position,
     judge,
     ranks_text,
+    step_time,
     waiting,
 )
 from snakeddp.config import validate
@@ -159,3 +160,15 @@ def test_a_rank_that_stopped_answering_gets_the_limit_of_where_the_others_wait_n
     assert judge([at(0, still=60, step=312), answering], NOW, HangTimeout("auto")) is None
     # The others wait in a long phase (a checkpoint's barrier): the long limit stands.
     assert judge([at(0, still=60, step=312, phase=SAVING), stopped], NOW, HangTimeout("auto")) is None
+
+
+def test_steps_faster_than_the_watchs_tick_still_give_auto_its_step_time():
+    """Twelve steps of 5 ms, all before the watch's first look (every 0.5 s): it timed no interval. Auto then gave
+    a rank that slept in training_step after them 180 s, and a 90 s stall went unnamed; the rank's own timing of
+    its steps gives the training step its 60 s."""
+    assert step_time([], own_steps=12, own_s=0.06) == pytest.approx(0.005)
+    assert step_time([0.2, 0.4, 0.3], own_steps=12, own_s=0.06) == 0.3, "the intervals the watch timed come first"
+    assert step_time([], own_steps=0, own_s=0.0) is None, "before any step: auto's longest"
+    timeout = HangTimeout("auto")
+    fast = at(1, still=0.0, phase="training_step", step_s=step_time([], 12, 0.06))
+    assert timeout.limit(fast) == AUTO_MIN_S

@@ -107,7 +107,13 @@ def test_a_ranks_exit_status_is_a_fresh_processs(tmp_path, act, fork):
     process = start(tmp_path, ["wait", act], fork=fork)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == EXITS[act], stderr
-    assert f"rank 1 (pid {record(tmp_path, 1)['pid']}) exited with {EXITS[act]}" in stderr
+    pid = record(tmp_path, 1)["pid"]
+    if EXITS[act] > 128:  # a signal's: named, as the rank itself could not say why it ended
+        name = signal.Signals(EXITS[act] - 128).name
+        (line,) = [line for line in stderr.splitlines() if f"rank 1 (pid {pid}) was killed by {name}" in line]
+        assert ("kill -9: `dmesg` says which" in line) == (name == "SIGKILL") and line.count("HINT: rerun") == 1, line
+    else:
+        assert f"rank 1 (pid {pid}) exited with {EXITS[act]}" in stderr
     assert "cold" not in stderr  # started as asked
     if act == "raise":
         # The traceback begins at runpy's frames, as a fresh rank's does: none of the forker's.

@@ -281,6 +281,13 @@ def median_step(intervals: Sequence[float]) -> float | None:
     return statistics.median(intervals) if intervals else None
 
 
+def step_time(intervals: Sequence[float], own_steps: int, own_s: float) -> float | None:
+    """A rank's step time for auto's limit: the median of the intervals its watch timed, else (steps faster than a
+    tick, TICK_S, all taken before the watch's first look: it timed none, and auto would wait AUTO_MAX_S for a rank
+    stopped after them) what the rank's own timing of its steps says a step costs; None before any step."""
+    return median_step(intervals) or (own_s / own_steps if own_steps else None)
+
+
 def lines_of(
     stall: Stall,
     run_id: str,

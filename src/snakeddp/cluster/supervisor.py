@@ -185,12 +185,7 @@ class Supervisor:
                 # A rank that stopped on a passed-on signal: the others got it too, and are saving.
                 if self.alive and not (self.forwarded and code == PREEMPTED_EXIT_CODE):
                     if not self.forwarded:  # after Ctrl-C or a kill, the exits are no news
-                        print(
-                            f"{PROG}: rank {rank} (pid {pid}) exited with {code}; stopping the other "
-                            f"{len(self.alive)} process(es)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+                        print(ended_line(rank, pid, returncode, len(self.alive)), file=sys.stderr, flush=True)
                     # A rank that died of a signal passed on to all: the others have it already, and a
                     # second SIGTERM would reach them twice; only the SIGKILL backstop is still due.
                     self.stop(list(self.alive), terminate=code - 128 not in self.forwarded)
@@ -204,6 +199,20 @@ class Supervisor:
         timer = threading.Timer(self.stop_timeout, self.signal, args=(signal.SIGKILL, survivors))
         timer.daemon = True
         timer.start()
+
+
+def ended_line(rank: int, pid: int, returncode: int, alive: int) -> str:
+    """What the supervisor says of the first rank to end in failure: its code, or the signal that killed it (a rank
+    that raised said why itself; a killed one could not)."""
+    stopping = f"stopping the other {alive} process(es)"
+    if returncode >= 0:
+        return f"{PROG}: rank {rank} (pid {pid}) exited with {returncode}; {stopping}"
+    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+    why = " (the kernel's out-of-memory killer, or a kill -9: `dmesg` says which)" if name == "SIGKILL" else ""
+    return (
+        f"{PROG}: rank {rank} (pid {pid}) was killed by {name}{why}; {stopping}. HINT: rerun the same command: the "
+        "run resumes from its last checkpoint (from epoch 1 where it has none)."
+    )
 
 
 def cold(why: NotForkable, ranks: int) -> None:

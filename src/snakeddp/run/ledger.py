@@ -145,7 +145,8 @@ def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
             record(results, node, kind, run, seconds(entry["ended_at"]), note)
             within = len(to_leave_out(results, 1, EXCLUDE_WITHIN_DAYS).get(node, []))
             days = f"{EXCLUDE_WITHIN_DAYS:g} days"
-            print(f"snakeddp: node {node}'s {said} recorded in {path(results)} ({within} events in {days})", flush=True)
+            events = f"{within} event{'' if within == 1 else 's'} in {days}"
+            print(f"snakeddp: node {node}'s {said} recorded in {path(results)} ({events})", flush=True)
     except LedgerError as error:
         print(f"snakeddp: the {said} of node {', '.join(nodes)} is not recorded: {error}", flush=True)
     return nodes

@@ -42,8 +42,8 @@ from snakeddp.cluster.hang import (
     Stall,
     judge,
     lines_of,
-    median_step,
     record,
+    step_time,
 )
 from snakeddp.cluster.lifecycle import HUNG_EXIT_CODE
 from snakeddp.compat.lightning import fit_position
@@ -211,6 +211,7 @@ class Watch:
         if phase is None:
             phase = SAVING if self.saving() else hook or "between steps"
         own_steps, own_s = self.own_time.totals
+        step_s = step_time(self._step_s, own_steps, own_s)
         return Position(
             rank=self.layout.rank,
             host=self.host,
@@ -219,7 +220,7 @@ class Watch:
             step=step,
             epoch=epoch,
             phase=phase,
-            step_s=median_step(self._step_s),
+            step_s=step_s,
             advanced_at=self._advanced_at,
             posted_at=now,
             device=self.device,
