@@ -276,10 +276,34 @@ def exit_code(
     except Exception as error:
         full = full_disk(error)
         if full is None:
-            raise
+            lost = peer_lost(error)
+            if lost is None:
+                raise
+            _say_with_traceback_kept(f"{prog}: {lost}", error, failure_file)
+            return 1
         said = full if isinstance(full, NoSpaceError) else _said(full, failure_file)
-        _say_full_disk(one_line(prog, said), error, failure_file)
+        _say_with_traceback_kept(one_line(prog, said), error, failure_file)
         return 1
+
+
+# What gloo's TCP transport raises in a rank whose peer process is gone (killed, or ended by its own error).
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def peer_lost(error: BaseException) -> str | None:
+    """The line for a collective that failed because another rank's process is gone (a kill -9, the OOM killer,
+    its own exception): that rank's end is the news (the supervisor, or its own traceback, says it), and this
+    rank's traceback of torch's and gloo's frames only buried it. None for any other error."""
+    said = str(error)
+    if type(error).__name__ not in ("RuntimeError", "DistBackendError", "DistNetworkError"):
+        return None
+    words = next((words for words in PEER_GONE if words in said), None)
+    if words is None or ("gloo" not in said and "Gloo" not in said):
+        return None
+    return (
+        f"this rank stopped: another rank of the run is gone (gloo: {words}), and its own line or traceback says "
+        "why. HINT: once that is fixed, rerun the same command: the run resumes from its last checkpoint."
+    )
 
 
 def _said(error: OSError, failure_file: Path | None) -> NoSpaceError:
@@ -290,10 +314,10 @@ def _said(error: OSError, failure_file: Path | None) -> NoSpaceError:
     return no_space(error, failure_file.parent if failure_file is not None else os.getcwd(), "a file in")
 
 
-def _say_full_disk(line: str, error: BaseException, failure_file: Path | None) -> None:
-    """A full disk's line: in the failure file (the launcher prints it once), or printed where the disk has no
-    room even for that line (the launcher passes a rank's output on until a failure file appears). Whichever
-    rank meets it says it: it is the one that knows where. The traceback goes beside the failure file, else
+def _say_with_traceback_kept(line: str, error: BaseException, failure_file: Path | None) -> None:
+    """A full disk's line (or a lost peer's): in the failure file (the launcher prints it once), or printed where
+    the disk has no room even for that line (the launcher passes a rank's output on until a failure file appears).
+    Whichever rank meets it says it: it is the one that knows where. The traceback goes beside the failure file, else
     beside the job's log (stderr, where it is a file), never onto the console (profiles show failed logs)."""
     if failure_file is None or not _written_first(failure_file, line):
         print_line(line)

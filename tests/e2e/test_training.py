@@ -16,7 +16,7 @@ import torch
 
 from snakeddp.run import attempt as runstate
 from snakeddp.util import handoff
-from tests.helpers import subprocess_env
+from tests.helpers import TINY, subprocess_env
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
 # The runs that no test signals or kills (each rerun that resumes one, a reference, a run that fails on its data) are
@@ -99,6 +99,48 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2, 3, 4]
+
+
+KILLS_ONE_RANK = """
+import os, signal
+from pathlib import Path
+
+from snakeddp.training.models import MLP
+
+
+class KillsRankOne(MLP):
+    def on_train_batch_start(self, batch, batch_idx):
+        marker = Path(os.environ["KILL_ONCE"])
+        if self.global_rank == 1 and self.current_epoch == 1 and batch_idx == 3 and marker.exists():
+            marker.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_one_rank_killed_is_named_with_its_signal_the_other_says_one_line_and_the_rerun_resumes(tmp_path):
+    """kill -9 (or the OOM killer) of one rank: the supervisor names the rank and the signal, with the HINT to
+    rerun; the other rank's collective fails on the gone peer, and it says so in one line (its traceback of torch's
+    and gloo's frames, 100 lines, is kept beside the failure file); the rerun resumes."""
+    (tmp_path / "kills_rank_one.py").write_text(KILLS_ONE_RANK)
+    config = {
+        **TINY,
+        "model": {"target": "kills_rank_one:KillsRankOne", "kwargs": {"hidden_sizes": [16]}},
+        "launch": {**TINY["launch"], "devices": 2},
+        "trainer": {**TINY["trainer"], "early_stopping": {"enabled": False}},
+    }
+    run = Run(tmp_path, config)
+    (tmp_path / "kill-once").touch()
+    run.env = {"PYTHONPATH": str(tmp_path), "KILL_ONCE": str(tmp_path / "kill-once")}
+    assert run.train() != 0
+    log = run.log.read_text()
+    (killed,) = [line for line in log.splitlines() if "was killed by SIGKILL" in line]
+    assert killed.startswith("snakeddp.cluster.supervisor: rank 1 (pid ") and "HINT: rerun the same command" in killed
+    assert log.count("another rank of the run is gone (gloo: ") == 1 and "Traceback" not in log, log[-3000:]
+    assert "Traceback" in (run.dir / "failure.traceback").read_text()
+
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
 
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
