@@ -12,7 +12,7 @@ from snakeddp.run.variables import PLATFORM_SECTION as AZUREML_CONFIG
 def test_defaults_need_a_compute_and_a_workspace_only_to_submit():
     settings = Settings.from_section({})
     assert (settings.sdk, settings.distribution, settings.submit) == ("v2", "pytorch", True)
-    with pytest.raises(AzureMLError, match="azureml.compute is not set"):
+    with pytest.raises(AzureMLError, match="azureml.compute is not set.* --resource-group <group> --workspace-name"):
         settings.require_compute()
     with pytest.raises(AzureMLError, match="subscription_id, azureml.workspace.resource_group, azureml.workspace"):
         settings.require_workspace()

@@ -56,6 +56,9 @@ def test_missing_compute_is_one_error_before_anything(tmp_path, monkeypatch, cap
     status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, {"workspace": WORKSPACE})
     assert status == 1
     assert "azureml.compute is not set" in err and "az ml compute create" in err
+    # The workspace the config names, so the command runs as printed (az needs both where no default is set).
+    where = f"--resource-group {WORKSPACE['resource_group']} --workspace-name {WORKSPACE['workspace_name']})"
+    assert where in err, err
     assert not (run_dir / "azureml").exists(), "nothing staged, nothing uploaded"
 
 

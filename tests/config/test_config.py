@@ -1,12 +1,14 @@
 """Config validation, defaults, sweep expansion and the identities derived from config."""
 
+import re
+
 import pytest
 import yaml
 
 from snakeddp import config
 from snakeddp.config import parts
 from snakeddp.config import schema as config_schema
-from tests.helpers import leaked
+from tests.helpers import REPO, leaked
 
 
 def test_defaults_fill_every_section():
@@ -262,3 +264,34 @@ def test_one_value_given_as_a_sweep_is_refused_with_the_list_that_works():
     assert "abc123" not in str(hidden.value)
     runs = config.expand_sweep(config.validate({"sweep": yaml.safe_load("{model.lr: [0.1]}")}))
     assert [run["config"]["model"]["lr"] for run in runs.values()] == [0.1]
+
+
+def test_a_sweep_value_given_twice_is_named_and_giving_it_once_as_hinted_plans():
+    with pytest.raises(config.ConfigError) as refused:
+        config.expand_sweep(config.validate({"sweep": {"seed": [1, 2, 1]}}))
+    line = str(refused.value)
+    assert "two sweep points share the run id 'seed-1' (seed: 1)" in line, line
+    assert line.count("HINT: give each value once in the sweep's lists (seed)") == 1
+    assert list(config.expand_sweep(config.validate({"sweep": {"seed": [1, 2]}}))) == ["seed-1", "seed-2"]
+
+
+def test_a_key_in_the_wrong_section_is_pointed_to_its_own_and_moved_as_hinted_validates():
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({"model": {"max_epochs": 3}})
+    assert "model.max_epochs: unknown key (it is a key of trainer: did you mean trainer.max_epochs?)" in str(
+        refused.value
+    )
+    assert config.validate({"trainer": {"max_epochs": 3}})["trainer"]["max_epochs"] == 3
+
+
+def test_one_hint_a_refusal_and_the_file_that_documents_a_platforms_keys():
+    """A line with its own HINT is the one to follow; a platform's keys are documented in its package."""
+    for raw in ({"sweep": {"model.lr": 0.1}}, {"experiment": "a b"}):
+        with pytest.raises(config.ConfigError) as refused:
+            config.validate(raw)
+        assert str(refused.value).count("HINT:") == 1, str(refused.value)
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({"azureml": {"comput": "x"}})
+    (named,) = re.findall(r"documented in (\S+);", str(refused.value))
+    assert named == "src/snakeddp/azureml/settings.yaml" and (REPO / named).is_file()
+    assert "compute:" in (REPO / named).read_text()

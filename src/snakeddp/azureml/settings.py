@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,10 +143,17 @@ class Settings(parts.Settings):
 
     def require_compute(self) -> str:
         if not self.compute:
+            try:  # the workspace's names where the config gives them: the command runs as printed
+                workspace = self.require_workspace()
+                where = shlex.join(
+                    ["--resource-group", workspace.resource_group, "--workspace-name", workspace.workspace_name]
+                )
+            except AzureMLError:
+                where = "--resource-group <group> --workspace-name <workspace>"
             raise AzureMLError(
                 "azureml.compute is not set, so there is nowhere to train. HINT: create a compute cluster "
                 "(az ml compute create --name gpu-cluster --type amlcompute --size Standard_NC24ads_A100_v4 "
-                "--min-instances 0 --max-instances 2) and set azureml.compute: gpu-cluster in the config."
+                f"--min-instances 0 --max-instances 2 {where}) and set azureml.compute: gpu-cluster in the config."
             )
         return self.compute
 
@@ -204,7 +212,10 @@ def _workspace(given: Workspace, cwd: Path) -> Workspace:
                 "the directory Snakemake runs in."
             ) from None
         except json.JSONDecodeError as exc:
-            raise AzureMLError(f"azureml.workspace.config_file: {path} is not valid JSON: {exc}") from None
+            raise AzureMLError(
+                f"azureml.workspace.config_file: {path} is not valid JSON: {exc}. HINT: name the workspace's "
+                "config.json as the Azure portal downloads it (workspace overview, Download config.json)."
+            ) from None
         if not isinstance(loaded, dict):
             raise AzureMLError(f"azureml.workspace.config_file: {path} must hold a JSON object")
         values = {key: loaded.get(key) for key in WORKSPACE_KEYS}

@@ -133,7 +133,13 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
         for name in extra:
             where = f"{key}.{name}" if error.absolute_path else name
             close = difflib.get_close_matches(name, allowed, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(allowed)}"
+            elsewhere = _sections_with(schema, name) if error.absolute_path else []
+            if close:
+                hint = f"did you mean '{close[0]}'?"
+            elif elsewhere:  # model.max_epochs: a key of another section
+                hint = f"it is a key of {' and '.join(elsewhere)}: did you mean {elsewhere[0]}.{name}?"
+            else:
+                hint = f"known keys: {', '.join(allowed)}"
             lines.append(f"{where}: unknown key ({hint})")
         return "\n".join(lines)
     if "propertyNames" in error.schema_path and key == "network.env":
@@ -164,6 +170,24 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
         wanted = " ".join(str(error.schema["description"]).split()).split(". ")[0].rstrip(".")
         return f"{key}: {_shortened(error)} ({key}: {wanted})"
     return f"{key}: {_shortened(error)}"
+
+
+def _documented_in(errors: list[jsonschema.ValidationError]) -> str:
+    """Where the refused keys are documented: config/schema.yaml, or a platform's section in its package's
+    settings.yaml (the schema puts each registered platform's section in)."""
+    package = Path(__file__).resolve().parents[1]
+    files: dict[str, None] = {}
+    for error in errors:
+        section = str(error.absolute_path[0]) if error.absolute_path else ""
+        own = bool(section) and (package / section / "settings.yaml").is_file()
+        files[f"src/snakeddp/{section}/settings.yaml" if own else "config/schema.yaml"] = None
+    return " and ".join(files)
+
+
+def _sections_with(schema: Mapping[str, Any], name: str) -> list[str]:
+    """The top-level sections of ``schema`` with a key ``name`` of their own."""
+    sections = schema.get("properties", {})
+    return [section for section, sub in sections.items() if name in (sub.get("properties") or {})]
 
 
 def _shown(value: Any, limit: int = 120) -> str:
@@ -220,11 +244,16 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     )
     if errors:
         # A value is quoted as given: a URL's user:password@ or a SAS signature masked (report.title, a path).
-        details = redact_text("\n  ".join(_describe(e, schema) for e in errors))
-        raise ConfigError(
-            f"{source} is not valid:\n  {details}\n"
-            "HINT: every key is documented in config/schema.yaml; fix the keys above and rerun."
+        described = [_describe(e, schema) for e in errors]
+        details = redact_text("\n  ".join(described))
+        # Where every line has its own HINT, it is the one to follow: a second would say less.
+        documented = _documented_in(errors)
+        closing = (
+            ""
+            if all("HINT:" in line for line in described)
+            else (f"\nHINT: every key is documented in {documented}; fix the keys above and rerun.")
         )
+        raise ConfigError(f"{source} is not valid:\n  {details}{closing}")
     _check_layout(resolved, source)
     return resolved
 
@@ -393,7 +422,12 @@ def expand_sweep(cfg: Mapping[str, Any], source: str = "config") -> dict[str, di
         label = f"{source} (sweep point {rid})" if point else source
         resolved = validate(point_cfg, source=label)
         if rid in runs:
-            raise ConfigError(f"{source}: two sweep points share the run id '{rid}'; make the sweep values distinct")
+            shown = ", ".join(f"{key}: {value!r}" for key, value in point.items())
+            raise ConfigError(
+                f"{source}: two sweep points share the run id '{rid}' ({shown}). HINT: give each value once in "
+                f"the sweep's lists ({', '.join(keys)}); values that differ only in how they are written (1 and "
+                "1.0) are one value."
+            )
         runs[rid] = {"point": point, "config": run_config(resolved)}
         check_run_size(rid, runs[rid]["config"])
     return runs
