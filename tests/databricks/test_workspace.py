@@ -18,9 +18,11 @@ from tests.helpers import subprocess_env
 
 TOKEN = "dapi-77c1e0-workspace-stub-token"
 CHECK = (
+    "import os\n"
     "from snakeddp.databricks import workspace\n"
     "from snakeddp.errors import exit_code\n"
-    "raise SystemExit(exit_code('snakeddp.databricks', lambda: print(workspace.connect(None).config.host) or 0))\n"
+    "profile = os.environ.get('CHECKED_PROFILE')  # databricks.profile\n"
+    "raise SystemExit(exit_code('snakeddp.databricks', lambda: print(workspace.connect(profile).config.host) or 0))\n"
 )
 # Far above the check's own bound (workspace.CHECK_S, per request), far below the SDK's 300 s of retries.
 IN_SECONDS = 30
@@ -77,3 +79,17 @@ def test_a_token_the_workspace_refuses_is_one_line_naming_the_credentials(stub, 
     refused = one_line(check(tmp_path, DATABRICKS_HOST=stub.url, DATABRICKS_TOKEN="dapi-revoked-0000"))
     assert "checking the Databricks credentials failed" in refused and "(Unauthenticated)" in refused, refused
     assert "HINT: export DATABRICKS_HOST=" in refused and "dapi-revoked-0000" not in refused
+
+
+def test_a_profile_the_config_names_and_databrickscfg_lacks_is_named_and_adding_it_as_hinted_passes(stub, tmp_path):
+    """The variables exported beside it do not help: the SDK reads the named profile. The HINT's first remedy is
+    the profile; databricks configure writes it to ~/.databrickscfg as below."""
+    exported = {"DATABRICKS_HOST": stub.url, "DATABRICKS_TOKEN": TOKEN, "CHECKED_PROFILE": "nope"}
+    (tmp_path / ".databrickscfg").write_text(f"[other]\nhost = {stub.url}\ntoken = {TOKEN}\n")
+    line = one_line(check(tmp_path, **exported))
+    assert "no usable Databricks credentials (profile nope)" in line, line
+    assert "HINT: add a [nope] profile to ~/.databrickscfg" in line and "export DATABRICKS_HOST" not in line, line
+    with (tmp_path / ".databrickscfg").open("a") as config:
+        config.write(f"[nope]\nhost = {stub.url}\ntoken = {TOKEN}\n")
+    done = check(tmp_path, CHECKED_PROFILE="nope")
+    assert done.returncode == 0 and done.stdout.strip() == stub.url, done.stdout + done.stderr

@@ -57,9 +57,15 @@ def connect(profile: str | None) -> Any:
             WorkspaceClient(config=checked).current_user.me()
     except ValueError as error:  # the SDK's "cannot configure default credentials"
         where = f"profile {profile}" if profile else "DATABRICKS_HOST/DATABRICKS_TOKEN or ~/.databrickscfg"
-        raise DatabricksError(
-            f"no usable Databricks credentials ({where}): {first_line(error)}. {CREDENTIALS_HINT}"
-        ) from None
+        # A profile named in the config is what the SDK reads, whatever the environment holds: fix that first.
+        hint = (
+            f"HINT: add a [{profile}] profile to ~/.databrickscfg (databricks configure --profile {profile}), or "
+            "set databricks.profile to one it has (or remove it: the SDK then reads DATABRICKS_HOST and "
+            "DATABRICKS_TOKEN). Nothing was uploaded."
+            if profile and "profile" in str(error)
+            else CREDENTIALS_HINT
+        )
+        raise DatabricksError(f"no usable Databricks credentials ({where}): {first_line(error)}. {hint}") from None
     except Exception as error:  # refused, timed out, or the token not accepted (the SDK's DatabricksError family)
         if type(error).__name__ in ("PermissionDenied", "Unauthenticated"):
             raise api_error("checking the Databricks credentials", error) from None
