@@ -247,7 +247,7 @@ def main(args: argparse.Namespace, ranks: Ranks) -> int:
                 # Counted from 1, as the progress lines count (Lightning's current_epoch counts from 0).
                 f"snakeddp: preempted in epoch {trainer.current_epoch + 1}/{trainer.max_epochs}; "
                 f"saved {callbacks.preemption.last_path}; "
-                "rerun to resume",
+                "rerun to resume (where snakemake itself was killed too, `snakemake --unlock` first)",
                 flush=True,
             )
         return PREEMPTED_EXIT_CODE
