@@ -100,9 +100,11 @@ def test_missing_credentials_fail_before_any_upload(tmp_path, monkeypatch, capsy
     azureml = {"compute": "gpu-cluster", "workspace": {"config_file": "config.json"}}
     status, err, run_dir = submit_here(tmp_path, monkeypatch, capsys, azureml)
     assert status == 1
-    assert "no usable Azure credentials" in err
-    assert "DefaultAzureCredential failed to retrieve a token" in err, "the SDK's own diagnosis is kept"
-    assert "az login" in err and "AZURE_CLIENT_ID" in err and "Nothing was uploaded" in err
+    (line,) = [line for line in err.splitlines() if "no usable Azure credentials" in line]
+    assert "DefaultAzureCredential failed to retrieve a token" in line, "the SDK's own diagnosis is kept"
+    assert "AzureCliCredential: Azure CLI not found on path" in line, line
+    assert "az login" in line and "AZURE_CLIENT_ID" in line and "Nothing was uploaded" in line
+    assert "aka.ms" not in err and len(err.strip().splitlines()) == 1, "one line, not a paragraph per credential"
     assert not (run_dir / "azureml" / "submission.json").exists(), "no job was submitted"
     assert not (run_dir / "run-state.json").exists(), "the run directory was left as it was"
 
@@ -233,3 +235,25 @@ def test_a_job_that_hung_ends_in_the_line_of_the_rank_that_named_the_node(tmp_pa
         job.judge(Submitted("AzureML", "job", "j-7", "https://ml.azure.com/runs/j-7"), Outcome("Failed", "exit 69"))
     said = str(raised.value)
     assert said.startswith(f"AzureML job j-7 ended Failed: {line}. Its checkpoints were downloaded: rerun to resume.")
+
+
+def test_a_service_principal_that_cannot_sign_in_is_told_apart_from_a_missing_login(monkeypatch):
+    """Its three variables set, the sign-in refused (here: an authority that does not answer): telling the user
+    to export the variables they exported helps nobody."""
+    import socket
+
+    from snakeddp.azureml import credentials
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("AZURE_CLIENT_ID", "00000000-0000-0000-0000-0000000000c1")
+    monkeypatch.setenv("AZURE_TENANT_ID", "00000000-0000-0000-0000-0000000000d2")
+    monkeypatch.setenv("AZURE_CLIENT_SECRET", "sp-secret-4e1f")
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", f"https://127.0.0.1:{port}")
+    with pytest.raises(AzureMLError) as refused:
+        credentials.default_credential()
+    line = str(refused.value)
+    assert "\n" not in line and "EnvironmentCredential: " in line, line
+    assert "HINT: AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET are set" in line, line
+    assert "sp-secret-4e1f" not in line

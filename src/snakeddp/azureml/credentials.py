@@ -8,6 +8,8 @@ tried in that order. One token request up front turns "no credentials" into one 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 
 from azure.core.credentials import TokenCredential
 from azure.core.exceptions import ClientAuthenticationError
@@ -33,11 +35,40 @@ def default_credential() -> TokenCredential:
     try:
         credential.get_token(ARM_SCOPE)
     except ClientAuthenticationError as exc:
-        detail = "\n  ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        raise AzureMLError(f"no usable Azure credentials.\n  {detail}\n{HINT}") from None
+        raise AzureMLError(f"no usable Azure credentials: {diagnosis(str(exc))} {hint(os.environ)}") from None
     finally:
         identity_log.setLevel(level)
     return credential
+
+
+# The credentials the HINT names, whose reasons the line keeps (the SDK tries nine, each with a paragraph).
+NAMED = ("EnvironmentCredential", "ManagedIdentityCredential", "AzureCliCredential")
+SERVICE_PRINCIPAL = ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET")
+
+
+def diagnosis(said: str) -> str:
+    """DefaultAzureCredential's error (a line per credential tried, with links) as one clause: its first line
+    and the first sentence of each NAMED credential's reason."""
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    reasons = []
+    for line in lines:
+        name, _, reason = line.partition(": ")
+        if name in NAMED and reason:
+            first = reason.removeprefix(f"{name} ").split(". ")[0].rstrip(".")
+            reasons.append(f"{name}: {first[:160]}")
+    head = lines[0].rstrip(".") if lines else "DefaultAzureCredential failed"
+    return f"{head} ({'; '.join(reasons)})." if reasons else f"{head}."
+
+
+def hint(env: Mapping[str, str]) -> str:
+    """Where a service principal's variables are all set, its sign-in is what failed: not a missing login."""
+    if all(env.get(name) for name in SERVICE_PRINCIPAL):
+        return (
+            "HINT: AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET are set, and that service principal "
+            "could not sign in: check that this machine reaches login.microsoftonline.com (a proxy: HTTPS_PROXY) "
+            "and that the secret is current (az ad sp credential list). Nothing was uploaded."
+        )
+    return HINT
 
 
 def token_for_resource(credential: TokenCredential):
