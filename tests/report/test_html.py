@@ -122,6 +122,17 @@ def test_a_title_holding_a_urls_credentials_is_shown_without_them(report):
     assert "Carol5ecretPw" not in page and "runs of http://***@host/x" in page
 
 
+def test_a_resumed_runs_fit_and_loops_are_said_as_what_each_covers(report):
+    """timing.duration_s is the last try's fit, train_seconds every epoch's: "17.4 s, of which training loops
+    23.2 s" read as a contradiction."""
+    runs = find_runs(report.parents[1])
+    timing = runs[0].provenance["timing"]
+    timing["duration_s"], timing["train_seconds"] = 17.357, 23.192
+    text = render(runs, report)
+    assert "of which training loops 23.2 s" not in text
+    assert "in the last try; training loops 23.2 s over every epoch, earlier tries' included" in text
+
+
 def test_recorded_phases_are_shown(report):
     runs = find_runs(report.parents[1])
     for index, run in enumerate(runs):
