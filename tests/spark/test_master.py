@@ -62,3 +62,40 @@ def test_without_pyspark_the_hint_names_tools_add():
     )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].endswith("HINT: run `tools/add.sh pyspark --stage train`."), done.stderr
+
+
+STARTS_A_SESSION = """
+from snakeddp.errors import exit_code
+from snakeddp.spark import session
+from snakeddp.spark import SparkError
+
+def start():
+    settings = {"spark.master": "local[1]", "spark.app.name": "t", "spark.executor.memory": __import__("sys").argv[1]}
+    try:
+        session.start_context(settings).stop()
+    except Exception as error:
+        raise SparkError(session.session_failure("local[1]", "spark.master", error)) from None
+    return 0
+
+raise SystemExit(exit_code("snakeddp.spark", start))
+"""
+
+
+def test_a_setting_the_drivers_jvm_refuses_is_named_in_spark_s_words_and_fixed_as_hinted_starts(tmp_path):
+    """The JVM exits before pyspark reaches it (JAVA_GATEWAY_EXITED), having said why on the process's stderr (a
+    job's log): that is the line, not "check that the master is up"."""
+    log = tmp_path / "job.log"
+
+    def start(memory: str) -> subprocess.CompletedProcess:
+        with log.open("w") as stderr:
+            return subprocess.run(
+                [sys.executable, "-c", STARTS_A_SESSION, memory], stdout=subprocess.PIPE, stderr=stderr,
+                env=subprocess_env(), text=True, timeout=120, check=False,
+            )  # fmt: skip
+
+    refused = start("lots")
+    said = refused.stdout + log.read_text()
+    (line,) = [line for line in said.splitlines() if "HINT:" in line]
+    assert "the Spark driver's JVM did not start" in line and "Executor memory must be a positive number" in line
+    assert "check that the master is up" not in line and line.count("HINT:") == 1, line
+    assert start("512m").returncode == 0, log.read_text()[-2000:]

@@ -5,6 +5,7 @@ application (snakeddp.spark.application)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import warnings
@@ -183,9 +184,41 @@ def distribute(num_processes: int, gpu: bool, settings: Path, entry: Sequence[st
     return None
 
 
-def session_failure(master: str, source: str, error: BaseException) -> str:
+# What a JVM that would not start wrote to this process's stderr before pyspark's JAVA_GATEWAY_EXITED: an
+# exception of spark-submit's ("Exception in thread "main" org.apache.spark.SparkException: Executor memory must
+# be a positive number") or of the JVM's own ("Invalid maximum heap size: -Xmxlots").
+GATEWAY_SAID = re.compile(
+    r'^(?:Exception in thread "[^"]*" )?(?:[\w$]+\.)+[\w$]*(?:Exception|Error): (?P<message>.+)$'
+    r"|^(?P<jvm>Invalid .+|Unrecognized .+)$",
+    re.M,
+)
+
+
+def gateway_said(error: BaseException, stderr: Path | None = None) -> str | None:
+    """Where the driver's JVM exited before pyspark reached it, what the JVM said (it writes to this process's
+    stderr: a job's log, or the shared application's); None where that is not this error or cannot be read."""
+    if "JAVA_GATEWAY_EXITED" not in str(error):
+        return None
+    try:
+        log = stderr or Path(os.readlink("/proc/self/fd/2"))
+        with log.open("rb") as handle:
+            handle.seek(max(log.stat().st_size - 65536, 0))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError:  # stderr is a pipe or a terminal: pyspark's words only
+        return None
+    found = [match["message"] or match["jvm"] for match in GATEWAY_SAID.finditer(tail)]
+    return found[-1].strip() if found else None
+
+
+def session_failure(master: str, source: str, error: BaseException, stderr: Path | None = None) -> str:
     """Why the session did not start, in Spark's words: resource settings Spark refused are not a master
-    that is down (the master answered check_reachable already)."""
+    that is down (the master answered check_reachable already); a JVM that would not start said why on stderr."""
+    jvm = gateway_said(error, stderr)
+    if jvm is not None:
+        return (
+            f"the Spark driver's JVM did not start, so there is no session with {master}: {jvm}. HINT: fix the "
+            "setting it names in the config's spark.conf (or spark-defaults.conf, or the profile), then rerun."
+        )
     said = spark_said(error)
     if RESOURCE_REFUSAL.search(said):
         return (
