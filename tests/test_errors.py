@@ -260,12 +260,16 @@ def test_ranks_started_by_hand_print_the_line_once_from_rank_0(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_genuine_bug_keeps_its_traceback(tmp_path):
+def test_a_bug_in_the_users_code_is_named_at_its_line_and_its_traceback_kept(tmp_path):
+    """One line naming the user's file and line (a bug of snakeddp's own, with no frame of the user's, keeps its
+    traceback on the terminal: train.users_error), the traceback kept whole beside the failure file."""
     (tmp_path / "usermodels.py").write_text(textwrap.dedent(USER_MODULE))
     run_yaml, manifest, run_dir = prepare(tmp_path, {"model": {"target": "usermodels:Buggy"}, "launch": {"devices": 2}})
     result = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
     assert result.returncode != 0
-    assert "ZeroDivisionError" in result.stderr and "Traceback" in result.stderr, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "ZeroDivisionError" in line]
+    assert "raised at usermodels.py:" in line and ", in your code" in line and "Traceback" not in result.stderr, line
+    assert "return 1 / 0" in (run_dir / "failure.traceback").read_text()
 
 
 def test_steps_subcommands_require_their_own_arguments(tmp_path):

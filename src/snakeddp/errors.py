@@ -248,9 +248,11 @@ def exit_code(
     speak: bool = True,
     failure_file: Path | None = None,
     refused_file: Path | None = None,
+    explain: Callable[[Exception], str | None] | None = None,
 ) -> int:
     """Run ``main``; an error of the family ends as one line and exit code 1 (or the error's own
-    ``exit_status``), anything else propagates.
+    ``exit_status``), anything else propagates, unless ``explain`` gives it a line (a user's code that raised:
+    its place), which ends it the same way with its traceback kept beside the failure file.
 
     ``failure_file`` (set by ``snakeddp.launch`` for the ranks it starts): the first rank that fails
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
@@ -276,7 +278,7 @@ def exit_code(
     except Exception as error:
         full = full_disk(error)
         if full is None:
-            lost = peer_lost(error)
+            lost = peer_lost(error) or (explain(error) if explain is not None else None)
             if lost is None:
                 raise
             _say_with_traceback_kept(f"{prog}: {lost}", error, failure_file)

@@ -59,6 +59,7 @@ from snakeddp.config import parts
 from snakeddp.errors import DataIntegrityError, LaunchError, exit_code
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
+from snakeddp.util.userfiles import where_raised
 
 PROG = "snakeddp.train"
 
@@ -115,9 +116,33 @@ def resolve(args: argparse.Namespace) -> Ranks:
 
 
 def reported(args: argparse.Namespace, work: Callable[[], int]) -> int:
-    """``work``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only."""
+    """``work``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only; an
+    exception the user's own code raised (a model's training_step, a DataModule's setup) ends as one line too,
+    naming where, its traceback (a hundred lines of runpy's, Lightning's and torch's frames) kept beside it."""
     refused = RunPaths(args.run_dir).refused if args.failure_file else None
-    return exit_code(PROG, work, speak=_rank(os.environ) == 0, failure_file=args.failure_file, refused_file=refused)
+    return exit_code(
+        PROG,
+        work,
+        speak=_rank(os.environ) == 0,
+        failure_file=args.failure_file,
+        refused_file=refused,
+        explain=lambda error: users_error(error, args.failure_file),
+    )
+
+
+def users_error(error: Exception, failure_file: Path | None) -> str | None:
+    """The line for an exception raised in the user's code (where_raised: not snakeddp's, an installed package's
+    or the standard library's); None for any other, whose traceback is shown as it is (a bug of ours)."""
+    place = where_raised(error)
+    if place is None:
+        return None
+    kept = f" (the whole traceback: {failure_file.with_suffix('.traceback')})" if failure_file is not None else ""
+    said = " ".join(str(error).split())
+    said = said if len(said) <= 300 else f"{said[:297]}..."
+    return (
+        f"{type(error).__name__}: {said}, raised at {place}, in your code{kept}. HINT: fix it there and rerun: "
+        "the run resumes from its last checkpoint."
+    )
 
 
 def _rank(env: Mapping[str, str]) -> int:

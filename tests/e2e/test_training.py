@@ -143,6 +143,47 @@ def test_one_rank_killed_is_named_with_its_signal_the_other_says_one_line_and_th
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
 
+RAISES_IN_EPOCH_2 = """
+import os
+
+from snakeddp.training.models import MLP
+
+
+class RaisesInEpoch2(MLP):
+    def training_step(self, batch, batch_idx):
+        if self.current_epoch == 1 and os.environ.get("BROKEN") == "1":
+            batch.view(-1)  # a tuple, as a model written for another DataModule would treat it
+        return super().training_step(batch, batch_idx)
+"""
+
+
+def test_an_exception_in_the_users_training_step_is_one_line_naming_its_place_and_the_fix_resumes(tmp_path):
+    """Both ranks raise it: one line, once, naming the user's file and line, not each rank's 130 lines of runpy's,
+    Lightning's and torch's frames; the traceback is kept beside the failure file; fixed, the run resumes."""
+    (tmp_path / "raises_in_epoch_2.py").write_text(RAISES_IN_EPOCH_2)
+    config = {
+        **TINY,
+        "model": {"target": "raises_in_epoch_2:RaisesInEpoch2", "kwargs": {"hidden_sizes": [16]}},
+        "launch": {**TINY["launch"], "devices": 2},
+        "trainer": {**TINY["trainer"], "early_stopping": {"enabled": False}},
+    }
+    run = Run(tmp_path, config)
+    run.env = {"PYTHONPATH": str(tmp_path), "BROKEN": "1"}
+    assert run.train() != 0
+    log = run.log.read_text()
+    lines = [line for line in log.splitlines() if "in your code" in line]
+    assert len(lines) == 1 and "Traceback" not in log, log[-3000:]
+    line = lines[0]
+    assert "AttributeError: 'list' object has no attribute 'view'" in line or "no attribute 'view'" in line, line
+    assert "raised at " in line and "raises_in_epoch_2.py:10, in your code" in line and "HINT: fix it" in line
+    assert "batch.view(-1)" in (run.dir / "failure.traceback").read_text()
+
+    run.env["BROKEN"] = "0"  # fixed
+    assert run.train() == 0, run.log.read_text()[-3000:]
+    assert "resuming from" in run.log.read_text()
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+
 def test_kill_9_then_rerun_resumes_from_last_checkpoint(tmp_path):
     run = Run(tmp_path, slow_config())
     process = run.start()
