@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from snakeddp import config as configuration
 from snakeddp.run.runfile import RunFile, keep_scheduler_requests, rewrites
 from tests.helpers import subprocess_env
@@ -65,3 +67,24 @@ def test_a_run_file_is_rewritten_when_absent_unreadable_or_another_config_and_no
     for text in ("format: snakeddp-run/1\nconfig: {}\n", "- a list\n", "[not: a run"):
         path.write_text(text)
         assert rewrites(a_run(), path), text
+
+
+def test_a_run_file_whose_config_says_other_than_its_sweep_point_is_refused_and_rewritten_as_hinted(tmp_path):
+    """model.lr edited by hand in sw--lr-0.01's run.yaml: it would train 0.5 under 0.01's name, and its record
+    and the report would say so."""
+    from snakeddp import config
+    from snakeddp.config import ConfigError
+
+    (run,) = [r for r in config.expand_sweep(config.validate({"sweep": {"model.lr": [0.01]}})).values()]
+    path = tmp_path / "run.yaml"
+    RunFile(run_id="lr-0.01", config=run["config"], point=run["point"]).write(path)
+    path.write_text(path.read_text().replace("\n    lr: 0.01", "\n    lr: 0.5"))  # the config's, not the point's
+    with pytest.raises(ConfigError) as refused:
+        RunFile.load(path)
+    line = str(refused.value)
+    assert "its config has model.lr: 0.5, and its sweep point (and run id) says 0.01" in line, line
+    assert f"HINT: delete it (rm {path})" in line
+    assert rewrites(run, path), "the plan writes it anew"
+    path.unlink()  # as hinted; the workflow's run_config job writes it again
+    RunFile(run_id="lr-0.01", config=run["config"], point=run["point"]).write(path)
+    assert RunFile.load(path).config["model"]["lr"] == 0.01

@@ -276,7 +276,7 @@ def _check_layout(cfg: Mapping[str, Any], source: str) -> None:
 
 def _check_no_secrets(cfg: Mapping[str, Any], source: str) -> None:
     for key in IDENTITY_MAPS:
-        found = secret_keys(_dotted_get(cfg, key), key)
+        found = secret_keys(dotted_get(cfg, key), key)
         if found:
             variable = re.sub(r"[^A-Za-z0-9]+", "_", found[0].rsplit(".", 1)[-1]).strip("_").upper()
             raise ConfigError(
@@ -286,7 +286,7 @@ def _check_no_secrets(cfg: Mapping[str, Any], source: str) -> None:
             )
 
 
-def _dotted_get(cfg: Mapping[str, Any], key: str) -> Any:
+def dotted_get(cfg: Mapping[str, Any], key: str) -> Any:
     node: Any = cfg
     for part in key.split("."):
         node = node.get(part) if isinstance(node, Mapping) else None
@@ -309,16 +309,16 @@ def _check_only_with(cfg: Mapping[str, Any], source: str) -> None:
     every = defaults()
     if cfg.get("model", {}).get("target"):
         for key in BUILT_IN_MODEL_KEYS:
-            value = _dotted_get(cfg, key)
-            if value is not None and value != _dotted_get(every, key):
+            value = dotted_get(cfg, key)
+            if value is not None and value != dotted_get(every, key):
                 raise ConfigError(
                     f"{source}: {key} configures the built-in models, and model.target is set, so here it would "
                     f"be silently ignored. HINT: pass it to your model's constructor as "
                     f"model.kwargs.{key.split('.')[-1]} (sweep that key instead), or remove {key}."
                 )
     for key, needs, present in ONLY_WITH:
-        value = _dotted_get(cfg, key)
-        if value is not None and value != _dotted_get(every, key) and not present(cfg):
+        value = dotted_get(cfg, key)
+        if value is not None and value != dotted_get(every, key) and not present(cfg):
             raise ConfigError(
                 f"{source}: {key} only applies with {needs}, so here it would be silently ignored. "
                 f"HINT: set {needs} as well, or remove {key}."
@@ -376,8 +376,8 @@ def run_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     every = defaults()
     for key in QUIET_AT_DEFAULT:
         *parents, leaf = key.split(".")
-        parent = _dotted_get(run, ".".join(parents))
-        if isinstance(parent, dict) and leaf in parent and parent[leaf] == _dotted_get(every, key):
+        parent = dotted_get(run, ".".join(parents))
+        if isinstance(parent, dict) and leaf in parent and parent[leaf] == dotted_get(every, key):
             del parent[leaf]
     return run
 

@@ -47,7 +47,9 @@ class RunFile:
             raise configuration.ConfigError(f"{path}: not valid YAML: {exc}") from None
         if isinstance(raw, dict) and raw.get("format") == RUN_FORMAT:
             cfg = configuration.validate(raw["config"], source=str(path))
-            return cls(run_id=raw["run_id"], config=configuration.run_config(cfg), point=raw.get("sweep_point") or {})
+            point = raw.get("sweep_point") or {}
+            _check_point(path, point, cfg)
+            return cls(run_id=raw["run_id"], config=configuration.run_config(cfg), point=point)
         runs = configuration.expand_sweep(configuration.validate(raw, source=str(path)), source=str(path))
         if len(runs) != 1:
             raise configuration.ConfigError(
@@ -71,6 +73,19 @@ def keep_scheduler_requests(run: Mapping[str, Any], path: str | Path) -> dict[st
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError):
         return dict(run)
     return _with_requests_of(run, old_point, old_config)
+
+
+def _check_point(path: Path, point: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+    """A run file whose config says other than its sweep point (and its run id) was edited by hand: training it
+    would file one setting's results under another's name."""
+    for key, value in point.items():
+        found = configuration.dotted_get(cfg, key)
+        if found != value:
+            raise configuration.ConfigError(
+                f"{path}: its config has {key}: {found!r}, and its sweep point (and run id) says {value!r}: it was "
+                f"edited by hand. HINT: delete it (rm {path}) and rerun: snakemake writes it again from the config "
+                "(to train another value, give it in the config's sweep)."
+            )
 
 
 def _with_requests_of(run: Mapping[str, Any], old_point: Mapping[str, Any], old_config: Mapping[str, Any]) -> dict:
