@@ -129,6 +129,10 @@ def test_boringmodel_monitored_by_the_metric_it_logs_trains_and_reports_what_it_
     assert "does not apply: the DataModule lightning.pytorch.demos.boring_classes:BoringDataModule" in html
     assert "64 train samples in 64 batches per epoch" in html
     assert "best valid_mse" in html
+    # The user's classes, where the run's record has them: the file and its sha256 (the commit does not say them
+    # where the module is not committed).
+    for user in run.provenance["user_code"]:
+        assert f"<dt>{user['role']}</dt><dd>{user['target']}: {user['file']}, sha256 " in html, user
     (row,) = rows
     assert row["monitor"] == "valid_mse (min)" and float(row["best_score"]) == training["best_score"]
     assert float(row["at_best:valid_mse"]) == training["best_score"] and "at_best:val_loss" not in row
