@@ -133,6 +133,9 @@ def test_boringmodel_monitored_by_the_metric_it_logs_trains_and_reports_what_it_
     # where the module is not committed).
     for user in run.provenance["user_code"]:
         assert f"<dt>{user['role']}</dt><dd>{user['target']}: {user['file']}, sha256 " in html, user
+    # Its config as it applies: no built-in model's settings, no generator's (the record keeps them, at defaults).
+    shown = html[html.index("<h3>Config") :]
+    assert "hidden_sizes" not in shown[: shown.index("</pre>")] and "num_features" not in shown[: shown.index("</pre>")]
     (row,) = rows
     assert row["monitor"] == "valid_mse (min)" and float(row["best_score"]) == training["best_score"]
     assert float(row["at_best:valid_mse"]) == training["best_score"] and "at_best:val_loss" not in row

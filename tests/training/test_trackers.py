@@ -64,6 +64,14 @@ def test_a_trackers_params_leave_out_the_keys_that_mean_nothing_in_the_run():
     assert not [key for key in params if key.removeprefix("data.") in config.sources.SYNTHETIC_ONLY], params
     assert not [key for key in params if key.startswith("launch.straggler")], params
     assert params["data.table.features"] == ["a", "b", "c"] and params["launch.hang_timeout"] is None
+    # A DataModule and a model.target: no generator, no table, no built-in model's settings.
+    module = {"source": "module", "module": "pkg.data:Digits"}
+    own = config.validate({"data": module, "model": {"target": "pkg.models:Net", "kwargs": {"width": 8}}})
+    params = flatten(config.applying(config.run_config(own)))
+    assert params["model.kwargs.width"] == 8 and params["data.module"] == "pkg.data:Digits"
+    assert not {"model.lr", "model.name", "model.hidden_sizes", "data.num_classes", "data.num_train_files"} & set(
+        params
+    ), params
     # A synthetic run keeps the generator's keys, and drops the table's defaults (data.table.val_fraction).
     synthetic = flatten(config.applying(config.run_config(config.validate({}))))
     assert all(f"data.{key}" in synthetic for key in config.sources.SYNTHETIC_ONLY), synthetic

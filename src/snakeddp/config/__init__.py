@@ -358,14 +358,21 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def applying(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """``cfg`` without the keys that ONLY_WITH says mean nothing in it (a table run's generator keys, the straggler
-    keys with the hang watch off): what a tracker shows as the run's params, where they would read as settings."""
+    """``cfg`` without the keys that mean nothing in it: those ONLY_WITH names (a table run's generator keys, the
+    straggler keys with the hang watch off), the built-in models' beside model.target, and a DataModule's run's
+    table keys. What a tracker and the report show as the run's settings, where they would read as such."""
     kept = copy.deepcopy(dict(cfg))
     sections = {section: kept.setdefault(section, {}) for section in ("model", "data", "launch")}
-    for key, _needs, present in ONLY_WITH:
-        if not present(kept):
-            section, _, leaf = key.partition(".")
-            sections[section].pop(leaf, None)
+    dropped = [key for key, _needs, present in ONLY_WITH if not present(kept)]
+    if sections["model"].get("target"):
+        dropped += BUILT_IN_MODEL_KEYS
+    source = sections["data"].get("source", sources.SYNTHETIC)
+    if source == sources.MODULE:
+        own = {*sources.SOURCE_KEYS[sources.MODULE], *sources.LOADER_KEYS}
+        dropped += [f"data.{key}" for key in sources.SOURCE_KEYS[sources.TABLE] if key not in own]
+    for key in dropped:
+        section, _, leaf = key.partition(".")
+        sections[section].pop(leaf, None)
     return {section: value for section, value in kept.items() if section in cfg}
 
 

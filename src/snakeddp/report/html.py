@@ -20,6 +20,7 @@ import jinja2
 import yaml
 
 from snakeddp import __version__
+from snakeddp.config import applying
 from snakeddp.environment import sbom
 from snakeddp.report import configurations, crate, figures
 from snakeddp.report.compare import compare
@@ -207,7 +208,9 @@ def _run_view(run: Run) -> dict[str, Any]:
         "throughput": BY_NAME["samples_per_s"].read(run),
         "best_path": (training["best_checkpoint"] or {}).get("path"),
         "checkpoints": training["checkpoints"] or [c for c in (training["last_checkpoint"],) if c],
-        "config_yaml": yaml.safe_dump(run.provenance["config"], sort_keys=False, allow_unicode=True),
+        # The keys that apply to the run (a DataModule's run has no generator; a model.target no model.lr): the
+        # record keeps them all, at their defaults, and its sha256 is of them all.
+        "config_yaml": yaml.safe_dump(applying(run.provenance["config"]), sort_keys=False, allow_unicode=True),
         "variables": "\n".join(f"{k}={v}" for k, v in launched["variables"].items()) or "(none recorded)",
     }
 
