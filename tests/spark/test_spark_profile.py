@@ -199,6 +199,14 @@ def test_auto_is_what_the_workers_offer_without_a_declaration(spark_cluster: Clu
         "snakeddp: launch.accelerator auto on Spark means cpu (the master at 127.0.0.1:"
         f"{spark_cluster.ui_port} says: 2 workers alive, none offering GPUs)."
     ], done.stderr[-3000:]
+    # The master named by $MASTER alone: its web UI is not at Spark's 8080 (the cluster's conf says where), and
+    # that is the line, not "the profile does not say what its nodes have".
+    bare = {k: v for k, v in subprocess_env().items() if k != "SPARK_CONF_DIR"}
+    refused = flow.run("-n", check=False, env={**bare, "MASTER": spark_cluster.master_url})
+    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if "HINT:" in line]
+    assert refused.returncode != 0 and len(lines) == 1, refused.stdout + refused.stderr
+    assert "the Spark master's web UI at 127.0.0.1:8080 did not answer" in lines[0], lines[0]
+    assert "HINT: export the SPARK_CONF_DIR the cluster's start printed" in lines[0]
 
 
 @dataclass

@@ -35,7 +35,15 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     except SparkError:
         return site  # no master named: the checks say so, with their HINT
     if offer is None:
-        return site  # the master says nothing of its workers: auto is refused, naming the declaration
+        asked = workers.asked(invocation.settings_as(Settings), env)
+        if asked is None:
+            return site  # a master that says nothing of its workers (YARN, Kubernetes): auto is refused, naming site
+        raise SparkError(
+            f"launch.accelerator is auto, and the Spark master's web UI at {asked} did not answer, so what its "
+            "workers offer (GPUs or none) is not known. HINT: export the SPARK_CONF_DIR the cluster's start "
+            "printed (its spark-defaults.conf names the UI's port), or set spark.master.ui.port in the config's "
+            'spark.conf; or declare what the nodes have ("site={accelerator: cpu}", or gpu).'
+        )
     print_line(f"snakeddp: launch.accelerator auto on Spark means {offer.accelerator} ({offer.why}).")
     return {**site, "accelerator": offer.accelerator}
 

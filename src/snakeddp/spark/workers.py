@@ -79,3 +79,13 @@ def offer(settings: Settings, env: Mapping[str, str] = os.environ) -> Offer | No
         except (OSError, ValueError, urllib.error.URLError):
             continue  # a standby master, or its UI elsewhere: the next, else nothing to say
     return None
+
+
+def asked(settings: Settings, env: Mapping[str, str] = os.environ) -> str | None:
+    """Where ``offer`` asks a standalone master for its workers (``host:port``, its web UI); None for a master it
+    does not ask (local, YARN, Kubernetes)."""
+    master, _ = masters.resolve(settings.master, env)
+    addresses = masters.standalone_addresses(master)
+    if not addresses or master == "local" or master.startswith("local["):
+        return None
+    return ", ".join(f"{host}:{ui_port(settings, env)}" for host, _ in addresses)
