@@ -199,6 +199,13 @@ def start(
     """A master and ``workers`` workers of ``cores`` cores and ``gpus`` stand-in GPUs each (addresses from
     ``first_gpu`` on), started and registered; stopped again if any fails."""
     if (old := Cluster.load(directory)) is not None:
+        # Said: the new one has other ports, and a secret only where --secret is given again.
+        print(
+            f"spark_cluster: stopping the cluster already started in {directory} ({old.master_url}"
+            f"{', with a secret' if old.secret else ''}) before starting this one",
+            file=sys.stderr,
+            flush=True,
+        )
         stop(old)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "logs").mkdir(exist_ok=True)
