@@ -195,6 +195,17 @@ def test_azureml_profile_needs_its_section_a_workspace_and_the_sdk(checkout, tmp
         "azureml.sdk=v2 needs azure.ai.ml",
         "HINT: run `tools/add.sh azure-ai-ml azure-identity --stage train`",
     )
+    # The job's software, refused in the train job before: after Snakemake had removed a finished run's record.
+    workspace = {"config_file": "config.json"}
+    azureml_section(checkout, compute="gpu-cluster", workspace=workspace, environment={"source": "registered"})
+    refused(
+        checkout,
+        checkout.snakemake(*AZUREML),
+        "azureml.environment.source=registered but azureml.environment.registered is not set",
+        "HINT: name the environment, e.g. registered: azureml:my-env:3",
+    )
+    registered = {"source": "registered", "registered": "azureml:my-env:3"}
+    azureml_section(checkout, compute="gpu-cluster", workspace=workspace, environment=registered)
     planned(checkout.snakemake(*AZUREML))
 
 

@@ -24,14 +24,17 @@ class AzureML(RemotePlatform[Stateless]):
             )
         # Imported here: the submitter's modules cost every other profile's dry run about 0.15 s.
         from snakeddp.azureml.settings import AzureMLError, Settings
+        from snakeddp.azureml.staging import environment_spec
         from snakeddp.azureml.submit import require_sdk
 
         try:
             settings = invocation.settings_as(Settings).resolved(Path.cwd())
             require_sdk(settings.sdk)
             settings.require_compute()
-            # The image's CUDA and torch's build must agree (environment.cuda): checked before any job.
-            settings.base_image(config["environment"]["cuda"])
+            # The job's software as the train job builds it (the image's CUDA against torch's build, a registered
+            # environment named, a build that is locked): checked before any job, where a refusal in the train job
+            # came after Snakemake had removed the run's provenance.json.
+            environment_spec(settings, config["environment"]["cuda"])
             if settings.submit:
                 settings.require_workspace()
         except AzureMLError as error:
