@@ -295,3 +295,23 @@ def test_one_hint_a_refusal_and_the_file_that_documents_a_platforms_keys():
     (named,) = re.findall(r"documented in (\S+);", str(refused.value))
     assert named == "src/snakeddp/azureml/settings.yaml" and (REPO / named).is_file()
     assert "compute:" in (REPO / named).read_text()
+
+
+@pytest.mark.parametrize(
+    ("platform", "where"),
+    [
+        ("local", "export it where snakemake runs (export REGISTRY_TOKEN=...)"),
+        ("slurm", "export it where snakemake runs (export REGISTRY_TOKEN=...)"),
+        ("azureml", "keep it in the workspace's key vault"),
+        ("databricks", "keep it in a Databricks secret scope, given to the job as {{secrets/<scope>/<key>}}"),
+        ("spark", "keep it as spark.executorEnv.REGISTRY_TOKEN in the cluster's spark-defaults.conf"),
+    ],
+)
+def test_a_secret_refused_in_the_config_is_sent_where_the_platforms_ranks_read_it(platform, where):
+    """The ranks of AzureML, Databricks and Spark's executors do not inherit the shell snakemake runs in: an
+    exported variable never reaches them."""
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({"platform": platform, "model": {"target": "m:Net", "kwargs": {"registry_token": "t0k"}}})
+    line = str(refused.value)
+    assert where in line and "t0k" not in line, line
+    assert ("do not inherit the environment" in line) == (platform not in ("local", "slurm")), line

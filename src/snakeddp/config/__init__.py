@@ -281,9 +281,31 @@ def _check_no_secrets(cfg: Mapping[str, Any], source: str) -> None:
             variable = re.sub(r"[^A-Za-z0-9]+", "_", found[0].rsplit(".", 1)[-1]).strip("_").upper()
             raise ConfigError(
                 f"{source}: {found[0]} looks like a secret, and {key} is part of what a run computes: run.yaml "
-                "carries it to every rank and provenance records it. HINT: remove it from the config, export it "
-                f'where snakemake runs (export {variable}=...) and read it in your code as os.environ["{variable}"].'
+                "carries it to every rank and provenance records it. HINT: remove it from the config, "
+                f"{secret_home(cfg.get('platform'), variable)}"
             )
+
+
+# Platforms whose ranks do not inherit the environment snakemake runs in, and where their jobs read a secret.
+SECRETS_THERE = {
+    "azureml": "in the workspace's key vault, read by your code with the job's identity",
+    "databricks": "in a Databricks secret scope, given to the job as {{secrets/<scope>/<key>}}",
+    "spark": "as spark.executorEnv.VARIABLE in the cluster's spark-defaults.conf",
+}
+
+
+def secret_home(platform: Any, variable: str) -> str:
+    """Where a secret goes instead of the config, on ``platform``: where its ranks read it from."""
+    there = SECRETS_THERE.get(str(platform))
+    if there is None:  # local and Slurm: every job and rank inherits the environment (sbatch exports it)
+        return (
+            f"export it where snakemake runs (export {variable}=...) and read it in your code as "
+            f'os.environ["{variable}"].'
+        )
+    return (
+        f"and keep it {there.replace('VARIABLE', variable)}: on {platform} the ranks do not inherit the "
+        "environment snakemake runs in (docs/security.md)."
+    )
 
 
 def dotted_get(cfg: Mapping[str, Any], key: str) -> Any:
