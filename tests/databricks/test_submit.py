@@ -260,15 +260,17 @@ def test_the_stub_refuses_a_request_the_sdks_types_do_not_describe(stub):
 def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it_is_accepted(
     tmp_path, stub, monkeypatch, capsys
 ):
-    """databricks.submit: false writes the request and sends nothing; its HINT (send it yourself, with your
-    values where it shows ***) done with the SDK's own client is a run submitted with the key."""
+    """databricks.submit: false writes the request and sends nothing, and says that its files are staged only when
+    it is sent (the HINT: submit: true); the request, its values put back where it shows ***, is one the API
+    accepts, sent with the SDK's own client."""
     submission = prepare(tmp_path / "flow", stub, TOKEN, monkeypatch, {})
     section = {"stage": STAGE, "submit": False, "new_cluster": CLUSTER}
     monkeypatch.setenv(variables.PLATFORM_SECTION, json.dumps(config.validate({"databricks": section})["databricks"]))
     code, said = submission.submit(capsys)
     lines = [line for line in said.splitlines() if "HINT:" in line]
     assert code == 1 and len(lines) == 1, said
-    assert "databricks.submit is false" in lines[0] and "with your values where it shows ***" in lines[0]
+    assert "databricks.submit is false" in lines[0] and "with *** where the config has a secret" in lines[0]
+    assert "uploaded only when it is sent. HINT: set databricks.submit: true and rerun." in lines[0], lines[0]
     written_file = submission.run_dir / "databricks" / "submit.json"
     written = json.loads(written_file.read_text())
     cluster_conf = written["tasks"][0]["new_cluster"]["spark_conf"]
@@ -276,7 +278,7 @@ def test_an_unsent_request_masks_its_storage_keys_and_sent_with_them_put_back_it
     assert cluster_conf["spark.hadoop.fs.gs.auth.service.account.private.key"] == "{{secrets/ml/gcs-key}}"
     assert not leaked(written_file.read_text() + said, STORAGE_KEY_VALUES)
     assert not stub.requests("POST", "/api/2.2/jobs/runs/submit"), "nothing sent"
-    # What the HINT says: the values back where it shows ***, then POST /api/2.2/jobs/runs/submit.
+    # The request as the API takes it: the values back where it shows ***, then POST /api/2.2/jobs/runs/submit.
     for name, value in CLUSTER_CONF_SECRETS.items():
         if cluster_conf[name] == "***":
             cluster_conf[name] = value

@@ -89,14 +89,17 @@ class DatabricksJob(RemoteJob):
         if self.args.dry_run:
             return 0
         values = (
-            f"with your values where it shows {MASK} (it keeps none of the config's secrets; written as "
-            "{{secrets/<scope>/<key>}} references they stay as written) "
+            f", with {MASK} where the config has a secret (written as {{{{secrets/<scope>/<key>}}}} references they "
+            "stay as written)"
             if self.masked
             else ""
         )
+        # Sent by hand, the request would run nothing: the code, run.yaml and data it names under databricks.stage
+        # are uploaded only on the way to sending it.
         raise DatabricksError(
-            f"databricks.submit is false, so run {self.run.run_id} was not submitted and has no results. HINT: send "
-            f"{request} yourself {values}(POST /api/2.2/jobs/runs/submit), or set databricks.submit: true and rerun."
+            f"databricks.submit is false, so run {self.run.run_id} was not submitted and has no results; the request "
+            f"it would send (POST /api/2.2/jobs/runs/submit) is in {request}{values}, to read: the files it names "
+            "under databricks.stage are uploaded only when it is sent. HINT: set databricks.submit: true and rerun."
         )
 
     def connect(self) -> Any:
