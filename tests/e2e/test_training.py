@@ -101,6 +101,21 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2, 3, 4]
 
 
+def users_model_run(tmp_path: Path, target: str, source: str) -> Run:
+    """TINY's two-rank run of the user's model ``target`` (a subclass of the built-in mlp), its module written from
+    ``source`` where the run's processes import it."""
+    (tmp_path / f"{target.partition(':')[0]}.py").write_text(source)
+    config = {
+        **TINY,
+        "model": {"target": target, "kwargs": {"hidden_sizes": [16]}},
+        "launch": {**TINY["launch"], "devices": 2},
+        "trainer": {**TINY["trainer"], "early_stopping": {"enabled": False}},
+    }
+    run = Run(tmp_path, config)
+    run.env = {"PYTHONPATH": str(tmp_path)}
+    return run
+
+
 KILLS_ONE_RANK = """
 import os, signal
 from pathlib import Path
@@ -121,16 +136,9 @@ def test_one_rank_killed_is_named_with_its_signal_the_other_says_one_line_and_th
     """kill -9 (or the OOM killer) of one rank: the supervisor names the rank and the signal, with the HINT to
     rerun; the other rank's collective fails on the gone peer, and it says so in one line (its traceback of torch's
     and gloo's frames, 100 lines, is kept beside the failure file); the rerun resumes."""
-    (tmp_path / "kills_rank_one.py").write_text(KILLS_ONE_RANK)
-    config = {
-        **TINY,
-        "model": {"target": "kills_rank_one:KillsRankOne", "kwargs": {"hidden_sizes": [16]}},
-        "launch": {**TINY["launch"], "devices": 2},
-        "trainer": {**TINY["trainer"], "early_stopping": {"enabled": False}},
-    }
-    run = Run(tmp_path, config)
+    run = users_model_run(tmp_path, "kills_rank_one:KillsRankOne", KILLS_ONE_RANK)
     (tmp_path / "kill-once").touch()
-    run.env = {"PYTHONPATH": str(tmp_path), "KILL_ONCE": str(tmp_path / "kill-once")}
+    run.env["KILL_ONCE"] = str(tmp_path / "kill-once")
     assert run.train() != 0
     log = run.log.read_text()
     (killed,) = [line for line in log.splitlines() if "was killed by SIGKILL" in line]
@@ -160,15 +168,8 @@ class RaisesInEpoch2(MLP):
 def test_an_exception_in_the_users_training_step_is_one_line_naming_its_place_and_the_fix_resumes(tmp_path):
     """Both ranks raise it: one line, once, naming the user's file and line, not each rank's 130 lines of runpy's,
     Lightning's and torch's frames; the traceback is kept beside the failure file; fixed, the run resumes."""
-    (tmp_path / "raises_in_epoch_2.py").write_text(RAISES_IN_EPOCH_2)
-    config = {
-        **TINY,
-        "model": {"target": "raises_in_epoch_2:RaisesInEpoch2", "kwargs": {"hidden_sizes": [16]}},
-        "launch": {**TINY["launch"], "devices": 2},
-        "trainer": {**TINY["trainer"], "early_stopping": {"enabled": False}},
-    }
-    run = Run(tmp_path, config)
-    run.env = {"PYTHONPATH": str(tmp_path), "BROKEN": "1"}
+    run = users_model_run(tmp_path, "raises_in_epoch_2:RaisesInEpoch2", RAISES_IN_EPOCH_2)
+    run.env["BROKEN"] = "1"
     assert run.train() != 0
     log = run.log.read_text()
     lines = [line for line in log.splitlines() if "in your code" in line]

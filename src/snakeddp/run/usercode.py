@@ -21,14 +21,19 @@ from snakeddp.util.userfiles import is_users
 MOST_FILES = 500
 
 
-def _topis_users(top: str) -> bool:
-    """Whether top-level module ``top`` is the user's: its file, or a namespace package's every folder."""
+def _top_spec(top: str) -> importlib.machinery.ModuleSpec | None:
+    """Top-level module ``top`` as sys.path finds it, importing nothing; None for a built-in or missing one."""
     if top in sys.builtin_module_names:
-        return False
+        return None
     try:
-        spec = importlib.machinery.PathFinder.find_spec(top)
+        return importlib.machinery.PathFinder.find_spec(top)
     except (ImportError, ValueError):
-        return False
+        return None
+
+
+def _top_is_users(top: str) -> bool:
+    """Whether top-level module ``top`` is the user's: its file, or a namespace package's every folder."""
+    spec = _top_spec(top)
     if spec is None:
         return False
     if spec.origin and Path(spec.origin).is_file():
@@ -42,12 +47,7 @@ def locate(name: str) -> Path | None:
     nothing (importlib.util.find_spec imports a dotted name's parents); None for a built-in or missing module, or a
     namespace package's folder."""
     top, *rest = name.split(".")
-    if top in sys.builtin_module_names:
-        return None
-    try:
-        spec = importlib.machinery.PathFinder.find_spec(top)
-    except (ImportError, ValueError):
-        return None
+    spec = _top_spec(top)
     if spec is None:
         return None
     if not rest:
@@ -97,7 +97,7 @@ def user_files(module: str) -> dict[str, Path]:
         if name in seen:
             continue
         seen.add(name)
-        if name != module and not _topis_users(name.partition(".")[0]):
+        if name != module and not _top_is_users(name.partition(".")[0]):
             continue
         path = locate(name)
         if path is None or (name != module and not is_users(path)):
