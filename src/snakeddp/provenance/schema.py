@@ -50,11 +50,11 @@ def validate(record: Any, source: str = PROVENANCE) -> None:
     """Raise ProvenanceError unless ``record`` matches the provenance schema."""
     found = problems(record)
     if found:
-        details = "\n  ".join(found)
+        # One line (the first problem, and how many more), as every refusal is: docs/security.md.
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise ProvenanceError(
-            f"{source} does not match {SCHEMA_FILE}:\n  {details}\n"
-            "HINT: it was written by a different snakeddp version, or edited by hand; rerun the run's train "
-            f"job: {rerun.forcing(source)}"
+            f"{source} does not match {SCHEMA_FILE}: {found[0][:200]}{more}. HINT: it was written by a different "
+            f"snakeddp version, or edited by hand; rerun the run's train job: {rerun.forcing(source)}"
         )
 
 
