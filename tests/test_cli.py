@@ -126,3 +126,21 @@ def test_runs_without_a_config_lists_every_run_and_says_which_flags_tell_current
         "runs", "--json", "--configfile", "config.yaml", "--config", "sweep={seed: [9]}", cwd=sweep_workflow.directory
     )
     assert {row["run"]: row["current"] for row in json.loads(other.stdout)} == {"devices-1": False, "devices-2": False}
+
+
+def test_a_crafted_record_is_left_out_of_runs_and_prune_in_one_line_and_the_others_listed(sweep_workflow, tmp_path):
+    """One record whose run id is no run name (written by no snakeddp): the listing names it and shows the others,
+    where it refused them all; the report still refuses it (tests/run/test_records_from_disk.py)."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    crafted = results / "runs" / "devices-2" / "provenance.json"
+    crafted.write_text(json.dumps({**json.loads(crafted.read_text()), "run_id": "../../escape"}))
+    for command in ("runs", "prune"):
+        done = snakeddp(command, "--results", str(results), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (line,) = [line for line in done.stderr.splitlines() if "left out" in line]
+        assert line.startswith(f"snakeddp {command}: left out {crafted}: records run id '../../escape'"), line
+        assert line.count("HINT:") == 1
+    assert "devices-1" in snakeddp("runs", "--results", str(results), cwd=tmp_path).stdout

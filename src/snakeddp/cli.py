@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__, platforms
-from snakeddp.errors import ConfigError, RunNotFound
+from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
 from snakeddp.run import current, ledger, search, status
 from snakeddp.run.prune import prune
-from snakeddp.run.runs import best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
+from snakeddp.run.runs import Run, best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
 
 # What the runs table's second part holds.
@@ -66,8 +66,18 @@ def current_and_history(args: argparse.Namespace, finished: list) -> tuple[list,
     return *current.split(finished, planned), planned
 
 
+def listed(results: Path, command: str) -> list[Run]:
+    """The finished runs under ``results``, each record snakeddp did not write named in a line of its own and
+    left out (the report refuses it; a listing shows the others)."""
+    passed_over: list[ProvenanceError] = []
+    runs = find_runs(results, passed_over)
+    for error in passed_over:
+        print(f"snakeddp {command}: left out {error}", file=sys.stderr)
+    return runs
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
-    finished = find_runs(args.results)
+    finished = listed(args.results, "runs")
     now, history, planned = current_and_history(args, finished)
     if args.all:
         history += [attempt for run in finished for attempt in earlier_attempts(run.run_dir)]
@@ -128,7 +138,7 @@ def count(text: str) -> int:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     run_dirs = [resolve_run(ref, args.results).run_dir for ref in args.runs] or [
-        r.run_dir for r in find_runs(args.results)
+        r.run_dir for r in listed(args.results, "prune")
     ]
     removed = prune(run_dirs, args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"

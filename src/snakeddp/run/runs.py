@@ -225,9 +225,19 @@ def default_results(start: str | Path | None = None) -> Path:
     return Path("results")
 
 
-def find_runs(results: str | Path) -> list[Run]:
-    """Every finished run (one with provenance.json) under ``results/runs``, sorted by id."""
-    return [load_run(path.parent) for path in run_records(results)]
+def find_runs(results: str | Path, passed_over: list[ProvenanceError] | None = None) -> list[Run]:
+    """Every finished run (one with provenance.json) under ``results/runs``, sorted by id. A record snakeddp did
+    not write stops it (the report must not be made from it), unless ``passed_over`` is given: then that run is
+    left out and its error kept there, so one crafted record does not hide every other run from a listing."""
+    found = []
+    for path in run_records(results):
+        try:
+            found.append(load_run(path.parent))
+        except ProvenanceError as error:
+            if passed_over is None:
+                raise
+            passed_over.append(error)
+    return found
 
 
 def earlier_attempts(run_dir: str | Path) -> list[Run]:
