@@ -278,7 +278,7 @@ def exit_code(
     except Exception as error:
         full = full_disk(error)
         if full is None:
-            lost = peer_lost(error) or (explain(error) if explain is not None else None)
+            lost = explain(error) if explain is not None else None
             if lost is None:
                 raise
             _say_with_traceback_kept(f"{prog}: {lost}", error, failure_file)

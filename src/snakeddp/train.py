@@ -56,7 +56,7 @@ from snakeddp import cluster
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.lifecycle import die_with_parent
 from snakeddp.config import parts
-from snakeddp.errors import DataIntegrityError, LaunchError, exit_code
+from snakeddp.errors import DataIntegrityError, LaunchError, exit_code, peer_lost
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.userfiles import where_raised
@@ -115,18 +115,26 @@ def resolve(args: argparse.Namespace) -> Ranks:
     return Ranks(run, launch, launcher, layout)
 
 
-def reported(args: argparse.Namespace, work: Callable[[], int]) -> int:
+def reported(args: argparse.Namespace, work: Callable[[], int], peers_said: bool = True) -> int:
     """``work``, with a snakeddp error ending as one line: in --failure-file, else printed by rank 0 only; an
     exception the user's own code raised (a model's training_step, a DataModule's setup) ends as one line too,
-    naming where, its traceback (a hundred lines of runpy's, Lightning's and torch's frames) kept beside it."""
+    naming where, its traceback (a hundred lines of runpy's, Lightning's and torch's frames) kept beside it, and so
+    does a collective that failed on a gone peer (``peers_said``; Spark's rank leaves that to its driver)."""
     refused = RunPaths(args.run_dir).refused if args.failure_file else None
+
+    def explain(error: Exception) -> str | None:
+        lost = peer_lost(error)
+        if lost is not None:  # whatever frames it came through: the gone peer is the news
+            return lost if peers_said else None
+        return users_error(error, args.failure_file)
+
     return exit_code(
         PROG,
         work,
         speak=_rank(os.environ) == 0,
         failure_file=args.failure_file,
         refused_file=refused,
-        explain=lambda error: users_error(error, args.failure_file),
+        explain=explain,
     )
 
 
@@ -210,9 +218,10 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 
 
 def report_errors(argv: Sequence[str] | None = None) -> int:
-    """``main`` on ``argv`` (Spark's rank), with a snakeddp error ending as one line as ``reported`` says."""
+    """``main`` on ``argv`` (Spark's rank), with a snakeddp error ending as one line as ``reported`` says; a gone
+    peer's error is the rank's to handle (its driver names the lost executor)."""
     args, ranks = entered(argv)
-    return reported(args, lambda: main(args, ranks))
+    return reported(args, lambda: main(args, ranks), peers_said=False)
 
 
 def model_for(
