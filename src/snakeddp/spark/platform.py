@@ -35,9 +35,12 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     except SparkError:
         return site  # no master named: the checks say so, with their HINT
     if offer is None:
-        asked = workers.asked(invocation.settings_as(Settings), env)
-        if asked is None:
-            return site  # a master that says nothing of its workers (YARN, Kubernetes): auto is refused, naming site
+        settings = invocation.settings_as(Settings)
+        asked = workers.asked(settings, env)
+        if asked is None or not master_answers(settings, env):
+            # A master that says nothing of its workers (YARN, Kubernetes): auto is refused, naming site. One that
+            # does not answer at all: the check says that, with its own HINT.
+            return site
         raise SparkError(
             f"launch.accelerator is auto, and the Spark master's web UI at {asked} did not answer, so what its "
             "workers offer (GPUs or none) is not known. HINT: export the SPARK_CONF_DIR the cluster's start "
@@ -46,6 +49,16 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
         )
     print_line(f"snakeddp: launch.accelerator auto on Spark means {offer.accelerator} ({offer.why}).")
     return {**site, "accelerator": offer.accelerator}
+
+
+def master_answers(settings: Settings, env: Mapping[str, str]) -> bool:
+    """Whether the master the runs would use answers on its own port (its web UI may be elsewhere)."""
+    named, source = master.resolve(settings.master, env)
+    try:
+        master.check_reachable(named, source)
+    except SparkError:
+        return False
+    return True
 
 
 @dataclass
