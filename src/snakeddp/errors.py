@@ -10,6 +10,7 @@ also keeps the builtin base it had before the family existed, so ``except Runtim
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -281,6 +282,13 @@ def exit_code(
             lost = explain(error) if explain is not None else None
             if lost is None:
                 raise
+            if peer_lost(error) is not None:
+                # A consequence: said, and its traceback kept where no rank's is yet, but never the failure file's
+                # line, which is the cause's (a rank's own line) or, where the cause could say nothing (a kill),
+                # left to the launcher's account of it.
+                print_line(f"{prog}: {lost}")
+                _keep_traceback(error, failure_file, replace=False)
+                return 1
             _say_with_traceback_kept(f"{prog}: {lost}", error, failure_file)
             return 1
         said = full if isinstance(full, NoSpaceError) else _said(full, failure_file)
@@ -302,10 +310,7 @@ def peer_lost(error: BaseException) -> str | None:
     words = next((words for words in PEER_GONE if words in said), None)
     if words is None or ("gloo" not in said and "Gloo" not in said):
         return None
-    return (
-        f"this rank stopped: another rank of the run is gone (gloo: {words}), and its own line or traceback says "
-        "why. HINT: once that is fixed, rerun the same command: the run resumes from its last checkpoint."
-    )
+    return f"this rank stopped: another rank of the run is gone (gloo: {words}); the line about that rank says why."
 
 
 def _said(error: OSError, failure_file: Path | None) -> NoSpaceError:
@@ -323,15 +328,27 @@ def _say_with_traceback_kept(line: str, error: BaseException, failure_file: Path
     beside the job's log (stderr, where it is a file), never onto the console (profiles show failed logs)."""
     if failure_file is None or not _written_first(failure_file, line):
         print_line(line)
+    _keep_traceback(error, failure_file)
+
+
+def _keep_traceback(error: BaseException, failure_file: Path | None, replace: bool = True) -> None:
+    """``error``'s traceback beside the failure file, else beside the job's log; ``replace`` false: only where no
+    rank has kept one yet (a consequence's never hides a cause's)."""
     kept = failure_file.with_suffix(".traceback") if failure_file is not None else _beside_the_log()
     if kept is None:
         return
     staged = kept.with_name(f".{kept.name}.{os.getpid()}")
     try:
         staged.write_text("".join(traceback.format_exception(error)), encoding="utf-8")
-        staged.replace(kept)
+        if replace:
+            staged.replace(kept)
+        else:
+            with contextlib.suppress(FileExistsError):
+                os.link(staged, kept)
     except OSError:
-        staged.unlink(missing_ok=True)  # the disk is full: the line said what matters
+        pass  # the disk is full: the line said what matters
+    finally:
+        staged.unlink(missing_ok=True)
 
 
 def _written_first(path: Path, line: str) -> bool:

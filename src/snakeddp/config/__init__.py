@@ -29,6 +29,7 @@ from snakeddp.config.naming import canonical, run_id
 from snakeddp.config.network import network_variable_error
 from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
+from snakeddp.platforms import by_name as platform_rows
 from snakeddp.util import yamltext
 from snakeddp.util.hashing import sha256_json
 from snakeddp.util.redact import MASK, is_secret_name, redact_text, secret_keys
@@ -286,17 +287,10 @@ def _check_no_secrets(cfg: Mapping[str, Any], source: str) -> None:
             )
 
 
-# Platforms whose ranks do not inherit the environment snakemake runs in, and where their jobs read a secret.
-SECRETS_THERE = {
-    "azureml": "in the workspace's key vault, read by your code with the job's identity",
-    "databricks": "in a Databricks secret scope, given to the job as {{secrets/<scope>/<key>}}",
-    "spark": "as spark.executorEnv.VARIABLE in the cluster's spark-defaults.conf",
-}
-
-
 def secret_home(platform: Any, variable: str) -> str:
     """Where a secret goes instead of the config, on ``platform``: where its ranks read it from."""
-    there = SECRETS_THERE.get(str(platform))
+    row = platform_rows().get(str(platform))
+    there = row.secrets if row is not None else None
     if there is None:  # local and Slurm: every job and rank inherits the environment (sbatch exports it)
         return (
             f"export it where snakemake runs (export {variable}=...) and read it in your code as "

@@ -25,6 +25,9 @@ class Row:
     # Its way to ingest a windowed table on its cluster (snakeddp.data.spread), "module:function" given the
     # dataset's parameters, the output folder and the environment; it ingests itself what it does not spread.
     ingest: str | None = None
+    # Where its ranks read a secret, where they do not inherit the environment snakemake runs in (VARIABLE: the
+    # variable's name); None: they do (sbatch exports it).
+    secrets: str | None = None
 
 
 TABLE = (
@@ -44,6 +47,7 @@ TABLE = (
         section="azureml",
         settings="snakeddp.azureml.settings:Settings",
         job_side="snakeddp.azureml.jobside",
+        secrets="in the workspace's key vault, read by your code with the job's identity",
     ),
     Row(
         "spark",
@@ -55,6 +59,7 @@ TABLE = (
         only_own_launchers=True,
         job_side="snakeddp.spark.jobside",
         ingest="snakeddp.spark.ingest:ingest",
+        secrets="as spark.executorEnv.VARIABLE in the cluster's spark-defaults.conf",
     ),
     # A Databricks job's driver runs the ranks as the spark platform does, on the job's cluster, and so a table's
     # ingestion (snakeddp.databricks.ingest: a job whose task runs the ingest step there).
@@ -69,5 +74,6 @@ TABLE = (
         job_side="snakeddp.databricks.jobside",
         ranks_as="spark",
         ingest="snakeddp.databricks.ingest:ingest",
+        secrets="in a Databricks secret scope, given to the job as {{secrets/<scope>/<key>}}",
     ),
 )

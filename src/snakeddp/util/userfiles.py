@@ -17,8 +17,12 @@ def _installed_roots() -> tuple[Path, ...]:
     return tuple(sorted(roots))
 
 
+# Site customisation: it runs before the user's code, whatever it is (a test's stand-in for torch's CUDA is one).
+SITE_HOOKS = ("sitecustomize.py", "usercustomize.py")
+
+
 def is_users(path: Path | str) -> bool:
-    if str(path).startswith("<"):  # <frozen importlib._bootstrap>, <string>
+    if str(path).startswith("<") or Path(path).name in SITE_HOOKS:  # <frozen importlib._bootstrap>, <string>
         return False
     resolved = Path(path).resolve()
     return not any(resolved.is_relative_to(root) for root in _installed_roots())
