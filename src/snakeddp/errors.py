@@ -250,10 +250,13 @@ def exit_code(
     failure_file: Path | None = None,
     refused_file: Path | None = None,
     explain: Callable[[Exception], str | None] | None = None,
+    lost_peers: bool = False,
 ) -> int:
     """Run ``main``; an error of the family ends as one line and exit code 1 (or the error's own
     ``exit_status``), anything else propagates, unless ``explain`` gives it a line (a user's code that raised:
-    its place), which ends it the same way with its traceback kept beside the failure file.
+    its place), which ends it the same way with its traceback kept beside the failure file. With ``lost_peers``
+    (a training rank whose platform names a gone rank itself: not Spark's), a collective that failed on a gone
+    peer ends as one line too (``peer_lost``), printed and never written to the failure file.
 
     ``failure_file`` (set by ``snakeddp.launch`` for the ranks it starts): the first rank that fails
     writes its line there and prints nothing, and the launcher prints it once. Without it, only a
@@ -279,17 +282,20 @@ def exit_code(
     except Exception as error:
         full = full_disk(error)
         if full is None:
-            lost = explain(error) if explain is not None else None
-            if lost is None:
-                raise
-            if peer_lost(error) is not None:
+            lost = peer_lost(error)
+            if lost is not None:
+                if not lost_peers:
+                    raise
                 # A consequence: said, and its traceback kept where no rank's is yet, but never the failure file's
                 # line, which is the cause's (a rank's own line) or, where the cause could say nothing (a kill),
                 # left to the launcher's account of it.
                 print_line(f"{prog}: {lost}")
                 _keep_traceback(error, failure_file, replace=False)
                 return 1
-            _say_with_traceback_kept(f"{prog}: {lost}", error, failure_file)
+            said = explain(error) if explain is not None else None
+            if said is None:
+                raise
+            _say_with_traceback_kept(f"{prog}: {said}", error, failure_file)
             return 1
         said = full if isinstance(full, NoSpaceError) else _said(full, failure_file)
         _say_with_traceback_kept(one_line(prog, said), error, failure_file)

@@ -56,7 +56,7 @@ from snakeddp import cluster
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.lifecycle import die_with_parent
 from snakeddp.config import parts
-from snakeddp.errors import DataIntegrityError, LaunchError, exit_code, peer_lost
+from snakeddp.errors import DataIntegrityError, LaunchError, exit_code
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.util.userfiles import where_raised
@@ -121,20 +121,14 @@ def reported(args: argparse.Namespace, work: Callable[[], int], peers_said: bool
     naming where, its traceback (a hundred lines of runpy's, Lightning's and torch's frames) kept beside it, and so
     does a collective that failed on a gone peer (``peers_said``; Spark's rank leaves that to its driver)."""
     refused = RunPaths(args.run_dir).refused if args.failure_file else None
-
-    def explain(error: Exception) -> str | None:
-        lost = peer_lost(error)
-        if lost is not None:  # whatever frames it came through: the gone peer is the news
-            return lost if peers_said else None
-        return users_error(error, args.failure_file)
-
     return exit_code(
         PROG,
         work,
         speak=_rank(os.environ) == 0,
         failure_file=args.failure_file,
         refused_file=refused,
-        explain=explain,
+        explain=lambda error: users_error(error, args.failure_file),
+        lost_peers=peers_said,
     )
 
 
@@ -198,7 +192,7 @@ from snakeddp.run.tries import write_hang
 from snakeddp.training.callbacks import Preempted
 from snakeddp.training.meeting import MeetingError, meet
 from snakeddp.training.models import best_confusion, build_model
-from snakeddp.training.safe_load import check_checkpoint, check_fits
+from snakeddp.training.safe_load import check_fits
 from snakeddp.training.trackers import Trackers
 from snakeddp.training.trainer import build_trainer
 from snakeddp.training.watch import Watch
@@ -227,7 +221,9 @@ def report_errors(argv: Sequence[str] | None = None) -> int:
 def model_for(
     model_cfg: Mapping[str, Any], data: pl.LightningDataModule, resume_from: Path | None
 ) -> pl.LightningModule:
-    """The run's model, sized for its data; the weights it resumes checked against it first."""
+    """The run's model, sized for its data; the checkpoint it resumes read weights-only (a crafted or damaged one is
+    refused before any strategy's loader sees it: training.safe_load) and its weights checked against the model,
+    in one read."""
     model = build_model(model_cfg, custom.task_of(data))
     if resume_from is not None:
         check_fits(resume_from, model)
@@ -364,9 +360,7 @@ def begin(run: RunFile, args: argparse.Namespace, is_main: bool) -> provenance.A
     manifest_sha256 = sha256_file(args.data)
     key = attempt_key(run.config, args.data, args.environment_record)
     locked = hold_attempt_lock(args.run_dir) is not None  # a raw fd: the lock lasts as long as this process
-    resume_from = resume_checkpoint(args.run_dir, key)
-    if resume_from is not None:
-        check_checkpoint(resume_from)  # before any strategy's loader sees it (training.safe_load)
+    resume_from = resume_checkpoint(args.run_dir, key)  # read weights-only by model_for, before any strategy's loader
     if is_main:
         mark(args.run_dir, key)
     return provenance.Attempt(

@@ -31,11 +31,8 @@ def _top_spec(top: str) -> importlib.machinery.ModuleSpec | None:
         return None
 
 
-def _top_is_users(top: str) -> bool:
-    """Whether top-level module ``top`` is the user's: its file, or a namespace package's every folder."""
-    spec = _top_spec(top)
-    if spec is None:
-        return False
+def _top_is_users(spec: importlib.machinery.ModuleSpec) -> bool:
+    """Whether a top-level module's ``spec`` is the user's: its file, or a namespace package's every folder."""
     if spec.origin and Path(spec.origin).is_file():
         return is_users(Path(spec.origin))
     folders = [Path(location) for location in spec.submodule_search_locations or ()]
@@ -48,8 +45,11 @@ def locate(name: str) -> Path | None:
     namespace package's folder."""
     top, *rest = name.split(".")
     spec = _top_spec(top)
-    if spec is None:
-        return None
+    return None if spec is None else _below(spec, rest)
+
+
+def _below(spec: importlib.machinery.ModuleSpec, rest: list[str]) -> Path | None:
+    """The file of the module ``rest`` names under the top-level module ``spec`` finds (itself where empty)."""
     if not rest:
         return Path(spec.origin) if spec.origin and Path(spec.origin).is_file() else None
     folders = [Path(location) for location in spec.submodule_search_locations or ()]
@@ -97,9 +97,11 @@ def user_files(module: str) -> dict[str, Path]:
         if name in seen:
             continue
         seen.add(name)
-        if name != module and not _top_is_users(name.partition(".")[0]):
+        top, *rest = name.split(".")
+        spec = _top_spec(top)  # once a name: whose it is, and where its file is
+        if spec is None or (name != module and not _top_is_users(spec)):
             continue
-        path = locate(name)
+        path = _below(spec, rest)
         if path is None or (name != module and not is_users(path)):
             continue
         found[name] = path

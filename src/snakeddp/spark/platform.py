@@ -36,13 +36,15 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
         return site  # no master named: the checks say so, with their HINT
     if offer is None:
         settings = invocation.settings_as(Settings)
-        asked = workers.asked(settings, env)
-        if asked is None or not master_answers(settings, env):
+        named, source = master.resolve(settings.master, env)
+        asked = workers.web_uis(named, settings, env)
+        if not asked or not master_answers(named, source):
             # A master that says nothing of its workers (YARN, Kubernetes): auto is refused, naming site. One that
             # does not answer at all: the check says that, with its own HINT.
             return site
+        shown = ", ".join(f"{host}:{port}" for host, port in asked)
         raise SparkError(
-            f"launch.accelerator is auto, and the Spark master's web UI at {asked} did not answer, so what its "
+            f"launch.accelerator is auto, and the Spark master's web UI at {shown} did not answer, so what its "
             "workers offer (GPUs or none) is not known. HINT: export the SPARK_CONF_DIR the cluster's start "
             "printed (its spark-defaults.conf names the UI's port), or set spark.master.ui.port in the config's "
             'spark.conf; or declare what the nodes have ("site={accelerator: cpu}", or gpu).'
@@ -51,9 +53,8 @@ def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> 
     return {**site, "accelerator": offer.accelerator}
 
 
-def master_answers(settings: Settings, env: Mapping[str, str]) -> bool:
+def master_answers(named: str, source: str) -> bool:
     """Whether the master the runs would use answers on its own port (its web UI may be elsewhere)."""
-    named, source = master.resolve(settings.master, env)
     try:
         master.check_reachable(named, source)
     except SparkError:

@@ -194,13 +194,13 @@ GATEWAY_SAID = re.compile(
 )
 
 
-def gateway_said(error: BaseException, stderr: Path | None = None) -> str | None:
+def gateway_said(error: BaseException) -> str | None:
     """Where the driver's JVM exited before pyspark reached it, what the JVM said (it writes to this process's
     stderr: a job's log, or the shared application's); None where that is not this error or cannot be read."""
     if "JAVA_GATEWAY_EXITED" not in str(error):
         return None
     try:
-        log = stderr or Path(os.readlink("/proc/self/fd/2"))
+        log = Path(os.readlink("/proc/self/fd/2"))
         with log.open("rb") as handle:
             handle.seek(max(log.stat().st_size - 65536, 0))
             tail = handle.read().decode("utf-8", "replace")
@@ -210,10 +210,10 @@ def gateway_said(error: BaseException, stderr: Path | None = None) -> str | None
     return found[-1].strip() if found else None
 
 
-def session_failure(master: str, source: str, error: BaseException, stderr: Path | None = None) -> str:
+def session_failure(master: str, source: str, error: BaseException) -> str:
     """Why the session did not start, in Spark's words: resource settings Spark refused are not a master
     that is down (the master answered check_reachable already); a JVM that would not start said why on stderr."""
-    jvm = gateway_said(error, stderr)
+    jvm = gateway_said(error)
     if jvm is not None:
         return (
             f"the Spark driver's JVM did not start, so there is no session with {master}: {jvm}. HINT: fix the "

@@ -69,11 +69,7 @@ def offer(settings: Settings, env: Mapping[str, str] = os.environ) -> Offer | No
         shown = gpus.visible(env)
         kind = "gpu" if shown else "cpu"
         return Offer(kind, f"{master} runs its tasks on this machine, which shows {gpus.describe(env)}")
-    addresses = masters.standalone_addresses(master)
-    if not addresses:
-        return None
-    port = ui_port(settings, env)
-    for host, _ in addresses:
+    for host, port in web_uis(master, settings, env):
         try:
             return offer_of(master_state(host, port), f"the master at {host}:{port} says")
         except (OSError, ValueError, urllib.error.URLError):
@@ -81,11 +77,8 @@ def offer(settings: Settings, env: Mapping[str, str] = os.environ) -> Offer | No
     return None
 
 
-def asked(settings: Settings, env: Mapping[str, str] = os.environ) -> str | None:
-    """Where ``offer`` asks a standalone master for its workers (``host:port``, its web UI); None for a master it
-    does not ask (local, YARN, Kubernetes)."""
-    master, _ = masters.resolve(settings.master, env)
-    addresses = masters.standalone_addresses(master)
-    if not addresses or master == "local" or master.startswith("local["):
-        return None
-    return ", ".join(f"{host}:{ui_port(settings, env)}" for host, _ in addresses)
+def web_uis(master: str, settings: Settings, env: Mapping[str, str] = os.environ) -> list[tuple[str, int]]:
+    """The web UIs ``offer`` asks a standalone ``master`` (each of a standby set's) for its workers; [] for a master
+    it does not ask (local, YARN, Kubernetes)."""
+    port = ui_port(settings, env)
+    return [(host, port) for host, _ in masters.standalone_addresses(master)]

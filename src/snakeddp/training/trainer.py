@@ -107,6 +107,7 @@ class Callbacks:
         """What the fit produced, for the provenance record (rank 0, after fit)."""
         stopper, score = self.early_stopping, self.checkpoint.best_model_score
         ranked = score is not None and bool(torch.isfinite(score))
+        diverged = self.monitor.diverged_at is not None
         return Outcome(
             started_at=started_at,
             seconds=seconds,
@@ -117,8 +118,8 @@ class Callbacks:
             best_checkpoint=self.checkpoint.best_model_path if ranked else "",
             best_score=float(score) if ranked else None,
             last_checkpoint=self.checkpoint.last_model_path,
-            stopped_early=(stopper is not None and stopper.stopped_epoch > 0) or self.monitor.diverged_at is not None,
-            diverged=self.monitor.diverged_at is not None,
+            stopped_early=(stopper is not None and stopper.stopped_epoch > 0) or diverged,
+            diverged=diverged,
             ranks=self.hosts.ranks,
             phases=self.phases.record,
         )
