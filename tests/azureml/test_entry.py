@@ -167,10 +167,13 @@ def check_provenance(out_dir, launcher, nodes, devices, master, job_name, epochs
 def test_mpi_distribution_single_node(tmp_path):
     plan, job = write_job(tmp_path, "mpi", nodes=1, devices=2)
     out = tmp_path / "outputs" / "run_dir"
-    # Single-node MPI jobs get the address without a port; the job picks the default port.
-    done = run_mpi(job, plan, out, {"AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1", "AZUREML_RUN_ID": "job-mpi-1"})
+    # Single-node MPI jobs get the address without a port; the job would take 29500 (tests/cluster/test_cluster.py),
+    # which another test's ranks may hold at this moment, so a free one is named the way a user would.
+    port = free_port()
+    azureml = {"AZ_BATCHAI_MPI_MASTER_NODE": "127.0.0.1", "AZUREML_RUN_ID": "job-mpi-1", "MASTER_PORT": str(port)}
+    done = run_mpi(job, plan, out, azureml)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    check_provenance(out, "mpirun", 1, 2, ("127.0.0.1", 29500), "job-mpi-1")
+    check_provenance(out, "mpirun", 1, 2, ("127.0.0.1", port), "job-mpi-1")
 
 
 @pytest.mark.e2e
