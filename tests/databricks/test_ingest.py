@@ -202,3 +202,12 @@ def test_a_copy_back_cut_short_leaves_nothing_beside_the_rules_outputs(tmp_path,
     assert "\n" not in str(failed.value) and str(failed.value).count("HINT:") == 1
     assert sorted(os.listdir(tmp_path / OUT)) == ["train"]  # the train partitions came back before it
     assert not [name for name in os.listdir(tmp_path / OUT / "train") if name.endswith(".partial")]
+
+
+def test_the_ingest_job_carries_no_tracking_section():
+    """Ingestion logs to no tracker, and its request is sent before the train jobs' checks: a tracking URI's
+    credentials (refused for a train job: workflow.preflight) never reach the ingest job's parameters."""
+    tracking = json.dumps({"mlflow": {"enabled": True, "tracking_uri": "https://ann:Ann5ecretPw@mlflow.example"}})
+    sent = databricks_ingest.job_variables({variables.TRACKING: tracking, variables.SITE: "{}"})
+    assert variables.TRACKING not in sent and sent[variables.SITE] == "{}", sent
+    assert "Ann5ecretPw" not in json.dumps(sent)

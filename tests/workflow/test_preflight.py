@@ -79,6 +79,27 @@ def test_the_server_is_asked_only_for_runs_to_train_and_not_for_azureml():
     preflight.check_tracking_server(without_uri, runs(), "local", {})  # the file store results/mlruns
 
 
+@pytest.mark.parametrize("platform", ["azureml", "databricks"])
+def test_a_tracking_password_never_travels_in_a_remote_jobs_spec(platform):
+    """AzureML's job.yml and the Databricks request carry the tracking section: user:password@ is refused in one
+    line that does not show it, and the URI the HINT leaves passes (the password then goes where it says)."""
+    with_password = tracking(mlflow={"enabled": True, "tracking_uri": "https://ann:Ann5ecretPw@mlflow.example/x"})
+    with pytest.raises(preflight.PreflightError) as refused:
+        preflight.check_tracking_server(with_password, runs(), platform, {})
+    said = str(refused.value)
+    assert "\n" not in said and "Ann5ecretPw" not in said and "https://***@mlflow.example/x" in said, said
+    assert f"a {platform} job carries its tracking settings" in said and "HINT: remove user:password@" in said, said
+    bare = tracking(mlflow={"enabled": True, "tracking_uri": "https://mlflow.example/x"})
+    preflight.check_tracking_server(bare, runs(), platform, {})
+    preflight.check_tracking_server(with_password, {}, platform, {})  # nothing to train: nothing sent
+    if platform == "databricks":  # the HINT's keys are the config's, and a secret reference is kept as written
+        reference = "{{secrets/mlflow/password}}"
+        conf = {"spark.executorEnv.MLFLOW_TRACKING_PASSWORD": reference}
+        checked = config.validate({"platform": "databricks", "databricks": {"new_cluster": {"spark_conf": conf}}})
+        assert checked["databricks"]["new_cluster"]["spark_conf"] == conf
+        assert "spark.executorEnv.MLFLOW_TRACKING_USERNAME" in said and "databricks.new_cluster.spark_conf" in said
+
+
 @pytest.mark.parametrize("launcher", ["auto", "srun", "mpirun"])
 def test_slurm_ranks_started_inside_the_image_are_refused(launcher):
     launch = parts.Launch.of(config.validate({"launch": {"launcher": launcher}})["launch"])

@@ -149,8 +149,11 @@ def command_line(request: Mapping[str, Any]) -> str:
 
 def job_variables(env: Mapping[str, str]) -> dict[str, str]:
     """What the task exports: what every remote job inherits (the platform its ranks run as: its ingestion too),
-    and that platform's section with its defaults (the cluster's own Spark settings)."""
-    return {**inherited.variables(PLATFORM, env), names.PLATFORM_SECTION: "{}"}
+    and that platform's section with its defaults (the cluster's own Spark settings). Not the tracking section:
+    ingestion logs to no tracker, and its job is sent before any train job's checks (workflow.preflight)."""
+    variables = {**inherited.variables(PLATFORM, env), names.PLATFORM_SECTION: "{}"}
+    variables.pop(names.TRACKING, None)
+    return variables
 
 
 def on_cluster(

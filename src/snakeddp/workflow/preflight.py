@@ -21,13 +21,13 @@ from typing import Any, NoReturn
 
 from snakeddp import cluster, compat, platforms
 from snakeddp.config import run_id as name_of
-from snakeddp.config import site
+from snakeddp.config import secret_home, site
 from snakeddp.config.parts import Launch, Site, Tracking, Trainer
 from snakeddp.contract import Invocation, PreflightError
 from snakeddp.errors import TrackerError, print_line
 from snakeddp.run import requirements
 from snakeddp.run.layout import RUN_ID_MAX, RUN_ID_PATTERN
-from snakeddp.run.mlflow_server import check_reachable
+from snakeddp.run.mlflow_server import check_reachable, split_credentials
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.redact import redact_text
@@ -168,12 +168,46 @@ def check_tracking_server(
     (``run.mlflow_server``). Only before runs that will train (``to_train``): a finished pipeline does
     not need the server. Not for a remote platform, whose jobs reach the server from there, not from here."""
     uri = tracking.mlflow.tracking_uri or env.get("MLFLOW_TRACKING_URI")
-    if not tracking.mlflow.enabled or not uri or not to_train or platforms.load(platform).remote:
+    if not tracking.mlflow.enabled or not uri or not to_train:
+        return
+    if platforms.load(platform).remote:
+        check_no_password_travels(tracking.mlflow.tracking_uri, platform)
         return
     try:
         check_reachable(uri)
     except TrackerError as error:
         raise PreflightError(str(error)) from None
+
+
+# Where a remote platform's job could get MLflow's user and password without carrying them in its spec.
+_REMOTE_PASSWORD_HOME = {
+    "azureml": (
+        "an AzureML job can be given no secret but through that spec, so track to a server the compute reaches "
+        "without a password (inside the workspace's network), or set tracking.mlflow.enabled: false"
+    ),
+    "databricks": (
+        "set spark.executorEnv.MLFLOW_TRACKING_USERNAME and spark.executorEnv.MLFLOW_TRACKING_PASSWORD in "
+        "databricks.new_cluster.spark_conf as {{secrets/<scope>/<key>}} references, which the cluster resolves "
+        "for the ranks (docs/security.md)"
+    ),
+}
+
+
+def check_no_password_travels(configured_uri: str | None, platform: str) -> None:
+    """A remote job carries the tracking section in its spec (AzureML's job.yml, the Databricks request), which
+    its workspace keeps and shows: a tracking URI holding user:password@ is refused before it is written there.
+    (MLFLOW_TRACKING_URI and MLflow's credential variables where snakemake runs do not travel to the job.)"""
+    if not configured_uri:
+        return
+    _, username, password = split_credentials(configured_uri)
+    if not username and not password:
+        return
+    home = _REMOTE_PASSWORD_HOME.get(platform, secret_home(platform, "MLFLOW_TRACKING_PASSWORD"))
+    raise PreflightError(
+        f"tracking.mlflow.tracking_uri holds credentials ({redact_text(configured_uri)}), and a {platform} job "
+        f"carries its tracking settings in the job's spec, which the workspace keeps for whoever reads the job. "
+        f"HINT: remove user:password@ from tracking.mlflow.tracking_uri; {home}."
+    )
 
 
 def module_file(module: str, search: list[str]) -> Path | None:
