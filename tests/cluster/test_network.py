@@ -50,6 +50,26 @@ def test_only_network_families_and_no_secrets():
         config.validate({"network": {"env": {"AWS_SECRET_ACCESS_KEY": "x"}}})
 
 
+@pytest.mark.parametrize(
+    ("platform", "home"),
+    [
+        ("spark", "keep it as spark.executorEnv.NCCL_IB_TOKEN in the cluster's spark-defaults.conf"),
+        ("databricks", "keep it in a Databricks secret scope"),
+        ("azureml", "keep it in the workspace's key vault"),
+    ],
+)
+def test_a_network_secret_on_a_platform_whose_ranks_do_not_inherit_the_environment_is_not_told_to_export(
+    platform, home
+):
+    """Exporting it where snakemake runs reaches no rank there: the HINT says where that platform's ranks read it."""
+    for name, refuse in (("NCCL_IB_TOKEN", network.variables), ("AWS_SECRET_ACCESS_KEY", lambda cfg: cfg)):
+        with pytest.raises(config.ConfigError) as refused:
+            refuse(config.validate({"platform": platform, "network": {"env": {name: "x"}}}))
+        said = str(refused.value)
+        assert f"HINT: remove it from the config and {home.replace('NCCL_IB_TOKEN', name)}" in said, said
+        assert "export" not in said and f"on {platform} the ranks do not inherit" in said, said
+
+
 def test_infiniband_partition_keys_are_settings_not_secrets():
     cfg = config.validate({"network": {"env": {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8001"}}})
     assert network.variables(cfg) == {"NCCL_IB_PKEY": "0x8001", "UCX_IB_PKEY": "0x8001"}

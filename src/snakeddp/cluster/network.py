@@ -22,7 +22,12 @@ def variables(config: Mapping[str, Any]) -> dict[str, str]:
     env = config.get("network", {}).get("env", {})
     secret = sorted(name for name in env if is_secret_name(name))
     if secret:
-        raise ConfigError("\n".join(network_variable_error(name) for name in secret))
+        from snakeddp.config import remote_secret_home
+
+        platform = config.get("platform")
+        raise ConfigError(
+            "\n".join(network_variable_error(name, remote_secret_home(platform, name)) for name in secret)
+        )
     return {name: str(value) for name, value in env.items()}
 
 

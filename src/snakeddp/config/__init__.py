@@ -125,7 +125,7 @@ def _dotted(path: Iterator[Any]) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
-def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> str:
+def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], platform: Any = None) -> str:
     key = _dotted(error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
@@ -144,7 +144,8 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any]) -> s
             lines.append(f"{where}: unknown key ({hint})")
         return "\n".join(lines)
     if "propertyNames" in error.schema_path and key == "network.env":
-        return network_variable_error(str(error.instance))
+        name = str(error.instance)
+        return network_variable_error(name, remote_secret_home(platform, name))
     if key == "experiment" and error.validator in ("pattern", "maxLength"):
         return (
             f"experiment: {error.instance!r} cannot start a run id. HINT: name it with letters and digits, "
@@ -245,7 +246,7 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     )
     if errors:
         # A value is quoted as given: a URL's user:password@ or a SAS signature masked (report.title, a path).
-        described = [_describe(e, schema) for e in errors]
+        described = [_describe(e, schema, resolved.get("platform")) for e in errors]
         details = redact_text("\n  ".join(described))
         # Where every line has its own HINT, it is the one to follow: a second would say less.
         documented = _documented_in(errors)
@@ -300,6 +301,12 @@ def secret_home(platform: Any, variable: str) -> str:
         f"and keep it {there.replace('VARIABLE', variable)}: on {platform} the ranks do not inherit the "
         "environment snakemake runs in (docs/security.md)."
     )
+
+
+def remote_secret_home(platform: Any, variable: str) -> str:
+    """``secret_home`` on a platform whose ranks do not inherit snakemake's environment; "" where they do."""
+    row = platform_rows().get(str(platform))
+    return secret_home(platform, variable) if row is not None and row.secrets is not None else ""
 
 
 def dotted_get(cfg: Mapping[str, Any], key: str) -> Any:

@@ -27,13 +27,14 @@ def is_network_variable(name: str) -> bool:
     return _pattern().fullmatch(name) is not None
 
 
-def network_variable_error(name: str) -> str:
-    """Why ``network.env`` refuses ``name``: a secret (it would be recorded), or not a network variable."""
+def network_variable_error(name: str, secret_home: str = "") -> str:
+    """Why ``network.env`` refuses ``name``: a secret (it would be recorded; ``secret_home``: where the platform's
+    ranks read one instead, config.secret_home), or not a network variable."""
     if is_secret_name(name):
         return (
             f"network.env.{name}: looks like a secret, and network.env is recorded in every run's provenance, "
-            f"which never holds secrets. HINT: remove it from the config and export {name} in the shell that "
-            "runs snakemake instead."
+            "which never holds secrets. HINT: remove it from the config "
+            + (secret_home or f"and export {name} in the shell that runs snakemake instead.")
         )
     return (
         f"network.env.{name}: not a network variable. HINT: network.env takes {', '.join(families())}; "
