@@ -10,7 +10,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from snakeddp.run import status
 from snakeddp.training.livestatus import LiveStatus
@@ -93,3 +93,26 @@ def test_a_resumed_fit_accounts_for_the_restore_and_its_own_steps_only(tmp_path)
     assert account["checkpoint_restore_s"] > 0 and resumed.restored_at is not None
     assert BATCHES * STEP_S <= account["productive_s"] < 2 * BATCHES * STEP_S  # the second epoch alone
     assert status.read(tmp_path)["step"] == EPOCHS * BATCHES
+
+
+class GrowingData(pl.LightningDataModule):
+    """Each epoch a partition of its own, one batch more than the last (a table's partitions differ by rows)."""
+
+    def train_dataloader(self) -> DataLoader:
+        epoch = self.trainer.current_epoch
+        return DataLoader(
+            TensorDataset(torch.ones((BATCHES + epoch) * 4, 3), torch.zeros((BATCHES + epoch) * 4, 1)), batch_size=4
+        )
+
+
+def test_the_steps_to_take_follow_each_epochs_own_partition(tmp_path):
+    """Lightning's estimate counts the first epoch's batches for every epoch: the run said 21/20 at its end."""
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, reload_dataloaders_every_n_epochs=1,
+        callbacks=[LiveStatus(tmp_path, Phases(AtomicCheckpointIO(tmp_path)))],
+    )  # fmt: skip
+    trainer.fit(SlowStep(), datamodule=GrowingData())
+    said = status.read(tmp_path)
+    steps = EPOCHS * BATCHES + sum(range(EPOCHS))
+    assert (said["step"], said["total_steps"], said["percent"]) == (steps, steps, 100.0), said

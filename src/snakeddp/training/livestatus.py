@@ -16,6 +16,7 @@ meanwhile) is data loading.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ class LiveStatus(Callback):
         self._posted_at = 0.0
         self._pace: collections.deque[tuple[float, int]] = collections.deque()
         self.total_steps: int | None = None
+        self._counted_epoch: int | None = None
         self._batch: Any = None  # this rank's last batch, counted only when posted
         self.load: Utilisation | None = None
         self.poster = status.Poster(run_dir)
@@ -82,7 +84,7 @@ class LiveStatus(Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.train_start_at = time.perf_counter()
-        self.total_steps = _total_steps(trainer)  # computed once: Lightning counts the dataloaders for it
+        self.total_steps = _total_steps(trainer)
         self._post(trainer, force=True)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -94,6 +96,11 @@ class LiveStatus(Callback):
             since, saving = self._waiting_since
             self.data_loading += max(now - since - (self.phases.checkpoints.seconds - saving), 0.0)
         self._batch_start = now
+        if trainer.current_epoch != self._counted_epoch:
+            # Each epoch loads its own partition, and they need not hold the same number of batches (a table's
+            # partitions differ by a few rows): counted again at its first batch (i: a mid-epoch resume's).
+            self._counted_epoch = trainer.current_epoch
+            self.total_steps = _total_steps(trainer, i)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, i: int
@@ -181,9 +188,16 @@ class LiveStatus(Callback):
         )
 
 
-def _total_steps(trainer: pl.Trainer) -> int | None:
+def _total_steps(trainer: pl.Trainer, batch_index: int = 0) -> int | None:
+    """The steps the fit will have taken at its end: those taken, and the loaded epoch's batches for it and each
+    epoch left, ``batch_index`` of this epoch's taken (Lightning's estimated_stepping_batches counts the first
+    epoch's batches for every epoch)."""
     try:
-        total = trainer.estimated_stepping_batches
+        batches, accumulate = trainer.num_training_batches, trainer.accumulate_grad_batches
+        if batches in (None, float("inf")) or trainer.max_epochs is None or trainer.max_epochs < 0:
+            return None
+        left = max(trainer.max_epochs - trainer.current_epoch, 0)
+        total = trainer.global_step - math.ceil(batch_index / accumulate) + math.ceil(batches / accumulate) * left
     except (AttributeError, RuntimeError, TypeError, ValueError):
         return None
-    return int(total) if total not in (None, float("inf")) else None
+    return min(total, trainer.max_steps) if trainer.max_steps not in (None, -1) else total
