@@ -94,3 +94,40 @@ def test_errors_show_unless_ctrl_c_stopped_the_jobs(capsys):
         assert terminal(capsys, failed) == []
     finally:
         INTERRUPTED.clear()
+
+
+def failed_job(log_file: str, shellcmd: str = "python -m snakeddp.launch --config run.yaml > log 2>&1"):
+    def log(logger: logging.Logger) -> None:
+        """What Snakemake 9 logs for a job whose command failed: its exception, then the job's record."""
+        failed_command = (
+            'RuleException:\nCalledProcessError in file "/c/rules/train.smk", line 44:\n'
+            f"Command 'set -euo pipefail;  {shellcmd}' returned non-zero exit status 1."
+        )
+        logger.error(failed_command, extra={"event": LogEvent.ERROR, "exception": "RuleException"})
+        record = dict(
+            rule_name="train", rule_msg=None, jobid=2, input=["run.yaml"], output=["provenance.json"],
+            log=[log_file], conda_env=None, container_img=None, aux={}, indent=False, shellcmd=shellcmd,
+            event=LogEvent.JOB_ERROR,
+        )  # fmt: skip
+        logger.error("Error in rule train, jobid: 2", extra=record)
+
+    return log
+
+
+def test_a_failed_jobs_log_shows_only_its_one_line_where_it_ends_in_one(capsys, tmp_path):
+    """The job's whole log (Lightning's banner, the model's summary, every epoch again) buried the line that said
+    what ended it; a log that ends otherwise (a traceback) is shown whole."""
+    line = "snakeddp.train: ValueError: sideways, raised at my/model.py:7, in your code. HINT: fix it there and rerun."
+    log = tmp_path / "train.log"
+    log.write_text(
+        "GPU available: False, used: False\n| 0 | net | Sequential | 945 |\nrun a: epoch 1/4\n" + line + "\n\n"
+    )
+    shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)
+    assert shown[-2:] == [f"Logfile {log}, its last line (the whole log is in the file):", line], shown
+    assert not any("GPU available" in said or "epoch 1/4" in said for said in shown), shown
+    assert not any("message: None" in said or "CalledProcessError" in said for said in shown), shown
+    assert "Error in rule train:" in shown and f"    log: {log} (check log file(s) for error details)" in shown
+    log.write_text("Traceback (most recent call last):\n  File 'x.py', line 1\nKeyError: 'a'\n")
+    shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)
+    assert shown[-4:-1] == ["Traceback (most recent call last):", "  File 'x.py', line 1", "KeyError: 'a'"], shown
+    assert terminal(capsys, failed_job(str(log)), show_failed_logs=True, verbose=True)[0] == "RuleException:"

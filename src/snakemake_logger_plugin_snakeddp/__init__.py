@@ -15,7 +15,12 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
   ``--verbose``;
 - after Ctrl-C, Snakemake's records of the jobs it stopped (the exception, "Error in rule" with the
   job's whole log, the final WorkflowError): they were stopped, not broken, and the workflow says
-  what each run kept instead (snakeddp.workflow.interrupt).
+  what each run kept instead (snakeddp.workflow.interrupt);
+- of a failed job's log (the profiles' show-failed-logs), everything but its last line where that is
+  snakeddp's one line with a HINT: what ended the job, which the rest (Lightning's banner, the model's
+  summary, every epoch's line again) buried. A log ending otherwise (a traceback) is shown whole;
+- the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
+  whose command its "Error in rule" block repeats, unless ``--verbose``.
 
 The complete log (.snakemake/log) keeps every line. Both wordings matched below are Snakemake's
 messages, not its interface: if a release rewords one, that line shows again, nothing breaks.
@@ -39,6 +44,12 @@ _ERRORS = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
 # Snakemake's terminal colours (ANSI codes), so a terminal looks as it did without the plugin.
 _COLOURS = {"WARNING": 33, "INFO": 32, "DEBUG": 34, "CRITICAL": 35, "ERROR": 31}
 _YELLOW_INFO = {LogEvent.RUN_INFO, LogEvent.SHELLCMD, LogEvent.JOB_STARTED, None}
+# snakeddp's one line that ends a job: its program's name, and what to do (snakeddp.errors.one_line).
+_ONE_LINE = re.compile(r"^snakeddp[\w.]*: .*HINT: ")
+# Snakemake's exception for a job's shell command that failed, logged before the job's own record.
+_COMMAND_FAILED = re.compile(
+    r"^RuleException:\nCalledProcessError in file .*returned non-zero exit status -?\d+\.?$", re.S
+)
 
 
 def interrupted() -> bool:
@@ -47,6 +58,24 @@ def interrupted() -> bool:
     sys.path, could load another copy of it."""
     interrupt = sys.modules.get("snakeddp.workflow.interrupt")
     return interrupt is not None and interrupt.INTERRUPTED.is_set()
+
+
+def failed_logs_told(text: str, logs: list[str]) -> str:
+    """A failed job's record with each of its logs (as Snakemake's show_logs puts them in) cut to the log's last
+    line where that is snakeddp's one line; Snakemake's "message: None" (a rule without a message) left off."""
+    from snakemake.logging import show_logs
+
+    text = text.replace("\n    message: None\n", "\n")
+    for log in logs:
+        shown = "\n".join(show_logs([log]))
+        try:
+            with open(log, encoding="utf-8", errors="replace") as handle:
+                lines = [line for line in handle.read().splitlines() if line.strip()]
+        except OSError:
+            continue
+        if lines and _ONE_LINE.match(lines[-1]) and shown in text:
+            text = text.replace(shown, f"Logfile {log}, its last line (the whole log is in the file):\n{lines[-1]}")
+    return text
 
 
 class LogHandler(LogHandlerBase):
@@ -63,6 +92,8 @@ class LogHandler(LogHandlerBase):
 
     def shown(self, record: logging.LogRecord) -> bool:
         event = getattr(record, "event", None)
+        if not self.common_settings.verbose and _COMMAND_FAILED.match(str(record.getMessage()).strip()):
+            return False
         if event in _ERRORS:
             return not interrupted()
         if self.common_settings.verbose:
@@ -79,6 +110,8 @@ class LogHandler(LogHandlerBase):
             text = self.format(record)
             if not self.common_settings.verbose:
                 text = _JOB_TIME.sub(r"\1", text, count=1)
+                if event == LogEvent.JOB_ERROR:
+                    text = failed_logs_told(text, getattr(record, "log", None) or [])
             if text in ("", "None"):
                 return
             self.stream.write(self.coloured(record, text) + "\n")
