@@ -39,7 +39,7 @@ from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.config import site
 from snakeddp.config.parts import Launch
 from snakeddp.contract import RemotePlatform
-from snakeddp.errors import REFUSED_EXIT_CODE, exit_code
+from snakeddp.errors import REFUSED_EXIT_CODE, NoSpaceError, exit_code
 from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
 from snakeddp.run.layout import RunPaths
@@ -199,7 +199,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     resumed_from = tries.saved(args.run_dir) if resume else None
     began = time.time()
     env[variables.TRY_STARTED] = f"{began:.3f}"
-    account.starting(args.run_dir, platforms.load(args.platform).where_tried(env))  # the ranks' env: their GPUs
+    account.starting(args.run_dir, platforms.load(args.platform).where_tried(env), resumed_from)  # their GPUs
     if received:
         print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
         code = 128 + received[0]
@@ -215,7 +215,12 @@ def run_attempt(args: argparse.Namespace) -> int:
         relay.start()
         code = child.wait()
         relay.join()
-        record_try(args, launcher.name, began, code, received, resumed_from)
+        try:
+            record_try(args, launcher.name, began, code, received, resumed_from)
+        except NoSpaceError:
+            # The disk a rank found full has no room for the try's record either: the rank's line says it.
+            if code == 0 or not failed.exists():
+                raise
     preempted = any(signum in PREEMPT_SIGNALS for signum in received)
     if code != 0 and failed.exists():
         print(failed.read_text(encoding="utf-8").strip(), file=sys.stderr, flush=True)
@@ -249,6 +254,7 @@ def record_try(
     where = dict(platforms.load(args.platform).where_tried(os.environ))
     where.pop(account.QUEUE_WAIT, None)  # asked when the try started (account.starting)
     ended, outcome = time.time(), outcome_of(code, received, hang)
+    posted = status.read(args.run_dir) or {}  # rank 0's last post of this try (account.starting reset it)
     entry = tries.append(
         args.run_dir,
         tries.entry(
@@ -261,6 +267,7 @@ def record_try(
             resumed_from=resumed_from,
             saved_now=tries.saved(args.run_dir),
             hang=hang,
+            posted_step=posted.get("step") if posted.get("writer") == "rank 0" else None,
             placement=where,
             account=account.of_try_here(args.run_dir, ended - began, outcome, launch_gpus(args)),
         ),

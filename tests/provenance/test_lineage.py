@@ -77,7 +77,12 @@ def test_an_early_stop_within_the_budget_is_its_result_and_is_restored_saying_so
     five = at(identity, 5)
     start = lineage.prepare(run_dir, five, RunFile("r", five.run_config, {"trainer.max_epochs": 5}))
     assert start.origin.how == lineage.STOPPED_EARLY and start.resume is None and attempt.finished(run_dir)
+    # What the last try left in status.json: another attempt's, at another budget.
+    status.write(run_dir, "done", writer="rank 0", epoch=12, max_epochs=12, step=192, total_steps=192)
     line = lineage.restore(run_dir, five.key)
+    said = status.read(run_dir)  # `snakeddp status` says the restored attempt's, none of the other's
+    assert (said["state"], said["epoch"], said["max_epochs"], said.get("step")) == ("done", 4, 5, None), said
+    assert said["detail"] == f"restored attempt {five.key[:12]}, nothing trained", said
     assert line == (
         f"attempt {stopped['attempt']['id']} stopped early at epoch 4, within max_epochs 5, so this budget stops "
         f"there too: restored it as attempt {five.key[:12]}, nothing trained"

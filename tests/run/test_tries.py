@@ -121,3 +121,17 @@ def test_a_tries_file_snakeddp_did_not_write_stops_in_one_line_and_its_hint_sets
     command = message.split("(mv ", 1)[1].split(")", 1)[0]
     subprocess.run(["mv", *shlex.split(command)], check=True)
     assert tries.read(tmp_path) == []
+
+
+def test_a_killed_try_reached_the_step_rank_0_last_posted():
+    """A kill -9 leaves no hang record: how far it got is rank 0's last post (every 2 s), not its last save, so
+    goodput counts the steps it trained after that save as lost."""
+    resumed = {"step": 160, "epoch": 3, "saved_at": T0 - 5}
+    killed = tries.entry(started=T0, ended=T0 + 20, outcome="failed", exit_code=137, launcher="direct", job_id=None,
+                         resumed_from=resumed, saved_now=resumed, hang=None, posted_step=171)  # fmt: skip
+    assert (killed["kept_step"], killed["reached_step"]) == (None, 171)
+    assert tries.goodput([killed])["lost"]["failed"]["steps"] == 11
+    done = {"step": 400, "epoch": 7, "saved_at": T0 + 59}
+    completed = tries.entry(started=T0, ended=T0 + 60, outcome="completed", exit_code=0, launcher="direct",
+                            job_id=None, resumed_from=resumed, saved_now=done, hang=None, posted_step=398)  # fmt: skip
+    assert completed["reached_step"] == 400, "a completed try reached what it saved"

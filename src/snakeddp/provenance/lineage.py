@@ -296,8 +296,12 @@ def restore(run_dir: Path, key: str) -> str:
         **({"restored_from": came_from} if came_from else {}),
     }
     atomic_write_json(paths.provenance, record)
-    status.ended(run_dir, "completed")  # `snakeddp status` said what the try before it left (failed, stopped)
     epochs = record["training"]["epochs_completed"]
+    # `snakeddp status` said what the last try left, of another attempt (failed, or done at another budget).
+    status.write(
+        run_dir, "done", fresh=True, writer="launcher", epoch=epochs, max_epochs=record["training"]["max_epochs"],
+        percent=100.0, eta_s=0.0, detail=f"restored attempt {attempt_id(key)}, nothing trained",
+    )  # fmt: skip
     if came_from and came_from["why"] == STOPPED_EARLY:
         return (
             f"attempt {came_from['attempt']} stopped early at epoch {epochs}, within max_epochs "

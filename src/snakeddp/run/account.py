@@ -33,11 +33,15 @@ NOT_KNOWN = "not known"
 QUEUE_WAIT = "queue_wait_s"
 
 
-def starting(run_dir: Path, where: Mapping[str, Any]) -> None:
+def starting(run_dir: Path, where: Mapping[str, Any], resumed: Mapping[str, Any] | None = None) -> None:
     """status.json before the ranks start: starting, with the queue wait the platform tells (``where``: its
-    where_tried, asked now while its job runs), and no account yet (rank 0's posts bring this try's)."""
+    where_tried, asked now while its job runs), at the step it resumes from (``resumed``: last.json) or 0, and no
+    progress or account yet (rank 0's posts bring this try's; the last try's were further than it resumes)."""
     waited = where.get(QUEUE_WAIT)
-    status.write(run_dir, "starting", writer="launcher", queue_wait_s=waited, account=None, eta_s=None)
+    status.write(
+        run_dir, "starting", writer="launcher", queue_wait_s=waited, account=None, eta_s=None,
+        step=resumed["step"] if resumed else 0, epoch=None, total_steps=None, percent=None, samples_per_s=None,
+    )  # fmt: skip
 
 
 def of_try_here(run_dir: Path, seconds: float, outcome: str, gpus: int) -> dict[str, Any]:

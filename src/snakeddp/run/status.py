@@ -28,12 +28,12 @@ STATES = ("queued", "starting", "training", "running", "hung", "done", "failed",
 ENDED = {"completed": "done", "hung": "hung", "failed": "failed", "preempted": "stopped", "interrupted": "stopped"}
 
 
-def write(run_dir: Path, state: str, **fields: Any) -> None:
+def write(run_dir: Path, state: str, fresh: bool = False, **fields: Any) -> None:
     """status.json, whole: ``state`` and what the writer knows (the others stay as the last writer left them,
-    so the launcher's end keeps rank 0's step and ETA)."""
+    so the launcher's end keeps rank 0's step and ETA; ``fresh``: none stay, the record is of another attempt)."""
     if state not in STATES:
         raise ValueError(f"snakeddp.run.status: unknown state {state!r}; this is a bug")
-    earlier = read(run_dir) or {}
+    earlier = {} if fresh else (read(run_dir) or {})
     now = time.time()
     record = {
         **{k: v for k, v in earlier.items() if k not in ("format", "state", "updated", "host", "pid", "detail")},

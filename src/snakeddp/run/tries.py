@@ -146,9 +146,11 @@ def entry(
     hang: Mapping[str, Any] | None,
     placement: Mapping[str, Any] | None = None,
     account: Mapping[str, Any] | None = None,
+    posted_step: int | None = None,
 ) -> dict[str, Any]:
     """One try, from what the launcher saw (times, exit) and the run directory holds (``resumed_from``: last.json
-    when it started, ``saved_now`` when it ended, ``hang``: hung.json; ``account``: run.account.of_try)."""
+    when it started, ``saved_now`` when it ended, ``hang``: hung.json; ``account``: run.account.of_try;
+    ``posted_step``: the step of rank 0's last post in status.json, every 2 s: how far a killed try got)."""
     fresh = saved_now if saved_now is not None and saved_now["saved_at"] >= started else None
     kept = fresh["step"] if fresh else None
     reached = hang["reached_step"] if hang else None
@@ -156,6 +158,12 @@ def entry(
         reached = resumed_from["step"] if resumed_from else 0
     if outcome in ("completed", "preempted") and kept is not None:
         reached = kept
+    elif (
+        isinstance(posted_step, int)
+        and posted_step > (reached or 0)
+        and not (hang and hang["kind"] in BEFORE_THE_FIRST_STEP)
+    ):
+        reached = posted_step
     return {
         "started_at": utc(started),
         "ended_at": utc(ended),
@@ -187,7 +195,9 @@ def goodput(tries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             continue
         kept_s = t["kept_at_s"] or 0.0
         resumed = tries[index + 1]["resumed_from_step"] if index + 1 < len(tries) else t["kept_step"]
-        start = resumed if resumed is not None else (t["kept_step"] or 0)
+        # Where the next try picked up; for the last, what this one kept, else where it began itself.
+        fallback = t["kept_step"] if t["kept_step"] is not None else t["resumed_from_step"]
+        start = resumed if resumed is not None else (fallback or 0)
         steps = max(t["reached_step"] - start, 0) if t["reached_step"] is not None else None
         loss = lost.setdefault(t["outcome"], {"tries": 0, "seconds": 0.0, "steps": 0})
         loss["tries"] += 1
