@@ -43,9 +43,10 @@ def answers(uri: str) -> bool:
         return False
 
 
-def serve(folder: Path) -> Iterator[MlflowServer]:
-    """Start the server under ``folder``, yield it once it answers /health, stop it afterwards."""
-    port = free_port()
+def serve(folder: Path, port: int | None = None) -> Iterator[MlflowServer]:
+    """Start the server under ``folder`` (on ``port``: the one a stopped server had, to start it again), yield it
+    once it answers /health, stop it afterwards."""
+    port = port or free_port()
     uri = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     argv += ["--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}"]

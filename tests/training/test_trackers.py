@@ -19,10 +19,11 @@ from snakeddp.config import flatten, parts
 from snakeddp.config.network import is_network_variable
 from snakeddp.errors import TrackerError
 from snakeddp.run.runfile import RunFile
+from snakeddp.training import trackers as trackers_module
 from snakeddp.training.trackers import Trackers, epoch_values
 from snakeddp.util.redact import recorded_environment
 from snakeddp.workflow import jobenv
-from tests.mlflow_server import free_port
+from tests.mlflow_server import free_port, serve
 
 ALL_ON = {"tensorboard": {"enabled": True}, "mlflow": {"enabled": True}, "wandb": {"enabled": True}}
 
@@ -35,6 +36,7 @@ def mlflow_env(monkeypatch):
         "MLFLOW_TRACKING_USERNAME",
         "MLFLOW_TRACKING_PASSWORD",
         "MLFLOW_ALLOW_FILE_STORE",
+        *trackers_module.MLFLOW_RETRIES,
     ):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
@@ -218,3 +220,48 @@ def test_wandb_offline_run_has_config_and_epoch_metrics(tracked_run):
     config_items = {k: v for r in records if r.HasField("config") for k, v in items(r.config.update).items()}
     assert len([h for h in history if "val_loss" in h]) == 3
     assert config_items["model.lr"] == 0.01
+
+
+@pytest.mark.e2e
+def test_a_server_gone_mid_run_costs_no_epoch_and_gets_every_epoch_once_it_is_back(
+    tmp_path, mlflow_env, capsys, monkeypatch
+):
+    """MLflow's client retried each request for 4 minutes and then raised in the epoch's end, before the epoch's
+    checkpoint: the run lost that epoch and stopped on a 260-line traceback. A server gone mid-run is now one line,
+    training goes on, and the epochs it missed reach it once it is back; one still gone at the end is one line."""
+    folder = tmp_path / "server"
+    folder.mkdir()
+    first = serve(folder)
+    server = next(first)
+    settings = tracking(mlflow={"enabled": True, "tracking_uri": server.uri, "experiment": "outage"})
+    run_dir = tmp_path / "results" / "runs" / "base"
+    logger = Trackers(settings, "base", run_dir, is_main=True, env={}).mlflow
+    logger.log_epoch({"val_loss": 1.0}, 1)
+    first.close()  # the server stops
+    began = time.perf_counter()
+    logger.log_epoch({"val_loss": 0.5}, 2)
+    assert time.perf_counter() - began < 30, "MLflow's retries are bounded"
+    monkeypatch.setattr(trackers_module, "RETRY_S", 0.0)
+    logger.log_epoch({"val_loss": 0.25}, 3)
+    said = [line for line in capsys.readouterr().err.splitlines() if "snakeddp.train:" in line]
+    assert len(said) == 1 and f"MLflow at {server.uri} stopped answering" in said[0], said
+    assert "(now: 2)" in said[0] and "HINT: start the tracking server again" in said[0], said
+    again = serve(folder, port=int(server.uri.rsplit(":", 1)[1]))  # the HINT: the server started again
+    next(again)
+    try:
+        logger.log_epoch({"val_loss": 0.125}, 4)
+        assert "answers again; the epochs it missed are sent" in capsys.readouterr().err
+        client = server.client()
+        assert [m.step for m in client.get_metric_history(logger.run_id, "val_loss")] == [1, 2, 3, 4]
+        logger.finalize("success")
+        assert client.get_run(logger.run_id).info.status == "FINISHED"
+    finally:
+        again.close()
+    provenance = run_dir / "provenance.json"
+    provenance.write_text("{}")
+    ending = Trackers(settings, "base", run_dir, is_main=False, env={})  # built without asking the server
+    ending.mlflow, ending.mlflow_uri = logger, server.uri
+    assert ending.finish(provenance, None) is None
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "snakeddp.train:" in line]
+    assert "did not answer as the run ended" in line and f"its run {logger.run_id} lacks provenance.json" in line
+    assert "HINT: the run is complete here" in line, line

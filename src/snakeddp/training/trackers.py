@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +42,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.config import applying, flatten, parts
+from snakeddp.errors import TrackerError
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.run.requirements import require_tracker
@@ -49,11 +51,26 @@ from snakeddp.training import registry
 from snakeddp.training.callbacks import EpochMetrics
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.redact import redact_text, scrub
+from snakeddp.util.terminal import say
+
+# How often a tracker that stopped answering is asked again, at an epoch's end (EpochAxis).
+RETRY_S = 60.0
+# MLflow's client retries a request 7 times with a backoff factor of 2 (4 min 14 s, then it raises): a server
+# gone mid-run held every epoch's end that long. Twice, 1 s then 2 s apart, unless the user set otherwise.
+MLFLOW_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 
 
 class EpochAxis:
     """Mixed in before a Lightning logger: Lightning's own calls of log_hyperparams and log_metrics
-    are dropped (see the module's docstring); snakeddp logs through log_params and log_epoch."""
+    are dropped (see the module's docstring); snakeddp logs through log_params and log_epoch.
+
+    A tracker that stops answering mid-run (an MLflow server gone) does not stop the training: its epochs wait
+    in a backlog, said once in one line, and are sent, in order, once it answers again (asked at an epoch's end
+    at most every RETRY_S, and once more as the fit ends). MLflow's client would retry each request for minutes
+    and then raise in the epoch's end, before the epoch's checkpoint: the run lost the epoch and stopped."""
+
+    _backlog: list[tuple[dict[str, float], int]]
+    _failed_at: float | None = None
 
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         """Lightning's call with the model's hyperparameters: the run config holds them already."""
@@ -65,7 +82,57 @@ class EpochAxis:
         super().log_hyperparams(params)  # type: ignore[misc]
 
     def log_epoch(self, metrics: Mapping[str, float], epoch: int) -> None:
-        super().log_metrics(metrics, step=epoch)  # type: ignore[misc]
+        self.__dict__.setdefault("_backlog", []).append((dict(metrics), epoch))
+        if self._failed_at is None or time.monotonic() - self._failed_at >= RETRY_S:
+            self._send_backlog()
+
+    def finalize(self, status: str) -> None:
+        """Lightning's end of the fit: the backlog's last chance, and the tracker's own end, neither of which may
+        fail a run that trained."""
+        if self.__dict__.get("_backlog"):
+            self._send_backlog()
+        if self._failed_at is None:
+            try:
+                super().finalize(status)  # type: ignore[misc]
+            except Exception as error:  # any failure of the tracker's client: the run trained
+                self._unanswered(error)
+
+    def _send_backlog(self) -> None:
+        backlog = self._backlog
+        try:
+            while backlog:
+                metrics, epoch = backlog[0]
+                super().log_metrics(metrics, step=epoch)  # type: ignore[misc]
+                backlog.pop(0)
+        except Exception as error:  # the tracker's client, whatever it raises
+            self._unanswered(error)
+            return
+        if self._failed_at is not None:
+            self._failed_at = None
+            say(f"snakeddp.train: {tracker_name(self)} answers again; the epochs it missed are sent")
+
+    def _unanswered(self, error: BaseException) -> None:
+        first = self._failed_at is None
+        self._failed_at = time.monotonic()
+        if first:
+            waiting = ", ".join(str(epoch) for _, epoch in self.__dict__.get("_backlog", [])) or "none"
+            say(
+                f"snakeddp.train: {tracker_name(self)} stopped answering ({reason(error)}); training goes on, "
+                f"metrics.csv keeps every epoch, and the epochs it has not got (now: {waiting}) are sent when it "
+                "answers again. HINT: start the tracking server again; nothing else is needed."
+            )
+
+
+def tracker_name(logger: object) -> str:
+    """A tracker as a line names it: MLflow by its server (credentials masked), any other by its class."""
+    uri = getattr(logger, "_tracking_uri", None)
+    return f"MLflow at {redact_text(uri)}" if uri else type(logger).__name__.removesuffix("Logger")
+
+
+def reason(error: BaseException) -> str:
+    """A tracker client's error, on one line and cut short (MLflow's repeats the request and urllib3's pool)."""
+    said = redact_text(" ".join(f"{type(error).__name__}: {error}".split()))
+    return said if len(said) <= 240 else said[:240] + "..."
 
 
 def on_epoch_axis(cls: type[Logger]) -> type[Logger]:
@@ -151,6 +218,8 @@ class Trackers:
             # database or server, which is what a local run (and mlflow-skinny) has.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.mlflow_uri = uri
+        for name, value in MLFLOW_RETRIES.items():
+            os.environ.setdefault(name, value)
         check_reachable(uri)
         return on_epoch_axis(MLFlowLogger)(
             experiment_name=options.experiment,
@@ -188,17 +257,34 @@ class Trackers:
         with register_model the exported best model as a new version; returns that registration."""
         registered = None
         if self.mlflow is not None:
-            client, run_id = self.mlflow.experiment, self.mlflow.run_id
-            client.log_artifact(run_id, str(provenance_path))
-            if best_checkpoint and self.tracking.mlflow.log_checkpoint:
-                client.log_artifact(run_id, best_checkpoint, artifact_path="checkpoints")
-            name = self.tracking.mlflow.register_model
-            if name:
-                registered = registry.register(client, run_id, self.run_dir, name)
-                self.state["registered_model"] = registered
-                atomic_write_json(self.state_path, self.state)
+            try:
+                registered = self._mlflow_finish(provenance_path, best_checkpoint)
+            except Exception as error:  # the tracker's client, whatever it raises: the run trained
+                missed = ", ".join(str(epoch) for _, epoch in self.mlflow.__dict__.get("_backlog", []))
+                say(
+                    f"snakeddp.train: {tracker_name(self.mlflow)} did not answer as the run ended ({reason(error)}): "
+                    f"its run {self.mlflow.run_id} lacks provenance.json, the best checkpoint"
+                    f"{', the registered model' if self.tracking.mlflow.register_model else ''}"
+                    f"{f' and epochs {missed}' if missed else ''}. HINT: the run is complete here: "
+                    f"{RunPaths(self.run_dir).metrics} and {provenance_path} hold all of it."
+                )
         if self.wandb is not None:
             self.wandb.experiment.finish()
+        return registered
+
+    def _mlflow_finish(self, provenance_path: Path, best_checkpoint: str | None) -> dict[str, Any] | None:
+        if self.mlflow.__dict__.get("_backlog"):
+            raise TrackerError(f"epochs {', '.join(str(e) for _, e in self.mlflow._backlog)} were never sent")
+        client, run_id = self.mlflow.experiment, self.mlflow.run_id
+        client.log_artifact(run_id, str(provenance_path))
+        if best_checkpoint and self.tracking.mlflow.log_checkpoint:
+            client.log_artifact(run_id, best_checkpoint, artifact_path="checkpoints")
+        name = self.tracking.mlflow.register_model
+        if not name:
+            return None
+        registered = registry.register(client, run_id, self.run_dir, name)
+        self.state["registered_model"] = registered
+        atomic_write_json(self.state_path, self.state)
         return registered
 
     def describe(self) -> dict[str, Any]:
