@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import signal
 import subprocess
 import sys
 import textwrap
@@ -292,3 +293,21 @@ def test_steps_report_a_snakeddp_error_as_one_line(tmp_path):
         "HINT: set data.table.path to the file or folder (a relative path is read from the directory snakemake "
         "runs in, the checkout's root), or make the table first.\n"
     )
+
+
+@pytest.mark.parametrize("entry", ["exit_code", "supervisor"])
+def test_ctrl_c_ends_a_job_by_sigint_without_a_traceback(entry):
+    """Ctrl-C reaches a job's whole process group: it landed in the supervisor's argparse and the report's jinja2,
+    and each job's log ended in a 25-line KeyboardInterrupt traceback. The job still dies of SIGINT, as Python's."""
+    code = {
+        "exit_code": "from snakeddp.errors import exit_code\n"
+        "def main():\n    raise KeyboardInterrupt\n"
+        "exit_code('snakeddp.steps', main)",
+        "supervisor": "import runpy, sys\nsys.argv = ['supervisor', '--help']\n"
+        "import argparse\n"
+        "argparse.ArgumentParser.print_help = lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)\n"
+        "runpy.run_module('snakeddp.cluster.supervisor', run_name='__main__')",
+    }[entry]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGINT, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr

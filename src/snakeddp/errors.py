@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class ConfigError(ValueError):
@@ -267,6 +267,11 @@ def exit_code(
     """
     try:
         return main()
+    except KeyboardInterrupt:
+        # Ctrl-C reached the job's whole process group: the workflow says what each run kept, and the job ends by
+        # SIGINT as Python ends it, without the traceback of wherever the signal landed (argparse, jinja2...).
+        sys.excepthook = quiet_interrupts(sys.excepthook)
+        raise
     except ConfigError as error:
         line = one_line(prog, error)
         if refused_file is not None and isinstance(error, MachineRefusal):
@@ -300,6 +305,17 @@ def exit_code(
         said = full if isinstance(full, NoSpaceError) else _said(full, failure_file)
         _say_with_traceback_kept(one_line(prog, said), error, failure_file)
         return 1
+
+
+def quiet_interrupts(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """``hook`` (a sys.excepthook) less the traceback of a KeyboardInterrupt: the interpreter (and
+    snakeddp.forking.child, which calls sys.excepthook as it does) still exits by SIGINT."""
+
+    def quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            hook(kind, value, tb)
+
+    return quiet
 
 
 # What gloo's TCP transport raises in a rank whose peer process is gone (killed, or ended by its own error).

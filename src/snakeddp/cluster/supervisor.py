@@ -38,6 +38,7 @@ from snakeddp.cluster.direct import LAUNCH_ID
 from snakeddp.cluster.direct import SUPERVISOR as PROG
 from snakeddp.cluster.lifecycle import FORWARDED, HUNG_EXIT_CODE, PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.cluster.warm import RANK_START, WARM_START, NotForkable, Warm
+from snakeddp.errors import quiet_interrupts
 
 STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
 
@@ -258,4 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # A Ctrl-C before the ranks' handlers are set (the whole process group gets it) ends this process as
+    # Python ends it, without the traceback of wherever it landed (argparse, the warm process's preload).
+    sys.excepthook = quiet_interrupts(sys.excepthook)
     raise SystemExit(main())
