@@ -42,6 +42,7 @@ from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy, read_json
 from snakeddp.util.paths import inside
 from snakeddp.util.redact import redact_text
+from snakeddp.util.words import counted
 from snakeddp.util.yamltext import redact_yaml
 
 BASENAME = "ro-crate-metadata.json"
@@ -271,7 +272,8 @@ def _run_action(
             "@type": "CreateAction",
             "name": f"Training run {run.run_id}",
             "description": (
-                f"{p['status']} after {p['training']['epochs_completed']} epochs on {launched['nodes']} node(s) x "
+                f"{p['status']} after {counted(p['training']['epochs_completed'], 'epoch')} "
+                f"on {launched['nodes']} node(s) x "
                 f"{launched['processes_per_node']} process(es) ({launched['backend']}, "
                 f"launcher {launched['launcher']}, "
                 f"hosts {' '.join(launched['hosts'])}, job {launched['job_id'] or '-'}); best {run.monitor['metric']} "

@@ -42,6 +42,7 @@ from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.numbers import readable
 from snakeddp.util.redact import redact_text
+from snakeddp.util.words import counted
 
 
 def short(sha: str | None, n: int = 12) -> str:
@@ -67,7 +68,7 @@ TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib, epoch=one_based)
+TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib, epoch=one_based, counted=counted)
 
 
 def data_uri(path: str | Path) -> str:

@@ -22,6 +22,7 @@ from snakeddp.report.table import varying_params, write_runs_table
 from snakeddp.run.runs import runs_from_provenance
 from snakeddp.run.search import read_decision
 from snakeddp.util.terminal import say
+from snakeddp.util.words import counted
 
 #: The rule's outputs the workflow makes only for some sweeps (empty otherwise), in the crate's order.
 OPTIONAL_OUTPUTS = ("scaling", "scaling_series", "tuning", "tuning_series", "search_table")
@@ -52,7 +53,7 @@ def write(params: Mapping[str, Any]) -> None:
     inputs: Mapping[str, list[str]] = params["inputs"]
     out: Mapping[str, str] = params["outputs"]  # every output of the rule, "" where it makes none
     settings = params["settings"]
-    say(f"report: {out['html']} from {len(inputs['provenance'])} runs")
+    say(f"report: {out['html']} from {counted(len(inputs['provenance']), 'run')}")
     drop_stale(out)
     # Every provenance file and metrics.csv is read once, here; each part below gets the runs.
     runs = runs_from_provenance(inputs["provenance"])
