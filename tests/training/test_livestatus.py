@@ -116,3 +116,31 @@ def test_the_steps_to_take_follow_each_epochs_own_partition(tmp_path):
     said = status.read(tmp_path)
     steps = EPOCHS * BATCHES + sum(range(EPOCHS))
     assert (said["step"], said["total_steps"], said["percent"]) == (steps, steps, 100.0), said
+
+
+class SlowValidation(SlowStep):
+    def validation_step(self, batch, batch_idx):
+        time.sleep(VALIDATION_S)
+
+
+class ValidatedData(SlowData):
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(4, 3), torch.zeros(4, 1)), batch_size=4)
+
+
+VALIDATION_S = 1.0
+
+
+def test_samples_per_s_is_the_training_loops_as_the_report_times_it(tmp_path):
+    """The wall clock holds validation (a second an epoch here), which the ETA counts and samples/s does not: the
+    status said a seventh of `snakeddp runs`' samples/s for a run of small batches."""
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
+        callbacks=[LiveStatus(tmp_path, Phases(AtomicCheckpointIO(tmp_path)))],
+    )  # fmt: skip
+    trainer.fit(SlowValidation(), datamodule=ValidatedData())
+    said = status.read(tmp_path)
+    loop = 4 / (STEP_S + FETCH_S)  # a batch of 4 per step and fetch
+    wall = 4 * BATCHES / (BATCHES * (STEP_S + FETCH_S) + VALIDATION_S)
+    assert 0.6 * loop < said["samples_per_s"] < 1.2 * loop and said["samples_per_s"] > 1.5 * wall, (said, loop, wall)
