@@ -203,3 +203,17 @@ def test_runs_that_differ_in_world_size_are_said_to_differ_in_global_batch(repor
     assert {row[0]: row[labels.index("global batch")] for row in rows} == {"devices-1": "32", "devices-2": "64"}
     note = re.search(r'<p class="note" id="global-batch">(.*?)</p>', text, re.S).group(1)
     assert "32, 64" in note and "same learning rate" in note
+
+
+def test_a_run_restored_as_another_runs_copy_says_so(report):
+    """A sweep value whose attempt another run had trained is restored as a copy: its page said "resumed from –
+    (fresh start)" beside a launch naming the other run's directory."""
+    runs = find_runs(report.parents[1])
+    copied, own = runs[0], runs[1]
+    copied.provenance["attempt"].update(
+        restored=True, restored_from={"run": own.run_id, "attempt": "6dbf370b4e5b", "why": "same_key"}
+    )
+    schema.validate(copied.provenance)
+    said = re.search(r'<dd class="restored">(.*?)</dd>', render(runs, report), re.S).group(1)
+    assert said.startswith(f"run <code>{own.run_id}</code>, attempt <code>6dbf370b4e5b</code> (the same config"), said
+    assert "nothing trained again" in said and render(runs[1:], report).count('class="restored"') == 0
