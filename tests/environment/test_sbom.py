@@ -35,6 +35,9 @@ def test_the_record_names_the_cyclonedx_sbom_beside_it_by_sha256(recorded, tmp_p
     assert bom["bomFormat"] == "CycloneDX" and record["sbom"]["components"] == len(bom["components"])
     # Every installed distribution is a component (the editable snakeddp and pip included).
     assert {canonicalize_name(c["name"]) for c in bom["components"]} >= set(installed())
+    # Each once, as the record counts them: the editable install's src/snakeddp.egg-info listed snakeddp twice.
+    named = [canonicalize_name(c["name"]) for c in bom["components"]]
+    assert len(named) == len(set(named)) == len(record["packages"]), [n for n in named if named.count(n) > 1]
     assert "sbom" not in json.dumps({k: record[k] for k in ("packages", "hash")}), "the SBOM is not in the hash"
 
 

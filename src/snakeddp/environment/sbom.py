@@ -108,15 +108,38 @@ def cached(lock: Lock, prefix: Path | None = None, python: str = sys.executable)
     try:
         document = json.loads(kept.read_text(encoding="utf-8"))
         if document.get("key") == key:
-            return document["bom"]
+            return one_per_package(document["bom"])
     except (OSError, ValueError, AttributeError):
         pass
-    bom = enrich(generate(python), lock)
+    bom = enrich(one_per_package(generate(python)), lock)
     try:
         atomic_write_json(kept, {"key": key, "bom": bom})
     except OSError:
         pass  # a read-only prefix (an image): every capture makes its own
     return bom
+
+
+def one_per_package(bom: dict[str, Any]) -> dict[str, Any]:
+    """``bom`` with each package listed once: an editable install's ``src/<name>.egg-info`` beside its
+    ``.dist-info`` made cyclonedx-py list it twice (verify counted 263 packages where the record holds 262).
+    The first is kept, as importlib.metadata finds it; the dependency graph loses the other's bom-ref."""
+    seen: set[tuple[str, str | None]] = set()
+    components, removed = [], set()
+    for component in bom.get("components", []):
+        key = (canonicalize_name(component["name"]), component.get("version"))
+        if key in seen:
+            removed.add(component.get("bom-ref"))
+            continue
+        seen.add(key)
+        components.append(component)
+    if not removed:
+        return bom
+    dependencies = [
+        {**d, **({"dependsOn": [r for r in d["dependsOn"] if r not in removed]} if "dependsOn" in d else {})}
+        for d in bom.get("dependencies", [])
+        if d.get("ref") not in removed
+    ]
+    return {**bom, "components": components, **({"dependencies": dependencies} if "dependencies" in bom else {})}
 
 
 def enrich(bom: dict[str, Any], lock: Lock, paths: Iterable[str] | None = None) -> dict[str, Any]:
