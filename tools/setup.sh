@@ -28,6 +28,7 @@ done
 source tools/progress.sh
 
 # $PYTHON: one the locks are for (3.11, 3.12 or 3.13), else one line saying how to get one.
+asked_python=${PYTHON:-}
 source tools/python.sh
 core=envs/requirements.lock
 dev=envs/requirements-dev.lock
@@ -40,6 +41,19 @@ if [[ $want_v1 == 1 ]]; then
     dev=$core
 else
     VENV=${VENV:-.venv}
+fi
+# A venv keeps the Python it was made from: one asked for by name (PYTHON=, make's SETUP_PYTHON=) that is another
+# version is said in one line, before anything changes (the set-up did nothing and said nothing).
+if [[ -n $asked_python && -x $VENV/bin/python ]]; then
+    read -r venv_version _ <<<"$(python_version_of "$VENV/bin/python")"
+    read -r asked_version _ <<<"$(python_version_of "$PYTHON")"
+    if [[ -n ${venv_version:-} && $venv_version != "$asked_version" ]]; then
+        echo "setup: $VENV is Python $venv_version, and PYTHON=$asked_python asks for Python $asked_version; a venv" \
+            "keeps the Python it was made from, so nothing was changed. HINT: rm -rf $VENV, then run the same command" \
+            "again (it makes $VENV from Python $asked_version); or leave PYTHON (SETUP_PYTHON) unset to keep" \
+            "Python $venv_version" >&2
+        exit 2
+    fi
 fi
 locks=("$core")
 optional=(--optional "$dev")
