@@ -91,8 +91,6 @@ deny_check() {
 }
 [[ -f $denied_checked && "$(cat "$denied_checked")" == "$(deny_inputs)" ]] || deny_check
 
-tools/profiles.sh
-
 # The stamp says which locks the venv was last set up (and import-checked) from; the venv itself is
 # compared with them too (0.3 s), so a package removed or changed by hand is found and repaired.
 stamp="$VENV/.snakeddp-locks"
@@ -110,12 +108,16 @@ if [[ -f "$stamp" && "$(cut -d' ' -f1 "$stamp")" == "$want" ]]; then
     build=$(torch_build) || exit 2
     want=$(stamp_of $build)
     if drift=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock drift "${locks[@]}" "${optional[@]}" 2>&1); then
-        [[ "$(cat "$stamp")" == "$want" ]] && exit 0
-        installed=1
+        [[ "$(cat "$stamp")" == "$want" ]] && installed=2
+        ((installed == 2)) || installed=1
     else
         echo "setup: $VENV has changed since it was set up: ${drift:-its python does not start}; reinstalling from ${locks[*]}"
     fi
 fi
+# The profiles' notes on names kept (another checkout's, the user's own) come with a set-up that installs something,
+# once (not again for the SDK v1's venv); a name newly linked is said whenever.
+if ((installed == 2)) || [[ $want_v1 == 1 ]]; then tools/profiles.sh --quiet; else tools/profiles.sh; fi
+((installed < 2)) || exit 0
 
 source tools/uv.sh
 into=(--python "$VENV/bin/python")
