@@ -101,3 +101,44 @@ def test_the_read_only_checkouts_hint_a_clone_where_it_can_write_sets_up(read_on
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "setup: .venv matches envs/requirements.lock", done.stdout
     assert os.access(clone / ".venv" / "bin" / "snakemake", os.X_OK)
+
+
+@pytest.fixture
+def read_only_cache_home(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A home whose ~/.cache is a read-only file system, no uv installed under it; uv's own cache stays this
+    machine's (no download but uv itself)."""
+    cache = tmp_path / "home" / ".cache"
+    cache.mkdir(parents=True)
+    mounted("-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", cache)
+    uv_cache = subprocess.run([UV, "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield {"HOME": str(tmp_path / "home"), "UV_CACHE_DIR": uv_cache, "PYTHON": PYTHON_311}
+    finally:
+        subprocess.run(["umount", cache], check=True)
+
+
+def test_a_cache_directory_uv_cannot_be_installed_in_is_said_in_one_line(tmp_path, read_only_cache_home):
+    """bootstrap_uv printed python -m venv's error, then bash's for the missing bin/python, and exited 127."""
+    checkout = copy_of_this_checkout(tmp_path / "snakeddp")
+    done = typed(
+        checkout, "env", "-u", "XDG_CACHE_HOME", "-u", "SNAKEDDP_TOOLS", "tools/setup.sh", **read_only_cache_home
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    uv_home = f"{read_only_cache_home['HOME']}/.cache/snakeddp/uv-0.13.8"
+    assert hint_lines(done) == done.stderr.splitlines(), done.stderr
+    assert hint_lines(done) == [
+        f"setup: could not install uv into {uv_home} (Read-only file system). HINT: set SNAKEDDP_TOOLS to a "
+        "directory you can write (SNAKEDDP_TOOLS=/var/tmp/snakeddp-tools; XDG_CACHE_HOME moves it too) and run the "
+        "same command again"
+    ]
+
+
+@pytest.mark.e2e
+def test_the_hint_for_uvs_directory_installs_uv_where_snakeddp_tools_says_and_sets_up(tmp_path, read_only_cache_home):
+    checkout = copy_of_this_checkout(tmp_path / "snakeddp")
+    tools = tmp_path / "tools"
+    command = ("env", "-u", "XDG_CACHE_HOME", f"SNAKEDDP_TOOLS={tools}", "tools/setup.sh")
+    done = typed(checkout, *command, **read_only_cache_home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"setup: installing uv 0.13.8 into {tools}/uv-0.13.8 (once per machine)" in done.stdout
+    assert done.stdout.splitlines()[-1] == "setup: .venv matches envs/requirements.lock", done.stdout
