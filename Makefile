@@ -63,12 +63,13 @@ OUT ?= .gpu-check/out
 gpu-check:
 	tools/gpu-check.sh $(OUT)
 
-setup:
-	tools/setup.sh
-
 # SETUP_PYTHON: the interpreter a new venv is made from (tools/setup.sh's PYTHON; when unset, the first of python3.11,
-# python3.12, python3.13 and python3 that is one the locks are for: tools/python.sh). Only the set-up gets it.
+# python3.12, python3.13 and python3 that is one the locks are for: tools/python.sh). Only the set-up gets it (make
+# setup, make run, make setup-dev and what needs it); a venv made from another Python is refused in one line.
 SETUP_ENV := $(if $(SETUP_PYTHON),PYTHON=$(SETUP_PYTHON))
+
+setup:
+	$(SETUP_ENV) tools/setup.sh
 
 # The AzureML SDK v1 has a venv of its own (its caps conflict with the dev lock); tests/azureml/test_sdk_v1.py
 # runs its tests there.

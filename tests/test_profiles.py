@@ -7,6 +7,7 @@ import hashlib
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,12 @@ def user_env(tmp_path: Path) -> dict[str, str]:
     return subprocess_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), VENV=str(venv), PATH=path)
 
 
+def listed(names: tuple[str, ...]) -> str:
+    """'a, b and c', as tools/profiles.sh lists names."""
+    names = sorted(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def typed(command: str, root: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(shlex.split(command), cwd=root, env=env, capture_output=True, text=True, timeout=300)
 
@@ -75,8 +82,12 @@ def test_bare_profile_names_work_after_setup(checkout, user_env):
     assert set(REFUSALS) < set(NAMES), "a refusal for a platform the registry does not have"
     setup = typed("tools/setup.sh", checkout, user_env)
     assert setup.returncode == 0, setup.stdout + setup.stderr
+    config = Path(user_env["XDG_CONFIG_HOME"])
+    linked = [line for line in setup.stdout.splitlines() if "now mean" in line]
+    assert linked == [
+        f"setup: --profile {listed(NAMES)} now mean {checkout}/profiles/NAME (linked from {config}/snakemake)"
+    ]
     for name in NAMES:
-        assert f"--profile {name} now means {checkout}/profiles/{name}" in setup.stdout
         plan = typed(f"snakemake --profile {name} --dry-run", checkout, user_env)
         output = plan.stdout + plan.stderr
         assert f"Using profiles {name} and workflow specific profile profiles/default" in output
@@ -96,8 +107,9 @@ def test_a_users_own_profile_is_kept(checkout, user_env):
     own.mkdir(parents=True)
     (own / "config.yaml").write_text("executor: slurm\njobs: 7\n")
     setup = typed("tools/setup.sh", checkout, user_env)
-    assert setup.returncode == 0, setup.stdout + setup.stderr
-    notes = [line for line in setup.stdout.splitlines() if "HINT:" in line]
+    assert setup.returncode == 0 and not hints(setup), setup.stdout + setup.stderr
+    # Said by a set-up that installs something (which runs tools/profiles.sh), not by every set-up.
+    notes = hints(typed("tools/profiles.sh", checkout, user_env))
     assert len(notes) == 1 and f"{own} (yours, kept)" in notes[0] and "--profile profiles/slurm" in notes[0]
     assert not own.is_symlink() and (own / "config.yaml").read_text() == "executor: slurm\njobs: 7\n"
     assert (own.parent / "local").resolve() == checkout / "profiles" / "local"
@@ -118,26 +130,65 @@ def test_links_left_by_a_removed_checkout_are_replaced(checkout, user_env, tmp_p
     assert not hints(setup), setup.stdout
     for name in NAMES:
         assert (links / name).resolve() == checkout / "profiles" / name
-        assert f"which pointed to {gone}/profiles/{name}, gone" in setup.stdout
+    assert f"; {listed(NAMES)} pointed to {gone}/profiles/NAME (gone))" in setup.stdout
     plan = typed("snakemake --profile local --dry-run", checkout, user_env)
     assert plan.returncode == 0 and "Using profiles local and" in plan.stderr, plan.stdout + plan.stderr
 
 
-def test_another_checkouts_links_are_kept_and_the_hint_switches_them(checkout, user_env, tmp_path):
+def test_another_checkouts_links_are_said_in_one_line_once_and_the_hint_switches_them(checkout, user_env, tmp_path):
+    """A second checkout's every set-up said five lines of about 300 characters (one a profile), even with nothing to
+    do, and make setup-dev twice: a set-up with nothing to install says nothing of them, one that installs (it runs
+    tools/profiles.sh) says one line, whose HINT makes every bare name this checkout's."""
     other = copy_of_this_checkout(tmp_path / "other")
     assert typed("tools/setup.sh", other, user_env).returncode == 0
     setup = typed("tools/setup.sh", checkout, user_env)
-    notes = hints(setup)
-    assert setup.returncode == 0 and len(notes) == len(NAMES), setup.stdout + setup.stderr
-    local = next(line for line in notes if "--profile local " in line)
-    assert f"means {other}/profiles/local, another checkout's (kept)" in local
-    # The hint's command, as printed, makes the bare name mean this checkout.
-    command = local.split("or run ", 1)[1].removesuffix(" to make the bare name mean it.")
-    assert subprocess.run(shlex.split(command), check=False).returncode == 0
-    link = Path(user_env["XDG_CONFIG_HOME"]) / "snakemake" / "local"
-    assert link.resolve() == checkout / "profiles" / "local"
+    assert setup.returncode == 0 and setup.stdout + setup.stderr == "", setup.stdout + setup.stderr
+    said = typed("tools/profiles.sh", checkout, user_env)
+    assert said.returncode == 0 and said.stderr == "" and hints(said) == said.stdout.splitlines()
+    assert hints(said) == [
+        f"setup: --profile {listed(NAMES)} mean another checkout's ({other}), kept. HINT: type --profile "
+        "profiles/local for this checkout's, or run tools/profiles.sh --here to make the bare names mean this "
+        "checkout's"
+    ]
+    # The hint's command, as printed, makes the bare names mean this checkout.
+    command = hints(said)[0].split("or run ", 1)[1].removesuffix(" to make the bare names mean this checkout's")
+    here = typed(command, checkout, user_env)
+    assert here.returncode == 0 and f"pointed to {other}/profiles/NAME)" in here.stdout, here.stdout + here.stderr
+    for name in NAMES:
+        assert (Path(user_env["XDG_CONFIG_HOME"]) / "snakemake" / name).resolve() == checkout / "profiles" / name
     plan = typed("snakemake --profile local --dry-run", checkout, user_env)
     assert plan.returncode == 0 and "Using profiles local and" in plan.stderr, plan.stdout + plan.stderr
+    assert typed("tools/profiles.sh", checkout, user_env).stdout == ""
+
+
+@pytest.fixture
+def read_only_config(tmp_path: Path) -> Iterator[Path]:
+    """An empty read-only file system (a real mount) as XDG_CONFIG_HOME."""
+    config = tmp_path / "read-only-config"
+    config.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", config], check=True)
+    try:
+        yield config
+    finally:
+        subprocess.run(["umount", config], check=True)
+
+
+def test_a_read_only_config_directory_is_said_in_one_line_and_the_set_up_goes_on(checkout, user_env, read_only_config):
+    """tools/profiles.sh ran mkdir under set -e: the set-up stopped at a raw mkdir error."""
+    setup = typed("tools/setup.sh", checkout, {**user_env, "XDG_CONFIG_HOME": str(read_only_config)})
+    assert setup.returncode == 0 and setup.stdout == "", setup.stdout + setup.stderr
+    assert hints(setup) == setup.stderr.splitlines()
+    assert hints(setup) == [
+        f"setup: could not link the profiles into {read_only_config}/snakemake (Read-only file system), so bare "
+        "names such as --profile local do not reach this checkout's; the set-up goes on. HINT: type --profile "
+        "profiles/local (the path, from the checkout's root), or set XDG_CONFIG_HOME to a directory you can write "
+        "and run tools/setup.sh again"
+    ]
+    # As the HINT says: the path reaches the profile; a config directory that can be written gets the links.
+    plan = typed("snakemake --profile profiles/local --dry-run", checkout, user_env)
+    assert plan.returncode == 0 and "Using profiles profiles/local and" in plan.stderr, plan.stdout + plan.stderr
+    again = typed("tools/setup.sh", checkout, user_env)
+    assert again.returncode == 0 and f"now mean {checkout}/profiles/NAME" in again.stdout, again.stdout + again.stderr
 
 
 def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):

@@ -6,11 +6,19 @@ machine's commands, the Pythons on it chosen by the test."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bench.venvs import UV
+from tests.checkout import copy_of_this_checkout, hint_lines, typed
 from tests.helpers import REPO
+
+# The set-up's own interpreter (CI's, and this machine's python3.11).
+PYTHON_311 = "/usr/bin/python3.11"
 
 
 def path_with(tmp_path: Path, pythons: dict[str, str]) -> str:
@@ -70,3 +78,47 @@ def test_a_python_named_by_hand_that_is_none_of_them_is_refused_in_one_line(tmp_
         "setup: PYTHON=/opt/none/python3.9 is no Python that starts, and snakeddp's locks are for Python 3.11, 3.12 "
         "or 3.13. HINT: unset PYTHON, or set it to one of those (e.g. PYTHON=python3.12)"
     ]
+
+
+PYENV_312 = "/root/.pyenv/versions/3.12.1/bin/python3.12"
+
+
+@pytest.fixture
+def checkout_with_a_312_venv(tmp_path: Path) -> Path:
+    """A copy of this checkout whose .venv was made from Python 3.12 (nothing installed yet: the test is the venv's
+    Python, not its packages)."""
+    root = copy_of_this_checkout(tmp_path / "snakeddp")
+    subprocess.run([UV, "venv", "--quiet", "--python", PYENV_312, root / ".venv"], check=True)
+    return root
+
+
+def refused_for_its_python(done: subprocess.CompletedProcess, root: Path) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert hint_lines(done) == [
+        f"setup: .venv is Python 3.12, and PYTHON={PYTHON_311} asks for Python 3.11; a venv keeps the Python it was "
+        "made from, so nothing was changed. HINT: rm -rf .venv, then run the same command again (it makes .venv from "
+        "Python 3.11); or leave PYTHON (SETUP_PYTHON) unset to keep Python 3.12"
+    ], done.stdout + done.stderr
+    assert "3.12" in (root / ".venv" / "pyvenv.cfg").read_text() and not (root / ".venv" / ".snakeddp-locks").exists()
+
+
+def test_make_setup_passes_setup_python_and_a_venv_of_another_python_is_said_in_one_line(checkout_with_a_312_venv):
+    """make setup (and make run, which runs it) ignored SETUP_PYTHON, and set-up said nothing of a venv made from
+    another Python than the one asked for: it went on with the venv's (and make run with its 3.11 venv)."""
+    root = checkout_with_a_312_venv
+    refused_for_its_python(typed(root, "make", "setup", f"SETUP_PYTHON={PYTHON_311}"), root)
+    refused_for_its_python(typed(root, "tools/setup.sh", PYTHON=PYTHON_311), root)
+
+
+@pytest.mark.e2e
+def test_the_hint_for_a_venv_of_another_python_makes_it_from_the_one_asked_for(checkout_with_a_312_venv):
+    """The HINT's commands, as typed: the venv is made again from the Python asked for, and set up (a full install)."""
+    root = checkout_with_a_312_venv
+    command = ("make", "setup", f"SETUP_PYTHON={PYTHON_311}")
+    refused_for_its_python(typed(root, *command), root)
+    shutil.rmtree(root / ".venv")
+    done = typed(root, *command)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "setup: .venv matches envs/requirements.lock" in done.stdout
+    version = typed(root, ".venv/bin/python", "-c", "import sys; print(sys.version_info[:2])")
+    assert version.stdout.strip() == "(3, 11)"

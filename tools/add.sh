@@ -30,6 +30,14 @@ derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock 
     envs/pylock.*.toml)
 cp "${derived[@]}" "$kept/"
 restore() { for file in "${derived[@]}"; do cp "$kept/$(basename "$file")" "$file"; done; }
+# Ctrl-C (or a kill) before the locks are written leaves envs/ as it was, as a failed re-lock does: the .in file edited
+# and the locks not would pass make lint's check (it compares the YAMLs with the locks, not the locks with the .in).
+interrupted() {
+    restore
+    echo "add: stopped before the locks were written; envs/ is as it was. HINT: run the same tools/add.sh command again" >&2
+    exit 130
+}
+trap interrupted INT TERM
 
 # The .in file is edited with this checkout's code and packaging (the venv's, or the first Python's).
 python=$VENV/bin/python
@@ -66,4 +74,6 @@ if ! tools/lock.sh; then
 fi
 # A package named without a version is pinned at the version just resolved.
 edit pin envs/requirements.in envs/requirements.lock
+# The locks agree with the .in file from here: an interrupted set-up is repaired by running it again.
+trap - INT TERM
 tools/setup.sh

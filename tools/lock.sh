@@ -13,6 +13,16 @@
 # Nothing is written when a resolution holds a release envs/denied.toml denies or its index marks yanked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+usage="usage: tools/lock.sh [--upgrade]   (the locks from the .in files; --upgrade: every version newest, within the pins)"
+upgrade=()
+while (($#)); do
+    case $1 in
+        --upgrade) upgrade=(--upgrade) ;;
+        -h | --help) echo "$usage"; exit 0 ;;
+        *) echo "lock: unknown option $1; nothing was locked. HINT: $usage" >&2; exit 2 ;;
+    esac
+    shift
+done
 source tools/progress.sh
 source tools/uv.sh
 source tools/python.sh
@@ -34,8 +44,6 @@ helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
 # unless the new pins need otherwise. Not torch: the lock's torch==2.13.0 as a preference is PyPI's CUDA build
 # (and its cuda-*/nvidia-* wheels); the .in's pin lets the machine's own build (find-links' 2.13.0+cpu) win, as a
 # fresh resolution does. A lock left with a merge's conflict markers gives what both sides agree on.
-upgrade=()
-if [[ "${1:-}" == "--upgrade" ]]; then upgrade=(--upgrade); fi
 prepared=0
 helper snakeddp.environment.locking prepare envs "$work" "${upgrade[@]}" || prepared=$?
 if ((prepared == 1)); then

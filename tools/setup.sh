@@ -28,6 +28,7 @@ done
 source tools/progress.sh
 
 # $PYTHON: one the locks are for (3.11, 3.12 or 3.13), else one line saying how to get one.
+asked_python=${PYTHON:-}
 source tools/python.sh
 core=envs/requirements.lock
 dev=envs/requirements-dev.lock
@@ -40,6 +41,19 @@ if [[ $want_v1 == 1 ]]; then
     dev=$core
 else
     VENV=${VENV:-.venv}
+fi
+# A venv keeps the Python it was made from: one asked for by name (PYTHON=, make's SETUP_PYTHON=) that is another
+# version is said in one line, before anything changes (the set-up did nothing and said nothing).
+if [[ -n $asked_python && -x $VENV/bin/python ]]; then
+    read -r venv_version _ <<<"$(python_version_of "$VENV/bin/python")"
+    read -r asked_version _ <<<"$(python_version_of "$PYTHON")"
+    if [[ -n ${venv_version:-} && $venv_version != "$asked_version" ]]; then
+        echo "setup: $VENV is Python $venv_version, and PYTHON=$asked_python asks for Python $asked_version; a venv" \
+            "keeps the Python it was made from, so nothing was changed. HINT: rm -rf $VENV, then run the same command" \
+            "again (it makes $VENV from Python $asked_version); or leave PYTHON (SETUP_PYTHON) unset to keep" \
+            "Python $venv_version" >&2
+        exit 2
+    fi
 fi
 locks=("$core")
 optional=(--optional "$dev")
@@ -77,8 +91,6 @@ deny_check() {
 }
 [[ -f $denied_checked && "$(cat "$denied_checked")" == "$(deny_inputs)" ]] || deny_check
 
-tools/profiles.sh
-
 # The stamp says which locks the venv was last set up (and import-checked) from; the venv itself is
 # compared with them too (0.3 s), so a package removed or changed by hand is found and repaired.
 stamp="$VENV/.snakeddp-locks"
@@ -96,12 +108,16 @@ if [[ -f "$stamp" && "$(cut -d' ' -f1 "$stamp")" == "$want" ]]; then
     build=$(torch_build) || exit 2
     want=$(stamp_of $build)
     if drift=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock drift "${locks[@]}" "${optional[@]}" 2>&1); then
-        [[ "$(cat "$stamp")" == "$want" ]] && exit 0
-        installed=1
+        [[ "$(cat "$stamp")" == "$want" ]] && installed=2
+        ((installed == 2)) || installed=1
     else
         echo "setup: $VENV has changed since it was set up: ${drift:-its python does not start}; reinstalling from ${locks[*]}"
     fi
 fi
+# The profiles' notes on names kept (another checkout's, the user's own) come with a set-up that installs something,
+# once (not again for the SDK v1's venv); a name newly linked is said whenever.
+if ((installed == 2)) || [[ $want_v1 == 1 ]]; then tools/profiles.sh --quiet; else tools/profiles.sh; fi
+((installed < 2)) || exit 0
 
 source tools/uv.sh
 into=(--python "$VENV/bin/python")
@@ -123,12 +139,34 @@ hash_failure() {
             printf "setup: %s: %s expect%s %s, and the file uv got has %s: nothing was installed. HINT: if the lock is right, the file is not the one it was made from (a mirror or a cache: uv cache clean %s fetches it again); if the lock was changed, restore it (git checkout envs/) or write it again with tools/lock.sh\n", pkg, locks, (n > 1 ? " one of" : "s"), want, found, substr(pkg, 1, index(pkg, "==") - 1)
         }'
 }
-# Runs an install; a hash mismatch is told in one line, any other failure as uv tells it.
+# A full disk or a read-only one in uv's words ("No space left on device (os error 28)", "Read-only file system
+# (os error 30)", a dozen lines of causes) as one line: where, and the space left there. `disk_said LOG`.
+disk_said() {
+    local log=$1 dir free target
+    if grep -qE 'os error 28|No space left on device' "$log"; then
+        # The fullest of the places an install writes: the venv's disk, uv's cache, the temporary directory.
+        read -r free target < <(for dir in "$(dirname "$(realpath -m "$VENV")")" "$("$uv" cache dir 2>/dev/null)" \
+            "${TMPDIR:-/tmp}"; do df -B1 --output=avail,target "$dir" 2>/dev/null | tail -n +2; done | sort -n | head -1)
+        echo "setup: the disk is full at $target ($(numfmt --to=iec "$free")B left), so $VENV is half installed. HINT:" \
+            "free space on $target ($VENV takes about 2 GB with a CPU torch, more with a CUDA one), then run the same" \
+            "command again: it repairs $VENV" >&2
+        return 0
+    fi
+    if grep -qE 'os error 30|Read-only file system' "$log"; then
+        target=$(df --output=target "$(dirname "$(realpath -m "$VENV")")" 2>/dev/null | tail -n +2)
+        echo "setup: $VENV cannot be written: ${target:-its directory} is a read-only file system. HINT: clone the" \
+            "checkout where you can write (git clone $PWD ~/snakeddp) and run the same command there, or remount" \
+            "${target:-it} read-write" >&2
+        return 0
+    fi
+    return 1
+}
+# Runs an install; a full or read-only disk and a hash mismatch are told in one line, any other failure as uv tells it.
 hashed_install() {
     local log
     log=$(mktemp)
     if "$@" 2>"$log"; then rm -f "$log"; return 0; fi
-    if ! hash_failure "${locks[*]}" <"$log" >&2; then cat "$log" >&2; fi
+    if ! disk_said "$log" && ! hash_failure "${locks[*]}" <"$log" >&2; then cat "$log" >&2; fi
     rm -f "$log"
     return 1
 }
@@ -178,7 +216,7 @@ editable_install() {
         editable_current && return 0
     fi
     rm -f "$editable_stamp" "$editable_kept"
-    "$uv" pip install --quiet "${into[@]}" --no-deps -e .
+    hashed_install "$uv" pip install --quiet "${into[@]}" --no-deps -e .
     # A uv that records the source otherwise finds nothing to keep: it builds again next time, as before.
     record=$(editable_record) || return 0
     mapfile -t files < <(editable_files "$record")
@@ -194,7 +232,7 @@ compile=(--compile-bytecode)
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
-    "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
+    hashed_install "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
 fi
 if [[ $installed == 0 ]]; then
     echo "setup: installing ${locks[*]} into $VENV"

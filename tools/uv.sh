@@ -6,13 +6,31 @@ UV_VERSION=0.13.8
 uv_home=${SNAKEDDP_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/snakeddp}/uv-$UV_VERSION
 uv="$uv_home/bin/uv"
 bootstrap_uv() {
-    "${PYTHON:-python3}" -m venv "$uv_home"
-    "$uv_home/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
+    "${PYTHON:-python3}" -m venv "$uv_home" && \
+        "$uv_home/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 }
 if [[ ! -x "$uv" ]]; then
     echo "setup: installing uv $UV_VERSION into $uv_home (once per machine)"
     # Creating its venv (pip included) took 20-30 s here, installing uv a few seconds more.
-    progress "installing uv" bootstrap_uv
+    uv_log=$(mktemp)
+    if ! progress "installing uv" bootstrap_uv 2>"$uv_log"; then
+        # A directory it cannot write (a read-only or full home) is one line naming what sets it; anything else
+        # (no venv module, no index) is the last line the tools said.
+        uv_parent=$uv_home
+        until [[ -d $uv_parent ]]; do uv_parent=$(dirname "$uv_parent"); done
+        if [[ ! -w $uv_parent ]] || grep -qE 'Read-only file system|Permission denied|No space left' "$uv_log"; then
+            why=$(grep -m1 -oE 'Read-only file system|Permission denied|No space left on device' "$uv_log" || true)
+            echo "setup: could not install uv into $uv_home (${why:-$uv_parent is not writable}). HINT: set" \
+                "SNAKEDDP_TOOLS to a directory you can write (SNAKEDDP_TOOLS=/var/tmp/snakeddp-tools; XDG_CACHE_HOME" \
+                "moves it too) and run the same command again" >&2
+        else
+            echo "setup: could not install uv into $uv_home: $(grep -v '^\s*$' "$uv_log" | tail -n 1). HINT: fix what" \
+                "that says (Debian: sudo apt install python3-venv), then run the same command again" >&2
+        fi
+        rm -f "$uv_log"
+        exit 1
+    fi
+    rm -f "$uv_log"
 fi
 # uv does not read pip's config: a machine's own wheels (pip's find-links, e.g. a CPU torch) stay usable.
 if [[ -z "${UV_FIND_LINKS:-}" && -n "${PIP_FIND_LINKS:-}" ]]; then

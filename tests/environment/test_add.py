@@ -12,7 +12,9 @@ import hashlib
 import importlib.metadata
 import os
 import re
+import signal
 import subprocess
+import time
 import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -88,6 +90,31 @@ def test_a_name_the_index_does_not_know_is_said_so_in_one_line_and_nothing_chang
     assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
 
 
+def test_ctrl_c_while_adding_leaves_envs_as_it_was_and_says_so_in_one_line(checkout):
+    """Ctrl-C during the re-lock left envs/requirements.in edited and the locks not, which make lint's check did not
+    notice. The terminal's Ctrl-C: SIGINT to the command's process group, once the .in file is edited."""
+    envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
+    environ = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    environ.update(PATH=f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", XDG_CONFIG_HOME=str(checkout.parent / "config"))
+    adding = subprocess.Popen(
+        ["tools/add.sh", "humanize"], cwd=checkout, env=environ, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while (checkout / "envs/requirements.in").read_bytes() == envs["requirements.in"]:
+        assert adding.poll() is None and time.monotonic() < deadline, "tools/add.sh never edited requirements.in"
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the re-lock
+    os.killpg(adding.pid, signal.SIGINT)
+    stdout, stderr = adding.communicate(timeout=60)
+    assert adding.returncode == 130, stdout + stderr
+    assert hint_lines(subprocess.CompletedProcess([], 130, stdout, stderr)) == [
+        "add: stopped before the locks were written; envs/ is as it was. HINT: run the same tools/add.sh command again"
+    ], stdout + stderr
+    assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
+
+
+# The HINT of the test above, followed (with a second package).
 def test_a_package_added_with_one_command_is_locked_staged_and_imported_by_the_model_in_training(checkout):
     # With the HINT of the denied release above followed: lightning==2.6.6 pinned as it is locked.
     added = typed(checkout, "tools/add.sh", "humanize", "lightning==2.6.6")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from snakeddp.environment import locking
 from snakeddp.environment.lock import read_lock
 from snakeddp.errors import LockError
+from tests.checkout import copy_of_this_checkout, hint_lines, typed
 from tests.helpers import REPO
 
 ENVS = REPO / "envs"
@@ -179,3 +181,25 @@ def test_another_pythons_resolution_is_compared_with_this_ones_torch_taken_from_
     assert locking.differences(same, [here, build]) == []
     other = compiled("other.txt", "audioop-lts==0.2.2", "numpy==2.4.6", "torch==2.13.0", "triton==3.7.1")
     assert locking.differences(other, [here, build]) == ["+audioop-lts==0.2.2", "-pyyaml==6.0.4"]
+
+
+def test_lock_sh_says_its_usage_and_refuses_an_option_it_does_not_know_before_locking_anything(tmp_path):
+    """tools/lock.sh read only `--upgrade`: --help, or a typo (--upgrad), re-locked everything (a minute, online)."""
+    checkout = copy_of_this_checkout(tmp_path / "snakeddp")
+    envs = {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()}
+    usage = (
+        "usage: tools/lock.sh [--upgrade]   (the locks from the .in files; --upgrade: every version newest, within "
+        "the pins)"
+    )
+    started = time.monotonic()
+    helped = typed(checkout, "tools/lock.sh", "--help")
+    assert helped.returncode == 0 and helped.stdout.splitlines() == [usage] and helped.stderr == ""
+    refused = typed(checkout, "tools/lock.sh", "--upgrad")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout + refused.stderr
+    assert (
+        hint_lines(refused)
+        == refused.stderr.splitlines()
+        == [f"lock: unknown option --upgrad; nothing was locked. HINT: {usage}"]
+    )
+    assert time.monotonic() - started < 10
+    assert {path.name: path.read_bytes() for path in (checkout / "envs").iterdir() if path.is_file()} == envs
