@@ -58,11 +58,15 @@ checker=.venv/bin/python
 [[ -x $checker ]] || checker=$PYTHON
 advisories() { PYTHONPATH=src "$checker" -m snakeddp.environment.advisories "$@"; }
 advisories constraints > "$work/denied.txt"
+# The release cooldown (envs/cooldown.toml), as tools/lock.sh and tools/add.sh apply it: a release uploaded after
+# its cutoff is neither installed nor run here, on the machine the cooldown exists to keep it off.
+mapfile -t cooldown < <(PYTHONPATH=src "$checker" -m snakeddp.environment.cooldown uv-args)
+((${#cooldown[@]})) || exit 2
 
 # shellcheck disable=SC2046 # the --extra flags are words
 if ! "$uv" pip compile --quiet --python "$PYTHON" --no-header --no-annotate --upgrade pyproject.toml \
     $(cat "$work/extras") "$work/tools.in" --constraint "$work/torch.txt" --constraint "$work/denied.txt" \
-    --override envs/requirements-overrides.txt \
+    --override envs/requirements-overrides.txt "${cooldown[@]}" \
     --output-file "$work/newest.txt" 2>"$work/newest.log"; then
     cat "$work/newest.log" >&2
     echo "newest: pyproject.toml's ranges and envs/requirements-dev.in's test tools have no solution (uv's reason above). HINT: widen the range uv names, or move the test tool's pin" >&2
