@@ -281,7 +281,9 @@ progress "compiling src/" "$VENV/bin/python" -m compileall -q src
 # Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.
 extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then
-    echo "setup: removing packages that no lock names: $(echo $extra)"
+    # The seed's own (a new venv's wheel) go without a word: only what someone installed by hand is news.
+    said=$(printf '%s\n' $extra | grep -vxE 'wheel|setuptools|pip' | xargs echo || true)
+    [[ -z "$said" ]] || echo "setup: removing packages that no lock names: $said"
     "$uv" pip uninstall --quiet "${into[@]}" $extra
 fi
 "$uv" pip check "${into[@]}"
