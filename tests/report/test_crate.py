@@ -163,6 +163,18 @@ def as_source(provenance: dict, source: str, workdir: Path) -> dict:
         write_module_record(record, dataset, {"module": data["module"]})
         provenance["data"] = {"manifest": record.relative_to(workdir).as_posix(), "dataset": dataset,
                               "manifest_sha256": sha256_file(record), "partitions": None, "records": None}  # fmt: skip
+        # The user's code as training records it: a module in the workflow's directory, and one edited since.
+        (workdir / "blobs.py").write_text("class Blobs: ...\n")
+        (workdir / "edited.py").write_text("class Net: ...\n")
+        provenance["user_code"] = [
+            {
+                "role": "datamodule",
+                "target": "blobs:Blobs",
+                "file": "blobs.py",
+                "sha256": sha256_file(workdir / "blobs.py"),
+            },
+            {"role": "model", "target": "edited:Net", "file": "edited.py", "sha256": "0" * 64},
+        ]
     return provenance
 
 
@@ -234,6 +246,11 @@ def test_a_module_dataset_is_its_record_of_the_users_datamodule(source_crates):
     assert record.id.endswith("/module.json") and record["description"].startswith("record of ")
     assert json.loads((report / record.id).read_text())["params"] == {"module": "blobs:Blobs"}
     assert record in crate.get("#run-devices-1")["object"]
+    # The user's DataModule module as it trained; a file edited since the run is left to its record.
+    code = crate.get("files/code/blobs.py")
+    assert code is not None and code in crate.get("#run-devices-1")["object"], "the crate could not build the data"
+    assert (report / code.id).read_text() == "class Blobs: ...\n" and "SoftwareSourceCode" in code.type
+    assert crate.get("files/code/edited.py") is None and not (report / "files/code/edited.py").exists()
 
 
 @pytest.mark.parametrize("source", sorted(RAN))

@@ -3,7 +3,8 @@
 The crate root is the report directory. What the runs were made from and what they made is
 placed under ``files/`` (hard links where the filesystem allows, so checkpoints cost no space,
 copies otherwise): the workflow (Snakefile, rules, environment specs), the config, each
-dataset's manifest, and per run its run.yaml, metrics.csv, provenance.json, checkpoints and log.
+dataset's manifest, and per run its run.yaml, metrics.csv, provenance.json, checkpoints and log, and the
+user's model and DataModule modules it trained with (files/code/).
 Zip ``results/report`` and the report, the figures and the evidence travel together.
 
 It is an RO-Crate 1.1 following the Provenance Run Crate profile 0.5 (which extends Workflow Run
@@ -40,6 +41,7 @@ from snakeddp.report.files import workflow_files
 from snakeddp.run import account, layout, rules
 from snakeddp.run.runs import Run, earlier_attempts
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text, copy_file, link_or_copy, read_json
+from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
 from snakeddp.util.redact import redact_text
 from snakeddp.util.words import counted
@@ -266,7 +268,7 @@ def _run_action(
     action = builder.crate.add_action(
         tool,
         identifier=f"#run-{run.run_id}",
-        object=[files["run_config"], files["manifest"], *files.get("environment", []), *values],
+        object=[files["run_config"], files["manifest"], *files.get("environment", []), *files["user_code"], *values],
         result=[item for group in results for item in (group if isinstance(group, list) else [group])],
         properties={
             "@type": "CreateAction",
@@ -460,7 +462,32 @@ def _run_files(builder: CrateBuilder, run: Run) -> dict[str, Any]:
     if log.is_file():
         files["log"] = [builder.add(log, f"{base}/train.log", description="launcher and training log (rank 0)")]
     files["hang"] = _hang_evidence(builder, run, f"{base}/{layout.HANG_EVIDENCE}")
+    files["user_code"] = _user_code(builder, run)
     return files
+
+
+def _user_code(builder: CrateBuilder, run: Run) -> list[Any]:
+    """The module files of the user's classes the run trained with (model.target, data.module), under
+    files/code/ as the workflow's directory holds them: where they are inside it and still the bytes the run
+    recorded (sha256). Without them the crate named a model it could not build; a file edited since, or one
+    outside the workflow's directory (an installed package), stays named by its record alone."""
+    placed = []
+    for entry in run.provenance.get("user_code") or []:
+        path = inside(run.workdir, entry.get("file"))
+        if path is None or not path.is_file() or sha256_file(path) != entry.get("sha256"):
+            continue
+        dest = f"{PAYLOAD}/code/{path.resolve().relative_to(run.workdir.resolve()).as_posix()}"
+        placed.append(
+            builder.crate.get(dest)
+            or builder.add(
+                path,
+                dest,
+                types=("File", "SoftwareSourceCode"),
+                sha256=entry["sha256"],
+                description=f"the {entry['role']} code the run trained with: {entry['target']}",
+            )
+        )
+    return placed
 
 
 # What each file of a hang's evidence holds (snakeddp.training.gather writes them).
