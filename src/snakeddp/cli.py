@@ -194,7 +194,7 @@ def platform_answers(checkout: Path) -> list[dict]:
 def cmd_status(args: argparse.Namespace) -> int:
     checkout = Path(args.results).resolve().parent
     planned = current.from_command_line(checkout, args.configfile, args.config) or []
-    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned)
+    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned, raw=args.json)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:

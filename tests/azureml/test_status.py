@@ -123,7 +123,7 @@ def test_the_runs_row_follows_what_azureml_answers_while_the_logs_stream(tmp_pat
     assert not pollers(), "the poller stops when the stream returns"
     remote_status.ended(run_dir, "completed")
     time.sleep(5 * POLL_S)  # a poller left behind would write the job's Completed over the verdict by now
-    assert (typed_status(tmp_path)["state"], typed_status(tmp_path)["ETA"]) == ("done", "0s")
+    assert (typed_status(tmp_path)["state"], typed_status(tmp_path)["eta_s"]) == ("done", 0.0)
     assert status.read(run_dir)["writer"] == "launcher"
 
 

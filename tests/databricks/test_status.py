@@ -47,7 +47,7 @@ def test_the_runs_row_follows_what_databricks_answers_from_submission_to_its_end
     assert seen[0] == ("queued", f"{WHAT} PENDING") and ("running", f"{WHAT} RUNNING") in seen, seen
     assert seen.index(("running", f"{WHAT} RUNNING")) > 0 and len(set(seen)) == 2, seen
     remote_status.ended(run_dir, "completed")
-    assert (typed_status(tmp_path)["state"], typed_status(tmp_path)["ETA"]) == ("done", "0s")
+    assert (typed_status(tmp_path)["state"], typed_status(tmp_path)["eta_s"]) == ("done", 0.0)
     assert status.read(run_dir)["writer"] == "launcher"
 
 

@@ -61,6 +61,11 @@ def test_a_queued_retry_a_platform_answers_for_wins_over_a_finished_try(tmp_path
     assert rows[0]["ETA"] == "1m05s" and rows[0]["step"] == "3/9" and rows[0]["epoch"] == "1/3"
     text = status.table(rows).splitlines()
     assert text[0].split() == list(status.COLUMNS) and "slurm job 14 pending (Resources)" in text[-1]
+    # --json, for a script: the values as numbers (it gave "1m05s", "3/9" and "1m07s ago"), the same runs.
+    raw = status.of_checkout(results, answers, now=status.read(results / "runs" / "a")["updated"] + 4, raw=True)
+    assert [(row["run"], row["state"]) for row in raw] == [(row["run"], row["state"]) for row in rows]
+    assert (raw[0]["eta_s"], raw[0]["step"], raw[0]["total_steps"], raw[0]["epoch"]) == (65.0, 3, 9, 1)
+    assert raw[0]["updated_s_ago"] == 4.0 and set(raw[3]) == set(raw[0]) and raw[3]["step"] is None
 
 
 def test_rank_0s_posts_are_written_off_its_thread_the_latest_last_and_flush_writes_what_is_pending(tmp_path):

@@ -52,7 +52,7 @@ def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_et
             assert snakemake.poll() is None and time.monotonic() < deadline, f"never both queued and training: {seen}"
             rows = typed_status(flow)
             for row in rows:
-                mid = row["state"] == "training" and row["ETA"] is not None and 0 < (row["%"] or 0) < 100
+                mid = row["state"] == "training" and row["eta_s"] is not None and 0 < (row["percent"] or 0) < 100
                 if row["state"] == "queued" or mid:  # a run's last post, at its fit's end, says 100%
                     seen.setdefault(row["state"], row)
                 queued_runs |= {row["run"]} if row["state"] == "queued" else set()
@@ -66,7 +66,7 @@ def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_et
     queued, training = seen["queued"], seen["training"]
     assert queued["run"] in ("seed-1", "seed-2") and queued["detail"].startswith("slurm job "), queued
     assert "pending" in queued["detail"], queued
-    assert training["ETA"] and 0 < training["%"] < 100 and training["step"], training
+    assert training["eta_s"] and 0 < training["percent"] < 100 and training["step"], training
     after = typed_status(flow)
     assert [(row["run"], row["state"]) for row in after] == [("seed-1", "done"), ("seed-2", "done")], after
     waits = {}

@@ -140,7 +140,11 @@ COLUMNS = ("run", "state", "epoch", "step", "samples/s", "%", "ETA", "updated", 
 
 
 def of_checkout(
-    results: Path, answers: list[dict[str, Any]], planned: Sequence[str] = (), now: float | None = None
+    results: Path,
+    answers: list[dict[str, Any]],
+    planned: Sequence[str] = (),
+    now: float | None = None,
+    raw: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per run of the checkout: every run directory's status.json, with what the platforms answer of
     the runs' jobs (``answers``: ``run``, ``state``, ``detail``), which wins where the job waits in a queue or
@@ -152,17 +156,33 @@ def of_checkout(
     for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
         said = read(folder) if folder.is_dir() else None
         if said is not None:
-            rows[folder.name] = _row(folder.name, said, now)
+            rows[folder.name] = _raw(folder.name, said, now) if raw else _row(folder.name, said, now)
+    empty = dict.fromkeys((*RAW, "updated", "updated_s_ago") if raw else COLUMNS)
     for answer in answers:
         mine = rows.get(answer["run"])
         if mine is None or answer["state"] == "queued" or mine["state"] in TERMINAL:
-            rows[answer["run"]] = {**dict.fromkeys(COLUMNS), "run": answer["run"], "state": answer["state"],
+            rows[answer["run"]] = {**empty, "run": answer["run"], "state": answer["state"],
                                    "detail": answer.get("detail")}  # fmt: skip
     for run in planned:
         if run not in rows:
-            rows[run] = {**dict.fromkeys(COLUMNS), "run": run, "state": NOT_STARTED,
+            rows[run] = {**empty, "run": run, "state": NOT_STARTED,
                          "detail": "planned by the config; no job has started it"}  # fmt: skip
     return [rows[run] for run in sorted(rows)]
+
+
+# What `snakeddp status --json` gives of each run's status.json: its values as numbers, for a script.
+RAW = ("state", "epoch", "max_epochs", "step", "total_steps", "samples_per_s", "percent", "eta_s", "queue_wait_s")
+
+
+def _raw(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
+    updated = float(said["updated"])
+    return {
+        "run": run,
+        **{key: said.get(key) for key in RAW},
+        "updated": updated,
+        "updated_s_ago": round(max(now - updated, 0.0), 1),
+        "detail": (said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}") + _gone(said),
+    }
 
 
 def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
