@@ -30,6 +30,7 @@ from tests.helpers import (
     Workflow,
     azureml_v1_installed,
     subprocess_env,
+    tmpfs,
 )
 
 # How long each test file took in the last measured run of the whole suite (`make durations` writes it).
@@ -323,10 +324,5 @@ def standin_checks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Checks]
 @pytest.fixture
 def disk(tmp_path):
     """A 256 KiB filesystem of its own (tmpfs, as root), where a write meets a full disk."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "size=256k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", mount], check=True)

@@ -412,3 +412,15 @@ def typed_status(checkout: Path) -> dict:
     assert done.returncode == 0 and not done.stderr, done.stdout + done.stderr
     (row,) = json.loads(done.stdout)
     return row
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs of its own at ``folder`` (made if need be; ``options``: ``size=16m``, ``ro,size=1m``), as root
+    mounts one: a disk that fills, or one that cannot be written; unmounted afterwards."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", folder], check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", folder], check=True)

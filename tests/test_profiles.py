@@ -15,7 +15,7 @@ import yaml
 
 from snakeddp.platforms.table import TABLE
 from tests.checkout import copy_of_this_checkout
-from tests.helpers import REPO, TINY, subprocess_env
+from tests.helpers import REPO, TINY, subprocess_env, tmpfs
 
 # Every profile: the azureml, spark and databricks ones with their SDKs.
 pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv]
@@ -164,13 +164,8 @@ def test_another_checkouts_links_are_said_in_one_line_once_and_the_hint_switches
 @pytest.fixture
 def read_only_config(tmp_path: Path) -> Iterator[Path]:
     """An empty read-only file system (a real mount) as XDG_CONFIG_HOME."""
-    config = tmp_path / "read-only-config"
-    config.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", config], check=True)
-    try:
+    with tmpfs(tmp_path / "read-only-config", "ro,size=1m") as config:
         yield config
-    finally:
-        subprocess.run(["umount", config], check=True)
 
 
 def test_a_read_only_config_directory_is_said_in_one_line_and_the_set_up_goes_on(checkout, user_env, read_only_config):

@@ -9,13 +9,13 @@ from __future__ import annotations
 import csv
 import os
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.checkout import Checkout
+from tests.helpers import tmpfs
 
 pytestmark = pytest.mark.e2e
 
@@ -56,12 +56,8 @@ class FillsTheDisk(MLP):
 @pytest.fixture
 def small_disk(tmp_path):
     checkout = Checkout(tmp_path)
-    (tmp_path / "results").mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", tmp_path / "results"], check=True)
-    try:
+    with tmpfs(tmp_path / "results", "size=16m"):
         yield checkout
-    finally:
-        subprocess.run(["umount", tmp_path / "results"], check=True)
 
 
 def epochs(run_dir: Path) -> list[int]:

@@ -95,6 +95,16 @@ def test_a_resumed_fit_accounts_for_the_restore_and_its_own_steps_only(tmp_path)
     assert status.read(tmp_path)["step"] == EPOCHS * BATCHES
 
 
+def fitted_without_checkpoints(run_dir: Path, model: pl.LightningModule, data: pl.LightningDataModule, **trainer):
+    """What rank 0's status.json says after ``model`` is fitted on ``data`` for EPOCHS epochs."""
+    pl.Trainer(
+        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+        callbacks=[LiveStatus(run_dir, Phases(AtomicCheckpointIO(run_dir)))], **trainer,
+    ).fit(model, datamodule=data)  # fmt: skip
+    return status.read(run_dir)
+
+
 class GrowingData(pl.LightningDataModule):
     """Each epoch a partition of its own, one batch more than the last (a table's partitions differ by rows)."""
 
@@ -107,13 +117,7 @@ class GrowingData(pl.LightningDataModule):
 
 def test_the_steps_to_take_follow_each_epochs_own_partition(tmp_path):
     """Lightning's estimate counts the first epoch's batches for every epoch: the run said 21/20 at its end."""
-    trainer = pl.Trainer(
-        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, reload_dataloaders_every_n_epochs=1,
-        callbacks=[LiveStatus(tmp_path, Phases(AtomicCheckpointIO(tmp_path)))],
-    )  # fmt: skip
-    trainer.fit(SlowStep(), datamodule=GrowingData())
-    said = status.read(tmp_path)
+    said = fitted_without_checkpoints(tmp_path, SlowStep(), GrowingData(), reload_dataloaders_every_n_epochs=1)
     steps = EPOCHS * BATCHES + sum(range(EPOCHS))
     assert (said["step"], said["total_steps"], said["percent"]) == (steps, steps, 100.0), said
 
@@ -134,13 +138,7 @@ VALIDATION_S = 1.0
 def test_samples_per_s_is_the_training_loops_as_the_report_times_it(tmp_path):
     """The wall clock holds validation (a second an epoch here), which the ETA counts and samples/s does not: the
     status said a seventh of `snakeddp runs`' samples/s for a run of small batches."""
-    trainer = pl.Trainer(
-        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, num_sanity_val_steps=0,
-        callbacks=[LiveStatus(tmp_path, Phases(AtomicCheckpointIO(tmp_path)))],
-    )  # fmt: skip
-    trainer.fit(SlowValidation(), datamodule=ValidatedData())
-    said = status.read(tmp_path)
+    said = fitted_without_checkpoints(tmp_path, SlowValidation(), ValidatedData(), num_sanity_val_steps=0)
     loop = 4 / (STEP_S + FETCH_S)  # a batch of 4 per step and fetch
     wall = 4 * BATCHES / (BATCHES * (STEP_S + FETCH_S) + VALIDATION_S)
     assert 0.6 * loop < said["samples_per_s"] < 1.2 * loop and said["samples_per_s"] > 1.5 * wall, (said, loop, wall)
