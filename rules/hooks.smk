@@ -2,6 +2,7 @@
 # relay of the local platform, the platform's watch, and the last lines at the end.
 import os
 import sys
+import uuid
 from pathlib import Path
 
 from snakemake.logging import logger
@@ -11,6 +12,7 @@ from snakeddp.compat import snakemake as snakeddp_snakemake
 from snakeddp.config import ConfigError
 from snakeddp.run import attempt as snakeddp_attempt
 from snakeddp.run import rules as snakeddp_rules
+from snakeddp.run import variables as snakeddp_variables
 from snakeddp.util import shutdown as snakeddp_shutdown
 from snakeddp.util import terminal as snakeddp_terminal
 from snakeddp.warm import preload as snakeddp_warm_preload
@@ -54,6 +56,9 @@ if workflow.output_settings.dryrun:
 # would touch a run that trains in another invocation (--nolock), and the log of a training
 # attempt that did not finish is moved aside, not overwritten (a live one stays where it is written).
 onstart:
+    # This invocation's id, in every job: a table's ingestion that fails names it, and a run of this invocation
+    # training beside it stops at once (snakeddp.data.stream).
+    os.environ[snakeddp_variables.INVOCATION] = uuid.uuid4().hex
     if not workflow.touch:
         try:
             snakeddp_live.check_no_live_runs(

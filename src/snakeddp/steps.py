@@ -32,6 +32,7 @@ if __name__ == "__main__":  # a job of the workflow: its warm process runs it, w
     hand_off(__spec__.name)
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -54,15 +55,25 @@ def _ingest(args: argparse.Namespace) -> None:
     # executors, a Slurm array job), else here. The platform comes from the workflow's exported variables, so
     # the choice changes no rule's command, and either way gives the same partitions, byte for byte.
     from snakeddp import platforms
+    from snakeddp.data import names as data_names
     from snakeddp.data.table import hand_over_written, ingest
     from snakeddp.run import variables
+    from snakeddp.util.fsutil import atomic_write_json
 
     spread = platforms.ingester(variables.platform(os.environ))
-    with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
-        if spread is None:
-            summary = ingest(args.params, args.out)
-        else:
-            summary = spread(args.params, args.out, os.environ)
+    failed = Path(args.out) / data_names.INGEST_FAILED
+    failed.unlink(missing_ok=True)
+    try:
+        with said_when_full(args.out, "the table's partitions in"):  # ingest removes what it began first
+            if spread is None:
+                summary = ingest(args.params, args.out)
+            else:
+                summary = spread(args.params, args.out, os.environ)
+    except Exception:
+        # Runs training beside it (data.stream) wait for partitions that will not come: said to them at once.
+        with contextlib.suppress(OSError):
+            atomic_write_json(failed, {"invocation": os.environ.get(variables.INVOCATION)})
+        raise
     # The files are at their final paths (the dataset's folder): training on this machine need not hash them again.
     hand_over_written(args.out)
     print(f"ingested {summary['rows_read']} rows ({summary['rows_dropped']} dropped): {summary['records']}")

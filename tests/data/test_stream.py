@@ -5,7 +5,10 @@ one line where ingestion stops or never begins."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,6 +21,7 @@ from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import TableError, ingest
 from snakeddp.errors import DataIntegrityError
 from tests.data.test_windowed import folder_of, small_windows  # noqa: F401 (a fixture)
+from tests.helpers import subprocess_env
 from tests.tables import params
 
 PARTS = 3
@@ -74,6 +78,28 @@ def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(datase
     (message,) = failed
     assert "its ingestion stopped before it was published" in message and message.count("\n") == 0
     assert "HINT: logs/data/t-1/ingest.log says why" in message
+
+
+def test_an_ingestion_that_fails_before_its_first_partition_stops_the_run_at_once(dataset, monkeypatch):
+    """A column the table lacks fails ingestion in a second, before train/ exists: the run beside it waited out
+    STALL_S (5 minutes) and then said no ingestion had begun. The ingest step, as the rule runs it, leaves a record
+    naming its invocation, and a run of the same invocation stops on it; one of an earlier invocation does not."""
+    found, manifest, root = dataset
+    bad = {**found, "table": {**found["table"], "features": ["a", "nope"]}}
+    env = subprocess_env(SNAKEDDP_INVOCATION="invocation-2")
+    step = [sys.executable, "-m", "snakeddp.steps", "ingest", "--params", json.dumps(bad), "--out", str(root)]
+    done = subprocess.run(step, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1 and "no column 'nope'" in done.stderr, done.stderr
+    shutil.rmtree(root / "train", ignore_errors=True)  # as Snakemake removes a failed job's directory output
+    monkeypatch.setattr(stream, "STALL_S", 30.0)
+    monkeypatch.setenv("SNAKEDDP_INVOCATION", "invocation-2")
+    began = time.monotonic()
+    message = _error(lambda: stream.Stream(root, manifest)[0])
+    assert time.monotonic() - began < 5 and "its ingestion failed (the data_table job above)" in message, message
+    assert "HINT: logs/data/t-1/ingest.log says why" in message and message.count("\n") == 0
+    monkeypatch.setattr(stream, "STALL_S", 0.5)
+    monkeypatch.setenv("SNAKEDDP_INVOCATION", "invocation-3")  # the next invocation: its ingestion is another
+    assert "no ingestion of the table began" in _error(lambda: stream.Stream(root, manifest)[0])
 
 
 def test_a_run_whose_ingestion_never_begins_says_what_to_ask_for(dataset, monkeypatch):

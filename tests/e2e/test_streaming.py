@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -111,3 +112,20 @@ def test_training_starts_on_partition_0_while_ingestion_writes_the_rest(tmp_path
     streamed.write_config(tiny_config)
     jobs = streamed.planned_jobs()
     assert jobs.get("train") == 1 and not [rule for rule in jobs if rule.startswith("data_")], jobs
+
+
+def test_an_ingestion_that_fails_names_its_invocation_for_the_runs_beside_it(tmp_path, tiny_config):
+    """A feature the table lacks fails ingestion in a second. A run already training beside it (its job started
+    first) waited 5 minutes for train/, then said no ingestion had begun (tests/data/test_stream.py shows the wait
+    now ending at once): that needs the failure named with the invocation every job of the workflow shares."""
+    table = tmp_path / "t.parquet"
+    write_table(table)
+    flow = streaming_workflow(tmp_path / "typo", tiny_config, table)
+    tiny_config["data"]["table"]["features"] = ["f00", "nope"]
+    flow.write_config(tiny_config)
+    done = flow.run(check=False, timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1 and "no column 'nope'" in output, output[-3000:]
+    assert "no ingestion of the table began" not in output, output[-3000:]
+    (failed,) = flow.directory.glob("results/data/tbl-*/.ingest-failed.json")
+    assert re.fullmatch("[0-9a-f]{32}", json.loads(failed.read_text())["invocation"]), failed.read_text()

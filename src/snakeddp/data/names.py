@@ -8,6 +8,11 @@ from __future__ import annotations
 #: dataset one partition at a time.
 TRAIN = "train"
 VALIDATION = "val"
+#: Left by a table's ingestion that failed (no output of its rule: Snakemake removes those), naming the workflow
+#: invocation it failed in: a run training beside it stops at once instead of waiting out the stall (data.stream).
+INGEST_FAILED = ".ingest-failed.json"
+#: The environment variable that holds the invocation's id (listed with the others in snakeddp.run.variables).
+INVOCATION = "SNAKEDDP_INVOCATION"
 
 
 def partition_file(index: int) -> str:

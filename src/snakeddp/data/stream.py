@@ -148,6 +148,8 @@ class Stream:
                 pass  # not there (yet), or removed as it was read (a failed ingestion's): asked again
             state = _progress(self.train)
             seen = seen or state is not None
+            if self._ingestion_failed():
+                self._stopped(name, "its ingestion failed (the data_table job above)")
             # Snakemake removes a failed job's directory output: the train/ folder seen, then gone.
             if seen and state is None and not (self.root / f"{name}.json").exists():
                 self._stopped(name, "its ingestion stopped before it was published")
@@ -161,6 +163,18 @@ class Stream:
                 time.sleep(POLL_S)
             elif self._closed.wait(POLL_S):
                 raise Closed(name)
+
+    def _ingestion_failed(self) -> bool:
+        """Whether the table's ingestion failed in this run's own invocation (its record, ``INGEST_FAILED``): an
+        error it said in a second, which the run waited out for STALL_S where it came before train/ appeared."""
+        invocation = os.environ.get(data_names.INVOCATION)
+        failed = self.root / data_names.INGEST_FAILED
+        if not invocation or not failed.is_file():
+            return False
+        try:
+            return read_json(failed).get("invocation") == invocation
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def _stopped(self, name: str, why: str) -> None:
         log = f"logs/data/{self.manifest['dataset']}/ingest.log"

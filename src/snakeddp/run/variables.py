@@ -17,6 +17,7 @@ from typing import Any
 from snakeddp.config import site as sites
 from snakeddp.config import validate
 from snakeddp.config.parts import Launch, Site, Tracking
+from snakeddp.data import names as data_names
 from snakeddp.errors import ConfigError
 from snakeddp.util import cudabuild, rerun, terminal
 
@@ -42,6 +43,9 @@ PLATFORM_SECTION = "SNAKEDDP_PLATFORM_SECTION"
 #: host:path of the relay in Snakemake's process that writes jobs' progress lines on its terminal (local platform).
 #: Defined beside its reader, snakeddp.util.terminal, which every stage imports without this module.
 TERMINAL = terminal.VARIABLE
+#: A random id of the snakemake invocation, set in its onstart for every job: a table's ingestion that fails
+#: names it, and a run of the same invocation training beside it stops at once (snakeddp.data.stream).
+INVOCATION = data_names.INVOCATION
 #: cpu or gpu: the run's launch.accelerator as snakeddp.launch resolved it (auto: the profile's site, or
 #: this machine's GPUs), set for every rank, so the ranks train on what the workflow planned and sized.
 ACCELERATOR = "SNAKEDDP_ACCELERATOR"
