@@ -42,7 +42,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from snakeddp.config import applying, flatten, parts
-from snakeddp.errors import TrackerError
+from snakeddp.errors import ConfigError
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.mlflow_server import check_reachable, mlflow_uri, split_credentials
 from snakeddp.run.requirements import require_tracker
@@ -259,6 +259,8 @@ class Trackers:
         if self.mlflow is not None:
             try:
                 registered = self._mlflow_finish(provenance_path, best_checkpoint)
+            except ConfigError:
+                raise  # the registry's own refusal (a name it does not take): a line of its own, the rerun registers
             except Exception as error:  # the tracker's client, whatever it raises: the run trained
                 missed = ", ".join(str(epoch) for _, epoch in self.mlflow.__dict__.get("_backlog", []))
                 say(
@@ -274,7 +276,7 @@ class Trackers:
 
     def _mlflow_finish(self, provenance_path: Path, best_checkpoint: str | None) -> dict[str, Any] | None:
         if self.mlflow.__dict__.get("_backlog"):
-            raise TrackerError(f"epochs {', '.join(str(e) for _, e in self.mlflow._backlog)} were never sent")
+            raise ConnectionError(f"epochs {', '.join(str(e) for _, e in self.mlflow._backlog)} were never sent")
         client, run_id = self.mlflow.experiment, self.mlflow.run_id
         client.log_artifact(run_id, str(provenance_path))
         if best_checkpoint and self.tracking.mlflow.log_checkpoint:
