@@ -79,6 +79,29 @@ def test_resolve_tables_fills_and_checks_the_checksum(tmp_path):
         plan.resolve_tables(runs, cache=tmp_path / "cache.json")
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_feature_or_label_the_table_lacks_is_refused_when_the_workflow_plans(tmp_path, kind):
+    """Found by ingestion before: the typo cost a failed job and a run started beside it (and `snakemake -n` said
+    nothing). Now one line before any job, in ingestion's words; the columns fixed as it says, the plan goes on."""
+    path = tmp_path / f"t.{kind}"
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "y": [0, 1]})
+    frame.to_csv(path, index=False) if kind == "csv" else frame.to_parquet(path)
+    for table, missing in (({"features": ["a", "nope"]}, "'nope'"), ({"features": ["a"], "label": "zzz"}, "'zzz'")):
+        data = table_cfg(path)
+        data["table"].update(table)
+        runs = config.expand_sweep(config.validate({"data": data}))
+        with pytest.raises(config.ConfigError) as refused:
+            plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+        said = str(refused.value)
+        assert said.startswith(f"run base: {path}: no column {missing} (the file has: a, b, y)"), said
+        assert "HINT: fix data.table.features / data.table.label" in said and "\n" not in said
+    data = table_cfg(path)
+    data["table"]["features"] = ["a", "b"]
+    runs = config.expand_sweep(config.validate({"data": data}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
+
+
 def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):

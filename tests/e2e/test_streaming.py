@@ -115,17 +115,20 @@ def test_training_starts_on_partition_0_while_ingestion_writes_the_rest(tmp_path
 
 
 def test_an_ingestion_that_fails_names_its_invocation_for_the_runs_beside_it(tmp_path, tiny_config):
-    """A feature the table lacks fails ingestion in a second. A run already training beside it (its job started
-    first) waited 5 minutes for train/, then said no ingestion had begun (tests/data/test_stream.py shows the wait
-    now ending at once): that needs the failure named with the invocation every job of the workflow shares."""
+    """A NaN in the table's first rows fails ingestion in a second. A run already training beside it (its job
+    started first) waited 5 minutes for train/, then said no ingestion had begun (tests/data/test_stream.py shows
+    the wait now ending at once): that needs the failure named with the invocation every job shares."""
+    import pyarrow.parquet as pq
+
     table = tmp_path / "t.parquet"
     write_table(table)
-    flow = streaming_workflow(tmp_path / "typo", tiny_config, table)
-    tiny_config["data"]["table"]["features"] = ["f00", "nope"]
-    flow.write_config(tiny_config)
+    rows = pq.read_table(table).to_pandas()
+    rows.loc[5, "f00"] = np.nan
+    rows.to_parquet(table, row_group_size=ROW_GROUP)
+    flow = streaming_workflow(tmp_path / "nan", tiny_config, table)
     done = flow.run(check=False, timeout=300)
     output = done.stdout + done.stderr
-    assert done.returncode == 1 and "no column 'nope'" in output, output[-3000:]
+    assert done.returncode == 1 and "HINT:" in output and "'f00'" in output, output[-3000:]
     assert "no ingestion of the table began" not in output, output[-3000:]
     (failed,) = flow.directory.glob("results/data/tbl-*/.ingest-failed.json")
     assert re.fullmatch("[0-9a-f]{32}", json.loads(failed.read_text())["invocation"]), failed.read_text()

@@ -41,7 +41,7 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | No
     """
     from snakeddp.data.identity import CACHE, cached_fingerprint
     from snakeddp.data.remote import is_url, list_objects
-    from snakeddp.data.source import delta_snapshot, features_of, open_source
+    from snakeddp.data.source import check_columns, delta_snapshot, features_of, open_source
     from snakeddp.errors import TableError
 
     for run_id, run in runs.items():
@@ -63,11 +63,13 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | No
                 if snapshot
                 else cached_fingerprint(table["path"], table["format"], cache or CACHE, listed)
             )
+            typed = parts.Table.of(table)
             if not table["features"]:
                 # Every column but the label, resolved once (from the first file's or the version's columns) and
                 # recorded sorted: the run config names its features whatever order a file has them in.
-                typed = parts.Table.of(table)
                 table["features"] = features_of(typed, open_source(typed, snapshot))
+            elif not listable:  # a local table's (or a Delta version's) columns, read from its header or schema
+                check_columns(typed, open_source(typed, snapshot))
         except TableError as error:
             raise ConfigError(f"run {run_id}: {error}") from None
         if table["sha256"] not in (None, digest):

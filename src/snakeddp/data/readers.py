@@ -193,7 +193,8 @@ def footer(path: Path | str) -> Any:
             raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
 
 
-def _require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
+def require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
+    """A TableError naming the file and the columns it lacks, unless ``present`` holds every ``wanted`` one."""
     missing = [c for c in wanted if c not in present]
     if missing:
         raise TableError(
@@ -218,7 +219,7 @@ def constants(
     # partition values lack was added after the file was written.
     later = [c for c in lacking if c not in values] if snapshot is not None else []
     unknown = [c for c in lacking if c not in values and c not in later]
-    _require_columns(path, unknown, list(dict.fromkeys([*present, *values])))
+    require_columns(path, unknown, list(dict.fromkeys([*present, *values])))
     if later and table.nan_policy == "error":
         raise delta.added_later(table.path, snapshot, later[0], path)
     return {c: values.get(c) for c in lacking}

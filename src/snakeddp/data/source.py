@@ -245,6 +245,19 @@ def column_names(source: Source) -> list[str]:
     return list(dict.fromkeys([*header, *first.values]))
 
 
+def check_columns(table: parts.Table, source: Source) -> None:
+    """The configured features and label are columns of the table (its first file's, or the Delta version's), or
+    a TableError in ingestion's words: asked when the workflow plans, before any job (a typo cost a failed
+    ingestion, and a run started beside it)."""
+    wanted = [*table.features, *([table.label] if table.label else [])]
+    if source.fmt == IMAGES or not wanted:
+        return
+    if source.snapshot is not None:
+        delta.require_columns(table.path, source.snapshot, wanted)
+    elif source.files:
+        readers.require_columns(source.files[0].path, wanted, column_names(source))
+
+
 def features_of(table: parts.Table, source: Source) -> list[str]:
     """``data.table.features``, or every column but the label narrowed by the pattern and exclusions."""
     if table.features:
