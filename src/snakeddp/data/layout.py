@@ -5,7 +5,7 @@ from one pass over them, and how many rows ingestion reads at a time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from snakeddp.data import columns as cols
@@ -52,9 +52,16 @@ def _partition_kind(source: Source, name: str, categories: set[str]) -> str:
     return cols.NUMBER
 
 
-def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any], rows: int) -> cols.Layout:
+def layout_of(
+    source: Source,
+    features: Sequence[str],
+    image: Mapping[str, Any],
+    rows: int,
+    announce: Callable[[str], None] = say,
+) -> cols.Layout:
     """The feature columns' layout: kinds from the files' types, then one pass over the category and
-    variable-length array columns for their vocabularies and widths."""
+    variable-length array columns for their vocabularies and widths, said with ``announce`` (the terminal's
+    for ingestion; the stream manifest, which makes the same pass beside it, its log's alone)."""
     kinds = _kinds(source, features)
     columns = [cols.Column(name, kind) for name, (kind, _) in kinds.items()]
     spec = images.ImageSpec.of(image or {})
@@ -77,11 +84,11 @@ def layout_of(source: Source, features: Sequence[str], image: Mapping[str, Any],
         elif column.kind in (cols.ARRAY, cols.CATEGORY):
             scanned.append(column)
     if scanned:
-        _scan(source, scanned, rows)
+        _scan(source, scanned, rows, announce)
     return cols.Layout(columns, spec, refuse_images=source.table.nan_policy == "error")
 
 
-def _scan(source: Source, scanned: list[cols.Column], rows: int) -> None:
+def _scan(source: Source, scanned: list[cols.Column], rows: int, announce: Callable[[str], None]) -> None:
     """One pass over the category columns (their values, for the vocabulary) and list columns (the length
     of their first row), before the rows are read: a category's one-hot needs its whole vocabulary."""
     import pyarrow as pa
@@ -91,7 +98,7 @@ def _scan(source: Source, scanned: list[cols.Column], rows: int) -> None:
     values: dict[str, set[str]] = {c.name: set() for c in scanned if c.kind == cols.CATEGORY}
     widths: dict[str, int] = {}
     text = [c.name for c in scanned if c.kind == cols.CATEGORY]
-    say(f"ingest: reading the vocabularies of {', '.join(names)}")
+    announce(f"ingest: reading the vocabularies of {', '.join(names)}")
     for unit in source.units:
         for chunk in source.chunks(unit, names, rows, text):
             for name in values:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.data import names as data_names
-from snakeddp.errors import DataIntegrityError
+from snakeddp.errors import DataIntegrityError, print_line
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
 STREAM_FORMAT = "snakeddp.stream/1"
@@ -82,7 +82,8 @@ def write_stream_manifest(path: str | Path, dataset: str, params: Mapping[str, A
     if found is None:
         raise DataIntegrityError(f"{table.path}: not split by windows, so its runs cannot train beside ingestion")
     features = features_of(table, source)
-    layout = layout_of(source, features, params.get("image") or {}, probe_rows(features))
+    # The same pass as ingestion's, beside it: said in this job's log, not a second time on the terminal.
+    layout = layout_of(source, features, params.get("image") or {}, probe_rows(features), announce=print_line)
     counts = [int(n) for n in window_counts(found, params["seed"], table.val_fraction, partitions)]
     stream = {
         "format": STREAM_FORMAT,
