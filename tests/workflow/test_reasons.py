@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from snakemake.persistence import ParamsChange
 
 from snakeddp.compat.snakemake import name_params_changes
-from snakeddp.workflow.reasons import describe
+from snakeddp.workflow.reasons import changes, describe
 
 
 def run_param(lr: float, **launch: int) -> str:
@@ -38,3 +39,21 @@ def test_the_patched_change_reads_as_keys_and_lists_files_only_when_changed():
     assert str(changed) == "model.lr: 0.003 → 0.01" and list(changed) == ["run.yaml"]
     unchanged = ParamsChange(files={"run.yaml"})
     assert str(unchanged) == "No params change" and list(unchanged) == []
+
+
+def test_a_long_list_says_what_it_gained_and_lost_and_a_digest_its_first_characters():
+    """Both sides of data.table.features were cut to the same 60 characters where a column was added at the end, and
+    a table's sha256 to 59: the reason read as the same value twice."""
+    features = [f"x{i}" for i in range(12)]
+
+    def table(columns, sha256):
+        return {"config": {"data": {"table": {"features": columns, "sha256": sha256}}}}
+
+    old, new = hashlib.sha256(b"old").hexdigest(), hashlib.sha256(b"new").hexdigest()
+    said = changes(table(features, old), table([*features, "region"], new))
+    assert said == ["data.table.features: + region", f"data.table.sha256: {old[:12]}… → {new[:12]}…"], said
+    assert changes(table(features, old), table(features[::-1], old)) == [
+        "data.table.features: the same 12 values in another order"
+    ]
+    assert changes(table(features, old), table(features[1:], old)) == ["data.table.features: - x0"]
+    assert changes({"hidden_sizes": [16]}, {"hidden_sizes": [16, 16]}) == ["hidden_sizes: [16] → [16, 16]"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import json
+import re
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,11 +45,32 @@ def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+#: A digest (a table's sha256, a commit) is told apart by its first characters.
+DIGEST = re.compile(r"(?=[a-f]*[0-9])(?:[0-9a-f]{40}|[0-9a-f]{64})")
+
+
 def shown(value: Any) -> str:
     if value is ABSENT:
         return "(none)"
+    if isinstance(value, str) and DIGEST.fullmatch(value):
+        return value[:12] + "…"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
+def list_change(was: list[Any], now: list[Any]) -> str | None:
+    """What a long list gained and lost (``+ "region"``), or that only its order changed: both lists whole were cut
+    to the same first 60 characters where the change was at the end (``data.table.features``). None for lists
+    short enough to show whole."""
+    if max(len(shown(was)), len(shown(now))) < SHOWN:
+        return None
+    before, after = (Counter(json.dumps(item, sort_keys=True, default=str) for item in side) for side in (was, now))
+    added, removed = list((after - before).elements()), list((before - after).elements())
+    if not added and not removed:
+        return f"the same {len(now)} values in another order"
+    return ", ".join(
+        [*(f"+ {shown(json.loads(item))}" for item in added), *(f"- {shown(json.loads(item))}" for item in removed)]
+    )
 
 
 def changes(before: Any, after: Any) -> list[str]:
@@ -60,7 +83,8 @@ def changes(before: Any, after: Any) -> list[str]:
         was, now = old.get(key, ABSENT), new.get(key, ABSENT)
         if was != now:
             name = key.removeprefix("config.") if run else key
-            lines.append(f"{name + ': ' if name else ''}{shown(was)} → {shown(now)}")
+            said = list_change(was, now) if isinstance(was, list) and isinstance(now, list) else None
+            lines.append(f"{name + ': ' if name else ''}{said or f'{shown(was)} → {shown(now)}'}")
     return lines
 
 
