@@ -94,8 +94,12 @@ class Run:
 
     @property
     def label(self) -> str:
-        """How people name it: the run id, with ``@<attempt id>`` for an earlier attempt."""
-        return self.run_id if self.is_current else f"{self.run_id}@{self.attempt_id}"
+        """How people name it: the run id, with ``@<attempt id>`` for an earlier attempt; ``@<its folder>`` where
+        that is the attempt id and more (``<id>-pruned``: one set aside beside the same attempt trained again)."""
+        if self.is_current:
+            return self.run_id
+        folder = self.run_dir.name
+        return f"{self.run_id}@{folder if folder.startswith(self.attempt_id) else self.attempt_id}"
 
     @property
     def workdir(self) -> Path:
@@ -161,6 +165,28 @@ class Run:
             f"names the file {recorded!r}, which is not inside {where}; snakeddp follows no path a record "
             "points out of its directory",
         )
+
+
+def pruned_record(paths: AttemptPaths) -> dict[str, Any] | None:
+    """An attempt's pruned.json (``run.prune``), when it is one snakeddp wrote."""
+    try:
+        record = read_json(paths.pruned)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("removed"), list):
+        return None
+    return record
+
+
+def pruned_paths(paths: AttemptPaths) -> set[str]:
+    """The files (relative to the attempt's folder) its pruned.json says `snakeddp prune` removed."""
+    record = pruned_record(paths) or {}
+    return {entry["path"] for entry in record.get("removed", []) if isinstance(entry, dict) and "path" in entry}
+
+
+def pruned_when(record: Mapping[str, Any]) -> str:
+    """``by `snakeddp prune` on <date>`` of a pruned.json."""
+    return f"by `snakeddp prune` on {str(record.get('pruned_at', 'a day not recorded'))[:10]}"
 
 
 def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
@@ -274,7 +300,13 @@ def _resolve_attempt(run_ref: str, short: str, results: Path) -> Run:
     run_dir = RunPaths.under(results, run_ref)
     current = [load_run(run_dir.folder)] if run_dir.provenance.is_file() else []
     attempts = current + earlier_attempts(run_dir.folder)
-    matches = [run for run in attempts if short and run.attempt_id.startswith(short)]
+    # The name after @ that `runs --all` shows (ID-pruned: that attempt set aside, beside it trained again) or
+    # any unique prefix of it or of the attempt id.
+    shown = {id(run): run.label.partition("@")[2] or run.attempt_id for run in attempts}
+    exact = [run for run in attempts if shown[id(run)] == short]
+    matches = exact or [
+        run for run in attempts if short and (shown[id(run)].startswith(short) or run.attempt_id.startswith(short))
+    ]
     if len(matches) == 1:
         return matches[0]
     known = ", ".join(run.label for run in attempts) or "none"
