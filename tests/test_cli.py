@@ -70,6 +70,7 @@ def test_verify_without_a_run_verifies_every_run(sweep_workflow):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.findall(r"^snakeddp verify (\S+)", done.stdout, re.MULTILINE) == ["devices-1", "devices-2"]
     assert "MISMATCH" not in done.stdout
+    assert done.stdout.splitlines()[-1] == "verify: all 2 runs match their provenance.", "one verdict for all runs"
 
 
 def test_verify_without_runs_says_so(tmp_path):

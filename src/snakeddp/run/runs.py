@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import ExportError, ProvenanceError, RunNotFound
-from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, RunPaths, paths_of, run_records
+from snakeddp.run.layout import (
+    ATTEMPTS,
+    PROVENANCE,
+    RUN_ID_PATTERN,
+    RUNS,
+    AttemptPaths,
+    RunPaths,
+    paths_of,
+    run_records,
+)
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
@@ -100,6 +110,20 @@ class Run:
             return self.run_id
         folder = self.run_dir.name
         return f"{self.run_id}@{folder if folder.startswith(self.attempt_id) else self.attempt_id}"
+
+    @property
+    def pruned(self) -> dict[str, Any] | None:
+        """What `snakeddp prune` removed of this attempt's checkpoints (its pruned.json), or None."""
+        return pruned_record(self.paths)
+
+    @property
+    def rerun_target(self) -> str:
+        """Its provenance.json as a Snakemake target, relative to the directory the workflow ran in."""
+        path = self.paths.run_dir.resolve() / PROVENANCE
+        try:
+            return path.relative_to(self.workdir.resolve()).as_posix()
+        except ValueError:
+            return str(path)
 
     @property
     def workdir(self) -> Path:
@@ -189,6 +213,26 @@ def pruned_when(record: Mapping[str, Any]) -> str:
     return f"by `snakeddp prune` on {str(record.get('pruned_at', 'a day not recorded'))[:10]}"
 
 
+def retrain_hint(run: Run) -> str:
+    """How to have a run's (or an earlier attempt's) model again when its checkpoints are gone or changed."""
+    if run.is_current:
+        return (
+            f"train it again with {rerun.forcing(run.rerun_target)} (the attempt with those checkpoints is kept, "
+            f"record and all, under {run.paths.run_dir.name}/{ATTEMPTS}/)"
+        )
+    try:
+        now = read_json(RunPaths(run.paths.run_dir).provenance).get("origin_sha256")
+    except (OSError, ValueError, AttributeError):
+        now = None
+    if now == run.provenance["origin_sha256"]:
+        return f"run {run.run_id} is this attempt trained again: `snakeddp export {run.run_id}`"
+    return (
+        "export another run or attempt (`snakeddp runs --all` lists them), or train it again: put back the config it "
+        f"trained (`snakeddp compare {run.run_id} {run.label}` shows what differs) and rerun snakemake; this "
+        "attempt's record stays"
+    )
+
+
 def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
     """The best checkpoint's file and its provenance record, checked to be the file the run recorded: what
     ``snakeddp export`` refuses before it imports torch and Lightning (a mistyped run answers at once)."""
@@ -199,12 +243,17 @@ def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
             "only last.ckpt. HINT: set trainer.save_top_k: 1 or more and rerun snakemake (the run trains again)."
         )
     path = run.file(record)
+    pruned = run.pruned
+    if not path.is_file() and pruned is not None and record["path"] in pruned_paths(run.paths):
+        raise ExportError(
+            f"run {run.label}: its checkpoints were pruned {pruned_when(pruned)} ({run.paths.pruned}); its record and "
+            f"metrics stay. HINT: {retrain_hint(run)}."
+        )
     if not path.is_file() or sha256_file(path) != record.get("sha256"):
         what = "changed since the run recorded it" if path.is_file() else "gone"
         raise ExportError(
-            f"run {run.label}: its best checkpoint {path} is {what}. HINT: `snakeddp verify {run.label}` checks the "
-            "run's files; export another run or attempt (`snakeddp runs --all`), or delete this run's provenance.json "
-            "and rerun snakemake to train it again."
+            f"run {run.label}: its best checkpoint {path} is {what} (`snakeddp verify {run.label}` checks every file "
+            f"of it). HINT: {retrain_hint(run)}."
         )
     return path, record
 
