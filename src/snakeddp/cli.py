@@ -110,7 +110,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    result = compare(resolve_run(args.run_a, args.results), resolve_run(args.run_b, args.results))
+    runs = [resolve_run(ref, args.results, stopped=True) for ref in (args.run_a, args.run_b)]
+    for run in runs:
+        if run.is_current and not run.paths.provenance.is_file():  # a run a search stopped: its rung's record
+            epochs = run.provenance["training"]["max_epochs"]
+            print(f"snakeddp compare: {run.label} was stopped by the search: compared as it was at {epochs} epochs, "
+                  f"its record at that rung", file=sys.stderr)  # fmt: skip
+    result = compare(*runs)
     print(json.dumps(result, indent=2, default=str) if args.json else format_comparison(result))
     return 0
 

@@ -325,8 +325,9 @@ def runs_from_provenance(paths: list[str | Path]) -> list[Run]:
     return [load_run(Path(path).parent) for path in paths]
 
 
-def resolve_run(ref: str, results: str | Path = "results") -> Run:
-    """The run named by ``ref``: a run id under ``results/runs``, a run directory or its provenance.json."""
+def resolve_run(ref: str, results: str | Path = "results", stopped: bool = False) -> Run:
+    """The run named by ``ref``: a run id under ``results/runs``, a run directory or its provenance.json; with
+    ``stopped``, a run a search stopped is its record at the last rung it reached (``stopped_by_search``)."""
     results = Path(results)
     run_ref, at, short = ref.partition("@")
     if at and not Path(ref).exists():
@@ -336,6 +337,17 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
         run_dir = candidate.parent if candidate.name == PROVENANCE else candidate
         if RunPaths(run_dir).provenance.is_file():
             return load_run(run_dir)
+    halted = stopped_by_search(results, ref)
+    if halted is not None:
+        entry, record = halted
+        if stopped and record.is_file():
+            return _rung_run(results, ref, record)
+        raise RunNotFound(
+            f"{ref!r} was stopped by the search at rung {entry['rung']} ({entry['epochs']} epochs, its configuration "
+            f"ranked {entry['rank']}): it has no provenance.json, only its record at that rung ({record}). HINT: "
+            f"`snakeddp compare {ref} RUN` compares that record with another run; removing search: from the config "
+            "trains it to its whole budget (docs/search.md)."
+        )
     known = [path.parent.name for path in run_records(results)]
     unfinished = RunPaths.under(results, ref).folder.is_dir()
     reason = "has no provenance.json (it has not finished)" if unfinished else "is not a run id or run directory"
@@ -343,6 +355,32 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
         f"finished runs under {results}/runs: {', '.join(known)}" if known else f"no finished runs under {results}/runs"
     )
     raise RunNotFound(f"{ref!r} {reason}. HINT: {hint}; pass --results DIR for another results directory.")
+
+
+def stopped_by_search(results: Path, run_id: str) -> tuple[dict[str, Any], Path] | None:
+    """Where a search stopped ``run_id`` (``run.search.stopped``: rung, epochs, rank) and its record at that rung
+    (results/search/<run>/epochs-<n>.json, ``workflow.plan.RUNG_RECORD``), or None."""
+    from snakeddp.run.search import SEARCH_DIR, stopped  # which reads runs with this module
+
+    entry = stopped(results).get(run_id)
+    if entry is None:
+        return None
+    return entry, results / SEARCH_DIR / run_id / f"epochs-{entry['epochs']}.json"
+
+
+def _rung_run(results: Path, run_id: str, path: Path) -> Run:
+    """A run a search stopped, as its record at its last rung says, with that rung's metrics.csv where the run
+    directory still holds that attempt."""
+    record = read_json(path)
+    run_dir = RunPaths.under(results, run_id)
+    if not isinstance(record, dict) or record.get("run_id") != run_id:
+        raise foreign_record(AttemptPaths(path.parent), f"{path.name} is not the record of run {run_id!r}")
+    try:
+        current = read_json(run_dir.finished).get("origin_sha256")
+    except (OSError, ValueError, AttributeError):
+        current = None
+    metrics = read_metrics(run_dir.metrics) if current == record.get("origin_sha256") else []
+    return Run(run_dir=run_dir.folder, provenance=record, metrics=metrics)
 
 
 def _resolve_attempt(run_ref: str, short: str, results: Path) -> Run:
