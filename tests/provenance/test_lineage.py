@@ -294,3 +294,14 @@ def test_a_restore_without_the_checkpoints_its_record_lists_stops_with_one_line_
     kept = run_dir / "attempts" / f"{identity.key[:12]}-damaged"
     assert (kept / "provenance.json").is_file() and (kept / "metrics.csv").is_file()
     assert "its checkpoints/last.ckpt is missing: not restored; its record stays, as r@" in capsys.readouterr().err
+
+
+def test_a_finished_attempt_whose_checkpoint_changed_is_not_restorable(tmp_path, made):
+    """What a remote platform's launcher asks before it restores without submitting (remote.job)."""
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir, 3, key=identity.key, current=True)
+    assert attempt.restorable(run_dir, identity.key)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:-1])
+    assert not attempt.restorable(run_dir, identity.key)

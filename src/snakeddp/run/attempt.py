@@ -314,7 +314,8 @@ def _home(run_dir: Path, key: str) -> AttemptPaths:
 
 def restorable(run_dir: Path, key: str) -> bool:
     """Whether this key's attempt already finished (read-only; ``prepare`` then restore it), with the checkpoints
-    its record lists: one whose checkpoints were pruned or lost trains again (``provenance.lineage.prepare``)."""
+    its record lists, as it hashed them: one whose checkpoints were pruned, lost or changed trains again
+    (``provenance.lineage.prepare``, which a remote platform's launcher calls after this)."""
     from snakeddp.provenance.lineage import gone_checkpoint  # which imports this module
 
     home = _home(run_dir, key)
@@ -324,7 +325,7 @@ def restorable(run_dir: Path, key: str) -> bool:
         record = read_json(path)
     except (OSError, ValueError):
         return path.is_file()  # a record restore refuses in its own line
-    return not isinstance(record, dict) or gone_checkpoint(home, record) is None
+    return not isinstance(record, dict) or gone_checkpoint(home, record, hashed=True) is None
 
 
 def resumable(run_dir: Path, key: str) -> Path | None:
