@@ -70,6 +70,7 @@ def test_verify_without_a_run_verifies_every_run(sweep_workflow):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.findall(r"^snakeddp verify (\S+)", done.stdout, re.MULTILINE) == ["devices-1", "devices-2"]
     assert "MISMATCH" not in done.stdout
+    assert done.stdout.splitlines()[-1] == "verify: all 2 runs match their provenance.", "one verdict for all runs"
 
 
 def test_verify_without_runs_says_so(tmp_path):
@@ -144,3 +145,37 @@ def test_a_crafted_record_is_left_out_of_runs_and_prune_in_one_line_and_the_othe
         assert line.startswith(f"snakeddp {command}: left out {crafted}: records run id '../../escape'"), line
         assert line.count("HINT:") == 1
     assert "devices-1" in snakeddp("runs", "--results", str(results), cwd=tmp_path).stdout
+
+
+def test_a_run_the_search_stopped_is_compared_as_its_record_at_its_last_rung(sweep_workflow, tmp_path, capsys):
+    """`snakeddp runs` lists it as stopped by the search; compare said it "has not finished"."""
+    import shutil
+
+    from snakeddp.run import search
+
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    rung = results / "search" / "devices-1" / "epochs-3.json"  # where a rung's record goes (docs/search.md)
+    rung.parent.mkdir(parents=True)
+    shutil.move(results / "runs" / "devices-1" / "provenance.json", rung)
+    plan = search.Plan(eta=2, budgets=(3, 6), metric="val_loss", mode="min")
+    first = search.decide(plan, 0, {"one": ["devices-1"], "two": ["devices-2"]}, {"devices-1": 9.0, "devices-2": 1.0})
+    search.write_decision(results / "search" / "rung-0.json", first)
+    search.write_decision(
+        results / "search" / "rung-1.json", search.decide(plan, 1, {"two": ["devices-2"]}, {"devices-2": 0.5})
+    )
+
+    assert main(["compare", "devices-1", "devices-2", "--results", str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("compare devices-1 (A) with devices-2 (B)") and "launch.devices" in out, out
+    said = "snakeddp compare: devices-1 was stopped by the search: compared as it was at 3 epochs, its record at"
+    assert err == f"{said} that rung\n", err
+
+    assert main(["verify", "devices-1", "--results", str(results)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"snakeddp verify: 'devices-1' was stopped by the search at rung 0 (3 epochs, its configuration ranked 2): it "
+        f"has no provenance.json, only its record at that rung ({rung}). HINT: `snakeddp compare devices-1 RUN` "
+        "compares that record with another run; removing search: from the config trains it to its whole budget "
+        "(docs/search.md)."
+    )

@@ -39,7 +39,7 @@ from typing import Any
 
 from snakeddp import __version__, platforms
 from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
-from snakeddp.provenance.verify import format_checks, verify_run
+from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
 from snakeddp.run import current, ledger, search, status
@@ -110,7 +110,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    result = compare(resolve_run(args.run_a, args.results), resolve_run(args.run_b, args.results))
+    runs = [resolve_run(ref, args.results, stopped=True) for ref in (args.run_a, args.run_b)]
+    for run in runs:
+        if run.is_current and not run.paths.provenance.is_file():  # a run a search stopped: its rung's record
+            epochs = run.provenance["training"]["max_epochs"]
+            print(f"snakeddp compare: {run.label} was stopped by the search: compared as it was at {epochs} epochs, "
+                  f"its record at that rung", file=sys.stderr)  # fmt: skip
+    result = compare(*runs)
     print(json.dumps(result, indent=2, default=str) if args.json else format_comparison(result))
     return 0
 
@@ -121,12 +127,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise RunNotFound(
             f"no finished runs under {args.results}/runs. HINT: run snakemake first, or pass --results DIR."
         )
-    ok = True
+    results = []
     for run in runs:
         checks = verify_run(run)
-        print(format_checks(run, checks))
-        ok = ok and all(check.ok for check in checks)
-    return 0 if ok else 1
+        print(format_checks(run, checks, hint=len(runs) == 1), flush=True)
+        results.append((run, checks))
+    if len(runs) > 1:
+        print(verdict(results))  # the HINT once, for every run that failed
+    return 0 if all(check.ok for _, checks in results for check in checks) else 1
 
 
 def count(text: str) -> int:
@@ -316,7 +324,9 @@ def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
         "prune",
         help="remove checkpoints of earlier attempts (records and metrics stay)",
         description="Remove the checkpoints of runs' earlier attempts, keeping the N best and N most recent; "
-        "their provenance and metrics stay, and a run's current attempt is never pruned.",
+        "their provenance and metrics stay (listed, comparable), pruned.json beside them says what went and when, "
+        "and a run's current attempt is never pruned. A pruned attempt has no model: putting its config back trains "
+        "it again instead of restoring it.",
     )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(

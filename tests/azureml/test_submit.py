@@ -8,6 +8,7 @@ identity), which is what a user without `az login` has.
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 from argparse import Namespace
@@ -183,8 +184,11 @@ def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch
     _, key = build_plan(args, Settings.from_environment())
     kept = run_yaml.parent / "attempts" / key[:12]
     kept.mkdir(parents=True)
-    # A real record (restoring checks it against the provenance schema), as this key's.
-    record = json.loads((sweep_workflow.directory / "results/runs/devices-1/provenance.json").read_text())
+    # A real record (restoring checks it against the provenance schema), as this key's, with the checkpoints it
+    # lists (an attempt without them, pruned, trains again).
+    trained = sweep_workflow.directory / "results/runs/devices-1"
+    shutil.copytree(trained / "checkpoints", kept / "checkpoints")
+    record = json.loads((trained / "provenance.json").read_text())
     record.update(origin_sha256=key, attempt={"id": key[:12], "restored": False})
     (kept / "provenance.json").write_text(json.dumps(record))
     assert submit.main(args) == 0

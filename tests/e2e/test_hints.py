@@ -245,7 +245,17 @@ def snakeddp_verify(flow: Workflow) -> subprocess.CompletedProcess:
     return subprocess.run(argv, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
+def hinted_snakemake(line: str) -> list[str]:
+    """The arguments of the `snakemake --profile local ...` a HINT names (up to its comma or parenthesis), as the
+    test's workflow takes them (its own profile, config file and directory)."""
+    found = re.search(r"snakemake --profile local ([^,()]+?)(?:,| \(|\.$|$)", line.partition("HINT: ")[2])
+    assert found, line
+    return shlex.split(found.group(1))
+
+
 def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_path):
+    """Each kind of file verify finds changed, fixed with the command its HINT names (a damaged checkpoint's "move
+    the run directory away and rerun snakemake" was "Nothing to be done": the report was up to date)."""
     workflow = copy_of(data_only, tmp_path / "copy")
     workflow.write_config(tiny_with({"trainer": {"max_epochs": 2}}))
     workflow.run(f"{RUN}/provenance.json")
@@ -258,22 +268,48 @@ def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_p
     part.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
     failed = snakeddp_verify(workflow)
     assert failed.returncode == 1
-    assert "delete a mismatched data file or manifest and run `snakemake <its path>`" in hint_line(
-        failed.stdout, "checks failed"
-    )
+    line = hint_line(failed.stdout, "checks failed")
+    relative = part.relative_to(workflow.directory).as_posix()
+    assert (
+        f"delete a mismatched data file or manifest and ask Snakemake for it, which writes it again: rm {relative} "
+        f"&& snakemake --profile local {relative}." in line
+    ), line
+    assert "checkpoint" not in line and "provenance.json" not in line, "only what to do for the kind that failed"
     part.unlink()
-    workflow.run(str(part.relative_to(workflow.directory)))
+    workflow.run(*hinted_snakemake(line))
     assert part.read_bytes() == original
     assert snakeddp_verify(workflow).returncode == 0
 
-    # A damaged checkpoint: move the run directory away and rerun snakemake.
-    last = workflow.directory / RUN / "checkpoints/last.ckpt"
-    last.write_bytes(last.read_bytes()[:-1])
-    assert snakeddp_verify(workflow).returncode == 1
-    (workflow.directory / RUN).rename(workflow.directory / "damaged-run")
-    workflow.run(f"{RUN}/provenance.json")
-    done = snakeddp_verify(workflow)
-    assert done.returncode == 0, done.stdout
+    # A damaged checkpoint: its train job, forced, trains the run again and keeps the damaged attempt.
+    first = json.loads((workflow.directory / RUN / "provenance.json").read_text())
+    best = workflow.directory / RUN / first["training"]["best_checkpoint"]["path"]
+    damaged = best.read_bytes()[:-1]
+    best.write_bytes(damaged)
+    failed = snakeddp_verify(workflow)
+    assert failed.returncode == 1
+    line = hint_line(failed.stdout, "checks failed")
+    forcing = f"snakemake --profile local --forcerun {RUN}/provenance.json, with your --configfile"
+    assert f"never load a mismatched checkpoint; train the run again with {forcing}" in line, line
+    exported = subprocess.run(
+        [str(workflow.bin / "snakeddp"), "export", "base"], cwd=workflow.directory, env=subprocess_env(),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (refused,) = exported.stderr.splitlines()
+    assert exported.returncode == 2 and f"HINT: train it again with {forcing}" in refused, refused
+    assert hinted_snakemake(line) == hinted_snakemake(refused) == ["--forcerun", f"{RUN}/provenance.json"]
+    done = workflow.run(*hinted_snakemake(line))
+    assert "not restored; its record stays, as base@" in done.stdout + done.stderr
+    assert snakeddp_verify(workflow).returncode == 0
+    (kept,) = (workflow.directory / RUN / "attempts").iterdir()
+    assert (
+        kept.name == f"{first['attempt']['id']}-damaged"
+        and (kept / best.relative_to(best.parents[1])).read_bytes() == damaged
+    )
+    assert json.loads((kept / "provenance.json").read_text())["timing"] == first["timing"], "its record is kept"
+    assert subprocess.run(
+        [str(workflow.bin / "snakeddp"), "export", "base"], cwd=workflow.directory, env=subprocess_env(),
+        capture_output=True, text=True, timeout=300,
+    ).returncode == 0  # fmt: skip
 
     # A provenance.json edited by hand: force its train job, which resumes at the end and rewrites it.
     record = workflow.directory / RUN / "provenance.json"
@@ -284,11 +320,9 @@ def test_verify_failures_fixed_as_hinted_verify_again(data_only: Workflow, tmp_p
         ProvenanceError, match=f"HINT: .* snakemake --profile local --forcerun {record}, with your --configfile"
     ):
         validate_file(record)
-    assert "rewrite a provenance.json that fails its schema with `snakemake --forcerun <its path>`" in hint_line(
-        snakeddp_verify(workflow).stdout, "checks failed"
-    )
-    # As the HINT says, with the run's provenance as the target so that the report is not built too.
-    workflow.run("--forcerun", f"{RUN}/provenance.json", "--", f"{RUN}/provenance.json")
+    line = hint_line(snakeddp_verify(workflow).stdout, "checks failed")
+    assert f"a provenance.json that fails its schema is written again by its train job: {forcing}" in line, line
+    workflow.run(*hinted_snakemake(line))
     assert validate_file(record)["training"]["epochs_completed"] == 2
     assert snakeddp_verify(workflow).returncode == 0
 

@@ -92,3 +92,75 @@ def test_edit_then_revert_restores_the_finished_attempt(workflow, tiny_config, v
     assert f"base@{second['attempt']['id']}" in snakeddp(workflow, "runs", "--all")
     final = workflow.run()
     assert "Nothing to be done" in final.stdout + final.stderr
+
+
+def typed(flow, *args):
+    """`snakeddp ARGS` as typed in the workflow's directory: (exit status, stdout, stderr)."""
+    done = subprocess.run(
+        [workflow_venv.snakeddp(), *args], cwd=flow.directory, env=subprocess_env(), capture_output=True, text=True
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_pruned_attempt_is_not_restored_but_trained_again_and_its_record_stays(workflow, tiny_config):
+    """The user's walk through docs/report.md: a finished attempt kept under attempts/, pruned, then its config put
+    back. It was restored without a checkpoint ("restored it, nothing trained", verify: 3 x MISMATCH missing)."""
+    run_dir = workflow.directory / "results/runs/base"
+    five = copy.deepcopy(tiny_config)
+    five["trainer"]["max_epochs"] = 5
+    workflow.write_config(five)
+    workflow.run()
+    pruned_id = record(workflow)["attempt"]["id"]
+    edited = copy.deepcopy(five)
+    edited["model"]["lr"] = 0.01
+    workflow.write_config(edited)
+    workflow.run()
+    assert "removed the checkpoints of 1 earlier attempt(s)" in snakeddp(
+        workflow, "prune", "--best", "0", "--last", "0"
+    )
+
+    # The pruned attempt, asked for by its id: its checkpoints were pruned, which is no damage.
+    code, out, err = typed(workflow, "verify", f"base@{pruned_id[:3]}")
+    assert code == 0, out + err
+    assert out.splitlines()[0].startswith(f"snakeddp verify base@{pruned_id} ("), out
+    assert out.count("pruned    checkpoint") == 3 and "MISMATCH" not in out, out
+    code, out, err = typed(workflow, "export", f"base@{pruned_id[:3]}")
+    (line,) = err.splitlines()
+    assert code == 2 and f"base@{pruned_id}: its checkpoints were pruned by `snakeddp prune`" in line, err
+    assert "provenance.json" not in line.partition("HINT:")[2], "nothing tells the user to delete a record"
+    assert "or train it again: put back the config it trained (`snakeddp compare base base@" in line, line
+
+    # A 3-epoch attempt of the first config: nothing to continue (the 5-epoch one is longer, and pruned).
+    three = copy.deepcopy(tiny_config)
+    workflow.write_config(three)
+    workflow.run()
+    continued_id = record(workflow)["attempt"]["id"]
+
+    # The config put back: the pruned attempt is not restored; the run continues the 3-epoch one instead.
+    workflow.write_config(five)
+    done = workflow.run()
+    log = (workflow.directory / "logs/train/base.log").read_text()
+    said = [line for line in (done.stdout + done.stderr).splitlines() if f"attempt {pruned_id}" in line]
+    assert len(said) == 1, said
+    assert f"attempt {pruned_id} finished with this config (5 epochs), but its checkpoints were pruned by " in said[0]
+    assert (
+        f"not restored; its record stays, as base@{pruned_id}-pruned, and the run continues attempt {continued_id} "
+        "from epoch 4 instead" in said[0]
+    ), said
+    assert "nothing trained" not in log and f"continuing attempt {continued_id} (epochs 1-3) from epoch 4/5" in log
+    now = record(workflow)
+    assert now["attempt"]["restored"] is False and now["training"]["epochs_completed"] == 5
+    assert (run_dir / "checkpoints/last.ckpt").is_file()
+    kept = run_dir / "attempts" / f"{pruned_id}-pruned"
+    assert json.loads((kept / "provenance.json").read_text())["attempt"]["id"] == pruned_id, "its record stays"
+    assert not (run_dir / "attempts" / pruned_id).exists()
+    listed = {row["run"] for row in json.loads(snakeddp(workflow, "runs", "--all", "--json"))}
+    assert f"base@{pruned_id}-pruned" in listed and "base" in listed, listed
+    code, out, err = typed(workflow, "verify", "base")
+    assert code == 0, out + err
+    assert typed(workflow, "export", "base")[0] == 0
+    code, _, err = typed(workflow, "export", f"base@{pruned_id}-pruned")
+    assert code == 2 and "HINT: run base is this attempt trained again: `snakeddp export base`." in err, err
+    code, out, _ = typed(workflow, "verify", f"base@{pruned_id}-pruned")
+    assert code == 0 and "(3 checkpoint(s) pruned, as its pruned.json records)" in out, out
+    assert "Nothing to be done" in (lambda done: done.stdout + done.stderr)(workflow.run())

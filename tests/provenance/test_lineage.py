@@ -13,8 +13,9 @@ import pytest
 from snakeddp.errors import RunStateError
 from snakeddp.provenance import lineage
 from snakeddp.provenance.schema import validate
-from snakeddp.run import attempt, status
+from snakeddp.run import attempt, prune, status
 from snakeddp.run.runfile import RunFile
+from snakeddp.run.runs import load_run, resolve_run
 
 pytestmark = pytest.mark.e2e  # the records and checkpoints come from the shared sweep
 
@@ -217,3 +218,90 @@ def test_a_malformed_record_in_another_run_is_passed_over_and_a_valid_one_still_
     five = at(identity, 5)
     origin = lineage.find(tmp_path / "runs" / "r", five)
     assert origin is not None and origin.run_id == "kept" and origin.record == valid
+
+
+def test_a_finished_attempt_whose_checkpoints_were_pruned_is_set_aside_not_restored_and_the_run_trains(
+    tmp_path, made, capsys
+):
+    """Its config put back, a pruned attempt was "restored, nothing trained" with no checkpoint at all."""
+    identity, lay_out = made
+    run_dir, three = tmp_path / "runs" / "r", at(identity, 3)
+    kept_id = three.key[:12]
+    record = lay_out(run_dir / "attempts" / kept_id, 3)
+    lay_out(run_dir, 4, current=True)  # the run's attempt now: another budget, longer (nothing to continue)
+    (removed,) = prune.prune([run_dir], best=0, last=0, dry_run=False)
+    assert removed.path == run_dir / "attempts" / kept_id / "checkpoints"
+    assert not attempt.restorable(run_dir, three.key), "a remote job's launcher asks this before it restores"
+
+    start = lineage.prepare(run_dir, three, RunFile("r", three.run_config))
+    assert start == lineage.Start(None, None) and not attempt.finished(run_dir), "it trains from epoch 1"
+    aside = run_dir / "attempts" / f"{kept_id}-pruned"
+    assert json.loads((aside / "provenance.json").read_text()) == record and (aside / "pruned.json").is_file()
+    assert (aside / "metrics.csv").is_file() and not (run_dir / "attempts" / kept_id).exists()
+    assert sorted(path.name for path in run_dir.iterdir()) == [".attempt.lock", "attempts", "run-state.json"]
+    (line,) = capsys.readouterr().err.splitlines()
+    day = json.loads((aside / "pruned.json").read_text())["pruned_at"][:10]
+    assert line == (
+        f"r: attempt {kept_id} finished with this config (3 epochs), but its checkpoints were pruned by `snakeddp "
+        f"prune` on {day}: not restored; its record stays, as r@{kept_id}-pruned, and the run trains from epoch 1"
+    )
+    assert load_run(aside).label == f"devices-1@{kept_id}-pruned"
+    assert resolve_run(f"r@{kept_id}-p", tmp_path).run_dir == aside, "named as `runs --all` shows it"
+
+
+def test_a_pruned_attempt_of_a_shorter_budget_is_not_continued_and_the_next_one_is(tmp_path, made, capsys):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    three = lay_out(run_dir / "attempts" / "three", 3)
+    prune.prune([run_dir], best=0, last=0, dry_run=False)
+    two = lay_out(run_dir / "attempts" / "two", 2)
+    five = at(identity, 5)
+    start = lineage.prepare(run_dir, five, RunFile("r", five.run_config))
+    assert start.origin.record == two and start.resume == run_dir / "checkpoints" / "last.ckpt"
+    assert start.resume.is_file()
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"r: attempt {three['attempt']['id']} (3 epochs) is not continued: its checkpoints were ")
+    assert line.endswith(f"; the run continues attempt {two['attempt']['id']} from epoch 3 instead"), line
+
+
+def test_the_same_key_pruned_in_another_run_is_not_restored_as_a_copy(tmp_path, made, capsys):
+    identity, lay_out = made
+    runs = tmp_path / "runs"
+    theirs = lay_out(runs / "lr-0.003" / "attempts" / identity.key[:12], 3, key=identity.key)
+    prune.prune([runs / "lr-0.003"], best=0, last=0, dry_run=False)
+    start = lineage.prepare(runs / "base", identity, RunFile("base", identity.run_config))
+    assert start == lineage.Start(None, None) and not attempt.finished(runs / "base")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"base: attempt {theirs['attempt']['id']} of run lr-0.003 (3 epochs) is not restored: ")
+    assert line.endswith("; the run trains from epoch 1"), line
+
+
+def test_a_restore_without_the_checkpoints_its_record_lists_stops_with_one_line_and_its_hint_trains(
+    tmp_path, made, capsys
+):
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir, 3, key=identity.key, current=True)
+    (run_dir / "checkpoints" / "last.ckpt").unlink()
+    with pytest.raises(RunStateError) as stopped:
+        lineage.restore(run_dir, identity.key)
+    (line,) = str(stopped.value).splitlines()
+    assert "its checkpoints/last.ckpt is missing, so it is not restored without its model. HINT: rerun its" in line
+    assert not (run_dir / "provenance.json").exists()
+    # The forced train job, as the HINT says: its launcher prepares the attempt, which is kept and trains again.
+    start = lineage.prepare(run_dir, identity, RunFile("r", identity.run_config))
+    assert start == lineage.Start(None, None) and not attempt.finished(run_dir)
+    kept = run_dir / "attempts" / f"{identity.key[:12]}-damaged"
+    assert (kept / "provenance.json").is_file() and (kept / "metrics.csv").is_file()
+    assert "its checkpoints/last.ckpt is missing: not restored; its record stays, as r@" in capsys.readouterr().err
+
+
+def test_a_finished_attempt_whose_checkpoint_changed_is_not_restorable(tmp_path, made):
+    """What a remote platform's launcher asks before it restores without submitting (remote.job)."""
+    identity, lay_out = made
+    run_dir = tmp_path / "runs" / "r"
+    lay_out(run_dir, 3, key=identity.key, current=True)
+    assert attempt.restorable(run_dir, identity.key)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:-1])
+    assert not attempt.restorable(run_dir, identity.key)

@@ -55,7 +55,35 @@ def test_modified_checkpoint_fails(results, capsys):
     code, out = verify(results, "devices-1", capsys)
     assert code == 1
     assert f"MISMATCH  checkpoint  {best}" in out and "provenance says" in out
-    assert "1 of 11 checks failed" in out and "HINT" in out
+    (line,) = [line for line in out.splitlines() if "HINT:" in line]
+    assert line.startswith("verify: 1 of 11 checks failed: these files are not what run devices-1 recorded. HINT: ")
+    # What to do for a checkpoint, and nothing about data files, modules or environments that did not fail.
+    hint = line.partition("HINT: ")[2]
+    assert hint == (
+        "never load a mismatched checkpoint; train the run again with snakemake --profile local --forcerun "
+        "results/runs/devices-1/provenance.json, with your --configfile and --config if you gave any (the attempt "
+        "with those checkpoints is kept under attempts/, record and all)."
+    ), hint
+
+
+def test_every_run_verified_ends_in_one_line_saying_which_failed_and_what_to_do_once(results, capsys):
+    record = json.loads((results / "runs/devices-1/provenance.json").read_text())
+    flip_byte(results / "runs/devices-1" / record["training"]["last_checkpoint"]["path"], offset=100)
+    part = next((results / "data").glob("*/train/part-00001.safetensors"))
+    flip_byte(part)
+    code = main(["verify", "--results", str(results)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert [line for line in out.splitlines() if line.startswith("verify: ")][:2] == [
+        "verify: 2 of 11 checks failed: these files are not what run devices-1 recorded.",
+        "verify: 1 of 11 checks failed: these files are not what run devices-2 recorded.",
+    ], out
+    last = out.splitlines()[-1]
+    assert last.startswith("verify: 2 of 2 runs do not match their provenance (devices-1, devices-2; "), last
+    assert out.count("HINT:") == 1 and "HINT: " in last, "the HINT once, on the last line"
+    assert "--forcerun results/runs/devices-1/provenance.json," in last and "devices-2/provenance.json" not in last
+    relative = part.relative_to(results.parent).as_posix()
+    assert f"rm {relative} && snakemake --profile local {relative}" in last, last
 
 
 def test_a_run_yaml_rewritten_after_training_fails_naming_the_keys(results, capsys):

@@ -112,7 +112,10 @@ def test_a_table_s_files_are_its_ingestion_s_and_a_damaged_one_is_made_again_as_
     verify = [str(workflow.bin / "snakeddp"), "verify", "base", "--results", str(workflow.directory / "results")]
     failed = subprocess.run(verify, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1
-    assert "(a table's data file: delete its dataset's ingest.json and run `snakemake <that path>`" in failed.stdout
+    assert (
+        "a table's data files are its ingestion's: delete its summary and ask Snakemake for it, which ingests it "
+        f"again: rm {summary} && snakemake --profile local {summary}."
+    ) in failed.stdout, failed.stdout
     (workflow.directory / summary).unlink()
     workflow.run(summary)
     assert dataset_files(folder) == files

@@ -1,6 +1,7 @@
 """snakeddp prune: which earlier attempts lose their checkpoints."""
 
 import json
+import re
 
 import pytest
 
@@ -42,3 +43,20 @@ def test_a_negative_count_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["prune", "--best", "-1"])
     assert "HINT: give 0 or a positive whole number" in capsys.readouterr().err
+
+
+def test_what_was_pruned_is_recorded_beside_the_attempts_record(tmp_path):
+    """`snakeddp verify` and a restore tell pruned checkpoints from lost ones by it (prune left no trace)."""
+    home = attempt(tmp_path, "a" * 12, "2026-01-01T00:00:00", 0.1)
+    (home / "checkpoints" / "epoch002-val_loss0.1000.ckpt").write_bytes(b"y" * 7)
+    prune([tmp_path], best=0, last=0, dry_run=True)
+    assert not (home / "pruned.json").exists(), "a dry run writes nothing"
+    prune([tmp_path], best=0, last=0, dry_run=False)
+    record = json.loads((home / "pruned.json").read_text())
+    assert record["command"] == "snakeddp prune --best 0 --last 0" and record["bytes"] == 17
+    assert record["removed"] == [
+        {"path": "checkpoints/epoch002-val_loss0.1000.ckpt", "bytes": 7},
+        {"path": "checkpoints/last.ckpt", "bytes": 10},
+    ]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", record["pruned_at"]), record
+    assert not (home / "checkpoints").exists() and (home / "provenance.json").is_file()

@@ -15,6 +15,12 @@ The run's own directory is searched first, then the others, by name. Every recor
 against the provenance schema; one that does not match is passed over (it cannot be trusted), and
 only folders inside results/runs are followed. The source is copied, never moved: it stays whole,
 so coming back to its budget, or the other run, restores it as before.
+
+A finished attempt is only restored, or taken over, with every checkpoint its record lists: one whose
+checkpoints ``snakeddp prune`` removed (or that are missing, or not the bytes recorded) is passed over for
+the next, and the run's own such attempt is set aside whole under ``attempts/<id>-pruned/`` (``-damaged``),
+a name no restore takes back, so its record stays listed while the run trains that attempt again. The log
+says so in one line.
 """
 
 from __future__ import annotations
@@ -30,9 +36,9 @@ from snakeddp.errors import RunStateError
 from snakeddp.provenance.schema import problems
 from snakeddp.run import attempt, status
 from snakeddp.run.attempt import Identity, attempt_id
-from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
+from snakeddp.run.layout import ATTEMPT_FILES, RUNS, STORED_AS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.runs import read_metrics
+from snakeddp.run.runs import pruned_paths, pruned_record, pruned_when, read_metrics
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
@@ -120,8 +126,63 @@ class _Lineage:
         return self.keys[epochs] == origin
 
 
+@dataclass(frozen=True)
+class Gone:
+    """Why a finished attempt's checkpoints cannot be restored or continued: the first one its record lists that is
+    not there as recorded (its path as the record has it), and the pruned.json that says `snakeddp prune` removed it."""
+
+    path: str
+    missing: bool
+    pruned: dict[str, Any] | None = None
+
+    @property
+    def why(self) -> str:
+        if self.pruned is not None:
+            return f"its checkpoints were pruned {pruned_when(self.pruned)}"
+        if self.missing:
+            return f"its {self.path} is missing"
+        return f"its {self.path} differs from the sha256 its record holds (damaged, or changed by hand)"
+
+
+def _listed(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every checkpoint a record lists (best, last and the top-k), once each."""
+    training = record.get("training") or {}
+    entries = [training.get("best_checkpoint"), training.get("last_checkpoint"), *(training.get("checkpoints") or [])]
+    return list({entry["path"]: entry for entry in entries if isinstance(entry, dict) and entry.get("path")}.values())
+
+
+def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool = False) -> Gone | None:
+    """The first checkpoint ``record`` lists that ``folder`` does not hold (pruned or missing), or with ``hashed``
+    one whose bytes differ from its recorded sha256; None when every one is there as recorded."""
+    files = [(entry, inside(folder.folder, entry["path"])) for entry in _listed(record)]
+    for entry, path in files:
+        if path is not None and not path.is_file():
+            pruned = pruned_record(folder) if entry["path"] in pruned_paths(folder) else None
+            return Gone(entry["path"], missing=True, pruned=pruned)
+    for entry, path in files if hashed else []:
+        if path is not None and sha256_file(path) != entry.get("sha256"):
+            return Gone(entry["path"], missing=False)
+    return None
+
+
 def find(run_dir: Path, identity: Identity) -> Origin | None:
     """The finished attempt that ``run_dir``'s attempt of ``identity`` takes over (see the module), or None."""
+    return _choose(run_dir, identity)[0]
+
+
+def _choose(run_dir: Path, identity: Identity) -> tuple[Origin | None, tuple[Origin, Gone] | None]:
+    """``find``'s attempt, and the one it would have taken but for its checkpoints (pruned or missing), if any."""
+    skipped = None
+    for origin in _ranked(run_dir, identity):
+        gone = gone_checkpoint(origin.source, origin.record)
+        if gone is None:
+            return origin, skipped
+        skipped = skipped or (origin, gone)
+    return None, skipped
+
+
+def _ranked(run_dir: Path, identity: Identity) -> list[Origin]:
+    """Every finished attempt ``run_dir``'s attempt of ``identity`` may take over, the one to take first."""
     key, budget = identity.key, identity.budget
     found: dict[str, list[tuple[int, Origin]]] = {CONTINUE: [], STOPPED_EARLY: [], SAME_KEY: []}
     for source, record in _records(run_dir.parent, run_dir, identity):
@@ -138,10 +199,11 @@ def find(run_dir: Path, identity: Identity) -> Origin | None:
             found[STOPPED_EARLY].append((0 if own else 1, Origin(source, record, STOPPED_EARLY)))
         elif record["status"] == "completed" and done == theirs < budget:
             found[CONTINUE].append((-theirs if own else budget - theirs, Origin(source, record, CONTINUE)))
-    for how in (STOPPED_EARLY, SAME_KEY, CONTINUE):
-        if found[how]:
-            return min(found[how], key=lambda ranked: ranked[0])[1]
-    return None
+    return [
+        origin
+        for how in (STOPPED_EARLY, SAME_KEY, CONTINUE)
+        for _, origin in sorted(found[how], key=lambda ranked: ranked[0])
+    ]
 
 
 def longer(run_dir: Path, identity: Identity) -> Origin | None:
@@ -215,40 +277,96 @@ class Start:
 
 def prepare(run_dir: Path, identity: Identity, run: RunFile) -> Start:
     """``attempt.prepare``, then for a key with no attempt of its own here, the attempt it takes over
-    (``find``), copied in: a finished one to restore, or one to continue training from."""
+    (``find``), copied in: a finished one to restore, or one to continue training from. This key's own finished
+    attempt without the checkpoints its record lists (pruned, missing, changed) is not restored: it is set aside
+    (``set_aside``) and the run trains it again, as if it had none."""
     resume = attempt.prepare(run_dir, identity.key)
-    if resume is not None or attempt.finished(run_dir):
+    aside = None
+    if attempt.finished(run_dir):
+        unrestorable = _unrestorable(run_dir)
+        if unrestorable is None:
+            return Start(resume, None)
+        record, gone = unrestorable
+        aside = (set_aside(run_dir, identity.key, gone), record, gone)
+    elif resume is not None:
         return Start(resume, None)
-    origin = find(run_dir, identity)
-    if origin is None:
-        return Start(None, None)
-    damaged = altered_checkpoint(origin)
-    if damaged is not None:
+    origin, skipped = _choose(run_dir, identity)
+    if origin is not None and (damaged := gone_checkpoint(origin.source, origin.record, hashed=True)) is not None:
         say(
-            f"{run_dir.name}: attempt {origin.attempt_id} of run {origin.run_id} is not taken over: its {damaged} "
-            "differs from the sha256 its record holds (damaged, or changed by hand), so the run trains from its "
-            f"first epoch. That attempt is kept as it is ({origin.source.folder})."
+            f"{run_dir.name}: attempt {origin.attempt_id} of run {origin.run_id} is not taken over: {damaged.why}, "
+            f"so the run trains from its first epoch. That attempt is kept as it is ({origin.source.folder})."
         )
-        return Start(None, None)
-    if origin.how == CONTINUE:
-        seeded = attempt.seed(run_dir, origin.source, identity.key, epochs_from=origin.epochs)
-    else:
-        seeded = attempt.seed(run_dir, origin.source, identity.key, record=_adopted(origin, identity, run))
-    if not seeded:
+        origin = None
+    elif origin is not None:
+        if origin.how == CONTINUE:
+            seeded = attempt.seed(run_dir, origin.source, identity.key, epochs_from=origin.epochs)
+        else:
+            seeded = attempt.seed(run_dir, origin.source, identity.key, record=_adopted(origin, identity, run))
+        origin = origin if seeded else None
+    if aside is not None:
+        kept, record, gone = aside
+        label = f"{run.run_id}@{kept.folder.name}"
+        say(
+            f"{run.run_id}: attempt {attempt_id(identity.key)} finished with this config "
+            f"({record['training']['epochs_completed']} epochs), but {gone.why}: not restored; its record stays, as "
+            f"{label}, and {_instead(origin, run.run_id)}"
+        )
+    elif skipped is not None:
+        passed, gone = skipped
+        where = "" if passed.run_id == run.run_id else f" of run {passed.run_id}"
+        what = "continued" if passed.how == CONTINUE else "restored"
+        done = passed.record["training"]["epochs_completed"]
+        say(
+            f"{run.run_id}: attempt {passed.attempt_id}{where} ({done} epochs) is not {what}: {gone.why}; "
+            f"{_instead(origin, run.run_id)}"
+        )
+    if origin is None:
         return Start(None, None)
     last = RunPaths(run_dir).last_checkpoint
     return Start(last if origin.how == CONTINUE and last.is_file() else None, origin)
 
 
-def altered_checkpoint(origin: Origin) -> str | None:
-    """The first checkpoint of ``origin`` (as its record lists them, ``checkpoints/last.ckpt``) whose bytes differ
-    from the sha256 recorded when it finished: taking it over would resume or restore from bytes nobody trained
-    (a truncated file fails every resume: deleting the run's copy, as that failure's HINT says, copied it again)."""
-    for entry in origin.record.get("training", {}).get("checkpoints") or []:
-        path = inside(origin.source.folder, entry.get("path"))
-        if path is not None and path.is_file() and sha256_file(path) != entry.get("sha256"):
-            return entry["path"]
-    return None
+def _instead(origin: Origin | None, run_id: str) -> str:
+    """What the run does instead of restoring an attempt it cannot."""
+    if origin is None:
+        return "the run trains from epoch 1"
+    where = "" if origin.run_id == run_id else f" of run {origin.run_id}"
+    if origin.how == CONTINUE:
+        done = origin.record["training"]["epochs_completed"]
+        return f"the run continues attempt {origin.attempt_id}{where} from epoch {done + 1} instead"
+    return f"the run takes over attempt {origin.attempt_id}{where} instead"
+
+
+def _unrestorable(run_dir: Path) -> tuple[dict[str, Any], Gone] | None:
+    """The run directory's finished attempt and why it cannot be restored (its checkpoints, hashed); None when it
+    can, or when its record is not one to read (``restore`` says so, in its own line)."""
+    try:
+        record = read_json(RunPaths(run_dir).finished)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or problems(record):
+        return None
+    gone = gone_checkpoint(RunPaths(run_dir), record, hashed=True)
+    return None if gone is None else (record, gone)
+
+
+def set_aside(run_dir: Path, key: str, gone: Gone) -> AttemptPaths:
+    """Move the run directory's attempt of ``key`` (files and record) to ``attempts/<id>-pruned/`` (``-damaged``
+    where no pruned.json says `snakeddp prune` removed them): never ``attempts/<id>``, which ``attempt.prepare``
+    would take back and restore. The run directory then holds this key's attempt with nothing of its own."""
+    paths = RunPaths(run_dir)
+    name = f"{attempt_id(key)}-{'pruned' if gone.pruned is not None else 'damaged'}"
+    target, suffix = paths.attempt(name), 1
+    while target.folder.exists():
+        suffix += 1
+        target = paths.attempt(f"{name}-{suffix}")
+    target.folder.mkdir(parents=True)
+    for entry in ATTEMPT_FILES:
+        if (run_dir / entry).exists():
+            (run_dir / entry).rename(target.folder / STORED_AS.get(entry, entry))
+    paths.provenance.unlink(missing_ok=True)  # the published copy of the record that moved
+    atomic_write_json(paths.state, {"resume_key": key})
+    return target
 
 
 def _adopted(origin: Origin, identity: Identity, run: RunFile) -> dict[str, Any]:
@@ -287,6 +405,13 @@ def restore(run_dir: Path, key: str) -> str:
             f"schema: {found[0][:160]}{more}. HINT: move it aside (mv {paths.finished} {paths.finished}.bad) and "
             f"rerun its train job ({rerun.forcing(paths.provenance)}): the attempt resumes from its last.ckpt, "
             "trains nothing and writes its record again."
+        )
+    gone = gone_checkpoint(paths, record)
+    if gone is not None:  # prepare sets such an attempt aside; this is one that started otherwise
+        raise RunStateError(
+            f"attempt {attempt_id(key)} finished, but {gone.why}, so it is not restored without its model. HINT: "
+            f"rerun its train job ({rerun.forcing(paths.provenance)}): the attempt is then kept under "
+            f"{paths.attempts.name}/ with its record, and the run trains again."
         )
     came_from = (record.get("attempt") or {}).get("restored_from")
     record["attempt"] = {

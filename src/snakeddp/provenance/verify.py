@@ -7,7 +7,11 @@ its recorded sha256 and size, the manifest still has the sha256 the run trained 
 partition and the validation file still match the manifest's entries (data.source module has none: its
 record is checked), every user module file still has the sha256 it trained with, and this node's installed
 packages are the files the bill of materials of the environment it trained in lists (every file of every
-package hashed again: once per bill of materials in one ``snakeddp verify``).
+package hashed again: once per bill of materials in one ``snakeddp verify``). Checkpoints of an earlier attempt
+that ``snakeddp prune`` removed (its pruned.json names them) are shown as pruned, not as a mismatch.
+
+A failure ends in one line whose HINT says what to do for each kind of file that failed, with the command to
+type where there is one (``util.rerun``); ``snakeddp verify`` of every run prints that line once, after all runs.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from snakeddp.environment import sbom
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.runs import Run
+from snakeddp.run.runs import Run, pruned_paths, pruned_when, retrain_hint
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import entry_checksum, sha256_file
 from snakeddp.util.paths import inside
@@ -42,6 +47,12 @@ class Check:
     path: str
     ok: bool
     detail: str
+    #: A checkpoint `snakeddp prune` removed (ok: what the attempt's pruned.json says happened to it).
+    pruned: bool = False
+
+    @property
+    def shown(self) -> str:
+        return "pruned" if self.pruned else "ok" if self.ok else "MISMATCH"
 
 
 def _file_check(kind: str, path: Path, record: Mapping[str, Any]) -> Check:
@@ -60,7 +71,15 @@ def checkpoint_checks(run: Run) -> list[Callable[[], Check]]:
     training = run.provenance["training"]
     records = [training["best_checkpoint"], training["last_checkpoint"], *training.get("checkpoints", [])]
     unique = {record["path"]: record for record in records if record}
-    return [lambda r=record: _file_check("checkpoint", run.file(r), r) for record in unique.values()]
+    pruned, removed = run.pruned, pruned_paths(run.paths)
+
+    def check(record: Mapping[str, Any]) -> Check:
+        path = run.file(record)
+        if pruned is not None and record["path"] in removed and not path.exists():
+            return Check("checkpoint", str(path), True, f"pruned {pruned_when(pruned)} ({run.paths.pruned.name})", True)
+        return _file_check("checkpoint", path, record)
+
+    return [lambda r=record: check(r) for record in unique.values()]
 
 
 def _partition_check(path: Path, entry: Mapping[str, Any], kind: str) -> Check:
@@ -189,23 +208,113 @@ def verify_run(run: Run) -> list[Check]:
     return checks + sorted([manifest, *hashed], key=lambda c: kinds[c.kind]) + ([environment] if environment else [])
 
 
-def format_checks(run: Run, checks: list[Check]) -> str:
-    lines = [f"snakeddp verify {run.run_id} ({run.run_dir})"]
+def format_checks(run: Run, checks: list[Check], hint: bool = True) -> str:
+    """The checks of one run, a line each, then its verdict: one line, with the HINT for what failed unless
+    ``hint`` is off (several runs: ``verdict`` says it once for all)."""
+    lines = [f"snakeddp verify {run.label} ({run.run_dir})"]
     width = max(len(c.kind) for c in checks)
     for check in checks:
-        lines.append(f"  {'ok' if check.ok else 'MISMATCH':8}  {check.kind:{width}}  {check.path}  {check.detail}")
+        lines.append(f"  {check.shown:8}  {check.kind:{width}}  {check.path}  {check.detail}")
     bad = [c for c in checks if not c.ok]
+    pruned = sum(c.pruned for c in checks)
     if bad:
-        lines.append(
-            f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run "
-            f"{run.run_id} recorded. HINT: restore them from a copy; or delete a mismatched data file or "
-            "manifest and run `snakemake <its path>` to regenerate it (a table's data file: delete its dataset's "
-            "ingest.json and run `snakemake <that path>`, which ingests it again), and move the run directory of a "
-            "mismatched checkpoint away and rerun snakemake to retrain it; restore a changed user module from version "
-            "control (a changed one is new code: rerun snakemake to retrain); rewrite a provenance.json that fails "
-            "its schema with `snakemake --forcerun <its path>`; reinstall an environment that differs from its bill "
-            "of materials (tools/setup.sh, or rebuild its conda env or image); never load a mismatched checkpoint."
-        )
+        said = f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run {run.label} recorded."
+        lines.append(f"{said} HINT: {what_to_do([(run, bad)])}." if hint else said)
     else:
-        lines.append(f"verify: all {len(checks)} checks passed; run {run.run_id} matches its provenance.")
+        note = f" ({pruned} checkpoint(s) pruned, as its pruned.json records)" if pruned else ""
+        lines.append(f"verify: all {len(checks)} checks passed; run {run.label} matches its provenance{note}.")
     return "\n".join(lines)
+
+
+def verdict(results: list[tuple[Run, list[Check]]]) -> str:
+    """The last line of ``snakeddp verify`` of several runs: how many match, which do not, and what to do."""
+    failed = [(run, [c for c in checks if not c.ok]) for run, checks in results]
+    failed = [(run, bad) for run, bad in failed if bad]
+    if not failed:
+        return f"verify: all {len(results)} runs match their provenance."
+    names = ", ".join(run.label for run, _ in failed)
+    return (
+        f"verify: {len(failed)} of {len(results)} runs do not match their provenance ({names}; their MISMATCH lines "
+        f"are above). HINT: {what_to_do(failed)}."
+    )
+
+
+def _relative(run: Run, path: str) -> str:
+    """A path of a check as the user types it in the directory the workflow ran in."""
+    try:
+        return Path(path).resolve().relative_to(run.workdir.resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+def _forcing(targets: list[str]) -> str:
+    """``util.rerun.forcing`` of one or more files."""
+    return f"{rerun.snakemake('--forcerun', *targets)}, {rerun.SAME_CONFIG}"
+
+
+def _remade_by(run: Run, path: Path) -> str:
+    """What to delete and ask Snakemake for to have a data file or manifest again: itself, or a table's summary
+    (ingest.json), whose job, its ingestion, writes all the table's files."""
+    dataset = path.parent.parent if path.parent.name == "train" else path.parent
+    summary = dataset / "ingest.json"
+    return _relative(run, str(summary if summary.is_file() else path))
+
+
+def _remake(data: list[tuple[Run, Check]]) -> str:
+    """How mismatched data files and manifests are made again, with the command for the first."""
+    targets = sorted({_remade_by(run, Path(check.path)) for run, check in data})
+    first, others = targets[0], targets[1:]
+    if first.endswith("/ingest.json"):
+        lead = "a table's data files are its ingestion's: delete its summary and ask Snakemake for it, which ingests"
+    else:
+        lead = "delete a mismatched data file or manifest and ask Snakemake for it, which writes"
+    more = f" (the same for {', '.join(others[:3])}{', …' if len(others) > 3 else ''})" if others else ""
+    return f"{lead} it again: rm {first} && {rerun.snakemake(first)}{more}"
+
+
+def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
+    """What to do for each kind of file that failed, in the runs given with their failed checks."""
+    kinds: dict[str, list[tuple[Run, Check]]] = {}
+    for run, bad in failed:
+        for check in bad:
+            kinds.setdefault(check.kind, []).append((run, check))
+
+    def current(kind: str) -> list[str]:
+        return list(dict.fromkeys(run.rerun_target for run, _ in kinds.get(kind, []) if run.is_current))
+
+    said = []
+    if "provenance" in kinds:
+        if targets := current("provenance"):
+            said.append(
+                f"a provenance.json that fails its schema is written again by its train job: {_forcing(targets)}"
+            )
+        if any(not run.is_current for run, _ in kinds["provenance"]):
+            said.append("an earlier attempt's record is not written again: restore it from a copy")
+    data = [(run, check) for kind in ("manifest", "partition", "validation") for run, check in kinds.get(kind, [])]
+    if data:
+        said.append(_remake(data))
+    if "checkpoint" in kinds:
+        said.append("never load a mismatched checkpoint")
+        if targets := current("checkpoint"):
+            said.append(
+                f"train {'the run' if len(targets) == 1 else 'those runs'} again with {_forcing(targets)} (the "
+                "attempt with those checkpoints is kept under attempts/, record and all)"
+            )
+        kept = {run.label: run for run, _ in kinds["checkpoint"] if not run.is_current}
+        said += [f"{label}: {retrain_hint(run)}" for label, run in kept.items()]
+    if "run config" in kinds:
+        said.append(
+            "run.yaml was written again after the run trained (another config or invocation wrote it): the run's "
+            "next train job trains the config it holds and keeps this attempt under attempts/"
+        )
+    if "user code" in kinds:
+        said.append(
+            "restore a changed model or DataModule file from version control, as the run's record hashed it (changed, "
+            "it is new code, which no record of this run describes)"
+        )
+    if "installed" in kinds:
+        said.append(
+            "this node's packages differ from those the run trained with: reinstall that environment (tools/setup.sh, "
+            "or rebuild its conda env or image)"
+        )
+    return "; ".join(said) or "restore the files from a copy"

@@ -313,10 +313,19 @@ def _home(run_dir: Path, key: str) -> AttemptPaths:
 
 
 def restorable(run_dir: Path, key: str) -> bool:
-    """Whether this key's attempt already finished (read-only; ``prepare`` then restore it)."""
+    """Whether this key's attempt already finished (read-only; ``prepare`` then restore it), with the checkpoints
+    its record lists, as it hashed them: one whose checkpoints were pruned, lost or changed trains again
+    (``provenance.lineage.prepare``, which a remote platform's launcher calls after this)."""
+    from snakeddp.provenance.lineage import gone_checkpoint  # which imports this module
+
     home = _home(run_dir, key)
     # The current attempt's own record is finished.json; a kept one's is its provenance.json.
-    return (home.finished if isinstance(home, RunPaths) else home.provenance).is_file()
+    path = home.finished if isinstance(home, RunPaths) else home.provenance
+    try:
+        record = read_json(path)
+    except (OSError, ValueError):
+        return path.is_file()  # a record restore refuses in its own line
+    return not isinstance(record, dict) or gone_checkpoint(home, record, hashed=True) is None
 
 
 def resumable(run_dir: Path, key: str) -> Path | None:

@@ -26,6 +26,10 @@
                                         Spark driver's scratch while it runs (spark/: the ranks' settings,
                                         TMPDIR, spark.local.dir, the stop request; snakeddp.spark.driver)
         attempts/<id>/                  an earlier attempt, AttemptPaths (its finished.json as provenance.json)
+            pruned.json                 what `snakeddp prune` removed of its checkpoints, and when (run.prune)
+        attempts/<id>-pruned/           one that was not restored, its checkpoints pruned (-damaged: missing or
+                                        changed): kept whole, under a name no restore takes back
+                                        (provenance.lineage)
 
     logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
 
@@ -72,12 +76,14 @@ LOCK = ".attempt.lock"
 RESUME_SEEDED = ".snakeddp-resume-seeded"
 SEEDING = ".seeding-{pid}"
 ATTEMPTS = "attempts"
+# Beside a kept attempt's record: the checkpoints `snakeddp prune` removed, and when (run.prune).
+PRUNED = "pruned.json"
 TRAIN_LOG = "logs/train/{run}.log"
 
 # What an attempt leaves in the run directory; moved together into attempts/<id>/, staged into a remote job
 # and brought back from it (remote.entry, remote.attempt, databricks.results). A hang's evidence goes with the
 # tries that name it.
-ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED, TRIES, HANG_EVIDENCE)
+ATTEMPT_FILES = (CHECKPOINTS, METRICS, TRACE, TRACKING, STATE, FINISHED, TRIES, HANG_EVIDENCE, PRUNED)
 # In attempts/<id>/ the finished record is provenance.json again, so a kept attempt reads like a run.
 STORED_AS = {FINISHED: PROVENANCE}
 
@@ -115,6 +121,11 @@ class AttemptPaths:
     def last_saved(self) -> Path:
         """The step last.ckpt holds and when it was written (run.tries)."""
         return self.checkpoints / LAST_SAVED
+
+    @property
+    def pruned(self) -> Path:
+        """What `snakeddp prune` removed of this attempt's checkpoints, and when (run.prune)."""
+        return self.folder / PRUNED
 
     @property
     def tries(self) -> Path:

@@ -3,18 +3,22 @@
 An earlier attempt (``results/runs/<run>/attempts/<id>/``) keeps its checkpoints until this
 command removes them. Per run, the checkpoints of the ``best`` attempts by their best score
 (trainer.monitor: the lowest val_loss unless set) and of the ``last`` most recent attempts stay;
-the others lose their checkpoints/ only.
-Their provenance.json and metrics.csv stay, so every attempt remains listed and comparable.
+the others lose their checkpoints/ only, and get pruned.json beside their record: which files went, their
+sizes, when and by which command. Their provenance.json and metrics.csv stay, so every attempt remains listed
+and comparable; `snakeddp verify` reads pruned.json to tell pruned checkpoints from lost ones, and a restore of
+a pruned attempt trains it again instead (provenance.lineage).
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from snakeddp.run.runs import Run, earlier_attempts
+from snakeddp.util.fsutil import atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,22 @@ def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
 
 
 def prune(run_dirs: Sequence[Path], best: int, last: int, dry_run: bool) -> list[Pruned]:
-    """Remove what ``plan`` names (nothing with ``dry_run``) and return it."""
+    """Remove what ``plan`` names (nothing with ``dry_run``) and return it; each attempt's pruned.json, written
+    first, says what goes (a removal cut short is then told from a loss too)."""
     pruned = plan(run_dirs, best, last)
     if not dry_run:
         for item in pruned:
+            atomic_write_json(item.attempt.paths.pruned, _record(item, f"snakeddp prune --best {best} --last {last}"))
             shutil.rmtree(item.path)
     return pruned
+
+
+def _record(item: Pruned, command: str) -> dict:
+    folder = item.attempt.paths.folder
+    files = sorted(path for path in item.path.rglob("*") if path.is_file())
+    return {
+        "pruned_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": command,
+        "removed": [{"path": path.relative_to(folder).as_posix(), "bytes": path.stat().st_size} for path in files],
+        "bytes": item.size,
+    }

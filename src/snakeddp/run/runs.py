@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import ExportError, ProvenanceError, RunNotFound
-from snakeddp.run.layout import PROVENANCE, RUN_ID_PATTERN, RUNS, AttemptPaths, RunPaths, paths_of, run_records
+from snakeddp.run.layout import (
+    ATTEMPTS,
+    PROVENANCE,
+    RUN_ID_PATTERN,
+    RUNS,
+    AttemptPaths,
+    RunPaths,
+    paths_of,
+    run_records,
+)
+from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
@@ -94,8 +104,26 @@ class Run:
 
     @property
     def label(self) -> str:
-        """How people name it: the run id, with ``@<attempt id>`` for an earlier attempt."""
-        return self.run_id if self.is_current else f"{self.run_id}@{self.attempt_id}"
+        """How people name it: the run id, with ``@<attempt id>`` for an earlier attempt; ``@<its folder>`` where
+        that is the attempt id and more (``<id>-pruned``: one set aside beside the same attempt trained again)."""
+        if self.is_current:
+            return self.run_id
+        folder = self.run_dir.name
+        return f"{self.run_id}@{folder if folder.startswith(self.attempt_id) else self.attempt_id}"
+
+    @property
+    def pruned(self) -> dict[str, Any] | None:
+        """What `snakeddp prune` removed of this attempt's checkpoints (its pruned.json), or None."""
+        return pruned_record(self.paths)
+
+    @property
+    def rerun_target(self) -> str:
+        """Its provenance.json as a Snakemake target, relative to the directory the workflow ran in."""
+        path = self.paths.run_dir.resolve() / PROVENANCE
+        try:
+            return path.relative_to(self.workdir.resolve()).as_posix()
+        except ValueError:
+            return str(path)
 
     @property
     def workdir(self) -> Path:
@@ -163,6 +191,48 @@ class Run:
         )
 
 
+def pruned_record(paths: AttemptPaths) -> dict[str, Any] | None:
+    """An attempt's pruned.json (``run.prune``), when it is one snakeddp wrote."""
+    try:
+        record = read_json(paths.pruned)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("removed"), list):
+        return None
+    return record
+
+
+def pruned_paths(paths: AttemptPaths) -> set[str]:
+    """The files (relative to the attempt's folder) its pruned.json says `snakeddp prune` removed."""
+    record = pruned_record(paths) or {}
+    return {entry["path"] for entry in record.get("removed", []) if isinstance(entry, dict) and "path" in entry}
+
+
+def pruned_when(record: Mapping[str, Any]) -> str:
+    """``by `snakeddp prune` on <date>`` of a pruned.json."""
+    return f"by `snakeddp prune` on {str(record.get('pruned_at', 'a day not recorded'))[:10]}"
+
+
+def retrain_hint(run: Run) -> str:
+    """How to have a run's (or an earlier attempt's) model again when its checkpoints are gone or changed."""
+    if run.is_current:
+        return (
+            f"train it again with {rerun.forcing(run.rerun_target)} (the attempt with those checkpoints is kept, "
+            f"record and all, under {run.paths.run_dir.name}/{ATTEMPTS}/)"
+        )
+    try:
+        now = read_json(RunPaths(run.paths.run_dir).provenance).get("origin_sha256")
+    except (OSError, ValueError, AttributeError):
+        now = None
+    if now == run.provenance["origin_sha256"]:
+        return f"run {run.run_id} is this attempt trained again: `snakeddp export {run.run_id}`"
+    return (
+        "export another run or attempt (`snakeddp runs --all` lists them), or train it again: put back the config it "
+        f"trained (`snakeddp compare {run.run_id} {run.label}` shows what differs) and rerun snakemake; this "
+        "attempt's record stays"
+    )
+
+
 def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
     """The best checkpoint's file and its provenance record, checked to be the file the run recorded: what
     ``snakeddp export`` refuses before it imports torch and Lightning (a mistyped run answers at once)."""
@@ -173,12 +243,17 @@ def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
             "only last.ckpt. HINT: set trainer.save_top_k: 1 or more and rerun snakemake (the run trains again)."
         )
     path = run.file(record)
+    pruned = run.pruned
+    if not path.is_file() and pruned is not None and record["path"] in pruned_paths(run.paths):
+        raise ExportError(
+            f"run {run.label}: its checkpoints were pruned {pruned_when(pruned)} ({run.paths.pruned}); its record and "
+            f"metrics stay. HINT: {retrain_hint(run)}."
+        )
     if not path.is_file() or sha256_file(path) != record.get("sha256"):
         what = "changed since the run recorded it" if path.is_file() else "gone"
         raise ExportError(
-            f"run {run.label}: its best checkpoint {path} is {what}. HINT: `snakeddp verify {run.label}` checks the "
-            "run's files; export another run or attempt (`snakeddp runs --all`), or delete this run's provenance.json "
-            "and rerun snakemake to train it again."
+            f"run {run.label}: its best checkpoint {path} is {what} (`snakeddp verify {run.label}` checks every file "
+            f"of it). HINT: {retrain_hint(run)}."
         )
     return path, record
 
@@ -250,8 +325,9 @@ def runs_from_provenance(paths: list[str | Path]) -> list[Run]:
     return [load_run(Path(path).parent) for path in paths]
 
 
-def resolve_run(ref: str, results: str | Path = "results") -> Run:
-    """The run named by ``ref``: a run id under ``results/runs``, a run directory or its provenance.json."""
+def resolve_run(ref: str, results: str | Path = "results", stopped: bool = False) -> Run:
+    """The run named by ``ref``: a run id under ``results/runs``, a run directory or its provenance.json; with
+    ``stopped``, a run a search stopped is its record at the last rung it reached (``stopped_by_search``)."""
     results = Path(results)
     run_ref, at, short = ref.partition("@")
     if at and not Path(ref).exists():
@@ -261,6 +337,17 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
         run_dir = candidate.parent if candidate.name == PROVENANCE else candidate
         if RunPaths(run_dir).provenance.is_file():
             return load_run(run_dir)
+    halted = stopped_by_search(results, ref)
+    if halted is not None:
+        entry, record = halted
+        if stopped and record.is_file():
+            return _rung_run(results, ref, record)
+        raise RunNotFound(
+            f"{ref!r} was stopped by the search at rung {entry['rung']} ({entry['epochs']} epochs, its configuration "
+            f"ranked {entry['rank']}): it has no provenance.json, only its record at that rung ({record}). HINT: "
+            f"`snakeddp compare {ref} RUN` compares that record with another run; removing search: from the config "
+            "trains it to its whole budget (docs/search.md)."
+        )
     known = [path.parent.name for path in run_records(results)]
     unfinished = RunPaths.under(results, ref).folder.is_dir()
     reason = "has no provenance.json (it has not finished)" if unfinished else "is not a run id or run directory"
@@ -270,11 +357,43 @@ def resolve_run(ref: str, results: str | Path = "results") -> Run:
     raise RunNotFound(f"{ref!r} {reason}. HINT: {hint}; pass --results DIR for another results directory.")
 
 
+def stopped_by_search(results: Path, run_id: str) -> tuple[dict[str, Any], Path] | None:
+    """Where a search stopped ``run_id`` (``run.search.stopped``: rung, epochs, rank) and its record at that rung
+    (results/search/<run>/epochs-<n>.json, ``workflow.plan.RUNG_RECORD``), or None."""
+    from snakeddp.run.search import SEARCH_DIR, stopped  # which reads runs with this module
+
+    entry = stopped(results).get(run_id)
+    if entry is None:
+        return None
+    return entry, results / SEARCH_DIR / run_id / f"epochs-{entry['epochs']}.json"
+
+
+def _rung_run(results: Path, run_id: str, path: Path) -> Run:
+    """A run a search stopped, as its record at its last rung says, with that rung's metrics.csv where the run
+    directory still holds that attempt."""
+    record = read_json(path)
+    run_dir = RunPaths.under(results, run_id)
+    if not isinstance(record, dict) or record.get("run_id") != run_id:
+        raise foreign_record(AttemptPaths(path.parent), f"{path.name} is not the record of run {run_id!r}")
+    try:
+        current = read_json(run_dir.finished).get("origin_sha256")
+    except (OSError, ValueError, AttributeError):
+        current = None
+    metrics = read_metrics(run_dir.metrics) if current == record.get("origin_sha256") else []
+    return Run(run_dir=run_dir.folder, provenance=record, metrics=metrics)
+
+
 def _resolve_attempt(run_ref: str, short: str, results: Path) -> Run:
     run_dir = RunPaths.under(results, run_ref)
     current = [load_run(run_dir.folder)] if run_dir.provenance.is_file() else []
     attempts = current + earlier_attempts(run_dir.folder)
-    matches = [run for run in attempts if short and run.attempt_id.startswith(short)]
+    # The name after @ that `runs --all` shows (ID-pruned: that attempt set aside, beside it trained again) or
+    # any unique prefix of it or of the attempt id.
+    shown = {id(run): run.label.partition("@")[2] or run.attempt_id for run in attempts}
+    exact = [run for run in attempts if shown[id(run)] == short]
+    matches = exact or [
+        run for run in attempts if short and (shown[id(run)].startswith(short) or run.attempt_id.startswith(short))
+    ]
     if len(matches) == 1:
         return matches[0]
     known = ", ".join(run.label for run in attempts) or "none"
