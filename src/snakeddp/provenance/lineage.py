@@ -38,10 +38,10 @@ from snakeddp.run import attempt, status
 from snakeddp.run.attempt import Identity, attempt_id
 from snakeddp.run.layout import ATTEMPT_FILES, RUNS, STORED_AS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.runs import pruned_paths, pruned_record, pruned_when, read_metrics
+from snakeddp.run.runs import Gone, gone_checkpoint, read_metrics
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, read_json
-from snakeddp.util.hashing import sha256_file, sha256_json
+from snakeddp.util.hashing import sha256_json
 from snakeddp.util.paths import inside
 from snakeddp.util.terminal import say
 
@@ -124,45 +124,6 @@ class _Lineage:
         if epochs not in self.keys:
             self.keys[epochs] = self.identity.key_at(epochs)
         return self.keys[epochs] == origin
-
-
-@dataclass(frozen=True)
-class Gone:
-    """Why a finished attempt's checkpoints cannot be restored or continued: the first one its record lists that is
-    not there as recorded (its path as the record has it), and the pruned.json that says `snakeddp prune` removed it."""
-
-    path: str
-    missing: bool
-    pruned: dict[str, Any] | None = None
-
-    @property
-    def why(self) -> str:
-        if self.pruned is not None:
-            return f"its checkpoints were pruned {pruned_when(self.pruned)}"
-        if self.missing:
-            return f"its {self.path} is missing"
-        return f"its {self.path} differs from the sha256 its record holds (damaged, or changed by hand)"
-
-
-def _listed(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every checkpoint a record lists (best, last and the top-k), once each."""
-    training = record.get("training") or {}
-    entries = [training.get("best_checkpoint"), training.get("last_checkpoint"), *(training.get("checkpoints") or [])]
-    return list({entry["path"]: entry for entry in entries if isinstance(entry, dict) and entry.get("path")}.values())
-
-
-def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool = False) -> Gone | None:
-    """The first checkpoint ``record`` lists that ``folder`` does not hold (pruned or missing), or with ``hashed``
-    one whose bytes differ from its recorded sha256; None when every one is there as recorded."""
-    files = [(entry, inside(folder.folder, entry["path"])) for entry in _listed(record)]
-    for entry, path in files:
-        if path is not None and not path.is_file():
-            pruned = pruned_record(folder) if entry["path"] in pruned_paths(folder) else None
-            return Gone(entry["path"], missing=True, pruned=pruned)
-    for entry, path in files if hashed else []:
-        if path is not None and sha256_file(path) != entry.get("sha256"):
-            return Gone(entry["path"], missing=False)
-    return None
 
 
 def find(run_dir: Path, identity: Identity) -> Origin | None:

@@ -50,6 +50,7 @@ from snakeddp.run.layout import (
     AttemptPaths,
     RunPaths,
 )
+from snakeddp.run.runs import gone_checkpoint
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
@@ -316,8 +317,6 @@ def restorable(run_dir: Path, key: str) -> bool:
     """Whether this key's attempt already finished (read-only; ``prepare`` then restore it), with the checkpoints
     its record lists, as it hashed them: one whose checkpoints were pruned, lost or changed trains again
     (``provenance.lineage.prepare``, which a remote platform's launcher calls after this)."""
-    from snakeddp.provenance.lineage import gone_checkpoint  # which imports this module
-
     home = _home(run_dir, key)
     # The current attempt's own record is finished.json; a kept one's is its provenance.json.
     path = home.finished if isinstance(home, RunPaths) else home.provenance

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import ExportError, ProvenanceError, RunNotFound
+from snakeddp.run import rungs
 from snakeddp.run.layout import (
     ATTEMPTS,
     PROVENANCE,
@@ -213,6 +214,45 @@ def pruned_when(record: Mapping[str, Any]) -> str:
     return f"by `snakeddp prune` on {str(record.get('pruned_at', 'a day not recorded'))[:10]}"
 
 
+@dataclass(frozen=True)
+class Gone:
+    """Why a finished attempt's checkpoints cannot be restored or continued: the first one its record lists that is
+    not there as recorded (its path as the record has it), and the pruned.json that says `snakeddp prune` removed it."""
+
+    path: str
+    missing: bool
+    pruned: dict[str, Any] | None = None
+
+    @property
+    def why(self) -> str:
+        if self.pruned is not None:
+            return f"its checkpoints were pruned {pruned_when(self.pruned)}"
+        if self.missing:
+            return f"its {self.path} is missing"
+        return f"its {self.path} differs from the sha256 its record holds (damaged, or changed by hand)"
+
+
+def _listed(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every checkpoint a record lists (best, last and the top-k), once each."""
+    training = record.get("training") or {}
+    entries = [training.get("best_checkpoint"), training.get("last_checkpoint"), *(training.get("checkpoints") or [])]
+    return list({entry["path"]: entry for entry in entries if isinstance(entry, dict) and entry.get("path")}.values())
+
+
+def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool = False) -> Gone | None:
+    """The first checkpoint ``record`` lists that ``folder`` does not hold (pruned or missing), or with ``hashed``
+    one whose bytes differ from its recorded sha256; None when every one is there as recorded."""
+    files = [(entry, inside(folder.folder, entry["path"])) for entry in _listed(record)]
+    for entry, path in files:
+        if path is not None and not path.is_file():
+            pruned = pruned_record(folder) if entry["path"] in pruned_paths(folder) else None
+            return Gone(entry["path"], missing=True, pruned=pruned)
+    for entry, path in files if hashed else []:
+        if path is not None and sha256_file(path) != entry.get("sha256"):
+            return Gone(entry["path"], missing=False)
+    return None
+
+
 def retrain_hint(run: Run) -> str:
     """How to have a run's (or an earlier attempt's) model again when its checkpoints are gone or changed."""
     if run.is_current:
@@ -358,14 +398,12 @@ def resolve_run(ref: str, results: str | Path = "results", stopped: bool = False
 
 
 def stopped_by_search(results: Path, run_id: str) -> tuple[dict[str, Any], Path] | None:
-    """Where a search stopped ``run_id`` (``run.search.stopped``: rung, epochs, rank) and its record at that rung
+    """Where a search stopped ``run_id`` (``run.rungs.stopped``: rung, epochs, rank) and its record at that rung
     (results/search/<run>/epochs-<n>.json, ``workflow.plan.RUNG_RECORD``), or None."""
-    from snakeddp.run.search import SEARCH_DIR, stopped  # which reads runs with this module
-
-    entry = stopped(results).get(run_id)
+    entry = rungs.stopped(results).get(run_id)
     if entry is None:
         return None
-    return entry, results / SEARCH_DIR / run_id / f"epochs-{entry['epochs']}.json"
+    return entry, results / rungs.SEARCH_DIR / run_id / f"epochs-{entry['epochs']}.json"
 
 
 def _rung_run(results: Path, run_id: str, path: Path) -> Run:

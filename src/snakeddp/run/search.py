@@ -24,15 +24,11 @@ from typing import Any
 
 from snakeddp.config import parts, run_id
 from snakeddp.errors import ConfigError, ProvenanceError
+from snakeddp.run.rungs import DECISION_VERSION
 from snakeddp.run.runs import Run
-from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.fsutil import atomic_write_json
 
 SUCCESSIVE_HALVING = "successive_halving"
-# Under results/: each run's rung configs and records, and each rung's decision (rules/search.smk).
-SEARCH_DIR = "search"
-DECISION_GLOB = "rung-*.json"
-# The record of one rung's decision (results/search/rung-<k>.json): what was ranked, by what.
-DECISION_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -228,25 +224,6 @@ def write_decision(path: str | Path, decision: Mapping[str, Any]) -> None:
     atomic_write_json(Path(path), dict(decision))
 
 
-def read_decision(path: str | Path) -> dict[str, Any]:
-    """A rung's decision as written by ``write_decision``, checked for the fields the workflow reads."""
-    decision = read_json(Path(path))
-    entries = decision.get("configurations") if isinstance(decision, dict) else None
-    if (
-        not isinstance(entries, list)
-        or decision.get("version") != DECISION_VERSION
-        or not all(
-            isinstance(e, dict) and isinstance(e.get("id"), str) and isinstance(e.get("promoted"), bool)
-            for e in entries
-        )
-    ):
-        raise ProvenanceError(
-            f"{path} is not a search decision snakeddp wrote. HINT: delete it; the next `snakemake` run decides "
-            "that rung again from the runs' records, without training."
-        )
-    return decision
-
-
 def epochs_trained(decisions: Iterable[Mapping[str, Any]]) -> int:
     """Epochs the search trained in all: each run continues from its previous rung, so a run's
     epochs are those of the last rung it reached (fewer than the budget where early stopping ended it)."""
@@ -272,21 +249,3 @@ def outcome(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for row in rows.values():
         row["winner"] = row["rung"] == top and row["rank"] == 1
     return sorted(rows.values(), key=lambda row: (-row["rung"], row["rank"], row["id"]))
-
-
-def stopped(results: str | Path) -> dict[str, dict[str, Any]]:
-    """Runs a search under ``results`` stopped before its last rung: run id -> the rung it reached,
-    that rung's epochs, its configuration and the configuration's rank there (no search: none)."""
-    found: dict[str, dict[str, Any]] = {}
-    decisions = sorted(
-        (read_decision(path) for path in (Path(results) / SEARCH_DIR).glob(DECISION_GLOB)), key=lambda d: d["rung"]
-    )
-    top = decisions[-1]["rung"] if decisions else None
-    for decision in decisions:
-        for entry in decision["configurations"]:
-            for rid in entry["runs"]:
-                found.pop(rid, None)
-                if not entry["promoted"] and decision["rung"] != top:
-                    found[rid] = {"rung": decision["rung"], "epochs": decision["epochs"], "configuration": entry["id"],
-                                  "rank": entry["rank"]}  # fmt: skip
-    return found
