@@ -42,7 +42,7 @@ from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
-from snakeddp.run import current, ledger, search, status
+from snakeddp.run import current, ledger, rungs, status
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import Run, best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
 from snakeddp.util.numbers import readable
@@ -96,7 +96,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if now:
         print(aligned(summary_rows(now), readable))
     waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
-    halted = search.stopped(args.results)
+    halted = rungs.stopped(args.results)
     if stopped_here := [rid for rid in waiting if rid in halted]:
         shown = (f"{rid} (rung {halted[rid]['rung']}, {halted[rid]['epochs']} epochs, rank {halted[rid]['rank']})"
                  for rid in stopped_here)  # fmt: skip

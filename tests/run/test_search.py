@@ -8,7 +8,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.errors import ConfigError, ProvenanceError
-from snakeddp.run import search
+from snakeddp.run import rungs, search
 
 LRS = [0.3, 0.1, 0.03, 0.01, 0.003, 0.001, 0.0003, 0.0001, 0.00003]
 LRS_IDS = [config.run_id({"model.lr": lr}) for lr in LRS]
@@ -141,19 +141,19 @@ def test_a_decision_file_snakeddp_did_not_write_is_refused(tmp_path):
     path = tmp_path / "rung-0.json"
     path.write_text(json.dumps({"version": 1, "configurations": [{"id": "x", "promoted": "yes"}]}))
     with pytest.raises(ProvenanceError, match="is not a search decision snakeddp wrote. HINT: delete it"):
-        search.read_decision(path)
+        rungs.read_decision(path)
     search.write_decision(path, {"version": 1, "configurations": [{"id": "x", "promoted": True}]})
-    assert search.survivors(search.read_decision(path)) == ["x"]
+    assert search.survivors(rungs.read_decision(path)) == ["x"]
 
 
 def test_the_runs_a_search_stopped_are_named_with_their_rung(tmp_path):
     _, decisions = simulate({"model.lr": LRS})
     for decision in decisions:
         search.write_decision(tmp_path / "search" / f"rung-{decision['rung']}.json", decision)
-    stopped = search.stopped(tmp_path)
+    stopped = rungs.stopped(tmp_path)
     assert sorted(stopped) == sorted(set(LRS_IDS) - {"lr-0.01"})
     assert {entry["rung"] for entry in stopped.values()} == {0, 1}
     assert sorted(rid for rid, entry in stopped.items() if entry["rung"] == 1) == sorted(
         rid for rid, entry in stopped.items() if entry["epochs"] == 3
     )
-    assert search.stopped(tmp_path / "no-search") == {}
+    assert rungs.stopped(tmp_path / "no-search") == {}

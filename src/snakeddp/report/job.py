@@ -19,8 +19,8 @@ from snakeddp.report.page import write_crate, write_report
 from snakeddp.report.search import view as search_view
 from snakeddp.report.search import write_table as write_search_table
 from snakeddp.report.table import varying_params, write_runs_table
+from snakeddp.run.rungs import read_decision
 from snakeddp.run.runs import runs_from_provenance
-from snakeddp.run.search import read_decision
 from snakeddp.util.terminal import say
 from snakeddp.util.words import counted
 

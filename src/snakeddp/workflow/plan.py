@@ -39,6 +39,7 @@ from snakeddp.environment import files as envfiles
 from snakeddp.platforms.table import Row
 from snakeddp.report import configurations as report_configurations
 from snakeddp.report.files import workflow_files
+from snakeddp.run import rungs
 from snakeddp.run import search as searching
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import keep_scheduler_requests, rewrites
@@ -208,7 +209,7 @@ class Plan:
             promoted = list(self.search_groups)
         else:
             decision = checkpoints.search_rung.get(rung=rung - 1).output.decision
-            promoted = searching.survivors(searching.read_decision(decision))
+            promoted = searching.survivors(rungs.read_decision(decision))
         # A configuration the sweep no longer has is not trained; the rung's decision is made again.
         return [run for cid in promoted if cid in self.search_groups for run in self.search_groups[cid]]
 
