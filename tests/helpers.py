@@ -424,3 +424,9 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
         yield folder
     finally:
         subprocess.run(["umount", folder], check=True)
+
+
+def as_typed_in_a_terminal() -> None:
+    """SIGINT's default, as a terminal's shell starts a command (a Popen's preexec_fn): under nohup or a script's
+    `&` the tests inherit SIGINT ignored, and a shell cannot trap or reset a signal ignored on entry."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 
-from tests.helpers import REPO
+from tests.helpers import REPO, as_typed_in_a_terminal
 
 
 def bash(script: str, **kwargs) -> subprocess.Popen:
@@ -38,12 +38,6 @@ def test_a_long_step_is_never_10_seconds_without_a_line_and_keeps_its_status():
     assert (
         lines[-1] == "status=3" and len(lines) >= 2 and all(line.startswith("setup: still x (") for line in lines[:-1])
     )
-
-
-def as_typed_in_a_terminal() -> None:
-    """SIGINT's default, as a terminal's shell starts a command: under nohup or a script's `&` this run
-    inherits SIGINT ignored, and a shell cannot trap or reset a signal ignored on entry."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_leaves_no_ticker_behind():

@@ -70,9 +70,11 @@ def _ingest(args: argparse.Namespace) -> None:
             else:
                 summary = spread(args.params, args.out, os.environ)
     except Exception:
-        # Runs training beside it (data.stream) wait for partitions that will not come: said to them at once.
-        with contextlib.suppress(OSError):
-            atomic_write_json(failed, {"invocation": os.environ.get(variables.INVOCATION)})
+        # Runs of the workflow's invocation training beside it (data.stream) wait for partitions that will not
+        # come: said to them at once. A step run by hand names no invocation, and leaves nothing.
+        if os.environ.get(variables.INVOCATION):
+            with contextlib.suppress(OSError):
+                atomic_write_json(failed, {"invocation": os.environ[variables.INVOCATION]})
         raise
     # The files are at their final paths (the dataset's folder): training on this machine need not hash them again.
     hand_over_written(args.out)

@@ -27,7 +27,7 @@ from snakeddp.environment import cooldown
 from snakeddp.environment.lock import read_lock
 from tests.checkout import copy_of_this_checkout, hint_lines, typed, with_core_venv
 from tests.environment.probe_index import PROBE, probe_index
-from tests.helpers import tiny_with
+from tests.helpers import as_typed_in_a_terminal, tiny_with
 
 pytestmark = pytest.mark.e2e
 USER_MODEL = """
@@ -98,7 +98,7 @@ def test_ctrl_c_while_adding_leaves_envs_as_it_was_and_says_so_in_one_line(check
     environ.update(PATH=f"{checkout / '.venv' / 'bin'}:/usr/bin:/bin", XDG_CONFIG_HOME=str(checkout.parent / "config"))
     adding = subprocess.Popen(
         ["tools/add.sh", "humanize"], cwd=checkout, env=environ, text=True, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=as_typed_in_a_terminal,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while (checkout / "envs/requirements.in").read_bytes() == envs["requirements.in"]:

@@ -155,7 +155,7 @@ def test_snakeddp_nodes_lists_the_ledger_and_clears_a_node_as_typed(tmp_path):
     listed = snakeddp("nodes", "--results", str(results), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     header, first, second = (line.split() for line in listed.stdout.splitlines())
-    assert " ".join(header) == "node hangs slow spells failures last 14 days last event left out by slurm"
+    assert " ".join(header) == "node hangs slow spells failures last 14 days last event sbatch --exclude"
     assert first[0] == "n1" and first[1:5] == ["0", "1", "0", "0"] and first[-1] == "no"
     assert second[0] == "n2" and second[1:5] == ["2", "0", "0", "2"] and second[-1] == "yes"
     wider = snakeddp("nodes", "--results", str(results), "--days", "60", "--events", "1", cwd=tmp_path)

@@ -28,6 +28,9 @@ class Row:
     # Where its ranks read a secret, where they do not inherit the environment snakemake runs in (VARIABLE: the
     # variable's name); None: they do (sbatch exports it).
     secrets: str | None = None
+    # Where a remote job gets MLflow's user and password, where its spec must not carry them (the tracking URI's
+    # user:password@, refused: snakeddp.workflow.preflight); None: where ``secrets`` says.
+    tracking_login: str | None = None
 
 
 TABLE = (
@@ -48,6 +51,10 @@ TABLE = (
         settings="snakeddp.azureml.settings:Settings",
         job_side="snakeddp.azureml.jobside",
         secrets="in the workspace's key vault, read by your code with the job's identity",
+        tracking_login=(
+            "an AzureML job can be given no secret but through that spec, so track to a server the compute reaches "
+            "without a password (inside the workspace's network), or set tracking.mlflow.enabled: false"
+        ),
     ),
     Row(
         "spark",
@@ -75,5 +82,10 @@ TABLE = (
         ranks_as="spark",
         ingest="snakeddp.databricks.ingest:ingest",
         secrets="in a Databricks secret scope, given to the job as {{secrets/<scope>/<key>}}",
+        tracking_login=(
+            "set spark.executorEnv.MLFLOW_TRACKING_USERNAME and spark.executorEnv.MLFLOW_TRACKING_PASSWORD in "
+            "databricks.new_cluster.spark_conf as {{secrets/<scope>/<key>}} references, which the cluster resolves "
+            "for the ranks (docs/security.md)"
+        ),
     ),
 )

@@ -185,7 +185,7 @@ def rows(results: Path, events: int, days: float, now: float | None = None) -> t
     a profile that places jobs on nodes (Slurm's) leaves it out at these settings."""
     now = time.time() if now is None else now
     header = ["node", *(f"{kind}s" if kind != "slow" else "slow spells" for kind in KINDS)]
-    header += [f"last {days:g} days", "last event", "left out by slurm"]  # the only profile that places jobs on nodes
+    header += [f"last {days:g} days", "last event", "sbatch --exclude"]  # what a profile placing jobs on nodes does
     table = []
     for node, happened in sorted(read(results).items()):
         counts = [str(sum(e["kind"] == kind for e in happened)) for kind in KINDS]

@@ -179,20 +179,6 @@ def check_tracking_server(
         raise PreflightError(str(error)) from None
 
 
-# Where a remote platform's job could get MLflow's user and password without carrying them in its spec.
-_REMOTE_PASSWORD_HOME = {
-    "azureml": (
-        "an AzureML job can be given no secret but through that spec, so track to a server the compute reaches "
-        "without a password (inside the workspace's network), or set tracking.mlflow.enabled: false"
-    ),
-    "databricks": (
-        "set spark.executorEnv.MLFLOW_TRACKING_USERNAME and spark.executorEnv.MLFLOW_TRACKING_PASSWORD in "
-        "databricks.new_cluster.spark_conf as {{secrets/<scope>/<key>}} references, which the cluster resolves "
-        "for the ranks (docs/security.md)"
-    ),
-}
-
-
 def check_no_password_travels(configured_uri: str | None, platform: str) -> None:
     """A remote job carries the tracking section in its spec (AzureML's job.yml, the Databricks request), which
     its workspace keeps and shows: a tracking URI holding user:password@ is refused before it is written there.
@@ -202,7 +188,7 @@ def check_no_password_travels(configured_uri: str | None, platform: str) -> None
     _, username, password = split_credentials(configured_uri)
     if not username and not password:
         return
-    home = _REMOTE_PASSWORD_HOME.get(platform, secret_home(platform, "MLFLOW_TRACKING_PASSWORD"))
+    home = platforms.row(platform).tracking_login or secret_home(platform, "MLFLOW_TRACKING_PASSWORD")
     raise PreflightError(
         f"tracking.mlflow.tracking_uri holds credentials ({redact_text(configured_uri)}), and a {platform} job "
         f"carries its tracking settings in the job's spec, which the workspace keeps for whoever reads the job. "
