@@ -29,7 +29,7 @@ from snakeddp.environment import sbom
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.runs import Run, pruned_paths, pruned_when, retrain_hint
+from snakeddp.run.runs import Run, listed_checkpoints, pruned_paths, pruned_when, retrain_hint
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import entry_checksum, sha256_file
@@ -68,18 +68,16 @@ def _file_check(kind: str, path: Path, record: Mapping[str, Any]) -> Check:
 
 
 def checkpoint_checks(run: Run) -> list[Callable[[], Check]]:
-    training = run.provenance["training"]
-    records = [training["best_checkpoint"], training["last_checkpoint"], *training.get("checkpoints", [])]
-    unique = {record["path"]: record for record in records if record}
-    pruned, removed = run.pruned, pruned_paths(run.paths)
+    pruned = run.pruned
+    removed = pruned_paths(pruned)
 
     def check(record: Mapping[str, Any]) -> Check:
         path = run.file(record)
-        if pruned is not None and record["path"] in removed and not path.exists():
+        if record["path"] in removed and not path.exists():
             return Check("checkpoint", str(path), True, f"pruned {pruned_when(pruned)} ({run.paths.pruned.name})", True)
         return _file_check("checkpoint", path, record)
 
-    return [lambda r=record: check(r) for record in unique.values()]
+    return [lambda r=record: check(r) for record in listed_checkpoints(run.provenance)]
 
 
 def _partition_check(path: Path, entry: Mapping[str, Any], kind: str) -> Check:
@@ -247,11 +245,6 @@ def _relative(run: Run, path: str) -> str:
         return path
 
 
-def _forcing(targets: list[str]) -> str:
-    """``util.rerun.forcing`` of one or more files."""
-    return f"{rerun.snakemake('--forcerun', *targets)}, {rerun.SAME_CONFIG}"
-
-
 def _remade_by(run: Run, path: Path) -> str:
     """What to delete and ask Snakemake for to have a data file or manifest again: itself, or a table's summary
     (ingest.json), whose job, its ingestion, writes all the table's files."""
@@ -286,7 +279,7 @@ def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
     if "provenance" in kinds:
         if targets := current("provenance"):
             said.append(
-                f"a provenance.json that fails its schema is written again by its train job: {_forcing(targets)}"
+                f"a provenance.json that fails its schema is written again by its train job: {rerun.forcing(*targets)}"
             )
         if any(not run.is_current for run, _ in kinds["provenance"]):
             said.append("an earlier attempt's record is not written again: restore it from a copy")
@@ -297,7 +290,7 @@ def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
         said.append("never load a mismatched checkpoint")
         if targets := current("checkpoint"):
             said.append(
-                f"train {'the run' if len(targets) == 1 else 'those runs'} again with {_forcing(targets)} (the "
+                f"train {'the run' if len(targets) == 1 else 'those runs'} again with {rerun.forcing(*targets)} (the "
                 "attempt with those checkpoints is kept under attempts/, record and all)"
             )
         kept = {run.label: run for run, _ in kinds["checkpoint"] if not run.is_current}

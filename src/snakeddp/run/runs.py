@@ -203,10 +203,10 @@ def pruned_record(paths: AttemptPaths) -> dict[str, Any] | None:
     return record
 
 
-def pruned_paths(paths: AttemptPaths) -> set[str]:
-    """The files (relative to the attempt's folder) its pruned.json says `snakeddp prune` removed."""
-    record = pruned_record(paths) or {}
-    return {entry["path"] for entry in record.get("removed", []) if isinstance(entry, dict) and "path" in entry}
+def pruned_paths(record: Mapping[str, Any] | None) -> set[str]:
+    """The files (relative to the attempt's folder) a pruned.json (``pruned_record``) says `snakeddp prune` removed."""
+    removed = (record or {}).get("removed", [])
+    return {entry["path"] for entry in removed if isinstance(entry, dict) and "path" in entry}
 
 
 def pruned_when(record: Mapping[str, Any]) -> str:
@@ -232,7 +232,7 @@ class Gone:
         return f"its {self.path} differs from the sha256 its record holds (damaged, or changed by hand)"
 
 
-def _listed(record: dict[str, Any]) -> list[dict[str, Any]]:
+def listed_checkpoints(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every checkpoint a record lists (best, last and the top-k), once each."""
     training = record.get("training") or {}
     entries = [training.get("best_checkpoint"), training.get("last_checkpoint"), *(training.get("checkpoints") or [])]
@@ -242,11 +242,11 @@ def _listed(record: dict[str, Any]) -> list[dict[str, Any]]:
 def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool = False) -> Gone | None:
     """The first checkpoint ``record`` lists that ``folder`` does not hold (pruned or missing), or with ``hashed``
     one whose bytes differ from its recorded sha256; None when every one is there as recorded."""
-    files = [(entry, inside(folder.folder, entry["path"])) for entry in _listed(record)]
+    files = [(entry, inside(folder.folder, entry["path"])) for entry in listed_checkpoints(record)]
     for entry, path in files:
         if path is not None and not path.is_file():
-            pruned = pruned_record(folder) if entry["path"] in pruned_paths(folder) else None
-            return Gone(entry["path"], missing=True, pruned=pruned)
+            pruned = pruned_record(folder)
+            return Gone(entry["path"], missing=True, pruned=pruned if entry["path"] in pruned_paths(pruned) else None)
     for entry, path in files if hashed else []:
         if path is not None and sha256_file(path) != entry.get("sha256"):
             return Gone(entry["path"], missing=False)
@@ -284,7 +284,7 @@ def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
         )
     path = run.file(record)
     pruned = run.pruned
-    if not path.is_file() and pruned is not None and record["path"] in pruned_paths(run.paths):
+    if not path.is_file() and record["path"] in pruned_paths(pruned):
         raise ExportError(
             f"run {run.label}: its checkpoints were pruned {pruned_when(pruned)} ({run.paths.pruned}); its record and "
             f"metrics stay. HINT: {retrain_hint(run)}."

@@ -181,7 +181,7 @@ def _raw(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         **{key: said.get(key) for key in RAW},
         "updated": updated,
         "updated_s_ago": round(max(now - updated, 0.0), 1),
-        "detail": (said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}") + _gone(said),
+        "detail": _detail(said),
     }
 
 
@@ -196,8 +196,14 @@ def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         "%": said.get("percent"),
         "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None else None,
         "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
-        "detail": (said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}") + _gone(said),
+        "detail": _detail(said),
     }
+
+
+def _detail(said: Mapping[str, Any]) -> str:
+    """What a row says of its run beside the numbers: the writer's detail, else who wrote it where, and whether that
+    process is gone."""
+    return (said.get("detail") or f"{said.get('writer', '')} on {said.get('host')}") + _gone(said)
 
 
 def _gone(said: Mapping[str, Any]) -> str:

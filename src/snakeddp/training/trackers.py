@@ -69,7 +69,6 @@ class EpochAxis:
     at most every RETRY_S, and once more as the fit ends). MLflow's client would retry each request for minutes
     and then raise in the epoch's end, before the epoch's checkpoint: the run lost the epoch and stopped."""
 
-    _backlog: list[tuple[dict[str, float], int]]
     _failed_at: float | None = None
 
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
@@ -81,29 +80,35 @@ class EpochAxis:
     def log_params(self, params: Mapping[str, Any]) -> None:
         super().log_hyperparams(params)  # type: ignore[misc]
 
+    @property
+    def unsent(self) -> list[tuple[dict[str, float], int]]:
+        """The epochs' rows the tracker has not got yet, oldest first (kept in the instance: Lightning's loggers
+        are built by their own __init__, which this mixin does not extend)."""
+        return self.__dict__.setdefault("_unsent", [])
+
     def log_epoch(self, metrics: Mapping[str, float], epoch: int) -> None:
-        self.__dict__.setdefault("_backlog", []).append((dict(metrics), epoch))
+        self.unsent.append((dict(metrics), epoch))
         if self._failed_at is None or time.monotonic() - self._failed_at >= RETRY_S:
-            self._send_backlog()
+            self._send_unsent()
 
     def finalize(self, status: str) -> None:
         """Lightning's end of the fit: the backlog's last chance, and the tracker's own end, neither of which may
         fail a run that trained."""
-        if self.__dict__.get("_backlog"):
-            self._send_backlog()
+        if self.unsent:
+            self._send_unsent()
         if self._failed_at is None:
             try:
                 super().finalize(status)  # type: ignore[misc]
             except Exception as error:  # any failure of the tracker's client: the run trained
                 self._unanswered(error)
 
-    def _send_backlog(self) -> None:
-        backlog = self._backlog
+    def _send_unsent(self) -> None:
+        unsent = self.unsent
         try:
-            while backlog:
-                metrics, epoch = backlog[0]
+            while unsent:
+                metrics, epoch = unsent[0]
                 super().log_metrics(metrics, step=epoch)  # type: ignore[misc]
-                backlog.pop(0)
+                unsent.pop(0)
         except Exception as error:  # the tracker's client, whatever it raises
             self._unanswered(error)
             return
@@ -115,7 +120,7 @@ class EpochAxis:
         first = self._failed_at is None
         self._failed_at = time.monotonic()
         if first:
-            waiting = ", ".join(str(epoch) for _, epoch in self.__dict__.get("_backlog", [])) or "none"
+            waiting = ", ".join(str(epoch) for _, epoch in self.unsent) or "none"
             say(
                 f"snakeddp.train: {tracker_name(self)} stopped answering ({reason(error)}); training goes on, "
                 f"metrics.csv keeps every epoch, and the epochs it has not got (now: {waiting}) are sent when it "
@@ -262,7 +267,7 @@ class Trackers:
             except ConfigError:
                 raise  # the registry's own refusal (a name it does not take): a line of its own, the rerun registers
             except Exception as error:  # the tracker's client, whatever it raises: the run trained
-                missed = ", ".join(str(epoch) for _, epoch in self.mlflow.__dict__.get("_backlog", []))
+                missed = ", ".join(str(epoch) for _, epoch in self.mlflow.unsent)
                 say(
                     f"snakeddp.train: {tracker_name(self.mlflow)} did not answer as the run ended ({reason(error)}): "
                     f"its run {self.mlflow.run_id} lacks provenance.json, the best checkpoint"
@@ -275,8 +280,8 @@ class Trackers:
         return registered
 
     def _mlflow_finish(self, provenance_path: Path, best_checkpoint: str | None) -> dict[str, Any] | None:
-        if self.mlflow.__dict__.get("_backlog"):
-            raise ConnectionError(f"epochs {', '.join(str(e) for _, e in self.mlflow._backlog)} were never sent")
+        if self.mlflow.unsent:
+            raise ConnectionError(f"epochs {', '.join(str(e) for _, e in self.mlflow.unsent)} were never sent")
         client, run_id = self.mlflow.experiment, self.mlflow.run_id
         client.log_artifact(run_id, str(provenance_path))
         if best_checkpoint and self.tracking.mlflow.log_checkpoint:

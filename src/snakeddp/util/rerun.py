@@ -20,6 +20,6 @@ def snakemake(*arguments: str, env: Mapping[str, str] | None = None) -> str:
     return shlex.join(["snakemake", "--profile", profile, *arguments])
 
 
-def forcing(path: object) -> str:
-    """The command that runs the job writing ``path`` again, and what to add to it."""
-    return f"{snakemake('--forcerun', str(path))}, {SAME_CONFIG}"
+def forcing(*paths: object) -> str:
+    """The command that runs the jobs writing ``paths`` again, and what to add to it."""
+    return f"{snakemake('--forcerun', *map(str, paths))}, {SAME_CONFIG}"
