@@ -127,6 +127,20 @@ def hosted() -> Iterator[tuple[subprocess.Popen, int]]:
         host.wait()
 
 
+def stop(host: subprocess.Popen) -> None:
+    """SIGSTOP the host and wait until every one of its threads is stopped: the signal is delivered
+    asynchronously, and a thread still running on another core could answer one more call (CI once did)."""
+    host.send_signal(signal.SIGSTOP)
+    tasks = f"/proc/{host.pid}/task"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = [open(f"{tasks}/{tid}/stat").read().rsplit(")", 1)[1].split()[0] for tid in os.listdir(tasks)]
+        if all(state in "Tt" for state in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"the store's host (pid {host.pid}) did not stop within 10 s")
+
+
 def client(port: int) -> TCPStore:
     return TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
 
@@ -137,7 +151,7 @@ def test_a_store_that_answers_late_but_before_the_deadline_is_waited_for(hosted)
     host, port = hosted
     store = client(port)
     store.set("k", "v")
-    host.send_signal(signal.SIGSTOP)
+    stop(host)
     threading.Timer(CALL_S + 2, host.send_signal, (signal.SIGCONT,)).start()
     started = time.perf_counter()
     assert wait_for(store, ["k"], started + 30)
@@ -147,7 +161,7 @@ def test_a_store_that_answers_late_but_before_the_deadline_is_waited_for(hosted)
 def test_a_store_that_never_answers_is_gone_by_the_deadline(hosted):
     host, port = hosted
     store = client(port)
-    host.send_signal(signal.SIGSTOP)
+    stop(host)
     started = time.perf_counter()
     with pytest.raises(StoreGone):
         wait_for(store, ["k"], started + CALL_S + 2)
