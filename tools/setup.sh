@@ -240,6 +240,12 @@ if [[ $installed == 0 ]]; then
     # runs: sync installs exactly what the locks say, each file checked against its hash before anything is
     # installed, and removes what they do not.
     # uv reports its downloads, then compiles every package's bytecode without a word.
+    # An install a full disk cut short can leave a package's .dist-info without the RECORD uv writes last (or
+    # without its METADATA): uv takes the package for installed and `uv pip check` calls it broken. Without
+    # its .dist-info the sync installs it again (over whatever half of its files were written).
+    for info in "$VENV"/lib/python3*/site-packages/*.dist-info; do
+        [[ ! -d $info || ( -f $info/RECORD && -f $info/METADATA ) ]] || rm -rf "$info"
+    done
     again=()
     if PYTHONPATH=src "$VENV/bin/python" -c 'import packaging' 2>/dev/null; then
         for name in $(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock changed --record "$verified" "${locks[@]}"); do
