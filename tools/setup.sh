@@ -216,7 +216,7 @@ editable_install() {
         editable_current && return 0
     fi
     rm -f "$editable_stamp" "$editable_kept"
-    hashed_install "$uv" pip install --quiet "${into[@]}" --no-deps -e .
+    hashed_install cached_first "$uv" pip install --quiet "${into[@]}" --no-deps -e .
     # A uv that records the source otherwise finds nothing to keep: it builds again next time, as before.
     record=$(editable_record) || return 0
     mapfile -t files < <(editable_files "$record")
@@ -232,7 +232,7 @@ compile=(--compile-bytecode)
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
-    hashed_install "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
+    hashed_install cached_first "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
 fi
 if [[ $installed == 0 ]]; then
     echo "setup: installing ${locks[*]} into $VENV"
@@ -265,7 +265,7 @@ read -r cuda pin index build_lock <<<"$build"
 want=$(stamp_of "$cuda" "$pin" "$index")
 # The build's runtime wheels, each with its hash, from the build's own lock (constraints: only what torch needs here).
 if [[ $index == "-" ]]; then
-    progress "installing torch's build" hashed_install "$uv" pip install --quiet --require-hashes "${into[@]}" \
+    progress "installing torch's build" hashed_install cached_first "$uv" pip install --quiet --require-hashes "${into[@]}" \
         "${compile[@]}" "$pin" --constraint "$core" --constraint "$build_lock"
 else
     failed=$(mktemp)

@@ -88,14 +88,19 @@ hashed_requirements() {
 # Online, uv asks the index about every page it reads (this machine's index sends no cache headers, so it reads each
 # again): a sync of the locks that downloads nothing took 0.6 s of CPU so, 0.07 s offline. A lock names every file
 # by its hash, so the files uv's cache holds are the ones it would install: `cached_first UV_COMMAND...` runs it
-# offline, and again online where that fails (a file the cache lacks; any other failure is then uv's, online).
+# offline, and again online where that fails (a file the cache lacks; any other failure is then uv's, online). Not
+# where the disk said no (full, read-only): online fails the same way, after reading every page of the index again.
 cached_first() {
     local log status=0
     log=$(mktemp)
     "$@" --offline 2>"$log" || status=$?
-    ((status != 0)) || cat "$log" >&2
+    if ((status == 0)) || grep -qE 'os error (28|30)|No space left on device|Read-only file system' "$log"; then
+        cat "$log" >&2
+        rm -f "$log"
+        return "$status"
+    fi
     rm -f "$log"
-    ((status == 0)) || "$@"
+    "$@"
 }
 # A find-links wheel's sha256, kept beside uv by its path, size and modification time: torch's CPU wheel is 190 MB,
 # 1.2 s of CPU to hash, and every set-up, lock and test checkout hashed it again. A kept digest only picks the
