@@ -3,12 +3,14 @@
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
 from snakeddp.spark import master
 from snakeddp.spark.master import SparkError
 from tests.helpers import SRC, subprocess_env
+from tests.spark.conftest import running_cluster
 
 
 def test_the_master_is_named_by_the_config_then_master_then_spark_defaults(tmp_path):
@@ -99,3 +101,57 @@ def test_a_setting_the_drivers_jvm_refuses_is_named_in_spark_s_words_and_fixed_a
     assert "the Spark driver's JVM did not start" in line and "Executor memory must be a positive number" in line
     assert "check that the master is up" not in line and line.count("HINT:") == 1, line
     assert start("512m").returncode == 0, log.read_text()[-2000:]
+
+
+STARTS_AN_APPLICATION = """
+import os, sys
+from pathlib import Path
+from snakeddp.errors import exit_code
+from snakeddp.spark import master as masters, session
+from snakeddp.spark.settings import Settings
+
+def start():
+    scratch = Path(sys.argv[1])
+    session.prepare_scratch(scratch)
+    master, source = masters.resolve(None, os.environ)
+    shape = session.Shape("t", 1, 1, False)
+    given = Settings.of({"master": None, "conf": {}})
+    settings = session.spark_settings(shape, given, master, scratch, masters.cluster_defaults(os.environ))
+    session.started(lambda: session.start_context(settings), scratch, master, source).stop()
+    return 0
+
+raise SystemExit(exit_code("snakeddp.spark", start))
+"""
+
+
+def test_a_master_that_requires_a_secret_refuses_a_driver_without_it_at_once_and_the_hint_starts(tmp_path):
+    """Spark's client tries the master 3 times, 20 s apart, and then fails as "Cannot call methods on a stopped
+    SparkContext"; the first refusal is the line, within seconds. Its HINT followed: the cluster's SPARK_CONF_DIR."""
+    with running_cluster(workers=1, secret=True) as cluster:
+
+        def start(**given: str) -> subprocess.CompletedProcess:
+            env = {k: v for k, v in subprocess_env().items() if k not in {"MASTER", "SPARK_CONF_DIR"}}
+            return subprocess.run(
+                [sys.executable, "-c", STARTS_AN_APPLICATION, str(tmp_path / "scratch")],
+                env={**env, **given}, capture_output=True, text=True, timeout=120, check=False,
+            )  # fmt: skip
+
+        began = time.monotonic()
+        refused = start(MASTER=cluster.master_url)
+        assert time.monotonic() - began < 30, refused.stderr[-2000:]
+        (line,) = [line for line in (refused.stdout + refused.stderr).splitlines() if "HINT:" in line]
+        assert line.startswith(f"snakeddp.spark: the Spark master at {cluster.master_url} (named by $MASTER) refused")
+        assert "Expected SaslMessage" in line and line.count("HINT:") == 1, line
+        conf_dir = line.split("HINT: ")[1].split("(export ")[1].split("=")[0]
+        assert conf_dir == "SPARK_CONF_DIR", line
+        # Another secret: Spark's client says only that its message was dropped.
+        other = tmp_path / "other-conf"
+        other.mkdir()
+        defaults = (cluster.conf_dir / "spark-defaults.conf").read_text()
+        (other / "spark-defaults.conf").write_text(defaults.replace(cluster.secret, "not-the-clusters"))
+        began = time.monotonic()
+        refused = start(SPARK_CONF_DIR=str(other))
+        assert time.monotonic() - began < 30, refused.stderr[-2000:]
+        (line,) = [line for line in (refused.stdout + refused.stderr).splitlines() if "HINT:" in line]
+        assert f"the Spark master at {cluster.master_url} (named by " in line and "refused this driver" in line, line
+        assert start(SPARK_CONF_DIR=str(cluster.conf_dir)).returncode == 0

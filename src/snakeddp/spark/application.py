@@ -117,10 +117,7 @@ class Application:
         # The executors' Python imports what a rank imports, once (snakeddp.spark.stage); spark.conf may say otherwise.
         settings = {stage.DAEMON_SETTING: stage.DAEMON, **settings}
         started = time.monotonic()
-        try:
-            self.context = sessions.start_context(settings)
-        except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
-            raise SparkError(sessions.session_failure(master, source, error)) from None
+        self.context = sessions.started(lambda: sessions.start_context(settings), self.scratch, master, source)
         self.gpu, self.threads, self.key = hello["gpu"], hello["threads"], session_key(hello)
         self.described = {
             "id": self.context.applicationId,

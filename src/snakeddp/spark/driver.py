@@ -167,10 +167,7 @@ def alone(
     started = time.monotonic()
     shape = sessions.Shape(args.run_dir.name, args.num_processes, args.threads, args.gpu)
     settings = sessions.spark_settings(shape, section, master, scratch, masters.cluster_defaults(env))
-    try:
-        session = sessions.start_session(settings)
-    except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
-        raise SparkError(sessions.session_failure(master, source, error)) from None
+    session = sessions.started(lambda: sessions.start_session(settings), scratch, master, source)
     try:
         context = session.sparkContext
         write_rank_settings(env, context.applicationId, master, scratch)

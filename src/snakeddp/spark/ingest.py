@@ -96,10 +96,7 @@ def on_executors(
     given = sessions.spark_settings(shape, spark, master, scratch, masters.cluster_defaults(env))
     started = time.monotonic()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the executors' Python: this venv's (as driver.py)
-    try:
-        context = sessions.start_context(given)
-    except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
-        raise SparkError(sessions.session_failure(master, named_by, error)) from None
+    context = sessions.started(lambda: sessions.start_context(given), scratch, master, named_by)
     try:
         # The session waited for its cores (spark.scheduler.maxRegisteredResourcesWaitingTime): another application
         # may have taken the free ones first, and its tasks would wait for them as long as it holds them.

@@ -8,18 +8,22 @@ import logging
 import os
 import re
 import sys
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from snakeddp.spark import SparkError
 from snakeddp.spark.settings import Settings
 from snakeddp.util.fsutil import atomic_write_text
 
 # pyspark 4.3 warns that it does not fully support pandas 3 (the core's); TorchDistributor uses pandas
 # only to wrap rank 0's result (None here) in one Arrow batch.
 warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+
+T = TypeVar("T")
 
 #: The script each rank's torchrun runs in its Spark task.
 RANK_SCRIPT = Path(__file__).with_name("rank.py")
@@ -66,7 +70,27 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = spark: %p %c{1}: %m%n
+logger.client.name = org.apache.spark.deploy.client.StandaloneAppClient$ClientEndpoint
+logger.client.level = warn
+logger.client.additivity = false
+logger.client.appenderRef.file.ref = client
+appender.client.type = File
+appender.client.name = client
+appender.client.fileName = {client_log}
+appender.client.layout.type = PatternLayout
+appender.client.layout.pattern = %m%n%throwable
 """
+# A master that requires spark.authenticate refuses a driver without its secret, or with another, at
+# registration; Spark's client tries 3 times, 20 s apart (StandaloneAppClient's, not a setting), then its
+# context stops and the session fails as "Cannot call methods on a stopped SparkContext". The client's
+# warnings go to a file of their own (LOG4J2), watched while the session starts, so the first refusal ends it
+# (the master's port answered: master.check_reachable).
+CLIENT_LOG = "master-client.log"
+REGISTRATION_FAILED = "Failed to connect to master"
+# Spark's cause: a driver without the secret reads the first; one with another secret only the last.
+AUTH_SAID = re.compile(r"Expected SaslMessage[^\n(]*|[\w.]*SaslException: [^\n]*")
+CAUSE_SAID = re.compile(r"^Caused by: (?:[\w$]+\.)+[\w$]*: (?P<message>.+)$", re.M)
+
 
 # Spark's barrier check: a stage of more tasks than the session's free slots.
 TOO_FEW_SLOTS = re.compile(r"barrier stage that requires more slots|BARRIER_.*SLOTS|max concurrent tasks", re.I)
@@ -234,6 +258,66 @@ def session_failure(master: str, source: str, error: BaseException) -> str:
     )
 
 
+def started(start: Callable[[], T], scratch: Path, master: str, source: str) -> T:
+    """``start()``'s session or context, else a SparkError of one line: a master that refused the driver's secret
+    within a second of saying so (its JVM stopped), any other failure as session_failure tells it."""
+    client_log = scratch / CLIENT_LOG
+    client_log.unlink(missing_ok=True)
+    refused: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            try:
+                said = client_log.read_text(errors="replace")
+            except OSError:  # not written yet
+                continue
+            if REGISTRATION_FAILED in said:
+                refused.append(registration_said(said))
+                stop_driver_jvm()
+                return
+
+    watcher = threading.Thread(target=watch, name="snakeddp-spark-refusal", daemon=True)
+    watcher.start()
+    try:
+        return start()
+    except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
+        done.set()
+        watcher.join()
+        if refused:
+            raise SparkError(refused_line(master, source, refused[0])) from None
+        raise SparkError(session_failure(master, source, error)) from None
+    finally:
+        done.set()
+
+
+def stop_driver_jvm() -> None:
+    """The driver's JVM killed, so the session's start in progress fails at once (pyspark keeps the
+    spark-submit process it started as the gateway's ``proc``)."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None:
+        process.kill()
+
+
+def registration_said(log: str) -> str:
+    """Why the master did not take the driver, in Spark's words, from its client's log."""
+    if found := AUTH_SAID.search(log):
+        return found[0].strip()
+    causes = CAUSE_SAID.findall(log)
+    return causes[-1].strip() if causes else REGISTRATION_FAILED
+
+
+def refused_line(master: str, source: str, said: str) -> str:
+    return (
+        f"the Spark master at {master} (named by {source}) refused this driver's registration (Spark: {said}): "
+        "a master that requires spark.authenticate refuses a driver without its secret or with another. HINT: give "
+        "the driver the cluster's spark-defaults.conf, which holds spark.authenticate.secret (export "
+        "SPARK_CONF_DIR=<its folder>; scripts/spark_cluster.py start --secret prints it), then rerun; docs/spark.md."
+    )
+
+
 def spark_said(error: BaseException) -> str:
     """The JVM exception's own message (Spark's words), else the error's first line."""
     found = JAVA_ERROR.search(str(error))
@@ -248,4 +332,4 @@ def prepare_scratch(scratch: Path) -> None:
     """The application's scratch: the executors' TMPDIR, spark.local.dir and the driver's logging."""
     for folder in ("tmp", "local"):
         (scratch / folder).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(scratch / "log4j2.properties", LOG4J2)
+    atomic_write_text(scratch / "log4j2.properties", LOG4J2.replace("{client_log}", str(scratch / CLIENT_LOG)))
