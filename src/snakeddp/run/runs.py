@@ -355,6 +355,24 @@ def find_runs(results: str | Path, passed_over: list[ProvenanceError] | None = N
     return found
 
 
+def last_finished(results: str | Path, passed_over: list[ProvenanceError] | None = None) -> list[Run]:
+    """Per run directory under ``results/runs`` whose current attempt has not finished (no provenance.json: a later
+    attempt, under another config, data or environment, failed, was stopped or still trains), its most recent
+    finished attempt kept under attempts/: what that run last trained, which a listing keeps showing (the later
+    attempt moved it aside, ``run.attempt.prepare``). A record snakeddp did not write is as in ``find_runs``."""
+    found = []
+    for run_dir in sorted(Path(results).glob(f"{RUNS}/*/")):
+        if RunPaths(run_dir).provenance.is_file() or not RunPaths(run_dir).kept_records():
+            continue
+        try:
+            found += earlier_attempts(run_dir)[-1:]
+        except ProvenanceError as error:
+            if passed_over is None:
+                raise
+            passed_over.append(error)
+    return found
+
+
 def earlier_attempts(run_dir: str | Path) -> list[Run]:
     """The finished attempts kept under ``<run_dir>/attempts/``, oldest first."""
     found = [load_run(path.parent) for path in RunPaths(run_dir).kept_records()]
