@@ -30,7 +30,7 @@ from snakeddp.run.layout import (
 )
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
-from snakeddp.util.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file, sha256_file_once
 from snakeddp.util.paths import inside
 
 # metrics.csv, one row per epoch: what the training loop counted and measured, around the metrics
@@ -248,7 +248,7 @@ def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool =
             pruned = pruned_record(folder)
             return Gone(entry["path"], missing=True, pruned=pruned if entry["path"] in pruned_paths(pruned) else None)
     for entry, path in files if hashed else []:
-        if path is not None and sha256_file(path) != entry.get("sha256"):
+        if path is not None and sha256_file_once(path) != entry.get("sha256"):
             return Gone(entry["path"], missing=False)
     return None
 
