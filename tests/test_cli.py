@@ -179,3 +179,42 @@ def test_a_run_the_search_stopped_is_compared_as_its_record_at_its_last_rung(swe
         "compares that record with another run; removing search: from the config trains it to its whole budget "
         "(docs/search.md)."
     )
+
+
+def test_a_later_attempt_that_failed_leaves_the_run_listed_as_it_last_finished(sweep_workflow, tmp_path, capsys):
+    """A finished local run, then an attempt elsewhere (another environment: another key) that failed: the listing
+    showed the run as not finished, as if nothing had trained; it shows the finished attempt and names the later."""
+    import shutil
+
+    from snakeddp.remote import status as remote_status
+    from snakeddp.run import attempt
+
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    run_dir = results / "runs" / "devices-1"
+    finished = json.loads((run_dir / "provenance.json").read_text())
+    kept = finished["attempt"]["id"]
+    later = "f" * 64
+    # What the remote job's launcher does before it submits (lineage.prepare), and after the job failed.
+    attempt.prepare(run_dir, later)
+    remote_status.submitted(run_dir, "AzureML job sharp_lamp_42")
+    remote_status.ended(run_dir, "failed")
+    configfile = str(sweep_workflow.directory / "config.yaml")
+
+    assert main(["runs", "--results", str(results), "--configfile", configfile]) == 0
+    out = capsys.readouterr().out
+    assert "not finished yet" not in out, out
+    table, note = out.split("\n\n")[0].splitlines()[1:3], out.split("\n\n")[0].splitlines()[3]
+    assert [line.split()[0] for line in table] == [f"devices-1@{kept}", "devices-2"], out
+    best = finished["training"]["best_checkpoint"]["path"]
+    assert note == (
+        f"devices-1: its latest attempt {later[:12]} failed; shown is devices-1@{kept}, the last attempt that finished "
+        f"({finished['training']['epochs_completed']} epochs, best checkpoint {kept}/{best}, kept under attempts/)"
+    )
+    assert (run_dir / "attempts" / kept / best).is_file()
+
+    assert main(["runs", "--json", "--all", "--results", str(results), "--configfile", configfile]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(row["run"], row["current"]) for row in rows] == [(f"devices-1@{kept}", True), ("devices-2", True)]
+    assert rows[0]["later_attempt"] == {"id": later[:12], "state": "failed"}
+    assert rows[0]["best val_loss"] == finished["training"]["best_val_loss"]

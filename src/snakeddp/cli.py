@@ -43,8 +43,19 @@ from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
 from snakeddp.run import current, ledger, rungs, status
+from snakeddp.run.attempt import attempt_id
+from snakeddp.run.layout import ATTEMPTS, RunPaths, train_log
 from snakeddp.run.prune import prune
-from snakeddp.run.runs import Run, best_checkpoint, default_results, earlier_attempts, find_runs, resolve_run
+from snakeddp.run.runs import (
+    Run,
+    best_checkpoint,
+    default_results,
+    earlier_attempts,
+    find_runs,
+    last_finished,
+    resolve_run,
+)
+from snakeddp.util.fsutil import read_json
 from snakeddp.util.numbers import readable
 
 # What the runs table's second part holds.
@@ -76,25 +87,67 @@ def listed(results: Path, command: str) -> list[Run]:
     return runs
 
 
+def later_attempt(run: Run) -> dict[str, Any]:
+    """The attempt that now holds the run directory of ``run`` (a finished attempt kept under attempts/, shown for
+    its run by ``last_finished``) and has not finished: its id (run-state.json) and state (status.json)."""
+    paths = RunPaths(run.paths.run_dir)
+    try:
+        key = read_json(paths.state).get("resume_key")
+    except (OSError, ValueError, AttributeError):
+        key = None
+    said = status.read(paths.run_dir) or {}
+    return {"id": attempt_id(key) if isinstance(key, str) else None, "state": said.get("state")}
+
+
+def later_attempt_note(run: Run, later: dict[str, Any], results: Path) -> str:
+    """One line under the table: which finished attempt stands for its run, and what became of the later one."""
+    how = {"failed": "failed", "hung": "hung", "stopped": "was stopped"}.get(later["state"])
+    how = how or (f"has not finished ({later['state']})" if later["state"] else "has not finished")
+    log = train_log(results.parent, run.run_id)
+    where = f" (its log: {log})" if log.is_file() else ""
+    best = (run.provenance.get("training") or {}).get("best_checkpoint") or {}
+    kept = f", best checkpoint {run.paths.folder.name}/{best['path']}" if best.get("path") else ""
+    return (
+        f"{run.run_id}: its latest attempt {later['id'] or '(unknown)'} {how}{where}; shown is {run.label}, the last "
+        f"attempt that finished ({run.provenance['training']['epochs_completed']} epochs{kept}, kept under "
+        f"{ATTEMPTS}/)"
+    )
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     finished = listed(args.results, "runs")
-    now, history, planned = current_and_history(args, finished)
+    # A run whose later attempt failed (or was stopped, or trains) still shows what it last trained.
+    passed_over: list[ProvenanceError] = []
+    standing = last_finished(args.results, passed_over)
+    for error in passed_over:
+        print(f"snakeddp runs: left out {error}", file=sys.stderr)
+    now, history, planned = current_and_history(args, finished + standing)
     if args.all:
-        history += [attempt for run in finished for attempt in earlier_attempts(run.run_dir)]
+        shown = {run.run_dir for run in standing}
+        history += [
+            attempt
+            for run in finished + standing
+            for attempt in earlier_attempts(run.paths.run_dir)
+            if attempt.run_dir not in shown
+        ]
     if not now and not history:
         print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
         return 1
+    later = {run.run_dir: later_attempt(run) for run in standing}
     if args.json:
         rows = [
-            {**row, "current": is_current}
+            {**row, "current": is_current, **({"later_attempt": later[run.run_dir]} if run.run_dir in later else {})}
             for runs, is_current in ((now, True), (history, False))
             if runs
-            for row in summary_rows(runs).records()
+            for run, row in zip(runs, summary_rows(runs).records(), strict=True)
         ]
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if now:
         print(aligned(summary_rows(now), readable))
+        for run in now:
+            if run.run_dir in later:
+                print(later_attempt_note(run, later[run.run_dir], Path(args.results)))
     waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
     halted = rungs.stopped(args.results)
     if stopped_here := [rid for rid in waiting if rid in halted]:
@@ -106,6 +159,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if history:
         print(f"\nhistory: {HISTORY}")
         print(aligned(summary_rows(history), readable))
+        for run in history:
+            if run.run_dir in later:
+                print(later_attempt_note(run, later[run.run_dir], Path(args.results)))
     return 0
 
 
@@ -269,7 +325,9 @@ def _add_runs(sub: Subparsers) -> argparse.ArgumentParser:
         description="A table of the finished runs under results/: config that differs, val_loss, epochs, "
         "throughput, launcher. First the current runs (those the config plans: config/config.yaml with the "
         "--configfile and --config you gave snakemake, as the report lists them), then, as history, finished "
-        "runs of other configs; --all adds each run's earlier finished attempts there as RUN@ID.",
+        "runs of other configs; --all adds each run's earlier finished attempts there as RUN@ID. A run whose latest "
+        "attempt has not finished (failed, stopped, training) is listed as its last finished attempt, RUN@ID, with a "
+        "line naming the later one.",
     )
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
     runs.add_argument("--all", action="store_true", help="also list each run's earlier finished attempts (RUN@ID)")

@@ -3,10 +3,14 @@ same key kept by another run; on real run directories (the shared sweep's device
 
 from __future__ import annotations
 
+import builtins
 import copy
 import csv
 import json
+import os
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,7 @@ from snakeddp.provenance.schema import validate
 from snakeddp.run import attempt, prune, status
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import load_run, resolve_run
+from snakeddp.util import hashing
 
 pytestmark = pytest.mark.e2e  # the records and checkpoints come from the shared sweep
 
@@ -305,3 +310,42 @@ def test_a_finished_attempt_whose_checkpoint_changed_is_not_restorable(tmp_path,
     last = run_dir / "checkpoints" / "last.ckpt"
     last.write_bytes(last.read_bytes()[:-1])
     assert not attempt.restorable(run_dir, identity.key)
+
+
+def test_a_restore_reads_each_checkpoint_once_and_still_refuses_one_changed_between_its_checks(
+    tmp_path, made, monkeypatch
+):
+    """A launcher asks restorable, then prepares (its attempt moved back first where kept): both hashed every
+    checkpoint, 1 s per GB each. Read once now; a checkpoint written in between (same size, mtime put back) is
+    still read again and refused."""
+    identity, lay_out = made
+    unchanged, changed = tmp_path / "a" / "runs" / "r", tmp_path / "b" / "runs" / "r"
+    lay_out(unchanged / "attempts" / identity.key[:12], 3, key=identity.key)
+    lay_out(unchanged, 4, current=True)  # another attempt holds the run directory: restorable looks under attempts/
+    lay_out(changed, 3, key=identity.key, current=True)
+    time.sleep(hashing.RACY_S)  # the copies were just written: a file younger than this is read at every ask
+    read = []
+    real_open = builtins.open
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        if str(file).endswith(".ckpt") and "r" in mode:
+            read.append(Path(file).name)
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert attempt.restorable(unchanged, identity.key)
+    assert lineage.prepare(unchanged, identity, RunFile("r", identity.run_config)).origin is None
+    assert attempt.finished(unchanged), "restored: nothing to train"
+    assert sorted(read) == sorted(path.name for path in (unchanged / "checkpoints").glob("*.ckpt")), read
+
+    assert attempt.restorable(changed, identity.key)
+    last = changed / "checkpoints" / "last.ckpt"
+    stamps = last.stat()
+    flipped = bytearray(last.read_bytes())
+    flipped[-1] ^= 0xFF
+    last.write_bytes(bytes(flipped))
+    os.utime(last, ns=(stamps.st_atime_ns, stamps.st_mtime_ns))
+    assert (last.stat().st_size, last.stat().st_mtime_ns) == (stamps.st_size, stamps.st_mtime_ns)
+    assert lineage.prepare(changed, identity, RunFile("r", identity.run_config)) == lineage.Start(None, None)
+    assert not attempt.finished(changed), "not restored: it trains again"
+    assert (changed / "attempts" / f"{identity.key[:12]}-damaged" / "provenance.json").is_file()

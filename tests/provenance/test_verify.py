@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from snakeddp.cli import main
+from snakeddp.errors import ExportError
 from snakeddp.provenance.verify import verify_run
-from snakeddp.run.runs import resolve_run
+from snakeddp.run.runs import best_checkpoint, resolve_run
 
 pytestmark = pytest.mark.e2e
 
@@ -124,3 +125,43 @@ def test_installed_entry_point(results):
     assert done.returncode == 0, done.stdout + done.stderr
     done = subprocess.run([str(snakeddp), "verify", "no-such-run"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "HINT" in done.stderr
+
+
+def test_an_attempt_pruned_before_pruned_json_existed_reads_as_pruned_and_a_lost_file_still_as_missing(results, capsys):
+    """`snakeddp prune` removed an earlier attempt's checkpoints/ whole and wrote nothing (before pruned.json):
+    verify said MISMATCH missing for each of its checkpoints, as if they had been lost."""
+    from snakeddp.run import attempt
+
+    run_dir = results / "runs" / "devices-1"
+    kept_id = json.loads((run_dir / "provenance.json").read_text())["attempt"]["id"]
+    attempt.prepare(run_dir, "f" * 64)  # another config's attempt moves this one under attempts/
+    kept = run_dir / "attempts" / kept_id
+    names = sorted(path.name for path in (kept / "checkpoints").iterdir() if path.suffix == ".ckpt")
+    shutil.rmtree(kept / "checkpoints")  # all that prune did then
+    code, out = verify(results, f"devices-1@{kept_id}", capsys)
+    assert code == 0 and "MISMATCH" not in out, out
+    lines = [line for line in out.splitlines() if "  checkpoint  " in line]
+    assert sorted(Path(line.split()[2]).name for line in lines) == names, out
+    assert all(line.startswith("  pruned    checkpoint") for line in lines), out
+    assert lines[0].endswith(
+        "pruned, as far as can be told: checkpoints/ is gone whole, with no pruned.json: how `snakeddp prune` left "
+        "the attempts it pruned before it recorded them in pruned.json (a folder removed by hand looks the same)"
+    ), lines[0]
+    assert out.splitlines()[-1].endswith(
+        f"run devices-1@{kept_id} matches its provenance (3 checkpoint(s) pruned, as far as can be told: no "
+        "pruned.json records it)."
+    ), out
+
+    with pytest.raises(ExportError) as refused:  # export, asked for it, says the same before it imports torch
+        best_checkpoint(resolve_run(f"devices-1@{kept_id}", results))
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith(f"run devices-1@{kept_id}: its checkpoints were pruned, as far as can be told: "), line
+    assert line.count("HINT:") == 1 and "`snakeddp runs --all` lists them" in line, line
+
+    # One file gone from a checkpoints/ still there is no prune of any release: missing, a mismatch.
+    other = results / "runs" / "devices-2"
+    other_id = json.loads((other / "provenance.json").read_text())["attempt"]["id"]
+    attempt.prepare(other, "e" * 64)
+    (other / "attempts" / other_id / "checkpoints" / "last.ckpt").unlink()
+    code, out = verify(results, f"devices-2@{other_id}", capsys)
+    assert code == 1 and "MISMATCH  checkpoint" in out and "last.ckpt  missing" in out, out

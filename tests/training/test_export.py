@@ -3,6 +3,8 @@ process where anything that unpickles raises; predictions on the validation set 
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from safetensors.torch import load_file
 
 from snakeddp.data.partitions import read_partition
 from snakeddp.run.runs import resolve_run
-from snakeddp.training.export import DESCRIPTION, WEIGHTS
+from snakeddp.training.export import DESCRIPTION, WEIGHTS, read_description
 from snakeddp.training.models import build_model
 from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.fsutil import read_json
@@ -167,6 +169,10 @@ def test_export_then_load_predicts_exactly_as_the_best_checkpoint(trained, tmp_p
     assert description["monitor"] == {"metric": "val_loss", "mode": "min", "best": best["score"]}
     assert description["run"]["provenance_sha256"] == sha256_file(run.run_dir / "provenance.json")
     assert description["run"]["checkpoint"]["sha256"] == best["sha256"]
+    # Counted as the file name (epoch003-...) and the report's best epoch count: from 1.
+    counted = int(re.match(r"epoch(\d+)", Path(best["path"]).name).group(1))
+    assert description["run"]["checkpoint"]["epoch"] == counted == run.provenance["training"]["best_epoch"] + 1
+    assert description["format"] == "snakeddp-export/2"
     assert description["weights"]["sha256"] == sha256_file(export / WEIGHTS)
     expected_kwargs = {"num_features": 8, "num_classes": 1, "hidden": 6} if run_id == "user" else None
     if expected_kwargs:
@@ -263,6 +269,34 @@ def test_a_directory_without_an_export_says_how_to_write_one(tmp_path):
     )  # fmt: skip
     message = failed.stderr.strip().splitlines()[-1]
     assert f"{tmp_path} holds no exported model (no model.json). HINT: write one with `snakeddp export RUN" in message
+
+
+def test_a_model_json_of_the_first_format_reads_with_its_epoch_counted_from_1(tmp_path):
+    """snakeddp-export/1 held Lightning's epoch index (from 0) beside a file name that counts from 1; read, it is
+    counted as /2 counts it, the rest as written."""
+    written = {
+        "format": "snakeddp-export/1",
+        "model": {"target": "snakeddp.training.models:MLP", "kwargs": {"num_features": 8}},
+        "monitor": {"metric": "val_loss", "mode": "min", "best": 0.42},
+        "run": {
+            "run_id": "base",
+            "attempt": "a" * 12,
+            "provenance_sha256": "b" * 64,
+            "checkpoint": {"path": "checkpoints/epoch003-val_loss0.4200.ckpt", "sha256": "c" * 64, "epoch": 2},
+        },
+        "weights": {"file": WEIGHTS, "sha256": "d" * 64},
+    }
+    (tmp_path / DESCRIPTION).write_text(json.dumps(written))
+    read = read_description(tmp_path)
+    assert read["format"] == "snakeddp-export/2" and read["run"]["checkpoint"]["epoch"] == 3
+    assert {
+        **read,
+        "format": written["format"],
+        "run": {**read["run"], "checkpoint": written["run"]["checkpoint"]},
+    } == (written), "nothing else changes"
+    current = {**written, "format": "snakeddp-export/2"}
+    (tmp_path / DESCRIPTION).write_text(json.dumps(current))
+    assert read_description(tmp_path) == current, "a /2 record is read as written"
 
 
 def test_importing_snakeddp_imports_no_torch():

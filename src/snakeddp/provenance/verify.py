@@ -8,7 +8,9 @@ partition and the validation file still match the manifest's entries (data.sourc
 record is checked), every user module file still has the sha256 it trained with, and this node's installed
 packages are the files the bill of materials of the environment it trained in lists (every file of every
 package hashed again: once per bill of materials in one ``snakeddp verify``). Checkpoints of an earlier attempt
-that ``snakeddp prune`` removed (its pruned.json names them) are shown as pruned, not as a mismatch.
+that ``snakeddp prune`` removed (its pruned.json names them) are shown as pruned, not as a mismatch; so are those
+of an earlier attempt whose checkpoints/ is gone whole with no pruned.json, as prune left them before it wrote one
+(``run.runs.pruned_unrecorded``).
 
 A failure ends in one line whose HINT says what to do for each kind of file that failed, with the command to
 type where there is one (``util.rerun``); ``snakeddp verify`` of every run prints that line once, after all runs.
@@ -29,7 +31,15 @@ from snakeddp.environment import sbom
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
 from snakeddp.run.runfile import RunFile
-from snakeddp.run.runs import Run, listed_checkpoints, pruned_paths, pruned_when, retrain_hint
+from snakeddp.run.runs import (
+    UNRECORDED_PRUNE,
+    Run,
+    listed_checkpoints,
+    pruned_paths,
+    pruned_unrecorded,
+    pruned_when,
+    retrain_hint,
+)
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
 from snakeddp.util.hashing import entry_checksum, sha256_file
@@ -70,11 +80,14 @@ def _file_check(kind: str, path: Path, record: Mapping[str, Any]) -> Check:
 def checkpoint_checks(run: Run) -> list[Callable[[], Check]]:
     pruned = run.pruned
     removed = pruned_paths(pruned)
+    unrecorded = pruned_unrecorded(run.paths, run.provenance)
 
     def check(record: Mapping[str, Any]) -> Check:
         path = run.file(record)
         if record["path"] in removed and not path.exists():
             return Check("checkpoint", str(path), True, f"pruned {pruned_when(pruned)} ({run.paths.pruned.name})", True)
+        if unrecorded:
+            return Check("checkpoint", str(path), True, f"pruned, as far as can be told: {UNRECORDED_PRUNE}", True)
         return _file_check("checkpoint", path, record)
 
     return [lambda r=record: check(r) for record in listed_checkpoints(run.provenance)]
@@ -219,7 +232,8 @@ def format_checks(run: Run, checks: list[Check], hint: bool = True) -> str:
         said = f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run {run.label} recorded."
         lines.append(f"{said} HINT: {what_to_do([(run, bad)])}." if hint else said)
     else:
-        note = f" ({pruned} checkpoint(s) pruned, as its pruned.json records)" if pruned else ""
+        how = "as its pruned.json records" if run.pruned else "as far as can be told: no pruned.json records it"
+        note = f" ({pruned} checkpoint(s) pruned, {how})" if pruned else ""
         lines.append(f"verify: all {len(checks)} checks passed; run {run.label} matches its provenance{note}.")
     return "\n".join(lines)
 

@@ -20,7 +20,9 @@ from snakeddp.errors import ExportError, ProvenanceError, RunNotFound
 from snakeddp.run import rungs
 from snakeddp.run.layout import (
     ATTEMPTS,
+    CHECKPOINTS,
     PROVENANCE,
+    PRUNED,
     RUN_ID_PATTERN,
     RUNS,
     AttemptPaths,
@@ -30,7 +32,7 @@ from snakeddp.run.layout import (
 )
 from snakeddp.util import rerun
 from snakeddp.util.fsutil import read_json
-from snakeddp.util.hashing import sha256_file
+from snakeddp.util.hashing import sha256_file, sha256_file_once
 from snakeddp.util.paths import inside
 
 # metrics.csv, one row per epoch: what the training loop counted and measured, around the metrics
@@ -214,6 +216,24 @@ def pruned_when(record: Mapping[str, Any]) -> str:
     return f"by `snakeddp prune` on {str(record.get('pruned_at', 'a day not recorded'))[:10]}"
 
 
+def pruned_unrecorded(paths: AttemptPaths, record: Mapping[str, Any]) -> bool:
+    """Whether an attempt's checkpoints are gone as `snakeddp prune` left them before it wrote pruned.json: an
+    earlier attempt (kept under attempts/; prune never touched a run's current one) whose checkpoints/ is gone whole,
+    every checkpoint its record lists having been in it, with no pruned.json. That prune left no trace of its own, so
+    this is read from the shape alone; a folder removed by hand looks the same (no file lost by damage does)."""
+    if not paths.is_kept or paths.pruned.exists() or paths.checkpoints.exists():
+        return False
+    listed = listed_checkpoints(record)
+    return bool(listed) and all(Path(entry["path"]).parts[:1] == (CHECKPOINTS,) for entry in listed)
+
+
+# What verify and export say of checkpoints pruned_unrecorded finds gone.
+UNRECORDED_PRUNE = (
+    f"{CHECKPOINTS}/ is gone whole, with no {PRUNED}: how `snakeddp prune` left the attempts it pruned before it "
+    f"recorded them in {PRUNED} (a folder removed by hand looks the same)"
+)
+
+
 @dataclass(frozen=True)
 class Gone:
     """Why a finished attempt's checkpoints cannot be restored or continued: the first one its record lists that is
@@ -248,7 +268,7 @@ def gone_checkpoint(folder: AttemptPaths, record: dict[str, Any], hashed: bool =
             pruned = pruned_record(folder)
             return Gone(entry["path"], missing=True, pruned=pruned if entry["path"] in pruned_paths(pruned) else None)
     for entry, path in files if hashed else []:
-        if path is not None and sha256_file(path) != entry.get("sha256"):
+        if path is not None and sha256_file_once(path) != entry.get("sha256"):
             return Gone(entry["path"], missing=False)
     return None
 
@@ -288,6 +308,12 @@ def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
         raise ExportError(
             f"run {run.label}: its checkpoints were pruned {pruned_when(pruned)} ({run.paths.pruned}); its record and "
             f"metrics stay. HINT: {retrain_hint(run)}."
+        )
+    if not path.is_file() and pruned_unrecorded(run.paths, run.provenance):
+        raise ExportError(
+            f"run {run.label}: its checkpoints were pruned, as far as can be told: {UNRECORDED_PRUNE}; its record and "
+            f"metrics stay. HINT: "
+            f"{retrain_hint(run)}."
         )
     if not path.is_file() or sha256_file(path) != record.get("sha256"):
         what = "changed since the run recorded it" if path.is_file() else "gone"
@@ -348,6 +374,24 @@ def find_runs(results: str | Path, passed_over: list[ProvenanceError] | None = N
     for path in run_records(results):
         try:
             found.append(load_run(path.parent))
+        except ProvenanceError as error:
+            if passed_over is None:
+                raise
+            passed_over.append(error)
+    return found
+
+
+def last_finished(results: str | Path, passed_over: list[ProvenanceError] | None = None) -> list[Run]:
+    """Per run directory under ``results/runs`` whose current attempt has not finished (no provenance.json: a later
+    attempt, under another config, data or environment, failed, was stopped or still trains), its most recent
+    finished attempt kept under attempts/: what that run last trained, which a listing keeps showing (the later
+    attempt moved it aside, ``run.attempt.prepare``). A record snakeddp did not write is as in ``find_runs``."""
+    found = []
+    for run_dir in sorted(Path(results).glob(f"{RUNS}/*/")):
+        if RunPaths(run_dir).provenance.is_file() or not RunPaths(run_dir).kept_records():
+            continue
+        try:
+            found += earlier_attempts(run_dir)[-1:]
         except ProvenanceError as error:
             if passed_over is None:
                 raise

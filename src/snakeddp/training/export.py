@@ -40,7 +40,10 @@ from snakeddp.training.safe_load import read_checkpoint
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 
-FORMAT = "snakeddp-export/1"
+# /2: run.checkpoint.epoch counts from 1, as the checkpoint's file name (epoch003-...) and the report's best epoch
+# do; /1 held Lightning's index from 0 there, read as /2 by ``read_description`` (``_as_current``).
+FORMAT = "snakeddp-export/2"
+FORMAT_1 = "snakeddp-export/1"
 WEIGHTS = "model.safetensors"
 DESCRIPTION = "model.json"
 # Exports live beside the other stages' results: results/export/<run label>/.
@@ -109,7 +112,7 @@ def export(run: Run, destination: str | Path, best: tuple[Path, Mapping[str, Any
             "run_id": run.run_id,
             "attempt": run.attempt_id,
             "provenance_sha256": sha256_file(paths_of(run.run_dir).provenance),
-            "checkpoint": {"path": record["path"], "sha256": record["sha256"], "epoch": checkpoint.get("epoch")},
+            "checkpoint": {"path": record["path"], "sha256": record["sha256"], "epoch": _counted(checkpoint)},
         },
         "weights": {"file": WEIGHTS, "sha256": sha256_file(destination / WEIGHTS)},
     }
@@ -126,12 +129,29 @@ def export(run: Run, destination: str | Path, best: tuple[Path, Mapping[str, Any
     return description
 
 
+def _counted(checkpoint: Mapping[str, Any]) -> int | None:
+    """The checkpoint's epoch as its file name counts it, from 1 (Lightning saves its index from 0)."""
+    epoch = checkpoint.get("epoch")
+    return epoch + 1 if isinstance(epoch, int) else None
+
+
+def _as_current(description: dict[str, Any]) -> dict[str, Any]:
+    """A model.json in this release's meaning: a /1 record's checkpoint epoch (from 0) counted from 1."""
+    if description.get("format") != FORMAT_1:
+        return description
+    run = description.get("run") if isinstance(description.get("run"), dict) else {}
+    checkpoint = run.get("checkpoint") if isinstance(run.get("checkpoint"), dict) else None
+    if checkpoint is not None and isinstance(checkpoint.get("epoch"), int):
+        run = {**run, "checkpoint": {**checkpoint, "epoch": checkpoint["epoch"] + 1}}
+    return {**description, "format": FORMAT, "run": run}
+
+
 def _shown(arguments: Mapping[str, Any]) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
 
 
 def read_description(directory: str | Path) -> dict[str, Any]:
-    """model.json of an export, checked to be one."""
+    """model.json of an export, checked to be one, in this release's meaning (an older format's read as it)."""
     path = Path(directory) / DESCRIPTION
     if not path.is_file():
         raise ExportError(
@@ -139,12 +159,12 @@ def read_description(directory: str | Path) -> dict[str, Any]:
             f"`snakeddp export RUN --to {directory}` (`snakeddp runs` lists the runs)."
         )
     description = read_json(path)
-    if not isinstance(description, dict) or description.get("format") != FORMAT:
+    if not isinstance(description, dict) or description.get("format") not in (FORMAT, FORMAT_1):
         raise ExportError(
             f"{path} is not a snakeddp export ({FORMAT}). HINT: export the run again with `snakeddp export RUN --to "
             f"{directory}`."
         )
-    return description
+    return _as_current(description)
 
 
 def inputs(directory: str | Path) -> Inputs:

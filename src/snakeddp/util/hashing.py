@@ -12,6 +12,7 @@ import hashlib
 import json
 import mmap
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,33 @@ def sha256_file(path: str | Path) -> str:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# sha256_file_once's memory: a file's hex sha256 by what any write to it changes.
+_HASHED: dict[tuple[int, int, int, int, int], str] = {}
+# A file changed less than this before its hash ended is hashed again at the next ask: a write within the same
+# tick of the file system's clock would leave every stamp as it was (git's "racy" entries; a tick is at most 10 ms
+# on local file systems, a second on some network ones).
+RACY_S = 1.0
+
+
+def _stamps(path: str | Path) -> tuple[int, int, int, int, int]:
+    info = os.stat(path)
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def sha256_file_once(path: str | Path) -> str:
+    """``sha256_file``, read once per process while the file stays as it was: remembered by its device, inode, size,
+    mtime and ctime (a write or a touch moves ctime, and nothing sets it back; a rename moves neither), so a
+    restore's two checks of a checkpoint (``run.attempt.restorable``, then ``provenance.lineage.prepare`` once the
+    attempt moved back) read 1 GB once, not twice, and a file written between them is read again."""
+    before = _stamps(path)
+    if before in _HASHED:
+        return _HASHED[before]
+    digest = sha256_file(path)
+    if _stamps(path) == before and time.time_ns() - before[4] > RACY_S * 1e9:
+        _HASHED[before] = digest
+    return digest
 
 
 def sha256_bytes(data: bytes | memoryview) -> str:
