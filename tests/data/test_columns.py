@@ -103,6 +103,35 @@ def test_a_csv_text_column_is_a_category_when_listed_and_not_a_number_otherwise(
     assert summary["task"]["inputs"][1]["vocabulary"] == sorted(set(frame["city"]))
 
 
+def test_numbers_stored_as_text_are_named_so_and_ingest_once_cast_as_the_hint_says(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1500).round(3)
+    frame = pd.DataFrame({"x": [str(v) for v in x], "y": (x > 0).astype(int)})
+    frame.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(TableError) as refused:
+        ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "out")
+    (line,) = str(refused.value).splitlines()
+    assert "column 'x' holds numbers stored as text ('-0.003', '-0.004', '-0.005', ...), so it would be a " in line, (
+        line
+    )
+    assert line.endswith(
+        "HINT: cast it to a number where the table is written (pandas: df['x'] = pd.to_numeric(df['x']); pyarrow: "
+        "pyarrow.compute.cast(table['x'], pyarrow.float64()); SQL: CAST(x AS DOUBLE)), then rerun."
+    ), line
+    # The HINT followed (pandas'): the column is a number, its values those of the text.
+    frame["x"] = pd.to_numeric(frame["x"])
+    frame.to_parquet(tmp_path / "t.parquet")
+    summary = ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "out")
+    assert summary["task"]["inputs"] == [{"column": "x", "kind": "number", "offset": 0, "width": 1}]
+    part = read_partition(tmp_path / "out" / "val.safetensors", json.loads((tmp_path / "out" / "val.json").read_text()))
+    assert np.array_equal(part.features.numpy()[:, 0], x[part.ids.numpy()].astype(np.float32))
+    # Text that is not numbers, as many distinct values, is still a category too large for a one-hot.
+    frame["x"] = [f"id{i}" for i in range(len(frame))]
+    frame.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(TableError, match=r"category column 'x' has 1,500 distinct values, over 1024 .* HINT: group"):
+        ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "other")
+
+
 def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order(tmp_path):
     rng = np.random.default_rng(0)
     wide = pd.DataFrame({f"f{i:03d}": rng.standard_normal(200).astype(np.float32) for i in range(30)})

@@ -121,11 +121,6 @@ def test_what_pins_a_delta_table_is_refused_in_one_line_when_it_does_not_fit(tmp
             "data.table.version is set, and",
             "HINT: remove data.table.version",
         ),
-        (
-            {"path": str(tmp_path / "churn"), "version": 7},
-            "cannot read the Delta table at version 7",
-            "HINT: check the path",
-        ),
         ({"path": str(tmp_path / "churn"), "table_id": "another"}, "data.table.table_id pins another", "HINT: point"),
     ]
     for given, what, hint in cases:
@@ -134,6 +129,35 @@ def test_what_pins_a_delta_table_is_refused_in_one_line_when_it_does_not_fit(tmp
             plan.resolve_tables(runs, tmp_path / "cache.json")
         (line,) = str(refused.value).splitlines()
         assert line.startswith("run r: ") and what in line and hint in line, line
+
+
+def test_a_version_the_table_does_not_have_names_those_it_has_when_the_workflow_plans(tmp_path):
+    two_commits(tmp_path / "churn")
+    path = str(tmp_path / "churn")
+
+    def planned(**given) -> dict:
+        runs = {"r": {"config": {"data": {**params(path), "table": {**params(path)["table"], **given}}}}}
+        plan.resolve_tables(runs, tmp_path / "cache.json")
+        return runs["r"]["config"]["data"]["table"]
+
+    with pytest.raises(ConfigError) as refused:
+        planned(version=7)
+    (line,) = str(refused.value).splitlines()
+    assert line == (
+        f"run r: data.table.path={path!r}: the Delta table has no version 7; it has versions 0 to 1 (latest: 1). "
+        "HINT: set data.table.version to one it has (0 to 1), or remove data.table.version to train on the latest."
+    )
+    # The HINT followed: a version it has is planned, and without one the latest is.
+    assert planned(version=0)["version"] == 0
+    assert planned()["version"] == 1
+    # A version log retention removed (a checkpoint at version 2, the commits before it gone) is said as such.
+    write_deltalake(path, frame(300, 3), mode="append")
+    DeltaTable(path).create_checkpoint()
+    for version in range(2):
+        (tmp_path / "churn" / "_delta_log" / f"{version:020d}.json").unlink()
+    with pytest.raises(ConfigError) as refused:
+        planned(version=0)
+    assert "no version 0 (VACUUM or log retention removed it); it has version 2 only (latest: 2)." in str(refused.value)
 
 
 def test_a_missing_deltalake_names_the_command_that_installs_it_to_stay(monkeypatch, tmp_path):

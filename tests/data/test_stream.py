@@ -15,14 +15,14 @@ import time
 import numpy as np
 import pytest
 
-from snakeddp.data import stream
+from snakeddp.data import layout, stream
 from snakeddp.data.generate import write_dataset_manifest
 from snakeddp.data.partitions import read_partition
 from snakeddp.data.table import TableError, ingest
 from snakeddp.errors import DataIntegrityError
 from tests.data.test_windowed import folder_of, small_windows  # noqa: F401 (a fixture)
 from tests.helpers import subprocess_env
-from tests.tables import params
+from tests.tables import frame, params
 
 PARTS = 3
 
@@ -133,6 +133,44 @@ def test_a_run_that_ends_stops_waiting_for_a_partition_but_still_takes_the_manif
         path, "t-1", found, [root / f"train/part-{i:05d}.json" for i in range(PARTS)], root / "val.json"
     )
     assert written and sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_ingestion_takes_the_vocabularies_the_stream_kept_of_the_same_table_and_reads_them_again_otherwise(
+    tmp_path,
+    small_windows,  # noqa: F811
+    capsys,
+):
+    folder = folder_of(tmp_path)
+    data = frame(6000).assign(city=np.array(["oslo", "lima", "rome"])[np.arange(6000) % 3])
+    data.iloc[:4000].to_parquet(folder / "part-0.parquet", row_group_size=250)
+    data.iloc[4000:].to_parquet(folder / "part-1.parquet", row_group_size=250)
+    found = params(folder, partitions=PARTS, features=["a", "city"])
+    root = tmp_path / "results" / "data" / "t-1"
+    manifest = stream.write_stream_manifest(root / f"stream-{PARTS}.json", "t-1", found)
+    assert "reading the vocabularies of city" in capsys.readouterr().err
+
+    def ingested() -> tuple[list, str]:
+        shutil.rmtree(root / "train", ignore_errors=True)  # as Snakemake removes the directory output first
+        summary = ingest(found, root)
+        (city,) = [c for c in summary["task"]["inputs"] if c["column"] == "city"]
+        return city["vocabulary"], capsys.readouterr().err
+
+    vocabulary, said = ingested()
+    assert "ingest: the vocabularies of city, as another job read them" in said and "reading the" not in said, said
+    assert (
+        vocabulary == ["lima", "oslo", "rome"]
+        and json.loads((root / "val.json").read_text())["task"]["inputs"] == (manifest["task"]["inputs"])
+    )
+    # A kept result that is not well formed (a vocabulary out of order) is not taken: the pass is made again.
+    kept = json.loads((root / layout.KEPT).read_text())
+    kept["columns"]["city"]["vocabulary"].reverse()
+    (root / layout.KEPT).write_text(json.dumps(kept))
+    vocabulary, said = ingested()
+    assert "reading the vocabularies of city" in said and vocabulary == ["lima", "oslo", "rome"], said
+    # Another table at the same path (a file rewritten: its size and time), the same parameters: read again.
+    data.iloc[4000:].assign(city="kyiv").to_parquet(folder / "part-1.parquet", row_group_size=250)
+    vocabulary, said = ingested()
+    assert "reading the vocabularies of city" in said and vocabulary == ["kyiv", "lima", "oslo", "rome"], said
 
 
 def test_a_table_of_fewer_rows_than_a_window_trains_after_its_manifest(tmp_path):

@@ -35,6 +35,8 @@ from snakeddp.errors import TableError
 NUMBER, ARRAY, CATEGORY, IMAGE = "number", "array", "category", "image"
 # A one-hot of more slots than this is a column to encode another way (hashed, grouped, an embedding id).
 MAX_CATEGORIES = 1024
+# Values of such a text column read as numbers to tell numbers stored as text from a category.
+NUMBER_SAMPLE = 1000
 # Where a value sits, for messages: (column, row index within the file) -> "file: column 'x', row 5".
 Where = Callable[[str, int], str]
 # float32 values in a 64-byte cache line (``_stride``).
@@ -470,10 +472,29 @@ def _one_hot(values: Any, column: Column, target: np.ndarray) -> np.ndarray:
     return found >= 0
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def vocabulary(values: Iterable[str], column: str, where: str) -> tuple[str, ...]:
     """The sorted vocabulary of a category column, or a TableError when it is too large for a one-hot."""
     found = tuple(sorted(values))
     if len(found) > MAX_CATEGORIES:
+        # A text column whose values all read as numbers is numbers stored as text (a CSV loaded without types, a
+        # cast gone wrong), not a category with too many values: a sample spread over the sorted values decides.
+        sample = found[:: max(1, len(found) // NUMBER_SAMPLE)]
+        if all(_is_number(v) for v in sample):
+            raise TableError(
+                f"{where}: column {column!r} holds numbers stored as text ({', '.join(map(repr, sample[:3]))}, ...), "
+                f"so it would be a category of {len(found):,} values. HINT: cast it to a number where the table is "
+                f"written (pandas: df[{column!r}] = pd.to_numeric(df[{column!r}]); pyarrow: "
+                f"pyarrow.compute.cast(table[{column!r}], pyarrow.float64()); SQL: CAST({column} AS DOUBLE)), then "
+                "rerun."
+            )
         raise TableError(
             f"{where}: category column {column!r} has {len(found):,} distinct values, over {MAX_CATEGORIES} (a "
             "one-hot of each). HINT: group or hash its rare values in the table, or leave it out of the features."

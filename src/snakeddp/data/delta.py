@@ -113,14 +113,57 @@ def _table_uri(path: str | Path) -> str:
     return "abfs://" + text[len("az://") :] if text.startswith("az://") else text
 
 
-def _open(path: str | Path, version: int | None) -> Any:
-    """delta-rs's DeltaTable at ``version`` (None: the latest), or a TableError in one line with a HINT."""
+def _load(path: str | Path, version: int | None) -> Any:
+    """delta-rs's DeltaTable at ``version`` (None: the latest); delta-rs's own error if it cannot."""
     deltalake = _deltalake()
     uri = _table_uri(path)
     options = storage_options(uri) if remote.is_url(path) else None
+    return deltalake.DeltaTable(uri, version=version, storage_options=options)
+
+
+def _oldest(path: str | Path, latest: int) -> int:
+    """The oldest version the log can still load. Loadable versions are one run up to the latest (a version
+    loads from the checkpoint at or before it and the commits after), so bisection finds its start in
+    log2(versions) loads of the log; only the refusal of a missing version pays for them."""
+    gone, kept = -1, latest
+    while kept - gone > 1:
+        middle = (gone + kept) // 2
+        try:
+            _load(path, middle)
+        except Exception:  # delta-rs's kernel errors for a version it cannot load
+            gone = middle
+        else:
+            kept = middle
+    return kept
+
+
+def _missing_version(path: str | Path, version: int) -> TableError | None:
+    """The refusal of a ``version`` the table does not have, naming the versions it has; None when the table
+    cannot be opened at its latest version either (then the version is not what is wrong)."""
     try:
-        return deltalake.DeltaTable(uri, version=version, storage_options=options)
+        latest = int(_load(path, None).version())
+    except Exception:  # any reason it cannot be opened is _open's to say
+        return None
+    oldest = _oldest(path, latest)
+    removed = " (VACUUM or log retention removed it)" if version < oldest else ""
+    has = f"version {latest} only" if oldest == latest else f"versions {oldest} to {latest}"
+    return TableError(
+        f"data.table.path={str(path)!r}: the Delta table has no version {version}{removed}; it has {has} "
+        f"(latest: {latest}). HINT: set data.table.version to one it has ({oldest} to {latest}), or remove "
+        "data.table.version to train on the latest."
+    )
+
+
+def _open(path: str | Path, version: int | None) -> Any:
+    """delta-rs's DeltaTable at ``version`` (None: the latest), or a TableError in one line with a HINT."""
+    try:
+        return _load(path, version)
+    except TableError:
+        raise
     except Exception as error:  # delta-rs raises its own TableNotFoundError, DeltaError, OSError...
+        missing = _missing_version(path, version) if version is not None else None
+        if missing is not None:
+            raise missing from None
         why = redact_text(" ".join(str(error).split()))[:300]
         at = f" at version {version}" if version is not None else ""
         raise TableError(
@@ -174,9 +217,12 @@ def require_columns(path: str | Path, snapshot: Snapshot, wanted: Sequence[str])
 def _has_column(path: str | Path, version: int, column: str) -> bool | None:
     """Whether ``version``'s schema has ``column``; None when the log no longer has that version."""
     try:
-        return column in [f.name for f in _open(path, version).schema().fields]
+        table = _load(path, version)
     except TableError:
+        raise
+    except Exception:  # delta-rs's kernel errors for a version it cannot load
         return None
+    return column in [f.name for f in table.schema().fields]
 
 
 def added_later(path: str | Path, snapshot: Snapshot, column: str, file: str | Path) -> TableError:

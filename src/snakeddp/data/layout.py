@@ -1,23 +1,63 @@
 """A table's feature columns as its partitions store them (snakeddp.data.columns' ``Layout``): each column's
 kind from the files' types, the vocabularies of its category columns and the widths of its list columns
 from one pass over them, and how many rows ingestion reads at a time.
+
+A table trained beside its ingestion has two jobs that need the layout at once, the stream manifest's and
+ingestion's (snakeddp.data.stream). The pass is made once: the first job to take the dataset folder's lock makes
+it and keeps its result beside the dataset (``KEPT``, JSON under the table's identity), the other waits for the
+lock and reads it, and makes the pass itself when what it finds is not for the same table and columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from snakeddp.data import columns as cols
-from snakeddp.data import imagefolder, images
+from snakeddp.data import imagefolder, images, remote
 from snakeddp.data.source import IMAGES, Source
 from snakeddp.errors import TableError
+from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.hashing import sha256_json
 from snakeddp.util.terminal import say
 
 # About 16 MB of float64 values per chunk: big enough to parse fast, small enough to never matter.
 CHUNK_VALUES = 1 << 21
 # Rows per chunk of a table of images: their encoded bytes and decoded pixels are what a chunk holds.
 IMAGE_CHUNK_ROWS = 256
+# The pass's result kept in the dataset's folder, and the lock the jobs that need it take in turn.
+KEPT, KEPT_LOCK, KEPT_FORMAT = ".vocabularies.json", ".vocabularies.lock", "snakeddp.vocabularies/1"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Where the pass over a dataset's category and array columns is kept, and what it is kept for: the dataset's
+    identity parameters and the table's snapshot (a Delta version's identity, or each local file's size and
+    modification time), which the scanned columns complete."""
+
+    folder: Path
+    identity: str
+
+
+def kept_in(folder: str | Path, params: Mapping[str, Any], source: Source) -> Kept | None:
+    """What keeps ``source``'s pass in the dataset ``folder`` for the other job of its dataset; None for a table in
+    object storage (never trained beside its ingestion) or a folder of images (no pass)."""
+    if source.fmt == IMAGES or remote.is_url(source.table.path):
+        return None
+    if source.snapshot is not None:
+        snapshot: Any = source.snapshot.identity()
+    else:
+        stats = [os.stat(f.path) for f in source.files]
+        snapshot = [[str(f.path), s.st_size, s.st_mtime_ns] for f, s in zip(source.files, stats, strict=True)]
+    try:
+        return Kept(Path(folder), sha256_json({"params": params, "table": snapshot}))
+    except (TypeError, ValueError):  # parameters that are not JSON (a caller's own): nothing to key the result by
+        return None
 
 
 def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
@@ -58,10 +98,12 @@ def layout_of(
     image: Mapping[str, Any],
     rows: int,
     announce: Callable[[str], None] = say,
+    kept: Kept | None = None,
 ) -> cols.Layout:
     """The feature columns' layout: kinds from the files' types, then one pass over the category and
     variable-length array columns for their vocabularies and widths, said with ``announce`` (the terminal's
-    for ingestion; the stream manifest, which makes the same pass beside it, its log's alone)."""
+    for ingestion; the stream manifest, which needs the same pass beside it, its log's alone); ``kept``: where
+    the pass is shared with the other job of the dataset."""
     kinds = _kinds(source, features)
     columns = [cols.Column(name, kind) for name, (kind, _) in kinds.items()]
     spec = images.ImageSpec.of(image or {})
@@ -84,8 +126,86 @@ def layout_of(
         elif column.kind in (cols.ARRAY, cols.CATEGORY):
             scanned.append(column)
     if scanned:
-        _scan(source, scanned, rows, announce)
+        _scan_once(source, scanned, rows, announce, kept)
     return cols.Layout(columns, spec, refuse_images=source.table.nan_policy == "error")
+
+
+def _scan_once(
+    source: Source, scanned: list[cols.Column], rows: int, announce: Callable[[str], None], kept: Kept | None
+) -> None:
+    """``_scan``, or the result another job of the dataset kept of the same pass over the same table."""
+    if kept is None:
+        _scan(source, scanned, rows, announce)
+        return
+    identity = sha256_json({"kept": kept.identity, "columns": [[c.name, c.kind] for c in scanned]})
+    with _turn(kept.folder / KEPT_LOCK):
+        if _reuse(kept.folder / KEPT, identity, scanned, source.table.unseen == "oov"):
+            announce(f"ingest: the vocabularies of {', '.join(c.name for c in scanned)}, as another job read them")
+            return
+        _scan(source, scanned, rows, announce)
+        result = {
+            c.name: {
+                "kind": c.kind,
+                **({"vocabulary": list(c.vocabulary)} if c.kind == cols.CATEGORY else {}),
+                "width": c.width - int(c.oov),
+            }
+            for c in scanned
+        }
+        with contextlib.suppress(OSError):  # kept only to spare the other job a pass: it makes its own
+            atomic_write_json(kept.folder / KEPT, {"format": KEPT_FORMAT, "identity": identity, "columns": result})
+
+
+@contextlib.contextmanager
+def _turn(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` (flock: the kernel lets go however its holder ends); without it where it cannot be taken (no
+    folder yet, a file system without locks), so each job makes its own pass."""
+    try:
+        handle = open(lock, "ab")
+    except OSError:
+        handle = None
+    with handle or contextlib.nullcontext():
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _reuse(path: Path, identity: str, scanned: list[cols.Column], oov: bool) -> bool:
+    """Set the scanned columns' vocabularies and widths from the kept result when it is for ``identity`` and
+    well formed (JSON read as data, each vocabulary sorted, unique and within a one-hot's size); else False."""
+    try:
+        kept = read_json(path)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(kept, dict) or kept.get("format") != KEPT_FORMAT or kept.get("identity") != identity:
+        return False
+    found = kept.get("columns")
+    if not isinstance(found, dict) or set(found) != {c.name for c in scanned}:
+        return False
+    for column in scanned:
+        entry = found[column.name]
+        if not isinstance(entry, dict) or entry.get("kind") != column.kind:
+            return False
+        width = entry.get("width")
+        if type(width) is not int or width < 1:
+            return False
+        if column.kind == cols.CATEGORY:
+            vocabulary = entry.get("vocabulary")
+            if (
+                not isinstance(vocabulary, list)
+                or not all(isinstance(v, str) for v in vocabulary)
+                or vocabulary != sorted(set(vocabulary))
+                or not 0 < len(vocabulary) == width <= cols.MAX_CATEGORIES
+            ):
+                return False
+    for column in scanned:
+        entry = found[column.name]
+        if column.kind == cols.CATEGORY:
+            column.vocabulary, column.oov = tuple(entry["vocabulary"]), oov
+            column.width = len(column.vocabulary) + int(oov)
+        else:
+            column.width = entry["width"]
+    return True
 
 
 def _scan(source: Source, scanned: list[cols.Column], rows: int, announce: Callable[[str], None]) -> None:

@@ -70,7 +70,7 @@ def _streams(params_json: str) -> bool:
 def write_stream_manifest(path: str | Path, dataset: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """The stream manifest of a windowed table: its task and each target's rows, from footers and schema."""
     from snakeddp.config import parts
-    from snakeddp.data.layout import layout_of, probe_rows
+    from snakeddp.data.layout import kept_in, layout_of, probe_rows
     from snakeddp.data.source import delta_snapshot, features_of, open_source
     from snakeddp.data.split import window_counts, windows_of
     from snakeddp.data.table import task_of
@@ -82,8 +82,10 @@ def write_stream_manifest(path: str | Path, dataset: str, params: Mapping[str, A
     if found is None:
         raise DataIntegrityError(f"{table.path}: not split by windows, so its runs cannot train beside ingestion")
     features = features_of(table, source)
-    # The same pass as ingestion's, beside it: said in this job's log, not a second time on the terminal.
-    layout = layout_of(source, features, params.get("image") or {}, probe_rows(features), announce=print_line)
+    # The same pass as ingestion's, beside it: made by whichever of the two comes first, kept in the dataset's folder
+    # for the other, and said in this job's log, not a second time on the terminal.
+    kept = kept_in(Path(path).parent, params, source)
+    layout = layout_of(source, features, params.get("image") or {}, probe_rows(features), print_line, kept)
     counts = [int(n) for n in window_counts(found, params["seed"], table.val_fraction, partitions)]
     stream = {
         "format": STREAM_FORMAT,

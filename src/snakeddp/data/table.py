@@ -35,7 +35,7 @@ from snakeddp.data import names as data_names
 from snakeddp.data.identity import Check, fingerprint
 from snakeddp.data.inplace import InPlace
 from snakeddp.data.layout import chunk_rows as rows_per_chunk
-from snakeddp.data.layout import layout_of, probe_rows
+from snakeddp.data.layout import kept_in, layout_of, probe_rows
 from snakeddp.data.source import IMAGES, Source, TableFile, delta_snapshot, features_of, open_source
 from snakeddp.data.spill import Spill
 from snakeddp.data.split import Window, assign, check_empty, deal, known_counts, window_counts, windows_of
@@ -285,7 +285,9 @@ def _ingest(
         delta.require_columns(table.path, snapshot, [*features, table.label])
     partitions, classes = params["num_train_files"], params["num_classes"]
     class_names = _check_classes(source, classes)
-    layout = layout_of(source, features, params.get("image") or {}, chunk_rows or probe_rows(features))
+    # The pass over category and array columns, or the one the stream manifest's job kept of this table (data.stream).
+    kept = kept_in(out, params, source)
+    layout = layout_of(source, features, params.get("image") or {}, chunk_rows or probe_rows(features), kept=kept)
     rows = chunk_rows or rows_per_chunk(source, layout)
     (out / data_names.TRAIN).mkdir(parents=True, exist_ok=True)
     metadata = [partition_metadata(t, partitions) for t in range(partitions + 1)]
