@@ -45,8 +45,9 @@ def the_rows(seed: int = 0) -> pa.Table:
 def same_files(left: Path, right: Path) -> list[str]:
     """The names of the partition files and entries, after checking each is the same bytes in both folders."""
     names = sorted(p.relative_to(left).as_posix() for p in left.rglob("*") if p.suffix in (".safetensors", ".json"))
-    # Not the step's log (ingest.json: times, readers) nor this machine's stamps, in the folder or a dataset's.
-    names = [n for n in names if Path(n).name not in ("ingest.json", "written.json")]
+    # Not the step's log (ingest.json: times, readers) nor this machine's stamps, in the folder or a dataset's, nor
+    # what a job keeps for the other job of its dataset (.vocabularies.json: snakeddp.data.layout).
+    names = [n for n in names if Path(n).name not in ("ingest.json", "written.json") and not n.startswith(".")]
     assert names and all(filecmp.cmp(left / n, right / n, shallow=False) for n in names), names
     return names
 
