@@ -312,8 +312,7 @@ def best_checkpoint(run: Run) -> tuple[Path, Mapping[str, Any]]:
     if not path.is_file() and pruned_unrecorded(run.paths, run.provenance):
         raise ExportError(
             f"run {run.label}: its checkpoints were pruned, as far as can be told: {UNRECORDED_PRUNE}; its record and "
-            f"metrics stay. HINT: "
-            f"{retrain_hint(run)}."
+            f"metrics stay. HINT: {retrain_hint(run)}."
         )
     if not path.is_file() or sha256_file(path) != record.get("sha256"):
         what = "changed since the run recorded it" if path.is_file() else "gone"
