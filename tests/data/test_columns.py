@@ -132,6 +132,22 @@ def test_numbers_stored_as_text_are_named_so_and_ingest_once_cast_as_the_hint_sa
         ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "other")
 
 
+def test_a_few_numbers_stored_as_text_train_as_a_category_and_one_line_says_so(tmp_path, capsys):
+    """Codes (zip codes) or numbers a CSV loaded as text: within a one-hot's size they train as a category, as
+    before, and ingestion says so, where nothing did."""
+    frame = pd.DataFrame({"code": ["10", "20", "30.5", "20"] * 50, "colour": ["red", "blue"] * 100})
+    frame["y"] = (frame["code"] == "20").astype(int)
+    frame.to_parquet(tmp_path / "t.parquet")
+    summary = ingest(params(tmp_path / "t.parquet", ["code", "colour"]), tmp_path / "out")
+    assert [c["kind"] for c in summary["task"]["inputs"]] == ["category", "category"]
+    said = capsys.readouterr().err
+    assert (
+        "ingest: column 'code' holds numbers stored as text ('10', '20', '30.5'): it trains as a category of 3 "
+        "one-hot slots; cast it to a number in the table to train it as one"
+    ) in said.splitlines(), said
+    assert "'colour' holds" not in said
+
+
 def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order(tmp_path):
     rng = np.random.default_rng(0)
     wide = pd.DataFrame({f"f{i:03d}": rng.standard_normal(200).astype(np.float32) for i in range(30)})

@@ -480,6 +480,18 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def numbers_as_text(column: Column) -> str | None:
+    """A line for a category column whose every value reads as a number (codes such as zip codes, or numbers a CSV
+    loaded as text): it trains as a one-hot, which may not be what was meant, and nothing else would say so."""
+    if not column.vocabulary or not all(_is_number(value) for value in column.vocabulary):
+        return None
+    shown = ", ".join(map(repr, column.vocabulary[:3])) + (", ..." if len(column.vocabulary) > 3 else "")
+    return (
+        f"ingest: column {column.name!r} holds numbers stored as text ({shown}): it trains as a category of "
+        f"{len(column.vocabulary)} one-hot slots; cast it to a number in the table to train it as one"
+    )
+
+
 def vocabulary(values: Iterable[str], column: str, where: str) -> tuple[str, ...]:
     """The sorted vocabulary of a category column, or a TableError when it is too large for a one-hot."""
     found = tuple(sorted(values))

@@ -127,6 +127,9 @@ def layout_of(
             scanned.append(column)
     if scanned:
         _scan_once(source, scanned, rows, announce, kept)
+        for column in scanned:
+            if column.kind == cols.CATEGORY and (note := cols.numbers_as_text(column)):
+                announce(note)
     return cols.Layout(columns, spec, refuse_images=source.table.nan_policy == "error")
 
 
