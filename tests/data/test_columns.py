@@ -146,6 +146,9 @@ def test_a_few_numbers_stored_as_text_train_as_a_category_and_one_line_says_so(t
         "one-hot slots; cast it to a number in the table to train it as one"
     ) in said.splitlines(), said
     assert "'colour' holds" not in said
+    # Named in data.table.categories: a category by choice, nothing said.
+    ingest(params(tmp_path / "t.parquet", ["code", "colour"], categories=["code"]), tmp_path / "chosen")
+    assert "holds numbers stored as text" not in capsys.readouterr().err
 
 
 def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order(tmp_path):

@@ -127,8 +127,10 @@ def layout_of(
             scanned.append(column)
     if scanned:
         _scan_once(source, scanned, rows, announce, kept)
+        # Not for a column data.table.categories names: a category by choice (integer codes).
         for column in scanned:
-            if column.kind == cols.CATEGORY and (note := cols.numbers_as_text(column)):
+            chosen = column.name in source.table.categories
+            if column.kind == cols.CATEGORY and not chosen and (note := cols.numbers_as_text(column)):
                 announce(note)
     return cols.Layout(columns, spec, refuse_images=source.table.nan_policy == "error")
 
