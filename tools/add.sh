@@ -27,7 +27,7 @@ kept=$(mktemp -d)
 trap 'rm -rf "$kept"' EXIT
 # Every stage YAML, one per torch build for the stages that import torch (snakeddp.environment.files).
 derived=(envs/requirements.in envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock envs/*.yaml
-    envs/pylock.*.toml)
+    envs/pylock.*.toml envs/requirements-torch-*.lock)
 cp "${derived[@]}" "$kept/"
 restore() { for file in "${derived[@]}"; do cp "$kept/$(basename "$file")" "$file"; done; }
 # Ctrl-C (or a kill) before the locks are written leaves envs/ as it was, as a failed re-lock does: the .in file edited

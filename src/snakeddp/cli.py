@@ -101,7 +101,10 @@ def later_attempt(run: Run) -> dict[str, Any]:
 
 def later_attempt_note(run: Run, later: dict[str, Any], results: Path) -> str:
     """One line under the table: which finished attempt stands for its run, and what became of the later one."""
-    how = {"failed": "failed", "hung": "hung", "stopped": "was stopped"}.get(later["state"])
+    # "done" is the status the attempt moved aside left: the later one has not started.
+    how = {"failed": "failed", "hung": "hung", "stopped": "was stopped", "done": "has not trained yet"}.get(
+        later["state"]
+    )
     how = how or (f"has not finished ({later['state']})" if later["state"] else "has not finished")
     log = train_log(results.parent, run.run_id)
     where = f" (its log: {log})" if log.is_file() else ""
@@ -118,7 +121,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     finished = listed(args.results, "runs")
     # A run whose later attempt failed (or was stopped, or trains) still shows what it last trained.
     passed_over: list[ProvenanceError] = []
-    standing = last_finished(args.results, passed_over)
+    # Not a run the search stopped: it is listed as such below (its next rung's attempt never trains).
+    halted = rungs.stopped(args.results)
+    standing = [run for run in last_finished(args.results, passed_over) if run.run_id not in halted]
     for error in passed_over:
         print(f"snakeddp runs: left out {error}", file=sys.stderr)
     now, history, planned = current_and_history(args, finished + standing)
@@ -149,7 +154,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if run.run_dir in later:
                 print(later_attempt_note(run, later[run.run_dir], Path(args.results)))
     waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
-    halted = rungs.stopped(args.results)
     if stopped_here := [rid for rid in waiting if rid in halted]:
         shown = (f"{rid} (rung {halted[rid]['rung']}, {halted[rid]['epochs']} epochs, rank {halted[rid]['rank']})"
                  for rid in stopped_here)  # fmt: skip
