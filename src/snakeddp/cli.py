@@ -8,6 +8,9 @@
                                        (every finished run when RUN is left out)
     snakeddp prune [--best N] [--last N] [--dry-run] [RUN ...]
                                        remove checkpoints of earlier attempts (keeps their records)
+    snakeddp prune --data [--dry-run] [--configfile FILE] [--config KEY=VALUE]
+                                       remove the datasets under results/data/ that the config does not
+                                       plan and no run, nor any attempt with its checkpoints, trained on
     snakeddp export RUN [--to DIR]     the best checkpoint as model.safetensors + model.json, which
                                        snakeddp.load(DIR) rebuilds without unpickling anything
                                        (default DIR: results/export/RUN)
@@ -32,6 +35,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +46,7 @@ from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
-from snakeddp.run import current, ledger, rungs, status
+from snakeddp.run import current, ledger, prunedata, rungs, status
 from snakeddp.run.attempt import attempt_id
 from snakeddp.run.layout import ATTEMPTS, RunPaths, train_log
 from snakeddp.run.prune import prune
@@ -205,15 +209,64 @@ def count(text: str) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    if args.data:
+        return prune_data(args)
+    if args.configfile or args.config:
+        raise prunedata.DataPruneError(
+            "--configfile and --config tell `snakeddp prune --data` which datasets the config plans; checkpoints of "
+            "earlier attempts are pruned whatever the config. HINT: leave them out, or add --data to prune datasets."
+        )
     run_dirs = [resolve_run(ref, args.results).run_dir for ref in args.runs] or [
         r.run_dir for r in listed(args.results, "prune")
     ]
+    args.best, args.last = (1 if n is None else n for n in (args.best, args.last))
     removed = prune(run_dirs, args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{item.attempt.label}: {verb} {item.path} ({item.size / 2**20:.1f} MiB)")
     total = sum(item.size for item in removed) / 2**20
     print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total:.1f} MiB; records and metrics stay")
+    return 0
+
+
+def disk_size(size: int) -> str:
+    """Bytes as df -H and the docs write them: 1.2 GB (powers of 1,000)."""
+    units, exponent = ("B", "kB", "MB", "GB", "TB"), 0
+    while exponent < len(units) - 1 and size >= 1000 ** (exponent + 1):
+        exponent += 1
+    return f"{size} B" if exponent == 0 else f"{size / 1000**exponent:.1f} {units[exponent]}"
+
+
+def prune_data(args: argparse.Namespace) -> int:
+    """`snakeddp prune --data`: the dataset folders that the config does not plan and nothing needs (run.prunedata)."""
+    if args.runs or args.best is not None or args.last is not None:
+        raise prunedata.DataPruneError(
+            "--data removes datasets, not checkpoints: it takes no RUN, --best or --last. HINT: prune checkpoints "
+            "first (snakeddp prune --best N --last N), then the datasets only pruned attempts needed (snakeddp prune "
+            "--data)."
+        )
+    results = Path(args.results)
+    planned = current.planned_datasets(results.parent, args.configfile, args.config)
+    if planned is None:
+        raise prunedata.DataPruneError(
+            f"--data: no {current.CONFIG_FILE} beside {results} and no --configfile: which datasets the config plans "
+            "is not known, so none is removed. HINT: give the --configfile and --config you gave snakemake "
+            "(snakeddp prune --data --configfile FILE)."
+        )
+    flags = (["--configfile", *args.configfile] if args.configfile else []) + (
+        ["--config", *args.config] if args.config else []
+    )
+    command = shlex.join(["snakeddp", "prune", "--data", *flags])
+    removed, kept = prunedata.prune(results, planned, args.dry_run, command)
+    verb = "would remove" if args.dry_run else "removed"
+    for dataset in removed:
+        print(f"{dataset.name}: {verb} {dataset.path} ({disk_size(dataset.size)})")
+    total = f"{disk_size(sum(dataset.size for dataset in removed))} in {len(removed)} dataset(s)"
+    said = f"would free {total}" if args.dry_run else f"freed {total}"
+    if removed and not args.dry_run:
+        said += f" (recorded in {prunedata.record_path(results)})"
+    why = "planned by the config, or trained on by a run or an attempt whose checkpoints stay"
+    print(f"{said}; kept {len(kept)}: {why}")
     return 0
 
 
@@ -384,18 +437,47 @@ def _add_verify(sub: Subparsers) -> argparse.ArgumentParser:
 def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
     pruning = sub.add_parser(
         "prune",
-        help="remove checkpoints of earlier attempts (records and metrics stay)",
+        help="remove checkpoints of earlier attempts (records and metrics stay), or with --data unused datasets",
         description="Remove the checkpoints of runs' earlier attempts, keeping the N best and N most recent; "
         "their provenance and metrics stay (listed, comparable), pruned.json beside them says what went and when, "
         "and a run's current attempt is never pruned. A pruned attempt has no model: putting its config back trains "
-        "it again instead of restoring it.",
+        "it again instead of restoring it. With --data, remove instead the dataset folders under results/data/ that "
+        "the config does not plan (config/config.yaml with the --configfile and --config you gave snakemake), that no "
+        "run's current attempt trained on, and that no earlier attempt whose checkpoints are still there trained on; "
+        "results/data/pruned.json says what went and when, `snakeddp verify` of a run that trained on one says its "
+        "data was pruned, and a config that asks for one again has the workflow make it again.",
     )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(
-        "--best", type=count, default=1, metavar="N", help="keep the N attempts with the best score (trainer.monitor)"
+        "--best",
+        type=count,
+        default=None,
+        metavar="N",
+        help="keep the N attempts with the best score (trainer.monitor; default 1)",
     )
-    pruning.add_argument("--last", type=count, default=1, metavar="N", help="keep the N most recent attempts")
+    pruning.add_argument(
+        "--last", type=count, default=None, metavar="N", help="keep the N most recent attempts (default 1)"
+    )
     pruning.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    pruning.add_argument(
+        "--data", action="store_true", help="remove the datasets nothing needs any more, instead of checkpoints"
+    )
+    pruning.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
+        help="with --data: the config file(s) given to snakemake, whose datasets stay",
+    )
+    pruning.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --data: the --config given to snakemake, as typed there",
+    )
     pruning.set_defaults(func=cmd_prune)
     return pruning
 

@@ -165,3 +165,55 @@ def test_an_attempt_pruned_before_pruned_json_existed_reads_as_pruned_and_a_lost
     (other / "attempts" / other_id / "checkpoints" / "last.ckpt").unlink()
     code, out = verify(results, f"devices-2@{other_id}", capsys)
     assert code == 1 and "MISMATCH  checkpoint" in out and "last.ckpt  missing" in out, out
+
+
+def test_an_attempt_whose_data_prune_removed_reads_as_pruned_and_its_data_made_again_as_present(
+    results, sweep_workflow, capsys
+):
+    """`snakeddp prune --data` removed the dataset only an attempt with pruned checkpoints trained on: verify said
+    MISMATCH missing for its manifest; it says pruned, keeps the other checks, and checks the dataset made again."""
+    import datetime
+
+    from snakeddp.run import attempt
+    from snakeddp.run.prune import prune
+
+    run_dir = results / "runs" / "devices-1"
+    record = json.loads((run_dir / "provenance.json").read_text())
+    kept_id = record["attempt"]["id"]
+    attempt.prepare(run_dir, "f" * 64)  # another config's attempt moves this one under attempts/
+    # It trained on an earlier data config's dataset: the same files, under another dataset id.
+    dataset = Path(record["data"]["manifest"]).parent.name
+    other = f"{dataset.rsplit('-', 1)[0]}-{'0' * 10}"
+    shutil.copytree(results / "data" / dataset, results / "data" / other)
+    made = results.parent / "made-again"  # what the data rules write again, byte for byte
+    shutil.copytree(results / "data" / other, made)
+    record["data"] |= {"manifest": record["data"]["manifest"].replace(dataset, other), "dataset": other}
+    (run_dir / "attempts" / kept_id / "provenance.json").write_text(json.dumps(record))
+    prune([run_dir], best=0, last=0, dry_run=False)  # its checkpoints go (`snakeddp prune` lists finished runs only)
+    configfile = str(sweep_workflow.directory / "config.yaml")
+    assert main(["prune", "--data", "--configfile", configfile, "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert f"{other}: removed {results / 'data' / other} (" in out and "in 1 dataset(s)" in out, out
+    assert (results / "data" / dataset).is_dir(), "the config's and the current runs' dataset stays"
+
+    code, out = verify(results, f"devices-1@{kept_id}", capsys)
+    assert code == 0 and "MISMATCH" not in out, out
+    today = datetime.date.today().isoformat()
+    (line,) = [line for line in out.splitlines() if "  manifest  " in line]
+    said = f"data pruned by `snakeddp prune --data` on {today} ({results / 'data' / 'pruned.json'})"
+    assert line.startswith("  pruned    manifest") and line.endswith(said), line
+    assert "partition" not in out and "validation" not in out, out
+    assert out.count("  pruned    checkpoint") == 3 and "  ok        provenance" in out, out  # the other checks stay
+    assert out.splitlines()[-1].endswith(
+        f"run devices-1@{kept_id} matches its provenance (3 checkpoint(s) pruned, as its pruned.json records; its "
+        f"{said})."
+    ), out
+
+    # A config that asks for it again: the data rules make it again, and verify checks it as any dataset.
+    made.rename(results / "data" / other)
+    code, out = verify(results, f"devices-1@{kept_id}", capsys)
+    assert code == 0 and "  ok        manifest" in out and "pruned by `snakeddp prune --data`" not in out, out
+    assert out.count("  ok        partition") == 3 and "  ok        validation" in out, out
+    (results / "data" / other / "train" / "part-00001.safetensors").unlink()  # and what it misses is missing
+    code, out = verify(results, f"devices-1@{kept_id}", capsys)
+    assert code == 1 and "MISMATCH  partition" in out, out

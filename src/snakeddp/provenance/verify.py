@@ -10,7 +10,8 @@ packages are the files the bill of materials of the environment it trained in li
 package hashed again: once per bill of materials in one ``snakeddp verify``). Checkpoints of an earlier attempt
 that ``snakeddp prune`` removed (its pruned.json names them) are shown as pruned, not as a mismatch; so are those
 of an earlier attempt whose checkpoints/ is gone whole with no pruned.json, as prune left them before it wrote one
-(``run.runs.pruned_unrecorded``).
+(``run.runs.pruned_unrecorded``). A dataset that ``snakeddp prune --data`` removed (results/data/pruned.json names
+it and the manifest's sha256, and its folder is gone) is shown as pruned too, without its partitions' checks.
 
 A failure ends in one line whose HINT says what to do for each kind of file that failed, with the command to
 type where there is one (``util.rerun``); ``snakeddp verify`` of every run prints that line once, after all runs.
@@ -30,6 +31,7 @@ from snakeddp.data.partitions import DataIntegrityError, load_manifest, verify_f
 from snakeddp.environment import sbom
 from snakeddp.errors import ConfigError, ProvenanceError
 from snakeddp.provenance.schema import problems
+from snakeddp.run import prunedata
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import (
     UNRECORDED_PRUNE,
@@ -110,6 +112,10 @@ def data_checks(run: Run) -> tuple[Check, list[Callable[[], Check]]]:
         return Check("manifest", str(run.provenance["data"]["manifest"]), False, str(exc).split(" HINT:")[0]), []
     expected = run.provenance["data"]["manifest_sha256"]
     if not path.is_file():
+        results = run.paths.run_dir.parent.parent
+        if gone := prunedata.pruned_dataset(results, path, expected):
+            said = f"data pruned {prunedata.pruned_when(gone)} ({prunedata.record_path(results)})"
+            return Check("manifest", str(path), True, said, pruned=True), []
         return Check("manifest", str(path), False, "missing"), []
     actual = sha256_file(path)
     if actual != expected:
@@ -227,13 +233,15 @@ def format_checks(run: Run, checks: list[Check], hint: bool = True) -> str:
     for check in checks:
         lines.append(f"  {check.shown:8}  {check.kind:{width}}  {check.path}  {check.detail}")
     bad = [c for c in checks if not c.ok]
-    pruned = sum(c.pruned for c in checks)
+    pruned = sum(c.pruned for c in checks if c.kind == "checkpoint")
     if bad:
         said = f"verify: {len(bad)} of {len(checks)} checks failed: these files are not what run {run.label} recorded."
         lines.append(f"{said} HINT: {what_to_do([(run, bad)])}." if hint else said)
     else:
         how = "as its pruned.json records" if run.pruned else "as far as can be told: no pruned.json records it"
-        note = f" ({pruned} checkpoint(s) pruned, {how})" if pruned else ""
+        notes = [f"{pruned} checkpoint(s) pruned, {how}"] if pruned else []
+        notes += [f"its {check.detail}" for check in checks if check.pruned and check.kind == "manifest"]
+        note = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"verify: all {len(checks)} checks passed; run {run.label} matches its provenance{note}.")
     return "\n".join(lines)
 

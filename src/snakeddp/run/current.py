@@ -8,17 +8,20 @@ attempts kept inside run directories.
 `snakeddp runs` rebuilds the config from the flags snakemake was given (config/config.yaml beside
 results/, each --configfile, then --config), rather than from a record the last workflow left:
 the same flags give the same answer whether or not the workflow ran, and a dry run or a failed
-run with other flags cannot leave a stale one behind.
+run with other flags cannot leave a stale one behind. `snakeddp prune --data` asks the same flags which
+datasets the config plans (``planned_datasets``), and keeps them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from snakeddp import config as configuration
 from snakeddp.config import layers
+from snakeddp.data import plan as data_plan
 
 # Snakemake's configfile: directive in the Snakefile, relative to the directory the workflow runs in.
 CONFIG_FILE = "config/config.yaml"
@@ -30,17 +33,38 @@ def planned(config: Mapping[str, Any], source: str = "config") -> list[str]:
     return list(configuration.expand_sweep(configuration.validate(config, source=source), source=source))
 
 
-def from_command_line(
-    workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]
-) -> list[str] | None:
-    """The run ids snakemake plans in ``workdir`` with these --configfile and --config flags; None
-    when no config is known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
+def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]) -> dict[str, Any] | None:
+    """The config snakemake reads in ``workdir`` with these --configfile and --config flags; None when no config
+    is known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
     base_file = Path(workdir) / CONFIG_FILE
     if not base_file.is_file() and not configfiles:
         return None
     base = layers.load_layer(base_file) if base_file.is_file() else {}
     given = [*map(layers.load_layer, configfiles), layers.command_line_config(entries)]
-    return planned(layers.compose(base, given))
+    return layers.compose(base, given)
+
+
+def from_command_line(
+    workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]
+) -> list[str] | None:
+    """The run ids snakemake plans in ``workdir`` with these --configfile and --config flags; None
+    when no config is known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
+    config = composed(workdir, configfiles, entries)
+    return None if config is None else planned(config)
+
+
+def planned_datasets(workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]) -> set[str] | None:
+    """The dataset ids (results/data/<id>/) the workflow plans in ``workdir`` with these flags, as its plan names
+    them (snakeddp.workflow.plan: a table's checksum is part of its id); None when no config is known."""
+    config = composed(workdir, configfiles, entries)
+    if config is None:
+        return None
+    runs = configuration.expand_sweep(configuration.validate(config, source="config"), source="config")
+    # A table's path in the config is relative to the directory the workflow runs in, as is the workflow's cache
+    # of its files' hashes (data.identity.CACHE: unchanged files are not read again).
+    with contextlib.chdir(workdir):
+        data_plan.resolve_tables(runs)
+    return {configuration.dataset_id(run["config"]["data"]) for run in runs.values()}
 
 
 def split(runs: Iterable[Any], current: Iterable[str]) -> tuple[list[Any], list[Any]]:
