@@ -246,6 +246,14 @@ def prune_data(args: argparse.Namespace) -> int:
             "--data)."
         )
     results = Path(args.results)
+    from snakeddp.compat.snakemake import workflow_locks  # checks Snakemake's version: not every command's cost
+
+    if (locks := workflow_locks(results.parent)) and not args.dry_run:
+        raise prunedata.DataPruneError(
+            f"--data: a workflow holds {locks[0].parent} ({len(locks)} lock files): it runs, or was killed and not "
+            "unlocked, and a dataset it is making for another config would look unneeded. HINT: let it end and run "
+            "the same command again; if none runs, `snakemake --unlock` in that directory first."
+        )
     planned = current.planned_datasets(results.parent, args.configfile, args.config)
     if planned is None:
         raise prunedata.DataPruneError(

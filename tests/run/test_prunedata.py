@@ -13,6 +13,7 @@ from snakeddp import config as configuration
 from snakeddp.cli import main
 from snakeddp.run.prunedata import read_record
 from snakeddp.util.hashing import sha256_file
+from tests.checkout import Checkout
 from tests.helpers import TINY, make_run, tiny_with, write_dataset
 
 
@@ -164,3 +165,29 @@ def test_what_it_refuses_says_what_to_do_and_doing_it_works(workspace, capsys):
     other = ["--config", "data={num_features: 14}"]
     assert main(["prune", "--data", "--dry-run", "--configfile", configfile, *other, "--results", str(results)]) == 0
     assert capsys.readouterr().out.startswith("would free 0 B in 0 dataset(s); kept 3")
+
+
+def test_a_workflow_that_holds_its_locks_stops_it_and_the_hints_unlock_lets_it_run(tmp_path, capsys):
+    """A workflow running (or killed) in the directory may be making a dataset of another config, which would look
+    unneeded: its Snakemake lock files (as Snakemake writes them) refuse --data; `snakemake --unlock` removes them."""
+    (tmp_path / "wf").mkdir()
+    checkout = Checkout(tmp_path / "wf")
+    results = checkout.root / "results"
+    locks = checkout.root / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.input.lock").write_text(f"{checkout.root / 'config' / 'config.yaml'}\n")
+    (locks / "0.output.lock").write_text(f"{results / 'data'}\n")
+    capsys.readouterr()
+    assert main(["prune", "--data", "--results", str(results)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"snakeddp prune: --data: a workflow holds {locks} (2 lock files): it runs, or was killed"
+    ), line
+    assert line.endswith("if none runs, `snakemake --unlock` in that directory first."), line
+    # The dry run only says: it runs beside a workflow.
+    assert main(["prune", "--data", "--dry-run", "--results", str(results)]) == 0
+    assert capsys.readouterr().out.startswith("would free 0 B in 0 dataset(s)")
+    unlocked = checkout.snakemake("--unlock")
+    assert unlocked.returncode == 0, unlocked.stdout
+    assert main(["prune", "--data", "--results", str(results)]) == 0
+    assert capsys.readouterr().out.startswith("freed 0 B in 0 dataset(s)")

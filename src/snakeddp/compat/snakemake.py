@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from snakeddp.compat import check, check_package
@@ -175,3 +176,10 @@ def no_retry_when(refused: Callable[[str, Mapping[str, str]], bool]) -> bool:
     restart_times.refusals_by_snakeddp = refusals  # type: ignore[attr-defined]
     Job.restart_times = property(restart_times)
     return True
+
+
+def workflow_locks(workdir: Path) -> list[Path]:
+    """The lock files of a Snakemake that runs in ``workdir`` (or was killed there and not unlocked since): its file
+    persistence keeps ``.snakemake/locks/<n>.input.lock`` and ``<n>.output.lock`` for as long as it runs, and
+    ``--unlock`` removes them. No public interface says whether a workflow runs in a directory."""
+    return sorted((Path(workdir) / ".snakemake" / "locks").glob("*.lock"))
