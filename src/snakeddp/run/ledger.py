@@ -30,10 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from snakeddp.errors import RunStateError
-from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.schemas import read_checked
 
 FILE = "nodes.json"
 LOCK = ".nodes.json.lock"
@@ -73,15 +72,9 @@ def read(results: Path) -> dict[str, list[dict[str, Any]]]:
     target = path(results)
     if not target.is_file():
         return {}
-    try:
-        record = read_json(target)
-    except (OSError, ValueError) as error:
-        problem: str | None = f"not JSON: {str(error)[:120]}"
-    else:
-        found = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(record))
-        problem = f"{'.'.join(map(str, found.absolute_path)) or 'top level'}: {found.message[:160]}" if found else None
-        if problem is None:
-            return {node: list(events) for node, events in record["nodes"].items()}
+    record, problem = read_checked(target, schema())
+    if problem is None:
+        return {node: list(events) for node, events in record["nodes"].items()}
     raise LedgerError(
         f"{target} is not a ledger of nodes snakeddp wrote ({problem}). HINT: move it aside (mv {target} "
         f"{target}.bad) and run again: a new ledger starts empty, so the nodes it named are scheduled again."

@@ -29,8 +29,6 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import jsonschema
-
 from snakeddp.errors import RunStateError
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
@@ -38,6 +36,7 @@ from snakeddp.run.runs import listed_checkpoints
 from snakeddp.util.fsutil import atomic_write_json, read_json
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
+from snakeddp.util.schemas import read_checked
 
 #: The data stage's folder in the results directory (results/data/<dataset>/: rules/data.smk).
 DATA = "data"
@@ -80,15 +79,9 @@ def read_record(path: Path) -> list[dict[str, Any]]:
     is refused."""
     if not path.is_file():
         return []
-    try:
-        record = read_json(path)
-    except (OSError, ValueError) as error:
-        problem: str | None = f"not JSON: {str(error)[:120]}"
-    else:
-        found = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema()).iter_errors(record))
-        problem = f"{'.'.join(map(str, found.absolute_path)) or 'top level'}: {found.message[:160]}" if found else None
-        if problem is None:
-            return list(record["datasets"])
+    record, problem = read_checked(path, schema())
+    if problem is None:
+        return list(record["datasets"])
     raise DataPruneError(
         f"{path} is not a record of pruned datasets snakeddp wrote ({problem}). HINT: move it aside (mv {path} "
         f"{path}.bad) and run `snakeddp prune --data` again: `snakeddp verify` then tells the datasets it named only "

@@ -20,11 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from snakeddp.errors import RunStateError
 from snakeddp.run.account import total as accounts_total
 from snakeddp.run.layout import AttemptPaths, RunPaths
+from snakeddp.util import schemas
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
 SCHEMA_FILE = "run-tries.schema.json"
@@ -44,10 +43,7 @@ def _problem(instance: Any, definition: str | None = None) -> str | None:
     """The first way ``instance`` breaks the schema (or one of its $defs), or None."""
     whole = schema()
     target = {"$ref": f"#/$defs/{definition}", "$defs": whole["$defs"]} if definition else whole
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(target).iter_errors(instance))
-    if error is None:
-        return None
-    return f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:160]}"
+    return schemas.problem(instance, target)
 
 
 def utc(at: float) -> str:

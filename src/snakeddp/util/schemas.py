@@ -1,0 +1,28 @@
+"""Records checked against their JSON schema: the first way one breaks it, in a few words."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from snakeddp.util.fsutil import read_json
+
+
+def problem(instance: Any, schema: dict[str, Any]) -> str | None:
+    """The first way ``instance`` breaks ``schema`` (where, then what), or None."""
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    if error is None:
+        return None
+    return f"{'.'.join(map(str, error.absolute_path)) or 'top level'}: {error.message[:160]}"
+
+
+def read_checked(path: Path, schema: dict[str, Any]) -> tuple[Any, str | None]:
+    """The JSON at ``path`` and None where it is valid against ``schema``; else None and why it is not."""
+    try:
+        record = read_json(path)
+    except (OSError, ValueError) as error:
+        return None, f"not JSON: {str(error)[:120]}"
+    found = problem(record, schema)
+    return (record, None) if found is None else (None, found)
