@@ -383,6 +383,27 @@ def _parser() -> argparse.ArgumentParser:
 Subparsers = Any  # argparse's _SubParsersAction, a private name
 
 
+def add_config_flags(parser: argparse.ArgumentParser, when: str, meaning: str) -> None:
+    """--configfile and --config as snakemake was given them, to know the config's plan: ``when`` they count, and
+    what the config's ``meaning`` is for the command."""
+    parser.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FILE",
+        help=f"{when}the config file(s) given to snakemake: {meaning}",
+    )
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"{when}the --config given to snakemake, as typed there",
+    )
+
+
 def _add_runs(sub: Subparsers) -> argparse.ArgumentParser:
     runs = sub.add_parser(
         "runs",
@@ -396,22 +417,7 @@ def _add_runs(sub: Subparsers) -> argparse.ArgumentParser:
     )
     runs.add_argument("--json", action="store_true", help="print the rows as JSON")
     runs.add_argument("--all", action="store_true", help="also list each run's earlier finished attempts (RUN@ID)")
-    runs.add_argument(
-        "--configfile",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="FILE",
-        help="the config file(s) given to snakemake: its runs are current, the others history",
-    )
-    runs.add_argument(
-        "--config",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="the --config given to snakemake, as typed there",
-    )
+    add_config_flags(runs, "", "its runs are current, the others history")
     runs.set_defaults(func=cmd_runs)
     return runs
 
@@ -470,22 +476,7 @@ def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
     pruning.add_argument(
         "--data", action="store_true", help="remove the datasets nothing needs any more, instead of checkpoints"
     )
-    pruning.add_argument(
-        "--configfile",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="FILE",
-        help="with --data: the config file(s) given to snakemake, whose datasets stay",
-    )
-    pruning.add_argument(
-        "--config",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="with --data: the --config given to snakemake, as typed there",
-    )
+    add_config_flags(pruning, "with --data: ", "its datasets stay")
     pruning.set_defaults(func=cmd_prune)
     return pruning
 
