@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,13 @@ from referencing import Registry, Resource
 from snakeddp.errors import ProvenanceError
 from snakeddp.run.layout import PROVENANCE
 from snakeddp.run.tries import schema as tries_schema
-from snakeddp.util import rerun
+from snakeddp.util import rerun, schemas
 
 SCHEMA_FILE = "provenance.schema.json"
 
 
-@cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    return schemas.packaged(SCHEMA_FILE)
 
 
 @cache

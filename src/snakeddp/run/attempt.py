@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import fcntl
-import json
 import os
 import shutil
 import sys
@@ -27,7 +26,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +49,7 @@ from snakeddp.run.layout import (
     RunPaths,
 )
 from snakeddp.run.runs import gone_checkpoint
-from snakeddp.util import rerun
+from snakeddp.util import rerun, schemas
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
 
@@ -142,9 +140,7 @@ def attempt_id(key: str) -> str:
 
 @cache
 def _state_validator() -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(
-        json.loads(resources.files("snakeddp.schemas").joinpath(STATE_SCHEMA).read_text(encoding="utf-8"))
-    )
+    return jsonschema.Draft202012Validator(schemas.packaged(STATE_SCHEMA))
 
 
 def _state(run_dir: Path) -> dict[str, Any] | None:

@@ -19,18 +19,16 @@ take, and it is none of them.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import RunStateError
+from snakeddp.util import schemas
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.schemas import read_checked
 
@@ -50,9 +48,8 @@ class LedgerError(RunStateError):
     """results/nodes.json is not a ledger snakeddp wrote, or names no such node; the message says what to do."""
 
 
-@cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    return schemas.packaged(SCHEMA_FILE)
 
 
 def path(results: Path) -> Path:

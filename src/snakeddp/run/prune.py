@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from snakeddp.run.runs import Run, earlier_attempts
-from snakeddp.util.fsutil import atomic_write_json
+from snakeddp.util.fsutil import atomic_write_json, tree_size
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,6 @@ class Pruned:
     attempt: Run
     path: Path
     size: int
-
-
-def _size(folder: Path) -> int:
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
 
 
 def _score(run: Run) -> float:
@@ -51,7 +47,7 @@ def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
         for attempt in attempts:
             folder = attempt.paths.checkpoints
             if attempt.run_dir not in kept and folder.is_dir():
-                pruned.append(Pruned(attempt, folder, _size(folder)))
+                pruned.append(Pruned(attempt, folder, tree_size(folder)))
     return pruned
 
 

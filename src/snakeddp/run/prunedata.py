@@ -17,15 +17,11 @@ the next prune drops the entries of folders that are back.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -33,7 +29,8 @@ from snakeddp.errors import RunStateError
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import listed_checkpoints
-from snakeddp.util.fsutil import atomic_write_json, read_json
+from snakeddp.util import schemas
+from snakeddp.util.fsutil import atomic_write_json, read_json, tree_size
 from snakeddp.util.hashing import sha256_file
 from snakeddp.util.paths import inside
 from snakeddp.util.schemas import read_checked
@@ -65,9 +62,8 @@ class Dataset:
         return self.path.name
 
 
-@cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    return schemas.packaged(SCHEMA_FILE)
 
 
 def record_path(results: Path) -> Path:
@@ -154,14 +150,6 @@ def _restorable(attempt: AttemptPaths) -> bool:
     return any((path := inside(attempt.folder, entry["path"])) is not None and path.is_file() for entry in listed)
 
 
-def _size(folder: Path) -> int:
-    """Every file under ``folder`` (links not followed)."""
-    total = 0
-    for parent, _, files in os.walk(folder):
-        total += sum(os.lstat(os.path.join(parent, name)).st_size for name in files)
-    return total
-
-
 def folders(results: Path) -> list[Path]:
     """Every dataset folder under results/data/ (a link is no folder of the workflow's: it is left alone)."""
     data = Path(results) / DATA
@@ -176,7 +164,7 @@ def plan(results: Path, planned: Iterable[str]) -> tuple[list[Dataset], list[Pat
     """The dataset folders pruning removes (neither planned nor needed: ``needed``) and those it keeps."""
     keep = set(planned) | needed(results)
     found = folders(results)
-    return [Dataset(path, _size(path)) for path in found if path.name not in keep], [
+    return [Dataset(path, tree_size(path)) for path in found if path.name not in keep], [
         path for path in found if path.name in keep
     ]
 

@@ -10,13 +10,10 @@ folds into the try. Nothing is written per step. The attempt's tries move with i
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +31,8 @@ LOSSES = OUTCOMES[1:]
 BEFORE_THE_FIRST_STEP = ("never_joined", "unreachable")
 
 
-@cache
 def schema() -> dict[str, Any]:
-    return json.loads(resources.files("snakeddp.schemas").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    return schemas.packaged(SCHEMA_FILE)
 
 
 def _problem(instance: Any, definition: str | None = None) -> str | None:

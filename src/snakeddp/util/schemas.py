@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 
 from snakeddp.util.fsutil import read_json
+
+
+@cache
+def packaged(name: str) -> dict[str, Any]:
+    """The JSON schema ``name`` that ships in snakeddp.schemas, parsed once per process (shared: not to be changed)."""
+    return json.loads(resources.files("snakeddp.schemas").joinpath(name).read_text(encoding="utf-8"))
 
 
 def problem(instance: Any, schema: dict[str, Any]) -> str | None:
