@@ -125,9 +125,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     finished = listed(args.results, "runs")
     # A run whose later attempt failed (or was stopped, or trains) still shows what it last trained.
     passed_over: list[ProvenanceError] = []
-    # Not a run the search stopped: it is listed as such below (its next rung's attempt never trains).
-    halted = rungs.stopped(args.results)
-    standing = [run for run in last_finished(args.results, passed_over) if run.run_id not in halted]
+    standing = last_finished(args.results, passed_over)
     for error in passed_over:
         print(f"snakeddp runs: left out {error}", file=sys.stderr)
     now, history, planned = current_and_history(args, finished + standing)
@@ -158,6 +156,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if run.run_dir in later:
                 print(later_attempt_note(run, later[run.run_dir], Path(args.results)))
     waiting = [rid for rid in planned if rid not in {run.run_id for run in now}]
+    halted = rungs.stopped(args.results)
     if stopped_here := [rid for rid in waiting if rid in halted]:
         shown = (f"{rid} (rung {halted[rid]['rung']}, {halted[rid]['epochs']} epochs, rank {halted[rid]['rank']})"
                  for rid in stopped_here)  # fmt: skip

@@ -30,7 +30,12 @@ CONFIG_FILE = "config/config.yaml"
 def planned(config: Mapping[str, Any], source: str = "config") -> list[str]:
     """The run ids ``config`` plans (config/config.yaml with the command line's layers on top), in the
     report's order."""
-    return list(configuration.expand_sweep(configuration.validate(config, source=source), source=source))
+    return list(expanded(config, source))
+
+
+def expanded(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
+    """The config validated and its sweep expanded: run id -> run."""
+    return configuration.expand_sweep(configuration.validate(config, source=source), source=source)
 
 
 def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]) -> dict[str, Any] | None:
@@ -59,7 +64,7 @@ def planned_datasets(workdir: str | Path, configfiles: Sequence[str | Path], ent
     config = composed(workdir, configfiles, entries)
     if config is None:
         return None
-    runs = configuration.expand_sweep(configuration.validate(config, source="config"), source="config")
+    runs = expanded(config)
     # A table's path in the config is relative to the directory the workflow runs in, as is the workflow's cache
     # of its files' hashes (data.identity.CACHE: unchanged files are not read again).
     with contextlib.chdir(workdir):

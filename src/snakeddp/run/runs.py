@@ -384,10 +384,13 @@ def last_finished(results: str | Path, passed_over: list[ProvenanceError] | None
     """Per run directory under ``results/runs`` whose current attempt has not finished (no provenance.json: a later
     attempt, under another config, data or environment, failed, was stopped or still trains), its most recent
     finished attempt kept under attempts/: what that run last trained, which a listing keeps showing (the later
-    attempt moved it aside, ``run.attempt.prepare``). A record snakeddp did not write is as in ``find_runs``."""
+    attempt moved it aside, ``run.attempt.prepare``). Not a run the search stopped: its next rung's attempt never
+    trains, and it is listed as stopped by the search. A record snakeddp did not write is as in ``find_runs``."""
     found = []
+    halted = rungs.stopped(results)
     for run_dir in sorted(Path(results).glob(f"{RUNS}/*/")):
-        if RunPaths(run_dir).provenance.is_file() or not RunPaths(run_dir).kept_records():
+        paths = RunPaths(run_dir)
+        if run_dir.name in halted or paths.provenance.is_file() or not paths.kept_records():
             continue
         try:
             found += earlier_attempts(run_dir)[-1:]
