@@ -4,6 +4,7 @@ one line where ingestion stops or never begins."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import shutil
@@ -171,6 +172,24 @@ def test_ingestion_takes_the_vocabularies_the_stream_kept_of_the_same_table_and_
     data.iloc[4000:].assign(city="kyiv").to_parquet(folder / "part-1.parquet", row_group_size=250)
     vocabulary, said = ingested()
     assert "reading the vocabularies of city" in said and vocabulary == ["kyiv", "lima", "oslo", "rome"], said
+    # The other job in the middle of its pass (it holds the lock): this one says that it waits, once, then takes
+    # what the other kept.
+    shutil.rmtree(root / "train")
+    with open(root / layout.KEPT_LOCK, "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=ingest, args=(found, root))
+        waiter.start()
+        said, deadline = "", time.monotonic() + 60
+        while "waiting for the other job" not in said and time.monotonic() < deadline:
+            time.sleep(0.05)
+            said += capsys.readouterr().err
+        assert waiter.is_alive(), said
+    waiter.join(60)
+    said += capsys.readouterr().err
+    assert (
+        said.count("ingest: waiting for the other job of this dataset, which is reading the vocabularies of city") == 1
+    )
+    assert "as another job read them" in said and "ingest: reading the" not in said, said
 
 
 def test_a_table_of_fewer_rows_than_a_window_trains_after_its_manifest(tmp_path):

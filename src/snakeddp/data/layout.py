@@ -143,9 +143,11 @@ def _scan_once(
         _scan(source, scanned, rows, announce)
         return
     identity = sha256_json({"kept": kept.identity, "columns": [[c.name, c.kind] for c in scanned]})
-    with _turn(kept.folder / KEPT_LOCK):
+    names = ", ".join(c.name for c in scanned)
+    waiting = f"ingest: waiting for the other job of this dataset, which is reading the vocabularies of {names}"
+    with _turn(kept.folder / KEPT_LOCK, lambda: announce(waiting)):
         if _reuse(kept.folder / KEPT, identity, scanned, source.table.unseen == "oov"):
-            announce(f"ingest: the vocabularies of {', '.join(c.name for c in scanned)}, as another job read them")
+            announce(f"ingest: the vocabularies of {names}, as another job read them")
             return
         _scan(source, scanned, rows, announce)
         result = {
@@ -161,9 +163,10 @@ def _scan_once(
 
 
 @contextlib.contextmanager
-def _turn(lock: Path) -> Iterator[None]:
-    """Hold ``lock`` (flock: the kernel lets go however its holder ends); without it where it cannot be taken (no
-    folder yet, a file system without locks), so each job makes its own pass."""
+def _turn(lock: Path, waiting: Callable[[], None]) -> Iterator[None]:
+    """Hold ``lock`` (flock: the kernel lets go however its holder ends), calling ``waiting`` first where another
+    job holds it (its pass may take minutes); without it where it cannot be taken (no folder yet, a file system
+    without locks), so each job makes its own pass."""
     try:
         handle = open(lock, "ab")
     except OSError:
@@ -171,7 +174,11 @@ def _turn(lock: Path) -> Iterator[None]:
     with handle or contextlib.nullcontext():
         if handle is not None:
             with contextlib.suppress(OSError):
-                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    waiting()
+                    fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
 
