@@ -16,14 +16,16 @@ import time
 import numpy as np
 import pytest
 
+from snakeddp.config import parts
 from snakeddp.data import layout, stream
 from snakeddp.data.generate import write_dataset_manifest
 from snakeddp.data.partitions import read_partition
+from snakeddp.data.source import open_source
 from snakeddp.data.table import TableError, ingest
 from snakeddp.errors import DataIntegrityError
 from tests.data.test_windowed import folder_of, small_windows  # noqa: F401 (a fixture)
 from tests.helpers import subprocess_env
-from tests.tables import frame, params
+from tests.tables import FEATURES, frame, params
 
 PARTS = 3
 
@@ -190,6 +192,17 @@ def test_ingestion_takes_the_vocabularies_the_stream_kept_of_the_same_table_and_
         said.count("ingest: waiting for the other job of this dataset, which is reading the vocabularies of city") == 1
     )
     assert "as another job read them" in said and "ingest: reading the" not in said, said
+
+
+def test_a_table_without_category_columns_is_not_looked_at_file_by_file_for_a_pass_it_does_not_need(dataset):
+    """What keys the kept pass is each file's size and time: a stat per file, slow on a cluster's file system for a
+    table of many files. A table of numbers alone has no pass to keep, so no file is looked at for it."""
+    found, _, root = dataset
+    source = open_source(parts.Table.of(found["table"]), None)
+    kept = layout.kept_in(root, found, source)
+    layout.layout_of(source, FEATURES, {}, 100, print, kept)
+    assert kept is not None and "identity" not in vars(kept)
+    assert kept.identity and "identity" in vars(kept)  # computed on demand, as a table with a category has it
 
 
 def test_a_table_of_fewer_rows_than_a_window_trains_after_its_manifest(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,24 @@ class Kept:
     modification time), which the scanned columns complete."""
 
     folder: Path
-    identity: str
+    params: Mapping[str, Any]
+    source: Source
+
+    @functools.cached_property
+    def identity(self) -> str | None:
+        """Read when there is a pass to share: a table without category or array columns needs no look at each of
+        its files (a stat each, slow on a cluster's file system). None for parameters that are not JSON (a
+        caller's own): nothing to key the result by."""
+        if self.source.snapshot is not None:
+            snapshot: Any = self.source.snapshot.identity()
+        else:
+            files = self.source.files
+            stats = [os.stat(f.path) for f in files]
+            snapshot = [[str(f.path), s.st_size, s.st_mtime_ns] for f, s in zip(files, stats, strict=True)]
+        try:
+            return sha256_json({"params": self.params, "table": snapshot})
+        except (TypeError, ValueError):
+            return None
 
 
 def kept_in(folder: str | Path, params: Mapping[str, Any], source: Source) -> Kept | None:
@@ -49,15 +67,7 @@ def kept_in(folder: str | Path, params: Mapping[str, Any], source: Source) -> Ke
     object storage (never trained beside its ingestion) or a folder of images (no pass)."""
     if source.fmt == IMAGES or remote.is_url(source.table.path):
         return None
-    if source.snapshot is not None:
-        snapshot: Any = source.snapshot.identity()
-    else:
-        stats = [os.stat(f.path) for f in source.files]
-        snapshot = [[str(f.path), s.st_size, s.st_mtime_ns] for f, s in zip(source.files, stats, strict=True)]
-    try:
-        return Kept(Path(folder), sha256_json({"params": params, "table": snapshot}))
-    except (TypeError, ValueError):  # parameters that are not JSON (a caller's own): nothing to key the result by
-        return None
+    return Kept(Path(folder), params, source)
 
 
 def _kinds(source: Source, features: Sequence[str]) -> dict[str, Any]:
@@ -139,7 +149,7 @@ def _scan_once(
     source: Source, scanned: list[cols.Column], rows: int, announce: Callable[[str], None], kept: Kept | None
 ) -> None:
     """``_scan``, or the result another job of the dataset kept of the same pass over the same table."""
-    if kept is None:
+    if kept is None or kept.identity is None:
         _scan(source, scanned, rows, announce)
         return
     identity = sha256_json({"kept": kept.identity, "columns": [[c.name, c.kind] for c in scanned]})
