@@ -23,6 +23,15 @@ def test_sweep_runs_differ_in_devices_only(sweep_workflow, capsys):
     for same in ("code: same", "data: same", "environment: same", "packages: same"):
         assert same in out
     assert "world_size" in out and "best score" in out and "val_loss at best epoch" in out
+    # samples/s as the runs table shows them (whole, with thousands separators, from 10,000), scores to six digits.
+    shown = {
+        row[0]: row[1:]
+        for row in compare(*(load_run(results / "runs" / r) for r in ("devices-1", "devices-2")))["outcome"]
+    }
+    rates, scores = shown["samples/s"], shown["best score"]
+    assert all((f"{rate:,.0f}" if rate >= 1e4 else f"{rate:.6g}") in out for rate in rates) and all(
+        f"{score:.6g}" in out for score in scores
+    ), out
 
 
 def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_path):

@@ -8,6 +8,7 @@ from typing import Any
 from snakeddp.config import flatten
 from snakeddp.report.table import metrics_of, outcome
 from snakeddp.run.runs import Run
+from snakeddp.util.numbers import readable
 
 MISSING = "(absent)"
 CODE_KEYS = ("commit", "dirty", "source", "snakeddp_version")
@@ -66,8 +67,8 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    if isinstance(value, float):  # six digits to tell close scores apart; samples/s as the runs table has them
+        return readable(value, 6)
     if isinstance(value, list):
         return " ".join(map(str, value)) or "[]"
     return str(value)
