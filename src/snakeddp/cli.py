@@ -236,17 +236,25 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "--configfile and --config tell `snakeddp prune --data` which datasets the config plans; checkpoints of "
             "earlier attempts are pruned whatever the config. HINT: leave them out, or add --data to prune datasets."
         )
-    run_dirs = [resolve_run(ref, args.results).run_dir for ref in args.runs] or [
-        r.run_dir for r in listed(args.results, "prune")
-    ]
     args.best, args.last = (1 if n is None else n for n in (args.best, args.last))
-    removed = prune(run_dirs, args.best, args.last, args.dry_run)
+    removed = prune(prunable(args), args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
         print(f"{item.attempt.label}: {verb} {item.path} ({item.size / 2**20:.1f} MiB)")
     total = sum(item.size for item in removed) / 2**20
     print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total:.1f} MiB; records and metrics stay")
     return 0
+
+
+def prunable(args: argparse.Namespace) -> list[Path]:
+    """The run directories whose earlier attempts `snakeddp prune` considers: those of the RUNs named, else of every
+    run `snakeddp runs` lists, a run whose latest attempt has not finished too (run.prune keeps the attempt that
+    stands for it)."""
+    if not args.runs:
+        runs = listed(args.results, "prune") + standing_runs(args.results, "prune")
+        return sorted((run.paths.run_dir for run in runs), key=lambda run_dir: run_dir.name)
+    standing = {run.run_id: run.paths.run_dir for run in last_finished(args.results, [])}
+    return [standing[ref] if ref in standing else resolve_run(ref, args.results).run_dir for ref in args.runs]
 
 
 def disk_size(size: int) -> str:
@@ -498,12 +506,13 @@ def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
         help="remove checkpoints of earlier attempts (records and metrics stay), or with --data unused datasets",
         description="Remove the checkpoints of runs' earlier attempts, keeping the N best and N most recent; "
         "their provenance and metrics stay (listed, comparable), pruned.json beside them says what went and when, "
-        "and a run's current attempt is never pruned. A pruned attempt has no model: putting its config back trains "
-        "it again instead of restoring it. With --data, remove instead the dataset folders under results/data/ that "
-        "the config does not plan (config/config.yaml with the --configfile and --config you gave snakemake), that no "
-        "run's current attempt trained on, and that no earlier attempt whose checkpoints are still there trained on; "
-        "results/data/pruned.json says what went and when, `snakeddp verify` of a run that trained on one says its "
-        "data was pruned, and a config that asks for one again has the workflow make it again.",
+        "and a run's current attempt is never pruned, nor, where that has not finished (failed, stopped, training), "
+        "the last attempt that did: the run's only model. A pruned attempt has no model: putting its config back "
+        "trains it again instead of restoring it. With --data, remove instead the dataset folders under "
+        "results/data/ that the config does not plan (config/config.yaml with the --configfile and --config you gave "
+        "snakemake), that no run's current attempt trained on, and that no earlier attempt whose checkpoints are "
+        "still there trained on; results/data/pruned.json says what went and when, `snakeddp verify` of a run that "
+        "trained on one says its data was pruned, and a config that asks for one again has the workflow make it again.",
     )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(
