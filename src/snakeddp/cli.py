@@ -61,7 +61,7 @@ from snakeddp.run.runs import (
     resolve_run,
 )
 from snakeddp.util.fsutil import read_json
-from snakeddp.util.numbers import readable
+from snakeddp.util.numbers import disk_size, readable
 from snakeddp.util.paths import inside
 
 # What the runs table's second part holds.
@@ -240,9 +240,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     removed = prune(prunable(args), args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
-        print(f"{item.attempt.label}: {verb} {item.path} ({item.size / 2**20:.1f} MiB)")
-    total = sum(item.size for item in removed) / 2**20
-    print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total:.1f} MiB; records and metrics stay")
+        print(f"{item.attempt.label}: {verb} {item.path} ({disk_size(item.size)})")
+    total = disk_size(sum(item.size for item in removed))
+    print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total}; records and metrics stay")
     return 0
 
 
@@ -255,14 +255,6 @@ def prunable(args: argparse.Namespace) -> list[Path]:
         return sorted((run.paths.run_dir for run in runs), key=lambda run_dir: run_dir.name)
     standing = {run.run_id: run.paths.run_dir for run in last_finished(args.results, [])}
     return [standing[ref] if ref in standing else resolve_run(ref, args.results).run_dir for ref in args.runs]
-
-
-def disk_size(size: int) -> str:
-    """Bytes as df -H and the docs write them: 1.2 GB (powers of 1,000)."""
-    units, exponent = ("B", "kB", "MB", "GB", "TB"), 0
-    while exponent < len(units) - 1 and size >= 1000 ** (exponent + 1):
-        exponent += 1
-    return f"{size} B" if exponent == 0 else f"{size / 1000**exponent:.1f} {units[exponent]}"
 
 
 def prune_data(args: argparse.Namespace) -> int:

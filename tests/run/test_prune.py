@@ -58,6 +58,20 @@ def test_a_run_whose_current_attempt_has_not_finished_keeps_its_last_finished_at
     assert (newest / "checkpoints" / "last.ckpt").is_file() and not (middle / "checkpoints").exists()
 
 
+def test_prune_says_each_size_as_prune_data_does(tmp_path, capsys):
+    """In bytes, kB, MB, GB as `prune --data` (and `df -H`): a small attempt's checkpoints read 0.0 MiB."""
+    run_dir = tmp_path / "runs" / "base"
+    attempt(run_dir, "a" * 12, "2026-01-01T00:00:00", 0.1)
+    (attempt(run_dir, "b" * 12, "2026-01-02T00:00:00", 0.5) / "checkpoints" / "last.ckpt").write_bytes(b"x" * 33_000)
+    attempt(run_dir, "c" * 12, "2026-01-03T00:00:00", 0.9)  # the run's last finished attempt: kept
+    assert main(["prune", "--best", "0", "--last", "0", "--dry-run", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"base@{'a' * 12}: would remove {run_dir / 'attempts' / ('a' * 12) / 'checkpoints'} (10 B)",
+        f"base@{'b' * 12}: would remove {run_dir / 'attempts' / ('b' * 12) / 'checkpoints'} (33.0 kB)",
+        "would remove the checkpoints of 2 earlier attempt(s), 33.0 kB; records and metrics stay",
+    ]
+
+
 def test_a_negative_count_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["prune", "--best", "-1"])
