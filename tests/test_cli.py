@@ -218,3 +218,48 @@ def test_a_later_attempt_that_failed_leaves_the_run_listed_as_it_last_finished(s
     assert [(row["run"], row["current"]) for row in rows] == [(f"devices-1@{kept}", True), ("devices-2", True)]
     assert rows[0]["later_attempt"] == {"id": later[:12], "state": "failed"}
     assert rows[0]["best val_loss"] == finished["training"]["best_val_loss"]
+
+
+def test_status_of_a_run_whose_later_attempt_failed_says_the_attempt_that_finished_before_it(
+    sweep_workflow, tmp_path, capsys
+):
+    """The same run as above: status showed it only as failed, as if nothing had trained; it says the failure of the
+    latest attempt and the earlier attempt that finished, as `snakeddp runs` lists it (RUN@ID)."""
+    import shutil
+
+    from snakeddp.remote import status as remote_status
+    from snakeddp.run import attempt
+
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    run_dir = results / "runs" / "devices-1"
+    finished = json.loads((run_dir / "provenance.json").read_text())
+    kept = finished["attempt"]["id"]
+    later = "f" * 64
+    attempt.prepare(run_dir, later)
+    remote_status.submitted(run_dir, "AzureML job sharp_lamp_42")
+    remote_status.ended(run_dir, "failed")
+
+    assert main(["status", "--results", str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:3]] == [["devices-1", "failed"], ["devices-2", "done"]], lines
+    best = finished["training"]["best_checkpoint"]["path"]
+    score = finished["training"]["best_score"]
+    assert lines[3:] == [
+        f"devices-1: its latest attempt {later[:12]} failed; devices-1@{kept} finished before it "
+        f"({finished['training']['epochs_completed']} epochs, best val_loss {score:.4g}, best checkpoint "
+        f"{kept}/{best}, kept under attempts/)"
+    ], lines
+
+    assert main(["status", "--json", "--results", str(results)]) == 0
+    rows = {row["run"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["devices-1"]["state"] == "failed" and rows["devices-2"]["last_finished"] is None
+    assert rows["devices-1"]["last_finished"] == {
+        "run": f"devices-1@{kept}",
+        "attempt": kept,
+        "epochs": finished["training"]["epochs_completed"],
+        "monitor": "val_loss",
+        "best_score": score,
+        "best_checkpoint": str(run_dir / "attempts" / kept / best),
+    }
+    assert (run_dir / "attempts" / kept / best).is_file()

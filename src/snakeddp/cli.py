@@ -16,7 +16,8 @@
                                        (default DIR: results/export/RUN)
     snakeddp status [--json] [--configfile FILE] [--config KEY=VALUE]
                                        every run of the checkout now: queued, starting, training, hung,
-                                       done, not started (its status.json, and what Slurm answers)
+                                       done, not started (its status.json, and what Slurm answers),
+                                       and the attempt that finished before a latest one that failed
     snakeddp warm                      keep a warm process for many local invocations: prints
                                        `export SNAKEDDP_WARM_SOCKET=...`; each invocation with it
                                        forks its jobs from it (Ctrl-C stops it)
@@ -60,7 +61,8 @@ from snakeddp.run.runs import (
     resolve_run,
 )
 from snakeddp.util.fsutil import read_json
-from snakeddp.util.numbers import readable
+from snakeddp.util.numbers import disk_size, readable
+from snakeddp.util.paths import inside
 
 # What the runs table's second part holds.
 HISTORY = "finished runs the config does not plan (earlier sweeps, other experiments) and, with --all, earlier attempts"
@@ -103,8 +105,8 @@ def later_attempt(run: Run) -> dict[str, Any]:
     return {"id": attempt_id(key) if isinstance(key, str) else None, "state": said.get("state")}
 
 
-def later_attempt_note(run: Run, later: dict[str, Any], results: Path) -> str:
-    """One line under the table: which finished attempt stands for its run, and what became of the later one."""
+def latest_attempt_said(run: Run, later: dict[str, Any], results: Path) -> str:
+    """``its latest attempt <id> failed (its log: …)``: what became of the attempt after ``run`` (``later_attempt``)."""
     # "done" is the status the attempt moved aside left: the later one has not started.
     how = {"failed": "failed", "hung": "hung", "stopped": "was stopped", "done": "has not trained yet"}.get(
         later["state"]
@@ -112,22 +114,41 @@ def later_attempt_note(run: Run, later: dict[str, Any], results: Path) -> str:
     how = how or (f"has not finished ({later['state']})" if later["state"] else "has not finished")
     log = train_log(results.parent, run.run_id)
     where = f" (its log: {log})" if log.is_file() else ""
+    return f"its latest attempt {later['id'] or '(unknown)'} {how}{where}"
+
+
+def finished_attempt_said(run: Run, score: bool = False) -> str:
+    """``3 epochs, best checkpoint <id>/checkpoints/…, kept under attempts/`` of a finished attempt kept under
+    attempts/ (with ``score``, its best score after its epochs)."""
     best = (run.provenance.get("training") or {}).get("best_checkpoint") or {}
+    shown = score and run.best_score is not None
+    scored = f", best {run.monitor['metric']} {readable(run.best_score)}" if shown else ""
     kept = f", best checkpoint {run.paths.folder.name}/{best['path']}" if best.get("path") else ""
+    return f"{run.provenance['training']['epochs_completed']} epochs{scored}{kept}, kept under {ATTEMPTS}/"
+
+
+def later_attempt_note(run: Run, later: dict[str, Any], results: Path) -> str:
+    """One line under the table: which finished attempt stands for its run, and what became of the later one."""
     return (
-        f"{run.run_id}: its latest attempt {later['id'] or '(unknown)'} {how}{where}; shown is {run.label}, the last "
-        f"attempt that finished ({run.provenance['training']['epochs_completed']} epochs{kept}, kept under "
-        f"{ATTEMPTS}/)"
+        f"{run.run_id}: {latest_attempt_said(run, later, results)}; shown is {run.label}, the last attempt that "
+        f"finished ({finished_attempt_said(run)})"
     )
+
+
+def standing_runs(results: Path, command: str) -> list[Run]:
+    """``last_finished``: per run whose latest attempt has not finished, the attempt that last did, each record
+    snakeddp did not write named in a line of its own and left out (as ``listed``)."""
+    passed_over: list[ProvenanceError] = []
+    standing = last_finished(results, passed_over)
+    for error in passed_over:
+        print(f"snakeddp {command}: left out {error}", file=sys.stderr)
+    return standing
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     finished = listed(args.results, "runs")
     # A run whose later attempt failed (or was stopped, or trains) still shows what it last trained.
-    passed_over: list[ProvenanceError] = []
-    standing = last_finished(args.results, passed_over)
-    for error in passed_over:
-        print(f"snakeddp runs: left out {error}", file=sys.stderr)
+    standing = standing_runs(args.results, "runs")
     now, history, planned = current_and_history(args, finished + standing)
     if args.all:
         shown = {run.run_dir for run in standing}
@@ -215,25 +236,25 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "--configfile and --config tell `snakeddp prune --data` which datasets the config plans; checkpoints of "
             "earlier attempts are pruned whatever the config. HINT: leave them out, or add --data to prune datasets."
         )
-    run_dirs = [resolve_run(ref, args.results).run_dir for ref in args.runs] or [
-        r.run_dir for r in listed(args.results, "prune")
-    ]
     args.best, args.last = (1 if n is None else n for n in (args.best, args.last))
-    removed = prune(run_dirs, args.best, args.last, args.dry_run)
+    removed = prune(prunable(args), args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
-        print(f"{item.attempt.label}: {verb} {item.path} ({item.size / 2**20:.1f} MiB)")
-    total = sum(item.size for item in removed) / 2**20
-    print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total:.1f} MiB; records and metrics stay")
+        print(f"{item.attempt.label}: {verb} {item.path} ({disk_size(item.size)})")
+    total = disk_size(sum(item.size for item in removed))
+    print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total}; records and metrics stay")
     return 0
 
 
-def disk_size(size: int) -> str:
-    """Bytes as df -H and the docs write them: 1.2 GB (powers of 1,000)."""
-    units, exponent = ("B", "kB", "MB", "GB", "TB"), 0
-    while exponent < len(units) - 1 and size >= 1000 ** (exponent + 1):
-        exponent += 1
-    return f"{size} B" if exponent == 0 else f"{size / 1000**exponent:.1f} {units[exponent]}"
+def prunable(args: argparse.Namespace) -> list[Path]:
+    """The run directories whose earlier attempts `snakeddp prune` considers: those of the RUNs named, else of every
+    run `snakeddp runs` lists, a run whose latest attempt has not finished too (run.prune keeps the attempt that
+    stands for it)."""
+    if not args.runs:
+        runs = listed(args.results, "prune") + standing_runs(args.results, "prune")
+        return sorted((run.paths.run_dir for run in runs), key=lambda run_dir: run_dir.name)
+    standing = {run.run_id: run.paths.run_dir for run in last_finished(args.results, [])}
+    return [standing[ref] if ref in standing else resolve_run(ref, args.results).run_dir for ref in args.runs]
 
 
 def prune_data(args: argparse.Namespace) -> int:
@@ -322,14 +343,38 @@ def platform_answers(checkout: Path) -> list[dict]:
 def cmd_status(args: argparse.Namespace) -> int:
     checkout = Path(args.results).resolve().parent
     planned = current.from_command_line(checkout, args.configfile, args.config) or []
-    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned, raw=args.json)
+    # A run whose latest attempt has not finished: the attempt that last did, as `snakeddp runs` lists it.
+    standing = standing_runs(Path(args.results), "status")
+    earlier = {run.run_id: finished_earlier(run) for run in standing}
+    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned, raw=args.json, earlier=earlier)
     if args.json:
         print(json.dumps(rows, indent=2))
-    elif rows:
+        return 0
+    if rows:
         print(status.table(rows))
     else:
         print(f"no runs under {args.results}/runs yet, and none queued")
+    for run in standing:
+        print(
+            f"{run.run_id}: {latest_attempt_said(run, later_attempt(run), Path(args.results))}; {run.label} finished "
+            f"before it ({finished_attempt_said(run, score=True)})"
+        )
     return 0
+
+
+def finished_earlier(run: Run) -> dict[str, Any]:
+    """What `snakeddp status --json` says of the attempt that stands for a run whose latest attempt has not finished
+    (``last_finished``): its name as `snakeddp runs` lists it, its id, epochs, best score and best checkpoint."""
+    best = (run.provenance.get("training") or {}).get("best_checkpoint") or {}
+    path = inside(run.run_dir, best.get("path"))
+    return {
+        "run": run.label,
+        "attempt": run.attempt_id,
+        "epochs": run.provenance["training"]["epochs_completed"],
+        "monitor": run.monitor["metric"],
+        "best_score": run.best_score,
+        "best_checkpoint": None if path is None else str(path),
+    }
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
@@ -453,12 +498,13 @@ def _add_prune(sub: Subparsers) -> argparse.ArgumentParser:
         help="remove checkpoints of earlier attempts (records and metrics stay), or with --data unused datasets",
         description="Remove the checkpoints of runs' earlier attempts, keeping the N best and N most recent; "
         "their provenance and metrics stay (listed, comparable), pruned.json beside them says what went and when, "
-        "and a run's current attempt is never pruned. A pruned attempt has no model: putting its config back trains "
-        "it again instead of restoring it. With --data, remove instead the dataset folders under results/data/ that "
-        "the config does not plan (config/config.yaml with the --configfile and --config you gave snakemake), that no "
-        "run's current attempt trained on, and that no earlier attempt whose checkpoints are still there trained on; "
-        "results/data/pruned.json says what went and when, `snakeddp verify` of a run that trained on one says its "
-        "data was pruned, and a config that asks for one again has the workflow make it again.",
+        "and a run's current attempt is never pruned, nor, where that has not finished (failed, stopped, training), "
+        "the last attempt that did: the run's only model. A pruned attempt has no model: putting its config back "
+        "trains it again instead of restoring it. With --data, remove instead the dataset folders under "
+        "results/data/ that the config does not plan (config/config.yaml with the --configfile and --config you gave "
+        "snakemake), that no run's current attempt trained on, and that no earlier attempt whose checkpoints are "
+        "still there trained on; results/data/pruned.json says what went and when, `snakeddp verify` of a run that "
+        "trained on one says its data was pruned, and a config that asks for one again has the workflow make it again.",
     )
     pruning.add_argument("runs", metavar="RUN", nargs="*", help="runs whose earlier attempts to prune (default: all)")
     pruning.add_argument(
@@ -510,7 +556,9 @@ def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
         help="where every run of the checkout is now",
         description="One row per run: its state (queued, starting, training, hung, done, failed, stopped), epoch, "
         "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s), "
-        "and the runs their platform holds queued for this checkout.",
+        "and the runs their platform holds queued for this checkout. A run whose latest attempt has not finished "
+        "(failed, stopped, training) gets a line naming the attempt that finished before it, as `snakeddp runs` lists "
+        "it (RUN@ID), with its best score and best checkpoint (--json: the row's last_finished).",
     )
     live.add_argument("--json", action="store_true", help="print the rows as JSON")
     live.add_argument(

@@ -164,3 +164,34 @@ def test_a_pruned_attempt_is_not_restored_but_trained_again_and_its_record_stays
     code, out, _ = typed(workflow, "verify", f"base@{pruned_id}-pruned")
     assert code == 0 and "(3 checkpoint(s) pruned, as its pruned.json records)" in out, out
     assert "Nothing to be done" in (lambda done: done.stdout + done.stderr)(workflow.run())
+
+
+def test_prune_takes_a_run_whose_latest_attempt_failed_and_keeps_the_attempt_that_stands_for_it(workflow, tiny_config):
+    """Two finished attempts (model.lr edited between them), then a later one that failed (an AzureML try, prepared
+    and ended as its launcher does). Prune passed the run over, its current attempt unfinished, and the first
+    attempt's checkpoints stayed for good; it prunes them, and keeps the second's whatever --last says: the run's
+    only model, which `snakeddp runs` lists for it."""
+    from snakeddp.remote import status as remote_status
+    from snakeddp.run import attempt
+
+    run_dir = workflow.directory / "results/runs/base"
+    workflow.write_config(tiny_config)
+    workflow.run()
+    first = record(workflow)["attempt"]["id"]
+    edited = copy.deepcopy(tiny_config)
+    edited["model"]["lr"] = 0.01
+    workflow.write_config(edited)
+    workflow.run()
+    second = record(workflow)["attempt"]["id"]
+    attempt.prepare(run_dir, "f" * 64)
+    remote_status.submitted(run_dir, "AzureML job sharp_lamp_42")
+    remote_status.ended(run_dir, "failed")
+
+    removed, total = snakeddp(workflow, "prune", "--best", "0", "--last", "0").splitlines()
+    assert removed.startswith(f"base@{first}: removed {run_dir / 'attempts' / first / 'checkpoints'} ("), removed
+    assert total.startswith("removed the checkpoints of 1 earlier attempt(s), "), total
+    assert not (run_dir / "attempts" / first / "checkpoints").exists()
+    assert (run_dir / "attempts" / first / "pruned.json").is_file()
+    assert (run_dir / "attempts" / second / "checkpoints" / "last.ckpt").is_file(), "the run's only model stays"
+    assert snakeddp(workflow, "runs").splitlines()[1].startswith(f"base@{second} "), "listed as the attempt it kept"
+    assert typed(workflow, "verify", f"base@{second}")[0] == 0

@@ -33,8 +33,9 @@ def made(sweep_workflow):
     config = RunFile.load(source / "run.yaml").config
     identity = attempt.Identity(config, data_sha256="d" * 64, environment_hash="e", user_code={})
 
-    def lay_out(folder, max_epochs, status="completed", epochs=None, key=None, current=False):
-        """``folder`` holding the devices-1 attempt as if trained at ``max_epochs``; returns its record."""
+    def lay_out(folder, max_epochs, status="completed", epochs=None, key=None, current=False, finished_at=None):
+        """``folder`` holding the devices-1 attempt as if trained at ``max_epochs`` (and finished at ``finished_at``,
+        else when devices-1 did); returns its record."""
         key = key or identity.key_at(max_epochs)
         shutil.copytree(source / "checkpoints", folder / "checkpoints")
         shutil.copy(source / "metrics.csv", folder / "metrics.csv")
@@ -44,12 +45,17 @@ def made(sweep_workflow):
         kept["training"].update(max_epochs=max_epochs, epochs_completed=epochs or max_epochs)
         kept["training"]["epochs_from"] = [{"attempt": key[:12], "first_epoch": 1, "last_epoch": epochs or max_epochs}]
         kept["training"]["stopped_early"] = status == "early_stopped"
+        kept["timing"]["finished_at"] = finished_at or kept["timing"]["finished_at"]
         validate(kept)
         (folder / ("finished.json" if current else "provenance.json")).write_text(json.dumps(kept))
         (folder / "run-state.json").write_text(json.dumps({"resume_key": key}))
         return kept
 
     return identity, lay_out
+
+
+# Before devices-1 finished: an attempt laid out finished at it is older than one laid out at devices-1's time.
+EARLIER = "2020-01-01T00:00:00+00:00"
 
 
 def at(identity, max_epochs):
@@ -234,8 +240,11 @@ def test_a_finished_attempt_whose_checkpoints_were_pruned_is_set_aside_not_resto
     kept_id = three.key[:12]
     record = lay_out(run_dir / "attempts" / kept_id, 3)
     lay_out(run_dir, 4, current=True)  # the run's attempt now: another budget, longer (nothing to continue)
+    # Pruned while the run's current attempt was its model (provenance.json: else the 3-epoch one is, and stays).
+    shutil.copy(run_dir / "finished.json", run_dir / "provenance.json")
     (removed,) = prune.prune([run_dir], best=0, last=0, dry_run=False)
     assert removed.path == run_dir / "attempts" / kept_id / "checkpoints"
+    (run_dir / "provenance.json").unlink()  # what Snakemake does before the train job of the config put back
     assert not attempt.restorable(run_dir, three.key), "a remote job's launcher asks this before it restores"
 
     start = lineage.prepare(run_dir, three, RunFile("r", three.run_config))
@@ -257,9 +266,10 @@ def test_a_finished_attempt_whose_checkpoints_were_pruned_is_set_aside_not_resto
 def test_a_pruned_attempt_of_a_shorter_budget_is_not_continued_and_the_next_one_is(tmp_path, made, capsys):
     identity, lay_out = made
     run_dir = tmp_path / "runs" / "r"
-    three = lay_out(run_dir / "attempts" / "three", 3)
-    prune.prune([run_dir], best=0, last=0, dry_run=False)
-    two = lay_out(run_dir / "attempts" / "two", 2)
+    three = lay_out(run_dir / "attempts" / "three", 3, finished_at=EARLIER)
+    two = lay_out(run_dir / "attempts" / "two", 2)  # the run's last finished attempt, its only model: kept
+    (removed,) = prune.prune([run_dir], best=0, last=0, dry_run=False)
+    assert removed.path == run_dir / "attempts" / "three" / "checkpoints"
     five = at(identity, 5)
     start = lineage.prepare(run_dir, five, RunFile("r", five.run_config))
     assert start.origin.record == two and start.resume == run_dir / "checkpoints" / "last.ckpt"
@@ -272,8 +282,10 @@ def test_a_pruned_attempt_of_a_shorter_budget_is_not_continued_and_the_next_one_
 def test_the_same_key_pruned_in_another_run_is_not_restored_as_a_copy(tmp_path, made, capsys):
     identity, lay_out = made
     runs = tmp_path / "runs"
-    theirs = lay_out(runs / "lr-0.003" / "attempts" / identity.key[:12], 3, key=identity.key)
-    prune.prune([runs / "lr-0.003"], best=0, last=0, dry_run=False)
+    theirs = lay_out(runs / "lr-0.003" / "attempts" / identity.key[:12], 3, key=identity.key, finished_at=EARLIER)
+    lay_out(runs / "lr-0.003" / "attempts" / "four", 4)  # that run's last finished attempt, its only model: kept
+    (removed,) = prune.prune([runs / "lr-0.003"], best=0, last=0, dry_run=False)
+    assert removed.path == runs / "lr-0.003" / "attempts" / identity.key[:12] / "checkpoints"
     start = lineage.prepare(runs / "base", identity, RunFile("base", identity.run_config))
     assert start == lineage.Start(None, None) and not attempt.finished(runs / "base")
     (line,) = capsys.readouterr().err.splitlines()

@@ -174,22 +174,25 @@ def test_an_attempt_whose_data_prune_removed_reads_as_pruned_and_its_data_made_a
     MISMATCH missing for its manifest; it says pruned, keeps the other checks, and checks the dataset made again."""
     import datetime
 
-    from snakeddp.run import attempt
-    from snakeddp.run.prune import prune
-
     run_dir = results / "runs" / "devices-1"
     record = json.loads((run_dir / "provenance.json").read_text())
-    kept_id = record["attempt"]["id"]
-    attempt.prepare(run_dir, "f" * 64)  # another config's attempt moves this one under attempts/
-    # It trained on an earlier data config's dataset: the same files, under another dataset id.
+    # An earlier attempt of the run, kept under attempts/ when the current one trained: devices-1's files, trained on
+    # an earlier data config's dataset (the same files, under another dataset id).
+    kept_id = "0" * 12
+    kept = run_dir / "attempts" / kept_id
+    shutil.copytree(run_dir / "checkpoints", kept / "checkpoints")
+    shutil.copy(run_dir / "metrics.csv", kept / "metrics.csv")
     dataset = Path(record["data"]["manifest"]).parent.name
     other = f"{dataset.rsplit('-', 1)[0]}-{'0' * 10}"
     shutil.copytree(results / "data" / dataset, results / "data" / other)
     made = results.parent / "made-again"  # what the data rules write again, byte for byte
     shutil.copytree(results / "data" / other, made)
     record["data"] |= {"manifest": record["data"]["manifest"].replace(dataset, other), "dataset": other}
-    (run_dir / "attempts" / kept_id / "provenance.json").write_text(json.dumps(record))
-    prune([run_dir], best=0, last=0, dry_run=False)  # its checkpoints go (`snakeddp prune` lists finished runs only)
+    record.update(origin_sha256="0" * 64, attempt={"id": kept_id, "restored": False})
+    (kept / "provenance.json").write_text(json.dumps(record))
+    assert main(["prune", "--best", "0", "--last", "0", "--results", str(results)]) == 0
+    (line, total) = capsys.readouterr().out.splitlines()  # its checkpoints go, the current attempt's stay
+    assert line.startswith(f"devices-1@{kept_id}: removed {kept / 'checkpoints'} (") and " 1 earlier " in total, line
     configfile = str(sweep_workflow.directory / "config.yaml")
     assert main(["prune", "--data", "--configfile", configfile, "--results", str(results)]) == 0
     out = capsys.readouterr().out

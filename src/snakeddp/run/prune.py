@@ -2,11 +2,13 @@
 
 An earlier attempt (``results/runs/<run>/attempts/<id>/``) keeps its checkpoints until this
 command removes them. Per run, the checkpoints of the ``best`` attempts by their best score
-(trainer.monitor: the lowest val_loss unless set) and of the ``last`` most recent attempts stay;
-the others lose their checkpoints/ only, and get pruned.json beside their record: which files went, their
-sizes, when and by which command. Their provenance.json and metrics.csv stay, so every attempt remains listed
-and comparable; `snakeddp verify` reads pruned.json to tell pruned checkpoints from lost ones, and a restore of
-a pruned attempt trains it again instead (provenance.lineage).
+(trainer.monitor: the lowest val_loss unless set) and of the ``last`` most recent attempts stay, and so,
+whatever ``best`` and ``last`` say, do those of the last finished attempt of a run whose current attempt has not
+finished (failed, stopped, still training: ``run.runs.standing_attempt``), the run's only model. The others lose
+their checkpoints/ only, and get pruned.json beside their record: which files went, their sizes, when and by which
+command. Their provenance.json and metrics.csv stay, so every attempt remains listed and comparable; `snakeddp
+verify` reads pruned.json to tell pruned checkpoints from lost ones, and a restore of a pruned attempt trains it
+again instead (provenance.lineage).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeddp.run.runs import Run, earlier_attempts
+from snakeddp.run.runs import Run, earlier_attempts, standing_attempt
 from snakeddp.util.fsutil import atomic_write_json, tree_size
 
 
@@ -38,12 +40,14 @@ def _score(run: Run) -> float:
 
 
 def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
-    """What pruning removes: checkpoints of earlier attempts outside the ``best`` and ``last`` N of each run."""
+    """What pruning removes: checkpoints of earlier attempts outside the ``best`` and ``last`` N of each run, and
+    never those of the attempt that stands for a run whose current attempt has not finished (its only model)."""
     pruned = []
     for run_dir in run_dirs:
         attempts = earlier_attempts(run_dir)  # oldest first
         kept = {a.run_dir for a in sorted(attempts, key=_score)[:best]}
         kept |= {a.run_dir for a in attempts[len(attempts) - last :]} if last else set()
+        kept |= {standing.run_dir} if (standing := standing_attempt(run_dir)) is not None else set()
         for attempt in attempts:
             folder = attempt.paths.checkpoints
             if attempt.run_dir not in kept and folder.is_dir():

@@ -389,16 +389,25 @@ def last_finished(results: str | Path, passed_over: list[ProvenanceError] | None
     found = []
     halted = rungs.stopped(results)
     for run_dir in sorted(Path(results).glob(f"{RUNS}/*/")):
-        paths = RunPaths(run_dir)
-        if run_dir.name in halted or paths.provenance.is_file() or not paths.kept_records():
+        if run_dir.name in halted:
             continue
         try:
-            found += earlier_attempts(run_dir)[-1:]
+            found += [standing] if (standing := standing_attempt(run_dir)) is not None else []
         except ProvenanceError as error:
             if passed_over is None:
                 raise
             passed_over.append(error)
     return found
+
+
+def standing_attempt(run_dir: str | Path) -> Run | None:
+    """The most recent finished attempt kept under ``<run_dir>/attempts/`` when the run's current attempt has not
+    finished (no provenance.json): what the run last trained and its only model (``last_finished`` lists it, and
+    `snakeddp prune` never removes it); None when the current attempt finished or no attempt did."""
+    paths = RunPaths(run_dir)
+    if paths.provenance.is_file() or not paths.kept_records():
+        return None
+    return earlier_attempts(run_dir)[-1]
 
 
 def earlier_attempts(run_dir: str | Path) -> list[Run]:

@@ -145,11 +145,13 @@ def of_checkout(
     planned: Sequence[str] = (),
     now: float | None = None,
     raw: bool = False,
+    earlier: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run of the checkout: every run directory's status.json, with what the platforms answer of
     the runs' jobs (``answers``: ``run``, ``state``, ``detail``), which wins where the job waits in a queue or
     the run's own status is of a try that has ended (a retry queued since); a run the config plans (``planned``)
-    and nothing has started is "not started"."""
+    and nothing has started is "not started". With ``raw``, each row's ``last_finished`` is what ``earlier`` holds
+    for its run: the attempt that finished before a latest one that has not (run.runs.last_finished), else None."""
     now = time.time() if now is None else now
     runs = results / "runs"
     rows = {}
@@ -167,6 +169,8 @@ def of_checkout(
         if run not in rows:
             rows[run] = {**empty, "run": run, "state": NOT_STARTED,
                          "detail": "planned by the config; no job has started it"}  # fmt: skip
+    for run, row in rows.items() if raw else ():
+        row["last_finished"] = (earlier or {}).get(run)
     return [rows[run] for run in sorted(rows)]
 
 
