@@ -59,6 +59,9 @@ def test_a_queued_retry_a_platform_answers_for_wins_over_a_finished_try(tmp_path
         ("a", "training"), ("b", "queued"), ("c", "training"), ("d", "queued")
     ]  # fmt: skip
     assert rows[0]["ETA"] == "1m05s" and rows[0]["step"] == "3/9" and rows[0]["epoch"] == "1/3"
+    # A run that has ended waits for nothing: no ETA (the one its last post had is in --json).
+    (ended,) = status.of_checkout(results, [], raw=False)[1:2]
+    assert ended["state"] == "failed" and ended["ETA"] is None
     text = status.table(rows).splitlines()
     assert text[0].split() == list(status.COLUMNS) and "slurm job 14 pending (Resources)" in text[-1]
     # --json, for a script: the values as numbers (it gave "1m05s", "3/9" and "1m07s ago"), the same runs.

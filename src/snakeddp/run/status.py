@@ -20,12 +20,15 @@ from typing import Any
 
 from snakeddp.run.layout import RunPaths
 from snakeddp.util.fsutil import read_json
+from snakeddp.util.numbers import readable
 
 FORMAT = "snakeddp-status/1"
 # running: a remote platform runs the job (its rank 0 posts on the platform's side: snakeddp.remote.status).
 STATES = ("queued", "starting", "training", "running", "hung", "done", "failed", "stopped")
 # How a try's outcome (run.tries.OUTCOMES) reads as a state.
 ENDED = {"completed": "done", "hung": "hung", "failed": "failed", "preempted": "stopped", "interrupted": "stopped"}
+# The states with an ETA to show: a run on its way.
+LIVE = ("starting", "training", "running")
 
 
 def write(run_dir: Path, state: str, fresh: bool = False, **fields: Any) -> None:
@@ -196,9 +199,10 @@ def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         "state": said["state"],
         "epoch": f"{epoch}/{said.get('max_epochs')}" if epoch is not None else None,
         "step": f"{step}/{said['total_steps']}" if step is not None and said.get("total_steps") else step,
-        "samples/s": said.get("samples_per_s"),
+        "samples/s": readable(said.get("samples_per_s")) if said.get("samples_per_s") is not None else None,
         "%": said.get("percent"),
-        "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None else None,
+        # An ETA only while it runs: a run that is done, failed or hung has none to wait for (--json keeps eta_s).
+        "ETA": duration(said["eta_s"]) if said.get("eta_s") is not None and said["state"] in LIVE else None,
         "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
         "detail": _detail(said),
     }
