@@ -539,9 +539,10 @@ def _add_nodes(sub: Subparsers) -> argparse.ArgumentParser:
         "nodes",
         help="the ledger of nodes: each node's hangs, slow spells and failures",
         description="The checkout's ledger of nodes (results/nodes.json): per node its hangs, slow spells and "
-        "failures, how many fell in the last DAYS days, its last event, and whether a profile that places jobs on "
-        "nodes leaves it out of train jobs (EVENTS or more in DAYS: the profile's site.exclude_after_events and "
-        "site.exclude_within_days). --clear NODE forgets that node's events.",
+        "failures, the runs' own hangs there (a run that hung at the same step on another node too: counted "
+        "against no node), how many events fell in the last DAYS days, its last event, and whether a profile that "
+        "places jobs on nodes leaves it out of train jobs (EVENTS or more in DAYS: the profile's "
+        "site.exclude_after_events and site.exclude_within_days). --clear NODE forgets that node's events.",
     )
     nodes.add_argument("--clear", metavar="NODE", help="forget NODE's events, so jobs may be placed there again")
     nodes.add_argument("--events", type=count, default=ledger.EXCLUDE_AFTER_EVENTS, help="as site.exclude_after_events")

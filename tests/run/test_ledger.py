@@ -1,10 +1,13 @@
 """The ledger of nodes (snakeddp.run.ledger): events kept with their dates, whole under concurrent writers, a
-damaged file refused in one line that the HINT's move fixes, a hung try's nodes recorded by the launcher, and
-`snakeddp nodes` as typed, listing and clearing."""
+damaged file refused in one line that the HINT's move fixes, a hung try's nodes recorded by the launcher, a hang
+that follows the run from node to node counted against none of them, and `snakeddp nodes` as typed, listing and
+clearing."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import multiprocessing
 import subprocess
@@ -17,6 +20,7 @@ import pytest
 
 from snakeddp import launch
 from snakeddp.run import ledger, tries
+from snakeddp.run.layout import RunPaths
 from tests.helpers import TINY, make_run, subprocess_env
 
 DAY = 86400.0
@@ -26,9 +30,10 @@ def culprit(node: str | None, host: str = "h1") -> dict:
     return {"rank": 1, "host": host, "node": node, "pid": 9, "step": 5, "epoch": 0, "phase": "backward"}
 
 
-def hang(kind: str = "stopped", node: str | None = "n2", **more) -> dict:
+def hang(kind: str = "stopped", node: str | None = "n2", reached: int = 6, **more) -> dict:
     who = None if kind == "stuck_together" else culprit(node)
-    return {"kind": kind, "culprit": who, "stalled_s": 61.0, "limit_s": 60.0, "reached_step": 6, "line": "l", **more}
+    record = {"kind": kind, "culprit": who, "stalled_s": 61.0, "limit_s": 60.0, "reached_step": reached, "line": "l"}
+    return {**record, **more}
 
 
 def test_events_are_kept_per_node_oldest_first_and_the_file_is_the_schemas(tmp_path):
@@ -91,10 +96,10 @@ def test_a_damaged_ledger_is_one_line_with_a_hint_never_rewritten_and_moving_it_
 
 
 def test_a_hung_trys_nodes_are_the_culprits_scheduler_node_else_its_host_and_where_absent_ranks_were(tmp_path):
-    assert ledger.hung_nodes(hang(node="n2")) == ["n2"]
-    assert ledger.hung_nodes(hang(node=None)) == ["h1"]
-    assert ledger.hung_nodes(hang("never_joined", node="n1", missing_nodes=["n3"])) == ["n1", "n3"]
-    assert ledger.hung_nodes(hang("stuck_together")) == []
+    assert tries.blamed(hang(node="n2")) == ["n2"]
+    assert tries.blamed(hang(node=None)) == ["h1"]
+    assert tries.blamed(hang("never_joined", node="n1", missing_nodes=["n3"])) == ["n1", "n3"]
+    assert tries.blamed(hang("stuck_together")) == []
 
 
 def launcher_args(root: Path) -> argparse.Namespace:
@@ -138,6 +143,86 @@ def test_a_damaged_ledger_is_said_by_the_launcher_and_the_try_stays_recorded(tmp
     assert [t["outcome"] for t in tries.read(run_dir)] == ["hung"]
 
 
+def hung_try(args: argparse.Namespace, the_hang: dict, stacks: bool = True) -> str:
+    """One try of the run that hangs as ``the_hang`` says, recorded by snakeddp.launch as its ranks are gone, with
+    the evidence the rank that found it hung keeps (stacks.txt: training.gather); what the launcher said."""
+    number = len(tries.read(args.run_dir)) + 1
+    if stacks:
+        kept = RunPaths(args.run_dir).stacks_of(number)
+        kept.parent.mkdir(parents=True)
+        kept.write_text("Python stacks of run base's 2 ranks\n")
+    tries.write_hang(args.run_dir, the_hang)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        launch.record_try(args, "srun", time.time() - 70, 69, [], None)
+    return out.getvalue()
+
+
+def counted_against(results: Path) -> dict[str, int]:
+    return {node: len(events) for node, events in ledger.to_leave_out(results, 1, 14).items()}
+
+
+def test_a_hang_at_the_same_step_on_another_node_is_the_runs_own_and_counted_against_neither_node(tmp_path):
+    """Rank 1's training_step deadlocks at step 120 wherever it runs: try 1 hangs on c1 (a node's hang, as far
+    as anyone knows yet), the retry on c2 hangs there again. Neither node is counted against, nor left out of the
+    run's next submission; an old ledger's events of other runs stay as they were."""
+    args = launcher_args(tmp_path)
+    results = tmp_path / "results"
+    ledger.path(results).write_text(json.dumps({"format": "snakeddp-nodes/1", "nodes": {
+        "c1": [{"kind": "hang", "run": "other", "at": ledger.utc(time.time() - DAY), "note": "stopped: rank 0"}],
+    }}))  # fmt: skip  # as a ledger written before cause existed
+    first = hung_try(args, hang(node="c1", reached=120))
+    assert first.startswith("snakeddp: node c1's hang recorded in") and "(2 events in 14 days)" in first
+    assert counted_against(results) == {"c1": 2}
+    assert tries.hang_nodes(tries.read(args.run_dir)) == ["c1"]  # Slurm's retry goes without c1
+
+    said = hung_try(args, hang(node="c2", reached=120))
+    assert said.count("\n") == 1, said
+    kept = [RunPaths(args.run_dir).stacks_of(n) for n in (2, 1)]
+    assert said.strip() == (
+        f"snakeddp: rank 1 hung at step 120 again, now on node c2 (try 1: node c1): the run's own code or data, not a "
+        f"node's, so {ledger.path(results)} counts it against neither node. HINT: rank 1's stack in {kept[0]} (and "
+        f"{kept[1]}) shows where the run stops; fix that in the model or the data and rerun: a retry stops there "
+        "again on any node"
+    )
+    assert counted_against(results) == {"c1": 1}, "the other run's hang on c1 stays c1's"
+    written = json.loads(ledger.path(results).read_text())
+    jsonschema.validate(written, ledger.schema())
+    assert [(e["run"], e.get("cause")) for e in written["nodes"]["c1"]] == [("other", None), ("base", "run")]
+    (on_c2,) = written["nodes"]["c2"]
+    ended = [t["ended_at"] for t in tries.read(args.run_dir)]
+    assert on_c2 == {"kind": "hang", "run": "base", "at": ended[1], "note": "stopped: rank 1 at step 5, backward",
+                     "cause": "run"}  # fmt: skip
+    assert written["nodes"]["c1"][1]["at"] == ended[0]
+    assert tries.hang_nodes(tries.read(args.run_dir)) == [], "nor left out of the run's own retry"
+
+    third = hung_try(args, hang(node="c3", reached=120), stacks=False)  # no evidence kept: its record named instead
+    assert third.startswith("snakeddp: rank 1 hung at step 120 again, now on node c3 (try 1: node c1; try 2: node ")
+    assert "counts it against none of these 3 nodes. HINT: rank 1's stack in " in third
+    assert counted_against(results) == {"c1": 1}
+
+
+def test_a_hang_at_another_step_or_again_on_the_same_node_stays_the_nodes(tmp_path):
+    """A node that hangs at a random step is no run's fault: a retry that hangs elsewhere in the run, or at the same
+    place on the same node, is counted against the node as before; so are slow spells, whose step is where their
+    window closed, and a rank that never came (where it was placed, not the run's code)."""
+    args = launcher_args(tmp_path)
+    results = tmp_path / "results"
+    hung_try(args, hang(node="c1", reached=120))
+    elsewhere = hung_try(args, hang(node="c2", reached=300))
+    assert elsewhere.startswith("snakeddp: node c2's hang recorded in")
+    again = hung_try(args, hang(node="c2", reached=300))
+    assert again.startswith("snakeddp: node c2's hang recorded in") and "(2 events in 14 days)" in again
+    for node in ("s1", "s2"):
+        hung_try(args, hang("slow", node=node, reached=500, relative=0.5))
+    for node in ("m1", "m2"):
+        never = {**hang("never_joined"), "culprit": None, "reached_step": None, "missing": [1], "missing_nodes": [node]}
+        hung_try(args, never)  # as snakeddp.training.meeting writes it
+    expected = {"c1": 1, "c2": 2, "s1": 1, "s2": 1, "m1": 1, "m2": 1}
+    assert counted_against(results) == expected
+    assert all("cause" not in e for events in ledger.read(results).values() for e in events)
+
+
 def snakeddp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The installed ``snakeddp`` command, as a user types it."""
     command = [str(Path(sys.executable).parent / "snakeddp"), *args]
@@ -152,17 +237,25 @@ def test_snakeddp_nodes_lists_the_ledger_and_clears_a_node_as_typed(tmp_path):
     for at in (now - 2 * DAY, now):
         ledger.record(results, "n2", "hang", "base", at)
     ledger.record(results, "n1", "slow", "base", now - 30 * DAY)
+    for at in (now - DAY, now - 1):  # a run's own hang, here and on n3: counted against neither (it says so)
+        ledger.record(results, "n3", "hang", "deadlocks", at, cause="run")
     listed = snakeddp("nodes", "--results", str(results), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    header, first, second = (line.split() for line in listed.stdout.splitlines())
-    assert " ".join(header) == "node hangs slow spells failures last 14 days last event sbatch --exclude"
-    assert first[0] == "n1" and first[1:5] == ["0", "1", "0", "0"] and first[-1] == "no"
-    assert second[0] == "n2" and second[1:5] == ["2", "0", "0", "2"] and second[-1] == "yes"
+    header, first, second, third = (line.split() for line in listed.stdout.splitlines())
+    assert " ".join(header) == (
+        "node hangs slow spells failures runs' own hangs last 14 days last event sbatch --exclude"
+    )
+    assert first[0] == "n1" and first[1:6] == ["0", "1", "0", "0", "0"] and first[-1] == "no"
+    assert second[0] == "n2" and second[1:6] == ["2", "0", "0", "0", "2"] and second[-1] == "yes"
+    assert third[0] == "n3" and third[1:6] == ["0", "0", "0", "2", "0"] and third[-1] == "no"
+    assert " ".join(third[6:-1]) == f"hang {ledger.utc(now - 1)[:10]} (deadlocks, the run's own)"
     wider = snakeddp("nodes", "--results", str(results), "--days", "60", "--events", "1", cwd=tmp_path)
-    assert [line.split()[-1] for line in wider.stdout.splitlines()[1:]] == ["yes", "yes"]
+    assert [line.split()[-1] for line in wider.stdout.splitlines()[1:]] == ["yes", "yes", "no"]
     cleared = snakeddp("nodes", "--results", str(results), "--clear", "n2", cwd=tmp_path)
     assert cleared.returncode == 0 and cleared.stdout.startswith("n2: forgot 2 event(s) (hang ")
-    assert list(ledger.read(results)) == ["n1"]
+    assert list(ledger.read(results)) == ["n1", "n3"]
     unknown = snakeddp("nodes", "--results", str(results), "--clear", "n9", cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
-    assert "holds no events of node n9 (nodes it holds: n1). HINT: run `snakeddp nodes` to list them" in unknown.stderr
+    assert (
+        "holds no events of node n9 (nodes it holds: n1, n3). HINT: run `snakeddp nodes` to list them" in unknown.stderr
+    )

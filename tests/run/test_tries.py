@@ -86,6 +86,24 @@ def test_a_hung_try_names_the_node_a_slurm_retry_leaves_out(tmp_path):
     assert tries.hang_nodes(tries.read(tmp_path)) == ["n2", "n4"]
 
 
+def test_a_hang_that_follows_the_run_to_another_node_is_the_runs_own_and_names_no_node_to_leave_out(tmp_path):
+    """Rank 1 stops with the ranks at step 140 on n2, then again on n3: the run's own place, not a node's. At
+    another step, or on the same node again (by its scheduler's name, else its host), a hang stays the node's."""
+    for node, reached in (("n2", 140), ("n3", 140), ("n5", 200), ("n5", 200), (None, 140)):
+        tried = one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=hang(node, reached))
+        tries.append(tmp_path, tried)
+    on_h7 = {**hang(None, 140), "culprit": {**hang()["culprit"], "node": None, "host": "h7"}}
+    tries.append(tmp_path, one("hung", seconds=9, resumed=None, kept=None, kept_at=None, the_hang=on_h7))
+    held = tries.read(tmp_path)
+    assert tries.own_hangs(held[:4]) == {1: [2], 2: [1]}
+    assert tries.hang_nodes(held[:4]) == ["n5"]
+    # Without a scheduler's node, try 5 is where its host is, h2: perhaps n2's or n3's (one host, many nodes).
+    assert tries.own_hangs(held[:5]) == {1: [2, 5], 2: [1, 5]}
+    assert tries.own_hangs(held) == {1: [2, 5, 6], 2: [1, 5, 6], 5: [1, 2, 6], 6: [1, 2, 5]}
+    assert tries.place(hang()) == ("stopped", 1, 140)
+    assert tries.place({**hang(), "kind": "slow"}) is None
+
+
 def test_the_first_rank_to_find_the_try_hung_is_the_one_recorded_and_the_launcher_takes_it_once(tmp_path):
     assert tries.write_hang(tmp_path, hang(node="first"))
     assert not tries.write_hang(tmp_path, hang(node="second"))

@@ -19,6 +19,7 @@ from snakeddp.run import ledger, tries
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm.exclude import Exclusions
 from tests.helpers import left_running, subprocess_env
+from tests.run.test_ledger import hang, hung_try, launcher_args
 from tests.slurm.cluster import NODES
 from tests.slurm.test_slurm_exclude import PARAMS, job
 from tests.slurm.test_slurm_nodes import node, partition, resources, slurm_answering
@@ -131,6 +132,25 @@ def test_a_run_the_left_out_nodes_leave_too_few_nodes_is_refused_in_one_line_and
     command = [str(Path(sys.executable).parent / typed[0]), *typed[1:], "--results", str(results)]
     assert subprocess.run(command, env=subprocess_env(), capture_output=True, check=False).returncode == 0
     assert Exclusions(("train",), said.append, results=results, site=site()).start(runs(2), main)
+
+
+def test_a_run_that_hangs_at_its_own_place_on_two_nodes_leaves_neither_out(tmp_path, monkeypatch):
+    """Run base's rank 1 stops at step 120 on node1, then on node2 (its launcher records both tries): the run's own
+    hang. Neither its retry nor another run is submitted without them, where one event of a node is enough to leave
+    it out; a hang of node2's own still is."""
+    monkeypatch.setattr(plugin, "get_submit_command", plugin.get_submit_command)
+    args = launcher_args(tmp_path)
+    results = tmp_path / "results"
+    for where in ("node1", "node2"):
+        hung_try(args, hang(node=where, reached=120))
+    said: list[str] = []
+    assert Exclusions(("train",), said.append, results=results, site=site(exclude_after_events=1)).start()
+    assert excluded(plugin.get_submit_command(job("train", "base"), PARAMS)) == []
+    assert excluded(plugin.get_submit_command(job("train", "other"), PARAMS)) == [] and said == []
+    ledger.record(results, "node2", "hang", "other")
+    assert excluded(plugin.get_submit_command(job("train", "third"), PARAMS)) == ["node2"]
+    assert said[0].startswith("leaving node2 out of every train job (sbatch --exclude): ") and "(other)" in said[0]
+    assert "base" not in said[0], "the run's own hang is not among node2's events"
 
 
 def test_a_damaged_ledger_stops_the_invocation_in_one_line_before_anything_is_submitted(tmp_path):

@@ -70,6 +70,7 @@ REFUSED = "refused.txt"
 HUNG = "hung.json"
 HANG_EVIDENCE = "hang"
 HANG_TRY = "try-{number}"  # one folder per hung try: a later hang's evidence never replaces an earlier one's
+HANG_STACKS = "stacks.txt"  # in a hung try's folder: every rank's Python stack (training.gather)
 STATUS = "status.json"
 TRIES = "tries.json"
 LOCK = ".attempt.lock"
@@ -141,6 +142,10 @@ class AttemptPaths:
     def hang_of(self, number: int) -> Path:
         """The evidence of the attempt's try ``number`` (tries.json's ``number``), where it hung."""
         return self.hang_evidence / HANG_TRY.format(number=number)
+
+    def stacks_of(self, number: int) -> Path:
+        """Every rank's Python stack when the attempt's try ``number`` was found hung, where it was kept."""
+        return self.hang_of(number) / HANG_STACKS
 
     def checkpoint_files(self) -> list[Path]:
         """Every checkpoint in checkpoints/ (top-k and last), sorted by name."""

@@ -8,6 +8,11 @@ and where ranks that never came were placed); anything else that knows a node mi
 ``site.exclude_after_events`` events in ``site.exclude_within_days`` days out of later train jobs
 (snakeddp.slurm.exclude), and by ``snakeddp nodes``, which lists it and clears a node.
 
+A hang that is the run's own is no node's: when a try hangs at the same place in the run (the same kind, rank
+and step) as an earlier try of its attempt did on another node (run.tries.own_hangs: a deadlock in the model's
+or the data's code follows the run from node to node), its event and the earlier tries' are kept with
+``cause: run``, which no count of a node's events takes.
+
 A node is named as its scheduler names it (Slurm's SLURMD_NODENAME, what ``sbatch --exclude`` takes), else
 by its host name: several Slurm nodes may share one host. Every change reads, changes and replaces the file
 (atomically) under an ``flock`` on ``.nodes.json.lock`` beside it, so two runs ending at once both keep
@@ -28,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.errors import RunStateError
+from snakeddp.run import tries
+from snakeddp.run.layout import RunPaths
 from snakeddp.util import schemas
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.schemas import read_checked
@@ -37,6 +44,7 @@ LOCK = ".nodes.json.lock"
 SCHEMA_FILE = "nodes.schema.json"
 FORMAT = "snakeddp-nodes/1"
 KINDS = ("hang", "slow", "failure")
+RUNS_OWN = "run"  # an event's cause where it was the run's own hang, not the node's
 # The schema's defaults of site.exclude_after_events and site.exclude_within_days (NVIDIA's FACT
 # attribution avoids a node seen twice in 14 days); `snakeddp nodes` counts over the same window.
 EXCLUDE_AFTER_EVENTS = 2
@@ -93,44 +101,54 @@ def _changing(results: Path) -> Iterator[dict[str, list[dict[str, Any]]]]:
 
 
 def record(
-    results_dir: Path, host: str, kind: str, run: str, when: float | None = None, note: str | None = None
+    results_dir: Path,
+    host: str,
+    kind: str,
+    run: str,
+    when: float | None = None,
+    note: str | None = None,
+    cause: str | None = None,
 ) -> dict[str, Any]:
     """Add one event to the ledger of ``results_dir`` (the workflow's results/): ``host`` the node (the
     scheduler's name for it where there is one: snakeddp.platforms.scheduler_node, else the host name),
-    ``kind`` one of KINDS, ``run`` the run id, ``when`` seconds since the epoch (default: now). The event."""
-    if kind not in KINDS or not host or not run:
+    ``kind`` one of KINDS, ``run`` the run id, ``when`` seconds since the epoch (default: now), ``cause``
+    RUNS_OWN for the run's own hang (counted against no node). The event."""
+    if kind not in KINDS or not host or not run or cause not in (None, RUNS_OWN):
         raise LedgerError(f"snakeddp.run.ledger: an event {kind!r} of node {host!r} in run {run!r}; this is a bug")
     event = {"kind": kind, "run": run, "at": utc(time.time() if when is None else when)}
     if note:
         event["note"] = note
+    if cause:
+        event["cause"] = cause
     with _changing(results_dir) as nodes:
         nodes.setdefault(host, []).append(event)
         nodes[host].sort(key=lambda e: seconds(e["at"]))
     return event
 
 
-def hung_nodes(hang: Mapping[str, Any]) -> list[str]:
-    """The nodes a hung try's record blames: the culprit's (its scheduler node, else its host) and where ranks
-    that never came were placed. Every rank stuck in the same collective blames none."""
-    culprit = hang.get("culprit") or {}
-    named = [culprit.get("node") or culprit.get("host"), *hang.get("missing_nodes", [])]
-    return sorted({node for node in named if node})
-
-
 def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
     """The ledger's events of one try of the run in ``run_dir`` (results/runs/<run>; its tries.json entry),
-    said in one line each; the nodes recorded. A ledger that cannot be read is said, and the try stays
-    recorded in tries.json."""
+    said in one line each; the nodes it counts them against. A hang that is the run's own (tries.own_hangs)
+    is counted against none, nor are the earlier tries' that hung at its place. A ledger that cannot be read
+    is said, and the try stays recorded in tries.json."""
     hang = entry.get("hang")
     if entry.get("outcome") != "hung" or not hang:
         return []
     results, run = Path(run_dir).parent.parent, Path(run_dir).name
     culprit = hang.get("culprit") or {}
     note = f"{hang['kind']}: rank {culprit.get('rank')} at step {culprit.get('step')}, {culprit.get('phase')}"
-    nodes = hung_nodes(hang)
+    nodes = tries.blamed(hang)
     # A try ended for a slow rank (launch.straggler: stop) ends as a hang does; its node was slow, not stuck.
     kind, said = ("slow", "slow spell") if hang["kind"] == "slow" else ("hang", "hang")
     try:
+        attempt = tries.read(run_dir)
+    except RunStateError:  # the launcher has just written it; should it not read, the hang is the node's as before
+        attempt = []
+    earlier = [t for t in attempt if t["number"] in tries.own_hangs(attempt).get(entry.get("number"), [])]
+    try:
+        if earlier and nodes:
+            _record_own(run_dir, entry, earlier, note)
+            return []
         for node in nodes:
             record(results, node, kind, run, seconds(entry["ended_at"]), note)
             within = len(to_leave_out(results, 1, EXCLUDE_WITHIN_DAYS).get(node, []))
@@ -142,8 +160,57 @@ def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
     return nodes
 
 
+def _record_own(run_dir: Path, entry: Mapping[str, Any], earlier: list[Mapping[str, Any]], note: str) -> None:
+    """A hang the run's own: its event kept against no node, the earlier tries' that hung at its place taken
+    back from theirs (cause: run), in one change; said in one line, with where to see the ranks' stacks."""
+    results, run = Path(run_dir).parent.parent, Path(run_dir).name
+    hang, nodes = entry["hang"], tries.blamed(entry["hang"])
+    before = [(t["ended_at"], tries.blamed(t["hang"])) for t in earlier]
+    with _changing(results) as held:
+        for node in nodes:
+            own = {"kind": "hang", "run": run, "at": entry["ended_at"], "note": note, "cause": RUNS_OWN}
+            held.setdefault(node, []).append(own)
+            held[node].sort(key=lambda e: seconds(e["at"]))
+        for at, named in before:
+            for node in named:
+                for event in held.get(node, []):
+                    if event["kind"] == "hang" and event["run"] == run and event["at"] == at:
+                        event["cause"] = RUNS_OWN
+    rank, step = hang["culprit"]["rank"], hang["reached_step"]
+    every = {*nodes, *(node for _, named in before for node in named)}
+    against = "neither node" if len(every) == 2 else f"none of these {len(every)} nodes"
+    tried = "; ".join(f"try {t['number']}: node {', '.join(tries.blamed(t['hang']))}" for t in earlier)
+    told = f"rank {rank} hung at step {step} again, now on node {', '.join(nodes)} ({tried})"
+    print(
+        f"snakeddp: {told}: the run's own code or data, not a node's, so {path(results)} counts it against "
+        f"{against}. HINT: {where_to_look(run_dir, rank, [entry, *earlier])}",
+        flush=True,
+    )
+
+
+def where_to_look(run_dir: Path, rank: int, hung: list[Mapping[str, Any]]) -> str:
+    """What to do about a hang that is the run's own: see where it stops in the ranks' stacks (the tries' hang
+    evidence, snakeddp.training.gather), else in the tries' records, and fix it there."""
+    paths = RunPaths(run_dir)
+    stacks = [str(paths.stacks_of(t["number"])) for t in hung if paths.stacks_of(t["number"]).is_file()]
+    if stacks:
+        shown = f"rank {rank}'s stack in {stacks[0]}" + (f" (and {', '.join(stacks[1:])})" if stacks[1:] else "")
+    else:
+        shown = f"the tries' hang records in {paths.tries} (each one's line names its ranks' stacks, where kept)"
+    return (
+        f"{shown} shows where the run stops; fix that in the model or the data and rerun: a retry stops there "
+        "again on any node"
+    )
+
+
+def counted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events a node is held to: not the runs' own hangs."""
+    return [event for event in events if event.get("cause") != RUNS_OWN]
+
+
 def recent(events: list[dict[str, Any]], days: float, now: float) -> list[dict[str, Any]]:
-    return [event for event in events if now - seconds(event["at"]) <= days * DAY_S]
+    """The node's events within ``days`` that count against it."""
+    return [event for event in counted(events) if now - seconds(event["at"]) <= days * DAY_S]
 
 
 def to_leave_out(results: Path, events: int, days: float, now: float | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -166,19 +233,23 @@ def clear(results: Path, node: str) -> list[dict[str, Any]]:
 
 
 def summary(event: Mapping[str, Any]) -> str:
-    """``hang 2026-11-28 (base)``: an event in a few words."""
-    return f"{event['kind']} {event['at'][:10]} ({event['run']})"
+    """``hang 2026-11-28 (base)``: an event in a few words; ``(base, the run's own)`` for one counted against no
+    node."""
+    own = ", the run's own" if event.get("cause") == RUNS_OWN else ""
+    return f"{event['kind']} {event['at'][:10]} ({event['run']}{own})"
 
 
 def rows(results: Path, events: int, days: float, now: float | None = None) -> tuple[list[str], list[list[str]]]:
-    """The ledger as a table: per node its counts by kind, those in the window, its last event, and whether
-    a profile that places jobs on nodes (Slurm's) leaves it out at these settings."""
+    """The ledger as a table: per node its counts by kind (the runs' own hangs apart: counted against no node),
+    those in the window, its last event, and whether a profile that places jobs on nodes (Slurm's) leaves it
+    out at these settings."""
     now = time.time() if now is None else now
-    header = ["node", *(f"{kind}s" if kind != "slow" else "slow spells" for kind in KINDS)]
+    header = ["node", *(f"{kind}s" if kind != "slow" else "slow spells" for kind in KINDS), "runs' own hangs"]
     header += [f"last {days:g} days", "last event", "sbatch --exclude"]  # what a profile placing jobs on nodes does
     table = []
     for node, happened in sorted(read(results).items()):
-        counts = [str(sum(e["kind"] == kind for e in happened)) for kind in KINDS]
+        counts = [str(sum(e["kind"] == kind for e in counted(happened))) for kind in KINDS]
+        own = str(len(happened) - len(counted(happened)))
         within = len(recent(happened, days, now))
-        table.append([node, *counts, str(within), summary(happened[-1]), "yes" if within >= events else "no"])
+        table.append([node, *counts, own, str(within), summary(happened[-1]), "yes" if within >= events else "no"])
     return header, table

@@ -206,12 +206,65 @@ def goodput(tries: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+# Hangs found while the ranks trained, at a step: the run's place is known (hang.reached_step).
+AT_A_STEP = ("stopped", "stuck_together")
+
+
+def place(hang: Mapping[str, Any]) -> tuple[str, int, int] | None:
+    """Where in the run a hang happened: its kind, the rank the others waited for, and the step the ranks
+    reached (where the others wait, exact while they answer; the culprit's own step is its last report, every
+    2 s, which may lag where it stopped). None before the first step (the meeting: where ranks were placed and
+    how they reach each other, not the run's code) and for a slow spell (where its window closed)."""
+    culprit = hang.get("culprit")
+    if hang.get("kind") not in AT_A_STEP or not culprit or hang.get("reached_step") is None:
+        return None
+    return hang["kind"], culprit["rank"], hang["reached_step"]
+
+
+def blamed(hang: Mapping[str, Any]) -> list[str]:
+    """The nodes a hung try's record blames: the culprit's (its scheduler node, else its host) and where ranks
+    that never came were placed. Every rank stuck in the same collective, with no culprit, blames none."""
+    culprit = hang.get("culprit") or {}
+    named = [culprit.get("node") or culprit.get("host"), *hang.get("missing_nodes", [])]
+    return sorted({node for node in named if node})
+
+
+def elsewhere(hang: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether two hangs' culprits ran on different nodes: their scheduler's names where both have one, else
+    their hosts (a node's name and a host's may name one machine)."""
+    one, two = hang.get("culprit") or {}, other.get("culprit") or {}
+    if one.get("node") and two.get("node"):
+        return one["node"] != two["node"]
+    return bool(one.get("host") and two.get("host")) and one["host"] != two["host"]
+
+
+def own_hangs(tries: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
+    """The attempt's hung tries that are the run's own, not a node's: each hung at the same place in the run
+    (``place``) as another of them did on another node, as a deadlock in the model's or the data's code does
+    whatever node it runs on; the same place on the same node stays that node's. By try number, the other tries
+    that hung at its place, in order."""
+    where: dict[tuple[str, int, int], list[tuple[int, Mapping[str, Any]]]] = {}
+    for index, t in enumerate(tries, 1):
+        at = place(t.get("hang") or {}) if t["outcome"] == "hung" else None
+        if at is not None:
+            where.setdefault(at, []).append((t.get("number", index), t["hang"]))
+    own = {}
+    for hung in where.values():
+        for number, hang in hung:
+            others = [(n, h) for n, h in hung if n != number]
+            if any(elsewhere(hang, h) for _, h in others):
+                own[number] = [n for n, _ in others]
+    return own
+
+
 def hang_nodes(tries: Iterable[Mapping[str, Any]]) -> list[str]:
     """The scheduler's nodes the attempt's hung tries named: where the rank the others waited for ran, and
-    where the ranks that never came were placed."""
+    where the ranks that never came were placed; not where the run hung at its own place (``own_hangs``)."""
+    tries = list(tries)
+    own = own_hangs(tries)
     nodes = []
-    for t in tries:
+    for index, t in enumerate(tries, 1):
         hang = t.get("hang") or {}
-        if t["outcome"] == "hung":
+        if t["outcome"] == "hung" and t.get("number", index) not in own:
             nodes += [(hang.get("culprit") or {}).get("node"), *hang.get("missing_nodes", [])]
     return sorted({node for node in nodes if node})

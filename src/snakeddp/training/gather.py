@@ -21,11 +21,11 @@ from typing import Any
 from snakeddp.cluster.hang import POST_S, TICK_S
 from snakeddp.errors import RunStateError
 from snakeddp.run import tries
-from snakeddp.run.layout import RunPaths
+from snakeddp.run.layout import HANG_STACKS, RunPaths
 from snakeddp.training.evidence import TAKE_S, Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.meeting import StoreGone
 
-STACKS = "stacks.txt"
+STACKS = HANG_STACKS
 GPU = "gpu.json"
 FLIGHT = "flight-recorder-rank{rank}"
 # The others read the verdict when they next judge (every POST_S, a tick late), then one may take the culprit's.
