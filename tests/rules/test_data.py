@@ -121,6 +121,20 @@ def test_a_table_s_files_are_its_ingestion_s_and_a_damaged_one_is_made_again_as_
     assert dataset_files(folder) == files
     assert subprocess.run(verify, env=subprocess_env(), capture_output=True, text=True, timeout=300).returncode == 0
 
+    # snakeddp prune --data names a table's datasets as the workflow does (the table's checksum is in the name): the
+    # table changed, its new dataset is kept while the config plans it, and goes once the table is back.
+    write_table(table, seed=1, pad=3_000)
+    (changed,) = dataset_dirs(workflow)
+    workflow.run(f"results/data/{changed}/manifest-3.json")
+    prune = [str(workflow.bin / "snakeddp"), "prune", "--data", "--configfile", str(workflow.configfile)]
+    prune += ["--results", str(workflow.directory / "results")]
+    kept = subprocess.run(prune, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=True)
+    assert kept.stdout.startswith("freed 0 B in 0 dataset(s); kept 2"), kept.stdout + kept.stderr
+    write_table(table, pad=3_000)
+    freed = subprocess.run(prune, env=subprocess_env(), capture_output=True, text=True, timeout=300, check=True)
+    assert freed.stdout.startswith(f"{changed}: removed "), freed.stdout + freed.stderr
+    assert folder.is_dir() and not (workflow.directory / "results" / "data" / changed).exists()
+
 
 @pytest.mark.e2e
 def test_a_failed_ingestion_leaves_no_file_of_the_dataset(workflow, tiny_config):
