@@ -181,9 +181,10 @@ def test_a_run_the_search_stopped_is_compared_as_its_record_at_its_last_rung(swe
     )
 
 
-def test_a_later_attempt_that_failed_leaves_the_run_listed_as_it_last_finished(sweep_workflow, tmp_path, capsys):
-    """A finished local run, then an attempt elsewhere (another environment: another key) that failed: the listing
-    showed the run as not finished, as if nothing had trained; it shows the finished attempt and names the later."""
+def later_attempt_failed(sweep_workflow, tmp_path) -> tuple[Path, Path, dict, str]:
+    """A copy of the sweep's runs in which devices-1's finished attempt is followed by one that failed elsewhere (what
+    a remote job's launcher does before it submits, lineage.prepare, and after the job failed); the results, the
+    run's directory, its finished record and the later attempt's key."""
     import shutil
 
     from snakeddp.remote import status as remote_status
@@ -193,12 +194,18 @@ def test_a_later_attempt_that_failed_leaves_the_run_listed_as_it_last_finished(s
     shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
     run_dir = results / "runs" / "devices-1"
     finished = json.loads((run_dir / "provenance.json").read_text())
-    kept = finished["attempt"]["id"]
     later = "f" * 64
-    # What the remote job's launcher does before it submits (lineage.prepare), and after the job failed.
     attempt.prepare(run_dir, later)
     remote_status.submitted(run_dir, "AzureML job sharp_lamp_42")
     remote_status.ended(run_dir, "failed")
+    return results, run_dir, finished, later
+
+
+def test_a_later_attempt_that_failed_leaves_the_run_listed_as_it_last_finished(sweep_workflow, tmp_path, capsys):
+    """A finished local run, then an attempt elsewhere (another environment: another key) that failed: the listing
+    showed the run as not finished, as if nothing had trained; it shows the finished attempt and names the later."""
+    results, run_dir, finished, later = later_attempt_failed(sweep_workflow, tmp_path)
+    kept = finished["attempt"]["id"]
     configfile = str(sweep_workflow.directory / "config.yaml")
 
     assert main(["runs", "--results", str(results), "--configfile", configfile]) == 0
@@ -225,20 +232,8 @@ def test_status_of_a_run_whose_later_attempt_failed_says_the_attempt_that_finish
 ):
     """The same run as above: status showed it only as failed, as if nothing had trained; it says the failure of the
     latest attempt and the earlier attempt that finished, as `snakeddp runs` lists it (RUN@ID)."""
-    import shutil
-
-    from snakeddp.remote import status as remote_status
-    from snakeddp.run import attempt
-
-    results = tmp_path / "results"
-    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
-    run_dir = results / "runs" / "devices-1"
-    finished = json.loads((run_dir / "provenance.json").read_text())
+    results, run_dir, finished, later = later_attempt_failed(sweep_workflow, tmp_path)
     kept = finished["attempt"]["id"]
-    later = "f" * 64
-    attempt.prepare(run_dir, later)
-    remote_status.submitted(run_dir, "AzureML job sharp_lamp_42")
-    remote_status.ended(run_dir, "failed")
 
     assert main(["status", "--results", str(results)]) == 0
     lines = capsys.readouterr().out.splitlines()
