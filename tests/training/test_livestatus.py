@@ -142,3 +142,19 @@ def test_samples_per_s_is_the_training_loops_as_the_report_times_it(tmp_path):
     loop = 4 / (STEP_S + FETCH_S)  # a batch of 4 per step and fetch
     wall = 4 * BATCHES / (BATCHES * (STEP_S + FETCH_S) + VALIDATION_S)
     assert 0.6 * loop < said["samples_per_s"] < 1.2 * loop and said["samples_per_s"] > 1.5 * wall, (said, loop, wall)
+
+
+class ShortLastBatch(SlowData):
+    """Each epoch's last batch holds one sample of 4 (a partition of 4,000 rows in batches of 128 ends in 32)."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(BATCHES * 4 - 3, 3), torch.zeros(BATCHES * 4 - 3, 1)), batch_size=4)
+
+
+def test_samples_per_s_counts_every_batchs_samples_not_the_last_ones_times_the_steps(tmp_path):
+    """The status counted the steps times the last batch's size: at an epoch's end, with a short last batch,
+    `snakeddp status` said 19,882 samples/s where `snakeddp runs` and the log said 82,940."""
+    said = fitted_without_checkpoints(tmp_path, SlowStep(), ShortLastBatch())
+    samples = EPOCHS * (BATCHES * 4 - 3)
+    loop = samples / (EPOCHS * BATCHES * STEP_S)  # at most: the steps alone, without the loader's time
+    assert 0.5 * loop < said["samples_per_s"] <= loop, (said, loop)
