@@ -96,11 +96,11 @@ def test_a_resumed_fit_accounts_for_the_restore_and_its_own_steps_only(tmp_path)
 
 
 def fitted_without_checkpoints(run_dir: Path, model: pl.LightningModule, data: pl.LightningDataModule, **trainer):
-    """What rank 0's status.json says after ``model`` is fitted on ``data`` for EPOCHS epochs."""
+    """What rank 0's status.json says after ``model`` is fitted on ``data`` for EPOCHS epochs (or ``max_epochs``)."""
     pl.Trainer(
-        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[LiveStatus(run_dir, Phases(AtomicCheckpointIO(run_dir)))], **trainer,
+        callbacks=[LiveStatus(run_dir, Phases(AtomicCheckpointIO(run_dir)))], **{"max_epochs": EPOCHS, **trainer},
     ).fit(model, datamodule=data)  # fmt: skip
     return status.read(run_dir)
 
@@ -158,3 +158,18 @@ def test_samples_per_s_counts_every_batchs_samples_not_the_last_ones_times_the_s
     samples = EPOCHS * (BATCHES * 4 - 3)
     loop = samples / (EPOCHS * BATCHES * STEP_S)  # at most: the steps alone, without the loader's time
     assert 0.5 * loop < said["samples_per_s"] <= loop, (said, loop)
+
+
+class StopsAfterTwoEpochs(SlowStep):
+    """Stops the fit at its second epoch's end, as early stopping does."""
+
+    def on_train_epoch_end(self) -> None:
+        if self.current_epoch == 1:
+            self.trainer.should_stop = True
+
+
+def test_an_early_stopped_fit_ends_at_the_epoch_it_trained_last(tmp_path):
+    """Lightning's current_epoch counts the epochs completed once the fit ends: a run early stopped after 18 epochs
+    said 19/300 in `snakeddp status` (`snakeddp runs`: 18/300)."""
+    said = fitted_without_checkpoints(tmp_path, StopsAfterTwoEpochs(), SlowData(), max_epochs=5)
+    assert (said["epoch"], said["max_epochs"], said["step"]) == (2, 5, 2 * BATCHES), said

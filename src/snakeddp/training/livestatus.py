@@ -129,7 +129,7 @@ class LiveStatus(Callback):
         self._post(trainer, force=True)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._post(trainer, force=True)
+        self._post(trainer, force=True, ended=True)
         self.poster.flush()  # written before the provenance record reads the account back
         if self.load is not None:
             self.load.stop()
@@ -165,7 +165,8 @@ class LiveStatus(Callback):
             "gpu_util_samples": self.load.samples if self.load else 0,
         }
 
-    def _post(self, trainer: pl.Trainer, force: bool = False) -> None:
+    def _post(self, trainer: pl.Trainer, force: bool = False, ended: bool = False) -> None:
+        """status.json now (at most every POST_S seconds unless ``force``); ``ended``: the fit has returned."""
         now = time.time()
         if not trainer.is_global_zero or (not force and now - self._posted_at < POST_S):
             return
@@ -183,10 +184,13 @@ class LiveStatus(Callback):
         steps_per_s = (step - first_step) / elapsed if elapsed > 0 and step > first_step else None
         # Every rank trains on as many batches as rank 0 (the sampler splits each partition evenly).
         samples = (self.samples - first_samples) * trainer.world_size
+        # 1-based. Once the fit has returned, Lightning's current_epoch counts the epochs it went into (an early
+        # stop's last one included): the last of them, not one more (18 epochs said 19/300).
+        epoch = max(trainer.current_epoch, 1) if ended else trainer.current_epoch + 1
         self.poster.post(
             "training",
             writer="rank 0",
-            epoch=min(trainer.current_epoch + 1, trainer.max_epochs or trainer.current_epoch + 1),  # 1-based
+            epoch=min(epoch, trainer.max_epochs or epoch),
             max_epochs=trainer.max_epochs,
             step=step,
             total_steps=self.total_steps,
