@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from snakeddp.run import status
+from snakeddp.training.callbacks import Preempted
 from snakeddp.training.livestatus import LiveStatus
 from snakeddp.training.phases import Phases
 from snakeddp.training.trainer import AtomicCheckpointIO
@@ -173,3 +175,34 @@ def test_an_early_stopped_fit_ends_at_the_epoch_it_trained_last(tmp_path):
     said 19/300 in `snakeddp status` (`snakeddp runs`: 18/300)."""
     said = fitted_without_checkpoints(tmp_path, StopsAfterTwoEpochs(), SlowData(), max_epochs=5)
     assert (said["epoch"], said["max_epochs"], said["step"]) == (2, 5, 2 * BATCHES), said
+
+
+class PreemptedAt(pl.Callback):
+    """Stops the fit as snakeddp's Preemption does, at ``step`` of the second epoch, after saving last.ckpt."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        self.step, self.checkpoint = step, checkpoint
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise Preempted(f"stopping after step {self.step}")
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)
+
+
+def test_a_preempted_fit_says_the_step_and_epoch_it_stopped_at_and_its_save(tmp_path):
+    """The status kept rank 0's last post, up to POST_S before the stop: a run stopped in epoch 164/400 at step
+    5,236 (tries.json, the log) said 163/400, step 5,216 in `snakeddp status`, and its account missed the save."""
+    phases = Phases(AtomicCheckpointIO(tmp_path))
+    live = LiveStatus(tmp_path, phases)
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+        callbacks=[phases, PreemptedAt(BATCHES + 3, tmp_path / "last.ckpt"), live],
+    )  # fmt: skip
+    with pytest.raises(Preempted):
+        trainer.fit(SlowStep(), datamodule=SlowData())
+    said = status.read(tmp_path)
+    assert (said["epoch"], said["step"]) == (2, BATCHES + 3), said
+    assert said["account"]["productive_at_save_s"] == said["account"]["productive_s"] > 0, said

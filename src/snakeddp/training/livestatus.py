@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import Callback
 
 from snakeddp.cluster.hang import POST_S
 from snakeddp.run import status, variables
-from snakeddp.training.callbacks import batch_size
+from snakeddp.training.callbacks import Preempted, batch_size
 from snakeddp.training.phases import Phases
 from snakeddp.util import gpus
 from snakeddp.util.gpuload import Utilisation
@@ -133,6 +133,14 @@ class LiveStatus(Callback):
         self.poster.flush()  # written before the provenance record reads the account back
         if self.load is not None:
             self.load.stop()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """A preemption's stop, after Preemption (an earlier callback) saved last.ckpt: the step and epoch it
+        stopped at and the account with that save, which the launcher keeps, not the last post's (up to POST_S
+        before: a run stopped in epoch 164 at step 5,236 said 163, step 5,216)."""
+        if isinstance(exception, Preempted):
+            self._post(trainer, force=True)
+            self.poster.flush()
 
     # What rank 0 writes.
 
