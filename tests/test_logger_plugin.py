@@ -4,6 +4,7 @@ per job, less the scheduler's chatter and, after Ctrl-C, the records of the jobs
 from __future__ import annotations
 
 import logging
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -96,9 +97,14 @@ def test_errors_show_unless_ctrl_c_stopped_the_jobs(capsys):
         INTERRUPTED.clear()
 
 
-def failed_job(log_file: str, shellcmd: str = "python -m snakeddp.launch --config run.yaml > log 2>&1"):
+def failed_job(
+    log_file: str, shellcmd: str = "python -m snakeddp.launch --config run.yaml > log 2>&1", wrote_log: bool = True
+):
     def log(logger: logging.Logger) -> None:
-        """What Snakemake 9 logs for a job whose command failed: its exception, then the job's record."""
+        """What Snakemake 9 logs for a job whose command failed (and, with ``wrote_log``, wrote its log during the
+        invocation): its exception, then the job's record."""
+        if wrote_log:
+            os.utime(log_file)
         failed_command = (
             'RuleException:\nCalledProcessError in file "/c/rules/train.smk", line 44:\n'
             f"Command 'set -euo pipefail;  {shellcmd}' returned non-zero exit status 1."
@@ -131,3 +137,17 @@ def test_a_failed_jobs_log_shows_only_its_one_line_where_it_ends_in_one(capsys, 
     shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)
     assert shown[-4:-1] == ["Traceback (most recent call last):", "  File 'x.py', line 1", "KeyError: 'a'"], shown
     assert terminal(capsys, failed_job(str(log)), show_failed_logs=True, verbose=True)[0] == "RuleException:"
+
+
+def test_a_log_older_than_the_invocation_is_not_shown_as_the_failed_jobs(capsys, tmp_path):
+    """A train job that sbatch never took (an account the site does not know) left its log as an earlier run had
+    written it: the terminal showed that run's every epoch and "completed after 400 epochs" as the failed job's log,
+    2,000 lines for two runs and their retries."""
+    log = tmp_path / "train.log"
+    log.write_text("run a: epoch 1/4\nrun a: epoch 2/4\nsnakeddp: run a completed after 4 epochs\n")
+    os.utime(log, (log.stat().st_atime, log.stat().st_mtime - 600))  # written by a run ten minutes ago
+    shown = terminal(capsys, failed_job(str(log), wrote_log=False), show_failed_logs=True)
+    assert not any("epoch" in said for said in shown), shown
+    assert shown[-1] == f"Logfile {log}: not shown, as this job did not write it (it is from an earlier invocation)"
+    shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)  # the job's own: shown whole
+    assert shown[-4:-1] == ["run a: epoch 1/4", "run a: epoch 2/4", "snakeddp: run a completed after 4 epochs"]

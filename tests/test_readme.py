@@ -122,3 +122,25 @@ def test_the_config_readmes_example_is_valid_and_plans_the_runs_it_says_and_its_
     assert list(runs) == ["lr-0.003_devices-2", "lr-0.01_devices-2"]
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", CONFIG_README.read_text()):
         assert (CONFIG_README.parent / target).exists(), target
+
+
+def inline_snakemake_commands(page: Path) -> list[str]:
+    """The ``.venv/bin/snakemake ...`` commands a page writes inline, in one code span each."""
+    return re.findall(r"`(\.venv/bin/snakemake [^`\n]+)`", page.read_text())
+
+
+def test_the_docs_inline_snakemake_commands_pass_the_config_checks_as_typed():
+    """docs/slurm.md said to try the mig partition "with launch.devices: 2": typed as --config, the default
+    config's sweep of launch.devices refused it (the --config would be silently ignored). Each command the docs
+    write inline is typed as written, in the checkout's root with config/config.yaml."""
+    from snakeddp.config import layers
+    from snakeddp.run import current
+
+    typed = [line for page in DOCS for line in inline_snakemake_commands(page) if " --config " in line]
+    assert any("slurm_partition='mig'" in line for line in typed), typed
+    parser = get_argument_parser()
+    for line in typed:
+        entries = parser.parse_args(shlex.split(line)[1:]).config
+        config = current.composed(REPO, [], entries)
+        validated = configuration.validate(config, source="config")
+        layers.check_not_swept(layers.command_line_config(entries), validated["sweep"])

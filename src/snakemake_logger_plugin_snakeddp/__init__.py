@@ -19,6 +19,9 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - of a failed job's log (the profiles' show-failed-logs), everything but its last line where that is
   snakeddp's one line with a HINT: what ended the job, which the rest (Lightning's banner, the model's
   summary, every epoch's line again) buried. A log ending otherwise (a traceback) is shown whole;
+- a failed job's log that is older than the invocation, in one line: the job's command never wrote it
+  (sbatch refused the job: an account or QOS the site does not know), and what it holds is an earlier
+  run's (every epoch of a run that completed);
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
   whose command its "Error in rule" block repeats, unless ``--verbose``.
 
@@ -32,6 +35,7 @@ import logging
 import os
 import re
 import sys
+import time
 
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
@@ -60,20 +64,25 @@ def interrupted() -> bool:
     return interrupt is not None and interrupt.INTERRUPTED.is_set()
 
 
-def failed_logs_told(text: str, logs: list[str]) -> str:
+def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
     """A failed job's record with each of its logs (as Snakemake's show_logs puts them in) cut to the log's last
-    line where that is snakeddp's one line; Snakemake's "message: None" (a rule without a message) left off."""
+    line where that is snakeddp's one line, and to one line where it was last written before ``since`` (the
+    invocation's start: the job never wrote it); Snakemake's "message: None" (a rule without a message) left off."""
     from snakemake.logging import show_logs
 
     text = text.replace("\n    message: None\n", "\n")
     for log in logs:
         shown = "\n".join(show_logs([log]))
         try:
+            written = os.stat(log).st_mtime
             with open(log, encoding="utf-8", errors="replace") as handle:
                 lines = [line for line in handle.read().splitlines() if line.strip()]
         except OSError:
             continue
-        if lines and _ONE_LINE.match(lines[-1]) and shown in text:
+        if written < since and shown in text:
+            told = f"Logfile {log}: not shown, as this job did not write it (it is from an earlier invocation)"
+            text = text.replace(shown, told)
+        elif lines and _ONE_LINE.match(lines[-1]) and shown in text:
             text = text.replace(shown, f"Logfile {log}, its last line (the whole log is in the file):\n{lines[-1]}")
     return text
 
@@ -88,6 +97,9 @@ class LogHandler(LogHandlerBase):
         tty = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
         self.colour = tty and not self.common_settings.nocolor
         self.last_was_job_info = False
+        # A failed job's log last written before this was not written by the job. Less 2 s: a file's mtime is the
+        # kernel's coarse clock (a tick behind time.time()), or a shared file system server's.
+        self.started = time.time() - 2.0
         self.addFilter(self.shown)
 
     def shown(self, record: logging.LogRecord) -> bool:
@@ -111,7 +123,7 @@ class LogHandler(LogHandlerBase):
             if not self.common_settings.verbose:
                 text = _JOB_TIME.sub(r"\1", text, count=1)
                 if event == LogEvent.JOB_ERROR:
-                    text = failed_logs_told(text, getattr(record, "log", None) or [])
+                    text = failed_logs_told(text, getattr(record, "log", None) or [], self.started)
             if text in ("", "None"):
                 return
             self.stream.write(self.coloured(record, text) + "\n")

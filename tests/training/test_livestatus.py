@@ -8,11 +8,13 @@ import time
 from pathlib import Path
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 from snakeddp.run import status
+from snakeddp.training.callbacks import Preempted
 from snakeddp.training.livestatus import LiveStatus
 from snakeddp.training.phases import Phases
 from snakeddp.training.trainer import AtomicCheckpointIO
@@ -96,11 +98,11 @@ def test_a_resumed_fit_accounts_for_the_restore_and_its_own_steps_only(tmp_path)
 
 
 def fitted_without_checkpoints(run_dir: Path, model: pl.LightningModule, data: pl.LightningDataModule, **trainer):
-    """What rank 0's status.json says after ``model`` is fitted on ``data`` for EPOCHS epochs."""
+    """What rank 0's status.json says after ``model`` is fitted on ``data`` for EPOCHS epochs (or ``max_epochs``)."""
     pl.Trainer(
-        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False,
-        callbacks=[LiveStatus(run_dir, Phases(AtomicCheckpointIO(run_dir)))], **trainer,
+        callbacks=[LiveStatus(run_dir, Phases(AtomicCheckpointIO(run_dir)))], **{"max_epochs": EPOCHS, **trainer},
     ).fit(model, datamodule=data)  # fmt: skip
     return status.read(run_dir)
 
@@ -142,3 +144,65 @@ def test_samples_per_s_is_the_training_loops_as_the_report_times_it(tmp_path):
     loop = 4 / (STEP_S + FETCH_S)  # a batch of 4 per step and fetch
     wall = 4 * BATCHES / (BATCHES * (STEP_S + FETCH_S) + VALIDATION_S)
     assert 0.6 * loop < said["samples_per_s"] < 1.2 * loop and said["samples_per_s"] > 1.5 * wall, (said, loop, wall)
+
+
+class ShortLastBatch(SlowData):
+    """Each epoch's last batch holds one sample of 4 (a partition of 4,000 rows in batches of 128 ends in 32)."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(BATCHES * 4 - 3, 3), torch.zeros(BATCHES * 4 - 3, 1)), batch_size=4)
+
+
+def test_samples_per_s_counts_every_batchs_samples_not_the_last_ones_times_the_steps(tmp_path):
+    """The status counted the steps times the last batch's size: at an epoch's end, with a short last batch,
+    `snakeddp status` said 19,882 samples/s where `snakeddp runs` and the log said 82,940."""
+    said = fitted_without_checkpoints(tmp_path, SlowStep(), ShortLastBatch())
+    samples = EPOCHS * (BATCHES * 4 - 3)
+    loop = samples / (EPOCHS * BATCHES * STEP_S)  # at most: the steps alone, without the loader's time
+    assert 0.5 * loop < said["samples_per_s"] <= loop, (said, loop)
+
+
+class StopsAfterTwoEpochs(SlowStep):
+    """Stops the fit at its second epoch's end, as early stopping does."""
+
+    def on_train_epoch_end(self) -> None:
+        if self.current_epoch == 1:
+            self.trainer.should_stop = True
+
+
+def test_an_early_stopped_fit_ends_at_the_epoch_it_trained_last(tmp_path):
+    """Lightning's current_epoch counts the epochs completed once the fit ends: a run early stopped after 18 epochs
+    said 19/300 in `snakeddp status` (`snakeddp runs`: 18/300)."""
+    said = fitted_without_checkpoints(tmp_path, StopsAfterTwoEpochs(), SlowData(), max_epochs=5)
+    assert (said["epoch"], said["max_epochs"], said["step"]) == (2, 5, 2 * BATCHES), said
+
+
+class PreemptedAt(pl.Callback):
+    """Stops the fit as snakeddp's Preemption does, at ``step`` of the second epoch, after saving last.ckpt."""
+
+    def __init__(self, step: int, checkpoint: Path) -> None:
+        self.step, self.checkpoint = step, checkpoint
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            raise Preempted(f"stopping after step {self.step}")
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)
+
+
+def test_a_preempted_fit_says_the_step_and_epoch_it_stopped_at_and_its_save(tmp_path):
+    """The status kept rank 0's last post, up to POST_S before the stop: a run stopped in epoch 164/400 at step
+    5,236 (tries.json, the log) said 163/400, step 5,216 in `snakeddp status`, and its account missed the save."""
+    phases = Phases(AtomicCheckpointIO(tmp_path))
+    live = LiveStatus(tmp_path, phases)
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+        callbacks=[phases, PreemptedAt(BATCHES + 3, tmp_path / "last.ckpt"), live],
+    )  # fmt: skip
+    with pytest.raises(Preempted):
+        trainer.fit(SlowStep(), datamodule=SlowData())
+    said = status.read(tmp_path)
+    assert (said["epoch"], said["step"]) == (2, BATCHES + 3), said
+    assert said["account"]["productive_at_save_s"] == said["account"]["productive_s"] > 0, said

@@ -57,3 +57,15 @@ def test_a_long_list_says_what_it_gained_and_lost_and_a_digest_its_first_charact
     ]
     assert changes(table(features, old), table(features[1:], old)) == ["data.table.features: - x0"]
     assert changes({"hidden_sizes": [16]}, {"hidden_sizes": [16, 16]}) == ["hidden_sizes: [16] → [16, 16]"]
+
+
+def test_the_reports_settings_are_not_named_again_beside_the_config_key_they_come_from():
+    """The report's parameter holds its settings and the config they come from: a title edit read "report.title:
+    snakeddp runs → My runs, settings.title: snakeddp runs → My runs"."""
+
+    def report(title: str, dpi: int = 150) -> str:
+        settings = {"title": title, "dpi": dpi}
+        return repr(json.dumps({"settings": settings, "config": {"report": settings}, "configfiles": []}))
+
+    assert describe({report("snakeddp runs")}, {report("My runs")}) == "report.title: snakeddp runs → My runs"
+    assert describe({report("a")}, {report("b", dpi=300)}) == "report.dpi: 150 → 300, report.title: a → b"

@@ -27,7 +27,7 @@ from lightning.pytorch.callbacks import Callback
 
 from snakeddp.cluster.hang import POST_S
 from snakeddp.run import status, variables
-from snakeddp.training.callbacks import batch_size
+from snakeddp.training.callbacks import Preempted, batch_size
 from snakeddp.training.phases import Phases
 from snakeddp.util import gpus
 from snakeddp.util.gpuload import Utilisation
@@ -46,11 +46,13 @@ class LiveStatus(Callback):
         self._batch_start: float | None = None
         self._waiting_since: tuple[float, float] | None = None  # (when, checkpoint seconds then)
         self._posted_at = 0.0
-        # (wall clock, step, training-loop seconds) of the posts over about the last minute.
-        self._pace: collections.deque[tuple[float, int, float]] = collections.deque()
+        # (wall clock, step, training-loop seconds, this rank's samples) of the posts over about the last minute.
+        self._pace: collections.deque[tuple[float, int, float, int]] = collections.deque()
         self.total_steps: int | None = None
         self._counted_epoch: int | None = None
-        self._batch: Any = None  # this rank's last batch, counted only when posted
+        # The samples of every batch this rank has trained on: an epoch's last batch may be short (4,000 rows in
+        # batches of 128 end in one of 32), so the steps times one batch's size would not count them.
+        self.samples = 0
         self.load: Utilisation | None = None
         self.poster = status.Poster(run_dir)
         self.fit_called_at: float | None = None
@@ -109,7 +111,7 @@ class LiveStatus(Callback):
         now = time.perf_counter()
         if self._batch_start is not None:
             self.productive += now - self._batch_start
-        self._batch = batch
+        self.samples += batch_size(batch)
         self._waiting_since = (now, self.phases.checkpoints.seconds)
         self._post(trainer)
 
@@ -127,11 +129,18 @@ class LiveStatus(Callback):
         self._post(trainer, force=True)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._post(trainer, force=True)
+        self._post(trainer, force=True, ended=True)
         self.poster.flush()  # written before the provenance record reads the account back
-        self._batch = None  # its tensors not held past the fit
         if self.load is not None:
             self.load.stop()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """A preemption's stop, after Preemption (an earlier callback) saved last.ckpt: the step and epoch it
+        stopped at and the account with that save, which the launcher keeps, not the last post's (up to POST_S
+        before: a run stopped in epoch 164 at step 5,236 said 163, step 5,216)."""
+        if isinstance(exception, Preempted):
+            self._post(trainer, force=True)
+            self.poster.flush()
 
     # What rank 0 writes.
 
@@ -164,7 +173,8 @@ class LiveStatus(Callback):
             "gpu_util_samples": self.load.samples if self.load else 0,
         }
 
-    def _post(self, trainer: pl.Trainer, force: bool = False) -> None:
+    def _post(self, trainer: pl.Trainer, force: bool = False, ended: bool = False) -> None:
+        """status.json now (at most every POST_S seconds unless ``force``); ``ended``: the fit has returned."""
         now = time.time()
         if not trainer.is_global_zero or (not force and now - self._posted_at < POST_S):
             return
@@ -174,22 +184,25 @@ class LiveStatus(Callback):
         # samples/s: the wall clock also holds validation and checkpoints, which the ETA must count and samples/s
         # must not (a small-batch run said 9,790 samples/s here and 67,031 in `snakeddp runs`).
         loop_s = self.productive + self.data_loading
-        self._pace.append((now, step, loop_s))
+        self._pace.append((now, step, loop_s, self.samples))
         while len(self._pace) > 2 and now - self._pace[0][0] > PACE_S:
             self._pace.popleft()
-        first_at, first_step, first_loop_s = self._pace[0]
+        first_at, first_step, first_loop_s, first_samples = self._pace[0]
         elapsed, in_loop = now - first_at, loop_s - first_loop_s
         steps_per_s = (step - first_step) / elapsed if elapsed > 0 and step > first_step else None
-        loop_steps_per_s = (step - first_step) / in_loop if in_loop > 0 and step > first_step else None
-        per_step = trainer.accumulate_grad_batches * trainer.world_size * batch_size(self._batch)
+        # Every rank trains on as many batches as rank 0 (the sampler splits each partition evenly).
+        samples = (self.samples - first_samples) * trainer.world_size
+        # 1-based. Once the fit has returned, Lightning's current_epoch counts the epochs it went into (an early
+        # stop's last one included): the last of them, not one more (18 epochs said 19/300).
+        epoch = max(trainer.current_epoch, 1) if ended else trainer.current_epoch + 1
         self.poster.post(
             "training",
             writer="rank 0",
-            epoch=min(trainer.current_epoch + 1, trainer.max_epochs or trainer.current_epoch + 1),  # 1-based
+            epoch=min(epoch, trainer.max_epochs or epoch),
             max_epochs=trainer.max_epochs,
             step=step,
             total_steps=self.total_steps,
-            samples_per_s=round(loop_steps_per_s * per_step, 2) if loop_steps_per_s and per_step else None,
+            samples_per_s=round(samples / in_loop, 2) if in_loop > 0 and samples > 0 else None,
             **status.progress(step, self.total_steps, steps_per_s),
             account=self.account(),
         )

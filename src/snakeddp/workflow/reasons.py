@@ -73,18 +73,28 @@ def list_change(was: list[Any], now: list[Any]) -> str | None:
     )
 
 
+def _change(key: str, old: dict[str, Any], new: dict[str, Any]) -> tuple[str, str, str]:
+    """A changed key's last name and both its values as shown."""
+    return key.rsplit(".", 1)[-1], shown(old.get(key, ABSENT)), shown(new.get(key, ABSENT))
+
+
 def changes(before: Any, after: Any) -> list[str]:
     """``key: old → new`` for each key whose value differs. A run's parameter holds its config
-    under ``config``: those keys are named as the config file names them (``model.lr``)."""
+    under ``config``: those keys are named as the config file names them (``model.lr``), and a key
+    beside it that changed as a config key of the same name did is not named again (the report's
+    ``settings.title`` is its ``report.title``)."""
     old, new = leaves(before), leaves(after)
     run = isinstance(before, dict) and "config" in before
+    changed = [key for key in sorted(old.keys() | new.keys()) if old.get(key, ABSENT) != new.get(key, ABSENT)]
+    in_config = {_change(key, old, new) for key in changed if run and key.startswith("config.")}
     lines = []
-    for key in sorted(old.keys() | new.keys()):
+    for key in changed:
         was, now = old.get(key, ABSENT), new.get(key, ABSENT)
-        if was != now:
-            name = key.removeprefix("config.") if run else key
-            said = list_change(was, now) if isinstance(was, list) and isinstance(now, list) else None
-            lines.append(f"{name + ': ' if name else ''}{said or f'{shown(was)} → {shown(now)}'}")
+        if not key.startswith("config.") and _change(key, old, new) in in_config:
+            continue
+        name = key.removeprefix("config.") if run else key
+        said = list_change(was, now) if isinstance(was, list) and isinstance(now, list) else None
+        lines.append(f"{name + ': ' if name else ''}{said or f'{shown(was)} → {shown(now)}'}")
     return lines
 
 
