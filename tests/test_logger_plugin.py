@@ -133,6 +133,11 @@ def test_a_failed_jobs_log_shows_only_its_one_line_where_it_ends_in_one(capsys, 
     assert not any("GPU available" in said or "epoch 1/4" in said for said in shown), shown
     assert not any("message: None" in said or "CalledProcessError" in said for said in shown), shown
     assert "Error in rule train:" in shown and f"    log: {log} (check log file(s) for error details)" in shown
+    # A preempted rank's line, then srun's on the exit code (the whole log of 228 lines was shown on Slurm).
+    preempted = "snakeddp: preempted in epoch 164/400; saved checkpoints/last.ckpt. HINT: rerun to resume from it"
+    log.write_text(f"run a: epoch 163/400\n{preempted}\nsrun: error: vm-2: task 0: Exited with exit code 75\n")
+    shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)
+    assert shown[-1] == preempted and not any("epoch 163/400" in said for said in shown), shown
     log.write_text("Traceback (most recent call last):\n  File 'x.py', line 1\nKeyError: 'a'\n")
     shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)
     assert shown[-4:-1] == ["Traceback (most recent call last):", "  File 'x.py', line 1", "KeyError: 'a'"], shown

@@ -276,8 +276,8 @@ def main(args: argparse.Namespace, ranks: Ranks) -> int:
             print(
                 # Counted from 1, as the progress lines count (Lightning's current_epoch counts from 0).
                 f"snakeddp: preempted in epoch {trainer.current_epoch + 1}/{trainer.max_epochs}; "
-                f"saved {callbacks.preemption.last_path}; "
-                "rerun to resume (where snakemake itself was killed too, `snakemake --unlock` first)",
+                f"saved {callbacks.preemption.last_path}. HINT: rerun to resume from it, as a retry of the job "
+                "does (where snakemake itself was killed too, `snakemake --unlock` first)",
                 flush=True,
             )
         return PREEMPTED_EXIT_CODE

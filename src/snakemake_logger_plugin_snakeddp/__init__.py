@@ -50,6 +50,8 @@ _COLOURS = {"WARNING": 33, "INFO": 32, "DEBUG": 34, "CRITICAL": 35, "ERROR": 31}
 _YELLOW_INFO = {LogEvent.RUN_INFO, LogEvent.SHELLCMD, LogEvent.JOB_STARTED, None}
 # snakeddp's one line that ends a job: its program's name, and what to do (snakeddp.errors.one_line).
 _ONE_LINE = re.compile(r"^snakeddp[\w.]*: .*HINT: ")
+# What a launcher writes after its task's own last line: srun's and mpirun's word on the exit code.
+_LAUNCHER_AFTER = re.compile(r"^(srun|slurmstepd|mpirun|prterun)(: |-)")
 # Snakemake's exception for a job's shell command that failed, logged before the job's own record.
 _COMMAND_FAILED = re.compile(
     r"^RuleException:\nCalledProcessError in file .*returned non-zero exit status -?\d+\.?$", re.S
@@ -66,8 +68,9 @@ def interrupted() -> bool:
 
 def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
     """A failed job's record with each of its logs (as Snakemake's show_logs puts them in) cut to the log's last
-    line where that is snakeddp's one line, and to one line where it was last written before ``since`` (the
-    invocation's start: the job never wrote it); Snakemake's "message: None" (a rule without a message) left off."""
+    line where that is snakeddp's one line (srun's or mpirun's word on the exit code after it aside), and to one
+    line where it was last written before ``since`` (the invocation's start: the job never wrote it); Snakemake's
+    "message: None" (a rule without a message) left off."""
     from snakemake.logging import show_logs
 
     text = text.replace("\n    message: None\n", "\n")
@@ -82,7 +85,10 @@ def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
         if written < since and shown in text:
             told = f"Logfile {log}: not shown, as this job did not write it (it is from an earlier invocation)"
             text = text.replace(shown, told)
-        elif lines and _ONE_LINE.match(lines[-1]) and shown in text:
+            continue
+        while lines and _LAUNCHER_AFTER.match(lines[-1]):  # srun's "task 0: Exited with exit code 75" after ours
+            lines.pop()
+        if lines and _ONE_LINE.match(lines[-1]) and shown in text:
             text = text.replace(shown, f"Logfile {log}, its last line (the whole log is in the file):\n{lines[-1]}")
     return text
 
