@@ -335,7 +335,7 @@ def platform_answers(checkout: Path) -> list[dict]:
             continue
         found, problem = queued(checkout)
         if problem:
-            print(f"snakeddp status: {row.name}: {problem}; its queued runs are not shown", file=sys.stderr)
+            print(f"snakeddp status: {row.name}: its queued runs are not shown: {problem}", file=sys.stderr)
         answers += found
     return answers
 

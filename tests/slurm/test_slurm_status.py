@@ -67,6 +67,19 @@ def test_status_during_a_slurm_run_shows_the_queued_run_and_the_training_ones_et
     assert queued["run"] in ("seed-1", "seed-2") and queued["detail"].startswith("slurm job "), queued
     assert "pending" in queued["detail"], queued
     assert training["eta_s"] and 0 < training["percent"] < 100 and training["step"], training
+    # Typed in a shell without the cluster's SLURM_CONF: one line, whose HINT is the shell typed_status types in.
+    away = {key: value for key, value in flow.env().items() if key != "SLURM_CONF"}
+    done = subprocess.run(
+        [str(flow.bin / "snakeddp"), "status"],
+        cwd=flow.directory,
+        env=away,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    (line,) = done.stderr.splitlines()
+    assert done.returncode == 0 and line.startswith("snakeddp status: slurm: its queued runs are not shown: squeue")
+    assert line.count("HINT:") == 1 and "SLURM_CONF" in line.partition("HINT:")[2], line
     after = typed_status(flow)
     assert [(row["run"], row["state"]) for row in after] == [("seed-1", "done"), ("seed-2", "done")], after
     waits = {}

@@ -48,7 +48,10 @@ def queued(checkout: Path) -> tuple[list[dict[str, Any]], str | None]:
         return [], None
     lines = user_queue(FORMAT)
     if isinstance(lines, str):
-        return [], lines
+        return [], (
+            f"{lines}. HINT: type it where squeue answers, as snakemake did: on the cluster's login node, or with the "
+            "SLURM_CONF (and PATH) of the shell that ran snakemake"
+        )
     here, found = checkout.resolve(), []
     for line in lines:
         fields = line.split("|", 4)
