@@ -95,3 +95,24 @@ def test_a_run_whose_writer_was_killed_says_its_process_is_gone(tmp_path):
     killed.wait()
     (row,) = status.of_checkout(tmp_path, [])
     assert row["state"] == "training" and row["detail"].endswith(f"; its process (pid {killed.pid}) is gone")
+
+
+def test_a_failed_run_says_why_in_its_row_with_the_line_its_rank_left(tmp_path):
+    """A failed run's detail said only "launcher on vm", though the rank's one line is beside it (failure.txt, or
+    refused.txt where the machine refused the ranks)."""
+    run = tmp_path / "runs" / "base"
+    run.mkdir(parents=True)
+    status.write(run, "training", writer="rank 0", step=5)
+    status.ended(run, "failed")
+    line = "snakeddp.train: model.target 'my.model:Net' cannot be imported (No module named 'my'). HINT: add it"
+    RunPaths(run).failure.write_text(f"{line}\n")
+    (row,) = status.of_checkout(tmp_path, [])
+    assert row["state"] == "failed" and row["detail"] == line, row
+    refused = "snakeddp.train: no GPU this process can use. HINT: set launch.accelerator: cpu"
+    RunPaths(run).refused.write_text(f"{refused}\n")
+    (raw,) = status.of_checkout(tmp_path, [], raw=True)
+    assert raw["detail"] == refused, raw
+    # A run that is done keeps its writer's word, whatever file an earlier try left.
+    status.ended(run, "completed")
+    (row,) = status.of_checkout(tmp_path, [])
+    assert row["state"] == "done" and row["detail"] == f"launcher on {row['detail'].split(' on ')[1]}", row

@@ -161,6 +161,7 @@ def of_checkout(
     for folder in sorted(runs.iterdir()) if runs.is_dir() else []:
         said = read(folder) if folder.is_dir() else None
         if said is not None:
+            said = {**said, **_why_failed(folder, said)}
             rows[folder.name] = _raw(folder.name, said, now) if raw else _row(folder.name, said, now)
     empty = dict.fromkeys((*RAW, "updated", "updated_s_ago") if raw else COLUMNS)
     for answer in answers:
@@ -206,6 +207,22 @@ def _row(run: str, said: Mapping[str, Any], now: float) -> dict[str, Any]:
         "updated": f"{duration(max(now - float(said['updated']), 0.0))} ago",
         "detail": _detail(said),
     }
+
+
+def _why_failed(folder: Path, said: Mapping[str, Any]) -> dict[str, str]:
+    """A failed try's detail where its writer gave none: the one line its first stopped rank left (refused.txt where
+    the machine refused the ranks, else failure.txt; the launcher removes both as a try starts)."""
+    if said["state"] != "failed" or said.get("detail"):
+        return {}
+    paths = RunPaths(folder)
+    for path in (paths.refused, paths.failure):
+        try:
+            line = next((line for line in path.read_text(errors="replace").splitlines() if line.strip()), None)
+        except OSError:
+            continue
+        if line:
+            return {"detail": line.strip()}
+    return {}
 
 
 def _detail(said: Mapping[str, Any]) -> str:
