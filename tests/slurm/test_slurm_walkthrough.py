@@ -144,3 +144,26 @@ def test_the_third_line_trains_the_sweep_on_the_cpus_and_writes_the_report(typed
         assert '"accelerator": "cpu"' in record, run
     report = checkout.root / "results" / "report" / "report.html"
     assert report.is_file() and f"Report: {report.resolve()}" in trained.stdout
+
+
+def test_an_account_the_user_has_not_is_one_line_before_any_job_and_its_hint_runs(typed):
+    """The profile's placeholder account (slurm_account=my_project) cost a traceback per job and try (the plugin's
+    own check): it is one line before any job, naming the accounts sacctmgr lists; one of them, as the HINT says,
+    runs. Typed as the page's third line, which trained the sweep: its report made again."""
+    checkout, *_ = typed
+    third = walkthrough()[2]
+    account = ("--set-resources", "train:slurm_account='my_project'")
+    planned = checkout.type(third, "-n", "--forcerun", "report", *account)
+    (noted,) = [line for line in hint_lines(planned) if "slurm_account" in line] or [planned.stdout[-3000:]]
+    assert planned.returncode == 0 and noted.startswith(
+        "Dry run; a real run would stop here: slurm_account 'my_project' (set-resources: train in the profile"
+    ), noted
+    before = checkout.slurm("sacct", "--allocations", "--noheader", "--parsable2", "--format=JobID")
+    refused = checkout.type(third, "--forcerun", "report", *FAST_POLLING, *account)
+    (line,) = hint_lines(refused)
+    assert refused.returncode == 1 and "Traceback" not in refused.stdout and line == noted.split("stop here: ")[1]
+    assert checkout.slurm("sacct", "--allocations", "--noheader", "--parsable2", "--format=JobID") == before
+    listed = re.search(r"sacctmgr lists: ([^)]*)\)", line).group(1).split(", ")
+    hinted = ("--set-resources", f"train:slurm_account='{listed[0]}'")
+    ran = checkout.type(third, "--forcerun", "report", *FAST_POLLING, *hinted)
+    assert ran.returncode == 0 and "HINT:" not in ran.stdout, ran.stdout[-3000:]

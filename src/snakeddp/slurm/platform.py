@@ -17,7 +17,7 @@ from snakeddp import cluster, platforms
 from snakeddp.config import site
 from snakeddp.config.parts import Launch, Site, Trainer
 from snakeddp.contract import Invocation, Platform, PreflightError, Runs, note_instead
-from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY, polling
+from snakeddp.slurm import PLATFORM, SLURM_CONF_COPY, accounts, polling
 from snakeddp.slurm import mixed as mixed_gpus
 from snakeddp.slurm import nodes as slurm_nodes
 from snakeddp.slurm import status as slurm_status
@@ -85,6 +85,17 @@ def check_nodes(
                 "them. HINT: run snakemake where Slurm answers (a login node, where `sinfo` works)."
             )
         raise PreflightError(message) from None
+
+
+def check_accounts(invocation: Invocation) -> None:
+    """The profile's slurm_account against the user's accounts, asked once by the typed invocation before any job
+    (snakeddp.slurm.accounts)."""
+    if not invocation.typed:
+        return
+    try:
+        accounts.check(invocation.resources, invocation.train_rules)
+    except accounts.AccountError as error:
+        raise PreflightError(str(error)) from None
 
 
 @dataclass
@@ -160,8 +171,10 @@ class Slurm(Platform[SlurmState]):
         declared = invocation.declared.get("site") or {}
         nodes, build = self.nodes(invocation), self.build(invocation)
         note_instead(lambda: check_nodes(parts_of(invocation, to_train), invocation.site, declared, nodes, build))
+        note_instead(lambda: check_accounts(invocation))
 
     def before_jobs(self, invocation: Invocation[SlurmState], to_train: Runs, training: Runs, cores: int) -> None:
+        check_accounts(invocation)
         declared = invocation.declared.get("site") or {}
         check_nodes(
             parts_of(invocation, training), invocation.site, declared, self.nodes(invocation), self.build(invocation)
