@@ -68,9 +68,11 @@ onstart:
             snakeddp_preflight.check_tracking_server(
                 PLAN.tracking, to_train, PLAN.row.name, os.environ
             )
+            pending = list(snakeddp_snakemake.pending_jobs(workflow))
+            PLAN.invocation.pending = frozenset(rule for rule, _ in pending)
             training = {
                 wildcards["run"]
-                for rule, wildcards in snakeddp_snakemake.pending_jobs(workflow)
+                for rule, wildcards in pending
                 if rule in PLAN.invocation.train_rules
             }
             PLAN.contract.before_jobs(

@@ -81,6 +81,7 @@ class Invocation(Generic[State]):
     provide: Callable[[str, int], None] = lambda name, amount: None  # a global resource Snakemake counts
     same_interpreter: bool = True  # jobs run Snakemake's interpreter (no --sdm conda or apptainer)
     in_container: bool = False  # the rules run in --sdm apptainer's image
+    pending: frozenset[str] = frozenset()  # the rules of the jobs about to run (set at onstart, before before_jobs)
 
     def settings_as(self, kind: type[S]) -> S:
         """The platform's own settings, as its package's part ``kind``."""

@@ -21,6 +21,8 @@ from snakeddp.spark.settings import Settings
 
 #: Where the shared application's executors keep their temporary files: in the checkout, which they see.
 SCRATCH = Path(".snakemake") / "snakeddp"
+#: The rule that ingests a table: one about to run may read it on the executors (snakeddp.spark.ingest).
+INGEST_RULE = "data_table"
 
 
 def settle_site(invocation: Invocation, env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -92,7 +94,12 @@ class Spark(Platform[SparkState]):
             return
         launches = [invocation.launches[run_id] for run_id in training]
         scratch = (SCRATCH / f"spark-{os.getpid()}").resolve()
-        expect = sharing.expected(launches, os.environ)
+        # A table's ingestion about to run may read it on the executors, in an application of the ingest job's own
+        # (snakeddp.spark.ingest): a session started ahead would hold their cores (every run's ranks), and the
+        # ingestion would wait 30 s for an executor that never comes, then read the table alone. The session then
+        # starts when the first run asks, after the ingestion it waits for.
+        ingesting = INGEST_RULE in invocation.pending
+        expect = None if ingesting else sharing.expected(launches, os.environ)
         os.environ[sharing.VARIABLE] = application.start(scratch, sharing.slots(launches), expect=expect)
 
     def close(self, invocation: Invocation[SparkState]) -> None:
