@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for note in stop(cluster):
         print(f"spark: {note}", file=sys.stderr)
+    workers = len(cluster.pids) - 1
+    print(f"spark: stopped the master {cluster.master_url} and its {workers} worker{'s' * (workers != 1)}")
     return 0
 
 
