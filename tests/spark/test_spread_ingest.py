@@ -191,5 +191,8 @@ def test_a_local_master_leaves_the_table_to_the_step(tmp_path, monkeypatch, capf
     monkeypatch.chdir(tmp_path)
     env = {**subprocess_env(), "SNAKEDDP_PLATFORM": "spark", "SNAKEDDP_PLATFORM_SECTION": '{"master": "local[2]"}'}
     summary = spark_ingest.ingest(tables.params(table, partitions=3), tmp_path / "spark", env)
-    assert "local[2] runs Spark's tasks in the driver" in capfd.readouterr().err
+    said = capfd.readouterr().err
+    # The pieces were said to be for Spark's tasks a line before: the step says it reads them itself instead.
+    told = "local[2] runs Spark's tasks in the driver, on this machine, as this step would; the table is read here"
+    assert f"{told} instead, not by Spark tasks" in said, said
     assert "pieces" not in summary and summary["rows_read"] == 600_000

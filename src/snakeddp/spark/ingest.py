@@ -55,8 +55,8 @@ def ingest(params: Mapping[str, Any], out_dir: str | Path, env: Mapping[str, str
     read = functools.partial(on_executors, spark=settings.from_environment(env), env=env)
     try:
         summary = spread.ingest(params, out_dir, read, "by Spark tasks")
-    except NoCores as why:
-        say(f"ingest: {why}; the table is read here")
+    except NoCores as why:  # after spread's line that the pieces are for Spark's tasks: said as a change of plan
+        say(f"ingest: {why}; the table is read here instead, not by Spark tasks")
         summary = None
     return summary if summary is not None else tables.ingest(params, out_dir)
 
