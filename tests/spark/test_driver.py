@@ -178,33 +178,3 @@ def test_the_session_the_workflow_starts_ahead_is_the_one_its_runs_drivers_ask_f
     assert sharing.session_key(other) != sharing.session_key(expected)
     assert sharing.expected([asked[0][1], part], env) is None
 
-
-def test_a_table_to_ingest_leaves_the_executors_free_until_the_first_run_asks(tmp_path, monkeypatch):
-    """The workflow starts the expected session ahead, while the data jobs run; but a table ingestion about to
-    run reads it on the executors, in an application of its own: a session ahead held their cores (on the
-    2-worker cluster of docs/spark.md, both), and the ingestion waited 30 s for none and read the table alone."""
-    from types import SimpleNamespace
-
-    from snakeddp import config
-    from snakeddp.spark import platform
-
-    spark = {"master": "spark://127.0.0.1:7077", "conf": {}}
-    monkeypatch.setenv(variables.PLATFORM, "spark")
-    monkeypatch.setenv(variables.PLATFORM_SECTION, json.dumps(spark))
-    monkeypatch.setenv(sharing.VARIABLE, "")  # before_jobs sets it: put back after the test
-    monkeypatch.chdir(tmp_path)
-    started = []
-    monkeypatch.setattr(
-        sharing.SharedApplication, "start", lambda self, *a, expect=None, **kw: started.append(expect) or "s"
-    )
-    launches = {
-        "devices-2": Launch.of(
-            config.validate({"launch": {"devices": 2, "threads_per_process": 1, "accelerator": "cpu"}})["launch"]
-        )
-    }
-    for pending in ({"train"}, {"train", "data_table"}):
-        invocation = SimpleNamespace(state=platform.SparkState(), launches=launches, pending=frozenset(pending))
-        platform.CONTRACT.before_jobs(invocation, {}, {"devices-2": {}}, 2)
-    ahead, with_ingestion = started
-    assert ahead is not None and ahead["num_processes"] == 2
-    assert with_ingestion is None

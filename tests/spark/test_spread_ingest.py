@@ -91,14 +91,22 @@ def test_a_bad_value_read_on_an_executor_is_the_local_ingestions_one_line(spark_
 @pytest.mark.e2e
 def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_path):
     """The command the user types: `snakemake --profile spark` trains a run on a table whose ingest step reads the
-    windows on the executors, beside the workflow's own application (started before the jobs, for the training);
-    the partitions and manifest are those of `--profile local`'s data jobs."""
+    windows on the executors, before the workflow's own application for the training takes their cores; the
+    partitions and manifest are those of `--profile local`'s data jobs."""
     table = parquet_folder(tmp_path / "table", the_rows())
     section = {"path": str(table), "features": tables.FEATURES, "label": "y"}
     data = {"source": "table", "num_train_files": 3, "num_classes": 1, "table": section}
     # The run trains one epoch on what the ingestion wrote, in batches of 4,096 rows: TINY's 32 made it 5,620 steps
     # and 1,875 of validation (test_databricks_ingest's run of the same table: a loop of 9.9 s, a validation of 2.9 s).
-    config = {**TINY, "trainer": {**TINY["trainer"], "max_epochs": 1, "batch_size": 4096}, "data": data}
+    # Two ranks, one a worker's core each: the workflow's shared application, had it started ahead of the data jobs,
+    # would hold both, and the ingestion read the table alone after 30 s of waiting for an executor.
+    launch = {**TINY["launch"], "devices": 2, "threads_per_process": 1}
+    config = {
+        **TINY,
+        "trainer": {**TINY["trainer"], "max_epochs": 1, "batch_size": 4096},
+        "data": data,
+        "launch": launch,
+    }
     for profile, until in (("spark", ()), ("local", ("--until", "data_manifest"))):
         (tmp_path / profile).mkdir()
         flow = Workflow(tmp_path / profile, profile=profile)
