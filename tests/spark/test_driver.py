@@ -177,4 +177,3 @@ def test_the_session_the_workflow_starts_ahead_is_the_one_its_runs_drivers_ask_f
     other, part = driver_hello(tmp_path, env, "threads-1", {"launch": {"devices": 2, "threads_per_process": 1}})
     assert sharing.session_key(other) != sharing.session_key(expected)
     assert sharing.expected([asked[0][1], part], env) is None
-
