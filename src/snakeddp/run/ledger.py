@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +64,8 @@ def path(results: Path) -> Path:
     return Path(results) / FILE
 
 
-def utc(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
+# An event's time as tries.json writes a try's (to the second): a try's events are found again by it.
+utc = tries.utc
 
 
 def seconds(stamp: str) -> float:
@@ -121,9 +121,14 @@ def record(
     if cause:
         event["cause"] = cause
     with _changing(results_dir) as nodes:
-        nodes.setdefault(host, []).append(event)
-        nodes[host].sort(key=lambda e: seconds(e["at"]))
+        _add(nodes, host, event)
     return event
+
+
+def _add(nodes: dict[str, list[dict[str, Any]]], host: str, event: dict[str, Any]) -> None:
+    """``event`` among ``host``'s, which stay in time order."""
+    nodes.setdefault(host, []).append(event)
+    nodes[host].sort(key=lambda e: seconds(e["at"]))
 
 
 def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
@@ -144,7 +149,8 @@ def record_try(run_dir: Path, entry: Mapping[str, Any]) -> list[str]:
         attempt = tries.read(run_dir)
     except RunStateError:  # the launcher has just written it; should it not read, the hang is the node's as before
         attempt = []
-    earlier = [t for t in attempt if t["number"] in tries.own_hangs(attempt).get(entry.get("number"), [])]
+    at_its_place = tries.own_hangs(attempt).get(entry.get("number"), [])
+    earlier = [t for t in attempt if t["number"] in at_its_place]
     try:
         if earlier and nodes:
             _record_own(run_dir, entry, earlier, note)
@@ -168,9 +174,7 @@ def _record_own(run_dir: Path, entry: Mapping[str, Any], earlier: list[Mapping[s
     before = [(t["ended_at"], tries.blamed(t["hang"])) for t in earlier]
     with _changing(results) as held:
         for node in nodes:
-            own = {"kind": "hang", "run": run, "at": entry["ended_at"], "note": note, "cause": RUNS_OWN}
-            held.setdefault(node, []).append(own)
-            held[node].sort(key=lambda e: seconds(e["at"]))
+            _add(held, node, {"kind": "hang", "run": run, "at": entry["ended_at"], "note": note, "cause": RUNS_OWN})
         for at, named in before:
             for node in named:
                 for event in held.get(node, []):

@@ -47,7 +47,7 @@ def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
         attempts = earlier_attempts(run_dir)  # oldest first
         kept = {a.run_dir for a in sorted(attempts, key=_score)[:best]}
         kept |= {a.run_dir for a in attempts[len(attempts) - last :]} if last else set()
-        kept |= {standing.run_dir} if (standing := standing_attempt(run_dir)) is not None else set()
+        kept |= {standing.run_dir} if (standing := standing_attempt(run_dir, attempts)) is not None else set()
         for attempt in attempts:
             folder = attempt.paths.checkpoints
             if attempt.run_dir not in kept and folder.is_dir():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,14 +400,17 @@ def last_finished(results: str | Path, passed_over: list[ProvenanceError] | None
     return found
 
 
-def standing_attempt(run_dir: str | Path) -> Run | None:
+def standing_attempt(run_dir: str | Path, attempts: Sequence[Run] | None = None) -> Run | None:
     """The most recent finished attempt kept under ``<run_dir>/attempts/`` when the run's current attempt has not
     finished (no provenance.json): what the run last trained and its only model (``last_finished`` lists it, and
-    `snakeddp prune` never removes it); None when the current attempt finished or no attempt did."""
+    `snakeddp prune` never removes it); None when the current attempt finished or no attempt did. ``attempts``:
+    the run's ``earlier_attempts``, where the caller has read them already."""
     paths = RunPaths(run_dir)
-    if paths.provenance.is_file() or not paths.kept_records():
+    if paths.provenance.is_file():
         return None
-    return earlier_attempts(run_dir)[-1]
+    if attempts is None:
+        attempts = earlier_attempts(run_dir) if paths.kept_records() else []
+    return attempts[-1] if attempts else None
 
 
 def earlier_attempts(run_dir: str | Path) -> list[Run]:

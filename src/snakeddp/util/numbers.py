@@ -26,8 +26,8 @@ def disk_size(size: int) -> str:
     checkpoints are kilobytes, which a fixed MiB showed as 0.0."""
     if size < 1000:
         return f"{size} B"
-    for exponent, unit in enumerate(("kB", "MB", "GB", "TB"), start=1):
+    for exponent, unit in enumerate(("kB", "MB", "GB"), start=1):
         shown = f"{size / 1000**exponent:.1f}"
-        if float(shown) < 1000 or unit == "TB":  # 999,960 bytes: 1.0 MB, not 1000.0 kB
+        if float(shown) < 1000:  # 999,960 bytes: 1.0 MB, not 1000.0 kB
             return f"{shown} {unit}"
-    raise AssertionError("unreachable")
+    return f"{size / 1000**4:.1f} TB"
