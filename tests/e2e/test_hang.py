@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import TINY, left_running, merged, subprocess_env, training_processes
+from tests.helpers import TINY, left_running, merged, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -44,9 +44,12 @@ SLOW = {
 # The built-in mlp, whose rank 1 stops itself (SIGSTOP) at a step of the last epoch while the file STOP_ONCE is
 # there: a test's stop sent from outside once the first checkpoint is saved could land before the next epoch's
 # first step on a busy machine (an epoch here is under a second), and so trained nothing the checkpoint lacks.
-STOP_ONCE = "stop-once"
+# It writes its pid and the time to STOPPED first, then removes STOP_ONCE: the test waits for the file to go, not
+# for a process state it could miss (the stopped rank lives hang_timeout seconds) on a loaded machine, and knows
+# rank 1's pid from rank 1 itself (the forked ranks can start in one clock tick, so their start times tie).
+STOP_ONCE, STOPPED = "stop-once", "stopped.json"
 STOPS_ONCE = f"""
-import os, signal
+import json, os, signal, time
 from pathlib import Path
 
 from snakeddp.training.models import MLP
@@ -56,6 +59,7 @@ class StopsOnce(MLP):
     def on_train_batch_start(self, batch, batch_idx):
         marker = Path({STOP_ONCE!r})
         if self.global_rank == 1 and self.current_epoch == 1 and batch_idx == 20 and marker.exists():
+            Path({STOPPED!r}).write_text(json.dumps({{"pid": os.getpid(), "at": time.time()}}))
             marker.unlink()
             os.kill(os.getpid(), signal.SIGSTOP)
 """
@@ -73,18 +77,26 @@ def finished_at(run_dir: Path) -> list[float]:
         return [datetime.fromisoformat(row["finished_at"]).timestamp() for row in csv.DictReader(handle)]
 
 
+def alive(pid: int) -> bool:
+    """Whether the process runs, or is stopped: not gone, nor a zombie waiting to be reaped."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def stacks_of(text: str) -> dict[int, str]:
     """stacks.txt's sections by rank (each starts ``== rank N on``)."""
     return {int(part.split(" ", 2)[1]): part for part in text.split("\n== ")[1:]}
 
 
-def the_evidence_holds_both_stacks(run_dir: Path, line: str, stopped: psutil.Process) -> None:
+def the_evidence_holds_both_stacks(run_dir: Path, line: str, stopped: int) -> None:
     evidence = run_dir / "hang" / "try-1"  # the attempt's first try (tries.json's number)
     assert f"Every rank's Python stack: {evidence / 'stacks.txt'}." in line or "hang/try-1/stacks.txt." in line, line
     stacks = stacks_of((evidence / "stacks.txt").read_text())
     assert sorted(stacks) == [0, 1], stacks
     host = socket.gethostname()
-    culprit = f"rank 1 on {host} (pid {stopped.pid}), the one the others waited for: taken by signal (stopped: "
+    culprit = f"rank 1 on {host} (pid {stopped}), the one the others waited for: taken by signal (stopped: "
     assert stacks[1].startswith(culprit), stacks[1][:300]
     # Its main thread's frames, which ran the handler before running on: where it stopped itself.
     main = stacks[1].split("Current thread", 1)[1].split("\n\n", 1)[0]
@@ -109,29 +121,26 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     (tmp_path / STOP_ONCE).touch()
     run_dir = tmp_path / "results/runs/base"
     typed = local_run_past_first_checkpoint(tmp_path, tmp_path / "run.log")
-    ranks = training_processes(run_dir)
-    assert len(ranks) == 2, ranks
-    stopped = ranks[1]
     deadline = time.monotonic() + 120
-    while stopped.status() != psutil.STATUS_STOPPED:  # mid-epoch, by its own hand
+    while (tmp_path / STOP_ONCE).exists():  # mid-epoch, by its own hand
         assert typed.poll() is None and time.monotonic() < deadline, "rank 1 never stopped itself"
         time.sleep(0.05)
-    assert not (tmp_path / STOP_ONCE).exists()
-    at, stopped_at = time.monotonic(), time.time()
+    stop = json.loads((tmp_path / STOPPED).read_text())
+    stopped, stopped_at = stop["pid"], stop["at"]
     typed.wait(timeout=BOUND_S + 60)
-    took = time.monotonic() - at
+    took = time.time() - stopped_at
     output = (tmp_path / "run.log").read_text()
     assert typed.returncode == 1, output[-3000:]
     assert took < BOUND_S, f"{took:.0f} s after the stop"
     lines = [line for line in output.splitlines() if "hung: rank 1 on" in line]
     assert len(lines) == 1, output[-3000:]
     (line,) = lines
-    assert f"rank 1 on {socket.gethostname()} (pid {stopped.pid}) stopped advancing" in line, line
+    assert f"rank 1 on {socket.gethostname()} (pid {stopped}) stopped advancing" in line, line
     assert "its process is stopped" in line and "rank 0 waits at step" in line and "HINT: " in line, line
     for crash in ("Traceback", "Exception raised from"):  # Python's, and torch's C++ stack
         assert crash not in output, output[-3000:]
     assert not left_running(tmp_path, within=10), "a process of the hung run is still there"
-    assert not psutil.pid_exists(stopped.pid) or stopped.status() == psutil.STATUS_ZOMBIE
+    assert not alive(stopped)
     the_evidence_holds_both_stacks(run_dir, line, stopped)
     flights = sorted(path.name for path in (run_dir / "hang" / "try-1").glob("flight-recorder-rank*"))
     if hang_timeout == "default":
@@ -151,7 +160,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]
     hung, completed = record["attempt"]["tries"]
     assert (hung["outcome"], completed["outcome"]) == ("hung", "completed")
-    assert hung["hang"]["culprit"]["pid"] == stopped.pid and hung["hang"]["line"] == line
+    assert hung["hang"]["culprit"]["pid"] == stopped and hung["hang"]["line"] == line
     assert completed["resumed_from_step"] == hung["kept_step"] > 0
     assert hung["reached_step"] > hung["kept_step"], "steps after the last checkpoint, trained again"
     goodput = record["timing"]["goodput"]
@@ -160,7 +169,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
         (row,) = list(csv.DictReader(handle))
     assert row["tries"] == "2" and float(row["lost_hung_s"]) == goodput["lost"]["hung"]["seconds"]
     page = (tmp_path / "results/report/report.html").read_text()
-    assert f"rank 1 on {socket.gethostname()} (pid {stopped.pid}) stopped advancing at step" in page
+    assert f"rank 1 on {socket.gethostname()} (pid {stopped}) stopped advancing at step" in page
     crate = json.loads((tmp_path / "results/report/ro-crate-metadata.json").read_text())
     listed = {entity["@id"] for entity in crate["@graph"]}
     assert {f"files/runs/base/hang/try-1/{name}" for name in ("stacks.txt", "gpu.json", *flights)} <= listed, listed

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import assert_valid_provenance, left_running, training_processes
+from tests.helpers import assert_valid_provenance, left_running
 
 pytestmark = pytest.mark.e2e
 
@@ -32,14 +32,20 @@ DEFAULT_WINDOW_S, BOUND_S = 60, 90
 WINDOW_S = 10
 NAMED_WITHIN_S = WINDOW_S + BOUND_S - DEFAULT_WINDOW_S
 STEP_S = 0.02
+# Rank 1 writes its pid to RANK_1_PID at its first step: the forked ranks can start in one clock tick, so their
+# start times cannot tell which is rank 1.
+RANK_1_PID = "rank-1.pid"
 SLEEPY = f"""
-import time
+import os, time
+from pathlib import Path
 
 from snakeddp.training.models import MLP
 
 
 class Sleepy(MLP):
     def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.global_step == 0:
+            Path({RANK_1_PID!r}).write_text(str(os.getpid()))
         time.sleep({STEP_S})
         return super().training_step(batch, batch_idx)
 """
@@ -91,9 +97,7 @@ def start(tmp_path: Path, launch: dict, epochs: int = CONFIG["trainer"]["max_epo
     checkout.write_config({**CONFIG, "trainer": trainer, "launch": {**CONFIG["launch"], **launch}})
     (tmp_path / "sleepy.py").write_text(SLEEPY)
     typed = local_run_past_first_checkpoint(tmp_path, tmp_path / "run.log")
-    ranks = training_processes(tmp_path / "results/runs/base")
-    assert len(ranks) == 2, ranks
-    return checkout, typed, ranks[1]
+    return checkout, typed, int((tmp_path / RANK_1_PID).read_text())
 
 
 def wait_for_line(typed, log: Path, text: str, within: float) -> str:
@@ -109,14 +113,14 @@ def wait_for_line(typed, log: Path, text: str, within: float) -> str:
 
 def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_on(tmp_path):
     _, typed, rank_1 = start(tmp_path, {})
-    slowing = Slowing(rank_1.pid)
+    slowing = Slowing(rank_1)
     try:
         line = wait_for_line(typed, tmp_path / "run.log", "is slowed by one rank", NAMED_WITHIN_S)
         named_after = time.monotonic() - slowing.started
     finally:
         slowing.stop()
     assert WINDOW_S <= named_after < NAMED_WITHIN_S, named_after
-    where = f"rank 1 on {socket.gethostname()} (cpu, pid {rank_1.pid}) has run at "
+    where = f"rank 1 on {socket.gethostname()} (cpu, pid {rank_1}) has run at "
     assert line.startswith("snakeddp.train: run base is slowed by one rank: ") and where in line, line
     relative = float(line.split(where)[1].split("x")[0])
     assert 0.2 < relative < 0.7, line
@@ -135,7 +139,7 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
     assert_valid_provenance(tmp_path / "results")  # the scores as provenance.schema.json defines them
     ranks = json.loads((run_dir / "provenance.json").read_text())["launch"]["ranks"]
     slow, fast = ranks[1]["pace"], ranks[0]["pace"]
-    assert ranks[1]["pid"] == rank_1.pid
+    assert ranks[1]["pid"] == rank_1
     assert slow["lowest_relative"] < 0.7 <= fast["lowest_relative"] and fast["relative"] == 1.0 > slow["relative"]
     ((spell,),) = [slow["slow_spells"]]
     assert spell["until"] is not None and spell["seconds"] >= WINDOW_S and fast["slow_spells"] == []
@@ -155,7 +159,7 @@ def test_a_rank_at_half_speed_is_named_in_one_line_within_90_s_and_the_run_goes_
 
 def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(tmp_path):
     checkout, typed, rank_1 = start(tmp_path, {"straggler": "stop"}, epochs=STOP_EPOCHS)
-    slowing = Slowing(rank_1.pid)
+    slowing = Slowing(rank_1)
     try:
         assert typed.wait(timeout=120) == 1, (tmp_path / "run.log").read_text()[-3000:]
     finally:
@@ -163,7 +167,7 @@ def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(t
     output = (tmp_path / "run.log").read_text()
     lines = [line for line in output.splitlines() if "stopped for a slow rank" in line]
     assert len(lines) == 1, output[-3000:]
-    assert f"rank 1 on {socket.gethostname()} (cpu, pid {rank_1.pid})" in lines[0] and "HINT: " in lines[0]
+    assert f"rank 1 on {socket.gethostname()} (cpu, pid {rank_1})" in lines[0] and "HINT: " in lines[0]
     assert "Traceback" not in output
     assert not left_running(tmp_path, within=10)
     rerun = checkout.snakemake("--profile", "profiles/local")
@@ -173,13 +177,11 @@ def test_with_straggler_stop_the_run_ends_as_a_hang_does_and_the_rerun_resumes(t
     record = json.loads((run_dir / "provenance.json").read_text())
     stopped, completed = record["attempt"]["tries"]
     assert stopped["outcome"] == "hung" and stopped["hang"]["kind"] == "slow"
-    assert stopped["hang"]["culprit"]["rank"] == 1 and stopped["hang"]["culprit"]["pid"] == rank_1.pid
+    assert stopped["hang"]["culprit"]["rank"] == 1 and stopped["hang"]["culprit"]["pid"] == rank_1
     assert stopped["hang"]["relative"] < 0.7 and stopped["hang"]["line"] == lines[0]
     assert completed["outcome"] == "completed" and completed["resumed_from_step"] == stopped["kept_step"] > 0
     epochs = [int(row.split(",")[0]) for row in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(STOP_EPOCHS)), "every epoch once"
     page = (tmp_path / "results/report/report.html").read_text()
-    said = (
-        f"rank 1 on {socket.gethostname()} (pid {rank_1.pid}) slow, at {stopped['hang']['relative']:.2f}x the fastest"
-    )
+    said = f"rank 1 on {socket.gethostname()} (pid {rank_1}) slow, at {stopped['hang']['relative']:.2f}x the fastest"
     assert said in page and "stopped (launch.straggler: stop) at step" in page
