@@ -22,11 +22,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import TINY, left_running, merged, subprocess_env
+from tests.helpers import TINY, all_gone, left_running, merged, subprocess_env
 
 pytestmark = pytest.mark.e2e
 
@@ -75,14 +74,6 @@ def finished_at(run_dir: Path) -> list[float]:
     """When each epoch's row was written, from metrics.csv (UTC, ISO)."""
     with open(run_dir / "metrics.csv") as handle:
         return [datetime.fromisoformat(row["finished_at"]).timestamp() for row in csv.DictReader(handle)]
-
-
-def alive(pid: int) -> bool:
-    """Whether the process runs, or is stopped: not gone, nor a zombie waiting to be reaped."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def stacks_of(text: str) -> dict[int, str]:
@@ -140,7 +131,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     for crash in ("Traceback", "Exception raised from"):  # Python's, and torch's C++ stack
         assert crash not in output, output[-3000:]
     assert not left_running(tmp_path, within=10), "a process of the hung run is still there"
-    assert not alive(stopped)
+    assert all_gone([stopped], within=0)
     the_evidence_holds_both_stacks(run_dir, line, stopped)
     flights = sorted(path.name for path in (run_dir / "hang" / "try-1").glob("flight-recorder-rank*"))
     if hang_timeout == "default":
