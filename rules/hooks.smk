@@ -1,5 +1,5 @@
 # What the workflow does around its jobs: checks when they start, the warm process and the terminal
-# relay of the local platform, the platform's watch, and the last lines at the end.
+# relay of the jobs on this machine, the platform's watch, and the last lines at the end.
 import os
 import sys
 import uuid
@@ -22,8 +22,9 @@ from snakeddp.workflow import interrupt as snakeddp_interrupt
 from snakeddp.workflow import live as snakeddp_live
 from snakeddp.workflow import preflight as snakeddp_preflight
 
-# Jobs of the local platform run beside Snakemake: their progress lines (epochs, ingestion, the
-# report) also reach its terminal, which otherwise shows a job's output only in the job's log.
+# Jobs that Snakemake runs on its own machine (every profile's but Slurm's, whose jobs are sbatch's) run
+# beside it: their progress lines (epochs, ingestion, the report, and a Spark run's ranks' lines, which its
+# driver job receives) also reach its terminal, which otherwise shows a job's output only in the job's log.
 # They go through this relay, which writes them with Snakemake's logger, the one writer of its
 # output (snakeddp.util.terminal). It listens from onstart (jobs will run) to onsuccess/onerror.
 TERMINAL_RELAY = snakeddp_terminal.Relay(logger.info)
@@ -95,30 +96,29 @@ onstart:
     # and the warm process that forks it with torch and Lightning imported once (snakeddp.warm): this
     # invocation's own, or the one `snakeddp warm` keeps where the environment names it (snakeddp.warm.kept).
     # Jobs on other machines never get one's socket (Slurm passes Snakemake's environment on).
+    if workflow.local_exec:
+        os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
     if not PLAN.row.this_machine:
         os.environ.pop(snakeddp_warm.SOCKET, None)
-    else:
-        os.environ[snakeddp_terminal.VARIABLE] = TERMINAL_RELAY.start()
-        if not workflow.touch:
-            try:
-                why_cold = snakeddp_warm.why_cold(PLAN.deployment, os.environ)
-            except ConfigError as error:
-                snakeddp_preflight.stop(error)
-            if why_cold is not None:
-                # Nor a kept one's: these jobs start cold.
-                os.environ.pop(snakeddp_warm.SOCKET, None)
-                if why_cold:
-                    snakeddp_errors.print_line(
-                        f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}"
-                    )
-            elif not snakeddp_warm_kept.named(os.environ):
-                # It imports what this invocation's jobs import: a data-only run imports no torch.
-                os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start(
-                    preload=snakeddp_warm_preload.for_rules(
-                        rule
-                        for rule, _ in snakeddp_snakemake.pending_jobs(workflow)
-                    )
+    elif not workflow.touch:
+        try:
+            why_cold = snakeddp_warm.why_cold(PLAN.deployment, os.environ)
+        except ConfigError as error:
+            snakeddp_preflight.stop(error)
+        if why_cold is not None:
+            # Nor a kept one's: these jobs start cold.
+            os.environ.pop(snakeddp_warm.SOCKET, None)
+            if why_cold:
+                snakeddp_errors.print_line(
+                    f"snakeddp: jobs start cold: {why_cold}. {snakeddp_warm.HINT}"
                 )
+        elif not snakeddp_warm_kept.named(os.environ):
+            # It imports what this invocation's jobs import: a data-only run imports no torch.
+            os.environ[snakeddp_warm.SOCKET] = WARM_PROCESS.start(
+                preload=snakeddp_warm_preload.for_rules(
+                    rule for rule, _ in snakeddp_snakemake.pending_jobs(workflow)
+                )
+            )
 
 
 # The last line of a successful run: where to look. The scheduler's pending wake-up timer would

@@ -3,7 +3,9 @@ session started ahead for the runs the workflow expects, and what a run that ask
 
 from __future__ import annotations
 
+import socket
 import sys
+import threading
 
 import pytest
 
@@ -36,5 +38,25 @@ def test_an_expected_session_no_run_used_gives_way_to_the_first_runs_and_then_de
         # From then on the session is the runs': one that asks for another goes alone, as before.
         assert app.open(hello(threads=2)) == first
         assert "declined" in app.open(hello(threads=1))
+        # 2 cores a rank on local[2]: one slot. A run that finds it held is told why it waits, once, and starts
+        # when the run holding it ends.
+        said: list[str] = []
+        with application._Slots(app, 1):
+            waiting = threading.Thread(target=lambda: application._Slots(app, 1, waits=said.append).__enter__())
+            waiting.start()
+            waiting.join(1.0)
+            assert waiting.is_alive() and said == [
+                "the other runs hold 1 of its 1 task slots; this run starts once they leave it 1 slot"
+            ]
+        waiting.join(5.0)
+        assert not waiting.is_alive() and app.used == 1 and len(said) == 1
+        app.used = 0
+        # A run stopped while it waited (Ctrl-C wrote its stop file) starts no stage when its turn comes.
+        (tmp_path / "stop").write_text("SIGINT")
+        driver, ours = socket.socketpair()
+        with driver, ours:
+            request = {"stop_file": str(tmp_path / "stop"), "group": str(tmp_path / "run")}
+            assert app.in_turn(ours, request, application._Slots(app, 1)) is None
+        assert app.used == 0 and "run run: starting" not in capsys.readouterr().err
     finally:
         app.stop()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from snakeddp import launch
 from snakeddp.config.parts import Launch
-from snakeddp.run import variables
+from snakeddp.run import status, variables
 from snakeddp.run.runfile import RunFile
 from snakeddp.spark import driver, session, sharing
 from snakeddp.spark.settings import Settings, from_environment
@@ -177,3 +177,15 @@ def test_the_session_the_workflow_starts_ahead_is_the_one_its_runs_drivers_ask_f
     other, part = driver_hello(tmp_path, env, "threads-1", {"launch": {"devices": 2, "threads_per_process": 1}})
     assert sharing.session_key(other) != sharing.session_key(expected)
     assert sharing.expected([asked[0][1], part], env) is None
+
+
+def test_a_run_waiting_for_the_shared_applications_slots_is_queued_in_its_status_and_says_why_once(tmp_path, capsys):
+    """Its status said "starting" while it waited for the other runs' slots, and its log nothing."""
+    run_dir = tmp_path / "runs" / "lr-0.1"
+    run_dir.mkdir(parents=True)
+    status.write(run_dir, "starting", writer="launcher")
+    driver.queued(run_dir, "the other runs hold 2 of its 2 task slots; this run starts once they leave it 2 slots")
+    record = status.read(run_dir)
+    assert record["state"] == "queued" and record["detail"].startswith("waits for Spark task slots: the other runs")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("lr-0.1: waits for its turn in the workflow's Spark application: the other runs hold 2")

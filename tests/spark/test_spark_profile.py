@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from scripts.spark_cluster import Cluster, daemon_env, executors
+from snakeddp.util import terminal
 from tests.helpers import SPARK_CONF_SECRETS, TINY, Workflow, subprocess_env
 from tests.platforms.conformance import Conformance, Finished
 
@@ -305,6 +306,11 @@ def test_a_sweep_trains_in_one_application_a_run_too_large_fails_alone_and_kill_
     # Each run's ranks' lines come back to its own log, through the one application.
     trained = (flow.directory / "logs/train/devices-2.log").read_text()
     assert "devices-2: epoch 2/2" in trained and "devices-3:" not in trained, trained[-3000:]
+    # And rank 0's epoch lines reach Snakemake's terminal too, through the run's driver job, once each; the log
+    # has them as the rank said them (without the mark that told the driver so: snakeddp.util.terminal).
+    shown = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("devices-2: epoch ")]
+    assert [line.split(" ")[2] for line in shown] == ["1/2", "2/2"], done.stdout[-3000:]
+    assert set(shown) <= set(trained.splitlines()) and terminal.MARK not in trained
 
     # What the HINT says, lowering the world size to the two slots there are, is the first test's run.
     # Killed: a run long enough to be mid-training (epochs of about a second).

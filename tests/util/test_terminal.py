@@ -9,8 +9,10 @@ import os
 import shlex
 import socket
 import subprocess
+import sys
 import time
 
+from snakeddp.util import terminal
 from snakeddp.util.terminal import CLIENT_TIMEOUT_S, PREFIX, VARIABLE, Relay, remove_stale_relays, say
 from tests.helpers import subprocess_env
 from tests.terminal_host import check_every_line_once_in_order, host_command
@@ -104,6 +106,24 @@ def test_a_job_on_another_host_or_outside_the_workflow_writes_only_its_log(monke
     relay.close()
     assert said == []
     assert capsys.readouterr().err.splitlines() == ["elsewhere", "outside"]
+
+
+def test_a_rank_read_by_its_driver_marks_what_it_says_and_the_driver_says_only_those_again(monkeypatch, capsys):
+    """A Spark run's rank: its output reaches the driver job line by line (its line server), and the driver,
+    beside Snakemake, hands the lines the rank said to the relay and prints every line to its log unmarked."""
+    monkeypatch.setenv(VARIABLE, terminal.THROUGH_DRIVER)
+    say("run: epoch 1/2")
+    print("Lightning's own line", file=sys.stderr)
+    rank_output = capsys.readouterr().err.splitlines()
+    assert rank_output[1] == "Lightning's own line" and rank_output[0] != "run: epoch 1/2"
+    said: list[str] = []
+    relay = Relay(said.append)
+    monkeypatch.setenv(VARIABLE, relay.start())  # the driver job's environment
+    for line in rank_output:
+        terminal.passed_on(line)
+    relay.close()
+    assert said == ["run: epoch 1/2"]
+    assert capsys.readouterr().err.splitlines() == ["run: epoch 1/2", "Lightning's own line"]
 
 
 def test_a_job_stopped_mid_line_holds_the_others_back_only_briefly(monkeypatch):

@@ -38,6 +38,7 @@ from snakeddp.spark.settings import Settings
 from snakeddp.spark.sharing import session_key
 from snakeddp.util import handoff
 from snakeddp.util.fsutil import atomic_write_text
+from snakeddp.util.words import counted
 
 # A run whose driver went before its stage started: nothing to answer.
 CLOSED = object()
@@ -145,7 +146,7 @@ class Application:
                 return
             request = message["train"]
             ranks = int(request["num_processes"])
-            first = _Slots(self, ranks)
+            first = _Slots(self, ranks, waits=sender(conn, "waiting"))
             error = self.in_turn(conn, request, first)
             if isinstance(error, str) and sessions.TOO_FEW_SLOTS.search(error) and first.others:
                 # The slots counted were not free after all (another application's, or fewer than Spark's
@@ -158,6 +159,8 @@ class Application:
         with slots:
             if closed(conn):
                 return CLOSED  # its driver went while it waited
+            if Path(request["stop_file"]).exists():
+                return None  # stopped while it waited (Ctrl-C): its driver judges the run by its records, untouched
             self.running[conn] = Path(request["stop_file"])
             try:
                 return self.train(conn, request)
@@ -180,7 +183,7 @@ class Application:
             target=self.watch, args=(conn, Path(request["failure_file"]), group, ended), daemon=True
         )
         watcher.start()
-        log(f"run {Path(group).name}: {request['num_processes']} ranks start")
+        log(f"run {Path(group).name}: starting {counted(int(request['num_processes']), 'rank')}")
         try:
             ended_with = stage.distribute(
                 self.context,
@@ -223,17 +226,28 @@ class _Slots:
     until no other run trains (a run larger than the whole session starts alone, and Spark's barrier check
     refuses it in one line, as before). ``others``: whether other runs were training when it started."""
 
-    def __init__(self, application: Application, ranks: int, alone: bool = False) -> None:
-        self.application, self.ranks, self.alone = application, ranks, alone
+    def __init__(
+        self, application: Application, ranks: int, alone: bool = False, waits: Callable[[str], None] | None = None
+    ) -> None:
+        self.application, self.ranks, self.alone, self.waits = application, ranks, alone, waits
         self.others = False
 
     def __enter__(self) -> None:
         app = self.application
         with app.free:
-            while app.used and (self.alone or app.used + self.ranks > app.capacity()):
+            if self.waits is not None and self._must_wait():
+                self.waits(
+                    f"the other runs hold {app.used} of its {app.capacity()} task slots; this run starts once they "
+                    f"leave it {counted(self.ranks, 'slot')}"
+                )
+            while self._must_wait():
                 app.free.wait()
             self.others = app.used > 0
             app.used += self.ranks
+
+    def _must_wait(self) -> bool:
+        app = self.application
+        return bool(app.used) and (self.alone or app.used + self.ranks > app.capacity())
 
     def __exit__(self, *exc: object) -> None:
         app = self.application
@@ -256,15 +270,16 @@ def log(line: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} snakeddp.spark.application: {line}", file=sys.stderr, flush=True)
 
 
-def sender(conn: socket.socket) -> Callable[[str], None]:
+def sender(conn: socket.socket, key: str = "line") -> Callable[[str], None]:
+    """What sends the run's driver a message of ``key``: a line of its ranks', or why it waits."""
     lock = threading.Lock()
 
     def say(line: str) -> None:
         with lock:
             try:
-                handoff.send(conn, {"line": line})
+                handoff.send(conn, {key: line})
             except OSError:
-                pass  # the driver is gone; its watcher cancels the run
+                pass  # the driver is gone; its watcher cancels the run (or its turn finds it closed)
 
     return say
 

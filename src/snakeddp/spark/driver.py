@@ -35,13 +35,14 @@ from typing import Any
 from snakeddp.cluster import network
 from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
-from snakeddp.run import attempt, variables
+from snakeddp.run import attempt, status, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.spark import PLATFORM, SparkError, settings, sharing
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
 from snakeddp.spark.jobside import APP_ID, MASTER
 from snakeddp.spark.settings import Settings
+from snakeddp.util import terminal
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 
 SETTINGS_FILE = "rank-env.json"
@@ -75,11 +76,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str
 def rank_environment(env: Mapping[str, str], app_id: str, master: str, scratch: Path) -> dict[str, str]:
     """What every rank adds to its task's environment (rank.py reads it from the settings file)."""
     # Not the spark section: it is the driver's, and its spark.conf may hold spark.authenticate.secret,
-    # which rank 0 would record with its SNAKEDDP_* variables.
+    # which rank 0 would record with its SNAKEDDP_* variables. Nor the terminal's relay, which is on the driver's
+    # machine: a rank's said lines reach it through the driver (snakeddp.spark.stage marks them so).
     ours = {
         name: value
         for name, value in env.items()
-        if (name.startswith("SNAKEDDP_") or name in RANK_VARIABLES) and name != variables.PLATFORM_SECTION
+        if (name.startswith("SNAKEDDP_") or name in RANK_VARIABLES)
+        and name not in (variables.PLATFORM_SECTION, variables.TERMINAL)
     }
     return {**ours, **network.forwarded(env), APP_ID: app_id, MASTER: master, "TMPDIR": str(scratch / "tmp")}
 
@@ -148,10 +151,17 @@ def shared(
             "group": str(args.run_dir.resolve()),
             "failure_file": str(args.failure_file.resolve()),
         }
-        said = client.train(request, lambda line: print(line, file=sys.stderr, flush=True))
+        said = client.train(request, terminal.passed_on, lambda why: queued(args.run_dir, why))
     finally:
         client.close()
     return None if said is None else RuntimeError(said)
+
+
+def queued(run_dir: Path, why: str) -> None:
+    """The run waits for the shared application's task slots: said once, and its status queued (not "starting")
+    until its ranks post."""
+    terminal.say(f"{run_dir.name}: waits for its turn in the workflow's Spark application: {why}")
+    status.write(run_dir, "queued", writer="launcher", detail=f"waits for Spark task slots: {why}")
 
 
 def alone(

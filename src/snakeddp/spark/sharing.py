@@ -116,9 +116,9 @@ class Client:
             raise Declined(str(why))
         return cls(sock, dict(answer["application"]))
 
-    def train(self, request: Mapping[str, Any], say: Callable[[str], None]) -> str | None:
-        """Run the ranks in the shared application; each of their lines to ``say``. What the Spark job
-        ended with (its error's text), or None."""
+    def train(self, request: Mapping[str, Any], say: Callable[[str], None], waits: Callable[[str], None]) -> str | None:
+        """Run the ranks in the shared application; each of their lines to ``say``, and to ``waits`` why the run
+        waits for its turn where it does. What the Spark job ended with (its error's text), or None."""
         handoff.send(self.sock, {"train": dict(request)})
         while True:
             try:
@@ -129,6 +129,8 @@ class Client:
                 return "the workflow's Spark application ended while the run trained"
             if "line" in message:
                 say(str(message["line"]))
+            elif "waiting" in message:
+                waits(str(message["waiting"]))
             elif "done" in message:
                 done = message["done"]
                 return None if done is None else str(done)

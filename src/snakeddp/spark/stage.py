@@ -44,6 +44,7 @@ from snakeddp.forking.safety import NotForkable, check_forkable, open_fds
 from snakeddp.spark.jobside import RDZV_ID, STAGE_ID
 from snakeddp.spark.rank import executor_variables, placement
 from snakeddp.spark.session import has_executors
+from snakeddp.util import terminal
 
 #: The executors' daemon, which imports what a rank imports before it forks the tasks' workers.
 DAEMON_SETTING = "spark.python.daemon.module"
@@ -225,6 +226,7 @@ def task(plan: dict[str, Any], _partition: Iterable[int]) -> Iterator[tuple[int,
             port, run_id = (agreed or context.allGather(offer)[0]).split()
             env = {**os.environ, **rank_environment(rank, plan["world_size"], host, port, run_id), **executor}
             env.update({"CUDA_VISIBLE_DEVICES": gpus, STAGE_ID: str(context.stageId())})
+            env[terminal.VARIABLE] = terminal.THROUGH_DRIVER  # its lines reach the driver's terminal through it
             code = start_rank(plan["command"], env, Path(plan["settings"]), lines)
     yield rank, code
 

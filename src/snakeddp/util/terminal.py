@@ -11,6 +11,10 @@ to a ``Relay`` in Snakemake's own process, over a unix socket in a directory onl
 enter, and the relay writes it with the function it was given (Snakemake's logger: the same
 stream and the same lock as Snakemake's own lines). The relay answers once the line is written,
 so ``say`` returns only then: a job's lines are out before Snakemake can say the job finished.
+
+A rank whose output a driver job reads line by line (a Spark run's, through its line server) has no
+socket to reach: ``say`` marks its line instead, and the driver, a job beside Snakemake, says the
+marked lines again (``passed_on``) where the others go to its log alone.
 """
 
 from __future__ import annotations
@@ -40,12 +44,21 @@ CLIENT_TIMEOUT_S = 2.0
 CLOSE_TIMEOUT_S = 5.0
 # A relay's directory: snakeddp-terminal-<pid of Snakemake>-<random>.
 PREFIX = "snakeddp-terminal-"
+# VARIABLE's value in a rank whose output its driver reads line by line, and the mark its said lines carry
+# there: ASCII's unit separator, which no line of a log starts with and a log viewer shows nothing of (the
+# record separator, 0x1e, would do as well but str.splitlines breaks lines at it).
+THROUGH_DRIVER = "driver"
+MARK = "\x1f"
 
 
 def say(line: str) -> None:
     """Print ``line`` to stderr (the job's log), flushed, and hand it to the workflow's relay."""
+    how = os.environ.get(VARIABLE, "")
+    if how == THROUGH_DRIVER:
+        print_line(MARK + line)
+        return
     print_line(line)
-    host, _, path = os.environ.get(VARIABLE, "").partition(":")
+    host, _, path = how.partition(":")
     if not path or host != socket.gethostname():
         return
     try:
@@ -56,6 +69,15 @@ def say(line: str) -> None:
             relay.recv(1)  # the relay's answer: the line is written (or it closed, and will not write it)
     except OSError:
         pass  # Snakemake has gone or is finishing: the log has the line.
+
+
+def passed_on(line: str) -> None:
+    """A line of a rank's output, at the driver job that reads it: said again if the rank said it (onto the
+    terminal too), else printed to the job's log."""
+    if line.startswith(MARK):
+        say(line[len(MARK) :])
+    else:
+        print_line(line)
 
 
 def remove_stale_relays(base: str, prefix: str = PREFIX) -> list[str]:
