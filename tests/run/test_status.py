@@ -116,3 +116,18 @@ def test_a_failed_run_says_why_in_its_row_with_the_line_its_rank_left(tmp_path):
     status.ended(run, "completed")
     (row,) = status.of_checkout(tmp_path, [])
     assert row["state"] == "done" and row["detail"] == f"launcher on {row['detail'].split(' on ')[1]}", row
+
+
+def test_a_run_done_short_of_its_steps_says_it_stopped_early_beside_its_100_percent(tmp_path):
+    """Early stopping ended it at step 576 of the 9,600 its epochs would take: its row said 576/9600 and 100%."""
+    run = tmp_path / "runs" / "base"
+    run.mkdir(parents=True)
+    status.write(run, "training", writer="rank 0", step=576, total_steps=9600, epoch=18, max_epochs=300)
+    status.ended(run, "completed")
+    (row,) = status.of_checkout(tmp_path, [])
+    assert (row["state"], row["step"], row["%"]) == ("done", "576/9600", 100.0)
+    assert row["detail"] == "stopped early, at step 576 of 9600", row
+    status.write(run, "training", writer="rank 0", step=9600)
+    status.ended(run, "completed")
+    (row,) = status.of_checkout(tmp_path, [])
+    assert row["detail"].startswith("launcher on "), row

@@ -133,6 +133,11 @@ def ended(run_dir: Path, outcome: str) -> None:
     account kept as it left them."""
     state = ENDED.get(outcome, "failed")
     extra: dict[str, Any] = {"eta_s": 0.0, "percent": 100.0} if state == "done" else {"eta_s": None}
+    said = read(run_dir) or {}
+    step, total = said.get("step"), said.get("total_steps")
+    if state == "done" and step is not None and total and step < total:
+        # Done short of its steps (early stopping): the row's 576/9600 beside 100% says why.
+        extra["detail"] = f"stopped early, at step {readable(step)} of {readable(total)}"
     write(run_dir, state, writer="launcher", **extra)
 
 
