@@ -127,6 +127,16 @@ def test_runs_without_a_config_lists_every_run_and_says_which_flags_tell_current
         "runs", "--json", "--configfile", "config.yaml", "--config", "sweep={seed: [9]}", cwd=sweep_workflow.directory
     )
     assert {row["run"]: row["current"] for row in json.loads(other.stdout)} == {"devices-1": False, "devices-2": False}
+    # A key the sweep sets, typed with --config, is refused as snakemake refuses it (it would plan nothing it says),
+    # in one line whose HINT, followed, plans the run it meant.
+    flags = ["--configfile", "config.yaml", "--config"]
+    swept = snakeddp("status", *flags, "launch={devices: 2}", cwd=sweep_workflow.directory)
+    (line,) = swept.stderr.splitlines()
+    assert swept.returncode != 0 and "the sweep sets launch.devices in every run" in line and "HINT: " in line, line
+    hinted = re.search(r"--config '([^']+)'", line.partition("HINT: ")[2]).group(1)
+    assert hinted == "sweep={launch.devices: [2]}"
+    told = snakeddp("runs", "--json", *flags, hinted, cwd=sweep_workflow.directory)
+    assert {row["run"]: row["current"] for row in json.loads(told.stdout)} == {"devices-1": False, "devices-2": True}
 
 
 def test_a_crafted_record_is_left_out_of_runs_and_prune_in_one_line_and_the_others_listed(sweep_workflow, tmp_path):

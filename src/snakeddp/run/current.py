@@ -45,8 +45,11 @@ def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Se
     if not base_file.is_file() and not configfiles:
         return None
     base = layers.load_layer(base_file) if base_file.is_file() else {}
-    given = [*map(layers.load_layer, configfiles), layers.command_line_config(entries)]
-    return layers.compose(base, given)
+    command_line = layers.command_line_config(entries)
+    config = layers.compose(base, [*map(layers.load_layer, configfiles), command_line])
+    # As the workflow's plan refuses it: a --config key the sweep sets would read as this config's runs here.
+    layers.check_not_swept(command_line, config.get("sweep") or {})
+    return config
 
 
 def from_command_line(
