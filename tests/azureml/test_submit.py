@@ -192,7 +192,7 @@ def test_a_finished_attempt_is_restored_without_submitting(tmp_path, monkeypatch
     record.update(origin_sha256=key, attempt={"id": key[:12], "restored": False})
     (kept / "provenance.json").write_text(json.dumps(record))
     assert submit.main(args) == 0
-    assert "restored it, nothing trained" in capsys.readouterr().out
+    assert "restored it, nothing trained" in capsys.readouterr().err
     record = json.loads((run_yaml.parent / "provenance.json").read_text())
     assert record["attempt"] == {"id": key[:12], "restored": True, "restored_at": record["attempt"]["restored_at"]}
     assert not (run_yaml.parent / "azureml" / "job.yml").exists(), "no job spec: nothing was submitted"

@@ -14,6 +14,7 @@ from snakeddp.errors import ConfigError
 from snakeddp.remote.folder import RECORD_FILE
 from snakeddp.remote.job import INTERRUPTED_EXIT_CODE, RemoteJob, Submitted
 from snakeddp.run import attempt
+from snakeddp.util import terminal
 from snakeddp.util.fsutil import read_json
 from tests.helpers import TINY, make_run
 
@@ -102,14 +103,20 @@ def test_a_platform_told_not_to_submit_stops_at_its_request_too(args):
     assert job.main() == 0 and job.steps == ["prepare", "unsent"]
 
 
-def test_a_submitted_job_is_staged_followed_fetched_and_judged_in_order_and_recorded(args, capsys):
+def test_a_submitted_job_is_staged_followed_fetched_and_judged_in_order_and_recorded(args, capsys, monkeypatch):
+    relayed: list[str] = []
+    relay = terminal.Relay(relayed.append)  # Snakemake's terminal, which the job's progress reaches too
+    monkeypatch.setenv(terminal.VARIABLE, relay.start())
     job = ToyJob(args)
     assert job.main() == 0
+    relay.close()
     assert job.steps == ["prepare", "connect", "stage", "stage_run", "submit", "wait", "fetch", "judge"]
     kept = read_json(args.run_dir / "toy" / RECORD_FILE)
     assert (kept["job_id"], kept["status"], kept["collected"]) == ("7", "Completed", True)
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err
     assert "snakeddp.toy: run base submitted as Toy job 7" in said and "run base completed" in said
+    assert "snakeddp.toy: run base submitted as Toy job 7" in relayed and relayed[-1].endswith("run base completed; "
+        f"results in {args.run_dir}")  # fmt: skip
 
 
 def test_a_signal_while_waiting_cancels_the_job_and_exits_130(args):

@@ -35,6 +35,7 @@ from snakeddp.remote.attempt import stage_resume, takeover
 from snakeddp.remote.folder import Folder
 from snakeddp.run import attempt
 from snakeddp.run.runfile import RunFile
+from snakeddp.util import terminal
 
 INTERRUPTED_EXIT_CODE = 130
 
@@ -86,7 +87,12 @@ class RemoteJob(ABC):
         self.folder = Folder.of(args.run_dir, self.name)
 
     def say(self, text: str, err: bool = False) -> None:
-        print(f"snakeddp.{self.name}: {text}", file=sys.stderr if err else sys.stdout, flush=True)
+        """A line of the job's: into its log, and where it is progress (not ``err``), onto Snakemake's terminal too
+        (the job submitted and where to watch it, the job completed)."""
+        if err:
+            print(f"snakeddp.{self.name}: {text}", file=sys.stderr, flush=True)
+        else:
+            terminal.say(f"snakeddp.{self.name}: {text}")
 
     # The platform's own steps.
     @abstractmethod
