@@ -19,9 +19,9 @@ from torch.distributed import TCPStore
 
 from snakeddp.run import attempt as runstate
 from snakeddp.run import tries
-from snakeddp.run.layout import RunPaths
+from snakeddp.run.layout import HANG_STACKS, RunPaths
 from snakeddp.training.evidence import Trap, flight_record, gpu_state, own_stack, take_stack
-from snakeddp.training.gather import GPU, STACKS, Gathering, Verdict, folder
+from snakeddp.training.gather import GPU, Gathering, Verdict, folder
 from tests.gpu_standin import StandIn
 from tests.training.test_meeting import free_port
 
@@ -182,9 +182,9 @@ def test_the_judge_writes_every_ranks_stack_from_the_store_and_the_culprits_take
     started = time.monotonic()
     stacks = judge.write(verdict)
     assert time.monotonic() - started < 15, "rank 3 is waited for at most GATHER_S"
-    assert stacks == tmp_path / "hang" / "try-2" / STACKS and sorted(p.name for p in stacks.parent.iterdir()) == [
+    assert stacks == tmp_path / "hang" / "try-2" / HANG_STACKS and sorted(p.name for p in stacks.parent.iterdir()) == [
         GPU,
-        STACKS,
+        HANG_STACKS,
     ]
     assert (earlier / "flight-recorder-rank9").read_text() == "an older hang's"
     text = stacks.read_text()
@@ -245,7 +245,7 @@ def test_each_hung_try_keeps_its_own_evidence_and_it_moves_with_its_attempt(stop
     assert runstate.prepare(run_dir, first_key) is None
     first = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": here, "pid": stopped.pid}], silent=True)
     second = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": "b", "pid": 5}], silent=True)
-    assert (first, second) == (RunPaths(run_dir).hang_of(1) / STACKS, RunPaths(run_dir).hang_of(2) / STACKS)
+    assert (first, second) == (RunPaths(run_dir).hang_of(1) / HANG_STACKS, RunPaths(run_dir).hang_of(2) / HANG_STACKS)
     recorded = tries.read(run_dir)
     assert [t["number"] for t in recorded] == [1, 2] and f"stack: {first}." in recorded[0]["hang"]["line"]
     assert f"stack: {second}." in recorded[1]["hang"]["line"]
@@ -256,15 +256,15 @@ def test_each_hung_try_keeps_its_own_evidence_and_it_moves_with_its_attempt(stop
     assert runstate.prepare(run_dir, second_key) is None  # another config: the first attempt is kept
     kept = RunPaths(run_dir).attempt(runstate.attempt_id(first_key))
     assert not RunPaths(run_dir).hang_evidence.exists()
-    assert {n: (kept.hang_of(n) / STACKS).read_text() for n in (1, 2)} == texts
+    assert {n: (kept.hang_of(n) / HANG_STACKS).read_text() for n in (1, 2)} == texts
     assert [t["number"] for t in tries.read(kept.folder)] == [1, 2]
     third = a_hang(run_dir, [{"host": here, "pid": os.getpid()}, {"host": "c", "pid": 6}], silent=True)
-    assert third == RunPaths(run_dir).hang_of(1) / STACKS and "rank 1 on c (pid 6)" in third.read_text()
+    assert third == RunPaths(run_dir).hang_of(1) / HANG_STACKS and "rank 1 on c (pid 6)" in third.read_text()
 
     assert runstate.prepare(run_dir, first_key) is None  # back to the first config: its attempt returns
-    assert {n: (RunPaths(run_dir).hang_of(n) / STACKS).read_text() for n in (1, 2)} == texts
+    assert {n: (RunPaths(run_dir).hang_of(n) / HANG_STACKS).read_text() for n in (1, 2)} == texts
     later = RunPaths(run_dir).attempt(runstate.attempt_id(second_key))
-    assert "rank 1 on c (pid 6)" in (later.hang_of(1) / STACKS).read_text()
+    assert "rank 1 on c (pid 6)" in (later.hang_of(1) / HANG_STACKS).read_text()
 
 
 def test_a_verdict_that_is_not_one_is_none():

@@ -25,7 +25,6 @@ from snakeddp.run.layout import HANG_STACKS, RunPaths
 from snakeddp.training.evidence import TAKE_S, Trap, flight_record, gpu_state, own_stack, take_stack
 from snakeddp.training.meeting import StoreGone
 
-STACKS = HANG_STACKS
 GPU = "gpu.json"
 FLIGHT = "flight-recorder-rank{rank}"
 # The others read the verdict when they next judge (every POST_S, a tick late), then one may take the culprit's.
@@ -139,9 +138,9 @@ class Gathering:
             key = FLIGHT_KEY.format(rank=rank)
             if self._has(key):
                 flights[FLIGHT.format(rank=rank)] = self.call(lambda key=key: self.store.get(key))
-        files: dict[str, bytes] = {STACKS: self._stacks(verdict, posted).encode(), **flights}
+        files: dict[str, bytes] = {HANG_STACKS: self._stacks(verdict, posted).encode(), **flights}
         files[GPU] = posted.get(GPU_KEY) or json.dumps(self._gpu_not_read(verdict)).encode()
-        return _replace(folder(self.run_dir), files) / STACKS
+        return _replace(folder(self.run_dir), files) / HANG_STACKS
 
     def _stacks(self, verdict: Verdict, posted: dict[str, bytes]) -> str:
         at = datetime.now(UTC).isoformat(timespec="seconds")
