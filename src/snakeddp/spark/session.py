@@ -127,11 +127,15 @@ def spark_settings(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # TorchDistributor's temporary files, torchrun's /tmp/torchelastic_* and Spark's own
-        # spark-* directories go where the run's files are, and leave with the driver's scratch.
+        # spark-* directories go where the run's files are, and leave with the driver's scratch: the driver
+        # JVM's own (spark-submit's, made before spark.local.dir is read) too, which a killed JVM left in /tmp.
         "spark.local.dir": str(scratch / "local"),
         "spark.executorEnv.TMPDIR": str(scratch / "tmp"),
         "spark.pyspark.python": sys.executable,
-        DRIVER_JAVA: f"-Dlog4j2.configurationFile=file:{scratch / 'log4j2.properties'} {jvm_start('')}",
+        DRIVER_JAVA: (
+            f"-Dlog4j2.configurationFile=file:{scratch / 'log4j2.properties'} -Djava.io.tmpdir={scratch / 'tmp'} "
+            f"{jvm_start('')}"
+        ),
         EXECUTOR_JAVA: jvm_start(cluster_defaults.get(EXECUTOR_JAVA, "")),
         **BARRIER_CHECK,
     }
