@@ -132,7 +132,11 @@ def daemon_env(cluster: Cluster) -> dict[str, str]:
         # The daemons schedule and compute nothing: the JIT's first tier and the serial collector, as the
         # application's JVMs get (snakeddp.spark.session), start a master and two workers on half the CPU
         # (21 and 15 s -> 10 and 11 s in their first 30 s here). A collector or JIT tier exported stands.
-        "SPARK_DAEMON_JAVA_OPTS": jvm_start(os.environ.get("SPARK_DAEMON_JAVA_OPTS", "")),
+        # Their temporary folders, and the executors' (a worker makes them where its JVM's are), in the cluster's
+        # directory: in /tmp, each JVM killed left its spark-* folder there.
+        "SPARK_DAEMON_JAVA_OPTS": (
+            f"{jvm_start(os.environ.get('SPARK_DAEMON_JAVA_OPTS', ''))} -Djava.io.tmpdir={cluster.directory / 'tmp'}"
+        ),
         "SPARK_NO_DAEMONIZE": "1",
     }
 
@@ -209,6 +213,7 @@ def start(
         stop(old)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "logs").mkdir(exist_ok=True)
+    (directory / "tmp").mkdir(exist_ok=True)
     master_port, ui_port, *worker_ports = free_ports(2 + 2 * workers)
     cluster = Cluster(directory, master_port, ui_port, secret=secrets.token_hex(16) if secret else None)
     if gpus:

@@ -75,13 +75,17 @@ class Resumed:
 
 def test_the_clusters_daemons_run_on_the_jits_first_tier_and_the_serial_collector(spark_cluster: Cluster, monkeypatch):
     """The master and the workers as they run (their JVMs' argv), and a collector or JIT tier a user exports
-    standing over ours."""
+    standing over ours; their temporary folders in the cluster's directory, not /tmp (a JVM killed left its
+    spark-* folder there)."""
     assert set(spark_cluster.pids) == {"master", "worker-1", "worker-2"}
+    tmpdir = f"-Djava.io.tmpdir={spark_cluster.directory / 'tmp'}".encode()
     for name, pid in spark_cluster.pids.items():
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert b"-XX:TieredStopAtLevel=1" in argv and b"-XX:+UseSerialGC" in argv, (name, argv)
+        assert b"-XX:TieredStopAtLevel=1" in argv and b"-XX:+UseSerialGC" in argv and tmpdir in argv, (name, argv)
     monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-XX:+UseG1GC -Dsite=x")
-    assert daemon_env(spark_cluster)["SPARK_DAEMON_JAVA_OPTS"] == "-XX:TieredStopAtLevel=1 -XX:+UseG1GC -Dsite=x"
+    assert daemon_env(spark_cluster)["SPARK_DAEMON_JAVA_OPTS"] == (
+        f"-XX:TieredStopAtLevel=1 -XX:+UseG1GC -Dsite=x {tmpdir.decode()}"
+    )
 
 
 @pytest.fixture(scope="module")
