@@ -268,3 +268,52 @@ def test_status_of_a_run_whose_later_attempt_failed_says_the_attempt_that_finish
         "best_checkpoint": str(run_dir / "attempts" / kept / best),
     }
     assert (run_dir / "attempts" / kept / best).is_file()
+
+
+def test_verify_of_every_run_checks_the_model_of_a_run_whose_later_attempt_failed(sweep_workflow, tmp_path, capsys):
+    """`runs` lists devices-1 as the attempt that last finished; `verify` of every run left it out and said all
+    runs match, and `verify devices-1` hinted every finished run but that attempt."""
+    import shutil
+
+    results, _, finished, _ = later_attempt_failed(sweep_workflow, tmp_path)
+    kept = finished["attempt"]["id"]
+    shutil.copytree(sweep_workflow.directory / "results" / "data", results / "data")  # what verify hashes
+
+    assert main(["verify", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^snakeddp verify (\S+)", out, re.MULTILINE) == [f"devices-1@{kept}", "devices-2"], out
+    assert out.splitlines()[-1] == "verify: all 2 runs match their provenance."
+
+    assert main(["verify", "devices-1", "--results", str(results)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("snakeddp verify: 'devices-1' has no provenance.json: its latest attempt has not finished")
+    named = re.search(r"HINT: its last finished attempt is (\S+),", line).group(1)
+    assert named == f"devices-1@{kept}", line
+    assert main(["verify", named, "--results", str(results)]) == 0, "the HINT, followed, verifies it"
+
+
+def test_prune_of_an_attempt_says_to_name_its_run(tmp_path, capsys):
+    """prune RUN@ID considered the earlier attempts of the attempt's own folder (none): it removed nothing and said
+    so, as if that were the answer."""
+    assert main(["prune", "--dry-run", "devices-1@71ce45", "--results", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "prune takes runs, not attempts" in line and line.count("HINT:") == 1, line
+    assert "`snakeddp prune --dry-run --best N --last N devices-1`" in line, line
+
+
+def test_export_to_a_file_is_one_line_and_its_message_reads_as_the_runs_table(sweep_workflow, tmp_path, capsys):
+    """--to a file was mkdir's FileExistsError as a traceback; the export's line printed the score with 17 digits."""
+    results = sweep_workflow.directory / "results"
+    in_the_way = tmp_path / "notes.txt"
+    in_the_way.write_text("mine")
+    for to in (in_the_way, in_the_way / "model"):
+        assert main(["export", "devices-1", "--to", str(to), "--results", str(results)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert f"{in_the_way} is a file" in line and line.count("HINT:") == 1, line
+    assert in_the_way.read_text() == "mine"
+
+    assert main(["export", "devices-1", "--to", str(tmp_path / "export"), "--results", str(results)]) == 0
+    best = json.loads((results / "runs" / "devices-1" / "provenance.json").read_text())["training"]["best_score"]
+    assert capsys.readouterr().out == (
+        f"devices-1: exported the best checkpoint (val_loss {best:.4g}) to {tmp_path / 'export'}\n"
+    )

@@ -5,7 +5,7 @@
                                        report lists them), then history (--all: and earlier attempts)
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
     snakeddp verify [RUN]              recompute checkpoint and data checksums against provenance
-                                       (every finished run when RUN is left out)
+                                       (every run `runs` lists when RUN is left out)
     snakeddp prune [--best N] [--last N] [--dry-run] [RUN ...]
                                        remove checkpoints of earlier attempts (keeps their records)
     snakeddp prune --data [--dry-run] [--configfile FILE] [--config KEY=VALUE]
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__, platforms
-from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
+from snakeddp.errors import ConfigError, ExportError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, summary_rows
@@ -206,7 +206,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    runs = [resolve_run(args.run, args.results)] if args.run else find_runs(args.results)
+    runs = [resolve_run(args.run, args.results)] if args.run else every_listed_run(args.results)
     if not runs:
         raise RunNotFound(
             f"no finished runs under {args.results}/runs. HINT: run snakemake first, or pass --results DIR."
@@ -219,6 +219,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(runs) > 1:
         print(verdict(results))  # the HINT once, for every run that failed
     return 0 if all(check.ok for _, checks in results for check in checks) else 1
+
+
+def every_listed_run(results: Path) -> list[Run]:
+    """The runs `snakeddp runs` lists, by run id: each finished run and, for a run whose latest attempt has not
+    finished, the attempt that last did (its only model, which `verify` of every run left unchecked)."""
+    return sorted(find_runs(results) + last_finished(results), key=lambda run: run.run_id)
 
 
 def count(text: str) -> int:
@@ -235,6 +241,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise prunedata.DataPruneError(
             "--configfile and --config tell `snakeddp prune --data` which datasets the config plans; checkpoints of "
             "earlier attempts are pruned whatever the config. HINT: leave them out, or add --data to prune datasets."
+        )
+    if attempts := [ref for ref in args.runs if "@" in ref]:
+        # A RUN@ID named no run directory with earlier attempts: prune said it removed nothing, as if asked to.
+        raise ConfigError(
+            f"{attempts[0]}: prune takes runs, not attempts: --best and --last choose which of a run's earlier "
+            f"attempts keep their checkpoints. HINT: name the run: `snakeddp prune --dry-run --best N --last N "
+            f"{attempts[0].partition('@')[0]}` lists which of its attempts would go."
         )
     args.best, args.last = (1 if n is None else n for n in (args.best, args.last))
     removed = prune(prunable(args), args.best, args.last, args.dry_run)
@@ -304,10 +317,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     from snakeddp.training.export import default_destination, export  # torch: only for this command
 
     destination = args.to or default_destination(args.results, run)
-    written = export(run, destination, checked)
+    try:
+        written = export(run, export_directory(destination), checked)
+    except OSError as error:  # a directory it may not write: one line, not a traceback
+        raise ExportError(
+            f"run {run.label}: cannot write its export to {destination} ({error.strerror or error}). HINT: give "
+            "--to a directory you can write (it is made if missing)."
+        ) from error
     best = written["monitor"]
-    print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
+    print(f"{run.label}: exported the best checkpoint ({best['metric']} {readable(best['best'])}) to {destination}")
     return 0
+
+
+def export_directory(destination: Path) -> Path:
+    """``--to DIR`` where no file stands in its way (mkdir's FileExistsError was a traceback)."""
+    for path in (destination, *destination.parents):
+        if path.exists() and not path.is_dir():
+            raise ExportError(
+                f"--to {destination}: {path} is a file, and an export is a directory (model.safetensors, model.json). "
+                "HINT: give --to a new or existing directory, or leave --to out (results/export/RUN)."
+            )
+    return destination
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -485,9 +515,10 @@ def _add_verify(sub: Subparsers) -> argparse.ArgumentParser:
         "verify",
         help="recompute a run's checkpoint and data checksums against its provenance",
         description="Recompute the checksums of a run's checkpoints and data files and compare them with "
-        "its provenance.json (every finished run when RUN is left out). Exit status 1 if any differs.",
+        "its provenance.json (every run `snakeddp runs` lists when RUN is left out: a run whose latest attempt has not "
+        "finished as the attempt that last did). Exit status 1 if any differs.",
     )
-    verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
+    verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every run `snakeddp runs` lists)")
     verify.set_defaults(func=cmd_verify)
     return verify
 

@@ -448,6 +448,12 @@ def resolve_run(ref: str, results: str | Path = "results", stopped: bool = False
         )
     known = [path.parent.name for path in run_records(results)]
     unfinished = RunPaths.under(results, ref).folder.is_dir()
+    if unfinished and (standing := standing_attempt(RunPaths.under(results, ref).folder)) is not None:
+        # What `snakeddp runs` lists for it: the hint named every run but this one.
+        raise RunNotFound(
+            f"{ref!r} has no provenance.json: its latest attempt has not finished (it failed, was stopped or "
+            f"trains). HINT: its last finished attempt is {standing.label}, as `snakeddp runs` lists it: name that."
+        )
     reason = "has no provenance.json (it has not finished)" if unfinished else "is not a run id or run directory"
     hint = (
         f"finished runs under {results}/runs: {', '.join(known)}" if known else f"no finished runs under {results}/runs"
