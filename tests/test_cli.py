@@ -13,6 +13,7 @@ import pytest
 
 from snakeddp import __version__
 from snakeddp.cli import main
+from snakeddp.util.numbers import readable
 from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -317,3 +318,17 @@ def test_export_to_a_file_is_one_line_and_its_message_reads_as_the_runs_table(sw
     assert capsys.readouterr().out == (
         f"devices-1: exported the best checkpoint (val_loss {best:.4g}) to {tmp_path / 'export'}\n"
     )
+
+
+def test_status_of_a_done_run_says_its_samples_per_s_as_runs_does(sweep_workflow, capsys):
+    """status showed a done run's last live pace (the whole try's, its first epoch included: 78,125) beside the
+    runs table's 79,333 for the same run; a done run's row now says the one samples/s the report defines."""
+    results = str(sweep_workflow.directory / "results")
+    assert main(["runs", "--json", "--results", results]) == 0
+    said = {row["run"]: row["samples/s"] for row in json.loads(capsys.readouterr().out)}
+    assert main(["status", "--json", "--results", results]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["run"]: row["samples_per_s"] for row in rows if row["state"] == "done"} == said
+    assert main(["status", "--results", results]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert [line.split()[4] for line in table[1:3]] == [readable(said["devices-1"]), readable(said["devices-2"])]

@@ -46,7 +46,7 @@ from snakeddp import __version__, platforms
 from snakeddp.errors import ConfigError, ExportError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
-from snakeddp.report.table import Rows, aligned, summary_rows
+from snakeddp.report.table import Rows, aligned, steady_throughput, summary_rows
 from snakeddp.run import current, ledger, prunedata, rungs, status
 from snakeddp.run.attempt import attempt_id
 from snakeddp.run.layout import ATTEMPTS, RunPaths, train_log
@@ -376,7 +376,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     # A run whose latest attempt has not finished: the attempt that last did, as `snakeddp runs` lists it.
     standing = standing_runs(Path(args.results), "status")
     earlier = {run.run_id: finished_earlier(run) for run in standing}
-    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned, raw=args.json, earlier=earlier)
+    # A done run's samples/s as `runs` and the report say it (the median over its epochs after the first).
+    pace = {run.run_id: steady_pace(run) for run in find_runs(args.results, [])}
+    rows = status.of_checkout(
+        Path(args.results), platform_answers(checkout), planned, raw=args.json, earlier=earlier, finished_pace=pace
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -390,6 +394,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"before it ({finished_attempt_said(run, score=True)})"
         )
     return 0
+
+
+def steady_pace(run: Run) -> float | None:
+    """The run's samples/s as the runs table has it (report.table.steady_throughput's median)."""
+    measured = steady_throughput(run)
+    return measured[0] if measured else None
 
 
 def finished_earlier(run: Run) -> dict[str, Any]:
@@ -587,7 +597,8 @@ def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
         "status",
         help="where every run of the checkout is now",
         description="One row per run: its state (queued, starting, training, hung, done, failed, stopped), epoch, "
-        "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s), "
+        "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s; "
+        "a done run's samples/s is the one `snakeddp runs` shows), "
         "and the runs their platform holds queued for this checkout. A run whose latest attempt has not finished "
         "(failed, stopped, training) gets a line naming the attempt that finished before it, as `snakeddp runs` lists "
         "it (RUN@ID), with its best score and best checkpoint (--json: the row's last_finished).",
