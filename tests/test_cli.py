@@ -42,7 +42,8 @@ def test_runs_json_matches_provenance(sweep_workflow, capsys):
 
 def test_no_runs(tmp_path, capsys):
     assert main(["runs", "--results", str(tmp_path)]) == 1
-    assert "no finished runs" in capsys.readouterr().out
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "no finished runs" in line and line.count("HINT:") == 1, "one line with a HINT, as verify's"
 
 
 def snakeddp(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -159,7 +159,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if attempt.run_dir not in shown
         ]
     if not now and not history:
-        print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
+        print(
+            f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json). HINT: run "
+            "snakemake first (`snakeddp status` shows runs on their way), or pass --results DIR."
+        )
         return 1
     later = {run.run_dir: later_attempt(run) for run in standing}
     if args.json:
