@@ -333,3 +333,28 @@ def test_status_of_a_done_run_says_its_samples_per_s_as_runs_does(sweep_workflow
     assert main(["status", "--results", results]) == 0
     table = capsys.readouterr().out.splitlines()
     assert [line.split()[4] for line in table[1:3]] == [readable(said["devices-1"]), readable(said["devices-2"])]
+
+
+def test_verify_from_inside_results_runs_checks_the_data_and_hints_commands_that_work_there(
+    sweep_workflow, tmp_path, monkeypatch, capsys
+):
+    """`cd results/runs; snakeddp verify devices-1` took the run directory as the bare "devices-1" and looked for its
+    manifest under results/runs/results/data/: "MISMATCH manifest ... missing", no partition checked, and a HINT to
+    `rm results/data/...` the good manifest, a path that is not there from results/runs."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    for part in ("runs", "data", "envs"):
+        shutil.copytree(sweep_workflow.directory / "results" / part, checkout / "results" / part, symlinks=True)
+    partition = next((checkout / "results" / "data").glob("*/train/part-00001.safetensors"))
+    damaged = bytearray(partition.read_bytes())
+    damaged[-1] ^= 1
+    partition.write_bytes(bytes(damaged))
+    monkeypatch.chdir(checkout / "results" / "runs")
+
+    assert main(["verify", "devices-1"]) == 1
+    out = capsys.readouterr().out
+    failed = [line.split()[:2] for line in out.splitlines() if line.startswith("  MISMATCH")]
+    assert failed == [["MISMATCH", "partition"]], out
+    relative = partition.relative_to(checkout).as_posix()
+    assert f"cd {checkout} && rm {relative} && snakemake --profile local {relative}" in out.splitlines()[-1], out
