@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -358,3 +359,28 @@ def test_verify_from_inside_results_runs_checks_the_data_and_hints_commands_that
     assert failed == [["MISMATCH", "partition"]], out
     relative = partition.relative_to(checkout).as_posix()
     assert f"cd {checkout} && rm {relative} && snakemake --profile local {relative}" in out.splitlines()[-1], out
+
+
+def test_a_later_attempts_log_moved_aside_by_another_invocation_is_still_named(sweep_workflow, tmp_path, capsys):
+    """Any snakemake invocation moves an unfinished train job's log aside (logs/train/<run>.<UTC stamp>.log); after
+    one, runs and status said the stopped attempt's state with no log at all."""
+    results, _, _, later = later_attempt_failed(sweep_workflow, tmp_path)
+    logs = results.parent / "logs" / "train"
+    logs.mkdir(parents=True)
+    for name in ("devices-1.20260101T000000Z.log", "devices-1.20260102T000000Z.log", "devices-1.config.log"):
+        (logs / name).write_text("epoch 1/3 ...\n")
+    newest = logs / "devices-1.20260102T000000Z.log"
+    earlier = logs / "devices-1.20250101T000000Z.log"  # an attempt's before the one that finished
+    earlier.write_text("epoch 1/3 ...\n")
+    os.utime(earlier, (1735689600, 1735689600))
+
+    assert main(["status", "--results", str(results)]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices-1: ")]
+    assert f"its latest attempt {later[:12]} failed (its log: {newest}); " in note, note
+    assert main(["runs", "--results", str(results)]) == 0
+    assert f"failed (its log: {newest}); shown is devices-1@" in capsys.readouterr().out
+    for log in logs.glob("devices-1.2026*.log"):
+        log.unlink()
+    assert main(["status", "--results", str(results)]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices-1: ")]
+    assert f"its latest attempt {later[:12]} failed; " in note, "not the log of an attempt before the one that finished"

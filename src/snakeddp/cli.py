@@ -39,6 +39,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ from snakeddp.report.compare import compare, format_comparison
 from snakeddp.report.table import Rows, aligned, steady_throughput, summary_rows
 from snakeddp.run import current, ledger, prunedata, rungs, status
 from snakeddp.run.attempt import attempt_id
-from snakeddp.run.layout import ATTEMPTS, RunPaths, train_log
+from snakeddp.run.layout import ATTEMPTS, RunPaths, latest_train_log
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import (
     Run,
@@ -112,8 +113,11 @@ def latest_attempt_said(run: Run, later: dict[str, Any], results: Path) -> str:
         later["state"]
     )
     how = how or (f"has not finished ({later['state']})" if later["state"] else "has not finished")
-    log = train_log(results.parent, run.run_id)
-    where = f" (its log: {log})" if log.is_file() else ""
+    # Its log, or where any later invocation moved it aside (the note named none once one had); not one older than
+    # the attempt that finished before it.
+    finished = datetime.fromisoformat(run.provenance["timing"]["finished_at"]).timestamp()
+    log = latest_train_log(results.parent, run.run_id, since=finished)
+    where = f" (its log: {log})" if log is not None else ""
     return f"its latest attempt {later['id'] or '(unknown)'} {how}{where}"
 
 
