@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from snakeddp import __version__
 from snakeddp.cli import main
+from snakeddp.util.numbers import readable
 from tests.helpers import subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +43,8 @@ def test_runs_json_matches_provenance(sweep_workflow, capsys):
 
 def test_no_runs(tmp_path, capsys):
     assert main(["runs", "--results", str(tmp_path)]) == 1
-    assert "no finished runs" in capsys.readouterr().out
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "no finished runs" in line and line.count("HINT:") == 1, "one line with a HINT, as verify's"
 
 
 def snakeddp(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -268,3 +271,116 @@ def test_status_of_a_run_whose_later_attempt_failed_says_the_attempt_that_finish
         "best_checkpoint": str(run_dir / "attempts" / kept / best),
     }
     assert (run_dir / "attempts" / kept / best).is_file()
+
+
+def test_verify_of_every_run_checks_the_model_of_a_run_whose_later_attempt_failed(sweep_workflow, tmp_path, capsys):
+    """`runs` lists devices-1 as the attempt that last finished; `verify` of every run left it out and said all
+    runs match, and `verify devices-1` hinted every finished run but that attempt."""
+    import shutil
+
+    results, _, finished, _ = later_attempt_failed(sweep_workflow, tmp_path)
+    kept = finished["attempt"]["id"]
+    shutil.copytree(sweep_workflow.directory / "results" / "data", results / "data")  # what verify hashes
+
+    assert main(["verify", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^snakeddp verify (\S+)", out, re.MULTILINE) == [f"devices-1@{kept}", "devices-2"], out
+    assert out.splitlines()[-1] == "verify: all 2 runs match their provenance."
+
+    assert main(["verify", "devices-1", "--results", str(results)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("snakeddp verify: 'devices-1' has no provenance.json: its latest attempt has not finished")
+    named = re.search(r"HINT: its last finished attempt is (\S+),", line).group(1)
+    assert named == f"devices-1@{kept}", line
+    assert main(["verify", named, "--results", str(results)]) == 0, "the HINT, followed, verifies it"
+
+
+def test_prune_of_an_attempt_says_to_name_its_run(tmp_path, capsys):
+    """prune RUN@ID considered the earlier attempts of the attempt's own folder (none): it removed nothing and said
+    so, as if that were the answer."""
+    assert main(["prune", "--dry-run", "devices-1@71ce45", "--results", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "prune takes runs, not attempts" in line and line.count("HINT:") == 1, line
+    assert "`snakeddp prune --dry-run --best N --last N devices-1`" in line, line
+
+
+def test_export_to_a_file_is_one_line_and_its_message_reads_as_the_runs_table(sweep_workflow, tmp_path, capsys):
+    """--to a file was mkdir's FileExistsError as a traceback; the export's line printed the score with 17 digits."""
+    results = sweep_workflow.directory / "results"
+    in_the_way = tmp_path / "notes.txt"
+    in_the_way.write_text("mine")
+    for to in (in_the_way, in_the_way / "model"):
+        assert main(["export", "devices-1", "--to", str(to), "--results", str(results)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert f"{in_the_way} is a file" in line and line.count("HINT:") == 1, line
+    assert in_the_way.read_text() == "mine"
+
+    assert main(["export", "devices-1", "--to", str(tmp_path / "export"), "--results", str(results)]) == 0
+    best = json.loads((results / "runs" / "devices-1" / "provenance.json").read_text())["training"]["best_score"]
+    assert capsys.readouterr().out == (
+        f"devices-1: exported the best checkpoint (val_loss {best:.4g}) to {tmp_path / 'export'}\n"
+    )
+
+
+def test_status_of_a_done_run_says_its_samples_per_s_as_runs_does(sweep_workflow, capsys):
+    """status showed a done run's last live pace (the whole try's, its first epoch included: 78,125) beside the
+    runs table's 79,333 for the same run; a done run's row now says the one samples/s the report defines."""
+    results = str(sweep_workflow.directory / "results")
+    assert main(["runs", "--json", "--results", results]) == 0
+    said = {row["run"]: row["samples/s"] for row in json.loads(capsys.readouterr().out)}
+    assert main(["status", "--json", "--results", results]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["run"]: row["samples_per_s"] for row in rows if row["state"] == "done"} == said
+    assert main(["status", "--results", results]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert [line.split()[4] for line in table[1:3]] == [readable(said["devices-1"]), readable(said["devices-2"])]
+
+
+def test_verify_from_inside_results_runs_checks_the_data_and_hints_commands_that_work_there(
+    sweep_workflow, tmp_path, monkeypatch, capsys
+):
+    """`cd results/runs; snakeddp verify devices-1` took the run directory as the bare "devices-1" and looked for its
+    manifest under results/runs/results/data/: "MISMATCH manifest ... missing", no partition checked, and a HINT to
+    `rm results/data/...` the good manifest, a path that is not there from results/runs."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    for part in ("runs", "data", "envs"):
+        shutil.copytree(sweep_workflow.directory / "results" / part, checkout / "results" / part, symlinks=True)
+    partition = next((checkout / "results" / "data").glob("*/train/part-00001.safetensors"))
+    damaged = bytearray(partition.read_bytes())
+    damaged[-1] ^= 1
+    partition.write_bytes(bytes(damaged))
+    monkeypatch.chdir(checkout / "results" / "runs")
+
+    assert main(["verify", "devices-1"]) == 1
+    out = capsys.readouterr().out
+    failed = [line.split()[:2] for line in out.splitlines() if line.startswith("  MISMATCH")]
+    assert failed == [["MISMATCH", "partition"]], out
+    relative = partition.relative_to(checkout).as_posix()
+    assert f"cd {checkout} && rm {relative} && snakemake --profile local {relative}" in out.splitlines()[-1], out
+
+
+def test_a_later_attempts_log_moved_aside_by_another_invocation_is_still_named(sweep_workflow, tmp_path, capsys):
+    """Any snakemake invocation moves an unfinished train job's log aside (logs/train/<run>.<UTC stamp>.log); after
+    one, runs and status said the stopped attempt's state with no log at all."""
+    results, _, _, later = later_attempt_failed(sweep_workflow, tmp_path)
+    logs = results.parent / "logs" / "train"
+    logs.mkdir(parents=True)
+    for name in ("devices-1.20260101T000000Z.log", "devices-1.20260102T000000Z.log", "devices-1.config.log"):
+        (logs / name).write_text("epoch 1/3 ...\n")
+    newest = logs / "devices-1.20260102T000000Z.log"
+    earlier = logs / "devices-1.20250101T000000Z.log"  # an attempt's before the one that finished
+    earlier.write_text("epoch 1/3 ...\n")
+    os.utime(earlier, (1735689600, 1735689600))
+
+    assert main(["status", "--results", str(results)]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices-1: ")]
+    assert f"its latest attempt {later[:12]} failed (its log: {newest}); " in note, note
+    assert main(["runs", "--results", str(results)]) == 0
+    assert f"failed (its log: {newest}); shown is devices-1@" in capsys.readouterr().out
+    for log in logs.glob("devices-1.2026*.log"):
+        log.unlink()
+    assert main(["status", "--results", str(results)]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices-1: ")]
+    assert f"its latest attempt {later[:12]} failed; " in note, "not the log of an attempt before the one that finished"

@@ -5,7 +5,7 @@
                                        report lists them), then history (--all: and earlier attempts)
     snakeddp compare RUN_A RUN_B       what differs: config, code, data, environment, layout, outcome
     snakeddp verify [RUN]              recompute checkpoint and data checksums against provenance
-                                       (every finished run when RUN is left out)
+                                       (every run `runs` lists when RUN is left out)
     snakeddp prune [--best N] [--last N] [--dry-run] [RUN ...]
                                        remove checkpoints of earlier attempts (keeps their records)
     snakeddp prune --data [--dry-run] [--configfile FILE] [--config KEY=VALUE]
@@ -39,17 +39,18 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from snakeddp import __version__, platforms
-from snakeddp.errors import ConfigError, ProvenanceError, RunNotFound
+from snakeddp.errors import ConfigError, ExportError, ProvenanceError, RunNotFound
 from snakeddp.provenance.verify import format_checks, verdict, verify_run
 from snakeddp.report.compare import compare, format_comparison
-from snakeddp.report.table import Rows, aligned, summary_rows
+from snakeddp.report.table import Rows, aligned, steady_throughput, summary_rows
 from snakeddp.run import current, ledger, prunedata, rungs, status
 from snakeddp.run.attempt import attempt_id
-from snakeddp.run.layout import ATTEMPTS, RunPaths, train_log
+from snakeddp.run.layout import ATTEMPTS, RunPaths, latest_train_log
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import (
     Run,
@@ -112,8 +113,11 @@ def latest_attempt_said(run: Run, later: dict[str, Any], results: Path) -> str:
         later["state"]
     )
     how = how or (f"has not finished ({later['state']})" if later["state"] else "has not finished")
-    log = train_log(results.parent, run.run_id)
-    where = f" (its log: {log})" if log.is_file() else ""
+    # Its log, or where any later invocation moved it aside (the note named none once one had); not one older than
+    # the attempt that finished before it.
+    finished = datetime.fromisoformat(run.provenance["timing"]["finished_at"]).timestamp()
+    log = latest_train_log(results.parent, run.run_id, since=finished)
+    where = f" (its log: {log})" if log is not None else ""
     return f"its latest attempt {later['id'] or '(unknown)'} {how}{where}"
 
 
@@ -159,7 +163,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if attempt.run_dir not in shown
         ]
     if not now and not history:
-        print(f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json)")
+        print(
+            f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json). HINT: run "
+            "snakemake first (`snakeddp status` shows runs on their way), or pass --results DIR."
+        )
         return 1
     later = {run.run_dir: later_attempt(run) for run in standing}
     if args.json:
@@ -206,7 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    runs = [resolve_run(args.run, args.results)] if args.run else find_runs(args.results)
+    runs = [resolve_run(args.run, args.results)] if args.run else every_listed_run(args.results)
     if not runs:
         raise RunNotFound(
             f"no finished runs under {args.results}/runs. HINT: run snakemake first, or pass --results DIR."
@@ -219,6 +226,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if len(runs) > 1:
         print(verdict(results))  # the HINT once, for every run that failed
     return 0 if all(check.ok for _, checks in results for check in checks) else 1
+
+
+def every_listed_run(results: Path) -> list[Run]:
+    """The runs `snakeddp runs` lists, by run id: each finished run and, for a run whose latest attempt has not
+    finished, the attempt that last did (its only model, which `verify` of every run left unchecked)."""
+    return sorted(find_runs(results) + last_finished(results), key=lambda run: run.run_id)
 
 
 def count(text: str) -> int:
@@ -235,6 +248,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise prunedata.DataPruneError(
             "--configfile and --config tell `snakeddp prune --data` which datasets the config plans; checkpoints of "
             "earlier attempts are pruned whatever the config. HINT: leave them out, or add --data to prune datasets."
+        )
+    if attempts := [ref for ref in args.runs if "@" in ref]:
+        # A RUN@ID named no run directory with earlier attempts: prune said it removed nothing, as if asked to.
+        raise ConfigError(
+            f"{attempts[0]}: prune takes runs, not attempts: --best and --last choose which of a run's earlier "
+            f"attempts keep their checkpoints. HINT: name the run: `snakeddp prune --dry-run --best N --last N "
+            f"{attempts[0].partition('@')[0]}` lists which of its attempts would go."
         )
     args.best, args.last = (1 if n is None else n for n in (args.best, args.last))
     removed = prune(prunable(args), args.best, args.last, args.dry_run)
@@ -304,10 +324,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     from snakeddp.training.export import default_destination, export  # torch: only for this command
 
     destination = args.to or default_destination(args.results, run)
-    written = export(run, destination, checked)
+    try:
+        written = export(run, export_directory(destination), checked)
+    except OSError as error:  # a directory it may not write: one line, not a traceback
+        raise ExportError(
+            f"run {run.label}: cannot write its export to {destination} ({error.strerror or error}). HINT: give "
+            "--to a directory you can write (it is made if missing)."
+        ) from error
     best = written["monitor"]
-    print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
+    print(f"{run.label}: exported the best checkpoint ({best['metric']} {readable(best['best'])}) to {destination}")
     return 0
+
+
+def export_directory(destination: Path) -> Path:
+    """``--to DIR`` where no file stands in its way (mkdir's FileExistsError was a traceback)."""
+    for path in (destination, *destination.parents):
+        if path.exists() and not path.is_dir():
+            raise ExportError(
+                f"--to {destination}: {path} is a file, and an export is a directory (model.safetensors, model.json). "
+                "HINT: give --to a new or existing directory, or leave --to out (results/export/RUN)."
+            )
+    return destination
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -346,7 +383,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     # A run whose latest attempt has not finished: the attempt that last did, as `snakeddp runs` lists it.
     standing = standing_runs(Path(args.results), "status")
     earlier = {run.run_id: finished_earlier(run) for run in standing}
-    rows = status.of_checkout(Path(args.results), platform_answers(checkout), planned, raw=args.json, earlier=earlier)
+    # A done run's samples/s as `runs` and the report say it (the median over its epochs after the first).
+    pace = {run.run_id: steady_pace(run) for run in find_runs(args.results, [])}
+    rows = status.of_checkout(
+        Path(args.results), platform_answers(checkout), planned, raw=args.json, earlier=earlier, finished_pace=pace
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -360,6 +401,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"before it ({finished_attempt_said(run, score=True)})"
         )
     return 0
+
+
+def steady_pace(run: Run) -> float | None:
+    """The run's samples/s as the runs table has it (report.table.steady_throughput's median)."""
+    measured = steady_throughput(run)
+    return measured[0] if measured else None
 
 
 def finished_earlier(run: Run) -> dict[str, Any]:
@@ -485,9 +532,10 @@ def _add_verify(sub: Subparsers) -> argparse.ArgumentParser:
         "verify",
         help="recompute a run's checkpoint and data checksums against its provenance",
         description="Recompute the checksums of a run's checkpoints and data files and compare them with "
-        "its provenance.json (every finished run when RUN is left out). Exit status 1 if any differs.",
+        "its provenance.json (every run `snakeddp runs` lists when RUN is left out: a run whose latest attempt has not "
+        "finished as the attempt that last did). Exit status 1 if any differs.",
     )
-    verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every finished run)")
+    verify.add_argument("run", metavar="RUN", nargs="?", help="one run (default: every run `snakeddp runs` lists)")
     verify.set_defaults(func=cmd_verify)
     return verify
 
@@ -556,7 +604,8 @@ def _add_status(sub: Subparsers) -> argparse.ArgumentParser:
         "status",
         help="where every run of the checkout is now",
         description="One row per run: its state (queued, starting, training, hung, done, failed, stopped), epoch, "
-        "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s), "
+        "step, samples/s, % complete and ETA, from results/runs/<run>/status.json (rank 0 rewrites it every 2 s; "
+        "a done run's samples/s is the one `snakeddp runs` shows), "
         "and the runs their platform holds queued for this checkout. A run whose latest attempt has not finished "
         "(failed, stopped, training) gets a line naming the attempt that finished before it, as `snakeddp runs` lists "
         "it (RUN@ID), with its best score and best checkpoint (--json: the row's last_finished).",

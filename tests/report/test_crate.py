@@ -341,3 +341,6 @@ def test_each_run_action_keeps_where_its_wall_time_went(crate, provenance):
         assert {name: said[name] for name in kept["buckets"]} == kept["buckets"]
         # A local run on the CPU: its platform cannot tell a queue wait, and no GPU was held.
         assert (said["queue_wait_s"], said["gpu_hours"]) == ("not known", 0.0) and "gpu_util_mean" not in said
+        units = {e["name"]: e.get("unitText") for e in crate.get(f"#run-{run}")["result"] if e.type == "PropertyValue"}
+        assert units["queue_wait_s"] is None and units["gpu_hours"] == "GPU-hours", "no unit for 'not known'"
+        assert {units[name] for name in kept["buckets"]} == {"seconds"}

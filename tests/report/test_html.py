@@ -16,7 +16,7 @@ from snakeddp.provenance import schema
 from snakeddp.report import figures, html
 from snakeddp.report.table import THROUGHPUT_MEANS, varying_params
 from snakeddp.run.runs import Run, find_runs, read_metrics
-from snakeddp.util.numbers import readable
+from snakeddp.util.numbers import disk_size, readable
 from tests.chromium import chromium, console_errors, table_rows
 
 pytestmark = pytest.mark.e2e
@@ -107,6 +107,16 @@ def test_times_are_named_for_what_they_measure(report):
         del run.provenance["timing"]["phases"]
     card = re.search(r'<div class="card" id="card-time"><div class="label">(.*?)</div>', render(runs, report))
     assert card.group(1) == "time in trainer.fit"
+
+
+def test_checkpoint_sizes_are_in_the_units_prune_says_them(report):
+    """The page said every checkpoint in KiB (a 2 GB one as 1953125.0 KiB) where `snakeddp prune` says kB, MB, GB:
+    three checkpoints of 85.0 KiB were "261.0 kB" freed."""
+    text = report.read_text()
+    assert " KiB<" not in text
+    for run in find_runs(report.parents[1]):
+        for checkpoint in run.provenance["training"]["checkpoints"]:
+            assert f'<td class="num">{disk_size(checkpoint["bytes"])}</td>' in text, checkpoint
 
 
 def render(runs, report: Path) -> str:

@@ -284,7 +284,7 @@ def _remake(data: list[tuple[Run, Check]]) -> str:
     else:
         lead = "delete a mismatched data file or manifest and ask Snakemake for it, which writes"
     more = f" (the same for {', '.join(others[:3])}{', …' if len(others) > 3 else ''})" if others else ""
-    return f"{lead} it again: rm {first} && {rerun.snakemake(first)}{more}"
+    return f"{lead} it again: {data[0][0].typed_here(f'rm {first} && {rerun.snakemake(first)}')}{more}"
 
 
 def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
@@ -301,7 +301,8 @@ def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
     if "provenance" in kinds:
         if targets := current("provenance"):
             said.append(
-                f"a provenance.json that fails its schema is written again by its train job: {rerun.forcing(*targets)}"
+                "a provenance.json that fails its schema is written again by its train job: "
+                f"{failed[0][0].typed_here(rerun.forcing(*targets))}"
             )
         if any(not run.is_current for run, _ in kinds["provenance"]):
             said.append("an earlier attempt's record is not written again: restore it from a copy")
@@ -312,7 +313,8 @@ def what_to_do(failed: list[tuple[Run, list[Check]]]) -> str:
         said.append("never load a mismatched checkpoint")
         if targets := current("checkpoint"):
             said.append(
-                f"train {'the run' if len(targets) == 1 else 'those runs'} again with {rerun.forcing(*targets)} (the "
+                f"train {'the run' if len(targets) == 1 else 'those runs'} again with "
+                f"{failed[0][0].typed_here(rerun.forcing(*targets))} (the "
                 "attempt with those checkpoints is kept under attempts/, record and all)"
             )
         kept = {run.label: run for run, _ in kinds["checkpoint"] if not run.is_current}

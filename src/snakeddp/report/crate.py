@@ -361,7 +361,8 @@ def _account_values(builder: CrateBuilder, run: Run) -> list[ContextEntity]:
             "PropertyValue",
             name=name,
             value=value,
-            unitText=units.get(name, "seconds"),
+            # A unit for a number only: "not known seconds" said a wait was measured.
+            **({"unitText": units.get(name, "seconds")} if isinstance(value, (int, float)) else {}),
         )
         for name, value in measured.items()
     ]

@@ -40,7 +40,7 @@ from snakeddp.report.table import (
 )
 from snakeddp.run.runs import Run
 from snakeddp.util.fsutil import read_json
-from snakeddp.util.numbers import readable
+from snakeddp.util.numbers import disk_size, readable
 from snakeddp.util.redact import redact_text
 from snakeddp.util.words import counted
 
@@ -57,10 +57,6 @@ def duration(seconds: float | None) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def kib(size: int) -> str:
-    return f"{size / 1024:.1f} KiB"
-
-
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("snakeddp.report", "templates"),
     autoescape=True,
@@ -68,7 +64,7 @@ TEMPLATES = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-TEMPLATES.filters.update(num=readable, short=short, duration=duration, kib=kib, epoch=one_based, counted=counted)
+TEMPLATES.filters.update(num=readable, short=short, duration=duration, size=disk_size, epoch=one_based, counted=counted)
 
 
 def data_uri(path: str | Path) -> str:

@@ -41,6 +41,7 @@ enough for the Snakefile's imports: the standard library only (tests/run/test_la
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,6 +257,22 @@ def run_records(results: str | Path) -> list[Path]:
 def train_log(workdir: str | Path, run_id: str) -> Path:
     """The train job's log of ``run_id`` in the directory the workflow ran in."""
     return Path(workdir) / TRAIN_LOG.format(run=run_id)
+
+
+def latest_train_log(workdir: str | Path, run_id: str, since: float = 0.0) -> Path | None:
+    """The train job's log of ``run_id``, or where the next invocation moved it aside when that job did not finish
+    (``<run>.<UTC stamp>.log``, workflow.interrupt.keep_unfinished_logs), the newest written at ``since`` or later
+    (an older one is an earlier attempt's); None when there is neither."""
+    log = train_log(workdir, run_id)
+    if log.is_file():
+        return log
+    stamped = re.compile(rf"{re.escape(run_id)}\.\d{{8}}T\d{{6}}Z\.log")
+    aside = sorted(
+        path
+        for path in log.parent.glob(f"{run_id}.*.log")
+        if stamped.fullmatch(path.name) and path.stat().st_mtime >= since
+    )
+    return aside[-1] if aside else None
 
 
 def checkpoint_name(metric: str) -> str:

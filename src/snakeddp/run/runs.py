@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,10 +132,18 @@ class Run:
     @property
     def workdir(self) -> Path:
         """The directory the workflow ran in (relative paths in provenance start there)."""
-        home = self.paths.run_dir
+        # Absolute first: a run named from inside results/runs/ is the bare "lr-0.01" there, whose parent is "".
+        home = self.paths.run_dir.absolute()
         if home.parent.name == RUNS and len(home.resolve().parents) >= 3:
             return home.resolve().parents[2]
         return Path.cwd()
+
+    def typed_here(self, command: str) -> str:
+        """``command``, whose paths start in the workflow's directory, as typed in this one: after a cd there when
+        this is one of its subdirectories (a command run inside results/ hinted `rm results/data/...`, which is not
+        there). From outside the checkout (``--results``) it stays as it is, relative to the checkout."""
+        workdir, here = self.workdir.resolve(), Path.cwd().resolve()
+        return f"cd {shlex.quote(str(workdir))} && {command}" if workdir in here.parents else command
 
     def resolve(self, recorded: str) -> Path:
         """A path as recorded in provenance (relative to the workflow's directory), made usable from
@@ -277,8 +286,8 @@ def retrain_hint(run: Run) -> str:
     """How to have a run's (or an earlier attempt's) model again when its checkpoints are gone or changed."""
     if run.is_current:
         return (
-            f"train it again with {rerun.forcing(run.rerun_target)} (the attempt with those checkpoints is kept, "
-            f"record and all, under {run.paths.run_dir.name}/{ATTEMPTS}/)"
+            f"train it again with {run.typed_here(rerun.forcing(run.rerun_target))} (the attempt with those "
+            f"checkpoints is kept, record and all, under {run.paths.run_dir.name}/{ATTEMPTS}/)"
         )
     try:
         now = read_json(RunPaths(run.paths.run_dir).provenance).get("origin_sha256")
@@ -448,6 +457,12 @@ def resolve_run(ref: str, results: str | Path = "results", stopped: bool = False
         )
     known = [path.parent.name for path in run_records(results)]
     unfinished = RunPaths.under(results, ref).folder.is_dir()
+    if unfinished and (standing := standing_attempt(RunPaths.under(results, ref).folder)) is not None:
+        # What `snakeddp runs` lists for it: the hint named every run but this one.
+        raise RunNotFound(
+            f"{ref!r} has no provenance.json: its latest attempt has not finished (it failed, was stopped or "
+            f"trains). HINT: its last finished attempt is {standing.label}, as `snakeddp runs` lists it: name that."
+        )
     reason = "has no provenance.json (it has not finished)" if unfinished else "is not a run id or run directory"
     hint = (
         f"finished runs under {results}/runs: {', '.join(known)}" if known else f"no finished runs under {results}/runs"

@@ -154,12 +154,15 @@ def of_checkout(
     now: float | None = None,
     raw: bool = False,
     earlier: Mapping[str, Mapping[str, Any]] | None = None,
+    finished_pace: Mapping[str, float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run of the checkout: every run directory's status.json, with what the platforms answer of
     the runs' jobs (``answers``: ``run``, ``state``, ``detail``), which wins where the job waits in a queue or
     the run's own status is of a try that has ended (a retry queued since); a run the config plans (``planned``)
     and nothing has started is "not started". With ``raw``, each row's ``last_finished`` is what ``earlier`` holds
-    for its run: the attempt that finished before a latest one that has not (run.runs.last_finished), else None."""
+    for its run: the attempt that finished before a latest one that has not (run.runs.last_finished), else None.
+    ``finished_pace``: per finished run, its samples/s as `snakeddp runs` says it, which a done row shows instead of
+    the last try's live pace (a resumed run's, or none for a restored one)."""
     now = time.time() if now is None else now
     runs = results / "runs"
     rows = {}
@@ -167,6 +170,8 @@ def of_checkout(
         said = read(folder) if folder.is_dir() else None
         if said is not None:
             said = {**said, **_why_failed(folder, said)}
+            if said["state"] == "done" and folder.name in (finished_pace or {}):
+                said["samples_per_s"] = finished_pace[folder.name]
             rows[folder.name] = _raw(folder.name, said, now) if raw else _row(folder.name, said, now)
     empty = dict.fromkeys((*RAW, "updated", "updated_s_ago") if raw else COLUMNS)
     for answer in answers:
