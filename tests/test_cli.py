@@ -39,6 +39,9 @@ def test_runs_json_matches_provenance(sweep_workflow, capsys):
         assert row["best val_loss"] == record["training"]["best_val_loss"]
         assert row["launch.devices"] == record["config"]["launch"]["devices"]
         assert row["job id"] == record["launch"]["job_id"]
+        # Numbers as numbers, for a script: the table's "8/8" and "99%" are for people.
+        assert row["epochs"] == record["training"]["epochs_completed"], row
+        assert row["goodput"] == record["timing"]["goodput"]["ratio"] and row["early stop"] is False, row
 
 
 def test_no_runs(tmp_path, capsys):

@@ -174,7 +174,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             {**row, "current": is_current, **({"later_attempt": later[run.run_dir]} if run.run_dir in later else {})}
             for runs, is_current in ((now, True), (history, False))
             if runs
-            for run, row in zip(runs, summary_rows(runs).records(), strict=True)
+            for run, row in zip(runs, summary_rows(runs, raw=True).records(), strict=True)
         ]
         print(json.dumps(rows, indent=2, default=str))
         return 0

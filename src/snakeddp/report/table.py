@@ -342,10 +342,11 @@ def global_batches_differ(runs: Sequence[Run]) -> bool:
     return len({_global_batch(run) for run in runs}) > 1
 
 
-def summary_rows(runs: Sequence[Run]) -> Rows:
-    """The people's runs table (terminal and ``--json``), headed by the columns' labels."""
+def summary_rows(runs: Sequence[Run], raw: bool = False) -> Rows:
+    """The people's runs table, headed by the columns' labels: each value as people read it, or (``raw``, for
+    ``--json``) as a script would (goodput 0.99, not "99%"; epochs 60, not "60/60")."""
     columns = people_columns(runs)
-    return Rows([c.label for c in columns], [[c.shown(run) for c in columns] for run in runs])
+    return Rows([c.label for c in columns], [[c.read(run) if raw else c.shown(run) for c in columns] for run in runs])
 
 
 def aligned(table: Rows, show: Callable[[Any], str]) -> str:
