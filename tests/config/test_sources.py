@@ -102,6 +102,26 @@ def test_a_feature_or_label_the_table_lacks_is_refused_when_the_workflow_plans(t
     assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
 
 
+@pytest.mark.parametrize("chooser", [{"exclude": ["name"]}, {"feature_pattern": "px_*"}])
+def test_features_resolved_from_exclude_or_a_pattern_give_a_run_config_that_validates(tmp_path, chooser):
+    """run.yaml listed the resolved features beside exclude (or feature_pattern), and every rank's check of it
+    refused the pair: a table narrowed as docs/data.md says never trained."""
+    path = tmp_path / "t.parquet"
+    pd.DataFrame({"px_b": [1.0, 2.0], "px_a": [3.0, 4.0], "name": ["u", "v"], "y": [0, 1]}).to_parquet(path)
+    data = data_cfg(source="table", table={"path": str(path), "label": "y", **chooser})
+    runs = config.expand_sweep(config.validate({"data": data}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    resolved = runs["base"]["config"]
+    assert resolved["data"]["table"]["features"] == ["px_a", "px_b"]
+    assert config.validate(resolved, "run.yaml")["data"]["table"]["features"] == ["px_a", "px_b"]
+    assert config.dataset_id(resolved["data"]) == config.dataset_id(
+        {
+            **data,
+            "table": {**data["table"], "features": ["px_a", "px_b"], "sha256": resolved["data"]["table"]["sha256"]},
+        }
+    ), "the same dataset as the features listed by hand"
+
+
 def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
