@@ -102,6 +102,27 @@ def test_a_feature_or_label_the_table_lacks_is_refused_when_the_workflow_plans(t
     assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_label_typo_with_features_left_out_is_refused_when_the_workflow_plans(tmp_path, kind):
+    """With every other column as features, the plan took the real label ('digit') for a feature and passed
+    the typo ('digits') to ingestion, a job, to refuse; a wide table's line then named all its columns."""
+    path = tmp_path / f"t.{kind}"
+    frame = pd.DataFrame({**{f"px_{i}": [1.0, 2.0] for i in range(30)}, "digit": [0, 1]})
+    frame.to_csv(path, index=False) if kind == "csv" else frame.to_parquet(path)
+    data = data_cfg(source="table", table={"path": str(path), "label": "digits"})
+    runs = config.expand_sweep(config.validate({"data": data}))
+    with pytest.raises(config.ConfigError) as refused:
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    said = str(refused.value)
+    assert said.startswith(f"run base: data.table.path={str(path)!r}: no column 'digits' (the file has: px_0,"), said
+    assert "... (31 columns)" in said and "px_29" not in said and "\n" not in said
+    assert "HINT: did you mean 'digit'? fix data.table.features / data.table.label" in said
+    data["table"]["label"] = "digit"
+    runs = config.expand_sweep(config.validate({"data": data}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    assert runs["base"]["config"]["data"]["table"]["features"] == sorted(f"px_{i}" for i in range(30))
+
+
 @pytest.mark.parametrize("chooser", [{"exclude": ["name"]}, {"feature_pattern": "px_*"}])
 def test_features_resolved_from_exclude_or_a_pattern_give_a_run_config_that_validates(tmp_path, chooser):
     """run.yaml listed the resolved features beside exclude (or feature_pattern), and every rank's check of it

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.config import parts
-from snakeddp.data import images
+from snakeddp.data import images, readers
 from snakeddp.errors import TableError
 
 NUMBER, ARRAY, CATEGORY, IMAGE = "number", "array", "category", "image"
@@ -48,6 +48,9 @@ def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> li
     ``exclude``, matching ``feature_pattern``: sorted by name, so a file's column order changes nothing."""
     if table.features:
         return list(table.features)
+    # Asked first: a label the table lacks would leave the real one among the features, and the plan's check of
+    # the columns then passed a typo that only ingestion (a job) refused.
+    readers.require_columns(where, [table.label], list(names))
     unknown = [c for c in table.exclude if c not in names]
     if unknown:
         raise TableError(
