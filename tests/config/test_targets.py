@@ -10,12 +10,14 @@ import textwrap
 
 import lightning.pytorch as pl
 import pytest
+import torch
 
 from snakeddp.config.targets import TargetError, check_keywords, construct, load_class, source_record
 from tests.helpers import SRC, subprocess_env
 
 USER_MODULE = """
 import lightning.pytorch as pl
+import torch
 
 
 class Good(pl.LightningModule):
@@ -184,3 +186,27 @@ def test_a_constructor_argument_the_class_does_not_take_is_named_with_the_closes
     check_keywords(
         load_class("usermodels:Open", "model.target", pl.LightningModule), ["depth"], "usermodels:Open", "model.target"
     )
+
+
+def test_an_error_in_an_installed_model_the_config_names_is_one_line_with_a_hint_that_works(tmp_path):
+    """Lightning's BoringModel as model.target (docs: any installed LightningModule) failed at its first step with
+    a 150-line traceback: no frame was the user's, so the error read as a bug of snakeddp's."""
+    from lightning.pytorch.demos import BoringModel
+
+    from snakeddp.config.targets import defining_files
+    from snakeddp.train import users_error
+
+    batch = (torch.zeros(4, 32), torch.zeros(4, dtype=torch.long))  # what a table's partitions give a step
+    with pytest.raises(TypeError) as raised:
+        BoringModel().training_step(batch, 0)
+    # As a rank sees it: the step is called by Lightning's loop, not from a file of the user's (this test's).
+    error = raised.value.with_traceback(raised.value.__traceback__.tb_next)
+    cfg = {"model": {"target": "lightning.pytorch.demos:BoringModel"}, "data": {"module": None}}
+    configured = defining_files(cfg)
+    assert set(configured.values()) == {"model.target"} and all(p.name == "boring_classes.py" for p in configured)
+    assert users_error(error, None) is None, "with no class named, a frame of no one's is a bug of ours"
+    line = users_error(error, tmp_path / "failure.txt", configured)
+    assert line is not None and "\n" not in line and line.count("HINT:") == 1, line
+    assert line.startswith("TypeError: linear(): argument 'input' (position 1) must be Tensor, not tuple"), line
+    assert "boring_classes.py:" in line and "in the class model.target names" in line, line
+    assert "(the whole traceback: " + str(tmp_path / "failure.traceback") in line, line

@@ -166,6 +166,31 @@ def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list
     return [source_record(role, obj) for role, target, obj in used if target]
 
 
+# The Lightning class each key's class extends, as "module:Name" (compared by name: nothing is imported for it).
+BASES = {
+    "model.target": "lightning.pytorch.core.module:LightningModule",
+    "data.module": "lightning.pytorch.core.datamodule:LightningDataModule",
+}
+
+
+def defining_files(cfg: Mapping[str, Any]) -> dict[Path, str]:
+    """Each file that defines a configured class (model.target, data.module) or one of its bases below Lightning's,
+    with its key: an installed package's class (Lightning's own demos) is the code the run chose, and an error
+    raised in it is explained as such. Only classes imported already: it explains a failure, and imports nothing."""
+    files: dict[Path, str] = {}
+    for key, target in (("model.target", cfg["model"].get("target")), ("data.module", cfg["data"].get("module"))):
+        module_name, _, qualname = str(target or "").partition(":")
+        found: Any = sys.modules.get(module_name)
+        for part in qualname.split(".") if found is not None else ():
+            found = getattr(found, part, None)
+        for cls in found.__mro__ if inspect.isclass(found) else ():
+            if f"{cls.__module__}:{cls.__qualname__}" == BASES[key]:
+                break
+            with contextlib.suppress(TypeError, OSError):
+                files.setdefault(Path(inspect.getfile(cls)).resolve(), key)
+    return files
+
+
 def main(argv: list[str]) -> int:
     """``python -m snakeddp.config.targets KEY TARGET NAMES [KEY TARGET NAMES ...]``: import each configured
     class as training will and check its kind, and that its constructor takes NAMES (its config arguments,
@@ -173,13 +198,9 @@ def main(argv: list[str]) -> int:
     (snakeddp.workflow.preflight); a failure is one line on stderr. Lightning is imported by the classes that
     need it, not first: a module that does not import, or a class that is not Lightning's, is refused in a
     fraction of a second instead of after Lightning's import (4-5 s of CPU)."""
-    bases = {
-        "model.target": "lightning.pytorch.core.module:LightningModule",
-        "data.module": "lightning.pytorch.core.datamodule:LightningDataModule",
-    }
     try:
         for key, target, names in zip(argv[::3], argv[1::3], argv[2::3], strict=True):
-            cls = load_class(target, key, bases[key])
+            cls = load_class(target, key, BASES[key])
             check_keywords(cls, filter(None, names.split(",")), target, key)
     except TargetError as error:
         print(" ".join(str(error).split()), file=sys.stderr)
