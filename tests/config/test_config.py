@@ -243,11 +243,16 @@ def test_a_value_an_alternative_or_a_pattern_refuses_says_what_the_key_accepts()
     lines = str(caught.value).splitlines()
     assert '  launch.hang_timeout: 3 is none of what it accepts: "auto", a number from 5 to 86400, null' in lines
     (target,) = [line for line in lines if line.startswith("  model.target:")]
-    assert target.endswith(
-        '(model.target: Your own LightningModule, "package.module:ClassName", trained instead of model.name)'
+    assert target == (
+        "  model.target: 'mynet.model.TinyNet' is not an import path. HINT: did you mean 'mynet.model:TinyNet'? "
+        "(a module under the directory snakemake runs in, dots for its folders, no .py)"
     )
     # What the line says it accepts is accepted.
     assert config.validate({"launch": {"hang_timeout": 5}, "model": {"target": "mynet.model:TinyNet"}})
+    # Another pattern: the key's description says what it wants, not the regular expression.
+    table = {"path": "t.csv", "label": "y", "sha256": "abc"}
+    with pytest.raises(config.ConfigError, match=r"data.table.sha256: 'abc' does not match .*\(data.table.sha256: Che"):
+        config.validate({"data": {"source": "table", "table": table}})
 
 
 def test_one_value_given_as_a_sweep_is_refused_with_the_list_that_works():
@@ -315,3 +320,24 @@ def test_a_secret_refused_in_the_config_is_sent_where_the_platforms_ranks_read_i
     line = str(refused.value)
     assert where in line and "t0k" not in line, line
     assert ("do not inherit the environment" in line) == (platform not in ("local", "slurm")), line
+
+
+@pytest.mark.parametrize(
+    ("key", "given", "meant"),
+    [
+        ("model.target", "byo/digits_model.py:DigitsNet", "byo.digits_model:DigitsNet"),
+        ("model.target", "./byo/digits_model.py:DigitsNet", "byo.digits_model:DigitsNet"),
+        ("model.target", "byo.digits_model.DigitsNet", "byo.digits_model:DigitsNet"),
+        ("data.module", "mydata/loaders.py:Images", "mydata.loaders:Images"),
+    ],
+)
+def test_a_class_given_as_its_files_path_or_a_class_path_names_the_import_path_it_means(key, given, meant):
+    """The schema's regular expression was all the line said ("does not match '^[A-Za-z_]...'"), under a
+    HINT to read config/schema.yaml; the import path the user meant is one that validates."""
+    section, name = key.split(".")
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({section: {name: given}})
+    said = str(refused.value)
+    assert f"{key}: {given!r} is not an import path. HINT: did you mean '{meant}'?" in said, said
+    assert said.count("HINT:") == 1 and "[A-Za-z_]" not in said, said
+    assert config.validate({section: {name: meant}})[section][name] == meant

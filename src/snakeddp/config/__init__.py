@@ -167,11 +167,32 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
         # jsonschema says only "is not valid under any of the given schemas": name what each one accepts.
         accepted = ", ".join(_accepted(sub) for sub in error.validator_value)
         return f"{key}: {_shown(error.instance)} is none of what it accepts: {accepted}"
+    if key in ("model.target", "data.module") and error.validator == "pattern":
+        return _import_path_error(key, str(error.instance))
     if error.validator == "pattern" and error.schema.get("description"):
         # A regular expression says little to a reader: the key's own description says what it wants.
         wanted = " ".join(str(error.schema["description"]).split()).split(". ")[0].rstrip(".")
         return f"{key}: {_shortened(error)} ({key}: {wanted})"
     return f"{key}: {_shortened(error)}"
+
+
+_IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _import_path_error(key: str, value: str) -> str:
+    """A class given as its file's path (byo/net.py:Net) or with a dot before it (LightningCLI's class_path form,
+    byo.net.Net): the import path it means, which the schema's pattern alone left the user to work out."""
+    module, colon, name = value.partition(":")
+    if not colon:
+        module, _, name = value.rpartition(".")
+    module = module.strip().removeprefix("./").removesuffix(".py").replace("/", ".").replace("\\", ".")
+    meant = f"{module}:{name.strip()}"
+    fix = (
+        f"did you mean '{meant}'? (a module under the directory snakemake runs in, dots for its folders, no .py)"
+        if _IMPORT_PATH.fullmatch(meant)
+        else "write it as 'package.module:ClassName', e.g. 'examples.tabular.model:TabularNet'."
+    )
+    return f"{key}: {value!r} is not an import path. HINT: {fix}"
 
 
 def _documented_in(errors: list[jsonschema.ValidationError]) -> str:
