@@ -306,7 +306,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     destination = args.to or default_destination(args.results, run)
     written = export(run, destination, checked)
     best = written["monitor"]
-    print(f"{run.label}: exported the best checkpoint ({best['metric']} {best['best']}) to {destination}")
+    # Four significant digits, as `snakeddp runs` and the epoch lines show it (the full value is in model.json).
+    value = f"{best['best']:.4g}" if isinstance(best["best"], float | int) else best["best"]
+    print(f"{run.label}: exported the best checkpoint ({best['metric']} {value}) to {destination}")
     return 0
 
 
