@@ -58,6 +58,10 @@ def test_task_of_a_table_comes_from_its_columns():
             "data.table.exclude narrows the columns taken when data.table.features is empty",
         ),
         ({"source": "table", "table": {"path": "t.csv", "features": ["a", "y"], "label": "y"}}, "must not contain"),
+        (
+            {"source": "table", "table": {"path": "t.csv", "label": "y", "categories": ["y"]}},
+            r"data.table.categories lists the label 'y'.*HINT: remove it from data.table.categories",
+        ),
         ({"source": "module"}, "data.source=module needs data.module"),
     ],
 )

@@ -130,6 +130,24 @@ def test_bad_values_are_named_by_file_column_and_row(tmp_path, cell, column, mes
     assert str(path) in text and f"column {column!r}" in text and "row 18 (line 19)" in text and message in text
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_label_column_of_text_says_to_encode_it_and_the_encoded_label_ingests(tmp_path, kind):
+    """A text label's HINT was a text feature's, `categories: [label]`, which cannot make a label a number."""
+    data = frame(rows=60)
+    data["y"] = np.where(data["y"] == 1, "cat", "dog")
+    path = tmp_path / f"t.{kind}"
+    data.to_csv(path, index=False) if kind == "csv" else data.to_parquet(path)
+    with pytest.raises(TableError) as refused:
+        ingest(params(path), tmp_path / "out")
+    said = str(refused.value)
+    assert "column 'y', row 1" in said and "is not a number, and the label column holds class indices" in said
+    assert "HINT: encode the label where the table is written (pandas: df['y'] = df['y'].astype('category')" in said
+    assert "categories" not in said.partition("HINT:")[2].replace("astype('category')", ""), said
+    data["y"] = data["y"].astype("category").cat.codes  # the HINT, as it says it
+    data.to_csv(path, index=False) if kind == "csv" else data.to_parquet(path)
+    assert ingest(params(path), tmp_path / "out")["rows_read"] == 60
+
+
 def test_nan_policy_drop_skips_rows_and_keeps_the_others_ids(tmp_path):
     data = frame(rows=60)
     data.loc[[3, 40], "b"] = np.nan

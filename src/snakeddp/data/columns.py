@@ -389,8 +389,9 @@ def _view(values: Any) -> np.ndarray:
     return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize)
 
 
-def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarray:
-    """float64 values of a column chunk, or a TableError at the first value that is not a number."""
+def numbers(values: Any, where: Where, column: str, first_row: int, label: bool = False) -> np.ndarray:
+    """float64 values of a column chunk, or a TableError at the first value that is not a number (``label``: the
+    label column's, which no category makes a number: its HINT is to encode it as the class indices)."""
     values = as_numpy(values)
     if values.dtype.kind in "biuf":
         return values.astype(np.float64, copy=False)
@@ -399,6 +400,13 @@ def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarra
     converted = pd.to_numeric(pd.Series(values, copy=False), errors="coerce").to_numpy(dtype=np.float64)
     present = pd.notna(values) & (pd.Series(values, copy=False).astype(str).str.strip() != "").to_numpy()
     bad = np.flatnonzero(np.isnan(converted) & present)
+    if bad.size and label:
+        raise TableError(
+            f"{where(column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number, and the label column "
+            "holds class indices (0..data.num_classes-1, or 0/1 where data.num_classes is 1). HINT: encode the "
+            f"label where the table is written (pandas: df[{column!r}] = df[{column!r}].astype('category').cat.codes), "
+            "or set data.table.label to the column that holds them."
+        )
     if bad.size:
         raise TableError(
             f"{where(column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number. "
