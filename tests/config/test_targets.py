@@ -106,6 +106,18 @@ def test_an_import_failure_says_which_of_its_causes_it_is_and_the_fix_for_that_o
             load_class(target, "model.target", pl.LightningModule)
         said[target] = str(error.value)
     assert "put the module in the directory snakemake runs from" in said["no_such_package.models:Net"]
+    # A typo of a module that is there: the HINT names it (it said to put the module where it already was).
+    (user_module / "mypkg").mkdir()
+    (user_module / "mypkg" / "digits_model.py").write_text("")
+    typos = {
+        "mypkg.digits_modle:Net": "mypkg.digits_model:Net",
+        "usermodel:Good": "usermodels:Good",
+        "mypgk.digits_model:Net": "mypkg.digits_model:Net",  # a folder without __init__.py is a package too
+    }
+    for typo, meant in typos.items():
+        with pytest.raises(TargetError) as error:
+            load_class(typo, "model.target", pl.LightningModule)
+        assert f"HINT: did you mean {meant!r}?" in str(error.value), str(error.value)
     assert "imports 'sklearn', which is not installed" in said["needs_sklearn:Net"]
     assert "HINT: run `tools/add.sh scikit-learn --stage train`" in said["needs_sklearn:Net"]
     assert "HINT: the module's own code failed at badsyntax.py:2: fix it there" in said["badsyntax:Net"]

@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import pkgutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -95,7 +96,28 @@ def import_failure(key: str, target: str, module_name: str, error: Exception) ->
         place = where_raised(error)
         if place is not None:
             return f"{said}. HINT: the module's own code failed at {place}: fix it there, then rerun."
+    close = _close_module(missing) if missing is not None else None
+    if close is not None:
+        meant = f"{close}{module_name.removeprefix(missing)}:{target.partition(':')[2]}"
+        return f"{said}. HINT: did you mean {meant!r}? (a module of that name is there)"
     return f"{said}. {IMPORTABLE_HINT}"
+
+
+def _close_module(missing: str) -> str | None:
+    """The module beside ``missing`` (in its package, or on sys.path) whose name is closest to its last part: a
+    typo's module is in the directory snakemake runs from, where the not-found HINT sent the user to put it."""
+    parent, _, name = missing.rpartition(".")
+    try:
+        where = importlib.import_module(parent).__path__ if parent else None
+    except (ImportError, AttributeError):  # the parent is missing too, or is no package: its own typo comes first
+        return None
+    names = {module.name for module in pkgutil.iter_modules(where)}
+    # A folder without __init__.py imports too (a namespace package: byo/model.py), and iter_modules skips it.
+    for folder in where if where is not None else sys.path:
+        with contextlib.suppress(OSError):
+            names.update(p.name for p in Path(folder or ".").iterdir() if p.name.isidentifier() and p.is_dir())
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f"{parent}.{close[0]}" if close and parent else (close[0] if close else None)
 
 
 def accepted_parameters(cls: type) -> set[str]:
