@@ -170,6 +170,19 @@ def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order
         ingest(params(tmp_path / "a.parquet", exclude=["nope"]), tmp_path / "d")
 
 
+def test_left_out_features_leave_out_the_index_pandas_writes_for_a_filtered_frame(tmp_path):
+    """df[df.x > 0].to_parquet(...) writes the kept rows' index as a column, __index_level_0__: every column but
+    the label took it as a feature, row numbers a sorted table's label can be read from."""
+    data = mixed(400).to_pandas()
+    data = data[data["x"] > -1].sort_values("y")  # an index other than 0..n-1, in label order
+    data.to_parquet(tmp_path / "t.parquet")
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "t.parquet").names
+    summary = ingest(params(tmp_path / "t.parquet"), tmp_path / "out")
+    assert [c["column"] for c in summary["task"]["inputs"]] == ["city", "emb", "x"]
+    listed = ingest(params(tmp_path / "t.parquet", ["__index_level_0__", "x"]), tmp_path / "listed")
+    assert [c["column"] for c in listed["task"]["inputs"]] == ["__index_level_0__", "x"], "listed, it is taken"
+
+
 def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infinities_unusable():
     """The float-only path (columns copied into a block, transposed a block of rows at a time, each row put at its
     place) against the column-by-column path on the same chunk: float32 and float64 columns, a null, a NaN, an

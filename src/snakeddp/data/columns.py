@@ -21,6 +21,7 @@ recorded in its manifest, the run's provenance and an export, where ``Inputs.enc
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,9 +44,15 @@ Where = Callable[[str, int], str]
 _LINE_FLOATS = 16
 
 
+# The column pandas' to_parquet writes for an unnamed index other than 0..n-1 (a filtered or shuffled frame): row
+# numbers, not data, which a table's every column once trained on as a feature (a leak where rows are sorted).
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+
+
 def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> list[str]:
     """``data.table.features`` as listed, or, left empty, every column in ``names`` but the label and
-    ``exclude``, matching ``feature_pattern``: sorted by name, so a file's column order changes nothing."""
+    ``exclude`` (and pandas' unnamed index), matching ``feature_pattern``: sorted by name, so a file's column order
+    changes nothing."""
     if table.features:
         return list(table.features)
     # Asked first: a label the table lacks would leave the real one among the features, and the plan's check of
@@ -61,7 +68,10 @@ def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> li
     chosen = sorted(
         c
         for c in dict.fromkeys(names)
-        if c != table.label and c not in table.exclude and (pattern is None or fnmatch.fnmatchcase(c, pattern))
+        if c != table.label
+        and c not in table.exclude
+        and not PANDAS_INDEX.fullmatch(c)
+        and (pattern is None or fnmatch.fnmatchcase(c, pattern))
     )
     if not chosen:
         narrowed = f" matching {pattern!r}" if pattern else ""
