@@ -47,6 +47,12 @@ _LINE_FLOATS = 16
 # The column pandas' to_parquet writes for an unnamed index other than 0..n-1 (a filtered or shuffled frame): row
 # numbers, not data, which a table's every column once trained on as a feature (a leak where rows are sorted).
 PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+# A CSV's first column with no name in the header, as pandas reads it: the index its to_csv writes by default.
+CSV_INDEX = "Unnamed: 0"
+
+
+def _index_columns(names: Sequence[str]) -> set[str]:
+    return {c for c in names if PANDAS_INDEX.fullmatch(c)} | ({CSV_INDEX} if names[:1] == [CSV_INDEX] else set())
 
 
 def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> list[str]:
@@ -65,12 +71,13 @@ def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> li
             f"(it has: {_shown(names)}). HINT: fix data.table.exclude."
         )
     pattern = table.feature_pattern
+    index = _index_columns(list(names))
     chosen = sorted(
         c
         for c in dict.fromkeys(names)
         if c != table.label
         and c not in table.exclude
-        and not PANDAS_INDEX.fullmatch(c)
+        and c not in index
         and (pattern is None or fnmatch.fnmatchcase(c, pattern))
     )
     if not chosen:
