@@ -341,3 +341,25 @@ def test_a_class_given_as_its_files_path_or_a_class_path_names_the_import_path_i
     assert f"{key}: {given!r} is not an import path. HINT: did you mean '{meant}'?" in said, said
     assert said.count("HINT:") == 1 and "[A-Za-z_]" not in said, said
     assert config.validate({section: {name: meant}})[section][name] == meant
+
+
+@pytest.mark.parametrize(
+    ("section", "given", "line"),
+    [
+        ({"trainer": {"max_epochs": "3"}}, {"trainer": {"max_epochs": 3}}, "write it without quotes: max_epochs: 3"),
+        ({"model": {"lr": "0.01"}}, {"model": {"lr": 0.01}}, "write it without quotes: lr: 0.01"),
+        (
+            {"data": {"source": "table", "table": {"path": "t.csv", "label": "y", "features": "x1"}}},
+            {"data": {"source": "table", "table": {"path": "t.csv", "label": "y", "features": ["x1"]}}},
+            "write it as a list: features: [x1]",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_with_a_plain_fix_says_it_and_the_fix_validates(section, given, line):
+    """'3' (quoted in YAML) or one feature without brackets: the line said only "is not of type 'integer'",
+    under a HINT to read config/schema.yaml."""
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate(section)
+    said = str(refused.value)
+    assert f"HINT: {line}" in said and said.count("HINT:") == 1 and "schema.yaml" not in said, said
+    assert config.validate(given)

@@ -163,6 +163,10 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
             f"{key}: {error.instance} is one value, and a sweep takes a list of them. HINT: write it as a list, "
             f"e.g. sweep: {{{swept}: [{error.instance}]}} (--config 'sweep={{{swept}: [{error.instance}]}}')"
         )
+    if error.validator == "type" and not secret:
+        fix = _type_fix(key, error.instance, error.validator_value)
+        if fix:
+            return f"{key}: {_shortened(error)}. HINT: {fix}"
     if error.validator in ("anyOf", "oneOf") and not secret:
         # jsonschema says only "is not valid under any of the given schemas": name what each one accepts.
         accepted = ", ".join(_accepted(sub) for sub in error.validator_value)
@@ -177,6 +181,26 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
 
 
 _IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _type_fix(key: str, value: Any, wanted: Any) -> str | None:
+    """The edit that gives ``value`` the type the schema wants, where one is plain: a list of the one value, or a
+    number (or true/false) written without the quotes that made it text."""
+    kinds = set(wanted) if isinstance(wanted, list) else {wanted}
+    name = key.rpartition(".")[2]
+    if "array" in kinds and isinstance(value, str | int | float) and not isinstance(value, bool):
+        return f"write it as a list: {name}: [{value}]"
+    if isinstance(value, str) and kinds & {"integer", "number", "boolean"}:
+        try:
+            parsed = yamltext.safe_load(value)
+        except yaml.YAMLError:
+            return None
+        fits = {"integer": isinstance(parsed, int), "number": isinstance(parsed, int | float), "boolean": False}
+        if isinstance(parsed, bool):
+            fits = {"boolean": True}
+        if any(fits.get(kind) for kind in kinds):
+            return f"write it without quotes: {name}: {value.strip()}"
+    return None
 
 
 def _import_path_error(key: str, value: str) -> str:
