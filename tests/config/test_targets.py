@@ -200,6 +200,28 @@ def test_a_constructor_argument_the_class_does_not_take_is_named_with_the_closes
     )
 
 
+def test_a_constructor_parameter_neither_the_config_nor_snakeddp_gives_is_named_before_any_job(user_module):
+    """A model taking in_dim (not num_features) was refused by its train job, after the data stage, with a HINT to
+    'check the keyword arguments in the config against the class's constructor'."""
+    (user_module / "ownnames.py").write_text(
+        "import lightning.pytorch as pl\n\n\nclass Net(pl.LightningModule):\n"
+        "    def __init__(self, in_dim, num_classes, *, hidden, lr=0.1):\n        super().__init__()\n"
+    )
+    cls = load_class("ownnames:Net", "model.target", pl.LightningModule)
+    with pytest.raises(TargetError) as caught:
+        check_keywords(cls, ["lr"], "ownnames:Net", "model.target")
+    assert str(caught.value) == (
+        "model.kwargs: model.target='ownnames:Net' needs 'in_dim', 'hidden', which the config does not give. "
+        "HINT: set model.kwargs.in_dim, or, where it is the data's own value, name the parameter num_features or "
+        "num_classes: snakeddp passes those."
+    )
+    check_keywords(cls, ["in_dim", "hidden"], "ownnames:Net", "model.target")  # the HINT's first way
+    # The names as the workflow's check hands them over (an iterator) serve both checks.
+    picky = load_class("usermodels:Picky", "model.target", pl.LightningModule)
+    with pytest.raises(TargetError, match=r"needs 'width'.*HINT: set model.kwargs.width"):
+        check_keywords(picky, iter([]), "usermodels:Picky", "model.target")
+
+
 def test_an_error_in_an_installed_model_the_config_names_is_one_line_with_a_hint_that_works(tmp_path):
     """Lightning's BoringModel as model.target (docs: any installed LightningModule) failed at its first step with
     a 150-line traceback: no frame was the user's, so the error read as a bug of snakeddp's."""

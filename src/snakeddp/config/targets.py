@@ -135,7 +135,9 @@ def check_keywords(cls: type, names: Iterable[str], target: str, key: str) -> No
     """A TargetError naming the first of ``names`` (the config's constructor arguments) that ``cls`` does not
     take: the workflow checks them before any job, where the train job's constructor would refuse them after
     the data stage and the queue. A constructor with ``**kwargs`` may take any name: not checked."""
+    names = list(names)
     parameters = inspect.signature(cls.__init__).parameters.values()
+    _check_required(parameters, names, target, key)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     accepted = accepted_parameters(cls)
@@ -146,6 +148,29 @@ def check_keywords(cls: type, names: Iterable[str], target: str, key: str) -> No
         raise TargetError(
             f"{KWARGS_KEYS[key]}.{unknown[0]}: {key}={target!r} takes no {unknown[0]!r} (its constructor takes "
             f"{', '.join(sorted(accepted)) or 'nothing'}). HINT: {fix}"
+        )
+
+
+# The constructor arguments snakeddp gives each key's class when it names them (the data's task; the loader's).
+SUPPLIED = {"model.target": ("num_features", "num_classes"), "data.module": ("manifest_path", "batch_size", "seed")}
+
+
+def _check_required(parameters: Iterable[inspect.Parameter], names: list[str], target: str, key: str) -> None:
+    """A TargetError naming the constructor's parameters without a default that neither the config nor snakeddp
+    gives: the train job's constructor refused them, after the data stage, with a HINT to check the config."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    missing = [
+        p.name
+        for p in parameters
+        if p.kind in kinds and p.default is p.empty and p.name != "self"
+        if p.name not in names and p.name not in SUPPLIED[key]
+    ]
+    if missing:
+        given = " or ".join(SUPPLIED[key])
+        raise TargetError(
+            f"{KWARGS_KEYS[key]}: {key}={target!r} needs {', '.join(map(repr, missing))}, which the config does not "
+            f"give. HINT: set {KWARGS_KEYS[key]}.{missing[0]}, or, where it is the data's own value, name the "
+            f"parameter {given}: snakeddp passes those."
         )
 
 
