@@ -153,6 +153,22 @@ def test_resolve_tables_explains_a_missing_table(tmp_path):
         plan.resolve_tables(runs, cache=tmp_path / "cache.json")
 
 
+def test_a_table_path_under_tilde_says_to_write_it_in_full_and_the_full_path_resolves(tmp_path, monkeypatch):
+    """'~/t.csv' read as a folder named '~' in the working directory, under a HINT about relative paths."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(tmp_path / "t.csv", index=False)
+    runs = config.expand_sweep(config.validate({"data": table_cfg("~/t.csv")}))
+    with pytest.raises(config.ConfigError) as refused:
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    said = str(refused.value)
+    assert said.endswith(
+        f"HINT: '~' is not expanded in a config: write the path in full ({str(tmp_path / 't.csv')!r})."
+    ), said
+    runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "t.csv")}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
+
+
 def test_ids_and_partition_bytes_of_existing_configs_never_change(tmp_path):
     """Pinned from the code before the identity had one definition (febc63a): a change here
     regenerates every user's data and retrains every run."""
