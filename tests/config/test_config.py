@@ -363,3 +363,20 @@ def test_a_value_of_the_wrong_type_with_a_plain_fix_says_it_and_the_fix_validate
     said = str(refused.value)
     assert f"HINT: {line}" in said and said.count("HINT:") == 1 and "schema.yaml" not in said, said
     assert config.validate(given)
+
+
+def test_a_key_beside_model_target_is_pointed_to_model_kwargs_not_to_a_built_in_models_key():
+    """'model.hidden: unknown key (did you mean 'hidden_sizes'?)': hidden_sizes, a built-in model's key, is refused
+    beside model.target; the class's own argument goes in model.kwargs, in the config and in a sweep alike."""
+    model = {"target": "byo.digits_model:DigitsNet"}
+    for cfg in ({"model": {**model, "hidden": 32}}, {"model": model, "sweep": {"model.hidden": [8, 16]}}):
+        with pytest.raises(config.ConfigError) as refused:
+            config.expand_sweep(config.validate(cfg))
+        said = str(refused.value)
+        assert "model.hidden: unknown key (model.target's own arguments go in model.kwargs: did you mean " in said
+        assert "model.kwargs.hidden?" in said and "hidden_sizes" not in said, said
+    fixed = {"model": {**model, "kwargs": {"hidden": 32}}, "sweep": {"model.kwargs.hidden": [8, 16]}}
+    assert len(config.expand_sweep(config.validate(fixed))) == 2
+    # Without model.target the built-ins' key is still the one meant.
+    with pytest.raises(config.ConfigError, match=r"model.hidden: unknown key \(did you mean 'hidden_sizes'\?\)"):
+        config.validate({"model": {"hidden": [32]}})
