@@ -135,7 +135,8 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
             where = f"{key}.{name}" if error.absolute_path else name
             close = difflib.get_close_matches(name, allowed, n=1)
             elsewhere = _sections_with(schema, name) if error.absolute_path else []
-            if key == "model" and isinstance(error.instance, Mapping) and error.instance.get("target"):
+            beside_target = key == "model" and isinstance(error.instance, Mapping) and error.instance.get("target")
+            if beside_target and not elsewhere:
                 # Not a built-in's key (hidden_sizes is refused beside model.target): the class's own argument.
                 hint = f"model.target's own arguments go in model.kwargs: did you mean model.kwargs.{name}?"
             elif close:
