@@ -377,6 +377,9 @@ def test_a_key_beside_model_target_is_pointed_to_model_kwargs_not_to_a_built_in_
         assert "model.kwargs.hidden?" in said and "hidden_sizes" not in said, said
     fixed = {"model": {**model, "kwargs": {"hidden": 32}}, "sweep": {"model.kwargs.hidden": [8, 16]}}
     assert len(config.expand_sweep(config.validate(fixed))) == 2
+    # A typo of a key that applies beside model.target is still named as that key.
+    with pytest.raises(config.ConfigError, match=r"model.kwarg: unknown key \(did you mean 'kwargs'\?\)"):
+        config.validate({"model": {**model, "kwarg": {"hidden": 32}}})
     # Another section's key is still named as that section's.
     with pytest.raises(config.ConfigError, match=r"model.max_epochs: unknown key \(it is a key of trainer"):
         config.validate({"model": {**model, "max_epochs": 3}})

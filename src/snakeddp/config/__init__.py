@@ -136,7 +136,8 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
             close = difflib.get_close_matches(name, allowed, n=1)
             elsewhere = _sections_with(schema, name) if error.absolute_path else []
             beside_target = key == "model" and isinstance(error.instance, Mapping) and error.instance.get("target")
-            if beside_target and not elsewhere:
+            built_in = bool(close) and f"model.{close[0]}" in BUILT_IN_MODEL_KEYS
+            if beside_target and not elsewhere and (built_in or not close):
                 # Not a built-in's key (hidden_sizes is refused beside model.target): the class's own argument.
                 hint = f"model.target's own arguments go in model.kwargs: did you mean model.kwargs.{name}?"
             elif close:
