@@ -130,6 +130,13 @@ def test_numbers_stored_as_text_are_named_so_and_ingest_once_cast_as_the_hint_sa
     frame.to_parquet(tmp_path / "t.parquet")
     with pytest.raises(TableError, match=r"category column 'x' has 1,500 distinct values, over 1024 .* HINT: group"):
         ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "other")
+    # An id column among every column but the label: the HINT names the key that leaves it out, which works.
+    frame["z"] = np.arange(len(frame), dtype=float)
+    frame.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(TableError, match=r"HINT: .*\(with data.table.features left out: data.table.exclude: \[x\]\)"):
+        ingest(params(tmp_path / "t.parquet"), tmp_path / "every")
+    summary = ingest(params(tmp_path / "t.parquet", exclude=["x"]), tmp_path / "excluded")
+    assert [c["column"] for c in summary["task"]["inputs"]] == ["z"]
 
 
 def test_a_few_numbers_stored_as_text_train_as_a_category_and_one_line_says_so(tmp_path, capsys):

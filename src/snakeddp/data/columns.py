@@ -537,7 +537,8 @@ def vocabulary(values: Iterable[str], column: str, where: str) -> tuple[str, ...
             )
         raise TableError(
             f"{where}: category column {column!r} has {len(found):,} distinct values, over {MAX_CATEGORIES} (a "
-            "one-hot of each). HINT: group or hash its rare values in the table, or leave it out of the features."
+            "one-hot of each). HINT: group or hash its rare values in the table, or leave it out of the features "
+            f"(with data.table.features left out: data.table.exclude: [{column}])."
         )
     return found
 
