@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from snakeddp import __version__
 from snakeddp.cli import main
@@ -268,3 +270,23 @@ def test_status_of_a_run_whose_later_attempt_failed_says_the_attempt_that_finish
         "best_checkpoint": str(run_dir / "attempts" / kept / best),
     }
     assert (run_dir / "attempts" / kept / best).is_file()
+
+
+def test_plain_runs_says_whose_runs_are_not_finished_and_how_to_ask_for_yours(sweep_workflow, tmp_path, capsys):
+    """Trained with --configfile, `snakeddp runs` as the README types it said 'not finished yet: devices-1,
+    devices-2' (config/config.yaml's runs) as if the user's runs had not trained."""
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    mine = sweep_workflow.directory / "config.yaml"
+    (tmp_path / "config").mkdir()
+    checkout = yaml.safe_load(mine.read_text())
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({**checkout, "experiment": "other"}))
+    assert main(["runs", "--results", str(results)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "not finished yet: other--devices-1, other--devices-2 (the runs config/config.yaml plans; give the "
+        "--configfile you gave snakemake for yours)"
+    ) in said, said
+    assert main(["runs", "--results", str(results), "--configfile", str(mine), "--config", "experiment=other"]) == 0
+    said = capsys.readouterr().out
+    assert "not finished yet: other--devices-1, other--devices-2\n" in said, said
