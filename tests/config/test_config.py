@@ -386,3 +386,34 @@ def test_a_key_beside_model_target_is_pointed_to_model_kwargs_not_to_a_built_in_
     # Without model.target the built-ins' key is still the one meant.
     with pytest.raises(config.ConfigError, match=r"model.hidden: unknown key \(did you mean 'hidden_sizes'\?\)"):
         config.validate({"model": {"hidden": [32]}})
+
+
+@pytest.mark.parametrize(
+    ("given", "fixed"),
+    [
+        (
+            {"trainer": {"monitor": {"metric": "val_acc"}}},
+            {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}},
+        ),
+        (
+            {"search": {"method": "successive_halving", "metric": "val_acc"}, "sweep": {"model.lr": [0.1, 0.01]}},
+            {
+                "search": {"method": "successive_halving", "metric": "val_acc", "mode": "max"},
+                "sweep": {"model.lr": [0.1, 0.01]},
+            },
+        ),
+    ],
+)
+def test_a_rising_metric_monitored_without_its_mode_is_refused_and_its_mode_given_validates(given, fixed):
+    """trainer.monitor: {metric: val_acc} took mode min, its default: the best checkpoint was the epoch of the lowest
+    accuracy, and early stopping stopped while it rose (a search's metric: the configurations of the lowest)."""
+    section = "trainer.monitor" if "trainer" in given else "search"
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate(given)
+    said = str(refused.value)
+    assert f"{section}.metric is 'val_acc', which rises as the model improves" in said, said
+    assert said.count("HINT:") == 1 and f"HINT: set {section}.mode: max beside it" in said, said
+    assert config.validate(fixed)
+    # A mode given, either one, is the user's choice; search inherits trainer.monitor's max.
+    assert config.validate({"trainer": {"monitor": {"metric": "val_acc", "mode": "min"}}})
+    assert config.validate({**given, "trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}})

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from snakeddp.config import coerce, lightningcli, sources
+from snakeddp.config import coerce, lightningcli, monitor, sources
 from snakeddp.config.bounds import check_run_size, check_shape, check_sweep_size
 from snakeddp.config.naming import canonical, run_id
 from snakeddp.config.network import network_variable_error
@@ -290,6 +290,7 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     schema = load_schema()
     # Before anything else reads it: a run written in LightningCLI's form is the same run (lightningcli).
     resolved = coerce.normalise(lightningcli.normalise(config, source), schema)
+    unchosen = monitor.rising_without_mode(resolved)  # before the schema's defaults fill the mode in
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),
@@ -306,6 +307,8 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
             else (f"\nHINT: every key is documented in {documented}; fix the keys above and rerun.")
         )
         raise ConfigError(f"{source} is not valid:\n  {details}{closing}")
+    if unchosen:
+        raise monitor.mode_error(*unchosen, source)
     _check_layout(resolved, source)
     return resolved
 
