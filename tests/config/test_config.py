@@ -417,3 +417,21 @@ def test_a_rising_metric_monitored_without_its_mode_is_refused_and_its_mode_give
     # A mode given, either one, is the user's choice; search inherits trainer.monitor's max.
     assert config.validate({"trainer": {"monitor": {"metric": "val_acc", "mode": "min"}}})
     assert config.validate({**given, "trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}})
+
+
+def test_a_rising_metric_named_in_a_configfile_takes_no_mode_from_the_checkouts_config():
+    """config/config.yaml says {metric: val_loss, mode: min}: a --configfile's {metric: val_acc} merged over it kept
+    min, and the check of the merged config saw a mode given. The layers tell which layer chose the mode."""
+    from snakeddp.config import layers, monitor
+
+    base = layers.load_layer(REPO / "config" / "config.yaml")
+    assert base["trainer"]["monitor"] == {"metric": "val_loss", "mode": "min"}
+    mine = {"trainer": {"monitor": {"metric": "val_acc"}}}
+    assert monitor.rising_without_mode([base, mine]) == ("trainer.monitor", "val_acc")
+    assert monitor.rising_without_mode([base, mine, {"trainer": {"monitor": {"mode": "max"}}}]) is None, "--config"
+    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}]) is None
+    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_f1"}}}]) is None, "not by name"
+    searched = {"search": {"method": "successive_halving", "metric": "val_acc"}}
+    assert monitor.rising_without_mode([base, searched]) == ("search", "val_acc")
+    maxed = {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}
+    assert monitor.rising_without_mode([base, maxed, searched]) is None, "search inherits trainer.monitor's max"

@@ -290,7 +290,7 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     schema = load_schema()
     # Before anything else reads it: a run written in LightningCLI's form is the same run (lightningcli).
     resolved = coerce.normalise(lightningcli.normalise(config, source), schema)
-    unchosen = monitor.rising_without_mode(resolved)  # before the schema's defaults fill the mode in
+    unchosen = monitor.rising_without_mode([resolved])  # before the schema's defaults fill the mode in
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),

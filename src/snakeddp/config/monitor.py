@@ -8,7 +8,7 @@ rises (a search: keep the configurations of the lowest).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from snakeddp.errors import ConfigError
@@ -17,23 +17,34 @@ FALLING = ("loss", "error", "mse", "mae")
 RISING = ("acc", "accuracy")
 
 
-def rising_without_mode(config: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(section, metric)`` where the config names a metric to rank epochs or configurations by (trainer.monitor,
-    search) whose name says it rises and leaves its mode to a default (trainer.monitor's: min; search's: that one),
-    else None: an explicit mode, either one, is the user's to choose. Asked of a config before defaults."""
-    trainer = config.get("trainer")
-    places = (
-        ("trainer.monitor", trainer.get("monitor") if isinstance(trainer, Mapping) else None),
-        ("search", config.get("search")),
-    )
-    inherited = places[0][1].get("mode") if isinstance(places[0][1], Mapping) else None
-    for section, chosen in places:
-        if not isinstance(chosen, Mapping) or chosen.get("mode") is not None:
+def _part(layer: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
+    for key in path:
+        layer = layer.get(key) if isinstance(layer, Mapping) else None
+    return layer if isinstance(layer, Mapping) else None
+
+
+def rising_without_mode(layers: Sequence[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """``(section, metric)`` where the config, as ``layers`` make it up (config/config.yaml, each --configfile, then
+    --config; or one config before defaults), names a metric to rank epochs or configurations by (trainer.monitor,
+    search) whose name says it rises, and gives it no mode in the layer that names it or a later one: its mode is
+    then a default (config/config.yaml's min, the schema's, or search's trainer.monitor's) chosen for another
+    metric. Else None: a mode given with the metric, either one, is the user's choice."""
+    trainer_mode = None
+    for section, path in (("trainer.monitor", ("trainer", "monitor")), ("search", ("search",))):
+        metric, named_at, mode_at = None, None, None
+        for index, layer in enumerate(layers):
+            part = _part(layer, path)
+            if part is None:
+                continue
+            if "metric" in part:
+                metric, named_at = part["metric"], index
+            if part.get("mode") is not None:
+                mode_at = index
+                trainer_mode = part["mode"] if section == "trainer.monitor" else trainer_mode
+        if section == "search" and mode_at is None and trainer_mode == "max":  # search's mode is trainer.monitor's
             continue
-        if section == "search" and inherited == "max":  # search's mode is trainer.monitor's: max, as it should be
-            continue
-        metric = chosen.get("metric")
-        if isinstance(metric, str) and metric.endswith(RISING):
+        unchosen = mode_at is None or (named_at is not None and mode_at < named_at)
+        if isinstance(metric, str) and metric.endswith(RISING) and unchosen:
             return section, metric
     return None
 
