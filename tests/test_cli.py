@@ -6,11 +6,13 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from snakeddp import __version__
 from snakeddp.cli import main
@@ -387,3 +389,23 @@ def test_a_later_attempts_log_moved_aside_by_another_invocation_is_still_named(s
     assert main(["status", "--results", str(results)]) == 0
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("devices-1: ")]
     assert f"its latest attempt {later[:12]} failed; " in note, "not the log of an attempt before the one that finished"
+
+
+def test_plain_runs_says_whose_runs_are_not_finished_and_how_to_ask_for_yours(sweep_workflow, tmp_path, capsys):
+    """Trained with --configfile, `snakeddp runs` as the README types it said 'not finished yet: devices-1,
+    devices-2' (config/config.yaml's runs) as if the user's runs had not trained."""
+    results = tmp_path / "results"
+    shutil.copytree(sweep_workflow.directory / "results" / "runs", results / "runs", symlinks=True)
+    mine = sweep_workflow.directory / "config.yaml"
+    (tmp_path / "config").mkdir()
+    checkout = yaml.safe_load(mine.read_text())
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump({**checkout, "experiment": "other"}))
+    assert main(["runs", "--results", str(results)]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "not finished yet: other--devices-1, other--devices-2 (the runs config/config.yaml plans; give the "
+        "--configfile you gave snakemake for yours)"
+    ) in said, said
+    assert main(["runs", "--results", str(results), "--configfile", str(mine), "--config", "experiment=other"]) == 0
+    said = capsys.readouterr().out
+    assert "not finished yet: other--devices-1, other--devices-2\n" in said, said

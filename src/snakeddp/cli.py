@@ -190,7 +190,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
                  for rid in stopped_here)  # fmt: skip
         print(f"stopped by the search: {', '.join(shown)}")
     if waiting := [rid for rid in waiting if rid not in halted]:
-        print(f"not finished yet: {', '.join(waiting)}")
+        # Plain, it answers for the checkout's config: a user who trained with --configfile read it as theirs.
+        whose = (
+            ""
+            if args.configfile or args.config
+            else f" (the runs {current.CONFIG_FILE} plans; give the --configfile you gave snakemake for yours)"
+        )
+        print(f"not finished yet: {', '.join(waiting)}{whose}")
     if history:
         print(f"\nhistory: {HISTORY}")
         print(aligned(summary_rows(history), readable))

@@ -56,10 +56,11 @@ from snakeddp import cluster
 from snakeddp.cluster.base import Layout
 from snakeddp.cluster.lifecycle import die_with_parent
 from snakeddp.config import parts
+from snakeddp.config.targets import defining_files
 from snakeddp.errors import DataIntegrityError, LaunchError, exit_code
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
-from snakeddp.util.userfiles import where_raised
+from snakeddp.util.userfiles import innermost, shown_frame, where_raised
 
 PROG = "snakeddp.train"
 
@@ -127,24 +128,50 @@ def reported(args: argparse.Namespace, work: Callable[[], int], peers_said: bool
         speak=_rank(os.environ) == 0,
         failure_file=args.failure_file,
         refused_file=refused,
-        explain=lambda error: users_error(error, args.failure_file),
+        explain=lambda error: users_error(error, args.failure_file, _configured_files(args.config)),
         lost_peers=peers_said,
     )
 
 
-def users_error(error: Exception, failure_file: Path | None) -> str | None:
+def _configured_files(run_yaml: Path) -> dict[Path, str]:
+    """targets.defining_files of the run's config; none where run.yaml cannot be read (it explains a failure)."""
+    try:
+        return defining_files(RunFile.load(run_yaml).config)
+    except Exception:
+        return {}
+
+
+# What to do about an error raised in an installed package's class that a key names.
+_INSTALLED_HINTS = {
+    "model.target": "a model trains on the data section's batches, a (features, labels) pair of tensors from a "
+    "table or synthetic data (docs/customising.md): train a model written for them, or set data.module to the "
+    "DataModule this one was written for, and rerun.",
+    "data.module": "check data.module_kwargs against its constructor's documentation, and rerun.",
+}
+
+
+def users_error(
+    error: Exception, failure_file: Path | None, configured: Mapping[Path, str] | None = None
+) -> str | None:
     """The line for an exception raised in the user's code (where_raised: not snakeddp's, an installed package's
-    or the standard library's); None for any other, whose traceback is shown as it is (a bug of ours)."""
-    place = where_raised(error)
-    if place is None:
-        return None
+    or the standard library's), or in an installed package's class that the config names (``configured``:
+    targets.defining_files, e.g. Lightning's BoringModel as model.target); None for any other, whose traceback is
+    shown as it is (a bug of ours)."""
     kept = f" (the whole traceback: {failure_file.with_suffix('.traceback')})" if failure_file is not None else ""
     said = " ".join(str(error).split())
-    said = said if len(said) <= 300 else f"{said[:297]}..."
-    return (
-        f"{type(error).__name__}: {said}, raised at {place}, in your code{kept}. HINT: fix it there and rerun: "
-        "the run resumes from its last checkpoint."
-    )
+    said = f"{type(error).__name__}: {said if len(said) <= 300 else f'{said[:297]}...'}"
+    place = where_raised(error)
+    if place is not None:
+        return (
+            f"{said}, raised at {place}, in your code{kept}. HINT: fix it there and rerun: the run resumes from its "
+            "last checkpoint."
+        )
+    configured = configured or {}
+    frame = innermost(error, lambda name: Path(name).resolve() in configured)
+    if frame is None:
+        return None
+    key = configured[Path(frame.filename).resolve()]
+    return f"{said}, raised at {shown_frame(frame)}, in the class {key} names{kept}. HINT: {_INSTALLED_HINTS[key]}"
 
 
 def _rank(env: Mapping[str, str]) -> int:

@@ -243,11 +243,16 @@ def test_a_value_an_alternative_or_a_pattern_refuses_says_what_the_key_accepts()
     lines = str(caught.value).splitlines()
     assert '  launch.hang_timeout: 3 is none of what it accepts: "auto", a number from 5 to 86400, null' in lines
     (target,) = [line for line in lines if line.startswith("  model.target:")]
-    assert target.endswith(
-        '(model.target: Your own LightningModule, "package.module:ClassName", trained instead of model.name)'
+    assert target == (
+        "  model.target: 'mynet.model.TinyNet' is not an import path. HINT: did you mean 'mynet.model:TinyNet'? "
+        "(a module under the directory snakemake runs in, dots for its folders, no .py)"
     )
     # What the line says it accepts is accepted.
     assert config.validate({"launch": {"hang_timeout": 5}, "model": {"target": "mynet.model:TinyNet"}})
+    # Another pattern: the key's description says what it wants, not the regular expression.
+    table = {"path": "t.csv", "label": "y", "sha256": "abc"}
+    with pytest.raises(config.ConfigError, match=r"data.table.sha256: 'abc' does not match .*\(data.table.sha256: Che"):
+        config.validate({"data": {"source": "table", "table": table}})
 
 
 def test_one_value_given_as_a_sweep_is_refused_with_the_list_that_works():
@@ -315,3 +320,118 @@ def test_a_secret_refused_in_the_config_is_sent_where_the_platforms_ranks_read_i
     line = str(refused.value)
     assert where in line and "t0k" not in line, line
     assert ("do not inherit the environment" in line) == (platform not in ("local", "slurm")), line
+
+
+@pytest.mark.parametrize(
+    ("key", "given", "meant"),
+    [
+        ("model.target", "byo/digits_model.py:DigitsNet", "byo.digits_model:DigitsNet"),
+        ("model.target", "./byo/digits_model.py:DigitsNet", "byo.digits_model:DigitsNet"),
+        ("model.target", "byo.digits_model.DigitsNet", "byo.digits_model:DigitsNet"),
+        ("data.module", "mydata/loaders.py:Images", "mydata.loaders:Images"),
+    ],
+)
+def test_a_class_given_as_its_files_path_or_a_class_path_names_the_import_path_it_means(key, given, meant):
+    """The schema's regular expression was all the line said ("does not match '^[A-Za-z_]...'"), under a
+    HINT to read config/schema.yaml; the import path the user meant is one that validates."""
+    section, name = key.split(".")
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate({section: {name: given}})
+    said = str(refused.value)
+    assert f"{key}: {given!r} is not an import path. HINT: did you mean '{meant}'?" in said, said
+    assert said.count("HINT:") == 1 and "[A-Za-z_]" not in said, said
+    assert config.validate({section: {name: meant}})[section][name] == meant
+
+
+@pytest.mark.parametrize(
+    ("section", "given", "line"),
+    [
+        ({"trainer": {"max_epochs": "3"}}, {"trainer": {"max_epochs": 3}}, "write it without quotes: max_epochs: 3"),
+        ({"model": {"lr": "0.01"}}, {"model": {"lr": 0.01}}, "write it without quotes: lr: 0.01"),
+        (
+            {"data": {"source": "table", "table": {"path": "t.csv", "label": "y", "features": "x1"}}},
+            {"data": {"source": "table", "table": {"path": "t.csv", "label": "y", "features": ["x1"]}}},
+            "write it as a list: features: [x1]",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_type_with_a_plain_fix_says_it_and_the_fix_validates(section, given, line):
+    """'3' (quoted in YAML) or one feature without brackets: the line said only "is not of type 'integer'",
+    under a HINT to read config/schema.yaml."""
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate(section)
+    said = str(refused.value)
+    assert f"HINT: {line}" in said and said.count("HINT:") == 1 and "schema.yaml" not in said, said
+    assert config.validate(given)
+
+
+def test_a_key_beside_model_target_is_pointed_to_model_kwargs_not_to_a_built_in_models_key():
+    """'model.hidden: unknown key (did you mean 'hidden_sizes'?)': hidden_sizes, a built-in model's key, is refused
+    beside model.target; the class's own argument goes in model.kwargs, in the config and in a sweep alike."""
+    model = {"target": "byo.digits_model:DigitsNet"}
+    for cfg in ({"model": {**model, "hidden": 32}}, {"model": model, "sweep": {"model.hidden": [8, 16]}}):
+        with pytest.raises(config.ConfigError) as refused:
+            config.expand_sweep(config.validate(cfg))
+        said = str(refused.value)
+        assert "model.hidden: unknown key (model.target's own arguments go in model.kwargs: did you mean " in said
+        assert "model.kwargs.hidden?" in said and "hidden_sizes" not in said, said
+    fixed = {"model": {**model, "kwargs": {"hidden": 32}}, "sweep": {"model.kwargs.hidden": [8, 16]}}
+    assert len(config.expand_sweep(config.validate(fixed))) == 2
+    # A typo of a key that applies beside model.target is still named as that key.
+    with pytest.raises(config.ConfigError, match=r"model.kwarg: unknown key \(did you mean 'kwargs'\?\)"):
+        config.validate({"model": {**model, "kwarg": {"hidden": 32}}})
+    # Another section's key is still named as that section's.
+    with pytest.raises(config.ConfigError, match=r"model.max_epochs: unknown key \(it is a key of trainer"):
+        config.validate({"model": {**model, "max_epochs": 3}})
+    # Without model.target the built-ins' key is still the one meant.
+    with pytest.raises(config.ConfigError, match=r"model.hidden: unknown key \(did you mean 'hidden_sizes'\?\)"):
+        config.validate({"model": {"hidden": [32]}})
+
+
+@pytest.mark.parametrize(
+    ("given", "fixed"),
+    [
+        (
+            {"trainer": {"monitor": {"metric": "val_acc"}}},
+            {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}},
+        ),
+        (
+            {"search": {"method": "successive_halving", "metric": "val_acc"}, "sweep": {"model.lr": [0.1, 0.01]}},
+            {
+                "search": {"method": "successive_halving", "metric": "val_acc", "mode": "max"},
+                "sweep": {"model.lr": [0.1, 0.01]},
+            },
+        ),
+    ],
+)
+def test_a_rising_metric_monitored_without_its_mode_is_refused_and_its_mode_given_validates(given, fixed):
+    """trainer.monitor: {metric: val_acc} took mode min, its default: the best checkpoint was the epoch of the lowest
+    accuracy, and early stopping stopped while it rose (a search's metric: the configurations of the lowest)."""
+    section = "trainer.monitor" if "trainer" in given else "search"
+    with pytest.raises(config.ConfigError) as refused:
+        config.validate(given)
+    said = str(refused.value)
+    assert f"{section}.metric is 'val_acc', which rises as the model improves" in said, said
+    assert said.count("HINT:") == 1 and f"HINT: set {section}.mode: max beside it" in said, said
+    assert config.validate(fixed)
+    # A mode given, either one, is the user's choice; search inherits trainer.monitor's max.
+    assert config.validate({"trainer": {"monitor": {"metric": "val_acc", "mode": "min"}}})
+    assert config.validate({**given, "trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}})
+
+
+def test_a_rising_metric_named_in_a_configfile_takes_no_mode_from_the_checkouts_config():
+    """config/config.yaml says {metric: val_loss, mode: min}: a --configfile's {metric: val_acc} merged over it kept
+    min, and the check of the merged config saw a mode given. The layers tell which layer chose the mode."""
+    from snakeddp.config import layers, monitor
+
+    base = layers.load_layer(REPO / "config" / "config.yaml")
+    assert base["trainer"]["monitor"] == {"metric": "val_loss", "mode": "min"}
+    mine = {"trainer": {"monitor": {"metric": "val_acc"}}}
+    assert monitor.rising_without_mode([base, mine]) == ("trainer.monitor", "val_acc")
+    assert monitor.rising_without_mode([base, mine, {"trainer": {"monitor": {"mode": "max"}}}]) is None, "--config"
+    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}]) is None
+    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_f1"}}}]) is None, "not by name"
+    searched = {"search": {"method": "successive_halving", "metric": "val_acc"}}
+    assert monitor.rising_without_mode([base, searched]) == ("search", "val_acc")
+    maxed = {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}
+    assert monitor.rising_without_mode([base, maxed, searched]) is None, "search inherits trainer.monitor's max"

@@ -58,6 +58,10 @@ def test_task_of_a_table_comes_from_its_columns():
             "data.table.exclude narrows the columns taken when data.table.features is empty",
         ),
         ({"source": "table", "table": {"path": "t.csv", "features": ["a", "y"], "label": "y"}}, "must not contain"),
+        (
+            {"source": "table", "table": {"path": "t.csv", "label": "y", "categories": ["y"]}},
+            r"data.table.categories lists the label 'y'.*HINT: remove it from data.table.categories",
+        ),
         ({"source": "module"}, "data.source=module needs data.module"),
     ],
 )
@@ -102,10 +106,67 @@ def test_a_feature_or_label_the_table_lacks_is_refused_when_the_workflow_plans(t
     assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_label_typo_with_features_left_out_is_refused_when_the_workflow_plans(tmp_path, kind):
+    """With every other column as features, the plan took the real label ('digit') for a feature and passed
+    the typo ('digits') to ingestion, a job, to refuse; a wide table's line then named all its columns."""
+    path = tmp_path / f"t.{kind}"
+    frame = pd.DataFrame({**{f"px_{i}": [1.0, 2.0] for i in range(30)}, "digit": [0, 1]})
+    frame.to_csv(path, index=False) if kind == "csv" else frame.to_parquet(path)
+    data = data_cfg(source="table", table={"path": str(path), "label": "digits"})
+    runs = config.expand_sweep(config.validate({"data": data}))
+    with pytest.raises(config.ConfigError) as refused:
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    said = str(refused.value)
+    assert said.startswith(f"run base: data.table.path={str(path)!r}: no column 'digits' (the file has: px_0,"), said
+    assert "... (31 columns)" in said and "px_29" not in said and "\n" not in said
+    assert "HINT: did you mean 'digit'? fix data.table.features / data.table.label" in said
+    data["table"]["label"] = "digit"
+    runs = config.expand_sweep(config.validate({"data": data}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    assert runs["base"]["config"]["data"]["table"]["features"] == sorted(f"px_{i}" for i in range(30))
+
+
+@pytest.mark.parametrize("chooser", [{"exclude": ["name"]}, {"feature_pattern": "px_*"}])
+def test_features_resolved_from_exclude_or_a_pattern_give_a_run_config_that_validates(tmp_path, chooser):
+    """run.yaml listed the resolved features beside exclude (or feature_pattern), and every rank's check of it
+    refused the pair: a table narrowed as docs/data.md says never trained."""
+    path = tmp_path / "t.parquet"
+    pd.DataFrame({"px_b": [1.0, 2.0], "px_a": [3.0, 4.0], "name": ["u", "v"], "y": [0, 1]}).to_parquet(path)
+    data = data_cfg(source="table", table={"path": str(path), "label": "y", **chooser})
+    runs = config.expand_sweep(config.validate({"data": data}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    resolved = runs["base"]["config"]
+    assert resolved["data"]["table"]["features"] == ["px_a", "px_b"]
+    assert config.validate(resolved, "run.yaml")["data"]["table"]["features"] == ["px_a", "px_b"]
+    assert config.dataset_id(resolved["data"]) == config.dataset_id(
+        {
+            **data,
+            "table": {**data["table"], "features": ["px_a", "px_b"], "sha256": resolved["data"]["table"]["sha256"]},
+        }
+    ), "the same dataset as the features listed by hand"
+
+
 def test_resolve_tables_explains_a_missing_table(tmp_path):
     runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "gone.csv")}))
     with pytest.raises(config.ConfigError, match="run base: data.table.path=.*gone.csv.*no such file"):
         plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+
+
+def test_a_table_path_under_tilde_says_to_write_it_in_full_and_the_full_path_resolves(tmp_path, monkeypatch):
+    """'~/t.csv' read as a folder named '~' in the working directory, under a HINT about relative paths."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}).to_csv(tmp_path / "t.csv", index=False)
+    runs = config.expand_sweep(config.validate({"data": table_cfg("~/t.csv")}))
+    with pytest.raises(config.ConfigError) as refused:
+        plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    said = str(refused.value)
+    assert said.endswith(
+        f"HINT: '~' is not expanded in a config: write the path in full ({str(tmp_path / 't.csv')!r})."
+    ), said
+    runs = config.expand_sweep(config.validate({"data": table_cfg(tmp_path / "t.csv")}))
+    plan.resolve_tables(runs, cache=tmp_path / "cache.json")
+    assert len(runs["base"]["config"]["data"]["table"]["sha256"]) == 64
 
 
 def test_ids_and_partition_bytes_of_existing_configs_never_change(tmp_path):

@@ -10,12 +10,14 @@ import textwrap
 
 import lightning.pytorch as pl
 import pytest
+import torch
 
 from snakeddp.config.targets import TargetError, check_keywords, construct, load_class, source_record
 from tests.helpers import SRC, subprocess_env
 
 USER_MODULE = """
 import lightning.pytorch as pl
+import torch
 
 
 class Good(pl.LightningModule):
@@ -104,6 +106,18 @@ def test_an_import_failure_says_which_of_its_causes_it_is_and_the_fix_for_that_o
             load_class(target, "model.target", pl.LightningModule)
         said[target] = str(error.value)
     assert "put the module in the directory snakemake runs from" in said["no_such_package.models:Net"]
+    # A typo of a module that is there: the HINT names it (it said to put the module where it already was).
+    (user_module / "mypkg").mkdir()
+    (user_module / "mypkg" / "digits_model.py").write_text("")
+    typos = {
+        "mypkg.digits_modle:Net": "mypkg.digits_model:Net",
+        "usermodel:Good": "usermodels:Good",
+        "mypgk.digits_model:Net": "mypkg.digits_model:Net",  # a folder without __init__.py is a package too
+    }
+    for typo, meant in typos.items():
+        with pytest.raises(TargetError) as error:
+            load_class(typo, "model.target", pl.LightningModule)
+        assert f"HINT: did you mean {meant!r}?" in str(error.value), str(error.value)
     assert "imports 'sklearn', which is not installed" in said["needs_sklearn:Net"]
     assert "HINT: run `tools/add.sh scikit-learn --stage train`" in said["needs_sklearn:Net"]
     assert "HINT: the module's own code failed at badsyntax.py:2: fix it there" in said["badsyntax:Net"]
@@ -184,3 +198,49 @@ def test_a_constructor_argument_the_class_does_not_take_is_named_with_the_closes
     check_keywords(
         load_class("usermodels:Open", "model.target", pl.LightningModule), ["depth"], "usermodels:Open", "model.target"
     )
+
+
+def test_a_constructor_parameter_neither_the_config_nor_snakeddp_gives_is_named_before_any_job(user_module):
+    """A model taking in_dim (not num_features) was refused by its train job, after the data stage, with a HINT to
+    'check the keyword arguments in the config against the class's constructor'."""
+    (user_module / "ownnames.py").write_text(
+        "import lightning.pytorch as pl\n\n\nclass Net(pl.LightningModule):\n"
+        "    def __init__(self, in_dim, num_classes, *, hidden, lr=0.1):\n        super().__init__()\n"
+    )
+    cls = load_class("ownnames:Net", "model.target", pl.LightningModule)
+    with pytest.raises(TargetError) as caught:
+        check_keywords(cls, ["lr"], "ownnames:Net", "model.target")
+    assert str(caught.value) == (
+        "model.kwargs: model.target='ownnames:Net' needs 'in_dim', 'hidden', which the config does not give. "
+        "HINT: set model.kwargs.in_dim, or, where it is the data's own value, name the parameter num_features or "
+        "num_classes: snakeddp passes those."
+    )
+    check_keywords(cls, ["in_dim", "hidden"], "ownnames:Net", "model.target")  # the HINT's first way
+    # The names as the workflow's check hands them over (an iterator) serve both checks.
+    picky = load_class("usermodels:Picky", "model.target", pl.LightningModule)
+    with pytest.raises(TargetError, match=r"needs 'width'.*HINT: set model.kwargs.width"):
+        check_keywords(picky, iter([]), "usermodels:Picky", "model.target")
+
+
+def test_an_error_in_an_installed_model_the_config_names_is_one_line_with_a_hint_that_works(tmp_path):
+    """Lightning's BoringModel as model.target (docs: any installed LightningModule) failed at its first step with
+    a 150-line traceback: no frame was the user's, so the error read as a bug of snakeddp's."""
+    from lightning.pytorch.demos import BoringModel
+
+    from snakeddp.config.targets import defining_files
+    from snakeddp.train import users_error
+
+    batch = (torch.zeros(4, 32), torch.zeros(4, dtype=torch.long))  # what a table's partitions give a step
+    with pytest.raises(TypeError) as raised:
+        BoringModel().training_step(batch, 0)
+    # As a rank sees it: the step is called by Lightning's loop, not from a file of the user's (this test's).
+    error = raised.value.with_traceback(raised.value.__traceback__.tb_next)
+    cfg = {"model": {"target": "lightning.pytorch.demos:BoringModel"}, "data": {"module": None}}
+    configured = defining_files(cfg)
+    assert set(configured.values()) == {"model.target"} and all(p.name == "boring_classes.py" for p in configured)
+    assert users_error(error, None) is None, "with no class named, a frame of no one's is a bug of ours"
+    line = users_error(error, tmp_path / "failure.txt", configured)
+    assert line is not None and "\n" not in line and line.count("HINT:") == 1, line
+    assert line.startswith("TypeError: linear(): argument 'input' (position 1) must be Tensor, not tuple"), line
+    assert "boring_classes.py:" in line and "in the class model.target names" in line, line
+    assert "(the whole traceback: " + str(tmp_path / "failure.traceback") in line, line

@@ -130,6 +130,13 @@ def test_numbers_stored_as_text_are_named_so_and_ingest_once_cast_as_the_hint_sa
     frame.to_parquet(tmp_path / "t.parquet")
     with pytest.raises(TableError, match=r"category column 'x' has 1,500 distinct values, over 1024 .* HINT: group"):
         ingest(params(tmp_path / "t.parquet", ["x"]), tmp_path / "other")
+    # An id column among every column but the label: the HINT names the key that leaves it out, which works.
+    frame["z"] = np.arange(len(frame), dtype=float)
+    frame.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(TableError, match=r"HINT: .*\(with data.table.features left out: data.table.exclude: \[x\]\)"):
+        ingest(params(tmp_path / "t.parquet"), tmp_path / "every")
+    summary = ingest(params(tmp_path / "t.parquet", exclude=["x"]), tmp_path / "excluded")
+    assert [c["column"] for c in summary["task"]["inputs"]] == ["z"]
 
 
 def test_a_few_numbers_stored_as_text_train_as_a_category_and_one_line_says_so(tmp_path, capsys):
@@ -168,6 +175,25 @@ def test_left_out_features_are_every_other_column_sorted_whatever_the_file_order
     assert [c["column"] for c in narrowed["task"]["inputs"]] == ["f000", "f001", "f002", "f003", "f004"]
     with pytest.raises(TableError, match=r"data.table.exclude names 'nope', which the table does not have"):
         ingest(params(tmp_path / "a.parquet", exclude=["nope"]), tmp_path / "d")
+
+
+def test_left_out_features_leave_out_the_index_pandas_writes_for_a_filtered_frame(tmp_path):
+    """df[df.x > 0].to_parquet(...) writes the kept rows' index as a column, __index_level_0__ (df.to_csv(...) any
+    index, as 'Unnamed: 0'): every column but the label took it as a feature, row numbers a sorted table's label
+    can be read from (the digits' val_acc fell from 0.92 to 0.50 with it)."""
+    data = mixed(400).to_pandas()
+    data = data[data["x"] > -1].sort_values("y")  # an index other than 0..n-1, in label order
+    data.to_parquet(tmp_path / "t.parquet")
+    assert "__index_level_0__" in pq.read_schema(tmp_path / "t.parquet").names
+    summary = ingest(params(tmp_path / "t.parquet"), tmp_path / "out")
+    assert [c["column"] for c in summary["task"]["inputs"]] == ["city", "emb", "x"]
+    listed = ingest(params(tmp_path / "t.parquet", ["__index_level_0__", "x"]), tmp_path / "listed")
+    assert [c["column"] for c in listed["task"]["inputs"]] == ["__index_level_0__", "x"], "listed, it is taken"
+    # A CSV: to_csv writes the index (any index) first, under no name, which pandas reads as 'Unnamed: 0'.
+    data[["x", "y"]].to_csv(tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_text().startswith(",x,y\n")
+    summary = ingest(params(tmp_path / "t.csv"), tmp_path / "csv")
+    assert [c["column"] for c in summary["task"]["inputs"]] == ["x"]
 
 
 def test_a_wide_float_chunk_is_laid_out_as_column_by_column_with_nulls_and_infinities_unusable():

@@ -130,6 +130,36 @@ def test_bad_values_are_named_by_file_column_and_row(tmp_path, cell, column, mes
     assert str(path) in text and f"column {column!r}" in text and "row 18 (line 19)" in text and message in text
 
 
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_label_column_of_text_says_to_encode_it_and_the_encoded_label_ingests(tmp_path, kind):
+    """A text label's HINT was a text feature's, `categories: [label]`, which cannot make a label a number."""
+    data = frame(rows=60)
+    data["y"] = np.where(data["y"] == 1, "cat", "dog")
+    path = tmp_path / f"t.{kind}"
+    data.to_csv(path, index=False) if kind == "csv" else data.to_parquet(path)
+    with pytest.raises(TableError) as refused:
+        ingest(params(path), tmp_path / "out")
+    said = str(refused.value)
+    assert "column 'y', row 1" in said and "is not a number, and the label column holds class indices" in said
+    assert "HINT: encode the label where the table is written (pandas: df['y'] = df['y'].astype('category')" in said
+    assert "categories" not in said.partition("HINT:")[2].replace("astype('category')", ""), said
+    data["y"] = data["y"].astype("category").cat.codes  # the HINT, as it says it
+    data.to_csv(path, index=False) if kind == "csv" else data.to_parquet(path)
+    assert ingest(params(path), tmp_path / "out")["rows_read"] == 60
+
+
+def test_too_many_partitions_for_the_rows_names_a_few_empty_ones_and_the_lower_count_ingests(tmp_path):
+    """1,500 partitions of the 1,797 digits made a 12 KB line naming every empty partition."""
+    frame(rows=60).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(TableError) as refused:
+        ingest(params(tmp_path / "t.csv", partitions=200), tmp_path / "out")
+    said = str(refused.value)
+    assert "60 usable rows leave train partition " in said and "HINT: lower data.num_train_files" in said, said
+    assert said.count("train partition ") == 5 and " more of the 200 train partitions empty. HINT" in said, said
+    assert len(said) < 400 and "val_fraction" not in said, "a higher val_fraction empties train partitions more"
+    assert ingest(params(tmp_path / "t.csv", partitions=3), tmp_path / "out")["rows_read"] == 60
+
+
 def test_nan_policy_drop_skips_rows_and_keeps_the_others_ids(tmp_path):
     data = frame(rows=60)
     data.loc[[3, 40], "b"] = np.nan

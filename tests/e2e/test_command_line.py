@@ -79,3 +79,7 @@ def test_an_override_that_is_not_the_type_names_key_value_and_type(checkout):
     assert done.returncode == 1
     assert "trainer.max_epochs: 'three' is not of type 'integer'" in done.stdout
     assert not (checkout.root / "results").exists()
+    # A rising metric over config/config.yaml's {metric: val_loss, mode: min} (the checkout's): not that min.
+    checkout.write_config({**TINY, "trainer": {**TINY["trainer"], "monitor": {"metric": "val_loss", "mode": "min"}}})
+    done = checkout.snakemake("--profile", "profiles/local", "-n", "--config", "trainer={monitor: {metric: val_acc}}")
+    assert done.returncode == 1 and "HINT: set trainer.monitor.mode: max beside it" in done.stdout, done.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from snakeddp.cli import main
-from snakeddp.report.compare import compare, format_comparison
+from snakeddp.report.compare import compare, format_comparison, user_code_differences
 from snakeddp.run.runs import load_run, resolve_run
 
 pytestmark = pytest.mark.e2e
@@ -52,6 +52,12 @@ def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_
     result = compare(resolve_run(str(source)), load_run(other))
     assert ["model.lr", 0.003, 0.1] in result["config"]
     assert [row[0] for row in result["code"]] == ["commit", "dirty"]
+    # The user's model file, outside version control where commit and dirty flag cannot see it.
+    entry = {"role": "model", "file": "byo/net.py", "sha256": "a" * 64, "target": "byo.net:Net"}
+    record["code"] = json.loads((source / "provenance.json").read_text())["code"]
+    (other / "provenance.json").write_text(json.dumps({**record, "user_code": [entry]}))
+    edited = compare(resolve_run(str(source)), load_run(other))["code"]
+    assert edited == [["model code", "(absent)", f"byo/net.py sha256 {'a' * 16}"]]
     assert {row[0] for row in result["data"]} == {"dataset", "manifest_sha256"}
     assert result["packages"]["added"] == [["brand-new", "1.0"]]
     assert result["packages"]["removed"][0][0] == "pyyaml"
@@ -70,6 +76,24 @@ def test_json_output_and_unknown_run(sweep_workflow, capsys):
 def test_missing_path_is_named(tmp_path: Path):
     with pytest.raises(LookupError, match="no finished runs"):
         resolve_run("x", tmp_path)
+
+
+def test_model_files_that_differ_are_a_code_difference_even_where_the_commit_is_the_same():
+    """byo/digits_model.py, untracked beside the config, changed between two runs: compare said 'code: same'."""
+    commit = {"commit": "1" * 40, "dirty": False}
+    a = {"code": commit, "user_code": [{"role": "model", "file": "byo/m.py", "sha256": "c2aa" + "0" * 60}]}
+    b = {"code": commit, "user_code": [{"role": "model", "file": "byo/m.py", "sha256": "c453" + "0" * 60}]}
+    assert user_code_differences(a, b) == [
+        ["model code", f"byo/m.py sha256 c2aa{'0' * 12}", f"byo/m.py sha256 c453{'0' * 12}"]
+    ]
+    assert user_code_differences(a, a) == [] and user_code_differences({}, {"user_code": None}) == []
+    result = {
+        "runs": ["a", "b"],
+        **{section: [] for section in ("config", "data", "environment", "launch", "outcome")},
+        "code": user_code_differences(a, b),
+        "packages": {"added": [], "removed": [], "changed": []},
+    }
+    assert "code: 1 difference(s)\n  model code  A: byo/m.py sha256 c2aa" in format_comparison(result)
 
 
 def test_the_environment_is_never_same_when_its_packages_differ():

@@ -160,3 +160,19 @@ def test_labels_of_another_shape_are_refused_in_one_line_saying_what_the_model_t
     model = build_model(model_cfg(name="linear"), {"num_features": 4, "num_classes": 1, "kind": "binary"})
     with pytest.raises(config.ConfigError, match=r"takes one 0/1 label per sample, shaped \(N,\) or \(N, 1\).*HINT"):
         model.training_step((torch.randn(6, 4), torch.zeros(6, 2)), 0)
+
+
+def test_a_target_that_takes_the_task_from_a_datamodule_without_one_says_where_it_goes(user_module):
+    """data.source: module with a DataModule of the user's that has no `task`: the constructor's TypeError ('missing
+    2 required positional arguments') came under a HINT to check the config's keyword arguments."""
+    with pytest.raises(TargetError) as refused:
+        build_model(model_cfg(target="mymodels:Sized", kwargs={"hidden": 4}), None)
+    assert str(refused.value) == (
+        "model.target='mymodels:Sized' takes num_features and num_classes from the data, and the DataModule has no "
+        "`task` that gives them. HINT: set self.task = {'num_features': ..., 'num_classes': ...} in the DataModule's "
+        "__init__, or give model.kwargs.num_features."
+    )
+    model = build_model(model_cfg(target="mymodels:Sized", kwargs={"hidden": 4}), TASK)  # the task, as hinted
+    assert model.net[0].in_features == 7
+    given = build_model(model_cfg(target="mymodels:Sized", kwargs={"num_features": 5, "num_classes": 2}), None)
+    assert given.net[1].out_features == 2

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 from snakeddp import config
 from snakeddp.config import ConfigError, parts
+from snakeddp.contract import PreflightError
 from snakeddp.run import requirements
 from snakeddp.slurm import platform as slurm_platform
+from snakeddp.util.hashing import sha256_file
 from snakeddp.workflow import preflight
+from tests.helpers import SRC, subprocess_env
 from tests.mlflow_server import free_port
 
 
@@ -24,6 +30,25 @@ def test_module_file_is_found_without_importing_its_package(tmp_path):
 
 def tracking(**sections) -> parts.Tracking:
     return parts.Tracking.of(config.validate({"tracking": sections})["tracking"])
+
+
+def test_a_pass_remembered_by_an_earlier_checker_is_checked_again(tmp_path):
+    """targets.json remembered a class as checked by its module's sha256 alone: a check snakeddp added since (a
+    constructor parameter the config does not give) was skipped, and the train job refused the class instead."""
+    (tmp_path / "ownnames.py").write_text(
+        "import lightning.pytorch as pl\n\n\nclass Net(pl.LightningModule):\n"
+        "    def __init__(self, in_dim, hidden=8):\n        super().__init__()\n"
+    )
+    cache = tmp_path / "targets.json"
+    key = "model.target=ownnames:Net(hidden)"
+    cache.write_text(json.dumps({key: f"{sys.executable} {sha256_file(tmp_path / 'ownnames.py')}"}))
+    env = subprocess_env(PYTHONPATH=str(SRC))
+    targets = [("model.target", "ownnames:Net", "hidden")]
+    with pytest.raises(PreflightError, match=r"needs 'in_dim', which the config does not give\. HINT"):
+        preflight.check_targets(targets, sys.executable, tmp_path, env, cache)
+    fixed = [("model.target", "ownnames:Net", "hidden,in_dim")]
+    preflight.check_targets(fixed, sys.executable, tmp_path, env, cache)
+    assert json.loads(cache.read_text())["model.target=ownnames:Net(hidden,in_dim)"].count(" ") == 2
 
 
 def test_an_enabled_tracker_needs_its_package_and_disabling_it_is_enough(monkeypatch):

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from snakeddp.config import coerce, lightningcli, sources
+from snakeddp.config import coerce, lightningcli, monitor, sources
 from snakeddp.config.bounds import check_run_size, check_shape, check_sweep_size
 from snakeddp.config.naming import canonical, run_id
 from snakeddp.config.network import network_variable_error
@@ -135,7 +135,12 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
             where = f"{key}.{name}" if error.absolute_path else name
             close = difflib.get_close_matches(name, allowed, n=1)
             elsewhere = _sections_with(schema, name) if error.absolute_path else []
-            if close:
+            beside_target = key == "model" and isinstance(error.instance, Mapping) and error.instance.get("target")
+            built_in = bool(close) and f"model.{close[0]}" in BUILT_IN_MODEL_KEYS
+            if beside_target and not elsewhere and (built_in or not close):
+                # Not a built-in's key (hidden_sizes is refused beside model.target): the class's own argument.
+                hint = f"model.target's own arguments go in model.kwargs: did you mean model.kwargs.{name}?"
+            elif close:
                 hint = f"did you mean '{close[0]}'?"
             elif elsewhere:  # model.max_epochs: a key of another section
                 hint = f"it is a key of {' and '.join(elsewhere)}: did you mean {elsewhere[0]}.{name}?"
@@ -163,15 +168,60 @@ def _describe(error: jsonschema.ValidationError, schema: Mapping[str, Any], plat
             f"{key}: {error.instance} is one value, and a sweep takes a list of them. HINT: write it as a list, "
             f"e.g. sweep: {{{swept}: [{error.instance}]}} (--config 'sweep={{{swept}: [{error.instance}]}}')"
         )
+    if error.validator == "type" and not secret:
+        fix = _type_fix(key, error.instance, error.validator_value)
+        if fix:
+            return f"{key}: {_shortened(error)}. HINT: {fix}"
     if error.validator in ("anyOf", "oneOf") and not secret:
         # jsonschema says only "is not valid under any of the given schemas": name what each one accepts.
         accepted = ", ".join(_accepted(sub) for sub in error.validator_value)
         return f"{key}: {_shown(error.instance)} is none of what it accepts: {accepted}"
+    if key in ("model.target", "data.module") and error.validator == "pattern":
+        return _import_path_error(key, str(error.instance))
     if error.validator == "pattern" and error.schema.get("description"):
         # A regular expression says little to a reader: the key's own description says what it wants.
         wanted = " ".join(str(error.schema["description"]).split()).split(". ")[0].rstrip(".")
         return f"{key}: {_shortened(error)} ({key}: {wanted})"
     return f"{key}: {_shortened(error)}"
+
+
+_IMPORT_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*")
+
+
+def _type_fix(key: str, value: Any, wanted: Any) -> str | None:
+    """The edit that gives ``value`` the type the schema wants, where one is plain: a list of the one value, or a
+    number (or true/false) written without the quotes that made it text."""
+    kinds = set(wanted) if isinstance(wanted, list) else {wanted}
+    name = key.rpartition(".")[2]
+    if "array" in kinds and isinstance(value, str | int | float) and not isinstance(value, bool):
+        return f"write it as a list: {name}: [{value}]"
+    if isinstance(value, str) and kinds & {"integer", "number", "boolean"}:
+        try:
+            parsed = yamltext.safe_load(value)
+        except yaml.YAMLError:
+            return None
+        fits = {"integer": isinstance(parsed, int), "number": isinstance(parsed, int | float), "boolean": False}
+        if isinstance(parsed, bool):
+            fits = {"boolean": True}
+        if any(fits.get(kind) for kind in kinds):
+            return f"write it without quotes: {name}: {value.strip()}"
+    return None
+
+
+def _import_path_error(key: str, value: str) -> str:
+    """A class given as its file's path (byo/net.py:Net) or with a dot before it (LightningCLI's class_path form,
+    byo.net.Net): the import path it means, which the schema's pattern alone left the user to work out."""
+    module, colon, name = value.partition(":")
+    if not colon:
+        module, _, name = value.rpartition(".")
+    module = module.strip().removeprefix("./").removesuffix(".py").replace("/", ".").replace("\\", ".")
+    meant = f"{module}:{name.strip()}"
+    fix = (
+        f"did you mean '{meant}'? (a module under the directory snakemake runs in, dots for its folders, no .py)"
+        if _IMPORT_PATH.fullmatch(meant)
+        else "write it as 'package.module:ClassName', e.g. 'examples.tabular.model:TabularNet'."
+    )
+    return f"{key}: {value!r} is not an import path. HINT: {fix}"
 
 
 def _documented_in(errors: list[jsonschema.ValidationError]) -> str:
@@ -240,6 +290,7 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
     schema = load_schema()
     # Before anything else reads it: a run written in LightningCLI's form is the same run (lightningcli).
     resolved = coerce.normalise(lightningcli.normalise(config, source), schema)
+    unchosen = monitor.rising_without_mode([resolved])  # before the schema's defaults fill the mode in
     errors = sorted(
         _DefaultingValidator(schema).iter_errors(resolved),
         key=lambda e: (list(map(str, e.absolute_path)), e.message),
@@ -256,6 +307,8 @@ def validate(config: Mapping[str, Any], source: str = "config") -> dict[str, Any
             else (f"\nHINT: every key is documented in {documented}; fix the keys above and rerun.")
         )
         raise ConfigError(f"{source} is not valid:\n  {details}{closing}")
+    if unchosen:
+        raise monitor.mode_error(*unchosen, source)
     _check_layout(resolved, source)
     return resolved
 

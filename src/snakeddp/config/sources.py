@@ -97,6 +97,12 @@ def check(data: Mapping[str, Any], source: str = "config") -> None:
                 f"{source}: data.table.{listed[0]} narrows the columns taken when data.table.features is empty, "
                 "and features lists them. HINT: remove one of the two."
             )
+        if table["label"] in table.get("categories", []):
+            raise DataSourceError(
+                f"{source}: data.table.categories lists the label {table['label']!r}: a category is a feature's "
+                "one-hot, and the label holds class indices. HINT: remove it from data.table.categories, and encode "
+                "the label as 0..data.num_classes-1 where the table is written."
+            )
         duplicated = sorted({c for c in table["features"] if table["features"].count(c) > 1})
         if duplicated or table["label"] in table["features"]:
             raise DataSourceError(

@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import pkgutil
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -95,7 +96,28 @@ def import_failure(key: str, target: str, module_name: str, error: Exception) ->
         place = where_raised(error)
         if place is not None:
             return f"{said}. HINT: the module's own code failed at {place}: fix it there, then rerun."
+    close = _close_module(missing) if missing is not None else None
+    if close is not None:
+        meant = f"{close}{module_name.removeprefix(missing)}:{target.partition(':')[2]}"
+        return f"{said}. HINT: did you mean {meant!r}? (a module of that name is there)"
     return f"{said}. {IMPORTABLE_HINT}"
+
+
+def _close_module(missing: str) -> str | None:
+    """The module beside ``missing`` (in its package, or on sys.path) whose name is closest to its last part: a
+    typo's module is in the directory snakemake runs from, where the not-found HINT sent the user to put it."""
+    parent, _, name = missing.rpartition(".")
+    try:
+        where = importlib.import_module(parent).__path__ if parent else None
+    except (ImportError, AttributeError):  # the parent is missing too, or is no package: its own typo comes first
+        return None
+    names = {module.name for module in pkgutil.iter_modules(where)}
+    # A folder without __init__.py imports too (a namespace package: byo/model.py), and iter_modules skips it.
+    for folder in where if where is not None else sys.path:
+        with contextlib.suppress(OSError):
+            names.update(p.name for p in Path(folder or ".").iterdir() if p.name.isidentifier() and p.is_dir())
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    return f"{parent}.{close[0]}" if close and parent else (close[0] if close else None)
 
 
 def accepted_parameters(cls: type) -> set[str]:
@@ -113,7 +135,9 @@ def check_keywords(cls: type, names: Iterable[str], target: str, key: str) -> No
     """A TargetError naming the first of ``names`` (the config's constructor arguments) that ``cls`` does not
     take: the workflow checks them before any job, where the train job's constructor would refuse them after
     the data stage and the queue. A constructor with ``**kwargs`` may take any name: not checked."""
+    names = list(names)
     parameters = inspect.signature(cls.__init__).parameters.values()
+    _check_required(parameters, names, target, key)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     accepted = accepted_parameters(cls)
@@ -124,6 +148,29 @@ def check_keywords(cls: type, names: Iterable[str], target: str, key: str) -> No
         raise TargetError(
             f"{KWARGS_KEYS[key]}.{unknown[0]}: {key}={target!r} takes no {unknown[0]!r} (its constructor takes "
             f"{', '.join(sorted(accepted)) or 'nothing'}). HINT: {fix}"
+        )
+
+
+# The constructor arguments snakeddp gives each key's class when it names them (the data's task; the loader's).
+SUPPLIED = {"model.target": ("num_features", "num_classes"), "data.module": ("manifest_path", "batch_size", "seed")}
+
+
+def _check_required(parameters: Iterable[inspect.Parameter], names: list[str], target: str, key: str) -> None:
+    """A TargetError naming the constructor's parameters without a default that neither the config nor snakeddp
+    gives: the train job's constructor refused them, after the data stage, with a HINT to check the config."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    missing = [
+        p.name
+        for p in parameters
+        if p.kind in kinds and p.default is p.empty and p.name != "self"
+        if p.name not in names and p.name not in SUPPLIED[key]
+    ]
+    if missing:
+        given = " or ".join(SUPPLIED[key])
+        raise TargetError(
+            f"{KWARGS_KEYS[key]}: {key}={target!r} needs {', '.join(map(repr, missing))}, which the config does not "
+            f"give. HINT: set {KWARGS_KEYS[key]}.{missing[0]}, or, where it is the data's own value, name the "
+            f"parameter {given}: snakeddp passes those."
         )
 
 
@@ -166,6 +213,31 @@ def user_code(cfg: Mapping[str, Any], model: object, datamodule: object) -> list
     return [source_record(role, obj) for role, target, obj in used if target]
 
 
+# The Lightning class each key's class extends, as "module:Name" (compared by name: nothing is imported for it).
+BASES = {
+    "model.target": "lightning.pytorch.core.module:LightningModule",
+    "data.module": "lightning.pytorch.core.datamodule:LightningDataModule",
+}
+
+
+def defining_files(cfg: Mapping[str, Any]) -> dict[Path, str]:
+    """Each file that defines a configured class (model.target, data.module) or one of its bases below Lightning's,
+    with its key: an installed package's class (Lightning's own demos) is the code the run chose, and an error
+    raised in it is explained as such. Only classes imported already: it explains a failure, and imports nothing."""
+    files: dict[Path, str] = {}
+    for key, target in (("model.target", cfg["model"].get("target")), ("data.module", cfg["data"].get("module"))):
+        module_name, _, qualname = str(target or "").partition(":")
+        found: Any = sys.modules.get(module_name)
+        for part in qualname.split(".") if found is not None else ():
+            found = getattr(found, part, None)
+        for cls in found.__mro__ if inspect.isclass(found) else ():
+            if f"{cls.__module__}:{cls.__qualname__}" == BASES[key]:
+                break
+            with contextlib.suppress(TypeError, OSError):
+                files.setdefault(Path(inspect.getfile(cls)).resolve(), key)
+    return files
+
+
 def main(argv: list[str]) -> int:
     """``python -m snakeddp.config.targets KEY TARGET NAMES [KEY TARGET NAMES ...]``: import each configured
     class as training will and check its kind, and that its constructor takes NAMES (its config arguments,
@@ -173,13 +245,9 @@ def main(argv: list[str]) -> int:
     (snakeddp.workflow.preflight); a failure is one line on stderr. Lightning is imported by the classes that
     need it, not first: a module that does not import, or a class that is not Lightning's, is refused in a
     fraction of a second instead of after Lightning's import (4-5 s of CPU)."""
-    bases = {
-        "model.target": "lightning.pytorch.core.module:LightningModule",
-        "data.module": "lightning.pytorch.core.datamodule:LightningDataModule",
-    }
     try:
         for key, target, names in zip(argv[::3], argv[1::3], argv[2::3], strict=True):
-            cls = load_class(target, key, bases[key])
+            cls = load_class(target, key, BASES[key])
             check_keywords(cls, filter(None, names.split(",")), target, key)
     except TargetError as error:
         print(" ".join(str(error).split()), file=sys.stderr)

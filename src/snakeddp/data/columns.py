@@ -21,6 +21,7 @@ recorded in its manifest, the run's provenance and an export, where ``Inputs.enc
 from __future__ import annotations
 
 import fnmatch
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from snakeddp.config import parts
-from snakeddp.data import images
+from snakeddp.data import images, readers
 from snakeddp.errors import TableError
 
 NUMBER, ARRAY, CATEGORY, IMAGE = "number", "array", "category", "image"
@@ -43,11 +44,26 @@ Where = Callable[[str, int], str]
 _LINE_FLOATS = 16
 
 
+# The column pandas' to_parquet writes for an unnamed index other than 0..n-1 (a filtered or shuffled frame): row
+# numbers, not data, which a table's every column once trained on as a feature (a leak where rows are sorted).
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+# A CSV's first column with no name in the header, as pandas reads it: the index its to_csv writes by default.
+CSV_INDEX = "Unnamed: 0"
+
+
+def _index_columns(names: Sequence[str]) -> set[str]:
+    return {c for c in names if PANDAS_INDEX.fullmatch(c)} | ({CSV_INDEX} if names[:1] == [CSV_INDEX] else set())
+
+
 def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> list[str]:
     """``data.table.features`` as listed, or, left empty, every column in ``names`` but the label and
-    ``exclude``, matching ``feature_pattern``: sorted by name, so a file's column order changes nothing."""
+    ``exclude`` (and pandas' unnamed index), matching ``feature_pattern``: sorted by name, so a file's column order
+    changes nothing."""
     if table.features:
         return list(table.features)
+    # Asked first: a label the table lacks would leave the real one among the features, and the plan's check of
+    # the columns then passed a typo that only ingestion (a job) refused.
+    readers.require_columns(where, [table.label], list(names))
     unknown = [c for c in table.exclude if c not in names]
     if unknown:
         raise TableError(
@@ -55,10 +71,14 @@ def resolve_features(table: parts.Table, names: Sequence[str], where: str) -> li
             f"(it has: {_shown(names)}). HINT: fix data.table.exclude."
         )
     pattern = table.feature_pattern
+    index = _index_columns(list(names))
     chosen = sorted(
         c
         for c in dict.fromkeys(names)
-        if c != table.label and c not in table.exclude and (pattern is None or fnmatch.fnmatchcase(c, pattern))
+        if c != table.label
+        and c not in table.exclude
+        and c not in index
+        and (pattern is None or fnmatch.fnmatchcase(c, pattern))
     )
     if not chosen:
         narrowed = f" matching {pattern!r}" if pattern else ""
@@ -386,8 +406,9 @@ def _view(values: Any) -> np.ndarray:
     return np.frombuffer(values.buffers()[1], dtype=dtype, count=len(values), offset=values.offset * dtype.itemsize)
 
 
-def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarray:
-    """float64 values of a column chunk, or a TableError at the first value that is not a number."""
+def numbers(values: Any, where: Where, column: str, first_row: int, label: bool = False) -> np.ndarray:
+    """float64 values of a column chunk, or a TableError at the first value that is not a number (``label``: the
+    label column's, which no category makes a number: its HINT is to encode it as the class indices)."""
     values = as_numpy(values)
     if values.dtype.kind in "biuf":
         return values.astype(np.float64, copy=False)
@@ -396,6 +417,13 @@ def numbers(values: Any, where: Where, column: str, first_row: int) -> np.ndarra
     converted = pd.to_numeric(pd.Series(values, copy=False), errors="coerce").to_numpy(dtype=np.float64)
     present = pd.notna(values) & (pd.Series(values, copy=False).astype(str).str.strip() != "").to_numpy()
     bad = np.flatnonzero(np.isnan(converted) & present)
+    if bad.size and label:
+        raise TableError(
+            f"{where(column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number, and the label column "
+            "holds class indices (0..data.num_classes-1, or 0/1 where data.num_classes is 1). HINT: encode the "
+            f"label where the table is written (pandas: df[{column!r}] = df[{column!r}].astype('category').cat.codes), "
+            "or set data.table.label to the column that holds them."
+        )
     if bad.size:
         raise TableError(
             f"{where(column, first_row + int(bad[0]))}: {values[bad[0]]!r} is not a number. "
@@ -509,7 +537,8 @@ def vocabulary(values: Iterable[str], column: str, where: str) -> tuple[str, ...
             )
         raise TableError(
             f"{where}: category column {column!r} has {len(found):,} distinct values, over {MAX_CATEGORIES} (a "
-            "one-hot of each). HINT: group or hash its rare values in the table, or leave it out of the features."
+            "one-hot of each). HINT: group or hash its rare values in the table, or leave it out of the features "
+            f"(with data.table.features left out: data.table.exclude: [{column}])."
         )
     return found
 

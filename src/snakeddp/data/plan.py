@@ -68,6 +68,12 @@ def resolve_tables(runs: Mapping[str, Mapping[str, Any]], cache: str | Path | No
                 # Every column but the label, resolved once (from the first file's or the version's columns) and
                 # recorded sorted: the run config names its features whatever order a file has them in.
                 table["features"] = features_of(typed, open_source(typed, snapshot))
+                # The keys that chose them are spent: left in, run.yaml would list features beside them, which
+                # the config's check refuses as the user's own mistake when every rank reads it. Only a key set
+                # is reset, so the run config of a table narrowed by neither is what it was.
+                for key, default in (("feature_pattern", None), ("exclude", [])):
+                    if table.get(key):
+                        table[key] = default
             elif not listable:  # a local table's (or a Delta version's) columns, read from its header or schema
                 check_columns(typed, open_source(typed, snapshot))
         except TableError as error:

@@ -11,6 +11,7 @@ read from the file.
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,13 +194,23 @@ def footer(path: Path | str) -> Any:
             raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
 
 
+# The columns a message names before it says how many there are.
+_SHOWN = 12
+
+
 def require_columns(path: Path | str, wanted: Sequence[str], present: list[str]) -> None:
     """A TableError naming the file and the columns it lacks, unless ``present`` holds every ``wanted`` one."""
     missing = [c for c in wanted if c not in present]
     if missing:
+        # A wide table's every name made the line thousands of characters long, the close one lost among them.
+        shown = ", ".join(map(str, present[:_SHOWN])) + (
+            f", ... ({len(present)} columns)" if len(present) > _SHOWN else ""
+        )
+        close = difflib.get_close_matches(missing[0], list(map(str, present)), n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
         raise TableError(
-            f"{path}: no column {', '.join(map(repr, missing))} (the file has: {', '.join(map(str, present))}). "
-            "HINT: fix data.table.features / data.table.label, or the file's header."
+            f"{path}: no column {', '.join(map(repr, missing))} (the file has: {shown}). "
+            f"HINT: {guess}fix data.table.features / data.table.label, or the file's header."
         )
 
 

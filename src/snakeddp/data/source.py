@@ -91,7 +91,15 @@ def _listed(path: str | Path, fmt: str) -> tuple[str, list[tuple[Any, str]]]:
 
 
 def _missing_hint(root: Path) -> str:
-    """What to do about a table path that names nothing: the nearest name beside it, if one is close."""
+    """What to do about a table path that names nothing: the path in full where it starts with ~ (no shell
+    expands it in a config), or the nearest name beside it, if one is close."""
+    if str(root).startswith("~"):
+        home = root.expanduser()
+        return (
+            f"HINT: '~' is not expanded in a config: write the path in full ({str(home)!r})."
+            if home != root
+            else "HINT: '~' is not expanded in a config: write the path in full."
+        )
     try:
         beside = [p.name for p in root.parent.iterdir()] if root.parent.is_dir() else []
     except OSError:

@@ -124,7 +124,7 @@ def _read_groups(work: Work, piece: Window, unit: TableFile, groups: list[RowGro
         n = len(chunk[label])
         rows, file_rows = in_table[at : at + n], in_file[at : at + n]
         first = int(file_rows[0])  # a chunk lies in one row group: its rows follow each other in the file
-        labels = cols.numbers(chunk[label], where_of, label, first)
+        labels = cols.numbers(chunk[label], where_of, label, first, label=True)
         targets = deal(piece, rows, params["seed"], table.val_fraction, partitions)
         order = np.argsort(targets, kind="stable")
         values, usable = layout.encode(chunk, n, where_of, first, order)

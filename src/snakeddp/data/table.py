@@ -195,7 +195,7 @@ def _read_unit(
             say(f"ingest: {stats.seen:,} rows read")
             stats.said = time.monotonic()
         n = len(chunk[label])
-        labels = cols.numbers(chunk[label], where_of, label, file_rows)
+        labels = cols.numbers(chunk[label], where_of, label, file_rows, label=True)
         numbers = np.arange(row, row + n, dtype=np.int64)
         if window is None:
             targets = assign(numbers, params["seed"], table.val_fraction, partitions)

@@ -1,4 +1,5 @@
-"""What differs between two runs: config keys, code, data, environment packages, layout, outcome."""
+"""What differs between two runs: config keys, code (the user's model and DataModule files too), data, environment
+packages, layout, outcome."""
 
 from __future__ import annotations
 
@@ -47,6 +48,25 @@ def _packages(a: Mapping[str, str], b: Mapping[str, str]) -> dict[str, list[Any]
     }
 
 
+def user_code_differences(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[list[Any]]:
+    """Each of the user's classes (provenance's user_code: model.target, data.module) whose module file differs, as
+    ``[f"{role} code", "file sha256", "file sha256"]``: a model beside the config is often outside version control,
+    where the commit and its dirty flag (tracked files only) say "same" for two runs of different model code."""
+
+    def by_role(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        return {entry.get("role"): entry for entry in record.get("user_code") or []}
+
+    def shown(entry: Mapping[str, Any] | None) -> str:
+        return f"{entry.get('file')} sha256 {str(entry.get('sha256'))[:16]}" if entry else MISSING
+
+    code_a, code_b = by_role(pa), by_role(pb)
+    return [
+        [f"{role} code", shown(code_a.get(role)), shown(code_b.get(role))]
+        for role in sorted(set(code_a) | set(code_b), key=str)
+        if (code_a.get(role) or {}).get("sha256") != (code_b.get(role) or {}).get("sha256")
+    ]
+
+
 def compare(a: Run, b: Run) -> dict[str, Any]:
     """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed."""
     pa, pb = a.provenance, b.provenance
@@ -55,7 +75,7 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
     return {
         "runs": [a.label, b.label],
         "config": _differences(pa["config"], pb["config"]),
-        "code": _differences(pa["code"], pb["code"], CODE_KEYS),
+        "code": _differences(pa["code"], pb["code"], CODE_KEYS) + user_code_differences(pa, pb),
         "data": _differences(pa["data"], pb["data"], DATA_KEYS),
         "environment": _differences(env_a, env_b, STACK_KEYS),
         "packages": _packages(env_a["packages"], env_b["packages"]),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config import flatten
+from snakeddp.config.monitor import FALLING, RISING
 from snakeddp.run import account
 from snakeddp.run.runs import Run, metric_order
 from snakeddp.run.tries import LOSSES
@@ -226,10 +227,8 @@ def at_best_columns(runs: Sequence[Run], names: Sequence[str]) -> list[Column]:
     return [Column(f"at_best:{name}", name, lambda run, name=name: run.at_best.get(name)) for name in names]
 
 
-# Which way a metric improves, read from its name where the run does not monitor it: a loss or an
-# error falls, an accuracy rises. A metric named otherwise has no best:<metric> column.
-FALLING = ("loss", "error", "mse", "mae")
-RISING = ("acc", "accuracy")
+# Which way a metric improves, read from its name where the run does not monitor it (config.monitor: FALLING,
+# RISING). A metric named otherwise has no best:<metric> column.
 
 
 def direction(name: str, monitor: Mapping[str, str]) -> str | None:

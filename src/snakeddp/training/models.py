@@ -16,6 +16,7 @@ metric (``val_loss`` unless set): checkpoints and early stopping follow it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -233,7 +234,20 @@ def custom_arguments(cls: type, kwargs: Mapping[str, Any], task: Mapping[str, An
 def build_custom_model(target: str, kwargs: Mapping[str, Any], task: Mapping[str, Any] | None) -> pl.LightningModule:
     """``model.target`` built from ``model.kwargs`` plus the task values its constructor asks for."""
     cls = load_class(target, "model.target", pl.LightningModule)
-    return construct(cls, custom_arguments(cls, kwargs, task), target, "model.target")
+    arguments = custom_arguments(cls, kwargs, task)
+    # A DataModule of the user's (data.source: module) has the task values only where it says them: without, the
+    # constructor's TypeError came under a HINT to check the config's keyword arguments, which hold none of them.
+    needed = inspect.signature(cls.__init__).parameters
+    missing = [
+        n for n in TASK_PARAMETERS if n in needed and needed[n].default is needed[n].empty and n not in arguments
+    ]
+    if missing:
+        raise TargetError(
+            f"model.target={target!r} takes {' and '.join(missing)} from the data, and the DataModule has no `task` "
+            f"that gives {'them' if len(missing) > 1 else 'it'}. HINT: set self.task = {{'num_features': ..., "
+            f"'num_classes': ...}} in the DataModule's __init__, or give model.kwargs.{missing[0]}."
+        )
+    return construct(cls, arguments, target, "model.target")
 
 
 def builtin_arguments(model_cfg: Mapping[str, Any], task: Mapping[str, Any] | None) -> dict[str, Any]:

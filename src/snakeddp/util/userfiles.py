@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sysconfig
 import traceback
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -33,8 +34,18 @@ def where_raised(error: BaseException) -> str | None:
     place), shown relative to the working directory where it is inside it; None where no frame is the user's."""
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
         return f"{_shown(error.filename)}:{error.lineno}"
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if is_users(frame.filename)]
-    return f"{_shown(frames[-1].filename)}:{frames[-1].lineno}" if frames else None
+    frame = innermost(error, is_users)
+    return shown_frame(frame) if frame is not None else None
+
+
+def innermost(error: BaseException, counts: Callable[[str], bool]) -> traceback.FrameSummary | None:
+    """The innermost frame of ``error``'s traceback whose file ``counts``; None where none does."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if counts(frame.filename)]
+    return frames[-1] if frames else None
+
+
+def shown_frame(frame: traceback.FrameSummary) -> str:
+    return f"{_shown(frame.filename)}:{frame.lineno}"
 
 
 def _shown(filename: str) -> str:

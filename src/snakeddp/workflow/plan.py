@@ -28,7 +28,7 @@ from typing import Any
 from snakeddp import config as configuration
 from snakeddp import platforms
 from snakeddp.compat import snakemake as snakemake_compat
-from snakeddp.config import coerce, layers, parts, site, sources
+from snakeddp.config import coerce, layers, monitor, parts, site, sources
 from snakeddp.config import schema as config_schema
 from snakeddp.contract import Invocation, Platform
 from snakeddp.data import names as data_names
@@ -370,7 +370,13 @@ def _validated(workflow: Any, config: dict[str, Any]) -> tuple[dict[str, Any], d
     _update(config, command_line)
     # A sweep given with --configfile or --config replaces config/config.yaml's whole, where Snakemake
     # would add the file's swept keys to it (snakeddp.config.layers).
-    layers.replace_sweep(config, [*map(layers.load_layer, workflow.config_settings.configfiles), command_line])
+    given = [*map(layers.load_layer, workflow.config_settings.configfiles), command_line]
+    layers.replace_sweep(config, given)
+    # A metric named in a --configfile takes config/config.yaml's mode (min) unless it says its own.
+    base = Path(workflow.basedir) / "config" / "config.yaml"
+    unchosen = monitor.rising_without_mode([layers.load_layer(base) if base.is_file() else {}, *given])
+    if unchosen:
+        raise monitor.mode_error(*unchosen, "config")
     validated = configuration.validate(config, source="config")
     layers.check_not_swept(command_line, validated["sweep"])
     return validated, configuration.expand_sweep(validated, source="config")
