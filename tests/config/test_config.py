@@ -430,7 +430,9 @@ def test_a_rising_metric_named_in_a_configfile_takes_no_mode_from_the_checkouts_
     assert monitor.rising_without_mode([base, mine]) == ("trainer.monitor", "val_acc")
     assert monitor.rising_without_mode([base, mine, {"trainer": {"monitor": {"mode": "max"}}}]) is None, "--config"
     assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}]) is None
-    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_f1"}}}]) is None, "not by name"
+    assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": "val_score"}}}]) is None, "not by name"
+    for rising in ("val_f1", "val_auroc", "val_recall"):
+        assert monitor.rising_without_mode([base, {"trainer": {"monitor": {"metric": rising}}}]), rising
     searched = {"search": {"method": "successive_halving", "metric": "val_acc"}}
     assert monitor.rising_without_mode([base, searched]) == ("search", "val_acc")
     maxed = {"trainer": {"monitor": {"metric": "val_acc", "mode": "max"}}}

@@ -193,6 +193,8 @@ def _type_fix(key: str, value: Any, wanted: Any) -> str | None:
     number (or true/false) written without the quotes that made it text."""
     kinds = set(wanted) if isinstance(wanted, list) else {wanted}
     name = key.rpartition(".")[2]
+    if len(str(value)) > 60:
+        return None  # no edit to spell out for a long value: the line says what the key takes
     if "array" in kinds and isinstance(value, str | int | float) and not isinstance(value, bool):
         return f"write it as a list: {name}: [{value}]"
     if isinstance(value, str) and kinds & {"integer", "number", "boolean"}:

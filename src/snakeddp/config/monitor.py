@@ -1,9 +1,9 @@
 """Which way a metric improves, read from its name, and the monitor whose mode says the other way by default.
 
-A loss or an error falls, an accuracy rises: the report's best:<metric> columns read a metric's direction from its
-name, and so does the check that ``trainer.monitor: {metric: val_acc}`` (or ``search: {metric: val_acc}``) says its
-mode, whose default (min) would keep the epoch of the lowest accuracy as the best checkpoint and stop early while it
-rises (a search: keep the configurations of the lowest).
+A loss or an error falls, an accuracy (or F1, AUC, precision, recall, R²) rises: the report's best:<metric> columns
+read a metric's direction from its name, and so does the check that ``trainer.monitor: {metric: val_acc}`` (or
+``search: {metric: val_acc}``) says its mode, whose default (min) would keep the epoch of the lowest accuracy as the
+best checkpoint and stop early while it rises (a search: keep the configurations of the lowest).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from snakeddp.errors import ConfigError
 
 FALLING = ("loss", "error", "mse", "mae")
-RISING = ("acc", "accuracy")
+RISING = ("acc", "accuracy", "f1", "auc", "auroc", "precision", "recall", "r2")
 
 
 def _part(layer: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any] | None:
