@@ -101,11 +101,13 @@ def test_an_import_failure_says_which_of_its_causes_it_is_and_the_fix_for_that_o
     its name on PyPI), its own code failing (where): one HINT each, not the first for all three."""
     monkeypatch.chdir(user_module)
     said = {}
-    for target in ("no_such_package.models:Net", "needs_sklearn:Net", "badsyntax:Net", "raises:Net"):
+    for target in ("no_such_package.models:Net", "mynet:Net", "needs_sklearn:Net", "badsyntax:Net", "raises:Net"):
         with pytest.raises(TargetError) as error:
             load_class(target, "model.target", pl.LightningModule)
         said[target] = str(error.value)
     assert "put the module in the directory snakemake runs from" in said["no_such_package.models:Net"]
+    # Not an installed module's name, however close (the standard library's netrc).
+    assert "put the module in the directory snakemake runs from" in said["mynet:Net"], said["mynet:Net"]
     # A typo of a module that is there: the HINT names it (it said to put the module where it already was).
     (user_module / "mypkg").mkdir()
     (user_module / "mypkg" / "digits_model.py").write_text("")

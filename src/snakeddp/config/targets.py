@@ -12,6 +12,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
+import os
 import pkgutil
 import sys
 from collections.abc import Iterable, Mapping
@@ -104,18 +105,22 @@ def import_failure(key: str, target: str, module_name: str, error: Exception) ->
 
 
 def _close_module(missing: str) -> str | None:
-    """The module beside ``missing`` (in its package, or on sys.path) whose name is closest to its last part: a
-    typo's module is in the directory snakemake runs from, where the not-found HINT sent the user to put it."""
+    """The module beside ``missing`` (in its package, or in the directory snakemake runs from) whose name is closest
+    to its last part: a typo's module is there, where the not-found HINT sent the user to put it. Not an installed
+    one: 'mynet' is no typo of the standard library's netrc."""
     parent, _, name = missing.rpartition(".")
     try:
-        where = importlib.import_module(parent).__path__ if parent else None
+        where = list(importlib.import_module(parent).__path__) if parent else [os.getcwd()]
     except (ImportError, AttributeError):  # the parent is missing too, or is no package: its own typo comes first
         return None
     names = {module.name for module in pkgutil.iter_modules(where)}
-    # A folder without __init__.py imports too (a namespace package: byo/model.py), and iter_modules skips it.
-    for folder in where if where is not None else sys.path:
+    # A folder of Python files without __init__.py imports too (a namespace package: byo/model.py), and
+    # iter_modules skips it.
+    for folder in where:
         with contextlib.suppress(OSError):
-            names.update(p.name for p in Path(folder or ".").iterdir() if p.name.isidentifier() and p.is_dir())
+            names.update(
+                p.name for p in Path(folder).iterdir() if p.name.isidentifier() and p.is_dir() and any(p.glob("*.py"))
+            )
     close = difflib.get_close_matches(name, sorted(names), n=1)
     return f"{parent}.{close[0]}" if close and parent else (close[0] if close else None)
 
