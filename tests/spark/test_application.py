@@ -30,9 +30,6 @@ def test_an_expected_session_no_run_used_gives_way_to_the_first_runs_and_then_de
         log = capsys.readouterr().err
         assert f"session {expected} started in" in log and "before any run asked" in log
         assert "the executors' Python started in" in log
-        # The driver JVM's own temporary folder is in the application's scratch, which leaves with it (in /tmp, a
-        # killed JVM left it behind).
-        assert list((tmp_path / "scratch" / "tmp").glob("spark-*")), "the driver's spark-* folder"
         # The first run asks for 2 cores per rank: not declined (no run used the expected session), but a
         # session of its own settings replaces it.
         first = app.open(hello(threads=2))

@@ -38,6 +38,9 @@ def test_settings_ask_for_the_ranks_slots_fail_fast_and_keep_temporary_files_wit
     # Its JVMs start on the JIT's first tier and the serial collector; the cluster's executor options are
     # kept, with their own collector (two would stop the JVM), and the config's replace them.
     assert settings["spark.driver.extraJavaOptions"].endswith(" -XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    # The driver JVM's own temporary folder too (spark-submit makes it before spark.local.dir is read; in /tmp, a
+    # killed JVM left it behind).
+    assert f"-Djava.io.tmpdir={tmp_path / 'spark' / 'tmp'}" in settings["spark.driver.extraJavaOptions"].split()
     assert settings["spark.executor.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     theirs = {"spark.executor.extraJavaOptions": "-XX:+UseG1GC -Dsite=x"}
     executor = session.spark_settings(shape_of(args), section, "spark://h:7077", tmp_path, theirs)
