@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.config.parts import Launch
-from snakeddp.errors import ConfigError
+from snakeddp.errors import ConfigError, print_line
 from snakeddp.provenance import lineage
 from snakeddp.remote import status as remote_status
 from snakeddp.remote.attempt import stage_resume, takeover
@@ -89,10 +88,7 @@ class RemoteJob(ABC):
     def say(self, text: str, err: bool = False) -> None:
         """A line of the job's: into its log, and where it is progress (not ``err``), onto Snakemake's terminal too
         (the job submitted and where to watch it, the job completed)."""
-        if err:
-            print(f"snakeddp.{self.name}: {text}", file=sys.stderr, flush=True)
-        else:
-            terminal.say(f"snakeddp.{self.name}: {text}")
+        (print_line if err else terminal.say)(f"snakeddp.{self.name}: {text}")
 
     # The platform's own steps.
     @abstractmethod
