@@ -213,7 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             epochs = run.provenance["training"]["max_epochs"]
             print(f"snakeddp compare: {run.label} was stopped by the search: compared as it was at {epochs} epochs, "
                   f"its record at that rung", file=sys.stderr)  # fmt: skip
-    result = compare(*runs)
+    result = compare(*runs, raw=args.json)
     print(json.dumps(result, indent=2, default=str) if args.json else format_comparison(result))
     return 0
 

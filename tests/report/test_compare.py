@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from snakeddp import config as configuration
 from snakeddp.cli import main
 from snakeddp.report.compare import compare, format_comparison, user_code_differences
+from snakeddp.run import tries
 from snakeddp.run.runs import load_run, resolve_run
+from snakeddp.util.numbers import readable
+from tests.helpers import TINY, write_dataset
+from tests.report.test_configurations import write_run
 
-pytestmark = pytest.mark.e2e
 
-
+@pytest.mark.e2e
 def test_sweep_runs_differ_in_devices_only(sweep_workflow, capsys):
     results = sweep_workflow.directory / "results"
     assert main(["compare", "devices-1", "devices-2", "--results", str(results)]) == 0
@@ -23,17 +28,17 @@ def test_sweep_runs_differ_in_devices_only(sweep_workflow, capsys):
     for same in ("code: same", "data: same", "environment: same", "packages: same"):
         assert same in out
     assert "world_size" in out and "best score" in out and "val_loss at best epoch" in out
-    # samples/s as the runs table shows them (whole, with thousands separators, from 10,000), scores to six digits.
+    # samples/s as the runs table shows them (four digits, whole with thousands separators from 10,000), scores to
+    # six digits.
     shown = {
         row[0]: row[1:]
         for row in compare(*(load_run(results / "runs" / r) for r in ("devices-1", "devices-2")))["outcome"]
     }
     rates, scores = shown["samples/s"], shown["best score"]
-    assert all((f"{rate:,.0f}" if rate >= 1e4 else f"{rate:.6g}") in out for rate in rates) and all(
-        f"{score:.6g}" in out for score in scores
-    ), out
+    assert all(readable(rate) in out for rate in rates) and all(f"{score:.6g}" in out for score in scores), out
 
 
+@pytest.mark.e2e
 def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_path):
     """A copy of one run whose record says it came from another commit, dataset and environment."""
     source = sweep_workflow.directory / "results/runs/devices-1"
@@ -64,6 +69,7 @@ def test_edited_runs_show_code_data_and_package_differences(sweep_workflow, tmp_
     assert result["packages"]["changed"] == [["torch", torch_version, "9.9.9"]]
 
 
+@pytest.mark.e2e
 def test_json_output_and_unknown_run(sweep_workflow, capsys):
     results = str(sweep_workflow.directory / "results")
     assert main(["compare", "devices-2", "devices-1", "--json", "--results", results]) == 0
@@ -109,3 +115,21 @@ def test_the_environment_is_never_same_when_its_packages_differ():
     assert "environment records' hashes agree" in text and "packages: 2 difference(s)" in text
     result["packages"] = {"added": [], "removed": [], "changed": []}
     assert "environment: same" in format_comparison(result)
+
+
+def test_the_outcome_reads_as_the_runs_table_with_tries_and_goodput_and_scores_to_six_digits(tmp_path):
+    """samples/s to the runs table's four digits (six read 1001.5 where `snakeddp runs` said 1002), and the tries and
+    goodput `snakeddp runs` shows; --json keeps the numbers."""
+    manifest = write_dataset(tmp_path / "data", configuration.validate(TINY)["data"])
+    hung = tries.entry(started=1e9, ended=1e9 + 100, outcome="hung", exit_code=1, launcher="direct", job_id=None,
+                       resumed_from=None, saved_now=None, hang=None, placement=None)  # fmt: skip
+    a = write_run(tmp_path / "a", manifest, {}, [0.5, 0.4123456, 0.45], [0.9, 0.95, 0.93])
+    b = write_run(tmp_path / "b", manifest, {}, [0.5, 0.4123449, 0.45], [0.9, 0.95, 0.93], earlier=(hung,))
+    shown = {label: (va, vb) for label, va, vb in compare(a, b, raw=False)["outcome"]}
+    assert shown["samples/s"] == ("1002", "1002") and shown["epochs"] == ("3/3", "3/3")
+    assert shown["tries"] == ("1", "2") and shown["goodput"][0] == "100%" and shown["goodput"][1].endswith("%")
+    assert shown["best score"] == ("0.412346", "0.412345"), "scores that four digits show as equal"
+    text = format_comparison(compare(a, b, raw=False))
+    assert re.search(r"\n  samples/s +A: 1002  B: 1002\n  tries +A: 1  B: 2\n  goodput +A: 100%  B: \d+%", text), text
+    raw = {label: (va, vb) for label, va, vb in compare(a, b)["outcome"]}
+    assert raw["samples/s"] == (1001.5, 1001.5) and raw["tries"] == (1, 2) and raw["goodput"][0] == 1.0

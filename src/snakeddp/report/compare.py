@@ -67,11 +67,13 @@ def user_code_differences(pa: Mapping[str, Any], pb: Mapping[str, Any]) -> list[
     ]
 
 
-def compare(a: Run, b: Run) -> dict[str, Any]:
-    """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed."""
+def compare(a: Run, b: Run, raw: bool = True) -> dict[str, Any]:
+    """Section -> differences, each a [key, value in a, value in b]; packages as added/removed/changed. The outcome's
+    values as a script reads them, or (not ``raw``) as `snakeddp runs` shows them (``table.outcome``)."""
     pa, pb = a.provenance, b.provenance
     env_a, env_b = pa["environment"], pb["environment"]
     logged = metrics_of([a, b])
+    sides = (outcome(a, logged, raw), outcome(b, logged, raw))
     return {
         "runs": [a.label, b.label],
         "config": _differences(pa["config"], pb["config"]),
@@ -80,14 +82,12 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         "environment": _differences(env_a, env_b, STACK_KEYS),
         "packages": _packages(env_a["packages"], env_b["packages"]),
         "launch": _differences(pa["launch"], pb["launch"], LAUNCH_KEYS),
-        "outcome": [
-            [label, va, vb] for (label, va), (_, vb) in zip(outcome(a, logged), outcome(b, logged), strict=True)
-        ],
+        "outcome": [[label, va, vb] for (label, va), (_, vb) in zip(*sides, strict=True)],
     }
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, float):  # six digits to tell close scores apart; samples/s as the runs table has them
+    if isinstance(value, float):  # six digits: a config's 0.0031 and 0.00312 must not read equal
         return readable(value, 6)
     if isinstance(value, list):
         return " ".join(map(str, value)) or "[]"

@@ -16,7 +16,7 @@ import io
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from snakeddp.run.runs import Run, metric_order
 from snakeddp.run.tries import LOSSES
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import canonical_json
+from snakeddp.util.numbers import readable
 
 # What "samples/s" means wherever the report, runs.csv or the terminal shows it.
 THROUGHPUT_MEANS = (
@@ -214,7 +215,10 @@ PEOPLE = (
     "epochs", "stopped_early", "duration_s", "samples_per_s", "goodput", "world_size", "global_batch", "launcher",
     "job_id",
 )  # fmt: skip
-OUTCOME = ("status", "monitor", "best_score", "best_epoch", "epochs", "duration_s", "train_loop_s", "samples_per_s")
+OUTCOME = ("status", "monitor", "best_score", "best_epoch", "epochs", "duration_s", "train_loop_s", "samples_per_s",
+           "tries", "goodput")  # fmt: skip
+# compare sets two scores side by side: six digits tell close ones apart where the runs table's four read equal.
+SCORE_DIGITS = 6
 
 
 def metrics_of(runs: Sequence[Run]) -> list[str]:
@@ -355,13 +359,24 @@ def aligned(table: Rows, show: Callable[[Any], str]) -> str:
     return "\n".join(" ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) for row in cells)
 
 
-def outcome(run: Run, metrics: Sequence[str]) -> list[tuple[str, Any]]:
+def outcome(run: Run, metrics: Sequence[str], raw: bool = True) -> list[tuple[str, Any]]:
     """(label, value) of the columns ``compare`` puts side by side: the OUTCOME columns, with each of
-    ``metrics`` (those either run logged) at the run's best epoch after the best score."""
-    at_best = [(f"{c.label} at best epoch", c.read(run)) for c in at_best_columns([run], metrics)]
-    pairs = [(BY_NAME[name].label, BY_NAME[name].read(run)) for name in OUTCOME]
+    ``metrics`` (those either run logged) at the run's best epoch after the best score. Values as a script reads
+    them, or (not ``raw``) as the runs table shows them (``readable`` of each column's ``shown``: samples/s to four
+    digits, goodput "99%", epochs "8/8"), the scores to SCORE_DIGITS."""
+    at_best = [replace(c, label=f"{c.label} at best epoch") for c in at_best_columns([run], metrics)]
+    columns = [BY_NAME[name] for name in OUTCOME]
     split = OUTCOME.index("best_epoch") + 1
-    return pairs[:split] + at_best + pairs[split:]
+    scores = {"best_score", *(c.name for c in at_best)}
+
+    def value(column: Column) -> Any:
+        if raw:
+            return column.read(run)
+        if column.name in scores:
+            return readable(column.read(run), SCORE_DIGITS)
+        return readable(column.shown(run))
+
+    return [(c.label, value(c)) for c in columns[:split] + at_best + columns[split:]]
 
 
 def _csv_cell(value: Any) -> Any:
