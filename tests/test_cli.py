@@ -409,3 +409,25 @@ def test_plain_runs_says_whose_runs_are_not_finished_and_how_to_ask_for_yours(sw
     assert main(["runs", "--results", str(results), "--configfile", str(mine), "--config", "experiment=other"]) == 0
     said = capsys.readouterr().out
     assert "not finished yet: other--devices-1, other--devices-2\n" in said, said
+
+
+def test_runs_lists_a_run_whose_directory_holds_another_configs_attempt_under_history(tmp_path, capsys):
+    """config/config.yaml edited (model.lr) after base finished, before snakemake trained it again: base was listed
+    as current, its old attempt standing for the config's run."""
+    from snakeddp import config as configuration
+    from tests.helpers import TINY, merged, write_dataset
+    from tests.report.test_configurations import write_run
+
+    results = tmp_path / "results"
+    write_run(results, write_dataset(tmp_path / "data", configuration.validate(TINY)["data"]), {}, [0.5], [0.9])
+    config = tmp_path / "config" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text(yaml.safe_dump(TINY))
+    assert main(["runs", "--results", str(results)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "base"
+    config.write_text(yaml.safe_dump(merged(TINY, {"model": {"lr": 0.5}})))
+    assert main(["runs", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "trained with another config (under history), which snakemake trains again: base\n\nhistory:" in out, out
+    assert main(["runs", "--json", "--results", str(results)]) == 0
+    assert [row["current"] for row in json.loads(capsys.readouterr().out)] == [False]

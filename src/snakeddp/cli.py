@@ -66,13 +66,16 @@ from snakeddp.util.numbers import disk_size, readable
 from snakeddp.util.paths import inside
 
 # What the runs table's second part holds.
-HISTORY = "finished runs the config does not plan (earlier sweeps, other experiments) and, with --all, earlier attempts"
+HISTORY = (
+    "finished runs the config does not plan (earlier sweeps, other experiments) or trained with another config, "
+    "and, with --all, earlier attempts"
+)
 
 
 def current_and_history(args: argparse.Namespace, finished: list) -> tuple[list, list, list[str]]:
-    """The finished runs the config of these flags plans (as the report lists them), the others, and
-    the planned run ids; every run is current when no config is known."""
-    planned = current.from_command_line(Path(args.results).parent, args.configfile, args.config)
+    """The finished runs the config of these flags plans and that trained its runs (as the report lists them), the
+    others, and the planned run ids; every run is current when no config is known."""
+    planned = current.planned_from_command_line(Path(args.results).parent, args.configfile, args.config)
     if planned is None:
         if finished:
             print(
@@ -81,7 +84,7 @@ def current_and_history(args: argparse.Namespace, finished: list) -> tuple[list,
                 file=sys.stderr,
             )
         return finished, [], []
-    return *current.split(finished, planned), planned
+    return *current.split(finished, planned), planned.ids
 
 
 def listed(results: Path, command: str) -> list[Run]:
@@ -189,7 +192,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
         shown = (f"{rid} (rung {halted[rid]['rung']}, {halted[rid]['epochs']} epochs, rank {halted[rid]['rank']})"
                  for rid in stopped_here)  # fmt: skip
         print(f"stopped by the search: {', '.join(shown)}")
-    if waiting := [rid for rid in waiting if rid not in halted]:
+    # Its directory holds an attempt of another config (an edit snakemake has not trained yet): listed in history.
+    retrains = {run.run_id for run in history if run.run_id in planned}
+    if other := [rid for rid in waiting if rid in retrains and rid not in halted]:
+        print(f"trained with another config (under history), which snakemake trains again: {', '.join(other)}")
+    if waiting := [rid for rid in waiting if rid not in halted and rid not in retrains]:
         # Plain, it answers for the checkout's config: a user who trained with --configfile read it as theirs.
         whose = (
             ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import yaml
@@ -29,8 +30,48 @@ def test_without_any_config_file_nothing_is_known_and_a_configfile_alone_is_enou
     assert current.from_command_line(tmp_path, [mine], []) == ["seed-5"]
 
 
-def test_split_keeps_the_configs_order_and_sends_the_rest_to_history():
-    runs = [SimpleNamespace(run_id=rid) for rid in ("devices-2", "old", "devices-1")]
-    now, history = current.split(runs, ["devices-1", "devices-2", "not-finished"])
+def planned_runs(tmp_path, config) -> current.Planned:
+    write(tmp_path / current.CONFIG_FILE, config)
+    return current.planned_from_command_line(tmp_path, [], [])
+
+
+def finished(planned: current.Planned, run_id: str, **edits) -> SimpleNamespace:
+    """A finished run as the listing reads it: its id and a record of the run config the plan has for it, with
+    ``edits`` (section -> keys) laid over it: an attempt of another config."""
+    config = copy.deepcopy(planned.runs[run_id]["config"])
+    for section, values in edits.items():
+        config[section].update(values)
+    return SimpleNamespace(run_id=run_id, provenance={"run_id": run_id, "config": config})
+
+
+def test_split_keeps_the_configs_order_and_sends_the_rest_to_history(tmp_path):
+    planned = planned_runs(tmp_path, {"sweep": {"launch.devices": [1, 2, 3]}})
+    runs = [finished(planned, rid) for rid in ("devices-2", "devices-1")]
+    runs.insert(1, SimpleNamespace(run_id="old", provenance={"run_id": "old", "config": runs[0].provenance["config"]}))
+    now, history = current.split(runs, planned)
     assert [run.run_id for run in now] == ["devices-1", "devices-2"]
     assert [run.run_id for run in history] == ["old"]
+
+
+def test_a_run_directory_holding_an_attempt_of_another_config_is_history_not_current(tmp_path):
+    """devices-1's directory holds an attempt trained before model.lr was edited (snakemake has not trained it
+    again): it was called current, as if the config's run had finished."""
+    planned = planned_runs(tmp_path, {"model": {"lr": 0.01}, "sweep": {"launch.devices": [1, 2]}})
+    edited = finished(planned, "devices-1", model={"lr": 0.003})
+    now, history = current.split([edited, finished(planned, "devices-2")], planned)
+    assert [run.run_id for run in now] == ["devices-2"] and history == [edited]
+    # Scheduler requests are no part of a run (run.yaml keeps a finished run's), nor what a search's rung sets.
+    assert planned.trained(finished(planned, "devices-1", launch={"runtime": 999, "mem_mb": 1}).provenance)
+    assert not planned.trained(finished(planned, "devices-1", trainer={"max_epochs": 1}).provenance)
+    searched = planned_runs(tmp_path, {"sweep": {"model.lr": [0.1, 0.2]}, "search": {"method": "successive_halving"}})
+    assert searched.trained(finished(searched, "lr-0.1", trainer={"max_epochs": 1}).provenance)
+    assert not planned.trained({"run_id": "devices-1", "config": {"model": {"lr": "not a number"}}})
+
+
+def test_a_tables_checksum_the_workflow_fills_in_is_no_difference_and_its_path_is(tmp_path):
+    table = {"path": "data/t.csv", "label": "y"}
+    planned = planned_runs(tmp_path, {"data": {"source": "table", "table": table}})
+    (run_id,) = planned.ids
+    filled = {**planned.runs[run_id]["config"]["data"]["table"], "sha256": "a" * 64, "features": ["x1", "x2"]}
+    assert planned.trained(finished(planned, run_id, data={"table": filled}).provenance)
+    assert not planned.trained(finished(planned, run_id, data={"table": {**filled, "path": "data/u.csv"}}).provenance)

@@ -3,7 +3,9 @@
 A run is current when the config plans it: its id is a key of ``expand_sweep``, which is also the
 list the report rule takes its runs from (rules/report.smk). Every other finished run directory
 under results/runs (a run of an earlier sweep, another experiment) is history, like the earlier
-attempts kept inside run directories.
+attempts kept inside run directories. A finished run directory the config plans is current only when its
+attempt trained the config's run (``Planned.trained``): after an edit, and before snakemake trains the run
+again, it holds an attempt of another config, and is history.
 
 `snakeddp runs` rebuilds the config from the flags snakemake was given (config/config.yaml beside
 results/, each --configfile, then --config), rather than from a record the last workflow left:
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,6 @@ from snakeddp.data import plan as data_plan
 
 # Snakemake's configfile: directive in the Snakefile, relative to the directory the workflow runs in.
 CONFIG_FILE = "config/config.yaml"
-
-
-def planned(config: Mapping[str, Any], source: str = "config") -> list[str]:
-    """The run ids ``config`` plans (config/config.yaml with the command line's layers on top), in the
-    report's order."""
-    return list(expanded(config, source))
 
 
 def expanded(config: Mapping[str, Any], source: str = "config") -> dict[str, Any]:
@@ -52,13 +49,71 @@ def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Se
     return config
 
 
+# What the workflow fills in a table's config from its files when it plans a run (data.plan.resolve_tables), where
+# the config leaves it open: `snakeddp runs` reads no table (an object store's would be listed on every call), so a
+# run is compared without them there; a changed table is a new dataset, which snakemake sees.
+TABLE_FILLED = ("sha256", "table_id", "version")
+# Filled when data.table.features is empty, the keys that chose them reset.
+TABLE_FEATURES = ("features", "feature_pattern", "exclude")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The runs a config plans and what each is: run id -> its sweep point and run config (``expanded``)."""
+
+    runs: dict[str, Any]
+    # Each rung of a search trains its runs to the rung's budget, not trainer.max_epochs (run.search).
+    searched: bool = False
+
+    @property
+    def ids(self) -> list[str]:
+        """The planned run ids, in the report's order."""
+        return list(self.runs)
+
+    def trained(self, record: Mapping[str, Any]) -> bool:
+        """Whether a finished attempt's record (its provenance) is of the run the config plans under its id: the
+        same run config as run.yaml would hold, as the workflow tells one that must train again
+        (``runfile.rewrites``): scheduler requests aside, the recorded config read as run.yaml is read."""
+        run = self.runs.get(record.get("run_id"))
+        if run is None:
+            return False
+        try:
+            recorded = configuration.run_config(configuration.validate(record.get("config") or {}))
+        except configuration.ConfigError:  # a record of a config this version does not read: not this config's
+            return False
+        return self._identity(recorded, run["config"]) == self._identity(run["config"], run["config"])
+
+    def _identity(self, config: Mapping[str, Any], planned: Mapping[str, Any]) -> dict[str, Any]:
+        identity = configuration.run_identity(config)
+        if self.searched:
+            identity.get("trainer", {}).pop("max_epochs", None)
+        table, chosen = identity.get("data", {}).get("table"), planned.get("data", {}).get("table")
+        if isinstance(table, dict) and isinstance(chosen, dict):
+            left_open = [key for key in TABLE_FILLED if not chosen.get(key)]
+            for key in left_open + ([] if chosen.get("features") else list(TABLE_FEATURES)):
+                table.pop(key, None)
+        return identity
+
+
+def planned_from_command_line(
+    workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]
+) -> Planned | None:
+    """The runs snakemake plans in ``workdir`` with these --configfile and --config flags; None when no config is
+    known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
+    config = composed(workdir, configfiles, entries)
+    if config is None:
+        return None
+    validated = configuration.validate(config)
+    return Planned(configuration.expand_sweep(validated), searched=bool(validated.get("search")))
+
+
 def from_command_line(
     workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]
 ) -> list[str] | None:
     """The run ids snakemake plans in ``workdir`` with these --configfile and --config flags; None
     when no config is known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
-    config = composed(workdir, configfiles, entries)
-    return None if config is None else planned(config)
+    runs = planned_from_command_line(workdir, configfiles, entries)
+    return None if runs is None else runs.ids
 
 
 def planned_datasets(workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]) -> set[str] | None:
@@ -75,9 +130,11 @@ def planned_datasets(workdir: str | Path, configfiles: Sequence[str | Path], ent
     return {configuration.dataset_id(run["config"]["data"]) for run in runs.values()}
 
 
-def split(runs: Iterable[Any], current: Iterable[str]) -> tuple[list[Any], list[Any]]:
-    """``runs`` (finished, each with a ``run_id``) as (current, history): current in the config's order."""
-    order = {rid: i for i, rid in enumerate(current)}
+def split(runs: Iterable[Any], planned: Planned) -> tuple[list[Any], list[Any]]:
+    """``runs`` (finished, each with a ``run_id`` and its ``provenance``) as (current, history): current those the
+    config plans that trained its run (``Planned.trained``), in the config's order."""
+    order = {rid: i for i, rid in enumerate(planned.ids)}
     runs = list(runs)
-    now = sorted((run for run in runs if run.run_id in order), key=lambda run: order[run.run_id])
-    return now, [run for run in runs if run.run_id not in order]
+    now = [run for run in runs if run.run_id in order and planned.trained(run.provenance)]
+    chosen = {id(run) for run in now}
+    return sorted(now, key=lambda run: order[run.run_id]), [run for run in runs if id(run) not in chosen]
