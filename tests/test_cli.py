@@ -431,3 +431,35 @@ def test_runs_lists_a_run_whose_directory_holds_another_configs_attempt_under_hi
     assert "trained with another config (under history), which snakemake trains again: base\n\nhistory:" in out, out
     assert main(["runs", "--json", "--results", str(results)]) == 0
     assert [row["current"] for row in json.loads(capsys.readouterr().out)] == [False]
+
+
+def test_runs_all_and_prune_see_the_unfinished_attempts_kept_under_attempts(tmp_path, capsys):
+    """An interrupted attempt set aside by another config's (attempts/<id>/, no record) was in no listing and
+    never pruned, its checkpoints kept on disk unseen."""
+    from snakeddp import config as configuration
+    from tests.helpers import TINY, write_dataset
+    from tests.report.test_configurations import write_run
+
+    results = tmp_path / "results"
+    run = write_run(results, write_dataset(tmp_path / "data", configuration.validate(TINY)["data"]), {}, [0.5], [0.9])
+    kept = run.paths.attempts / "0123456789ab"
+    (kept / "checkpoints").mkdir(parents=True)
+    (kept / "checkpoints" / "last.ckpt").write_bytes(b"x" * 1500)
+    (kept / "metrics.csv").write_text("epoch,val_loss,finished_at\n0,0.7,2026-01-01T00:00:00+00:00\n")
+    assert main(["runs", "--results", str(results)]) == 0
+    assert "0123456789ab" not in capsys.readouterr().out, "only --all lists earlier attempts"
+    assert main(["runs", "--all", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    unfinished = out.split("\nunfinished: ")[1].splitlines()
+    assert unfinished[0].startswith("earlier attempts kept under attempts/ that never finished"), out
+    assert unfinished[2].split() == ["base@0123456789ab", "1", "2026-01-01T00:00:00+00:00", "1.5", "kB"], out
+    assert main(["runs", "--all", "--json", "--results", str(results)]) == 0
+    row = json.loads(capsys.readouterr().out)[-1]
+    assert row == {"run": "base@0123456789ab", "epochs": 1, "last epoch ended": "2026-01-01T00:00:00+00:00",
+                   "checkpoints": 1500, "current": False, "unfinished": True}  # fmt: skip
+    assert main(["prune", "--best", "0", "--last", "0", "--results", str(results)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == (f"base@0123456789ab: removed {kept / 'checkpoints'} (1.5 kB; unfinished: set aside as "
+                    "base@0123456789ab-pruned, which no attempt resumes)")  # fmt: skip
+    assert main(["runs", "--all", "--results", str(results)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split()[::3] == ["base@0123456789ab-pruned", "pruned"]

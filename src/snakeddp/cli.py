@@ -54,17 +54,25 @@ from snakeddp.run.layout import ATTEMPTS, RunPaths, latest_train_log
 from snakeddp.run.prune import prune
 from snakeddp.run.runs import (
     Run,
+    Unfinished,
     best_checkpoint,
     default_results,
     earlier_attempts,
     find_runs,
+    find_unfinished,
     last_finished,
     resolve_run,
+    unfinished_attempts,
 )
-from snakeddp.util.fsutil import read_json
+from snakeddp.util.fsutil import read_json, tree_size
 from snakeddp.util.numbers import disk_size, readable
 from snakeddp.util.paths import inside
 
+# What `runs --all` lists last.
+UNFINISHED = (
+    f"earlier attempts kept under {ATTEMPTS}/ that never finished (an attempt of their config resumes from their "
+    "checkpoints; `snakeddp prune` removes those as it does finished attempts')"
+)
 # What the runs table's second part holds.
 HISTORY = (
     "finished runs the config does not plan (earlier sweeps, other experiments) or trained with another config, "
@@ -165,7 +173,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
             for attempt in earlier_attempts(run.paths.run_dir)
             if attempt.run_dir not in shown
         ]
-    if not now and not history:
+    unfinished = find_unfinished(args.results) if args.all else []
+    if not now and not history and not unfinished:
         print(
             f"no finished runs under {args.results}/runs (a run is finished when it has provenance.json). HINT: run "
             "snakemake first (`snakeddp status` shows runs on their way), or pass --results DIR."
@@ -179,6 +188,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             if runs
             for run, row in zip(runs, summary_rows(runs, raw=True).records(), strict=True)
         ]
+        rows += [{**unfinished_row(attempt, raw=True), "current": False, "unfinished": True} for attempt in unfinished]
         print(json.dumps(rows, indent=2, default=str))
         return 0
     if now:
@@ -210,7 +220,25 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for run in history:
             if run.run_dir in later:
                 print(later_attempt_note(run, later[run.run_dir], Path(args.results)))
+    if unfinished:
+        print(f"\nunfinished: {UNFINISHED}")
+        rows = [unfinished_row(attempt) for attempt in unfinished]
+        print(aligned(Rows(list(rows[0]), [list(row.values()) for row in rows]), readable))
     return 0
+
+
+def unfinished_row(attempt: Unfinished, raw: bool = False) -> dict[str, Any]:
+    """An unfinished kept attempt as `runs --all` lists it: its epochs, when the last ended and its checkpoints' size
+    (``raw``: bytes, None where pruned or none)."""
+    folder = attempt.paths.checkpoints
+    size = tree_size(folder) if folder.is_dir() else None
+    shown = "pruned" if attempt.pruned is not None else "none" if size is None else disk_size(size)
+    return {
+        "run": attempt.label,
+        "epochs": len(attempt.metrics),
+        "last epoch ended": attempt.ended_at or None,
+        "checkpoints": size if raw else shown,
+    }
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -273,7 +301,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     removed = prune(prunable(args), args.best, args.last, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for item in removed:
-        print(f"{item.attempt.label}: {verb} {item.path} ({disk_size(item.size)})")
+        aside = f"; unfinished: set aside as {item.attempt.label}-pruned, which no attempt resumes"
+        aside = aside if isinstance(item.attempt, Unfinished) else ""
+        print(f"{item.attempt.label}: {verb} {item.path} ({disk_size(item.size)}{aside})")
     total = disk_size(sum(item.size for item in removed))
     print(f"{verb} the checkpoints of {len(removed)} earlier attempt(s), {total}; records and metrics stay")
     return 0
@@ -285,9 +315,18 @@ def prunable(args: argparse.Namespace) -> list[Path]:
     stands for it)."""
     if not args.runs:
         runs = listed(args.results, "prune") + standing_runs(args.results, "prune")
-        return sorted((run.paths.run_dir for run in runs), key=lambda run_dir: run_dir.name)
+        dirs = {run.paths.run_dir for run in [*runs, *find_unfinished(args.results)]}
+        return sorted(dirs, key=lambda run_dir: run_dir.name)
     standing = {run.run_id: run.paths.run_dir for run in last_finished(args.results, [])}
-    return [standing[ref] if ref in standing else resolve_run(ref, args.results).run_dir for ref in args.runs]
+    return [standing.get(ref) or unfinished_only(args.results, ref) or resolve_run(ref, args.results).run_dir
+            for ref in args.runs]  # fmt: skip
+
+
+def unfinished_only(results: Path, ref: str) -> Path | None:
+    """The directory of run ``ref`` where it holds no finished attempt, only unfinished ones under attempts/."""
+    run_dir = RunPaths.under(results, ref)
+    has_finished = run_dir.provenance.is_file() or run_dir.kept_records()
+    return run_dir.folder if not has_finished and unfinished_attempts(run_dir.folder) else None
 
 
 def prune_data(args: argparse.Namespace) -> int:

@@ -93,3 +93,30 @@ def test_what_was_pruned_is_recorded_beside_the_attempts_record(run_dir):
     ]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", record["pruned_at"]), record
     assert not (home / "checkpoints").exists() and (home / "provenance.json").is_file()
+
+
+def unfinished(run_dir, short, ended_at):
+    """An attempt kept under attempts/<id>/ that never finished: its checkpoints and metrics.csv, no record."""
+    home = run_dir / "attempts" / short
+    (home / "checkpoints").mkdir(parents=True)
+    (home / "checkpoints" / "last.ckpt").write_bytes(b"x" * 7)
+    (home / "metrics.csv").write_text(f"epoch,val_loss,finished_at\n0,0.5,{ended_at}\n")
+    return home
+
+
+def test_unfinished_attempts_are_pruned_as_the_last_count_says_and_set_aside_where_no_attempt_resumes(run_dir):
+    """An interrupted attempt set aside by another config's kept its checkpoints whatever prune was told: prune read
+    only finished attempts' records."""
+    best = attempt(run_dir, "a" * 12, "2026-01-01T00:00:00", 0.1)
+    middle = attempt(run_dir, "b" * 12, "2026-01-02T00:00:00", 0.5)
+    newest = unfinished(run_dir, "c" * 12, "2026-01-03T00:00:00")
+    assert [p.path for p in plan([run_dir], best=1, last=1)] == [middle / "checkpoints"]
+    assert [p.path for p in plan([run_dir], best=1, last=0)] == [middle / "checkpoints", newest / "checkpoints"]
+    assert [p.path for p in plan([run_dir], best=3, last=0)] == [newest / "checkpoints"], "it has no score to rank"
+    removed = prune([run_dir], best=1, last=0, dry_run=False)
+    assert [(p.path, p.size) for p in removed] == [(middle / "checkpoints", 10), (newest / "checkpoints", 7)]
+    assert removed[1].attempt.label == f"{run_dir.name}@{'c' * 12}"
+    aside = run_dir / "attempts" / f"{'c' * 12}-pruned"
+    assert not newest.exists() and (aside / "metrics.csv").is_file() and not (aside / "checkpoints").exists()
+    assert json.loads((aside / "pruned.json").read_text())["removed"] == [{"path": "checkpoints/last.ckpt", "bytes": 7}]
+    assert (best / "checkpoints").is_dir() and plan([run_dir], best=1, last=0) == [], "nothing left to prune"

@@ -29,7 +29,8 @@
             pruned.json                 what `snakeddp prune` removed of its checkpoints, and when (run.prune)
         attempts/<id>-pruned/           one that was not restored, its checkpoints pruned (-damaged: missing or
                                         changed): kept whole, under a name no restore takes back
-                                        (provenance.lineage)
+                                        (provenance.lineage); an unfinished one whose checkpoints
+                                        `snakeddp prune` removed (run.prune)
 
     logs/train/<run>.log                the train job's log, beside results/ (the train rule's ``log:``)
 
@@ -241,6 +242,11 @@ class RunPaths(AttemptPaths):
     def kept_records(self) -> list[Path]:
         """provenance.json of every finished attempt kept under attempts/ (in no particular order)."""
         return list(self.attempts.glob(f"*/{PROVENANCE}"))
+
+    def kept_unfinished(self) -> list[AttemptPaths]:
+        """Every attempt kept under attempts/ that did not finish (no provenance.json), by folder name."""
+        folders = sorted(path for path in self.attempts.glob("*") if path.is_dir())
+        return [AttemptPaths(folder) for folder in folders if not (folder / PROVENANCE).exists()]
 
 
 def paths_of(folder: str | Path) -> AttemptPaths:

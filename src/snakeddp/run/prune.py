@@ -9,17 +9,22 @@ their checkpoints/ only, and get pruned.json beside their record: which files we
 command. Their provenance.json and metrics.csv stay, so every attempt remains listed and comparable; `snakeddp
 verify` reads pruned.json to tell pruned checkpoints from lost ones, and a restore of a pruned attempt trains it
 again instead (provenance.lineage).
+
+An unfinished attempt kept there (``run.runs.Unfinished``: no record, no score) is pruned as the ``last`` count says,
+by when its last epoch ended; its folder then becomes ``<id>-pruned``, a name ``run.attempt.prepare`` never takes
+back: without its last.ckpt there is nothing to resume, and its config's next attempt starts on a clean directory.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from snakeddp.run.runs import Run, earlier_attempts, standing_attempt
+from snakeddp.run.runs import Run, Unfinished, earlier_attempts, standing_attempt, unfinished_attempts
 from snakeddp.util.fsutil import atomic_write_json, tree_size
 
 
@@ -27,7 +32,7 @@ from snakeddp.util.fsutil import atomic_write_json, tree_size
 class Pruned:
     """The checkpoints/ folder of one earlier attempt that pruning removes (or removed)."""
 
-    attempt: Run
+    attempt: Run | Unfinished
     path: Path
     size: int
 
@@ -39,16 +44,22 @@ def _score(run: Run) -> float:
     return best if run.monitor["mode"] == "min" else -best
 
 
+def _ended(attempt: Run | Unfinished) -> str:
+    return attempt.ended_at if isinstance(attempt, Unfinished) else attempt.provenance["timing"]["finished_at"]
+
+
 def plan(run_dirs: Sequence[Path], best: int, last: int) -> list[Pruned]:
-    """What pruning removes: checkpoints of earlier attempts outside the ``best`` and ``last`` N of each run, and
-    never those of the attempt that stands for a run whose current attempt has not finished (its only model)."""
+    """What pruning removes: checkpoints of earlier attempts outside the ``best`` (finished: scored) and ``last`` N
+    of each run, and never those of the attempt that stands for a run whose current attempt has not finished (its
+    only model)."""
     pruned = []
     for run_dir in run_dirs:
         attempts = earlier_attempts(run_dir)  # oldest first
+        every = sorted([*attempts, *unfinished_attempts(run_dir)], key=_ended)
         kept = {a.run_dir for a in sorted(attempts, key=_score)[:best]}
-        kept |= {a.run_dir for a in attempts[len(attempts) - last :]} if last else set()
+        kept |= {a.run_dir for a in every[len(every) - last :]} if last else set()
         kept |= {standing.run_dir} if (standing := standing_attempt(run_dir, attempts)) is not None else set()
-        for attempt in attempts:
+        for attempt in every:
             folder = attempt.paths.checkpoints
             if attempt.run_dir not in kept and folder.is_dir():
                 pruned.append(Pruned(attempt, folder, tree_size(folder)))
@@ -63,7 +74,20 @@ def prune(run_dirs: Sequence[Path], best: int, last: int, dry_run: bool) -> list
         for item in pruned:
             atomic_write_json(item.attempt.paths.pruned, _record(item, f"snakeddp prune --best {best} --last {last}"))
             shutil.rmtree(item.path)
+            if isinstance(item.attempt, Unfinished):
+                _set_aside(item.attempt.paths.folder)
     return pruned
+
+
+def _set_aside(folder: Path) -> Path:
+    """An unfinished attempt's folder, its checkpoints pruned, renamed ``<id>-pruned`` (``-pruned-2``, ...)."""
+    if re.search(r"-pruned(-\d+)?$", folder.name):
+        return folder
+    target, suffix = folder.with_name(f"{folder.name}-pruned"), 1
+    while target.exists():
+        suffix += 1
+        target = folder.with_name(f"{folder.name}-pruned-{suffix}")
+    return folder.rename(target)
 
 
 def _record(item: Pruned, command: str) -> dict:

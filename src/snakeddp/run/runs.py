@@ -428,6 +428,52 @@ def earlier_attempts(run_dir: str | Path) -> list[Run]:
     return sorted(found, key=lambda run: run.provenance["timing"]["finished_at"])
 
 
+@dataclass(frozen=True)
+class Unfinished:
+    """An attempt kept under a run's attempts/ that never finished (no provenance.json): interrupted, failed or hung,
+    then set aside by an attempt of another config (``run.attempt.prepare``, which takes it back, and resumes it from
+    its last.ckpt, when its config comes back). What it trained is its metrics.csv."""
+
+    paths: AttemptPaths
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.paths.run_dir.name
+
+    @property
+    def run_dir(self) -> Path:
+        """Its folder, as a kept finished attempt's ``Run.run_dir`` is."""
+        return self.paths.folder
+
+    @property
+    def label(self) -> str:
+        """``<run id>@<its folder>``, as `snakeddp runs --all` names earlier attempts."""
+        return f"{self.run_id}@{self.paths.folder.name}"
+
+    @property
+    def ended_at(self) -> str:
+        """When its last epoch ended (metrics.csv's finished_at), "" where it ended none."""
+        return str(self.metrics[-1].get("finished_at") or "") if self.metrics else ""
+
+    @property
+    def pruned(self) -> dict[str, Any] | None:
+        """What `snakeddp prune` removed of its checkpoints (its pruned.json), or None."""
+        return pruned_record(self.paths)
+
+
+def unfinished_attempts(run_dir: str | Path) -> list[Unfinished]:
+    """The attempts kept under ``<run_dir>/attempts/`` that never finished, oldest first (by their last epoch's end;
+    those that ended none first)."""
+    found = [Unfinished(paths, read_metrics(paths.metrics)) for paths in RunPaths(run_dir).kept_unfinished()]
+    return sorted(found, key=lambda attempt: attempt.ended_at)
+
+
+def find_unfinished(results: str | Path) -> list[Unfinished]:
+    """Every unfinished attempt kept in any run directory under ``results/runs``, by run id."""
+    return [attempt for run_dir in sorted(Path(results).glob(f"{RUNS}/*/")) for attempt in unfinished_attempts(run_dir)]
+
+
 def runs_from_provenance(paths: list[str | Path]) -> list[Run]:
     return [load_run(Path(path).parent) for path in paths]
 
