@@ -254,7 +254,8 @@ def record_try(
     where = dict(platforms.load(args.platform).where_tried(os.environ))
     where.pop(account.QUEUE_WAIT, None)  # asked when the try started (account.starting)
     ended, outcome = time.time(), outcome_of(code, received, hang)
-    posted = status.read(args.run_dir) or {}  # rank 0's last post of this try (account.starting reset it)
+    # Rank 0's last post of this try (account.starting reset it), read once for all the try's end says.
+    posted = status.read(args.run_dir) or {}
     entry = tries.append(
         args.run_dir,
         tries.entry(
@@ -269,10 +270,10 @@ def record_try(
             hang=hang,
             posted_step=posted.get("step") if posted.get("writer") == "rank 0" else None,
             placement=where,
-            account=account.of_try_here(args.run_dir, ended - began, outcome, launch_gpus(args)),
+            account=account.of_try_here(args.run_dir, ended - began, outcome, launch_gpus(args), posted),
         ),
     )
-    status.ended(args.run_dir, outcome)
+    status.ended(args.run_dir, outcome, posted)
     ledger.record_try(args.run_dir, entry)  # a hung try's nodes, remembered after the run (results/nodes.json)
 
 

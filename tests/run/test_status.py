@@ -131,3 +131,25 @@ def test_a_run_done_short_of_its_steps_says_it_stopped_early_beside_its_100_perc
     status.ended(run, "completed")
     (row,) = status.of_checkout(tmp_path, [])
     assert row["detail"].startswith("launcher on "), row
+
+
+def test_the_launchers_end_reads_status_json_once_so_the_step_it_names_is_the_step_it_keeps(tmp_path, monkeypatch):
+    """ended read the file for its detail, then write read it again for the fields it keeps: rank 0's post between
+    the two left 'stopped early, at step 576' beside step 600."""
+    run = tmp_path / "runs" / "base"
+    run.mkdir(parents=True)
+    status.write(run, "training", writer="rank 0", step=576, total_steps=9600)
+    readings, read = [], status.read
+
+    def read_then_rank_0_posts(run_dir):
+        said = read(run_dir)
+        readings.append(said)
+        # Rank 0's last post lands just after this reading, as it may on any reading.
+        RunPaths(run_dir).status.write_text(json.dumps({**said, "step": 600 + len(readings)}))
+        return said
+
+    monkeypatch.setattr(status, "read", read_then_rank_0_posts)
+    status.ended(run, "completed")
+    said = read(run)
+    assert len(readings) == 1 and said["state"] == "done"
+    assert said["detail"] == f"stopped early, at step {said['step']} of 9600" == "stopped early, at step 576 of 9600"

@@ -44,9 +44,12 @@ def starting(run_dir: Path, where: Mapping[str, Any], resumed: Mapping[str, Any]
     )  # fmt: skip
 
 
-def of_try_here(run_dir: Path, seconds: float, outcome: str, gpus: int) -> dict[str, Any]:
-    """The try that just ended, from rank 0's last post and the queue wait in status.json."""
-    said = status.read(run_dir) or {}
+def of_try_here(
+    run_dir: Path, seconds: float, outcome: str, gpus: int, said: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The try that just ended, from rank 0's last post and the queue wait in status.json (``said``: as the caller
+    read it, else read here)."""
+    said = (status.read(run_dir) or {}) if said is None else said
     return of_try(
         seconds=seconds, outcome=outcome, posted=said.get("account"), gpus=gpus, queue_wait_s=said.get("queue_wait_s")
     )

@@ -34,9 +34,13 @@ LIVE = ("starting", "training", "running")
 def write(run_dir: Path, state: str, fresh: bool = False, **fields: Any) -> None:
     """status.json, whole: ``state`` and what the writer knows (the others stay as the last writer left them,
     so the launcher's end keeps rank 0's step and ETA; ``fresh``: none stay, the record is of another attempt)."""
+    _write(run_dir, state, {} if fresh else (read(run_dir) or {}), fields)
+
+
+def _write(run_dir: Path, state: str, earlier: Mapping[str, Any], fields: Mapping[str, Any]) -> None:
+    """``write`` over ``earlier``, the status.json its caller read once (rank 0 may post between two readings)."""
     if state not in STATES:
         raise ValueError(f"snakeddp.run.status: unknown state {state!r}; this is a bug")
-    earlier = {} if fresh else (read(run_dir) or {})
     now = time.time()
     record = {
         **{k: v for k, v in earlier.items() if k not in ("format", "state", "updated", "host", "pid", "detail")},
@@ -128,17 +132,18 @@ def progress(step: int, total_steps: int | None, steps_per_s: float | None) -> d
     }
 
 
-def ended(run_dir: Path, outcome: str) -> None:
+def ended(run_dir: Path, outcome: str, said: Mapping[str, Any] | None = None) -> None:
     """The launcher's last word on a try: its outcome as a state (done: the ETA is 0), rank 0's step and
-    account kept as it left them."""
+    account kept as it left them. ``said``: status.json as the caller read it for the try's end, else read here."""
     state = ENDED.get(outcome, "failed")
     extra: dict[str, Any] = {"eta_s": 0.0, "percent": 100.0} if state == "done" else {"eta_s": None}
-    said = read(run_dir) or {}
+    # Read once: the step the detail names is the step kept (rank 0 may post between two readings).
+    said = (read(run_dir) or {}) if said is None else said
     step, total = said.get("step"), said.get("total_steps")
     if state == "done" and step is not None and total and step < total:
         # Done short of its steps (early stopping): the row's 576/9600 beside 100% says why.
         extra["detail"] = f"stopped early, at step {readable(step)} of {readable(total)}"
-    write(run_dir, state, writer="launcher", **extra)
+    _write(run_dir, state, said, {"writer": "launcher", **extra})
 
 
 TERMINAL = ("done", "failed", "hung", "stopped")
