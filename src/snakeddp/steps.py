@@ -13,9 +13,10 @@
     python -m snakeddp.steps environment --stage train --out results/envs/train.json [--image REF]
     python -m snakeddp.steps report --params FILE --files FILE
 
-A run's config, a search's plan and the report's inputs and settings come as files
+A run's config, a search's plan, a dataset's parameters and the report's inputs and settings come as files
 (``.snakemake/snakeddp/params/<sha256>.json``, snakeddp.workflow.paramfile), which the step refuses
-unless their content has the sha256 they are named by: they can outgrow a command line.
+unless their content has the sha256 they are named by: they can outgrow a command line, and a failed job's
+"shell:" line shows their path, not them. A data step's --params may be JSON too (typed by hand).
 
 Why shell commands rather than Snakemake ``script:`` files: Snakemake reruns a script rule
 whenever the script file is newer than its outputs, so a ``git pull`` or checkout that rewrites
@@ -165,6 +166,12 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _json(text: str) -> object:
+    """A dataset's parameters: the file the workflow planned (snakeddp.workflow.paramfile), or JSON typed by hand
+    (or handed to a remote platform's job: databricks.ingest)."""
+    if not text.lstrip().startswith("{"):
+        from snakeddp.workflow import paramfile
+
+        return paramfile.read(text)
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -187,7 +194,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         return sub
 
     def dataset_params(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--params", required=True, type=_json, help="dataset parameters as JSON")
+        sub.add_argument("--params", required=True, type=_json, help="dataset parameters: a file of them, or JSON")
 
     for name, split in (("partition", "train"), ("val", "val")):
         sub = step(name, functools.partial(_partition, split=split))

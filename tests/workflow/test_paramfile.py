@@ -2,6 +2,7 @@
 
 import json
 import pickle
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -9,8 +10,10 @@ from snakemake.persistence import PersistenceBase
 from snakemake.utils import QuotedFormatter
 
 from snakeddp import steps
-from snakeddp.errors import ConfigError
+from snakeddp.errors import ConfigError, TableError
 from snakeddp.workflow.paramfile import param_file, read
+from snakeddp.workflow.plan import Plan
+from tests import tables
 
 RUN = {"point": {"model.lr": 0.1}, "config": {"model": {"lr": 0.1, "note": "it's a $(test)"}, "trainer": {}}}
 
@@ -54,3 +57,20 @@ def test_a_file_not_named_by_its_sha256_is_refused(tmp_path):
         read(stray)
     with pytest.raises(ConfigError, match=r"cannot read this planned parameter file .* HINT: run snakemake again"):
         read(tmp_path / ("0" * 64 + ".json"))
+
+
+def test_a_data_rules_command_carries_its_dataset_as_a_file_which_the_step_reads(tmp_path, monkeypatch):
+    """A failed data_table job's "shell:" line held the dataset's whole JSON (a table's every feature named: hundreds
+    of columns); it shows a file's path, the step's own line says what failed, and Snakemake's key stays the JSON."""
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "t.csv"
+    table.write_text("x,y\n1,0\noops,1\n")
+    data = tables.params(table, partitions=1, format="csv", features=["x"])
+    param = Plan.dataset_params_json(SimpleNamespace(dataset_params=lambda wildcards: data), None)
+    shell = QuotedFormatter().format("python -m snakeddp.steps ingest --params {data:q} --out out", data=param)
+    assert shell == f"python -m snakeddp.steps ingest --params {param.path} --out out" and "t.csv" not in shell
+    assert PersistenceBase._serialize_param_builtin(None, param) == repr(json.dumps(data, sort_keys=True))
+    with pytest.raises(TableError, match=r"t\.csv: column 'x', .*'oops' is not a number\. HINT: "):
+        steps.main(["ingest", "--params", format(param), "--out", str(tmp_path / "out")])
+    with pytest.raises(TableError, match=r"'oops' is not a number"):  # JSON typed by hand, as before
+        steps.main(["ingest", "--params", json.dumps(data), "--out", str(tmp_path / "out")])

@@ -129,7 +129,9 @@ class Plan:
         return sources.identity(self.datasets[wildcards.dataset])
 
     def dataset_params_json(self, wildcards: Any) -> str:
-        return json.dumps(self.dataset_params(wildcards), sort_keys=True)
+        """The dataset's parameters as the data rules' steps read them: a file, whose short path is what a failed
+        job's "shell:" line shows (a table's JSON, every feature named, filled it with hundreds of columns)."""
+        return param_file(json.dumps(self.dataset_params(wildcards), sort_keys=True))
 
     def table_files(self, wildcards: Any) -> list[str]:
         return data_plan.input_files(self.datasets[wildcards.dataset])
