@@ -200,6 +200,15 @@ def test_empty_files_are_refused_by_name(tmp_path, content, message):
     assert ingest(params(tmp_path / "tbl"), tmp_path / "out")["rows_read"] == 400
 
 
+def test_a_damaged_parquet_file_is_one_line_naming_it_with_a_hint(tmp_path):
+    """It was the one error of a table's ingestion with no HINT: a line of pyarrow's words alone."""
+    (tmp_path / "pq").mkdir()
+    frame().to_parquet(tmp_path / "pq" / "a.parquet")
+    (tmp_path / "pq" / "b.parquet").write_bytes(b"PAR1" + b"cut short" + b"PAR1")
+    with pytest.raises(TableError, match=r"b\.parquet: not a readable Parquet file \(.*\)\. HINT: .*write it again"):
+        ingest(params(tmp_path / "pq"), tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     ("classes", "label", "rule"), [(1, 2, "0 or 1"), (3, 3, "an integer in 0..2"), (3, 1.5, "an integer in 0..2")]
 )

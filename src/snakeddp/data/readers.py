@@ -135,7 +135,7 @@ def _parquet_chunks(
             # of 275 MB instead of 411 MB. Over a network, buffered reads coalesce.
             handle = pq.ParquetFile(source, metadata=footer, pre_buffer=remote.is_url(path))
         except Exception as exc:
-            raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
+            raise unreadable_parquet(path, exc) from None
         with handle:
             constants = constants_of(handle.schema_arrow.names)
             read = [c for c in columns if c not in constants]
@@ -191,7 +191,15 @@ def footer(path: Path | str) -> Any:
         try:
             return pq.read_metadata(source)
         except Exception as exc:
-            raise TableError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}).") from None
+            raise unreadable_parquet(path, exc) from None
+
+
+def unreadable_parquet(path: Path | str, exc: Exception) -> TableError:
+    return TableError(
+        f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc}). HINT: the file is damaged or still being "
+        "written: write it again (pandas' df.to_parquet, pyarrow.parquet.write_table), or set data.table.path to "
+        "the table's complete files."
+    )
 
 
 # The columns a message names before it says how many there are.
