@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import yaml
 
@@ -54,3 +56,25 @@ def test_config_files_that_cannot_be_read_are_one_line_each_and_an_existing_file
     mine = tmp_path / "my-sweep.yaml"
     mine.write_text(yaml.safe_dump({"sweep": {"seed": [1]}}))
     assert layers.load_layer(mine) == {"sweep": {"seed": [1]}}
+
+
+def test_an_empty_mapping_given_empties_the_files_and_only_what_comes_after_it_fills_it():
+    """--config 'model={kwargs: {}}' left config/config.yaml's model.kwargs as they were: merged key by key, an
+    empty mapping changes nothing (Snakemake's update_config, which the workflow's config went through)."""
+    from snakemake.utils import update_config
+
+    base = {"model": {"target": "m:Net", "kwargs": {"width": 64, "depth": 3}}, "sweep": {"seed": [1]}}
+    typed = layers.command_line_config(["model={kwargs: {}}"])
+    assert layers.compose(base, [typed])["model"] == {"target": "m:Net", "kwargs": {}}
+    merged = copy.deepcopy(base)
+    update_config(merged, typed)  # as Snakemake merges --config into the file's config
+    assert merged["model"]["kwargs"] == {"width": 64, "depth": 3}, "Snakemake's merge keeps the file's"
+    assert layers.replace_emptied(merged, [typed])["model"] == {"target": "m:Net", "kwargs": {}}
+    # A --configfile empties them, --config then gives one: only that one; a section emptied takes the defaults.
+    file, then = {"model": {"kwargs": {}}}, layers.command_line_config(["model={kwargs: {depth: 2}}"])
+    assert layers.compose(base, [file, then])["model"]["kwargs"] == {"depth": 2}
+    assert layers.compose(base, [then, file])["model"]["kwargs"] == {}
+    assert layers.compose(base, [{"model": {}}])["model"] == {}
+    assert config.validate(layers.compose(base, [{"model": {}}]))["model"]["kwargs"] == {}
+    assert layers.compose(base, [{"sweep": {}}])["sweep"] == {}, "the sweep's own rule: replaced whole"
+    assert layers.compose(base, [{"model": {"kwargs": {"depth": 5}}}])["model"]["kwargs"] == {"width": 64, "depth": 5}

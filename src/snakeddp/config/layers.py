@@ -1,10 +1,12 @@
-"""The config as Snakemake puts it together, with one exception: a sweep is a unit.
+"""The config as Snakemake puts it together, with two exceptions: a sweep is a unit, and ``{}`` empties.
 
 Snakemake merges config/config.yaml, then each ``--configfile``, then ``--config`` key by key, down
 to the leaves. For ``sweep:`` that would add the file's swept keys to the ones you gave (the default
 config's ``launch.devices: [1, 2]`` doubling a sweep of learning rates), so the last sweep given
-replaces the others whole. The Snakefile applies ``given_sweep`` to the config Snakemake merged;
-``snakeddp runs`` rebuilds the same config from the same flags with ``compose``.
+replaces the others whole. An empty mapping merged key by key changes nothing, so ``--config 'model={kwargs:
+{}}'`` could not clear the file's model.kwargs: a ``{}`` a layer gives replaces the mapping under it
+(``replace_emptied``). The Snakefile applies both to the config Snakemake merged; ``snakeddp runs``
+rebuilds the same config from the same flags with ``compose``.
 """
 
 from __future__ import annotations
@@ -48,12 +50,44 @@ def replace_sweep(config: dict[str, Any], layers: Sequence[Mapping[str, Any]]) -
     return config
 
 
+def emptied(layer: Mapping[str, Any], within: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Where ``layer`` gives an empty mapping (``model: {kwargs: {}}``: ("model", "kwargs")); not the sweep's
+    ``{}``, which replace_sweep takes."""
+    found: list[tuple[str, ...]] = []
+    for key, value in layer.items():
+        if isinstance(value, Mapping) and (within or key != SWEEP):
+            found += emptied(value, (*within, key)) if value else [(*within, key)]
+    return found
+
+
+def _at(config: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        config = config.get(key) if isinstance(config, Mapping) else None
+    return config
+
+
+def replace_emptied(config: dict[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``config`` (the layers merged key by key) with each mapping a layer gives as ``{}`` emptied: what the layers
+    after the last that empties it (or a section around it) give under it, and nothing of the layers before."""
+    every = [emptied(layer) for layer in layers]
+    for path in sorted({path for paths in every for path in paths}, key=len):
+        last = max(i for i, paths in enumerate(every) if any(path[: len(p)] == p for p in paths))
+        value: dict[str, Any] = {}
+        for layer in layers[last + 1 :]:
+            if isinstance(given := _at(layer, path), Mapping):
+                merge(value, given)
+        parent = _at(config, path[:-1])
+        if isinstance(parent, dict) and isinstance(parent.get(path[-1]), dict):
+            parent[path[-1]] = value
+    return config
+
+
 def compose(base: Mapping[str, Any], layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """config/config.yaml (``base``) with the command line's layers (each --configfile, then --config) on top."""
     config = copy.deepcopy(dict(base))
     for layer in layers:
         merge(config, layer)
-    return replace_sweep(config, layers)
+    return replace_emptied(replace_sweep(config, layers), layers)
 
 
 def _scalar(text: str) -> Any:

@@ -374,6 +374,8 @@ def _validated(workflow: Any, config: dict[str, Any]) -> tuple[dict[str, Any], d
     # would add the file's swept keys to it (snakeddp.config.layers).
     given = [*map(layers.load_layer, workflow.config_settings.configfiles), command_line]
     layers.replace_sweep(config, given)
+    # An empty mapping typed (--config 'model={kwargs: {}}') empties the file's, which Snakemake's merge kept.
+    layers.replace_emptied(config, given)
     # A metric named in a --configfile takes config/config.yaml's mode (min) unless it says its own.
     base = Path(workflow.basedir) / "config" / "config.yaml"
     unchosen = monitor.rising_without_mode([layers.load_layer(base) if base.is_file() else {}, *given])
