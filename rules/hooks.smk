@@ -57,6 +57,8 @@ if workflow.output_settings.dryrun:
 # would touch a run that trains in another invocation (--nolock), and the log of a training
 # attempt that did not finish is moved aside, not overwritten (a live one stays where it is written).
 onstart:
+    # SIGINT or SIGTERM sent to Snakemake alone reaches its jobs too, as a terminal's Ctrl-C does.
+    snakeddp_interrupt.pass_on_to_jobs()
     # This invocation's id, in every job: a table's ingestion that fails names it, and a run of this invocation
     # training beside it stops at once (snakeddp.data.stream).
     os.environ[snakeddp_variables.INVOCATION] = uuid.uuid4().hex

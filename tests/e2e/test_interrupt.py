@@ -1,6 +1,6 @@
-"""Ctrl-C during `snakemake --profile profiles/local > run.log 2>&1`, typed in a checkout: a
-handful of lines, one saying that rerunning resumes, no traceback, every epoch line whole; the
-rerun resumes and the interrupted attempt's log is kept beside the new one."""
+"""Ctrl-C during `snakemake --profile profiles/local > run.log 2>&1`, typed in a checkout (or SIGINT to
+Snakemake's process alone): a handful of lines, one saying that rerunning resumes, no traceback, every
+epoch line whole; the rerun resumes and the interrupted attempt's log is kept beside the new one."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests import workflow_venv
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import left_running, subprocess_env
+from tests.helpers import left_running, subprocess_env, training_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -48,11 +49,17 @@ def assert_resumed(log: str, before: list[str], after: list[str]) -> None:
     assert [int(row.split(",")[0]) for row in after] == [0, 1, 2, 3]
 
 
-def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path):
+def test_sigint_to_snakemake_alone_stops_its_ranks_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(
+    tmp_path,
+):
+    """SIGINT to Snakemake's pid alone (`kill -INT PID`, a CI runner's stop): unlike a terminal's Ctrl-C, which
+    signals its foreground process group, every job Snakemake started, it reaches no job but by Snakemake's
+    relay (snakeddp.workflow.interrupt), which a terminal's Ctrl-C leaves its jobs' clients to ignore
+    (tests/warm/test_jobs.py). The rest is as after Ctrl-C: Snakemake's local executor would wait for the run
+    to finish training."""
     checkout = Checkout(tmp_path)
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
-    # A terminal's Ctrl-C signals its foreground process group: Snakemake and every job it started.
     # Its output goes to a file opened as `>` opens it (no O_APPEND), where a second writer's
     # lines would overwrite Snakemake's (snakeddp.util.terminal).
     with open(tmp_path / "run.log", "w") as run_log:
@@ -68,11 +75,18 @@ def test_ctrl_c_says_how_to_resume_in_a_few_lines_and_the_rerun_resumes(tmp_path
     while not (run_dir / "checkpoints/last.ckpt").is_file():
         assert typed.poll() is None and time.monotonic() < deadline, "training never saved an epoch"
         time.sleep(0.2)
-    os.killpg(typed.pid, signal.SIGINT)
+    ranks = training_processes(run_dir)
+    assert ranks, "the run's ranks are not training"
+    os.kill(typed.pid, signal.SIGINT)
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, "SIGINT to Snakemake alone left the run's ranks training"
     typed.wait(timeout=120)
     output = (tmp_path / "run.log").read_text()
     assert typed.returncode == 1, output
     assert not left_running(tmp_path, within=5), "a process of the interrupted run is still there"
+    # Stopped, not finished: recorded as Ctrl-C leaves it.
+    assert not (run_dir / "provenance.json").exists(), output
+    assert json.loads((run_dir / "tries.json").read_text())["tries"][-1]["outcome"] == "interrupted"
 
     after = output.split("Terminating processes on user request, this might take some time.\n")[1].splitlines()
     assert len(after) <= 5, output

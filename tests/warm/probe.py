@@ -2,7 +2,7 @@
 
 python -m tests.warm.probe observe        # one JSON line: argv, environment, cwd, umask, limits, stdio ...
 python -m tests.warm.probe imported       # one JSON line: whether torch was imported when it began
-python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFILE
+python -m tests.warm.probe exit 3 | _exit 7 | raise | kill SIGSEGV | wait PIDFILE | count PIDFILE
 """
 
 from __future__ import annotations
@@ -77,6 +77,17 @@ def main(argv: list[str]) -> None:
         while time.monotonic() < deadline:
             time.sleep(0.05)
         print(f"done after {len(got)} SIGUSR1", flush=True)
+    elif action == "count":  # counts SIGINT and SIGTERM until a second after the first
+        got = {signal.SIGINT: 0, signal.SIGTERM: 0}
+        for signum in got:
+            signal.signal(signum, lambda s, f: got.__setitem__(s, got[s] + 1))
+        with open(argv[1], "w") as pidfile:
+            pidfile.write(str(os.getpid()))
+        print("ready", flush=True)
+        while not any(got.values()):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        print(f"{got[signal.SIGINT]} SIGINT {got[signal.SIGTERM]} SIGTERM", flush=True)
     else:
         sys.exit(f"unknown action {action}")
 

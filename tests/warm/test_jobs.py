@@ -23,6 +23,7 @@ from snakeddp.run import rules as workflow_rules
 from snakeddp.util import handoff
 from snakeddp.warm import preload
 from snakeddp.warm.process import WarmProcess
+from snakeddp.workflow import interrupt
 from tests.helpers import all_gone, subprocess_env
 
 PROBE = "tests.warm.probe"
@@ -291,6 +292,29 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
     _, stderr = job.communicate(timeout=30)
     assert job.returncode == returncode, stderr
     assert said in stderr
+
+
+@pytest.mark.parametrize("group_too", [False, True], ids=["alone", "and-its-group"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_snakemakes_process_got_reaches_the_forked_job_once(warm, tmp_path, signum, group_too):
+    """This process stands for Snakemake's: a SIGINT or SIGTERM it got alone (`kill PID`) it relays to its
+    jobs' clients, which pass it on; one the job's process group got too (a terminal's Ctrl-C), the client
+    has passed on already, and the job gets it once."""
+    pidfile = tmp_path / "pid"
+    job = subprocess.Popen(
+        [sys.executable, "-m", PROBE, "count", str(pidfile)], env=env(warm), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    wait_ready(job)
+    assert int(pidfile.read_text()) != job.pid  # forked by the warm process
+    if group_too:
+        os.killpg(job.pid, signum)
+        time.sleep(0.3)  # handled by the job meanwhile: a second one would count (two pending at once are one)
+    (relay,) = (relay for relay, relayed in handoff.RELAYED.items() if relayed == signum)
+    assert interrupt.relay_to_clients(relay) == 1
+    stdout, stderr = job.communicate(timeout=30)
+    counts = {signal.SIGINT: "1 SIGINT 0 SIGTERM", signal.SIGTERM: "0 SIGINT 1 SIGTERM"}
+    assert (job.returncode, stdout.splitlines()[-1]) == (0, counts[signum]), stderr
 
 
 def test_a_ctrl_c_that_comes_before_the_job_is_forked_reaches_it(warm, tmp_path):

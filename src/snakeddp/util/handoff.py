@@ -6,10 +6,11 @@ before its own imports. Where ``SNAKEDDP_WARM_SOCKET`` names a warm process, thi
 (tens of milliseconds old, nothing imported) sends what makes the job the job: its argv,
 environment, working directory, umask, resource limits, stdin/stdout/stderr, interpreter and
 import path. The warm process forks a child that becomes ``python -m MODULE ARGS`` with all of
-them, and this process stays in its place: the signals it gets are passed on to the child, and it
-exits with the child's status (killed by a signal: killed by the same one). If no warm process
-answers, or it declines (it says why, once, on Snakemake's terminal), ``hand_off`` returns and the
-job runs here, cold, as before.
+them, and this process stays in its place: the signals it gets are passed on to the child (and
+those Snakemake's process got alone, which it relays: ``RELAYED``), and it exits with the child's
+status (killed by a signal: killed by the same one). If no warm process answers, or it declines
+(it says why, once, on Snakemake's terminal), ``hand_off`` returns and the job runs here, cold, as
+before.
 
 The wire: the client sends one request (a length-prefixed JSON object) with its stdin, stdout,
 stderr and working directory as file descriptors (SCM_RIGHTS). The warm process answers
@@ -117,6 +118,14 @@ FORWARDED = (
     signal.SIGALRM,
 )
 
+#: What Snakemake's process sends each job's client when Snakemake itself got SIGINT or SIGTERM
+#: (snakeddp.workflow.interrupt): sent to it alone (`kill PID`, a CI runner, systemd), the signal would not
+#: reach the jobs, whose clients only a terminal's Ctrl-C (or a kill of the process group) signals too.
+#: Real-time signals that nothing else sends, each standing for the signal the client passes on, unless it
+#: got that one itself: a process group's signal is pending here before Snakemake's process can relay it,
+#: and a lower-numbered signal's handler runs first, so the job never gets it twice.
+RELAYED = {signal.SIGRTMIN + 4: signal.SIGINT, signal.SIGRTMIN + 5: signal.SIGTERM}
+
 #: True in a forked job: running the step's module again as __main__ must not hand it off again.
 served = False
 #: The modules this process asked the warm process to run: one declined runs cold, and is not asked for twice.
@@ -151,13 +160,16 @@ def hand_off(module: str) -> None:
     # Held from the request until the forwarders are in place (wait_for): the child may run, and the job be
     # signalled, before this process reads the answer; a Ctrl-C then raised here and left the child running.
     # A job declined or gone gets them as it runs cold.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, *RELAYED))
+    # Handled (held until wait_for) from now: Snakemake's process relays only to a process that handles them.
+    for relay in RELAYED:
+        signal.signal(relay, _held)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except OSError as error:
         sock.close()
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _run_cold(mask)
         print(
             f"snakeddp: the workflow's warm process did not answer at {address} ({error.strerror}); "
             "this job starts cold.",
@@ -179,9 +191,22 @@ def hand_off(module: str) -> None:
         sock.close()
         for fd in fds:
             os.close(fd)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _run_cold(mask)
         return  # declined (said on the workflow's terminal) or gone: the job runs here
     wait_for(sock, fds[0], mask)
+
+
+def _held(signum: int, frame: object) -> None:
+    """A relay's handler until wait_for installs its own: never runs, the relays are blocked meanwhile."""
+
+
+def _run_cold(mask: set[signal.Signals]) -> None:
+    """Give up the relays (one pending now is dropped: a cold job, as before, gets only what is sent to
+    it), then take signals again as the job, which runs here."""
+    for relay in RELAYED:
+        signal.signal(relay, signal.SIG_IGN)  # discards one pending
+        signal.signal(relay, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def hand_off_before_package(module: str) -> None:
@@ -196,14 +221,24 @@ def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals]) -> None
     """Pass signals on to the child until it ends, then end the same way. Never returns. ``mask``: this
     process's signal mask before the forwarded signals were held; those that came meanwhile are passed on."""
 
+    got: set[int] = set()
+
     def forward(signum: int, frame: object) -> None:
+        got.add(signum)
         try:
             signal.pidfd_send_signal(pidfd, signum)
         except ProcessLookupError:
             pass  # it has ended; its status is on the way
 
+    def relayed(relay: int, frame: object) -> None:
+        # Snakemake's process got the signal: passed on unless this process got it too (its process group's).
+        if RELAYED[relay] not in got:
+            forward(RELAYED[relay], frame)
+
     for signum in FORWARDED:
         signal.signal(signum, forward)
+    for relay in RELAYED:
+        signal.signal(relay, relayed)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:
         answer, _ = receive(sock)

@@ -11,13 +11,17 @@ the next attempt's job writes the run's log afresh (``keep_unfinished_logs``).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import psutil
+
 from snakeddp.run.layout import RunPaths
+from snakeddp.util import handoff
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
 INTERRUPTED = threading.Event()
@@ -40,6 +44,53 @@ def watch_ctrl_c() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, noted)
+
+
+def pass_on_to_jobs() -> None:
+    """SIGINT and SIGTERM sent to Snakemake's process alone (`kill -INT PID`, a CI runner's or systemd's
+    stop) reach its jobs too, as they do when a terminal's Ctrl-C sends them to its whole process group;
+    then Snakemake acts on them as before. Its local executor only waits for its jobs (Ctrl-C: it shuts its
+    thread pool down; SIGTERM: it finishes them): a train job would go on training. Call after Snakemake's
+    scheduler set its SIGTERM handler (onstart), from the main thread (elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for relay, signum in handoff.RELAYED.items():
+        previous = signal.getsignal(signum)
+        if callable(previous):  # ignored (`nohup`, a script's `&`): its jobs ignore it too
+            signal.signal(signum, relaying(relay, previous))
+
+
+def relaying(relay: int, previous: Callable[[int, object], object]) -> Callable[[int, object], None]:
+    def passed_on(signum: int, frame: object) -> None:
+        relay_to_clients(relay)
+        previous(signum, frame)
+
+    return passed_on
+
+
+def relay_to_clients(relay: int) -> int:
+    """Send ``relay`` to each process below this one that handles it: a job's client, which passes its
+    signal on to the job (snakeddp.util.handoff.RELAYED) unless it got that signal itself. A process that
+    does not handle it (a cold job, its shell) never gets it: a real-time signal's default kills.
+    Returns how many got it."""
+    sent = 0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if handles(process.pid, relay):
+                os.kill(process.pid, relay)
+                sent += 1
+        except (OSError, psutil.Error):
+            continue  # ended meanwhile
+    return sent
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (the SigCgt mask of /proc/PID/status)."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
