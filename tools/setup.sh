@@ -232,7 +232,7 @@ compile=(--compile-bytecode)
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
-    hashed_install cached_first "$uv" venv --quiet --seed --python "$PYTHON" "$VENV"
+    hashed_install new_venv "$PYTHON" "$VENV"
 fi
 if [[ $installed == 0 ]]; then
     echo "setup: installing ${locks[*]} into $VENV"

@@ -102,6 +102,12 @@ cached_first() {
     rm -f "$log"
     "$@"
 }
+# `new_venv PYTHON DIR`: a venv seeded with pip, setuptools and wheel, from uv's cache where it holds them. On a fresh
+# machine (an empty cache) the offline try creates DIR, then fails on the seed packages, and uv (0.9 and later)
+# refuses to create a venv where one exists: --clear, so the online try starts over.
+new_venv() {
+    cached_first "$uv" venv --quiet --seed --clear --python "$1" "$2"
+}
 # A find-links wheel's sha256, kept beside uv by its path, size and modification time: torch's CPU wheel is 190 MB,
 # 1.2 s of CPU to hash, and every set-up, lock and test checkout hashed it again. A kept digest only picks the
 # file's URL: uv still checks the file against the lock's hash as it installs it.

@@ -1,6 +1,6 @@
-"""tools/uv.sh's hashed_requirements: a locked package whose wheel a find-links folder holds is installed from
-that file by its URL (uv hashes no find-links file), its sha256 kept beside uv so the next set-up does not read
-the wheel again, and a wheel changed since is hashed afresh."""
+"""tools/uv.sh: new_venv on a fresh machine, and hashed_requirements: a locked package whose wheel a find-links
+folder holds is installed from that file by its URL (uv hashes no find-links file), its sha256 kept beside uv so
+the next set-up does not read the wheel again, and a wheel changed since is hashed afresh."""
 
 from __future__ import annotations
 
@@ -76,3 +76,19 @@ def test_a_find_links_wheel_of_another_python_is_left_to_the_index(tmp_path):
         python.write_text(f"#!/bin/sh\nexec python3 -c 'print(\"cp{other.replace('.', '')}\")'\n")
         python.chmod(0o755)
         assert hashed(tmp_path, links, lock, str(python)) == lock.read_text().splitlines()
+
+
+def test_a_venv_is_made_where_uvs_cache_is_empty_as_on_a_fresh_machine(tmp_path):
+    """tools/setup.sh's first step (uv.sh's new_venv) with nothing in uv's cache: the offline try creates the venv's
+    folder and fails on the seed packages; the online one made after it was refused ("A virtual environment already
+    exists"), so `make run` stopped at its first step on a machine that had never run uv."""
+    linked = tmp_path / "tools" / UV.relative_to(UV.parents[2])
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(UV)
+    env = {**os.environ, "SNAKEDDP_TOOLS": str(tmp_path / "tools"), "UV_CACHE_DIR": str(tmp_path / "empty-cache")}
+    venv = tmp_path / "venv"
+    script = f"source tools/progress.sh; source tools/uv.sh; new_venv {sys.executable} {venv}"
+    done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "--version"], capture_output=True, text=True)
+    assert pip.returncode == 0 and str(venv) in pip.stdout, pip.stdout + pip.stderr
