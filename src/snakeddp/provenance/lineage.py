@@ -317,10 +317,7 @@ def set_aside(run_dir: Path, key: str, gone: Gone) -> AttemptPaths:
     would take back and restore. The run directory then holds this key's attempt with nothing of its own."""
     paths = RunPaths(run_dir)
     name = f"{attempt_id(key)}-{'pruned' if gone.pruned is not None else 'damaged'}"
-    target, suffix = paths.attempt(name), 1
-    while target.folder.exists():
-        suffix += 1
-        target = paths.attempt(f"{name}-{suffix}")
+    target = paths.unused_attempt(name)
     target.folder.mkdir(parents=True)
     for entry in ATTEMPT_FILES:
         if (run_dir / entry).exists():

@@ -239,6 +239,15 @@ class RunPaths(AttemptPaths):
         """An earlier attempt's place, ``attempts/<attempt id>/``."""
         return AttemptPaths(self.attempts / attempt_id)
 
+    def unused_attempt(self, name: str) -> AttemptPaths:
+        """``attempts/<name>/``, or ``<name>-2``, ``-3``, ... where that is taken: a folder set aside lands on none
+        kept before it."""
+        target, suffix = self.attempt(name), 1
+        while target.folder.exists():
+            suffix += 1
+            target = self.attempt(f"{name}-{suffix}")
+        return target
+
     def kept_records(self) -> list[Path]:
         """provenance.json of every finished attempt kept under attempts/ (in no particular order)."""
         return list(self.attempts.glob(f"*/{PROVENANCE}"))

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from snakeddp.run.layout import AttemptPaths, RunPaths
 from snakeddp.run.runs import Run, Unfinished, earlier_attempts, standing_attempt, unfinished_attempts
 from snakeddp.util.fsutil import atomic_write_json, tree_size
 
@@ -75,19 +76,16 @@ def prune(run_dirs: Sequence[Path], best: int, last: int, dry_run: bool) -> list
             atomic_write_json(item.attempt.paths.pruned, _record(item, f"snakeddp prune --best {best} --last {last}"))
             shutil.rmtree(item.path)
             if isinstance(item.attempt, Unfinished):
-                _set_aside(item.attempt.paths.folder)
+                _set_aside(item.attempt.paths)
     return pruned
 
 
-def _set_aside(folder: Path) -> Path:
+def _set_aside(paths: AttemptPaths) -> Path:
     """An unfinished attempt's folder, its checkpoints pruned, renamed ``<id>-pruned`` (``-pruned-2``, ...)."""
+    folder = paths.folder
     if re.search(r"-pruned(-\d+)?$", folder.name):
         return folder
-    target, suffix = folder.with_name(f"{folder.name}-pruned"), 1
-    while target.exists():
-        suffix += 1
-        target = folder.with_name(f"{folder.name}-pruned-{suffix}")
-    return folder.rename(target)
+    return folder.rename(RunPaths(paths.run_dir).unused_attempt(f"{folder.name}-pruned").folder)
 
 
 def _record(item: Pruned, command: str) -> dict:
