@@ -235,19 +235,21 @@ class _Slots:
     def __enter__(self) -> None:
         app = self.application
         with app.free:
-            if self.waits is not None and self._must_wait():
+            # The session's capacity is asked once per look (a call into the JVM), and again after each run leaves.
+            capacity = app.capacity()
+            if self.waits is not None and self._must_wait(capacity):
                 self.waits(
-                    f"the other runs hold {app.used} of its {app.capacity()} task slots; this run starts once they "
+                    f"the other runs hold {app.used} of its {capacity} task slots; this run starts once they "
                     f"leave it {counted(self.ranks, 'slot')}"
                 )
-            while self._must_wait():
+            while self._must_wait(capacity):
                 app.free.wait()
+                capacity = app.capacity()
             self.others = app.used > 0
             app.used += self.ranks
 
-    def _must_wait(self) -> bool:
-        app = self.application
-        return bool(app.used) and (self.alone or app.used + self.ranks > app.capacity())
+    def _must_wait(self, capacity: int) -> bool:
+        return bool(self.application.used) and (self.alone or self.application.used + self.ranks > capacity)
 
     def __exit__(self, *exc: object) -> None:
         app = self.application
