@@ -1,6 +1,6 @@
 """What Snakemake's process relays to its jobs when a stop reaches it alone, and how a job started cold takes it.
 
-SIGINT or SIGTERM sent to Snakemake's process alone (`kill PID`, a CI runner, systemd)
+SIGINT or SIGTERM sent to Snakemake's process alone (`kill PID`, a CI runner, systemd; SIGHUP counts as SIGTERM)
 would not reach its jobs, which only a terminal's Ctrl-C or a kill of the process group signals too: Snakemake's
 process sends each job's process that handles it a real-time signal that stands for the stop
 (snakeddp.workflow.interrupt). A job forked from the warm process gets it in its client, which passes the stop on

@@ -50,8 +50,9 @@ def pass_on_to_jobs() -> None:
     """SIGINT and SIGTERM sent to Snakemake's process alone (`kill -INT PID`, a CI runner's or systemd's
     stop) reach its jobs too, as they do when a terminal's Ctrl-C sends them to its whole process group;
     then Snakemake acts on them as before. Its local executor only waits for its jobs (Ctrl-C: it shuts its
-    thread pool down; SIGTERM: it finishes them): a train job would go on training. Call after Snakemake's
-    scheduler set its SIGTERM handler (onstart), from the main thread (elsewhere nothing changes)."""
+    thread pool down; SIGTERM: it finishes them): a train job would go on training. SIGHUP (a closed terminal
+    or ssh session) stops the workflow as SIGTERM does. Call after Snakemake's scheduler set its SIGTERM
+    handler (onstart), from the main thread (elsewhere nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         return
     for relay, signum in relays.RELAYED.items():
@@ -59,6 +60,12 @@ def pass_on_to_jobs() -> None:
         if callable(previous):  # ignored (`nohup`, a script's `&`): its jobs ignore it too
             signal.signal(signum, relaying(relay, previous))
             os.environ[relays.RELAYING] = "1"  # jobs that run cold take the relays themselves
+    # SIGHUP's default ends Snakemake at once, as a kill -9 does: its lock stays behind (the next run stops on it)
+    # and a cold job trains on. Handled as SIGTERM, the jobs stop and record it, and the lock goes. Ignored
+    # (`nohup`), it stays ignored.
+    stop = signal.getsignal(signal.SIGTERM)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL and callable(stop):
+        signal.signal(signal.SIGHUP, stop)
 
 
 def relaying(relay: int, previous: Callable[[int, object], object]) -> Callable[[int, object], None]:
