@@ -44,7 +44,7 @@ from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
-from snakeddp.util import handoff
+from snakeddp.util import handoff, relays
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
 
@@ -205,10 +205,12 @@ def run_attempt(args: argparse.Namespace) -> int:
         code = 128 + received[0]
     else:
         started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=launcher.own_session)
-        # Signals that came while it started were only recorded: pass them on now, once.
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        # Signals that came while it started were only recorded: pass them on now, once. Snakemake's relays
+        # (a cold job's, snakeddp.util.relays) wait too: one must not come before the signal it stands for.
+        held = (*FORWARDED, *relays.RELAYED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
         child, missed = started, list(received)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         for signum in missed:
             deliver(child, launcher.name, signum)
         relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed), daemon=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from snakeddp.run.variables import WARM_START
 from tests import workflow_venv
 from tests.checkout import Checkout, local_run_past_first_checkpoint
 from tests.helpers import left_running, subprocess_env, training_processes
@@ -113,9 +114,11 @@ def test_sigint_to_snakemake_alone_stops_its_ranks_says_how_to_resume_in_a_few_l
     assert kept.read_text() == interrupted_log
 
 
-def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_path):
+def test_kill_9_of_snakemake_leaves_no_process_behind_sighup_leaves_no_lock_and_each_rerun_resumes(tmp_path):
     """Snakemake killed outright cannot clean up: its warm process notices (PR_SET_PDEATHSIG), stops
-    the jobs it forked (SIGTERM: training saves, then SIGKILL) and exits; the clients follow."""
+    the jobs it forked (SIGTERM: training saves, then SIGKILL) and exits; the clients follow. SIGHUP to
+    Snakemake alone (a closed terminal or ssh session) stops it as SIGTERM does: its jobs, here started
+    cold, stopped and recorded through Snakemake's relay (snakeddp.util.relays), and its lock released."""
     checkout = Checkout(tmp_path)
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
@@ -126,6 +129,13 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_pa
     assert not list(Path(tempfile.gettempdir()).glob(f"snakeddp-warm-{typed.pid}-*"))
     # Snakemake's own lock outlives a kill -9: it says to --unlock, as after any such kill.
     assert checkout.snakemake("--profile", "profiles/local", "--unlock").returncode == 0
+
+    hung_up = sighup_once_training_resumed(tmp_path, run_dir)
+    output = (tmp_path / "hup.log").read_text()
+    assert hung_up.returncode == 1, output
+    assert not left_running(tmp_path, within=10), "a process of the hung-up run is still there"
+    assert not list((tmp_path / ".snakemake/locks").glob("*")), output  # Snakemake removes its lock on the way out
+    assert json.loads((run_dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted", output
     before = metrics_rows(run_dir)
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout
@@ -134,3 +144,25 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_and_a_rerun_resumes(tmp_pa
     # Both attempts' jobs and ranks were forked from the warm process of their invocation.
     launch = json.loads((run_dir / "provenance.json").read_text())["launch"]
     assert (launch["job_start"], launch["rank_start"]) == ("warm", "warm")
+
+
+def sighup_once_training_resumed(checkout: Path, run_dir: Path) -> subprocess.Popen:
+    """`snakemake --profile profiles/local`, every job started cold, sent SIGHUP alone once its train job resumed
+    training; returned once it has ended, after its ranks."""
+    with open(checkout / "hup.log", "w") as hup_log:
+        hung_up = subprocess.Popen(
+            [workflow_venv.snakemake(), "--profile", "profiles/local"], cwd=checkout,
+            env=subprocess_env(**{WARM_START: "0"}), stdout=hup_log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    train_log = checkout / "logs/train/base.log"  # the killed attempt's moved aside first
+    deadline = time.monotonic() + 300
+    while not (train_log.is_file() and re.search(r"^base: training from epoch [2-9]/", train_log.read_text(), re.M)):
+        assert hung_up.poll() is None and time.monotonic() < deadline, "the rerun never resumed training"
+        time.sleep(0.2)
+    ranks = training_processes(run_dir)
+    os.kill(hung_up.pid, signal.SIGHUP)
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert not alive, "SIGHUP to Snakemake alone left its cold job training"
+    hung_up.wait(timeout=120)
+    return hung_up

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from snakeddp.run import attempt as runstate
-from snakeddp.util import handoff
+from snakeddp.util import handoff, relays
+from snakeddp.workflow import interrupt
 from tests.helpers import TINY, subprocess_env
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
@@ -25,6 +26,8 @@ from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 pytestmark = [pytest.mark.e2e, pytest.mark.dev_venv, pytest.mark.usefixtures("kept_warm")]
 
 
+# The real-time signal Snakemake's process relays a stop it got alone as (snakeddp.util.relays).
+RELAY = {stop: relay for relay, stop in relays.RELAYED.items()}
 # Columns of metrics.csv that measure the wall clock (everything else must match value for value).
 CLOCK = {"train_seconds", "epoch_seconds", "samples_per_s", "data_wait_s", "finished_at"}
 # Two ranks, two partitions of an odd size, every sample traced.
@@ -85,15 +88,19 @@ def test_ranks_forked_from_one_warm_process_train_what_cold_ranks_train(warm_and
 def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     """Ctrl-C signals the terminal's foreground process group, here the launcher's; the ranks, in
     sessions of their own, get it passed on (tests/cluster/test_supervisor.py counts it once per rank).
+    Snakemake's process, which got it too, relays it to its cold job (this launcher), which had it already.
     Lightning shuts down gracefully, no traceback, nothing left running, and a rerun resumes."""
     run = Run(tmp_path, slow_config(max_epochs=5))
+    run.env[relays.RELAYING] = "1"
     process = run.start()
     run.wait_for_epochs(process, 1)
     pids = rank_pids(run.dir)
     os.killpg(process.pid, signal.SIGINT)
+    assert interrupt.relay_to_clients(RELAY[signal.SIGINT]) == 1  # this process stands for Snakemake's
     assert process.wait(timeout=120) == 1
     log = run.log.read_text()
     assert "Detected KeyboardInterrupt" in log and "Traceback" not in log, log[-3000:]
+    assert [t["outcome"] for t in json.loads((run.dir / "tries.json").read_text())["tries"]] == ["interrupted"]
     for pid in pids.values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
@@ -228,15 +235,22 @@ def uninterrupted(tmp_path_factory) -> Run:
     return reference
 
 
-@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["SIGUSR1", "SIGTERM-relayed"])
 def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_path, signum, uninterrupted):
+    """SIGUSR1 from a scheduler, or SIGTERM as Snakemake's process relays it (a `kill PID` of the workflow's)
+    to a train job that runs cold (SNAKEDDP_WARM_START=0, `--sdm conda`): this process stands for Snakemake's."""
     run = Run(tmp_path, slow_config(SIGNALLED_RECORDS, max_epochs=3))
+    run.env[relays.RELAYING] = "1"
     process = run.start()
     run.wait_for_epochs(process, 1)
     time.sleep(0.5)
-    process.send_signal(signum)
+    if signum == signal.SIGTERM:
+        assert interrupt.relay_to_clients(RELAY[signum]) == 1
+    else:
+        process.send_signal(signum)
     assert process.wait(timeout=300) == 75, run.log.read_text()[-3000:]
     assert "preempted in epoch" in run.log.read_text()
+    assert json.loads((run.dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted"
     interrupted = [t for t in run.traces() if not t["complete"]]
     assert interrupted, "the signal landed mid-epoch"
     epoch = interrupted[0]["epoch"]

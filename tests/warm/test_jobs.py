@@ -20,7 +20,7 @@ import pytest
 
 from bench.harness import REPO
 from snakeddp.run import rules as workflow_rules
-from snakeddp.util import handoff
+from snakeddp.util import handoff, relays
 from snakeddp.warm import preload
 from snakeddp.warm.process import WarmProcess
 from snakeddp.workflow import interrupt
@@ -296,21 +296,24 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
 
 @pytest.mark.parametrize("group_too", [False, True], ids=["alone", "and-its-group"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_snakemakes_process_got_reaches_the_forked_job_once(warm, tmp_path, signum, group_too):
+@pytest.mark.parametrize("start", ["forked", "cold"])
+def test_a_signal_snakemakes_process_got_reaches_the_job_once(warm, tmp_path, start, signum, group_too):
     """This process stands for Snakemake's: a SIGINT or SIGTERM it got alone (`kill PID`) it relays to its
-    jobs' clients, which pass it on; one the job's process group got too (a terminal's Ctrl-C), the client
-    has passed on already, and the job gets it once."""
+    jobs, where a forked job's client passes it on and a cold job (SNAKEDDP_WARM_START=0, `--sdm conda`) acts
+    on it itself, in its own handler for that signal; one the job's process group got too (a terminal's
+    Ctrl-C), the job has had already, and gets once."""
     pidfile = tmp_path / "pid"
     job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "count", str(pidfile)], env=env(warm), cwd=REPO,
+        [sys.executable, "-m", PROBE, "count", str(pidfile)],
+        env=env(warm if start == "forked" else None, **{relays.RELAYING: "1"}), cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     wait_ready(job)
-    assert int(pidfile.read_text()) != job.pid  # forked by the warm process
+    assert (int(pidfile.read_text()) != job.pid) == (start == "forked")
     if group_too:
         os.killpg(job.pid, signum)
         time.sleep(0.3)  # handled by the job meanwhile: a second one would count (two pending at once are one)
-    (relay,) = (relay for relay, relayed in handoff.RELAYED.items() if relayed == signum)
+    (relay,) = (relay for relay, relayed in relays.RELAYED.items() if relayed == signum)
     assert interrupt.relay_to_clients(relay) == 1
     stdout, stderr = job.communicate(timeout=30)
     counts = {signal.SIGINT: "1 SIGINT 0 SIGTERM", signal.SIGTERM: "0 SIGINT 1 SIGTERM"}

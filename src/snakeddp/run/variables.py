@@ -64,7 +64,8 @@ JOB_START = "SNAKEDDP_JOB_START"
 #: record counts this try's wall time with the earlier tries' (snakeddp.run.tries).
 TRY_STARTED = "SNAKEDDP_TRY_STARTED"
 #: SNAKEDDP_WARM_SOCKET, the socket of the workflow's warm process (local platform), is defined beside its
-#: reader, snakeddp.util.handoff, which every step imports before anything else.
+#: reader, snakeddp.util.handoff, which every step imports before anything else; SNAKEDDP_RELAYING (Snakemake's
+#: process relays a stop it got alone to its jobs) beside its reader, snakeddp.util.relays, which handoff imports.
 #: The submitter's commit and dirty flag, where the code ships without .git (AzureML).
 CODE_COMMIT = "SNAKEDDP_CODE_COMMIT"
 CODE_DIRTY = "SNAKEDDP_CODE_DIRTY"

@@ -7,10 +7,10 @@ before its own imports. Where ``SNAKEDDP_WARM_SOCKET`` names a warm process, thi
 environment, working directory, umask, resource limits, stdin/stdout/stderr, interpreter and
 import path. The warm process forks a child that becomes ``python -m MODULE ARGS`` with all of
 them, and this process stays in its place: the signals it gets are passed on to the child (and
-those Snakemake's process got alone, which it relays: ``RELAYED``), and it exits with the child's
+those Snakemake's process got alone, which it relays: snakeddp.util.relays), and it exits with the child's
 status (killed by a signal: killed by the same one). If no warm process answers, or it declines
 (it says why, once, on Snakemake's terminal), ``hand_off`` returns and the job runs here, cold, as
-before.
+before, taking Snakemake's relays itself.
 
 The wire: the client sends one request (a length-prefixed JSON object) with its stdin, stdout,
 stderr and working directory as file descriptors (SCM_RIGHTS). The warm process answers
@@ -31,6 +31,9 @@ import signal
 import socket
 import struct
 import sys
+
+from snakeddp.util import relays
+from snakeddp.util.relays import RELAYED
 
 #: The socket of the workflow's warm process, set in Snakemake's environment (so in every local job's).
 SOCKET = "SNAKEDDP_WARM_SOCKET"
@@ -118,13 +121,9 @@ FORWARDED = (
     signal.SIGALRM,
 )
 
-#: What Snakemake's process sends each job's client when Snakemake itself got SIGINT or SIGTERM
-#: (snakeddp.workflow.interrupt): sent to it alone (`kill PID`, a CI runner, systemd), the signal would not
-#: reach the jobs, whose clients only a terminal's Ctrl-C (or a kill of the process group) signals too.
-#: Real-time signals that nothing else sends, each standing for the signal the client passes on, unless it
-#: got that one itself: a process group's signal is pending here before Snakemake's process can relay it,
-#: and a lower-numbered signal's handler runs first, so the job never gets it twice.
-RELAYED = {signal.SIGRTMIN + 4: signal.SIGINT, signal.SIGRTMIN + 5: signal.SIGTERM}
+#: Started by a job's launcher (snakeddp.launch), which passes every signal it gets on to it: Snakemake's relays
+#: are for the job's top process, and would reach this one a second time.
+LAUNCHED = ("snakeddp.cluster.supervisor",)
 
 #: True in a forked job: running the step's module again as __main__ must not hand it off again.
 served = False
@@ -154,22 +153,28 @@ def request(module: str) -> dict:
 def hand_off(module: str) -> None:
     """Run this job in a child of the warm process and exit as it exits; return to run it cold."""
     address = os.environ.get(SOCKET)
-    if served or not address or module in _asked:
+    if served or module in _asked:
         return
     _asked.add(module)
+    takes_relays = module not in LAUNCHED
+    if not address:
+        if takes_relays:
+            relays.take()
+        return
     # Held from the request until the forwarders are in place (wait_for): the child may run, and the job be
     # signalled, before this process reads the answer; a Ctrl-C then raised here and left the child running.
     # A job declined or gone gets them as it runs cold.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, *RELAYED))
     # Handled (held until wait_for) from now: Snakemake's process relays only to a process that handles them.
-    for relay in RELAYED:
-        signal.signal(relay, _held)
+    if takes_relays:
+        for relay in RELAYED:
+            signal.signal(relay, _held)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(address)
     except OSError as error:
         sock.close()
-        _run_cold(mask)
+        _run_cold(mask, takes_relays)
         print(
             f"snakeddp: the workflow's warm process did not answer at {address} ({error.strerror}); "
             "this job starts cold.",
@@ -191,21 +196,26 @@ def hand_off(module: str) -> None:
         sock.close()
         for fd in fds:
             os.close(fd)
-        _run_cold(mask)
+        _run_cold(mask, takes_relays)
         return  # declined (said on the workflow's terminal) or gone: the job runs here
-    wait_for(sock, fds[0], mask)
+    wait_for(sock, fds[0], mask, takes_relays)
 
 
 def _held(signum: int, frame: object) -> None:
-    """A relay's handler until wait_for installs its own: never runs, the relays are blocked meanwhile."""
+    """A relay's handler until wait_for (or relays.take) installs its own: never runs, the relays are blocked
+    meanwhile."""
 
 
-def _run_cold(mask: set[signal.Signals]) -> None:
-    """Give up the relays (one pending now is dropped: a cold job, as before, gets only what is sent to
-    it), then take signals again as the job, which runs here."""
+def _run_cold(mask: set[signal.Signals], takes_relays: bool) -> None:
+    """Take the relays as a cold job does (one pending now acts as the job starts), or give them up (one pending
+    is dropped) where Snakemake does not relay or they are not this process's; then take signals again as the job,
+    which runs here."""
+    if takes_relays:
+        relays.take()
     for relay in RELAYED:
-        signal.signal(relay, signal.SIG_IGN)  # discards one pending
-        signal.signal(relay, signal.SIG_DFL)
+        if signal.getsignal(relay) is _held:
+            signal.signal(relay, signal.SIG_IGN)  # discards one pending
+            signal.signal(relay, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
@@ -217,9 +227,10 @@ def hand_off_before_package(module: str) -> None:
         hand_off(module)
 
 
-def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals]) -> None:
+def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals], takes_relays: bool) -> None:
     """Pass signals on to the child until it ends, then end the same way. Never returns. ``mask``: this
-    process's signal mask before the forwarded signals were held; those that came meanwhile are passed on."""
+    process's signal mask before the forwarded signals were held; those that came meanwhile are passed on.
+    ``takes_relays``: Snakemake's relays too (not a launcher's child's: its launcher passes them on)."""
 
     got: set[int] = set()
 
@@ -237,7 +248,7 @@ def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals]) -> None
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    for relay in RELAYED:
+    for relay in RELAYED if takes_relays else ():
         signal.signal(relay, relayed)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     try:

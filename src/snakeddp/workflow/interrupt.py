@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from snakeddp.run.layout import RunPaths
-from snakeddp.util import handoff
+from snakeddp.util import relays
 
 #: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
 INTERRUPTED = threading.Event()
@@ -50,14 +50,22 @@ def pass_on_to_jobs() -> None:
     """SIGINT and SIGTERM sent to Snakemake's process alone (`kill -INT PID`, a CI runner's or systemd's
     stop) reach its jobs too, as they do when a terminal's Ctrl-C sends them to its whole process group;
     then Snakemake acts on them as before. Its local executor only waits for its jobs (Ctrl-C: it shuts its
-    thread pool down; SIGTERM: it finishes them): a train job would go on training. Call after Snakemake's
-    scheduler set its SIGTERM handler (onstart), from the main thread (elsewhere nothing changes)."""
+    thread pool down; SIGTERM: it finishes them): a train job would go on training. SIGHUP (a closed terminal
+    or ssh session) stops the workflow as SIGTERM does. Call after Snakemake's scheduler set its SIGTERM
+    handler (onstart), from the main thread (elsewhere nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    for relay, signum in handoff.RELAYED.items():
+    for relay, signum in relays.RELAYED.items():
         previous = signal.getsignal(signum)
         if callable(previous):  # ignored (`nohup`, a script's `&`): its jobs ignore it too
             signal.signal(signum, relaying(relay, previous))
+            os.environ[relays.RELAYING] = "1"  # jobs that run cold take the relays themselves
+    # SIGHUP's default ends Snakemake at once, as a kill -9 does: its lock stays behind (the next run stops on it)
+    # and a cold job trains on. Handled as SIGTERM, the jobs stop and record it, and the lock goes. Ignored
+    # (`nohup`), it stays ignored.
+    stop = signal.getsignal(signal.SIGTERM)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL and callable(stop):
+        signal.signal(signal.SIGHUP, stop)
 
 
 def relaying(relay: int, previous: Callable[[int, object], object]) -> Callable[[int, object], None]:
@@ -70,9 +78,9 @@ def relaying(relay: int, previous: Callable[[int, object], object]) -> Callable[
 
 def relay_to_clients(relay: int) -> int:
     """Send ``relay`` to each process below this one that handles it: a job's client, which passes its
-    signal on to the job (snakeddp.util.handoff.RELAYED) unless it got that signal itself. A process that
-    does not handle it (a cold job, its shell) never gets it: a real-time signal's default kills.
-    Returns how many got it."""
+    signal on to the job, or a cold job's top process, which acts on it (snakeddp.util.relays), unless it got
+    that signal itself. A process that does not handle it (a job's shell, its ranks) never gets it: a real-time
+    signal's default kills. Returns how many got it."""
     sent = 0
     for process in psutil.Process().children(recursive=True):
         try:

@@ -1,0 +1,77 @@
+"""What Snakemake's process relays to its jobs when a stop reaches it alone, and how a job started cold takes it.
+
+SIGINT or SIGTERM sent to Snakemake's process alone (`kill PID`, a CI runner, systemd; SIGHUP counts as SIGTERM)
+would not reach its jobs, which only a terminal's Ctrl-C or a kill of the process group signals too: Snakemake's
+process sends each job's process that handles it a real-time signal that stands for the stop
+(snakeddp.workflow.interrupt). A job forked from the warm process gets it in its client, which passes the stop on
+(snakeddp.util.handoff); a job that runs cold takes it in its top process (``take``). Either way a job acts on a
+stop once: a process group's signal is pending in the job before Snakemake's process can relay it, and is taken
+first (the lower-numbered signal), so the relay that follows is not acted on again.
+
+On the ground floor, beside the hand-off that imports it: every step imports it before anything else, so it
+imports only what a bare interpreter has.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+#: The real-time signals that nothing else sends, each standing for the stop Snakemake's process got alone.
+RELAYED = {signal.SIGRTMIN + 4: signal.SIGINT, signal.SIGRTMIN + 5: signal.SIGTERM}
+#: Set in Snakemake's environment (so in every job's) once its process relays: a job that runs cold then takes them.
+RELAYING = "SNAKEDDP_RELAYING"
+
+#: The cold job's record of the signals Python caught, one byte each, in the order they came (its wake-up fd's
+#: other end): it says whether a stop came before its relay, whatever handler the job set for the stop since. A
+#: job that set a wake-up fd of its own (asyncio's add_signal_handler; none does) would leave the relays unread.
+_caught: int | None = None
+#: The stops this process got itself: their relays are not acted on again (as a warm job's client does).
+_got: set[int] = set()
+
+
+def take() -> None:
+    """Take Snakemake's relays in this process, the top one of a job that runs cold: no client passes them on.
+    A relay acts as the stop it stands for, on the handler the job has for that stop when it comes (snakeddp.launch's
+    passes it on to the ranks, a remote job's cancels it, Python's raises KeyboardInterrupt, SIGTERM's default
+    ends the process). Only where Snakemake relays: a real-time signal's default kills, so Snakemake's process
+    sends one only to a process that handles it, and a step run by hand keeps a fresh interpreter's handlers."""
+    global _caught
+    if _caught is not None or RELAYING not in os.environ:
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)  # a full pipe drops a byte rather than stopping the signal handler
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    _caught = read
+    for relay in RELAYED:
+        signal.signal(relay, _acted_on)
+
+
+def _acted_on(relay: int, frame: object) -> None:
+    """Act on every relay caught since the last one, unless this process got its stop before it."""
+    stops = []
+    for signum in _read_all(_caught):
+        if signum in RELAYED.values():
+            _got.add(signum)
+        elif signum in RELAYED and RELAYED[signum] not in _got:
+            stops.append(RELAYED[signum])
+    for stop in stops:
+        handler = signal.getsignal(stop)
+        if callable(handler):
+            handler(stop, frame)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(stop)  # its default (the process ends), or a handler set outside Python
+
+
+def _read_all(fd: int | None) -> bytes:
+    caught = b""
+    while fd is not None:
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        caught += chunk
+    return caught
