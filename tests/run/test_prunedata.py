@@ -11,6 +11,8 @@ import yaml
 
 from snakeddp import config as configuration
 from snakeddp.cli import main
+from snakeddp.run import attempt
+from snakeddp.run.layout import RunPaths
 from snakeddp.run.prunedata import read_record
 from snakeddp.util.hashing import sha256_file
 from tests.checkout import Checkout
@@ -191,3 +193,28 @@ def test_a_workflow_that_holds_its_locks_stops_it_and_the_hints_unlock_lets_it_r
     assert unlocked.returncode == 0, unlocked.stdout
     assert main(["prune", "--data", "--results", str(results)]) == 0
     assert capsys.readouterr().out.startswith("freed 0 B in 0 dataset(s)")
+
+
+def test_an_unfinished_attempt_set_aside_with_its_last_checkpoint_keeps_the_dataset_it_resumes_on(tmp_path, capsys):
+    """Attempts as the launcher prepares them (run.attempt.prepare, with the run's dataset id): one interrupted after
+    an epoch, then set aside by another config's attempt, which is set aside in turn before it saved anything."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yaml").write_text(yaml.safe_dump(TINY))
+    results = tmp_path / "results"
+    run_dir = results / "runs" / "base"
+    run_dir.mkdir(parents=True)
+    resumable, unsaved, current = (dataset(results, features).parent for features in (10, 11, 12))
+    attempt.prepare(run_dir, "k1", resumable.name)
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x" * 10)
+    attempt.prepare(run_dir, "k2", unsaved.name)
+    attempt.prepare(run_dir, "k3", current.name)
+    kept = RunPaths(run_dir).kept_unfinished()
+    assert sorted(json.loads(paths.state.read_text())["dataset"] for paths in kept) == [resumable.name, unsaved.name]
+
+    assert main(["prune", "--data", "--results", str(results)]) == 0
+    out = capsys.readouterr().out
+    # The current attempt's dataset goes too: no run.yaml names it here, and it has nothing saved.
+    assert (resumable.is_dir(), unsaved.exists(), current.exists()) == (True, False, False), out
+    # Its config back, the kept attempt resumes from its last.ckpt, on the dataset prune kept.
+    assert attempt.prepare(run_dir, "k1", resumable.name) == run_dir / "checkpoints" / "last.ckpt"

@@ -241,7 +241,7 @@ def prepare(run_dir: Path, identity: Identity, run: RunFile) -> Start:
     (``find``), copied in: a finished one to restore, or one to continue training from. This key's own finished
     attempt without the checkpoints its record lists (pruned, missing, changed) is not restored: it is set aside
     (``set_aside``) and the run trains it again, as if it had none."""
-    resume = attempt.prepare(run_dir, identity.key)
+    resume = attempt.prepare(run_dir, identity.key, run.dataset_id)
     aside = None
     if attempt.finished(run_dir):
         unrestorable = _unrestorable(run_dir)

@@ -195,8 +195,10 @@ def _take_back(stored: Path, run_dir: Path) -> None:
     stored.rmdir()
 
 
-def prepare(run_dir: Path, key: str) -> Path | None:
-    """Called once per attempt by the single launcher process, before any rank starts.
+def prepare(run_dir: Path, key: str, dataset: str | None = None) -> Path | None:
+    """Called once per attempt by the single launcher process, before any rank starts. ``dataset``: the dataset id
+    the attempt trains on, kept in its run-state.json, so an attempt set aside unfinished still names the data its
+    last.ckpt goes on with (`snakeddp prune --data` keeps it).
 
     Returns the checkpoint to resume from, or None for a fresh start. Afterwards ``finished``
     says whether this key's attempt had already completed (then ``restore`` it, do not train).
@@ -210,8 +212,11 @@ def prepare(run_dir: Path, key: str) -> Path | None:
         stored = paths.attempt(attempt_id(key)).folder
         if stored.is_dir():
             _take_back(stored, run_dir)
-    if (_state(run_dir) or {}).get("resume_key") != key:
-        atomic_write_json(paths.state, {"resume_key": key})
+    state = _state(run_dir) or {}
+    kept = state if state.get("resume_key") == key else {}
+    wanted = {**kept, "resume_key": key, **({"dataset": dataset} if dataset else {})}
+    if state != wanted:
+        atomic_write_json(paths.state, wanted)
     return paths.last_checkpoint if paths.last_checkpoint.is_file() else None
 
 
@@ -256,7 +261,8 @@ def seed(
     for entry in staging.iterdir():
         entry.rename(run_dir / entry.name)
     staging.rmdir()
-    state = {"resume_key": key, **({"epochs_from": epochs_from} if epochs_from else {})}
+    dataset = {"dataset": named} if (named := (_state(run_dir) or {}).get("dataset")) else {}
+    state = {"resume_key": key, **dataset, **({"epochs_from": epochs_from} if epochs_from else {})}
     atomic_write_json(paths.state, state)
     if record is not None:
         atomic_write_json(paths.finished, dict(record))

@@ -3,9 +3,11 @@
 A dataset's folder is named by a hash of what shapes its bytes (``config.dataset_id``: its parameters, a
 table's checksum), so every change of them makes a new folder under results/data/ and leaves the old one. A
 folder stays while anything may read it: the config plans it (the workflow asks for it), a run's current
-attempt trained on it or is about to (its provenance.json or finished.json, its run.yaml), or an earlier
-attempt kept under attempts/ whose checkpoints are still there trained on it (it may be restored or continued).
-An earlier attempt whose checkpoints were pruned can be neither, so its data may go too. Records name their
+attempt trained on it or is about to (its provenance.json or finished.json, its run.yaml), an earlier
+attempt kept under attempts/ whose checkpoints are still there trained on it (it may be restored or continued),
+or an unfinished attempt kept there with its last.ckpt names it in its run-state.json (its config's next attempt
+resumes it). An earlier attempt whose checkpoints were pruned can be none of these, so its data may go too, as may
+an unfinished attempt's that names none (begun before run-state.json kept the dataset). Records name their
 dataset by the manifest's folder and by ``data.dataset``: only names are read from them, no path is followed.
 
 Before any folder goes, results/data/pruned.json (schemas/data-pruned.schema.json) records it: its name, each
@@ -112,7 +114,8 @@ def pruned_when(entry: dict[str, Any]) -> str:
 
 def needed(results: Path) -> set[str]:
     """The dataset ids that the runs under ``results`` may still read: each run's current attempt's (finished, or
-    its run.yaml's), and each earlier attempt's whose checkpoints are still there."""
+    its run.yaml's), each earlier attempt's whose checkpoints are still there, and each unfinished attempt's kept
+    with its last.ckpt."""
     names: set[str] = set()
     for run_dir in sorted((Path(results) / RUNS).glob("*/")):
         paths = RunPaths(run_dir)
@@ -123,6 +126,9 @@ def needed(results: Path) -> set[str]:
             pass
         for record in paths.kept_records():
             names |= _named_by(record) if _restorable(AttemptPaths(record.parent)) else set()
+        for unfinished in paths.kept_unfinished():
+            named = _record_of(unfinished.state).get("dataset") if unfinished.last_checkpoint.is_file() else None
+            names |= {named} if isinstance(named, str) and named else set()
     return names
 
 
