@@ -152,6 +152,31 @@ def test_benchmarks_that_start_processes_report_every_figure(tmp_path, name):
         shutil.rmtree(results, ignore_errors=True)
 
 
+# One rank of the hand-written baseline, alone, on the tutorial's data: the threads it has left once main returns.
+BASELINE_RANK = """
+import glob, sys
+from bench.baselines import handwritten_ddp, tutorial
+tutorial.main(sys.argv[1], 1, 64, 32, 4)
+manifest = f"{sys.argv[1]}/manifest.json"
+sys.argv[1:] = ["--format", "pickle", "--manifest", manifest, "--epochs", "1", "--batch-size", "8"]
+handwritten_ddp.main()
+print(sorted(open(path).read().strip() for path in glob.glob("/proc/self/task/*/comm")))
+"""
+
+
+@pytest.mark.e2e
+def test_the_handwritten_baseline_joins_gloos_threads_before_its_interpreter_exits(tmp_path):
+    """destroy_process_group ends the group only with its last reference gone (the DDP model's, and that of torch's
+    collectives imported after init_process_group): a gloo thread left running as Python finalizes can take the GIL
+    and abort the rank ("terminate called without an active exception": bench 8, once in CI)."""
+    env = child_env(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+    argv = [sys.executable, "-c", BASELINE_RANK, str(tmp_path)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    threads = ast.literal_eval(done.stdout.splitlines()[-1])
+    assert not [name for name in threads if "gloo" in name], threads
+
+
 def test_a_scope_holds_a_command_to_its_memory_limit_and_reads_its_cpu_and_peak(tmp_path):
     """bench.scope, as bench 14 uses it: a command that writes 96 MB (page cache, charged to the scope; synced every
     8 MB, as ingestion syncs, since cgroup v1 kills a group full of dirty pages the disk is slow to take) in a

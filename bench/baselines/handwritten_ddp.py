@@ -24,6 +24,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+# Before init_process_group: its collectives take `group=group.WORLD` as a default argument, evaluated when it is
+# imported. Imported later (DDP's first use of torch._dynamo imports it), they would hold the group past
+# destroy_process_group, and with it gloo's threads into the interpreter's exit (the end of main).
+import torch.distributed.nn  # noqa: F401
 import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import nn
@@ -126,6 +131,11 @@ def main() -> None:
         )
     if rank == 0 and args.out:
         args.out.write_text(json.dumps(rows))
+    # With the model's reference to the group gone, destroy_process_group ends the group here: gloo's worker
+    # threads are joined while Python is alive. One left running drops validate's tensors once done with them,
+    # which takes the GIL; if Python is finalizing by then, the thread is ended through a noexcept destructor:
+    # "terminate called without an active exception", exit -6, now and then (pytorch/pytorch#190489).
+    del model
     dist.destroy_process_group()
 
 

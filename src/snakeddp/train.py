@@ -334,7 +334,19 @@ def main(args: argparse.Namespace, ranks: Ranks) -> int:
         print(f"snakeddp: run {run.run_id} {record['status']} after {counted}; wrote {path}", flush=True)
         if registered:
             print(f"snakeddp: registered its best model as {registered['name']} version {registered['version']}")
+    end_process_group()
     return 0
+
+
+def end_process_group() -> None:
+    """End the run's process group while Python is alive, as torch documents (Lightning does it for NCCL only, at
+    exit): its gloo threads are joined here. One left running can drop the last reference to a tensor Python made (a
+    synced metric's all_reduce, a checkpoint path's broadcast) as a rank started cold finalizes, and taking the GIL
+    then ends the thread through a noexcept destructor: "terminate called without an active exception", exit -6
+    (pytorch/pytorch#190489). Only after a finished fit, when every rank is done with the group's collectives: after
+    a failure a peer may still be in one, which ending the group would wait for."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def described(data: pl.LightningDataModule, attempt: provenance.Attempt) -> dict[str, Any]:
