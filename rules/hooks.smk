@@ -142,8 +142,10 @@ onerror:
     snakeddp_snakemake.release_scheduler_timers()
     WARM_PROCESS.close()
     TERMINAL_RELAY.close()
-    if snakeddp_interrupt.INTERRUPTED.is_set():
+    # A stop (Ctrl-C, SIGTERM, SIGHUP) ended the jobs: what each run kept, in place of their failures.
+    if snakeddp_interrupt.stopped_by() is not None:
         for line in snakeddp_interrupt.summary(
-            (run, PLAN.run_dir(run)) for run in PLAN.runs
+            ((run, PLAN.run_dir(run)) for run in PLAN.runs),
+            snakeddp_interrupt.stopped_by(),
         ):
             snakeddp_errors.print_line(line)

@@ -6,8 +6,10 @@ train rule does, and read what the terminal and the run's log would show.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -220,6 +222,19 @@ def test_a_stopping_line_is_one_write_so_snakemakes_logging_thread_cannot_split_
         thread.join()
     lines = (tmp_path / "terminal").read_text().splitlines()
     assert lines.count("ours") == 2000 and set(lines) == {"ours", "warning"}
+
+
+def test_a_line_for_a_terminal_that_hung_up_is_dropped_not_raised():
+    """The terminal Snakemake ran in, closed (a real pty whose master is gone): what the workflow says at its end
+    (rules/hooks.smk, after the SIGHUP that closing it sent) cannot be shown, and is not a traceback either."""
+    master, replica = os.openpty()
+    os.close(master)
+    terminal = open(replica, "w", encoding="utf-8")  # not `with`: its close flushes what it could not write, again
+    try:
+        errors.print_line("Stopped (SIGHUP). Nothing is lost: rerun the same command", terminal)
+    finally:
+        with contextlib.suppress(OSError):
+            terminal.close()
 
 
 @pytest.mark.e2e

@@ -1,10 +1,12 @@
 """snakeddp's logger plugin, set up as Snakemake sets up `logger: [snakeddp]`: Snakemake's own lines
-per job, less the scheduler's chatter and, after Ctrl-C, the records of the jobs it stopped."""
+per job, less the scheduler's chatter and, after a stop (Ctrl-C, SIGTERM, SIGHUP), the records of the jobs it
+stopped."""
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -83,18 +85,25 @@ def test_snakemakes_own_filter_still_applies(capsys):
 
 
 def failed(logger: logging.Logger) -> None:
+    """What Snakemake 9 logs as a job fails while SIGTERM stops it (its scheduler's line, once per job that ends)."""
+    logger.info("Will exit after finishing currently running jobs (scheduler).")
     logger.error("RuleException in rule train", extra={"event": LogEvent.ERROR, "exception": "RuleException"})
 
 
-def test_errors_show_unless_ctrl_c_stopped_the_jobs(capsys):
-    from snakeddp.workflow.interrupt import INTERRUPTED
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_errors_show_unless_a_stop_ended_the_jobs(capsys, stop):
+    """After Ctrl-C, or SIGTERM or SIGHUP to Snakemake (which its jobs are stopped by too), the jobs' failures are
+    left out, and so is the scheduler's word that it waits for them to finish (they stop), unless --verbose."""
+    from snakeddp.workflow.interrupt import STOPS
 
-    assert terminal(capsys, failed) == ["RuleException in rule train"]
-    INTERRUPTED.set()
+    finishing = "Will exit after finishing currently running jobs (scheduler)."
+    assert terminal(capsys, failed) == [finishing, "RuleException in rule train"]
+    STOPS.append(stop)
     try:
         assert terminal(capsys, failed) == []
+        assert terminal(capsys, failed, verbose=True) == [finishing]
     finally:
-        INTERRUPTED.clear()
+        STOPS.clear()
 
 
 def failed_job(

@@ -217,10 +217,16 @@ def said_when_full(path: str | Path, what: str | None = None) -> Iterator[None]:
 def print_line(line: str, stream: TextIO | None = None) -> None:
     """Write ``line`` with its newline in one write, flushed. ``print`` writes them in two, and
     Snakemake 9 writes its log records from a thread of its own (a queue listener): one of its
-    lines landed between ours and our newline, and the two read as one line."""
+    lines landed between ours and our newline, and the two read as one line. A terminal that hung up
+    (a closed terminal or ssh session: EIO) shows nothing: the line is dropped, not raised, which
+    turned what a stopped workflow says at its end into a traceback in Snakemake's log."""
     stream = sys.stderr if stream is None else stream
-    stream.write(f"{line}\n")
-    stream.flush()
+    try:
+        stream.write(f"{line}\n")
+        stream.flush()
+    except OSError as error:
+        if error.errno != errno.EIO:
+            raise
 
 
 def add_hint(packages: str, stage: str) -> str:

@@ -162,16 +162,18 @@ def run_attempt(args: argparse.Namespace) -> int:
         print(quote(argv))
         return 0
     # Handlers first: a preemption signal before the ranks exist must not take the default
-    # action (death, for SIGUSR1), but stop the attempt the way a preempted one stops.
+    # action (death, for SIGUSR1), but stop the attempt the way a preempted one stops. A closed
+    # terminal's SIGHUP too, as the SIGTERM that Snakemake's process relays for it (snakeddp.util.relays).
     received: list[int] = []
     child: subprocess.Popen | None = None
 
     def forward(signum: int, frame: object) -> None:
-        received.append(signum)
+        stop = relays.stop_for(signum)
+        received.append(stop)
         if child is not None:
-            deliver(child, launcher.name, signum)
+            deliver(child, launcher.name, stop)
 
-    for signum in FORWARDED:
+    for signum in relays.with_hangup(FORWARDED):
         signal.signal(signum, forward)
     start = lineage.prepare(args.run_dir, identity, run)
     resume = start.resume
@@ -207,7 +209,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=launcher.own_session)
         # Signals that came while it started were only recorded: pass them on now, once. Snakemake's relays
         # (a cold job's, snakeddp.util.relays) wait too: one must not come before the signal it stands for.
-        held = (*FORWARDED, *relays.RELAYED)
+        held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
         child, missed = started, list(received)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)

@@ -13,9 +13,11 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - the scheduler's chatter around each job ("Select jobs to execute...", "Execute N jobs...",
   "Finished jobid: ...", the time line above each job), about 6 of 9 lines per job, unless
   ``--verbose``;
-- after Ctrl-C, Snakemake's records of the jobs it stopped (the exception, "Error in rule" with the
-  job's whole log, the final WorkflowError): they were stopped, not broken, and the workflow says
-  what each run kept instead (snakeddp.workflow.interrupt);
+- after a stop (Ctrl-C; SIGTERM or SIGHUP to Snakemake, which passes it on to its jobs), Snakemake's
+  records of the jobs it stopped (the exception, "Error in rule" with the job's whole log, the final
+  WorkflowError): they were stopped, not broken, and the workflow says what each run kept instead
+  (snakeddp.workflow.interrupt); and, after SIGTERM or SIGHUP, unless ``--verbose``, its "Will exit after
+  finishing currently running jobs" (once per job that ends): the jobs do not finish, they stop;
 - of a failed job's log (the profiles' show-failed-logs), everything but its last line where that is
   snakeddp's one line with a HINT: what ended the job, which the rest (Lightning's banner, the model's
   summary, every epoch's line again) buried. A log ending otherwise (a traceback) is shown whole;
@@ -25,7 +27,7 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
   whose command its "Error in rule" block repeats, unless ``--verbose``.
 
-The complete log (.snakemake/log) keeps every line. Both wordings matched below are Snakemake's
+The complete log (.snakemake/log) keeps every line. The wordings matched below are Snakemake's
 messages, not its interface: if a release rewords one, that line shows again, nothing breaks.
 """
 
@@ -43,6 +45,8 @@ from snakemake_interface_logger_plugins.common import LogEvent
 # The line Snakemake's formatter puts above a job: time.asctime() in brackets.
 _JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
 _SCHEDULING = "Select jobs to execute..."
+# What Snakemake's scheduler says on SIGTERM, each time a job ends until none runs.
+_FINISHING = "Will exit after finishing currently running jobs (scheduler)."
 _CHATTER = {LogEvent.JOB_STARTED, LogEvent.JOB_FINISHED}
 _ERRORS = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
 # Snakemake's terminal colours (ANSI codes), so a terminal looks as it did without the plugin.
@@ -58,12 +62,12 @@ _COMMAND_FAILED = re.compile(
 )
 
 
-def interrupted() -> bool:
-    """Whether Ctrl-C stopped the workflow, as the Snakefile's watch noted it. Looked up, not
-    imported: importing snakeddp here, before the Snakefile puts its checkout's src first on
+def stopped() -> bool:
+    """Whether a stop (Ctrl-C, SIGTERM, SIGHUP) ended the workflow's jobs, as the Snakefile noted it. Looked
+    up, not imported: importing snakeddp here, before the Snakefile puts its checkout's src first on
     sys.path, could load another copy of it."""
     interrupt = sys.modules.get("snakeddp.workflow.interrupt")
-    return interrupt is not None and interrupt.INTERRUPTED.is_set()
+    return interrupt is not None and interrupt.stopped_by() is not None
 
 
 def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
@@ -113,10 +117,11 @@ class LogHandler(LogHandlerBase):
         if not self.common_settings.verbose and _COMMAND_FAILED.match(str(record.getMessage()).strip()):
             return False
         if event in _ERRORS:
-            return not interrupted()
+            return not stopped()
         if self.common_settings.verbose:
             return True
-        return event not in _CHATTER and record.getMessage() != _SCHEDULING
+        message = record.getMessage()
+        return event not in _CHATTER and message != _SCHEDULING and not (message == _FINISHING and stopped())
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -118,7 +118,8 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_sighup_leaves_no_lock_and_
     """Snakemake killed outright cannot clean up: its warm process notices (PR_SET_PDEATHSIG), stops
     the jobs it forked (SIGTERM: training saves, then SIGKILL) and exits; the clients follow. SIGHUP to
     Snakemake alone (a closed terminal or ssh session) stops it as SIGTERM does: its jobs, here started
-    cold, stopped and recorded through Snakemake's relay (snakeddp.util.relays), and its lock released."""
+    cold, stopped and recorded through Snakemake's relay (snakeddp.util.relays), its lock released, and the
+    terminal says so in as few lines as after Ctrl-C, not as a crash."""
     checkout = Checkout(tmp_path)
     checkout.write_config(SLOW)
     run_dir = tmp_path / "results/runs/base"
@@ -136,6 +137,12 @@ def test_kill_9_of_snakemake_leaves_no_process_behind_sighup_leaves_no_lock_and_
     assert not left_running(tmp_path, within=10), "a process of the hung-up run is still there"
     assert not list((tmp_path / ".snakemake/locks").glob("*")), output  # Snakemake removes its lock on the way out
     assert json.loads((run_dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted", output
+    after = output.split("Shutting down, this might take some time.\n")[1].splitlines()
+    assert len(after) <= 5, output
+    assert after[0].startswith("Stopped (SIGHUP). Nothing is lost: rerun the same command"), output
+    assert "  run base: its last save is in results/runs/base/checkpoints/last.ckpt" in after, output
+    for crash in ("Traceback", "RuleException", "Error in rule", "WorkflowError", "Will exit after finishing"):
+        assert crash not in output, output
     before = metrics_rows(run_dir)
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout

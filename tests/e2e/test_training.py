@@ -270,8 +270,10 @@ def test_preemption_signal_saves_mid_epoch_and_resume_finishes_that_epoch(tmp_pa
 # just as it starts the ranks' launcher: windows a scheduler's warning can hit, which no sleep
 # or poll can aim at reliably.
 SIGNAL_AT_START = """
-import os, subprocess, sys
+import os, signal, subprocess, sys
 from snakeddp import launch
+
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal's shell starts it, whatever this test inherited
 
 owner = {"prepare": launch.attempt, "Popen": subprocess}[sys.argv[2]]
 real = getattr(owner, sys.argv[2])
@@ -286,9 +288,12 @@ sys.exit(launch.main(sys.argv[3:]))
 
 
 @pytest.mark.parametrize(
-    ("signum", "at"), [(signal.SIGUSR1, "Popen"), (signal.SIGTERM, "Popen"), (signal.SIGUSR1, "prepare")]
+    ("signum", "at"),
+    [(signal.SIGUSR1, "Popen"), (signal.SIGTERM, "Popen"), (signal.SIGHUP, "Popen"), (signal.SIGUSR1, "prepare")],
 )
 def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempted(tmp_path, signum, at):
+    """A scheduler's warning (SIGUSR1), SIGTERM, or a closed terminal's SIGHUP, which its shell sent the train job's
+    process group (the launcher's, as the rule execs it): each stops the run as preempted, to resume."""
     run = Run(tmp_path, {"data": {"num_train_files": 2, "num_val_records": 50}, "trainer": {"max_epochs": 2}})
     argv = [sys.executable, "-c", SIGNAL_AT_START, str(int(signum)), at, *run.argv()[3:]]
     with run.log.open("a") as log:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ class ToyJob(RemoteJob):
     name = "toy"
     error = ToyError
 
-    def __init__(self, args: argparse.Namespace, ends: str = "Completed", sends: bool = True) -> None:
+    def __init__(self, args: argparse.Namespace, ends: str | signal.Signals = "Completed", sends: bool = True) -> None:
         super().__init__(args)
         self.ends, self._sends, self.steps = ends, sends, []
         self.identity: attempt.Identity | None = None
@@ -67,8 +68,9 @@ class ToyJob(RemoteJob):
 
     def wait(self, session: Any, job: Submitted) -> Any:
         self.steps.append("wait")
-        if self.ends == "interrupted":
-            raise KeyboardInterrupt
+        if isinstance(self.ends, signal.Signals):  # sent as a terminal, a user or a scheduler sends it
+            signal.raise_signal(self.ends)
+            return "Completed"  # it stopped nothing
         return self.ends
 
     def cancel(self, session: Any, job: Submitted) -> None:
@@ -119,9 +121,17 @@ def test_a_submitted_job_is_staged_followed_fetched_and_judged_in_order_and_reco
         f"results in {args.run_dir}")  # fmt: skip
 
 
-def test_a_signal_while_waiting_cancels_the_job_and_exits_130(args):
-    job = ToyJob(args, ends="interrupted")
-    assert job.main() == INTERRUPTED_EXIT_CODE
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_waiting_cancels_the_job_and_exits_130(args, signum):
+    """Ctrl-C, a scheduler's SIGTERM, or a closed terminal's SIGHUP (its shell hangs up the train job's process
+    group, the launcher that runs this job): the job is cancelled, not left running."""
+    # This process's own, where the job would leave SIGHUP alone: the wait then goes on, and the job completes.
+    outside = signal.signal(signal.SIGHUP, lambda signum, frame: None)
+    try:
+        job = ToyJob(args, ends=signum)
+        assert job.main() == INTERRUPTED_EXIT_CODE
+    finally:
+        signal.signal(signal.SIGHUP, outside)
     assert job.steps[-2:] == ["wait", "cancel"]
     assert read_json(args.run_dir / "toy" / RECORD_FILE)["status"] == "CancelRequested"
 

@@ -78,9 +78,16 @@ def main(argv: list[str]) -> None:
             time.sleep(0.05)
         print(f"done after {len(got)} SIGUSR1", flush=True)
     elif action == "count":  # counts SIGINT and SIGTERM until a second after the first
+        from snakeddp.util import relays
+
         got = {signal.SIGINT: 0, signal.SIGTERM: 0}
-        for signum in got:
-            signal.signal(signum, lambda s, f: got.__setitem__(s, got[s] + 1))
+
+        def count(signum: int, frame: object) -> None:
+            got[relays.stop_for(signum)] += 1
+
+        # A closed terminal's SIGHUP counts as SIGTERM, as a job's top process takes it (snakeddp.launch).
+        for signum in relays.with_hangup(tuple(got)):
+            signal.signal(signum, count)
         with open(argv[1], "w") as pidfile:
             pidfile.write(str(os.getpid()))
         print("ready", flush=True)

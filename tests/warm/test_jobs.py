@@ -30,16 +30,17 @@ PROBE = "tests.warm.probe"
 
 
 @contextlib.contextmanager
-def sigint_as_typed() -> Iterator[None]:
-    """SIGINT's default in the processes started meanwhile, as a terminal's shell starts them. The warm process
-    gives its jobs the handlers it began with (a cold job's): under nohup, a script's `&` or a CI runner this
-    run inherits SIGINT ignored, and the jobs the Ctrl-C tests fork would ignore it too. A handled signal is
-    reset to its default by exec, an ignored one stays ignored."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+def stops_as_typed() -> Iterator[None]:
+    """SIGINT's and SIGHUP's defaults in the processes started meanwhile, as a terminal's shell starts them. The
+    warm process gives its jobs the handlers it began with (a cold job's): under nohup, a script's `&` or a CI
+    runner this run inherits SIGINT (or SIGHUP) ignored, and the jobs the Ctrl-C (and hang-up) tests fork would
+    ignore it too. A handled signal is reset to its default by exec, an ignored one stays ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler), signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGHUP, previous[1])
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def warm(tmp_path_factory: pytest.TempPathFactory):
     probe jobs need what a train job's supervisor needs: the heavy warm process forks them, as it forks
     the supervisors (the first forks them in the tests that start their own)."""
     log = tmp_path_factory.mktemp("warm") / "stderr"
-    with open(log, "wb") as stderr, sigint_as_typed():
+    with open(log, "wb") as stderr, stops_as_typed():
         process = WarmProcess(
             entries=(*handoff.ENTRY_POINTS, PROBE), stderr=stderr.fileno(), needs={PROBE: "snakeddp.train"}
         )
@@ -91,7 +92,7 @@ def test_a_forked_job_sees_what_a_fresh_process_sees(warm, tmp_path):
     seen = {}
     observe = f"umask 027; ulimit -n 512; exec {sys.executable} -m {PROBE} observe 'an arg' > out.json"
     for name, server in (("warm", warm), ("cold", None)):
-        with sigint_as_typed():  # as the warm process began: its jobs get the handlers it began with
+        with stops_as_typed():  # as the warm process began: its jobs get the handlers it began with
             done = subprocess.run(
                 ["bash", "-c", observe],
                 cwd=tmp_path, env=env(server, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"),
@@ -294,30 +295,65 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
     assert said in stderr
 
 
-@pytest.mark.parametrize("group_too", [False, True], ids=["alone", "and-its-group"])
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("start", ["forked", "cold"])
-def test_a_signal_snakemakes_process_got_reaches_the_job_once(warm, tmp_path, start, signum, group_too):
-    """This process stands for Snakemake's: a SIGINT or SIGTERM it got alone (`kill PID`) it relays to its
-    jobs, where a forked job's client passes it on and a cold job (SNAKEDDP_WARM_START=0, `--sdm conda`) acts
-    on it itself, in its own handler for that signal; one the job's process group got too (a terminal's
-    Ctrl-C), the job has had already, and gets once."""
-    pidfile = tmp_path / "pid"
+# The real-time signal Snakemake's process relays a stop it got alone as (snakeddp.util.relays).
+RELAY = {stop: relay for relay, stop in relays.RELAYED.items()}
+# What the probe's `count` says once it stopped: the SIGINT and the SIGTERM it counted.
+COUNTED = {signal.SIGINT: "1 SIGINT 0 SIGTERM", signal.SIGTERM: "0 SIGINT 1 SIGTERM"}
+
+
+def counting(warm: WarmProcess | None, directory: Path) -> subprocess.Popen:
+    """A probe job that counts the stops it gets, in a session of its own (as Snakemake's job, here this test's),
+    where Snakemake's process relays: forked by ``warm``, or cold (SNAKEDDP_WARM_START=0, `--sdm conda`)."""
+    pidfile = directory / "pid"
     job = subprocess.Popen(
-        [sys.executable, "-m", PROBE, "count", str(pidfile)],
-        env=env(warm if start == "forked" else None, **{relays.RELAYING: "1"}), cwd=REPO,
+        [sys.executable, "-m", PROBE, "count", str(pidfile)], env=env(warm, **{relays.RELAYING: "1"}), cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     wait_ready(job)
-    assert (int(pidfile.read_text()) != job.pid) == (start == "forked")
-    if group_too:
-        os.killpg(job.pid, signum)
+    assert (int(pidfile.read_text()) != job.pid) == (warm is not None)
+    return job
+
+
+@pytest.mark.parametrize(
+    ("group", "signum"),
+    [(None, signal.SIGINT), (signal.SIGINT, signal.SIGINT), (None, signal.SIGTERM), (signal.SIGTERM, signal.SIGTERM),
+     (signal.SIGHUP, signal.SIGTERM)],
+    ids=["SIGINT-alone", "SIGINT-and-its-group", "SIGTERM-alone", "SIGTERM-and-its-group", "SIGHUP-and-its-group"],
+)  # fmt: skip
+@pytest.mark.parametrize("start", ["forked", "cold"])
+def test_a_signal_snakemakes_process_got_reaches_the_job_once(warm, tmp_path, start, group, signum):
+    """This process stands for Snakemake's: a SIGINT or SIGTERM it got alone (`kill PID`) it relays to its
+    jobs, where a forked job's client passes it on and a cold job (SNAKEDDP_WARM_START=0, `--sdm conda`) acts
+    on it itself, in its own handler for that signal; one the job's process group got too (a terminal's
+    Ctrl-C), the job has had already, and gets once. A closed terminal hangs up the whole group: Snakemake's
+    process relays SIGHUP as SIGTERM, and the job, which took its own SIGHUP as SIGTERM (as snakeddp.launch
+    does), stops once."""
+    with stops_as_typed():
+        job = counting(warm if start == "forked" else None, tmp_path)
+    if group:
+        os.killpg(job.pid, group)
         time.sleep(0.3)  # handled by the job meanwhile: a second one would count (two pending at once are one)
-    (relay,) = (relay for relay, relayed in relays.RELAYED.items() if relayed == signum)
-    assert interrupt.relay_to_clients(relay) == 1
+    assert interrupt.relay_to_clients(RELAY[signum]) == 1
     stdout, stderr = job.communicate(timeout=30)
-    counts = {signal.SIGINT: "1 SIGINT 0 SIGTERM", signal.SIGTERM: "0 SIGINT 1 SIGTERM"}
-    assert (job.returncode, stdout.splitlines()[-1]) == (0, counts[signum]), stderr
+    assert (job.returncode, stdout.splitlines()[-1]) == (0, COUNTED[signum]), stderr
+
+
+def test_under_nohup_a_hang_up_stops_no_job_and_a_later_sigterm_still_does(warm, tmp_path):
+    """`nohup snakemake ...`: SIGHUP is ignored in Snakemake's process and in its jobs, which inherit that. The
+    terminal's hang-up stops nothing, and a `kill PID` of Snakemake's later still stops the job: a client that
+    passed the hang-up on had counted it as the SIGTERM Snakemake's process relays, and dropped that relay. (A
+    forked job: its client and the probe both go by relays.with_hangup, as a cold launcher does.)"""
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        job = counting(warm, tmp_path)
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
+    os.killpg(job.pid, signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        job.wait(timeout=1.5)  # a stop ends the probe a second after it came
+    assert interrupt.relay_to_clients(RELAY[signal.SIGTERM]) == 1
+    stdout, stderr = job.communicate(timeout=30)
+    assert (job.returncode, stdout.splitlines()[-1]) == (0, COUNTED[signal.SIGTERM]), stderr
 
 
 def test_a_ctrl_c_that_comes_before_the_job_is_forked_reaches_it(warm, tmp_path):

@@ -7,7 +7,8 @@ each remote platform follows, owned here once.
    a dry run, or a platform told not to submit, stops here;
 3. the platform connects (its credentials checked before anything is uploaded), stages what the job
    reads, and the run directory is prepared as launch prepares it;
-4. the job is submitted and waited for; a signal (Ctrl-C, a scheduler's SIGTERM) cancels it: exit 130;
+4. the job is submitted and waited for; a signal (Ctrl-C, a scheduler's SIGTERM, a closed terminal's SIGHUP)
+   cancels it: exit 130;
 5. what its run directory held comes back (what it saved too, so a failed run resumes), and the
    platform judges the end: anything but success is one line with a HINT, exit 1.
 
@@ -34,7 +35,7 @@ from snakeddp.remote.attempt import stage_resume, takeover
 from snakeddp.remote.folder import Folder
 from snakeddp.run import attempt
 from snakeddp.run.runfile import RunFile
-from snakeddp.util import terminal
+from snakeddp.util import relays, terminal
 
 INTERRUPTED_EXIT_CODE = 130
 
@@ -62,8 +63,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextmanager
 def signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGINT raise KeyboardInterrupt while the job is waited for, so it is cancelled."""
-    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
+    """SIGTERM and SIGINT raise KeyboardInterrupt while the job is waited for, so it is cancelled; so does a closed
+    terminal's SIGHUP (snakeddp.util.relays), unless ignored."""
+    stops = relays.with_hangup((signal.SIGTERM, signal.SIGINT))
+    previous = {signum: signal.signal(signum, _interrupt) for signum in stops}
     try:
         yield
     finally:

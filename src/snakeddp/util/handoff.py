@@ -109,10 +109,11 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-#: What a terminal, a user or a scheduler may send the job: each is passed on to the forked child.
-#: SIGKILL cannot be caught: the warm process sees this connection close and kills the child.
+#: What a terminal, a user or a scheduler may send the job: each is passed on to the forked child, and so is a
+#: closed terminal's SIGHUP unless this process began with it ignored (`nohup`: the child ignores it too, and it
+#: stands for no stop; relays.with_hangup). SIGKILL cannot be caught: the warm process sees this connection close
+#: and kills the child.
 FORWARDED = (
-    signal.SIGHUP,
     signal.SIGINT,
     signal.SIGQUIT,
     signal.SIGTERM,
@@ -164,7 +165,7 @@ def hand_off(module: str) -> None:
     # Held from the request until the forwarders are in place (wait_for): the child may run, and the job be
     # signalled, before this process reads the answer; a Ctrl-C then raised here and left the child running.
     # A job declined or gone gets them as it runs cold.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, *RELAYED))
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, signal.SIGHUP, *RELAYED))
     # Handled (held until wait_for) from now: Snakemake's process relays only to a process that handles them.
     if takes_relays:
         for relay in RELAYED:
@@ -235,18 +236,19 @@ def wait_for(sock: socket.socket, pidfd: int, mask: set[signal.Signals], takes_r
     got: set[int] = set()
 
     def forward(signum: int, frame: object) -> None:
-        got.add(signum)
+        got.add(relays.stop_for(signum))  # a hang-up: Snakemake's process relays it as SIGTERM
         try:
             signal.pidfd_send_signal(pidfd, signum)
         except ProcessLookupError:
             pass  # it has ended; its status is on the way
 
     def relayed(relay: int, frame: object) -> None:
-        # Snakemake's process got the signal: passed on unless this process got it too (its process group's).
+        # Snakemake's process got the signal: passed on unless this process got it too (its process group's: a
+        # terminal's Ctrl-C, or its hang-up, passed on as it came, which the job's step takes as SIGTERM).
         if RELAYED[relay] not in got:
             forward(RELAYED[relay], frame)
 
-    for signum in FORWARDED:
+    for signum in relays.with_hangup(FORWARDED):
         signal.signal(signum, forward)
     for relay in RELAYED if takes_relays else ():
         signal.signal(relay, relayed)

@@ -8,6 +8,11 @@ process sends each job's process that handles it a real-time signal that stands 
 stop once: a process group's signal is pending in the job before Snakemake's process can relay it, and is taken
 first (the lower-numbered signal), so the relay that follows is not acted on again.
 
+A closed terminal (or ssh session) whose interactive shell ran Snakemake in its foreground hangs up Snakemake's whole
+process group: the shell sends SIGHUP to Snakemake and to each job's top process beside it, and Snakemake's process
+relays it as SIGTERM. A job's top process that acts on stops takes SIGHUP as that SIGTERM (``stop_for``,
+``with_hangup``), once.
+
 On the ground floor, beside the hand-off that imports it: every step imports it before anything else, so it
 imports only what a bare interpreter has.
 """
@@ -28,6 +33,18 @@ RELAYING = "SNAKEDDP_RELAYING"
 _caught: int | None = None
 #: The stops this process got itself: their relays are not acted on again (as a warm job's client does).
 _got: set[int] = set()
+
+
+def stop_for(signum: int) -> int:
+    """The stop a signal a job's top process got stands for: SIGHUP (its terminal hung up) is SIGTERM's, the stop
+    Snakemake's process relays for it; any other stands for itself."""
+    return signal.SIGTERM if signum == signal.SIGHUP else signum
+
+
+def with_hangup(stops: tuple[int, ...]) -> tuple[int, ...]:
+    """``stops`` and SIGHUP, the signals a job's top process acts on (as ``stop_for`` says), unless SIGHUP is
+    ignored (`nohup`, which Snakemake's process honours too: the terminal's end is not a stop there)."""
+    return stops if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (*stops, signal.SIGHUP)
 
 
 def take() -> None:
@@ -52,8 +69,8 @@ def _acted_on(relay: int, frame: object) -> None:
     """Act on every relay caught since the last one, unless this process got its stop before it."""
     stops = []
     for signum in _read_all(_caught):
-        if signum in RELAYED.values():
-            _got.add(signum)
+        if signum in RELAYED.values() or signum == signal.SIGHUP:
+            _got.add(stop_for(signum))
         elif signum in RELAYED and RELAYED[signum] not in _got:
             stops.append(RELAYED[signum])
     for stop in stops:

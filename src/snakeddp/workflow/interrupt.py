@@ -1,12 +1,12 @@
-"""Ctrl-C during a workflow: a few lines saying what was kept and that rerunning resumes.
+"""A stopped workflow (Ctrl-C, SIGTERM, SIGHUP): a few lines saying what was kept and that rerunning resumes.
 
-Snakemake reports each job that Ctrl-C stopped as a failure (a ``RuleException`` with the job's
-shell command, "Error in rule", the job's whole log, then "At least one job did not complete
-successfully"): 150 lines for two training runs, which read like a crash. Training was stopped
-on purpose and saved its last epoch, so the terminal leaves those records out
-(snakemake_logger_plugin_snakeddp reads ``INTERRUPTED``) and ``summary`` says instead
-what each unfinished run kept. An interrupted (or failed) attempt's log is moved aside before
-the next attempt's job writes the run's log afresh (``keep_unfinished_logs``).
+Snakemake reports each job that a stop ended as a failure (a ``RuleException`` with the job's shell command,
+"Error in rule", the job's whole log, then "At least one job did not complete successfully"): 150 lines for two
+training runs, which read like a crash. Training was stopped on purpose and saved (its last epoch after Ctrl-C,
+where it stopped after SIGTERM or SIGHUP, which stop a run as a scheduler's preemption does), so the terminal
+leaves those records out (snakemake_logger_plugin_snakeddp reads ``stopped_by``) and ``summary`` says instead what
+each unfinished run kept. An interrupted (or failed) attempt's log is moved aside before the next attempt's job
+writes the run's log afresh (``keep_unfinished_logs``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,15 @@ import psutil
 from snakeddp.run.layout import RunPaths
 from snakeddp.util import relays
 
-#: Set by the first Ctrl-C (SIGINT) Snakemake's own process receives.
-INTERRUPTED = threading.Event()
+#: The stops Snakemake's own process received (SIGINT: Ctrl-C; SIGTERM; SIGHUP), in the order they came.
+STOPS: list[int] = []
+#: How the workflow's last lines name each stop.
+NAMED = {signal.SIGINT: "Interrupted (Ctrl-C)", signal.SIGTERM: "Stopped (SIGTERM)", signal.SIGHUP: "Stopped (SIGHUP)"}
+
+
+def stopped_by() -> int | None:
+    """The first stop Snakemake's own process received, if any: its jobs were stopped, not broken."""
+    return STOPS[0] if STOPS else None
 
 
 def watch_ctrl_c() -> None:
@@ -37,7 +44,7 @@ def watch_ctrl_c() -> None:
     previous = signal.getsignal(signal.SIGINT)
 
     def noted(signum: int, frame: object) -> None:
-        INTERRUPTED.set()
+        STOPS.append(signum)
         if callable(previous):
             previous(signum, frame)
         else:
@@ -70,6 +77,9 @@ def pass_on_to_jobs() -> None:
 
 def relaying(relay: int, previous: Callable[[int, object], object]) -> Callable[[int, object], None]:
     def passed_on(signum: int, frame: object) -> None:
+        # Noted first: the jobs' ends that the stop brings are told as a stop's (snakemake_logger_plugin_snakeddp).
+        if signum != signal.SIGINT:  # noted by watch_ctrl_c (the handler this one passes it on to), if typed
+            STOPS.append(signum)
         relay_to_clients(relay)
         previous(signum, frame)
 
@@ -101,12 +111,15 @@ def handles(pid: int, signum: int) -> bool:
     return False
 
 
-def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
-    """What an interrupted workflow says: that rerunning resumes, and where each run that began
+def summary(runs: Iterable[tuple[str, Path]], stop: int = signal.SIGINT) -> list[str]:
+    """What a workflow that ``stop`` ended says: that rerunning resumes, and where each run that began
     training and did not finish (``(run id, run directory)``: metrics, no provenance.json) stands."""
+    # Ctrl-C keeps a run's last finished epoch; SIGTERM and SIGHUP stop it as a preemption does, saved at the
+    # step where the ranks stopped (a config whose preempt_signals leave SIGTERM out keeps its last epoch).
+    ctrl_c = stop == signal.SIGINT
     lines = [
-        "Interrupted (Ctrl-C). Nothing is lost: rerun the same command to go on where it stopped "
-        "(finished jobs do not run again; training resumes from its last saved epoch)."
+        f"{NAMED[stop]}. Nothing is lost: rerun the same command to go on where it stopped "
+        f"(finished jobs do not run again; training resumes from its last {'saved epoch' if ctrl_c else 'save'})."
     ]
     for run_id, run_dir in runs:
         paths = RunPaths(run_dir)
@@ -116,7 +129,9 @@ def summary(runs: Iterable[tuple[str, Path]]) -> list[str]:
         # Ctrl-C can land between the two (only torch could read the epoch back from last.ckpt).
         last = paths.last_checkpoint
         if last.is_file():
-            lines.append(f"  run {run_id}: its last finished epoch is saved in {last}")
+            lines.append(
+                f"  run {run_id}: {'its last finished epoch is saved' if ctrl_c else 'its last save is'} in {last}"
+            )
         else:
             lines.append(f"  run {run_id}: stopped in its first epoch; a rerun starts it again")
     return lines
