@@ -32,6 +32,11 @@ TERMINAL_RELAY = snakeddp_terminal.Relay(logger.info)
 WARM_PROCESS = snakeddp_warm.WarmProcess()
 
 
+# Each job's shell waits for its command when a closed terminal hangs up the process group: the train job's
+# launcher saves and records the try before Snakemake sees the job end (snakeddp.workflow.interrupt).
+shell.prefix(snakeddp_interrupt.JOB_SHELL_PREFIX)
+
+
 # Each rule is a step of snakeddp.run.rules, which the report's crate describes the workflow from.
 try:
     snakeddp_rules.check_rules(rule.name for rule in workflow.rules)

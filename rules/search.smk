@@ -43,9 +43,8 @@ rule search_train:
         **PLAN.train_resources(),
     message:
         "run {wildcards.run}: train to epoch {wildcards.epochs} (log: logs/search/{wildcards.run}.epochs-{wildcards.epochs}.log)"
-    # exec: the job's process is the launcher itself, as the train rule's is.
     shell:
-        "exec python -m snakeddp.launch --config {input.run:q}"
+        "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} --record-to {output.record:q} > {log:q} 2>&1"
 

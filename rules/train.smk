@@ -38,10 +38,7 @@ rule train:
         **PLAN.train_resources(),
     message:
         "run {wildcards.run}: train (log: logs/train/{wildcards.run}.log)"
-    # exec: the job's process is the launcher itself. A stop sent to the job's process group (a closed terminal's
-    # SIGHUP, a group's SIGTERM) then reaches the launcher alone, and Snakemake sees the job end once it has stopped
-    # the ranks, saved and recorded the try: a shell in between died of the signal at once (snakeddp.util.relays).
     shell:
-        "exec python -m snakeddp.launch --config {input.run:q}"
+        "python -m snakeddp.launch --config {input.run:q}"
         " --run-dir results/runs/{wildcards.run:q} --data {input.manifest:q}"
         " --environment-record {input.environment:q} > {log:q} 2>&1"

@@ -116,7 +116,7 @@ def failed_job(
             os.utime(log_file)
         failed_command = (
             'RuleException:\nCalledProcessError in file "/c/rules/train.smk", line 44:\n'
-            f"Command 'set -euo pipefail;  {shellcmd}' returned non-zero exit status 1."
+            f"Command 'set -euo pipefail; trap : HUP;  {shellcmd}' returned non-zero exit status 1."
         )
         logger.error(failed_command, extra={"event": LogEvent.ERROR, "exception": "RuleException"})
         record = dict(

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from snakeddp.run.variables import WARM_START
+from snakeddp.workflow.interrupt import JOB_SHELL_PREFIX
 from tests import workflow_venv
 from tests.checkout import Checkout, local_run_past_first_checkpoint
 from tests.helpers import left_running, subprocess_env, training_processes
@@ -168,6 +169,9 @@ def sighup_once_training_resumed(checkout: Path, run_dir: Path) -> subprocess.Po
         assert hung_up.poll() is None and time.monotonic() < deadline, "the rerun never resumed training"
         time.sleep(0.2)
     ranks = training_processes(run_dir)
+    # The train job's shell keeps through a hang-up of its group (tests/workflow/test_interrupt.py) by its prefix.
+    shells = [" ".join(p.cmdline()) for p in psutil.Process(hung_up.pid).children(recursive=True) if p.name() == "bash"]
+    assert any(f" -c {JOB_SHELL_PREFIX} python -m snakeddp.launch " in shell for shell in shells), shells
     os.kill(hung_up.pid, signal.SIGHUP)
     _, alive = psutil.wait_procs(ranks, timeout=30)
     assert not alive, "SIGHUP to Snakemake alone left its cold job training"

@@ -124,7 +124,7 @@ def test_a_pipe_into_tee_keeps_every_line_and_printshellcmds_shows_the_commands(
     lines = shown((checkout / "tee.log").read_text())
     assert shown(output) == lines
     assert epochs(lines) == {run: [(10, 10)] for run in RUNS}
-    assert any(line.startswith("Shell command: exec python -m snakeddp.launch ") for line in lines)
+    assert any(line.startswith("Shell command: python -m snakeddp.launch ") for line in lines)
     ends_with_the_report(checkout, lines)
 
 

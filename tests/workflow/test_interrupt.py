@@ -4,12 +4,23 @@ SIGHUP are tests/e2e/test_interrupt.py)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from snakeddp.util import relays
-from snakeddp.workflow.interrupt import STOPS, keep_unfinished_logs, pass_on_to_jobs, stopped_by, summary
+from snakeddp.workflow.interrupt import (
+    JOB_SHELL_PREFIX,
+    STOPS,
+    keep_unfinished_logs,
+    pass_on_to_jobs,
+    stopped_by,
+    summary,
+)
 
 
 def test_the_summary_names_each_unfinished_run_and_where_it_saved(tmp_path):
@@ -52,6 +63,38 @@ def test_a_sigterm_or_sighup_to_snakemake_is_noted_as_the_stop_and_acted_on_as_b
         for stop, handler in handlers.items():
             signal.signal(stop, handler)
         STOPS.clear()
+
+
+# A job's command that takes SIGHUP as a stop (as the launcher does): it saves for a second, then exits 75.
+SAVES_ON_HANGUP = """
+import pathlib, signal, sys, time
+def stop(signum, frame):
+    time.sleep(1)
+    pathlib.Path(sys.argv[1]).write_text("saved")
+    sys.exit(75)
+signal.signal(signal.SIGHUP, stop)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_jobs_shell_waits_through_its_groups_hangup_for_the_command_and_ends_with_its_status(tmp_path):
+    """A closed terminal hangs up Snakemake's whole process group, each job's shell with it (Snakemake runs a
+    job's command as `bash -c PREFIX COMMAND`, the train rule's with its output sent to its log, which keeps bash
+    from exec'ing it): the shell outlives the hang-up until its command ends, so Snakemake sees the job end once
+    the launcher saved and recorded the try, and with its status."""
+    saved, log = tmp_path / "saved", tmp_path / "job.log"
+    command = f"{sys.executable} -c {shlex.quote(SAVES_ON_HANGUP)} {saved} > {log} 2>&1"
+    shell = subprocess.Popen(["bash", "-c", JOB_SHELL_PREFIX + command], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (log.is_file() and log.read_text() == "ready\n"):
+        assert shell.poll() is None and time.monotonic() < deadline, log.read_text() if log.is_file() else ""
+        time.sleep(0.05)
+    os.killpg(shell.pid, signal.SIGHUP)
+    time.sleep(0.5)
+    assert shell.poll() is None, "the job's shell died of the hang-up while its command was saving"
+    assert shell.wait(timeout=30) == 75
+    assert saved.read_text() == "saved"
 
 
 def test_a_log_whose_job_did_not_finish_moves_aside_with_its_time(tmp_path):

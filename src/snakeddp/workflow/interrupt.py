@@ -23,6 +23,12 @@ import psutil
 from snakeddp.run.layout import RunPaths
 from snakeddp.util import relays
 
+#: Every job's shell prefix: Snakemake's own, then a trap that keeps the shell through a SIGHUP until its command
+#: ends (bash runs a trap once its foreground child is done). Where a closed terminal hangs up Snakemake's whole
+#: process group, the job's shell died of it at once, and Snakemake saw the job end while its launcher was still
+#: saving and recording the try. A prefix, not `exec` in the rules: a rule's command text is Snakemake's rerun
+#: key, and every run trained before would train again (tests/e2e/test_upgrade.py).
+JOB_SHELL_PREFIX = "set -euo pipefail; trap : HUP; "
 #: The stops Snakemake's own process received (SIGINT: Ctrl-C; SIGTERM; SIGHUP), in the order they came.
 STOPS: list[int] = []
 #: How the workflow's last lines name each stop.
