@@ -20,6 +20,7 @@ from snakeddp.workflow.interrupt import (
     pass_on_to_jobs,
     stopped_by,
     summary,
+    watch_ctrl_c,
 )
 
 
@@ -62,6 +63,21 @@ def test_a_sigterm_or_sighup_to_snakemake_is_noted_as_the_stop_and_acted_on_as_b
     finally:
         for stop, handler in handlers.items():
             signal.signal(stop, handler)
+        STOPS.clear()
+
+
+def test_an_ignored_ctrl_c_stays_ignored(monkeypatch):
+    """Snakemake started with SIGINT ignored (`nohup`, a script's `&`) keeps it so: the watch of Ctrl-C does not make
+    a `kill -INT` stop what its user meant to run on."""
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        watch_ctrl_c()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)
+        assert stopped_by() is None
+    finally:
+        signal.signal(signal.SIGINT, previous)
         STOPS.clear()
 
 

@@ -44,10 +44,12 @@ def watch_ctrl_c() -> None:
     """Note the first SIGINT, then let it act as before (Snakemake's KeyboardInterrupt); the
     terminal (snakemake_logger_plugin_snakeddp) then leaves out Snakemake's account of the jobs it
     stopped. Only the main thread may set signal handlers: elsewhere (Snakemake's API used from a
-    thread) nothing changes."""
+    thread) nothing changes; nor where SIGINT is ignored (`nohup`, a script's `&`), which Snakemake keeps."""
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        return
 
     def noted(signum: int, frame: object) -> None:
         STOPS.append(signum)
