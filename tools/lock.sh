@@ -33,7 +33,8 @@ compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --genera
     --override envs/requirements-overrides.txt)
 machine=$(uname -m)
 
-# The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache).
+# The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache),
+# compiled, as every helper imports it (with PYTHONDONTWRITEBYTECODE=1 each compiled it again: 0.1 s of CPU a re-lock).
 "$uv" venv --quiet --python "$PYTHON" "$work/tool"
 "$uv" pip install --quiet --python "$work/tool/bin/python" "packaging>=24"
 helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
@@ -106,6 +107,8 @@ core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/deni
 # SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
 # they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
 # core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
+# Its old lock decides too: a package where it and the dev lock differ (cryptography, pathspec) is left out of the
+# preferences, and was asked of the index in every re-lock (0.4 s of CPU, and the network's wait).
 v1_in=envs/requirements-azureml-v1.in
 helper snakeddp.environment.locking preferences "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" > "$work/v1.txt"
 v1=(envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt")
@@ -206,10 +209,21 @@ auditor=.venv/bin/python
 PYTHONPATH=src "$auditor" -m snakeddp.environment.advisories audit envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock \
     || echo "lock: the locks are written, and an advisory service lists releases in them (above): move them with tools/add.sh" >&2
 
-# The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
-# resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled; offline
-# first, as the resolutions just read every page it needs.
+# The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just resolved, as the
+# core lock installs them. What the venv (of this Python) already holds so is read there; the rest (a package just
+# added, what it brings) and the YAMLs' own PyYAML and packaging are linked into a throwaway venv from uv's cache,
+# never compiled; offline first, as the resolutions just read every page it needs. The whole core lock linked into
+# it, and removed again, took 1.1 s of CPU in each re-lock.
 "$uv" venv --quiet --python "$PYTHON" "$work/core"
 hashed_requirements --python "$work/core/bin/python" envs/requirements.lock > "$work/core-requirements.txt"
-cached_first "$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
-PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write
+venv_site=${VENV:-.venv}/lib/python$here/site-packages
+sites=()
+if [[ -d $venv_site ]]; then
+    helper snakeddp.environment.locking unheld "$work/core-requirements.txt" --site "$venv_site" --keep pyyaml packaging \
+        > "$work/core-unheld.txt"
+    sites=(--site "$work/core/lib/python$here/site-packages" --site "$venv_site")
+else
+    cp "$work/core-requirements.txt" "$work/core-unheld.txt"
+fi
+cached_first "$uv" pip install --quiet --no-deps --require-hashes --python "$work/core/bin/python" -r "$work/core-unheld.txt"
+PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write "${sites[@]}"
