@@ -36,7 +36,7 @@ machine=$(uname -m)
 # The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache),
 # compiled, as every helper imports it (with PYTHONDONTWRITEBYTECODE=1 each compiled it again: 0.1 s of CPU a re-lock).
 "$uv" venv --quiet --python "$PYTHON" "$work/tool"
-"$uv" pip install --quiet --python "$work/tool/bin/python" "packaging>=24"
+cached_first "$uv" pip install --quiet --compile-bytecode --python "$work/tool/bin/python" "packaging>=24"
 helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
 # One start (snakeddp.environment.locking prepare) writes what the resolutions start from, thirteen before:
 # uv never resolves a denied release ($work/denied.txt), and a pin of one is refused by name here, before uv
@@ -112,7 +112,7 @@ core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/deni
 v1_in=envs/requirements-azureml-v1.in
 helper snakeddp.environment.locking preferences "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" > "$work/v1.txt"
 v1=(envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt")
-if ! settled v1 "$work/v1.txt" envs/requirements.in "$v1_in" -- "${v1[@]}"; then
+if ! settled v1 "$work/v1.txt" envs/requirements.in "$v1_in" "$work/v1-kept.txt" -- "${v1[@]}"; then
     echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
     exit 1
 fi

@@ -281,6 +281,14 @@ def test_a_lock_with_an_altered_hash_stops_make_run_before_anything_is_installed
     }
     header = cooldown.load(checkout / "envs/cooldown.toml").header(datetime.now(UTC))
     assert header in lock.read_text().splitlines()
+    # Again where nothing reaches the index (unshare -n: a cluster's compute node): the .in files and the old locks
+    # decide every package, so each resolution is uv's cache's, the SDK v1's too (it asked the index every time,
+    # for the packages where its lock and the dev lock differ: cryptography, pathspec).
+    locks = sorted((checkout / "envs").glob("requirements*.lock"))
+    pins = {path.name: read_lock(path).pins for path in locks}
+    offline = typed(checkout, "unshare", "--net", "tools/lock.sh")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert {path.name: read_lock(path).pins for path in locks} == pins
     again = typed(checkout, "tools/setup.sh")
     assert again.returncode == 0, again.stdout + again.stderr
     assert typed(checkout, ".venv/bin/python", "-c", "import tabulate").returncode == 0
