@@ -297,10 +297,27 @@ if [[ -n "$extra" ]]; then
 fi
 "$uv" pip check "${into[@]}"
 PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
-# Installed is not working: import what the stages import (about 7 s); the stamp is written only
+# Installed is not working: import what the stages import (2-4 s of CPU); the stamp is written only
 # when they do, so the next set-up checks again.
 rm -f "$stamp"
-progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
+# What decides whether they import: every distribution as installed (its RECORD lists each file's hash), the venv's
+# Python, the packages added with a `# stages:` line, the modules config/config.yaml names, snakeddp's own sources.
+# Where none changed since the imports last worked (a package removed by hand and put back, a lock written again at
+# the same versions, a torch build's lock moved), they are not imported again.
+import_inputs() {
+    { stat -L -c '%n %s %Y' "$VENV/bin/python"; cat "$VENV/pyvenv.cfg" "$VENV"/lib/python3*/site-packages/*.dist-info/RECORD \
+        envs/requirements.in config/config.yaml 2>/dev/null || true; find src -name '*.py' -print0 | sort -z | xargs -0 cat; } \
+        | sha256sum | cut -d' ' -f1
+}
+imported="$VENV/.snakeddp-imported"
+inputs=$(import_inputs)
+if [[ -f $imported && "$(cat "$imported")" == "$inputs" ]]; then
+    echo "setup: imports work (nothing they import has changed since they last did)"
+else
+    rm -f "$imported"
+    progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
+    echo "$inputs" > "$imported"
+fi
 if [[ "${#locks[@]}" == 2 && $want_v1 == 0 ]]; then touch "$dev_marker"; fi
 cat "${locks[@]}" > "$verified"
 echo "$want" > "$stamp"
