@@ -38,7 +38,7 @@ machine=$(uname -m)
 "$uv" venv --quiet --python "$PYTHON" "$work/tool"
 cached_first "$uv" pip install --quiet --compile-bytecode --python "$work/tool/bin/python" "packaging>=24"
 helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
-# One start (snakeddp.environment.locking prepare) writes what the resolutions start from, thirteen before:
+# One start (snakeddp.environment.locking prepare) writes what the resolutions start from, fifteen before:
 # uv never resolves a denied release ($work/denied.txt), and a pin of one is refused by name here, before uv
 # says "no solution". Without --upgrade the old locks are uv's preferences (an existing output file: $work/all.txt,
 # v1-kept.txt, each build-<cuda>.txt), so a re-lock after adding or bumping one package leaves the rest alone
@@ -51,8 +51,9 @@ if ((prepared == 1)); then
     echo "lock: an .in file pins a denied release (above); the locks are unchanged." >&2
 fi
 ((prepared == 0)) || exit "$prepared"
-# The cooldown (envs/cooldown.toml): uv takes no release uploaded after its cutoff; the locks' headers say it.
-mapfile -t cooldown < <(helper snakeddp.environment.cooldown uv-args)
+# The cooldown (envs/cooldown.toml): uv takes no release uploaded after its cutoff; the locks' headers say it (both
+# from prepare's one reading of the clock: a re-lock across midnight UTC said another cutoff than uv was given).
+mapfile -t cooldown < "$work/cooldown-args.txt"
 ((${#cooldown[@]})) || exit 2
 compile+=("${cooldown[@]}")
 : > "$work/v1.txt"
@@ -164,19 +165,24 @@ done
 # (The SDK v1's venv is this Python's only.)
 here=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 awk '/^[A-Za-z0-9]/{skip=0} /^torch==/{skip=1} !skip' "$work/all.txt" > "$work/all-without-torch.txt"
+others=() resolved=()
 for version in "${SUPPORTED_PYTHONS[@]}"; do
     [[ $version != "$here" && -f "$work/build-13.0.txt" ]] || continue
     cached_first "${compile[@]}" --quiet --python-version "$version" --python-platform "$platform" \
         envs/requirements.in envs/requirements-dev.in --constraint "$work/all-without-torch.txt" \
         --constraint "$work/build-13.0.txt" --constraint "$work/denied.txt" --output-file "$work/all-$version.txt" \
         || { echo "lock: the .in files have no solution on Python $version (uv's reason above); the locks are unchanged." >&2; exit 1; }
-    helper snakeddp.environment.locking same "$work/all-$version.txt" --as "$work/all-without-torch.txt" \
-        "$work/build-13.0.txt" --python "$version" --here "$here" || exit 1
+    others+=("$version")
+    resolved+=("$work/all-$version.txt")
 done
+if ((${#others[@]})); then
+    helper snakeddp.environment.locking same "${resolved[@]}" --as "$work/all-without-torch.txt" \
+        "$work/build-13.0.txt" --python "${others[@]}" --here "$here" || exit 1
+fi
 
 pythons=$(echo "${SUPPORTED_PYTHONS[*]}" | sed 's/ /, /g; s/, \([^,]*\)$/ and \1/')
 helper snakeddp.environment.locking write "$work" "$work/out" --python "$pythons" --machine "$machine Linux" \
-    --cooldown "$(helper snakeddp.environment.cooldown header)"
+    --cooldown "$(cat "$work/cooldown-header.txt")"
 # PEP 751's pylock.toml beside each lock, from the lock itself (every version pinned, so uv chooses nothing; the same
 # cutoff, so it names no file the resolution could not see), for the Pythons tools/python.sh takes: offline from the
 # pages just read. Each lock then keeps the hashes of the files its pylock names (uv hashed cp310's too).

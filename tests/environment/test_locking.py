@@ -34,9 +34,13 @@ def test_one_start_prepares_the_preferences_denials_and_builds_and_refuses_a_den
     work.mkdir()
     for name in locking.INS:
         (envs / name).write_text((ENVS / name).read_text())
-    for name in (locking.CORE, locking.DEV, "requirements-torch-13.0.lock"):
+    for name in (locking.CORE, locking.DEV, "requirements-torch-13.0.lock", "cooldown.toml"):
         (envs / name).write_text((ENVS / name).read_text())
     assert locking.prepare(envs, work, upgrade=False) == []
+    # The cooldown's cutoff, for uv and for the locks' headers, from one reading of the clock.
+    args = (work / "cooldown-args.txt").read_text().splitlines()
+    assert args[0] == "--exclude-newer" and args[1].endswith("T00:00:00Z")
+    assert (work / "cooldown-header.txt").read_text().startswith(f"# No release uploaded after {args[1]} ")
     assert (work / "all.txt").read_text() == "\n".join(
         locking.preferences([ENVS / locking.CORE, ENVS / locking.DEV])
     ) + "\n"
@@ -218,6 +222,10 @@ def test_another_pythons_resolution_is_compared_with_this_ones_torch_taken_from_
     assert locking.differences(same, [here, build]) == []
     other = compiled("other.txt", "audioop-lts==0.2.2", "numpy==2.4.6", "torch==2.13.0", "triton==3.7.1")
     assert locking.differences(other, [here, build]) == ["+audioop-lts==0.2.2", "-pyyaml==6.0.4"]
+    # tools/lock.sh's one start for every other Python: the first that differs is said, in one line.
+    command = ["same", str(same), str(other), "--as", str(here), str(build), "--python", "3.12", "3.13"]
+    assert locking.main([*command, "--here", "3.11"]) == 1
+    assert locking.main([*command[:2], *command[3:6], "--python", "3.12", "--here", "3.11"]) == 0
 
 
 def test_lock_sh_says_its_usage_and_refuses_an_option_it_does_not_know_before_locking_anything(tmp_path):
