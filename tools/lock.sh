@@ -33,11 +33,12 @@ compile=("$uv" pip compile --python "$PYTHON" --no-header --no-annotate --genera
     --override envs/requirements-overrides.txt)
 machine=$(uname -m)
 
-# The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache).
+# The helpers need packaging, which the Python running this may lack: a venv of their own (a second, from uv's cache),
+# compiled, as every helper imports it (with PYTHONDONTWRITEBYTECODE=1 each compiled it again: 0.1 s of CPU a re-lock).
 "$uv" venv --quiet --python "$PYTHON" "$work/tool"
-"$uv" pip install --quiet --python "$work/tool/bin/python" "packaging>=24"
+cached_first "$uv" pip install --quiet --compile-bytecode --python "$work/tool/bin/python" "packaging>=24"
 helper() { PYTHONPATH=src "$work/tool/bin/python" -m "$@"; }
-# One start (snakeddp.environment.locking prepare) writes what the resolutions start from, thirteen before:
+# One start (snakeddp.environment.locking prepare) writes what the resolutions start from, fifteen before:
 # uv never resolves a denied release ($work/denied.txt), and a pin of one is refused by name here, before uv
 # says "no solution". Without --upgrade the old locks are uv's preferences (an existing output file: $work/all.txt,
 # v1-kept.txt, each build-<cuda>.txt), so a re-lock after adding or bumping one package leaves the rest alone
@@ -50,8 +51,9 @@ if ((prepared == 1)); then
     echo "lock: an .in file pins a denied release (above); the locks are unchanged." >&2
 fi
 ((prepared == 0)) || exit "$prepared"
-# The cooldown (envs/cooldown.toml): uv takes no release uploaded after its cutoff; the locks' headers say it.
-mapfile -t cooldown < <(helper snakeddp.environment.cooldown uv-args)
+# The cooldown (envs/cooldown.toml): uv takes no release uploaded after its cutoff; the locks' headers say it (both
+# from prepare's one reading of the clock: a re-lock across midnight UTC said another cutoff than uv was given).
+mapfile -t cooldown < "$work/cooldown-args.txt"
 ((${#cooldown[@]})) || exit 2
 compile+=("${cooldown[@]}")
 : > "$work/v1.txt"
@@ -106,10 +108,12 @@ core=(envs/requirements.in --constraint "$work/all.txt" --constraint "$work/deni
 # SDK v1: a complete lock of its own (its venv installs it alone), at the core and dev locks' versions where
 # they fit (its own old lock first, without --upgrade). Not constrained to the core lock: a package added to the
 # core (tools/add.sh adlfs brings cryptography 50) may pass azureml-core's caps (pyopenssl: cryptography<47).
+# Its old lock decides too: a package where it and the dev lock differ (cryptography, pathspec) is left out of the
+# preferences, and was asked of the index in every re-lock (0.4 s of CPU, and the network's wait).
 v1_in=envs/requirements-azureml-v1.in
 helper snakeddp.environment.locking preferences "$work/v1-kept.txt" "$work/core.txt" "$work/all.txt" > "$work/v1.txt"
 v1=(envs/requirements.in "$v1_in" --constraint "$work/denied.txt" --output-file "$work/v1.txt")
-if ! settled v1 "$work/v1.txt" envs/requirements.in "$v1_in" -- "${v1[@]}"; then
+if ! settled v1 "$work/v1.txt" envs/requirements.in "$v1_in" "$work/v1-kept.txt" -- "${v1[@]}"; then
     echo "lock: envs/requirements.in and $v1_in have no solution (uv's reason above); the locks are unchanged. HINT: change the pin uv names in $v1_in" >&2
     exit 1
 fi
@@ -161,19 +165,24 @@ done
 # (The SDK v1's venv is this Python's only.)
 here=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 awk '/^[A-Za-z0-9]/{skip=0} /^torch==/{skip=1} !skip' "$work/all.txt" > "$work/all-without-torch.txt"
+others=() resolved=()
 for version in "${SUPPORTED_PYTHONS[@]}"; do
     [[ $version != "$here" && -f "$work/build-13.0.txt" ]] || continue
     cached_first "${compile[@]}" --quiet --python-version "$version" --python-platform "$platform" \
         envs/requirements.in envs/requirements-dev.in --constraint "$work/all-without-torch.txt" \
         --constraint "$work/build-13.0.txt" --constraint "$work/denied.txt" --output-file "$work/all-$version.txt" \
         || { echo "lock: the .in files have no solution on Python $version (uv's reason above); the locks are unchanged." >&2; exit 1; }
-    helper snakeddp.environment.locking same "$work/all-$version.txt" --as "$work/all-without-torch.txt" \
-        "$work/build-13.0.txt" --python "$version" --here "$here" || exit 1
+    others+=("$version")
+    resolved+=("$work/all-$version.txt")
 done
+if ((${#others[@]})); then
+    helper snakeddp.environment.locking same "${resolved[@]}" --as "$work/all-without-torch.txt" \
+        "$work/build-13.0.txt" --python "${others[@]}" --here "$here" || exit 1
+fi
 
 pythons=$(echo "${SUPPORTED_PYTHONS[*]}" | sed 's/ /, /g; s/, \([^,]*\)$/ and \1/')
 helper snakeddp.environment.locking write "$work" "$work/out" --python "$pythons" --machine "$machine Linux" \
-    --cooldown "$(helper snakeddp.environment.cooldown header)"
+    --cooldown "$(cat "$work/cooldown-header.txt")"
 # PEP 751's pylock.toml beside each lock, from the lock itself (every version pinned, so uv chooses nothing; the same
 # cutoff, so it names no file the resolution could not see), for the Pythons tools/python.sh takes: offline from the
 # pages just read. Each lock then keeps the hashes of the files its pylock names (uv hashed cp310's too).
@@ -206,10 +215,21 @@ auditor=.venv/bin/python
 PYTHONPATH=src "$auditor" -m snakeddp.environment.advisories audit envs/requirements.lock envs/requirements-dev.lock envs/requirements-azureml-v1.lock \
     || echo "lock: the locks are written, and an advisory service lists releases in them (above): move them with tools/add.sh" >&2
 
-# The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just
-# resolved: a throwaway venv of the core lock, linked from uv's cache (about a second) and never compiled; offline
-# first, as the resolutions just read every page it needs.
+# The stage YAMLs pin each stage's dependency closure, read from the metadata of the packages just resolved, as the
+# core lock installs them. What the venv (of this Python) already holds so is read there; the rest (a package just
+# added, what it brings) and the YAMLs' own PyYAML and packaging are linked into a throwaway venv from uv's cache,
+# never compiled; offline first, as the resolutions just read every page it needs. The whole core lock linked into
+# it, and removed again, took 1.1 s of CPU in each re-lock.
 "$uv" venv --quiet --python "$PYTHON" "$work/core"
 hashed_requirements --python "$work/core/bin/python" envs/requirements.lock > "$work/core-requirements.txt"
-cached_first "$uv" pip sync --quiet --require-hashes --python "$work/core/bin/python" "$work/core-requirements.txt"
-PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write
+venv_site=${VENV:-.venv}/lib/python$here/site-packages
+sites=()
+if [[ -d $venv_site ]]; then
+    helper snakeddp.environment.locking unheld "$work/core-requirements.txt" --site "$venv_site" --keep pyyaml packaging \
+        > "$work/core-unheld.txt"
+    sites=(--site "$work/core/lib/python$here/site-packages" --site "$venv_site")
+else
+    cp "$work/core-requirements.txt" "$work/core-unheld.txt"
+fi
+cached_first "$uv" pip install --quiet --no-deps --require-hashes --python "$work/core/bin/python" -r "$work/core-unheld.txt"
+PYTHONPATH=src "$work/core/bin/python" -m snakeddp.environment.files write "${sites[@]}"

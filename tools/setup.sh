@@ -227,8 +227,10 @@ editable_install() {
 # Bytecode at install time: uv leaves compiling to the first import, and where
 # PYTHONDONTWRITEBYTECODE=1 is set (CI machines, containers; this project's VMs) the .pyc files
 # are never written, so every process compiled torch, Lightning and Snakemake from source again:
-# `import lightning.pytorch` took 10 s instead of 5.5 s here. uv compiles all of site-packages.
-compile=(--compile-bytecode)
+# `import lightning.pytorch` took 10 s instead of 5.5 s here. Compiled once the installs are done, for the
+# distributions they changed (snakeddp.environment.bytecode; all of site-packages in a new venv): uv's
+# --compile-bytecode looked at all of site-packages again after each install (0.5 s of CPU, twice a set-up).
+compiled="$VENV/.snakeddp-compiled"
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "setup: creating $VENV"
@@ -239,7 +241,7 @@ if [[ $installed == 0 ]]; then
     # The locks are complete (every transitive dependency, exact versions, every file's sha256), so no resolver
     # runs: sync installs exactly what the locks say, each file checked against its hash before anything is
     # installed, and removes what they do not.
-    # uv reports its downloads, then compiles every package's bytecode without a word.
+    # uv reports its downloads and what it installed; the bytecode is compiled below.
     # An install a full disk cut short can leave a package's .dist-info without the RECORD uv writes last (or
     # without its METADATA): uv takes the package for installed and `uv pip check` calls it broken. Without
     # its .dist-info the sync installs it again (over whatever half of its files were written).
@@ -253,8 +255,8 @@ if [[ $installed == 0 ]]; then
         done
     fi
     hashed_requirements --python "$VENV/bin/python" "${locks[@]}" > "$VENV/.snakeddp-requirements"
-    progress "installing and compiling the locked packages" hashed_install cached_first "$uv" pip sync --require-hashes "${into[@]}" \
-        "${compile[@]}" "${again[@]}" "$VENV/.snakeddp-requirements"
+    progress "installing the locked packages" hashed_install cached_first "$uv" pip sync --require-hashes "${into[@]}" \
+        "${again[@]}" "$VENV/.snakeddp-requirements"
 fi
 # torch is locked by version; the build is environment.cuda's. PyPI's own (13.0) is the machine's
 # choice where pip finds torch (this machine's wheel cache has the CPU build); a CUDA build needs its
@@ -266,11 +268,11 @@ want=$(stamp_of "$cuda" "$pin" "$index")
 # The build's runtime wheels, each with its hash, from the build's own lock (constraints: only what torch needs here).
 if [[ $index == "-" ]]; then
     progress "installing torch's build" hashed_install cached_first "$uv" pip install --quiet --require-hashes "${into[@]}" \
-        "${compile[@]}" "$pin" --constraint "$core" --constraint "$build_lock"
+        "$pin" --constraint "$core" --constraint "$build_lock"
 else
     failed=$(mktemp)
     if ! progress "installing torch's CUDA $cuda build from $index" "$uv" pip install --quiet --require-hashes "${into[@]}" \
-        "${compile[@]}" "$pin" --extra-index-url "$index" --constraint "$core" --constraint "$build_lock" 2>"$failed"; then
+        "$pin" --extra-index-url "$index" --constraint "$core" --constraint "$build_lock" 2>"$failed"; then
         # uv's error is a chain of causes; the last one says what went wrong (a name that does not resolve).
         cause=$(grep -v '^\s*$' "$failed" | tail -n 1 | sed -e 's/^ *cause: //' -e 's/^error: //')
         rm -f "$failed"
@@ -282,8 +284,9 @@ else
     rm -f "$failed"
 fi
 editable_install
-# snakeddp's own modules (an editable install: compiled here, in src/, where the imports find them).
-progress "compiling src/" "$VENV/bin/python" -m compileall -q src
+# Then snakeddp's own modules (an editable install: compiled in src/, where the imports find them).
+progress "compiling the installed packages" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.bytecode \
+    --record "$compiled" --sources src
 # Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.
 extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then
@@ -294,10 +297,27 @@ if [[ -n "$extra" ]]; then
 fi
 "$uv" pip check "${into[@]}"
 PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
-# Installed is not working: import what the stages import (about 7 s); the stamp is written only
+# Installed is not working: import what the stages import (2-4 s of CPU); the stamp is written only
 # when they do, so the next set-up checks again.
 rm -f "$stamp"
-progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
+# What decides whether they import: every distribution as installed (its RECORD lists each file's hash), the venv's
+# Python, the packages added with a `# stages:` line, the modules config/config.yaml names, snakeddp's own sources.
+# Where none changed since the imports last worked (a package removed by hand and put back, a lock written again at
+# the same versions, a torch build's lock moved), they are not imported again.
+import_inputs() {
+    { stat -L -c '%n %s %Y' "$VENV/bin/python"; cat "$VENV/pyvenv.cfg" "$VENV"/lib/python3*/site-packages/*.dist-info/RECORD \
+        envs/requirements.in config/config.yaml 2>/dev/null || true; find src -name '*.py' -print0 | sort -z | xargs -0 cat; } \
+        | sha256sum | cut -d' ' -f1
+}
+imported="$VENV/.snakeddp-imported"
+inputs=$(import_inputs)
+if [[ -f $imported && "$(cat "$imported")" == "$inputs" ]]; then
+    echo "setup: imports work (nothing they import has changed since they last did)"
+else
+    rm -f "$imported"
+    progress "importing what the stages import" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.imports
+    echo "$inputs" > "$imported"
+fi
 if [[ "${#locks[@]}" == 2 && $want_v1 == 0 ]]; then touch "$dev_marker"; fi
 cat "${locks[@]}" > "$verified"
 echo "$want" > "$stamp"

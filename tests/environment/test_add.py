@@ -281,9 +281,19 @@ def test_a_lock_with_an_altered_hash_stops_make_run_before_anything_is_installed
     }
     header = cooldown.load(checkout / "envs/cooldown.toml").header(datetime.now(UTC))
     assert header in lock.read_text().splitlines()
+    # Again where nothing reaches the index (unshare -n: a cluster's compute node): the .in files and the old locks
+    # decide every package, so each resolution is uv's cache's, the SDK v1's too (it asked the index every time,
+    # for the packages where its lock and the dev lock differ: cryptography, pathspec).
+    locks = sorted((checkout / "envs").glob("requirements*.lock"))
+    pins = {path.name: read_lock(path).pins for path in locks}
+    offline = typed(checkout, "unshare", "--net", "tools/lock.sh")
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+    assert {path.name: read_lock(path).pins for path in locks} == pins
     again = typed(checkout, "tools/setup.sh")
     assert again.returncode == 0, again.stdout + again.stderr
     assert typed(checkout, ".venv/bin/python", "-c", "import tabulate").returncode == 0
+    # tabulate is back as it was, at the versions the imports last worked with: they are not imported again (2-4 s).
+    assert "setup: imports work (nothing they import has changed since they last did)" in again.stdout, again.stdout
 
 
 def test_a_torch_build_without_hashes_is_refused_in_one_line_and_the_venv_keeps_its_torch(checkout):
@@ -325,3 +335,5 @@ def test_snakeddp_is_built_again_when_its_version_changes(checkout):
     version = [".venv/bin/python", "-c", "import importlib.metadata as m; print(m.version('snakeddp'))"]
     assert typed(checkout, *version).stdout.strip() == f"{old}.post1"
     assert editable_metadata(checkout).parent.name == f"snakeddp-{old}.post1.dist-info"
+    # A distribution made anew (and snakeddp's sources changed): what the stages import is imported again.
+    assert "setup: imports work: torch, lightning.pytorch" in again.stdout, again.stdout

@@ -13,6 +13,7 @@ locks and took the package out again."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import re
 import subprocess
@@ -72,7 +73,12 @@ def kept(checkout: Path, package: str, stage: str) -> None:
     assert read_lock(checkout / "envs" / "requirements.lock").version(package) == version, package
     # The venv's own metadata, read here: a Python started for it cost 0.1 s of CPU a package.
     (site,) = (checkout / ".venv" / "lib").glob("python3*/site-packages")
-    assert [d.version for d in importlib.metadata.distributions(name=package, path=[str(site)])] == [version], package
+    (dist,) = importlib.metadata.distributions(name=package, path=[str(site)])
+    assert dist.version == version, package
+    # Compiled as it was installed (the set-up compiles what its installs changed): a process that imports it under
+    # PYTHONDONTWRITEBYTECODE=1 would compile it from source every time.
+    init = min((f for f in dist.files or () if f.name == "__init__.py"), key=lambda f: len(f.parts))
+    assert Path(importlib.util.cache_from_source(str(dist.locate_file(init)))).is_file(), f"{package}: no bytecode"
     pins = yaml.safe_load((checkout / "envs" / f"{stage}.yaml").read_text())["dependencies"][-1]["pip"]
     # Each pin carries its wheels' hashes (--require-hashes heads the list), as the locks do.
     assert pins[0] == "--require-hashes" and all(" --hash=sha256:" in pin for pin in pins[1:]), pins[:3]

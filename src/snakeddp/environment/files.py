@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,15 +124,17 @@ def locked_build(cuda: str, envs: Path = ENVS) -> Lock:
     return own
 
 
-def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -> list[Pin]:
+def stage_pins(
+    stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS, sites: Sequence[str] | None = None
+) -> list[Pin]:
     """Every package the stage needs, as the lock pins it (version and hashes).
 
-    The closure is read from the installed packages' metadata, so ``strict`` (for writing the
-    YAMLs) requires an environment installed from the lock (tools/lock.sh's, or the project
-    venv); checks read it from whatever is installed, since which packages a package requires
-    rarely changes with its version.
+    The closure is read from the installed packages' metadata (in ``sites``, the first that holds a package;
+    default the interpreter's site-packages), so ``strict`` (for writing the YAMLs) requires every package of
+    the lock installed there at its version (tools/lock.sh's, or the project venv); checks read it from
+    whatever is installed, since which packages a package requires rarely changes with its version.
     """
-    present = installed()
+    present = installed(sites)
     stale = [
         f"{pin.name} (lock {pin.version}, installed {present[key].version if key in present else 'none'})"
         for key, pin in lock.pins.items()
@@ -140,17 +142,20 @@ def stage_pins(stage: str, lock: Lock, strict: bool = True, envs: Path = ENVS) -
     ]
     if strict and stale:
         raise EnvFileError(
-            f"{sys.prefix} is not installed from the lock, so the stage closures cannot be read from it: "
+            f"{', '.join(sites) if sites else sys.prefix} is not installed from the lock, so the stage closures "
+            "cannot be read from it: "
             f"{', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}. HINT: run tools/setup.sh first."
         )
-    names = requirement_closure(stage_roots(stage, envs), present) & set(lock.pins)
+    names = requirement_closure(stage_roots(stage, envs), present, sites) & set(lock.pins)
     return sorted((lock.pins[key] for key in names), key=lambda pin: pin.name.lower())
 
 
-def stage_requirements(stage: str, lock: Lock, envs: Path, build: TorchBuild, strict: bool = True) -> list[Pin]:
+def stage_requirements(
+    stage: str, lock: Lock, envs: Path, build: TorchBuild, strict: bool = True, sites: Sequence[str] | None = None
+) -> list[Pin]:
     """The pins of a stage's YAML for one torch build: the lock's, torch as the build's lock has it (the
     version with the build's label, unhashed where the build is not locked) and the wheels the build adds."""
-    closure = stage_pins(stage, lock, strict=strict, envs=envs)
+    closure = stage_pins(stage, lock, strict=strict, envs=envs, sites=sites)
     if ACCELERATED not in {canonicalize_name(pin.name) for pin in closure}:
         return closure
     own = build_lock(build, envs)
@@ -172,9 +177,11 @@ def _by_name(pin: Pin) -> str:
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
-def render_stage(stage: str, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT]) -> str:
+def render_stage(
+    stage: str, lock: Lock, envs: Path = ENVS, build: TorchBuild = BUILDS[DEFAULT], sites: Sequence[str] | None = None
+) -> str:
     """The conda YAML of one stage and torch build: conda-forge's Python, then pip pins from the locks, hashed."""
-    pins = stage_requirements(stage, lock, envs, build)
+    pins = stage_requirements(stage, lock, envs, build, sites=sites)
     document = {
         "channels": ["conda-forge", "nodefaults"],
         "dependencies": [
@@ -202,14 +209,15 @@ def render_stage(stage: str, lock: Lock, envs: Path = ENVS, build: TorchBuild = 
     return header + yaml.dump(document, Dumper=_DUMPER, sort_keys=False, default_flow_style=False, width=1 << 16)
 
 
-def write(envs: Path = ENVS) -> list[Path]:
-    """Rewrite every stage's YAML (one per torch build where the stage imports torch) from the lock in ``envs``."""
+def write(envs: Path = ENVS, sites: Sequence[str] | None = None) -> list[Path]:
+    """Rewrite every stage's YAML (one per torch build where the stage imports torch) from the lock in ``envs``,
+    the closures read from the metadata in ``sites`` (default: the interpreter's site-packages)."""
     lock = read_lock(envs / LOCK_NAME)
     written = []
     for stage in STAGE_PACKAGES:
         for build in stage_builds(stage):
             path = envs / stage_file(stage, build.cuda)
-            path.write_text(render_stage(stage, lock, envs, build), encoding="utf-8")
+            path.write_text(render_stage(stage, lock, envs, build, sites), encoding="utf-8")
             written.append(path)
     return written
 
@@ -349,10 +357,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.files", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["write", "check"])
     parser.add_argument("--envs", type=Path, default=ENVS, help="the envs/ directory (default: this checkout's)")
+    parser.add_argument(
+        "--site",
+        dest="sites",
+        action="append",
+        help="write: a directory whose packages' metadata the closures are read from, the first that holds a "
+        "package counting (repeatable; default: this interpreter's site-packages)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "write":
-            for path in write(args.envs):
+            for path in write(args.envs, args.sites):
                 print(f"envfiles: wrote {path}")
             return 0
         problems = check(args.envs)

@@ -18,18 +18,21 @@ sha256 is computed here), so the core lock installs the build a machine takes an
     python -m snakeddp.environment.locking undecided RESOLVED --by FILE...  # what no pin in FILEs decided
     python -m snakeddp.environment.locking write WORK OUT --python 3.11.7 --machine x86_64 [--cooldown LINE]
     python -m snakeddp.environment.locking agree OUT  # each lock names the files its pylock.<name>.toml names
-    python -m snakeddp.environment.locking same RESOLVED --as FILE... --python 3.13 --here 3.11  # another Python's
+    python -m snakeddp.environment.locking same RESOLVED... --as FILE... --python 3.12 3.13 --here 3.11  # others'
+    python -m snakeddp.environment.locking unheld REQUIREMENTS --site DIR [--keep NAME...]  # what DIR lacks of them
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -87,13 +90,18 @@ def preferences(paths: Iterable[Path]) -> list[str]:
 
 
 def prepare(envs: Path, work: Path, upgrade: bool) -> list[str]:
-    """What tools/lock.sh resolves from, written into ``work`` in one Python start (thirteen starts of 0.13 s of
+    """What tools/lock.sh resolves from, written into ``work`` in one Python start (fifteen starts of 0.13 s of
     CPU each before): denied.txt, the constraints that keep denied releases out; builds.txt, each build's
     ``<cuda> <label or -> <index>``; the old locks in ``envs`` as uv's preferences, all.txt (core and dev),
-    v1-kept.txt and build-<cuda>.txt (empty with ``upgrade``: everything afresh). Returns one line for each pin
-    of the .in files that envs/denied.toml refuses."""
-    from snakeddp.environment import advisories  # urllib.request: 50 ms each undecided or write would not use
+    v1-kept.txt and build-<cuda>.txt (empty with ``upgrade``: everything afresh); envs/cooldown.toml's cutoff as
+    uv's arguments (cooldown-args.txt, one a line) and the locks' header line (cooldown-header.txt), from one
+    reading of the clock. Returns one line for each pin of the .in files that envs/denied.toml refuses."""
+    # advisories imports urllib.request: 50 ms each undecided or write would not use.
+    from snakeddp.environment import advisories, cooldown
 
+    wait, today = cooldown.load(envs / "cooldown.toml"), datetime.now(UTC)
+    (work / "cooldown-args.txt").write_text(_lines(wait.uv_args(today)), encoding="utf-8")
+    (work / "cooldown-header.txt").write_text(_lines([wait.header(today)]), encoding="utf-8")
     denials = advisories.load()
     (work / "denied.txt").write_text(_lines(advisories.constraints(denials)), encoding="utf-8")
     (work / "builds.txt").write_text(
@@ -386,6 +394,56 @@ def agree(out: Path) -> None:
         (out / lock).write_text(_kept_hashes((out / lock).read_text(encoding="utf-8"), lock, named), encoding="utf-8")
 
 
+def requirement_entries(text: str) -> list[tuple[str, str]]:
+    """The entries of a requirements file as tools/uv.sh's hashed_requirements prints it (lock entries with their
+    hash and index lines; ``name @ URL --hash=...`` for a find-links wheel): (canonical name, the entry's text)."""
+    found: list[tuple[str, str]] = []
+    for line in text.splitlines(keepends=True):
+        if re.match(r"[A-Za-z0-9]", line):
+            name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line)[0]
+            found.append((canonicalize_name(name), line))
+        elif found and line[:1].isspace():
+            found[-1] = (found[-1][0], found[-1][1] + line)
+    return found
+
+
+def unheld(requirements: Path, site: Path, keep: Iterable[str] = ()) -> str:
+    """The entries of ``requirements`` that ``site`` does not hold as installing them would: ``name==version`` at
+    that version from an index (no direct_url.json), ``name @ URL`` from that URL; and those of ``keep`` whatever
+    it holds. tools/lock.sh installs only these for the stage YAMLs' metadata and reads the rest from the venv."""
+    from importlib.metadata import distributions
+
+    from snakeddp.environment.lock import metadata_headers
+
+    held: dict[str, tuple[str, str | None]] = {}
+    for dist in distributions(path=[str(site)]):
+        headers = metadata_headers(dist)
+        if headers.get("Name") and headers.get("Version"):
+            direct = dist.read_text("direct_url.json")
+            url = json.loads(direct).get("url") if direct else None
+            held.setdefault(canonicalize_name(headers["Name"]), (headers["Version"], url))
+    kept = {canonicalize_name(name) for name in keep}
+    out = []
+    for key, entry in requirement_entries(requirements.read_text(encoding="utf-8")):
+        version, url = held.get(key, (None, None))
+        pin = _LINE_PIN.match(entry)
+        if pin:
+            same = version is not None and url is None and _same_version(version, pin["version"])
+        else:
+            named = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*\s*@\s*(\S+)", entry)
+            same = named is not None and url == named[1]
+        if key in kept or not same:
+            out.append(entry if entry.endswith("\n") else entry + "\n")
+    return "".join(out)
+
+
+def _same_version(installed: str, locked: str) -> bool:
+    try:
+        return Version(installed) == Version(locked)
+    except InvalidVersion:
+        return installed == locked
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snakeddp.environment.locking", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -399,10 +457,14 @@ def main(argv: list[str] | None = None) -> int:
     deciding.add_argument("resolved", type=Path)
     deciding.add_argument("--by", nargs="+", type=Path, required=True)
     comparing = commands.add_parser("same")
-    comparing.add_argument("resolved", type=Path)
+    comparing.add_argument("resolved", nargs="+", type=Path, help="one resolution for each --python, in order")
     comparing.add_argument("--as", dest="expected", nargs="+", type=Path, required=True)
-    comparing.add_argument("--python", required=True)
+    comparing.add_argument("--python", nargs="+", required=True)
     comparing.add_argument("--here", required=True)
+    holding = commands.add_parser("unheld")
+    holding.add_argument("requirements", type=Path)
+    holding.add_argument("--site", type=Path, required=True)
+    holding.add_argument("--keep", nargs="*", default=[])
     agreeing = commands.add_parser("agree")
     agreeing.add_argument("out", type=Path)
     writing = commands.add_parser("write")
@@ -425,16 +487,21 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(left))
             return 1 if left else 0
         elif args.command == "same":
-            differ = differences(args.resolved, args.expected)
-            if differ:
-                print(
-                    f"lock: on Python {args.python} the .in files resolve to other packages than on {args.here} "
-                    f"({', '.join(differ[:6])}{' ...' if len(differ) > 6 else ''}), and one lock serves every Python "
-                    "tools/python.sh takes. HINT: pin the package that differs in the .in file, or take that Python "
-                    "out of SUPPORTED_PYTHONS in tools/python.sh",
-                    file=sys.stderr,
-                )
-                return 1
+            if len(args.resolved) != len(args.python):
+                parser.error("same: one resolution for each --python")
+            for resolved, python in zip(args.resolved, args.python, strict=True):
+                differ = differences(resolved, args.expected)
+                if differ:
+                    print(
+                        f"lock: on Python {python} the .in files resolve to other packages than on {args.here} "
+                        f"({', '.join(differ[:6])}{' ...' if len(differ) > 6 else ''}), and one lock serves every "
+                        "Python tools/python.sh takes. HINT: pin the package that differs in the .in file, or take "
+                        "that Python out of SUPPORTED_PYTHONS in tools/python.sh",
+                        file=sys.stderr,
+                    )
+                    return 1
+        elif args.command == "unheld":
+            sys.stdout.write(unheld(args.requirements, args.site, args.keep))
         elif args.command == "agree":
             agree(args.out)
         else:
