@@ -427,6 +427,8 @@ def tmpfs(folder: Path, options: str) -> Iterator[Path]:
 
 
 def as_typed_in_a_terminal() -> None:
-    """SIGINT's default, as a terminal's shell starts a command (a Popen's preexec_fn): under nohup or a script's
-    `&` the tests inherit SIGINT ignored, and a shell cannot trap or reset a signal ignored on entry."""
+    """SIGINT's and SIGHUP's defaults, as a terminal's shell starts a command (a Popen's preexec_fn): under nohup or
+    a script's `&` the tests inherit them ignored, which Snakemake keeps (snakeddp.workflow.interrupt), and a shell
+    cannot trap or reset a signal ignored on entry."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)

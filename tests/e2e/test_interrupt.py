@@ -20,7 +20,7 @@ from snakeddp.run.variables import WARM_START
 from snakeddp.workflow.interrupt import JOB_SHELL_PREFIX
 from tests import workflow_venv
 from tests.checkout import Checkout, local_run_past_first_checkpoint
-from tests.helpers import left_running, subprocess_env, training_processes
+from tests.helpers import as_typed_in_a_terminal, left_running, subprocess_env, training_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -72,6 +72,7 @@ def test_sigint_to_snakemake_alone_stops_its_ranks_says_how_to_resume_in_a_few_l
             stdout=run_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=as_typed_in_a_terminal,
         )
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints/last.ckpt").is_file():
@@ -161,7 +162,7 @@ def sighup_once_training_resumed(checkout: Path, run_dir: Path) -> subprocess.Po
         hung_up = subprocess.Popen(
             [workflow_venv.snakemake(), "--profile", "profiles/local"], cwd=checkout,
             env=subprocess_env(**{WARM_START: "0"}), stdout=hup_log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=as_typed_in_a_terminal,
         )  # fmt: skip
     train_log = checkout / "logs/train/base.log"  # the killed attempt's moved aside first
     deadline = time.monotonic() + 300
