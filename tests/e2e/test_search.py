@@ -20,7 +20,7 @@ import torch
 from bench.benchmarks import search as bench_search
 from snakeddp.run.layout import RunPaths
 from tests import workflow_venv
-from tests.helpers import TINY, Workflow, subprocess_env
+from tests.helpers import TINY, Workflow, as_typed_in_a_terminal, subprocess_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("kept_warm")]
 
@@ -117,8 +117,9 @@ def test_an_interrupted_search_from_an_empty_directory_makes_the_same_decisions(
     again = Workflow(tmp_path)
     again.write_config(SEARCH)
     started = subprocess.Popen(
-        again.command(), cwd=again.directory, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+        again.command(), cwd=again.directory, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        preexec_fn=as_typed_in_a_terminal,
+    )  # fmt: skip
     deadline = time.monotonic() + 300
     while not list((again.directory / "logs/search").glob("*.epochs-3.log")) and time.monotonic() < deadline:
         assert started.poll() is None, "the search ended before its second rung started"
