@@ -30,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from snakeddp.environment.lock import site_packages
+from snakeddp.util.fsutil import atomic_write_text
 
 # Fewer modules than this are compiled in this process; more, on every core (a package of a thousand modules
 # took 0.9 s in one process).
@@ -106,9 +107,7 @@ def compile_changed(record: Path, sites: list[str]) -> int:
     else:
         new = [key for key in keys if key not in before]
         compile_modules([path for key in new for path in record_modules(keys[key])])
-    written = record.with_name(record.name + ".tmp")
-    written.write_text("".join(f"{key}\n" for key in sorted(keys)), encoding="utf-8")
-    written.replace(record)
+    atomic_write_text(record, "".join(f"{key}\n" for key in sorted(keys)))
     return len(new)
 
 
