@@ -165,3 +165,112 @@ def test_a_log_older_than_the_invocation_is_not_shown_as_the_failed_jobs(capsys,
     assert shown[-1] == f"Logfile {log}: not shown, as this job did not write it (it is from an earlier invocation)"
     shown = terminal(capsys, failed_job(str(log)), show_failed_logs=True)  # the job's own: shown whole
     assert shown[-4:-1] == ["run a: epoch 1/4", "run a: epoch 2/4", "snakeddp: run a completed after 4 epochs"]
+
+
+def snakemakes_error(logger: logging.Logger, raise_it) -> None:
+    """What Snakemake's command line logs for an exception raised before the Snakefile is read
+    (SnakemakeApi.print_exception: the formatted exception and its class's name)."""
+    from snakemake.exceptions import format_exception_to_string
+
+    try:
+        raise_it()
+    except Exception as error:  # noqa: BLE001: whatever Snakemake raises, as its command line catches it
+        logger.error(
+            format_exception_to_string(error), extra={"event": LogEvent.ERROR, "exception": type(error).__name__}
+        )
+
+
+def typed_mistake(capsys, monkeypatch, tmp_path, *typed: str) -> list[str]:
+    """The terminal's lines for ``snakemake *typed`` where Snakemake's own parsing of --config and
+    --configfile (snakemake.cli.parse_config, ConfigSettings) refuses what was typed, in ``tmp_path``."""
+    from snakemake.cli import parse_args, parse_config
+    from snakemake.settings.types import ConfigSettings
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["snakemake", "--workflow-profile", "none", *typed, "-n"]
+    monkeypatch.setattr("sys.argv", argv)
+    _, args = parse_args(argv[1:])
+    settings = lambda: ConfigSettings(config=parse_config(args.config), configfiles=args.configfile)  # noqa: E731
+    return terminal(capsys, lambda logger: snakemakes_error(logger, settings))
+
+
+@pytest.mark.parametrize(
+    "typed, expected",
+    [
+        (
+            ["--configfile", "nope.yaml"],
+            "snakeddp: --configfile nope.yaml: no such file or directory ({tmp}/nope.yaml). HINT: give a YAML file "
+            "that exists, its path from {tmp} or absolute, then run the same command again (config/config.yaml is "
+            "read first; the --configfile holds only the keys that differ).",
+        ),
+        (
+            ["--configfile", "mine.yaml", "tabs.yaml"],
+            "snakeddp: --configfile tabs.yaml is not valid YAML: line 2, column 1: found character '\\t' that "
+            "cannot start any token. HINT: mend line 2 of tabs.yaml (YAML indents with spaces, never tabs; a list "
+            "closes with ']', a mapping with '}'), then run the same command again.",
+        ),
+        (
+            ["--configfile=open.yaml"],
+            "snakeddp: --configfile open.yaml is not valid YAML: line 2, column 1: expected ',' or ']', but got "
+            "'<stream end>' (while parsing a flow sequence from line 1). HINT: mend line 2 of open.yaml (YAML "
+            "indents with spaces, never tabs; a list closes with ']', a mapping with '}'), then run the same "
+            "command again.",
+        ),
+        (
+            ["--configfile", "list.yaml"],
+            "snakeddp: --configfile list.yaml holds a list, not config keys. HINT: write the sections at the top "
+            "level of list.yaml, as config/config.yaml does (trainer:, model:, data:, each with its keys), then "
+            "run the same command again.",
+        ),
+        (
+            ["--config", "seed=3", "trainer.max_epochs=3"],
+            "snakeddp: --config trainer.max_epochs=3: Snakemake takes a section with its keys, not a dotted key. "
+            "HINT: type --config 'trainer={max_epochs: 3}' instead (the section's other keys keep their values).",
+        ),
+        (
+            ["--config", "model.kwargs.hidden=[8, 8]", "model.name=a, b"],
+            "snakeddp: --config model.kwargs.hidden=[8, 8]: Snakemake takes a section with its keys, not a dotted "
+            "key. HINT: type --config 'model={kwargs: {hidden: [8, 8]}}' instead (the section's other keys keep "
+            "their values).",
+        ),
+        (
+            ["--config", "model.name=a, b"],
+            "snakeddp: --config model.name=a, b: Snakemake takes a section with its keys, not a dotted key. HINT: "
+            "type --config 'model={name: \"a, b\"}' instead (the section's other keys keep their values).",
+        ),
+        (
+            ["--config", "trainer"],
+            "snakeddp: --config trainer: an entry is KEY=VALUE, a config section and its keys. HINT: type --config "
+            "'trainer={KEY: VALUE}' with the keys to change (config/schema.yaml documents each), as --config "
+            "'trainer={max_epochs: 3}' does.",
+        ),
+        (
+            ["--config", "1st=3"],
+            "snakeddp: --config 1st=3: '1st' is not a config section (a name of letters, digits and _). HINT: type "
+            "--config SECTION={KEY: VALUE} with a section of config/schema.yaml, as --config "
+            "'trainer={max_epochs: 3}' does.",
+        ),
+    ],
+)
+def test_a_mistake_typed_before_the_snakefile_runs_is_one_line_with_a_hint(
+    capsys, monkeypatch, tmp_path, typed, expected
+):
+    """Snakemake refuses these while it parses the command line, in a traceback (a missing file), or in a message
+    naming no file or entry; the terminal shows one line naming what was typed, and how to mend it."""
+    (tmp_path / "mine.yaml").write_text("seed: 3\n")
+    (tmp_path / "tabs.yaml").write_text("trainer:\n\tmax_epochs: 3\n")
+    (tmp_path / "open.yaml").write_text("launch: {devices: [1, 2\n")
+    (tmp_path / "list.yaml").write_text("- seed: 3\n")
+    assert typed_mistake(capsys, monkeypatch, tmp_path, *typed) == [expected.replace("{tmp}", str(tmp_path))]
+
+
+def test_a_mistake_not_found_on_the_command_line_keeps_snakemakes_words(capsys, monkeypatch, tmp_path):
+    """A --configfile given in a profile is not on the command line: Snakemake's message stays as it wrote it."""
+    (tmp_path / "tabs.yaml").write_text("trainer:\n\tmax_epochs: 3\n")
+    lines = typed_mistake(capsys, monkeypatch, tmp_path, "--configfile", "tabs.yaml")
+    assert lines[0].startswith("snakeddp: --configfile tabs.yaml is not valid YAML")
+    monkeypatch.setattr("sys.argv", ["snakemake", "-n"])  # what a profile's configfile: leaves on the command line
+    from snakemake.settings.types import ConfigSettings
+
+    lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: ConfigSettings(configfiles=["tabs.yaml"])))
+    assert any("Config file is not valid JSON or YAML" in line for line in lines) and not any("HINT" in l for l in lines)

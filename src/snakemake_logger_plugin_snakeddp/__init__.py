@@ -24,6 +24,8 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - a failed job's log that is older than the invocation, in one line: the job's command never wrote it
   (sbatch refused the job: an account or QOS the site does not know), and what it holds is an earlier
   run's (every epoch of a run that completed);
+- Snakemake's traceback or fileless message for a mistake typed on the command line and met before the Snakefile
+  runs (a --configfile missing or not YAML, a dotted --config key): one line with a HINT instead (``typed``);
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
   whose command its "Error in rule" block repeats, unless ``--verbose``.
 
@@ -41,6 +43,8 @@ import time
 
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
+
+from snakemake_logger_plugin_snakeddp import typed
 
 # The line Snakemake's formatter puts above a job: time.asctime() in brackets.
 _JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
@@ -131,6 +135,8 @@ class LogHandler(LogHandlerBase):
                 self.stream.write("\n")
             self.last_was_job_info = event == LogEvent.JOB_INFO
             text = self.format(record)
+            if event == LogEvent.ERROR:
+                text = typed.told(record.getMessage(), getattr(record, "exception", None), sys.argv) or text
             if not self.common_settings.verbose:
                 text = _JOB_TIME.sub(r"\1", text, count=1)
                 if event == LogEvent.JOB_ERROR:

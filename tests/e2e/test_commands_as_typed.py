@@ -81,6 +81,32 @@ def test_a_typed_key_the_sweep_sets_is_refused_and_sweeping_it_as_hinted_plans_i
     assert "run devices-3: write run.yaml" in output and "devices-1" not in output
 
 
+def test_a_mistyped_config_or_configfile_is_one_line_and_its_hint_followed_plans_the_runs(clone):
+    """Snakemake refuses these as it parses the command line, before the Snakefile: a traceback for a missing
+    --configfile, a message naming no file or line for one that is not YAML, and one naming no entry for a dotted
+    --config key (Hydra's, LightningCLI's). Each is one line saying what to do, and doing it plans the runs."""
+
+    def refused(command: str) -> str:
+        done = typed(clone, command)
+        lines = [line for line in done.stdout.splitlines() if "HINT:" in line]
+        assert done.returncode != 0 and len(lines) == 1 and "Traceback" not in done.stdout, done.stdout
+        return lines[0]
+
+    mine = clone / "mine.yaml"
+    line = refused("snakemake -n --cores 2 --configfile mine.yaml")
+    assert line.startswith(f"snakeddp: --configfile mine.yaml: no such file or directory ({mine})"), line
+    mine.write_text("trainer:\n\tmax_epochs: 2\n")  # made where the line says, with a tab as an editor may put
+    line = refused("snakemake -n --cores 2 --configfile mine.yaml")
+    assert "mine.yaml is not valid YAML: line 2, column 1" in line and "HINT: mend line 2 of mine.yaml" in line
+    mine.write_text("trainer:\n  max_epochs: 2\n")
+    assert "run devices-2: write run.yaml" in ok(typed(clone, "snakemake -n --cores 2 --configfile mine.yaml"))
+
+    line = refused("snakemake -n --cores 2 --config trainer.max_epochs=2 seed=3")
+    hinted = line.split("HINT: type --config ", 1)[1].split(" instead", 1)[0]
+    assert hinted == "'trainer={max_epochs: 2}'", line
+    assert "run devices-2: write run.yaml" in ok(typed(clone, f"snakemake -n --cores 2 --config {hinted} seed=3"))
+
+
 def test_a_summary_lists_the_outputs_of_every_run(clone):
     output = ok(typed(clone, "snakemake -n --summary"))
     assert "results/runs/devices-2/provenance.json" in output and "results/runs/devices-1/provenance.json" in output
