@@ -295,7 +295,11 @@ if [[ -n "$extra" ]]; then
     [[ -z "$said" ]] || echo "setup: removing packages that no lock names: $said"
     "$uv" pip uninstall --quiet "${into[@]}" $extra
 fi
-"$uv" pip check "${into[@]}"
+# Said only where they do not fit together ("Checked N packages", "All installed packages are compatible" is no news).
+if ! checked=$("$uv" pip check "${into[@]}" 2>&1); then
+    printf '%s\n' "$checked" >&2
+    exit 1
+fi
 PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock verify "${locks[@]}" "${optional[@]}"
 # Installed is not working: import what the stages import (2-4 s of CPU); the stamp is written only
 # when they do, so the next set-up checks again.
