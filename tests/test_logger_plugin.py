@@ -174,7 +174,7 @@ def snakemakes_error(logger: logging.Logger, raise_it) -> None:
 
     try:
         raise_it()
-    except Exception as error:  # noqa: BLE001: whatever Snakemake raises, as its command line catches it
+    except Exception as error:  # whatever Snakemake raises, as its command line catches it
         logger.error(
             format_exception_to_string(error), extra={"event": LogEvent.ERROR, "exception": type(error).__name__}
         )
@@ -273,4 +273,5 @@ def test_a_mistake_not_found_on_the_command_line_keeps_snakemakes_words(capsys, 
     from snakemake.settings.types import ConfigSettings
 
     lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: ConfigSettings(configfiles=["tabs.yaml"])))
-    assert any("Config file is not valid JSON or YAML" in line for line in lines) and not any("HINT" in l for l in lines)
+    assert any("Config file is not valid JSON or YAML" in line for line in lines), lines
+    assert not any("HINT" in line for line in lines), lines

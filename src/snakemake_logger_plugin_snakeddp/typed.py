@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 # The last line of Snakemake's traceback where opening a --configfile failed: "FileNotFoundError: [Errno 2] No
 # such file or directory: 'nope.yaml'" (IsADirectoryError, PermissionError alike).
@@ -58,9 +58,9 @@ def told(message: str, exception: str | None, argv: Sequence[str]) -> str | None
         return _not_opened(ast.literal_eval(opened["path"]), opened["reason"])
     configfiles = typed_values(argv, "--configfile", "--configfiles")
     if exception == "WorkflowError" and _NOT_YAML in message:
-        return _first_not_yaml(configfiles)
+        return _first_said(configfiles, _not_yaml)
     if exception == "WorkflowError" and _NOT_MAPPING in message:
-        return _first_not_mapping(configfiles)
+        return _first_said(configfiles, _not_mapping)
     entries = typed_values(argv, "--config", "-C")
     if exception == "ValueError" and _NOT_KEY_VALUE in last:
         return _first_without_equals(entries)
@@ -88,37 +88,43 @@ def _load(path: str) -> tuple[object, Exception | None]:
         return None, error
 
 
-def _first_not_yaml(configfiles: list[str]) -> str | None:
+def _first_said(configfiles: list[str], said: Callable[[str, object, Exception | None], str | None]) -> str | None:
+    """The line ``said`` makes of the first of ``configfiles`` it finds fault with (given what the file loads as,
+    or the error loading it raised)."""
+    for path in configfiles:
+        line = said(path, *_load(path))
+        if line is not None:
+            return line
+    return None
+
+
+def _not_yaml(path: str, loaded: object, error: Exception | None) -> str | None:
     import yaml
 
-    for path in configfiles:
-        _, error = _load(path)
-        if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-            mark = error.problem_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}"
-            context = ""
-            if error.context and error.context_mark is not None and error.context_mark.line != mark.line:
-                context = f" ({error.context} from line {error.context_mark.line + 1})"
-            problem = (error.problem or "not YAML").replace("\t", "\\t")
-            return (
-                f"snakeddp: --configfile {path} is not valid YAML: {where}: {problem}{context}. HINT: mend line "
-                f"{mark.line + 1} of {path} (YAML indents with spaces, never tabs; a list closes with ']', a mapping "
-                "with '}'), then run the same command again."
-            )
-    return None
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return None
+    mark = error.problem_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    context = ""
+    if error.context and error.context_mark is not None and error.context_mark.line != mark.line:
+        context = f" ({error.context} from line {error.context_mark.line + 1})"
+    problem = (error.problem or "not YAML").replace("\t", "\\t")
+    return (
+        f"snakeddp: --configfile {path} is not valid YAML: {where}: {problem}{context}. HINT: mend line "
+        f"{mark.line + 1} of {path} (YAML indents with spaces, never tabs; a list closes with ']', a mapping "
+        "with '}'), then run the same command again."
+    )
 
 
-def _first_not_mapping(configfiles: list[str]) -> str | None:
-    for path in configfiles:
-        loaded, error = _load(path)
-        if error is None and not isinstance(loaded, dict):
-            holds = "nothing" if loaded is None else f"a {type(loaded).__name__}"
-            return (
-                f"snakeddp: --configfile {path} holds {holds}, not config keys. HINT: write the sections at the "
-                f"top level of {path}, as config/config.yaml does (trainer:, model:, data:, each with its keys), then "
-                "run the same command again."
-            )
-    return None
+def _not_mapping(path: str, loaded: object, error: Exception | None) -> str | None:
+    if error is not None or isinstance(loaded, dict):
+        return None
+    holds = "nothing" if loaded is None else f"a {type(loaded).__name__}"
+    return (
+        f"snakeddp: --configfile {path} holds {holds}, not config keys. HINT: write the sections at the "
+        f"top level of {path}, as config/config.yaml does (trainer:, model:, data:, each with its keys), then "
+        "run the same command again."
+    )
 
 
 def _first_without_equals(entries: list[str]) -> str | None:
