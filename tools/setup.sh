@@ -285,8 +285,9 @@ else
 fi
 editable_install
 # Then snakeddp's own modules (an editable install: compiled in src/, where the imports find them).
+# A distribution compiled for an earlier venv (another checkout, a worktree) is linked from the store beside uv.
 progress "compiling the installed packages" env PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.bytecode \
-    --record "$compiled" --sources src
+    --record "$compiled" --store "$(dirname "$uv_home")/bytecode" --sources src
 # Left by the venv's seed (wheel) or a lock older than the venv: the venv is exactly the locks.
 extra=$(PYTHONPATH=src "$VENV/bin/python" -m snakeddp.environment.lock extra "$core" "$dev")
 if [[ -n "$extra" ]]; then
