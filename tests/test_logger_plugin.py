@@ -275,3 +275,14 @@ def test_a_mistake_not_found_on_the_command_line_keeps_snakemakes_words(capsys, 
     lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: ConfigSettings(configfiles=["tabs.yaml"])))
     assert any("Config file is not valid JSON or YAML" in line for line in lines), lines
     assert not any("HINT" in line for line in lines), lines
+
+
+def test_a_missing_configfile_a_profile_gives_is_named_as_the_profiles(capsys, monkeypatch, tmp_path):
+    from snakemake.settings.types import ConfigSettings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["snakemake", "--profile", "mine", "-n"])
+    lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: ConfigSettings(configfiles=["gone.yaml"])))
+    assert len(lines) == 1 and lines[0].startswith(
+        f"snakeddp: the configfile gone.yaml a profile gives: no such file or directory ({tmp_path}/gone.yaml). HINT: "
+    ), lines

@@ -53,10 +53,11 @@ def told(message: str, exception: str | None, argv: Sequence[str]) -> str | None
     if not lines:
         return None
     last = lines[-1].strip()
+    configfiles = typed_values(argv, "--configfile", "--configfiles")
     opened = _NOT_OPENED.match(last)
     if opened and "in _load_configfile" in message:
-        return _not_opened(ast.literal_eval(opened["path"]), opened["reason"])
-    configfiles = typed_values(argv, "--configfile", "--configfiles")
+        path = ast.literal_eval(opened["path"])
+        return _not_opened(path, opened["reason"], typed=path in configfiles)
     if exception == "WorkflowError" and _NOT_YAML in message:
         return _first_said(configfiles, _not_yaml)
     if exception == "WorkflowError" and _NOT_MAPPING in message:
@@ -69,11 +70,12 @@ def told(message: str, exception: str | None, argv: Sequence[str]) -> str | None
     return None
 
 
-def _not_opened(path: str, reason: str) -> str:
+def _not_opened(path: str, reason: str, typed: bool) -> str:
     where = os.path.abspath(path)
+    given = f"--configfile {path}" if typed else f"the configfile {path} a profile gives"
     return (
-        f"snakeddp: --configfile {path}: {reason.lower()} ({where}). HINT: give a YAML file that exists, its path "
-        f"from {os.getcwd()} or absolute, then run the same command again (config/config.yaml is read first; the "
+        f"snakeddp: {given}: {reason.lower()} ({where}). HINT: give a YAML file that exists, its path from "
+        f"{os.getcwd()} or absolute, then run the same command again (config/config.yaml is read first; the "
         "--configfile holds only the keys that differ)."
     )
 
