@@ -111,6 +111,25 @@ def test_help_is_plain_text_and_every_subcommand_describes_itself(tmp_path):
         assert not description.startswith(("positional arguments", "options")) and len(description) > 60, page
 
 
+@pytest.mark.parametrize(
+    "typed, refused",
+    [
+        (("runs", "--bogus"), "snakeddp runs: unrecognized arguments: --bogus"),
+        (("compare", "a"), "snakeddp compare: the following arguments are required: RUN_B"),
+        (("status", "--json", "extra"), "snakeddp status: unrecognized arguments: extra"),
+        (("frobnicate",), "snakeddp: argument command: invalid choice: 'frobnicate' (choose from 'runs', "),
+    ],
+)
+def test_a_mistyped_command_is_one_line_naming_its_subcommand_whose_help_says_what_it_takes(tmp_path, typed, refused):
+    done = snakeddp(*typed, cwd=tmp_path)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(refused), done.stderr
+    hinted = lines[0].split("HINT: ", 1)[1].removesuffix(" says what it takes.").split()
+    assert hinted[0] == "snakeddp" and hinted[-1] == "--help", lines
+    page = snakeddp(*hinted[1:], cwd=tmp_path)
+    assert page.returncode == 0 and page.stdout.startswith(f"usage: {' '.join(hinted[:-1])} "), page.stdout
+
+
 @pytest.mark.parametrize("args", [("--help",), ("runs",)])
 def test_output_into_a_pipe_its_reader_closed_ends_without_a_traceback(tmp_path, args):
     """`snakeddp runs | head -0`: the reader is gone before the first line is written."""

@@ -38,10 +38,10 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from snakeddp import __version__, platforms
 from snakeddp.errors import ConfigError, ExportError, ProvenanceError, RunNotFound
@@ -504,16 +504,33 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose refusal of what was typed is one line with a HINT (argparse prints its usage, then
+    ``PROG: error: ...``): a wrong option or value names the (sub)command it was given to and its --help."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}. HINT: {self.prog} --help says what it takes.\n")
+
+    #: The subcommands' parsers by name (add_subparsers' choices), where this is the command's.
+    subcommands: Mapping[str, argparse.ArgumentParser] = {}
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # the subcommand's words it does not know: refused by the subcommand, whose --help lists its own
+            command = self.subcommands.get(getattr(parsed, "command", None) or "", self)
+            command.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
 def _parser() -> argparse.ArgumentParser:
     """The `snakeddp` command and its subcommands, each added by a function of its own below."""
-    parser = argparse.ArgumentParser(
-        prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = _OneLineParser(prog="snakeddp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"snakeddp {__version__}")
     parser.add_argument(
         "--results", default=None, help="the workflow's results directory (default: the checkout's results/)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.subcommands = sub.choices
     reading = [
         add(sub) for add in (_add_runs, _add_compare, _add_verify, _add_prune, _add_export, _add_nodes, _add_status)
     ]
