@@ -45,7 +45,9 @@ def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Se
         return None
     base = layers.load_layer(base_file) if base_file.is_file() else {}
     command_line = layers.command_line_config(entries)
-    config = layers.compose(base, [*map(layers.load_layer, configfiles), command_line])
+    config = layers.remove_nulled(
+        layers.compose(base, [*map(layers.load_layer, configfiles), command_line]), command_line
+    )
     # As the workflow's plan refuses it: a --config key the sweep sets would read as this config's runs here.
     layers.check_not_swept(command_line, config.get("sweep") or {})
     return config
