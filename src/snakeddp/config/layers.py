@@ -88,9 +88,8 @@ def _free_form(schema: Mapping[str, Any]) -> bool:
     """Whether a mapping's keys are the user's (model.kwargs, data.module_kwargs, network.env, spark.conf): the
     schema types it an object and lists none of its keys."""
     declared = schema.get("type")
-    return (declared == "object" or isinstance(declared, list) and "object" in declared) and not schema.get(
-        "properties"
-    )
+    types = [declared] if isinstance(declared, str) else declared or []
+    return "object" in types and not schema.get("properties")
 
 
 def nulled(layer: Mapping[str, Any], schema: Mapping[str, Any], within: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
