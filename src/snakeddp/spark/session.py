@@ -62,8 +62,14 @@ JVM_START = {
 DRIVER_JAVA = "spark.driver.extraJavaOptions"
 EXECUTOR_JAVA = "spark.executor.extraJavaOptions"
 # Spark's WARN lines and stack traces are not the user's: the driver says what failed in one line
-# (a spark.driver.extraJavaOptions in the config's spark.conf replaces this, to see them).
+# (a spark.driver.extraJavaOptions in the config's spark.conf replaces this, to see them). A driver started from
+# Python is an interpreter's to Spark: PythonGatewayServer sets the console to its own logger's level, WARN unless
+# configured, and says so on stderr ("Setting default log level to "WARN". To adjust logging level use
+# sc.setLogLevel(newLevel)...", in every ingest log; Logging.initializeLogging, read in pyspark 4.3's jars): that
+# logger is given the root's level, so nothing changes and nothing is said.
 LOG4J2 = """rootLogger.level = off
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = off
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
