@@ -24,6 +24,8 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - a failed job's log that is older than the invocation, in one line: the job's command never wrote it
   (sbatch refused the job: an account or QOS the site does not know), and what it holds is an earlier
   run's (every epoch of a run that completed);
+- of a failed job's "input:" line, every file past the first few (a table's ingestion lists each of the table's
+  files: thousands for a folder of Parquet parts), said as how many more;
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
   whose command its "Error in rule" block repeats, unless ``--verbose``.
 
@@ -97,6 +99,19 @@ def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
     return text
 
 
+# A failed job's inputs shown by name (the rest counted): its command's and log's lines are what say why it failed.
+SHOWN_INPUTS = 3
+
+
+def inputs_told(text: str, inputs: list[str]) -> str:
+    """A failed job's record with its "input:" line cut to the first SHOWN_INPUTS files and how many more."""
+    if len(inputs) <= SHOWN_INPUTS:
+        return text
+    whole = f"\n    input: {', '.join(inputs)}\n"
+    shown = ", ".join(inputs[:SHOWN_INPUTS])
+    return text.replace(whole, f"\n    input: {shown}, … and {len(inputs) - SHOWN_INPUTS:,} more\n", 1)
+
+
 class LogHandler(LogHandlerBase):
     """Snakemake's terminal less the chatter and the stopped jobs' errors."""
 
@@ -135,6 +150,7 @@ class LogHandler(LogHandlerBase):
                 text = _JOB_TIME.sub(r"\1", text, count=1)
                 if event == LogEvent.JOB_ERROR:
                     text = failed_logs_told(text, getattr(record, "log", None) or [], self.started)
+                    text = inputs_told(text, list(getattr(record, "input", None) or []))
             if text in ("", "None"):
                 return
             self.stream.write(self.coloured(record, text) + "\n")
