@@ -107,7 +107,10 @@ def test_errors_show_unless_a_stop_ended_the_jobs(capsys, stop):
 
 
 def failed_job(
-    log_file: str, shellcmd: str = "python -m snakeddp.launch --config run.yaml > log 2>&1", wrote_log: bool = True
+    log_file: str,
+    shellcmd: str = "python -m snakeddp.launch --config run.yaml > log 2>&1",
+    wrote_log: bool = True,
+    inputs: tuple[str, ...] = ("run.yaml",),
 ):
     def log(logger: logging.Logger) -> None:
         """What Snakemake 9 logs for a job whose command failed (and, with ``wrote_log``, wrote its log during the
@@ -120,7 +123,7 @@ def failed_job(
         )
         logger.error(failed_command, extra={"event": LogEvent.ERROR, "exception": "RuleException"})
         record = dict(
-            rule_name="train", rule_msg=None, jobid=2, input=["run.yaml"], output=["provenance.json"],
+            rule_name="train", rule_msg=None, jobid=2, input=list(inputs), output=["provenance.json"],
             log=[log_file], conda_env=None, container_img=None, aux={}, indent=False, shellcmd=shellcmd,
             event=LogEvent.JOB_ERROR,
         )  # fmt: skip
@@ -286,3 +289,17 @@ def test_a_missing_configfile_a_profile_gives_is_named_as_the_profiles(capsys, m
     assert len(lines) == 1 and lines[0].startswith(
         f"snakeddp: the configfile gone.yaml a profile gives: no such file or directory ({tmp_path}/gone.yaml). HINT: "
     ), lines
+
+
+def test_a_failed_jobs_inputs_past_the_first_few_are_counted(capsys, tmp_path):
+    """A table's ingestion that failed listed every file of the table on its "input:" line (2,000 Parquet parts: one
+    line of 60,000 characters above the step's one line)."""
+    log = tmp_path / "ingest.log"
+    log.write_text("snakeddp.steps: data/t/part-01999.parquet: no column 'c'. HINT: fix data.table.features.\n")
+    parts = tuple(f"data/t/part-{i:05d}.parquet" for i in range(2000))
+    shown = terminal(capsys, failed_job(str(log), inputs=parts), show_failed_logs=True)
+    said = f"    input: {', '.join(parts[:3])}, … and 1,997 more"
+    assert said in shown and not any("part-00003" in line for line in shown), shown
+    few = terminal(capsys, failed_job(str(log), inputs=parts[:3]), show_failed_logs=True)
+    assert f"    input: {', '.join(parts[:3])}" in few
+    assert any("part-01999" in line for line in terminal(capsys, failed_job(str(log), inputs=parts), verbose=True))

@@ -26,6 +26,8 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
   run's (every epoch of a run that completed);
 - Snakemake's traceback or fileless message for a mistake typed on the command line and met before the Snakefile
   runs (a --configfile missing or not YAML, a dotted --config key): one line with a HINT instead (``typed``);
+- of a failed job's "input:" line, every file past the first few (a table's ingestion lists each of the table's
+  files: thousands for a folder of Parquet parts), said as how many more;
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,
   whose command its "Error in rule" block repeats, unless ``--verbose``.
 
@@ -101,6 +103,19 @@ def failed_logs_told(text: str, logs: list[str], since: float = 0.0) -> str:
     return text
 
 
+# A failed job's inputs shown by name (the rest counted): its command's and log's lines are what say why it failed.
+SHOWN_INPUTS = 3
+
+
+def inputs_told(text: str, inputs: list[str]) -> str:
+    """A failed job's record with its "input:" line cut to the first SHOWN_INPUTS files and how many more."""
+    if len(inputs) <= SHOWN_INPUTS:
+        return text
+    whole = f"\n    input: {', '.join(inputs)}\n"
+    shown = ", ".join(inputs[:SHOWN_INPUTS])
+    return text.replace(whole, f"\n    input: {shown}, … and {len(inputs) - SHOWN_INPUTS:,} more\n", 1)
+
+
 class LogHandler(LogHandlerBase):
     """Snakemake's terminal less the chatter and the stopped jobs' errors."""
 
@@ -141,6 +156,7 @@ class LogHandler(LogHandlerBase):
                 text = _JOB_TIME.sub(r"\1", text, count=1)
                 if event == LogEvent.JOB_ERROR:
                     text = failed_logs_told(text, getattr(record, "log", None) or [], self.started)
+                    text = inputs_told(text, list(getattr(record, "input", None) or []))
             if text in ("", "None"):
                 return
             self.stream.write(self.coloured(record, text) + "\n")

@@ -78,3 +78,34 @@ def test_an_empty_mapping_given_empties_the_files_and_only_what_comes_after_it_f
     assert config.validate(layers.compose(base, [{"model": {}}]))["model"]["kwargs"] == {}
     assert layers.compose(base, [{"sweep": {}}])["sweep"] == {}, "the sweep's own rule: replaced whole"
     assert layers.compose(base, [{"model": {"kwargs": {"depth": 5}}}])["model"]["kwargs"] == {"width": 64, "depth": 5}
+
+
+def test_a_null_typed_for_a_kwargs_key_removes_the_files_key_and_a_files_null_stays_a_value():
+    """config/config.yaml's model.kwargs.dropout could not be taken away from the command line: Snakemake's parser
+    reads the typed null as the text 'null' (YAML's BaseLoader), which became None, passed to the constructor."""
+    from snakemake.cli import parse_config
+    from snakemake.utils import update_config
+
+    base = {"model": {"target": "m:Net", "kwargs": {"width": 64, "dropout": 0.1}}, "network": {"env": {"A": "1"}}}
+    entries = ["model={kwargs: {dropout: null}}", "network={env: {A: ~}}"]
+    snakemakes = parse_config(entries)
+    assert snakemakes["model"]["kwargs"] == {"dropout": "null"}, "Snakemake's own reading of the typed null"
+    typed = layers.command_line_config(entries)
+    assert typed["model"]["kwargs"] == {"dropout": None}
+    # As the workflow puts it together (plan._validated): Snakemake's merge, the typed values over it, then this.
+    merged = copy.deepcopy(base)
+    update_config(merged, snakemakes)
+    update_config(merged, typed)
+    assert merged["model"]["kwargs"] == {"width": 64, "dropout": None}, "without it: dropout=None, not removed"
+    removed = layers.remove_nulled(merged, typed)
+    # network.env's values are text: a typed ~ is the text "~" (a path), as it was, not a removal.
+    assert removed["model"]["kwargs"] == {"width": 64} and removed["network"]["env"] == {"A": "~"}
+    assert layers.remove_nulled(layers.compose(base, [typed]), typed)["model"]["kwargs"] == {"width": 64}
+    # A null the schema types (model.target: null trains model.name) is the key's value; so is a file's kwargs null.
+    target = layers.command_line_config(["model={target: null}"])
+    assert layers.remove_nulled(layers.compose(base, [target]), target)["model"]["target"] is None
+    file = {"model": {"kwargs": {"dropout": None}}}
+    assert layers.compose(base, [file])["model"]["kwargs"] == {"width": 64, "dropout": None}
+    # A null in the sweep is one of its values, not a removal.
+    swept = layers.command_line_config(["sweep={model.kwargs.dropout: [null, 0.2]}"])
+    assert layers.remove_nulled(layers.compose(base, [swept]), swept)["sweep"] == {"model.kwargs.dropout": [None, 0.2]}

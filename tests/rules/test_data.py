@@ -149,7 +149,15 @@ def test_a_failed_ingestion_leaves_no_file_of_the_dataset(workflow, tiny_config)
     (dataset,) = dataset_dirs(workflow)
     failed = workflow.run(f"results/data/{dataset}/manifest-3.json", check=False)
     assert failed.returncode != 0
-    assert "label 7 is not" in (workflow.directory / "logs" / "data" / dataset / "ingest.log").read_text()
+    log = f"logs/data/{dataset}/ingest.log"
+    assert "label 7 is not" in (workflow.directory / log).read_text()
+    # The terminal: the step's one line with its HINT, once, under where its log is; the job's command once (its
+    # parameters a file's name, not the table's JSON: every feature named), no RuleException repeating it.
+    said = failed.stdout + failed.stderr
+    [line] = [line for line in said.splitlines() if "label 7 is not" in line]
+    assert line.startswith("snakeddp.steps: ") and "HINT: " in line, said
+    assert f"Logfile {log}, its last line" in said and said.count("python -m snakeddp.steps ingest") == 1, said
+    assert '"features"' not in said and "RuleException" not in said, said
     folder = workflow.directory / "results" / "data" / dataset
     # Only the failure's record, for a run training beside it (data.stream), which names no data file.
     left = sorted(path.name for path in folder.rglob("*")) if folder.exists() else []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 from types import SimpleNamespace
 
 import yaml
 
+from snakeddp.data.identity import fingerprint
+from snakeddp.data.plan import resolve_tables
 from snakeddp.run import current
 
 
@@ -75,3 +79,27 @@ def test_a_tables_checksum_the_workflow_fills_in_is_no_difference_and_its_path_i
     filled = {**planned.runs[run_id]["config"]["data"]["table"], "sha256": "a" * 64, "features": ["x1", "x2"]}
     assert planned.trained(finished(planned, run_id, data={"table": filled}).provenance)
     assert not planned.trained(finished(planned, run_id, data={"table": {**filled, "path": "data/u.csv"}}).provenance)
+
+
+def test_a_table_edited_in_place_makes_its_runs_history_and_a_touched_one_does_not(tmp_path):
+    """The workflow fills in a table's checksum when it plans, and trains a run again when the table's content
+    changed; `snakeddp runs` called it current (it left the checksum out), so an edited table's runs read as done."""
+    table = tmp_path / "data" / "t.csv"
+    table.parent.mkdir()
+    table.write_text("x1,x2,y\n0.5,1.5,1\n-0.5,2.5,0\n" * 50)
+    config = {"data": {"source": "table", "table": {"path": "data/t.csv", "label": "y"}}}
+    planned = planned_runs(tmp_path, config)
+    (run_id,) = planned.ids
+    # The record of a run trained on this table: its run config as the workflow's plan fills it in.
+    trained = finished(planned, run_id)
+    with contextlib.chdir(tmp_path):
+        resolve_tables({run_id: {"config": trained.provenance["config"]}})
+    assert trained.provenance["config"]["data"]["table"]["sha256"] == fingerprint(table)
+    assert planned_runs(tmp_path, config).trained(trained.provenance)
+    os.utime(table, (1, 1))  # touched (or copied with its times): the same content, the same run
+    assert planned_runs(tmp_path, config).trained(trained.provenance)
+    table.write_text(table.read_text().replace("0.5,1.5,1", "0.5,1.5,0", 1))  # one label edited in place
+    assert not planned_runs(tmp_path, config).trained(trained.provenance)
+    # The table gone: the workflow refuses to plan (and says why); runs compares without its checksum, as before.
+    table.unlink()
+    assert planned_runs(tmp_path, config).trained(trained.provenance)

@@ -119,6 +119,10 @@ def test_snakemake_profile_spark_ingests_on_the_executors(spark_cluster, tmp_pat
     [log] = (tmp_path / "spark" / "logs" / "data").glob("*/ingest.log")
     assert "600,000 rows in 2 pieces, read by Spark tasks" in log.read_text()
     assert "Spark application app-" in log.read_text()
+    # Only the ingestion's lines: no Spark banner ("Setting default log level to "WARN"", sc.setLogLevel's advice),
+    # log4j's WARNs (NativeCodeLoader) or the JVM's note on the incubator module Spark's launcher adds.
+    theirs = [line for line in log.read_text().splitlines() if not line.startswith(("ingest: ", "ingested "))]
+    assert not theirs, log.read_text()
     [local_log] = (tmp_path / "local" / "logs" / "data").glob("*/ingest.log")
     assert "Spark" not in local_log.read_text()
     names = same_files(tmp_path / "local" / "results" / "data", tmp_path / "spark" / "results" / "data")

@@ -1,11 +1,13 @@
-"""The config as Snakemake puts it together, with two exceptions: a sweep is a unit, and ``{}`` empties.
+"""The config as Snakemake puts it together, with three exceptions: a sweep is a unit, ``{}`` empties, and a
+typed null removes a key of a free-form mapping.
 
 Snakemake merges config/config.yaml, then each ``--configfile``, then ``--config`` key by key, down
 to the leaves. For ``sweep:`` that would add the file's swept keys to the ones you gave (the default
 config's ``launch.devices: [1, 2]`` doubling a sweep of learning rates), so the last sweep given
 replaces the others whole. An empty mapping merged key by key changes nothing, so ``--config 'model={kwargs:
 {}}'`` could not clear the file's model.kwargs: a ``{}`` a layer gives replaces the mapping under it
-(``replace_emptied``). The Snakefile applies both to the config Snakemake merged; ``snakeddp runs``
+(``replace_emptied``); a null typed with --config for a key of a free-form mapping (model.kwargs) removes the key
+(``remove_nulled``). The Snakefile applies them to the config Snakemake merged; ``snakeddp runs``
 rebuilds the same config from the same flags with ``compose``.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 import yaml
 
 from snakeddp.config import flatten
-from snakeddp.config.coerce import SWEEP, command_line
+from snakeddp.config.coerce import SWEEP, command_line, subschema
 from snakeddp.config.schema import load_schema
 from snakeddp.errors import ConfigError
 from snakeddp.util import yamltext
@@ -79,6 +81,40 @@ def replace_emptied(config: dict[str, Any], layers: Sequence[Mapping[str, Any]])
         parent = _at(config, path[:-1])
         if isinstance(parent, dict) and isinstance(parent.get(path[-1]), dict):
             parent[path[-1]] = value
+    return config
+
+
+def _free_form(schema: Mapping[str, Any]) -> bool:
+    """Whether a mapping's keys are the user's (model.kwargs, data.module_kwargs, network.env, spark.conf): the
+    schema types it an object and lists none of its keys."""
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else declared or []
+    return "object" in types and not schema.get("properties")
+
+
+def nulled(layer: Mapping[str, Any], schema: Mapping[str, Any], within: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Where ``layer`` (the typed --config) gives null to a key of a free-form mapping (``model: {kwargs: {dropout:
+    null}}``: ("model", "kwargs", "dropout")); not in the sweep, whose keys' values are lists."""
+    found: list[tuple[str, ...]] = []
+    for key, value in layer.items():
+        if not within and key == SWEEP:
+            continue
+        if isinstance(value, Mapping):
+            found += nulled(value, schema, (*within, key))
+        elif value is None and within and _free_form(subschema(schema, ".".join(within))):
+            found.append((*within, key))
+    return found
+
+
+def remove_nulled(config: dict[str, Any], command_line: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` without each key of a free-form mapping that ``command_line`` (the typed --config) gives as null:
+    Snakemake's merge would set it to None, so a key config/config.yaml sets could not be taken away from the command
+    line (``--config 'model={kwargs: {dropout: null}}'``: the constructor's own default). A null in a config file
+    stays a value (a constructor's None)."""
+    for path in nulled(command_line, load_schema()):
+        parent = _at(config, path[:-1])
+        if isinstance(parent, dict):
+            parent.pop(path[-1], None)
     return config
 
 

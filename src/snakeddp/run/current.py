@@ -17,6 +17,8 @@ datasets the config plans (``planned_datasets``), and keeps them.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,15 +45,19 @@ def composed(workdir: str | Path, configfiles: Sequence[str | Path], entries: Se
         return None
     base = layers.load_layer(base_file) if base_file.is_file() else {}
     command_line = layers.command_line_config(entries)
-    config = layers.compose(base, [*map(layers.load_layer, configfiles), command_line])
+    config = layers.remove_nulled(
+        layers.compose(base, [*map(layers.load_layer, configfiles), command_line]), command_line
+    )
     # As the workflow's plan refuses it: a --config key the sweep sets would read as this config's runs here.
     layers.check_not_swept(command_line, config.get("sweep") or {})
     return config
 
 
 # What the workflow fills in a table's config from its files when it plans a run (data.plan.resolve_tables), where
-# the config leaves it open: `snakeddp runs` reads no table (an object store's would be listed on every call), so a
-# run is compared without them there; a changed table is a new dataset, which snakemake sees.
+# the config leaves it open. `snakeddp runs` fills them as the workflow does for a table on this machine
+# (``resolve_local_tables``: a stat per file while the workflow's cache of their hashes holds them), so a table
+# edited in place makes its runs history, as it makes snakemake train them again; a table in object storage is
+# not listed (a request per call), and left open, as is any key of a table it cannot read (the workflow says why).
 TABLE_FILLED = ("sha256", "table_id", "version")
 # Filled when data.table.features is empty, the keys that chose them reset.
 TABLE_FEATURES = ("features", "feature_pattern", "exclude")
@@ -96,15 +102,46 @@ class Planned:
 
 
 def planned_from_command_line(
-    workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str]
+    workdir: str | Path, configfiles: Sequence[str | Path], entries: Sequence[str], tables: bool = True
 ) -> Planned | None:
     """The runs snakemake plans in ``workdir`` with these --configfile and --config flags; None when no config is
-    known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
+    known (no config/config.yaml there and no --configfile), as snakemake would refuse. ``tables``: with what the
+    workflow fills in from a local table's files (``resolve_local_tables``); without, only the ids are right."""
     config = composed(workdir, configfiles, entries)
     if config is None:
         return None
     validated = configuration.validate(config)
-    return Planned(configuration.expand_sweep(validated), searched=bool(validated.get("search")))
+    runs = configuration.expand_sweep(validated)
+    if tables:
+        # Relative to the directory the workflow runs in, as its cache of the files' hashes is.
+        with contextlib.chdir(workdir):
+            resolve_local_tables(runs)
+    return Planned(runs, searched=bool(validated.get("search")))
+
+
+def resolve_local_tables(runs: Mapping[str, Any]) -> None:
+    """Fill in each run's local table (in place) as the workflow's plan does (``data.plan.resolve_tables``: its
+    checksum; a Delta table's id and version; features left empty), once per table the runs share. The files'
+    hashes come from the workflow's cache while their stat stamps are unchanged, so an unchanged table costs a stat
+    per file; a file changed since is hashed, once, as the workflow's next start would (the cache is its). A table in
+    object storage, or one the plan refuses (gone, a column missing: the workflow says so), is left as configured."""
+    from snakeddp.data.remote import is_url
+
+    resolved: dict[str, dict[str, Any] | None] = {}
+    for run_id, run in runs.items():
+        data = run["config"]["data"]
+        if data.get("source") != "table" or is_url(str(data["table"]["path"])):
+            continue
+        key = json.dumps(data, sort_keys=True, default=str)
+        if key not in resolved:
+            alone = {run_id: {"config": {"data": copy.deepcopy(data)}}}
+            try:
+                data_plan.resolve_tables(alone)
+                resolved[key] = alone[run_id]["config"]["data"]
+            except (configuration.ConfigError, OSError):
+                resolved[key] = None
+        if resolved[key] is not None:
+            run["config"]["data"] = copy.deepcopy(resolved[key])
 
 
 def from_command_line(
@@ -112,7 +149,7 @@ def from_command_line(
 ) -> list[str] | None:
     """The run ids snakemake plans in ``workdir`` with these --configfile and --config flags; None
     when no config is known (no config/config.yaml there and no --configfile), as snakemake would refuse."""
-    runs = planned_from_command_line(workdir, configfiles, entries)
+    runs = planned_from_command_line(workdir, configfiles, entries, tables=False)
     return None if runs is None else runs.ids
 
 

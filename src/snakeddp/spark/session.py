@@ -4,6 +4,7 @@ application (snakeddp.spark.application)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -62,8 +63,14 @@ JVM_START = {
 DRIVER_JAVA = "spark.driver.extraJavaOptions"
 EXECUTOR_JAVA = "spark.executor.extraJavaOptions"
 # Spark's WARN lines and stack traces are not the user's: the driver says what failed in one line
-# (a spark.driver.extraJavaOptions in the config's spark.conf replaces this, to see them).
+# (a spark.driver.extraJavaOptions in the config's spark.conf replaces this, to see them). A driver started from
+# Python is an interpreter's to Spark: PythonGatewayServer sets the console to its own logger's level, WARN unless
+# configured, and says so on stderr ("Setting default log level to "WARN". To adjust logging level use
+# sc.setLogLevel(newLevel)...", in every ingest log; Logging.initializeLogging, read in pyspark 4.3's jars): that
+# logger is given the root's level, so nothing changes and nothing is said.
 LOG4J2 = """rootLogger.level = off
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = off
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
@@ -191,10 +198,57 @@ def start_session(settings: Mapping[str, str]) -> Any:
 
 def start_context(settings: Mapping[str, str]) -> Any:
     """A bare SparkContext: what the shared application's barrier stages need (a SparkSession's SQL side
-    costs 1.5-2 s more to start, measured with 2 one-core workers)."""
+    costs 1.5-2 s more to start, measured with 2 one-core workers). The driver's JVM, where this process starts
+    one, writes to this process's stderr through ``JvmStderr``."""
     from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
 
-    return SparkContext(conf=SparkConf().setAll(list(settings.items())))
+    conf = SparkConf().setAll(list(settings.items()))
+    if SparkContext._gateway is not None:  # the process's JVM, started by an earlier context: it keeps its stderr
+        return SparkContext(conf=conf)
+    with JvmStderr() as stderr:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr.fd})
+    return SparkContext(conf=conf, gateway=gateway)
+
+
+# What the JVM's module system prints as the driver's JVM starts, for the incubator module Spark's launcher adds to
+# every JVM it starts (spark-launcher 4.3's JavaModuleOptions, --add-modules=jdk.incubator.vector): before any
+# logging is set up, by no switch, so log4j2's settings cannot leave it out, and it was the one line of Spark's in
+# every ingest log.
+JVM_NOTE = b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+
+
+class JvmStderr:
+    """The driver's JVM's stderr: a pipe whose lines a thread copies to this process's stderr (a job's log), every
+    line but JVM_NOTE, so what the JVM says of a failure (a refused setting, a crash) reaches the log as before.
+    ``fd`` is the pipe's end to start the JVM with; leaving the block closes this process's copy of it and, where
+    the JVM did not start, waits until every line it wrote is copied (``gateway_said`` reads them from the log)."""
+
+    def __init__(self) -> None:
+        self._read, self.fd = os.pipe()
+        self._thread = threading.Thread(target=self._copy, name="snakeddp-spark-jvm-stderr", daemon=True)
+
+    def __enter__(self) -> JvmStderr:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        os.close(self.fd)
+        if kind is not None:  # the JVM exited (or was killed): its end of the pipe is closed too
+            self._thread.join(timeout=10)
+
+    def _copy(self) -> None:
+        with os.fdopen(self._read, "rb", buffering=0) as pipe:
+            for line in iter(pipe.readline, b""):
+                if line != JVM_NOTE:
+                    _write_stderr(line)
+
+
+def _write_stderr(data: bytes) -> None:
+    """``data`` on file descriptor 2 whole (a job's log, or the application's), dropped where it is gone."""
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(2, data) :]
 
 
 def distribute(num_processes: int, gpu: bool, settings: Path, entry: Sequence[str]) -> BaseException | None:

@@ -376,6 +376,8 @@ def _validated(workflow: Any, config: dict[str, Any]) -> tuple[dict[str, Any], d
     layers.replace_sweep(config, given)
     # An empty mapping typed (--config 'model={kwargs: {}}') empties the file's, which Snakemake's merge kept.
     layers.replace_emptied(config, given)
+    # A null typed for a key of model.kwargs (or another free-form mapping) removes the file's key.
+    layers.remove_nulled(config, command_line)
     # A metric named in a --configfile takes config/config.yaml's mode (min) unless it says its own.
     base = Path(workflow.basedir) / "config" / "config.yaml"
     unchosen = monitor.rising_without_mode([layers.load_layer(base) if base.is_file() else {}, *given])
