@@ -26,7 +26,7 @@ from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import MachineRefusal
 from snakeddp.provenance.record import Outcome
 from snakeddp.run import requirements, variables
-from snakeddp.run.layout import LAST_CHECKPOINT, RunPaths, checkpoint_name
+from snakeddp.run.layout import RunPaths, checkpoint_name
 from snakeddp.run.tries import write_saved
 from snakeddp.training.callbacks import (
     EpochMetrics,
@@ -46,9 +46,10 @@ from snakeddp.util.fsutil import atomic_write
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints appear whole or not at all, so a kill during a save never corrupts last.ckpt.
 
-    ``seconds``: time spent writing them (provenance timing.phases). Beside each last.ckpt of ``run_dir``
-    goes the step it holds and when (run.tries: what a try that does not complete kept); ``saving`` says
-    a save is under way (the watch gives one a long phase's limit).
+    ``seconds``: time spent writing them (provenance timing.phases). After each checkpoint saved whole in
+    ``run_dir``'s checkpoints/ (top-k or last.ckpt) goes last.json, naming it with the step it holds and when
+    (run.tries: what a try that does not complete kept, and which checkpoint the next try resumes); ``saving``
+    says a save is under way (the watch gives one a long phase's limit).
     """
 
     def __init__(self, run_dir: Path | None = None) -> None:
@@ -67,8 +68,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             atomic_write(path, lambda handle: torch.save(checkpoint, handle), what="the checkpoint")
         finally:
             self.saving = False
-        if self.run_dir is not None and Path(path).name == LAST_CHECKPOINT:
-            write_saved(self.run_dir, int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0)))
+        path = Path(path)
+        # Lightning names the top-k by their real path, Preemption last.ckpt by the run directory's.
+        if self.run_dir is not None and path.parent.resolve() == RunPaths(self.run_dir).checkpoints.resolve():
+            step, epoch = int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0))
+            write_saved(self.run_dir, step, epoch, path.name)
         self.seconds += time.perf_counter() - start
 
 
