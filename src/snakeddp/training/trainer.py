@@ -35,7 +35,7 @@ from snakeddp.training.callbacks import (
     RankHosts,
     SampleTrace,
 )
-from snakeddp.training.checkpoints import EpochCheckpoint
+from snakeddp.training.checkpoints import EpochCheckpoint, HeldStops
 from snakeddp.training.livestatus import LiveStatus
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
@@ -81,8 +81,10 @@ class Callbacks:
     """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them but for the
     checkpoint, which Lightning moves last; the run reads its results from them after fit."""
 
+    held: HeldStops
+    """First: a stop that lands once an epoch's end hooks begin waits for its checkpoints (training.checkpoints)."""
     monitor: MonitoredMetric
-    """First: a model that does not log trainer.monitor's metric stops every rank before any callback
+    """Before the others: a model that does not log trainer.monitor's metric stops every rank before any callback
     ranks epochs by it."""
     checkpoint: EpochCheckpoint
     """The top-k by trainer.monitor and last.ckpt; its best and last paths go to provenance."""
@@ -217,9 +219,12 @@ def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicC
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
     metrics = EpochMetrics(paths.metrics)
     phases = Phases(checkpoint_io)
+    held = HeldStops()
     return Callbacks(
+        held=held,
         monitor=MonitoredMetric(monitor.metric, run_dir.name),
         checkpoint=EpochCheckpoint(
+            held=held,
             dirpath=paths.checkpoints,
             filename=checkpoint_name(monitor.metric),
             auto_insert_metric_name=False,
