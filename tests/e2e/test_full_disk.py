@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from snakeddp.util.numbers import readable
 from tests.checkout import Checkout
+from tests.chromium import table_rows
 from tests.helpers import tmpfs
 
 pytestmark = pytest.mark.e2e
@@ -140,4 +142,28 @@ def test_a_disk_that_fills_at_a_checkpoint_ends_in_one_line_and_the_rerun_resume
     assert record["training"]["resumed_from"]["path"] == f"checkpoints/{newest}"
     assert epochs(run_dir) == list(range(EPOCHS)), "every epoch once"
     assert (root / "results/report/report.html").is_file()
+    # The first try's record was kept where the disk had room for it.
+    tried = ["failed", "completed"] if top_k_fits else ["completed"]
+    assert [t["outcome"] for t in record["attempt"]["tries"]] == tried
+    assert_times_say_what_they_cover(root / "results/report", record, run_dir)
     assert not (run_dir / "failure.traceback").exists(), "the rerun's try starts without the last one's"
+
+
+def assert_times_say_what_they_cover(report: Path, record: dict, run_dir: Path) -> None:
+    """A run of two tries, the first's epochs kept: each time is one measurement, the same in runs.csv, the page and
+    the record, and its label says what it covers. trainer.fit (and timing.phases) is the last try's; the training
+    loops are metrics.csv's, every epoch the final model went through, the first try's included."""
+    timing, tried = record["timing"], record["attempt"]["tries"]
+    with (report / "runs.csv").open() as handle:
+        (row,) = csv.DictReader(handle)
+    with (run_dir / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert float(row["duration_s"]) == timing["duration_s"] <= tried[-1]["seconds"]
+    assert float(row["train_loop_s"]) == timing["train_seconds"]
+    assert timing["train_seconds"] == pytest.approx(sum(float(r["train_seconds"]) for r in rows), abs=0.002)
+    assert rows[0]["finished_at"] < tried[-1]["started_at"], "an epoch of the first try is among the loops"
+    labels, (cells,) = table_rows((report / "report.html").read_text(), "time-table")
+    assert labels[1:3] == ["trainer.fit s, last try", "training loops s, every epoch"]
+    assert all(label.endswith(", last try") for label in labels[3:]) and len(set(labels)) == len(labels), labels
+    assert cells[1:3] == [readable(timing["duration_s"]), readable(timing["train_seconds"])]
+    assert cells[labels.index("training loop s, last try")] == readable(timing["phases"]["train_loop_s"])
