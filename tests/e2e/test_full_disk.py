@@ -145,6 +145,10 @@ def test_a_disk_that_fills_at_a_checkpoint_ends_in_one_line_and_the_rerun_resume
     # The first try's record was kept where the disk had room for it.
     tried = ["failed", "completed"] if top_k_fits else ["completed"]
     assert [t["outcome"] for t in record["attempt"]["tries"]] == tried
+    if top_k_fits:  # its losses counted from the checkpoint it kept, the second epoch's top-k one, both of them
+        first = record["attempt"]["tries"][0]
+        assert first["account"]["buckets"]["disruption_lost_s"] == 0.0, first
+        assert record["timing"]["goodput"]["lost"]["failed"]["steps"] == 0, record["timing"]["goodput"]
     assert_times_say_what_they_cover(root / "results/report", record, run_dir)
     assert not (run_dir / "failure.traceback").exists(), "the rerun's try starts without the last one's"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.run_dir = run_dir
         self.seconds = 0.0
         self.saving = False
+        self.kept: list[Callable[[], None]] = []
+        """Called after each checkpoint saved whole (LiveStatus: what a try that stops later keeps)."""
 
     def is_saving(self) -> bool:
         return self.saving
@@ -74,6 +76,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             step, epoch = int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0))
             write_saved(self.run_dir, step, epoch, path.name)
         self.seconds += time.perf_counter() - start
+        for kept in self.kept:
+            kept()
 
 
 @dataclass(frozen=True)
