@@ -86,7 +86,7 @@ class Run:
     def wait_for_epochs(self, process: subprocess.Popen, epochs: int, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         # And last.ckpt: Lightning moves checkpoint callbacks last, so an epoch's metrics row is written
-        # a moment before its checkpoint; a Ctrl-C in that moment leaves nothing to resume from.
+        # a moment before its checkpoint; a kill in that moment leaves nothing to resume from.
         while len(self.metrics()) < epochs or not (self.dir / "checkpoints" / "last.ckpt").is_file():
             assert process.poll() is None, f"training ended early:\n{self.log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, "training too slow"

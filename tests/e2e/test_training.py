@@ -89,12 +89,21 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     """Ctrl-C signals the terminal's foreground process group, here the launcher's; the ranks, in
     sessions of their own, get it passed on (tests/cluster/test_supervisor.py counts it once per rank).
     Snakemake's process, which got it too, relays it to its cold job (this launcher), which had it already.
-    Lightning shuts down gracefully, no traceback, nothing left running, and a rerun resumes."""
-    run = Run(tmp_path, slow_config(max_epochs=5))
-    run.env[relays.RELAYING] = "1"
+    It lands after the first epoch's progress line, before its checkpoints are saved (the model's epoch-end hook,
+    between the two, waits for it on every rank): the ranks save them first, Lightning shuts down gracefully, no
+    traceback, nothing left running, and the rerun goes on with the second epoch."""
+    run = users_model_run(tmp_path, "stops_after_the_line:StopsAfterTheLine", STOPS_AFTER_THE_LINE)
+    at_the_line = tmp_path / "at-the-line"
+    at_the_line.mkdir()
+    run.env.update({relays.RELAYING: "1", "AT_THE_LINE": str(at_the_line)})
     process = run.start()
-    run.wait_for_epochs(process, 1)
+    deadline = time.monotonic() + 300
+    while len(list(at_the_line.iterdir())) < 2:
+        assert process.poll() is None, run.log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "training too slow"
+        time.sleep(0.05)
     pids = rank_pids(run.dir)
+    assert "base: epoch 1/3" in run.log.read_text() and not list(run.dir.glob("checkpoints/*.ckpt"))
     os.killpg(process.pid, signal.SIGINT)
     assert interrupt.relay_to_clients(RELAY[signal.SIGINT]) == 1  # this process stands for Snakemake's
     assert process.wait(timeout=120) == 1
@@ -103,9 +112,43 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert [t["outcome"] for t in json.loads((run.dir / "tries.json").read_text())["tries"]] == ["interrupted"]
     for pid in pids.values():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
+    assert torch.load(run.dir / "checkpoints/last.ckpt", weights_only=True)["epoch"] == 0, "the first epoch kept"
+    run.env.pop("AT_THE_LINE")
+    assert run.train() == 0, run.log.read_text()[-3000:]
     assert "resuming from" in run.log.read_text()
-    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2, 3, 4]
+    assert "base: training from epoch 2/3 on 2 processes" in run.log.read_text(), "the first epoch not trained again"
+    assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
+
+
+# The built-in mlp, whose first epoch's end hook (after every other callback's: its metrics row and progress line,
+# before the checkpoint callback saves) says on each rank that it is there, then waits for the rank's SIGINT.
+STOPS_AFTER_THE_LINE = """
+import os, signal, time
+from pathlib import Path
+
+from snakeddp.training.models import MLP
+
+
+class StopsAfterTheLine(MLP):
+    def on_train_epoch_end(self):
+        if self.current_epoch != 0 or "AT_THE_LINE" not in os.environ:
+            return
+        came = []
+        handler = signal.getsignal(signal.SIGINT)
+
+        def seen(signum, frame):
+            came.append(signum)
+            handler(signum, frame)  # the rank's own: Python's KeyboardInterrupt, or what holds it
+
+        signal.signal(signal.SIGINT, seen)
+        try:
+            Path(os.environ["AT_THE_LINE"], str(self.global_rank)).touch()
+            deadline = time.monotonic() + 120
+            while not came and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            signal.signal(signal.SIGINT, handler)
+"""
 
 
 def users_model_run(tmp_path: Path, target: str, source: str) -> Run:

@@ -128,6 +128,26 @@ def test_last_json_says_what_last_ckpt_holds(tmp_path):
     assert tries.saved(tmp_path) is None
 
 
+def test_the_newest_checkpoint_is_the_one_last_json_names_else_last_ckpt(tmp_path):
+    """A disk that filled between an epoch's top-k checkpoint and its last.ckpt left last.json naming the top-k one:
+    the next try resumes it. A name that is not a checkpoint beside it, or one that is gone, is last.ckpt's."""
+    paths = RunPaths(tmp_path)
+    paths.checkpoints.mkdir()
+    assert tries.newest_checkpoint(tmp_path) is None
+    top_k = paths.checkpoints / "epoch002-val_loss0.5003.ckpt"
+    top_k.write_bytes(b"epoch 2")
+    tries.write_saved(tmp_path, 20, 1, top_k.name)
+    assert tries.newest_checkpoint(tmp_path) == top_k, "a top-k checkpoint, though last.ckpt is not there"
+    paths.last_checkpoint.write_bytes(b"epoch 1")
+    assert tries.newest_checkpoint(tmp_path) == top_k
+    for named in ("../run-state.json", f".{top_k.name}.123.partial", "last.json", "epoch003-val_loss0.4.ckpt"):
+        tries.write_saved(tmp_path, 20, 1, named)
+        assert tries.newest_checkpoint(tmp_path) == paths.last_checkpoint, named
+    paths.last_saved.write_text(json.dumps({"step": 10, "epoch": 0, "saved_at": T0}))  # written before names
+    assert tries.saved(tmp_path)["checkpoint"] == "last.ckpt"
+    assert tries.newest_checkpoint(tmp_path) == paths.last_checkpoint
+
+
 @pytest.mark.parametrize("text", ["{not json", '{"format": "snakeddp-tries/1", "tries": [{"number": 0}]}'])
 def test_a_tries_file_snakeddp_did_not_write_stops_in_one_line_and_its_hint_sets_it_aside(tmp_path, text):
     path = RunPaths(tmp_path).tries

@@ -1,5 +1,7 @@
-"""last.ckpt holds the end of the last finished epoch, whatever save_top_k keeps; no half-written saves remain."""
+"""last.ckpt holds the end of the last finished epoch, whatever save_top_k keeps; no half-written saves remain; a
+stop at an epoch's end waits for its checkpoints."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,11 +14,10 @@ from snakeddp.run.layout import FINISHED
 from snakeddp.util.hashing import sha256_file
 from tests.helpers import assert_valid_provenance, launch, prepare, subprocess_env
 
-pytestmark = pytest.mark.e2e
-
 EPOCHS = 6
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("save_top_k", [0, 1, None])
 def test_last_checkpoint_holds_the_final_epoch(tmp_path, save_top_k):
     # A learning rate this high makes val_loss go up and down, so the final epoch is rarely a top-k one.
@@ -49,6 +50,7 @@ atomic_write(sys.argv[1], lambda handle: (handle.write(b"half a checkpoint"), ha
 """
 
 
+@pytest.mark.e2e
 def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
     run_yaml, manifest, run_dir = prepare(tmp_path, {"trainer": {"max_epochs": 1}})
     done = launch(run_yaml, manifest, run_dir, cwd=tmp_path)
@@ -75,6 +77,7 @@ def test_a_finished_attempt_removes_what_a_save_killed_midway_left(tmp_path):
     assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 0
 
 
+@pytest.mark.e2e
 def test_the_checkpoint_callback_keeps_lightnings_state_key(tmp_path):
     # Checkpoints store the callback's state under this key: built once, it must stay the key
     # Lightning would build, or resuming an older last.ckpt would drop the callback's state.
@@ -86,3 +89,41 @@ def test_the_checkpoint_callback_keeps_lightnings_state_key(tmp_path):
     assert callback.state_key == ModelCheckpoint.state_key.fget(callback)
     assert callback.state_key.startswith("EpochCheckpoint{") and "'monitor': 'val_loss'" in callback.state_key
     assert callback.state_key is callback.state_key
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT as a rank has it (Python's KeyboardInterrupt), whatever this process inherited (nohup ignores it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_stop_at_an_epochs_end_is_held_until_its_checkpoints_are_saved_then_comes_as_it_came(ctrl_c_raises):
+    """tests/e2e/test_training.py's Ctrl-C lands there in a real run; here, what HeldStops does with each handler."""
+    from snakeddp.training.checkpoints import HeldStops
+
+    def flag(signum, frame):  # Preemption's handler: only raises a flag, the ranks stop at a step later
+        flagged.append(signum)
+
+    flagged: list[int] = []
+    preemption = signal.signal(signal.SIGUSR1, flag)
+    try:
+        held = HeldStops()
+        held.hold()  # an epoch's end hooks begin
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, passed on by the launcher
+        os.kill(os.getpid(), signal.SIGINT)  # and again: one stop
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert held.arrived == [signal.SIGINT] and flagged == [signal.SIGUSR1]
+        assert signal.getsignal(signal.SIGUSR1) is flag, "a preemption signal is Preemption's"
+        with pytest.raises(KeyboardInterrupt):
+            held.release()  # its checkpoints are saved
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not held.arrived
+
+        held.hold()
+        os.kill(os.getpid(), signal.SIGINT)
+        held.on_exception(None, None, OSError(28, "No space left on device"))  # the save failed: the rank stops on it
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        held.release()  # nothing held any more
+    finally:
+        signal.signal(signal.SIGUSR1, preemption)

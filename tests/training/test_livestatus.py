@@ -194,11 +194,12 @@ class PreemptedAt(pl.Callback):
 def test_a_preempted_fit_says_the_step_and_epoch_it_stopped_at_and_its_save(tmp_path):
     """The status kept rank 0's last post, up to POST_S before the stop: a run stopped in epoch 164/400 at step
     5,236 (tries.json, the log) said 163/400, step 5,216 in `snakeddp status`, and its account missed the save."""
-    phases = Phases(AtomicCheckpointIO(tmp_path))
+    checkpoints = AtomicCheckpointIO(tmp_path)
+    phases = Phases(checkpoints)
     live = LiveStatus(tmp_path, phases)
     trainer = pl.Trainer(
         max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False,
+        enable_model_summary=False, enable_checkpointing=False, plugins=[checkpoints],
         callbacks=[phases, PreemptedAt(BATCHES + 3, tmp_path / "last.ckpt"), live],
     )  # fmt: skip
     with pytest.raises(Preempted):

@@ -41,12 +41,16 @@ def test_build_trainer_hands_its_callbacks_over_typed_and_in_order(tmp_path, opt
     assert isinstance(callbacks.early_stopping, EarlyStopping) is optional
     assert isinstance(callbacks.trace, SampleTrace) is optional
     present = callbacks.all()
-    expected = ["monitor", "checkpoint", "metrics", "preemption", "hosts", "phases", "progress", "live"]
+    expected = ["held", "monitor", "checkpoint", "metrics", "preemption", "hosts", "phases", "progress", "live"]
     expected += ["early_stopping", "trace"] if optional else []
     assert present == [getattr(callbacks, name) for name in expected]
-    # MonitoredMetric stops a run whose model does not log the metric before any callback reads it;
-    # EpochProgress prints the row EpochMetrics has just written, so it must come after it.
-    assert present[0] is callbacks.monitor
+    # HeldStops holds a stop from the start of an epoch's end hooks (Lightning's first callback) until the
+    # checkpoint callback, which Lightning calls last, has saved; MonitoredMetric stops a run whose model does not
+    # log the metric before any callback reads it; EpochProgress prints the row EpochMetrics has just written, so
+    # it must come after it.
+    assert trainer.callbacks[0] is callbacks.held and callbacks.checkpoint.held is callbacks.held
+    assert trainer.callbacks.index(callbacks.checkpoint) > trainer.callbacks.index(callbacks.progress)
+    assert present[1] is callbacks.monitor
     assert present.index(callbacks.progress) > present.index(callbacks.metrics)
     assert all(callback in trainer.callbacks for callback in present)
     assert callbacks.metrics.path == paths.metrics

@@ -33,7 +33,7 @@ from snakeddp.azureml.settings import AzureMLError
 from snakeddp.azureml.staging import V1_CONDA_FILE as CONDA_FILE
 from snakeddp.azureml.staging import V1_SPEC_FILE as SPEC_FILE
 from snakeddp.compat.azureml_core import output_data
-from snakeddp.run.layout import AttemptPaths
+from snakeddp.run.tries import newest_checkpoint
 from snakeddp.util.fsutil import atomic_write_text
 from snakeddp.util.hashing import sha256_file
 
@@ -56,7 +56,9 @@ def data_path(plan: JobPlan) -> tuple[str, str]:
 def resume_path(plan: JobPlan) -> str:
     """Where the submitter uploads the attempt to resume: one folder per checkpoint content."""
     assert plan.resume_dir is not None
-    digest = sha256_file(AttemptPaths(plan.resume_dir).last_checkpoint)[:16]
+    newest = newest_checkpoint(plan.resume_dir)
+    assert newest is not None  # staged only with one (remote.attempt.stage_resume)
+    digest = sha256_file(newest)[:16]
     return f"snakeddp/resume/{plan.run_id}/{digest}"
 
 

@@ -89,6 +89,15 @@ def _bucket(name: str) -> Callable[[Run], float | None]:
     return lambda run: (_account(run).get("buckets") or {}).get(name)
 
 
+def _said(name: str) -> str:
+    return name.removesuffix("_s").replace("_", " ") + " s"
+
+
+# The buckets whose plain name reads like another column's: disruption_lost_s is the productive (step) seconds after
+# a try's last save, where lost_<kind>_s is all of that try's wall time after it.
+BUCKET_LABELS = {"disruption_lost_s": "step time lost to disruption s"}
+
+
 def _queue_wait(run: Run) -> float | str | None:
     """The tries' queue wait, "not known" where the platform cannot tell one (never a guess)."""
     return account.shown(_account(run)["queue_wait_s"]) if _account(run) else None
@@ -173,8 +182,11 @@ COLUMNS = (
         _training("stopped_early"),
         lambda run: "yes" if _training("stopped_early")(run) else "no",
     ),
-    Column("duration_s", "trainer.fit s", lambda run: run.provenance["timing"]["duration_s"]),
-    Column("train_loop_s", "training loop s", lambda run: run.provenance["timing"]["train_seconds"]),
+    # Two scopes, said in the labels (docs/report.md "Times"): trainer.fit is the last try's (the one that wrote the
+    # record); the training loops are metrics.csv's, every epoch the final model went through, a resumed run's
+    # earlier tries and a continued attempt's epochs included.
+    Column("duration_s", "trainer.fit s, last try", lambda run: run.provenance["timing"]["duration_s"]),
+    Column("train_loop_s", "training loops s, every epoch", lambda run: run.provenance["timing"]["train_seconds"]),
     Column("samples_per_s", "samples/s", _throughput),
     Column("world_size", "world size", _launch("world_size"), _layout),
     Column("global_batch", "global batch", _global_batch),
@@ -188,14 +200,12 @@ COLUMNS = (
     Column("tries", "tries", lambda run: _goodput(run).get("tries")),
     Column("wall_s", "wall s", lambda run: _goodput(run).get("seconds")),
     Column("goodput", "goodput", lambda run: _goodput(run).get("ratio"), _goodput_shown),
-    *(Column(f"lost_{kind}_s", f"lost to {kind} s", _lost(kind, "seconds")) for kind in LOSSES),
+    # The wall time after a try's last save; the account's disruption_lost_s is the step time in it (below).
+    *(Column(f"lost_{kind}_s", f"wall time lost to {kind} s", _lost(kind, "seconds")) for kind in LOSSES),
     Column("lost_steps", "steps trained again", _lost_steps),
     # Every second of the tries by Goodput's buckets (run.account), their queue wait, GPU-hours and GPU load;
     # tries_account holds each try's own.
-    *(
-        Column(f"account_{name}", name.removesuffix("_s").replace("_", " ") + " s", _bucket(name))
-        for name in account.BUCKETS
-    ),
+    *(Column(f"account_{name}", BUCKET_LABELS.get(name, _said(name)), _bucket(name)) for name in account.BUCKETS),
     Column("queue_wait_s", "queue wait s", _queue_wait),
     Column("gpu_hours", "GPU-hours", lambda run: _account(run).get("gpu_hours")),
     Column("gpu_util_mean", "GPU utilisation %", lambda run: _account(run).get("gpu_util_mean")),
@@ -208,7 +218,8 @@ COLUMNS = (
     Column("val_samples", "validation samples", lambda run: _counted(run, "val_samples")),
 )
 BY_NAME = {column.name: column for column in COLUMNS}
-PHASE_COLUMNS = tuple(Column(f"phase_{key}", label, _phase(key)) for key, label in PHASES.items())
+# timing.phases is measured by the process that wrote the record: the last try's.
+PHASE_COLUMNS = tuple(Column(f"phase_{key}", f"{label} s, last try", _phase(key)) for key, label in PHASES.items())
 # What people read per run after the parameters that vary and the metrics (people_columns), and
 # what `compare` shows as the outcome.
 PEOPLE = (

@@ -49,6 +49,7 @@ from snakeddp.run.layout import (
     RunPaths,
 )
 from snakeddp.run.runs import gone_checkpoint
+from snakeddp.run.tries import newest_checkpoint
 from snakeddp.util import rerun, schemas
 from snakeddp.util.fsutil import atomic_write_json, copy_file, read_json
 from snakeddp.util.hashing import sha256_file, sha256_json
@@ -217,7 +218,7 @@ def prepare(run_dir: Path, key: str, dataset: str | None = None) -> Path | None:
     wanted = {**kept, "resume_key": key, **({"dataset": dataset} if dataset else {})}
     if state != wanted:
         atomic_write_json(paths.state, wanted)
-    return paths.last_checkpoint if paths.last_checkpoint.is_file() else None
+    return newest_checkpoint(run_dir)
 
 
 # What a continued attempt takes over from the one it continues. Not tracking/: its state.json names
@@ -330,27 +331,28 @@ def restorable(run_dir: Path, key: str) -> bool:
 
 
 def resumable(run_dir: Path, key: str) -> Path | None:
-    """The last.ckpt of this key's attempt, in the run directory or kept under attempts/ (read-only)."""
-    last = _home(run_dir, key).last_checkpoint
-    return last if last.is_file() else None
+    """The checkpoint this key's attempt resumes (``tries.newest_checkpoint``), in the run directory or kept
+    under attempts/ (read-only)."""
+    return newest_checkpoint(_home(run_dir, key).folder)
 
 
 def resume_checkpoint(run_dir: Path, key: str) -> Path | None:
-    """Read-only check every rank makes: resume from last.ckpt only if it was made from ``key``."""
+    """Read-only check every rank makes: resume from the attempt's newest checkpoint (``tries.newest_checkpoint``:
+    last.ckpt, or a top-k one of a later step) only if it was made from ``key``."""
     state = _state(run_dir)
-    last = RunPaths(run_dir).last_checkpoint
+    newest = newest_checkpoint(run_dir)
     if state is not None and state.get("resume_key") != key:
         raise RunStateError(
             f"{run_dir} holds an attempt made from a different config, data or environment. "
             f"HINT: start runs with `python -m snakeddp.launch` (it moves old attempts to {ATTEMPTS}/), "
             f"or move {run_dir} away."
         )
-    if last.is_file() and state is None:
+    if newest is not None and state is None:
         raise RunStateError(
-            f"{last} exists but {RunPaths(run_dir).state} does not, so it cannot be told what it was trained "
+            f"{newest} exists but {RunPaths(run_dir).state} does not, so it cannot be told what it was trained "
             "from. HINT: move the checkpoints away to start fresh."
         )
-    return last if last.is_file() else None
+    return newest
 
 
 def mark(run_dir: Path, key: str) -> None:

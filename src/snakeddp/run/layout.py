@@ -9,7 +9,7 @@
         run-state.json                  the attempt key the checkpoints were made from (schemas/run-state.schema.json)
         .seeding-<pid>/                 a finished attempt being copied in, to continue or restore it (run.attempt.seed)
         metrics.csv                     one row per epoch
-        checkpoints/                    the top-k by val_loss and last.ckpt, and last.json: its step and time
+        checkpoints/                    the top-k by val_loss and last.ckpt, and last.json: the newest, its step, time
         trace/rank-<r>.jsonl            which samples each rank saw (trainer.trace_samples)
         tracking/                       the trackers' local stores and their state.json
         failure.txt                     the one line of the first rank that stopped on a snakeddp error
@@ -61,7 +61,7 @@ STATE = "run-state.json"
 METRICS = "metrics.csv"
 CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
-LAST_SAVED = "last.json"  # beside last.ckpt: the step it holds and when it was saved
+LAST_SAVED = "last.json"  # the newest checkpoint saved whole (top-k or last.ckpt): its name, step and time
 CHECKPOINT_GLOB = "*.ckpt"
 TRACE = "trace"
 TRACE_FILE = "rank-{rank}.jsonl"
@@ -122,7 +122,7 @@ class AttemptPaths:
 
     @property
     def last_saved(self) -> Path:
-        """The step last.ckpt holds and when it was written (run.tries)."""
+        """The newest checkpoint saved whole, the step it holds and when it was written (run.tries)."""
         return self.checkpoints / LAST_SAVED
 
     @property

@@ -31,6 +31,7 @@ from snakeddp.errors import RunStateError
 from snakeddp.run.layout import RUNS, AttemptPaths, RunPaths
 from snakeddp.run.runfile import RunFile
 from snakeddp.run.runs import listed_checkpoints
+from snakeddp.run.tries import newest_checkpoint
 from snakeddp.util import schemas
 from snakeddp.util.fsutil import atomic_write_json, read_json, tree_size
 from snakeddp.util.hashing import sha256_file
@@ -127,7 +128,7 @@ def needed(results: Path) -> set[str]:
         for record in paths.kept_records():
             names |= _named_by(record) if _restorable(AttemptPaths(record.parent)) else set()
         for unfinished in paths.kept_unfinished():
-            named = _record_of(unfinished.state).get("dataset") if unfinished.last_checkpoint.is_file() else None
+            named = _record_of(unfinished.state).get("dataset") if newest_checkpoint(unfinished.folder) else None
             names |= {named} if isinstance(named, str) and named else set()
     return names
 

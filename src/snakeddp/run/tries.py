@@ -1,8 +1,9 @@
 """A run's tries: every start of its current attempt's ranks, how it ended, and what the ones that did
 not complete cost (``tries.json``, schemas/run-tries.schema.json).
 
-One writer each: ``snakeddp.launch`` appends a try when its ranks are gone; rank 0 writes beside
-last.ckpt the step it holds and when (``last.json``, at every save of it: once an epoch); the rank
+One writer each: ``snakeddp.launch`` appends a try when its ranks are gone; rank 0 writes beside the
+checkpoints the newest one saved whole, the step it holds and when (``last.json``, after every save: the
+top-k and last.ckpt at an epoch's end, a preemption's last.ckpt); the rank
 that finds a try hung writes ``hung.json`` first-come (snakeddp.training.watch), which the launcher
 folds into the try. Nothing is written per step. The attempt's tries move with it into attempts/<id>/
 (run.layout's ATTEMPT_FILES); provenance.json repeats them, with their ``goodput``.
@@ -19,7 +20,7 @@ from typing import Any
 
 from snakeddp.errors import RunStateError
 from snakeddp.run.account import total as accounts_total
-from snakeddp.run.layout import AttemptPaths, RunPaths
+from snakeddp.run.layout import CHECKPOINT_GLOB, LAST_CHECKPOINT, AttemptPaths, RunPaths
 from snakeddp.util import schemas
 from snakeddp.util.fsutil import atomic_write_json, read_json
 
@@ -76,20 +77,41 @@ def append(run_dir: Path, entry: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def write_saved(run_dir: Path, step: int, epoch: int) -> None:
-    """Beside last.ckpt, just saved: the step it holds and when (rank 0; once an epoch, not per step)."""
-    atomic_write_json(RunPaths(run_dir).last_saved, {"step": step, "epoch": epoch, "saved_at": time.time()})
+def write_saved(run_dir: Path, step: int, epoch: int, checkpoint: str = LAST_CHECKPOINT) -> None:
+    """Beside the checkpoint just saved whole in checkpoints/ (a top-k one or last.ckpt): its name, the step it
+    holds and when (rank 0; at an epoch's end and at a preemption's stop, not per step)."""
+    record = {"step": step, "epoch": epoch, "saved_at": time.time(), "checkpoint": checkpoint}
+    atomic_write_json(RunPaths(run_dir).last_saved, record)
 
 
 def saved(run_dir: Path) -> dict[str, Any] | None:
-    """last.json, when it is one snakeddp wrote."""
+    """last.json, when it is one snakeddp wrote (one written before it named its checkpoint names last.ckpt)."""
     try:
-        record = read_json(RunPaths(run_dir).last_saved)
+        record = read_json(AttemptPaths(run_dir).last_saved)
     except (OSError, ValueError):
         return None
-    fields = {"step": int, "epoch": int, "saved_at": (int, float)}
-    good = isinstance(record, dict) and all(isinstance(record.get(k), t) for k, t in fields.items())
-    return record if good else None
+    fields = {"step": int, "epoch": int, "saved_at": (int, float), "checkpoint": str}
+    if not isinstance(record, dict):
+        return None
+    record = {"checkpoint": LAST_CHECKPOINT, **record}
+    return record if all(isinstance(record.get(k), t) for k, t in fields.items()) else None
+
+
+def newest_checkpoint(folder: Path) -> Path | None:
+    """The newest checkpoint the attempt in ``folder`` (a run directory, or an attempt kept under attempts/) saved
+    whole, which its next try resumes: the one last.json names, else last.ckpt; None where neither is there.
+
+    At an epoch's end Lightning saves the top-k checkpoint, then last.ckpt, of the same step. A disk that filled
+    between the two left last.ckpt an epoch behind, and last.json naming the top-k one (it is rewritten after
+    every whole save): resuming last.ckpt would train that epoch twice. A save whose last.json did not follow
+    leaves it naming the save before, never a later one than the files hold."""
+    paths = AttemptPaths(folder)
+    record = saved(folder)
+    name = record["checkpoint"] if record else LAST_CHECKPOINT
+    named = paths.checkpoints / name
+    if Path(name).name == name and not name.startswith(".") and named.match(CHECKPOINT_GLOB) and named.is_file():
+        return named
+    return paths.last_checkpoint if paths.last_checkpoint.is_file() else None
 
 
 def write_hang(run_dir: Path, record: Mapping[str, Any]) -> bool:

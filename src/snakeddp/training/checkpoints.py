@@ -3,15 +3,76 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 
+from snakeddp.cluster.lifecycle import FORWARDED
 from snakeddp.compat.lightning import LastCheckpointHooks
 
 # What fsutil.atomic_write leaves behind when a kill lands in the middle of a save.
 PARTIAL_GLOB = ".*.partial"
+
+
+class HeldStops(Callback):
+    """Holds a stop that would end the rank at once (Ctrl-C's SIGINT, which Python raises as KeyboardInterrupt; a
+    launcher's SIGTERM, SIGUSR1 or SIGUSR2 at its default, where ``trainer.preempt_signals`` leaves it out) from the
+    start of an epoch's end hooks until its checkpoints are saved, then passes it on as it came.
+
+    Lightning calls a finished epoch's ``on_train_epoch_end`` on the other callbacks first (its metrics row, its
+    progress line), then on the checkpoint callback, which saves its top-k checkpoint and last.ckpt. A stop that
+    landed in between ended the rank with the epoch trained, validated and shown, and no checkpoint of it: the rerun
+    trained it again. Held, the stop waits for that save (the ranks stop at the same hook, after its collectives),
+    and the rerun goes on with the next epoch. First among the callbacks, so that its hold begins before the
+    others' end hooks; ``EpochCheckpoint`` releases it after its save. A preemption signal is ``Preemption``'s:
+    its handler only raises a flag, and the ranks stop at a step of the next epoch."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.arrived: list[int] = []
+
+    def _arrived(self, signum: int, frame: Any) -> None:
+        if signum not in self.arrived:
+            self.arrived.append(signum)
+
+    def hold(self) -> None:
+        """From now on, keep each stop whose handler would end the rank at once until ``release``."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread sets handlers (a trainer run from another thread keeps its own)
+        for signum in FORWARDED:
+            handler = signal.getsignal(signum)
+            if handler in (signal.SIG_DFL, signal.default_int_handler):
+                self.previous[signum] = signal.signal(signum, self._arrived)
+
+    def restore(self) -> None:
+        """Put back the handlers ``hold`` replaced."""
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    def release(self) -> None:
+        """Put back the handlers, then raise each stop held, in the order they came: SIGINT's KeyboardInterrupt from
+        here, a default SIGTERM's end of the process."""
+        self.restore()
+        arrived, self.arrived = self.arrived, []
+        for signum in arrived:
+            signal.raise_signal(signum)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.hold()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self.restore()  # an end hook or the save failed: the rank stops on that, its handlers as they were
+        self.arrived.clear()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.restore()
+        self.arrived.clear()
 
 
 class EpochCheckpoint(LastCheckpointHooks):
@@ -22,10 +83,12 @@ class EpochCheckpoint(LastCheckpointHooks):
     one. Resuming and provenance's last_checkpoint need the last finished epoch.
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, held: HeldStops | None = None, **kwargs) -> None:
         self._state_key: str | None = None
         super().__init__(save_last=True, **kwargs)
         self._last_saved_step: int | None = None
+        self.held = held
+        """The stops held since the epoch's end hooks began, released once its checkpoints are saved."""
 
     @property
     def state_key(self) -> str:
@@ -76,6 +139,8 @@ class EpochCheckpoint(LastCheckpointHooks):
         super().on_train_epoch_end(trainer, pl_module)
         if self.saves_on_train_epoch_end(trainer):
             self._save_last_if_missed(trainer)
+        if self.held is not None:  # the last of the epoch's end hooks (Lightning calls checkpoint callbacks last)
+            self.held.release()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_validation_end(trainer, pl_module)

@@ -57,6 +57,13 @@ class LiveStatus(Callback):
         self.poster = status.Poster(run_dir)
         self.fit_called_at: float | None = None
         self.data_setup_s = 0.0
+        # productive_at_save counts from a checkpoint saved whole, as last.json does (the wall time a try that stops
+        # later lost, run.tries): a save whose write fails (a full disk) keeps nothing. Its dump comes first.
+        self._productive_at_dump = 0.0
+        self._trainer: pl.Trainer | None = None
+        kept = getattr(phases.checkpoints, "kept", None)
+        if kept is not None:
+            kept.append(self.saved_whole)
 
     def fit_called(self, datamodule: Any) -> None:
         """``trainer.fit`` is called now, on ``datamodule``: its ``setup``, which Lightning runs between setting
@@ -78,6 +85,7 @@ class LiveStatus(Callback):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.setup_at = time.perf_counter()
+        self._trainer = trainer
         if trainer.is_global_zero and trainer.strategy.root_device.type == "cuda":
             self.load = Utilisation([gpu.uuid for gpu in gpus.visible(os.environ)], POST_S)
             self.load.start()
@@ -123,7 +131,15 @@ class LiveStatus(Callback):
             self._waiting_since = (time.perf_counter(), self.phases.checkpoints.seconds)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Any) -> None:
-        self.productive_at_save = self.productive  # what the next try need not train again
+        self._productive_at_dump = self.productive
+
+    def saved_whole(self) -> None:
+        """The checkpoint just dumped is saved whole: what the next try need not train again, posted at once (and
+        written before the save returns), so that a try that stops before its next post is accounted from it."""
+        self.productive_at_save = self._productive_at_dump
+        if self._trainer is not None and self._trainer.is_global_zero:
+            self._post(self._trainer, force=True)
+            self.poster.flush()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._post(trainer, force=True)

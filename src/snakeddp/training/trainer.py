@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from snakeddp.environment.capture import accelerator_and_backend
 from snakeddp.errors import MachineRefusal
 from snakeddp.provenance.record import Outcome
 from snakeddp.run import requirements, variables
-from snakeddp.run.layout import LAST_CHECKPOINT, RunPaths, checkpoint_name
+from snakeddp.run.layout import RunPaths, checkpoint_name
 from snakeddp.run.tries import write_saved
 from snakeddp.training.callbacks import (
     EpochMetrics,
@@ -35,7 +35,7 @@ from snakeddp.training.callbacks import (
     RankHosts,
     SampleTrace,
 )
-from snakeddp.training.checkpoints import EpochCheckpoint
+from snakeddp.training.checkpoints import EpochCheckpoint, HeldStops
 from snakeddp.training.livestatus import LiveStatus
 from snakeddp.training.phases import Phases
 from snakeddp.training.progress import EpochProgress
@@ -46,9 +46,10 @@ from snakeddp.util.fsutil import atomic_write
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints appear whole or not at all, so a kill during a save never corrupts last.ckpt.
 
-    ``seconds``: time spent writing them (provenance timing.phases). Beside each last.ckpt of ``run_dir``
-    goes the step it holds and when (run.tries: what a try that does not complete kept); ``saving`` says
-    a save is under way (the watch gives one a long phase's limit).
+    ``seconds``: time spent writing them (provenance timing.phases). After each checkpoint saved whole in
+    ``run_dir``'s checkpoints/ (top-k or last.ckpt) goes last.json, naming it with the step it holds and when
+    (run.tries: what a try that does not complete kept, and which checkpoint the next try resumes); ``saving``
+    says a save is under way (the watch gives one a long phase's limit).
     """
 
     def __init__(self, run_dir: Path | None = None) -> None:
@@ -56,6 +57,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.run_dir = run_dir
         self.seconds = 0.0
         self.saving = False
+        self.kept: list[Callable[[], None]] = []
+        """Called after each checkpoint saved whole (LiveStatus: what a try that stops later keeps)."""
 
     def is_saving(self) -> bool:
         return self.saving
@@ -67,9 +70,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             atomic_write(path, lambda handle: torch.save(checkpoint, handle), what="the checkpoint")
         finally:
             self.saving = False
-        if self.run_dir is not None and Path(path).name == LAST_CHECKPOINT:
-            write_saved(self.run_dir, int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0)))
+        path = Path(path)
+        # Lightning names the top-k by their real path, Preemption last.ckpt by the run directory's.
+        if self.run_dir is not None and path.parent.resolve() == RunPaths(self.run_dir).checkpoints.resolve():
+            step, epoch = int(checkpoint.get("global_step", 0)), int(checkpoint.get("epoch", 0))
+            write_saved(self.run_dir, step, epoch, path.name)
         self.seconds += time.perf_counter() - start
+        for kept in self.kept:
+            kept()
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,10 @@ class Callbacks:
     """The callbacks snakeddp gives a run's Trainer, in the order Lightning calls them but for the
     checkpoint, which Lightning moves last; the run reads its results from them after fit."""
 
+    held: HeldStops
+    """First: a stop that lands once an epoch's end hooks begin waits for its checkpoints (training.checkpoints)."""
     monitor: MonitoredMetric
-    """First: a model that does not log trainer.monitor's metric stops every rank before any callback
+    """Before the others: a model that does not log trainer.monitor's metric stops every rank before any callback
     ranks epochs by it."""
     checkpoint: EpochCheckpoint
     """The top-k by trainer.monitor and last.ckpt; its best and last paths go to provenance."""
@@ -213,9 +223,12 @@ def _callbacks(trainer_cfg: parts.Trainer, run_dir: Path, checkpoint_io: AtomicC
     monitor, stop_cfg = trainer_cfg.monitor, trainer_cfg.early_stopping
     metrics = EpochMetrics(paths.metrics)
     phases = Phases(checkpoint_io)
+    held = HeldStops()
     return Callbacks(
+        held=held,
         monitor=MonitoredMetric(monitor.metric, run_dir.name),
         checkpoint=EpochCheckpoint(
+            held=held,
             dirpath=paths.checkpoints,
             filename=checkpoint_name(monitor.metric),
             auto_insert_metric_name=False,

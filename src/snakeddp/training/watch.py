@@ -49,8 +49,8 @@ from snakeddp.cluster.lifecycle import HUNG_EXIT_CODE
 from snakeddp.compat.lightning import fit_position
 from snakeddp.errors import HangError, one_line, print_line, write_first
 from snakeddp.run import ledger
-from snakeddp.run.layout import RUNS, RunPaths
-from snakeddp.run.tries import write_hang
+from snakeddp.run.layout import RUNS
+from snakeddp.run.tries import newest_checkpoint, write_hang
 from snakeddp.training.evidence import device_of
 from snakeddp.training.gather import Gathering, Verdict
 from snakeddp.training.meeting import CALL_S, PROG, Meeting, StoreGone, bounded, progress_key
@@ -353,8 +353,8 @@ class Watch:
         self._say(line, kept, speak=self.failure_file is not None or self.layout.rank == 1)
 
     def _checkpoint(self) -> str:
-        last = RunPaths(self.run_dir).last_checkpoint
-        return str(last) if last.is_file() else "none yet: the rerun starts over"
+        newest = newest_checkpoint(self.run_dir)
+        return str(newest) if newest is not None else "none yet: the rerun starts over"
 
     @staticmethod
     def _line(message: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from snakeddp.run.layout import RunPaths
+from snakeddp.run.tries import newest_checkpoint
 from snakeddp.util import relays
 
 #: Every job's shell prefix: Snakemake's own, then a trap that keeps the shell through a SIGHUP until its command
@@ -133,10 +134,10 @@ def summary(runs: Iterable[tuple[str, Path]], stop: int = signal.SIGINT) -> list
         paths = RunPaths(run_dir)
         if paths.provenance.is_file() or not paths.metrics.is_file():
             continue
-        # Not "N epochs": metrics.csv gets an epoch's row before its checkpoint is written, and
-        # Ctrl-C can land between the two (only torch could read the epoch back from last.ckpt).
-        last = paths.last_checkpoint
-        if last.is_file():
+        # Not "N epochs": metrics.csv gets an epoch's row before its checkpoint is written, and a kill
+        # can land between the two (only torch could read the epoch back from the checkpoint).
+        last = newest_checkpoint(run_dir)
+        if last is not None:
             lines.append(
                 f"  run {run_id}: {'its last finished epoch is saved' if ctrl_c else 'its last save is'} in {last}"
             )
