@@ -127,3 +127,26 @@ def test_a_stop_at_an_epochs_end_is_held_until_its_checkpoints_are_saved_then_co
         held.release()  # nothing held any more
     finally:
         signal.signal(signal.SIGUSR1, preemption)
+
+
+def test_a_second_ctrl_c_a_moment_after_the_first_stops_the_rank_at_once_while_its_save_is_held(
+    ctrl_c_raises, monkeypatch
+):
+    """A save that takes long (a large model on a slow disk) is not waited for if the stop is asked for again: the
+    same signal delivered twice at once (the terminal's group, and a launcher passing it on) is one stop."""
+    from snakeddp.training import checkpoints
+    from snakeddp.training.checkpoints import HeldStops
+
+    now = [100.0]
+    monkeypatch.setattr(checkpoints.time, "monotonic", lambda: now[0])
+    held = HeldStops()
+    held.hold()
+    os.kill(os.getpid(), signal.SIGINT)
+    now[0] += HeldStops.AGAIN_AFTER_S / 2
+    os.kill(os.getpid(), signal.SIGINT)  # the same Ctrl-C, delivered again
+    assert held.arrived == [signal.SIGINT]
+    now[0] += HeldStops.AGAIN_AFTER_S
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)  # asked again: now
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not held.arrived
+    held.release()  # the save ends nothing more

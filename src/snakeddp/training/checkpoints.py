@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,27 @@ class HeldStops(Callback):
     others' end hooks; ``EpochCheckpoint`` releases it after its save. A preemption signal is ``Preemption``'s:
     its handler only raises a flag, and the ranks stop at a step of the next epoch."""
 
+    #: A second of the same stop this long after the first is someone asking again (a second Ctrl-C): it ends the
+    #: rank at once, save or not. Sooner, it is the first one delivered twice (the terminal's group and a launcher
+    #: that passes it on, as mpirun does).
+    AGAIN_AFTER_S = 1.0
+
     def __init__(self) -> None:
         self.previous: dict[int, Any] = {}
         self.arrived: list[int] = []
+        self.first_at: dict[int, float] = {}
 
     def _arrived(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
         if signum not in self.arrived:
             self.arrived.append(signum)
+            self.first_at[signum] = now
+        elif now - self.first_at[signum] >= self.AGAIN_AFTER_S:
+            self.restore()
+            self.arrived.clear()
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            signal.raise_signal(signum)  # its default again: the end of the process
 
     def hold(self) -> None:
         """From now on, keep each stop whose handler would end the rank at once until ``release``."""
@@ -53,6 +68,7 @@ class HeldStops(Callback):
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous.clear()
+        self.first_at.clear()
 
     def release(self) -> None:
         """Put back the handlers, then raise each stop held, in the order they came: SIGINT's KeyboardInterrupt from
