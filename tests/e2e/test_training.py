@@ -306,6 +306,42 @@ def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempte
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1]
 
 
+# The real launcher as the train rule runs it (`python -m snakeddp.launch`, its first lines too), its signal sent by
+# itself as it begins importing its own modules (psutil, the first): a closed terminal's or a scheduler's signal in
+# the launcher's first tenths of a second, which no sleep can aim at.
+SIGNAL_IN_IMPORTS = """
+import os, runpy, signal, sys
+
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal's shell starts it, whatever this test inherited
+signum = int(sys.argv.pop(1))
+sent = []
+
+def signalled(event, args):
+    if event == "import" and args[0] == "psutil" and not sent:
+        sent.append(signum)
+        os.kill(os.getpid(), signum)
+
+sys.addaudithook(signalled)
+runpy.run_module("snakeddp.launch", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_while_the_launcher_imports_is_recorded_as_preempted_and_named(tmp_path, signum):
+    """A closed terminal's SIGHUP, or a SIGTERM, while the launcher still imports (no handler of its own yet): the
+    try is recorded as preempted and the launcher exits 75, as a stop a moment later does; its line names the
+    signal that came (the SIGTERM a SIGHUP stands for is what the ranks would have been sent)."""
+    run = Run(tmp_path, {"data": {"num_train_files": 2, "num_val_records": 50}, "trainer": {"max_epochs": 2}})
+    argv = [sys.executable, "-c", SIGNAL_IN_IMPORTS, str(int(signum)), *run.argv()[3:]]
+    env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}  # a cold job, as Run.start's
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 75, done.stdout + done.stderr
+    said = f"snakeddp.launch: {signal.Signals(signum).name} before the ranks started; not starting them."
+    assert said in done.stdout.splitlines(), done.stdout + done.stderr
+    assert json.loads((run.dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted"
+    assert not (run.dir / "provenance.json").exists()
+
+
 def rank_pids(run_dir: Path) -> dict[int, int]:
     """{rank: pid} of the training processes of one run directory, from /proc.
 
