@@ -73,6 +73,8 @@ def _ingest(args: argparse.Namespace) -> None:
                 summary = ingest(args.params, args.out)
             else:
                 summary = spread(args.params, args.out, os.environ)
+    except StepStopped:
+        raise  # the runs training beside it got the stop too: they stop as preempted, not on a failed ingestion
     except Exception:
         # Runs of the workflow's invocation training beside it (data.stream) wait for partitions that will not
         # come: said to them at once. A step run by hand names no invocation, and leaves nothing.
