@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -183,15 +183,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         if child is not None:
             deliver(child, launcher.name, stop)
 
-    # Those that came since this process's first line (relays.hold), taken over once these handlers are set.
-    held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    for signum in relays.with_hangup(FORWARDED):
-        signal.signal(signum, forward)
-    early = relays.take_held()
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    for signum in early:
-        forward(signum, None)
+    held = take_stops(forward)
     start = lineage.prepare(args.run_dir, identity, run)
     resume = start.resume
     if attempt.finished(args.run_dir):
@@ -220,9 +212,7 @@ def run_attempt(args: argparse.Namespace) -> int:
     env[variables.TRY_STARTED] = f"{began:.3f}"
     account.starting(args.run_dir, platforms.load(args.platform).where_tried(env), resumed_from)  # their GPUs
     if received:
-        print(
-            f"snakeddp.launch: {signal.Signals(got[0]).name} before the ranks started; not starting them.", flush=True
-        )
+        print(f"snakeddp.launch: {signal.Signals(got[0]).name} before the ranks started; not starting them.")
         # Recorded as any stopped try (tries.json, status.json): preempted, to resume, or interrupted by Ctrl-C.
         code = PREEMPTED_EXIT_CODE if any(signum in PREEMPT_SIGNALS for signum in received) else 128 + received[0]
         record_try(args, launcher.name, began, code, received, resumed_from)
@@ -251,6 +241,20 @@ def run_attempt(args: argparse.Namespace) -> int:
         return REFUSED_EXIT_CODE if refused.exists() else 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
+
+
+def take_stops(forward: Callable[[int, object], None]) -> tuple[int, ...]:
+    """Make ``forward`` the handler of every stop the launcher passes on, and hand it those that came since this
+    process's first line (relays.hold), in order. Returns the signals to hold while the ranks' launcher starts."""
+    held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    for signum in relays.with_hangup(FORWARDED):
+        signal.signal(signum, forward)
+    early = relays.take_held()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for signum in early:
+        forward(signum, None)
+    return held
 
 
 def outcome_of(code: int, received: Sequence[int], hang: Mapping[str, Any] | None) -> str:
