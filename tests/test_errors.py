@@ -23,7 +23,7 @@ from snakeddp.config import sources, targets
 from snakeddp.data import partitions
 from snakeddp.run import requirements, runs
 from snakeddp.training import strategies
-from tests.helpers import REPO, launch, prepare, subprocess_env
+from tests.helpers import REPO, as_typed_in_a_terminal, launch, prepare, subprocess_env
 from tests.tables import frame, params
 
 USER_MODULE = """
@@ -308,6 +308,44 @@ def test_steps_report_a_snakeddp_error_as_one_line(tmp_path):
         "HINT: set data.table.path to the file or folder (a relative path is read from the directory snakemake "
         "runs in, the checkout's root), or make the table first.\n"
     )
+
+
+# The ingest step as the data rule runs it (`python -m snakeddp.steps`), hung up by itself as it opens its first
+# partition for writing: a closed terminal's SIGHUP mid-ingestion, which no sleep can aim at.
+HUNG_UP_WHILE_WRITING = """
+import os, runpy, signal, sys
+
+out, sent = sys.argv[-1], []
+
+def hung_up(event, args):
+    if event == "open" and str(args[0]).startswith(out) and str(args[0]).endswith(".safetensors") and not sent:
+        sent.append(os.kill(os.getpid(), signal.SIGHUP))
+
+sys.addaudithook(hung_up)
+runpy.run_module("snakeddp.steps", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_stop_ends_a_data_step_in_one_line(tmp_path):
+    """A closed terminal's SIGHUP (or Snakemake's relayed SIGTERM) in the middle of a table's ingestion: the step ends
+    as a stop, in one line with a HINT and exit 75, not by the signal's default with nothing said; Snakemake removes
+    its train/ as a failed job's, so no partition it began counts as made. No failed ingestion is recorded for the
+    runs of the invocation training beside it (data.stream): the stop reached them too, and they stop as preempted."""
+    frame(rows=20_000).to_parquet(tmp_path / "t.parquet")
+    out = tmp_path / "ingest"
+    given = json.dumps(params(tmp_path / "t.parquet"))
+    step = [sys.executable, "-c", HUNG_UP_WHILE_WRITING, "ingest", "--params", given, "--out", str(out)]
+    env = subprocess_env(SNAKEDDP_INVOCATION="a1")
+    done = subprocess.run(
+        step, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, preexec_fn=as_typed_in_a_terminal
+    )
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "snakeddp.steps: stopped by SIGHUP before it finished; Snakemake removes what it wrote. HINT: rerun the same "
+        "command to make it again (finished jobs do not run again)."
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (out / ".ingest-failed.json").exists()
 
 
 @pytest.mark.parametrize("entry", ["exit_code", "supervisor"])

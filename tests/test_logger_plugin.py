@@ -87,21 +87,27 @@ def test_snakemakes_own_filter_still_applies(capsys):
 def failed(logger: logging.Logger) -> None:
     """What Snakemake 9 logs as a job fails while SIGTERM stops it (its scheduler's line, once per job that ends)."""
     logger.info("Will exit after finishing currently running jobs (scheduler).")
+    logger.info(REMOVING)
     logger.error("RuleException in rule train", extra={"event": LogEvent.ERROR, "exception": "RuleException"})
+
+
+# What Snakemake 9 says as it removes the outputs of a job that did not finish (a stopped ingestion's).
+REMOVING = "Removing output files of failed job data_table since they might be corrupted:\nresults/data/t-1/train"
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_errors_show_unless_a_stop_ended_the_jobs(capsys, stop):
     """After Ctrl-C, or SIGTERM or SIGHUP to Snakemake (which its jobs are stopped by too), the jobs' failures are
-    left out, and so is the scheduler's word that it waits for them to finish (they stop), unless --verbose."""
+    left out, and so are the scheduler's word that it waits for them to finish (they stop) and the removal of what
+    a stopped job had begun (a rerun makes it again), unless --verbose."""
     from snakeddp.workflow.interrupt import STOPS
 
     finishing = "Will exit after finishing currently running jobs (scheduler)."
-    assert terminal(capsys, failed) == [finishing, "RuleException in rule train"]
+    assert terminal(capsys, failed) == [finishing, *REMOVING.splitlines(), "RuleException in rule train"]
     STOPS.append(stop)
     try:
         assert terminal(capsys, failed) == []
-        assert terminal(capsys, failed, verbose=True) == [finishing]
+        assert terminal(capsys, failed, verbose=True) == [finishing, *REMOVING.splitlines()]
     finally:
         STOPS.clear()
 

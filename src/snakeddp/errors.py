@@ -89,6 +89,14 @@ class HangError(LaunchError):
     exit_status = 69  # EX_UNAVAILABLE: a peer is unavailable
 
 
+class StepStopped(ConfigError):
+    """A workflow step (data, environment record, report) that a stop reached (SIGTERM, a closed terminal's SIGHUP)
+    before it finished: it ends as one line, and Snakemake removes what it had written, so nothing half-made is
+    ever taken for complete; the rerun makes it again."""
+
+    exit_status = 75  # EX_TEMPFAIL, "try again", as a preempted training run
+
+
 class RunStateError(ConfigError, RuntimeError):
     """The run directory holds checkpoints whose origin cannot be confirmed."""
 

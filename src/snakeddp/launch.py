@@ -14,6 +14,14 @@ on to the ranks.
 from __future__ import annotations
 
 if __name__ == "__main__":  # a job of the workflow: its warm process runs it, where there is one
+    import signal as _signal
+
+    from snakeddp.util import relays as _relays
+
+    # Before anything else: a stop while this process imports (a closed terminal, a scheduler) is noted for
+    # run_attempt, which stops the attempt as preempted, rather than ending it before any rank or record exists.
+    # The stops run_attempt's handlers take (snakeddp.cluster.lifecycle.FORWARDED, which imports more).
+    _relays.hold((_signal.SIGTERM, _signal.SIGINT, _signal.SIGUSR1, _signal.SIGUSR2))
     from snakeddp.util.handoff import hand_off
 
     hand_off(__spec__.name)
@@ -25,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -165,16 +173,17 @@ def run_attempt(args: argparse.Namespace) -> int:
     # action (death, for SIGUSR1), but stop the attempt the way a preempted one stops. A closed
     # terminal's SIGHUP too, as the SIGTERM that Snakemake's process relays for it (snakeddp.util.relays).
     received: list[int] = []
+    got: list[int] = []  # as they came: the line names a closed terminal's SIGHUP, not the SIGTERM it stands for
     child: subprocess.Popen | None = None
 
     def forward(signum: int, frame: object) -> None:
+        got.append(signum)
         stop = relays.stop_for(signum)
         received.append(stop)
         if child is not None:
             deliver(child, launcher.name, stop)
 
-    for signum in relays.with_hangup(FORWARDED):
-        signal.signal(signum, forward)
+    held = take_stops(forward)
     start = lineage.prepare(args.run_dir, identity, run)
     resume = start.resume
     if attempt.finished(args.run_dir):
@@ -203,13 +212,14 @@ def run_attempt(args: argparse.Namespace) -> int:
     env[variables.TRY_STARTED] = f"{began:.3f}"
     account.starting(args.run_dir, platforms.load(args.platform).where_tried(env), resumed_from)  # their GPUs
     if received:
-        print(f"snakeddp.launch: {signal.Signals(received[0]).name} before the ranks started; not starting them.")
-        code = 128 + received[0]
+        print(f"snakeddp.launch: {signal.Signals(got[0]).name} before the ranks started; not starting them.")
+        # Recorded as any stopped try (tries.json, status.json): preempted, to resume, or interrupted by Ctrl-C.
+        code = PREEMPTED_EXIT_CODE if any(signum in PREEMPT_SIGNALS for signum in received) else 128 + received[0]
+        record_try(args, launcher.name, began, code, received, resumed_from)
     else:
         started = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, start_new_session=launcher.own_session)
         # Signals that came while it started were only recorded: pass them on now, once. Snakemake's relays
         # (a cold job's, snakeddp.util.relays) wait too: one must not come before the signal it stands for.
-        held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
         child, missed = started, list(received)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
@@ -231,6 +241,20 @@ def run_attempt(args: argparse.Namespace) -> int:
         return REFUSED_EXIT_CODE if refused.exists() else 1
     # The ranks exit 75 after saving last.ckpt; torchrun reports any failing worker as 1.
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
+
+
+def take_stops(forward: Callable[[int, object], None]) -> tuple[int, ...]:
+    """Make ``forward`` the handler of every stop the launcher passes on, and hand it those that came since this
+    process's first line (relays.hold), in order. Returns the signals to hold while the ranks' launcher starts."""
+    held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    for signum in relays.with_hangup(FORWARDED):
+        signal.signal(signum, forward)
+    early = relays.take_held()
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    for signum in early:
+        forward(signum, None)
+    return held
 
 
 def outcome_of(code: int, received: Sequence[int], hang: Mapping[str, Any] | None) -> str:
@@ -331,7 +355,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     # A remote platform's train job submits the run and follows it; any other starts the ranks here.
     contract = platforms.load(args.platform)
-    code = contract.submit(args) if isinstance(contract, RemotePlatform) else run_attempt(args)
+    if isinstance(contract, RemotePlatform):
+        relays.let_go()  # its job sets its own handlers where a stop cancels what it submitted
+        code = contract.submit(args)
+    else:
+        code = run_attempt(args)
     if code == 0 and args.record_to:
         publish_elsewhere(RunPaths(args.run_dir).provenance, args.record_to)
     return code

@@ -37,12 +37,15 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from snakeddp.errors import exit_code, said_when_full
+from snakeddp.errors import StepStopped, exit_code, said_when_full
 from snakeddp.run import rules
+from snakeddp.util import relays
 
 
 def _partition(args: argparse.Namespace, *, split: str) -> None:
@@ -70,6 +73,8 @@ def _ingest(args: argparse.Namespace) -> None:
                 summary = ingest(args.params, args.out)
             else:
                 summary = spread(args.params, args.out, os.environ)
+    except StepStopped:
+        raise  # the runs training beside it got the stop too: they stop as preempted, not on a failed ingestion
     except Exception:
         # Runs of the workflow's invocation training beside it (data.stream) wait for partitions that will not
         # come: said to them at once. A step run by hand names no invocation, and leaves nothing.
@@ -245,9 +250,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 PROGS = {"report": "snakeddp report"}
 
 
+@contextlib.contextmanager
+def stops_end_the_step() -> Iterator[None]:
+    """A stop (SIGTERM: Snakemake's relay, a scheduler; a closed terminal's SIGHUP, unless `nohup` ignores it)
+    raised where the step is as StepStopped, so it ends as one line with its files closed and its scratch removed on
+    the way out; by their defaults it died at once, mid-write, and said nothing in its log. Ctrl-C stays Python's
+    (exit_code ends it quietly). Only the main thread may set handlers: elsewhere (a caller's thread) nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        for stop_signal in stops:
+            signal.signal(stop_signal, signal.SIG_IGN)  # one stop: the relay or the hang-up that follows is the same
+        raise StepStopped(
+            f"stopped by {signal.Signals(signum).name} before it finished; Snakemake removes what it wrote. "
+            "HINT: rerun the same command to make it again (finished jobs do not run again)."
+        )
+
+    stops = relays.with_hangup((signal.SIGTERM,))
+    previous = {signum: signal.signal(signum, stop) for signum in stops}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    args.func(args)
+    with stops_end_the_step():
+        args.func(args)
     return 0
 
 

@@ -16,8 +16,9 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
 - after a stop (Ctrl-C; SIGTERM or SIGHUP to Snakemake, which passes it on to its jobs), Snakemake's
   records of the jobs it stopped (the exception, "Error in rule" with the job's whole log, the final
   WorkflowError): they were stopped, not broken, and the workflow says what each run kept instead
-  (snakeddp.workflow.interrupt); and, after SIGTERM or SIGHUP, unless ``--verbose``, its "Will exit after
-  finishing currently running jobs" (once per job that ends): the jobs do not finish, they stop;
+  (snakeddp.workflow.interrupt); and, unless ``--verbose``, its "Removing output files of failed job" (a stopped
+  data or report job's, which is right to remove them: a rerun makes them again) and, after SIGTERM or SIGHUP, its
+  "Will exit after finishing currently running jobs" (once per job that ends): the jobs do not finish, they stop;
 - of a failed job's log (the profiles' show-failed-logs), everything but its last line where that is
   snakeddp's one line with a HINT: what ended the job, which the rest (Lightning's banner, the model's
   summary, every epoch's line again) buried. A log ending otherwise (a traceback) is shown whole;
@@ -53,6 +54,8 @@ _JOB_TIME = re.compile(r"^(\s*)\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]\n")
 _SCHEDULING = "Select jobs to execute..."
 # What Snakemake's scheduler says on SIGTERM, each time a job ends until none runs.
 _FINISHING = "Will exit after finishing currently running jobs (scheduler)."
+# What Snakemake says as it removes the outputs of a job that did not finish (Job.cleanup), a stopped job's too.
+_REMOVING = "Removing output files of failed job "
 _CHATTER = {LogEvent.JOB_STARTED, LogEvent.JOB_FINISHED}
 _ERRORS = {LogEvent.ERROR, LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR}
 # Snakemake's terminal colours (ANSI codes), so a terminal looks as it did without the plugin.
@@ -140,7 +143,8 @@ class LogHandler(LogHandlerBase):
         if self.common_settings.verbose:
             return True
         message = record.getMessage()
-        return event not in _CHATTER and message != _SCHEDULING and not (message == _FINISHING and stopped())
+        stops_account = message == _FINISHING or str(message).startswith(_REMOVING)
+        return event not in _CHATTER and message != _SCHEDULING and not (stops_account and stopped())
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -4,6 +4,7 @@ import hashlib
 import json
 import os
 import pickle
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import torch
 from snakeddp.run import attempt as runstate
 from snakeddp.util import handoff, relays
 from snakeddp.workflow import interrupt
-from tests.helpers import TINY, subprocess_env
+from tests.helpers import TINY, as_typed_in_a_terminal, subprocess_env
 from tests.training_runs import SIGNALLED_RECORDS, Run, slow_config
 
 # The runs that no test signals or kills (each rerun that resumes one, a reference, a run that fails on its data) are
@@ -347,6 +348,62 @@ def test_preemption_signal_as_the_launcher_starts_the_ranks_stops_it_as_preempte
 
     assert run.train(kept_warm=True) == 0, run.log.read_text()[-3000:]
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1]
+
+
+# The real launcher as the train rule runs it (`python -m snakeddp.launch`, its first lines too), its signal sent by
+# itself as it begins importing its own modules (psutil, the first): a closed terminal's or a scheduler's signal in
+# the launcher's first tenths of a second, which no sleep can aim at.
+SIGNAL_IN_IMPORTS = """
+import os, runpy, signal, sys
+
+signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as a terminal's shell starts it, whatever this test inherited
+signum = int(sys.argv.pop(1))
+sent = []
+
+def signalled(event, args):
+    if event == "import" and args[0] == "psutil" and not sent:
+        sent.append(signum)
+        os.kill(os.getpid(), signum)
+
+sys.addaudithook(signalled)
+runpy.run_module("snakeddp.launch", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_stop_while_the_launcher_imports_is_recorded_as_preempted_and_named(tmp_path, signum):
+    """A closed terminal's SIGHUP, or a SIGTERM, while the launcher still imports (no handler of its own yet): the
+    try is recorded as preempted and the launcher exits 75, as a stop a moment later does; its line names the
+    signal that came (the SIGTERM a SIGHUP stands for is what the ranks would have been sent)."""
+    run = Run(tmp_path, {"data": {"num_train_files": 2, "num_val_records": 50}, "trainer": {"max_epochs": 2}})
+    argv = [sys.executable, "-c", SIGNAL_IN_IMPORTS, str(int(signum)), *run.argv()[3:]]
+    env = {k: v for k, v in subprocess_env().items() if k != handoff.SOCKET}  # a cold job, as Run.start's
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, preexec_fn=as_typed_in_a_terminal)
+    assert done.returncode == 75, done.stdout + done.stderr
+    said = f"snakeddp.launch: {signal.Signals(signum).name} before the ranks started; not starting them."
+    assert said in done.stdout.splitlines(), done.stdout + done.stderr
+    assert json.loads((run.dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted"
+    assert not (run.dir / "provenance.json").exists()
+
+
+def test_a_closed_terminal_stops_a_cold_torchrun_job_with_a_mid_epoch_save(tmp_path):
+    """`launch.launcher: torchrun`, the job started cold (`SNAKEDDP_WARM_START=0`, `--sdm conda`), its terminal
+    closed: the shell hangs up the job's whole process group, `bash -c PREFIX COMMAND` as Snakemake runs it. The
+    launcher takes the SIGHUP as SIGTERM and sends it to torchrun's workers, which save where they stopped; torchrun's
+    agent, in a session of its own, is not hung up (it used to end the workers with SIGHUP first: no save mid-epoch)."""
+    config = slow_config(SIGNALLED_RECORDS, max_epochs=3)
+    config["launch"]["launcher"] = "torchrun"
+    run = Run(tmp_path, config)
+    env = {k: v for k, v in subprocess_env(SNAKEDDP_WARM_START="0").items() if k != handoff.SOCKET}
+    command = f"{interrupt.JOB_SHELL_PREFIX}{shlex.join(run.argv())} > {shlex.quote(str(run.log))} 2>&1"
+    job = subprocess.Popen(["bash", "-c", command], env=env, start_new_session=True, preexec_fn=as_typed_in_a_terminal)
+    run.wait_for_epochs(job, 1)
+    time.sleep(0.5)
+    os.killpg(job.pid, signal.SIGHUP)
+    assert job.wait(timeout=300) == 75, run.log.read_text()[-3000:]
+    assert "preempted in epoch" in run.log.read_text()
+    assert json.loads((run.dir / "tries.json").read_text())["tries"][-1]["outcome"] == "preempted"
+    assert {t["rank"] for t in run.traces() if not t["complete"]} == {0, 1}, "both ranks saved mid-epoch"
 
 
 def rank_pids(run_dir: Path) -> dict[int, int]:

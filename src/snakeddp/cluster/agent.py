@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import runpy
 
+from snakeddp.forking.child import die_with_parent
 from snakeddp.util.shutdown import freeze_at_exit
 
 TORCHRUN = "torch.distributed.run"
 
 if __name__ == "__main__":
+    # In a session of its own (snakeddp.cluster.torchrun), a kill of the launcher's process group misses it: a
+    # killed launcher takes it along, and its workers with it, as the supervisor's does.
+    die_with_parent()
     freeze_at_exit()
     runpy.run_module(TORCHRUN, run_name="__main__", alter_sys=True)

@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
 class TorchRun(Launcher):
     name = "torchrun"
+    # Signals reach its agent through snakeddp.launch only. In the launcher's process group, a closed terminal's
+    # SIGHUP reached the agent too, which ended its workers with SIGHUP (torch.distributed.elastic's
+    # SignalException) before the SIGTERM the launcher sends them for it could save (its workers are in sessions
+    # of their own already); a Ctrl-C reached it twice. Its agent dies with the launcher (snakeddp.cluster.agent).
+    own_session = True
     variables = {
         "rank": "RANK",
         "local_rank": "LOCAL_RANK",

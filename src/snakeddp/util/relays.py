@@ -13,6 +13,11 @@ process group: the shell sends SIGHUP to Snakemake and to each job's top process
 relays it as SIGTERM. A job's top process that acts on stops takes SIGHUP as that SIGTERM (``stop_for``,
 ``with_hangup``), once.
 
+A stop that comes while a job's top process still imports (its first tenths of a second, seconds on a busy node)
+would end it by its default before it could record anything: a launcher holds the stops from its first line
+(``hold``) until its own handlers take the ones that came (``take_held``), or lets them act as they would have
+(``let_go``) where it sets none.
+
 On the ground floor, beside the hand-off that imports it: every step imports it before anything else, so it
 imports only what a bare interpreter has.
 """
@@ -33,6 +38,9 @@ RELAYING = "SNAKEDDP_RELAYING"
 _caught: int | None = None
 #: The stops this process got itself: their relays are not acted on again (as a warm job's client does).
 _got: set[int] = set()
+#: The stops ``hold`` noted, in the order they came, and the handlers they had before it.
+_held: list[int] = []
+_before_hold: dict[int, object] = {}
 
 
 def stop_for(signum: int) -> int:
@@ -45,6 +53,41 @@ def with_hangup(stops: tuple[int, ...]) -> tuple[int, ...]:
     """``stops`` and SIGHUP, the signals a job's top process acts on (as ``stop_for`` says), unless SIGHUP is
     ignored (`nohup`, which Snakemake's process honours too: the terminal's end is not a stop there)."""
     return stops if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (*stops, signal.SIGHUP)
+
+
+def hold(stops: tuple[int, ...]) -> None:
+    """Note each of ``stops`` (and SIGHUP, as ``with_hangup`` says) that comes from now on, instead of its default
+    (death, before anything is recorded; Ctrl-C's traceback from wherever it landed): for a job's top process,
+    from its first line to where its own handlers are set. One ignored (`nohup`, a script's `&`) stays ignored."""
+    for signum in with_hangup(stops):
+        previous = signal.getsignal(signum)
+        if previous != signal.SIG_IGN:
+            _before_hold.setdefault(signum, previous)
+            signal.signal(signum, _noted)
+
+
+def _noted(signum: int, frame: object) -> None:
+    _held.append(signum)
+    _got.add(stop_for(signum))  # as its wake-up fd's byte would say, had it come after ``take``
+
+
+def take_held() -> list[int]:
+    """The stops held since ``hold``, in the order they came, now the caller's to act on: call it with them
+    blocked, right after setting its own handlers (those still held get back the handlers they had)."""
+    taken = list(_held)
+    _held.clear()
+    for signum, previous in _before_hold.items():
+        if signal.getsignal(signum) is _noted:
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+    _before_hold.clear()
+    return taken
+
+
+def let_go() -> None:
+    """The stops held back act now, as they would have when they came (their handlers put back): where the
+    process sets no handlers of its own for them (a remote platform's job sets its own later)."""
+    for signum in take_held():
+        signal.raise_signal(signum)
 
 
 def take() -> None:
