@@ -27,6 +27,7 @@ if __name__ == "__main__":  # a job of the workflow: its warm process runs it, w
     hand_off(__spec__.name)
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -325,8 +326,15 @@ def relay_stderr(stream: IO[bytes], failed: Path) -> None:
 
 
 def deliver(child: subprocess.Popen, launcher: str, signum: int) -> None:
-    for target in signal_targets(child, launcher, signum):
-        target.send_signal(signum)
+    """``signum`` passed on to ``child``'s (signal_targets); one that has ended needs it no more (a stop landing as
+    the child exits and is reaped raised NoSuchProcess out of the signal handler, a traceback in the job's log)."""
+    try:
+        targets = signal_targets(child, launcher, signum)
+    except psutil.NoSuchProcess:
+        return
+    for target in targets:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            target.send_signal(signum)
 
 
 def signal_targets(child: subprocess.Popen, launcher: str, signum: int) -> list[psutil.Process]:

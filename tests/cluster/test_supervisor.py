@@ -182,3 +182,14 @@ def test_a_bad_command_line_is_refused(argv):
         [sys.executable, "-m", "snakeddp.cluster.supervisor", *argv], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "error:" in result.stderr
+
+
+@pytest.mark.parametrize("launcher", ["direct", "torchrun"])
+def test_a_stop_passed_on_to_a_launcher_child_that_has_ended_is_dropped_not_raised(launcher):
+    """The launcher's signal handler runs between any two of its lines: after child.wait() has reaped the child,
+    too. Passing the stop on then finds no process; the handler must not raise that into the job's log."""
+    from snakeddp.launch import deliver
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert child.wait(timeout=60) == 0  # reaped: its pid names no process
+    deliver(child, launcher, signal.SIGTERM)
