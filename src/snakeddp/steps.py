@@ -270,12 +270,8 @@ def stops_end_the_step() -> Iterator[None]:
         )
 
     stops = relays.with_hangup((signal.SIGTERM,))
-    previous = {signum: signal.signal(signum, stop) for signum in stops}
-    try:
+    with relays.handled(stops, stop):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,13 +65,8 @@ def _interrupt(signum: int, frame: object) -> None:
 def signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGINT raise KeyboardInterrupt while the job is waited for, so it is cancelled; so does a closed
     terminal's SIGHUP (snakeddp.util.relays), unless ignored."""
-    stops = relays.with_hangup((signal.SIGTERM, signal.SIGINT))
-    previous = {signum: signal.signal(signum, _interrupt) for signum in stops}
-    try:
+    with relays.handled(relays.with_hangup((signal.SIGTERM, signal.SIGINT)), _interrupt):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class RemoteJob(ABC):

@@ -24,8 +24,10 @@ imports only what a bare interpreter has.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Callable, Iterator
 
 #: The real-time signals that nothing else sends, each standing for the stop Snakemake's process got alone.
 RELAYED = {signal.SIGRTMIN + 4: signal.SIGINT, signal.SIGRTMIN + 5: signal.SIGTERM}
@@ -53,6 +55,17 @@ def with_hangup(stops: tuple[int, ...]) -> tuple[int, ...]:
     """``stops`` and SIGHUP, the signals a job's top process acts on (as ``stop_for`` says), unless SIGHUP is
     ignored (`nohup`, which Snakemake's process honours too: the terminal's end is not a stop there)."""
     return stops if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN else (*stops, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def handled(stops: tuple[int, ...], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` set for each of ``stops`` while the block runs, and the handlers before it put back after."""
+    previous = {signum: signal.signal(signum, handler) for signum in stops}
+    try:
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before)
 
 
 def hold(stops: tuple[int, ...]) -> None:
