@@ -25,6 +25,7 @@ from azure.ai.ml import load_job
 from snakeddp.azureml import submit
 from snakeddp.azureml.settings import Settings
 from snakeddp.remote.attempt import collect
+from snakeddp.run import tries
 from snakeddp.run.layout import RESUME_SEEDED as SEEDED
 from snakeddp.util.hashing import sha256_file
 from tests.azureml.plans import build_plan
@@ -234,6 +235,10 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     assert (run_dir / "checkpoints" / "last.ckpt").is_file() and not (run_dir / "provenance.json").exists()
     done_before = len((run_dir / "metrics.csv").read_text().splitlines()) - 1
     assert 2 <= done_before < epochs
+    # The newest checkpoint it saved whole: last.ckpt, or the epoch's top-k one where the kill came between the two
+    # (its metrics row, which the loop above waits for, is written just before them).
+    newest = tries.newest_checkpoint(run_dir)
+    assert newest is not None
 
     args = Namespace(config=run_dir / "run.yaml", run_dir=run_dir, data=plan.data.local_dir / "manifest-3.json")
     plan, _ = build_plan(args, Settings.from_section({"compute": "gpu-cluster"}))
@@ -245,6 +250,6 @@ def test_job_lost_mid_run_resumes_from_the_downloaded_attempt(tmp_path):
     assert codes == [0, 0], output
     assert (second / SEEDED).read_text() == "job-2", "rank 0 seeded this job's run directory"
     record = check_provenance(second, "env", 1, 2, ("127.0.0.1", port), "job-2", epochs=epochs)
-    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert record["training"]["resumed_from"]["path"] == f"checkpoints/{newest.name}"
     rows = [int(row.split(",")[0]) for row in (second / "metrics.csv").read_text().splitlines()[1:]]
     assert rows == list(range(epochs)), "the resumed job continued the same metrics, no epoch twice"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from snakeddp.run import tries
 from tests.checkout import Checkout, local_run_past_first_checkpoint
 from tests.helpers import TINY, all_gone, left_running, merged, subprocess_env
 
@@ -141,6 +142,8 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
         recorded = pickle.loads((run_dir / "hang/try-1/flight-recorder-rank0").read_bytes())
         assert {entry["profiling_name"] for entry in recorded["entries"]} >= {"gloo:all_reduce"}, recorded
 
+    newest = tries.newest_checkpoint(run_dir)  # last.ckpt, or its epoch's top-k one where the stop came between them
+    assert newest is not None
     rerun = checkout.snakemake("--profile", "profiles/local")
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     # Resumed, by the run's own records: every epoch once, the first finished before the stop and the last after.
@@ -148,7 +151,7 @@ def test_a_rank_stopped_mid_epoch_is_named_in_one_line_within_the_bound_and_the_
     first, last = finished_at(run_dir)
     assert first < stopped_at < last
     record = json.loads((run_dir / "provenance.json").read_text())
-    assert record["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt", record["training"]
+    assert record["training"]["resumed_from"]["path"] == f"checkpoints/{newest.name}", record["training"]
     hung, completed = record["attempt"]["tries"]
     assert (hung["outcome"], completed["outcome"]) == ("hung", "completed")
     assert hung["hang"]["culprit"]["pid"] == stopped and hung["hang"]["line"] == line

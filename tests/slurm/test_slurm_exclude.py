@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import socket
 import time
 from datetime import datetime
@@ -129,7 +130,8 @@ def test_a_rank_stopped_on_the_second_node_is_named_and_the_retry_leaves_that_no
     assert 0 < saved_epochs < 4 and all(at < stopped_wall for at in done[:saved_epochs]), (done, stopped_wall)
     assert all(at > stopped_wall for at in done[saved_epochs:]), (done, stopped_wall)
     resumed = json.loads(RunPaths(run_dir).provenance.read_text())["training"]["resumed_from"]
-    assert resumed["path"] == "checkpoints/last.ckpt", resumed
+    # last.ckpt, or its epoch's top-k checkpoint where the stop came between the two saves (the step is checked above).
+    assert re.fullmatch(r"checkpoints/[^/]+\.ckpt", resumed["path"]), resumed
     assert not left_running(tmp_path, within=10)
 
 
