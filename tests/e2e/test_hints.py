@@ -18,6 +18,7 @@ import pytest
 
 from snakeddp import config
 from snakeddp.provenance.schema import ProvenanceError, validate_file
+from snakeddp.run import tries
 from snakeddp.run.attempt import hold_attempt_lock
 from snakeddp.util import handoff
 from tests.helpers import TINY, Workflow, assert_valid_provenance, copy_of, subprocess_env, tiny_with
@@ -156,14 +157,23 @@ KILLED = tiny_with(
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory) -> Workflow:
-    """A pipeline whose every process was killed at once in the third of its four epochs, as a lost node
-    leaves it (Snakemake's lock and incomplete marks, last.ckpt of epoch 2), made once: each test that
-    unlocks and reruns it starts from a copy."""
+    """A pipeline whose every process was killed at once as its second epoch ended, as a lost node leaves it
+    (Snakemake's lock and incomplete marks, the checkpoints saved whole by then: ``resumed_from``), made once: each
+    test that unlocks and reruns it starts from a copy."""
     flow = Workflow(tmp_path_factory.mktemp("killed"))
     flow.write_config(KILLED)
     kill_everything(training_in_background(flow, epochs=2))
     assert not (flow.directory / RUN / "provenance.json").exists()
     return flow
+
+
+def resumed_from(workflow: Workflow) -> Path:
+    """The checkpoint the killed run's rerun resumes from: the newest saved whole. The kill comes as the second
+    epoch's metrics row appears, just before its checkpoints: last.ckpt, of the first epoch or of the second, or
+    the second's top-k checkpoint where the kill fell between the two saves."""
+    newest = tries.newest_checkpoint(workflow.directory / RUN)
+    assert newest is not None
+    return newest
 
 
 def test_after_a_hard_kill_snakemake_unlock_then_rerun_resumes_and_completes(killed: Workflow, tmp_path):
@@ -419,7 +429,7 @@ def test_a_last_checkpoint_whose_weights_no_longer_fit_the_model_is_one_line_and
 
     workflow = copy_of(killed, tmp_path / "copy")
     workflow.run("--unlock")
-    last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
+    last = resumed_from(workflow)
     checkpoint = torch.load(last, weights_only=True)
     name = next(iter(checkpoint["state_dict"]))
     checkpoint["state_dict"][name] = torch.zeros(3, *checkpoint["state_dict"][name].shape[1:])
@@ -471,7 +481,7 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
     metrics = workflow.directory / RUN / "metrics.csv"
     workflow.run("--unlock")
 
-    last = workflow.directory / RUN / "checkpoints" / "last.ckpt"
+    last = resumed_from(workflow)
     marker = workflow.directory / "code-ran"
     if damage == "truncated":
         last.write_bytes(last.read_bytes()[:1000])
@@ -481,7 +491,7 @@ def test_a_damaged_or_crafted_last_checkpoint_is_one_line_and_deleting_it_as_hin
     failed = workflow.run(f"{RUN}/provenance.json", check=False)
     assert failed.returncode != 0 and not marker.exists()
     log = (workflow.directory / "logs/train/base.log").read_text()
-    line = hint_line(log, "last.ckpt")
+    line = hint_line(log, last.name)
     assert log.count("this checkpoint") == 1 and "Traceback" not in log, log[-3000:]
     assert "weights_only=False" not in log
     command = re.search(r"HINT: delete it \((rm [^)]+)\) and rerun snakemake", line).group(1)

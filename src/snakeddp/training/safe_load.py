@@ -37,7 +37,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         why = "is damaged or incomplete (empty, truncated, or not a checkpoint)"
     raise CheckpointError(
         f"{path}: this checkpoint {why}; snakeddp does not load it. HINT: delete it (rm {path}) and rerun "
-        "snakemake: the run trains again from its first epoch."
+        "snakemake: the run trains again from a last.ckpt saved before it, or from its first epoch where none is."
     )
 
 
