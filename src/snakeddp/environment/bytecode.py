@@ -74,9 +74,10 @@ def _module_rows(info: Path) -> list[list[str]]:
     return [row for row in rows if row and row[0].endswith(".py") and not row[0].startswith("..")]
 
 
-def record_modules(info: Path) -> list[str]:
-    """The modules a distribution's RECORD lists inside its site-packages directory (not its scripts)."""
-    return [str(info.parent / row[0]) for row in _module_rows(info)]
+def record_modules(info: Path, rows: list[list[str]] | None = None) -> list[str]:
+    """The modules a distribution's RECORD lists inside its site-packages directory (not its scripts); ``rows``:
+    its RECORD's module rows where they were read already."""
+    return [str(info.parent / row[0]) for row in (_module_rows(info) if rows is None else rows)]
 
 
 def all_modules(sites: Iterable[str]) -> list[str]:
@@ -140,28 +141,26 @@ def _link(source: str, target: str) -> None:
 
 
 class Store:
-    """Compiled distributions kept for the next venv: ``ROOT/CACHE_TAG/NAME-VERSION.dist-info-RECORDSHA/``
+    """Compiled distributions kept for the next venv: ``ROOT/CACHE_TAG/NAME-VERSION.dist-info-MODULESSHA/``
     holds each module's pyc at its path in site-packages. An entry is complete or absent (renamed into place)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root) / sys.implementation.cache_tag
 
-    def entry(self, info: Path) -> Path | None:
-        """Where the distribution's bytecode is kept: by the paths and sha256s its RECORD gives its modules (not
-        the whole RECORD: a console script's hash differs with each venv's path); None where one has no hash."""
-        rows = _module_rows(info)
+    def entry(self, info: Path, rows: list[list[str]]) -> Path | None:
+        """Where the distribution's bytecode is kept: by the paths and sha256s its RECORD gives its modules (``rows``,
+        not the whole RECORD: a console script's hash differs with each venv's path); None where one has no hash."""
         if not rows or any(len(row) < 2 or not row[1] for row in rows):
             return None
         digest = hashlib.sha256("\n".join(sorted(f"{row[0]},{row[1]}" for row in rows)).encode()).hexdigest()
         return self.root / f"{info.name}-{digest[:24]}"
 
-    def restore(self, info: Path, modules: list[str]) -> set[str]:
-        """The ``modules`` whose bytecode was taken from the store (linked into place)."""
-        entry = self.entry(info)
+    @staticmethod
+    def restore(entry: Path | None, site: Path, modules: list[str]) -> set[str]:
+        """The ``modules`` (in ``site``) whose bytecode was taken from ``entry`` (linked into place)."""
         taken: set[str] = set()
         if entry is None or not entry.is_dir():
             return taken
-        site = info.parent
         for module in modules:
             pyc = importlib.util.cache_from_source(module)
             kept = entry / os.path.relpath(pyc, site)
@@ -173,11 +172,10 @@ class Store:
                 continue
         return taken
 
-    def keep(self, info: Path, modules: list[str], taken: set[str]) -> None:
-        """The bytecode compiled for ``modules`` kept as the distribution's entry, where it has none, or one whose
-        bytecode ``restore`` could not take (``taken``: none of it; the sources' mtimes changed, as after
-        ``uv cache clean``)."""
-        entry = self.entry(info)
+    def keep(self, entry: Path | None, site: Path, modules: list[str], taken: set[str]) -> None:
+        """The bytecode compiled for ``modules`` (in ``site``) kept as the distribution's ``entry``, where it has
+        none, or one whose bytecode ``restore`` could not take (``taken``: none of it; the sources' mtimes changed,
+        as after ``uv cache clean``)."""
         if entry is None or (entry.exists() and (taken or not modules)):
             return
         try:
@@ -189,7 +187,7 @@ class Store:
             for module in modules:
                 pyc = importlib.util.cache_from_source(module)
                 if os.path.isfile(pyc) and fits(pyc, os.stat(module)):
-                    _link(pyc, str(building / os.path.relpath(pyc, info.parent)))
+                    _link(pyc, str(building / os.path.relpath(pyc, site)))
             if entry.exists():  # stale: set aside, then removed, so that no reader sees it half gone
                 stale = Path(tempfile.mkdtemp(prefix=".stale-", dir=self.root))
                 os.rename(entry, stale / "entry")
@@ -206,15 +204,17 @@ def compile_changed(record: Path, sites: list[str], store: Path | None = None) -
     keys = installed_keys(sites)
     before = set(record.read_text(encoding="utf-8").splitlines()) if record.is_file() else None
     new = list(keys) if before is None else [key for key in keys if key not in before]
-    modules = {key: record_modules(keys[key]) for key in new}
+    rows = {key: _module_rows(keys[key]) for key in new}  # each RECORD read once
+    modules = {key: record_modules(keys[key], rows[key]) for key in new}
     kept = Store(store) if store is not None else None
-    taken = {key: kept.restore(keys[key], modules[key]) if kept else set() for key in new}
+    entries = {key: kept.entry(keys[key], rows[key]) if kept else None for key in new}
+    taken = {key: Store.restore(entries[key], keys[key].parent, modules[key]) for key in new}
     every_taken = set().union(*taken.values())
     wanted = all_modules(sites) if before is None else [path for key in new for path in modules[key]]
     compile_modules([path for path in wanted if path not in every_taken])
     if kept:
         for key in new:
-            kept.keep(keys[key], modules[key], taken[key])
+            kept.keep(entries[key], keys[key].parent, modules[key], taken[key])
     atomic_write_text(record, "".join(f"{key}\n" for key in sorted(keys)))
     return len(new)
 
