@@ -49,7 +49,6 @@ class HeldStops(Callback):
             self.first_at[signum] = now
         elif now - self.first_at[signum] >= self.AGAIN_AFTER_S:
             self.restore()
-            self.arrived.clear()
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
             signal.raise_signal(signum)  # its default again: the end of the process
@@ -64,17 +63,18 @@ class HeldStops(Callback):
                 self.previous[signum] = signal.signal(signum, self._arrived)
 
     def restore(self) -> None:
-        """Put back the handlers ``hold`` replaced."""
+        """Put back the handlers ``hold`` replaced, and forget the stops held."""
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
         self.previous.clear()
         self.first_at.clear()
+        self.arrived.clear()
 
     def release(self) -> None:
         """Put back the handlers, then raise each stop held, in the order they came: SIGINT's KeyboardInterrupt from
         here, a default SIGTERM's end of the process."""
+        arrived = list(self.arrived)
         self.restore()
-        arrived, self.arrived = self.arrived, []
         for signum in arrived:
             signal.raise_signal(signum)
 
@@ -84,11 +84,9 @@ class HeldStops(Callback):
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self.restore()  # an end hook or the save failed: the rank stops on that, its handlers as they were
-        self.arrived.clear()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.restore()
-        self.arrived.clear()
 
 
 class EpochCheckpoint(LastCheckpointHooks):
