@@ -22,7 +22,7 @@ import pytest
 from databricks.sdk import WorkspaceClient
 
 from snakeddp import config
-from snakeddp.run import variables
+from snakeddp.run import tries, variables
 from snakeddp.util.redact import scrub
 from tests.databricks.submission import prepare
 from tests.databricks_server import DatabricksStub
@@ -129,6 +129,7 @@ class Submitted:
     cancelled: str
     failed: str
     saved: int
+    resumes: str  # the checkpoint the lost driver's run resumes from: the newest that came back whole
     staged: list[str]
     done: subprocess.CompletedProcess
     again: subprocess.CompletedProcess
@@ -153,6 +154,9 @@ def submitted(tmp_path_factory) -> Iterator[Submitted]:
         assert not (run / "provenance.json").exists() and not (run / "finished.json").exists()
         saved = len((run / "metrics.csv").read_text().splitlines()) - 1
         assert (run / "checkpoints" / "last.ckpt").is_file(), failed
+        # last.ckpt, or a later epoch's top-k checkpoint where the driver was lost between the two saves.
+        resumes = tries.newest_checkpoint(run)
+        assert resumes is not None
         # As the HINTs say: the same command again, with the cluster working.
         stub.runner = driver(cluster_env())
         puts = len(stub.requests("PUT", "/api/2.0/fs/files"))
@@ -161,7 +165,7 @@ def submitted(tmp_path_factory) -> Iterator[Submitted]:
         again = flow.run(env=user_env(stub))
         # A GPU run on a CPU runtime, refused before any job (nothing is sent).
         refused = flow.run("--config", "launch={accelerator: gpu}", env=user_env(stub), check=False)
-        yield Submitted(flow, stub, cancelled, failed, saved, staged, done, again, refused)
+        yield Submitted(flow, stub, cancelled, failed, saved, resumes.name, staged, done, again, refused)
     finally:
         stub.close()
 
@@ -195,7 +199,7 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(submitted: Submitt
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["launch"]["launcher"] == "torchdistributor"
-    assert provenance["training"]["resumed_from"]["path"] == "checkpoints/last.ckpt"
+    assert provenance["training"]["resumed_from"]["path"] == f"checkpoints/{submitted.resumes}"
     assert provenance["training"]["epochs_completed"] == 6
     epochs = [int(row.split(",")[0]) for row in (run / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(6)), "the resumed run went on from the saved epoch, none trained twice"
