@@ -85,13 +85,16 @@ def fitted(run_dir: Path, model: SleepingModel) -> tuple[dict[str, float], int]:
 def test_each_phase_holds_what_the_fit_spent_there_and_together_they_are_the_whole(tmp_path):
     phases, saved = fitted(tmp_path, SleepingModel())
     assert saved == 2, "last.ckpt, written at each epoch's end, and the best epoch's"
-    steps, writes = EPOCHS * BATCHES, EPOCHS * SAVE_S
+    steps = EPOCHS * BATCHES
+    # The checkpoint callback writes after snakeddp's epoch-end mark: its writes are checkpoints, not epoch ends.
+    # At least one write an epoch; last.ckpt and an improved best make two.
+    assert phases["checkpoint_s"] >= EPOCHS * SAVE_S
+    writes = phases["checkpoint_s"]
     # Each phase holds at least its own sleeps, and less than them plus the writes: had the writes been charged to it,
-    # it would hold both.
+    # it would hold both. (The bound is all the writes, not a share: CI's loaded machine once stretched Lightning's
+    # own validation time by 1.3 s over three epochs.)
     assert steps * STEP_S <= phases["train_loop_s"] < steps * STEP_S + writes
     assert EPOCHS * VALIDATION_S <= phases["validation_s"] < EPOCHS * VALIDATION_S + writes
-    # The checkpoint callback writes after snakeddp's epoch-end mark: its writes are checkpoints, not epoch ends.
-    assert phases["checkpoint_s"] >= writes
     assert EPOCHS * EPOCH_END_S <= phases["epoch_ends_s"] < EPOCHS * EPOCH_END_S + writes
     assert sum(phases[name] for name in CHARGED) == pytest.approx(phases["total_s"], abs=0.004)
     startup = ("imports_s", "checks_s", "trainer_build_s", "meeting_s", "fit_setup_s")
