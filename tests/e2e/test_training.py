@@ -1,5 +1,6 @@
 """Training processes for real: rank sharding, kill -9 and preemption resumes, corrupted data."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -108,7 +109,7 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert "base: epoch 1/3" in run.log.read_text() and not list(run.dir.glob("checkpoints/*.ckpt"))
     os.killpg(process.pid, signal.SIGINT)
     assert interrupt.relay_to_clients(RELAY[signal.SIGINT]) == 1  # this process stands for Snakemake's
-    assert process.wait(timeout=120) == 1
+    assert ended_within(120, process, run.log, pids) == 1
     log = run.log.read_text()
     assert "Detected KeyboardInterrupt" in log and "Traceback" not in log, log[-3000:]
     assert [t["outcome"] for t in json.loads((run.dir / "tries.json").read_text())["tries"]] == ["interrupted"]
@@ -122,13 +123,43 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     assert [int(r["epoch"]) for r in run.metrics()] == [0, 1, 2]
 
 
+def ended_within(seconds: float, process: subprocess.Popen, log: Path, ranks: dict[int, int]) -> int:
+    """The launcher's exit code; where it has not ended in ``seconds``, a failure that says where each of its
+    processes is: its signal masks and kernel wait (/proc), and each rank's Python stacks (STACKS_SIGNAL)."""
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        launcher = psutil.Process(process.pid)  # a zombie until waited for: still there
+    states = []
+    for proc in [launcher, *launcher.children(recursive=True)]:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            wchan, command = Path(f"/proc/{proc.pid}/wchan").read_text(), " ".join(proc.cmdline()[2:4])
+        except (OSError, psutil.Error):
+            continue  # ended meanwhile
+        shown = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        masks = [line for line in status if line.startswith(shown)]
+        states.append(f"{proc.pid} {command} wchan={wchan} {' | '.join(masks)}")
+    for pid in ranks.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, STACKS_SIGNAL)
+    time.sleep(2)
+    process.kill()
+    pytest.fail(f"the launcher did not end within {seconds} s\n" + "\n".join(states) + "\n" + log.read_text()[-8000:])
+
+
+# Each rank of STOPS_AFTER_THE_LINE's model writes its threads' stacks to the log on it (faulthandler).
+STACKS_SIGNAL = signal.SIGRTMIN + 10
+
 # The built-in mlp, whose first epoch's end hook (after every other callback's: its metrics row and progress line,
 # before the checkpoint callback saves) says on each rank that it is there, then waits for the rank's SIGINT.
 STOPS_AFTER_THE_LINE = """
-import os, signal, time
+import faulthandler, os, signal, time
 from pathlib import Path
 
 from snakeddp.training.models import MLP
+
+faulthandler.register(signal.SIGRTMIN + 10, all_threads=True)  # the test's STACKS_SIGNAL, where the run hangs
 
 
 class StopsAfterTheLine(MLP):
