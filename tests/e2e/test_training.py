@@ -96,6 +96,7 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
     between the two, waits for it on every rank): the ranks save them first, Lightning shuts down gracefully, no
     traceback, nothing left running, and the rerun goes on with the second epoch."""
     run = users_model_run(tmp_path, "stops_after_the_line:StopsAfterTheLine", STOPS_AFTER_THE_LINE)
+    (tmp_path / "sitecustomize.py").write_text(STACKS_ON_SIGNAL)
     at_the_line = tmp_path / "at-the-line"
     at_the_line.mkdir()
     run.env.update({relays.RELAYING: "1", "AT_THE_LINE": str(at_the_line)})
@@ -124,42 +125,52 @@ def test_ctrl_c_stops_every_rank_and_a_rerun_resumes(tmp_path):
 
 
 def ended_within(seconds: float, process: subprocess.Popen, log: Path, ranks: dict[int, int]) -> int:
-    """The launcher's exit code; where it has not ended in ``seconds``, a failure that says where each of its
-    processes is: its signal masks and kernel wait (/proc), and each rank's Python stacks (STACKS_SIGNAL)."""
+    """The launcher's exit code; where it has not ended in ``seconds``, a failure that says where each process of
+    the run is (its threads' kernel waits and signal masks, from /proc), who else holds the launcher's pipes, and
+    each one's Python stacks in the log (STACKS_SIGNAL, on which the run's sitecustomize dumps them)."""
     try:
         return process.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
         launcher = psutil.Process(process.pid)  # a zombie until waited for: still there
+    pids = dict.fromkeys([launcher.pid, *(child.pid for child in launcher.children(recursive=True)), *ranks.values()])
+    pipes = {os.readlink(fd) for fd in Path(f"/proc/{launcher.pid}/fd").iterdir() if "pipe:" in os.readlink(fd)}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError, ValueError):
+            if os.readlink(fd) in pipes:
+                pids[int(fd.parent.parent.name)] = None
     states = []
-    for proc in [launcher, *launcher.children(recursive=True)]:
+    for pid in pids:
         try:
-            status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-            wchan, command = Path(f"/proc/{proc.pid}/wchan").read_text(), " ".join(proc.cmdline()[2:4])
-        except (OSError, psutil.Error):
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:4]
+            waits = [
+                f"{(t / 'comm').read_text().strip()}:{(t / 'wchan').read_text()}"
+                for t in Path(f"/proc/{pid}/task").iterdir()
+            ]
+        except OSError:
             continue  # ended meanwhile
         shown = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
-        masks = [line for line in status if line.startswith(shown)]
-        states.append(f"{proc.pid} {command} wchan={wchan} {' | '.join(masks)}")
-    for pid in ranks.values():
+        masks = " | ".join(line for line in status if line.startswith(shown))
+        states.append(f"{pid} {b' '.join(command).decode(errors='replace')} threads {' '.join(waits)} {masks}")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, STACKS_SIGNAL)
     time.sleep(2)
     process.kill()
-    pytest.fail(f"the launcher did not end within {seconds} s\n" + "\n".join(states) + "\n" + log.read_text()[-8000:])
+    pytest.fail(f"the launcher did not end within {seconds} s\n" + "\n".join(states) + "\n" + log.read_text()[-12000:])
 
 
-# Each rank of STOPS_AFTER_THE_LINE's model writes its threads' stacks to the log on it (faulthandler).
+# Each process of the run dumps its threads' Python stacks to its stderr on it (faulthandler): the sitecustomize
+# module below, on the run's PYTHONPATH, registers it in every interpreter the run starts, before its own code.
 STACKS_SIGNAL = signal.SIGRTMIN + 10
+STACKS_ON_SIGNAL = "import faulthandler, signal\nfaulthandler.register(signal.SIGRTMIN + 10, all_threads=True)\n"
 
 # The built-in mlp, whose first epoch's end hook (after every other callback's: its metrics row and progress line,
 # before the checkpoint callback saves) says on each rank that it is there, then waits for the rank's SIGINT.
 STOPS_AFTER_THE_LINE = """
-import faulthandler, os, signal, time
+import os, signal, time
 from pathlib import Path
 
 from snakeddp.training.models import MLP
-
-faulthandler.register(signal.SIGRTMIN + 10, all_threads=True)  # the test's STACKS_SIGNAL, where the run hangs
 
 
 class StopsAfterTheLine(MLP):
