@@ -226,7 +226,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         for signum in missed:
             deliver(child, launcher.name, signum)
-        relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed), daemon=True)
+        relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed, held), daemon=True)
         relay.start()
         code = child.wait()
         relay.join()
@@ -312,13 +312,18 @@ def launch_gpus(args: argparse.Namespace) -> int:
     return launch.nodes * launch.devices if variables.accelerator(launch, os.environ) == "gpu" else 0
 
 
-def relay_stderr(stream: IO[bytes], failed: Path) -> None:
+def relay_stderr(stream: IO[bytes], failed: Path, stops: tuple[int, ...]) -> None:
     """Pass the ranks' stderr on until one of them stops on a snakeddp error.
 
     What follows is the launcher's own account of the failure (the supervisor's line, torchrun's
     ChildFailedError report, srun's and mpirun's exit notices) and the other ranks being stopped;
     the rank's one line says it all, and the launcher prints it once when the ranks are gone.
+
+    ``stops`` are blocked in this thread: the kernel gives a process's signal to any thread that takes it, and
+    Python runs handlers in the main thread only; one taken here would wait until the main thread's wait for
+    the ranks' launcher returns (after the ranks end, which that very signal should have made them do).
     """
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
         if not failed.exists():
             sys.stderr.buffer.write(chunk)

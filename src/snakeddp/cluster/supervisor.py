@@ -199,7 +199,13 @@ class Supervisor:
             self.signal(signal.SIGTERM, survivors)
         timer = threading.Timer(self.stop_timeout, self.signal, args=(signal.SIGKILL, survivors))
         timer.daemon = True
-        timer.start()
+        # Started with the stops blocked, as it keeps them: one the kernel gave its thread would wait for the main
+        # thread's os.waitpid to return, and a second Ctrl-C would not be passed on until a rank ended.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            timer.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def ended_line(rank: int, pid: int, returncode: int, alive: int) -> str:
