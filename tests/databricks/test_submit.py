@@ -204,6 +204,9 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(submitted: Submitt
     epochs = [int(row.split(",")[0]) for row in (run / "metrics.csv").read_text().splitlines()[1:]]
     assert epochs == list(range(6)), "the resumed run went on from the saved epoch, none trained twice"
     assert (flow.directory / "results" / "report" / "report.html").is_file()
+    # The run's own Spark driver started its session's JVM on the pipe that leaves out the JVM's incubator note.
+    printed = (stub.root / "driver.log").read_text()
+    assert "WARNING: Using incubator modules" not in printed and "Setting default log level" not in printed, printed
     # What the SDK sent: the request as written, with the token from its chain and the storage keys,
     # which the written request masks (keeping their names, and the secret reference as written).
     sent = stub.requests("POST", "/api/2.2/jobs/runs/submit")[-1]

@@ -66,17 +66,20 @@ def test_without_pyspark_the_hint_names_tools_add():
     assert done.stderr.strip().splitlines()[-1].endswith("HINT: run `tools/add.sh pyspark --stage train`."), done.stderr
 
 
+# A run's own driver starting its session (snakeddp.spark.driver.alone's), its stderr the train job's log.
 STARTS_A_SESSION = """
+import os, sys
+from pathlib import Path
 from snakeddp.errors import exit_code
-from snakeddp.spark import session
-from snakeddp.spark import SparkError
+from snakeddp.spark import driver, session
+from snakeddp.spark.settings import Settings
 
 def start():
-    settings = {"spark.master": "local[1]", "spark.app.name": "t", "spark.executor.memory": __import__("sys").argv[1]}
-    try:
-        session.start_context(settings).stop()
-    except Exception as error:
-        raise SparkError(session.session_failure("local[1]", "spark.master", error)) from None
+    scratch = Path(sys.argv[1])
+    session.prepare_scratch(scratch)
+    args, _ = driver.parse_args(["--num-processes=1", "--", "--run-dir", str(scratch)])
+    section = Settings.of({"master": "local[1]", "conf": {"spark.executor.memory": sys.argv[2]}})
+    driver.own_session(args, os.environ, section, ("local[1]", "spark.master"), scratch).stop()
     return 0
 
 raise SystemExit(exit_code("snakeddp.spark", start))
@@ -85,14 +88,16 @@ raise SystemExit(exit_code("snakeddp.spark", start))
 
 def test_a_setting_the_drivers_jvm_refuses_is_named_in_spark_s_words_and_fixed_as_hinted_starts(tmp_path):
     """The JVM exits before pyspark reaches it (JAVA_GATEWAY_EXITED), having said why on the process's stderr (a
-    job's log): that is the line, not "check that the master is up"."""
+    job's log): that is the line, not "check that the master is up". Started, the session leaves the log empty: no
+    Spark banner, no log4j line, no JVM note on the incubator module Spark's launcher adds (session.JVM_NOTE: printed
+    before any logging starts, it is left out by the pipe the driver's JVM writes to, which passes on the rest)."""
     log = tmp_path / "job.log"
 
     def start(memory: str) -> subprocess.CompletedProcess:
         with log.open("w") as stderr:
             return subprocess.run(
-                [sys.executable, "-c", STARTS_A_SESSION, memory], stdout=subprocess.PIPE, stderr=stderr,
-                env=subprocess_env(), text=True, timeout=120, check=False,
+                [sys.executable, "-c", STARTS_A_SESSION, str(tmp_path / "scratch"), memory], stdout=subprocess.PIPE,
+                stderr=stderr, env=subprocess_env(), text=True, timeout=120, check=False,
             )  # fmt: skip
 
     refused = start("lots")
@@ -100,7 +105,11 @@ def test_a_setting_the_drivers_jvm_refuses_is_named_in_spark_s_words_and_fixed_a
     (line,) = [line for line in said.splitlines() if "HINT:" in line]
     assert "the Spark driver's JVM did not start" in line and "Executor memory must be a positive number" in line
     assert "check that the master is up" not in line and line.count("HINT:") == 1, line
+    # The JVM's own words reach the log through the pipe, as it wrote them.
+    jvm = 'Exception in thread "main" org.apache.spark.SparkException: Executor memory must be a positive number'
+    assert jvm in said.splitlines() and "incubator" not in said, said[-2000:]
     assert start("512m").returncode == 0, log.read_text()[-2000:]
+    assert log.read_text() == "", log.read_text()[-2000:]
 
 
 STARTS_AN_APPLICATION = """

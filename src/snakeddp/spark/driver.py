@@ -175,9 +175,7 @@ def alone(
     """The run's own application: its session, its ranks, then the session's end."""
     master, source = where
     started = time.monotonic()
-    shape = sessions.Shape(args.run_dir.name, args.num_processes, args.threads, args.gpu)
-    settings = sessions.spark_settings(shape, section, master, scratch, masters.cluster_defaults(env))
-    session = sessions.started(lambda: sessions.start_session(settings), scratch, master, source)
+    session = own_session(args, env, section, where, scratch)
     try:
         context = session.sparkContext
         write_rank_settings(env, context.applicationId, master, scratch)
@@ -191,6 +189,17 @@ def alone(
         return sessions.distribute(args.num_processes, args.gpu, scratch / SETTINGS_FILE, entry)
     finally:
         session.stop()
+
+
+def own_session(
+    args: argparse.Namespace, env: Mapping[str, str], section: Settings, where: tuple[str, str], scratch: Path
+) -> Any:
+    """The session of the run's own application, on the master ``where`` names; a SparkError of one line where it
+    does not start. ``scratch`` is prepared (sessions.prepare_scratch: the driver's logging)."""
+    master, source = where
+    shape = sessions.Shape(args.run_dir.name, args.num_processes, args.threads, args.gpu)
+    settings = sessions.spark_settings(shape, section, master, scratch, masters.cluster_defaults(env))
+    return sessions.started(lambda: sessions.start_session(settings), scratch, master, source)
 
 
 def write_rank_settings(env: Mapping[str, str], app_id: str, master: str, scratch: Path) -> None:

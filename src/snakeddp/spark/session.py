@@ -188,18 +188,19 @@ def has_executors(master: str) -> bool:
 
 
 def start_session(settings: Mapping[str, str]) -> Any:
+    """A SparkSession, what TorchDistributor runs in (a run's own driver): on start_context's context, so its JVM
+    is started as every driver JVM of ours is; the builder then takes that context."""
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    start_context(settings)
+    return SparkSession.builder.config(map=dict(settings)).getOrCreate()
 
 
 def start_context(settings: Mapping[str, str]) -> Any:
-    """A bare SparkContext: what the shared application's barrier stages need (a SparkSession's SQL side
-    costs 1.5-2 s more to start, measured with 2 one-core workers). The driver's JVM, where this process starts
-    one, writes to this process's stderr through ``JvmStderr``."""
+    """A bare SparkContext: what the shared application's barrier stages and an ingestion need (a SparkSession's
+    SQL side costs 1.5-2 s more to start, measured with 2 one-core workers). The driver's JVM, where this process
+    starts one, writes to this process's stderr through ``JvmStderr``: the one place every driver JVM of ours
+    starts (start_session's too)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
