@@ -1,13 +1,18 @@
 """The launcher's own threads leave every stop to its main thread, where Python runs the handlers."""
 
 import os
+import shlex
 import signal
+import subprocess
 import threading
+import time
 from pathlib import Path
+
+import psutil
 
 from snakeddp.cluster.lifecycle import FORWARDED
 from snakeddp.cluster.supervisor import Supervisor
-from snakeddp.launch import relay_stderr
+from snakeddp.launch import followed, relay_stderr
 
 
 def blocked_in(thread: threading.Thread) -> set[int]:
@@ -46,3 +51,23 @@ def test_the_supervisors_kill_timer_thread_blocks_the_stops_it_passes_on():
         assert not set(FORWARDED) & blocked_in(threading.main_thread()), "the main thread's mask put back"
     finally:
         timer.cancel()
+
+
+def test_a_process_left_holding_the_ranks_stderr_is_named_and_not_waited_for_and_its_hint_ends_it(tmp_path, capfd):
+    """The ranks' launcher ends; a child it left behind (backgrounded, orphaned) keeps their stderr open."""
+    child = subprocess.Popen(
+        ["sh", "-c", "echo a rank says >&2; sleep 600 & echo $! > left.pid; exit 3"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+    )
+    assert followed(child, tmp_path / "failure.txt", FORWARDED, drain_s=1) == 3
+    left = int((tmp_path / "left.pid").read_text())
+    err = capfd.readouterr().err
+    assert "a rank says" in err, "what was in the pipe passed on"
+    (line,) = [line for line in err.splitlines() if line.startswith("snakeddp.launch:")]
+    assert f"(pid {left})" in line and "HINT: `kill " in line
+    subprocess.run(shlex.split(line.split("HINT: `", 1)[1].split("`", 1)[0]), check=True)
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(left) and psutil.Process(left).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "still there"
+        time.sleep(0.05)

@@ -226,10 +226,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         for signum in missed:
             deliver(child, launcher.name, signum)
-        relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed, held), daemon=True)
-        relay.start()
-        code = child.wait()
-        relay.join()
+        code = followed(child, failed, held)
         try:
             record_try(args, launcher.name, began, code, received, resumed_from)
         except NoSpaceError:
@@ -310,6 +307,39 @@ def launch_gpus(args: argparse.Namespace) -> int:
     """The GPUs a try's ranks hold, one each where they run on GPUs (its GPU-hours), as build decided."""
     launch = Launch.of(RunFile.load(args.config).config["launch"])
     return launch.nodes * launch.devices if variables.accelerator(launch, os.environ) == "gpu" else 0
+
+
+#: After the ranks' launcher ended, how long its stderr may take to reach its end (the last lines still in the pipe).
+DRAIN_S = 10.0
+
+
+def followed(child: subprocess.Popen, failed: Path, stops: tuple[int, ...], drain_s: float = DRAIN_S) -> int:
+    """Wait for the ranks' launcher, its stderr passed on meanwhile (relay_stderr); its exit code. A process it
+    left behind that holds the pipe (a rank's own child, orphaned) would keep its end from coming: not waited for."""
+    relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed, stops), daemon=True)
+    relay.start()
+    code = child.wait()
+    relay.join(drain_s)
+    if relay.is_alive() and child.stderr is not None:
+        left = " ".join(map(str, holders(child.stderr.fileno()))) or "PID"
+        print(
+            f"snakeddp.launch: the ranks ended, but a process started under them still holds their stderr, and goes "
+            f"on (pid {left}). HINT: `kill {left}` ends it.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return code
+
+
+def holders(fd: int) -> list[int]:
+    """The other processes that hold the pipe behind ``fd`` (either end), as far as /proc shows this user."""
+    pipe = f"pipe:[{os.fstat(fd).st_ino}]"
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError):
+            if os.readlink(entry) == pipe:
+                found.add(int(entry.parts[2]))
+    return sorted(found - {os.getpid()})
 
 
 def relay_stderr(stream: IO[bytes], failed: Path, stops: tuple[int, ...]) -> None:
