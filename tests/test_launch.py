@@ -1,8 +1,7 @@
-"""The launcher's own threads leave every stop to its main thread, where Python runs the handlers."""
+"""The launcher and the supervisor: their own threads leave every stop to the main thread, where Python runs the
+handlers; and the launcher does not wait for a process the ranks left behind."""
 
-import os
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -10,9 +9,9 @@ from pathlib import Path
 
 import psutil
 
-from snakeddp.cluster.lifecycle import FORWARDED
 from snakeddp.cluster.supervisor import Supervisor
-from snakeddp.launch import followed, relay_stderr
+from snakeddp.launch import RELAY, followed
+from snakeddp.util import threads
 
 
 def blocked_in(thread: threading.Thread) -> set[int]:
@@ -24,31 +23,34 @@ def blocked_in(thread: threading.Thread) -> set[int]:
     raise AssertionError("no SigBlk line")
 
 
-def test_the_stderr_relay_thread_blocks_the_stops_it_was_given(tmp_path):
+def test_the_thread_that_passes_the_ranks_stderr_on_blocks_every_stop(tmp_path):
     """A stop the kernel gave the relay thread would wait until the main thread's wait for the ranks returned."""
-    read, write = os.pipe()
-    stops = (*FORWARDED, signal.SIGHUP)
-    with open(read, "rb") as stream:
-        relay = threading.Thread(target=relay_stderr, args=(stream, tmp_path / "failure.txt", stops), daemon=True)
-        relay.start()
-        os.write(write, b"a rank's line\n")  # it is reading: past its first line
-        try:
-            assert set(stops) <= blocked_in(relay)
-            assert not set(stops) & blocked_in(threading.main_thread()), "the main thread still takes them"
-        finally:
-            os.close(write)
-            relay.join(timeout=10)
-    assert not relay.is_alive()
+    child = subprocess.Popen(["sh", "-c", "echo started >&2; sleep 2"], stderr=subprocess.PIPE)
+    masks: list[set[int]] = []
+
+    def look() -> None:  # while followed waits
+        deadline = time.monotonic() + 10
+        while not masks and time.monotonic() < deadline:
+            relay = [thread for thread in threading.enumerate() if thread.name == RELAY]
+            masks.extend(blocked_in(thread) for thread in relay)
+            time.sleep(0.01)
+
+    looking = threading.Thread(target=look)
+    looking.start()
+    assert followed(child, tmp_path / "failure.txt") == 0
+    looking.join()
+    assert masks and set(threads.STOPS) <= masks[0]
+    assert not set(threads.STOPS) & blocked_in(threading.main_thread()), "the main thread still takes them"
 
 
-def test_the_supervisors_kill_timer_thread_blocks_the_stops_it_passes_on():
+def test_the_supervisors_kill_timer_thread_blocks_every_stop():
     supervisor = Supervisor(["true"], [], stop_timeout=60)
     before = set(threading.enumerate())
     supervisor.stop([], terminate=False)
     (timer,) = set(threading.enumerate()) - before
     try:
-        assert set(FORWARDED) <= blocked_in(timer)
-        assert not set(FORWARDED) & blocked_in(threading.main_thread()), "the main thread's mask put back"
+        assert set(threads.STOPS) <= blocked_in(timer)
+        assert not set(threads.STOPS) & blocked_in(threading.main_thread()), "the main thread's mask put back"
     finally:
         timer.cancel()
 
@@ -60,7 +62,7 @@ def test_a_process_left_holding_the_ranks_stderr_is_named_and_not_waited_for_and
         cwd=tmp_path,
         stderr=subprocess.PIPE,
     )
-    assert followed(child, tmp_path / "failure.txt", FORWARDED, drain_s=1) == 3
+    assert followed(child, tmp_path / "failure.txt", drain_s=1) == 3
     left = int((tmp_path / "left.pid").read_text())
     err = capfd.readouterr().err
     assert "a rank says" in err, "what was in the pipe passed on"

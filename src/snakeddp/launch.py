@@ -53,7 +53,7 @@ from snakeddp.provenance import lineage
 from snakeddp.run import account, attempt, ledger, status, tries, variables
 from snakeddp.run.layout import RunPaths
 from snakeddp.run.runfile import RunFile
-from snakeddp.util import handoff, relays
+from snakeddp.util import handoff, relays, threads
 from snakeddp.util.fsutil import atomic_write_json
 from snakeddp.util.terminal import say
 
@@ -226,7 +226,7 @@ def run_attempt(args: argparse.Namespace) -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
         for signum in missed:
             deliver(child, launcher.name, signum)
-        code = followed(child, failed, held)
+        code = followed(child, failed)
         try:
             record_try(args, launcher.name, began, code, received, resumed_from)
         except NoSpaceError:
@@ -309,15 +309,16 @@ def launch_gpus(args: argparse.Namespace) -> int:
     return launch.nodes * launch.devices if variables.accelerator(launch, os.environ) == "gpu" else 0
 
 
+#: The thread that passes the ranks' stderr on (relay_stderr).
+RELAY = "snakeddp-ranks-stderr"
 #: After the ranks' launcher ended, how long its stderr may take to reach its end (the last lines still in the pipe).
 DRAIN_S = 10.0
 
 
-def followed(child: subprocess.Popen, failed: Path, stops: tuple[int, ...], drain_s: float = DRAIN_S) -> int:
+def followed(child: subprocess.Popen, failed: Path, drain_s: float = DRAIN_S) -> int:
     """Wait for the ranks' launcher, its stderr passed on meanwhile (relay_stderr); its exit code. A process it
     left behind that holds the pipe (a rank's own child, orphaned) would keep its end from coming: not waited for."""
-    relay = threading.Thread(target=relay_stderr, args=(child.stderr, failed, stops), daemon=True)
-    relay.start()
+    relay = threads.start(threading.Thread(target=relay_stderr, args=(child.stderr, failed), name=RELAY, daemon=True))
     code = child.wait()
     relay.join(drain_s)
     if relay.is_alive() and child.stderr is not None:
@@ -342,18 +343,13 @@ def holders(fd: int) -> list[int]:
     return sorted(found - {os.getpid()})
 
 
-def relay_stderr(stream: IO[bytes], failed: Path, stops: tuple[int, ...]) -> None:
+def relay_stderr(stream: IO[bytes], failed: Path) -> None:
     """Pass the ranks' stderr on until one of them stops on a snakeddp error.
 
     What follows is the launcher's own account of the failure (the supervisor's line, torchrun's
     ChildFailedError report, srun's and mpirun's exit notices) and the other ranks being stopped;
     the rank's one line says it all, and the launcher prints it once when the ranks are gone.
-
-    ``stops`` are blocked in this thread: the kernel gives a process's signal to any thread that takes it, and
-    Python runs handlers in the main thread only; one taken here would wait until the main thread's wait for
-    the ranks' launcher returns (after the ranks end, which that very signal should have made them do).
     """
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
         if not failed.exists():
             sys.stderr.buffer.write(chunk)

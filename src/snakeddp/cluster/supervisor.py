@@ -39,6 +39,7 @@ from snakeddp.cluster.direct import SUPERVISOR as PROG
 from snakeddp.cluster.lifecycle import FORWARDED, HUNG_EXIT_CODE, PREEMPTED_EXIT_CODE, die_with_parent
 from snakeddp.cluster.warm import RANK_START, WARM_START, NotForkable, Warm
 from snakeddp.errors import quiet_interrupts
+from snakeddp.util import threads
 
 STOP_TIMEOUT_S = 30.0  # torchrun's agent waits as long before it kills its workers
 
@@ -199,13 +200,7 @@ class Supervisor:
             self.signal(signal.SIGTERM, survivors)
         timer = threading.Timer(self.stop_timeout, self.signal, args=(signal.SIGKILL, survivors))
         timer.daemon = True
-        # Started with the stops blocked, as it keeps them: one the kernel gave its thread would wait for the main
-        # thread's os.waitpid to return, and a second Ctrl-C would not be passed on until a rank ended.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-        try:
-            timer.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        threads.start(timer)  # a second Ctrl-C it took would wait for the main thread's os.waitpid to return
 
 
 def ended_line(rank: int, pid: int, returncode: int, alive: int) -> str:

@@ -42,7 +42,7 @@ from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
 from snakeddp.spark.jobside import APP_ID, MASTER
 from snakeddp.spark.settings import Settings
-from snakeddp.util import terminal
+from snakeddp.util import terminal, threads
 from snakeddp.util.fsutil import atomic_write_json, atomic_write_text
 
 SETTINGS_FILE = "rank-env.json"
@@ -184,8 +184,7 @@ def alone(
             f"ranks; session started in {time.monotonic() - started:.1f} s",
             flush=True,
         )
-        watcher = threading.Thread(target=cancel_on_failure, args=(context, args.failure_file), daemon=True)
-        watcher.start()
+        threads.start(threading.Thread(target=cancel_on_failure, args=(context, args.failure_file), daemon=True))
         return sessions.distribute(args.num_processes, args.gpu, scratch / SETTINGS_FILE, entry)
     finally:
         session.stop()

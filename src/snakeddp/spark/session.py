@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from snakeddp.spark import SparkError
 from snakeddp.spark.settings import Settings
+from snakeddp.util import threads
 from snakeddp.util.fsutil import atomic_write_text
 
 # pyspark 4.3 warns that it does not fully support pandas 3 (the core's); TorchDistributor uses pandas
@@ -230,7 +231,7 @@ class JvmStderr:
         self._thread = threading.Thread(target=self._copy, name="snakeddp-spark-jvm-stderr", daemon=True)
 
     def __enter__(self) -> JvmStderr:
-        self._thread.start()
+        threads.start(self._thread)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
@@ -336,8 +337,7 @@ def started(start: Callable[[], T], scratch: Path, master: str, source: str) -> 
                 stop_driver_jvm()
                 return
 
-    watcher = threading.Thread(target=watch, name="snakeddp-spark-refusal", daemon=True)
-    watcher.start()
+    watcher = threads.start(threading.Thread(target=watch, name="snakeddp-spark-refusal", daemon=True))
     try:
         return start()
     except Exception as error:  # py4j and pyspark raise their own types for a JVM that will not start
