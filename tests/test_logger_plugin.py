@@ -14,6 +14,7 @@ from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.tests import TestLogHandlerBase
 
 from snakemake_logger_plugin_snakeddp import LogHandler
+from tests.helpers import REPO
 
 
 class TestTheInterface(TestLogHandlerBase):
@@ -295,6 +296,35 @@ def test_a_missing_configfile_a_profile_gives_is_named_as_the_profiles(capsys, m
     assert len(lines) == 1 and lines[0].startswith(
         f"snakeddp: the configfile gone.yaml a profile gives: no such file or directory ({tmp_path}/gone.yaml). HINT: "
     ), lines
+
+
+def test_snakemake_typed_where_no_snakefile_is_names_the_checkout_to_cd_to(capsys, monkeypatch, tmp_path):
+    """Snakemake's "No Snakefile found" (before any snakeddp code runs) is one line naming the folder to cd to: the
+    checkout above a subdirectory, else the one this plugin is installed from."""
+    from snakemake.api import resolve_snakefile
+
+    checkout = tmp_path / "snakeddp"
+    (checkout / "config" / "sub").mkdir(parents=True)
+    (checkout / "Snakefile").write_text("rule all:\n")
+    monkeypatch.setattr("sys.argv", ["snakemake", "--profile", "local"])
+    for where in (checkout / "config", checkout / "config" / "sub"):
+        monkeypatch.chdir(where)
+        lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: resolve_snakefile(None)))
+        assert lines == [
+            f"snakeddp: no Snakefile in {where}, a subdirectory of the checkout {checkout}, which snakemake runs "
+            f"from. HINT: cd {checkout} and run the same command there (config/, profiles/ and results/ are "
+            "relative to it)."
+        ]
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    lines = terminal(capsys, lambda logger: snakemakes_error(logger, lambda: resolve_snakefile(None)))
+    assert lines == [
+        f"snakeddp: no Snakefile in {outside}, which is outside snakeddp's checkout. HINT: cd {REPO} (the "
+        "checkout) and run the same command there."
+    ]
+    monkeypatch.chdir(REPO)
+    assert resolve_snakefile(None).is_file(), "the checkout named holds the Snakefile"
 
 
 def test_a_failed_jobs_inputs_past_the_first_few_are_counted(capsys, tmp_path):

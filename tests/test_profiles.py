@@ -193,6 +193,26 @@ def test_plain_snakemake_uses_the_workflow_profile(checkout, user_env):
     assert "Using workflow specific profile profiles/default" in output and "train" in output
 
 
+def test_a_bare_profile_typed_in_a_subdirectory_names_the_checkouts_root_and_the_same_command_there_plans(
+    checkout, user_env
+):
+    """`cd config && snakemake --profile NAME`: Snakemake finds no Snakefile and reads no workflow profile there, so
+    each profile selects snakeddp's terminal itself, which says in one line where to cd; doing so plans the runs."""
+    assert typed("tools/setup.sh", checkout, user_env).returncode == 0
+    for name in NAMES:
+        refused = typed(f"snakemake --profile {name} --dry-run", checkout / "config", user_env)
+        output = refused.stdout + refused.stderr
+        assert refused.returncode == 1 and "No Snakefile found" not in output, output
+        assert hints(refused) == [
+            f"snakeddp: no Snakefile in {checkout}/config, a subdirectory of the checkout {checkout}, which snakemake "
+            f"runs from. HINT: cd {checkout} and run the same command there (config/, profiles/ and results/ are "
+            "relative to it)."
+        ], output
+    to = hints(refused)[0].split("HINT: cd ", 1)[1].split(" and run", 1)[0]
+    plan = typed("snakemake --profile local --dry-run", Path(to), user_env)
+    assert plan.returncode == 0 and "train" in plan.stdout + plan.stderr, plan.stdout + plan.stderr
+
+
 def test_a_typed_config_keeps_each_profiles_platform(checkout, user_env):
     """`--config` and `--configfile` typed with a bare profile name keep the profile's platform; a
     platform typed against it is refused in one line, and what the line says to type works."""

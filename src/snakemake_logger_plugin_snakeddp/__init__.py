@@ -1,9 +1,11 @@
 """snakeddp's terminal, as a Snakemake logger plugin: per job what it does and why, not the scheduler's chatter.
 
 The workflow profile (profiles/default/config.yaml, ``logger: [snakeddp]``) selects it for every
-run typed in the checkout. Snakemake finds logger plugins by module name on ``sys.path``
-(``snakemake_logger_plugin_<name>``), so it is found where snakeddp is installed (tools/setup.sh
-installs the checkout's ``src``) or on ``PYTHONPATH``. Jobs that Snakemake spawns read no profile
+run typed in the checkout, and each named profile (profiles/local, ...) too: Snakemake reads the
+workflow profile only where it finds the Snakefile, so typed in a subdirectory only they select it.
+Snakemake finds logger plugins by module name on ``sys.path`` (``snakemake_logger_plugin_<name>``),
+so it is found where snakeddp is installed (tools/setup.sh installs the checkout's ``src``) or on
+``PYTHONPATH``. Jobs that Snakemake spawns read no profile
 and keep Snakemake's own handler.
 
 It takes the place of Snakemake's terminal handler (``writes_to_stream``) and keeps Snakemake's own
@@ -26,7 +28,8 @@ brings neither (``has_filter``, ``has_formatter``). On top of them it leaves off
   (sbatch refused the job: an account or QOS the site does not know), and what it holds is an earlier
   run's (every epoch of a run that completed);
 - Snakemake's traceback or fileless message for a mistake typed on the command line and met before the Snakefile
-  runs (a --configfile missing or not YAML, a dotted --config key): one line with a HINT instead (``typed``);
+  runs (a --configfile missing or not YAML, a dotted --config key), and its "No Snakefile found" typed in a
+  subdirectory of the checkout: one line with a HINT instead (``typed``);
 - of a failed job's "input:" line, every file past the first few (a table's ingestion lists each of the table's
   files: thousands for a folder of Parquet parts), said as how many more;
 - the "RuleException: CalledProcessError ... returned non-zero exit status N" above a failed job's record,

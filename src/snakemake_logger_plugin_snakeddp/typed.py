@@ -1,6 +1,7 @@
 """Snakemake's errors about what was typed, raised before the Snakefile (and so any snakeddp code) runs, told in one
-line with a HINT: a ``--configfile`` that is missing or not YAML, or not a mapping, and a ``--config`` entry that
-is not ``KEY=VALUE`` or has a dotted key (Hydra's and LightningCLI's ``trainer.max_epochs=3``).
+line with a HINT: a ``--configfile`` that is missing or not YAML, or not a mapping, a ``--config`` entry that
+is not ``KEY=VALUE`` or has a dotted key (Hydra's and LightningCLI's ``trainer.max_epochs=3``), and a snakemake
+typed where there is no Snakefile (a subdirectory of the checkout: the line names the root to cd to).
 
 Snakemake logs each of these as its formatted traceback or a message that names no file; the record carries
 neither the exception nor the settings, so what was typed is read from the command line (``sys.argv``) as
@@ -16,6 +17,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 # The last line of Snakemake's traceback where opening a --configfile failed: "FileNotFoundError: [Errno 2] No
 # such file or directory: 'nope.yaml'" (IsADirectoryError, PermissionError alike).
@@ -28,6 +30,8 @@ _NOT_IDENTIFIER = "Config entry must start with a valid identifier."
 _KEY = re.compile(r"[a-zA-Z_][\w-]*\w$")
 # A key inside a section, as YAML takes it unquoted.
 _INNER_KEY = re.compile(r"[a-zA-Z_][\w-]*$")
+# Snakemake's error where the working directory holds none of the Snakefiles it looks for (api.resolve_snakefile).
+_NO_SNAKEFILE = "No Snakefile found, tried "
 
 
 def typed_values(argv: Sequence[str], *options: str) -> list[str]:
@@ -62,6 +66,8 @@ def told(message: str, exception: str | None, argv: Sequence[str]) -> str | None
         return _first_said(configfiles, _not_yaml)
     if exception == "WorkflowError" and _NOT_MAPPING in message:
         return _first_said(configfiles, _not_mapping)
+    if exception == "ApiError" and _NO_SNAKEFILE in last:
+        return _no_snakefile(Path.cwd())
     entries = typed_values(argv, "--config", "-C")
     if exception == "ValueError" and _NOT_KEY_VALUE in last:
         return _first_without_equals(entries)
@@ -78,6 +84,30 @@ def _not_opened(path: str, reason: str, typed: bool) -> str:
         f"{os.getcwd()} or absolute, then run the same command again (config/config.yaml is read first; the "
         "--configfile holds only the keys that differ)."
     )
+
+
+def _no_snakefile(cwd: Path) -> str | None:
+    """The line for a snakemake typed where Snakemake finds no Snakefile: cd to the nearest folder above that holds
+    one (the checkout's root, typed in a subdirectory of it), else to the checkout this plugin is installed from."""
+    from snakemake.common import SNAKEFILE_CHOICES
+
+    def holds_one(folder: Path) -> bool:
+        return any((folder / name).is_file() for name in SNAKEFILE_CHOICES)
+
+    root = next((folder for folder in cwd.parents if holds_one(folder)), None)
+    if root is not None:
+        return (
+            f"snakeddp: no Snakefile in {cwd}, a subdirectory of the checkout {root}, which snakemake runs from. "
+            f"HINT: cd {root} and run the same command there (config/, profiles/ and results/ are relative to it)."
+        )
+    # The editable install's src/ (tools/setup.sh), or src/ on PYTHONPATH: its checkout is one floor up.
+    own = Path(__file__).resolve().parents[2]
+    if holds_one(own):
+        return (
+            f"snakeddp: no Snakefile in {cwd}, which is outside snakeddp's checkout. HINT: cd {own} (the checkout) "
+            "and run the same command there."
+        )
+    return None
 
 
 def _load(path: str) -> tuple[object, Exception | None]:

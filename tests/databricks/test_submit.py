@@ -191,10 +191,10 @@ def test_a_run_is_staged_submitted_waited_for_and_copied_back(submitted: Submitt
     # The driver lost mid-training, once its first last.ckpt was on the volume: what it saved came back.
     failed = submitted.failed
     assert "ended FAILED: The driver of the cluster was lost mid-run." in failed, failed
-    assert "HINT: fix what it says" in failed and "it resumes from the last.ckpt that came back." in failed
+    assert "HINT: fix what it says" in failed and "it resumes from the newest checkpoint that came back." in failed
     assert 1 <= submitted.saved < 6, submitted.saved
-    # The rerun's job resumed from the last.ckpt that came back, staged on the volume beside the run's folder
-    # (the job's entry seeds it from there).
+    # The rerun's job resumed from the newest checkpoint that came back (below), staged on the volume beside the
+    # run's folder (the job's entry seeds it from there).
     assert f"/api/2.0/fs/files{STAGE}/resume/devices-2/checkpoints/last.ckpt" in submitted.staged
     run = flow.directory / "results" / "runs" / "devices-2"
     provenance = json.loads((run / "provenance.json").read_text())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from snakeddp import launch
 from snakeddp.config.parts import Launch
-from snakeddp.run import status, variables
+from snakeddp.run import status, tries, variables
 from snakeddp.run.runfile import RunFile
 from snakeddp.spark import driver, session, sharing
 from snakeddp.spark.settings import Settings, from_environment
@@ -80,10 +80,12 @@ def test_a_spark_job_failure_is_one_line_naming_what_happened(tmp_path):
     )
     line = driver.failure_line(args, lost)
     assert line.startswith("Spark executor 1 was lost mid-training") and line.count("HINT:") == 1
-    assert "\n" not in line and "resumes from its last.ckpt" not in line  # no last.ckpt in this run yet
+    assert "\n" not in line and "resumes from" not in line  # no checkpoint in this run yet
+    # A top-k checkpoint saved whole before the disk filled, and no last.ckpt: the rerun resumes that one.
     (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
-    assert "resumes from its last.ckpt" in driver.failure_line(args, lost)
+    (tmp_path / "checkpoints" / "epoch000-val_loss0.5.ckpt").write_bytes(b"")
+    tries.write_saved(tmp_path, 10, 0, "epoch000-val_loss0.5.ckpt")
+    assert "the run resumes from its newest checkpoint." in driver.failure_line(args, lost)
     slots = RuntimeError(
         "[SPARK-24819]: Barrier execution mode does not allow run a barrier stage that requires more slots "
         "than the total number of slots in the cluster currently."

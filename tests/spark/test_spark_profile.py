@@ -154,7 +154,7 @@ def test_two_ranks_across_the_two_workers_a_killed_executor_a_rerun_with_the_dir
     lines = hint_lines(log)
     assert len(lines) == 1, log[-4000:]
     assert "Spark executor" in lines[0] and "was lost mid-training" in lines[0]
-    assert "resumes from its last.ckpt" in lines[0]
+    assert "the run resumes from its newest checkpoint" in lines[0]
     assert "Traceback" not in log and "Py4JJavaError" not in log, log[-4000:]
     code, log = resumed.preempted
     assert code != 0 and "snakeddp: preempted in epoch" in log and "rerun to resume" in log, log[-3000:]

@@ -13,7 +13,7 @@ profile) with the run's run.yaml, run directory and data manifest:
    ``results/runs/<run>/``: provenance.json, metrics.csv and checkpoints land where the local
    profile puts them;
 5. a failed or cancelled job fails the train job with AzureML's error text; what it saved
-   (``last.ckpt``) is downloaded too, so rerunning the rule resumes.
+   (its checkpoints) is downloaded too, so rerunning the rule resumes from the newest that came back.
 
 Exit status: 0 when the job completed and its provenance.json arrived; 1 otherwise, including
 ``azureml.submit: false``, so a run that was never trained never looks finished; 130 when the

@@ -3,7 +3,7 @@
 The remote listing is someone else's text: a name that leads out of the run directory is refused,
 only the attempt's own files (checkpoints/, metrics.csv, run-state.json, ...) come back, each must
 arrive at the size listed, and the checkpoints must match the sha256 and size their provenance.json
-records. A run that did not succeed brings back what it saved (last.ckpt, to resume from) but
+records. A run that did not succeed brings back what it saved (its checkpoints, to resume from) but
 never its provenance.json or finished.json: a partial attempt is never taken for a finished one.
 The files land in a fresh download folder first and move in as every remote job's do
 (``snakeddp.remote.attempt.collect``), provenance.json last.

@@ -150,12 +150,12 @@ class DatabricksJob(RemoteJob):
             if result == "CANCELED":
                 raise DatabricksError(
                     f"Databricks run {job.id} of run {self.plan.run_id} was cancelled: {said}{page}. HINT: rerun the "
-                    "same command to submit it again; it resumes from the last.ckpt that came back."
+                    "same command to submit it again; it resumes from the newest checkpoint that came back."
                 )
             raise DatabricksError(
                 f"Databricks run {job.id} of run {self.plan.run_id} ended {result}: {said}{page}. HINT: fix what it "
-                "says (the page has the driver's log), then rerun the same command: it resumes from the last.ckpt "
-                "that came back."
+                "says (the page has the driver's log), then rerun the same command: it resumes from the newest "
+                "checkpoint that came back."
             )
         if not RunPaths(self.args.run_dir).provenance.is_file():
             raise DatabricksError(

@@ -361,7 +361,7 @@ def restore(run_dir: Path, key: str) -> str:
         raise RunStateError(
             f"{paths.finished}, the record of finished attempt {attempt_id(key)}, does not match the provenance "
             f"schema: {found[0][:160]}{more}. HINT: move it aside (mv {paths.finished} {paths.finished}.bad) and "
-            f"rerun its train job ({rerun.forcing(paths.provenance)}): the attempt resumes from its last.ckpt, "
+            f"rerun its train job ({rerun.forcing(paths.provenance)}): the attempt resumes from its newest checkpoint, "
             "trains nothing and writes its record again."
         )
     gone = gone_checkpoint(paths, record)

@@ -37,6 +37,7 @@ from snakeddp.cluster.lifecycle import FORWARDED, PREEMPTED_EXIT_CODE
 from snakeddp.errors import exit_code
 from snakeddp.run import attempt, status, variables
 from snakeddp.run.layout import RunPaths
+from snakeddp.run.tries import newest_checkpoint
 from snakeddp.spark import PLATFORM, SparkError, settings, sharing
 from snakeddp.spark import master as masters
 from snakeddp.spark import session as sessions
@@ -238,8 +239,8 @@ def judge(args: argparse.Namespace, paths: RunPaths, requested: list[int], error
 def failure_line(args: argparse.Namespace, error: BaseException | None) -> str:
     text = str(error) if error is not None else ""
     resume = "rerun the same command"
-    if RunPaths(args.run_dir).last_checkpoint.exists():
-        resume += ": the run resumes from its last.ckpt"
+    if newest_checkpoint(args.run_dir) is not None:
+        resume += ": the run resumes from its newest checkpoint"
     if sessions.TOO_FEW_SLOTS.search(text):
         if args.gpu:
             return (
