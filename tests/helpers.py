@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -432,3 +433,12 @@ def as_typed_in_a_terminal() -> None:
     cannot trap or reset a signal ignored on entry."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def blocked_in(thread: threading.Thread) -> set[int]:
+    """The signals ``thread`` blocks, from its task's SigBlk mask in /proc."""
+    for line in Path(f"/proc/self/task/{thread.native_id}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            mask = int(line.split()[1], 16)
+            return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
+    raise AssertionError("no SigBlk line")

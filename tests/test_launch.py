@@ -5,22 +5,13 @@ import shlex
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import psutil
 
 from snakeddp.cluster.supervisor import Supervisor
 from snakeddp.launch import RELAY, followed
 from snakeddp.util import threads
-
-
-def blocked_in(thread: threading.Thread) -> set[int]:
-    """The signals ``thread`` blocks, from its task's SigBlk mask in /proc."""
-    for line in Path(f"/proc/self/task/{thread.native_id}/status").read_text().splitlines():
-        if line.startswith("SigBlk:"):
-            mask = int(line.split()[1], 16)
-            return {signum for signum in range(1, 65) if mask >> (signum - 1) & 1}
-    raise AssertionError("no SigBlk line")
+from tests.helpers import blocked_in
 
 
 def test_the_thread_that_passes_the_ranks_stderr_on_blocks_every_stop(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from snakeddp.remote import status as remote_status
+from snakeddp.util import threads
 
 # How often the job's status is asked while its logs stream (a test may set it short).
 POLL_S = 30.0
@@ -68,7 +69,7 @@ class Poller:
         self.thread = threading.Thread(target=self._run, name="snakeddp-azureml-status", daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        threads.start(self.thread)  # a stop cancels the job: the main thread's wait takes it
 
     def stop(self) -> None:
         with self.lock:

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable
 
 from snakeddp.errors import print_line
+from snakeddp.util import threads
 
 # host:path of the relay's socket, set by the workflow for the local platform; listed with every
 # other SNAKEDDP_* name in snakeddp.run.variables.
@@ -129,8 +130,10 @@ class Relay:
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._server.bind(self.path)
         self._server.listen(64)
-        self._thread = threading.Thread(target=self._serve, args=(self._server,), name="snakeddp-terminal", daemon=True)
-        self._thread.start()
+        # In Snakemake's process: a Ctrl-C its thread took would wait for Snakemake's main thread to wake.
+        self._thread = threads.start(
+            threading.Thread(target=self._serve, args=(self._server,), name="snakeddp-terminal", daemon=True)
+        )
         atexit.register(self.close)
         return self.address
 
