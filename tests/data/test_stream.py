@@ -61,7 +61,7 @@ def test_a_run_gets_each_partition_as_ingestion_publishes_it_and_the_manifest_it
     assert written["task"] == manifest["task"]
 
 
-def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(dataset, tmp_path):
+def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(dataset, tmp_path, monkeypatch):
     found, manifest, root = dataset
     # One value of the last file is NaN: ingestion stops after publishing the first window's partitions.
     folder = tmp_path / "pq"
@@ -72,10 +72,21 @@ def test_an_ingestion_that_stops_ends_the_wait_in_one_line_naming_its_log(datase
         ingest(found, root)
     assert not list((root / "train").glob("part-*")), "ingestion removes what it published"
     entries = stream.Stream(root, manifest)
+    # Removed once the wait has seen train/: a sleep stood for that, which a loaded machine can outlast, and a wait
+    # that never saw train/ waits out STALL_S instead.
+    seen, real = threading.Event(), stream._progress
+
+    def progress(train):
+        state = real(train)
+        if state is not None:
+            seen.set()
+        return state
+
+    monkeypatch.setattr(stream, "_progress", progress)
     failed = []
     waiting = threading.Thread(target=lambda: failed.append(_error(lambda: entries[PARTS - 1])))
     waiting.start()
-    time.sleep(0.3)  # the wait has seen train/
+    assert seen.wait(30), "the wait never saw train/"
     shutil.rmtree(root / "train")  # as Snakemake removes a failed job's directory output
     waiting.join(timeout=30)
     (message,) = failed

@@ -4,8 +4,6 @@ run's status.json, and `snakeddp status` typed meanwhile shows the run queued fo
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 
 from databricks.sdk import WorkspaceClient
@@ -26,20 +24,21 @@ def test_the_runs_row_follows_what_databricks_answers_from_submission_to_its_end
     remote_status.submitted(run_dir, WHAT)
     assert (typed_status(tmp_path)["state"], typed_status(tmp_path)["detail"]) == ("queued", f"{WHAT} submitted")
 
-    def runs_then_ends() -> None:  # the cluster comes up, the run runs, and ends
-        time.sleep(1.5)
-        stub.runs[1001]["state"] = {"life_cycle_state": "RUNNING", "state_message": "In run"}
-        time.sleep(3.5)
-        stub.runs[1001]["state"] = {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS", "state_message": ""}
-
+    # The cluster comes up, the run runs, and ends: each change once the SDK's wait has polled the state before it.
+    # (On a timer, 1.5 s and 5 s in, a loaded machine's slow set-up of the client, or the SDK's polls 2-3 s apart by
+    # then, could miss a state.)
+    after = {
+        "PENDING": {"life_cycle_state": "RUNNING", "state_message": "In run"},
+        "RUNNING": {"life_cycle_state": "TERMINATED", "result_state": "SUCCESS", "state_message": ""},
+    }
     rows = []
     follow = databricks_status.follow(run_dir, WHAT)
 
     def polled(run) -> None:
         follow(run)
         rows.append(typed_status(tmp_path))
+        stub.runs[1001]["state"] = after[run.state.life_cycle_state.value]
 
-    threading.Thread(target=runs_then_ends, daemon=True).start()
     client = WorkspaceClient(host=stub.url, token=TOKEN)
     ended = client.jobs.wait_get_run_job_terminated_or_skipped(1001, timeout=timedelta(seconds=60), callback=polled)
     assert ended.state.result_state.value == "SUCCESS"

@@ -44,7 +44,10 @@ def test_timing_phases_add_up_to_the_process_wall_time(record):
     assert phases["startup_s"] == pytest.approx(sum(phases[k] for k in startup_parts), abs=0.004)
     # Forked from the workflow's warm process, a rank finds torch and Lightning imported (snakeddp.warm).
     assert record["launch"]["job_start"] == "warm" and record["launch"]["rank_start"] == "warm"
-    assert 0 <= phases["imports_s"] < 0.3, "the warm process imported torch and Lightning once, for every rank"
+    # A rank that imported them itself would have spent 5-7 s of CPU on it (bench/history.md); a forked one spends
+    # its own code's imports and a fork's page faults, 0.12 s at a load of 5 on 2 cores: 1 s, not 0.3 s, leaves a
+    # loaded machine room without letting a cold import by.
+    assert 0 <= phases["imports_s"] < 1.0, "the warm process imported torch and Lightning once, for every rank"
     assert phases["checkpoint_s"] > 0 and phases["validation_s"] > 0 and phases["train_loop_s"] > 0
     assert phases["epoch_ends_s"] > 0, "the checkpoint callback's hooks and the next epoch's loaders, between epochs"
     # Each moment is charged to one phase: they add up to the whole, to the rounding of six figures to 1 ms.

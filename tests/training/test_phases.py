@@ -29,6 +29,7 @@ class SleepingModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         if self.current_epoch == self.fail_at_epoch and batch_idx == 2:
+            self.raised_at = time.perf_counter()
             raise RuntimeError("the model failed mid-epoch")
         time.sleep(STEP_S)
         x, y = batch
@@ -102,10 +103,15 @@ def test_each_phase_holds_what_the_fit_spent_there_and_together_they_are_the_who
 
 
 def test_a_fit_stopped_by_an_exception_is_torn_down_from_the_exception_on(tmp_path):
-    phases, _ = fitted(tmp_path, SleepingModel(fail_at_epoch=1))
+    model = SleepingModel(fail_at_epoch=1)
+    phases, _ = fitted(tmp_path, model)
+    since_raised = time.perf_counter() - model.raised_at
     # The failed epoch's two steps are training, not teardown.
     steps = BATCHES + 2
     assert steps * STEP_S <= phases["train_loop_s"]
     assert phases["epoch_ends_s"] >= EPOCH_END_S and phases["validation_s"] >= VALIDATION_S
-    assert phases["teardown_s"] < STEP_S, "the record is built straight after the exception"
+    # Teardown starts at the exception: it holds no more than the time since the model raised it (measured here, not
+    # a step's 20 ms, which Lightning's own teardown on a loaded machine can take), where a teardown begun before it
+    # would hold the failed epoch's steps too. (The record is rounded to the millisecond.)
+    assert phases["teardown_s"] <= since_raised + 0.0005, (phases["teardown_s"], since_raised)
     assert sum(phases[name] for name in CHARGED) == pytest.approx(phases["total_s"], abs=0.004)

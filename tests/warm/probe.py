@@ -66,9 +66,15 @@ def main(argv: list[str]) -> None:
     elif action == "kill":
         os.kill(os.getpid(), signal.Signals[argv[1]])
         time.sleep(5)
-    elif action == "wait":  # counts SIGUSR1, stops on SIGTERM (exit 75) or Ctrl-C (KeyboardInterrupt)
+    elif action == "wait":  # counts SIGUSR1 (in PIDFILE.usr1), stops on SIGTERM (exit 75) or Ctrl-C (KeyboardInterrupt)
         got = []
-        signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+
+        def usr1(signum: int, frame: object) -> None:
+            got.append(signum)
+            with open(f"{argv[1]}.usr1", "w") as counted:
+                counted.write(str(len(got)))
+
+        signal.signal(signal.SIGUSR1, usr1)
         signal.signal(signal.SIGTERM, lambda s, f: sys.exit(f"SIGTERM after {len(got)} SIGUSR1"))
         with open(argv[1], "w") as pidfile:
             pidfile.write(str(os.getpid()))

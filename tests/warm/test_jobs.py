@@ -186,6 +186,15 @@ def test_a_job_for_a_second_warm_process_that_was_killed_is_forked_by_the_first(
         process.close()
 
 
+def connected(process: subprocess.Popen) -> bool:
+    """Whether ``process`` holds a Unix socket: a probe job's connection to the warm process (a client's end of one
+    names no path)."""
+    try:
+        return bool(psutil.Process(process.pid).net_connections(kind="unix"))
+    except psutil.Error:  # ended meanwhile
+        return False
+
+
 def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(tmp_path):
     """A job whose step imports what the warm process is importing (a train job's supervisor imports
     snakeddp.train) is forked once that import is done, not beside it; a job whose client goes away
@@ -197,7 +206,11 @@ def test_a_job_that_would_import_torch_waits_for_the_warm_process_to_import_it(t
         process.path = process.start(env(None))
     try:
         gone = subprocess.Popen([sys.executable, "-m", PROBE, "imported"], env=env(process), cwd=REPO)
-        time.sleep(0.3)  # connected and waiting
+        # Connected and waiting (a sleep stood for that, which a loaded machine's start of Python can outlast).
+        deadline = time.monotonic() + 60
+        while gone.poll() is None and not connected(gone):
+            assert time.monotonic() < deadline, "the job never asked the warm process"
+            time.sleep(0.02)
         gone.kill()
         gone.wait()
         assert served_with_torch(process) is True
@@ -285,14 +298,24 @@ def test_signals_reach_the_forked_job_once(warm, tmp_path, signum, returncode, s
     forked job once, whether sent to the process or to its process group as a terminal does."""
     job, child = waiting(warm.path, tmp_path, start_new_session=True)
     assert child != job.pid  # forked by the warm process, not the client itself
+    # Each SIGUSR1 is sent once the job has counted the one before: two of one signal pending at once are one, for
+    # any process (a sleep between them stood for that, which a loaded machine can outlast).
     os.kill(job.pid, signal.SIGUSR1)
-    time.sleep(0.3)  # two of one signal pending at once are one, for any process
+    usr1_counted(tmp_path, 1)
     os.killpg(job.pid, signal.SIGUSR1)  # the client's group: the child, in a session of its own, only via the client
-    time.sleep(0.3)
+    usr1_counted(tmp_path, 2)
     os.killpg(job.pid, signum)
     _, stderr = job.communicate(timeout=30)
     assert job.returncode == returncode, stderr
     assert said in stderr
+
+
+def usr1_counted(directory: Path, count: int) -> None:
+    """Wait until the probe job waiting in ``directory`` has counted ``count`` SIGUSR1."""
+    counted, deadline = directory / "pid.usr1", time.monotonic() + 30
+    while not (counted.is_file() and counted.read_text() == str(count)):
+        assert time.monotonic() < deadline, f"the job never counted {count} SIGUSR1"
+        time.sleep(0.02)
 
 
 # The real-time signal Snakemake's process relays a stop it got alone as (snakeddp.util.relays).

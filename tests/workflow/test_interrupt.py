@@ -81,12 +81,16 @@ def test_an_ignored_ctrl_c_stays_ignored(monkeypatch):
         STOPS.clear()
 
 
-# A job's command that takes SIGHUP as a stop (as the launcher does): it saves for a second, then exits 75.
+# A job's command that takes SIGHUP as a stop (as the launcher does): it saves until the test lets it finish (argv[2]
+# exists), then exits 75.
 SAVES_ON_HANGUP = """
 import pathlib, signal, sys, time
 def stop(signum, frame):
-    time.sleep(1)
-    pathlib.Path(sys.argv[1]).write_text("saved")
+    saved, done = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    saved.write_text("saving")
+    while not done.exists():
+        time.sleep(0.05)
+    saved.write_text("saved")
     sys.exit(75)
 signal.signal(signal.SIGHUP, stop)
 print("ready", flush=True)
@@ -99,16 +103,23 @@ def test_a_jobs_shell_waits_through_its_groups_hangup_for_the_command_and_ends_w
     job's command as `bash -c PREFIX COMMAND`, the train rule's with its output sent to its log, which keeps bash
     from exec'ing it): the shell outlives the hang-up until its command ends, so Snakemake sees the job end once
     the launcher saved and recorded the try, and with its status."""
-    saved, log = tmp_path / "saved", tmp_path / "job.log"
-    command = f"{sys.executable} -c {shlex.quote(SAVES_ON_HANGUP)} {saved} > {log} 2>&1"
+    saved, done, log = tmp_path / "saved", tmp_path / "done", tmp_path / "job.log"
+    command = f"{sys.executable} -c {shlex.quote(SAVES_ON_HANGUP)} {saved} {done} > {log} 2>&1"
     shell = subprocess.Popen(["bash", "-c", JOB_SHELL_PREFIX + command], start_new_session=True)
     deadline = time.monotonic() + 30
     while not (log.is_file() and log.read_text() == "ready\n"):
         assert shell.poll() is None and time.monotonic() < deadline, log.read_text() if log.is_file() else ""
         time.sleep(0.05)
     os.killpg(shell.pid, signal.SIGHUP)
+    # The command saves until it is let finish: a save of a second could end before the look below on a loaded
+    # machine, and the shell with it, which would read as a shell that died of the hang-up.
+    deadline = time.monotonic() + 30
+    while not saved.is_file():
+        assert shell.poll() is None and time.monotonic() < deadline, "the command never took the hang-up"
+        time.sleep(0.05)
     time.sleep(0.5)
     assert shell.poll() is None, "the job's shell died of the hang-up while its command was saving"
+    done.touch()
     assert shell.wait(timeout=30) == 75
     assert saved.read_text() == "saved"
 
