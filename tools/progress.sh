@@ -1,7 +1,8 @@
 # Sourced by tools/setup.sh: `progress WHAT COMMAND...` runs COMMAND and, while it runs, prints
-# "setup: still WHAT (N s)" every 9 s, so the set-up is never 10 s without a line. Compiling
-# site-packages' bytecode printed nothing for 98 s, and bootstrapping uv 21 s: it looked stuck.
-PROGRESS_EVERY=${PROGRESS_EVERY:-9}
+# "setup: still WHAT (N s)" every 8 s, so the set-up is never 10 s without a line (2 s spare for a
+# busy machine). Compiling site-packages' bytecode printed nothing for 98 s, and bootstrapping uv 21 s:
+# it looked stuck.
+PROGRESS_EVERY=${PROGRESS_EVERY:-8}
 
 progress() {
     local what=$1
