@@ -74,10 +74,10 @@ def _module_rows(info: Path) -> list[list[str]]:
     return [row for row in rows if row and row[0].endswith(".py") and not row[0].startswith("..")]
 
 
-def record_modules(info: Path, rows: list[list[str]] | None = None) -> list[str]:
-    """The modules a distribution's RECORD lists inside its site-packages directory (not its scripts); ``rows``:
-    its RECORD's module rows where they were read already."""
-    return [str(info.parent / row[0]) for row in (_module_rows(info) if rows is None else rows)]
+def record_modules(info: Path, rows: list[list[str]]) -> list[str]:
+    """The modules a distribution's RECORD lists inside its site-packages directory (not its scripts), from its
+    module rows (``_module_rows``)."""
+    return [str(info.parent / row[0]) for row in rows]
 
 
 def all_modules(sites: Iterable[str]) -> list[str]:
