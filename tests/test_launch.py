@@ -9,7 +9,7 @@ import time
 import psutil
 
 from snakeddp.cluster.supervisor import Supervisor
-from snakeddp.launch import RELAY, followed
+from snakeddp.launch import HELD, RELAY, followed
 from snakeddp.util import threads
 from tests.helpers import blocked_in
 
@@ -31,6 +31,7 @@ def test_the_thread_that_passes_the_ranks_stderr_on_blocks_every_stop(tmp_path):
     assert followed(child, tmp_path / "failure.txt") == 0
     looking.join()
     assert masks and set(threads.STOPS) <= masks[0]
+    assert set(HELD) <= masks[0], "every signal the launcher acts on (threads.STOPS must keep up with it)"
     assert not set(threads.STOPS) & blocked_in(threading.main_thread()), "the main thread still takes them"
 
 

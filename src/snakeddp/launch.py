@@ -241,18 +241,21 @@ def run_attempt(args: argparse.Namespace) -> int:
     return PREEMPTED_EXIT_CODE if preempted and code != 0 else code
 
 
+#: What the launcher acts on (take_stops): the stops it passes on, a closed terminal's SIGHUP, Snakemake's relays.
+HELD = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
+
+
 def take_stops(forward: Callable[[int, object], None]) -> tuple[int, ...]:
     """Make ``forward`` the handler of every stop the launcher passes on, and hand it those that came since this
     process's first line (relays.hold), in order. Returns the signals to hold while the ranks' launcher starts."""
-    held = (*FORWARDED, signal.SIGHUP, *relays.RELAYED)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     for signum in relays.with_hangup(FORWARDED):
         signal.signal(signum, forward)
     early = relays.take_held()
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     for signum in early:
         forward(signum, None)
-    return held
+    return HELD
 
 
 def outcome_of(code: int, received: Sequence[int], hang: Mapping[str, Any] | None) -> str:
